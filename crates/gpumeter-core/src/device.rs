@@ -1,0 +1,141 @@
+//! GPU devices: identity (DESIGN §3), SM count and the per-SM limits the meters need.
+
+use serde::{Deserialize, Serialize};
+
+/// A compute capability, `major.minor` (e.g. 9.0 for H100), as CUDA's
+/// `cudaDevAttrComputeCapabilityMajor/Minor` report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ComputeCapability {
+    /// Major version (7 = Volta/Turing, 8 = Ampere/Ada, 9 = Hopper, 10/12 = Blackwell).
+    pub major: u32,
+    /// Minor version.
+    pub minor: u32,
+}
+
+impl std::fmt::Display for ComputeCapability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for ComputeCapability {
+    type Err = String;
+    /// Parses `"9.0"`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, b) = s
+            .split_once('.')
+            .ok_or_else(|| format!("compute capability `{s}`: expected MAJOR.MINOR, e.g. 9.0"))?;
+        let major = a
+            .parse()
+            .map_err(|_| format!("compute capability `{s}`: `{a}` is not a number"))?;
+        let minor = b
+            .parse()
+            .map_err(|_| format!("compute capability `{s}`: `{b}` is not a number"))?;
+        Ok(ComputeCapability { major, minor })
+    }
+}
+
+/// Per-SM and per-block limits of a device, each optional because sources differ in what they
+/// give (Kineto `deviceProperties`, nsys `TARGET_INFO_GPU`, CUPTI DEVICE records). Used by the
+/// occupancy calculator; unknown values are never guessed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SmLimits {
+    /// Maximum resident threads per SM (`maxThreadsPerMultiprocessor`).
+    pub max_threads_per_sm: Option<u32>,
+    /// Maximum resident blocks per SM (`maxBlocksPerSm`).
+    pub max_blocks_per_sm: Option<u32>,
+    /// Maximum resident warps per SM (`maxWarpsPerSm`).
+    pub max_warps_per_sm: Option<u32>,
+    /// 32-bit registers per SM (`regsPerMultiprocessor`).
+    pub registers_per_sm: Option<u32>,
+    /// 32-bit registers per block (`regsPerBlock`).
+    pub registers_per_block: Option<u32>,
+    /// Shared memory per SM, bytes (`sharedMemPerMultiprocessor`).
+    pub shared_mem_per_sm_bytes: Option<u64>,
+    /// Default shared memory per block, bytes (`sharedMemPerBlock`, 48 KiB on most GPUs).
+    pub shared_mem_per_block_bytes: Option<u64>,
+    /// Opt-in maximum shared memory per block, bytes (`sharedMemPerBlockOptin`).
+    pub shared_mem_per_block_optin_bytes: Option<u64>,
+    /// Threads per warp (`warpSize`, 32 on every NVIDIA GPU so far).
+    pub warp_size: Option<u32>,
+}
+
+/// What a source, the device catalog or NVML knows about one GPU.
+///
+/// `key` is the device's identity across sources (DESIGN §3): `GPU-<uuid>` when the source gives
+/// a UUID, else `<source file name>#<device id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// Identity across sources: the UUID (`GPU-…`) or `<source>#<id>`.
+    pub key: String,
+    /// The device id within its source (CUDA device ordinal; Kineto `args.device`; nsys
+    /// `deviceId`).
+    pub id: u32,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`; `None` when the source does not say.
+    pub name: Option<String>,
+    /// Streaming multiprocessors on the device; `None` makes `sm_ns` not meterable.
+    pub sm_count: Option<u32>,
+    /// Compute capability.
+    pub compute_capability: Option<ComputeCapability>,
+    /// The device's UUID as the source printed it, if any.
+    pub uuid: Option<String>,
+    /// Per-SM limits.
+    pub limits: SmLimits,
+}
+
+impl DeviceInfo {
+    /// A device known only by its key and id: every other field unknown.
+    pub fn bare(key: impl Into<String>, id: u32) -> Self {
+        DeviceInfo {
+            key: key.into(),
+            id,
+            name: None,
+            sm_count: None,
+            compute_capability: None,
+            uuid: None,
+            limits: SmLimits::default(),
+        }
+    }
+
+    /// The key for a device without UUID: `<source name>#<device id>` (DESIGN §3).
+    pub fn source_key(source_name: &str, id: u32) -> String {
+        format!("{source_name}#{id}")
+    }
+
+    /// The key for a device with a UUID: `GPU-<uuid>` (the form `nvidia-smi -L` prints), the
+    /// prefix added when the source omits it.
+    pub fn uuid_key(uuid: &str) -> String {
+        let u = uuid.trim();
+        if u.starts_with("GPU-") || u.starts_with("MIG-") {
+            u.to_string()
+        } else {
+            format!("GPU-{u}")
+        }
+    }
+
+    /// Fills every field this device does not know from `other`; known fields stay.
+    pub fn fill_from(&mut self, other: &DeviceInfo) {
+        fn fill<T: Clone>(a: &mut Option<T>, b: &Option<T>) {
+            if a.is_none() {
+                a.clone_from(b);
+            }
+        }
+        fill(&mut self.name, &other.name);
+        fill(&mut self.sm_count, &other.sm_count);
+        fill(&mut self.compute_capability, &other.compute_capability);
+        fill(&mut self.uuid, &other.uuid);
+        let (l, o) = (&mut self.limits, &other.limits);
+        fill(&mut l.max_threads_per_sm, &o.max_threads_per_sm);
+        fill(&mut l.max_blocks_per_sm, &o.max_blocks_per_sm);
+        fill(&mut l.max_warps_per_sm, &o.max_warps_per_sm);
+        fill(&mut l.registers_per_sm, &o.registers_per_sm);
+        fill(&mut l.registers_per_block, &o.registers_per_block);
+        fill(&mut l.shared_mem_per_sm_bytes, &o.shared_mem_per_sm_bytes);
+        fill(&mut l.shared_mem_per_block_bytes, &o.shared_mem_per_block_bytes);
+        fill(
+            &mut l.shared_mem_per_block_optin_bytes,
+            &o.shared_mem_per_block_optin_bytes,
+        );
+        fill(&mut l.warp_size, &o.warp_size);
+    }
+}

@@ -1,0 +1,39 @@
+//! # gpumeter-core
+//!
+//! Records, devices, the streaming [`Meter`] and the [`UsageReport`] of gpumeter
+//! (DESIGN §3, §4, §7). No I/O and no `unsafe`: importers and decoders in other crates turn
+//! their sources into [`ActivityRecord`]s; this crate turns those into integer usage per tenant,
+//! device, window and meter.
+//!
+//! ```
+//! use gpumeter_core::{ActivityRecord, CopyDirection, DeviceInfo, Meter, MeterConfig, MeterKind, Work};
+//! let mut meter = Meter::new(MeterConfig { tenant: Some("alice".into()), ..MeterConfig::default() });
+//! let dev = meter.register_device(DeviceInfo::bare("trace.json#0", 0));
+//! meter.push(ActivityRecord::new(
+//!     dev,
+//!     1_700_000_000_000_000_000,
+//!     1_700_000_000_000_002_240,
+//!     Work::Memcpy { bytes: 1, direction: CopyDirection::DeviceToHost },
+//! ));
+//! let report = meter.finish().expect("report");
+//! assert_eq!(report.device_total("trace.json#0", MeterKind::GpuBusyNs), 2_240);
+//! assert_eq!(report.totals[0].tenant, "alice");
+//! ```
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+pub mod device;
+pub mod meter;
+pub mod record;
+pub mod report;
+pub mod time;
+
+pub use device::{ComputeCapability, DeviceInfo, SmLimits};
+pub use meter::{Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, UNATTRIBUTED};
+pub use record::{ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, LossReason, Work};
+pub use report::{
+    document_sha256, DeviceEntry, DigestError, Dimension, LossEntry, MeterKind, NotMeterable,
+    Quantity, RecordCounts, SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY,
+    USAGE_SCHEMA,
+};
+pub use time::WindowSize;

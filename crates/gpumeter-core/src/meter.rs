@@ -1,0 +1,727 @@
+//! The streaming [`Meter`]: activity records in, a [`UsageReport`] out (DESIGN §4).
+//!
+//! Per device, records are held in a reorder buffer until the *sweep* passes them: the sweep
+//! runs at `max start seen − reordering horizon`, so records may arrive out of order by up to the
+//! horizon; older ones are loss (`late`). The sweep walks elementary intervals (between record
+//! starts, ends and window edges) with the set of work running in them and books:
+//!
+//! * `gpu_busy_ns`: the interval's length to the *set* of attribution keys running, divided
+//!   equally among the set's tenants when the report is built;
+//! * `sm_ns`: length × SMs held per kernel, where SMs held = min(blocks, device SMs); when the
+//!   kernels running hold more SMs than the device has, each kernel's share is scaled by
+//!   `SMs / Σ held` (kept exact as `Σ len·held` per distinct `Σ held`).
+//!
+//! Counts and bytes go to the window of the record's start; `kernel_ns` is split at window
+//! edges as records arrive. Fractions become integers once per (device, window, meter) cell by
+//! the largest-remainder method, ties to the tenant whose name sorts first. Memory is bounded by
+//! the horizon (reorder and duplicate buffers) and by cells × attribution keys, not by records.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::{ToPrimitive, Zero};
+
+use crate::device::DeviceInfo;
+use crate::record::{ActivityRecord, CopyDirection, DeviceSlot, LossReason, Work};
+use crate::report::{
+    DeviceEntry, LossEntry, MeterKind, NotMeterable, Quantity, RecordCounts, SourceEntry,
+    TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+};
+use crate::time::{rfc3339, WindowSize, MAX_RECORD_NS, NS_PER_SECOND};
+
+/// Tenant for usage that no attribution rule matched (DESIGN §4).
+pub const UNATTRIBUTED: &str = "unattributed";
+
+/// Default reordering horizon: 60 s of record time (DESIGN §3).
+pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
+
+/// How a [`Meter`] windows, attributes and reorders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterConfig {
+    /// Window size (default 1 h).
+    pub window: WindowSize,
+    /// The source's tenant (`--tenant`): used when no tenant-map rule matches.
+    pub tenant: Option<String>,
+    /// How far, in ns of record time, records may arrive out of order per device.
+    pub reorder_horizon_ns: u64,
+}
+
+impl Default for MeterConfig {
+    fn default() -> Self {
+        MeterConfig {
+            window: WindowSize::HOUR,
+            tenant: None,
+            reorder_horizon_ns: DEFAULT_REORDER_HORIZON_NS,
+        }
+    }
+}
+
+/// Tenant-map rules (DESIGN §4 "Attribution"): external correlation ids and process ids to
+/// tenants. Resolved when the report is built, so rules may arrive after the records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantMap {
+    /// External correlation id → tenant.
+    pub external: HashMap<u64, String>,
+    /// Process id → tenant.
+    pub pid: HashMap<u32, String>,
+}
+
+/// An input about to be metered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// File name (no directories).
+    pub name: String,
+    /// Format name (`kineto`, `nsys`, …).
+    pub format: String,
+    /// SHA-256 of the bytes, lowercase hex: the source's identity (DESIGN §4 "Idempotency").
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct AttrKey {
+    external_id: Option<u64>,
+    process_id: Option<u32>,
+    source_tenant: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Pending {
+    start: u64,
+    seq: u64,
+    end: u64,
+    key: u32,
+    /// SMs held (0 for non-kernels or when the SM count or grid is unknown).
+    held: u32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Active {
+    end: u64,
+    key: u32,
+    held: u32,
+}
+
+type DupKey = (u64, u32, u32, u32, u64, &'static str);
+
+#[derive(Debug, Default)]
+struct Cell {
+    /// Integer meters per (key, meter): counts, bytes, kernel_ns.
+    ints: HashMap<(u32, MeterKind), u128>,
+    /// Busy ns per sorted set of keys running.
+    busy: HashMap<Vec<u32>, u128>,
+    /// Uncapped SM·ns per key.
+    sm_exact: HashMap<u32, u128>,
+    /// Capped SM·ns per key: Σ len·held per distinct Σ held (`H`); share = value × SMs / H.
+    sm_capped: HashMap<u32, BTreeMap<u64, u128>>,
+}
+
+#[derive(Debug)]
+struct DeviceState {
+    info: DeviceInfo,
+    pending: BinaryHeap<Reverse<Pending>>,
+    active: Vec<Active>,
+    /// Sweep position: everything before it is booked; a record starting before it is late.
+    swept_to: u64,
+    started: bool,
+    max_start: u64,
+    dups: BTreeSet<DupKey>,
+    cells: BTreeMap<u64, Cell>,
+    loss: BTreeMap<LossReason, u64>,
+    records: u64,
+    /// Cached summary of the active set: (sorted distinct keys, per-key held, Σ held).
+    summary: Option<(Vec<u32>, Vec<(u32, u64)>, u64)>,
+}
+
+/// Accumulates activity records into usage per tenant, device, window and meter.
+///
+/// ```
+/// use gpumeter_core::{ActivityRecord, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind, Work};
+/// let mut meter = Meter::new(MeterConfig::default());
+/// let mut gpu = DeviceInfo::bare("GPU-0", 0);
+/// gpu.sm_count = Some(132);
+/// let dev = meter.register_device(gpu);
+/// let k = KernelLaunch { grid: Some([264, 1, 1]), ..KernelLaunch::default() };
+/// meter.push(ActivityRecord::new(dev, 1_000, 2_000, Work::Kernel(k)));
+/// let report = meter.finish().expect("report");
+/// assert_eq!(report.device_total("GPU-0", MeterKind::SmNs), 132 * 1_000);
+/// ```
+#[derive(Debug)]
+pub struct Meter {
+    config: MeterConfig,
+    tenant_map: TenantMap,
+    devices: Vec<DeviceState>,
+    device_index: HashMap<String, DeviceSlot>,
+    keys: Vec<AttrKey>,
+    key_index: HashMap<AttrKey, u32>,
+    sources: Vec<SourceEntry>,
+    source_tenant: Option<String>,
+    counts: RecordCounts,
+    warnings: Vec<String>,
+    seq: u64,
+}
+
+impl Meter {
+    /// A meter with no devices and no records.
+    pub fn new(config: MeterConfig) -> Self {
+        let source_tenant = config.tenant.clone();
+        Meter {
+            config,
+            tenant_map: TenantMap::default(),
+            devices: Vec::new(),
+            device_index: HashMap::new(),
+            keys: Vec::new(),
+            key_index: HashMap::new(),
+            sources: Vec::new(),
+            source_tenant,
+            counts: RecordCounts::default(),
+            warnings: Vec::new(),
+            seq: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MeterConfig {
+        &self.config
+    }
+
+    /// Replaces the tenant-map rules (applied when the report is built).
+    pub fn set_tenant_map(&mut self, map: TenantMap) {
+        self.tenant_map = map;
+    }
+
+    /// Announces a source. Returns `false`, and records a warning, when a source with the same
+    /// SHA-256 was already metered: the caller must not push its records again (DESIGN §4
+    /// "Idempotency").
+    pub fn begin_source(&mut self, source: SourceInfo) -> bool {
+        if let Some(prev) = self.sources.iter().find(|s| s.sha256 == source.sha256) {
+            self.warnings.push(format!(
+                "source {} has the same SHA-256 as {} and was metered once",
+                source.name, prev.name
+            ));
+            return false;
+        }
+        self.sources.push(SourceEntry {
+            name: source.name,
+            format: source.format,
+            sha256: source.sha256,
+        });
+        true
+    }
+
+    /// Registers a device, or fills the unknown fields of the device already registered under
+    /// the same key. Returns its slot for [`ActivityRecord::device`].
+    pub fn register_device(&mut self, info: DeviceInfo) -> DeviceSlot {
+        if let Some(&slot) = self.device_index.get(&info.key) {
+            self.devices[slot.0 as usize].info.fill_from(&info);
+            return slot;
+        }
+        let slot = DeviceSlot(self.devices.len() as u32);
+        self.device_index.insert(info.key.clone(), slot);
+        self.devices.push(DeviceState {
+            info,
+            pending: BinaryHeap::new(),
+            active: Vec::new(),
+            swept_to: 0,
+            started: false,
+            max_start: 0,
+            dups: BTreeSet::new(),
+            cells: BTreeMap::new(),
+            loss: BTreeMap::new(),
+            records: 0,
+            summary: None,
+        });
+        slot
+    }
+
+    /// Overrides fields of a registered device (a device catalog entry, DESIGN §3): every field
+    /// `Some` in `over` replaces the device's. Returns `false` when no device has that key.
+    pub fn override_device(&mut self, key: &str, over: &DeviceInfo) -> bool {
+        let Some(&slot) = self.device_index.get(key) else {
+            return false;
+        };
+        let d = &mut self.devices[slot.0 as usize].info;
+        let mut merged = over.clone();
+        merged.key = d.key.clone();
+        merged.id = d.id;
+        merged.fill_from(d);
+        *d = merged;
+        true
+    }
+
+    /// The device registered under `slot`.
+    pub fn device(&self, slot: DeviceSlot) -> Option<&DeviceInfo> {
+        self.devices.get(slot.0 as usize).map(|d| &d.info)
+    }
+
+    /// Counts events that are not work (DESIGN §3), by category.
+    pub fn record_skipped(&mut self, category: &str, count: u64) {
+        *self.counts.skipped.entry(category.to_string()).or_insert(0) += count;
+    }
+
+    /// Counts records lost on a device for a reason (e.g. CUPTI dropped-record deltas, or a
+    /// record an importer could not represent). Unknown slots are ignored.
+    pub fn record_loss(&mut self, device: DeviceSlot, reason: LossReason, count: u64) {
+        if let Some(d) = self.devices.get_mut(device.0 as usize) {
+            *d.loss.entry(reason).or_insert(0) += count;
+        }
+    }
+
+    /// Adds a warning for people to the report.
+    pub fn warn(&mut self, message: impl Into<String>) {
+        self.warnings.push(message.into());
+    }
+
+    fn key_of(&mut self, rec: &ActivityRecord) -> u32 {
+        let k = AttrKey {
+            external_id: rec.external_id,
+            process_id: rec.process_id,
+            source_tenant: self.source_tenant.clone(),
+        };
+        if let Some(&i) = self.key_index.get(&k) {
+            return i;
+        }
+        let i = self.keys.len() as u32;
+        self.keys.push(k.clone());
+        self.key_index.insert(k, i);
+        i
+    }
+
+    /// Meters one record. Invalid records (a zero timestamp, end before start, over 7 days,
+    /// older than the reordering horizon, duplicates) are counted as loss and feed no meter.
+    /// Records for an unregistered slot are ignored.
+    pub fn push(&mut self, rec: ActivityRecord) {
+        let Some(dev) = self.devices.get(rec.device.0 as usize) else {
+            return;
+        };
+        let reason = if rec.start_ns == 0 || rec.end_ns == 0 {
+            Some(LossReason::ZeroTimestamp)
+        } else if rec.end_ns < rec.start_ns {
+            Some(LossReason::EndBeforeStart)
+        } else if rec.end_ns - rec.start_ns > MAX_RECORD_NS {
+            Some(LossReason::TooLong)
+        } else if dev.started && rec.start_ns < dev.swept_to {
+            Some(LossReason::Late)
+        } else {
+            None
+        };
+        if let Some(r) = reason {
+            self.record_loss(rec.device, r, 1);
+            return;
+        }
+        let dup: DupKey = (
+            rec.start_ns,
+            rec.context_id,
+            rec.stream_id,
+            rec.correlation_id,
+            rec.graph_node_id,
+            rec.work.kind_name(),
+        );
+        let key = self.key_of(&rec);
+        let window = self.config.window;
+        let dev = &mut self.devices[rec.device.0 as usize];
+        if !dev.dups.insert(dup) {
+            *dev.loss.entry(LossReason::Duplicate).or_insert(0) += 1;
+            return;
+        }
+        dev.records += 1;
+        let sm_count = dev.info.sm_count;
+        let mut held = 0u32;
+        let start_cell = dev.cells.entry(window.start_of(rec.start_ns)).or_default();
+        match &rec.work {
+            Work::Kernel(k) => {
+                self.counts.kernel += 1;
+                *start_cell.ints.entry((key, MeterKind::KernelLaunches)).or_insert(0) += 1;
+                if let (Some(n), Some(blocks)) = (sm_count, k.blocks()) {
+                    held = blocks.min(u64::from(n)) as u32;
+                }
+                // kernel_ns: split by time at window edges.
+                let mut t = rec.start_ns;
+                while t < rec.end_ns {
+                    let w = window.start_of(t);
+                    let edge = w.saturating_add(window.ns()).min(rec.end_ns);
+                    *dev.cells
+                        .entry(w)
+                        .or_default()
+                        .ints
+                        .entry((key, MeterKind::KernelNs))
+                        .or_insert(0) += u128::from(edge - t);
+                    t = edge;
+                }
+            }
+            Work::Memcpy { bytes, direction } => {
+                self.counts.memcpy += 1;
+                let m = match direction {
+                    CopyDirection::HostToDevice => MeterKind::MemcpyHtodBytes,
+                    CopyDirection::DeviceToHost => MeterKind::MemcpyDtohBytes,
+                    CopyDirection::DeviceToDevice => MeterKind::MemcpyDtodBytes,
+                    CopyDirection::Peer => MeterKind::MemcpyPeerBytes,
+                    CopyDirection::Other => MeterKind::MemcpyOtherBytes,
+                };
+                *start_cell.ints.entry((key, m)).or_insert(0) += u128::from(*bytes);
+            }
+            Work::Memset { bytes } => {
+                self.counts.memset += 1;
+                *start_cell.ints.entry((key, MeterKind::MemsetBytes)).or_insert(0) +=
+                    u128::from(*bytes);
+            }
+            Work::GraphLaunch => {}
+        }
+        self.seq += 1;
+        dev.pending.push(Reverse(Pending {
+            start: rec.start_ns,
+            seq: self.seq,
+            end: rec.end_ns,
+            key,
+            held,
+        }));
+        if !dev.started {
+            dev.started = true;
+            dev.swept_to = rec.start_ns.saturating_sub(self.config.reorder_horizon_ns);
+        }
+        if rec.start_ns > dev.max_start {
+            dev.max_start = rec.start_ns;
+            let to = dev.max_start.saturating_sub(self.config.reorder_horizon_ns);
+            if to > dev.swept_to {
+                dev.advance(to, window);
+            }
+        }
+    }
+
+    /// Books everything still buffered and builds the report, digest included.
+    ///
+    /// # Errors
+    /// [`crate::DigestError`] when the report cannot be serialized for its digest.
+    pub fn finish(mut self) -> Result<UsageReport, crate::DigestError> {
+        let window = self.config.window;
+        for d in &mut self.devices {
+            d.advance(u64::MAX, window);
+        }
+        let tenants: Vec<String> = self.keys.iter().map(|k| self.tenant_of(k)).collect();
+        let mut devices = Vec::new();
+        let mut loss = Vec::new();
+        let mut usage = Vec::new();
+        let mut totals: BTreeMap<(String, u32, String, MeterKind), u128> = BTreeMap::new();
+        let mut warnings = std::mem::take(&mut self.warnings);
+        let mut order: Vec<&DeviceState> = self.devices.iter().collect();
+        order.sort_by(|a, b| (a.info.id, &a.info.key).cmp(&(b.info.id, &b.info.key)));
+        for d in order {
+            let lost: u64 = d.loss.values().sum();
+            if d.records == 0 && lost == 0 {
+                continue;
+            }
+            let info = &d.info;
+            let mut not_meterable = Vec::new();
+            if info.sm_count.is_none() {
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::SmNs,
+                    reason: "the source gives no SM count for this device (no device table); \
+                             pass --devices with its sm_count"
+                        .to_string(),
+                });
+                warnings.push(format!(
+                    "sm_ns is not meterable on device {} ({}): SM count unknown",
+                    info.id, info.key
+                ));
+            }
+            devices.push(DeviceEntry {
+                device: info.id,
+                device_key: info.key.clone(),
+                name: info.name.clone(),
+                sm_count: info.sm_count,
+                compute_capability: info.compute_capability.map(|c| c.to_string()),
+                not_meterable,
+            });
+            for (reason, n) in &d.loss {
+                loss.push(LossEntry {
+                    device: info.id,
+                    device_key: info.key.clone(),
+                    reason: reason.as_str().to_string(),
+                    records: *n,
+                });
+            }
+            if lost > 0 {
+                warnings.push(format!(
+                    "{lost} records lost on device {} ({}); see `loss`",
+                    info.id, info.key
+                ));
+            }
+            for (&w, cell) in &d.cells {
+                let ws = rfc3339(w);
+                for (meter, per_tenant) in cell_quantities(cell, &tenants, info.sm_count) {
+                    for (tenant, q) in per_tenant {
+                        if q == 0 {
+                            continue;
+                        }
+                        *totals
+                            .entry((tenant.clone(), info.id, info.key.clone(), meter))
+                            .or_insert(0) += q;
+                        usage.push(UsageRow {
+                            tenant,
+                            device: info.id,
+                            device_key: info.key.clone(),
+                            window_start: ws.clone(),
+                            meter,
+                            quantity: Quantity(q),
+                        });
+                    }
+                }
+            }
+        }
+        let totals = totals
+            .into_iter()
+            .map(|((tenant, device, device_key, meter), q)| TotalRow {
+                tenant,
+                device,
+                device_key,
+                meter,
+                quantity: Quantity(q),
+            })
+            .collect();
+        let mut report = UsageReport {
+            schema: USAGE_SCHEMA.to_string(),
+            metering_policy: METERING_POLICY.to_string(),
+            window_seconds: window.seconds(),
+            sources: self.sources,
+            devices,
+            records: self.counts,
+            loss,
+            usage,
+            totals,
+            open_allocations: Vec::new(),
+            warnings,
+            sha256: String::new(),
+        };
+        report.seal()?;
+        Ok(report)
+    }
+
+    fn tenant_of(&self, k: &AttrKey) -> String {
+        if let Some(t) = k.external_id.and_then(|e| self.tenant_map.external.get(&e)) {
+            return t.clone();
+        }
+        if let Some(t) = k.process_id.and_then(|p| self.tenant_map.pid.get(&p)) {
+            return t.clone();
+        }
+        k.source_tenant
+            .clone()
+            .unwrap_or_else(|| UNATTRIBUTED.to_string())
+    }
+}
+
+/// Per meter, per tenant integer quantities of one cell, in meter order then tenant order.
+fn cell_quantities(
+    cell: &Cell,
+    tenants: &[String],
+    sm_count: Option<u32>,
+) -> Vec<(MeterKind, Vec<(String, u128)>)> {
+    let mut out: BTreeMap<MeterKind, BTreeMap<String, u128>> = BTreeMap::new();
+    for (&(key, meter), &q) in &cell.ints {
+        *out.entry(meter)
+            .or_default()
+            .entry(tenants[key as usize].clone())
+            .or_insert(0) += q;
+    }
+    // gpu_busy_ns: each set's length divided equally among its distinct tenants.
+    let mut busy: BTreeMap<String, BigRational> = BTreeMap::new();
+    let mut busy_total: u128 = 0;
+    for (set, &len) in &cell.busy {
+        busy_total += len;
+        let ts: BTreeSet<&String> = set.iter().map(|&k| &tenants[k as usize]).collect();
+        let share = BigRational::new(BigInt::from(len), BigInt::from(ts.len()));
+        for t in ts {
+            *busy.entry(t.clone()).or_insert_with(BigRational::zero) += &share;
+        }
+    }
+    if busy_total > 0 {
+        out.insert(MeterKind::GpuBusyNs, largest_remainder(busy, busy_total));
+    }
+    if let Some(n) = sm_count {
+        let mut sm: BTreeMap<String, BigRational> = BTreeMap::new();
+        for (&k, &q) in &cell.sm_exact {
+            *sm.entry(tenants[k as usize].clone())
+                .or_insert_with(BigRational::zero) += BigRational::from_integer(BigInt::from(q));
+        }
+        for (&k, per_h) in &cell.sm_capped {
+            let e = sm
+                .entry(tenants[k as usize].clone())
+                .or_insert_with(BigRational::zero);
+            for (&h, &num) in per_h {
+                *e += BigRational::new(BigInt::from(num) * BigInt::from(n), BigInt::from(h));
+            }
+        }
+        // Σ over tenants is an integer: per elementary interval the capped shares sum to
+        // len × SMs. `floor` only guards the invariant.
+        let total = sm
+            .values()
+            .fold(BigRational::zero(), |a, b| a + b)
+            .floor()
+            .to_integer();
+        if let Some(t) = total.to_u128().filter(|&t| t > 0) {
+            out.insert(MeterKind::SmNs, largest_remainder(sm, t));
+        }
+    }
+    out.into_iter()
+        .map(|(m, per)| (m, per.into_iter().collect()))
+        .collect()
+}
+
+/// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
+/// then one unit each to the largest fractional parts, ties to the tenant name that sorts first
+/// (bytewise). DESIGN §4 "Integer shares".
+pub(crate) fn largest_remainder(shares: BTreeMap<String, BigRational>, total: u128) -> BTreeMap<String, u128> {
+    let mut floors: BTreeMap<String, u128> = BTreeMap::new();
+    let mut fracs: Vec<(BigRational, String)> = Vec::new();
+    let mut sum: u128 = 0;
+    for (t, r) in shares {
+        let f = r.floor();
+        let fi = f.to_integer().to_u128().unwrap_or(0);
+        sum += fi;
+        fracs.push((r - f, t.clone()));
+        floors.insert(t, fi);
+    }
+    let mut left = total.saturating_sub(sum);
+    // Largest fraction first; equal fractions: name ascending.
+    fracs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    for (_, t) in fracs {
+        if left == 0 {
+            break;
+        }
+        if let Some(v) = floors.get_mut(&t) {
+            *v += 1;
+            left -= 1;
+        }
+    }
+    floors
+}
+
+impl DeviceState {
+    /// Books every elementary interval before `to` (exclusive) and moves the sweep there.
+    fn advance(&mut self, to: u64, window: WindowSize) {
+        loop {
+            let next_start = self
+                .pending
+                .peek()
+                .map(|Reverse(p)| p.start)
+                .filter(|&s| s <= to);
+            let next_end = self.active.iter().map(|a| a.end).min().filter(|&e| e <= to);
+            let next = match (next_start, next_end) {
+                (None, None) => break,
+                (Some(a), None) | (None, Some(a)) => a,
+                (Some(a), Some(b)) => a.min(b),
+            };
+            if !self.active.is_empty() && next > self.swept_to {
+                self.book(self.swept_to, next, window);
+            }
+            self.swept_to = self.swept_to.max(next);
+            let t = self.swept_to;
+            let before = self.active.len();
+            self.active.retain(|a| a.end > t);
+            let mut changed = before != self.active.len();
+            while let Some(Reverse(p)) = self.pending.peek().copied() {
+                if p.start > t {
+                    break;
+                }
+                self.pending.pop();
+                if p.end > t {
+                    self.active.push(Active {
+                        end: p.end,
+                        key: p.key,
+                        held: p.held,
+                    });
+                    changed = true;
+                }
+            }
+            if changed {
+                self.summary = None;
+            }
+        }
+        if to > self.swept_to {
+            if !self.active.is_empty() {
+                self.book(self.swept_to, to, window);
+            }
+            self.swept_to = to;
+        }
+        // Duplicate detection only needs records the sweep has not passed.
+        let cut = self.swept_to;
+        while let Some(first) = self.dups.first() {
+            if first.0 >= cut {
+                break;
+            }
+            self.dups.pop_first();
+        }
+    }
+
+    /// Books `[a, b)` with the current active set, split at window edges.
+    fn book(&mut self, a: u64, b: u64, window: WindowSize) {
+        if self.summary.is_none() {
+            let mut per_key: BTreeMap<u32, u64> = BTreeMap::new();
+            let mut total_held = 0u64;
+            for act in &self.active {
+                *per_key.entry(act.key).or_insert(0) += u64::from(act.held);
+                total_held += u64::from(act.held);
+            }
+            let keys: Vec<u32> = per_key.keys().copied().collect();
+            let held: Vec<(u32, u64)> = per_key.into_iter().filter(|&(_, h)| h > 0).collect();
+            self.summary = Some((keys, held, total_held));
+        }
+        let Some((keys, held, total_held)) = self.summary.as_ref() else {
+            return;
+        };
+        let sms = self.info.sm_count.map(u64::from);
+        let mut t = a;
+        while t < b {
+            let w = window.start_of(t);
+            let edge = w.saturating_add(window.ns()).min(b);
+            let len = u128::from(edge - t);
+            let cell = self.cells.entry(w).or_default();
+            *cell.busy.entry(keys.clone()).or_insert(0) += len;
+            if let Some(n) = sms {
+                if *total_held <= n {
+                    for &(k, h) in held {
+                        *cell.sm_exact.entry(k).or_insert(0) += len * u128::from(h);
+                    }
+                } else {
+                    for &(k, h) in held {
+                        *cell
+                            .sm_capped
+                            .entry(k)
+                            .or_default()
+                            .entry(*total_held)
+                            .or_insert(0) += len * u128::from(h);
+                    }
+                }
+            }
+            t = edge;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rat(n: i64, d: i64) -> BigRational {
+        BigRational::new(BigInt::from(n), BigInt::from(d))
+    }
+
+    #[test]
+    fn largest_remainder_ties_go_to_first_name() {
+        let mut m = BTreeMap::new();
+        m.insert("bob".to_string(), rat(1, 2));
+        m.insert("alice".to_string(), rat(1, 2));
+        let r = largest_remainder(m, 1);
+        assert_eq!(r["alice"], 1);
+        assert_eq!(r["bob"], 0);
+    }
+
+    #[test]
+    fn largest_remainder_largest_fraction_wins() {
+        let mut m = BTreeMap::new();
+        m.insert("a".to_string(), rat(10, 3)); // 3.333
+        m.insert("b".to_string(), rat(17, 3)); // 5.667
+        let r = largest_remainder(m, 9);
+        assert_eq!((r["a"], r["b"]), (3, 6));
+    }
+}

@@ -1,0 +1,164 @@
+//! Activity records: the GPU work the meters consume, one per CUPTI activity record (or per
+//! Kineto GPU event, or per Nsight row), already converted to ns since the Unix epoch.
+
+use std::sync::Arc;
+
+/// Index of a device registered with a [`Meter`](crate::Meter)
+/// ([`Meter::register_device`](crate::Meter::register_device)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceSlot(pub u32);
+
+/// Direction of a memory copy (CUPTI `CUpti_ActivityMemcpyKind`, collapsed to the billing
+/// directions of DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CopyDirection {
+    /// Host to device (`HTOD`, and `ATOD` array copies count as other).
+    HostToDevice,
+    /// Device to host (`DTOH`).
+    DeviceToHost,
+    /// Device to device on one GPU (`DTOD`).
+    DeviceToDevice,
+    /// Peer copy between two GPUs (`PTOP`); billed on the device of its record (DESIGN §3).
+    Peer,
+    /// Anything else (host to host, array copies, unknown).
+    Other,
+}
+
+/// Launch configuration of a kernel (CUPTI `CUpti_ActivityKernel*`: `gridX..Z`, `blockX..Z`,
+/// `registersPerThread`, `staticSharedMemory`, `dynamicSharedMemory`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelLaunch {
+    /// Grid dimensions in blocks; `None` when the source does not give them.
+    pub grid: Option<[u32; 3]>,
+    /// Block dimensions in threads; `None` when unknown.
+    pub block: Option<[u32; 3]>,
+    /// Registers per thread; `None` when unknown.
+    pub registers_per_thread: Option<u32>,
+    /// Static plus dynamic shared memory per block, bytes; `None` when unknown.
+    pub shared_mem_bytes: Option<u64>,
+    /// Kernel (function) name, if known. Names are informational, never metered.
+    pub name: Option<Arc<str>>,
+}
+
+impl KernelLaunch {
+    /// Blocks in the grid (`gridX·gridY·gridZ`), `None` when the grid is unknown.
+    pub fn blocks(&self) -> Option<u64> {
+        self.grid
+            .map(|g| u64::from(g[0]) * u64::from(g[1]) * u64::from(g[2]))
+    }
+}
+
+/// What a record did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Work {
+    /// A kernel execution (CUPTI CONCURRENT_KERNEL/KERNEL, Kineto `kernel`, nsys
+    /// `CUPTI_ACTIVITY_KIND_KERNEL`).
+    Kernel(KernelLaunch),
+    /// A memory copy of `bytes` bytes.
+    Memcpy {
+        /// Bytes copied.
+        bytes: u64,
+        /// Direction.
+        direction: CopyDirection,
+    },
+    /// A memset of `bytes` bytes.
+    Memset {
+        /// Bytes set.
+        bytes: u64,
+    },
+    /// A CUDA graph launch traced as one record (CUPTI GRAPH_TRACE): `gpu_busy_ns` only.
+    GraphLaunch,
+}
+
+impl Work {
+    /// The record-count bucket of this work in a usage report (`kernel`, `memcpy`, `memset`,
+    /// `graph`).
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Work::Kernel(_) => "kernel",
+            Work::Memcpy { .. } => "memcpy",
+            Work::Memset { .. } => "memset",
+            Work::GraphLaunch => "graph",
+        }
+    }
+}
+
+/// One unit of GPU work as the meter sees it.
+///
+/// Times are ns since the Unix epoch (CUPTI's clock, DESIGN §3). A `start_ns` or `end_ns` of 0
+/// means the source did not record it; the meter counts such a record as loss.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActivityRecord {
+    /// Device that executed the work.
+    pub device: DeviceSlot,
+    /// Start, ns since the epoch.
+    pub start_ns: u64,
+    /// End, ns since the epoch (exclusive).
+    pub end_ns: u64,
+    /// CUDA context id (CUPTI `contextId`).
+    pub context_id: u32,
+    /// CUDA stream id (CUPTI `streamId`).
+    pub stream_id: u32,
+    /// Correlation id joining the record to its API call (CUPTI `correlationId`).
+    pub correlation_id: u32,
+    /// CUDA graph node id, 0 when not launched from a graph (CUPTI `graphNodeId`).
+    pub graph_node_id: u64,
+    /// Process id of the launching process, when known (DESIGN §3 "Process ids").
+    pub process_id: Option<u32>,
+    /// External correlation id (CUPTI EXTERNAL_CORRELATION, Kineto `External id`), when known.
+    pub external_id: Option<u64>,
+    /// What the record did.
+    pub work: Work,
+}
+
+impl ActivityRecord {
+    /// A record with every optional join field empty.
+    pub fn new(device: DeviceSlot, start_ns: u64, end_ns: u64, work: Work) -> Self {
+        ActivityRecord {
+            device,
+            start_ns,
+            end_ns,
+            context_id: 0,
+            stream_id: 0,
+            correlation_id: 0,
+            graph_node_id: 0,
+            process_id: None,
+            external_id: None,
+            work,
+        }
+    }
+}
+
+/// Why a record was not metered (DESIGN §4 "Loss"). A lost record feeds no meter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LossReason {
+    /// CUPTI dropped records (buffer full); counts are deltas, summed.
+    Dropped,
+    /// Start or end timestamp of 0 (not collected).
+    ZeroTimestamp,
+    /// End before start (e.g. a negative Kineto `dur`).
+    EndBeforeStart,
+    /// Duration over 7 days.
+    TooLong,
+    /// Arrived later than the reordering horizon allows.
+    Late,
+    /// A memory release with no allocation.
+    ReleaseWithoutAllocation,
+    /// The same record seen twice within the reordering horizon.
+    Duplicate,
+}
+
+impl LossReason {
+    /// The reason's name in reports (`zero_timestamp`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LossReason::Dropped => "dropped",
+            LossReason::ZeroTimestamp => "zero_timestamp",
+            LossReason::EndBeforeStart => "end_before_start",
+            LossReason::TooLong => "too_long",
+            LossReason::Late => "late",
+            LossReason::ReleaseWithoutAllocation => "release_without_allocation",
+            LossReason::Duplicate => "duplicate",
+        }
+    }
+}

@@ -1,0 +1,378 @@
+//! The usage report, `gpumeter.usage/v1` (DESIGN §7): what was metered, per tenant, device,
+//! window and meter, as integers in each meter's canonical unit.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Schema id written into every usage report.
+pub const USAGE_SCHEMA: &str = "gpumeter.usage/v1";
+/// Metering policy written into every usage report (DESIGN §4).
+pub const METERING_POLICY: &str = "v1";
+
+/// A non-negative integer quantity in a meter's canonical unit (ns, SM·ns, bytes, count),
+/// written as a decimal string in JSON so no reader loses precision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct Quantity(pub u128);
+
+impl Serialize for Quantity {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for Quantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(serde::de::Error::custom(format!(
+                "quantity `{s}` is not a decimal string of digits"
+            )));
+        }
+        s.parse::<u128>()
+            .map(Quantity)
+            .map_err(|_| serde::de::Error::custom(format!("quantity `{s}` exceeds u128")))
+    }
+}
+
+impl std::fmt::Display for Quantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The meters of policy v1 (DESIGN §4), with their canonical units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MeterKind {
+    /// Union of work intervals, ns; divided equally among tenants with work at an instant.
+    GpuBusyNs,
+    /// Σ kernel (end − start), ns.
+    KernelNs,
+    /// Number of kernel records, count.
+    KernelLaunches,
+    /// Σ kernel duration × SMs held, capped at the device's SMs, SM·ns.
+    SmNs,
+    /// Σ kernel SM·ns × resident warps per SM, warp·ns.
+    WarpNs,
+    /// Host-to-device bytes.
+    MemcpyHtodBytes,
+    /// Device-to-host bytes.
+    MemcpyDtohBytes,
+    /// Device-to-device bytes.
+    MemcpyDtodBytes,
+    /// Peer bytes.
+    MemcpyPeerBytes,
+    /// Other copy bytes.
+    MemcpyOtherBytes,
+    /// Bytes set by memsets.
+    MemsetBytes,
+    /// Σ allocation bytes × time held, byte·ns.
+    MemoryByteNs,
+    /// Warp-level instructions executed, count.
+    WarpInstructions,
+    /// Energy, mJ.
+    EnergyMj,
+}
+
+/// The canonical unit's dimension of a meter, for price-book unit checks (DESIGN §5).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Dimension {
+    /// Time, canonical ns.
+    Time,
+    /// SM·time, canonical SM·ns.
+    SmTime,
+    /// Warp·time, canonical warp·ns.
+    WarpTime,
+    /// Bytes, canonical byte.
+    Bytes,
+    /// Byte·time, canonical byte·ns.
+    ByteTime,
+    /// A count, canonical 1.
+    Count,
+    /// Energy, canonical mJ.
+    Energy,
+}
+
+impl MeterKind {
+    /// Every meter, in report order.
+    pub const ALL: [MeterKind; 14] = [
+        MeterKind::GpuBusyNs,
+        MeterKind::KernelNs,
+        MeterKind::KernelLaunches,
+        MeterKind::SmNs,
+        MeterKind::WarpNs,
+        MeterKind::MemcpyHtodBytes,
+        MeterKind::MemcpyDtohBytes,
+        MeterKind::MemcpyDtodBytes,
+        MeterKind::MemcpyPeerBytes,
+        MeterKind::MemcpyOtherBytes,
+        MeterKind::MemsetBytes,
+        MeterKind::MemoryByteNs,
+        MeterKind::WarpInstructions,
+        MeterKind::EnergyMj,
+    ];
+
+    /// The meter's name in reports and price books (`sm_ns`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MeterKind::GpuBusyNs => "gpu_busy_ns",
+            MeterKind::KernelNs => "kernel_ns",
+            MeterKind::KernelLaunches => "kernel_launches",
+            MeterKind::SmNs => "sm_ns",
+            MeterKind::WarpNs => "warp_ns",
+            MeterKind::MemcpyHtodBytes => "memcpy_htod_bytes",
+            MeterKind::MemcpyDtohBytes => "memcpy_dtoh_bytes",
+            MeterKind::MemcpyDtodBytes => "memcpy_dtod_bytes",
+            MeterKind::MemcpyPeerBytes => "memcpy_peer_bytes",
+            MeterKind::MemcpyOtherBytes => "memcpy_other_bytes",
+            MeterKind::MemsetBytes => "memset_bytes",
+            MeterKind::MemoryByteNs => "memory_byte_ns",
+            MeterKind::WarpInstructions => "warp_instructions",
+            MeterKind::EnergyMj => "energy_mj",
+        }
+    }
+
+    /// Parses a meter name.
+    pub fn parse(name: &str) -> Option<MeterKind> {
+        MeterKind::ALL.into_iter().find(|m| m.as_str() == name)
+    }
+
+    /// The dimension of the meter's canonical unit.
+    pub fn dimension(self) -> Dimension {
+        match self {
+            MeterKind::GpuBusyNs | MeterKind::KernelNs => Dimension::Time,
+            MeterKind::SmNs => Dimension::SmTime,
+            MeterKind::WarpNs => Dimension::WarpTime,
+            MeterKind::MemoryByteNs => Dimension::ByteTime,
+            MeterKind::KernelLaunches | MeterKind::WarpInstructions => Dimension::Count,
+            MeterKind::EnergyMj => Dimension::Energy,
+            _ => Dimension::Bytes,
+        }
+    }
+
+    /// The canonical unit's name (`ns`, `SM·ns`, `warp·ns`, `B`, `B·ns`, `1`, `mJ`).
+    pub fn canonical_unit(self) -> &'static str {
+        match self.dimension() {
+            Dimension::Time => "ns",
+            Dimension::SmTime => "SM·ns",
+            Dimension::WarpTime => "warp·ns",
+            Dimension::Bytes => "B",
+            Dimension::ByteTime => "B·ns",
+            Dimension::Count => "1",
+            Dimension::Energy => "mJ",
+        }
+    }
+
+    /// Whether the meter is split by time at window edges (time meters) rather than booked to
+    /// the window in which its record starts (counts and bytes), DESIGN §4.
+    pub fn is_time_meter(self) -> bool {
+        matches!(
+            self.dimension(),
+            Dimension::Time | Dimension::SmTime | Dimension::WarpTime | Dimension::ByteTime
+        )
+    }
+}
+
+impl std::fmt::Display for MeterKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One input the report was built from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceEntry {
+    /// File name (no directories, DESIGN §7).
+    pub name: String,
+    /// Format (`kineto`, `nsys`, `cupti`, `gmr`, `usage`).
+    pub format: String,
+    /// SHA-256 of the file's bytes, lowercase hex.
+    pub sha256: String,
+}
+
+/// A meter that cannot be computed for a device, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NotMeterable {
+    /// The meter's name.
+    pub meter: MeterKind,
+    /// Why, for people.
+    pub reason: String,
+}
+
+/// A device with activity in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceEntry {
+    /// Device id within its source.
+    pub device: u32,
+    /// Identity across sources (`GPU-<uuid>` or `<source>#<id>`).
+    pub device_key: String,
+    /// Name, `null` when unknown.
+    pub name: Option<String>,
+    /// SM count, `null` when unknown.
+    pub sm_count: Option<u32>,
+    /// Compute capability `"9.0"`, `null` when unknown.
+    pub compute_capability: Option<String>,
+    /// Meters that could not be computed for this device.
+    pub not_meterable: Vec<NotMeterable>,
+}
+
+/// Counts of records read, by kind, and of events skipped as not work (DESIGN §3).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordCounts {
+    /// Kernel records metered.
+    pub kernel: u64,
+    /// Memcpy records metered.
+    pub memcpy: u64,
+    /// Memset records metered.
+    pub memset: u64,
+    /// Events that are not work, by category (`gpu_user_annotation`, `cuda_sync`, …).
+    pub skipped: BTreeMap<String, u64>,
+}
+
+/// Records lost on one device for one reason.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LossEntry {
+    /// Device id within its source.
+    pub device: u32,
+    /// Identity of the device across sources.
+    pub device_key: String,
+    /// Reason (`zero_timestamp`, `end_before_start`, `late`, …).
+    pub reason: String,
+    /// Records lost.
+    pub records: u64,
+}
+
+/// Usage of one tenant on one device in one window for one meter.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageRow {
+    /// Tenant (`unattributed` when none matched).
+    pub tenant: String,
+    /// Device id within its source.
+    pub device: u32,
+    /// Identity of the device across sources.
+    pub device_key: String,
+    /// Start of the UTC window, RFC 3339.
+    pub window_start: String,
+    /// Meter.
+    pub meter: MeterKind,
+    /// Quantity in the meter's canonical unit.
+    pub quantity: Quantity,
+}
+
+/// Usage of one tenant on one device for one meter over the whole report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TotalRow {
+    /// Tenant.
+    pub tenant: String,
+    /// Device id within its source.
+    pub device: u32,
+    /// Identity of the device across sources.
+    pub device_key: String,
+    /// Meter.
+    pub meter: MeterKind,
+    /// Quantity in the meter's canonical unit.
+    pub quantity: Quantity,
+}
+
+/// `gpumeter.usage/v1` (DESIGN §7).
+///
+/// `usage` has one row per (tenant, device, window, meter) with a non-zero quantity, sorted by
+/// device key, window, meter, tenant; `totals` one per (tenant, device, meter), no aggregate
+/// rows. `sha256` is the digest of the document without it ([`UsageReport::seal`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UsageReport {
+    /// Always [`USAGE_SCHEMA`].
+    pub schema: String,
+    /// Always [`METERING_POLICY`].
+    pub metering_policy: String,
+    /// Window size, seconds.
+    pub window_seconds: u64,
+    /// Inputs.
+    pub sources: Vec<SourceEntry>,
+    /// Devices with activity.
+    pub devices: Vec<DeviceEntry>,
+    /// Records read.
+    pub records: RecordCounts,
+    /// Records lost, per device and reason.
+    pub loss: Vec<LossEntry>,
+    /// Usage per (tenant, device, window, meter).
+    pub usage: Vec<UsageRow>,
+    /// Usage per (tenant, device, meter).
+    pub totals: Vec<TotalRow>,
+    /// Allocations open at the report's end (filled by the memory meter; empty until then).
+    pub open_allocations: Vec<serde_json::Value>,
+    /// Warnings for people (loss, duplicate sources, unmeterable meters).
+    pub warnings: Vec<String>,
+    /// SHA-256 over the RFC 8785 canonical JSON of the report without this field.
+    pub sha256: String,
+}
+
+/// Errors computing a document digest.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DigestError {
+    /// The document could not be serialized to canonical JSON.
+    #[error("cannot serialize the document to canonical JSON: {0}")]
+    Canonical(String),
+}
+
+/// SHA-256 (lowercase hex) over the RFC 8785 (JCS) canonical JSON of `value` with the
+/// top-level key `digest_field` removed (DESIGN §7).
+///
+/// # Errors
+/// [`DigestError::Canonical`] when the value cannot be canonicalized.
+pub fn document_sha256(value: &serde_json::Value, digest_field: &str) -> Result<String, DigestError> {
+    let mut v = value.clone();
+    if let serde_json::Value::Object(map) = &mut v {
+        map.remove(digest_field);
+    }
+    let bytes = serde_json_canonicalizer::to_vec(&v)
+        .map_err(|e| DigestError::Canonical(e.to_string()))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+impl UsageReport {
+    /// Computes and stores `sha256` (DESIGN §7).
+    ///
+    /// # Errors
+    /// [`DigestError`] when serialization fails.
+    pub fn seal(&mut self) -> Result<(), DigestError> {
+        self.sha256 = String::new();
+        let v = serde_json::to_value(&*self).map_err(|e| DigestError::Canonical(e.to_string()))?;
+        self.sha256 = document_sha256(&v, "sha256")?;
+        Ok(())
+    }
+
+    /// Recomputes the digest and compares it with the stored one.
+    pub fn verify_digest(&self) -> bool {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| document_sha256(&v, "sha256").ok())
+            .is_some_and(|d| d == self.sha256)
+    }
+
+    /// The device entry for `device_key`.
+    pub fn device(&self, device_key: &str) -> Option<&DeviceEntry> {
+        self.devices.iter().find(|d| d.device_key == device_key)
+    }
+
+    /// Σ of `meter` over tenants for one device (from `totals`).
+    pub fn device_total(&self, device_key: &str, meter: MeterKind) -> u128 {
+        self.totals
+            .iter()
+            .filter(|t| t.device_key == device_key && t.meter == meter)
+            .map(|t| t.quantity.0)
+            .sum()
+    }
+
+    /// Records lost on one device for one reason.
+    pub fn lost(&self, device_key: &str, reason: &str) -> u64 {
+        self.loss
+            .iter()
+            .filter(|l| l.device_key == device_key && l.reason == reason)
+            .map(|l| l.records)
+            .sum()
+    }
+}

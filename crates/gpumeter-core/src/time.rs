@@ -1,0 +1,162 @@
+//! Time in gpumeter: integer nanoseconds since the Unix epoch, and the one place where such
+//! an instant becomes a `chrono::DateTime<Utc>`.
+//!
+//! CUPTI's default clock on Linux is `CLOCK_REALTIME`, so CUPTI timestamps are already ns since
+//! the Unix epoch (CUPTI header `cupti_activity.h`, `cuptiGetTimestamp`). Every importer
+//! converts its source's clock to this one (DESIGN §3); nothing else in the workspace builds a
+//! `DateTime` from a record time.
+
+use chrono::{DateTime, TimeZone, Utc};
+
+/// Nanoseconds in one second.
+pub const NS_PER_SECOND: u64 = 1_000_000_000;
+/// Nanoseconds in one day: window sizes must divide it (DESIGN §4).
+pub const NS_PER_DAY: u64 = 86_400 * NS_PER_SECOND;
+/// Seven days in ns: a record lasting longer is loss (`too_long`, DESIGN §4).
+pub const MAX_RECORD_NS: u64 = 7 * NS_PER_DAY;
+
+/// Converts ns since the Unix epoch (UTC) to a `DateTime<Utc>`.
+///
+/// This is the single documented conversion point from CUPTI's clock to calendar time.
+/// Every `u64` is representable (the largest is in year 2554).
+pub fn ns_to_utc(ns: u64) -> DateTime<Utc> {
+    let secs = (ns / NS_PER_SECOND) as i64;
+    let nanos = (ns % NS_PER_SECOND) as u32;
+    // `timestamp_opt` is `Single` for every value below year 262143; u64 ns stays far below.
+    Utc.timestamp_opt(secs, nanos)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+/// Converts a `DateTime<Utc>` to ns since the Unix epoch, or `None` when it lies before the
+/// epoch or beyond `u64` ns (year 2554).
+pub fn utc_to_ns(t: &DateTime<Utc>) -> Option<u64> {
+    let secs = u64::try_from(t.timestamp()).ok()?;
+    secs.checked_mul(NS_PER_SECOND)?
+        .checked_add(u64::from(t.timestamp_subsec_nanos()))
+}
+
+/// Formats ns since the epoch as RFC 3339 UTC with a `Z` suffix, seconds precision when the
+/// instant is on a whole second, else nanosecond precision (`2025-07-18T08:00:00Z`).
+pub fn rfc3339(ns: u64) -> String {
+    let t = ns_to_utc(ns);
+    if ns % NS_PER_SECOND == 0 {
+        t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    } else {
+        t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+    }
+}
+
+/// Parses an RFC 3339 time (any offset) into ns since the Unix epoch.
+///
+/// # Errors
+/// A message naming the text when it is not RFC 3339 or lies outside `u64` ns.
+pub fn parse_rfc3339(text: &str) -> Result<u64, String> {
+    let t = DateTime::parse_from_rfc3339(text)
+        .map_err(|e| format!("`{text}` is not an RFC 3339 time: {e}"))?;
+    utc_to_ns(&t.with_timezone(&Utc))
+        .ok_or_else(|| format!("`{text}` lies before 1970 or after 2554"))
+}
+
+/// A window size: UTC windows aligned to multiples of their size from the Unix epoch
+/// (DESIGN §4). The size divides one day.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WindowSize {
+    ns: u64,
+}
+
+impl WindowSize {
+    /// One hour, the default.
+    pub const HOUR: WindowSize = WindowSize {
+        ns: 3600 * NS_PER_SECOND,
+    };
+
+    /// A window of `seconds` seconds.
+    ///
+    /// # Errors
+    /// A message when `seconds` is zero or does not divide one day (86 400 s).
+    pub fn from_seconds(seconds: u64) -> Result<Self, String> {
+        if seconds == 0 || 86_400 % seconds != 0 {
+            return Err(format!(
+                "a window of {seconds} s does not divide one day (86400 s)"
+            ));
+        }
+        Ok(WindowSize {
+            ns: seconds * NS_PER_SECOND,
+        })
+    }
+
+    /// Parses `60s`, `15m`, `1h`, `1d` (a positive integer and one unit letter).
+    ///
+    /// # Errors
+    /// A message naming the text when it has no known unit, is not a number, or does not
+    /// divide one day.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        let (num, mult) = match text.char_indices().last() {
+            Some((i, 's')) => (&text[..i], 1),
+            Some((i, 'm')) => (&text[..i], 60),
+            Some((i, 'h')) => (&text[..i], 3600),
+            Some((i, 'd')) => (&text[..i], 86_400),
+            _ => {
+                return Err(format!(
+                    "window `{text}`: expected a number and a unit s, m, h or d (e.g. 15m)"
+                ))
+            }
+        };
+        let n: u64 = num
+            .parse()
+            .map_err(|_| format!("window `{text}`: `{num}` is not a whole number"))?;
+        let secs = n
+            .checked_mul(mult)
+            .ok_or_else(|| format!("window `{text}` is too large"))?;
+        Self::from_seconds(secs).map_err(|e| format!("window `{text}`: {e}"))
+    }
+
+    /// The size in ns.
+    pub fn ns(self) -> u64 {
+        self.ns
+    }
+
+    /// The size in whole seconds.
+    pub fn seconds(self) -> u64 {
+        self.ns / NS_PER_SECOND
+    }
+
+    /// The start (ns since the epoch) of the window holding instant `t_ns`.
+    pub fn start_of(self, t_ns: u64) -> u64 {
+        t_ns - t_ns % self.ns
+    }
+}
+
+impl Default for WindowSize {
+    fn default() -> Self {
+        Self::HOUR
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_parse() {
+        assert_eq!(WindowSize::parse("1h").map(|w| w.seconds()), Ok(3600));
+        assert_eq!(WindowSize::parse("15m").map(|w| w.seconds()), Ok(900));
+        assert_eq!(WindowSize::parse("60s").map(|w| w.seconds()), Ok(60));
+        assert_eq!(WindowSize::parse("1d").map(|w| w.seconds()), Ok(86_400));
+        assert!(WindowSize::parse("7m").is_err());
+        assert!(WindowSize::parse("2d").is_err());
+        assert!(WindowSize::parse("0s").is_err());
+        assert!(WindowSize::parse("h").is_err());
+        assert!(WindowSize::parse("1w").is_err());
+    }
+
+    #[test]
+    fn rfc3339_round_trip() {
+        let ns = 1_752_826_085_123_456_789;
+        assert_eq!(parse_rfc3339(&rfc3339(ns)), Ok(ns));
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(parse_rfc3339("2025-07-18T10:00:00+02:00").map(rfc3339), Ok("2025-07-18T08:00:00Z".into()));
+    }
+}

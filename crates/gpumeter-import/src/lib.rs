@@ -1,0 +1,1 @@
+//! Importers (placeholder until written).

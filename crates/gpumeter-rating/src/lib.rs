@@ -1,0 +1,1 @@
+//! Rating (placeholder until written).

@@ -1,0 +1,1 @@
+//! gpumeter facade (placeholder).
