@@ -117,6 +117,15 @@ struct Cell {
     sm_capped: HashMap<u32, BTreeMap<u64, u128>>,
 }
 
+/// What the running work holds: sorted distinct attribution keys, SMs held per key (non-zero
+/// only), and Σ SMs held.
+#[derive(Debug)]
+struct ActiveSummary {
+    keys: Vec<u32>,
+    held: Vec<(u32, u64)>,
+    total_held: u64,
+}
+
 #[derive(Debug)]
 struct DeviceState {
     info: DeviceInfo,
@@ -130,8 +139,8 @@ struct DeviceState {
     cells: BTreeMap<u64, Cell>,
     loss: BTreeMap<LossReason, u64>,
     records: u64,
-    /// Cached summary of the active set: (sorted distinct keys, per-key held, Σ held).
-    summary: Option<(Vec<u32>, Vec<(u32, u64)>, u64)>,
+    /// Cached summary of the active set, rebuilt when the set changes.
+    summary: Option<ActiveSummary>,
 }
 
 /// Accumulates activity records into usage per tenant, device, window and meter.
@@ -248,6 +257,20 @@ impl Meter {
         merged.fill_from(d);
         *d = merged;
         true
+    }
+
+    /// Records held in the reorder and duplicate buffers of every device: bounded by the
+    /// records that arrive within one reordering horizon, not by the records metered.
+    pub fn buffered_records(&self) -> usize {
+        self.devices
+            .iter()
+            .map(|d| d.pending.len() + d.dups.len() + d.active.len())
+            .sum()
+    }
+
+    /// Cells (device × window) held: bounded by devices × windows, not by records.
+    pub fn cells(&self) -> usize {
+        self.devices.iter().map(|d| d.cells.len()).sum()
     }
 
     /// The device registered under `slot`.
@@ -664,9 +687,18 @@ impl DeviceState {
             }
             let keys: Vec<u32> = per_key.keys().copied().collect();
             let held: Vec<(u32, u64)> = per_key.into_iter().filter(|&(_, h)| h > 0).collect();
-            self.summary = Some((keys, held, total_held));
+            self.summary = Some(ActiveSummary {
+                keys,
+                held,
+                total_held,
+            });
         }
-        let Some((keys, held, total_held)) = self.summary.as_ref() else {
+        let Some(ActiveSummary {
+            keys,
+            held,
+            total_held,
+        }) = self.summary.as_ref()
+        else {
             return;
         };
         let sms = self.info.sm_count.map(u64::from);

@@ -40,7 +40,7 @@ pub fn utc_to_ns(t: &DateTime<Utc>) -> Option<u64> {
 /// instant is on a whole second, else nanosecond precision (`2025-07-18T08:00:00Z`).
 pub fn rfc3339(ns: u64) -> String {
     let t = ns_to_utc(ns);
-    if ns % NS_PER_SECOND == 0 {
+    if ns.is_multiple_of(NS_PER_SECOND) {
         t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
     } else {
         t.to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
@@ -76,7 +76,7 @@ impl WindowSize {
     /// # Errors
     /// A message when `seconds` is zero or does not divide one day (86 400 s).
     pub fn from_seconds(seconds: u64) -> Result<Self, String> {
-        if seconds == 0 || 86_400 % seconds != 0 {
+        if seconds == 0 || !86_400u64.is_multiple_of(seconds) {
             return Err(format!(
                 "a window of {seconds} s does not divide one day (86400 s)"
             ));

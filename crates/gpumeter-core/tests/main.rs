@@ -1,0 +1,314 @@
+//! Integration tests of the meter: hand-computed cases and DESIGN §4 conservation properties.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpumeter_core::{
+    ActivityRecord, CopyDirection, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind,
+    TenantMap, UsageReport, Work, WindowSize,
+};
+use proptest::prelude::*;
+
+const BASE: u64 = 1_700_000_000_000_000_000 - 1_700_000_000_000_000_000 % 86_400_000_000_000;
+const S: u64 = 1_000_000_000;
+
+fn kernel(grid: u32) -> Work {
+    Work::Kernel(KernelLaunch {
+        grid: Some([grid, 1, 1]),
+        block: Some([128, 1, 1]),
+        ..KernelLaunch::default()
+    })
+}
+
+fn device(sms: Option<u32>) -> DeviceInfo {
+    let mut d = DeviceInfo::bare("GPU-test", 0);
+    d.sm_count = sms;
+    d.name = Some("NVIDIA Test".into());
+    d
+}
+
+fn per_tenant(r: &UsageReport, meter: MeterKind) -> BTreeMap<String, u128> {
+    let mut m = BTreeMap::new();
+    for t in r.totals.iter().filter(|t| t.meter == meter) {
+        *m.entry(t.tenant.clone()).or_insert(0) += t.quantity.0;
+    }
+    m
+}
+
+#[test]
+fn two_tenants_capped_in_proportion_and_busy_divided() {
+    // Device of 100 SMs. alice: kernel holding 80 SMs on [0, 1000); bob: 60 SMs on [500, 1500).
+    // On [500, 1000) they hold 140 > 100: alice gets 80/140·100, bob 60/140·100 per ns.
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut tm = TenantMap::default();
+    tm.external.insert(1, "alice".into());
+    tm.external.insert(2, "bob".into());
+    meter.set_tenant_map(tm);
+    let dev = meter.register_device(device(Some(100)));
+    let mut a = ActivityRecord::new(dev, BASE + 1, BASE + 1001, kernel(80));
+    a.external_id = Some(1);
+    let mut b = ActivityRecord::new(dev, BASE + 501, BASE + 1501, kernel(60));
+    b.external_id = Some(2);
+    b.correlation_id = 2;
+    meter.push(a);
+    meter.push(b);
+    let r = meter.finish().expect("report");
+    let sm = per_tenant(&r, MeterKind::SmNs);
+    // alice: 500·80 + 500·80·100/140 = 40000 + 28571.43; bob: 500·60·100/140 + 500·60 = 21428.57 + 30000
+    assert_eq!(sm["alice"], 68_571);
+    assert_eq!(sm["bob"], 51_429);
+    assert_eq!(sm["alice"] + sm["bob"], 500 * 80 + 500 * 100 + 500 * 60);
+    let busy = per_tenant(&r, MeterKind::GpuBusyNs);
+    // Busy [0,1500): alice alone 500, shared 500 (250 each), bob alone 500.
+    assert_eq!(busy["alice"], 750);
+    assert_eq!(busy["bob"], 750);
+    assert_eq!(r.device_total("GPU-test", MeterKind::KernelNs), 2000);
+}
+
+#[test]
+fn odd_division_goes_to_first_name() {
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut tm = TenantMap::default();
+    tm.pid.insert(10, "zed".into());
+    tm.pid.insert(11, "amy".into());
+    meter.set_tenant_map(tm);
+    let dev = meter.register_device(device(None));
+    for (i, pid) in [(0u32, 10u32), (1, 11)] {
+        let mut r = ActivityRecord::new(dev, BASE + 10, BASE + 13, kernel(1));
+        r.process_id = Some(pid);
+        r.correlation_id = i;
+        meter.push(r);
+    }
+    let r = meter.finish().expect("report");
+    let busy = per_tenant(&r, MeterKind::GpuBusyNs);
+    assert_eq!((busy["amy"], busy["zed"]), (2, 1));
+    // No SM count: sm_ns not meterable, everything else metered.
+    assert!(per_tenant(&r, MeterKind::SmNs).is_empty());
+    assert_eq!(r.devices[0].not_meterable.len(), 1);
+    assert_eq!(r.device_total("GPU-test", MeterKind::KernelLaunches), 2);
+}
+
+#[test]
+fn loss_reasons_feed_no_meter() {
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device(Some(10)));
+    meter.push(ActivityRecord::new(dev, 0, BASE + 5, kernel(1)));
+    meter.push(ActivityRecord::new(dev, BASE + 5, 0, kernel(1)));
+    meter.push(ActivityRecord::new(dev, BASE + 9, BASE + 5, kernel(1)));
+    meter.push(ActivityRecord::new(dev, BASE + 1, BASE + 8 * 86_400 * S, kernel(1)));
+    let good = ActivityRecord::new(dev, BASE + 100, BASE + 200, kernel(1));
+    meter.push(good.clone());
+    meter.push(good); // duplicate
+    // A late record: far beyond the horizon, then one 61 s older.
+    meter.push(ActivityRecord::new(dev, BASE + 1000 * S, BASE + 1000 * S + 5, Work::Memset { bytes: 4 }));
+    meter.push(ActivityRecord::new(dev, BASE + 900 * S, BASE + 900 * S + 5, Work::Memset { bytes: 4 }));
+    // Zero duration is valid.
+    meter.push(ActivityRecord::new(dev, BASE + 1001 * S, BASE + 1001 * S, kernel(1)));
+    let r = meter.finish().expect("report");
+    let k = "GPU-test";
+    assert_eq!(r.lost(k, "zero_timestamp"), 2);
+    assert_eq!(r.lost(k, "end_before_start"), 1);
+    assert_eq!(r.lost(k, "too_long"), 1);
+    assert_eq!(r.lost(k, "duplicate"), 1);
+    assert_eq!(r.lost(k, "late"), 1);
+    assert_eq!(r.device_total(k, MeterKind::KernelLaunches), 2);
+    assert_eq!(r.device_total(k, MeterKind::KernelNs), 100);
+    assert_eq!(r.device_total(k, MeterKind::MemsetBytes), 4);
+    assert_eq!(r.device_total(k, MeterKind::GpuBusyNs), 105);
+    assert!(r.warnings.iter().any(|w| w.contains("lost")));
+}
+
+#[test]
+fn window_split_of_time_meters_and_counts_at_start() {
+    let mut meter = Meter::new(MeterConfig {
+        window: WindowSize::parse("60s").expect("window"),
+        ..MeterConfig::default()
+    });
+    let dev = meter.register_device(device(Some(4)));
+    // A kernel from 50 s to 130 s after a window edge: 10 s, 60 s, 10 s in three windows.
+    meter.push(ActivityRecord::new(dev, BASE + 50 * S, BASE + 130 * S, kernel(8)));
+    meter.push(ActivityRecord::new(dev, BASE + 59 * S, BASE + 61 * S, Work::Memcpy { bytes: 7, direction: CopyDirection::HostToDevice }));
+    let r = meter.finish().expect("report");
+    let rows: Vec<(String, MeterKind, u128)> = r
+        .usage
+        .iter()
+        .map(|u| (u.window_start.clone(), u.meter, u.quantity.0))
+        .collect();
+    let kernel_ns: Vec<u128> = rows.iter().filter(|r| r.1 == MeterKind::KernelNs).map(|r| r.2).collect();
+    assert_eq!(kernel_ns, vec![10 * S as u128, 60 * S as u128, 10 * S as u128]);
+    let sm: Vec<u128> = rows.iter().filter(|r| r.1 == MeterKind::SmNs).map(|r| r.2).collect();
+    assert_eq!(sm, vec![40 * S as u128, 240 * S as u128, 40 * S as u128]);
+    let bytes: Vec<&(String, MeterKind, u128)> = rows.iter().filter(|r| r.1 == MeterKind::MemcpyHtodBytes).collect();
+    assert_eq!(bytes.len(), 1);
+    assert_eq!(bytes[0].2, 7);
+    assert!(r.verify_digest());
+}
+
+#[test]
+fn same_source_twice_is_metered_once() {
+    let mut meter = Meter::new(MeterConfig::default());
+    let src = gpumeter_core::SourceInfo { name: "a.json".into(), format: "kineto".into(), sha256: "ab".into() };
+    assert!(meter.begin_source(src.clone()));
+    assert!(!meter.begin_source(gpumeter_core::SourceInfo { name: "b.json".into(), ..src }));
+    let r = meter.finish().expect("report");
+    assert_eq!(r.sources.len(), 1);
+    assert!(r.warnings.iter().any(|w| w.contains("same SHA-256")));
+}
+
+#[test]
+fn memory_is_bounded_by_horizon_and_cells_not_records() {
+    // 200 000 kernels, 1 ms apart, over 200 s; horizon 1 s: at most ~1000 records buffered.
+    let mut meter = Meter::new(MeterConfig {
+        reorder_horizon_ns: S,
+        window: WindowSize::parse("1m").expect("window"),
+        ..MeterConfig::default()
+    });
+    let dev = meter.register_device(device(Some(8)));
+    let mut peak = 0;
+    for i in 0..200_000u64 {
+        let t = BASE + i * 1_000_000;
+        let mut r = ActivityRecord::new(dev, t, t + 500_000, kernel(4));
+        r.correlation_id = i as u32;
+        meter.push(r);
+        peak = peak.max(meter.buffered_records());
+    }
+    assert!(peak <= 2 * 1_001 + 2, "peak buffered records {peak}");
+    assert!(meter.cells() <= 5, "cells {}", meter.cells());
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total("GPU-test", MeterKind::KernelLaunches), 200_000);
+    assert_eq!(r.device_total("GPU-test", MeterKind::KernelNs), 200_000 * 500_000);
+    assert_eq!(r.device_total("GPU-test", MeterKind::SmNs), 200_000 * 500_000 * 4);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Property tests: an independent reference computes each cell's device totals.
+
+#[derive(Debug, Clone)]
+struct Rec {
+    start: u64,
+    len: u64,
+    grid: u32,
+    tenant: u8,
+    memcpy: bool,
+}
+
+fn arb_rec() -> impl Strategy<Value = Rec> {
+    (0u64..4 * S, 0u64..2 * S, 1u32..40, 0u8..4, prop::bool::weighted(0.2)).prop_map(
+        |(start, len, grid, tenant, memcpy)| Rec { start, len, grid, tenant, memcpy },
+    )
+}
+
+/// Reference: per window, the union length and ∫ min(Σ held, SMs) over elementary intervals.
+fn reference(recs: &[Rec], sms: u64, window: u64) -> (BTreeMap<u64, u128>, BTreeMap<u64, u128>) {
+    let mut points: BTreeSet<u64> = BTreeSet::new();
+    for r in recs {
+        points.insert(BASE + r.start);
+        points.insert(BASE + r.start + r.len);
+    }
+    if let (Some(&lo), Some(&hi)) = (points.first(), points.last()) {
+        let mut w = lo - lo % window;
+        while w <= hi {
+            points.insert(w);
+            w += window;
+        }
+    }
+    let pts: Vec<u64> = points.into_iter().collect();
+    let mut busy = BTreeMap::new();
+    let mut sm = BTreeMap::new();
+    for p in pts.windows(2) {
+        let (a, b) = (p[0], p[1]);
+        let running: Vec<&Rec> = recs
+            .iter()
+            .filter(|r| BASE + r.start <= a && BASE + r.start + r.len >= b && r.len > 0)
+            .collect();
+        if running.is_empty() {
+            continue;
+        }
+        let w = a - a % window;
+        *busy.entry(w).or_insert(0u128) += u128::from(b - a);
+        let held: u64 = running.iter().filter(|r| !r.memcpy).map(|r| u64::from(r.grid).min(sms)).sum();
+        if held > 0 {
+            *sm.entry(w).or_insert(0u128) += u128::from(b - a) * u128::from(held.min(sms));
+        }
+    }
+    (busy, sm)
+}
+
+fn run(recs: &[Rec], sms: u32, window: WindowSize, shuffle: &[usize]) -> UsageReport {
+    let mut meter = Meter::new(MeterConfig { window, ..MeterConfig::default() });
+    let mut tm = TenantMap::default();
+    for t in 0..4u32 {
+        tm.pid.insert(t, format!("tenant-{t}"));
+    }
+    meter.set_tenant_map(tm);
+    let dev = meter.register_device(device(Some(sms)));
+    for &i in shuffle {
+        let r = &recs[i];
+        let work = if r.memcpy {
+            Work::Memcpy { bytes: u64::from(r.grid), direction: CopyDirection::DeviceToDevice }
+        } else {
+            kernel(r.grid)
+        };
+        let mut a = ActivityRecord::new(dev, BASE + r.start, BASE + r.start + r.len, work);
+        a.process_id = Some(u32::from(r.tenant));
+        a.correlation_id = i as u32;
+        meter.push(a);
+    }
+    meter.finish().expect("report")
+}
+
+fn cell_sums(r: &UsageReport, meter: MeterKind) -> BTreeMap<u64, u128> {
+    let mut m = BTreeMap::new();
+    for u in r.usage.iter().filter(|u| u.meter == meter) {
+        let w = gpumeter_core::time::parse_rfc3339(&u.window_start).expect("window start");
+        *m.entry(w).or_insert(0) += u.quantity.0;
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// DESIGN §4 conservation: per (device, window) cell the tenants' shares sum to the device's
+    /// busy union and capped SM·ns; a record's window parts sum to the record; counts and bytes
+    /// are conserved; sm_ns ≤ SMs × busy per window; arrival order within the horizon does not
+    /// change the report.
+    #[test]
+    fn conservation(
+        recs in prop::collection::vec(arb_rec(), 1..40),
+        sms in 1u32..64,
+        win in prop::sample::select(vec![1u64, 2, 60]),
+        seed in any::<u64>(),
+    ) {
+        let window = WindowSize::from_seconds(win).expect("window");
+        let order: Vec<usize> = (0..recs.len()).collect();
+        let r = run(&recs, sms, window, &order);
+        let (busy, sm) = reference(&recs, u64::from(sms), window.ns());
+        prop_assert_eq!(cell_sums(&r, MeterKind::GpuBusyNs), busy.clone());
+        prop_assert_eq!(cell_sums(&r, MeterKind::SmNs), sm.clone());
+        for (w, s) in &sm {
+            prop_assert!(*s <= u128::from(sms) * busy.get(w).copied().unwrap_or(0));
+        }
+        let kernel_ns: u128 = recs.iter().filter(|r| !r.memcpy).map(|r| u128::from(r.len)).sum();
+        prop_assert_eq!(r.totals.iter().filter(|t| t.meter == MeterKind::KernelNs).map(|t| t.quantity.0).sum::<u128>(), kernel_ns);
+        let launches = recs.iter().filter(|r| !r.memcpy).count() as u128;
+        prop_assert_eq!(r.totals.iter().filter(|t| t.meter == MeterKind::KernelLaunches).map(|t| t.quantity.0).sum::<u128>(), launches);
+        let bytes: u128 = recs.iter().filter(|r| r.memcpy).map(|r| u128::from(r.grid)).sum();
+        prop_assert_eq!(r.totals.iter().filter(|t| t.meter == MeterKind::MemcpyDtodBytes).map(|t| t.quantity.0).sum::<u128>(), bytes);
+        // Per tenant: kernel_ns equals the tenant's own records.
+        for t in 0..4u8 {
+            let own: u128 = recs.iter().filter(|r| !r.memcpy && r.tenant == t).map(|r| u128::from(r.len)).sum();
+            let got: u128 = r.totals.iter().filter(|x| x.meter == MeterKind::KernelNs && x.tenant == format!("tenant-{t}")).map(|x| x.quantity.0).sum();
+            prop_assert_eq!(got, own);
+        }
+        // Shuffled arrival (all within the 60 s horizon) gives the same report.
+        let mut shuffled = order.clone();
+        let mut s = seed;
+        for i in (1..shuffled.len()).rev() {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            shuffled.swap(i, (s >> 33) as usize % (i + 1));
+        }
+        let r2 = run(&recs, sms, window, &shuffled);
+        prop_assert_eq!(&r2.usage, &r.usage);
+        prop_assert!(r2.loss.is_empty());
+    }
+}
