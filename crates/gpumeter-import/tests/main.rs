@@ -1,0 +1,978 @@
+//! Integration tests of the importers: the real traces of `shared/data` against
+//! `shared/data/EXPECTED.md`, and synthetic files for the edge cases.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use gpumeter_core::{Meter, MeterConfig, MeterKind, TenantMap, UsageReport};
+use gpumeter_import::{
+    detect_format, import_bytes, import_path, DeviceCatalog, Format, ImportError, ImportOptions,
+    ImportSummary, RecordLocation,
+};
+
+const BERT: &str = "tracelens_h100_gaunernst_bert-small-uncased__1016001.json.gz";
+const ALEXNET: &str = "hta_alexnet_benchmark_result_2869224_1695835535_trace.json.gz";
+const RANK0: &str = "hta_sampled_rank-0.json.gz";
+const RANK1: &str = "hta_sampled_rank-1.json.gz";
+const B200: &str = "tracelens_b200_eager_trace.json.gz";
+const NSYS: &str = "pipit_saxpy-mpi-cuda_nsys_perlmutter0.sqlite";
+
+/// The shared trace folder, or `None` (with a notice) when it is absent outside CI. Under
+/// `CI=true` a missing folder fails the test.
+fn data_dir() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data");
+    if dir.is_dir() {
+        return Some(dir);
+    }
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("trace data folder {} is missing (CI=true)", dir.display());
+    }
+    eprintln!("notice: {} is missing; skipping this test", dir.display());
+    None
+}
+
+fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+/// Imports `files` from the data folder into one default meter and finishes it.
+fn meter_files(
+    dir: &Path,
+    files: &[&str],
+    opts: &ImportOptions,
+) -> (UsageReport, Vec<ImportSummary>) {
+    let mut meter = Meter::new(MeterConfig::default());
+    let summaries = files
+        .iter()
+        .map(|f| ok(import_path(&mut meter, &dir.join(f), opts)))
+        .collect();
+    (ok(meter.finish()), summaries)
+}
+
+/// One row of EXPECTED.md.
+struct Expected {
+    launches: u128,
+    kernel_ns: u128,
+    busy_ns: u128,
+    /// `None`: not meterable.
+    sm_ns: Option<u128>,
+    bytes: &'static [(MeterKind, u128)],
+}
+
+fn check(report: &UsageReport, key: &str, e: &Expected) {
+    let t = |m| report.device_total(key, m);
+    assert_eq!(
+        t(MeterKind::KernelLaunches),
+        e.launches,
+        "{key} kernel_launches"
+    );
+    assert_eq!(t(MeterKind::KernelNs), e.kernel_ns, "{key} kernel_ns");
+    assert_eq!(t(MeterKind::GpuBusyNs), e.busy_ns, "{key} gpu_busy_ns");
+    let dev = report
+        .device(key)
+        .unwrap_or_else(|| panic!("no device {key} in the report"));
+    let sm_not_meterable = dev.not_meterable.iter().any(|n| n.meter == MeterKind::SmNs);
+    match e.sm_ns {
+        Some(sm) => {
+            assert!(!sm_not_meterable, "{key}: sm_ns should be meterable");
+            assert_eq!(t(MeterKind::SmNs), sm, "{key} sm_ns");
+        }
+        None => {
+            assert!(sm_not_meterable, "{key}: sm_ns should be not meterable");
+            assert!(
+                !report
+                    .totals
+                    .iter()
+                    .any(|r| r.device_key == key && r.meter == MeterKind::SmNs),
+                "{key}: no sm_ns totals expected"
+            );
+        }
+    }
+    let byte_meters = [
+        MeterKind::MemcpyHtodBytes,
+        MeterKind::MemcpyDtohBytes,
+        MeterKind::MemcpyDtodBytes,
+        MeterKind::MemcpyPeerBytes,
+        MeterKind::MemcpyOtherBytes,
+        MeterKind::MemsetBytes,
+    ];
+    for m in byte_meters {
+        let want = e.bytes.iter().find(|(k, _)| *k == m).map_or(0, |(_, v)| *v);
+        assert_eq!(t(m), want, "{key} {m}");
+    }
+    assert!(
+        report.loss.iter().all(|l| l.device_key != key),
+        "{key}: unexpected loss {:?}",
+        report.loss
+    );
+}
+
+mod expected {
+    use super::*;
+
+    #[test]
+    fn bert_h100() {
+        let Some(dir) = data_dir() else { return };
+        let (report, s) = meter_files(&dir, &[BERT], &ImportOptions::default());
+        assert_eq!(s[0].format, Format::Kineto);
+        assert_eq!(s[0].device_keys, vec![format!("{BERT}#0")]);
+        check(
+            &report,
+            &s[0].device_keys[0],
+            &Expected {
+                launches: 60,
+                kernel_ns: 307_197,
+                busy_ns: 309_437,
+                sm_ns: Some(26_111_418),
+                bytes: &[(MeterKind::MemcpyDtohBytes, 1)],
+            },
+        );
+        assert_eq!(
+            report.devices.len(),
+            1,
+            "only devices with activity are reported"
+        );
+        assert_eq!(
+            report.devices[0].name.as_deref(),
+            Some("NVIDIA H100 80GB HBM3")
+        );
+        assert_eq!(report.devices[0].sm_count, Some(132));
+        assert_eq!(report.devices[0].compute_capability.as_deref(), Some("9.0"));
+        assert_eq!(report.records.kernel, 60);
+        assert_eq!(report.records.memcpy, 1);
+        assert_eq!(report.records.skipped.get("gpu_user_annotation"), Some(&1));
+        assert_eq!(report.sources[0].name, BERT);
+        assert_eq!(report.sources[0].format, "kineto");
+        assert_eq!(report.sources[0].sha256.len(), 64);
+        // Windows are real UTC times (2025-07-18), from baseTimeNanoseconds + ts.
+        assert!(report
+            .usage
+            .iter()
+            .all(|u| u.window_start.starts_with("2025-07-18T")));
+    }
+
+    #[test]
+    fn alexnet_cuda_sync_not_billed() {
+        let Some(dir) = data_dir() else { return };
+        let (report, s) = meter_files(&dir, &[ALEXNET], &ImportOptions::default());
+        check(
+            &report,
+            &s[0].device_keys[0],
+            &Expected {
+                launches: 79,
+                kernel_ns: 10_692_000,
+                busy_ns: 66_141_000,
+                sm_ns: Some(1_147_272_000),
+                bytes: &[
+                    (MeterKind::MemcpyHtodBytes, 244_403_360),
+                    (MeterKind::MemsetBytes, 21_760),
+                ],
+            },
+        );
+        assert_eq!(report.records.skipped.get("cuda_sync"), Some(&41));
+        assert_eq!(report.records.skipped.get("Trace"), Some(&1));
+        assert_eq!(s[0].skipped, 42);
+        assert_eq!(s[0].records, 79 + 16 + 3);
+        assert_eq!(report.devices.len(), 1, "8 GPUs listed, one with activity");
+    }
+
+    #[test]
+    fn sampled_ranks_together() {
+        let Some(dir) = data_dir() else { return };
+        let (report, s) = meter_files(&dir, &[RANK0, RANK1], &ImportOptions::default());
+        assert_eq!(report.devices.len(), 2);
+        assert_eq!(s[0].device_keys, vec![format!("{RANK0}#0")]);
+        assert_eq!(s[1].device_keys, vec![format!("{RANK1}#1")]);
+        check(
+            &report,
+            &s[0].device_keys[0],
+            &Expected {
+                launches: 1154,
+                kernel_ns: 606_519_000,
+                busy_ns: 547_656_000,
+                sm_ns: None,
+                bytes: &[
+                    (MeterKind::MemcpyHtodBytes, 4_866_112),
+                    (MeterKind::MemcpyDtohBytes, 6_115),
+                    (MeterKind::MemcpyDtodBytes, 209_194_904),
+                    (MeterKind::MemsetBytes, 8_030_732),
+                ],
+            },
+        );
+        check(
+            &report,
+            &s[1].device_keys[0],
+            &Expected {
+                launches: 1104,
+                kernel_ns: 651_026_000,
+                busy_ns: 580_050_000,
+                sm_ns: None,
+                bytes: &[
+                    (MeterKind::MemcpyHtodBytes, 63_474_164),
+                    (MeterKind::MemcpyDtohBytes, 2_396),
+                    (MeterKind::MemcpyDtodBytes, 3_298_965_512),
+                    (MeterKind::MemsetBytes, 856),
+                ],
+            },
+        );
+        assert_eq!(report.devices[1].device, 1);
+        assert!(report
+            .devices
+            .iter()
+            .all(|d| d.sm_count.is_none() && d.name.is_none()));
+    }
+
+    #[test]
+    fn b200() {
+        let Some(dir) = data_dir() else { return };
+        let (report, s) = meter_files(&dir, &[B200], &ImportOptions::default());
+        check(
+            &report,
+            &s[0].device_keys[0],
+            &Expected {
+                launches: 768,
+                kernel_ns: 10_862_916,
+                busy_ns: 11_596_482,
+                sm_ns: Some(1_171_616_708),
+                bytes: &[
+                    (MeterKind::MemcpyHtodBytes, 33_109),
+                    (MeterKind::MemcpyDtodBytes, 771_323_904),
+                ],
+            },
+        );
+        assert_eq!(report.devices[0].name.as_deref(), Some("NVIDIA B200"));
+        assert_eq!(report.devices[0].sm_count, Some(148));
+    }
+
+    const NSYS_EXPECTED: Expected = Expected {
+        launches: 5,
+        kernel_ns: 88_573_480,
+        busy_ns: 373_273_080,
+        sm_ns: Some(177_146_960),
+        bytes: &[
+            (MeterKind::MemcpyHtodBytes, 2_621_440_000),
+            (MeterKind::MemcpyDtohBytes, 1_310_720_000),
+        ],
+    };
+
+    #[test]
+    fn nsys_sqlite() {
+        let Some(dir) = data_dir() else { return };
+        let (report, s) = meter_files(&dir, &[NSYS], &ImportOptions::default());
+        assert_eq!(s[0].format, Format::Nsys);
+        let key = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
+        assert_eq!(s[0].device_keys, vec![key.to_string()]);
+        check(&report, key, &NSYS_EXPECTED);
+        let dev = report.device(key).unwrap_or_else(|| panic!("no device"));
+        assert_eq!(dev.name.as_deref(), Some("NVIDIA A100-SXM4-40GB"));
+        assert_eq!(dev.sm_count, Some(108));
+        assert_eq!(dev.compute_capability.as_deref(), Some("8.0"));
+        assert_eq!(report.sources[0].format, "nsys");
+        // Session start 2023-06-26T21:00:57Z + relative ns.
+        assert!(report
+            .usage
+            .iter()
+            .all(|u| u.window_start == "2023-06-26T21:00:00Z"));
+    }
+
+    #[test]
+    fn nsys_from_bytes_and_process_ids() {
+        let Some(dir) = data_dir() else { return };
+        let bytes = ok(std::fs::read(dir.join(NSYS)));
+        let mut meter = Meter::new(MeterConfig::default());
+        // (globalPid >> 24) & 0xFFFFFF of 302119223558144.
+        meter.set_tenant_map(TenantMap {
+            external: HashMap::new(),
+            pid: HashMap::from([(1_230_493, "carol".to_string())]),
+        });
+        let s = ok(import_bytes(
+            &mut meter,
+            NSYS,
+            &bytes,
+            &ImportOptions::default(),
+        ));
+        let report = ok(meter.finish());
+        check(&report, &s.device_keys[0], &NSYS_EXPECTED);
+        assert!(
+            report.totals.iter().all(|t| t.tenant == "carol"),
+            "{:?}",
+            report.totals
+        );
+    }
+}
+
+mod errors {
+    use super::*;
+
+    fn untouched(meter: Meter) {
+        let report = ok(meter.finish());
+        assert!(report.sources.is_empty() && report.devices.is_empty() && report.totals.is_empty());
+    }
+
+    #[test]
+    fn truncated_gzip_names_the_file() {
+        let Some(dir) = data_dir() else { return };
+        let bytes = ok(std::fs::read(dir.join(BERT)));
+        let tmp = ok(tempfile::tempdir());
+        let path = tmp.path().join("half.json.gz");
+        ok(std::fs::write(&path, &bytes[..bytes.len() / 2]));
+        let mut meter = Meter::new(MeterConfig::default());
+        match import_path(&mut meter, &path, &ImportOptions::default()) {
+            Err(e @ ImportError::Gzip { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("half.json.gz") && msg.contains("truncated or corrupt gzip"),
+                    "{msg}"
+                );
+                if let ImportError::Gzip { path: p, .. } = e {
+                    assert_eq!(p, path);
+                }
+            }
+            other => panic!("expected a gzip error, got {other:?}"),
+        }
+        untouched(meter);
+    }
+
+    #[test]
+    fn json_that_is_not_a_trace() {
+        let mut meter = Meter::new(MeterConfig::default());
+        for text in [r#"{"a":1}"#, r#"{"traceEvents": 5}"#, "[1, 2]", "\"x\""] {
+            match import_bytes(
+                &mut meter,
+                "x.json",
+                text.as_bytes(),
+                &ImportOptions {
+                    format: Format::Kineto,
+                    catalog: None,
+                },
+            ) {
+                Err(ImportError::NotATrace { path, .. }) => {
+                    assert_eq!(path, PathBuf::from("x.json"))
+                }
+                other => panic!("{text}: expected NotATrace, got {other:?}"),
+            }
+        }
+        untouched(meter);
+    }
+
+    #[test]
+    fn garbage() {
+        let mut meter = Meter::new(MeterConfig::default());
+        let opts = ImportOptions::default();
+        match import_bytes(&mut meter, "noise.bin", b"\x00\x01garbage", &opts) {
+            Err(ImportError::UnknownFormat { path }) => {
+                assert_eq!(path, PathBuf::from("noise.bin"))
+            }
+            other => panic!("expected UnknownFormat, got {other:?}"),
+        }
+        // Positions are in the whole file, as a plain JSON parse of it reports them.
+        for text in [
+            &b"{\n  \"traceEvents\": [\n   {\"ph\": }\n]}"[..],
+            b"{\"x\": 1, \"traceEvents\": [{\"ph\": \"X\"}, 7]}",
+            b"{\"traceEvents\": [",
+            b"{\"traceEvents\": [{\"name\": \"\xff\"}]}",
+        ] {
+            let whole = match serde_json::from_slice::<serde_json::Value>(text) {
+                Err(e) => (e.line(), e.column()),
+                Ok(_) => (0, 0),
+            };
+            match import_bytes(&mut meter, "t.json", text, &opts) {
+                Err(ImportError::Json {
+                    path, line, column, ..
+                }) => {
+                    assert_eq!(path, PathBuf::from("t.json"));
+                    if whole != (0, 0) {
+                        assert_eq!((line, column), whole, "{}", String::from_utf8_lossy(text));
+                    }
+                }
+                other => panic!("expected Json, got {other:?}"),
+            }
+        }
+        let nsys = ImportOptions {
+            format: Format::Nsys,
+            catalog: None,
+        };
+        match import_bytes(
+            &mut meter,
+            "t.sqlite",
+            b"not a database at all, not even close....",
+            &nsys,
+        ) {
+            Err(ImportError::Sqlite { path, .. }) => assert_eq!(path, PathBuf::from("t.sqlite")),
+            other => panic!("expected Sqlite, got {other:?}"),
+        }
+        let tmp = ok(tempfile::tempdir());
+        let missing = tmp.path().join("missing.json");
+        match import_path(&mut meter, &missing, &opts) {
+            Err(ImportError::Io { path, .. }) => assert_eq!(path, missing),
+            other => panic!("expected Io, got {other:?}"),
+        }
+        untouched(meter);
+    }
+
+    #[test]
+    fn sqlite_without_activity_tables() {
+        let tmp = ok(tempfile::tempdir());
+        let path = tmp.path().join("other.sqlite");
+        {
+            let conn = ok(rusqlite::Connection::open(&path));
+            ok(conn.execute_batch("CREATE TABLE recipes (id INTEGER, name TEXT); INSERT INTO recipes VALUES (1, 'soup');"));
+        }
+        let mut meter = Meter::new(MeterConfig::default());
+        match import_path(&mut meter, &path, &ImportOptions::default()) {
+            Err(e @ ImportError::NoActivityTables { .. }) => {
+                assert!(e.to_string().contains("other.sqlite"))
+            }
+            other => panic!("expected NoActivityTables, got {other:?}"),
+        }
+        untouched(meter);
+    }
+
+    #[test]
+    fn bad_field_names_record_and_field_and_leaves_meter_untouched() {
+        let text = r#"{"traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 1, "args": {"device": 0}},
+            {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 20, "dur": 1, "args": {"device": 0, "bytes": "many"}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        match import_bytes(
+            &mut meter,
+            "bad.json",
+            text.as_bytes(),
+            &ImportOptions::default(),
+        ) {
+            Err(ImportError::BadField {
+                path,
+                record,
+                field,
+                value,
+                ..
+            }) => {
+                assert_eq!(path, PathBuf::from("bad.json"));
+                assert_eq!(record, RecordLocation::TraceEvent(1));
+                assert_eq!(field, "args.bytes");
+                assert_eq!(value, "many");
+            }
+            other => panic!("expected BadField, got {other:?}"),
+        }
+        untouched(meter);
+    }
+}
+
+mod synthetic {
+    use super::*;
+
+    fn import(text: &str, meter: &mut Meter) -> ImportSummary {
+        ok(import_bytes(
+            meter,
+            "synthetic.json",
+            text.as_bytes(),
+            &ImportOptions::default(),
+        ))
+    }
+
+    #[test]
+    fn loss_for_negative_dur_and_zero_ts() {
+        let text = r#"{"baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{"id": 0, "name": "G", "numSms": 10}], "traceEvents": [
+          {"ph": "X", "cat": "kernel", "name": "good1", "pid": 0, "tid": 7, "ts": 100.0, "dur": 2.5, "args": {"device": 0, "stream": 7, "correlation": 1, "grid": [4, 1, 1]}},
+          {"ph": "X", "cat": "kernel", "name": "neg", "pid": 0, "tid": 7, "ts": 110.0, "dur": -3, "args": {"device": 0, "stream": 7, "correlation": 2, "grid": [4, 1, 1]}},
+          {"ph": "X", "cat": "kernel", "name": "zero", "pid": 0, "tid": 7, "ts": 0, "dur": 1.0, "args": {"device": 0, "stream": 7, "correlation": 3, "grid": [4, 1, 1]}},
+          {"ph": "X", "cat": "kernel", "name": "good2", "pid": 0, "tid": 7, "ts": 120.000, "dur": 1.5, "args": {"device": 0, "stream": 7, "correlation": 4, "grid": [40, 1, 1]}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = import(text, &mut meter);
+        assert_eq!(s.records, 4);
+        let report = ok(meter.finish());
+        let key = "synthetic.json#0";
+        assert_eq!(report.lost(key, "end_before_start"), 1);
+        assert_eq!(report.lost(key, "zero_timestamp"), 1);
+        assert_eq!(report.device_total(key, MeterKind::KernelLaunches), 2);
+        assert_eq!(report.device_total(key, MeterKind::KernelNs), 4_000);
+        assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), 4_000);
+        assert_eq!(
+            report.device_total(key, MeterKind::SmNs),
+            4 * 2_500 + 10 * 1_500
+        );
+    }
+
+    #[test]
+    fn schema_2021() {
+        let text = r#"{"schemaVersion": 1, "traceEvents": [
+          {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": 1621401187223000, "dur": 5, "args": {"correlation": 9, "external id": 77}},
+          {"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": "stream 7", "ts": 1621401187223005, "dur": 3, "args": {"correlation": 9, "external id": 77, "grid": [1, 1, 1], "block": [128, 1, 1], "registers per thread": 32, "shared memory": 0}},
+          {"ph": "X", "cat": "Memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": "stream 7", "ts": 1621401187223010, "dur": 2, "args": {"correlation": 10, "bytes": 64}},
+          {"ph": "X", "cat": "Memset", "name": "Memset (Device)", "pid": 0, "tid": "stream 7", "ts": 1621401187223020, "dur": 1, "args": {"correlation": 11, "bytes": 16}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        meter.set_tenant_map(TenantMap {
+            external: HashMap::new(),
+            pid: HashMap::from([(4242, "carol".to_string())]),
+        });
+        let s = import(text, &mut meter);
+        assert_eq!(s.records, 3);
+        let report = ok(meter.finish());
+        let key = "synthetic.json#0";
+        assert_eq!(report.device_total(key, MeterKind::KernelLaunches), 1);
+        assert_eq!(report.device_total(key, MeterKind::KernelNs), 3_000);
+        assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), 6_000);
+        assert_eq!(report.device_total(key, MeterKind::MemcpyDtohBytes), 64);
+        assert_eq!(report.device_total(key, MeterKind::MemsetBytes), 16);
+        // The kernel's correlation joins the Runtime event of pid 4242; the copies have no
+        // matching API event.
+        let carol: Vec<_> = report
+            .totals
+            .iter()
+            .filter(|t| t.tenant == "carol")
+            .map(|t| t.meter)
+            .collect();
+        assert!(
+            carol.contains(&MeterKind::KernelNs) && !carol.contains(&MeterKind::MemcpyDtohBytes),
+            "{carol:?}"
+        );
+        // Absolute µs: 2021-05-19T05:13:07Z.
+        assert!(
+            report
+                .usage
+                .iter()
+                .all(|u| u.window_start == "2021-05-19T05:00:00Z"),
+            "{:?}",
+            report.usage
+        );
+    }
+
+    #[test]
+    fn modern_exact_ns() {
+        let text = r#"{"baseTimeNanoseconds": 1000000000000, "traceEvents": [
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.001, "dur": 0.999, "args": {"device": 0, "stream": 7}},
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.001, "dur": 0.0005, "args": {"device": 0, "stream": 8}},
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.001, "dur": 0.0015, "args": {"device": 0, "stream": 9}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        import(text, &mut meter);
+        let report = ok(meter.finish());
+        // start 1_000_000_001_001; durations 999, round-half-even(0.5) = 0, (1.5) = 2.
+        assert_eq!(
+            report.device_total("synthetic.json#0", MeterKind::KernelNs),
+            999 + 2
+        );
+        assert_eq!(
+            report.device_total("synthetic.json#0", MeterKind::GpuBusyNs),
+            999
+        );
+        assert_eq!(
+            report.device_total("synthetic.json#0", MeterKind::KernelLaunches),
+            3
+        );
+        assert!(report.loss.is_empty());
+        assert_eq!(
+            gpumeter_import::units::micros_text_to_ns("1.001"),
+            Ok(1_001)
+        );
+        assert_eq!(1_000_000_000_000 + 1_001, 1_000_000_001_001_i128);
+    }
+
+    #[test]
+    fn modern_start_is_base_plus_ts() {
+        // One kernel from 1_000_000_001_001 to 1_000_000_002_000, one window of 60 s: its
+        // window start shows the absolute start's window; a second file shifted by one window
+        // lands in the next.
+        let text = r#"{"baseTimeNanoseconds": 59999999999000, "traceEvents": [
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0.999, "dur": 1.0, "args": {"device": 0}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig {
+            window: ok(gpumeter_core::WindowSize::parse("60s")),
+            ..MeterConfig::default()
+        });
+        import(text, &mut meter);
+        let report = ok(meter.finish());
+        // start = 59_999_999_999_999 (1 ns before the 1000th minute edge), end 1000 ns later.
+        let kernel_rows: Vec<_> = report
+            .usage
+            .iter()
+            .filter(|u| u.meter == MeterKind::KernelNs)
+            .map(|u| (u.window_start.clone(), u.quantity.0))
+            .collect();
+        assert_eq!(
+            kernel_rows,
+            vec![
+                ("1970-01-01T16:39:00Z".to_string(), 1),
+                ("1970-01-01T16:40:00Z".to_string(), 999)
+            ]
+        );
+    }
+
+    #[test]
+    fn process_id_join_from_cuda_runtime() {
+        let text = r#"{"traceEvents": [
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 1, "ts": 1700000000000000, "dur": 5, "args": {"correlation": 100, "External id": 1}},
+          {"ph": "X", "cat": "cuda_driver", "name": "cuLaunchKernel", "pid": 5353, "tid": 1, "ts": 1700000000000001, "dur": 5, "args": {"correlation": 200}},
+          {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 1700000000000010, "dur": 2, "args": {"device": 0, "stream": 7, "correlation": 100, "External id": 1}},
+          {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 1700000000000020, "dur": 3, "args": {"device": 0, "stream": 7, "correlation": 200}},
+          {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "tid": 7, "ts": 1700000000000030, "dur": 4, "args": {"device": 0, "stream": 7, "correlation": 300}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        meter.set_tenant_map(TenantMap {
+            external: HashMap::new(),
+            pid: HashMap::from([
+                (4242, "carol".to_string()),
+                (5353, "dave".to_string()),
+                (0, "device-index-is-not-a-pid".to_string()),
+            ]),
+        });
+        import(text, &mut meter);
+        let report = ok(meter.finish());
+        let kernel_ns = |tenant: &str| {
+            report
+                .totals
+                .iter()
+                .filter(|t| t.tenant == tenant && t.meter == MeterKind::KernelNs)
+                .map(|t| t.quantity.0)
+                .sum::<u128>()
+        };
+        assert_eq!(kernel_ns("carol"), 2_000);
+        assert_eq!(kernel_ns("dave"), 3_000);
+        assert_eq!(kernel_ns("unattributed"), 4_000);
+        assert_eq!(kernel_ns("device-index-is-not-a-pid"), 0);
+    }
+
+    #[test]
+    fn unsorted_input_is_sorted_before_metering() {
+        // Two kernels 2 minutes apart written in reverse order: with a 60 s reordering horizon
+        // the second would be late if the importer did not sort.
+        let text = r#"{"traceEvents": [
+          {"ph": "X", "cat": "kernel", "name": "late", "pid": 0, "tid": 7, "ts": 1700000120000000, "dur": 1, "args": {"device": 0}},
+          {"ph": "X", "cat": "kernel", "name": "early", "pid": 0, "tid": 7, "ts": 1700000000000000, "dur": 1, "args": {"device": 0}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        import(text, &mut meter);
+        let report = ok(meter.finish());
+        assert!(report.loss.is_empty(), "{:?}", report.loss);
+        assert_eq!(
+            report.device_total("synthetic.json#0", MeterKind::KernelLaunches),
+            2
+        );
+    }
+
+    #[test]
+    fn device_from_pid_when_args_lack_it_and_uuid_keys() {
+        let text = r#"{"deviceProperties": [{"id": 3, "name": "G", "numSms": 8, "uuid": "abcd"}], "traceEvents": [
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 3, "tid": 7, "ts": 1700000000000000, "dur": 1},
+          {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy PtoP (Device -> Device)", "pid": 3, "tid": 7, "ts": 1700000000000002, "dur": 1, "args": {"bytes": 5}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = import(text, &mut meter);
+        assert_eq!(s.device_keys, vec!["GPU-abcd".to_string()]);
+        let report = ok(meter.finish());
+        assert_eq!(report.devices[0].device, 3);
+        assert_eq!(
+            report.device_total("GPU-abcd", MeterKind::MemcpyPeerBytes),
+            5
+        );
+        assert_eq!(report.device_total("GPU-abcd", MeterKind::GpuBusyNs), 2_000);
+    }
+
+    #[test]
+    fn duplicate_source_is_metered_once() {
+        let text = r#"{"traceEvents": [
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1700000000000000, "dur": 1, "args": {"device": 0}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        let first = import(text, &mut meter);
+        let second = ok(import_bytes(
+            &mut meter,
+            "copy.json",
+            text.as_bytes(),
+            &ImportOptions::default(),
+        ));
+        assert!(!first.duplicate_source);
+        assert!(second.duplicate_source);
+        assert_eq!(second.records, 0);
+        let report = ok(meter.finish());
+        assert_eq!(report.sources.len(), 1);
+        assert_eq!(
+            report.device_total("synthetic.json#0", MeterKind::KernelLaunches),
+            1
+        );
+        assert!(report.warnings.iter().any(|w| w.contains("copy.json")));
+    }
+
+    #[test]
+    fn plain_and_gzip_give_the_same_usage() {
+        use std::io::Write;
+        let text = r#"{"traceEvents": [
+          {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1700000000000000, "dur": 1, "args": {"device": 0}}
+        ]}"#;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        ok(gz.write_all(text.as_bytes()));
+        let gz = ok(gz.finish());
+        // The name says JSON; the magic bytes say gzip: the bytes win.
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_bytes(
+            &mut meter,
+            "t.json",
+            &gz,
+            &ImportOptions::default(),
+        ));
+        assert_eq!(s.records, 1);
+        let report = ok(meter.finish());
+        assert_eq!(report.device_total("t.json#0", MeterKind::KernelNs), 1_000);
+    }
+
+    #[test]
+    fn detection() {
+        let p = Path::new("x");
+        assert_eq!(
+            detect_format(p, b"SQLite format 3\0...."),
+            Some(Format::Nsys)
+        );
+        assert_eq!(detect_format(p, &[0x1f, 0x8b, 8, 0]), Some(Format::Kineto));
+        assert_eq!(
+            detect_format(p, b"  \n{\"traceEvents\""),
+            Some(Format::Kineto)
+        );
+        assert_eq!(detect_format(p, b"\xEF\xBB\xBF{"), Some(Format::Kineto));
+        assert_eq!(detect_format(p, b"garbage"), None);
+        assert_eq!(
+            detect_format(Path::new("a/t.sqlite"), b""),
+            Some(Format::Nsys)
+        );
+        assert_eq!(
+            detect_format(Path::new("a/t.JSON"), b""),
+            Some(Format::Kineto)
+        );
+        assert_eq!(Format::parse("nsys"), Some(Format::Nsys));
+        assert_eq!(Format::parse("auto"), Some(Format::Auto));
+        assert_eq!(Format::parse("gmr"), None);
+        assert_eq!("kineto".parse::<Format>(), Ok(Format::Kineto));
+        assert_eq!(Format::Kineto.to_string(), "kineto");
+    }
+}
+
+mod nsys_synthetic {
+    use super::*;
+
+    fn build(sql: &str) -> (tempfile::TempDir, PathBuf) {
+        let tmp = ok(tempfile::tempdir());
+        let path = tmp.path().join("s.sqlite");
+        let conn = ok(rusqlite::Connection::open(&path));
+        ok(conn.execute_batch(sql));
+        drop(conn);
+        (tmp, path)
+    }
+
+    #[test]
+    fn memcpy_only_without_kernel_table_or_gpu_table() {
+        let (_tmp, path) = build(
+            r#"CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER, utcTime TEXT, localTime TEXT);
+               INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, '', '');
+               CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, "end" INTEGER, deviceId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (300, 400, 2, NULL, 10, 10);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (100, 200, 2, NULL, 7, 8);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (150, 100, 2, NULL, 1, 1);"#,
+        );
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_path(&mut meter, &path, &ImportOptions::default()));
+        assert_eq!(s.records, 3);
+        assert_eq!(s.device_keys, vec!["s.sqlite#2".to_string()]);
+        let report = ok(meter.finish());
+        let key = "s.sqlite#2";
+        assert_eq!(report.device_total(key, MeterKind::MemcpyPeerBytes), 10);
+        assert_eq!(report.device_total(key, MeterKind::MemcpyDtodBytes), 7);
+        assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), 200);
+        assert_eq!(report.lost(key, "end_before_start"), 1);
+        assert!(report.warnings.iter().all(|w| !w.contains("absolute")));
+    }
+
+    #[test]
+    fn without_session_start_times_are_absolute_with_a_warning() {
+        let (_tmp, path) = build(
+            r#"CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1700000000000000000, 1700000000000000050, 0, 4);"#,
+        );
+        let mut meter = Meter::new(MeterConfig::default());
+        ok(import_path(&mut meter, &path, &ImportOptions::default()));
+        let report = ok(meter.finish());
+        assert_eq!(report.device_total("s.sqlite#0", MeterKind::MemsetBytes), 4);
+        assert_eq!(report.device_total("s.sqlite#0", MeterKind::GpuBusyNs), 50);
+        assert!(
+            report.warnings.iter().any(|w| w.contains("absolute")),
+            "{:?}",
+            report.warnings
+        );
+    }
+
+    #[test]
+    fn missing_required_column_and_bad_values() {
+        let (_tmp, path) =
+            build(r#"CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, deviceId INTEGER);"#);
+        let mut meter = Meter::new(MeterConfig::default());
+        match import_path(&mut meter, &path, &ImportOptions::default()) {
+            Err(ImportError::MissingColumn { table, column, .. }) => {
+                assert_eq!(
+                    (table.as_str(), column.as_str()),
+                    ("CUPTI_ACTIVITY_KIND_KERNEL", "end")
+                );
+            }
+            other => panic!("expected MissingColumn, got {other:?}"),
+        }
+        let (_tmp2, path) = build(
+            r#"CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1, 2, 0, 'lots');"#,
+        );
+        match import_path(&mut meter, &path, &ImportOptions::default()) {
+            Err(ImportError::BadField {
+                record: RecordLocation::Row { table, rowid },
+                field,
+                ..
+            }) => {
+                assert_eq!(
+                    (table.as_str(), rowid, field),
+                    ("CUPTI_ACTIVITY_KIND_MEMSET", 1, "bytes")
+                );
+            }
+            other => panic!("expected BadField, got {other:?}"),
+        }
+        let report = ok(meter.finish());
+        assert!(report.sources.is_empty());
+    }
+}
+
+mod catalog {
+    use super::*;
+
+    #[test]
+    fn catalog_makes_sm_ns_meterable_for_sampled_ranks() {
+        let Some(dir) = data_dir() else { return };
+        let catalog = ok(DeviceCatalog::from_toml_str(
+            "devices.toml",
+            r#"
+            [[device]]
+            id = 0
+            name = "NVIDIA A100-SXM4-80GB"
+            sm_count = 108
+            compute_capability = "8.0"
+
+            [[device]]
+            id = 1
+            name = "NVIDIA A100-SXM4-80GB"
+            sm_count = 108
+            compute_capability = "8.0"
+            "#,
+        ));
+        let opts = ImportOptions {
+            format: Format::Auto,
+            catalog: Some(catalog),
+        };
+        let (report, s) = meter_files(&dir, &[RANK0, RANK1], &opts);
+        for (summary, busy) in s.iter().zip([547_656_000u128, 580_050_000]) {
+            let key = &summary.device_keys[0];
+            let dev = report
+                .device(key)
+                .unwrap_or_else(|| panic!("no device {key}"));
+            assert!(dev.not_meterable.is_empty(), "{:?}", dev.not_meterable);
+            assert_eq!(dev.sm_count, Some(108));
+            assert_eq!(dev.name.as_deref(), Some("NVIDIA A100-SXM4-80GB"));
+            assert_eq!(dev.compute_capability.as_deref(), Some("8.0"));
+            let sm = report.device_total(key, MeterKind::SmNs);
+            assert!(sm > 0 && sm <= 108 * busy, "{key}: sm_ns {sm}");
+        }
+        // Busy time does not depend on the catalog.
+        assert_eq!(
+            report.device_total(&s[0].device_keys[0], MeterKind::GpuBusyNs),
+            547_656_000
+        );
+    }
+
+    #[test]
+    fn catalog_from_path_and_apply_to_registered_devices() {
+        let tmp = ok(tempfile::tempdir());
+        let path = tmp.path().join("devices.toml");
+        ok(std::fs::write(
+            &path,
+            "[[device]]\nid = 0\nsm_count = 4\nname = \"G\"\n",
+        ));
+        let catalog = ok(DeviceCatalog::from_path(&path));
+        let mut meter = Meter::new(MeterConfig::default());
+        let text = r#"{"traceEvents": []}"#;
+        ok(import_bytes(
+            &mut meter,
+            "empty.json",
+            text.as_bytes(),
+            &ImportOptions::default(),
+        ));
+        meter.register_device(gpumeter_core::DeviceInfo::bare("a#0", 0));
+        meter.register_device(gpumeter_core::DeviceInfo::bare("b#1", 1));
+        assert_eq!(catalog.apply(&mut meter), 1);
+        let d = meter
+            .device(gpumeter_core::DeviceSlot(0))
+            .unwrap_or_else(|| panic!("slot 0"));
+        assert_eq!((d.sm_count, d.name.as_deref()), (Some(4), Some("G")));
+        match DeviceCatalog::from_path(&tmp.path().join("nope.toml")) {
+            Err(ImportError::Io { .. }) => {}
+            other => panic!("expected Io, got {other:?}"),
+        }
+    }
+}
+
+mod properties {
+    use gpumeter_import::units::micros_text_to_ns;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn micros_text_equals_integer_arithmetic(int in 0u64..10_000_000_000_000_000, frac in 0u32..1000, neg in any::<bool>()) {
+            let text = format!("{}{int}.{frac:03}", if neg { "-" } else { "" });
+            let want = (i128::from(int) * 1000 + i128::from(frac)) * if neg { -1 } else { 1 };
+            prop_assert_eq!(micros_text_to_ns(&text), Ok(want));
+        }
+
+        #[test]
+        fn integer_micros(int in 0u64..10_000_000_000_000_000) {
+            prop_assert_eq!(micros_text_to_ns(&int.to_string()), Ok(i128::from(int) * 1000));
+        }
+
+        #[test]
+        fn four_decimals_round_half_even(int in 0u64..1_000_000_000_000, frac in 0u32..10_000) {
+            let text = format!("{int}.{frac:04}");
+            let tenths = i128::from(int) * 10_000 + i128::from(frac); // in 0.1 ns
+            let (q, r) = (tenths / 10, tenths % 10);
+            let want = if r > 5 || (r == 5 && q % 2 == 1) { q + 1 } else { q };
+            prop_assert_eq!(micros_text_to_ns(&text), Ok(want));
+        }
+
+        #[test]
+        fn no_panic_on_any_text(s in "\\PC{0,40}") {
+            let _ = micros_text_to_ns(&s);
+        }
+    }
+}
+
+mod fuzzish {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Any bytes: an error or a summary, never a panic.
+        #[test]
+        fn import_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut meter = Meter::new(MeterConfig::default());
+            let _ = import_bytes(&mut meter, "f.json", &bytes, &ImportOptions::default());
+            let _ = import_bytes(&mut meter, "f.sqlite", &bytes, &ImportOptions { format: Format::Nsys, catalog: None });
+        }
+
+        /// Mutations of a valid trace: never a panic.
+        #[test]
+        fn mutated_trace_never_panics(pos in 0usize..400, byte in any::<u8>()) {
+            let text = r#"{"baseTimeNanoseconds": 1700000000000000000, "traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.5, "dur": 2.25, "args": {"device": 0, "stream": 7, "grid": [1, 2, 3], "bytes": 4}}, {"ph": "X", "cat": "cuda_runtime", "pid": 9, "args": {"correlation": 1}}]}"#;
+            let mut bytes = text.as_bytes().to_vec();
+            let i = pos % bytes.len();
+            bytes[i] = byte;
+            let mut meter = Meter::new(MeterConfig::default());
+            let _ = import_bytes(&mut meter, "m.json", &bytes, &ImportOptions::default());
+        }
+    }
+}
