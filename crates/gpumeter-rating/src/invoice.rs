@@ -1,0 +1,377 @@
+//! The invoice document, `gpumeter.invoice/v1` (DESIGN §7), and its text rendering.
+
+use gpumeter_core::{document_sha256, MeterKind, Quantity};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+
+use crate::rating::RatingError;
+
+/// Schema id of the invoice document.
+pub const INVOICE_SCHEMA: &str = "gpumeter.invoice/v1";
+
+/// `gpumeter.invoice/v1`: one invoice per tenant and period, sorted by tenant (DESIGN §7).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceDocument {
+    /// Always [`INVOICE_SCHEMA`].
+    pub schema: String,
+    /// The invoices, by tenant name (bytewise).
+    pub invoices: Vec<Invoice>,
+}
+
+/// One tenant's invoice for one period.
+///
+/// Amounts are decimal strings at the currency's scale (`"12.30"`, JPY `"5"`); quantities
+/// are decimal strings of integers in the meter's canonical unit. `sha256` is the SHA-256 of
+/// the RFC 8785 canonical JSON of this object without `sha256` ([`Invoice::seal`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Invoice {
+    /// The tenant billed.
+    pub tenant: String,
+    /// ISO 4217 code of the book's currency.
+    pub currency: String,
+    /// The period, half-open.
+    pub period: Period,
+    /// The price book used.
+    pub price_book: PriceBookRef,
+    /// Usage lines (by SKU id, meter, validity), then the minimum line if any.
+    pub lines: Vec<Line>,
+    /// Usage that could not be priced, by device key, meter and reason; not billed.
+    pub unpriced: Vec<Unpriced>,
+    /// Σ `lines[].amount`, at the currency's scale.
+    pub subtotal: Decimal,
+    /// Credits burned against the subtotal (always empty in rating v0: no bank).
+    pub credits_applied: Vec<CreditApplied>,
+    /// `subtotal` − credits applied, never below zero.
+    pub total: Decimal,
+    /// Warnings for people (loss, unpriced usage, the usage report's own warnings).
+    pub warnings: Vec<String>,
+    /// The rated usage report's `sha256`.
+    pub usage_sha256: String,
+    /// Head of the bank's ledger hash chain after finalization; `null` for a preview.
+    pub ledger_head: Option<String>,
+    /// SHA-256 over the RFC 8785 canonical JSON of this invoice without this field.
+    pub sha256: String,
+}
+
+/// An invoice's period: `[from, to)`, RFC 3339 UTC.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Period {
+    /// Start, inclusive.
+    pub from: String,
+    /// End, exclusive.
+    pub to: String,
+}
+
+/// The price book an invoice was rated with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PriceBookRef {
+    /// The book's `version`.
+    pub version: String,
+    /// SHA-256 of the book's bytes, lowercase hex.
+    pub sha256: String,
+}
+
+/// What an invoice line bills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LineKind {
+    /// Metered usage of one meter on one SKU.
+    Usage,
+    /// The pre-credit top-up to the book's invoice minimum.
+    Minimum,
+    /// A reservation fee (comes with the bank).
+    Reservation,
+}
+
+/// One invoice line. For a `minimum` line every field but `kind` and `amount` is `null`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Line {
+    /// What the line bills.
+    pub kind: LineKind,
+    /// The SKU id.
+    pub sku: Option<String>,
+    /// The meter.
+    pub meter: Option<MeterKind>,
+    /// The time-of-use band (always `null` in v0).
+    pub band: Option<String>,
+    /// The tier (always `null` in v0).
+    pub tier: Option<String>,
+    /// Usage in the meter's canonical unit.
+    pub quantity: Option<Quantity>,
+    /// The canonical unit (`SM·ns`, `B`, …).
+    pub unit: Option<String>,
+    /// The book's pricing unit (`SM·hour`), with `·`.
+    pub pricing_unit: Option<String>,
+    /// `quantity` in the pricing unit, 9 decimals, rounded half-even; for people only.
+    pub quantity_in_pricing_unit: Option<String>,
+    /// Quantity billed, canonical unit (= `quantity` in v0: no increments).
+    pub billable_quantity: Option<Quantity>,
+    /// Canonical units carried to the next period (`"0"` in v0: no increments).
+    pub fragment_carried: Option<Quantity>,
+    /// Price per pricing unit, as written in the book.
+    pub unit_price: Option<Decimal>,
+    /// round(quantity × unit_price ÷ factor) at the currency's scale, rounded once.
+    pub amount: Decimal,
+}
+
+impl Line {
+    /// A `minimum` line of `amount` (everything else `null`).
+    pub fn minimum(amount: Decimal) -> Line {
+        Line {
+            kind: LineKind::Minimum,
+            sku: None,
+            meter: None,
+            band: None,
+            tier: None,
+            quantity: None,
+            unit: None,
+            pricing_unit: None,
+            quantity_in_pricing_unit: None,
+            billable_quantity: None,
+            fragment_carried: None,
+            unit_price: None,
+            amount,
+        }
+    }
+}
+
+/// Usage that no rate priced, listed so it is never silently dropped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Unpriced {
+    /// The device's key in the usage report.
+    pub device_key: String,
+    /// The device's name, `null` when unknown.
+    pub device: Option<String>,
+    /// The meter.
+    pub meter: MeterKind,
+    /// Quantity in the meter's canonical unit, summed over the period.
+    pub quantity: Quantity,
+    /// Why it is not priced, for people.
+    pub reason: String,
+}
+
+/// Credits burned against an invoice (filled by the bank; empty in rating v0).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditApplied {
+    /// The grant's id.
+    pub grant: String,
+    /// Credits burned.
+    pub credits: Decimal,
+    /// Their value in the invoice's currency, at its scale.
+    pub amount: Decimal,
+}
+
+impl Invoice {
+    /// The digest this invoice should carry: SHA-256 (lowercase hex) over the RFC 8785
+    /// canonical JSON of the invoice without `sha256` (DESIGN §7).
+    ///
+    /// # Errors
+    /// [`RatingError::Digest`] when serialization fails.
+    pub fn digest(&self) -> Result<String, RatingError> {
+        let v = serde_json::to_value(self).map_err(|e| RatingError::Digest(e.to_string()))?;
+        document_sha256(&v, "sha256").map_err(|e| RatingError::Digest(e.to_string()))
+    }
+
+    /// Computes and stores `sha256`.
+    ///
+    /// # Errors
+    /// [`RatingError::Digest`] when serialization fails.
+    pub fn seal(&mut self) -> Result<(), RatingError> {
+        self.sha256 = self.digest()?;
+        Ok(())
+    }
+
+    /// Whether the stored `sha256` matches the invoice's content.
+    pub fn verify_digest(&self) -> bool {
+        self.digest().is_ok_and(|d| d == self.sha256)
+    }
+}
+
+impl InvoiceDocument {
+    /// A document of `invoices` with the schema id set.
+    pub fn new(invoices: Vec<Invoice>) -> Self {
+        InvoiceDocument {
+            schema: INVOICE_SCHEMA.to_string(),
+            invoices,
+        }
+    }
+
+    /// Whether every invoice's `sha256` verifies.
+    pub fn verify_digests(&self) -> bool {
+        self.invoices.iter().all(Invoice::verify_digest)
+    }
+
+    /// The document as aligned text for people: per invoice a header (tenant, period,
+    /// currency, price book), a table of lines (SKU | meter | quantity in the pricing unit |
+    /// unit price | amount, numbers right-aligned), subtotal and total, then unpriced usage
+    /// and warnings. Ends with a newline; `"no invoices\n"` for an empty document.
+    pub fn to_text_table(&self) -> String {
+        if self.invoices.is_empty() {
+            return "no invoices: no usage in the period\n".to_string();
+        }
+        let parts: Vec<String> = self.invoices.iter().map(invoice_text).collect();
+        parts.join("\n")
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Align {
+    Left,
+    Right,
+}
+
+fn width(s: &str) -> usize {
+    s.chars().count()
+}
+
+fn pad(s: &str, w: usize, align: Align) -> String {
+    let fill = " ".repeat(w.saturating_sub(width(s)));
+    match align {
+        Align::Left => format!("{s}{fill}"),
+        Align::Right => format!("{fill}{s}"),
+    }
+}
+
+fn short_hash(h: &str) -> &str {
+    h.get(..12).unwrap_or(h)
+}
+
+fn invoice_text(inv: &Invoice) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("Invoice for tenant {}\n", inv.tenant));
+    out.push_str(&format!(
+        "  period      {} to {} (end exclusive)\n",
+        inv.period.from, inv.period.to
+    ));
+    out.push_str(&format!("  currency    {}\n", inv.currency));
+    out.push_str(&format!(
+        "  price book  {} (sha256 {}…)\n",
+        inv.price_book.version,
+        short_hash(&inv.price_book.sha256)
+    ));
+    out.push_str(&format!(
+        "  usage       sha256 {}…\n\n",
+        short_hash(&inv.usage_sha256)
+    ));
+
+    const ALIGN: [Align; 5] = [
+        Align::Left,
+        Align::Left,
+        Align::Right,
+        Align::Right,
+        Align::Right,
+    ];
+    let header = [
+        "SKU".to_string(),
+        "Meter".to_string(),
+        "Quantity".to_string(),
+        "Unit price".to_string(),
+        format!("Amount {}", inv.currency),
+    ];
+    let mut rows: Vec<[String; 5]> = Vec::new();
+    for l in &inv.lines {
+        let row = match l.kind {
+            LineKind::Minimum => [
+                "minimum".to_string(),
+                "(top-up to the invoice minimum)".to_string(),
+                String::new(),
+                String::new(),
+                l.amount.to_string(),
+            ],
+            LineKind::Usage | LineKind::Reservation => {
+                let mut meter = l.meter.map_or_else(String::new, |m| m.to_string());
+                if let Some(b) = &l.band {
+                    meter.push_str(&format!(", band {b}"));
+                }
+                if let Some(t) = &l.tier {
+                    meter.push_str(&format!(", tier {t}"));
+                }
+                if l.kind == LineKind::Reservation {
+                    meter = format!("reservation {meter}");
+                }
+                let quantity = match (&l.quantity_in_pricing_unit, &l.pricing_unit) {
+                    (Some(q), Some(u)) => format!("{q} {u}"),
+                    (Some(q), None) => q.clone(),
+                    _ => String::new(),
+                };
+                [
+                    l.sku.clone().unwrap_or_default(),
+                    meter,
+                    quantity,
+                    l.unit_price.map_or_else(String::new, |p| p.to_string()),
+                    l.amount.to_string(),
+                ]
+            }
+        };
+        rows.push(row);
+    }
+    let subtotal = inv.subtotal.to_string();
+    let total = inv.total.to_string();
+    let mut widths = [0usize; 5];
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        for (w, cell) in widths.iter_mut().zip(row.iter()) {
+            *w = (*w).max(width(cell));
+        }
+    }
+    widths[3] = widths[3].max(width("Subtotal"));
+    widths[4] = widths[4].max(width(&subtotal)).max(width(&total));
+
+    let render = |cells: &[String; 5]| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(widths.iter())
+            .zip(ALIGN.iter())
+            .map(|((c, &w), &a)| pad(c, w, a))
+            .collect();
+        format!("  {}\n", parts.join("  ").trim_end())
+    };
+    out.push_str(&render(&header));
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    out.push_str(&format!("  {}\n", rule.join("  ")));
+    if rows.is_empty() {
+        out.push_str("  (no billable usage)\n");
+    }
+    for row in &rows {
+        out.push_str(&render(row));
+    }
+    out.push_str(&format!("  {}\n", rule.join("  ")));
+    let totals_row = |label: &str, amount: &str| {
+        render(&[
+            String::new(),
+            String::new(),
+            String::new(),
+            label.to_string(),
+            amount.to_string(),
+        ])
+    };
+    out.push_str(&totals_row("Subtotal", &subtotal));
+    for c in &inv.credits_applied {
+        out.push_str(&totals_row(
+            &format!("Credits {}", c.grant),
+            &format!("-{}", c.amount),
+        ));
+    }
+    out.push_str(&totals_row("Total", &total));
+
+    if !inv.unpriced.is_empty() {
+        out.push_str("\n  Unpriced usage (listed, not billed):\n");
+        for u in &inv.unpriced {
+            out.push_str(&format!(
+                "    {} ({}): {} {} {}: {}\n",
+                u.device_key,
+                u.device.as_deref().unwrap_or("no name"),
+                u.meter,
+                u.quantity,
+                u.meter.canonical_unit(),
+                u.reason
+            ));
+        }
+    }
+    if !inv.warnings.is_empty() {
+        out.push_str("\n  Warnings:\n");
+        for w in &inv.warnings {
+            out.push_str(&format!("    - {w}\n"));
+        }
+    }
+    out
+}

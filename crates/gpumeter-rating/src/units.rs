@@ -1,0 +1,116 @@
+//! Pricing units (DESIGN §5): every unit a rate may be priced in is an exact rational multiple
+//! of its meter's canonical unit (DESIGN §4: ns, SM·ns, warp·ns, B, B·ns, 1, mJ).
+//!
+//! The factor is held as an integer fraction `factor_num / factor_den` = canonical units per
+//! pricing unit, so rating divides by it exactly (every unit listed here has `factor_den` 1;
+//! the fraction keeps room for units that are not whole multiples).
+
+use gpumeter_core::Dimension;
+
+/// A pricing unit: its name, dimension and exact size in canonical units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PricingUnit {
+    name: &'static str,
+    dimension: Dimension,
+    factor_num: u128,
+    factor_den: u128,
+}
+
+const NS_PER_S: u128 = 1_000_000_000;
+const NS_PER_MIN: u128 = 60 * NS_PER_S;
+const NS_PER_HOUR: u128 = 3_600 * NS_PER_S;
+const NS_PER_DAY: u128 = 86_400 * NS_PER_S;
+const KIB: u128 = 1 << 10;
+const MIB: u128 = 1 << 20;
+const GIB: u128 = 1 << 30;
+const TIB: u128 = 1 << 40;
+const GB: u128 = 1_000_000_000;
+
+const fn unit(name: &'static str, dimension: Dimension, factor: u128) -> PricingUnit {
+    PricingUnit {
+        name,
+        dimension,
+        factor_num: factor,
+        factor_den: 1,
+    }
+}
+
+/// Every pricing unit of DESIGN §5, with canonical units per pricing unit.
+const UNITS: &[PricingUnit] = &[
+    // time, canonical ns
+    unit("s", Dimension::Time, NS_PER_S),
+    unit("min", Dimension::Time, NS_PER_MIN),
+    unit("hour", Dimension::Time, NS_PER_HOUR),
+    unit("day", Dimension::Time, NS_PER_DAY),
+    // SM·time, canonical SM·ns
+    unit("SM·s", Dimension::SmTime, NS_PER_S),
+    unit("SM·hour", Dimension::SmTime, NS_PER_HOUR),
+    // warp·time, canonical warp·ns
+    unit("warp·s", Dimension::WarpTime, NS_PER_S),
+    unit("warp·hour", Dimension::WarpTime, NS_PER_HOUR),
+    // bytes, canonical B: SI (10³ steps) and IEC (2¹⁰ steps)
+    unit("B", Dimension::Bytes, 1),
+    unit("KB", Dimension::Bytes, 1_000),
+    unit("MB", Dimension::Bytes, 1_000_000),
+    unit("GB", Dimension::Bytes, GB),
+    unit("TB", Dimension::Bytes, 1_000_000_000_000),
+    unit("KiB", Dimension::Bytes, KIB),
+    unit("MiB", Dimension::Bytes, MIB),
+    unit("GiB", Dimension::Bytes, GIB),
+    unit("TiB", Dimension::Bytes, TIB),
+    // byte·time, canonical B·ns
+    unit("GB·hour", Dimension::ByteTime, GB * NS_PER_HOUR),
+    unit("GiB·s", Dimension::ByteTime, GIB * NS_PER_S),
+    unit("GiB·hour", Dimension::ByteTime, GIB * NS_PER_HOUR),
+    // counts, canonical 1
+    unit("1", Dimension::Count, 1),
+    unit("1K", Dimension::Count, 1_000),
+    unit("1M", Dimension::Count, 1_000_000),
+    unit("1G", Dimension::Count, 1_000_000_000),
+    // energy, canonical mJ
+    unit("J", Dimension::Energy, 1_000),
+    unit("kJ", Dimension::Energy, 1_000_000),
+    unit("Wh", Dimension::Energy, 3_600_000),
+    unit("kWh", Dimension::Energy, 3_600_000_000),
+];
+
+impl PricingUnit {
+    /// Parses a unit name from DESIGN §5's list (`"SM·hour"`, `"GiB"`, `"kWh"`, `"1M"`);
+    /// ASCII `*` may stand for `·` (`"SM*hour"`). Names are case-sensitive (`MB` ≠ `Mb`).
+    /// `None` when the name is not in the list.
+    pub fn parse(text: &str) -> Option<PricingUnit> {
+        let normalized = text.replace('*', "·");
+        UNITS.iter().copied().find(|u| u.name == normalized)
+    }
+
+    /// The unit's name with `·` (`"SM·hour"`), as invoices print it.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The dimension; a rate's unit must have its meter's dimension.
+    pub fn dimension(&self) -> Dimension {
+        self.dimension
+    }
+
+    /// Numerator of canonical units per pricing unit (`SM·hour`: 3 600 000 000 000 SM·ns).
+    pub fn factor_num(&self) -> u128 {
+        self.factor_num
+    }
+
+    /// Denominator of canonical units per pricing unit (1 for every unit in DESIGN §5).
+    pub fn factor_den(&self) -> u128 {
+        self.factor_den
+    }
+
+    /// Every pricing unit, grouped by dimension.
+    pub fn all() -> impl Iterator<Item = PricingUnit> {
+        UNITS.iter().copied()
+    }
+}
+
+impl std::fmt::Display for PricingUnit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name)
+    }
+}

@@ -1,0 +1,1513 @@
+//! Integration tests of gpumeter-rating: price books, exact amounts, invoices (DESIGN §5, §7).
+
+use gpumeter_core::{
+    DeviceEntry, LossEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow,
+};
+use gpumeter_rating::{rate, Invoice, InvoiceDocument, LineKind, PriceBook, PriceBookError};
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+/// 2026-12-01T00:00:00Z in ns since the epoch.
+const DEC1: u64 = 1_796_083_200 * 1_000_000_000;
+
+/// A price book with the given header lines after schema/version and the given tables.
+fn book_with(header: &str, body: &str) -> Result<PriceBook, PriceBookError> {
+    let text =
+        format!("schema = \"gpumeter.pricebook/v1\"\nversion = \"test-1\"\n{header}\n{body}");
+    PriceBook::from_toml_str("test.toml", &text)
+}
+
+fn book(header: &str, body: &str) -> PriceBook {
+    match book_with(header, body) {
+        Ok(b) => b,
+        Err(e) => panic!("price book should parse: {e}"),
+    }
+}
+
+fn device(key: &str, name: Option<&str>) -> DeviceEntry {
+    DeviceEntry {
+        device: 0,
+        device_key: key.to_string(),
+        name: name.map(str::to_string),
+        sm_count: Some(132),
+        compute_capability: Some("9.0".to_string()),
+        not_meterable: vec![],
+    }
+}
+
+fn row(tenant: &str, key: &str, window_start_ns: u64, meter: MeterKind, q: u128) -> UsageRow {
+    UsageRow {
+        tenant: tenant.to_string(),
+        device: 0,
+        device_key: key.to_string(),
+        window_start: gpumeter_core::time::rfc3339(window_start_ns),
+        meter,
+        quantity: Quantity(q),
+    }
+}
+
+fn report(window_seconds: u64, devices: Vec<DeviceEntry>, usage: Vec<UsageRow>) -> UsageReport {
+    let mut r = UsageReport {
+        schema: "gpumeter.usage/v1".to_string(),
+        metering_policy: "v1".to_string(),
+        window_seconds,
+        sources: vec![],
+        devices,
+        records: RecordCounts::default(),
+        loss: vec![],
+        usage,
+        totals: vec![],
+        open_allocations: vec![],
+        warnings: vec![],
+        sha256: String::new(),
+    };
+    if let Err(e) = r.seal() {
+        panic!("seal: {e}");
+    }
+    r
+}
+
+fn rated(usage: &UsageReport, book: &PriceBook, period: Option<(u64, u64)>) -> InvoiceDocument {
+    match rate(usage, book, period) {
+        Ok(d) => d,
+        Err(e) => panic!("rating should succeed: {e}"),
+    }
+}
+
+/// Σ line amounts == subtotal, and total == subtotal (v0), exactly.
+fn assert_sums(inv: &Invoice) {
+    let sum = inv
+        .lines
+        .iter()
+        .fold(rust_decimal::Decimal::ZERO, |a, l| a + l.amount);
+    assert_eq!(sum, inv.subtotal, "lines sum to subtotal");
+    assert_eq!(inv.total, inv.subtotal);
+}
+
+const H100_SKU: &str = r#"
+[[sku]]
+id = "h100"
+match = ["NVIDIA H100*"]
+"#;
+
+/// One device "GPU-0" named H100, one tenant, one meter, one window.
+fn one_row_report(meter: MeterKind, q: u128) -> UsageReport {
+    report(
+        3600,
+        vec![device("GPU-0", Some("NVIDIA H100 80GB HBM3"))],
+        vec![row("alice", "GPU-0", DEC1, meter, q)],
+    )
+}
+
+/// Rates one row of `q` canonical units of `meter` at `price` per `unit` and returns the
+/// single line's amount as a string.
+fn one_line_amount(header: &str, meter: &str, unit: &str, price: &str, q: u128) -> String {
+    let b = book(
+        header,
+        &format!(
+            "{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"{meter}\"\nunit = \"{unit}\"\nunit_price = \"{price}\"\n"
+        ),
+    );
+    let m = MeterKind::parse(meter).unwrap_or(MeterKind::KernelLaunches);
+    let doc = rated(&one_row_report(m, q), &b, None);
+    let inv = &doc.invoices[0];
+    assert_sums(inv);
+    assert_eq!(inv.lines.len(), 1, "{:?}", inv.lines);
+    inv.lines[0].amount.to_string()
+}
+
+mod rounding {
+    use super::*;
+
+    /// (rounding, price per launch, launches, expected amount); USD.
+    /// Exact values: 1 × 0.005 = 0.005 (tie), 3 × 0.005 = 0.015 (tie), 5 × 0.005 = 0.025
+    /// (tie), 7 × 0.001 = 0.007, 1 × 0.004 = 0.004, 2 × 0.003 = 0.006, 10 × 0.001 = 0.01.
+    #[test]
+    fn each_mode_by_hand() {
+        let table: &[(&str, &str, u128, &str)] = &[
+            ("half_even", "0.005", 1, "0.00"),
+            ("half_even", "0.005", 3, "0.02"),
+            ("half_even", "0.005", 5, "0.02"),
+            ("half_even", "0.001", 7, "0.01"),
+            ("half_even", "0.004", 1, "0.00"),
+            ("half_up", "0.005", 1, "0.01"),
+            ("half_up", "0.005", 5, "0.03"),
+            ("half_up", "0.004", 1, "0.00"),
+            ("half_up", "0.003", 2, "0.01"),
+            ("up", "0.001", 1, "0.01"),
+            ("up", "0.004", 1, "0.01"),
+            ("up", "0.001", 10, "0.01"),
+            ("down", "0.009", 1, "0.00"),
+            ("down", "0.005", 3, "0.01"),
+            ("down", "0.001", 10, "0.01"),
+        ];
+        for &(mode, price, q, want) in table {
+            let header = format!("currency = \"USD\"\nrounding = \"{mode}\"");
+            let got = one_line_amount(&header, "kernel_launches", "1", price, q);
+            assert_eq!(got, want, "{mode}: {q} × {price}");
+        }
+    }
+
+    #[test]
+    fn default_is_half_even() {
+        let got = one_line_amount("currency = \"USD\"", "kernel_launches", "1", "0.005", 1);
+        assert_eq!(got, "0.00");
+        let got = one_line_amount("currency = \"USD\"", "kernel_launches", "1", "0.005", 3);
+        assert_eq!(got, "0.02");
+    }
+}
+
+mod currencies {
+    use super::*;
+
+    #[test]
+    fn scales_0_2_3_4() {
+        // JPY, scale 0: 3 × 0.5 = 1.5 → 2; 5 × 0.5 = 2.5 → 2 (half-even); 41 × 0.3 = 12.3 → 12
+        assert_eq!(
+            one_line_amount("currency = \"JPY\"", "kernel_launches", "1", "0.5", 3),
+            "2"
+        );
+        assert_eq!(
+            one_line_amount("currency = \"JPY\"", "kernel_launches", "1", "0.5", 5),
+            "2"
+        );
+        assert_eq!(
+            one_line_amount("currency = \"KRW\"", "kernel_launches", "1", "0.3", 41),
+            "12"
+        );
+        // USD, scale 2: amounts keep their trailing zero: 41 × 0.3 = 12.30
+        assert_eq!(
+            one_line_amount("currency = \"USD\"", "kernel_launches", "1", "0.3", 41),
+            "12.30"
+        );
+        assert_eq!(
+            one_line_amount("currency = \"EUR\"", "kernel_launches", "1", "2", 3),
+            "6.00"
+        );
+        // BHD, scale 3: 3 × 0.0005 = 0.0015 → 0.002 (tie to even); 5 × 0.0005 → 0.002
+        assert_eq!(
+            one_line_amount("currency = \"BHD\"", "kernel_launches", "1", "0.0005", 3),
+            "0.002"
+        );
+        assert_eq!(
+            one_line_amount("currency = \"KWD\"", "kernel_launches", "1", "0.0005", 5),
+            "0.002"
+        );
+        assert_eq!(
+            one_line_amount("currency = \"TND\"", "kernel_launches", "1", "1.25", 2),
+            "2.500"
+        );
+        // CLF, scale 4
+        assert_eq!(
+            one_line_amount("currency = \"CLF\"", "kernel_launches", "1", "0.00001", 15),
+            "0.0002"
+        );
+    }
+
+    #[test]
+    fn table_has_the_required_codes() {
+        let want = [
+            ("USD", 2),
+            ("EUR", 2),
+            ("GBP", 2),
+            ("JPY", 0),
+            ("CHF", 2),
+            ("CNY", 2),
+            ("KRW", 0),
+            ("INR", 2),
+            ("CAD", 2),
+            ("AUD", 2),
+            ("SEK", 2),
+            ("NOK", 2),
+            ("DKK", 2),
+            ("SGD", 2),
+            ("HKD", 2),
+            ("BHD", 3),
+            ("KWD", 3),
+            ("JOD", 3),
+            ("TND", 3),
+            ("CLF", 4),
+        ];
+        for (code, scale) in want {
+            let c = gpumeter_rating::Currency::from_code(code);
+            assert_eq!(c.map(|c| c.scale()), Some(scale), "{code}");
+        }
+        assert!(gpumeter_rating::Currency::from_code("usd").is_none());
+        assert!(gpumeter_rating::Currency::from_code("XAU").is_none());
+    }
+}
+
+mod units {
+    use super::*;
+    use gpumeter_rating::PricingUnit;
+
+    #[test]
+    fn factors_by_hand() {
+        let usd = "currency = \"USD\"";
+        // 132 SMs for one hour = 132 SM·hour × 0.0175 = 2.31
+        let q = 132u128 * 3_600_000_000_000;
+        assert_eq!(
+            one_line_amount(usd, "sm_ns", "SM·hour", "0.0175", q),
+            "2.31"
+        );
+        assert_eq!(
+            one_line_amount(usd, "sm_ns", "SM*hour", "0.0175", q),
+            "2.31"
+        );
+        // 3 GiB × 0.10 = 0.30; 1 GB = 0.931322574615478515625 GiB × 0.10 = 0.0931… → 0.09
+        let gib = 1u128 << 30;
+        assert_eq!(
+            one_line_amount(usd, "memcpy_htod_bytes", "GiB", "0.10", 3 * gib),
+            "0.30"
+        );
+        assert_eq!(
+            one_line_amount(usd, "memcpy_htod_bytes", "GiB", "0.10", 1_000_000_000),
+            "0.09"
+        );
+        assert_eq!(
+            one_line_amount(usd, "memcpy_dtoh_bytes", "GB", "0.10", 1_000_000_000),
+            "0.10"
+        );
+        // 1 kWh = 3.6e9 mJ × 0.25 = 0.25; half a kWh = 0.125 → 0.12 (half-even)
+        assert_eq!(
+            one_line_amount(usd, "energy_mj", "kWh", "0.25", 3_600_000_000),
+            "0.25"
+        );
+        assert_eq!(
+            one_line_amount(usd, "energy_mj", "kWh", "0.25", 1_800_000_000),
+            "0.12"
+        );
+        // 2.5 M launches × 0.40 per 1M = 1.00
+        assert_eq!(
+            one_line_amount(usd, "kernel_launches", "1M", "0.40", 2_500_000),
+            "1.00"
+        );
+        // 90 minutes of busy time at 1.20 per hour = 1.80
+        assert_eq!(
+            one_line_amount(usd, "gpu_busy_ns", "hour", "1.20", 90 * 60_000_000_000),
+            "1.80"
+        );
+        // 2 GiB held for one hour at 0.01 per GiB·hour = 0.02
+        assert_eq!(
+            one_line_amount(
+                usd,
+                "memory_byte_ns",
+                "GiB*hour",
+                "0.01",
+                2 * gib * 3_600_000_000_000
+            ),
+            "0.02"
+        );
+    }
+
+    #[test]
+    fn quantity_in_pricing_unit_has_nine_decimals() {
+        let b = book(
+            "currency = \"USD\"",
+            &format!("{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"1\"\n"),
+        );
+        // 1 SM·ns = 1/3.6e12 SM·hour = 0.000000000277… → 0.000000000
+        // 1.5 SM·hour exactly
+        let doc = rated(
+            &one_row_report(MeterKind::SmNs, 5_400_000_000_000),
+            &b,
+            None,
+        );
+        let l = &doc.invoices[0].lines[0];
+        assert_eq!(l.quantity_in_pricing_unit.as_deref(), Some("1.500000000"));
+        assert_eq!(l.pricing_unit.as_deref(), Some("SM·hour"));
+        assert_eq!(l.unit.as_deref(), Some("SM·ns"));
+        assert_eq!(l.quantity, Some(Quantity(5_400_000_000_000)));
+        assert_eq!(l.billable_quantity, Some(Quantity(5_400_000_000_000)));
+        assert_eq!(l.fragment_carried, Some(Quantity(0)));
+        assert_eq!(l.amount.to_string(), "1.50");
+    }
+
+    #[test]
+    fn every_unit_has_an_integer_factor_and_parses_with_ascii_star() {
+        for u in PricingUnit::all() {
+            assert_eq!(u.factor_den(), 1, "{u}");
+            assert!(u.factor_num() >= 1);
+            assert_eq!(PricingUnit::parse(&u.name().replace('·', "*")), Some(u));
+        }
+        assert_eq!(
+            PricingUnit::parse("GiB·hour").map(|u| u.factor_num()),
+            Some((1u128 << 30) * 3_600_000_000_000)
+        );
+        assert_eq!(
+            PricingUnit::parse("Wh").map(|u| u.factor_num()),
+            Some(3_600_000)
+        );
+        assert_eq!(
+            PricingUnit::parse("TiB").map(|u| u.factor_num()),
+            Some(1u128 << 40)
+        );
+        assert_eq!(
+            PricingUnit::parse("day").map(|u| u.factor_num()),
+            Some(86_400_000_000_000)
+        );
+        assert!(PricingUnit::parse("Gb").is_none());
+        assert!(PricingUnit::parse("ns").is_none());
+    }
+}
+
+mod exactness {
+    use super::*;
+
+    #[test]
+    fn u128_max_quantity_is_exact() {
+        // u128::MAX SM·ns at 0.000000001 per SM·hour:
+        // 340282366920938463463374607431768211455 × 10^-9 / 3.6e12 USD
+        // = 94522879700260684.295381835397… → 94522879700260684.30
+        let got = one_line_amount(
+            "currency = \"USD\"",
+            "sm_ns",
+            "SM·hour",
+            "0.000000001",
+            u128::MAX,
+        );
+        assert_eq!(got, "94522879700260684.30");
+        let b = book(
+            "currency = \"USD\"",
+            &format!("{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"0.000000001\"\n"),
+        );
+        let doc = rated(&one_row_report(MeterKind::SmNs, u128::MAX), &b, None);
+        assert_eq!(
+            doc.invoices[0].lines[0].quantity_in_pricing_unit.as_deref(),
+            Some("94522879700260684295381835.397713392")
+        );
+    }
+
+    #[test]
+    fn u128_max_quantity_too_large_for_money_is_an_error() {
+        let b = book(
+            "currency = \"USD\"",
+            &format!("{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"1000\"\n"),
+        );
+        let err = rate(
+            &one_row_report(MeterKind::KernelLaunches, u128::MAX),
+            &b,
+            None,
+        );
+        assert!(
+            matches!(
+                err,
+                Err(gpumeter_rating::RatingError::AmountOverflow { .. })
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn summed_quantity_beyond_u128_is_an_error() {
+        let b = book(
+            "currency = \"USD\"",
+            &format!("{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1G\"\nunit_price = \"0\"\n"),
+        );
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![
+                row("alice", "GPU-0", DEC1, MeterKind::KernelLaunches, u128::MAX),
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    1,
+                ),
+            ],
+        );
+        let err = rate(&u, &b, None);
+        assert!(
+            matches!(
+                err,
+                Err(gpumeter_rating::RatingError::QuantityOverflow { .. })
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn one_rounding_per_line_not_per_row() {
+        // 10 windows of 1 launch at 0.004: per row each would round to 0.00; per line 0.04.
+        let b = book(
+            "currency = \"USD\"",
+            &format!("{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"0.004\"\n"),
+        );
+        let rows = (0..10)
+            .map(|i| {
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + i * HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    1,
+                )
+            })
+            .collect();
+        let u = report(3600, vec![device("GPU-0", Some("NVIDIA H100"))], rows);
+        let doc = rated(&u, &b, None);
+        assert_eq!(doc.invoices[0].lines[0].amount.to_string(), "0.04");
+        assert_eq!(doc.invoices[0].lines[0].quantity, Some(Quantity(10)));
+    }
+}
+
+mod sku_matching {
+    use super::*;
+
+    const SKUS: &str = r#"
+[[sku]]
+id = "any"
+match = "*"
+[[sku]]
+id = "h100-short"
+match = ["NVIDIA H*"]
+[[sku]]
+id = "h100-long"
+match = ["NVIDIA H100 80GB*"]
+[[sku]]
+id = "h100-exact"
+match = ["NVIDIA H100 80GB HBM3"]
+[[sku]]
+id = "a100"
+match = ["NVIDIA A100*", "A100 spare"]
+"#;
+
+    #[test]
+    fn exact_beats_longest_prefix_beats_fallback() {
+        let b = book("currency = \"USD\"", SKUS);
+        let got = b.check_devices(&[
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H100 80GB HBM3e",
+            "NVIDIA H200",
+            "NVIDIA A100-PG509-200",
+            "A100 spare",
+            "Tesla V100-SXM2-16GB",
+            "",
+        ]);
+        let ids: Vec<Option<&str>> = got.iter().map(|(_, s)| s.as_deref()).collect();
+        assert_eq!(
+            ids,
+            vec![
+                Some("h100-exact"),
+                Some("h100-long"),
+                Some("h100-short"),
+                Some("a100"),
+                Some("a100"),
+                Some("any"),
+                Some("any"),
+            ]
+        );
+        assert_eq!(got[0].0, "NVIDIA H100 80GB HBM3");
+    }
+
+    #[test]
+    fn no_fallback_means_no_sku() {
+        let b = book("currency = \"USD\"", H100_SKU);
+        assert_eq!(
+            b.check_devices(&["NVIDIA B200"]),
+            vec![("NVIDIA B200".to_string(), None)]
+        );
+        assert!(matches!(b.sku_for("NVIDIA B200"), Ok(None)));
+    }
+
+    #[test]
+    fn equal_candidates_are_a_validation_error() {
+        let err = book_with(
+            "currency = \"USD\"",
+            "[[sku]]\nid = \"a\"\nmatch = [\"NVIDIA H100*\"]\n[[sku]]\nid = \"b\"\nmatch = [\"X\", \"NVIDIA H100*\"]\n",
+        );
+        match err {
+            Err(PriceBookError::Invalid {
+                table,
+                field,
+                value,
+                reason,
+                ..
+            }) => {
+                assert_eq!(table, "sku[1]");
+                assert_eq!(field, "match");
+                assert_eq!(value, "\"NVIDIA H100*\"");
+                assert!(reason.contains("sku[0]"), "{reason}");
+            }
+            other => panic!("expected Invalid, got {other:?}"),
+        }
+        let err = book_with(
+            "currency = \"USD\"",
+            "[[sku]]\nid = \"a\"\nmatch = [\"*\"]\n[[sku]]\nid = \"b\"\nmatch = [\"*\"]\n",
+        );
+        assert!(
+            matches!(err, Err(PriceBookError::Invalid { .. })),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn rating_uses_the_best_match() {
+        let b = book(
+            "currency = \"USD\"",
+            &format!(
+                "{SKUS}\n[[rate]]\nsku = \"h100-exact\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"1\"\n\
+                 [[rate]]\nsku = \"any\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"2\"\n"
+            ),
+        );
+        let u = report(
+            3600,
+            vec![
+                device("GPU-0", Some("NVIDIA H100 80GB HBM3")),
+                device("GPU-1", Some("Tesla T4")),
+            ],
+            vec![
+                row("alice", "GPU-0", DEC1, MeterKind::KernelLaunches, 3),
+                row("alice", "GPU-1", DEC1, MeterKind::KernelLaunches, 5),
+            ],
+        );
+        let doc = rated(&u, &b, None);
+        let lines: Vec<(Option<&str>, String)> = doc.invoices[0]
+            .lines
+            .iter()
+            .map(|l| (l.sku.as_deref(), l.amount.to_string()))
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                (Some("any"), "10.00".into()),
+                (Some("h100-exact"), "3.00".into())
+            ]
+        );
+    }
+}
+
+mod validation {
+    use super::*;
+
+    const OK_RATE: &str =
+        "[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"0.0175\"\n";
+
+    /// (header, body, table, field, a fragment of the message)
+    #[test]
+    fn errors_name_table_field_and_value() {
+        let usd = "currency = \"USD\"";
+        let cases: Vec<(&str, String, &str, &str, &str)> = vec![
+            ("currency = \"XYZ\"", String::new(), "", "currency", "\"XYZ\""),
+            ("currency = \"USD\"\ninvoice_minimum = \"0.505\"", String::new(), "", "invoice_minimum", "minor unit"),
+            ("currency = \"JPY\"\ninvoice_minimum = \"0.5\"", String::new(), "", "invoice_minimum", "JPY"),
+            ("currency = \"USD\"\nrounding = \"nearest\"", String::new(), "", "rounding", "\"nearest\""),
+            (usd, format!("{H100_SKU}{OK_RATE}[[rate]]\nsku = \"h100\"\nmeter = \"kernel_ns\"\nunit = \"hour\"\nunit_price = \"-1\"\n"), "rate[1]", "unit_price", "negative"),
+            (usd, format!("{H100_SKU}{OK_RATE}[[rate]]\nsku = \"h100\"\nmeter = \"kernel_ns\"\nunit = \"hour\"\nunit_price = 0.5\n"), "rate[1]", "unit_price", "float"),
+            (usd, format!("{H100_SKU}{OK_RATE}[[rate]]\nsku = \"h100\"\nmeter = \"kernel_ns\"\nunit = \"hour\"\nunit_price = \"1e3\"\n"), "rate[1]", "unit_price", "\"1e3\""),
+            (usd, format!("{H100_SKU}{OK_RATE}[[rate]]\nsku = \"b200\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"1\"\n"), "rate[1]", "sku", "\"b200\""),
+            (usd, format!("{H100_SKU}{OK_RATE}[[rate]]\nsku = \"h100\"\nmeter = \"sm_hours\"\nunit = \"SM·hour\"\nunit_price = \"1\"\n"), "rate[1]", "meter", "\"sm_hours\""),
+            (usd, format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"GiB\"\nunit_price = \"1\"\n"), "rate[0]", "unit", "SM·hour"),
+            (usd, format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·minute\"\nunit_price = \"1\"\n"), "rate[0]", "unit", "not a pricing unit"),
+            (usd, format!("{H100_SKU}{OK_RATE}{OK_RATE}"), "rate[1]", "meter", "rate[0]"),
+            (usd, format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"1\"\nvalid_from = \"2026-12-01T00:00:00Z\"\nvalid_to = \"2026-11-01T00:00:00Z\"\n"), "rate[0]", "valid_to", "after valid_from"),
+            (usd, format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"1\"\nvalid_from = \"yesterday\"\n"), "rate[0]", "valid_from", "RFC 3339"),
+            (usd, format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\n"), "rate[0]", "unit_price", "missing"),
+            (usd, format!("{H100_SKU}[[sku]]\nid = \"h100\"\nmatch = [\"X\"]\n"), "sku[1]", "id", "sku[0]"),
+            (usd, "[[sku]]\nid = \"x\"\nmatch = []\n".to_string(), "sku[0]", "match", "at least one"),
+            (usd, "[[sku]]\nid = \"x\"\nmatch = [\"NVIDIA*H100\"]\n".to_string(), "sku[0]", "match", "\"NVIDIA*H100\""),
+            (usd, "[[sku]]\nid = \"x\"\n".to_string(), "sku[0]", "match", "missing"),
+            ("currency = \"USD\"\nschema2 = 1", String::new(), "", "", "unknown key `schema2`"),
+            (usd, format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_prize = \"1\"\n"), "rate[0]", "", "unknown key `unit_prize`"),
+        ];
+        for (header, body, table, field, fragment) in cases {
+            let err = match book_with(header, &body) {
+                Ok(_) => panic!("should fail: {header} {body}"),
+                Err(e) => e,
+            };
+            let msg = err.to_string();
+            assert!(msg.starts_with("test.toml: "), "{msg}");
+            assert!(msg.contains(fragment), "`{fragment}` not in: {msg}");
+            let (t, f) = match &err {
+                PriceBookError::Invalid { table, field, .. }
+                | PriceBookError::Missing { table, field, .. } => (table.clone(), *field),
+                PriceBookError::UnknownKey { table, .. } => (table.clone(), ""),
+                other => panic!("unexpected error kind: {other:?}"),
+            };
+            assert_eq!((t.as_str(), f), (table, field), "{msg}");
+            if !table.is_empty() && !field.is_empty() {
+                assert!(msg.contains(&format!("{table}.{field}")), "{msg}");
+            }
+        }
+    }
+
+    #[test]
+    fn schema_and_syntax() {
+        let err = PriceBook::from_toml_str(
+            "p.toml",
+            "schema = \"gpumeter.pricebook/v2\"\nversion = \"1\"\ncurrency = \"USD\"\n",
+        );
+        assert!(
+            matches!(&err, Err(PriceBookError::Invalid { field, .. }) if *field == "schema"),
+            "{err:?}"
+        );
+        let err = PriceBook::from_toml_str("p.toml", "schema = ");
+        assert!(
+            matches!(&err, Err(PriceBookError::Syntax { file, .. }) if file == "p.toml"),
+            "{err:?}"
+        );
+        let err = PriceBook::from_toml_str(
+            "p.toml",
+            "schema = \"gpumeter.pricebook/v1\"\ncurrency = \"USD\"\n",
+        );
+        assert!(
+            matches!(&err, Err(PriceBookError::Missing { field, .. }) if *field == "version"),
+            "{err:?}"
+        );
+        let err = PriceBook::from_path(std::path::Path::new("/nonexistent/book.toml"));
+        assert!(
+            matches!(&err, Err(PriceBookError::Io { file, .. }) if file == "/nonexistent/book.toml"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn not_yet_supported_features_are_refused_with_their_issue() {
+        let usd = "currency = \"USD\"";
+        let cases: Vec<(String, &str, &str, &str)> = vec![
+            (format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nmodel = \"graduated\"\ntiers = [ {{ up_to = \"5000\", unit_price = \"0.0175\" }}, {{ up_to = \"inf\", unit_price = \"0.0140\" }} ]\n"), "rate[0]", "model", "tiers"),
+            (format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\ntiers = [ {{ up_to = \"inf\", unit_price = \"0.0140\" }} ]\n"), "rate[0]", "tiers", "tiers"),
+            (format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"1\"\nmodel = \"package\"\npackage_size = \"100\"\n"), "rate[0]", "model", "tiers"),
+            (format!("{H100_SKU}{OK_RATE}increment = \"0.001\"\n"), "rate[0]", "increment", "increments"),
+            (format!("{H100_SKU}{OK_RATE}[[band]]\nname = \"off-peak\"\ntz = \"Asia/Shanghai\"\ndays = [\"mon\", \"tue\"]\nhours = \"22:00-08:00\"\nmultiplier = \"0.60\"\nmeters = [\"sm_ns\"]\nskus = [\"h100\"]\n"), "band[0]", "name", "bands"),
+        ];
+        for (body, t, f, feat) in cases {
+            match book_with(usd, &body) {
+                Err(e @ PriceBookError::NotSupported { .. }) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains("not supported yet in price book v0"), "{msg}");
+                    if let PriceBookError::NotSupported {
+                        table,
+                        field,
+                        feature,
+                        ..
+                    } = e
+                    {
+                        assert_eq!((table.as_str(), field, feature), (t, f, feat));
+                    }
+                }
+                other => panic!("expected NotSupported for {t}.{f}, got {other:?}"),
+            }
+        }
+        // A malformed band is reported as malformed, before "not supported".
+        let err = book_with(usd, &format!("{H100_SKU}[[band]]\nname = \"x\"\ntz = \"UTC\"\nhours = \"8-9\"\nmultiplier = \"1\"\n"));
+        assert!(
+            matches!(&err, Err(PriceBookError::Invalid { field, .. }) if *field == "hours"),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn accepted_forms() {
+        let b = book(
+            "currency = \"USD\"\nrounding = \"up\"\ninvoice_minimum = \"0.5\"\n[extensions]\nowner = \"ops\"",
+            &format!(
+                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1K\"\nunit_price = 2\n\
+                 valid_from = 2026-12-01T00:00:00Z\nvalid_to = \"2027-01-01T00:00:00+00:00\"\n"
+            ),
+        );
+        assert_eq!(
+            b.invoice_minimum().map(|m| m.to_string()),
+            Some("0.50".to_string())
+        );
+        assert_eq!(b.invoice_minimum_minor_units(), Some(50));
+        assert_eq!(b.rates()[0].unit_price.to_string(), "2");
+        assert_eq!(b.rates()[0].valid_from, Some(DEC1));
+        assert_eq!(b.rounding(), gpumeter_rating::Rounding::Up);
+        assert_eq!(b.version(), "test-1");
+        assert_eq!(b.sha256().len(), 64);
+        let summary = b.summary().join("\n");
+        assert!(
+            summary.contains("sku h100 matches \"NVIDIA H100*\""),
+            "{summary}"
+        );
+        assert!(
+            summary.contains("rate[0] kernel_launches: 2 USD per 1K"),
+            "{summary}"
+        );
+    }
+
+    #[test]
+    fn sha256_is_over_the_bytes_as_given() {
+        let text = "schema = \"gpumeter.pricebook/v1\"\nversion = \"1\"\ncurrency = \"USD\"\n";
+        let b = PriceBook::from_toml_str("x.toml", text).map_err(|e| e.to_string());
+        // sha256 of the text above, by `sha256sum`
+        use sha2::Digest;
+        let want = hex::encode(sha2::Sha256::digest(text.as_bytes()));
+        assert_eq!(b.map(|b| b.sha256().to_string()), Ok(want));
+    }
+
+    #[test]
+    fn example_price_book_parses() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/pricebook.toml");
+        let b = match PriceBook::from_path(&path) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(b.currency().code(), "USD");
+        assert_eq!(
+            b.invoice_minimum().map(|m| m.to_string()),
+            Some("0.50".to_string())
+        );
+        let got = b.check_devices(&[
+            "Tesla V100-SXM2-16GB",
+            "NVIDIA A100-PG509-200",
+            "NVIDIA H100 80GB HBM3",
+            "NVIDIA H200",
+            "NVIDIA B200",
+            "NVIDIA L4",
+            "NVIDIA GeForce RTX 4090",
+        ]);
+        assert!(got[..6].iter().all(|(_, s)| s.is_some()), "{got:?}");
+        assert_eq!(got[6].1, None);
+        for sku in b.skus() {
+            assert!(
+                b.rates()
+                    .iter()
+                    .any(|r| r.sku == sku.id && r.meter == MeterKind::SmNs),
+                "{} has an sm_ns rate",
+                sku.id
+            );
+        }
+    }
+}
+
+mod effective_dating {
+    use super::*;
+
+    const DATED: &str = r#"
+[[rate]]
+sku = "h100"
+meter = "kernel_launches"
+unit = "1"
+unit_price = "1"
+valid_to = "2026-12-01T10:00:00Z"
+[[rate]]
+sku = "h100"
+meter = "kernel_launches"
+unit = "1"
+unit_price = "2"
+valid_from = "2026-12-01T10:00:00Z"
+valid_to = "2026-12-01T12:00:00Z"
+"#;
+
+    #[test]
+    fn each_window_is_rated_by_the_rate_in_force_at_its_start() {
+        let b = book("currency = \"USD\"", &format!("{H100_SKU}{DATED}"));
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + 8 * HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    3,
+                ),
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + 9 * HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    4,
+                ),
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + 10 * HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    5,
+                ),
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + 11 * HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    6,
+                ),
+                // after every rate: unpriced, with a warning
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + 12 * HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    7,
+                ),
+            ],
+        );
+        let doc = rated(&u, &b, None);
+        let inv = &doc.invoices[0];
+        let lines: Vec<(String, Option<Quantity>, String)> = inv
+            .lines
+            .iter()
+            .map(|l| {
+                (
+                    l.unit_price.map(|p| p.to_string()).unwrap_or_default(),
+                    l.quantity,
+                    l.amount.to_string(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                ("1".to_string(), Some(Quantity(7)), "7.00".to_string()),
+                ("2".to_string(), Some(Quantity(11)), "22.00".to_string()),
+            ]
+        );
+        assert_eq!(inv.subtotal.to_string(), "29.00");
+        assert_eq!(inv.unpriced.len(), 1);
+        assert_eq!(inv.unpriced[0].quantity, Quantity(7));
+        assert!(
+            inv.warnings.iter().any(|w| w.contains("not priced")),
+            "{:?}",
+            inv.warnings
+        );
+        assert_sums(inv);
+    }
+
+    #[test]
+    fn validity_edges_must_fall_on_window_edges() {
+        let body = format!(
+            "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"1\"\nvalid_from = \"2026-12-01T10:30:00Z\"\n"
+        );
+        let b = book("currency = \"USD\"", &body);
+        let hourly = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![row(
+                "alice",
+                "GPU-0",
+                DEC1 + 11 * HOUR_NS,
+                MeterKind::KernelLaunches,
+                1,
+            )],
+        );
+        match rate(&hourly, &b, None) {
+            Err(e @ gpumeter_rating::RatingError::EdgeNotOnWindow { .. }) => {
+                let msg = e.to_string();
+                assert!(
+                    msg.contains("rate[0].valid_from = 2026-12-01T10:30:00Z"),
+                    "{msg}"
+                );
+                assert!(msg.contains("3600 s"), "{msg}");
+            }
+            other => panic!("expected EdgeNotOnWindow, got {other:?}"),
+        }
+        // With 15-minute windows the same book rates.
+        let quarter = report(
+            900,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![row(
+                "alice",
+                "GPU-0",
+                DEC1 + 11 * HOUR_NS,
+                MeterKind::KernelLaunches,
+                1,
+            )],
+        );
+        let doc = rated(&quarter, &b, None);
+        assert_eq!(doc.invoices[0].total.to_string(), "1.00");
+    }
+}
+
+mod invoices {
+    use super::*;
+
+    fn priced_book(minimum: &str) -> PriceBook {
+        book(
+            &format!("currency = \"USD\"\ninvoice_minimum = \"{minimum}\""),
+            &format!(
+                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"0.0175\"\n\
+                 [[rate]]\nsku = \"h100\"\nmeter = \"memcpy_htod_bytes\"\nunit = \"GB\"\nunit_price = \"0.01\"\n"
+            ),
+        )
+    }
+
+    #[test]
+    fn minimum_tops_up_a_small_invoice() {
+        // 12.5 SM·hour × 0.0175 = 0.21875 → 0.22; minimum 0.50 → top-up 0.28
+        let u = one_row_report(MeterKind::SmNs, 125 * 360_000_000_000);
+        let doc = rated(&u, &priced_book("0.50"), None);
+        let inv = &doc.invoices[0];
+        assert_eq!(inv.lines.len(), 2);
+        assert_eq!(inv.lines[0].amount.to_string(), "0.22");
+        let m = &inv.lines[1];
+        assert_eq!(m.kind, LineKind::Minimum);
+        assert_eq!((m.meter, m.sku.as_deref(), m.quantity), (None, None, None));
+        assert_eq!(m.amount.to_string(), "0.28");
+        assert_eq!(inv.subtotal.to_string(), "0.50");
+        assert_eq!(inv.total.to_string(), "0.50");
+        assert_sums(inv);
+        // Above the minimum: no minimum line.
+        let doc = rated(&u, &priced_book("0.10"), None);
+        assert_eq!(doc.invoices[0].lines.len(), 1);
+        assert_eq!(doc.invoices[0].subtotal.to_string(), "0.22");
+    }
+
+    #[test]
+    fn unpriced_devices_are_listed_never_dropped() {
+        let u = report(
+            3600,
+            vec![
+                device("GPU-0", Some("NVIDIA H100 80GB HBM3")),
+                device("GPU-1", None),
+                device("GPU-2", Some("NVIDIA B200")),
+            ],
+            vec![
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::SmNs,
+                    3_600_000_000_000 * 100,
+                ),
+                row("alice", "GPU-1", DEC1, MeterKind::SmNs, 11),
+                row("alice", "GPU-1", DEC1 + HOUR_NS, MeterKind::SmNs, 12),
+                row("alice", "GPU-2", DEC1, MeterKind::KernelNs, 13),
+                row("alice", "GPU-9", DEC1, MeterKind::KernelNs, 14),
+                // priced device, meter without a rate: not billed, not unpriced
+                row("alice", "GPU-0", DEC1, MeterKind::KernelLaunches, 99),
+            ],
+        );
+        let doc = rated(&u, &priced_book("0"), None);
+        let inv = &doc.invoices[0];
+        assert_eq!(inv.lines.len(), 1);
+        assert_eq!(inv.lines[0].amount.to_string(), "1.75");
+        let unpriced: Vec<(&str, Option<&str>, MeterKind, Quantity)> = inv
+            .unpriced
+            .iter()
+            .map(|p| {
+                (
+                    p.device_key.as_str(),
+                    p.device.as_deref(),
+                    p.meter,
+                    p.quantity,
+                )
+            })
+            .collect();
+        assert_eq!(
+            unpriced,
+            vec![
+                ("GPU-1", None, MeterKind::SmNs, Quantity(23)),
+                (
+                    "GPU-2",
+                    Some("NVIDIA B200"),
+                    MeterKind::KernelNs,
+                    Quantity(13)
+                ),
+                ("GPU-9", None, MeterKind::KernelNs, Quantity(14)),
+            ]
+        );
+        assert!(inv.unpriced[1].reason.contains("NVIDIA B200"));
+        assert_eq!(inv.warnings.len(), 3, "{:?}", inv.warnings);
+        assert!(inv.warnings.iter().all(|w| w.contains("not priced")));
+        assert_sums(inv);
+    }
+
+    #[test]
+    fn one_invoice_per_tenant_sorted_with_period() {
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![
+                row(
+                    "zoe",
+                    "GPU-0",
+                    DEC1 + HOUR_NS,
+                    MeterKind::SmNs,
+                    3_600_000_000_000,
+                ),
+                row("Bob", "GPU-0", DEC1, MeterKind::SmNs, 3_600_000_000_000),
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + 2 * HOUR_NS,
+                    MeterKind::SmNs,
+                    3_600_000_000_000,
+                ),
+            ],
+        );
+        let doc = rated(&u, &priced_book("0"), None);
+        let tenants: Vec<&str> = doc.invoices.iter().map(|i| i.tenant.as_str()).collect();
+        assert_eq!(tenants, vec!["Bob", "alice", "zoe"]);
+        for inv in &doc.invoices {
+            assert_eq!(inv.period.from, "2026-12-01T00:00:00Z");
+            assert_eq!(inv.period.to, "2026-12-01T03:00:00Z");
+            assert_eq!(inv.currency, "USD");
+            assert_eq!(inv.price_book.version, "test-1");
+            assert_eq!(inv.usage_sha256, u.sha256);
+            assert_eq!(inv.ledger_head, None);
+            assert!(inv.credits_applied.is_empty());
+        }
+        // An explicit period keeps only rows whose window starts in it.
+        let doc = rated(
+            &u,
+            &priced_book("0"),
+            Some((DEC1 + HOUR_NS, DEC1 + 2 * HOUR_NS)),
+        );
+        let tenants: Vec<&str> = doc.invoices.iter().map(|i| i.tenant.as_str()).collect();
+        assert_eq!(tenants, vec!["zoe"]);
+        assert_eq!(doc.invoices[0].period.from, "2026-12-01T01:00:00Z");
+        // Periods must be non-empty and on window edges.
+        for p in [
+            (DEC1, DEC1),
+            (DEC1 + HOUR_NS, DEC1),
+            (DEC1 + 1, DEC1 + HOUR_NS),
+        ] {
+            let r = rate(&u, &priced_book("0"), Some(p));
+            assert!(
+                matches!(r, Err(gpumeter_rating::RatingError::Period { .. })),
+                "{p:?}: {r:?}"
+            );
+        }
+        // No usage: no invoices.
+        let empty = report(3600, vec![], vec![]);
+        assert!(rated(&empty, &priced_book("0"), None).invoices.is_empty());
+    }
+
+    #[test]
+    fn loss_and_report_warnings_are_carried() {
+        let mut u = one_row_report(MeterKind::SmNs, 1);
+        u.loss.push(LossEntry {
+            device: 0,
+            device_key: "GPU-0".into(),
+            reason: "zero_timestamp".into(),
+            records: 2,
+        });
+        u.warnings
+            .push("time meters come from an instrumented run".into());
+        let doc = rated(&u, &priced_book("0"), None);
+        let w = &doc.invoices[0].warnings;
+        assert!(
+            w[0].starts_with("usage has loss: 2 records lost (2 zero_timestamp on GPU-0)"),
+            "{w:?}"
+        );
+        assert!(
+            w.iter()
+                .any(|w| w == "usage report: time meters come from an instrumented run"),
+            "{w:?}"
+        );
+    }
+
+    #[test]
+    fn unsealed_report_is_cited_by_its_digest() {
+        let sealed = one_row_report(MeterKind::SmNs, 1);
+        let mut unsealed = sealed.clone();
+        unsealed.sha256 = String::new();
+        let b = book("currency = \"USD\"", H100_SKU);
+        let doc = rated(&unsealed, &b, None);
+        assert_eq!(doc.invoices[0].usage_sha256, sealed.sha256);
+    }
+
+    #[test]
+    fn bad_reports_are_errors() {
+        let mut u = one_row_report(MeterKind::SmNs, 1);
+        u.usage[0].window_start = "2026-12-01T00:30:00Z".into();
+        let r = rate(&u, &priced_book("0"), None);
+        assert!(
+            matches!(&r, Err(gpumeter_rating::RatingError::Usage { field, .. }) if field == "usage[0].window_start"),
+            "{r:?}"
+        );
+        u.usage[0].window_start = "noon".into();
+        assert!(rate(&u, &priced_book("0"), None).is_err());
+        let mut u = one_row_report(MeterKind::SmNs, 1);
+        u.window_seconds = 7;
+        assert!(matches!(
+            rate(&u, &priced_book("0"), None),
+            Err(gpumeter_rating::RatingError::Usage { .. })
+        ));
+        let mut u = one_row_report(MeterKind::SmNs, 1);
+        u.schema = "something/v9".into();
+        assert!(rate(&u, &priced_book("0"), None).is_err());
+    }
+
+    #[test]
+    fn json_is_deterministic_and_digests_verify() {
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100")), device("GPU-1", None)],
+            vec![
+                row("bob", "GPU-0", DEC1, MeterKind::SmNs, 7_200_000_000_000),
+                row(
+                    "bob",
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::MemcpyHtodBytes,
+                    5_000_000_000,
+                ),
+                row("alice", "GPU-1", DEC1, MeterKind::SmNs, 5),
+                row("alice", "GPU-0", DEC1 + HOUR_NS, MeterKind::SmNs, 1),
+            ],
+        );
+        let b = priced_book("0.50");
+        let a = serde_json::to_string(&rated(&u, &b, None)).unwrap_or_default();
+        let c = serde_json::to_string(&rated(&u, &b, None)).unwrap_or_default();
+        assert!(!a.is_empty());
+        assert_eq!(a, c);
+
+        let doc = rated(&u, &b, None);
+        assert!(doc.verify_digests());
+        for inv in &doc.invoices {
+            assert_eq!(inv.sha256.len(), 64);
+            assert_sums(inv);
+        }
+        let mut tampered = doc.clone();
+        tampered.invoices[0].total = rust_decimal::Decimal::ZERO;
+        assert!(!tampered.verify_digests());
+
+        // The digest is SHA-256 over the canonical JSON without `sha256`.
+        let v = serde_json::to_value(&doc.invoices[0]).unwrap_or_default();
+        assert_eq!(
+            gpumeter_core::document_sha256(&v, "sha256").ok().as_deref(),
+            Some(doc.invoices[0].sha256.as_str())
+        );
+
+        // Round trip through JSON keeps everything, digests included.
+        let back: InvoiceDocument = serde_json::from_str(&a).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(back, doc);
+        assert!(back.verify_digests());
+    }
+
+    #[test]
+    fn json_shape_follows_design_7() {
+        let u = one_row_report(MeterKind::SmNs, 125 * 360_000_000_000);
+        let doc = rated(&u, &priced_book("0.50"), None);
+        let v = serde_json::to_value(&doc).unwrap_or_default();
+        assert_eq!(v["schema"], "gpumeter.invoice/v1");
+        let inv = &v["invoices"][0];
+        let keys: Vec<&str> = inv
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        let mut want = vec![
+            "tenant",
+            "currency",
+            "period",
+            "price_book",
+            "lines",
+            "unpriced",
+            "subtotal",
+            "credits_applied",
+            "total",
+            "warnings",
+            "usage_sha256",
+            "ledger_head",
+            "sha256",
+        ];
+        let mut got = keys.clone();
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want);
+        let line = &inv["lines"][0];
+        let mut lk: Vec<&str> = line
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        lk.sort_unstable();
+        let mut want_lk = vec![
+            "kind",
+            "sku",
+            "meter",
+            "band",
+            "tier",
+            "quantity",
+            "unit",
+            "pricing_unit",
+            "quantity_in_pricing_unit",
+            "billable_quantity",
+            "fragment_carried",
+            "unit_price",
+            "amount",
+        ];
+        want_lk.sort_unstable();
+        assert_eq!(lk, want_lk);
+        assert_eq!(line["kind"], "usage");
+        assert_eq!(line["meter"], "sm_ns");
+        assert_eq!(line["band"], serde_json::Value::Null);
+        assert_eq!(line["quantity"], "45000000000000");
+        assert_eq!(line["quantity_in_pricing_unit"], "12.500000000");
+        assert_eq!(line["unit_price"], "0.0175");
+        assert_eq!(line["amount"], "0.22");
+        assert_eq!(inv["lines"][1]["kind"], "minimum");
+        assert_eq!(inv["lines"][1]["meter"], serde_json::Value::Null);
+        assert_eq!(inv["subtotal"], "0.50");
+        assert_eq!(inv["total"], "0.50");
+        assert_eq!(inv["period"]["from"], "2026-12-01T00:00:00Z");
+        assert_eq!(inv["ledger_head"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn text_table_reads_well() {
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100")), device("GPU-1", None)],
+            vec![
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::SmNs,
+                    125 * 360_000_000_000,
+                ),
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::MemcpyHtodBytes,
+                    2_000_000_000,
+                ),
+                row("alice", "GPU-1", DEC1, MeterKind::SmNs, 5),
+            ],
+        );
+        let doc = rated(&u, &priced_book("0.50"), None);
+        let text = doc.to_text_table();
+        assert!(text.starts_with("Invoice for tenant alice\n"), "{text}");
+        assert!(
+            text.contains("2026-12-01T00:00:00Z to 2026-12-01T01:00:00Z"),
+            "{text}"
+        );
+        assert!(text.contains("12.500000000 SM·hour"), "{text}");
+        assert!(text.contains("Subtotal"), "{text}");
+        assert!(text.contains("Unpriced usage"), "{text}");
+        assert!(text.contains("Warnings:"), "{text}");
+        // Amounts are right-aligned: every amount ends in the same column.
+        let amount_lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.contains("h100")
+                    || l.contains("minimum")
+                    || l.contains("Subtotal")
+                    || l.contains("Total")
+            })
+            .collect();
+        assert_eq!(amount_lines.len(), 5, "{text}");
+        let ends: Vec<usize> = amount_lines.iter().map(|l| l.chars().count()).collect();
+        assert!(ends.windows(2).all(|w| w[0] == w[1]), "{text}");
+        println!("{text}");
+    }
+}
+
+mod properties {
+    use super::*;
+    use gpumeter_rating::money::line_amount_minor_units;
+    use gpumeter_rating::{Currency, PricingUnit, Rounding};
+    use num_bigint::BigUint;
+    use proptest::prelude::*;
+    use rust_decimal::Decimal;
+
+    fn unit_strategy() -> impl Strategy<Value = PricingUnit> {
+        let all: Vec<PricingUnit> = PricingUnit::all().collect();
+        (0..all.len()).prop_map(move |i| all[i])
+    }
+
+    fn currency_strategy() -> impl Strategy<Value = Currency> {
+        prop_oneof![Just("JPY"), Just("USD"), Just("BHD"), Just("CLF")]
+            .prop_map(|c| Currency::from_code(c).unwrap_or_else(|| panic!("{c}")))
+    }
+
+    fn price_strategy() -> impl Strategy<Value = Decimal> {
+        (0u64..=u64::MAX, 0u32..=18)
+            .prop_map(|(m, s)| Decimal::from_i128_with_scale(i128::from(m), s))
+    }
+
+    proptest! {
+        /// |amount − exact| ≤ ½ minor unit for the half modes; up ≥ exact ≥ down; all within
+        /// one minor unit; never a panic.
+        #[test]
+        fn amounts_are_within_half_a_minor_unit(
+            q in prop_oneof![0u128..1_000_000_000_000_000u128, any::<u128>()],
+            price in price_strategy(),
+            unit in unit_strategy(),
+            currency in currency_strategy(),
+        ) {
+            // exact × (10^s × num) = q × m × 10^c × den; compare scaled by the denominator.
+            let m = BigUint::from(u128::try_from(price.mantissa()).unwrap_or(0));
+            let num_exact = BigUint::from(q) * m * BigUint::from(10u32).pow(currency.scale())
+                * BigUint::from(unit.factor_den());
+            let den = BigUint::from(10u32).pow(price.scale()) * BigUint::from(unit.factor_num());
+            let mut got = Vec::new();
+            for mode in [Rounding::HalfEven, Rounding::HalfUp, Rounding::Up, Rounding::Down] {
+                let a = line_amount_minor_units(q, price, &unit, &currency, mode);
+                prop_assert!(a.is_some());
+                let a = a.unwrap_or_default();
+                let scaled = &a * &den;
+                let diff = if scaled >= num_exact { &scaled - &num_exact } else { &num_exact - &scaled };
+                match mode {
+                    Rounding::HalfEven | Rounding::HalfUp => prop_assert!(&diff * 2u32 <= den),
+                    Rounding::Up => prop_assert!(scaled >= num_exact && diff < den),
+                    Rounding::Down => prop_assert!(scaled <= num_exact && diff < den),
+                }
+                // The Decimal form agrees whenever it exists.
+                if let Some(d) = gpumeter_rating::line_amount(q, price, &unit, &currency, mode) {
+                    prop_assert_eq!(d.scale(), currency.scale());
+                    prop_assert_eq!(BigUint::from(u128::try_from(d.mantissa()).unwrap_or(0)), a.clone());
+                }
+                got.push(a);
+            }
+            prop_assert!(got[2] >= got[3]);
+            prop_assert!(got[0] >= got[3] && got[0] <= got[2]);
+            prop_assert!(got[1] >= got[3] && got[1] <= got[2]);
+        }
+
+        /// Whatever the usage, Σ lines == subtotal == total, exactly, and digests verify.
+        #[test]
+        fn lines_sum_to_subtotal(
+            rows in proptest::collection::vec((0usize..3, 0usize..3, 0u64..4, 0usize..4, 0u128..10_000_000_000_000_000), 0..40),
+            mode in prop_oneof![Just("half_even"), Just("half_up"), Just("up"), Just("down")],
+            currency in prop_oneof![Just("JPY"), Just("USD"), Just("KWD")],
+            minimum in prop_oneof![Just(""), Just("invoice_minimum = \"1\"")],
+        ) {
+            let tenants = ["alice", "bob", "carol"];
+            let keys = ["GPU-0", "GPU-1", "GPU-2"];
+            let meters = [MeterKind::SmNs, MeterKind::KernelLaunches, MeterKind::MemcpyHtodBytes, MeterKind::EnergyMj];
+            let usage_rows = rows
+                .iter()
+                .map(|&(t, d, w, m, q)| row(tenants[t], keys[d], DEC1 + w * HOUR_NS, meters[m], q))
+                .collect();
+            let u = report(
+                3600,
+                vec![device("GPU-0", Some("NVIDIA H100")), device("GPU-1", Some("NVIDIA A100")), device("GPU-2", None)],
+                usage_rows,
+            );
+            let b = book(
+                &format!("currency = \"{currency}\"\nrounding = \"{mode}\"\n{minimum}"),
+                r#"
+[[sku]]
+id = "h100"
+match = ["NVIDIA H100*"]
+[[sku]]
+id = "a100"
+match = ["NVIDIA A100*"]
+[[rate]]
+sku = "h100"
+meter = "sm_ns"
+unit = "SM·hour"
+unit_price = "0.022651"
+[[rate]]
+sku = "a100"
+meter = "sm_ns"
+unit = "SM·s"
+unit_price = "0.0000033179"
+[[rate]]
+sku = "h100"
+meter = "kernel_launches"
+unit = "1M"
+unit_price = "0.333"
+[[rate]]
+sku = "a100"
+meter = "memcpy_htod_bytes"
+unit = "GiB"
+unit_price = "0.0123"
+[[rate]]
+sku = "h100"
+meter = "energy_mj"
+unit = "kWh"
+unit_price = "0.17"
+"#,
+            );
+            let doc = rate(&u, &b, None);
+            prop_assert!(doc.is_ok(), "{:?}", doc);
+            let doc = doc.unwrap_or_else(|_| InvoiceDocument::new(vec![]));
+            prop_assert!(doc.verify_digests());
+            for inv in &doc.invoices {
+                let sum = inv.lines.iter().fold(Decimal::ZERO, |a, l| a + l.amount);
+                prop_assert_eq!(sum, inv.subtotal);
+                prop_assert_eq!(inv.total, inv.subtotal);
+                for l in &inv.lines {
+                    prop_assert_eq!(l.amount.scale(), Currency::from_code(currency).map_or(0, |c| c.scale()));
+                }
+            }
+        }
+    }
+}
+
+mod throughput {
+    use super::*;
+
+    /// DESIGN §12 target: rating ≥ 1 M usage rows/s. A smoke measurement, not a benchmark:
+    /// `cargo test --release -p gpumeter-rating -- --ignored --nocapture throughput`.
+    #[test]
+    #[ignore = "timing; run in release"]
+    fn one_million_rows() {
+        let devices: Vec<DeviceEntry> = (0..8)
+            .map(|d| device(&format!("GPU-{d}"), Some("NVIDIA H100 80GB HBM3")))
+            .collect();
+        let meters = [
+            MeterKind::SmNs,
+            MeterKind::GpuBusyNs,
+            MeterKind::KernelLaunches,
+            MeterKind::MemcpyHtodBytes,
+        ];
+        let mut rows = Vec::with_capacity(1_000_000);
+        'outer: for w in 0..1_000u64 {
+            for d in 0..8 {
+                for t in 0..32 {
+                    for m in meters {
+                        if rows.len() == 1_000_000 {
+                            break 'outer;
+                        }
+                        rows.push(row(
+                            &format!("tenant-{t:02}"),
+                            &format!("GPU-{d}"),
+                            DEC1 + w * HOUR_NS,
+                            m,
+                            1_000_000 + u128::from(w),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut u = report(3600, devices, vec![]);
+        u.usage = rows;
+        let b = book(
+            "currency = \"USD\"",
+            &format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"0.0175\"\n\
+                      [[rate]]\nsku = \"h100\"\nmeter = \"memcpy_htod_bytes\"\nunit = \"GB\"\nunit_price = \"0.01\"\n"),
+        );
+        let start = std::time::Instant::now();
+        let doc = rated(&u, &b, None);
+        let secs = start.elapsed().as_secs_f64();
+        println!(
+            "rated {} rows into {} invoices in {secs:.3} s: {:.2} M rows/s",
+            u.usage.len(),
+            doc.invoices.len(),
+            u.usage.len() as f64 / secs / 1e6
+        );
+        assert_eq!(doc.invoices.len(), 32);
+    }
+}
+
+mod robustness {
+    use super::*;
+    use proptest::prelude::*;
+
+    const VALID: &str = include_str!("../../../examples/pricebook.toml");
+
+    proptest! {
+        /// Arbitrary text never panics the parser.
+        #[test]
+        fn any_text_is_an_error_or_a_book(text in ".{0,400}") {
+            let _ = PriceBook::from_toml_str("fuzz.toml", &text);
+        }
+
+        /// Dropping or duplicating lines of a valid book never panics, and whatever parses
+        /// rates without panicking.
+        #[test]
+        fn mutated_books_never_panic(drop in proptest::collection::vec(any::<bool>(), 200), dup in 0usize..200) {
+            let lines: Vec<&str> = VALID.lines().collect();
+            let mut kept: Vec<&str> = lines.iter().zip(drop.iter().cycle()).filter(|(_, d)| !**d).map(|(l, _)| *l).collect();
+            if let Some(l) = lines.get(dup) {
+                kept.push(l);
+            }
+            let text = kept.join("\n");
+            if let Ok(b) = PriceBook::from_toml_str("m.toml", &text) {
+                let u = one_row_report(MeterKind::SmNs, 1_000_000);
+                let _ = rate(&u, &b, None);
+            }
+        }
+    }
+}
