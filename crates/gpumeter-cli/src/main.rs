@@ -1,1 +1,209 @@
-fn main() {}
+//! `gpumeter`: meter GPU activity and preview invoices from the command line (DESIGN §8).
+//!
+//! Exit codes: 0 ok (loss is not an error), 1 bad input file, 2 bad command line.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpumeter::core::time::parse_rfc3339;
+use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
+
+mod table;
+
+/// Fine-grained GPU usage metering: usage reports and invoice previews from GPU activity.
+#[derive(Debug, Parser)]
+#[command(name = "gpumeter", version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Meter inputs into a usage report (gpumeter.usage/v1).
+    Usage {
+        #[command(flatten)]
+        usage: UsageArgs,
+        /// Write the report as JSON instead of a text table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Meter inputs and rate them with a price book: one invoice per tenant (gpumeter.invoice/v1).
+    Preview {
+        #[command(flatten)]
+        usage: UsageArgs,
+        /// Price book (TOML, gpumeter.pricebook/v1).
+        #[arg(long, value_name = "BOOK.toml")]
+        prices: PathBuf,
+        /// Period start, RFC 3339 (inclusive). Default: the usage's first window.
+        #[arg(long, value_name = "T", requires = "to")]
+        from: Option<String>,
+        /// Period end, RFC 3339 (exclusive). Default: the end of the usage's last window.
+        #[arg(long, value_name = "T", requires = "from")]
+        to: Option<String>,
+        /// Write the invoices as JSON instead of a text table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Price-book commands.
+    Prices {
+        #[command(subcommand)]
+        command: PricesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum PricesCommand {
+    /// Validate a price book and show its SKUs and rates (and which SKU each catalog device maps to).
+    Check {
+        /// Price book (TOML).
+        book: PathBuf,
+        /// Device catalog (TOML `[[device]]` tables) to map to SKUs.
+        #[arg(long, value_name = "FILE")]
+        devices: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum FormatArg {
+    /// Detect per file (gzip or `{` → kineto; SQLite → nsys).
+    Auto,
+    /// PyTorch profiler / Kineto trace JSON, plain or .gz.
+    Kineto,
+    /// Nsight Systems SQLite export.
+    Nsys,
+}
+
+#[derive(Debug, Args)]
+struct UsageArgs {
+    /// Input files (Kineto JSON or .json.gz, Nsight Systems .sqlite); several merge into one report.
+    #[arg(required = true, value_name = "INPUT")]
+    inputs: Vec<PathBuf>,
+    /// Input format.
+    #[arg(long, value_enum, default_value = "auto")]
+    format: FormatArg,
+    /// Window size: 60s, 15m, 1h, 1d (must divide one day).
+    #[arg(long, default_value = "1h", value_parser = parse_window)]
+    window: WindowSize,
+    /// Tenant for usage no tenant-map rule attributes (default: unattributed).
+    #[arg(long, value_name = "NAME")]
+    tenant: Option<String>,
+    /// Device catalog (TOML `[[device]]`: id, name, sm_count, compute_capability, uuid).
+    #[arg(long, value_name = "FILE")]
+    devices: Option<PathBuf>,
+}
+
+fn parse_window(s: &str) -> Result<WindowSize, String> {
+    WindowSize::parse(s)
+}
+
+impl UsageArgs {
+    fn options(&self) -> UsageOptions {
+        UsageOptions {
+            format: match self.format {
+                FormatArg::Auto => Format::Auto,
+                FormatArg::Kineto => Format::Kineto,
+                FormatArg::Nsys => Format::Nsys,
+            },
+            meter: MeterConfig {
+                window: self.window,
+                tenant: self.tenant.clone(),
+                ..MeterConfig::default()
+            },
+            devices: self.devices.clone(),
+        }
+    }
+}
+
+/// A failure and the exit code it maps to.
+struct Failure {
+    code: u8,
+    message: String,
+}
+
+impl From<gpumeter::Error> for Failure {
+    fn from(e: gpumeter::Error) -> Self {
+        Failure {
+            code: 1,
+            message: e.to_string(),
+        }
+    }
+}
+
+fn usage_error(message: String) -> Failure {
+    Failure { code: 2, message }
+}
+
+fn to_json<T: serde::Serialize>(v: &T) -> Result<String, Failure> {
+    serde_json::to_string_pretty(v).map_err(|e| Failure {
+        code: 1,
+        message: format!("cannot write JSON: {e}"),
+    })
+}
+
+fn run(cli: Cli) -> Result<String, Failure> {
+    match cli.command {
+        Command::Usage { usage, json } => {
+            let report = gpumeter::meter_inputs(&usage.inputs, &usage.options())?;
+            if json {
+                to_json(&report)
+            } else {
+                Ok(table::usage_table(&report))
+            }
+        }
+        Command::Preview {
+            usage,
+            prices,
+            from,
+            to,
+            json,
+        } => {
+            let period = match (from, to) {
+                (Some(f), Some(t)) => {
+                    let f = parse_rfc3339(&f).map_err(|e| usage_error(format!("--from: {e}")))?;
+                    let t = parse_rfc3339(&t).map_err(|e| usage_error(format!("--to: {e}")))?;
+                    if t <= f {
+                        return Err(usage_error("--to must be after --from".into()));
+                    }
+                    Some((f, t))
+                }
+                _ => None,
+            };
+            let book = gpumeter::load_price_book(&prices)?;
+            let report = gpumeter::meter_inputs(&usage.inputs, &usage.options())?;
+            let invoices = gpumeter::preview(&report, &book, period)?;
+            if json {
+                to_json(&invoices)
+            } else {
+                Ok(invoices.to_text_table())
+            }
+        }
+        Command::Prices {
+            command: PricesCommand::Check { book, devices },
+        } => {
+            let book = gpumeter::load_price_book(&book)?;
+            let catalog = match devices {
+                Some(p) => {
+                    Some(gpumeter::DeviceCatalog::from_path(&p).map_err(gpumeter::Error::from)?)
+                }
+                None => None,
+            };
+            Ok(table::prices_check(&book, catalog.as_ref()))
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(out) => {
+            println!("{out}");
+            ExitCode::SUCCESS
+        }
+        Err(f) => {
+            eprintln!("error: {}", f.message);
+            ExitCode::from(f.code)
+        }
+    }
+}
