@@ -131,7 +131,10 @@ impl DeviceInfo {
         fill(&mut l.registers_per_sm, &o.registers_per_sm);
         fill(&mut l.registers_per_block, &o.registers_per_block);
         fill(&mut l.shared_mem_per_sm_bytes, &o.shared_mem_per_sm_bytes);
-        fill(&mut l.shared_mem_per_block_bytes, &o.shared_mem_per_block_bytes);
+        fill(
+            &mut l.shared_mem_per_block_bytes,
+            &o.shared_mem_per_block_bytes,
+        );
         fill(
             &mut l.shared_mem_per_block_optin_bytes,
             &o.shared_mem_per_block_optin_bytes,

@@ -29,7 +29,9 @@ pub mod report;
 pub mod time;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
-pub use meter::{Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, UNATTRIBUTED};
+pub use meter::{
+    Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, UNATTRIBUTED,
+};
 pub use record::{ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, LossReason, Work};
 pub use report::{
     document_sha256, DeviceEntry, DigestError, Dimension, LossEntry, MeterKind, NotMeterable,

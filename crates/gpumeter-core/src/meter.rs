@@ -26,8 +26,8 @@ use num_traits::{ToPrimitive, Zero};
 use crate::device::DeviceInfo;
 use crate::record::{ActivityRecord, CopyDirection, DeviceSlot, LossReason, Work};
 use crate::report::{
-    DeviceEntry, LossEntry, MeterKind, NotMeterable, Quantity, RecordCounts, SourceEntry,
-    TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+    DeviceEntry, LossEntry, MeterKind, NotMeterable, Quantity, RecordCounts, SourceEntry, TotalRow,
+    UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
 };
 use crate::time::{rfc3339, WindowSize, MAX_RECORD_NS, NS_PER_SECOND};
 
@@ -355,7 +355,10 @@ impl Meter {
         match &rec.work {
             Work::Kernel(k) => {
                 self.counts.kernel += 1;
-                *start_cell.ints.entry((key, MeterKind::KernelLaunches)).or_insert(0) += 1;
+                *start_cell
+                    .ints
+                    .entry((key, MeterKind::KernelLaunches))
+                    .or_insert(0) += 1;
                 if let (Some(n), Some(blocks)) = (sm_count, k.blocks()) {
                     held = blocks.min(u64::from(n)) as u32;
                 }
@@ -386,8 +389,10 @@ impl Meter {
             }
             Work::Memset { bytes } => {
                 self.counts.memset += 1;
-                *start_cell.ints.entry((key, MeterKind::MemsetBytes)).or_insert(0) +=
-                    u128::from(*bytes);
+                *start_cell
+                    .ints
+                    .entry((key, MeterKind::MemsetBytes))
+                    .or_insert(0) += u128::from(*bytes);
             }
             Work::GraphLaunch => {}
         }
@@ -593,7 +598,10 @@ fn cell_quantities(
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
 /// then one unit each to the largest fractional parts, ties to the tenant name that sorts first
 /// (bytewise). DESIGN §4 "Integer shares".
-pub(crate) fn largest_remainder(shares: BTreeMap<String, BigRational>, total: u128) -> BTreeMap<String, u128> {
+pub(crate) fn largest_remainder(
+    shares: BTreeMap<String, BigRational>,
+    total: u128,
+) -> BTreeMap<String, u128> {
     let mut floors: BTreeMap<String, u128> = BTreeMap::new();
     let mut fracs: Vec<(BigRational, String)> = Vec::new();
     let mut sum: u128 = 0;

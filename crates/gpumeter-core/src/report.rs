@@ -323,13 +323,16 @@ pub enum DigestError {
 ///
 /// # Errors
 /// [`DigestError::Canonical`] when the value cannot be canonicalized.
-pub fn document_sha256(value: &serde_json::Value, digest_field: &str) -> Result<String, DigestError> {
+pub fn document_sha256(
+    value: &serde_json::Value,
+    digest_field: &str,
+) -> Result<String, DigestError> {
     let mut v = value.clone();
     if let serde_json::Value::Object(map) = &mut v {
         map.remove(digest_field);
     }
-    let bytes = serde_json_canonicalizer::to_vec(&v)
-        .map_err(|e| DigestError::Canonical(e.to_string()))?;
+    let bytes =
+        serde_json_canonicalizer::to_vec(&v).map_err(|e| DigestError::Canonical(e.to_string()))?;
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 

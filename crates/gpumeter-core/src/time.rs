@@ -157,6 +157,9 @@ mod tests {
         let ns = 1_752_826_085_123_456_789;
         assert_eq!(parse_rfc3339(&rfc3339(ns)), Ok(ns));
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(parse_rfc3339("2025-07-18T10:00:00+02:00").map(rfc3339), Ok("2025-07-18T08:00:00Z".into()));
+        assert_eq!(
+            parse_rfc3339("2025-07-18T10:00:00+02:00").map(rfc3339),
+            Ok("2025-07-18T08:00:00Z".into())
+        );
     }
 }

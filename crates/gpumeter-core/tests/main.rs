@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use gpumeter_core::{
     ActivityRecord, CopyDirection, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind,
-    TenantMap, UsageReport, Work, WindowSize,
+    TenantMap, UsageReport, WindowSize, Work,
 };
 use proptest::prelude::*;
 
@@ -94,15 +94,35 @@ fn loss_reasons_feed_no_meter() {
     meter.push(ActivityRecord::new(dev, 0, BASE + 5, kernel(1)));
     meter.push(ActivityRecord::new(dev, BASE + 5, 0, kernel(1)));
     meter.push(ActivityRecord::new(dev, BASE + 9, BASE + 5, kernel(1)));
-    meter.push(ActivityRecord::new(dev, BASE + 1, BASE + 8 * 86_400 * S, kernel(1)));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 1,
+        BASE + 8 * 86_400 * S,
+        kernel(1),
+    ));
     let good = ActivityRecord::new(dev, BASE + 100, BASE + 200, kernel(1));
     meter.push(good.clone());
     meter.push(good); // duplicate
-    // A late record: far beyond the horizon, then one 61 s older.
-    meter.push(ActivityRecord::new(dev, BASE + 1000 * S, BASE + 1000 * S + 5, Work::Memset { bytes: 4 }));
-    meter.push(ActivityRecord::new(dev, BASE + 900 * S, BASE + 900 * S + 5, Work::Memset { bytes: 4 }));
+                      // A late record: far beyond the horizon, then one 61 s older.
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 1000 * S,
+        BASE + 1000 * S + 5,
+        Work::Memset { bytes: 4 },
+    ));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 900 * S,
+        BASE + 900 * S + 5,
+        Work::Memset { bytes: 4 },
+    ));
     // Zero duration is valid.
-    meter.push(ActivityRecord::new(dev, BASE + 1001 * S, BASE + 1001 * S, kernel(1)));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 1001 * S,
+        BASE + 1001 * S,
+        kernel(1),
+    ));
     let r = meter.finish().expect("report");
     let k = "GPU-test";
     assert_eq!(r.lost(k, "zero_timestamp"), 2);
@@ -125,19 +145,46 @@ fn window_split_of_time_meters_and_counts_at_start() {
     });
     let dev = meter.register_device(device(Some(4)));
     // A kernel from 50 s to 130 s after a window edge: 10 s, 60 s, 10 s in three windows.
-    meter.push(ActivityRecord::new(dev, BASE + 50 * S, BASE + 130 * S, kernel(8)));
-    meter.push(ActivityRecord::new(dev, BASE + 59 * S, BASE + 61 * S, Work::Memcpy { bytes: 7, direction: CopyDirection::HostToDevice }));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 50 * S,
+        BASE + 130 * S,
+        kernel(8),
+    ));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 59 * S,
+        BASE + 61 * S,
+        Work::Memcpy {
+            bytes: 7,
+            direction: CopyDirection::HostToDevice,
+        },
+    ));
     let r = meter.finish().expect("report");
     let rows: Vec<(String, MeterKind, u128)> = r
         .usage
         .iter()
         .map(|u| (u.window_start.clone(), u.meter, u.quantity.0))
         .collect();
-    let kernel_ns: Vec<u128> = rows.iter().filter(|r| r.1 == MeterKind::KernelNs).map(|r| r.2).collect();
-    assert_eq!(kernel_ns, vec![10 * S as u128, 60 * S as u128, 10 * S as u128]);
-    let sm: Vec<u128> = rows.iter().filter(|r| r.1 == MeterKind::SmNs).map(|r| r.2).collect();
+    let kernel_ns: Vec<u128> = rows
+        .iter()
+        .filter(|r| r.1 == MeterKind::KernelNs)
+        .map(|r| r.2)
+        .collect();
+    assert_eq!(
+        kernel_ns,
+        vec![10 * S as u128, 60 * S as u128, 10 * S as u128]
+    );
+    let sm: Vec<u128> = rows
+        .iter()
+        .filter(|r| r.1 == MeterKind::SmNs)
+        .map(|r| r.2)
+        .collect();
     assert_eq!(sm, vec![40 * S as u128, 240 * S as u128, 40 * S as u128]);
-    let bytes: Vec<&(String, MeterKind, u128)> = rows.iter().filter(|r| r.1 == MeterKind::MemcpyHtodBytes).collect();
+    let bytes: Vec<&(String, MeterKind, u128)> = rows
+        .iter()
+        .filter(|r| r.1 == MeterKind::MemcpyHtodBytes)
+        .collect();
     assert_eq!(bytes.len(), 1);
     assert_eq!(bytes[0].2, 7);
     assert!(r.verify_digest());
@@ -146,9 +193,16 @@ fn window_split_of_time_meters_and_counts_at_start() {
 #[test]
 fn same_source_twice_is_metered_once() {
     let mut meter = Meter::new(MeterConfig::default());
-    let src = gpumeter_core::SourceInfo { name: "a.json".into(), format: "kineto".into(), sha256: "ab".into() };
+    let src = gpumeter_core::SourceInfo {
+        name: "a.json".into(),
+        format: "kineto".into(),
+        sha256: "ab".into(),
+    };
     assert!(meter.begin_source(src.clone()));
-    assert!(!meter.begin_source(gpumeter_core::SourceInfo { name: "b.json".into(), ..src }));
+    assert!(!meter.begin_source(gpumeter_core::SourceInfo {
+        name: "b.json".into(),
+        ..src
+    }));
     let r = meter.finish().expect("report");
     assert_eq!(r.sources.len(), 1);
     assert!(r.warnings.iter().any(|w| w.contains("same SHA-256")));
@@ -174,9 +228,18 @@ fn memory_is_bounded_by_horizon_and_cells_not_records() {
     assert!(peak <= 2 * 1_001 + 2, "peak buffered records {peak}");
     assert!(meter.cells() <= 5, "cells {}", meter.cells());
     let r = meter.finish().expect("report");
-    assert_eq!(r.device_total("GPU-test", MeterKind::KernelLaunches), 200_000);
-    assert_eq!(r.device_total("GPU-test", MeterKind::KernelNs), 200_000 * 500_000);
-    assert_eq!(r.device_total("GPU-test", MeterKind::SmNs), 200_000 * 500_000 * 4);
+    assert_eq!(
+        r.device_total("GPU-test", MeterKind::KernelLaunches),
+        200_000
+    );
+    assert_eq!(
+        r.device_total("GPU-test", MeterKind::KernelNs),
+        200_000 * 500_000
+    );
+    assert_eq!(
+        r.device_total("GPU-test", MeterKind::SmNs),
+        200_000 * 500_000 * 4
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -192,9 +255,20 @@ struct Rec {
 }
 
 fn arb_rec() -> impl Strategy<Value = Rec> {
-    (0u64..4 * S, 0u64..2 * S, 1u32..40, 0u8..4, prop::bool::weighted(0.2)).prop_map(
-        |(start, len, grid, tenant, memcpy)| Rec { start, len, grid, tenant, memcpy },
+    (
+        0u64..4 * S,
+        0u64..2 * S,
+        1u32..40,
+        0u8..4,
+        prop::bool::weighted(0.2),
     )
+        .prop_map(|(start, len, grid, tenant, memcpy)| Rec {
+            start,
+            len,
+            grid,
+            tenant,
+            memcpy,
+        })
 }
 
 /// Reference: per window, the union length and ∫ min(Σ held, SMs) over elementary intervals.
@@ -225,7 +299,11 @@ fn reference(recs: &[Rec], sms: u64, window: u64) -> (BTreeMap<u64, u128>, BTree
         }
         let w = a - a % window;
         *busy.entry(w).or_insert(0u128) += u128::from(b - a);
-        let held: u64 = running.iter().filter(|r| !r.memcpy).map(|r| u64::from(r.grid).min(sms)).sum();
+        let held: u64 = running
+            .iter()
+            .filter(|r| !r.memcpy)
+            .map(|r| u64::from(r.grid).min(sms))
+            .sum();
         if held > 0 {
             *sm.entry(w).or_insert(0u128) += u128::from(b - a) * u128::from(held.min(sms));
         }
@@ -234,7 +312,10 @@ fn reference(recs: &[Rec], sms: u64, window: u64) -> (BTreeMap<u64, u128>, BTree
 }
 
 fn run(recs: &[Rec], sms: u32, window: WindowSize, shuffle: &[usize]) -> UsageReport {
-    let mut meter = Meter::new(MeterConfig { window, ..MeterConfig::default() });
+    let mut meter = Meter::new(MeterConfig {
+        window,
+        ..MeterConfig::default()
+    });
     let mut tm = TenantMap::default();
     for t in 0..4u32 {
         tm.pid.insert(t, format!("tenant-{t}"));
@@ -244,7 +325,10 @@ fn run(recs: &[Rec], sms: u32, window: WindowSize, shuffle: &[usize]) -> UsageRe
     for &i in shuffle {
         let r = &recs[i];
         let work = if r.memcpy {
-            Work::Memcpy { bytes: u64::from(r.grid), direction: CopyDirection::DeviceToDevice }
+            Work::Memcpy {
+                bytes: u64::from(r.grid),
+                direction: CopyDirection::DeviceToDevice,
+            }
         } else {
             kernel(r.grid)
         };
