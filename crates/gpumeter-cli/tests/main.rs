@@ -377,3 +377,64 @@ fn prices_check_accepts_the_example_and_rejects_a_bad_book() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("bad.toml"), "{}", stderr(&o));
 }
+
+#[test]
+fn a_device_catalog_makes_sm_ns_meterable_and_the_usage_priced() {
+    let (Some(r0), Some(r1)) = (
+        shared("hta_sampled_rank-0.json.gz"),
+        shared("hta_sampled_rank-1.json.gz"),
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let catalog = dir.path().join("devices.toml");
+    std::fs::write(
+        &catalog,
+        "[[device]]\nid = 0\nname = \"NVIDIA A100-SXM4-80GB\"\nsm_count = 108\ncompute_capability = \"8.0\"\n\n\
+         [[device]]\nid = 1\nname = \"NVIDIA A100-SXM4-80GB\"\nsm_count = 108\ncompute_capability = \"8.0\"\n",
+    )
+    .expect("write");
+    let args = [
+        "usage",
+        s(&r0),
+        s(&r1),
+        "--devices",
+        s(&catalog),
+        "--tenant",
+        "acme",
+        "--json",
+    ];
+    let u = json(&gpumeter(&args));
+    for d in u["devices"].as_array().expect("devices") {
+        assert_eq!(d["sm_count"], 108);
+        assert!(d["not_meterable"].as_array().expect("list").is_empty());
+    }
+    let sm: Vec<&Value> = u["totals"]
+        .as_array()
+        .expect("totals")
+        .iter()
+        .filter(|t| t["meter"] == "sm_ns")
+        .collect();
+    assert_eq!(sm.len(), 2);
+    assert!(sm.iter().all(|t| t["tenant"] == "acme"));
+    let i = json(&gpumeter(&[
+        "preview",
+        s(&r0),
+        s(&r1),
+        "--devices",
+        s(&catalog),
+        "--prices",
+        s(&book()),
+        "--json",
+    ]));
+    let inv = &i["invoices"][0];
+    assert!(
+        inv["unpriced"].as_array().expect("unpriced").is_empty(),
+        "{inv:#}"
+    );
+    assert!(inv["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .any(|l| l["sku"] == "a100" && l["meter"] == "sm_ns"));
+}
