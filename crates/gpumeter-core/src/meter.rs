@@ -139,6 +139,8 @@ struct DeviceState {
     cells: BTreeMap<u64, Cell>,
     loss: BTreeMap<LossReason, u64>,
     records: u64,
+    /// Kernels metered without a grid: their SMs held are unknown, so sm_ns is not meterable.
+    kernels_without_grid: u64,
     /// Cached summary of the active set, rebuilt when the set changes.
     summary: Option<ActiveSummary>,
 }
@@ -223,7 +225,18 @@ impl Meter {
     /// the same key. Returns its slot for [`ActivityRecord::device`].
     pub fn register_device(&mut self, info: DeviceInfo) -> DeviceSlot {
         if let Some(&slot) = self.device_index.get(&info.key) {
-            self.devices[slot.0 as usize].info.fill_from(&info);
+            let known = &mut self.devices[slot.0 as usize].info;
+            let name_differs = matches!((&known.name, &info.name), (Some(a), Some(b)) if a != b);
+            let sms_differ =
+                matches!((known.sm_count, info.sm_count), (Some(a), Some(b)) if a != b);
+            if name_differs || sms_differ {
+                self.warnings.push(format!(
+                    "device {} is described twice with different facts ({:?}, {:?} SMs vs {:?}, \
+                     {:?} SMs); the first description is kept",
+                    info.key, known.name, known.sm_count, info.name, info.sm_count
+                ));
+            }
+            known.fill_from(&info);
             return slot;
         }
         let slot = DeviceSlot(self.devices.len() as u32);
@@ -239,6 +252,7 @@ impl Meter {
             cells: BTreeMap::new(),
             loss: BTreeMap::new(),
             records: 0,
+            kernels_without_grid: 0,
             summary: None,
         });
         slot
@@ -359,8 +373,10 @@ impl Meter {
                     .ints
                     .entry((key, MeterKind::KernelLaunches))
                     .or_insert(0) += 1;
-                if let (Some(n), Some(blocks)) = (sm_count, k.blocks()) {
-                    held = blocks.min(u64::from(n)) as u32;
+                match (sm_count, k.blocks()) {
+                    (Some(n), Some(blocks)) => held = blocks.min(u64::from(n)) as u32,
+                    (_, None) => dev.kernels_without_grid += 1,
+                    (None, Some(_)) => {}
                 }
                 // kernel_ns: split by time at window edges.
                 let mut t = rec.start_ns;
@@ -441,6 +457,21 @@ impl Meter {
             }
             let info = &d.info;
             let mut not_meterable = Vec::new();
+            let sm_meterable = info.sm_count.is_some() && d.kernels_without_grid == 0;
+            if info.sm_count.is_some() && d.kernels_without_grid > 0 {
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::SmNs,
+                    reason: format!(
+                        "{} kernels on this device have no grid (launch configuration), so the \
+                         SMs they held are unknown",
+                        d.kernels_without_grid
+                    ),
+                });
+                warnings.push(format!(
+                    "sm_ns is not meterable on device {} ({}): {} kernels have no grid",
+                    info.id, info.key, d.kernels_without_grid
+                ));
+            }
             if info.sm_count.is_none() {
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::SmNs,
@@ -477,7 +508,8 @@ impl Meter {
             }
             for (&w, cell) in &d.cells {
                 let ws = rfc3339(w);
-                for (meter, per_tenant) in cell_quantities(cell, &tenants, info.sm_count) {
+                let sms = info.sm_count.filter(|_| sm_meterable);
+                for (meter, per_tenant) in cell_quantities(cell, &tenants, sms) {
                     for (tenant, q) in per_tenant {
                         if q == 0 {
                             continue;

@@ -41,10 +41,15 @@ pub struct KernelLaunch {
 }
 
 impl KernelLaunch {
-    /// Blocks in the grid (`gridX·gridY·gridZ`), `None` when the grid is unknown.
+    /// Blocks in the grid (`gridX·gridY·gridZ`), `None` when the grid is unknown. The product
+    /// saturates at `u64::MAX` (a grid of up to 2³¹−1 × 65535 × 65535 blocks exceeds no GPU's
+    /// SM count either way).
     pub fn blocks(&self) -> Option<u64> {
-        self.grid
-            .map(|g| u64::from(g[0]) * u64::from(g[1]) * u64::from(g[2]))
+        self.grid.map(|g| {
+            u64::from(g[0])
+                .saturating_mul(u64::from(g[1]))
+                .saturating_mul(u64::from(g[2]))
+        })
     }
 }
 

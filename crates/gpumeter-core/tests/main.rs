@@ -242,6 +242,57 @@ fn memory_is_bounded_by_horizon_and_cells_not_records() {
     );
 }
 
+#[test]
+fn a_huge_grid_saturates_instead_of_overflowing() {
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device(Some(132)));
+    let k = Work::Kernel(KernelLaunch {
+        grid: Some([4_194_304, 2_097_152, 2_097_152]),
+        ..KernelLaunch::default()
+    });
+    meter.push(ActivityRecord::new(dev, BASE + 10, BASE + 20, k));
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total("GPU-test", MeterKind::SmNs), 132 * 10);
+}
+
+#[test]
+fn a_kernel_without_grid_makes_sm_ns_not_meterable() {
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device(Some(132)));
+    meter.push(ActivityRecord::new(dev, BASE + 10, BASE + 20, kernel(4)));
+    let mut r = ActivityRecord::new(
+        dev,
+        BASE + 30,
+        BASE + 40,
+        Work::Kernel(KernelLaunch::default()),
+    );
+    r.correlation_id = 1;
+    meter.push(r);
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total("GPU-test", MeterKind::SmNs), 0);
+    assert_eq!(r.device_total("GPU-test", MeterKind::KernelNs), 20);
+    assert_eq!(r.devices[0].not_meterable.len(), 1);
+    assert!(r.devices[0].not_meterable[0].reason.contains("1 kernels"));
+}
+
+#[test]
+fn conflicting_descriptions_of_one_device_warn() {
+    let mut meter = Meter::new(MeterConfig::default());
+    meter.register_device(device(Some(132)));
+    let mut other = device(Some(108));
+    other.name = Some("NVIDIA A100".into());
+    meter.register_device(other);
+    let dev = meter.register_device(device(None));
+    meter.push(ActivityRecord::new(dev, BASE + 10, BASE + 20, kernel(1)));
+    let r = meter.finish().expect("report");
+    assert_eq!(r.devices[0].sm_count, Some(132));
+    assert!(
+        r.warnings.iter().any(|w| w.contains("described twice")),
+        "{:?}",
+        r.warnings
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // Property tests: an independent reference computes each cell's device totals.
 
