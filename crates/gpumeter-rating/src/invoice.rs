@@ -138,10 +138,12 @@ impl Line {
 /// Usage that no rate priced, listed so it is never silently dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unpriced {
+    /// The device's id within its source, as in the usage report's rows.
+    pub device: u32,
     /// The device's key in the usage report.
     pub device_key: String,
     /// The device's name, `null` when unknown.
-    pub device: Option<String>,
+    pub name: Option<String>,
     /// The meter.
     pub meter: MeterKind,
     /// Quantity in the meter's canonical unit, summed over the period.
@@ -359,7 +361,7 @@ fn invoice_text(inv: &Invoice) -> String {
             out.push_str(&format!(
                 "    {} ({}): {} {} {}: {}\n",
                 u.device_key,
-                u.device.as_deref().unwrap_or("no name"),
+                u.name.as_deref().unwrap_or("no name"),
                 u.meter,
                 u.quantity,
                 u.meter.canonical_unit(),

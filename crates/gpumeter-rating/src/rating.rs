@@ -494,7 +494,9 @@ fn build_invoice(
     let mut unpriced = Vec::with_capacity(acc.unpriced.len());
     let mut warned: BTreeSet<(&str, &str)> = BTreeSet::new();
     for ((device_key, meter, reason), q) in &acc.unpriced {
-        let name = usage.device(device_key).and_then(|d| d.name.clone());
+        let entry = usage.device(device_key);
+        let name = entry.and_then(|d| d.name.clone());
+        let device = entry.map_or(0, |d| d.device);
         if warned.insert((device_key, reason.as_str())) {
             warnings.push(format!(
                 "usage on device {device_key} ({}) is not priced: {reason}; it is listed under \
@@ -503,8 +505,9 @@ fn build_invoice(
             ));
         }
         unpriced.push(Unpriced {
+            device,
             device_key: device_key.to_string(),
-            device: name,
+            name,
             meter: *meter,
             quantity: Quantity(*q),
             reason: reason.clone(),

@@ -983,7 +983,7 @@ mod invoices {
             .map(|p| {
                 (
                     p.device_key.as_str(),
-                    p.device.as_deref(),
+                    p.name.as_deref(),
                     p.meter,
                     p.quantity,
                 )
