@@ -13,7 +13,7 @@
 //! use std::path::PathBuf;
 //! use gpumeter::{meter_inputs, preview, PriceBook, UsageOptions};
 //!
-//! let inputs = [PathBuf::from("examples/data/finetune-h100-l4.json")];
+//! let inputs = [PathBuf::from("examples/data/finetune-2xh100.json.gz")];
 //! let usage = meter_inputs(&inputs, &UsageOptions::default())?;
 //! let book = PriceBook::from_path("examples/pricebook.toml".as_ref())?;
 //! let invoices = preview(&usage, &book, None)?;
@@ -64,7 +64,9 @@ pub struct UsageOptions {
 }
 
 /// Meters every input into one usage report (several inputs merge; a file given twice, or two
-/// files with the same bytes, is metered once with a warning).
+/// files with the same bytes, is metered once with a warning). Every input is read and
+/// validated before any is metered, and the report does not depend on the order of the inputs
+/// but for the order of its `sources` ([`gpumeter_import::import_paths`]).
 ///
 /// # Errors
 /// [`Error::Import`] for the first input (or the catalog) that cannot be read: a missing or
@@ -79,9 +81,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         format: options.format,
         catalog,
     };
-    for input in inputs {
-        gpumeter_import::import_path(&mut meter, input, &opts)?;
-    }
+    // One batch: every input is read and validated before any is metered, and their records
+    // are merged by start, so the report does not depend on the order of the inputs.
+    gpumeter_import::import_paths(&mut meter, inputs, &opts)?;
     Ok(meter.finish()?)
 }
 

@@ -86,8 +86,8 @@ struct UsageArgs {
     /// Window size: 60s, 15m, 1h, 1d (must divide one day).
     #[arg(long, default_value = "1h", value_parser = parse_window)]
     window: WindowSize,
-    /// Tenant for usage no tenant-map rule attributes (default: unattributed).
-    #[arg(long, value_name = "NAME")]
+    /// Tenant the inputs' usage is attributed to (default: unattributed).
+    #[arg(long, value_name = "NAME", value_parser = parse_tenant)]
     tenant: Option<String>,
     /// Device catalog (TOML `[[device]]`: id, name, sm_count, compute_capability, uuid).
     #[arg(long, value_name = "FILE")]
@@ -96,6 +96,21 @@ struct UsageArgs {
 
 fn parse_window(s: &str) -> Result<WindowSize, String> {
     WindowSize::parse(s)
+}
+
+/// A tenant name: non-empty, at most 256 bytes, no control characters (it is printed in
+/// tables and written into documents whose schema requires a non-empty string).
+fn parse_tenant(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("a tenant name must not be empty".into());
+    }
+    if s.len() > 256 {
+        return Err("a tenant name must be at most 256 bytes".into());
+    }
+    if s.chars().any(char::is_control) {
+        return Err("a tenant name must not contain control characters".into());
+    }
+    Ok(s.to_string())
 }
 
 impl UsageArgs {
@@ -124,8 +139,14 @@ struct Failure {
 
 impl From<gpumeter::Error> for Failure {
     fn from(e: gpumeter::Error) -> Self {
+        // A period that is not on window edges (or is empty) is a bad command line (`--from`,
+        // `--to`): exit 2. Everything else comes from an input file or the price book: exit 1.
+        let code = match &e {
+            gpumeter::Error::Rating(gpumeter::RatingError::Period { .. }) => 2,
+            _ => 1,
+        };
         Failure {
-            code: 1,
+            code,
             message: e.to_string(),
         }
     }
@@ -173,6 +194,13 @@ fn run(cli: Cli) -> Result<String, Failure> {
             let book = gpumeter::load_price_book(&prices)?;
             let report = gpumeter::meter_inputs(&usage.inputs, &usage.options())?;
             let invoices = gpumeter::preview(&report, &book, period)?;
+            if invoices.invoices.is_empty() {
+                // Nothing to bill: say why on stderr, so loss or an empty period is not silent.
+                eprintln!("notice: no usage to invoice in the period");
+                for w in &report.warnings {
+                    eprintln!("notice: usage report: {w}");
+                }
+            }
             if json {
                 to_json(&invoices)
             } else {
@@ -198,8 +226,17 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
         Ok(out) => {
-            println!("{out}");
-            ExitCode::SUCCESS
+            use std::io::Write as _;
+            let mut stdout = std::io::stdout().lock();
+            match writeln!(stdout, "{out}").and_then(|()| stdout.flush()) {
+                Ok(()) => ExitCode::SUCCESS,
+                // A reader that stopped early (`| head`) is not our failure.
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("error: cannot write the output: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Err(f) => {
             eprintln!("error: {}", f.message);

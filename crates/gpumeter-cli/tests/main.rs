@@ -356,6 +356,8 @@ fn bad_command_lines_exit_2() {
             "--to",
             "2026-01-01T00:00:00Z",
         ],
+        vec!["usage", s(&ex), "--tenant", ""],
+        vec!["usage", s(&ex), "--tenant", "x\n  Total 0.00"],
     ] {
         let o = gpumeter(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -437,4 +439,45 @@ fn a_device_catalog_makes_sm_ns_meterable_and_the_usage_priced() {
         .expect("lines")
         .iter()
         .any(|l| l["sku"] == "a100" && l["meter"] == "sm_ns"));
+}
+
+#[test]
+fn a_period_off_the_window_edges_is_a_bad_command_line() {
+    let ex = example();
+    let b = book();
+    let o = gpumeter(&[
+        "preview",
+        s(&ex),
+        "--prices",
+        s(&b),
+        "--from",
+        "2026-11-02T07:30:00Z",
+        "--to",
+        "2026-11-02T09:00:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn a_reader_that_stops_early_is_not_a_crash() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gpumeter"))
+        .args(["prices", "check", s(&book())])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait");
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+    assert!(matches!(out.status.code(), Some(0)), "{:?}", out.status);
+}
+
+#[test]
+fn a_preview_with_nothing_to_bill_says_why() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("all-lost.json");
+    std::fs::write(&p, r#"{"traceEvents":[{"ph":"X","cat":"kernel","name":"k","pid":0,"tid":7,"ts":0,"dur":4,"args":{"device":0,"stream":7,"correlation":3,"grid":[1,1,1],"block":[32,1,1]}}]}"#).expect("write");
+    let o = gpumeter(&["preview", s(&p), "--prices", s(&book())]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
 }

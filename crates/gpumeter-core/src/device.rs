@@ -63,10 +63,11 @@ pub struct SmLimits {
 /// What a source, the device catalog or NVML knows about one GPU.
 ///
 /// `key` is the device's identity across sources (DESIGN §3): `GPU-<uuid>` when the source gives
-/// a UUID, else `<source file name>#<device id>`.
+/// a UUID, else [`DeviceInfo::source_key`] of a label that identifies the source (the importers
+/// use `<file name>@<first 8 hex digits of its SHA-256>`) and the device id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
-    /// Identity across sources: the UUID (`GPU-…`) or `<source>#<id>`.
+    /// Identity across sources: the UUID (`GPU-…`) or `<source label>#<id>`.
     pub key: String,
     /// The device id within its source (CUDA device ordinal; Kineto `args.device`; nsys
     /// `deviceId`).
@@ -97,7 +98,9 @@ impl DeviceInfo {
         }
     }
 
-    /// The key for a device without UUID: `<source name>#<device id>` (DESIGN §3).
+    /// The key for a device without UUID: `<source label>#<device id>` (DESIGN §3). The label
+    /// must identify the source, not only name it: two files called `trace.json` in two folders
+    /// are two sources (the importers pass `<file name>@<8 hex digits of the SHA-256>`).
     pub fn source_key(source_name: &str, id: u32) -> String {
         format!("{source_name}#{id}")
     }

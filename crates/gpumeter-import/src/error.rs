@@ -62,6 +62,19 @@ pub enum ImportError {
         #[source]
         source: std::io::Error,
     },
+    /// A gzip input decompresses to more than `limit` bytes
+    /// ([`crate::MAX_DECOMPRESSED_BYTES`]): refused before it can exhaust memory (a "gzip
+    /// bomb").
+    #[error(
+        "{}: gzip content decompresses to more than {limit} bytes (the import limit)",
+        path.display()
+    )]
+    DecompressedTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The limit, in decompressed bytes.
+        limit: u64,
+    },
     /// The file is valid JSON but not a Kineto trace (no `traceEvents` array, top level not an
     /// object).
     #[error("{}: not a Kineto / PyTorch-profiler trace: {reason}", path.display())]

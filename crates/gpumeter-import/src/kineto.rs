@@ -13,6 +13,12 @@
 //!   index). Stream: `args.stream`, else `tid` (`7` or `"stream 7"`).
 //! * Process id: the OS `pid` of the CPU-side `cuda_runtime`/`cuda_driver` (2021 schema:
 //!   `Runtime`/`Driver`) event with the same `args.correlation`.
+//! * External id: none. Kineto's `args."External id"` is PyTorch's own operator id, not a
+//!   tenant tag (DESIGN §4 attributes by CUPTI EXTERNAL_CORRELATION ids that an agent pushes):
+//!   it is not read, so it neither matches a tenant map's `[external]` ids nor makes one
+//!   attribution key per operator in the meter.
+//! * Devices without a UUID are keyed `<label>#<id>`, the label being given by the caller
+//!   (`<file name>@<sha8>`, see the crate docs).
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
@@ -87,8 +93,6 @@ struct Args<'a> {
     correlation: Option<&'a RawValue>,
     #[serde(borrow, default)]
     context: Option<&'a RawValue>,
-    #[serde(rename = "External id", alias = "external id", borrow, default)]
-    external_id: Option<&'a RawValue>,
     #[serde(borrow, default)]
     grid: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -482,8 +486,10 @@ impl<'de> Visitor<'de> for EventsSeed<'_, 'de, '_> {
     }
 }
 
-/// Parses a whole Kineto trace (already decompressed) without touching any meter.
-pub(crate) fn parse(path: &Path, source_name: &str, text: &[u8]) -> Result<Parsed, ImportError> {
+/// Parses a whole Kineto trace (already decompressed) without touching any meter. `path`
+/// names the file in errors; `key_label` is what keys of devices without a UUID are built
+/// from ([`DeviceInfo::source_key`]).
+pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed, ImportError> {
     // A UTF-8 byte-order mark is not JSON; skip it (positions then count from after it).
     let body = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
     let mut c = Collector {
@@ -543,7 +549,7 @@ pub(crate) fn parse(path: &Path, source_name: &str, text: &[u8]) -> Result<Parse
             ))
         }
     };
-    let props = parse_device_properties(path, source_name, c.device_properties)?;
+    let props = parse_device_properties(path, key_label, c.device_properties)?;
     let pids = c.pid_of_correlation;
 
     // Devices in order of first activity; records carry local indices until committed.
@@ -560,10 +566,7 @@ pub(crate) fn parse(path: &Path, source_name: &str, text: &[u8]) -> Result<Parse
             Some(&s) => s,
             None => {
                 let info = props.get(&p.device_id).cloned().unwrap_or_else(|| {
-                    DeviceInfo::bare(
-                        DeviceInfo::source_key(source_name, p.device_id),
-                        p.device_id,
-                    )
+                    DeviceInfo::bare(DeviceInfo::source_key(key_label, p.device_id), p.device_id)
                 });
                 let s = parsed.devices.len() as u32;
                 parsed.devices.push(info);
@@ -605,19 +608,24 @@ fn absolute_times(
     if text_is_zero(&p.ts_text) {
         return Ok(Some((0, 0)));
     }
-    let out_of_range = "the time lies before 1970 or after 2554 (outside u64 ns since the epoch)";
-    let start = base_ns
-        .checked_add(p.ts_ns)
-        .and_then(|s| u64::try_from(s).ok())
-        .ok_or_else(|| f.err("ts", &p.ts_text, out_of_range))?;
+    let start =
+        to_epoch_ns(base_ns.checked_add(p.ts_ns)).map_err(|r| f.err("ts", &p.ts_text, r))?;
     if p.dur_ns < 0 {
         return Ok(None);
     }
-    let end = i128::from(start)
-        .checked_add(p.dur_ns)
-        .and_then(|e| u64::try_from(e).ok())
-        .ok_or_else(|| f.err("dur", &p.dur_text, out_of_range))?;
+    let end = to_epoch_ns(i128::from(start).checked_add(p.dur_ns))
+        .map_err(|r| f.err("dur", &p.dur_text, r))?;
     Ok(Some((start, end)))
+}
+
+/// A time in ns since the epoch (`None`: the sum overflowed) as `u64`, or why it is not one.
+fn to_epoch_ns(t: Option<i128>) -> Result<u64, &'static str> {
+    match t {
+        Some(t) if t < 0 => Err("the time lies before 1970 (outside u64 ns since the epoch)"),
+        Some(t) => u64::try_from(t)
+            .map_err(|_| "the time overflows: it lies after 2554 (outside u64 ns since the epoch)"),
+        None => Err("the time overflows: it lies after 2554 (outside u64 ns since the epoch)"),
+    }
 }
 
 /// One GPU work event (kernel, memcpy, memset) to a pending record.
@@ -707,7 +715,8 @@ fn work_event<'de>(
     rec.stream_id = stream_id;
     rec.context_id = f.u32_opt("args.context", args.context)?.unwrap_or(0);
     rec.correlation_id = correlation.unwrap_or(0);
-    rec.external_id = f.u64_opt("args.External id", args.external_id)?;
+    // `args."External id"` is PyTorch's operator id, not an external correlation id for
+    // attribution (module docs): `external_id` stays `None`.
     Ok(Pending {
         index,
         device_id,
@@ -721,10 +730,10 @@ fn work_event<'de>(
 }
 
 /// `deviceProperties` → device id → device info (key: `GPU-<uuid>` when the entry has a UUID,
-/// else `<source>#<id>`). A device id listed twice keeps its first entry.
+/// else `<key_label>#<id>`). A device id listed twice keeps its first entry.
 fn parse_device_properties(
     path: &Path,
-    source_name: &str,
+    key_label: &str,
     raw: Option<&RawValue>,
 ) -> Result<HashMap<u32, DeviceInfo>, ImportError> {
     let mut out = HashMap::new();
@@ -758,7 +767,7 @@ fn parse_device_properties(
             .filter(|u| !u.trim().is_empty());
         let key = match &uuid {
             Some(u) => DeviceInfo::uuid_key(u),
-            None => DeviceInfo::source_key(source_name, id),
+            None => DeviceInfo::source_key(key_label, id),
         };
         let major = f.u32_opt("computeMajor", p.compute_major)?;
         let minor = f.u32_opt("computeMinor", p.compute_minor)?;

@@ -11,7 +11,14 @@
 //! ([`Meter::begin_source`] with the file name, the format name and the SHA-256 of the bytes),
 //! registers the devices that have activity, and pushes the records sorted by start. A file
 //! that fails leaves the meter untouched; a file already metered (same SHA-256) is not pushed
-//! again.
+//! again. Several files go through [`import_paths`]: all are read and validated before any is
+//! announced, and their records are pushed merged in one order by start, so the result does
+//! not depend on the order of the files.
+//!
+//! Devices are keyed `GPU-<uuid>` when the source gives a UUID, else by the source and the
+//! device id (DESIGN §3), where the source is told by its name and its SHA-256 (DESIGN §4):
+//! `<file name>@<first 8 hex digits of the SHA-256>#<device id>`, e.g.
+//! `trace.json.gz@309220b5#0`.
 //!
 //! Only file-level faults are errors ([`ImportError`]); record-level faults are loss in the
 //! report: a negative Kineto `dur` is `end_before_start`, a `ts` of 0 is `zero_timestamp`.
@@ -35,7 +42,8 @@ mod kineto;
 mod nsys;
 pub mod units;
 
-use std::collections::BTreeMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap};
 use std::io::Read;
 use std::path::Path;
 
@@ -122,7 +130,9 @@ pub struct ImportSummary {
     /// Lowercase hex SHA-256 of the file's bytes (as stored, i.e. compressed when gzip).
     pub sha256: String,
     /// Keys of the devices with activity in this file, in order of first activity: `GPU-<uuid>`
-    /// when the source gives a UUID, else `<source name>#<device id>`.
+    /// when the source gives a UUID, else `<source name>@<sha8>#<device id>`, `<sha8>` being
+    /// the first 8 hex digits of [`ImportSummary::sha256`] (e.g. `trace.json.gz@309220b5#0`),
+    /// so that different files with the same name never share a device.
     pub device_keys: Vec<String>,
 }
 
@@ -189,19 +199,29 @@ fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format,
     }
 }
 
-/// Imports one file into `meter`.
-///
-/// Kineto files are read into memory (and decompressed); Nsight SQLite files are opened
-/// read-only in place and hashed by streaming.
-///
-/// # Errors
-/// [`ImportError`] for a file-level fault (unreadable, truncated, not a trace, a field that
-/// cannot be valid); the meter is then untouched.
-pub fn import_path(
-    meter: &mut Meter,
-    path: &Path,
-    opts: &ImportOptions,
-) -> Result<ImportSummary, ImportError> {
+/// The largest decompressed size of a gzip-compressed Kineto input: 8 GiB. A file that
+/// decompresses to more is refused with [`ImportError::DecompressedTooLarge`] before it can
+/// exhaust memory (a "gzip bomb"); real traces are far smaller.
+pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
+
+/// The label that device keys without a UUID are built from (DESIGN §3: such devices are
+/// identified by their source, and a source by the SHA-256 of its bytes, §4):
+/// `<file name>@<first 8 hex digits of the SHA-256>`, so that two different files with the
+/// same name in different folders never share a device.
+fn device_label(name: &str, sha256: &str) -> String {
+    format!("{name}@{}", sha256.get(..8).unwrap_or(sha256))
+}
+
+/// One input read, hashed, parsed and validated, not yet given to a meter.
+struct Loaded {
+    name: String,
+    format: Format,
+    sha256: String,
+    parsed: Parsed,
+}
+
+/// Reads, hashes and parses one file without touching any meter.
+fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
     let io_err = |source| ImportError::Io {
         path: path.to_path_buf(),
         source,
@@ -228,15 +248,131 @@ pub fn import_path(
                 context: "opening".to_string(),
                 source,
             })?;
-            let parsed = nsys::parse(path, &name, &conn)?;
-            Ok(commit(meter, parsed, name, Format::Nsys, sha256, opts))
+            let label = device_label(&name, &sha256);
+            let parsed = nsys::parse(path, &name, &label, &conn)?;
+            Ok(Loaded {
+                name,
+                format: Format::Nsys,
+                sha256,
+                parsed,
+            })
         }
         _ => {
             let mut bytes = head;
             file.read_to_end(&mut bytes).map_err(io_err)?;
-            import_kineto(meter, path, name, &bytes, opts)
+            load_kineto(path, name, &bytes, MAX_DECOMPRESSED_BYTES)
         }
     }
+}
+
+/// As [`load_path`] for bytes in memory; `name` names the file in errors and reports.
+fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, ImportError> {
+    let path = Path::new(name);
+    let format = resolve_format(path, bytes, opts.format)?;
+    let name = file_name(path);
+    match format {
+        Format::Nsys => {
+            let sha256 = hex::encode(Sha256::digest(bytes));
+            let conn = open_sqlite_bytes(path, bytes)?;
+            let label = device_label(&name, &sha256);
+            let parsed = nsys::parse(path, &name, &label, &conn)?;
+            Ok(Loaded {
+                name,
+                format: Format::Nsys,
+                sha256,
+                parsed,
+            })
+        }
+        _ => load_kineto(path, name, bytes, MAX_DECOMPRESSED_BYTES),
+    }
+}
+
+/// Hashes, decompresses (at most `limit` bytes) and parses a Kineto file.
+fn load_kineto(path: &Path, name: String, bytes: &[u8], limit: u64) -> Result<Loaded, ImportError> {
+    let sha256 = hex::encode(Sha256::digest(bytes));
+    let label = device_label(&name, &sha256);
+    let parsed = if bytes.starts_with(GZIP_MAGIC) {
+        let text = gunzip(path, bytes, limit)?;
+        kineto::parse(path, &label, &text)?
+    } else {
+        kineto::parse(path, &label, bytes)?
+    };
+    Ok(Loaded {
+        name,
+        format: Format::Kineto,
+        sha256,
+        parsed,
+    })
+}
+
+/// Decompresses gzip (one or more members) into memory, refusing more than `limit` bytes.
+fn gunzip(path: &Path, bytes: &[u8], limit: u64) -> Result<Vec<u8>, ImportError> {
+    let mut text = Vec::new();
+    flate2::read::MultiGzDecoder::new(bytes)
+        .take(limit.saturating_add(1))
+        .read_to_end(&mut text)
+        .map_err(|source| ImportError::Gzip {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if u64::try_from(text.len()).map_or(true, |n| n > limit) {
+        return Err(ImportError::DecompressedTooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    Ok(text)
+}
+
+/// Imports one file into `meter`.
+///
+/// Kineto files are read into memory (and decompressed, up to [`MAX_DECOMPRESSED_BYTES`]);
+/// Nsight SQLite files are opened read-only in place and hashed by streaming. To meter several
+/// files into one meter, use [`import_paths`]: importing them one by one makes the result
+/// depend on their order when they share a GPU (records of a later file that lie more than the
+/// reordering horizon before an earlier file's are `late`).
+///
+/// # Errors
+/// [`ImportError`] for a file-level fault (unreadable, truncated, not a trace, a field that
+/// cannot be valid); the meter is then untouched.
+pub fn import_path(
+    meter: &mut Meter,
+    path: &Path,
+    opts: &ImportOptions,
+) -> Result<ImportSummary, ImportError> {
+    let loaded = load_path(path, opts)?;
+    Ok(commit_one(meter, loaded, opts))
+}
+
+/// Imports several files into `meter` as one batch, so that the result does not depend on
+/// their order (but for the order of the report's `sources`):
+///
+/// 1. every file is read, hashed, parsed and validated first: any error is returned and the
+///    meter is untouched;
+/// 2. the sources are announced in argument order ([`Meter::begin_source`]; a file with the
+///    same SHA-256 as one already metered is not pushed again, [`ImportSummary::duplicate_source`]),
+///    their devices registered (the catalog applied), their skipped events and losses counted;
+/// 3. the records of all files are pushed merged in one order, by (start, end, argument
+///    index, index within the file), so records of the same GPU from different files are
+///    never `late` for being in a later file.
+///
+/// All files' records are held in memory together until they are pushed.
+///
+/// Returns one summary per path, in argument order.
+///
+/// # Errors
+/// The first [`ImportError`] in argument order (as [`import_path`]); the meter is then
+/// untouched.
+pub fn import_paths<P: AsRef<Path>>(
+    meter: &mut Meter,
+    paths: &[P],
+    opts: &ImportOptions,
+) -> Result<Vec<ImportSummary>, ImportError> {
+    let loaded = paths
+        .iter()
+        .map(|p| load_path(p.as_ref(), opts))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(commit(meter, loaded, opts))
 }
 
 /// Imports a file already in memory; `name` is the file name to report and to name in errors.
@@ -252,41 +388,8 @@ pub fn import_bytes(
     bytes: &[u8],
     opts: &ImportOptions,
 ) -> Result<ImportSummary, ImportError> {
-    let path = Path::new(name);
-    let format = resolve_format(path, bytes, opts.format)?;
-    let name = file_name(path);
-    match format {
-        Format::Nsys => {
-            let sha256 = hex::encode(Sha256::digest(bytes));
-            let conn = open_sqlite_bytes(path, bytes)?;
-            let parsed = nsys::parse(path, &name, &conn)?;
-            Ok(commit(meter, parsed, name, Format::Nsys, sha256, opts))
-        }
-        _ => import_kineto(meter, path, name, bytes, opts),
-    }
-}
-
-fn import_kineto(
-    meter: &mut Meter,
-    path: &Path,
-    name: String,
-    bytes: &[u8],
-    opts: &ImportOptions,
-) -> Result<ImportSummary, ImportError> {
-    let sha256 = hex::encode(Sha256::digest(bytes));
-    let parsed = if bytes.starts_with(GZIP_MAGIC) {
-        let mut text = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes)
-            .read_to_end(&mut text)
-            .map_err(|source| ImportError::Gzip {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        kineto::parse(path, &name, &text)?
-    } else {
-        kineto::parse(path, &name, bytes)?
-    };
-    Ok(commit(meter, parsed, name, Format::Kineto, sha256, opts))
+    let loaded = load_bytes(name, bytes, opts)?;
+    Ok(commit_one(meter, loaded, opts))
 }
 
 fn sha256_of_file(path: &Path) -> Result<String, ImportError> {
@@ -323,15 +426,42 @@ fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<rusqlite::Connection, 
     Ok(conn)
 }
 
-/// Hands a parsed file to the meter: source, devices (catalog applied), losses, records.
-fn commit(
+/// [`commit`] of a single source.
+fn commit_one(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> ImportSummary {
+    let (summary, records) = announce(meter, loaded, opts);
+    push_merged(meter, vec![records]);
+    summary
+}
+
+/// Hands parsed sources to the meter: each source in order (source, devices with the catalog
+/// applied, warnings, skipped events, losses), then the records of all of them merged by
+/// (start, end, source index, index within the source). One summary per source, in order.
+fn commit(meter: &mut Meter, loaded: Vec<Loaded>, opts: &ImportOptions) -> Vec<ImportSummary> {
+    let mut summaries = Vec::with_capacity(loaded.len());
+    let mut batches: Vec<Vec<ActivityRecord>> = Vec::with_capacity(loaded.len());
+    for l in loaded {
+        let (summary, records) = announce(meter, l, opts);
+        summaries.push(summary);
+        batches.push(records);
+    }
+    push_merged(meter, batches);
+    summaries
+}
+
+/// Announces one source and registers what it brings but its records, which are returned
+/// with their device slots mapped to the meter's and sorted (stably) by (start, end); none for
+/// a duplicate source. The summary's `records` already counts the returned records.
+fn announce(
     meter: &mut Meter,
-    parsed: Parsed,
-    name: String,
-    format: Format,
-    sha256: String,
+    loaded: Loaded,
     opts: &ImportOptions,
-) -> ImportSummary {
+) -> (ImportSummary, Vec<ActivityRecord>) {
+    let Loaded {
+        name,
+        format,
+        sha256,
+        parsed,
+    } = loaded;
     let device_keys: Vec<String> = parsed.devices.iter().map(|d| d.key.clone()).collect();
     let fresh = meter.begin_source(SourceInfo {
         name: name.clone(),
@@ -348,7 +478,7 @@ fn commit(
         device_keys,
     };
     if !fresh {
-        return summary;
+        return (summary, Vec::new());
     }
     let slots: Vec<DeviceSlot> = parsed
         .devices
@@ -375,12 +505,101 @@ fn commit(
             meter.record_loss(slot, reason, 1);
         }
     }
-    for mut rec in parsed.records {
-        if let Some(slot) = slot_of(rec.device) {
+    let mut records: Vec<ActivityRecord> = parsed
+        .records
+        .into_iter()
+        .filter_map(|mut rec| {
+            let slot = slot_of(rec.device)?;
             rec.device = slot;
-            summary.records += 1;
-            meter.push(rec);
+            Some(rec)
+        })
+        .collect();
+    records.sort_by_key(|r| (r.start_ns, r.end_ns));
+    summary.records += records.len() as u64;
+    (summary, records)
+}
+
+/// Pushes the records of several sources, each sorted by (start, end), in one merged order by
+/// (start, end, source index, index within the source).
+fn push_merged(meter: &mut Meter, batches: Vec<Vec<ActivityRecord>>) {
+    let mut iters: Vec<_> = batches
+        .into_iter()
+        .map(|b| b.into_iter().peekable())
+        .collect();
+    let mut heap = BinaryHeap::with_capacity(iters.len());
+    for (i, it) in iters.iter_mut().enumerate() {
+        if let Some(r) = it.peek() {
+            heap.push(Reverse((r.start_ns, r.end_ns, i)));
         }
     }
-    summary
+    while let Some(Reverse((_, _, i))) = heap.pop() {
+        let Some(it) = iters.get_mut(i) else { continue };
+        if let Some(rec) = it.next() {
+            meter.push(rec);
+        }
+        if let Some(r) = it.peek() {
+            heap.push(Reverse((r.start_ns, r.end_ns, i)));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn gz(data: &[u8]) -> Vec<u8> {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let _ = e.write_all(data);
+        e.finish().unwrap_or_default()
+    }
+
+    #[test]
+    fn decompressed_size_is_capped() {
+        let text = br#"{"traceEvents": []}"#;
+        let len = text.len() as u64;
+        let path = Path::new("dir/bomb.json.gz");
+        // Exactly at the limit: read whole.
+        match gunzip(path, &gz(text), len) {
+            Ok(t) => assert_eq!(t, text),
+            Err(e) => panic!("unexpected error: {e}"),
+        }
+        // One byte over, also across gzip members: refused, naming the file and the limit.
+        let mut two = gz(text);
+        two.extend(gz(text));
+        for (bytes, limit) in [(gz(text), len - 1), (two, 2 * len - 1)] {
+            match load_kineto(path, "bomb.json.gz".into(), &bytes, limit) {
+                Err(e @ ImportError::DecompressedTooLarge { .. }) => {
+                    let msg = e.to_string();
+                    assert!(
+                        msg.contains("dir/bomb.json.gz") && msg.contains(&limit.to_string()),
+                        "{msg}"
+                    );
+                }
+                Err(e) => panic!("expected DecompressedTooLarge, got {e}"),
+                Ok(_) => panic!("expected DecompressedTooLarge, got a parse"),
+            }
+        }
+        // A megabyte of zeros compresses to about a kilobyte.
+        let zeros = gz(&vec![0u8; 1 << 20]);
+        assert!(zeros.len() < 4096);
+        assert!(matches!(
+            gunzip(path, &zeros, 1 << 16),
+            Err(ImportError::DecompressedTooLarge { limit: 65_536, .. })
+        ));
+        assert_eq!(MAX_DECOMPRESSED_BYTES, 8 * 1024 * 1024 * 1024);
+    }
+
+    #[test]
+    fn device_labels() {
+        let sha = "309220b5".to_string() + &"0".repeat(56);
+        assert_eq!(
+            device_label("trace.json.gz", &sha),
+            "trace.json.gz@309220b5"
+        );
+        assert_eq!(
+            DeviceInfo::source_key(&device_label("trace.json.gz", &sha), 0),
+            "trace.json.gz@309220b5#0"
+        );
+    }
 }

@@ -6,7 +6,9 @@
 //!   occurred). Columns are read by name (`PRAGMA table_info`); optional ones may be missing.
 //! * Time: `start`/`end` are ns relative to `TARGET_INFO_SESSION_START_TIME.utcEpochNs`; without
 //!   that table they are taken as absolute and the report gets a warning.
-//! * Devices: `deviceId` matched to `TARGET_INFO_GPU.id` (else `cuDevice`), keyed by its `uuid`.
+//! * Devices: `deviceId` matched to `TARGET_INFO_GPU.id` (else `cuDevice`), keyed by its `uuid`;
+//!   without one, `<label>#<deviceId>`, the label being given by the caller (`<file name>@<sha8>`,
+//!   see the crate docs).
 //! * Process id: `(globalPid >> 24) & 0xFFFFFF`.
 //! * Memcpy direction: `copyKind` 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP, anything else other.
 
@@ -59,10 +61,13 @@ struct Gpu {
     info: DeviceInfo,
 }
 
-/// Reads one whole export without touching any meter.
+/// Reads one whole export without touching any meter. `path` names the file in errors,
+/// `source_name` in warnings; `key_label` is what keys of devices without a UUID are built from
+/// ([`DeviceInfo::source_key`]).
 pub(crate) fn parse(
     path: &Path,
     source_name: &str,
+    key_label: &str,
     conn: &Connection,
 ) -> Result<Parsed, ImportError> {
     let tables = table_names(path, conn)?;
@@ -117,7 +122,7 @@ pub(crate) fn parse(
             Some(&s) => s,
             None => {
                 let info = device_info(
-                    source_name,
+                    key_label,
                     &gpus,
                     row.device_id,
                     vm,
@@ -395,7 +400,7 @@ fn read_gpus(path: &Path, conn: &Connection) -> Result<Vec<Gpu>, ImportError> {
 /// `globalPid`): the `TARGET_INFO_GPU` row with that `id` (on that VM when the table says),
 /// else with that `cuDevice`; a bare device when none matches.
 fn device_info(
-    source_name: &str,
+    key_label: &str,
     gpus: &[Gpu],
     device_id: i64,
     vm: i64,
@@ -430,7 +435,7 @@ fn device_info(
     };
     info.id = id;
     if info.key.is_empty() {
-        info.key = DeviceInfo::source_key(source_name, id);
+        info.key = DeviceInfo::source_key(key_label, id);
     }
     Ok(info)
 }
@@ -543,16 +548,24 @@ fn read_activity(
             match r.int(i, field)? {
                 // Not recorded: a zero timestamp, counted as loss by the meter.
                 None => Ok(0),
-                Some(v) => offset
-                    .checked_add(v)
-                    .and_then(|t| u64::try_from(t).ok())
-                    .ok_or_else(|| {
+                // utcEpochNs + v in i128: no overflow, and times after 2262 (past i64) but
+                // before 2554 (u64) stay valid. Two i64s cannot sum past u64::MAX; the case
+                // is told apart all the same.
+                Some(v) => {
+                    let t = i128::from(offset) + i128::from(v);
+                    u64::try_from(t).map_err(|_| {
                         r.bad(
                             field,
                             &v.to_string(),
-                            "the time lies before 1970 (outside u64 ns since the epoch)",
+                            if t < 0 {
+                                "the time lies before 1970 (outside u64 ns since the epoch)"
+                            } else {
+                                "the time overflows: it lies after 2554 \
+                                 (outside u64 ns since the epoch)"
+                            },
                         )
-                    }),
+                    })
+                }
             }
         };
         let start_ns = time(1, "start")?;

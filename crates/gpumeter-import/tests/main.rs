@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use gpumeter_core::{Meter, MeterConfig, MeterKind, TenantMap, UsageReport};
 use gpumeter_import::{
-    detect_format, import_bytes, import_path, DeviceCatalog, Format, ImportError, ImportOptions,
-    ImportSummary, RecordLocation,
+    detect_format, import_bytes, import_path, import_paths, DeviceCatalog, Format, ImportError,
+    ImportOptions, ImportSummary, RecordLocation,
 };
 
 const BERT: &str = "tracelens_h100_gaunernst_bert-small-uncased__1016001.json.gz";
@@ -36,6 +36,12 @@ fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
         Ok(v) => v,
         Err(e) => panic!("unexpected error: {e}"),
     }
+}
+
+/// The key of device `id` of a source without UUIDs: `<file name>@<sha8>#<id>`, from the
+/// summary's own name and SHA-256.
+fn source_key(s: &ImportSummary, id: u32) -> String {
+    format!("{}@{}#{id}", s.source_name, &s.sha256[..8])
 }
 
 /// Imports `files` from the data folder into one default meter and finishes it.
@@ -118,7 +124,8 @@ mod expected {
         let Some(dir) = data_dir() else { return };
         let (report, s) = meter_files(&dir, &[BERT], &ImportOptions::default());
         assert_eq!(s[0].format, Format::Kineto);
-        assert_eq!(s[0].device_keys, vec![format!("{BERT}#0")]);
+        assert_eq!(s[0].device_keys, vec![source_key(&s[0], 0)]);
+        assert!(s[0].device_keys[0].starts_with(&format!("{BERT}@")));
         check(
             &report,
             &s[0].device_keys[0],
@@ -184,8 +191,10 @@ mod expected {
         let Some(dir) = data_dir() else { return };
         let (report, s) = meter_files(&dir, &[RANK0, RANK1], &ImportOptions::default());
         assert_eq!(report.devices.len(), 2);
-        assert_eq!(s[0].device_keys, vec![format!("{RANK0}#0")]);
-        assert_eq!(s[1].device_keys, vec![format!("{RANK1}#1")]);
+        assert_eq!(s[0].device_keys, vec![source_key(&s[0], 0)]);
+        assert_eq!(s[1].device_keys, vec![source_key(&s[1], 1)]);
+        assert_eq!(s[0].source_name, RANK0);
+        assert_eq!(s[1].source_name, RANK1);
         check(
             &report,
             &s[0].device_keys[0],
@@ -486,7 +495,7 @@ mod synthetic {
         let s = import(text, &mut meter);
         assert_eq!(s.records, 4);
         let report = ok(meter.finish());
-        let key = "synthetic.json#0";
+        let key = &source_key(&s, 0);
         assert_eq!(report.lost(key, "end_before_start"), 1);
         assert_eq!(report.lost(key, "zero_timestamp"), 1);
         assert_eq!(report.device_total(key, MeterKind::KernelLaunches), 2);
@@ -514,7 +523,7 @@ mod synthetic {
         let s = import(text, &mut meter);
         assert_eq!(s.records, 3);
         let report = ok(meter.finish());
-        let key = "synthetic.json#0";
+        let key = &source_key(&s, 0);
         assert_eq!(report.device_total(key, MeterKind::KernelLaunches), 1);
         assert_eq!(report.device_total(key, MeterKind::KernelNs), 3_000);
         assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), 6_000);
@@ -551,21 +560,13 @@ mod synthetic {
           {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.001, "dur": 0.0015, "args": {"device": 0, "stream": 9}}
         ]}"#;
         let mut meter = Meter::new(MeterConfig::default());
-        import(text, &mut meter);
+        let s = import(text, &mut meter);
         let report = ok(meter.finish());
+        let key = &source_key(&s, 0);
         // start 1_000_000_001_001; durations 999, round-half-even(0.5) = 0, (1.5) = 2.
-        assert_eq!(
-            report.device_total("synthetic.json#0", MeterKind::KernelNs),
-            999 + 2
-        );
-        assert_eq!(
-            report.device_total("synthetic.json#0", MeterKind::GpuBusyNs),
-            999
-        );
-        assert_eq!(
-            report.device_total("synthetic.json#0", MeterKind::KernelLaunches),
-            3
-        );
+        assert_eq!(report.device_total(key, MeterKind::KernelNs), 999 + 2);
+        assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), 999);
+        assert_eq!(report.device_total(key, MeterKind::KernelLaunches), 3);
         assert!(report.loss.is_empty());
         assert_eq!(
             gpumeter_import::units::micros_text_to_ns("1.001"),
@@ -639,6 +640,75 @@ mod synthetic {
     }
 
     #[test]
+    fn kineto_external_id_is_not_an_attribution_id() {
+        // Kineto's `External id` is PyTorch's operator id: records carry none, so an
+        // `[external]` rule for that number never matches; the pid rule does.
+        let text = r#"{"traceEvents": [
+          {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 1, "ts": 1700000000000000, "dur": 5, "args": {"correlation": 100, "External id": 1}},
+          {"ph": "X", "cat": "kernel", "name": "a", "pid": 0, "tid": 7, "ts": 1700000000000010, "dur": 2, "args": {"device": 0, "stream": 7, "correlation": 100, "External id": 1}},
+          {"ph": "X", "cat": "kernel", "name": "b", "pid": 0, "tid": 7, "ts": 1700000000000020, "dur": 3, "args": {"device": 0, "stream": 7, "correlation": 300, "External id": 2}},
+          {"ph": "X", "cat": "kernel", "name": "c", "pid": 0, "tid": 7, "ts": 1700000000000030, "dur": 4, "args": {"device": 0, "stream": 7, "correlation": 301, "External id": "not a number"}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        meter.set_tenant_map(TenantMap {
+            external: HashMap::from([(1, "alice".to_string()), (2, "bob".to_string())]),
+            pid: HashMap::from([(4242, "carol".to_string())]),
+        });
+        let s = import(text, &mut meter);
+        assert_eq!(
+            s.records, 3,
+            "a malformed `External id` is not read, not an error"
+        );
+        let report = ok(meter.finish());
+        let kernel_ns = |tenant: &str| {
+            report
+                .totals
+                .iter()
+                .filter(|t| t.tenant == tenant && t.meter == MeterKind::KernelNs)
+                .map(|t| t.quantity.0)
+                .sum::<u128>()
+        };
+        assert_eq!(kernel_ns("alice"), 0);
+        assert_eq!(kernel_ns("bob"), 0);
+        assert_eq!(kernel_ns("carol"), 2_000);
+        assert_eq!(kernel_ns("unattributed"), 7_000);
+    }
+
+    #[test]
+    fn times_outside_u64_ns_name_the_side() {
+        let bad = |events: &str| -> (&'static str, String) {
+            let text = format!(r#"{{"traceEvents": [{events}]}}"#);
+            let mut meter = Meter::new(MeterConfig::default());
+            match import_bytes(
+                &mut meter,
+                "range.json",
+                text.as_bytes(),
+                &ImportOptions::default(),
+            ) {
+                Err(ImportError::BadField { field, reason, .. }) => (field, reason),
+                other => panic!("expected BadField, got {other:?}"),
+            }
+        };
+        // 18446744073709552 µs = 18_446_744_073_709_552_000 ns > u64::MAX.
+        let (field, reason) = bad(
+            r#"{"ph": "X", "cat": "kernel", "pid": 0, "ts": 18446744073709552, "dur": 1, "args": {"device": 0}}"#,
+        );
+        assert_eq!(field, "ts");
+        assert!(reason.contains("after 2554"), "{reason}");
+        // The start fits, the end does not.
+        let (field, reason) = bad(
+            r#"{"ph": "X", "cat": "kernel", "pid": 0, "ts": 18446744073709551, "dur": 1, "args": {"device": 0}}"#,
+        );
+        assert_eq!(field, "dur");
+        assert!(reason.contains("after 2554"), "{reason}");
+        let (field, reason) = bad(
+            r#"{"ph": "X", "cat": "kernel", "pid": 0, "ts": -5, "dur": 1, "args": {"device": 0}}"#,
+        );
+        assert_eq!(field, "ts");
+        assert!(reason.contains("before 1970"), "{reason}");
+    }
+
+    #[test]
     fn unsorted_input_is_sorted_before_metering() {
         // Two kernels 2 minutes apart written in reverse order: with a 60 s reordering horizon
         // the second would be late if the importer did not sort.
@@ -647,11 +717,11 @@ mod synthetic {
           {"ph": "X", "cat": "kernel", "name": "early", "pid": 0, "tid": 7, "ts": 1700000000000000, "dur": 1, "args": {"device": 0}}
         ]}"#;
         let mut meter = Meter::new(MeterConfig::default());
-        import(text, &mut meter);
+        let s = import(text, &mut meter);
         let report = ok(meter.finish());
         assert!(report.loss.is_empty(), "{:?}", report.loss);
         assert_eq!(
-            report.device_total("synthetic.json#0", MeterKind::KernelLaunches),
+            report.device_total(&source_key(&s, 0), MeterKind::KernelLaunches),
             2
         );
     }
@@ -692,8 +762,10 @@ mod synthetic {
         assert_eq!(second.records, 0);
         let report = ok(meter.finish());
         assert_eq!(report.sources.len(), 1);
+        // Same bytes, same SHA-256: the same device key whatever the name.
+        assert_eq!(second.device_keys, vec![source_key(&second, 0)]);
         assert_eq!(
-            report.device_total("synthetic.json#0", MeterKind::KernelLaunches),
+            report.device_total(&source_key(&first, 0), MeterKind::KernelLaunches),
             1
         );
         assert!(report.warnings.iter().any(|w| w.contains("copy.json")));
@@ -718,7 +790,10 @@ mod synthetic {
         ));
         assert_eq!(s.records, 1);
         let report = ok(meter.finish());
-        assert_eq!(report.device_total("t.json#0", MeterKind::KernelNs), 1_000);
+        assert_eq!(
+            report.device_total(&source_key(&s, 0), MeterKind::KernelNs),
+            1_000
+        );
     }
 
     #[test]
@@ -776,14 +851,77 @@ mod nsys_synthetic {
         let mut meter = Meter::new(MeterConfig::default());
         let s = ok(import_path(&mut meter, &path, &ImportOptions::default()));
         assert_eq!(s.records, 3);
-        assert_eq!(s.device_keys, vec!["s.sqlite#2".to_string()]);
+        assert_eq!(s.device_keys, vec![source_key(&s, 2)]);
         let report = ok(meter.finish());
-        let key = "s.sqlite#2";
+        let key = &source_key(&s, 2);
         assert_eq!(report.device_total(key, MeterKind::MemcpyPeerBytes), 10);
         assert_eq!(report.device_total(key, MeterKind::MemcpyDtodBytes), 7);
         assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), 200);
         assert_eq!(report.lost(key, "end_before_start"), 1);
         assert!(report.warnings.iter().all(|w| !w.contains("absolute")));
+    }
+
+    #[test]
+    fn same_file_name_in_two_folders_is_two_devices() {
+        let table = r#"CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER);
+            CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);"#;
+        let (_ta, a) = build(&format!(
+            "{table} INSERT INTO TARGET_INFO_GPU VALUES (0, 'GA', 10);
+             INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1700000000000000000, 1700000000000000050, 0, 4);"
+        ));
+        let (_tb, b) = build(&format!(
+            "{table} INSERT INTO TARGET_INFO_GPU VALUES (0, 'GB', 20);
+             INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1700000000000000000, 1700000000000000070, 0, 8);"
+        ));
+        assert_eq!(a.file_name(), b.file_name());
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_paths(&mut meter, &[a, b], &ImportOptions::default()));
+        let report = ok(meter.finish());
+        let (ka, kb) = (source_key(&s[0], 0), source_key(&s[1], 0));
+        assert_ne!(ka, kb);
+        assert_eq!(report.devices.len(), 2);
+        for (key, name, sms, bytes, busy) in [(&ka, "GA", 10, 4, 50), (&kb, "GB", 20, 8, 70)] {
+            let dev = report
+                .device(key)
+                .unwrap_or_else(|| panic!("no device {key}"));
+            assert_eq!((dev.name.as_deref(), dev.sm_count), (Some(name), Some(sms)));
+            assert_eq!(report.device_total(key, MeterKind::MemsetBytes), bytes);
+            assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), busy);
+        }
+        assert!(report.loss.is_empty(), "{:?}", report.loss);
+    }
+
+    #[test]
+    fn session_offsets_past_i64_are_valid_and_before_1970_is_named() {
+        // utcEpochNs + start = 2^63 (in 2262): past i64 but within u64 ns.
+        let (_tmp, path) = build(
+            r#"CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER);
+               INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (9223372036854775807);
+               CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1, 2, 0, 4);"#,
+        );
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_path(&mut meter, &path, &ImportOptions::default()));
+        assert_eq!(s.records, 1);
+        let report = ok(meter.finish());
+        assert_eq!(
+            report.device_total(&source_key(&s, 0), MeterKind::MemsetBytes),
+            4
+        );
+        let (_tmp2, path) = build(
+            r#"CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER);
+               INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (5);
+               CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (-10, 2, 0, 4);"#,
+        );
+        let mut meter = Meter::new(MeterConfig::default());
+        match import_path(&mut meter, &path, &ImportOptions::default()) {
+            Err(ImportError::BadField { field, reason, .. }) => {
+                assert_eq!(field, "start");
+                assert!(reason.contains("before 1970"), "{reason}");
+            }
+            other => panic!("expected BadField, got {other:?}"),
+        }
     }
 
     #[test]
@@ -793,10 +931,11 @@ mod nsys_synthetic {
                INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1700000000000000000, 1700000000000000050, 0, 4);"#,
         );
         let mut meter = Meter::new(MeterConfig::default());
-        ok(import_path(&mut meter, &path, &ImportOptions::default()));
+        let s = ok(import_path(&mut meter, &path, &ImportOptions::default()));
         let report = ok(meter.finish());
-        assert_eq!(report.device_total("s.sqlite#0", MeterKind::MemsetBytes), 4);
-        assert_eq!(report.device_total("s.sqlite#0", MeterKind::GpuBusyNs), 50);
+        let key = &source_key(&s, 0);
+        assert_eq!(report.device_total(key, MeterKind::MemsetBytes), 4);
+        assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), 50);
         assert!(
             report.warnings.iter().any(|w| w.contains("absolute")),
             "{:?}",
@@ -837,6 +976,221 @@ mod nsys_synthetic {
         }
         let report = ok(meter.finish());
         assert!(report.sources.is_empty());
+    }
+}
+
+mod multi {
+    use super::*;
+
+    /// A Kineto trace with one device 0 (`props`: its `deviceProperties` entry) and kernels
+    /// `(ts µs, dur µs, grid x)`.
+    fn kineto(props: &str, kernels: &[(u64, u64, u32)]) -> String {
+        let events: Vec<String> = kernels
+            .iter()
+            .enumerate()
+            .map(|(i, (ts, dur, gx))| {
+                format!(
+                    r#"{{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": {ts}, "dur": {dur}, "args": {{"device": 0, "stream": 7, "correlation": {i}, "grid": [{gx}, 1, 1]}}}}"#
+                )
+            })
+            .collect();
+        format!(
+            r#"{{"deviceProperties": [{props}], "traceEvents": [{}]}}"#,
+            events.join(",\n")
+        )
+    }
+
+    #[test]
+    fn same_file_name_in_two_folders_is_two_devices() {
+        let tmp = ok(tempfile::tempdir());
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        ok(std::fs::create_dir(&a));
+        ok(std::fs::create_dir(&b));
+        let (pa, pb) = (a.join("trace.json"), b.join("trace.json"));
+        // Same name, same device id, same instant; different GPUs, different bytes.
+        ok(std::fs::write(
+            &pa,
+            kineto(
+                r#"{"id": 0, "name": "GA", "numSms": 10}"#,
+                &[(1_700_000_000_000_000, 2, 40)],
+            ),
+        ));
+        ok(std::fs::write(
+            &pb,
+            kineto(
+                r#"{"id": 0, "name": "GB", "numSms": 20}"#,
+                &[(1_700_000_000_000_000, 3, 40)],
+            ),
+        ));
+        let check = |report: &UsageReport, s: &[ImportSummary]| {
+            assert_eq!(s[0].source_name, "trace.json");
+            assert_eq!(s[1].source_name, "trace.json");
+            assert_ne!(s[0].sha256, s[1].sha256);
+            let (ka, kb) = (source_key(&s[0], 0), source_key(&s[1], 0));
+            assert_ne!(ka, kb);
+            assert_eq!(s[0].device_keys, vec![ka.clone()]);
+            assert_eq!(s[1].device_keys, vec![kb.clone()]);
+            assert_eq!(report.devices.len(), 2);
+            assert!(report.loss.is_empty(), "{:?}", report.loss);
+            for (key, name, sms, ns) in [(&ka, "GA", 10u32, 2_000u128), (&kb, "GB", 20, 3_000)] {
+                let dev = report
+                    .device(key)
+                    .unwrap_or_else(|| panic!("no device {key}"));
+                assert_eq!(dev.name.as_deref(), Some(name));
+                assert_eq!(dev.sm_count, Some(sms));
+                assert_eq!(report.device_total(key, MeterKind::KernelLaunches), 1);
+                assert_eq!(report.device_total(key, MeterKind::KernelNs), ns);
+                assert_eq!(report.device_total(key, MeterKind::GpuBusyNs), ns);
+                // 40 blocks hold all of the device's SMs.
+                assert_eq!(
+                    report.device_total(key, MeterKind::SmNs),
+                    u128::from(sms) * ns
+                );
+            }
+        };
+        // As one batch, and one by one.
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_paths(
+            &mut meter,
+            &[pa.clone(), pb.clone()],
+            &ImportOptions::default(),
+        ));
+        check(&ok(meter.finish()), &s);
+        let mut meter = Meter::new(MeterConfig::default());
+        let s: Vec<_> = [&pa, &pb]
+            .iter()
+            .map(|p| ok(import_path(&mut meter, p, &ImportOptions::default())))
+            .collect();
+        check(&ok(meter.finish()), &s);
+    }
+
+    /// An Nsight export of one A GPU with a UUID whose session starts at `session_ns`.
+    fn nsys_file(dir: &Path, name: &str, uuid: &str, session_ns: u64) -> PathBuf {
+        let path = dir.join(name);
+        let conn = ok(rusqlite::Connection::open(&path));
+        ok(conn.execute_batch(&format!(
+            r#"CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER);
+               INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES ({session_ns});
+               CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, uuid TEXT, smCount INTEGER);
+               INSERT INTO TARGET_INFO_GPU VALUES (0, 'G', '{uuid}', 8);
+               CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, "end" INTEGER, deviceId INTEGER, streamId INTEGER, correlationId INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER);
+               INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10000, 13000, 0, 7, 2, 16, 1, 1);
+               INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1000, 5000, 0, 7, 1, 4, 1, 1);"#
+        )));
+        path
+    }
+
+    #[test]
+    fn order_of_inputs_for_one_gpu_does_not_matter() {
+        let tmp = ok(tempfile::tempdir());
+        let uuid = "GPU-0c0ffee0-0000-0000-0000-000000000001";
+        // Kineto: two kernels at 2023-11-14T22:23:20Z; Nsight: two kernels 10 minutes earlier,
+        // on the same GPU (same UUID).
+        let later = tmp.path().join("later.json");
+        ok(std::fs::write(
+            &later,
+            kineto(
+                &format!(r#"{{"id": 0, "name": "G", "numSms": 8, "uuid": "{uuid}"}}"#),
+                &[
+                    (1_700_000_600_000_000, 5, 2),
+                    (1_700_000_600_000_010, 5, 64),
+                ],
+            ),
+        ));
+        let earlier = nsys_file(
+            tmp.path(),
+            "earlier.sqlite",
+            uuid,
+            1_700_000_000_000_000_000,
+        );
+        let run = |paths: &[PathBuf]| {
+            let mut meter = Meter::new(MeterConfig::default());
+            let s = ok(import_paths(&mut meter, paths, &ImportOptions::default()));
+            (ok(meter.finish()), s)
+        };
+        let (ab, s_ab) = run(&[later.clone(), earlier.clone()]);
+        let (ba, s_ba) = run(&[earlier.clone(), later.clone()]);
+        for (r, s) in [(&ab, &s_ab), (&ba, &s_ba)] {
+            assert!(r.loss.is_empty(), "{:?}", r.loss);
+            assert!(s.iter().all(|s| s.device_keys == vec![uuid.to_string()]));
+            assert_eq!(r.devices.len(), 1);
+            assert_eq!(r.device_total(uuid, MeterKind::KernelLaunches), 4);
+            assert_eq!(
+                r.device_total(uuid, MeterKind::KernelNs),
+                4_000 + 3_000 + 5_000 + 5_000
+            );
+            assert_eq!(
+                r.device_total(uuid, MeterKind::SmNs),
+                4 * 4_000 + 8 * 3_000 + 2 * 5_000 + 8 * 5_000
+            );
+        }
+        assert_eq!(ab.totals, ba.totals);
+        assert_eq!(ab.usage, ba.usage);
+        assert_eq!(ab.devices, ba.devices);
+        assert_eq!(ab.records, ba.records);
+        // Only the order of the sources differs.
+        let names = |r: &UsageReport| r.sources.iter().map(|s| s.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&ab), ["later.json", "earlier.sqlite"]);
+        assert_eq!(names(&ba), ["earlier.sqlite", "later.json"]);
+        assert_eq!(s_ab[0], s_ba[1]);
+        assert_eq!(s_ab[1], s_ba[0]);
+        // One by one, the later file first, the earlier file's records are beyond the
+        // reordering horizon: what the batch avoids.
+        let mut meter = Meter::new(MeterConfig::default());
+        for p in [&later, &earlier] {
+            ok(import_path(&mut meter, p, &ImportOptions::default()));
+        }
+        assert_eq!(ok(meter.finish()).lost(uuid, "late"), 2);
+    }
+
+    #[test]
+    fn a_failing_input_leaves_the_meter_untouched_and_duplicates_are_metered_once() {
+        let tmp = ok(tempfile::tempdir());
+        let good = tmp.path().join("good.json");
+        ok(std::fs::write(
+            &good,
+            kineto(r#"{"id": 0}"#, &[(1_700_000_000_000_000, 1, 1)]),
+        ));
+        let missing = tmp.path().join("missing.json");
+        let mut meter = Meter::new(MeterConfig::default());
+        match import_paths(
+            &mut meter,
+            &[good.clone(), missing.clone()],
+            &ImportOptions::default(),
+        ) {
+            Err(ImportError::Io { path, .. }) => assert_eq!(path, missing),
+            other => panic!("expected Io, got {other:?}"),
+        }
+        let copy = tmp.path().join("copy.json");
+        ok(std::fs::copy(&good, &copy));
+        let s = ok(import_paths(
+            &mut meter,
+            &[&good, &copy, &good],
+            &ImportOptions::default(),
+        ));
+        assert_eq!(
+            s.iter().map(|s| s.duplicate_source).collect::<Vec<_>>(),
+            [false, true, true]
+        );
+        assert_eq!(s[0].records, 1);
+        assert_eq!(s[1].records, 0);
+        let report = ok(meter.finish());
+        assert_eq!(
+            report.sources.len(),
+            1,
+            "the failed batch announced nothing"
+        );
+        assert_eq!(report.sources[0].name, "good.json");
+        assert_eq!(
+            report.device_total(&source_key(&s[0], 0), MeterKind::KernelLaunches),
+            1
+        );
+        assert!(ok(import_paths::<PathBuf>(
+            &mut Meter::new(MeterConfig::default()),
+            &[],
+            &ImportOptions::default()
+        ))
+        .is_empty());
     }
 }
 
