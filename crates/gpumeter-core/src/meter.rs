@@ -301,7 +301,8 @@ impl Meter {
     /// record an importer could not represent). Unknown slots are ignored.
     pub fn record_loss(&mut self, device: DeviceSlot, reason: LossReason, count: u64) {
         if let Some(d) = self.devices.get_mut(device.0 as usize) {
-            *d.loss.entry(reason).or_insert(0) += count;
+            let n = d.loss.entry(reason).or_insert(0);
+            *n = n.saturating_add(count);
         }
     }
 

@@ -1,0 +1,806 @@
+//! `.gmr`: gpumeter's recording of a CUPTI session (DESIGN §10).
+//!
+//! # Format (version 1)
+//!
+//! All integers are little-endian.
+//!
+//! ```text
+//! file    = magic version frame*
+//! magic   = "GPUMETER-GMR" 00 0D 0A 1A        (16 bytes; the last three catch text-mode
+//!                                             line-ending conversions, as PNG's do)
+//! version = u32                               (GMR_FORMAT_VERSION = 1)
+//! frame   = type:u32 len:u64 payload:[len bytes] crc:u32
+//!           crc = CRC-32 (IEEE, as zlib) of type ‖ len ‖ payload
+//! ```
+//!
+//! The first frame is the [header](GmrHeader) (type 1, a JSON object). The others, in the order
+//! they were written:
+//!
+//! | type | frame | payload |
+//! |---|---|---|
+//! | 1 | header | JSON [`GmrHeader`] |
+//! | 2 | activity buffer | the raw bytes CUPTI handed over (`validSize` bytes) |
+//! | 3 | string table | entries `ptr:u64 len:u32 utf8:[len]`: the producer's pointer values and the strings they pointed to, copied while the buffer was live |
+//! | 4 | dropped records | `device:u32 context:u32 stream:u32 reserved:u32 count:u64` (device `u32::MAX` = unknown; count is a delta) |
+//! | 5 | attribution event | `kind:u32 pid:u32 external_id:u64 timestamp_ns:u64 label_len:u32 label:[label_len]` |
+//! | 6 | energy sample | `device:u32 reserved:u32 timestamp_ns:u64 energy_mj:u64` (cumulative counter) |
+//! | 7 | end | empty: the producer closed the file cleanly |
+//!
+//! Fixed-size payloads may grow in later versions: a reader takes the fields it knows from the
+//! front and ignores the rest. Frame types it does not know are skipped and counted when their
+//! checksum is right (forward compatibility).
+//!
+//! # Damage
+//!
+//! A producer killed mid-write leaves a *torn* last frame: a header, payload or checksum cut
+//! short by the end of the file, or a final frame whose checksum does not match. The reader
+//! keeps every frame before it and reports the tear ([`GmrFile::torn`]); a file without an end
+//! frame is reported as unfinished ([`GmrFile::finished`]). A checksum mismatch with more bytes
+//! after the frame is not a tear but corruption: [`GmrError::CorruptFrame`], naming the offset.
+//! A damaged header frame is always an error: nothing after it can be trusted.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// The 16 bytes every `.gmr` file starts with.
+pub const GMR_MAGIC: [u8; 16] = *b"GPUMETER-GMR\0\r\n\x1a";
+/// The format version this crate writes and reads.
+pub const GMR_FORMAT_VERSION: u32 = 1;
+/// Bytes before the first frame: magic and version.
+pub const GMR_PREAMBLE_LEN: usize = 20;
+/// Bytes of a frame besides its payload: type (4), length (8), checksum (4).
+pub const FRAME_OVERHEAD: usize = 16;
+/// `device` value of a [`DroppedRecords`] frame whose device is unknown.
+pub const UNKNOWN_DEVICE: u32 = u32::MAX;
+
+const T_HEADER: u32 = 1;
+const T_BUFFER: u32 = 2;
+const T_STRINGS: u32 = 3;
+const T_DROPPED: u32 = 4;
+const T_ATTRIBUTION: u32 = 5;
+const T_ENERGY: u32 = 6;
+const T_END: u32 = 7;
+
+/// A `.gmr` that cannot be written or read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GmrError {
+    /// Writing failed, or reading from a `Read` failed.
+    #[error("I/O error: {0}")]
+    Io(#[from] std::io::Error),
+    /// The file does not start with [`GMR_MAGIC`] (or is shorter than the 20-byte preamble).
+    #[error("not a .gmr recording (no GPUMETER-GMR magic)")]
+    NotGmr,
+    /// The format version is not one this crate reads.
+    #[error(".gmr format version {0} is not supported (this build reads version 1)")]
+    UnsupportedFormatVersion(u32),
+    /// The header frame is missing, torn, fails its checksum, or is not a valid header.
+    #[error(".gmr header at byte {offset}: {reason}")]
+    BadHeader {
+        /// Byte offset of the header frame.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A frame before the last fails its checksum, or a frame follows the end frame.
+    #[error(".gmr frame #{index} (type {frame_type}) at byte {offset}: {reason}")]
+    CorruptFrame {
+        /// Byte offset of the frame.
+        offset: u64,
+        /// 0-based index of the frame (the header is #0).
+        index: usize,
+        /// The frame's type field as read.
+        frame_type: u32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A frame's checksum is right but its payload does not parse (e.g. a string-table entry
+    /// that runs past the payload, or is not UTF-8).
+    #[error(".gmr frame #{index} (type {frame_type}) at byte {offset}: bad payload: {reason}")]
+    BadPayload {
+        /// Byte offset of the frame.
+        offset: u64,
+        /// 0-based index of the frame.
+        index: usize,
+        /// The frame's type.
+        frame_type: u32,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The header could not be serialized, or a string is too long for its length field.
+    #[error("cannot write .gmr: {0}")]
+    Write(String),
+}
+
+/// The clock pair of a recording: one CUPTI timestamp (`cuptiGetTimestamp`) and the wall clock
+/// read together, so record times can be checked against or mapped to the wall clock.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClockPair {
+    /// `cuptiGetTimestamp()`, ns.
+    pub cupti_timestamp_ns: u64,
+    /// The wall clock at the same moment, ns since the Unix epoch.
+    pub unix_time_ns: u64,
+}
+
+/// One GPU of the producing host, as the producer saw it (NVML or CUDA device properties).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GmrDevice {
+    /// CUDA device ordinal (the `deviceId` of CUPTI records).
+    pub id: u32,
+    /// Marketing name, e.g. `NVIDIA H100 80GB HBM3`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// UUID, `GPU-…` (or `MIG-…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Streaming multiprocessors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sm_count: Option<u32>,
+    /// Compute capability, `"MAJOR.MINOR"` (`"9.0"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<String>,
+}
+
+/// Who wrote a recording.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Producer {
+    /// Program name (`gpumeter-inject`).
+    pub name: String,
+    /// Its version.
+    pub version: String,
+}
+
+/// The header frame of a `.gmr` (JSON). Unknown keys are ignored when reading.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GmrHeader {
+    /// The producer's `CUPTI_API_VERSION` (`cuptiGetVersion()`): fixes the layout of every
+    /// activity buffer in the file.
+    pub cupti_api_version: u32,
+    /// Host name of the producing machine.
+    #[serde(default)]
+    pub host: String,
+    /// CUPTI and wall clock read together at the start.
+    #[serde(default)]
+    pub clock: ClockPair,
+    /// OS process id of the metered process.
+    #[serde(default)]
+    pub process_id: u32,
+    /// The host's GPUs.
+    #[serde(default)]
+    pub devices: Vec<GmrDevice>,
+    /// The program that wrote the file.
+    #[serde(default)]
+    pub producer: Producer,
+}
+
+/// Pointer values of the producing process and the strings they pointed to (kernel, device and
+/// allocation names), copied while CUPTI's buffer was live. Lets a reader name things without
+/// ever dereferencing a pointer read from a buffer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StringTable {
+    /// Pointer value → string.
+    pub entries: BTreeMap<u64, String>,
+}
+
+impl StringTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        StringTable::default()
+    }
+
+    /// Adds or replaces the string for a pointer value.
+    pub fn insert(&mut self, ptr: u64, text: impl Into<String>) {
+        self.entries.insert(ptr, text.into());
+    }
+
+    /// The string for a pointer value; `None` for 0 or an unknown value.
+    pub fn get(&self, ptr: u64) -> Option<&str> {
+        if ptr == 0 {
+            return None;
+        }
+        self.entries.get(&ptr).map(String::as_str)
+    }
+
+    /// Adds every entry of `other`, replacing equal pointer values (later tables win: a pointer
+    /// may be reused for another string once CUPTI freed the first).
+    pub fn extend_from(&mut self, other: &StringTable) {
+        for (k, v) in &other.entries {
+            self.entries.insert(*k, v.clone());
+        }
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the table is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Records CUPTI dropped (`cuptiActivityGetNumDroppedRecords`) since the previous frame for the
+/// same context and stream: a delta, summed as loss `dropped` (DESIGN §4).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DroppedRecords {
+    /// CUDA device ordinal, `None` when the producer did not know it (then the reader looks
+    /// the context up in the recording's CONTEXT records).
+    pub device_id: Option<u32>,
+    /// CUPTI context id.
+    pub context_id: u32,
+    /// Stream id (0 for context-wide counts).
+    pub stream_id: u32,
+    /// Records dropped since the last count.
+    pub count: u64,
+}
+
+/// What an [`AttributionEvent`] says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AttributionKind {
+    /// An external correlation id was pushed (`cuptiActivityPushExternalCorrelationId`).
+    ExternalPush,
+    /// An external correlation id was popped.
+    ExternalPop,
+    /// A hint from the producer tying a process or external id to a tenant name (`label`).
+    /// Informational: a tenant map decides attribution (DESIGN §4, §10 "Trust").
+    TenantHint,
+    /// A kind this version does not know, kept as its number.
+    Other(u32),
+}
+
+impl AttributionKind {
+    fn raw(self) -> u32 {
+        match self {
+            AttributionKind::ExternalPush => 1,
+            AttributionKind::ExternalPop => 2,
+            AttributionKind::TenantHint => 3,
+            AttributionKind::Other(v) => v,
+        }
+    }
+
+    fn from_raw(v: u32) -> Self {
+        match v {
+            1 => AttributionKind::ExternalPush,
+            2 => AttributionKind::ExternalPop,
+            3 => AttributionKind::TenantHint,
+            o => AttributionKind::Other(o),
+        }
+    }
+}
+
+/// An attribution event recorded by the producer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttributionEvent {
+    /// What happened.
+    pub kind: AttributionKind,
+    /// OS process id it concerns (0 when none).
+    pub process_id: u32,
+    /// External correlation id it concerns (0 when none).
+    pub external_id: u64,
+    /// When, ns on CUPTI's clock.
+    pub timestamp_ns: u64,
+    /// Free text (a tenant name for [`AttributionKind::TenantHint`]), UTF-8.
+    pub label: String,
+}
+
+/// A reading of a device's cumulative energy counter (NVML `nvmlDeviceGetTotalEnergyConsumption`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EnergySample {
+    /// CUDA device ordinal.
+    pub device_id: u32,
+    /// When, ns since the Unix epoch.
+    pub timestamp_ns: u64,
+    /// Cumulative energy since the driver loaded, mJ.
+    pub energy_mj: u64,
+}
+
+/// One frame after the header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Frame {
+    /// A raw CUPTI activity buffer (`validSize` bytes).
+    ActivityBuffer(Vec<u8>),
+    /// Pointer values → strings.
+    StringTable(StringTable),
+    /// A dropped-records delta.
+    Dropped(DroppedRecords),
+    /// An attribution event.
+    Attribution(AttributionEvent),
+    /// An energy sample.
+    Energy(EnergySample),
+}
+
+/// A frame with its byte offset in the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocatedFrame {
+    /// Byte offset of the frame's type field.
+    pub offset: u64,
+    /// 0-based index among the file's frames (the header is #0).
+    pub index: usize,
+    /// The frame.
+    pub frame: Frame,
+}
+
+/// Why the last frame of a file was dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TornReason {
+    /// The file ends inside the frame (header, payload or checksum).
+    ShortRead,
+    /// The frame is complete but its checksum does not match.
+    BadChecksum,
+}
+
+/// A torn last frame: the frames before it were kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TornFrame {
+    /// Byte offset where the torn frame starts.
+    pub offset: u64,
+    /// Bytes from there to the end of the file (dropped).
+    pub bytes: u64,
+    /// Why it was dropped.
+    pub reason: TornReason,
+}
+
+impl std::fmt::Display for TornFrame {
+    /// `torn last frame at byte N (12 bytes): the file ends inside it`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let why = match self.reason {
+            TornReason::ShortRead => "the file ends inside it",
+            TornReason::BadChecksum => "its checksum does not match",
+        };
+        write!(
+            f,
+            "torn last frame at byte {} ({} bytes dropped): {why}",
+            self.offset, self.bytes
+        )
+    }
+}
+
+/// A read recording.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GmrFile {
+    /// The header.
+    pub header: GmrHeader,
+    /// The frames after the header, in file order (unknown types and the end frame excluded).
+    pub frames: Vec<LocatedFrame>,
+    /// Frames of unknown types skipped (their checksums were right).
+    pub unknown_frames: u64,
+    /// `true` when the file ends with an end frame (the producer closed it).
+    pub finished: bool,
+    /// The torn last frame, if any.
+    pub torn: Option<TornFrame>,
+}
+
+/// Tells whether bytes start like a `.gmr` (the 16-byte magic).
+pub fn is_gmr(head: &[u8]) -> bool {
+    head.starts_with(&GMR_MAGIC)
+}
+
+fn frame_crc(frame_type: u32, payload: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&frame_type.to_le_bytes());
+    h.update(&(payload.len() as u64).to_le_bytes());
+    h.update(payload);
+    h.finalize()
+}
+
+/// Writes a `.gmr`: the preamble and header at construction, then frames, then
+/// [`GmrWriter::finish`].
+///
+/// ```
+/// use gpumeter_cupti::gmr::{read_gmr, GmrHeader, GmrWriter};
+/// let header = GmrHeader { cupti_api_version: 26, ..GmrHeader::default() };
+/// let mut w = GmrWriter::new(Vec::<u8>::new(), &header)?;
+/// w.write_buffer(&[0u8; 0])?;
+/// let bytes = w.finish()?;
+/// let file = read_gmr(&bytes)?;
+/// assert!(file.finished && file.torn.is_none());
+/// assert_eq!(file.header.cupti_api_version, 26);
+/// # Ok::<(), gpumeter_cupti::gmr::GmrError>(())
+/// ```
+///
+/// Each `write_*` call writes one whole frame with one `write_all`; wrap a file in a
+/// `BufWriter` only if losing the buffered frames on a crash is acceptable.
+#[derive(Debug)]
+pub struct GmrWriter<W: Write> {
+    out: Option<W>,
+}
+
+impl<W: Write> GmrWriter<W> {
+    /// Writes the preamble and the header frame.
+    ///
+    /// # Errors
+    /// [`GmrError::Io`] when writing fails; [`GmrError::Write`] when the header cannot be
+    /// serialized.
+    pub fn new(mut out: W, header: &GmrHeader) -> Result<Self, GmrError> {
+        let mut pre = Vec::with_capacity(GMR_PREAMBLE_LEN);
+        pre.extend_from_slice(&GMR_MAGIC);
+        pre.extend_from_slice(&GMR_FORMAT_VERSION.to_le_bytes());
+        out.write_all(&pre)?;
+        let json = serde_json::to_vec(header).map_err(|e| GmrError::Write(e.to_string()))?;
+        let mut w = GmrWriter { out: Some(out) };
+        w.frame(T_HEADER, &json)?;
+        Ok(w)
+    }
+
+    fn frame(&mut self, frame_type: u32, payload: &[u8]) -> Result<(), GmrError> {
+        let Some(out) = self.out.as_mut() else {
+            return Err(GmrError::Write("the writer is finished".to_string()));
+        };
+        let mut f = Vec::with_capacity(payload.len() + FRAME_OVERHEAD);
+        f.extend_from_slice(&frame_type.to_le_bytes());
+        f.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        f.extend_from_slice(payload);
+        f.extend_from_slice(&frame_crc(frame_type, payload).to_le_bytes());
+        out.write_all(&f)?;
+        Ok(())
+    }
+
+    /// Writes a raw activity buffer (the `validSize` bytes CUPTI handed over).
+    ///
+    /// # Errors
+    /// [`GmrError::Io`].
+    pub fn write_buffer(&mut self, bytes: &[u8]) -> Result<(), GmrError> {
+        self.frame(T_BUFFER, bytes)
+    }
+
+    /// Writes a string table.
+    ///
+    /// # Errors
+    /// As [`GmrWriter::write_buffer`]; [`GmrError::Write`] for a string over 4 GiB.
+    pub fn write_strings(&mut self, table: &StringTable) -> Result<(), GmrError> {
+        let mut p = Vec::new();
+        for (ptr, text) in &table.entries {
+            let len = u32::try_from(text.len())
+                .map_err(|_| GmrError::Write(format!("string for {ptr:#x} is over 4 GiB")))?;
+            p.extend_from_slice(&ptr.to_le_bytes());
+            p.extend_from_slice(&len.to_le_bytes());
+            p.extend_from_slice(text.as_bytes());
+        }
+        self.frame(T_STRINGS, &p)
+    }
+
+    /// Writes a dropped-records delta.
+    ///
+    /// # Errors
+    /// As [`GmrWriter::write_buffer`].
+    pub fn write_dropped(&mut self, d: &DroppedRecords) -> Result<(), GmrError> {
+        let mut p = Vec::with_capacity(24);
+        p.extend_from_slice(&d.device_id.unwrap_or(UNKNOWN_DEVICE).to_le_bytes());
+        p.extend_from_slice(&d.context_id.to_le_bytes());
+        p.extend_from_slice(&d.stream_id.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&d.count.to_le_bytes());
+        self.frame(T_DROPPED, &p)
+    }
+
+    /// Writes an attribution event.
+    ///
+    /// # Errors
+    /// As [`GmrWriter::write_buffer`]; [`GmrError::Write`] for a label over 4 GiB.
+    pub fn write_attribution(&mut self, e: &AttributionEvent) -> Result<(), GmrError> {
+        let len = u32::try_from(e.label.len())
+            .map_err(|_| GmrError::Write("attribution label is over 4 GiB".to_string()))?;
+        let mut p = Vec::with_capacity(28 + e.label.len());
+        p.extend_from_slice(&e.kind.raw().to_le_bytes());
+        p.extend_from_slice(&e.process_id.to_le_bytes());
+        p.extend_from_slice(&e.external_id.to_le_bytes());
+        p.extend_from_slice(&e.timestamp_ns.to_le_bytes());
+        p.extend_from_slice(&len.to_le_bytes());
+        p.extend_from_slice(e.label.as_bytes());
+        self.frame(T_ATTRIBUTION, &p)
+    }
+
+    /// Writes an energy sample.
+    ///
+    /// # Errors
+    /// As [`GmrWriter::write_buffer`].
+    pub fn write_energy(&mut self, s: &EnergySample) -> Result<(), GmrError> {
+        let mut p = Vec::with_capacity(24);
+        p.extend_from_slice(&s.device_id.to_le_bytes());
+        p.extend_from_slice(&0u32.to_le_bytes());
+        p.extend_from_slice(&s.timestamp_ns.to_le_bytes());
+        p.extend_from_slice(&s.energy_mj.to_le_bytes());
+        self.frame(T_ENERGY, &p)
+    }
+
+    /// Writes any [`Frame`].
+    ///
+    /// # Errors
+    /// As the specific `write_*` method.
+    pub fn write_frame(&mut self, frame: &Frame) -> Result<(), GmrError> {
+        match frame {
+            Frame::ActivityBuffer(b) => self.write_buffer(b),
+            Frame::StringTable(t) => self.write_strings(t),
+            Frame::Dropped(d) => self.write_dropped(d),
+            Frame::Attribution(a) => self.write_attribution(a),
+            Frame::Energy(e) => self.write_energy(e),
+        }
+    }
+
+    /// Writes the end frame, flushes, and returns the output.
+    ///
+    /// # Errors
+    /// [`GmrError::Io`].
+    pub fn finish(mut self) -> Result<W, GmrError> {
+        self.frame(T_END, &[])?;
+        let Some(mut out) = self.out.take() else {
+            return Err(GmrError::Write("the writer is finished".to_string()));
+        };
+        out.flush()?;
+        Ok(out)
+    }
+}
+
+/// Little-endian field reader over a payload; `None` past its end.
+struct Fields<'a> {
+    b: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Fields<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.at.checked_add(n)?;
+        let s = self.b.get(self.at..end)?;
+        self.at = end;
+        Some(s)
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .and_then(|s| s.try_into().ok())
+            .map(u32::from_le_bytes)
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes)
+    }
+    fn done(&self) -> bool {
+        self.at >= self.b.len()
+    }
+}
+
+fn parse_strings(p: &[u8]) -> Result<StringTable, String> {
+    let mut f = Fields { b: p, at: 0 };
+    let mut t = StringTable::new();
+    while !f.done() {
+        let at = f.at;
+        let ptr = f
+            .u64()
+            .ok_or_else(|| format!("string entry at payload byte {at} is cut short"))?;
+        let len = f
+            .u32()
+            .ok_or_else(|| format!("string entry at payload byte {at} is cut short"))?;
+        let bytes = f.take(len as usize).ok_or_else(|| {
+            format!("string entry at payload byte {at} ({len} bytes) runs past the payload")
+        })?;
+        let text = std::str::from_utf8(bytes)
+            .map_err(|e| format!("string entry at payload byte {at} is not UTF-8: {e}"))?;
+        t.insert(ptr, text);
+    }
+    Ok(t)
+}
+
+fn parse_payload(frame_type: u32, p: &[u8]) -> Result<Option<Frame>, String> {
+    let short = |what: &str| format!("{what} payload of {} bytes is too short", p.len());
+    let mut f = Fields { b: p, at: 0 };
+    Ok(Some(match frame_type {
+        T_BUFFER => Frame::ActivityBuffer(p.to_vec()),
+        T_STRINGS => Frame::StringTable(parse_strings(p)?),
+        T_DROPPED => {
+            let (Some(device), Some(context_id), Some(stream_id), Some(_), Some(count)) =
+                (f.u32(), f.u32(), f.u32(), f.u32(), f.u64())
+            else {
+                return Err(short("dropped-records"));
+            };
+            Frame::Dropped(DroppedRecords {
+                device_id: (device != UNKNOWN_DEVICE).then_some(device),
+                context_id,
+                stream_id,
+                count,
+            })
+        }
+        T_ATTRIBUTION => {
+            let (Some(kind), Some(process_id), Some(external_id), Some(timestamp_ns), Some(len)) =
+                (f.u32(), f.u32(), f.u64(), f.u64(), f.u32())
+            else {
+                return Err(short("attribution"));
+            };
+            let label = f
+                .take(len as usize)
+                .ok_or_else(|| format!("attribution label of {len} bytes runs past the payload"))?;
+            let label = std::str::from_utf8(label)
+                .map_err(|e| format!("attribution label is not UTF-8: {e}"))?;
+            Frame::Attribution(AttributionEvent {
+                kind: AttributionKind::from_raw(kind),
+                process_id,
+                external_id,
+                timestamp_ns,
+                label: label.to_string(),
+            })
+        }
+        T_ENERGY => {
+            let (Some(device_id), Some(_), Some(timestamp_ns), Some(energy_mj)) =
+                (f.u32(), f.u32(), f.u64(), f.u64())
+            else {
+                return Err(short("energy"));
+            };
+            Frame::Energy(EnergySample {
+                device_id,
+                timestamp_ns,
+                energy_mj,
+            })
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// One frame as cut from the bytes, before its payload is parsed.
+enum Cut<'a> {
+    Whole {
+        frame_type: u32,
+        payload: &'a [u8],
+        next: usize,
+    },
+    Torn(TornFrame),
+    BadCrc {
+        frame_type: u32,
+    },
+}
+
+fn cut(bytes: &[u8], at: usize) -> Cut<'_> {
+    let rest = bytes.get(at..).unwrap_or(&[]);
+    let torn = |reason| {
+        Cut::Torn(TornFrame {
+            offset: at as u64,
+            bytes: rest.len() as u64,
+            reason,
+        })
+    };
+    let mut f = Fields { b: rest, at: 0 };
+    let (Some(frame_type), Some(len)) = (f.u32(), f.u64()) else {
+        return torn(TornReason::ShortRead);
+    };
+    let Ok(len) = usize::try_from(len) else {
+        return torn(TornReason::ShortRead);
+    };
+    let (Some(payload), Some(crc)) = (f.take(len), f.u32()) else {
+        return torn(TornReason::ShortRead);
+    };
+    if frame_crc(frame_type, payload) != crc {
+        if f.done() {
+            return torn(TornReason::BadChecksum);
+        }
+        return Cut::BadCrc { frame_type };
+    }
+    Cut::Whole {
+        frame_type,
+        payload,
+        next: at + f.at,
+    }
+}
+
+/// Reads a whole `.gmr` from memory.
+///
+/// # Errors
+/// [`GmrError::NotGmr`], [`GmrError::UnsupportedFormatVersion`], [`GmrError::BadHeader`];
+/// [`GmrError::CorruptFrame`] for a checksum mismatch before the last frame or a frame after
+/// the end frame; [`GmrError::BadPayload`] for a frame whose checksum is right but whose
+/// payload does not parse. A torn last frame is not an error ([`GmrFile::torn`]).
+pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
+    let (Some(magic), Some(version)) = (bytes.get(0..16), bytes.get(16..20)) else {
+        return Err(GmrError::NotGmr);
+    };
+    if magic != GMR_MAGIC {
+        return Err(GmrError::NotGmr);
+    }
+    let version = u32::from_le_bytes([version[0], version[1], version[2], version[3]]);
+    if version != GMR_FORMAT_VERSION {
+        return Err(GmrError::UnsupportedFormatVersion(version));
+    }
+    let bad_header = |reason: String| GmrError::BadHeader {
+        offset: GMR_PREAMBLE_LEN as u64,
+        reason,
+    };
+    let (header, mut at) = match cut(bytes, GMR_PREAMBLE_LEN) {
+        Cut::Whole {
+            frame_type: T_HEADER,
+            payload,
+            next,
+        } => {
+            let h: GmrHeader = serde_json::from_slice(payload)
+                .map_err(|e| bad_header(format!("not a valid header: {e}")))?;
+            (h, next)
+        }
+        Cut::Whole { frame_type, .. } => {
+            return Err(bad_header(format!(
+                "the first frame has type {frame_type}, not 1 (header)"
+            )))
+        }
+        Cut::Torn(t) => return Err(bad_header(t.to_string())),
+        Cut::BadCrc { .. } => return Err(bad_header("checksum mismatch".to_string())),
+    };
+    let mut file = GmrFile {
+        header,
+        frames: Vec::new(),
+        unknown_frames: 0,
+        finished: false,
+        torn: None,
+    };
+    let mut index = 0usize;
+    while at < bytes.len() {
+        index += 1;
+        let offset = at as u64;
+        if file.finished {
+            return Err(GmrError::CorruptFrame {
+                offset,
+                index,
+                frame_type: 0,
+                reason: "data after the end frame".to_string(),
+            });
+        }
+        match cut(bytes, at) {
+            Cut::Torn(t) => {
+                file.torn = Some(t);
+                break;
+            }
+            Cut::BadCrc { frame_type } => {
+                return Err(GmrError::CorruptFrame {
+                    offset,
+                    index,
+                    frame_type,
+                    reason: "checksum mismatch, and frames follow".to_string(),
+                })
+            }
+            Cut::Whole {
+                frame_type,
+                payload,
+                next,
+            } => {
+                at = next;
+                if frame_type == T_END {
+                    file.finished = true;
+                    continue;
+                }
+                if frame_type == T_HEADER {
+                    return Err(GmrError::CorruptFrame {
+                        offset,
+                        index,
+                        frame_type,
+                        reason: "a second header frame".to_string(),
+                    });
+                }
+                match parse_payload(frame_type, payload) {
+                    Ok(Some(frame)) => file.frames.push(LocatedFrame {
+                        offset,
+                        index,
+                        frame,
+                    }),
+                    Ok(None) => file.unknown_frames += 1,
+                    Err(reason) => {
+                        return Err(GmrError::BadPayload {
+                            offset,
+                            index,
+                            frame_type,
+                            reason,
+                        })
+                    }
+                }
+            }
+        }
+    }
+    Ok(file)
+}
+
+/// Reads a whole `.gmr` from a reader (into memory, then as [`read_gmr`]).
+///
+/// # Errors
+/// [`GmrError::Io`] when reading fails; otherwise as [`read_gmr`].
+pub fn read_gmr_from<R: Read>(mut r: R) -> Result<GmrFile, GmrError> {
+    let mut bytes = Vec::new();
+    r.read_to_end(&mut bytes)?;
+    read_gmr(&bytes)
+}

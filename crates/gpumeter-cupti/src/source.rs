@@ -1,0 +1,859 @@
+//! Metering CUPTI sources: a raw activity buffer file (format `cupti`) or a `.gmr` recording
+//! (format `gmr`), into a [`Meter`] (DESIGN §3, §4).
+//!
+//! Like the importers of `gpumeter-import`, a source is decoded and validated whole before the
+//! meter sees any of it: an error leaves the meter untouched. Then the source is announced
+//! ([`Meter::begin_source`] with its name, format and SHA-256; a source already metered is not
+//! pushed again), its devices with activity are registered, dropped counts are booked as loss,
+//! and its work records are pushed sorted by start.
+//!
+//! * **Joins** (two passes over the whole source): RUNTIME, DRIVER and INTERNAL_LAUNCH_API
+//!   records give the process id of GPU records with the same `correlationId`;
+//!   EXTERNAL_CORRELATION records of kinds CUSTOM0..2 give the external id (CUSTOM0 before
+//!   CUSTOM1 before CUSTOM2 when several are present). In a `.gmr`, a GPU record with no API
+//!   record takes the header's process id: CUPTI only records the process it runs in.
+//! * **Devices**: a DEVICE record gives the key (`GPU-<uuid>`, `MIG-<uuid>` for a MIG instance),
+//!   SM count, compute capability and per-SM limits; a `.gmr` header's device inventory fills
+//!   what the record lacks (name, UUID, SM count). A device no DEVICE record or inventory entry
+//!   names is keyed `<source name>#<deviceId>` with nothing known: its `sm_ns` is reported not
+//!   meterable unless a device catalog (through [`CuptiOptions::on_device`]) supplies the SM
+//!   count. Names come only from string tables (`.gmr` frames or [`CuptiOptions::strings`]),
+//!   never from a pointer read from a buffer.
+//! * **Work**: CONCURRENT_KERNEL and KERNEL → kernels; MEMCPY → copies by `copyKind`; MEMCPY2 →
+//!   peer copies billed on the record's `deviceId`; MEMSET → memsets; GRAPH_TRACE → graph
+//!   launches (`gpu_busy_ns` only). Records with a start or end of 0 are pushed as they are: the
+//!   meter counts them as loss `zero_timestamp`.
+//! * **Skipped** (not work, counted by category in the report): OVERHEAD (`overhead`), MEMORY2
+//!   (`memory2`) and INSTRUCTION_EXECUTION (`instruction_execution`) until the meters that use
+//!   them exist, and every kind the decoder steps over (`marker`, `synchronization`, …). API,
+//!   DEVICE, CONTEXT and EXTERNAL_CORRELATION records are consumed by the joins, not counted.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use gpumeter_core::{
+    ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
+    LossReason, Meter, SmLimits, SourceInfo, Work,
+};
+use sha2::{Digest, Sha256};
+
+use crate::decode::{
+    decode, DecodeError, Decoded, DeviceRecord, KernelRecord, Record, EXTERNAL_KIND_CUSTOM0,
+    EXTERNAL_KIND_CUSTOM2,
+};
+use crate::gmr::{read_gmr, Frame, GmrDevice, GmrError, StringTable, TornFrame};
+use crate::kind::ActivityKind;
+use crate::layout::ApiVersion;
+
+/// A source that cannot be metered. Every variant names the source (the file name given to
+/// [`meter_buffer`] / [`meter_gmr`]); when one is returned the meter is untouched.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CuptiSourceError {
+    /// An activity buffer does not decode (or the producer's API version is not supported).
+    #[error("{name}: {}{error}", match frame { Some(f) => format!("{f}: "), None => String::new() })]
+    Decode {
+        /// The source.
+        name: String,
+        /// The `.gmr` frame holding the buffer; `None` for a raw buffer file or the header.
+        frame: Option<FrameRef>,
+        /// What is wrong, with the byte offset inside the buffer.
+        #[source]
+        error: DecodeError,
+    },
+    /// A `.gmr` cannot be read.
+    #[error("{name}: {error}")]
+    Gmr {
+        /// The source.
+        name: String,
+        /// What is wrong.
+        #[source]
+        error: GmrError,
+    },
+    /// A file could not be read ([`meter_path`]).
+    #[error("{name}: cannot read: {error}")]
+    Io {
+        /// The file.
+        name: String,
+        /// The operating system's error.
+        #[source]
+        error: std::io::Error,
+    },
+}
+
+/// Where a buffer sits in a `.gmr`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameRef {
+    /// 0-based frame index (the header is #0).
+    pub index: usize,
+    /// Byte offset of the frame in the file; the buffer's bytes start 12 bytes later (after
+    /// the frame's type and length).
+    pub offset: u64,
+}
+
+impl fmt::Display for FrameRef {
+    /// `frame #3 at byte 1234`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "frame #{} at byte {}", self.index, self.offset)
+    }
+}
+
+/// Source formats, as usage reports name them (`sources[].format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CuptiFormat {
+    /// A raw CUPTI activity buffer file (`cupti`).
+    Cupti,
+    /// A `.gmr` recording (`gmr`).
+    Gmr,
+}
+
+impl CuptiFormat {
+    /// `cupti` or `gmr`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CuptiFormat::Cupti => "cupti",
+            CuptiFormat::Gmr => "gmr",
+        }
+    }
+}
+
+/// A function called once per device right after it is registered and before any of its
+/// records is pushed, e.g. to apply a device catalog (`gpumeter_import::DeviceCatalog::apply_to`).
+pub type DeviceHook<'a> = &'a dyn Fn(&mut Meter, DeviceSlot);
+
+/// How to meter a CUPTI source.
+#[derive(Clone, Copy, Default)]
+pub struct CuptiOptions<'a> {
+    /// The producer's API version, for raw buffers (`--cupti-api-version`; default 12.8's
+    /// 26). A `.gmr` takes it from its header instead.
+    pub api: ApiVersion,
+    /// Extra pointer → string entries for names (applied before a `.gmr`'s own tables).
+    pub strings: Option<&'a StringTable>,
+    /// Called for each registered device before its records are pushed.
+    pub on_device: Option<DeviceHook<'a>>,
+}
+
+impl fmt::Debug for CuptiOptions<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CuptiOptions")
+            .field("api", &self.api)
+            .field("strings", &self.strings.map(StringTable::len))
+            .field("on_device", &self.on_device.is_some())
+            .finish()
+    }
+}
+
+/// What metering one source did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CuptiSummary {
+    /// The source's name in the report.
+    pub source_name: String,
+    /// `cupti` or `gmr`.
+    pub format: CuptiFormat,
+    /// The layouts used.
+    pub api: ApiVersion,
+    /// Work records found (kernels, copies, memsets, graph launches), including those the
+    /// meter counts as loss; 0 for a duplicate source.
+    pub records: u64,
+    /// Records counted as skipped; 0 for a duplicate source.
+    pub skipped: u64,
+    /// `true` when a source with the same SHA-256 was already metered: nothing was pushed.
+    pub duplicate_source: bool,
+    /// Lowercase hex SHA-256 of the source's bytes.
+    pub sha256: String,
+    /// Keys of the devices with activity, in order of first appearance.
+    pub device_keys: Vec<String>,
+    /// Work records whose process id came from an API record.
+    pub process_ids_joined: u64,
+    /// Work records whose external id came from an EXTERNAL_CORRELATION record.
+    pub external_ids_joined: u64,
+    /// Dropped records booked as loss (sum of the `.gmr` dropped-count deltas).
+    pub dropped: u64,
+    /// Activity buffers decoded (1 for a raw buffer).
+    pub buffers: u64,
+    /// `.gmr` energy samples read (metered by a later issue).
+    pub energy_samples: u64,
+    /// `.gmr` attribution events read (informational).
+    pub attribution_events: u64,
+    /// `.gmr` frames of unknown types skipped.
+    pub unknown_frames: u64,
+    /// The `.gmr`'s torn last frame, if any (its earlier frames were metered).
+    pub torn: Option<TornFrame>,
+    /// `false` for a `.gmr` without an end frame (its producer stopped early); `true` otherwise.
+    pub finished: bool,
+}
+
+/// Meters a raw CUPTI activity buffer (the bytes of one buffer, laid out by
+/// [`CuptiOptions::api`]).
+///
+/// `name` is the source's name in the report and in errors (a file name, no directories).
+///
+/// ```
+/// use gpumeter_core::{Meter, MeterConfig, MeterKind};
+/// use gpumeter_cupti::{meter_buffer, CuptiOptions};
+/// // One 12.8 CONCURRENT_KERNEL record (`CUpti_ActivityKernel9`, 208 bytes).
+/// let mut k = vec![0u8; 208];
+/// k[0..4].copy_from_slice(&10u32.to_le_bytes());
+/// k[16..24].copy_from_slice(&1_000u64.to_le_bytes()); // start
+/// k[24..32].copy_from_slice(&1_500u64.to_le_bytes()); // end
+/// let mut meter = Meter::new(MeterConfig::default());
+/// let s = meter_buffer(&mut meter, "buf.bin", &k, &CuptiOptions::default())?;
+/// // No DEVICE record: the device is keyed by the source (name and SHA-256 prefix) and id.
+/// let key = format!("buf.bin@{}#0", &s.sha256[..8]);
+/// assert_eq!(s.device_keys, [key.clone()]);
+/// let report = meter.finish().expect("report");
+/// assert_eq!(report.device_total(&key, MeterKind::KernelNs), 500);
+/// # Ok::<(), gpumeter_cupti::CuptiSourceError>(())
+/// ```
+///
+/// # Errors
+/// [`CuptiSourceError::Decode`] when the buffer does not decode or a field cannot be valid; the
+/// meter is then untouched.
+pub fn meter_buffer(
+    meter: &mut Meter,
+    name: &str,
+    bytes: &[u8],
+    opts: &CuptiOptions<'_>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let decoded = decode(bytes, opts.api).map_err(|error| CuptiSourceError::Decode {
+        name: name.to_string(),
+        frame: None,
+        error,
+    })?;
+    let mut input = Input::new(name, bytes, CuptiFormat::Cupti, opts.api);
+    let mut strings = StringTable::new();
+    if let Some(s) = opts.strings {
+        strings.extend_from(s);
+    }
+    input.add_buffer(decoded, None, &strings);
+    let plan = input.plan()?;
+    Ok(commit(meter, plan, opts))
+}
+
+/// Meters a `.gmr` recording: every activity buffer with the header's API version, string
+/// tables for names (each buffer sees the tables written before it), the header's device
+/// inventory, and dropped counts as loss. A torn last frame is reported in the summary and as a
+/// report warning; the frames before it are metered.
+///
+/// # Errors
+/// [`CuptiSourceError::Gmr`] when the file cannot be read (see [`read_gmr`]);
+/// [`CuptiSourceError::Decode`] when the header's API version is not supported or a buffer does
+/// not decode (naming the frame). The meter is then untouched.
+pub fn meter_gmr(
+    meter: &mut Meter,
+    name: &str,
+    bytes: &[u8],
+    opts: &CuptiOptions<'_>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let file = read_gmr(bytes).map_err(|error| CuptiSourceError::Gmr {
+        name: name.to_string(),
+        error,
+    })?;
+    let api = ApiVersion::from_cupti(file.header.cupti_api_version).map_err(|error| {
+        CuptiSourceError::Decode {
+            name: name.to_string(),
+            frame: None,
+            error,
+        }
+    })?;
+    let mut input = Input::new(name, bytes, CuptiFormat::Gmr, api);
+    input.inventory = file.header.devices.clone();
+    input.default_pid = (file.header.process_id != 0).then_some(file.header.process_id);
+    input.unknown_frames = file.unknown_frames;
+    input.torn = file.torn;
+    input.finished = file.finished;
+    let mut strings = StringTable::new();
+    if let Some(s) = opts.strings {
+        strings.extend_from(s);
+    }
+    for f in &file.frames {
+        let at = FrameRef {
+            index: f.index,
+            offset: f.offset,
+        };
+        match &f.frame {
+            Frame::ActivityBuffer(b) => {
+                let decoded = decode(b, api).map_err(|error| CuptiSourceError::Decode {
+                    name: name.to_string(),
+                    frame: Some(at),
+                    error,
+                })?;
+                input.add_buffer(decoded, Some(at), &strings);
+            }
+            Frame::StringTable(t) => strings.extend_from(t),
+            Frame::Dropped(d) => input.dropped.push(*d),
+            Frame::Attribution(_) => input.attribution_events += 1,
+            Frame::Energy(_) => input.energy_samples += 1,
+        }
+    }
+    let plan = input.plan()?;
+    Ok(commit(meter, plan, opts))
+}
+
+/// Meters a file by path: a `.gmr` when it starts with the `.gmr` magic, else a raw buffer laid
+/// out by [`CuptiOptions::api`]. The report names it by its file name.
+///
+/// # Errors
+/// [`CuptiSourceError::Io`] when the file cannot be read; otherwise as [`meter_gmr`] /
+/// [`meter_buffer`].
+pub fn meter_path(
+    meter: &mut Meter,
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    let bytes = std::fs::read(path).map_err(|error| CuptiSourceError::Io {
+        name: name.clone(),
+        error,
+    })?;
+    if crate::gmr::is_gmr(&bytes) {
+        meter_gmr(meter, &name, &bytes, opts)
+    } else {
+        meter_buffer(meter, &name, &bytes, opts)
+    }
+}
+
+/// One decoded buffer with the names its pointers resolve to at its place in the source.
+struct Buffer {
+    decoded: Decoded,
+    frame: Option<FrameRef>,
+    names: HashMap<u64, Arc<str>>,
+}
+
+/// A source being gathered before planning.
+struct Input<'n> {
+    name: &'n str,
+    /// Label for device keys without a UUID: `<name>@<8 hex digits of the SHA-256>`, so two
+    /// different files of the same name never share a device (as in `gpumeter-import`).
+    key_label: String,
+    /// SHA-256 of the source's bytes, lowercase hex.
+    sha256: String,
+    format: CuptiFormat,
+    api: ApiVersion,
+    buffers: Vec<Buffer>,
+    inventory: Vec<GmrDevice>,
+    default_pid: Option<u32>,
+    dropped: Vec<crate::gmr::DroppedRecords>,
+    unknown_frames: u64,
+    energy_samples: u64,
+    attribution_events: u64,
+    torn: Option<TornFrame>,
+    finished: bool,
+}
+
+/// A source decoded, joined and validated, not yet given to a meter. Device slots in
+/// `records` and `losses` index `devices`.
+struct Plan {
+    summary: CuptiSummary,
+    devices: Vec<DeviceInfo>,
+    records: Vec<ActivityRecord>,
+    /// Dropped records per device (summed, saturating).
+    losses: Vec<(DeviceSlot, u64)>,
+    skipped: BTreeMap<&'static str, u64>,
+    warnings: Vec<String>,
+}
+
+impl<'n> Input<'n> {
+    fn new(name: &'n str, bytes: &[u8], format: CuptiFormat, api: ApiVersion) -> Self {
+        let sha256 = hex::encode(Sha256::digest(bytes));
+        Input {
+            name,
+            key_label: format!("{name}@{}", sha256.get(..8).unwrap_or(&sha256)),
+            sha256,
+            format,
+            api,
+            buffers: Vec::new(),
+            inventory: Vec::new(),
+            default_pid: None,
+            dropped: Vec::new(),
+            unknown_frames: 0,
+            energy_samples: 0,
+            attribution_events: 0,
+            torn: None,
+            finished: true,
+        }
+    }
+
+    fn add_buffer(&mut self, decoded: Decoded, frame: Option<FrameRef>, strings: &StringTable) {
+        let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+        for r in &decoded.records {
+            let ptr = match &r.record {
+                Record::Kernel(k) => k.name_ptr,
+                Record::Device(d) => d.name_ptr,
+                _ => continue,
+            };
+            if ptr != 0 && !names.contains_key(&ptr) {
+                if let Some(s) = strings.get(ptr) {
+                    names.insert(ptr, Arc::from(s));
+                }
+            }
+        }
+        self.buffers.push(Buffer {
+            decoded,
+            frame,
+            names,
+        });
+    }
+
+    fn plan(self) -> Result<Plan, CuptiSourceError> {
+        // Pass 1: joins, devices and contexts over the whole source.
+        let mut pid_of: HashMap<u32, u32> = HashMap::new();
+        let mut ext_of: HashMap<u32, (u32, u64)> = HashMap::new();
+        let mut device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)> = BTreeMap::new();
+        let mut device_of_context: HashMap<u32, u32> = HashMap::new();
+        for b in &self.buffers {
+            for r in &b.decoded.records {
+                match &r.record {
+                    Record::Api(a) if a.correlation_id != 0 => {
+                        pid_of.entry(a.correlation_id).or_insert(a.process_id);
+                    }
+                    Record::ExternalCorrelation(e)
+                        if e.correlation_id != 0
+                            && (EXTERNAL_KIND_CUSTOM0..=EXTERNAL_KIND_CUSTOM2)
+                                .contains(&e.external_kind) =>
+                    {
+                        let slot = ext_of
+                            .entry(e.correlation_id)
+                            .or_insert((e.external_kind, e.external_id));
+                        if e.external_kind < slot.0 {
+                            *slot = (e.external_kind, e.external_id);
+                        }
+                    }
+                    Record::Device(d) => {
+                        let name = b.names.get(&d.name_ptr).cloned();
+                        device_recs.entry(d.id).or_insert(((**d).clone(), name));
+                    }
+                    Record::Context(c) => {
+                        device_of_context.entry(c.context_id).or_insert(c.device_id);
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        let mut devs = Devices {
+            source: &self.key_label,
+            inventory: &self.inventory,
+            device_recs: &device_recs,
+            devices: Vec::new(),
+            index: HashMap::new(),
+        };
+        let mut records = Vec::new();
+        let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();
+        let mut summary = CuptiSummary {
+            source_name: self.name.to_string(),
+            format: self.format,
+            api: self.api,
+            records: 0,
+            skipped: 0,
+            duplicate_source: false,
+            sha256: self.sha256.clone(),
+            device_keys: Vec::new(),
+            process_ids_joined: 0,
+            external_ids_joined: 0,
+            dropped: 0,
+            buffers: self.buffers.len() as u64,
+            energy_samples: self.energy_samples,
+            attribution_events: self.attribution_events,
+            unknown_frames: self.unknown_frames,
+            torn: self.torn,
+            finished: self.finished,
+        };
+
+        // Pass 2: work records.
+        for b in &self.buffers {
+            for (cat, n) in &b.decoded.skipped {
+                *skipped.entry(cat).or_insert(0) += n;
+            }
+            for r in &b.decoded.records {
+                let fault = |field: &'static str, value: i64, reason: &'static str| {
+                    CuptiSourceError::Decode {
+                        name: self.name.to_string(),
+                        frame: b.frame,
+                        error: DecodeError::BadField {
+                            offset: r.offset,
+                            kind: r.kind,
+                            field,
+                            value,
+                            reason,
+                        },
+                    }
+                };
+                let (device_id, start, end, ctx, stream, corr, node, work) = match &r.record {
+                    Record::Kernel(k) => {
+                        let launch = kernel_launch(k, &b.names).map_err(|(f, v)| {
+                            fault(f, v, "a kernel dimension or shared-memory size is negative")
+                        })?;
+                        (
+                            k.device_id,
+                            k.start,
+                            k.end,
+                            k.context_id,
+                            k.stream_id,
+                            k.correlation_id,
+                            k.graph_node_id,
+                            Work::Kernel(launch),
+                        )
+                    }
+                    Record::Memcpy(m) => (
+                        m.device_id,
+                        m.start,
+                        m.end,
+                        m.context_id,
+                        m.stream_id,
+                        m.correlation_id,
+                        m.graph_node_id,
+                        Work::Memcpy {
+                            bytes: m.bytes,
+                            direction: direction(m.copy_kind),
+                        },
+                    ),
+                    Record::PeerCopy(p) => (
+                        p.device_id,
+                        p.start,
+                        p.end,
+                        p.context_id,
+                        p.stream_id,
+                        p.correlation_id,
+                        p.graph_node_id,
+                        Work::Memcpy {
+                            bytes: p.bytes,
+                            direction: CopyDirection::Peer,
+                        },
+                    ),
+                    Record::Memset(m) => (
+                        m.device_id,
+                        m.start,
+                        m.end,
+                        m.context_id,
+                        m.stream_id,
+                        m.correlation_id,
+                        m.graph_node_id,
+                        Work::Memset { bytes: m.bytes },
+                    ),
+                    Record::GraphTrace(g) => (
+                        g.device_id,
+                        g.start,
+                        g.end,
+                        g.context_id,
+                        g.stream_id,
+                        g.correlation_id,
+                        0,
+                        Work::GraphLaunch,
+                    ),
+                    Record::Overhead(_) => {
+                        *skipped.entry("overhead").or_insert(0) += 1;
+                        continue;
+                    }
+                    Record::Memory(_) => {
+                        *skipped.entry("memory2").or_insert(0) += 1;
+                        continue;
+                    }
+                    Record::InstructionExecution(_) => {
+                        *skipped.entry("instruction_execution").or_insert(0) += 1;
+                        continue;
+                    }
+                    _ => continue,
+                };
+                let slot = devs.slot(device_id);
+                let mut rec = ActivityRecord::new(slot, start, end, work);
+                rec.context_id = ctx;
+                rec.stream_id = stream;
+                rec.correlation_id = corr;
+                rec.graph_node_id = node;
+                if corr != 0 {
+                    if let Some(&pid) = pid_of.get(&corr) {
+                        rec.process_id = Some(pid);
+                        summary.process_ids_joined += 1;
+                    }
+                    if let Some(&(_, ext)) = ext_of.get(&corr) {
+                        rec.external_id = Some(ext);
+                        summary.external_ids_joined += 1;
+                    }
+                }
+                if rec.process_id.is_none() {
+                    rec.process_id = self.default_pid;
+                }
+                records.push(rec);
+            }
+        }
+
+        let mut warnings = Vec::new();
+        let mut losses = Vec::new();
+        for d in &self.dropped {
+            if d.count == 0 {
+                continue;
+            }
+            let device = d
+                .device_id
+                .or_else(|| device_of_context.get(&d.context_id).copied())
+                .or_else(|| devs.only_device());
+            match device {
+                Some(id) => {
+                    let slot = devs.slot(id);
+                    match losses.iter_mut().find(|(s, _)| *s == slot) {
+                        Some((_, n)) => *n = u64::saturating_add(*n, d.count),
+                        None => losses.push((slot, d.count)),
+                    }
+                    summary.dropped = summary.dropped.saturating_add(d.count);
+                }
+                None => warnings.push(format!(
+                    "{}: {} dropped records of context {} stream {} on an unknown device \
+                     are not booked as loss",
+                    self.name, d.count, d.context_id, d.stream_id
+                )),
+            }
+        }
+        if let Some(t) = &self.torn {
+            warnings.push(format!(
+                "{}: {t}; the frames before it were metered",
+                self.name
+            ));
+        }
+        if !self.finished && self.format == CuptiFormat::Gmr {
+            warnings.push(format!(
+                "{}: the recording has no end frame (its producer stopped before closing it)",
+                self.name
+            ));
+        }
+        if self.unknown_frames > 0 {
+            warnings.push(format!(
+                "{}: {} frames of unknown types were skipped (written by a newer producer?)",
+                self.name, self.unknown_frames
+            ));
+        }
+        summary.records = records.len() as u64;
+        summary.skipped = skipped.values().sum();
+        summary.device_keys = devs.devices.iter().map(|d| d.key.clone()).collect();
+        // Sorted by start so that a file's own records are never late (DESIGN §3 "Order").
+        records.sort_by_key(|r| r.start_ns);
+        Ok(Plan {
+            summary,
+            devices: devs.devices,
+            records,
+            losses,
+            skipped,
+            warnings,
+        })
+    }
+}
+
+/// The devices of a source, registered locally in order of first activity.
+struct Devices<'a> {
+    source: &'a str,
+    inventory: &'a [GmrDevice],
+    device_recs: &'a BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
+    devices: Vec<DeviceInfo>,
+    index: HashMap<u32, DeviceSlot>,
+}
+
+impl Devices<'_> {
+    fn slot(&mut self, id: u32) -> DeviceSlot {
+        if let Some(&s) = self.index.get(&id) {
+            return s;
+        }
+        let info = self.info(id);
+        let s = DeviceSlot(self.devices.len() as u32);
+        self.devices.push(info);
+        self.index.insert(id, s);
+        s
+    }
+
+    /// The one device id the source knows of, if exactly one.
+    fn only_device(&self) -> Option<u32> {
+        let mut ids: Vec<u32> = self.index.keys().copied().collect();
+        ids.extend(self.device_recs.keys().copied());
+        ids.extend(self.inventory.iter().map(|d| d.id));
+        ids.sort_unstable();
+        ids.dedup();
+        match ids.as_slice() {
+            [one] => Some(*one),
+            _ => None,
+        }
+    }
+
+    fn info(&self, id: u32) -> DeviceInfo {
+        let from_record = self
+            .device_recs
+            .get(&id)
+            .map(|(d, name)| device_info(self.source, d, name.as_deref()));
+        let from_inventory = self
+            .inventory
+            .iter()
+            .find(|d| d.id == id)
+            .map(|d| inventory_info(self.source, d));
+        match (from_record, from_inventory) {
+            (Some(mut r), Some(i)) => {
+                if r.uuid.is_none() && i.uuid.is_some() {
+                    r.key.clone_from(&i.key);
+                }
+                r.fill_from(&i);
+                r
+            }
+            (Some(r), None) => r,
+            (None, Some(i)) => i,
+            (None, None) => DeviceInfo::bare(DeviceInfo::source_key(self.source, id), id),
+        }
+    }
+}
+
+fn nonzero(v: u32) -> Option<u32> {
+    (v != 0).then_some(v)
+}
+
+/// A DEVICE record as a [`DeviceInfo`]: zero values are "unknown".
+pub(crate) fn device_info(source: &str, d: &DeviceRecord, name: Option<&str>) -> DeviceInfo {
+    let uuid = d.uuid_key();
+    let key = uuid
+        .clone()
+        .unwrap_or_else(|| DeviceInfo::source_key(source, d.id));
+    let warp = nonzero(d.threads_per_warp);
+    DeviceInfo {
+        key,
+        id: d.id,
+        name: name.map(str::to_string),
+        sm_count: nonzero(d.multiprocessors),
+        compute_capability: (d.compute_capability_major != 0).then_some(ComputeCapability {
+            major: d.compute_capability_major,
+            minor: d.compute_capability_minor,
+        }),
+        uuid,
+        limits: SmLimits {
+            max_threads_per_sm: nonzero(d.max_warps_per_sm)
+                .zip(warp)
+                .and_then(|(w, t)| w.checked_mul(t)),
+            max_blocks_per_sm: nonzero(d.max_blocks_per_sm),
+            max_warps_per_sm: nonzero(d.max_warps_per_sm),
+            registers_per_sm: nonzero(d.max_registers_per_sm),
+            registers_per_block: nonzero(d.max_registers_per_block),
+            shared_mem_per_sm_bytes: nonzero(d.max_shared_memory_per_sm).map(u64::from),
+            shared_mem_per_block_bytes: nonzero(d.max_shared_memory_per_block).map(u64::from),
+            shared_mem_per_block_optin_bytes: None,
+            warp_size: warp,
+        },
+    }
+}
+
+fn inventory_info(source: &str, d: &GmrDevice) -> DeviceInfo {
+    let uuid = d
+        .uuid
+        .as_deref()
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(DeviceInfo::uuid_key);
+    let mut info = DeviceInfo::bare(
+        uuid.clone()
+            .unwrap_or_else(|| DeviceInfo::source_key(source, d.id)),
+        d.id,
+    );
+    info.uuid = uuid;
+    info.name.clone_from(&d.name);
+    info.sm_count = d.sm_count.filter(|&n| n > 0);
+    info.compute_capability = d
+        .compute_capability
+        .as_deref()
+        .and_then(|c| c.parse::<ComputeCapability>().ok());
+    info
+}
+
+/// `CUpti_ActivityMemcpyKind` to a billing direction (DESIGN §4): 1 HTOD, 2 DTOH, 8 DTOD, 10
+/// PTOP; array copies, host-to-host and unknown values are "other".
+fn direction(copy_kind: u8) -> CopyDirection {
+    match copy_kind {
+        1 => CopyDirection::HostToDevice,
+        2 => CopyDirection::DeviceToHost,
+        8 => CopyDirection::DeviceToDevice,
+        10 => CopyDirection::Peer,
+        _ => CopyDirection::Other,
+    }
+}
+
+/// A kernel record's launch configuration; `Err((field, value))` for a negative dimension or
+/// shared-memory size.
+fn kernel_launch(
+    k: &KernelRecord,
+    names: &HashMap<u64, Arc<str>>,
+) -> Result<KernelLaunch, (&'static str, i64)> {
+    fn dims(v: [i32; 3], names: [&'static str; 3]) -> Result<[u32; 3], (&'static str, i64)> {
+        let mut out = [0u32; 3];
+        for ((o, x), n) in out.iter_mut().zip(v).zip(names) {
+            *o = u32::try_from(x).map_err(|_| (n, i64::from(x)))?;
+        }
+        Ok(out)
+    }
+    let grid = dims(k.grid, ["gridX", "gridY", "gridZ"])?;
+    let block = dims(k.block, ["blockX", "blockY", "blockZ"])?;
+    let s = u64::try_from(k.static_shared_memory)
+        .map_err(|_| ("staticSharedMemory", i64::from(k.static_shared_memory)))?;
+    let d = u64::try_from(k.dynamic_shared_memory)
+        .map_err(|_| ("dynamicSharedMemory", i64::from(k.dynamic_shared_memory)))?;
+    Ok(KernelLaunch {
+        grid: Some(grid),
+        block: Some(block),
+        registers_per_thread: Some(u32::from(k.registers_per_thread)),
+        shared_mem_bytes: Some(s + d),
+        name: names.get(&k.name_ptr).cloned(),
+    })
+}
+
+/// Hands a plan to the meter: source, devices (hook applied), losses, records.
+fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummary {
+    let mut summary = plan.summary;
+    let fresh = meter.begin_source(SourceInfo {
+        name: summary.source_name.clone(),
+        format: summary.format.as_str().to_string(),
+        sha256: summary.sha256.clone(),
+    });
+    if !fresh {
+        summary.duplicate_source = true;
+        summary.records = 0;
+        summary.skipped = 0;
+        summary.dropped = 0;
+        return summary;
+    }
+    let slots: Vec<DeviceSlot> = plan
+        .devices
+        .into_iter()
+        .map(|info| {
+            let slot = meter.register_device(info);
+            if let Some(hook) = opts.on_device {
+                hook(meter, slot);
+            }
+            slot
+        })
+        .collect();
+    let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
+    for w in plan.warnings {
+        meter.warn(w);
+    }
+    for (cat, n) in plan.skipped {
+        meter.record_skipped(cat, n);
+    }
+    for (local, n) in plan.losses {
+        if let Some(slot) = slot_of(local) {
+            meter.record_loss(slot, LossReason::Dropped, n);
+        }
+    }
+    for mut rec in plan.records {
+        if let Some(slot) = slot_of(rec.device) {
+            rec.device = slot;
+            meter.push(rec);
+        }
+    }
+    summary
+}
+
+/// Kinds whose records [`meter_buffer`] turns into work (the rest are joined or skipped).
+pub const WORK_KINDS: [ActivityKind; 6] = [
+    ActivityKind::CONCURRENT_KERNEL,
+    ActivityKind::KERNEL,
+    ActivityKind::MEMCPY,
+    ActivityKind::MEMCPY2,
+    ActivityKind::MEMSET,
+    ActivityKind::GRAPH_TRACE,
+];

@@ -1,0 +1,1728 @@
+//! Integration tests of gpumeter-cupti: crafted buffers for every decoded kind in both API
+//! versions, the C cross-check against the real CUPTI header structs (and libcupti 12.8's own
+//! walk), metering, and the `.gmr` format.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpumeter_core::{DeviceSlot, Meter, MeterConfig, MeterKind, TenantMap, UsageReport};
+use gpumeter_cupti::gmr::{
+    read_gmr, AttributionEvent, AttributionKind, DroppedRecords, EnergySample, Frame, GmrDevice,
+    GmrError, GmrHeader, GmrWriter, StringTable, TornReason, GMR_PREAMBLE_LEN,
+};
+use gpumeter_cupti::{
+    decode, meter_buffer, meter_gmr, ActivityKind, ApiVersion, CuptiOptions, CuptiSourceError,
+    DecodeError, Record,
+};
+
+/// 2025-07-18T08:08:05Z in ns.
+const T0: u64 = 1_752_826_085_000_000_000;
+
+// ------------------------------------------------------------------------------------------
+// Helpers: building buffers from the layout tables, and reading decoded records back as raw
+// header fields.
+
+/// Builds a buffer record by record, setting fields by their CUPTI header names through the
+/// crate's own layout tables.
+struct Buf {
+    api: ApiVersion,
+    bytes: Vec<u8>,
+}
+
+impl Buf {
+    fn new(api: ApiVersion) -> Self {
+        Buf {
+            api,
+            bytes: Vec::new(),
+        }
+    }
+
+    /// Appends a zeroed record of `kind` with `fields` (header name, value; the value's low
+    /// `width` bytes are written little-endian). Returns the record's offset.
+    fn rec(&mut self, kind: ActivityKind, fields: &[(&str, i128)]) -> usize {
+        let layout = self
+            .api
+            .layouts()
+            .into_iter()
+            .find(|l| l.kind == kind)
+            .unwrap_or_else(|| panic!("{} has no {kind}", self.api));
+        let at = self.bytes.len();
+        self.bytes.resize(at + layout.size, 0);
+        self.bytes[at..at + 4].copy_from_slice(&kind.0.to_le_bytes());
+        for (name, value) in fields {
+            let f = layout
+                .fields
+                .iter()
+                .find(|f| f.name == *name)
+                .unwrap_or_else(|| panic!("{} has no field {name}", layout.struct_name));
+            let le = value.to_le_bytes();
+            self.bytes[at + f.offset..at + f.offset + f.width].copy_from_slice(&le[..f.width]);
+        }
+        at
+    }
+
+    fn kernel(&mut self, start: u64, end: u64, grid_x: i32, corr: u32) -> usize {
+        self.rec(
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", start.into()),
+                ("end", end.into()),
+                ("gridX", grid_x.into()),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("blockX", 128),
+                ("blockY", 1),
+                ("blockZ", 1),
+                ("correlationId", corr.into()),
+                ("contextId", 1),
+                ("streamId", 7),
+            ],
+        )
+    }
+}
+
+trait Le {
+    fn le_bytes(&self) -> Vec<u8>;
+}
+macro_rules! le_int {
+    ($($t:ty),*) => {$(impl Le for $t { fn le_bytes(&self) -> Vec<u8> { self.to_le_bytes().to_vec() } })*};
+}
+le_int!(u8, u16, u32, u64, i32, i64);
+impl Le for bool {
+    fn le_bytes(&self) -> Vec<u8> {
+        vec![u8::from(*self)]
+    }
+}
+impl Le for [u8; 16] {
+    fn le_bytes(&self) -> Vec<u8> {
+        self.to_vec()
+    }
+}
+
+/// Every decoded field of a record as (header member name, little-endian bytes of the
+/// member's width): the inverse of decoding, to compare with what was written.
+fn fields_of(kind: ActivityKind, rec: &Record) -> Vec<(&'static str, Vec<u8>)> {
+    let mut v: Vec<(&'static str, Vec<u8>)> = vec![("kind", kind.0.le_bytes())];
+    macro_rules! put {
+        ($($name:literal => $val:expr),* $(,)?) => {{ $(v.push(($name, Le::le_bytes(&$val)));)* }};
+    }
+    match rec {
+        Record::Kernel(k) => {
+            put!("registersPerThread" => k.registers_per_thread, "start" => k.start,
+                 "end" => k.end, "completed" => k.completed, "deviceId" => k.device_id,
+                 "contextId" => k.context_id, "streamId" => k.stream_id,
+                 "gridX" => k.grid[0], "gridY" => k.grid[1], "gridZ" => k.grid[2],
+                 "blockX" => k.block[0], "blockY" => k.block[1], "blockZ" => k.block[2],
+                 "staticSharedMemory" => k.static_shared_memory,
+                 "dynamicSharedMemory" => k.dynamic_shared_memory,
+                 "localMemoryPerThread" => k.local_memory_per_thread,
+                 "correlationId" => k.correlation_id, "gridId" => k.grid_id,
+                 "name" => k.name_ptr, "queued" => k.queued, "submitted" => k.submitted,
+                 "launchType" => k.launch_type,
+                 "sharedMemoryExecuted" => k.shared_memory_executed,
+                 "graphNodeId" => k.graph_node_id, "graphId" => k.graph_id,
+                 "clusterX" => k.cluster[0], "clusterY" => k.cluster[1],
+                 "clusterZ" => k.cluster[2]);
+            if let Some(d) = k.is_device_launched {
+                put!("isDeviceLaunched" => d);
+            }
+        }
+        Record::Memcpy(m) => {
+            put!("copyKind" => m.copy_kind, "srcKind" => m.src_kind, "dstKind" => m.dst_kind,
+                 "flags" => m.flags, "bytes" => m.bytes, "start" => m.start, "end" => m.end,
+                 "deviceId" => m.device_id, "contextId" => m.context_id,
+                 "streamId" => m.stream_id, "correlationId" => m.correlation_id,
+                 "runtimeCorrelationId" => m.runtime_correlation_id,
+                 "graphNodeId" => m.graph_node_id, "graphId" => m.graph_id,
+                 "copyCount" => m.copy_count);
+            if let Some(d) = m.is_device_launched {
+                put!("isDeviceLaunched" => d);
+            }
+        }
+        Record::PeerCopy(p) => {
+            put!("copyKind" => p.copy_kind, "srcKind" => p.src_kind, "dstKind" => p.dst_kind,
+                 "flags" => p.flags, "bytes" => p.bytes, "start" => p.start, "end" => p.end,
+                 "deviceId" => p.device_id, "contextId" => p.context_id,
+                 "streamId" => p.stream_id, "srcDeviceId" => p.src_device_id,
+                 "srcContextId" => p.src_context_id, "dstDeviceId" => p.dst_device_id,
+                 "dstContextId" => p.dst_context_id, "correlationId" => p.correlation_id,
+                 "graphNodeId" => p.graph_node_id, "graphId" => p.graph_id);
+        }
+        Record::Memset(m) => {
+            put!("value" => m.value, "bytes" => m.bytes, "start" => m.start, "end" => m.end,
+                 "deviceId" => m.device_id, "contextId" => m.context_id,
+                 "streamId" => m.stream_id, "correlationId" => m.correlation_id,
+                 "flags" => m.flags, "memoryKind" => m.memory_kind,
+                 "graphNodeId" => m.graph_node_id, "graphId" => m.graph_id);
+            if let Some(d) = m.is_device_launched {
+                put!("isDeviceLaunched" => d);
+            }
+        }
+        Record::Memory(m) => {
+            put!("memoryOperationType" => m.operation.raw(), "memoryKind" => m.memory_kind,
+                 "correlationId" => m.correlation_id, "address" => m.address,
+                 "bytes" => m.bytes, "timestamp" => m.timestamp, "PC" => m.pc,
+                 "processId" => m.process_id, "deviceId" => m.device_id,
+                 "contextId" => m.context_id, "streamId" => m.stream_id,
+                 "name" => m.name_ptr, "isAsync" => m.is_async,
+                 "memoryPoolConfig.memoryPoolType" => m.pool_type,
+                 "memoryPoolConfig.address" => m.pool_address,
+                 "memoryPoolConfig.releaseThreshold" => m.pool_release_threshold,
+                 "memoryPoolConfig.pool.size" => m.pool_size,
+                 "memoryPoolConfig.utilizedSize" => m.pool_utilized_size,
+                 "source" => m.source_ptr);
+        }
+        Record::Device(d) => {
+            put!("flags" => d.flags, "globalMemoryBandwidth" => d.global_memory_bandwidth,
+                 "globalMemorySize" => d.global_memory_size,
+                 "constantMemorySize" => d.constant_memory_size,
+                 "l2CacheSize" => d.l2_cache_size, "numThreadsPerWarp" => d.threads_per_warp,
+                 "coreClockRate" => d.core_clock_rate_khz,
+                 "numMemcpyEngines" => d.memcpy_engines,
+                 "numMultiprocessors" => d.multiprocessors, "maxIPC" => d.max_ipc,
+                 "maxWarpsPerMultiprocessor" => d.max_warps_per_sm,
+                 "maxBlocksPerMultiprocessor" => d.max_blocks_per_sm,
+                 "maxSharedMemoryPerMultiprocessor" => d.max_shared_memory_per_sm,
+                 "maxRegistersPerMultiprocessor" => d.max_registers_per_sm,
+                 "maxRegistersPerBlock" => d.max_registers_per_block,
+                 "maxSharedMemoryPerBlock" => d.max_shared_memory_per_block,
+                 "maxThreadsPerBlock" => d.max_threads_per_block,
+                 "computeCapabilityMajor" => d.compute_capability_major,
+                 "computeCapabilityMinor" => d.compute_capability_minor,
+                 "id" => d.id, "eccEnabled" => d.ecc_enabled, "uuid" => d.uuid,
+                 "name" => d.name_ptr, "isCudaVisible" => d.is_cuda_visible,
+                 "isMigEnabled" => d.is_mig_enabled, "gpuInstanceId" => d.gpu_instance_id,
+                 "computeInstanceId" => d.compute_instance_id, "migUuid" => d.mig_uuid,
+                 "isNumaNode" => d.is_numa_node, "numaId" => d.numa_id);
+            if let Some(n) = d.num_tpcs {
+                put!("numTpcs" => n);
+            }
+        }
+        Record::Context(c) => {
+            put!("contextId" => c.context_id, "deviceId" => c.device_id,
+                 "computeApiKind" => c.compute_api_kind, "nullStreamId" => c.null_stream_id,
+                 "parentContextId" => c.parent_context_id,
+                 "isGreenContext" => c.is_green_context,
+                 "numMultiprocessors" => c.num_multiprocessors, "cigMode" => c.cig_mode);
+            if let Some(p) = c.process_id {
+                put!("processId" => p);
+            }
+        }
+        Record::Api(a) => {
+            put!("cbid" => a.cbid, "start" => a.start, "end" => a.end,
+                 "processId" => a.process_id, "threadId" => a.thread_id,
+                 "correlationId" => a.correlation_id, "returnValue" => a.return_value);
+        }
+        Record::ExternalCorrelation(e) => {
+            put!("externalKind" => e.external_kind, "externalId" => e.external_id,
+                 "correlationId" => e.correlation_id);
+        }
+        Record::Overhead(o) => {
+            put!("overheadKind" => o.overhead_kind, "objectKind" => o.object_kind,
+                 "objectId.dcs.deviceId" => o.object_id[0],
+                 "objectId.dcs.contextId" => o.object_id[1],
+                 "objectId.dcs.streamId" => o.object_id[2], "start" => o.start,
+                 "end" => o.end, "correlationId" => o.correlation_id,
+                 "overheadData" => o.overhead_data_ptr);
+        }
+        Record::GraphTrace(g) => {
+            put!("correlationId" => g.correlation_id, "start" => g.start, "end" => g.end,
+                 "deviceId" => g.device_id, "graphId" => g.graph_id,
+                 "contextId" => g.context_id, "streamId" => g.stream_id,
+                 "endDeviceId" => g.end_device_id, "endContextId" => g.end_context_id);
+        }
+        Record::InstructionExecution(i) => {
+            put!("flags" => i.flags, "sourceLocatorId" => i.source_locator_id,
+                 "correlationId" => i.correlation_id, "functionId" => i.function_id,
+                 "pcOffset" => i.pc_offset, "threadsExecuted" => i.threads_executed,
+                 "notPredOffThreadsExecuted" => i.not_pred_off_threads_executed,
+                 "executed" => i.executed);
+        }
+        Record::Other(_) => {}
+        other => panic!("unexpected record {other:?}"),
+    }
+    v
+}
+
+/// Header members decoded as `bool`: a crafted value for them must be 0 or 1.
+const BOOL_FIELDS: [&str; 4] = [
+    "isCudaVisible",
+    "isMigEnabled",
+    "isGreenContext",
+    "isDeviceLaunched",
+];
+
+fn meter() -> Meter {
+    Meter::new(MeterConfig::default())
+}
+
+fn finish(m: Meter) -> UsageReport {
+    match m.finish() {
+        Ok(r) => r,
+        Err(e) => panic!("report: {e}"),
+    }
+}
+
+fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
+    match r {
+        Ok(v) => v,
+        Err(e) => panic!("{e}"),
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+
+mod crafted {
+    use super::*;
+
+    /// Every decoded field of every decoded kind, in both versions, written at its table
+    /// offset with a distinct byte pattern, decodes to exactly those bytes; and the decoded
+    /// structs cover exactly the table's fields.
+    #[test]
+    fn every_decoded_field_round_trips() {
+        for api in ApiVersion::ALL {
+            for layout in api.layouts() {
+                if layout.fields.is_empty() {
+                    continue;
+                }
+                let mut bytes = vec![0u8; layout.size];
+                let mut want: BTreeMap<&str, Vec<u8>> = BTreeMap::new();
+                for (i, f) in layout.fields.iter().enumerate() {
+                    let pattern: Vec<u8> = if f.name == "kind" {
+                        layout.kind.0.to_le_bytes().to_vec()
+                    } else if BOOL_FIELDS.contains(&f.name) {
+                        vec![1]
+                    } else {
+                        (0..f.width).map(|j| (17 * i + j + 1) as u8).collect()
+                    };
+                    bytes[f.offset..f.offset + f.width].copy_from_slice(&pattern);
+                    want.insert(f.name, pattern);
+                }
+                let d = ok(decode(&bytes, api));
+                assert_eq!(d.records.len(), 1, "{api} {}", layout.struct_name);
+                let got: BTreeMap<&str, Vec<u8>> = fields_of(layout.kind, &d.records[0].record)
+                    .into_iter()
+                    .collect();
+                assert_eq!(got, want, "{api} {} ({})", layout.struct_name, layout.kind);
+            }
+        }
+    }
+
+    /// A buffer with one record of every kind each version defines walks with the table
+    /// sizes; undecoded kinds are stepped over and counted by name.
+    #[test]
+    fn every_kind_walks_and_unknown_ones_are_counted() {
+        for api in ApiVersion::ALL {
+            let mut b = Buf::new(api);
+            let mut offsets = Vec::new();
+            for l in api.layouts() {
+                offsets.push((l.kind, b.rec(l.kind, &[])));
+            }
+            let d = ok(decode(&b.bytes, api));
+            let got: Vec<_> = d.records.iter().map(|r| (r.kind, r.offset)).collect();
+            assert_eq!(got, offsets, "{api}");
+            assert_eq!(d.skipped.get("marker"), Some(&1), "{api}");
+            assert_eq!(d.skipped.get("jit"), Some(&1), "{api}");
+            assert_eq!(d.skipped.get("concurrent_kernel"), None, "{api}");
+            let undecoded = d
+                .records
+                .iter()
+                .filter(|r| matches!(r.record, Record::Other(_)))
+                .count() as u64;
+            assert_eq!(d.skipped.values().sum::<u64>(), undecoded);
+            assert_eq!(d.trailing_zero_bytes, 0);
+        }
+    }
+
+    #[test]
+    fn api_versions() {
+        assert_eq!(
+            ok(ApiVersion::from_cupti(26)).cupti_api_version(),
+            26,
+            "12.8"
+        );
+        assert_eq!(ok(ApiVersion::from_cupti(130_401)), ApiVersion::Cupti13_4);
+        for n in [0, 24, 27, 28, 130_000, 130_400, 130_402, 140_000] {
+            assert_eq!(
+                ApiVersion::from_cupti(n),
+                Err(DecodeError::UnsupportedApiVersion(n))
+            );
+        }
+        assert_eq!(ApiVersion::default(), ApiVersion::Cupti12_8);
+        // The struct choices of the issue.
+        let k = ActivityKind::CONCURRENT_KERNEL;
+        assert_eq!(
+            ApiVersion::Cupti12_8.struct_name(k),
+            Some("CUpti_ActivityKernel9")
+        );
+        assert_eq!(
+            ApiVersion::Cupti13_4.struct_name(k),
+            Some("CUpti_ActivityKernel13")
+        );
+        assert_eq!(ApiVersion::Cupti12_8.record_size(k), Some(208));
+        assert_eq!(ApiVersion::Cupti13_4.record_size(k), Some(248));
+        assert_eq!(
+            ApiVersion::Cupti12_8.record_size(ActivityKind::GREEN_CONTEXT),
+            None
+        );
+    }
+
+    #[test]
+    fn truncated_record_names_its_offset() {
+        for api in ApiVersion::ALL {
+            let mut b = Buf::new(api);
+            b.kernel(T0, T0 + 10, 1, 1);
+            let last = b.rec(ActivityKind::MEMSET, &[("bytes", 4)]);
+            let size = b.bytes.len() - last;
+            for cut in last + 1..b.bytes.len() {
+                let e = decode(&b.bytes[..cut], api);
+                let want = if cut - last < 4 {
+                    // Not even the kind fits; its bytes are non-zero, so not a zeroed tail.
+                    DecodeError::Truncated {
+                        offset: last,
+                        kind: None,
+                        needed: 4,
+                        available: cut - last,
+                    }
+                } else {
+                    DecodeError::Truncated {
+                        offset: last,
+                        kind: Some(ActivityKind::MEMSET),
+                        needed: size,
+                        available: cut - last,
+                    }
+                };
+                assert_eq!(e, Err(want), "{api} cut at {cut}");
+            }
+            let msg = match decode(&b.bytes[..b.bytes.len() - 1], api) {
+                Err(e) => e.to_string(),
+                Ok(_) => panic!("decoded a truncated buffer"),
+            };
+            assert!(msg.contains(&format!("byte {last}")), "{msg}");
+            assert!(msg.contains("MEMSET"), "{msg}");
+        }
+    }
+
+    #[test]
+    fn any_alignment_decodes_the_same() {
+        for api in ApiVersion::ALL {
+            let mut b = Buf::new(api);
+            b.rec(ActivityKind::DEVICE, &[("numMultiprocessors", 132)]);
+            b.kernel(T0, T0 + 100, 264, 5);
+            b.rec(
+                ActivityKind::MEMCPY,
+                &[("bytes", 1 << 40), ("start", T0.into())],
+            );
+            let want = ok(decode(&b.bytes, api));
+            for pad in 1..8 {
+                let mut v = vec![0xEEu8; pad];
+                v.extend_from_slice(&b.bytes);
+                assert_eq!(ok(decode(&v[pad..], api)), want, "{api} pad {pad}");
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_and_invalid_kinds() {
+        let api = ApiVersion::Cupti12_8;
+        let mut b = Buf::new(api);
+        b.kernel(T0, T0 + 1, 1, 1);
+        let at = b.bytes.len();
+        // A 13.x-only kind in a 12.8 buffer: its size is unknown there.
+        b.bytes.extend_from_slice(&59u32.to_le_bytes());
+        b.bytes.extend_from_slice(&[0; 60]);
+        assert_eq!(
+            decode(&b.bytes, api),
+            Err(DecodeError::UnknownKind {
+                offset: at,
+                kind: 59,
+                api
+            })
+        );
+        // The same kind is a GREEN_CONTEXT record in 13.4, stepped over and counted.
+        let mut b13 = Buf::new(ApiVersion::Cupti13_4);
+        b13.rec(ActivityKind::GREEN_CONTEXT, &[]);
+        let d = ok(decode(&b13.bytes, ApiVersion::Cupti13_4));
+        assert_eq!(d.skipped.get("green_context"), Some(&1));
+        // A kind no release defines.
+        let mut bad = 0x7fff_ffffu32.to_le_bytes().to_vec();
+        bad.extend_from_slice(&[0; 36]);
+        assert!(matches!(
+            decode(&bad, ApiVersion::Cupti13_4),
+            Err(DecodeError::UnknownKind {
+                offset: 0,
+                kind: 0x7fff_ffff,
+                ..
+            })
+        ));
+        // Kind 0 followed by zeros: the unused tail of a whole buffer.
+        let mut tail = b.bytes[..at].to_vec();
+        tail.extend_from_slice(&[0; 1000]);
+        let d = ok(decode(&tail, api));
+        assert_eq!((d.records.len(), d.trailing_zero_bytes), (1, 1000));
+        tail.extend_from_slice(&[0, 0, 0]);
+        assert_eq!(ok(decode(&tail, api)).trailing_zero_bytes, 1003);
+        // Kind 0 followed by something else: an error.
+        let mut junk = b.bytes[..at].to_vec();
+        junk.extend_from_slice(&[0, 0, 0, 0, 1]);
+        assert_eq!(
+            decode(&junk, api),
+            Err(DecodeError::InvalidKind { offset: at })
+        );
+        assert_eq!(ok(decode(&[], api)).records.len(), 0);
+    }
+
+    #[test]
+    fn device_uuid_keys() {
+        let api = ApiVersion::Cupti13_4;
+        let mut b = Buf::new(api);
+        let uuid = i128::from_le_bytes([
+            0x74, 0xe1, 0x28, 0xb2, 0x90, 0xb6, 0xb4, 0x09, 0x07, 0xc8, 0x33, 0xbe, 0xe5, 0xff,
+            0x6f, 0x88,
+        ]);
+        b.rec(ActivityKind::DEVICE, &[("uuid", uuid)]);
+        b.rec(
+            ActivityKind::DEVICE,
+            &[("uuid", uuid), ("isMigEnabled", 1), ("migUuid", 0x11)],
+        );
+        b.rec(ActivityKind::DEVICE, &[]);
+        let d = ok(decode(&b.bytes, api));
+        let keys: Vec<Option<String>> = d
+            .records
+            .iter()
+            .map(|r| match &r.record {
+                Record::Device(d) => d.uuid_key(),
+                _ => panic!(),
+            })
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                Some("GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88".to_string()),
+                Some("MIG-11000000-0000-0000-0000-000000000000".to_string()),
+                None
+            ]
+        );
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+
+mod cross_check {
+    //! The C helper (`tests/c/make_buffers.c`) compiled against each wheel's real headers is
+    //! the oracle: its `offsetof`/`sizeof`, its buffers and its expected values; and, for 12.8,
+    //! libcupti's own `cuptiActivityGetNextRecord` walk of the same buffers.
+    //!
+    //! Headers come from `CUPTI12_INCLUDE`, `CUDA12_INCLUDE`, `CUDA12_CRT_INCLUDE`,
+    //! `CUPTI12_LIB` (and the `13` variants), as `bindings/cupti/fetch-wheels.sh` writes them
+    //! into `bindings/cupti/.wheels/env.sh`, else from that `.wheels` folder's fixed layout.
+    //! Missing headers or compiler: a notice, or a failure under `CI=true`.
+
+    use super::*;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+    use std::sync::OnceLock;
+
+    struct Toolchain {
+        includes: Vec<PathBuf>,
+        lib: Option<PathBuf>,
+    }
+
+    fn wheels() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bindings/cupti/.wheels")
+    }
+
+    fn env_path(name: &str) -> Option<PathBuf> {
+        std::env::var_os(name)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    }
+
+    fn toolchain(api: ApiVersion) -> Result<Toolchain, String> {
+        let (n, lib_name) = match api {
+            ApiVersion::Cupti12_8 => ("12", "libcupti.so.12"),
+            _ => ("13", "libcupti.so.13"),
+        };
+        let w = wheels();
+        let (cupti, cuda, crt, lib) = match api {
+            ApiVersion::Cupti12_8 => (
+                w.join("cu12/nvidia/cuda_cupti/include"),
+                w.join("cu12/nvidia/cuda_runtime/include"),
+                w.join("cu12/nvidia/cuda_nvcc/include"),
+                w.join("cu12/nvidia/cuda_cupti/lib"),
+            ),
+            _ => (
+                w.join("cu13/nvidia/cu13/include"),
+                w.join("cu13/nvidia/cu13/include"),
+                w.join("cu13/nvidia/cu13/include"),
+                w.join("cu13/nvidia/cu13/lib"),
+            ),
+        };
+        let cupti = env_path(&format!("CUPTI{n}_INCLUDE")).unwrap_or(cupti);
+        let cuda = env_path(&format!("CUDA{n}_INCLUDE")).unwrap_or(cuda);
+        let crt = env_path(&format!("CUDA{n}_CRT_INCLUDE")).unwrap_or(crt);
+        let lib = env_path(&format!("CUPTI{n}_LIB")).unwrap_or(lib);
+        if !cupti.join("cupti.h").is_file() {
+            return Err(format!(
+                "CUPTI {} headers not found ({}); run bindings/cupti/fetch-wheels.sh and \
+                 source bindings/cupti/.wheels/env.sh",
+                api.cuda_release(),
+                cupti.display()
+            ));
+        }
+        if !cuda.join("cuda.h").is_file() {
+            return Err(format!("cuda.h not found in {}", cuda.display()));
+        }
+        let lib = if lib.is_dir() {
+            lib.join(lib_name)
+        } else {
+            lib
+        };
+        Ok(Toolchain {
+            includes: vec![cupti, cuda, crt],
+            lib: lib.is_file().then_some(lib),
+        })
+    }
+
+    /// Compiles the helper for `api` once per test run; `Err` says why it cannot be.
+    fn helper(api: ApiVersion) -> Result<PathBuf, String> {
+        static H12: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        static H13: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+        let cell = match api {
+            ApiVersion::Cupti12_8 => &H12,
+            _ => &H13,
+        };
+        cell.get_or_init(|| {
+            let tc = toolchain(api)?;
+            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/make_buffers.c");
+            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("make_buffers_{}", api.cupti_api_version()));
+            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+            let mut cmd = Command::new(&cc);
+            cmd.args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]);
+            for i in &tc.includes {
+                cmd.arg("-I").arg(i);
+            }
+            cmd.arg("-o").arg(&out).arg(&src).arg("-ldl");
+            let o = cmd
+                .output()
+                .map_err(|e| format!("cannot run the C compiler `{cc}`: {e}"))?;
+            if !o.status.success() {
+                return Err(format!(
+                    "compiling {} failed:\n{}",
+                    src.display(),
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            Ok(out)
+        })
+        .clone()
+    }
+
+    /// The helper, or `None` after a notice (a panic under `CI=true`).
+    fn helper_or_skip(api: ApiVersion) -> Option<PathBuf> {
+        match helper(api) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                skip(&why);
+                None
+            }
+        }
+    }
+
+    fn skip(why: &str) {
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("{why} (CI=true: the cross-check must run)");
+        }
+        eprintln!("notice: skipping the C cross-check: {why}");
+    }
+
+    fn run(helper: &Path, args: &[&std::ffi::OsStr]) -> String {
+        let o = match Command::new(helper).args(args).output() {
+            Ok(o) => o,
+            Err(e) => panic!("running {}: {e}", helper.display()),
+        };
+        assert!(
+            o.status.success(),
+            "{} {:?} failed: {}",
+            helper.display(),
+            args,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
+    fn tmp(name: &str) -> PathBuf {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
+    }
+
+    /// One `record`/`walk` line: kind, offset, and `name=value` pairs in order.
+    type Line = (u32, usize, Vec<(String, String)>);
+
+    fn parse_lines(text: &str, tag: &str) -> Vec<Line> {
+        let mut out = Vec::new();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            if words.next() != Some(tag) {
+                continue;
+            }
+            let mut kind = None;
+            let mut offset = None;
+            let mut fields = Vec::new();
+            for w in words {
+                let Some((k, v)) = w.split_once('=') else {
+                    panic!("bad word {w:?} in {line:?}")
+                };
+                match k {
+                    "kind" => kind = v.parse().ok(),
+                    "offset" => offset = v.parse().ok(),
+                    _ => fields.push((k.to_string(), v.to_string())),
+                }
+            }
+            match (kind, offset) {
+                (Some(k), Some(o)) => out.push((k, o, fields)),
+                _ => panic!("no kind/offset in {line:?}"),
+            }
+        }
+        out
+    }
+
+    /// The little-endian bytes a C-printed value stands for, at the field's width.
+    fn value_bytes(value: &str, width: usize) -> Vec<u8> {
+        if width == 16 {
+            return ok(hex::decode(value));
+        }
+        let n: i128 = match value.parse() {
+            Ok(n) => n,
+            Err(e) => panic!("value {value:?}: {e}"),
+        };
+        n.to_le_bytes()[..width].to_vec()
+    }
+
+    /// Compares decoded records with C lines field by field; returns the number of fields
+    /// compared.
+    fn agree(api: ApiVersion, buf: &[u8], lines: &[Line], what: &str) -> usize {
+        let d = ok(decode(buf, api));
+        assert_eq!(d.records.len(), lines.len(), "{api} {what}: record count");
+        let layouts = api.layouts();
+        let mut compared = 0;
+        for (rec, (kind, offset, fields)) in d.records.iter().zip(lines) {
+            assert_eq!(
+                (rec.kind.0, rec.offset),
+                (*kind, *offset),
+                "{api} {what}: kind/offset"
+            );
+            let layout = layouts
+                .iter()
+                .find(|l| l.kind == rec.kind)
+                .unwrap_or_else(|| panic!("no layout for {}", rec.kind));
+            let ours: BTreeMap<&str, Vec<u8>> =
+                fields_of(rec.kind, &rec.record).into_iter().collect();
+            for (name, value) in fields {
+                let f = layout
+                    .fields
+                    .iter()
+                    .find(|f| f.name == name)
+                    .unwrap_or_else(|| {
+                        panic!("{api} {what}: {} has no field {name}", layout.struct_name)
+                    });
+                let got = ours.get(name.as_str()).unwrap_or_else(|| {
+                    panic!("{api} {what}: decoder gives no {name} for {}", rec.kind)
+                });
+                assert_eq!(
+                    got,
+                    &value_bytes(value, f.width),
+                    "{api} {what}: {} at {offset}: field {name} (C says {value})",
+                    rec.kind
+                );
+                compared += 1;
+            }
+        }
+        compared
+    }
+
+    /// Our tables against the headers' `offsetof`/`sizeof`, for every kind and every decoded
+    /// field, in both versions.
+    #[test]
+    fn layouts_match_the_headers() {
+        for api in ApiVersion::ALL {
+            let Some(h) = helper_or_skip(api) else {
+                continue;
+            };
+            let text = run(&h, &["layouts".as_ref()]);
+            let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
+            let mut fields: BTreeSet<(String, String, usize, usize)> = BTreeSet::new();
+            let mut count = 0u32;
+            for line in text.lines() {
+                let w: Vec<&str> = line.split_whitespace().collect();
+                match w.as_slice() {
+                    ["api", n] => assert_eq!(n.parse::<u32>().ok(), Some(api.cupti_api_version())),
+                    ["size", k, _, s] => {
+                        sizes.insert(ok(k.parse()), ok(s.parse()));
+                    }
+                    ["field", st, f, o, s] => {
+                        fields.insert((
+                            st.to_string(),
+                            f.to_string(),
+                            ok(o.parse()),
+                            ok(s.parse()),
+                        ));
+                    }
+                    ["count", n] => count = ok(n.parse()),
+                    _ => panic!("unexpected line {line:?}"),
+                }
+            }
+            let ours: BTreeMap<u32, usize> =
+                api.layouts().iter().map(|l| (l.kind.0, l.size)).collect();
+            assert_eq!(ours, sizes, "{api}: record sizes per kind");
+            assert_eq!(
+                count as usize,
+                sizes.len() + 1,
+                "{api}: CUPTI_ACTIVITY_KIND_COUNT"
+            );
+            let mut ours_f = BTreeSet::new();
+            for l in api.layouts() {
+                for f in &l.fields {
+                    ours_f.insert((
+                        l.struct_name.to_string(),
+                        f.name.to_string(),
+                        f.offset,
+                        f.width,
+                    ));
+                }
+            }
+            let only_ours: Vec<_> = ours_f.difference(&fields).collect();
+            let only_c: Vec<_> = fields.difference(&ours_f).collect();
+            assert!(
+                only_ours.is_empty() && only_c.is_empty(),
+                "{api}: field tables differ from the headers:\n ours only: {only_ours:?}\n headers only: {only_c:?}"
+            );
+            eprintln!(
+                "{api}: {} kinds, {} fields agree with the headers",
+                sizes.len(),
+                fields.len()
+            );
+        }
+    }
+
+    /// Buffers of real header structs (every decoded kind, plus skipped ones) decode to the
+    /// values the C helper set, field by field, in both versions.
+    #[test]
+    fn crafted_buffers_agree_field_by_field() {
+        for api in ApiVersion::ALL {
+            let Some(h) = helper_or_skip(api) else {
+                continue;
+            };
+            let v = api.cupti_api_version();
+            let (bin, exp) = (tmp(&format!("buf_{v}.bin")), tmp(&format!("exp_{v}.txt")));
+            run(&h, &["buffer".as_ref(), bin.as_os_str(), exp.as_os_str()]);
+            let buf = ok(std::fs::read(&bin));
+            let text = ok(std::fs::read_to_string(&exp));
+            assert_eq!(text.lines().next(), Some(format!("api {v}").as_str()));
+            let lines = parse_lines(&text, "record");
+            let kinds: BTreeSet<u32> = lines.iter().map(|l| l.0).collect();
+            for k in [1, 2, 3, 4, 5, 8, 9, 10, 17, 22, 24, 39, 48, 49, 51] {
+                assert!(kinds.contains(&k), "{api}: the C buffer lacks kind {k}");
+            }
+            let n = agree(api, &buf, &lines, "crafted buffer");
+            assert!(n > 250, "{api}: only {n} fields compared");
+            eprintln!(
+                "{api}: {} records, {n} fields agree with the C structs",
+                lines.len()
+            );
+        }
+    }
+
+    /// One zeroed record of every kind of the release, laid out by the C helper with the
+    /// headers' `sizeof`, walks to the same kinds and offsets.
+    #[test]
+    fn every_kind_of_the_release_walks() {
+        for api in ApiVersion::ALL {
+            let Some(h) = helper_or_skip(api) else {
+                continue;
+            };
+            let bin = tmp(&format!("all_{}.bin", api.cupti_api_version()));
+            run(&h, &["allkinds".as_ref(), bin.as_os_str()]);
+            let buf = ok(std::fs::read(&bin));
+            let d = ok(decode(&buf, api));
+            let kinds: Vec<u32> = d.records.iter().map(|r| r.kind.0).collect();
+            let want: Vec<u32> = api.layouts().iter().map(|l| l.kind.0).collect();
+            assert_eq!(kinds, want, "{api}");
+        }
+    }
+
+    /// libcupti's own walk through `cupti-sys`.
+    ///
+    /// libcupti 12.8's own walk of `buf` through `crates/cupti-sys` (the loader the collector
+    /// uses): `GPUMETER_CUPTI_LIB`, else the wheel in `bindings/cupti/.wheels`. `None` when no
+    /// libcupti 12.8 can be loaded here; the C helper's `walk` mode (the same libcupti function
+    /// through `dlopen`) still runs then, and with `CI=true` the helper itself is required.
+    fn libcupti_walk(buf: &[u8]) -> Option<Vec<(u32, usize)>> {
+        let path = std::env::var_os("GPUMETER_CUPTI_LIB")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| wheels().join("cu12/nvidia/cuda_cupti/lib/libcupti.so.12"));
+        let cupti = cupti_sys::Cupti::load_from(&path).ok()?;
+        if cupti.version().ok()? != 26 {
+            return None;
+        }
+        let mut copy = buf.to_vec();
+        let len = copy.len();
+        let walk = cupti
+            .walk_activity_buffer(&mut copy, len)
+            .unwrap_or_else(|e| panic!("libcupti walk: {e}"));
+        assert!(
+            !walk.ended_on_invalid_kind,
+            "libcupti stopped on an invalid kind"
+        );
+        Some(walk.records)
+    }
+
+    /// For 12.8, libcupti's `cuptiActivityGetNextRecord` walks both C buffers record by
+    /// record to the same kinds and offsets, and the key fields read through the header
+    /// structs at libcupti's addresses agree with our decoder.
+    #[test]
+    fn libcupti_12_8_walk_agrees() {
+        let api = ApiVersion::Cupti12_8;
+        let Some(h) = helper_or_skip(api) else {
+            return;
+        };
+        let lib = match toolchain(api).map(|t| t.lib) {
+            Ok(Some(lib)) => lib,
+            Ok(None) => return skip("libcupti.so.12 not found (CUPTI12_LIB)"),
+            Err(e) => return skip(&e),
+        };
+        let v = api.cupti_api_version();
+        let (bin, exp, all) = (
+            tmp(&format!("wbuf_{v}.bin")),
+            tmp(&format!("wexp_{v}.txt")),
+            tmp(&format!("wall_{v}.bin")),
+        );
+        run(&h, &["buffer".as_ref(), bin.as_os_str(), exp.as_os_str()]);
+        run(&h, &["allkinds".as_ref(), all.as_os_str()]);
+        for (path, what) in [(&bin, "crafted buffer"), (&all, "all kinds")] {
+            let buf = ok(std::fs::read(path));
+            let text = run(&h, &["walk".as_ref(), lib.as_os_str(), path.as_os_str()]);
+            // CUPTI_ERROR_MAX_LIMIT_REACHED (12): the walk reached the end of the buffer.
+            assert!(
+                text.lines().any(|l| l == "end status=12"),
+                "libcupti walk of {what} did not end cleanly:\n{text}"
+            );
+            let lines = parse_lines(&text, "walk");
+            let n = agree(api, &buf, &lines, &format!("libcupti walk of the {what}"));
+            let via_cupti_sys = libcupti_walk(&buf).map(|walk| {
+                let ours: Vec<(u32, usize)> = ok(decode(&buf, api))
+                    .records
+                    .iter()
+                    .map(|r| (r.kind.0, r.offset))
+                    .collect();
+                assert_eq!(walk, ours, "cupti-sys walk of the {what}");
+                walk.len()
+            });
+            if std::env::var("CI").as_deref() == Ok("true") {
+                assert!(
+                    via_cupti_sys.is_some(),
+                    "CI=true: libcupti 12.8 must load through cupti-sys"
+                );
+            }
+            eprintln!("cupti-sys walk of the {what}: {via_cupti_sys:?} records agree");
+            eprintln!(
+                "libcupti 12.8 walk of the {what}: {} records, {n} fields agree",
+                lines.len()
+            );
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+
+mod metering {
+    use super::*;
+
+    const UUID: [u8; 16] = [
+        0x74, 0xe1, 0x28, 0xb2, 0x90, 0xb6, 0xb4, 0x09, 0x07, 0xc8, 0x33, 0xbe, 0xe5, 0xff, 0x6f,
+        0x88,
+    ];
+    const KEY: &str = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
+
+    fn device(b: &mut Buf, sms: u32, name_ptr: u64) {
+        b.rec(
+            ActivityKind::DEVICE,
+            &[
+                ("id", 0),
+                ("numMultiprocessors", sms.into()),
+                ("computeCapabilityMajor", 9),
+                ("computeCapabilityMinor", 0),
+                ("numThreadsPerWarp", 32),
+                ("maxWarpsPerMultiprocessor", 64),
+                ("maxBlocksPerMultiprocessor", 32),
+                ("maxSharedMemoryPerMultiprocessor", 233_472),
+                ("maxRegistersPerMultiprocessor", 65_536),
+                ("uuid", i128::from_le_bytes(UUID)),
+                ("name", name_ptr.into()),
+            ],
+        );
+    }
+
+    /// The acceptance case: a raw buffer holding a DEVICE record and kernels meters `sm_ns`
+    /// with that device's SM count, and a lost-timestamp kernel is loss.
+    #[test]
+    fn device_record_sm_count_and_zero_timestamp_loss() {
+        for api in ApiVersion::ALL {
+            let mut b = Buf::new(api);
+            device(&mut b, 132, 0xdead_0000);
+            b.kernel(T0, T0 + 1_000, 264, 1); // holds all 132 SMs: 132_000 SM·ns
+            b.kernel(T0 + 2_000, T0 + 2_500, 10, 2); // 10 SMs × 500 ns
+            b.kernel(0, T0 + 3_000, 10, 3); // start lost
+            b.kernel(T0 + 4_000, 0, 10, 4); // end lost
+            let mut names = StringTable::new();
+            names.insert(0xdead_0000, "NVIDIA H100 80GB HBM3");
+            let opts = CuptiOptions {
+                api,
+                strings: Some(&names),
+                on_device: None,
+            };
+            let mut m = meter();
+            let s = ok(meter_buffer(&mut m, "buf.bin", &b.bytes, &opts));
+            assert_eq!(s.device_keys, [KEY]);
+            assert_eq!((s.records, s.format.as_str()), (4, "cupti"));
+            let r = finish(m);
+            assert_eq!(
+                r.device_total(KEY, MeterKind::SmNs),
+                132_000 + 5_000,
+                "{api}"
+            );
+            assert_eq!(r.device_total(KEY, MeterKind::KernelLaunches), 2);
+            assert_eq!(r.device_total(KEY, MeterKind::KernelNs), 1_500);
+            assert_eq!(r.lost(KEY, "zero_timestamp"), 2);
+            let dev = r.device(KEY).unwrap_or_else(|| panic!("no device"));
+            assert_eq!(dev.sm_count, Some(132));
+            assert_eq!(dev.name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+            assert_eq!(dev.compute_capability.as_deref(), Some("9.0"));
+            assert!(dev.not_meterable.is_empty());
+            assert_eq!(r.sources[0].format, "cupti");
+        }
+    }
+
+    #[test]
+    fn without_a_device_record_sm_ns_is_not_meterable_unless_a_hook_says() {
+        let mut b = Buf::new(ApiVersion::Cupti12_8);
+        b.kernel(T0, T0 + 1_000, 264, 1);
+        let mut m = meter();
+        let s = ok(meter_buffer(
+            &mut m,
+            "k.bin",
+            &b.bytes,
+            &CuptiOptions::default(),
+        ));
+        let k0 = format!("k.bin@{}#0", &s.sha256[..8]);
+        assert_eq!(s.device_keys, std::slice::from_ref(&k0));
+        let r = finish(m);
+        let dev = r.device(&k0).unwrap_or_else(|| panic!("no device"));
+        assert_eq!(dev.not_meterable.len(), 1);
+        assert_eq!(r.device_total(&k0, MeterKind::SmNs), 0);
+
+        // A catalog-like hook supplies the SM count before the records are pushed.
+        let hook = |m: &mut Meter, slot: DeviceSlot| {
+            let key = m.device(slot).map(|d| d.key.clone()).unwrap_or_default();
+            let mut over = gpumeter_core::DeviceInfo::bare("", 0);
+            over.sm_count = Some(100);
+            m.override_device(&key, &over);
+        };
+        let mut m = meter();
+        let opts = CuptiOptions {
+            on_device: Some(&hook),
+            ..CuptiOptions::default()
+        };
+        ok(meter_buffer(&mut m, "k.bin", &b.bytes, &opts));
+        let r = finish(m);
+        assert_eq!(r.device_total(&k0, MeterKind::SmNs), 100_000);
+    }
+
+    #[test]
+    fn process_and_external_id_joins() {
+        for api in ApiVersion::ALL {
+            let mut b = Buf::new(api);
+            // The kernels come first; their API records later in the buffer.
+            b.kernel(T0, T0 + 100, 1, 100);
+            b.kernel(T0 + 200, T0 + 300, 1, 101);
+            b.kernel(T0 + 400, T0 + 500, 1, 102);
+            b.kernel(T0 + 600, T0 + 700, 1, 0);
+            let api_rec = |b: &mut Buf, kind, corr: u32, pid: u32| {
+                b.rec(
+                    kind,
+                    &[("correlationId", corr.into()), ("processId", pid.into())],
+                );
+            };
+            api_rec(&mut b, ActivityKind::RUNTIME, 100, 4242);
+            api_rec(&mut b, ActivityKind::DRIVER, 101, 4243);
+            api_rec(&mut b, ActivityKind::INTERNAL_LAUNCH_API, 102, 4244);
+            let ext = |b: &mut Buf, kind: u32, id: u64, corr: u32| {
+                b.rec(
+                    ActivityKind::EXTERNAL_CORRELATION,
+                    &[
+                        ("externalKind", kind.into()),
+                        ("externalId", id.into()),
+                        ("correlationId", corr.into()),
+                    ],
+                );
+            };
+            ext(&mut b, 4, 7002, 100); // CUSTOM1
+            ext(&mut b, 3, 1001, 100); // CUSTOM0 wins
+            ext(&mut b, 2, 55, 101); // OPENACC: not an attribution id
+            let mut m = meter();
+            let mut map = TenantMap::default();
+            map.external.insert(1001, "alice".into());
+            map.external.insert(55, "nobody".into());
+            map.pid.insert(4242, "carol".into());
+            map.pid.insert(4243, "dave".into());
+            m.set_tenant_map(map);
+            let s = ok(meter_buffer(
+                &mut m,
+                "j.bin",
+                &b.bytes,
+                &CuptiOptions {
+                    api,
+                    ..CuptiOptions::default()
+                },
+            ));
+            assert_eq!((s.process_ids_joined, s.external_ids_joined), (3, 1));
+            let r = finish(m);
+            let by_tenant: BTreeMap<&str, u128> = r
+                .totals
+                .iter()
+                .filter(|t| t.meter == MeterKind::KernelNs)
+                .map(|t| (t.tenant.as_str(), t.quantity.0))
+                .collect();
+            let want: BTreeMap<&str, u128> = [("alice", 100), ("dave", 100), ("unattributed", 200)]
+                .into_iter()
+                .collect();
+            assert_eq!(by_tenant, want, "{api}");
+        }
+    }
+
+    #[test]
+    fn copies_memsets_graphs_and_skipped_kinds() {
+        for api in ApiVersion::ALL {
+            let mut b = Buf::new(api);
+            let copy = |b: &mut Buf, kind: u8, bytes: u64, t: u64| {
+                b.rec(
+                    ActivityKind::MEMCPY,
+                    &[
+                        ("copyKind", kind.into()),
+                        ("bytes", bytes.into()),
+                        ("start", t.into()),
+                        ("end", (t + 10).into()),
+                    ],
+                );
+            };
+            copy(&mut b, 1, 1000, T0);
+            copy(&mut b, 2, 2000, T0 + 20);
+            copy(&mut b, 8, 3000, T0 + 40);
+            copy(&mut b, 10, 4000, T0 + 60);
+            copy(&mut b, 9, 5000, T0 + 80); // HTOH: other
+            copy(&mut b, 6, 6000, T0 + 100); // ATOD: other
+            b.rec(
+                ActivityKind::MEMCPY2,
+                &[
+                    ("copyKind", 10),
+                    ("bytes", 7000),
+                    ("start", (T0 + 120).into()),
+                    ("end", (T0 + 130).into()),
+                    ("deviceId", 1),
+                    ("srcDeviceId", 1),
+                    ("dstDeviceId", 0),
+                ],
+            );
+            b.rec(
+                ActivityKind::MEMSET,
+                &[
+                    ("bytes", 8000),
+                    ("start", (T0 + 140).into()),
+                    ("end", (T0 + 150).into()),
+                ],
+            );
+            b.rec(
+                ActivityKind::GRAPH_TRACE,
+                &[("start", (T0 + 200).into()), ("end", (T0 + 300).into())],
+            );
+            b.rec(ActivityKind::OVERHEAD, &[("start", T0.into())]);
+            b.rec(ActivityKind::MARKER, &[]);
+            b.rec(ActivityKind::MEMORY2, &[("bytes", 1 << 20)]);
+            b.rec(ActivityKind::INSTRUCTION_EXECUTION, &[]);
+            b.rec(ActivityKind::CONTEXT, &[("contextId", 1)]);
+            let mut m = meter();
+            let s = ok(meter_buffer(
+                &mut m,
+                "c.bin",
+                &b.bytes,
+                &CuptiOptions {
+                    api,
+                    ..CuptiOptions::default()
+                },
+            ));
+            assert_eq!((s.records, s.skipped), (9, 4), "{api}");
+            let label = format!("c.bin@{}", &s.sha256[..8]);
+            let (k0, k1) = (format!("{label}#0"), format!("{label}#1"));
+            assert_eq!(s.device_keys, [k0.clone(), k1.clone()]);
+            let r = finish(m);
+            let k0 = k0.as_str();
+            assert_eq!(r.device_total(k0, MeterKind::MemcpyHtodBytes), 1000);
+            assert_eq!(r.device_total(k0, MeterKind::MemcpyDtohBytes), 2000);
+            assert_eq!(r.device_total(k0, MeterKind::MemcpyDtodBytes), 3000);
+            assert_eq!(r.device_total(k0, MeterKind::MemcpyPeerBytes), 4000);
+            assert_eq!(r.device_total(k0, MeterKind::MemcpyOtherBytes), 11_000);
+            assert_eq!(r.device_total(k0, MeterKind::MemsetBytes), 8000);
+            // The peer copy is billed on the device of its record.
+            assert_eq!(r.device_total(&k1, MeterKind::MemcpyPeerBytes), 7000);
+            // 6 copies + memset of 10 ns, graph 100 ns, on device 0.
+            assert_eq!(r.device_total(k0, MeterKind::GpuBusyNs), 70 + 100);
+            for cat in ["overhead", "marker", "memory2", "instruction_execution"] {
+                assert_eq!(r.records.skipped.get(cat), Some(&1), "{cat}");
+            }
+        }
+    }
+
+    #[test]
+    fn errors_leave_the_meter_untouched() {
+        let api = ApiVersion::Cupti12_8;
+        let mut b = Buf::new(api);
+        b.kernel(T0, T0 + 100, 1, 1);
+        let at = b.kernel(T0, T0 + 100, -3, 2);
+        let mut m = meter();
+        match meter_buffer(&mut m, "neg.bin", &b.bytes, &CuptiOptions::default()) {
+            Err(CuptiSourceError::Decode {
+                name,
+                frame: None,
+                error:
+                    DecodeError::BadField {
+                        offset,
+                        field,
+                        value,
+                        ..
+                    },
+            }) => {
+                assert_eq!(
+                    (name.as_str(), offset, field, value),
+                    ("neg.bin", at, "gridX", -3)
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let cut = &b.bytes[..b.bytes.len() - 8];
+        let e = meter_buffer(&mut m, "cut.bin", cut, &CuptiOptions::default());
+        let msg = match e {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("metered a truncated buffer"),
+        };
+        assert!(
+            msg.starts_with("cut.bin: truncated record at byte 208"),
+            "{msg}"
+        );
+        let r = finish(m);
+        assert!(r.sources.is_empty() && r.devices.is_empty() && r.totals.is_empty());
+    }
+
+    #[test]
+    fn the_same_source_twice_is_metered_once() {
+        let mut b = Buf::new(ApiVersion::Cupti12_8);
+        b.kernel(T0, T0 + 100, 1, 1);
+        let mut m = meter();
+        let first = ok(meter_buffer(
+            &mut m,
+            "a.bin",
+            &b.bytes,
+            &CuptiOptions::default(),
+        ));
+        let again = ok(meter_buffer(
+            &mut m,
+            "b.bin",
+            &b.bytes,
+            &CuptiOptions::default(),
+        ));
+        assert!(!first.duplicate_source && again.duplicate_source);
+        assert_eq!(first.sha256, again.sha256);
+        let r = finish(m);
+        let key = format!("a.bin@{}#0", &first.sha256[..8]);
+        assert_eq!(r.device_total(&key, MeterKind::KernelNs), 100);
+        assert_eq!(r.sources.len(), 1);
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+
+mod gmr_format {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn header(api: u32) -> GmrHeader {
+        GmrHeader {
+            cupti_api_version: api,
+            host: "node-7".into(),
+            clock: gpumeter_cupti::gmr::ClockPair {
+                cupti_timestamp_ns: T0,
+                unix_time_ns: T0 + 17,
+            },
+            process_id: 4242,
+            devices: vec![GmrDevice {
+                id: 0,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                uuid: Some("GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88".into()),
+                sm_count: Some(132),
+                compute_capability: Some("9.0".into()),
+            }],
+            producer: gpumeter_cupti::gmr::Producer {
+                name: "test".into(),
+                version: "0".into(),
+            },
+        }
+    }
+
+    fn write(h: &GmrHeader, frames: &[Frame], finish: bool) -> (Vec<u8>, Vec<usize>) {
+        let mut offsets = Vec::new();
+        let mut w = ok(GmrWriter::new(Vec::new(), h));
+        let mut len = GMR_PREAMBLE_LEN + 16 + ok(serde_json::to_vec(h)).len();
+        for f in frames {
+            offsets.push(len);
+            ok(w.write_frame(f));
+            len += 16 + payload_len(f);
+        }
+        if finish {
+            (ok(w.finish()), offsets)
+        } else {
+            // Unfinished: take the bytes as they are (no end frame).
+            let bytes = ok(w.finish());
+            let end = bytes.len() - 16;
+            (bytes[..end].to_vec(), offsets)
+        }
+    }
+
+    fn payload_len(f: &Frame) -> usize {
+        match f {
+            Frame::ActivityBuffer(b) => b.len(),
+            Frame::StringTable(t) => t.entries.values().map(|s| 12 + s.len()).sum(),
+            Frame::Dropped(_) | Frame::Energy(_) => 24,
+            Frame::Attribution(a) => 28 + a.label.len(),
+            _ => panic!(),
+        }
+    }
+
+    fn frame_strategy() -> impl Strategy<Value = Frame> {
+        prop_oneof![
+            proptest::collection::vec(any::<u8>(), 0..300).prop_map(Frame::ActivityBuffer),
+            proptest::collection::btree_map(any::<u64>(), ".{0,20}", 0..5)
+                .prop_map(|entries| Frame::StringTable(StringTable { entries })),
+            (
+                any::<Option<u32>>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u64>()
+            )
+                .prop_map(|(d, c, s, n)| Frame::Dropped(DroppedRecords {
+                    device_id: d.filter(|&d| d != u32::MAX),
+                    context_id: c,
+                    stream_id: s,
+                    count: n,
+                })),
+            (1u32..6, any::<u32>(), any::<u64>(), any::<u64>(), ".{0,12}").prop_map(
+                |(k, p, e, t, l)| Frame::Attribution(AttributionEvent {
+                    kind: match k {
+                        1 => AttributionKind::ExternalPush,
+                        2 => AttributionKind::ExternalPop,
+                        3 => AttributionKind::TenantHint,
+                        o => AttributionKind::Other(o),
+                    },
+                    process_id: p,
+                    external_id: e,
+                    timestamp_ns: t,
+                    label: l,
+                })
+            ),
+            (any::<u32>(), any::<u64>(), any::<u64>()).prop_map(|(d, t, e)| Frame::Energy(
+                EnergySample {
+                    device_id: d,
+                    timestamp_ns: t,
+                    energy_mj: e,
+                }
+            )),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        /// Random frames written and read back are equal, in order, at their offsets.
+        #[test]
+        fn round_trip(frames in proptest::collection::vec(frame_strategy(), 0..12),
+                      api in any::<u32>(), host in ".{0,16}") {
+            let mut h = header(api);
+            h.host = host;
+            let (bytes, offsets) = write(&h, &frames, true);
+            let file = ok(read_gmr(&bytes));
+            prop_assert_eq!(&file.header, &h);
+            prop_assert!(file.finished && file.torn.is_none());
+            prop_assert_eq!(file.unknown_frames, 0);
+            let got: Vec<Frame> = file.frames.iter().map(|f| f.frame.clone()).collect();
+            prop_assert_eq!(got, frames);
+            let got_offsets: Vec<usize> = file.frames.iter().map(|f| f.offset as usize).collect();
+            prop_assert_eq!(got_offsets, offsets);
+        }
+
+        /// The reader never panics, on any bytes after a valid preamble or on a damaged file.
+        #[test]
+        fn reader_never_panics(tail in proptest::collection::vec(any::<u8>(), 0..400),
+                               flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..4)) {
+            let (mut bytes, _) = write(&header(26), &[Frame::ActivityBuffer(vec![1; 40])], true);
+            let _ = read_gmr(&bytes);
+            let len = bytes.len();
+            for (at, x) in flips {
+                bytes[at % len] ^= x;
+            }
+            bytes.extend_from_slice(&tail);
+            let _ = read_gmr(&bytes);
+            let _ = meter_gmr(&mut meter(), "x.gmr", &bytes, &CuptiOptions::default());
+        }
+    }
+
+    fn sample_frames() -> Vec<Frame> {
+        let mut t = StringTable::new();
+        t.insert(0x1000, "k");
+        vec![
+            Frame::StringTable(t),
+            Frame::ActivityBuffer(vec![0; 16]),
+            Frame::Dropped(DroppedRecords {
+                device_id: Some(0),
+                context_id: 1,
+                stream_id: 2,
+                count: 3,
+            }),
+            Frame::Energy(EnergySample {
+                device_id: 0,
+                timestamp_ns: T0,
+                energy_mj: 5,
+            }),
+        ]
+    }
+
+    /// A file cut at every byte of its last frame keeps the frames before it and reports the
+    /// tear; cut exactly before it, it is merely unfinished.
+    #[test]
+    fn torn_last_frame_keeps_earlier_frames() {
+        let frames = sample_frames();
+        let (bytes, offsets) = write(&header(26), &frames, false);
+        let last = offsets[offsets.len() - 1];
+        for cut in last..bytes.len() {
+            let file = ok(read_gmr(&bytes[..cut]));
+            let got: Vec<Frame> = file.frames.iter().map(|f| f.frame.clone()).collect();
+            assert_eq!(got, frames[..frames.len() - 1], "cut at {cut}");
+            assert!(!file.finished);
+            if cut == last {
+                assert_eq!(file.torn, None);
+            } else {
+                let t = file.torn.unwrap_or_else(|| panic!("cut at {cut}: no tear"));
+                assert_eq!(
+                    (t.offset, t.bytes, t.reason),
+                    (last as u64, (cut - last) as u64, TornReason::ShortRead)
+                );
+            }
+        }
+        // The complete file reads whole, without a tear.
+        let file = ok(read_gmr(&bytes));
+        assert_eq!(file.frames.len(), frames.len());
+        assert_eq!(file.torn, None);
+        // A complete last frame whose checksum is wrong is torn too.
+        let mut bad = bytes.clone();
+        let n = bad.len();
+        bad[n - 1] ^= 0xff;
+        let file = ok(read_gmr(&bad));
+        assert_eq!(file.frames.len(), frames.len() - 1);
+        assert_eq!(
+            file.torn.map(|t| (t.offset, t.reason)),
+            Some((last as u64, TornReason::BadChecksum))
+        );
+    }
+
+    #[test]
+    fn corruption_in_the_middle_is_an_error() {
+        let frames = sample_frames();
+        let (bytes, offsets) = write(&header(26), &frames, true);
+        // Flip a payload byte of the second frame (the activity buffer).
+        let mut bad = bytes.clone();
+        bad[offsets[1] + 12] ^= 1;
+        match read_gmr(&bad) {
+            Err(GmrError::CorruptFrame {
+                offset,
+                index,
+                frame_type,
+                ..
+            }) => assert_eq!((offset, index, frame_type), (offsets[1] as u64, 2, 2)),
+            other => panic!("{other:?}"),
+        }
+        // The header's checksum.
+        let mut bad = bytes.clone();
+        bad[GMR_PREAMBLE_LEN + 12] ^= 1;
+        assert!(matches!(read_gmr(&bad), Err(GmrError::BadHeader { .. })));
+        // Magic and version.
+        assert!(matches!(read_gmr(&bytes[..10]), Err(GmrError::NotGmr)));
+        assert!(matches!(
+            read_gmr(b"GPUMETER-GMX\0\r\n\x1a\x01\0\0\0"),
+            Err(GmrError::NotGmr)
+        ));
+        let mut v2 = bytes.clone();
+        v2[16] = 2;
+        assert!(matches!(
+            read_gmr(&v2),
+            Err(GmrError::UnsupportedFormatVersion(2))
+        ));
+        // Data after the end frame.
+        let mut after = bytes.clone();
+        after.extend_from_slice(&bytes[offsets[1]..offsets[2]]);
+        assert!(matches!(
+            read_gmr(&after),
+            Err(GmrError::CorruptFrame { .. })
+        ));
+    }
+
+    /// Dropped-count deltas are summed per device without overflow.
+    #[test]
+    fn dropped_counts_saturate() {
+        let mut b = Buf::new(ApiVersion::Cupti12_8);
+        b.kernel(T0, T0 + 10, 1, 1);
+        let d = |count| {
+            Frame::Dropped(DroppedRecords {
+                device_id: Some(0),
+                context_id: 1,
+                stream_id: 0,
+                count,
+            })
+        };
+        let frames = [Frame::ActivityBuffer(b.bytes), d(u64::MAX - 1), d(5), d(0)];
+        let (bytes, _) = write(&header(26), &frames, true);
+        let mut m = meter();
+        let s = ok(meter_gmr(&mut m, "d.gmr", &bytes, &CuptiOptions::default()));
+        assert_eq!(s.dropped, u64::MAX);
+        let r = finish(m);
+        assert_eq!(r.lost(&s.device_keys[0], "dropped"), u64::MAX);
+    }
+
+    /// A frame type from a newer producer, with a good checksum, is skipped and counted.
+    #[test]
+    fn unknown_frame_types_are_skipped() {
+        let (bytes, offsets) = write(&header(26), &sample_frames(), true);
+        let mut with = bytes[..offsets[1]].to_vec();
+        let payload = b"future";
+        let mut h = crc32fast::Hasher::new();
+        h.update(&99u32.to_le_bytes());
+        h.update(&(payload.len() as u64).to_le_bytes());
+        h.update(payload);
+        with.extend_from_slice(&99u32.to_le_bytes());
+        with.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        with.extend_from_slice(payload);
+        with.extend_from_slice(&h.finalize().to_le_bytes());
+        with.extend_from_slice(&bytes[offsets[1]..]);
+        let file = ok(read_gmr(&with));
+        assert_eq!((file.unknown_frames, file.frames.len()), (1, 4));
+        assert!(file.finished);
+    }
+
+    /// A whole recording metered: header inventory and string tables name the device, API
+    /// records and the header's pid attribute, dropped counts are loss, a torn tail is a
+    /// warning and the frames before it count.
+    #[test]
+    fn meter_a_recording() {
+        for api in ApiVersion::ALL {
+            let mut b1 = Buf::new(api);
+            b1.rec(
+                ActivityKind::DEVICE,
+                &[("id", 0), ("numMultiprocessors", 132), ("name", 0xd00)],
+            );
+            b1.rec(ActivityKind::CONTEXT, &[("contextId", 5), ("deviceId", 0)]);
+            b1.kernel(T0, T0 + 1_000, 264, 100);
+            b1.rec(
+                ActivityKind::RUNTIME,
+                &[("correlationId", 100), ("processId", 999)],
+            );
+            let mut b2 = Buf::new(api);
+            b2.kernel(T0 + 2_000, T0 + 3_000, 66, 101);
+            let mut names = StringTable::new();
+            names.insert(0xd00, "NVIDIA H100 80GB HBM3 (from strings)");
+            let frames = vec![
+                Frame::StringTable(names),
+                Frame::ActivityBuffer(b1.bytes.clone()),
+                Frame::Dropped(DroppedRecords {
+                    device_id: None,
+                    context_id: 5,
+                    stream_id: 0,
+                    count: 7,
+                }),
+                Frame::Energy(EnergySample::default()),
+                Frame::ActivityBuffer(b2.bytes.clone()),
+            ];
+            let (mut bytes, offsets) = write(&header(api.cupti_api_version()), &frames, true);
+            // Tear the file inside its end frame.
+            bytes.truncate(bytes.len() - 3);
+            let mut m = meter();
+            let mut map = TenantMap::default();
+            map.pid.insert(999, "api-pid".into());
+            map.pid.insert(4242, "header-pid".into());
+            m.set_tenant_map(map);
+            let s = ok(meter_gmr(
+                &mut m,
+                "run.gmr",
+                &bytes,
+                &CuptiOptions::default(),
+            ));
+            assert_eq!(s.device_keys, ["GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88"]);
+            assert_eq!(
+                (s.records, s.dropped, s.buffers, s.energy_samples),
+                (2, 7, 2, 1)
+            );
+            assert!(s.torn.is_some() && !s.finished);
+            assert_eq!(s.format.as_str(), "gmr");
+            let r = finish(m);
+            let key = &s.device_keys[0];
+            let dev = r.device(key).unwrap_or_else(|| panic!("no device"));
+            assert_eq!(
+                dev.name.as_deref(),
+                Some("NVIDIA H100 80GB HBM3 (from strings)")
+            );
+            assert_eq!(dev.sm_count, Some(132));
+            assert_eq!(dev.compute_capability.as_deref(), Some("9.0"));
+            assert_eq!(r.lost(key, "dropped"), 7);
+            let sm: BTreeMap<&str, u128> = r
+                .totals
+                .iter()
+                .filter(|t| t.meter == MeterKind::SmNs)
+                .map(|t| (t.tenant.as_str(), t.quantity.0))
+                .collect();
+            let want: BTreeMap<&str, u128> = [("api-pid", 132_000), ("header-pid", 66_000)]
+                .into_iter()
+                .collect();
+            assert_eq!(sm, want, "{api}");
+            assert!(
+                r.warnings.iter().any(|w| w.contains("torn last frame")),
+                "{:?}",
+                r.warnings
+            );
+            assert_eq!(r.sources[0].format, "gmr");
+
+            // A buffer that does not decode names its frame.
+            let mut broken = frames.clone();
+            broken[4] = Frame::ActivityBuffer(b2.bytes[..100].to_vec());
+            let (bytes, offsets2) = write(&header(api.cupti_api_version()), &broken, true);
+            let mut m = meter();
+            match meter_gmr(&mut m, "bad.gmr", &bytes, &CuptiOptions::default()) {
+                Err(CuptiSourceError::Decode {
+                    frame: Some(f),
+                    error: DecodeError::Truncated { offset: 0, .. },
+                    ..
+                }) => assert_eq!((f.index, f.offset), (5, offsets2[4] as u64)),
+                other => panic!("{other:?}"),
+            }
+            assert_eq!(offsets2[..4], offsets[..4]);
+            assert!(finish(m).sources.is_empty());
+        }
+        // An unsupported producer version is refused.
+        let (bytes, _) = write(&header(27), &[], true);
+        assert!(matches!(
+            meter_gmr(&mut meter(), "v27.gmr", &bytes, &CuptiOptions::default()),
+            Err(CuptiSourceError::Decode {
+                error: DecodeError::UnsupportedApiVersion(27),
+                ..
+            })
+        ));
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn any_api() -> impl Strategy<Value = ApiVersion> {
+        prop_oneof![Just(ApiVersion::Cupti12_8), Just(ApiVersion::Cupti13_4)]
+    }
+
+    /// Inputs the fuzz targets saved (`tests/data/fuzz/<target>-<hash>.bin`), replayed the
+    /// way the targets run them.
+    #[test]
+    fn fuzz_artifacts_replay() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz");
+        let mut n = 0;
+        for entry in ok(std::fs::read_dir(&dir)) {
+            let path = ok(entry).path();
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let data = ok(std::fs::read(&path));
+            if name.starts_with("decode_buffer-") {
+                let Some((&sel, rest)) = data.split_first() else {
+                    continue;
+                };
+                let api = if sel & 1 == 0 {
+                    ApiVersion::Cupti12_8
+                } else {
+                    ApiVersion::Cupti13_4
+                };
+                let buf = &rest[usize::from((sel >> 1) & 7).min(rest.len())..];
+                if let Ok(d) = decode(buf, api) {
+                    let used: usize = d.records.iter().map(|r| r.size).sum();
+                    assert_eq!(used + d.trailing_zero_bytes, buf.len(), "{name}");
+                }
+                let mut m = meter();
+                let opts = CuptiOptions {
+                    api,
+                    ..CuptiOptions::default()
+                };
+                if meter_buffer(&mut m, "fuzz.bin", buf, &opts).is_ok() {
+                    let _ = m.finish();
+                }
+                n += 1;
+            } else if name.starts_with("gmr_reader-") {
+                let mut m = meter();
+                if meter_gmr(&mut m, "fuzz.gmr", &data, &CuptiOptions::default()).is_ok() {
+                    let _ = m.finish();
+                }
+                n += 1;
+            }
+        }
+        assert!(n > 0, "no fuzz artifacts in {}", dir.display());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn decode_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..2048),
+                                  api in any_api()) {
+            let d = decode(&bytes, api);
+            // The streaming walk yields the same records, or the same first error.
+            let walked: Result<Vec<_>, _> = gpumeter_cupti::Walk::new(&bytes, api).collect();
+            prop_assert_eq!(walked, d.map(|d| d.records));
+            let _ = meter_buffer(&mut meter(), "f.bin", &bytes,
+                                 &CuptiOptions { api, ..CuptiOptions::default() });
+        }
+
+        /// Valid kinds with random contents always walk, and meter without panicking.
+        #[test]
+        fn valid_kinds_random_contents(kinds in proptest::collection::vec((any::<u8>(), any::<u64>()), 0..40),
+                                       api in any_api()) {
+            let layouts = api.layouts();
+            let mut b = Buf::new(api);
+            for (k, seed) in &kinds {
+                let l = &layouts[*k as usize % layouts.len()];
+                let at = b.rec(l.kind, &[]);
+                let mut x = *seed | 1;
+                for byte in &mut b.bytes[at + 4..] {
+                    x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+                    *byte = x as u8;
+                }
+            }
+            let d = decode(&b.bytes, api);
+            prop_assert!(d.is_ok());
+            prop_assert_eq!(d.map(|d| d.records.len()).unwrap_or(0), kinds.len());
+            let _ = meter_buffer(&mut meter(), "r.bin", &b.bytes,
+                                 &CuptiOptions { api, ..CuptiOptions::default() });
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! Fuzzes the CUPTI activity-buffer decoder with both API versions' layouts, and the metering
+//! path on top of it (joins, devices, conversion to activity records). The first input byte
+//! picks the version and the start alignment, so unaligned buffers are covered too.
+#![no_main]
+
+use gpumeter_core::{Meter, MeterConfig};
+use gpumeter_cupti::{decode, meter_buffer, ApiVersion, CuptiOptions};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    let api = if sel & 1 == 0 {
+        ApiVersion::Cupti12_8
+    } else {
+        ApiVersion::Cupti13_4
+    };
+    // Skip 0..7 bytes: the decoder must accept any alignment.
+    let skip = usize::from((sel >> 1) & 7).min(rest.len());
+    let buf = &rest[skip..];
+    if let Ok(d) = decode(buf, api) {
+        // A decoded buffer accounts for every byte.
+        let used: usize = d.records.iter().map(|r| r.size).sum();
+        assert_eq!(used + d.trailing_zero_bytes, buf.len());
+    }
+    let mut meter = Meter::new(MeterConfig::default());
+    let opts = CuptiOptions {
+        api,
+        ..CuptiOptions::default()
+    };
+    if meter_buffer(&mut meter, "fuzz.bin", buf, &opts).is_ok() {
+        let _ = meter.finish();
+    }
+});
