@@ -1,7 +1,8 @@
 //! # gpumeter
 //!
-//! Fine-grained GPU usage metering for billing: NVIDIA CUPTI activity records (here: replayed
-//! from PyTorch/Kineto traces and Nsight Systems SQLite exports) become integer usage per
+//! Fine-grained GPU usage metering for billing: NVIDIA CUPTI activity records (replayed from
+//! `.gmr` recordings, raw CUPTI activity buffers, PyTorch/Kineto traces and Nsight Systems
+//! SQLite exports) become integer usage per
 //! tenant, device, window and meter ([`UsageReport`], `gpumeter.usage/v1`), and a price book
 //! rates that usage into exact invoices ([`InvoiceDocument`], `gpumeter.invoice/v1`).
 //!
@@ -29,8 +30,10 @@ pub use gpumeter_core as core;
 pub use gpumeter_core::{
     ActivityRecord, DeviceInfo, Meter, MeterConfig, MeterKind, UsageReport, WindowSize,
 };
+pub use gpumeter_cupti as cupti;
+pub use gpumeter_cupti::{ApiVersion, CuptiSourceError};
 pub use gpumeter_import as import;
-pub use gpumeter_import::{DeviceCatalog, Format, ImportError, ImportOptions};
+pub use gpumeter_import::{DeviceCatalog, ImportError, ImportOptions};
 pub use gpumeter_rating as rating;
 pub use gpumeter_rating::{InvoiceDocument, PriceBook, PriceBookError, RatingError};
 
@@ -41,6 +44,10 @@ pub enum Error {
     /// An input file or the device catalog could not be read (names the file).
     #[error(transparent)]
     Import(#[from] ImportError),
+    /// A `.gmr` recording or raw CUPTI buffer could not be read (names the file, frame and byte
+    /// offset).
+    #[error(transparent)]
+    Cupti(#[from] CuptiSourceError),
     /// The price book is invalid (names the file, table and field).
     #[error(transparent)]
     PriceBook(#[from] PriceBookError),
@@ -52,6 +59,24 @@ pub enum Error {
     Digest(#[from] gpumeter_core::DigestError),
 }
 
+/// The format of an input (`--format`, DESIGN §8).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Format {
+    /// Detect per file from its first bytes: the `.gmr` magic, SQLite's magic, gzip's magic or
+    /// `{` (Kineto), else a raw CUPTI buffer when its first 4 bytes are an activity kind of the
+    /// selected CUPTI API version.
+    #[default]
+    Auto,
+    /// PyTorch profiler / Kineto trace JSON, plain or gzip.
+    Kineto,
+    /// Nsight Systems SQLite export.
+    Nsys,
+    /// A gpumeter `.gmr` recording (DESIGN §10).
+    Gmr,
+    /// One raw CUPTI activity buffer, laid out by [`UsageOptions::cupti_api`].
+    Cupti,
+}
+
 /// How inputs are read and metered (the `usage` options of DESIGN §8).
 #[derive(Debug, Clone, Default)]
 pub struct UsageOptions {
@@ -61,29 +86,116 @@ pub struct UsageOptions {
     pub meter: MeterConfig,
     /// Device catalog (`--devices FILE`), overriding sources field by field.
     pub devices: Option<PathBuf>,
+    /// The producer's CUPTI API version for raw CUPTI buffers (`--cupti-api-version`, default
+    /// 12.8's 26); a `.gmr` names its own.
+    pub cupti_api: ApiVersion,
+}
+
+/// The format of one input, `Auto` resolved from its first bytes.
+fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
+    if options.format != Format::Auto {
+        return Ok(options.format);
+    }
+    let mut head = Vec::with_capacity(32);
+    let read = std::fs::File::open(path).and_then(|f| {
+        use std::io::Read as _;
+        f.take(32).read_to_end(&mut head)
+    });
+    if let Err(source) = read {
+        return Err(ImportError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+        .into());
+    }
+    if gpumeter_cupti::gmr::is_gmr(&head) {
+        return Ok(Format::Gmr);
+    }
+    match gpumeter_import::detect_format(path, &head) {
+        Some(gpumeter_import::Format::Nsys) => return Ok(Format::Nsys),
+        Some(_) => return Ok(Format::Kineto),
+        None => {}
+    }
+    let first_kind = head
+        .get(..4)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes);
+    match first_kind {
+        Some(k)
+            if options
+                .cupti_api
+                .record_size(gpumeter_cupti::ActivityKind(k))
+                .is_some() =>
+        {
+            Ok(Format::Cupti)
+        }
+        _ => Err(ImportError::UnknownFormat {
+            path: path.to_path_buf(),
+        }
+        .into()),
+    }
 }
 
 /// Meters every input into one usage report (several inputs merge; a file given twice, or two
-/// files with the same bytes, is metered once with a warning). Every input is read and
-/// validated before any is metered, and the report does not depend on the order of the inputs
-/// but for the order of its `sources` ([`gpumeter_import::import_paths`]).
+/// files with the same bytes, is metered once with a warning).
+///
+/// Kineto and Nsight inputs are all read and validated first and then metered as one stream in
+/// start order, so their order on the command line does not matter; `.gmr` recordings and raw
+/// CUPTI buffers follow, each validated before it is metered.
 ///
 /// # Errors
-/// [`Error::Import`] for the first input (or the catalog) that cannot be read: a missing or
-/// truncated file, a file that is not a trace. Record-level faults are loss, not errors.
+/// [`Error::Import`] / [`Error::Cupti`] for the first input (or the catalog) that cannot be
+/// read: a missing or truncated file, a file that is not a trace, a buffer that does not decode.
+/// Record-level faults are loss, not errors.
 pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageReport, Error> {
     let catalog = match &options.devices {
         Some(p) => Some(DeviceCatalog::from_path(p)?),
         None => None,
     };
+    let mut traces = Vec::new();
+    let mut recordings = Vec::new();
+    for input in inputs {
+        match resolve(input, options)? {
+            f @ (Format::Gmr | Format::Cupti) => recordings.push((input, f)),
+            _ => traces.push(input),
+        }
+    }
     let mut meter = Meter::new(options.meter.clone());
+    let hook_catalog = catalog.clone();
     let opts = ImportOptions {
-        format: options.format,
+        format: match options.format {
+            Format::Kineto => gpumeter_import::Format::Kineto,
+            Format::Nsys => gpumeter_import::Format::Nsys,
+            _ => gpumeter_import::Format::Auto,
+        },
         catalog,
     };
-    // One batch: every input is read and validated before any is metered, and their records
-    // are merged by start, so the report does not depend on the order of the inputs.
-    gpumeter_import::import_paths(&mut meter, inputs, &opts)?;
+    gpumeter_import::import_paths(&mut meter, &traces, &opts)?;
+    let hook = |m: &mut Meter, slot: gpumeter_core::DeviceSlot| {
+        if let Some(c) = &hook_catalog {
+            c.apply_to(m, slot);
+        }
+    };
+    let copts = gpumeter_cupti::CuptiOptions {
+        api: options.cupti_api,
+        strings: None,
+        on_device: Some(&hook),
+    };
+    for (input, format) in recordings {
+        let name = input
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| input.display().to_string());
+        let bytes = std::fs::read(input).map_err(|error| CuptiSourceError::Io {
+            name: name.clone(),
+            error,
+        })?;
+        if format == Format::Gmr {
+            gpumeter_cupti::meter_gmr(&mut meter, &name, &bytes, &copts)?;
+        } else {
+            gpumeter_cupti::meter_buffer(&mut meter, &name, &bytes, &copts)?;
+        }
+    }
     Ok(meter.finish()?)
 }
 

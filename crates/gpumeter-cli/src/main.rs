@@ -67,17 +67,23 @@ enum PricesCommand {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum FormatArg {
-    /// Detect per file (gzip or `{` → kineto; SQLite → nsys).
+    /// Detect per file (.gmr magic → gmr; SQLite → nsys; gzip or `{` → kineto; a first
+    /// 4-byte word that is a CUPTI activity kind → cupti).
     Auto,
     /// PyTorch profiler / Kineto trace JSON, plain or .gz.
     Kineto,
     /// Nsight Systems SQLite export.
     Nsys,
+    /// gpumeter `.gmr` recording (`gpumeter record`, the injection library).
+    Gmr,
+    /// One raw CUPTI activity buffer, laid out by `--cupti-api-version`.
+    Cupti,
 }
 
 #[derive(Debug, Args)]
 struct UsageArgs {
-    /// Input files (Kineto JSON or .json.gz, Nsight Systems .sqlite); several merge into one report.
+    /// Input files (.gmr recordings, raw CUPTI buffers, Kineto JSON or .json.gz, Nsight Systems
+    /// .sqlite); several merge into one report.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
     /// Input format.
@@ -92,6 +98,17 @@ struct UsageArgs {
     /// Device catalog (TOML `[[device]]`: id, name, sm_count, compute_capability, uuid).
     #[arg(long, value_name = "FILE")]
     devices: Option<PathBuf>,
+    /// CUPTI API version of the library that produced raw CUPTI buffers (`CUPTI_API_VERSION`:
+    /// 26 for CUDA 12.8, 130401 for CUDA 13.4); a .gmr records its own.
+    #[arg(long, value_name = "N", default_value = "26", value_parser = parse_api_version)]
+    cupti_api_version: gpumeter::ApiVersion,
+}
+
+fn parse_api_version(s: &str) -> Result<gpumeter::ApiVersion, String> {
+    let n: u32 = s
+        .parse()
+        .map_err(|_| format!("`{s}` is not a CUPTI_API_VERSION number"))?;
+    gpumeter::ApiVersion::from_cupti(n).map_err(|e| e.to_string())
 }
 
 fn parse_window(s: &str) -> Result<WindowSize, String> {
@@ -120,6 +137,8 @@ impl UsageArgs {
                 FormatArg::Auto => Format::Auto,
                 FormatArg::Kineto => Format::Kineto,
                 FormatArg::Nsys => Format::Nsys,
+                FormatArg::Gmr => Format::Gmr,
+                FormatArg::Cupti => Format::Cupti,
             },
             meter: MeterConfig {
                 window: self.window,
@@ -127,6 +146,7 @@ impl UsageArgs {
                 ..MeterConfig::default()
             },
             devices: self.devices.clone(),
+            cupti_api: self.cupti_api_version,
         }
     }
 }

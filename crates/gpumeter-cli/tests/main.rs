@@ -481,3 +481,104 @@ fn a_preview_with_nothing_to_bill_says_why() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stderr(&o).contains("lost"), "{}", stderr(&o));
 }
+
+/// A raw CUPTI 12.8 buffer built from the decoder's layout tables (header field names).
+fn cupti_record(buf: &mut Vec<u8>, kind: gpumeter_cupti::ActivityKind, fields: &[(&str, i128)]) {
+    let layout = gpumeter_cupti::ApiVersion::Cupti12_8
+        .layouts()
+        .into_iter()
+        .find(|l| l.kind == kind)
+        .expect("layout");
+    let at = buf.len();
+    buf.resize(at + layout.size, 0);
+    buf[at..at + 4].copy_from_slice(&kind.0.to_le_bytes());
+    for (name, value) in fields {
+        let f = layout
+            .fields
+            .iter()
+            .find(|f| f.name == *name)
+            .expect("field");
+        buf[at + f.offset..at + f.offset + f.width]
+            .copy_from_slice(&value.to_le_bytes()[..f.width]);
+    }
+}
+
+#[test]
+fn a_raw_cupti_buffer_meters_sm_ns_with_its_device_record_and_counts_lost_timestamps() {
+    use gpumeter_cupti::ActivityKind;
+    let t0: i128 = 1_793_606_160_000_000_000;
+    let mut buf = Vec::new();
+    cupti_record(
+        &mut buf,
+        ActivityKind::DEVICE,
+        &[
+            ("id", 0),
+            ("numMultiprocessors", 132),
+            ("computeCapabilityMajor", 9),
+            ("computeCapabilityMinor", 0),
+            ("uuid", 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+        ],
+    );
+    let kernel = |buf: &mut Vec<u8>, start: i128, end: i128, grid: i128, corr: i128| {
+        cupti_record(
+            buf,
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", start),
+                ("end", end),
+                ("deviceId", 0),
+                ("gridX", grid),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("blockX", 128),
+                ("blockY", 1),
+                ("blockZ", 1),
+                ("correlationId", corr),
+                ("contextId", 1),
+                ("streamId", 7),
+            ],
+        );
+    };
+    kernel(&mut buf, t0, t0 + 1_000, 264, 1); // 132 SMs × 1000 ns
+    kernel(&mut buf, t0 + 2_000, t0 + 2_500, 66, 2); // 66 SMs × 500 ns
+    kernel(&mut buf, 0, t0 + 3_000, 10, 3); // start not recorded: loss
+    let dir = tempfile::tempdir().expect("tempdir");
+    let p = dir.path().join("activity.cupti");
+    std::fs::write(&p, &buf).expect("write");
+    for format in ["auto", "cupti"] {
+        let u = json(&gpumeter(&["usage", s(&p), "--format", format, "--json"]));
+        validate("gpumeter.usage.v1.schema.json", &u);
+        assert_eq!(u["sources"][0]["format"], "cupti");
+        let dev = &u["devices"][0];
+        assert_eq!(dev["sm_count"], 132, "{dev:#}");
+        assert_eq!(dev["compute_capability"], "9.0");
+        let key = dev["device_key"].as_str().expect("key");
+        assert!(key.starts_with("GPU-"), "{key}");
+        let total = |meter: &str| -> u128 {
+            u["totals"]
+                .as_array()
+                .expect("totals")
+                .iter()
+                .filter(|t| t["meter"] == meter)
+                .map(|t| {
+                    t["quantity"]
+                        .as_str()
+                        .expect("q")
+                        .parse::<u128>()
+                        .expect("n")
+                })
+                .sum()
+        };
+        assert_eq!(total("sm_ns"), 132 * 1_000 + 66 * 500);
+        assert_eq!(total("kernel_launches"), 2);
+        assert_eq!(u["loss"][0]["reason"], "zero_timestamp");
+        assert_eq!(u["loss"][0]["records"], 1);
+    }
+    // An unsupported producer version is a bad command line.
+    let o = gpumeter(&["usage", s(&p), "--cupti-api-version", "25"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A .gmr given as --format gmr must be one: a raw buffer is refused with exit 1.
+    let o = gpumeter(&["usage", s(&p), "--format", "gmr"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("activity.cupti"), "{}", stderr(&o));
+}
