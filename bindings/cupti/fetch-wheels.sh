@@ -13,12 +13,14 @@
 #   cu12/nvidia/cuda_cupti/{include,lib}       CUPTI 12.8 headers, libcupti.so.12
 #   cu12/nvidia/cuda_runtime/include           cuda.h (12.8)
 #   cu12/nvidia/cuda_nvcc/include              crt/ (12.8)
+#   cu130/nvidia/cu13/{include,lib}            CUPTI 13.0 headers + cuda.h + crt/, libcupti.so.13
 #   cu13/nvidia/cu13/{include,lib}             CUPTI 13.4 headers + cuda.h + crt/, libcupti.so.13
 #   env.sh                                     `source` it: exports the variables below
 #
 # env.sh exports (absolute paths):
 #   CUPTI12_INCLUDE  CUPTI12_LIB  CUDA12_INCLUDE  CUDA12_CRT_INCLUDE
-#   CUPTI13_INCLUDE  CUPTI13_LIB  CUDA13_INCLUDE  CUDA13_CRT_INCLUDE
+#   CUPTI13_INCLUDE  CUPTI13_LIB  CUDA13_INCLUDE  CUDA13_CRT_INCLUDE            (13.4)
+#   CUPTI130_INCLUDE CUPTI130_LIB CUDA130_INCLUDE CUDA130_CRT_INCLUDE           (13.0)
 # (CUDA*_INCLUDE holds cuda.h; CUDA*_CRT_INCLUDE is the directory that holds crt/.)
 # Tests load libcupti from GPUMETER_CUPTI_LIB, e.g. "$CUPTI12_LIB/libcupti.so.12".
 set -euo pipefail
@@ -36,7 +38,7 @@ if ! python3 -m pip --version >/dev/null 2>&1; then
   exit 1
 fi
 
-mkdir -p "$dest/dl" "$dest/cu12" "$dest/cu13"
+mkdir -p "$dest/dl" "$dest/cu12" "$dest/cu130" "$dest/cu13"
 
 # wheel_file SPEC: the downloaded wheel of NAME==VERSION in dl/ (empty if absent).
 wheel_file() {
@@ -103,14 +105,20 @@ PY
 unpack "$(fetch "$CUPTI12_WHEEL")" "$dest/cu12" nvidia/cuda_cupti/include/ nvidia/cuda_cupti/lib/
 unpack "$(fetch "$CUDA_RUNTIME12_WHEEL")" "$dest/cu12" nvidia/cuda_runtime/include/
 unpack "$(fetch "$CUDA_NVCC12_WHEEL")" "$dest/cu12" nvidia/cuda_nvcc/include/
+unpack "$(fetch "$CUPTI130_WHEEL")" "$dest/cu130" nvidia/cu13/include/ nvidia/cu13/lib/
+unpack "$(fetch "$CUDA_RUNTIME130_WHEEL")" "$dest/cu130" nvidia/cu13/include/
+unpack "$(fetch "$CUDA_CRT130_WHEEL")" "$dest/cu130" nvidia/cu13/include/
 unpack "$(fetch "$CUPTI13_WHEEL")" "$dest/cu13" nvidia/cu13/include/ nvidia/cu13/lib/
 unpack "$(fetch "$CUDA_RUNTIME13_WHEEL")" "$dest/cu13" nvidia/cu13/include/
 unpack "$(fetch "$CUDA_CRT13_WHEEL")" "$dest/cu13" nvidia/cu13/include/
 
 c12="$dest/cu12/nvidia"
+c130="$dest/cu130/nvidia/cu13"
 c13="$dest/cu13/nvidia/cu13"
 for p in "$c12/cuda_cupti/include/cupti.h" "$c12/cuda_cupti/lib/libcupti.so.12" \
   "$c12/cuda_runtime/include/cuda.h" "$c12/cuda_nvcc/include/crt/host_defines.h" \
+  "$c130/include/cupti.h" "$c130/lib/libcupti.so.13" "$c130/include/cuda.h" \
+  "$c130/include/crt/host_defines.h" \
   "$c13/include/cupti.h" "$c13/lib/libcupti.so.13" "$c13/include/cuda.h" \
   "$c13/include/crt/host_defines.h"; do
   if [ ! -f "$p" ]; then
@@ -129,6 +137,10 @@ export CUPTI13_INCLUDE="$c13/include"
 export CUPTI13_LIB="$c13/lib"
 export CUDA13_INCLUDE="$c13/include"
 export CUDA13_CRT_INCLUDE="$c13/include"
+export CUPTI130_INCLUDE="$c130/include"
+export CUPTI130_LIB="$c130/lib"
+export CUDA130_INCLUDE="$c130/include"
+export CUDA130_CRT_INCLUDE="$c130/include"
 EOF
 echo "fetch-wheels: ready; source $dest/env.sh" >&2
 cat "$dest/env.sh"

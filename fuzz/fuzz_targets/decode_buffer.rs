@@ -1,6 +1,7 @@
-//! Fuzzes the CUPTI activity-buffer decoder with both API versions' layouts, and the metering
-//! path on top of it (joins, devices, conversion to activity records). The first input byte
-//! picks the version and the start alignment, so unaligned buffers are covered too.
+//! Fuzzes the CUPTI activity-buffer decoder with every supported API version's layouts
+//! (`ApiVersion::ALL`), and the metering path on top of it (joins, devices, conversion to
+//! activity records). The first input byte picks the version and the start alignment, so
+//! unaligned buffers are covered too.
 #![no_main]
 
 use gpumeter_core::{Meter, MeterConfig};
@@ -11,13 +12,10 @@ fuzz_target!(|data: &[u8]| {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    let api = if sel & 1 == 0 {
-        ApiVersion::Cupti12_8
-    } else {
-        ApiVersion::Cupti13_4
-    };
-    // Skip 0..7 bytes: the decoder must accept any alignment.
-    let skip = usize::from((sel >> 1) & 7).min(rest.len());
+    // Bits 3..7 pick the version (0 = 12.8, 1 = 13.0, 2 = 13.4, modulo the count), bits 0..2
+    // skip 0..7 bytes: the decoder must accept any alignment.
+    let api = ApiVersion::ALL[usize::from(sel >> 3) % ApiVersion::ALL.len()];
+    let skip = usize::from(sel & 7).min(rest.len());
     let buf = &rest[skip..];
     if let Ok(d) = decode(buf, api) {
         // A decoded buffer accounts for every byte.

@@ -99,7 +99,8 @@ struct UsageArgs {
     #[arg(long, value_name = "FILE")]
     devices: Option<PathBuf>,
     /// CUPTI API version of the library that produced raw CUPTI buffers (`CUPTI_API_VERSION`:
-    /// 26 for CUDA 12.8, 130401 for CUDA 13.4); a .gmr records its own.
+    /// 26 for CUDA 12.8, 130000/130001 for CUDA 13.0, 130401 for CUDA 13.4); a .gmr records
+    /// its own.
     #[arg(long, value_name = "N", default_value = "26", value_parser = parse_api_version)]
     cupti_api_version: gpumeter::ApiVersion,
 }

@@ -35,9 +35,10 @@ use crate::layout::ApiVersion;
 #[non_exhaustive]
 pub enum DecodeError {
     /// The producer's `CUPTI_API_VERSION` has no layout tables here (supported: 26 for CUDA
-    /// 12.8 and 130401 for CUDA 13.4).
+    /// 12.8, 130001 for CUDA 13.0 and 130401 for CUDA 13.4).
     #[error(
-        "CUPTI API version {0} is not supported (supported: 26 = CUDA 12.8, 130401 = CUDA 13.4)"
+        "CUPTI API version {0} is not supported (supported: 26 = CUDA 12.8, 130001 = CUDA 13.0, \
+         130401 = CUDA 13.4)"
     )]
     UnsupportedApiVersion(u32),
     /// A record runs past the end of the buffer.
@@ -120,8 +121,8 @@ impl Rec<'_> {
     }
 }
 
-/// A kernel execution: `CUpti_ActivityKernel9` (12.8) or `CUpti_ActivityKernel13` (13.4), kinds
-/// KERNEL and CONCURRENT_KERNEL. Times are ns on CUPTI's clock (CLOCK_REALTIME by default: ns
+/// A kernel execution: `CUpti_ActivityKernel9` (12.8), `CUpti_ActivityKernel10` (13.0) or
+/// `CUpti_ActivityKernel13` (13.4), kinds KERNEL and CONCURRENT_KERNEL. Times are ns on CUPTI's clock (CLOCK_REALTIME by default: ns
 /// since the Unix epoch); 0 means not collected.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -174,12 +175,12 @@ pub struct KernelRecord {
     pub graph_id: u32,
     /// `clusterX`, `clusterY`, `clusterZ`: thread-block cluster dimensions.
     pub cluster: [u32; 3],
-    /// `isDeviceLaunched` (13.4 only): launched from the device (CDP).
+    /// `isDeviceLaunched` (13.x only): launched from the device (CDP).
     pub is_device_launched: Option<bool>,
 }
 
-/// A host/device memory copy: `CUpti_ActivityMemcpy6` (12.8) or `CUpti_ActivityMemcpy7`
-/// (13.4), kind MEMCPY.
+/// A host/device memory copy: `CUpti_ActivityMemcpy6` (12.8; 13.0's has `isDeviceLaunched` in
+/// 12.8's padding) or `CUpti_ActivityMemcpy7` (13.4), kind MEMCPY.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemcpyRecord {
@@ -214,11 +215,11 @@ pub struct MemcpyRecord {
     pub graph_id: u32,
     /// `copyCount`: copies batched in this record.
     pub copy_count: u64,
-    /// `isDeviceLaunched` (13.4 only).
+    /// `isDeviceLaunched` (13.x only).
     pub is_device_launched: Option<bool>,
 }
 
-/// A peer-to-peer copy: `CUpti_ActivityMemcpyPtoP4` (12.8 and 13.4), kind MEMCPY2. Billed on
+/// A peer-to-peer copy: `CUpti_ActivityMemcpyPtoP4` (12.8, 13.0 and 13.4), kind MEMCPY2. Billed on
 /// `device_id`, the device of the record (DESIGN §3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -259,7 +260,8 @@ pub struct PeerCopyRecord {
     pub graph_id: u32,
 }
 
-/// A memset: `CUpti_ActivityMemset4` (12.8) or `CUpti_ActivityMemset5` (13.4), kind MEMSET.
+/// A memset: `CUpti_ActivityMemset4` (12.8; 13.0's has `isDeviceLaunched` in 12.8's padding)
+/// or `CUpti_ActivityMemset5` (13.4), kind MEMSET.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemsetRecord {
@@ -287,7 +289,7 @@ pub struct MemsetRecord {
     pub graph_node_id: u64,
     /// `graphId`.
     pub graph_id: u32,
-    /// `isDeviceLaunched` (13.4 only).
+    /// `isDeviceLaunched` (13.x only).
     pub is_device_launched: Option<bool>,
 }
 
@@ -321,7 +323,7 @@ impl MemoryOperation {
     }
 }
 
-/// A memory allocation or release: `CUpti_ActivityMemory4` (12.8 and 13.4), kind MEMORY2.
+/// A memory allocation or release: `CUpti_ActivityMemory4` (12.8, 13.0 and 13.4), kind MEMORY2.
 /// Decoded for `memory_byte_ns` (DESIGN §4), which a later issue meters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -366,8 +368,8 @@ pub struct MemoryRecord {
     pub source_ptr: u64,
 }
 
-/// A device's properties: `CUpti_ActivityDevice5` (12.8) or `CUpti_ActivityDevice6` (13.4),
-/// kind DEVICE.
+/// A device's properties: `CUpti_ActivityDevice5` (12.8 and 13.0) or `CUpti_ActivityDevice6`
+/// (13.4), kind DEVICE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct DeviceRecord {
@@ -461,8 +463,8 @@ impl DeviceRecord {
     }
 }
 
-/// A CUDA context: `CUpti_ActivityContext3` (12.8) or `CUpti_ActivityContext4` (13.4), kind
-/// CONTEXT. Kept for green-context SM partitions (DESIGN §4), metered by a later issue.
+/// A CUDA context: `CUpti_ActivityContext3` (12.8 and 13.0) or `CUpti_ActivityContext4` (13.4),
+/// kind CONTEXT. Kept for green-context SM partitions (DESIGN §4), metered by a later issue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ContextRecord {
@@ -486,7 +488,7 @@ pub struct ContextRecord {
     pub process_id: Option<u64>,
 }
 
-/// A CUDA runtime or driver API call: `CUpti_ActivityAPI` (12.8 and 13.4), kinds DRIVER,
+/// A CUDA runtime or driver API call: `CUpti_ActivityAPI` (every version), kinds DRIVER,
 /// RUNTIME and INTERNAL_LAUNCH_API. The source of the process id of GPU records with the same
 /// correlation id (DESIGN §3 "Process ids").
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -516,7 +518,7 @@ pub const EXTERNAL_KIND_CUSTOM0: u32 = 3;
 /// `CUpti_ExternalCorrelationKind` value `CUSTOM2` (5), the last one gpumeter attributes by.
 pub const EXTERNAL_KIND_CUSTOM2: u32 = 5;
 
-/// An external correlation: `CUpti_ActivityExternalCorrelation` (12.8 and 13.4), kind
+/// An external correlation: `CUpti_ActivityExternalCorrelation` (every version), kind
 /// EXTERNAL_CORRELATION. Ties `correlation_id` to an id the application pushed
 /// (`cuptiActivityPushExternalCorrelationId`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -530,8 +532,8 @@ pub struct ExternalCorrelationRecord {
     pub correlation_id: u32,
 }
 
-/// Overhead added by CUPTI, the driver or the compiler: `CUpti_ActivityOverhead3` (12.8 and
-/// 13.4), kind OVERHEAD. Not work: counted as skipped (`overhead`) by the meter.
+/// Overhead added by CUPTI, the driver or the compiler: `CUpti_ActivityOverhead3` (every
+/// version), kind OVERHEAD. Not work: counted as skipped (`overhead`) by the meter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct OverheadRecord {
@@ -552,7 +554,7 @@ pub struct OverheadRecord {
     pub overhead_data_ptr: u64,
 }
 
-/// One CUDA graph launch: `CUpti_ActivityGraphTrace2` (12.8 and 13.4), kind GRAPH_TRACE. Metered
+/// One CUDA graph launch: `CUpti_ActivityGraphTrace2` (every version), kind GRAPH_TRACE. Metered
 /// for `gpu_busy_ns` only (DESIGN §3).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -577,8 +579,9 @@ pub struct GraphTraceRecord {
     pub end_context_id: u32,
 }
 
-/// Per-instruction execution counts: `CUpti_ActivityInstructionExecution` (12.8 and 13.4),
-/// kind INSTRUCTION_EXECUTION. Kept for `warp_instructions` (DESIGN §4), a later issue.
+/// Per-instruction execution counts: `CUpti_ActivityInstructionExecution` (every version),
+/// kind INSTRUCTION_EXECUTION. Kept for `warp_instructions` (DESIGN §4), a later issue. CUPTI
+/// 13.x declares the kind unsupported: only 12.8 producers emit it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct InstructionExecutionRecord {

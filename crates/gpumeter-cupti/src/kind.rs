@@ -5,13 +5,13 @@ use std::fmt;
 
 /// A `CUpti_ActivityKind` value as read from a buffer (little-endian `u32` at the start of a
 /// record). Any value can be held; [`ActivityKind::name`] knows the kinds of CUPTI 13.4, a
-/// superset of 12.8's. Whether a kind is valid *for a buffer* depends on the producer's API
+/// superset of 12.8's and 13.0's. Whether a kind is valid *for a buffer* depends on the producer's API
 /// version ([`crate::ApiVersion`]).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActivityKind(pub u32);
 
 /// `CUPTI_ACTIVITY_KIND_*` names without the prefix, indexed by value (CUPTI 13.4 header,
-/// values 0..=59; 12.8 ends at 54).
+/// values 0..=59; 12.8 ends at 54, 13.0 at 55).
 const NAMES: [&str; 60] = [
     "INVALID",
     "MEMCPY",
@@ -180,7 +180,7 @@ impl ActivityKind {
     pub const GRAPH_TRACE: Self = Self(51);
     /// `CUPTI_ACTIVITY_KIND_JIT` (52).
     pub const JIT: Self = Self(52);
-    /// `CUPTI_ACTIVITY_KIND_GREEN_CONTEXT` (59, CUPTI 13.x only).
+    /// `CUPTI_ACTIVITY_KIND_GREEN_CONTEXT` (59, CUPTI 13.4 only: not in 12.8 or 13.0).
     pub const GREEN_CONTEXT: Self = Self(59);
 
     /// The kind's name without the `CUPTI_ACTIVITY_KIND_` prefix (`CONCURRENT_KERNEL`), or

@@ -1,17 +1,29 @@
 //! Record layouts per producer CUPTI API version (DESIGN §3 "CUPTI buffers").
 //!
 //! Every offset and size here was taken with `offsetof`/`sizeof` from the CUPTI headers of the
-//! two wheels gpumeter supports, compiled for x86-64 (CUPTI's `CUPTILP64` layout; aarch64 is
+//! three wheels gpumeter supports, compiled for x86-64 (CUPTI's `CUPTILP64` layout; aarch64 is
 //! the same LP64, little-endian layout):
 //!
 //! * CUDA 12.8: `nvidia-cuda-cupti-cu12==12.8.90`, `CUPTI_API_VERSION` 26;
+//! * CUDA 13.0: `nvidia-cuda-cupti==13.0.85` (13.0 Update 1, the CUPTI of driver r580 and
+//!   PyTorch cu130), `CUPTI_API_VERSION` 130001;
 //! * CUDA 13.4: `nvidia-cuda-cupti==13.4.92`, `CUPTI_API_VERSION` 130401.
 //!
 //! The struct CUPTI uses for each kind is the one its `CUpti_ActivityKind` documentation names
-//! in that release (e.g. `CUpti_ActivityKernel9` for 12.8 kernels, `CUpti_ActivityKernel13`
-//! for 13.4), checked for 12.8 against libcupti's own walk (one exception, JIT, noted below).
+//! in that release (e.g. `CUpti_ActivityKernel9` for 12.8 kernels, `CUpti_ActivityKernel10` for
+//! 13.0, `CUpti_ActivityKernel13` for 13.4), checked against libcupti's own walk
+//! (`cuptiActivityGetNextRecord`): it steps every kind it accepts by exactly these sizes (12.8
+//! and 13.0 in the test suite, which both walk without a GPU; 13.4 on an H200 with driver
+//! r580), with one exception to the documentation in 12.8 and 13.0, JIT, noted below.
 //! `tests/c/make_buffers.c` prints the same numbers from the headers and the test suite
-//! compares them with these tables field by field ([`ApiVersion::layouts`]).
+//! compares them with these tables field by field ([`ApiVersion::layouts`]); buffers that
+//! libcupti 12.8, 13.0 and 13.4 recorded on that H200 (`tests/c/live/`) decode to the values
+//! libcupti's walk read through the header structs.
+//!
+//! A struct name does not pin a layout across releases: the 13.0 headers keep 12.8's
+//! `CUpti_ActivityMemcpy6` and `CUpti_ActivityMemset4` (same sizes) but turn their
+//! `uint32_t pad2` at byte 84 into `uint8_t isDeviceLaunched`, so 13.0 has its own tables for
+//! them.
 //!
 //! CUPTI 13's opt-in *user-defined records* (`CUpti_ActivityFieldSelection`,
 //! `CUPTI_ACTIVITY_ATTR_USER_DEFINED_RECORDS`) change record layouts at run time and are not
@@ -24,15 +36,20 @@ use crate::kind::ActivityKind;
 /// header's `CUPTI_API_VERSION`): it fixes the record layouts.
 ///
 /// Only versions whose headers this crate was built from are accepted; any other value is
-/// [`DecodeError::UnsupportedApiVersion`]. In particular the other 13.x values (130000 …
-/// 130400) are refused: 13.x releases added kernel, memcpy and device record versions
-/// (`CUpti_ActivityKernel10` … `13`), and without each release's header there is no evidence of
-/// which one it emits.
+/// [`DecodeError::UnsupportedApiVersion`]. In particular the other 13.x values (130000, 130100
+/// … 130400) are refused: 13.x releases added kernel, memcpy and device record versions
+/// (`CUpti_ActivityKernel10` in 13.0 … `13` in 13.4), and without each release's header there
+/// is no evidence of which one it emits. (13.0 GA, 130000, `nvidia-cuda-cupti` 13.0.48, declares
+/// the same record structs as 130001 and its libcupti steps the same sizes; accepting it too is
+/// a separate decision.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ApiVersion {
     /// CUDA 12.8, `CUPTI_API_VERSION` 26 (the default of raw buffer files, DESIGN §3).
     Cupti12_8,
+    /// CUDA 13.0 with CUPTI update 1, `CUPTI_API_VERSION` 130001: the CUPTI of driver r580
+    /// machines and PyTorch cu130 (`nvidia-cuda-cupti` 13.0.85).
+    Cupti13_0,
     /// CUDA 13.4 with CUPTI update 1, `CUPTI_API_VERSION` 130401.
     Cupti13_4,
 }
@@ -46,32 +63,43 @@ impl Default for ApiVersion {
 
 impl ApiVersion {
     /// Every supported version, oldest first.
-    pub const ALL: [ApiVersion; 2] = [ApiVersion::Cupti12_8, ApiVersion::Cupti13_4];
+    pub const ALL: [ApiVersion; 3] = [
+        ApiVersion::Cupti12_8,
+        ApiVersion::Cupti13_0,
+        ApiVersion::Cupti13_4,
+    ];
 
     /// The version for a producer's `CUPTI_API_VERSION` (`cuptiGetVersion()`).
     ///
+    /// CUDA 13.0's first release (API 130000, `nvidia-cuda-cupti` 13.0.48) emits the same record
+    /// structs as its Update 1 (130001): checked against both headers and libcupti's own record
+    /// sizes, so both map to [`ApiVersion::Cupti13_0`].
+    ///
     /// # Errors
-    /// [`DecodeError::UnsupportedApiVersion`] for anything but 26 and 130401.
+    /// [`DecodeError::UnsupportedApiVersion`] for anything but 26, 130000, 130001 and 130401.
     pub fn from_cupti(version: u32) -> Result<Self, DecodeError> {
         match version {
             26 => Ok(ApiVersion::Cupti12_8),
+            130_000 | 130_001 => Ok(ApiVersion::Cupti13_0),
             130_401 => Ok(ApiVersion::Cupti13_4),
             other => Err(DecodeError::UnsupportedApiVersion(other)),
         }
     }
 
-    /// The `CUPTI_API_VERSION` number (26 or 130401).
+    /// The `CUPTI_API_VERSION` number (26, 130001 or 130401).
     pub fn cupti_api_version(self) -> u32 {
         match self {
             ApiVersion::Cupti12_8 => 26,
+            ApiVersion::Cupti13_0 => 130_001,
             ApiVersion::Cupti13_4 => 130_401,
         }
     }
 
-    /// The CUDA toolkit release whose CUPTI produces these layouts (`12.8`, `13.4`).
+    /// The CUDA toolkit release whose CUPTI produces these layouts (`12.8`, `13.0`, `13.4`).
     pub fn cuda_release(self) -> &'static str {
         match self {
             ApiVersion::Cupti12_8 => "12.8",
+            ApiVersion::Cupti13_0 => "13.0",
             ApiVersion::Cupti13_4 => "13.4",
         }
     }
@@ -79,6 +107,7 @@ impl ApiVersion {
     pub(crate) fn tables(self) -> &'static Layouts {
         match self {
             ApiVersion::Cupti12_8 => &LAYOUTS_12_8,
+            ApiVersion::Cupti13_0 => &LAYOUTS_13_0,
             ApiVersion::Cupti13_4 => &LAYOUTS_13_4,
         }
     }
@@ -253,6 +282,23 @@ static LAYOUTS_12_8: Layouts = Layouts {
     instruction_execution: INSTRUCTION_EXECUTION,
 };
 
+/// CUDA 13.0 (API 130001).
+static LAYOUTS_13_0: Layouts = Layouts {
+    kinds: KINDS_13_0,
+    kernel: KERNEL10,
+    memcpy: MEMCPY6_13_0,
+    peer_copy: MEMCPY_PTOP4,
+    memset: MEMSET4_13_0,
+    memory: MEMORY4,
+    device: DEVICE5,
+    context: CONTEXT3,
+    api: API,
+    external_correlation: EXTERNAL_CORRELATION,
+    overhead: OVERHEAD3,
+    graph_trace: GRAPH_TRACE2,
+    instruction_execution: INSTRUCTION_EXECUTION,
+};
+
 /// CUDA 13.4 (API 130401).
 static LAYOUTS_13_4: Layouts = Layouts {
     kinds: KINDS_13_4,
@@ -332,8 +378,82 @@ const KINDS_12_8: &[(usize, &str)] = &[
     (64, "CUpti_ActivityMemDecompress"),
 ];
 
+/// Record size in bytes and struct of every kind of CUPTI 13.0 (API 130001), indexed by kind
+/// value (`sizeof` in the 13.0.85 wheel's `cupti_activity.h`, x86-64; the enum ends at
+/// CONFIDENTIAL_COMPUTE_ROTATION, 55).
+///
+/// * JIT (52) is `CUpti_ActivityJit2` (72 bytes) although the 13.0 enum comment names
+///   `CUpti_ActivityJit` (64), as in 12.8: libcupti 13.0's `cuptiActivityGetNextRecord` steps
+///   72 bytes.
+/// * The 13.0 headers declare the legacy event, metric, source-level and PC-sampling kinds (6, 7,
+///   14, 15, 16, 21, 23, 24, 29–32, 41–44) "unsupported" from 13.0 on: libcupti 13.0 refuses to
+///   enable them and its own walk stops at them with `CUPTI_ERROR_INVALID_KIND`, so a 13.0
+///   producer never emits them. They keep their header sizes here (the enum still defines
+///   them), so the decoder steps over them as it does for 12.8 and 13.4.
+/// * libcupti 13.0 steps every other kind by exactly these sizes (checked with its own walk).
+const KINDS_13_0: &[(usize, &str)] = &[
+    (0, ""),
+    (96, "CUpti_ActivityMemcpy6"),
+    (88, "CUpti_ActivityMemset4"),
+    (216, "CUpti_ActivityKernel10"),
+    (40, "CUpti_ActivityAPI"),
+    (40, "CUpti_ActivityAPI"),
+    (24, "CUpti_ActivityEvent"),
+    (24, "CUpti_ActivityMetric"),
+    (184, "CUpti_ActivityDevice5"),
+    (32, "CUpti_ActivityContext3"),
+    (216, "CUpti_ActivityKernel10"),
+    (32, "CUpti_ActivityName"),
+    (56, "CUpti_ActivityMarker2"),
+    (40, "CUpti_ActivityMarkerData2"),
+    (24, "CUpti_ActivitySourceLocator"),
+    (56, "CUpti_ActivityGlobalAccess3"),
+    (40, "CUpti_ActivityBranch2"),
+    (56, "CUpti_ActivityOverhead3"),
+    (144, "CUpti_ActivityCdpKernel"),
+    (40, "CUpti_ActivityPreemption"),
+    (40, "CUpti_ActivityEnvironment"),
+    (32, "CUpti_ActivityEventInstance"),
+    (96, "CUpti_ActivityMemcpyPtoP4"),
+    (32, "CUpti_ActivityMetricInstance"),
+    (48, "CUpti_ActivityInstructionExecution"),
+    (104, "CUpti_ActivityUnifiedMemoryCounter3"),
+    (32, "CUpti_ActivityFunction"),
+    (24, "CUpti_ActivityModule"),
+    (24, "CUpti_ActivityDeviceAttribute"),
+    (56, "CUpti_ActivitySharedAccess"),
+    (40, "CUpti_ActivityPCSampling3"),
+    (32, "CUpti_ActivityPCSamplingRecordInfo"),
+    (24, "CUpti_ActivityInstructionCorrelation"),
+    (152, "CUpti_ActivityOpenAccData"),
+    (152, "CUpti_ActivityOpenAccLaunch"),
+    (120, "CUpti_ActivityOpenAccOther"),
+    (56, "CUpti_ActivityCudaEvent2"),
+    (24, "CUpti_ActivityStream"),
+    (56, "CUpti_ActivitySynchronization2"),
+    (24, "CUpti_ActivityExternalCorrelation"),
+    (136, "CUpti_ActivityNvLink4"),
+    (32, "CUpti_ActivityInstantaneousEvent"),
+    (32, "CUpti_ActivityInstantaneousEventInstance"),
+    (32, "CUpti_ActivityInstantaneousMetric"),
+    (32, "CUpti_ActivityInstantaneousMetricInstance"),
+    (80, "CUpti_ActivityMemory"),
+    (168, "CUpti_ActivityPcie"),
+    (40, "CUpti_ActivityOpenMp"),
+    (40, "CUpti_ActivityAPI"),
+    (128, "CUpti_ActivityMemory4"),
+    (80, "CUpti_ActivityMemoryPool3"),
+    (56, "CUpti_ActivityGraphTrace2"),
+    (72, "CUpti_ActivityJit2"),
+    (56, "CUpti_ActivityDeviceGraphTrace"),
+    (64, "CUpti_ActivityMemDecompress"),
+    (32, "CUpti_ActivityConfidentialComputeRotation"),
+];
+
 /// Record size in bytes and struct of every kind of CUPTI 13.4 (API 130401), indexed by kind
-/// value (`sizeof` in the 13.4.92 wheel's `cupti_activity.h`, x86-64).
+/// value (`sizeof` in the 13.4.92 wheel's `cupti_activity.h`, x86-64). libcupti 13.4 steps every
+/// kind by these sizes except the legacy kinds it refuses, the same as 13.0's (seen on an H200
+/// with driver r580; it does not walk without a driver).
 const KINDS_13_4: &[(usize, &str)] = &[
     (0, ""),
     (112, "CUpti_ActivityMemcpy7"),
@@ -470,6 +590,43 @@ pub(crate) const KERNEL9: KernelLayout = KernelLayout {
     is_device_launched: None,
 };
 
+/// `CUpti_ActivityKernel10` (`cupti_activity.h` of CUDA 13.0): 216 bytes; Kernel9's layout
+/// plus `isDeviceLaunched`.
+pub(crate) const KERNEL10: KernelLayout = KernelLayout {
+    struct_name: "CUpti_ActivityKernel10",
+    size: 216,
+    kind: 0,
+    registers_per_thread: 6,
+    start: 16,
+    end: 24,
+    completed: 32,
+    device_id: 40,
+    context_id: 44,
+    stream_id: 48,
+    grid_x: 52,
+    grid_y: 56,
+    grid_z: 60,
+    block_x: 64,
+    block_y: 68,
+    block_z: 72,
+    static_shared_memory: 76,
+    dynamic_shared_memory: 80,
+    local_memory_per_thread: 84,
+    correlation_id: 92,
+    grid_id: 96,
+    name_ptr: 104,
+    queued: 120,
+    submitted: 128,
+    launch_type: 136,
+    shared_memory_executed: 140,
+    graph_node_id: 144,
+    graph_id: 156,
+    cluster_x: 176,
+    cluster_y: 180,
+    cluster_z: 184,
+    is_device_launched: Some(208),
+};
+
 /// `CUpti_ActivityKernel13` (`cupti_activity.h` of CUDA 13.4): 248 bytes.
 pub(crate) const KERNEL13: KernelLayout = KernelLayout {
     struct_name: "CUpti_ActivityKernel13",
@@ -530,7 +687,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityMemcpy6` (`cupti_activity.h` of CUDA 12.8): 96 bytes.
+/// `CUpti_ActivityMemcpy6` (`cupti_activity.h` of CUDA 12.8): 96 bytes (13.0: `MEMCPY6_13_0`).
 pub(crate) const MEMCPY6: MemcpyLayout = MemcpyLayout {
     struct_name: "CUpti_ActivityMemcpy6",
     size: 96,
@@ -551,6 +708,30 @@ pub(crate) const MEMCPY6: MemcpyLayout = MemcpyLayout {
     graph_id: 72,
     copy_count: 88,
     is_device_launched: None,
+};
+
+/// `CUpti_ActivityMemcpy6` as the CUDA 13.0 headers declare it: 96 bytes, 12.8's layout with
+/// `isDeviceLaunched` in place of 12.8's `pad2` (byte 84).
+pub(crate) const MEMCPY6_13_0: MemcpyLayout = MemcpyLayout {
+    struct_name: "CUpti_ActivityMemcpy6",
+    size: 96,
+    kind: 0,
+    copy_kind: 4,
+    src_kind: 5,
+    dst_kind: 6,
+    flags: 7,
+    bytes: 8,
+    start: 16,
+    end: 24,
+    device_id: 32,
+    context_id: 36,
+    stream_id: 40,
+    correlation_id: 44,
+    runtime_correlation_id: 48,
+    graph_node_id: 64,
+    graph_id: 72,
+    copy_count: 88,
+    is_device_launched: Some(84),
 };
 
 /// `CUpti_ActivityMemcpy7` (`cupti_activity.h` of CUDA 13.4): 112 bytes.
@@ -599,7 +780,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityMemcpyPtoP4` (`cupti_activity.h` of CUDA 12.8 and 13.4): 96 bytes.
+/// `CUpti_ActivityMemcpyPtoP4` (`cupti_activity.h` of CUDA 12.8, 13.0 and 13.4): 96 bytes.
 pub(crate) const MEMCPY_PTOP4: PeerCopyLayout = PeerCopyLayout {
     struct_name: "CUpti_ActivityMemcpyPtoP4",
     size: 96,
@@ -644,7 +825,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityMemset4` (`cupti_activity.h` of CUDA 12.8): 88 bytes.
+/// `CUpti_ActivityMemset4` (`cupti_activity.h` of CUDA 12.8): 88 bytes (13.0: `MEMSET4_13_0`).
 pub(crate) const MEMSET4: MemsetLayout = MemsetLayout {
     struct_name: "CUpti_ActivityMemset4",
     size: 88,
@@ -662,6 +843,27 @@ pub(crate) const MEMSET4: MemsetLayout = MemsetLayout {
     graph_node_id: 64,
     graph_id: 72,
     is_device_launched: None,
+};
+
+/// `CUpti_ActivityMemset4` as the CUDA 13.0 headers declare it: 88 bytes, 12.8's layout with
+/// `isDeviceLaunched` in place of 12.8's `pad2` (byte 84).
+pub(crate) const MEMSET4_13_0: MemsetLayout = MemsetLayout {
+    struct_name: "CUpti_ActivityMemset4",
+    size: 88,
+    kind: 0,
+    value: 4,
+    bytes: 8,
+    start: 16,
+    end: 24,
+    device_id: 32,
+    context_id: 36,
+    stream_id: 40,
+    correlation_id: 44,
+    flags: 48,
+    memory_kind: 50,
+    graph_node_id: 64,
+    graph_id: 72,
+    is_device_launched: Some(84),
 };
 
 /// `CUpti_ActivityMemset5` (`cupti_activity.h` of CUDA 13.4): 104 bytes.
@@ -709,7 +911,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityMemory4` (`cupti_activity.h` of CUDA 12.8 and 13.4): 128 bytes.
+/// `CUpti_ActivityMemory4` (`cupti_activity.h` of CUDA 12.8, 13.0 and 13.4): 128 bytes.
 pub(crate) const MEMORY4: MemoryLayout = MemoryLayout {
     struct_name: "CUpti_ActivityMemory4",
     size: 128,
@@ -774,7 +976,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityDevice5` (`cupti_activity.h` of CUDA 12.8): 184 bytes.
+/// `CUpti_ActivityDevice5` (`cupti_activity.h` of CUDA 12.8 and 13.0): 184 bytes.
 pub(crate) const DEVICE5: DeviceLayout = DeviceLayout {
     struct_name: "CUpti_ActivityDevice5",
     size: 184,
@@ -867,7 +1069,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityContext3` (`cupti_activity.h` of CUDA 12.8): 32 bytes.
+/// `CUpti_ActivityContext3` (`cupti_activity.h` of CUDA 12.8 and 13.0): 32 bytes.
 pub(crate) const CONTEXT3: ContextLayout = ContextLayout {
     struct_name: "CUpti_ActivityContext3",
     size: 32,
@@ -912,7 +1114,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityAPI` (`cupti_activity.h` of CUDA 12.8 and 13.4): 40 bytes.
+/// `CUpti_ActivityAPI` (`cupti_activity.h` of CUDA 12.8, 13.0 and 13.4): 40 bytes.
 pub(crate) const API: ApiLayout = ApiLayout {
     struct_name: "CUpti_ActivityAPI",
     size: 40,
@@ -935,7 +1137,8 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityExternalCorrelation` (`cupti_activity.h` of CUDA 12.8 and 13.4): 24 bytes.
+/// `CUpti_ActivityExternalCorrelation` (`cupti_activity.h` of CUDA 12.8, 13.0 and 13.4): 24
+/// bytes.
 pub(crate) const EXTERNAL_CORRELATION: ExternalCorrelationLayout = ExternalCorrelationLayout {
     struct_name: "CUpti_ActivityExternalCorrelation",
     size: 24,
@@ -960,7 +1163,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityOverhead3` (`cupti_activity.h` of CUDA 12.8 and 13.4): 56 bytes.
+/// `CUpti_ActivityOverhead3` (`cupti_activity.h` of CUDA 12.8, 13.0 and 13.4): 56 bytes.
 pub(crate) const OVERHEAD3: OverheadLayout = OverheadLayout {
     struct_name: "CUpti_ActivityOverhead3",
     size: 56,
@@ -991,7 +1194,7 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityGraphTrace2` (`cupti_activity.h` of CUDA 12.8 and 13.4): 56 bytes.
+/// `CUpti_ActivityGraphTrace2` (`cupti_activity.h` of CUDA 12.8, 13.0 and 13.4): 56 bytes.
 pub(crate) const GRAPH_TRACE2: GraphTraceLayout = GraphTraceLayout {
     struct_name: "CUpti_ActivityGraphTrace2",
     size: 56,
@@ -1021,7 +1224,8 @@ layout! {
     }
 }
 
-/// `CUpti_ActivityInstructionExecution` (`cupti_activity.h` of CUDA 12.8 and 13.4): 48 bytes.
+/// `CUpti_ActivityInstructionExecution` (`cupti_activity.h` of CUDA 12.8, 13.0 and 13.4): 48
+/// bytes (13.0 and later never emit it: the kind is unsupported there).
 pub(crate) const INSTRUCTION_EXECUTION: InstructionExecutionLayout = InstructionExecutionLayout {
     struct_name: "CUpti_ActivityInstructionExecution",
     size: 48,
@@ -1055,6 +1259,7 @@ mod tests {
             }
         }
         assert_eq!(ApiVersion::Cupti12_8.layouts().len(), 54);
+        assert_eq!(ApiVersion::Cupti13_0.layouts().len(), 55);
         assert_eq!(ApiVersion::Cupti13_4.layouts().len(), 59);
     }
 }

@@ -3,9 +3,10 @@
 //! CUPTI activity buffers for gpumeter (DESIGN §2, §3, §10):
 //!
 //! * [`decode()`]: a pure-Rust walk of a CUPTI activity buffer with the record
-//!   layouts of the *producer's* CUPTI API version ([`ApiVersion`]: CUDA 12.8 = API 26, CUDA 13.4
-//!   = API 130401), into typed [`Record`]s. Safe code only; any alignment; no pointer read from
-//!   the bytes is ever dereferenced; no panic on any input (fuzzed, `fuzz/`).
+//!   layouts of the *producer's* CUPTI API version ([`ApiVersion`]: CUDA 12.8 = API 26, CUDA 13.0
+//!   = API 130001, CUDA 13.4 = API 130401), into typed [`Record`]s. Safe code only; any
+//!   alignment; no pointer read from the bytes is ever dereferenced; no panic on any input
+//!   (fuzzed, `fuzz/`).
 //! * [`gmr`]: the `.gmr` recording format: a versioned header and checksummed frames (raw
 //!   buffers, string tables, dropped counts, attribution events, energy samples), with a writer
 //!   and a reader that keeps the complete frames of a torn file.

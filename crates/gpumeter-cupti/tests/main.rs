@@ -1,6 +1,6 @@
-//! Integration tests of gpumeter-cupti: crafted buffers for every decoded kind in both API
-//! versions, the C cross-check against the real CUPTI header structs (and libcupti 12.8's own
-//! walk), metering, and the `.gmr` format.
+//! Integration tests of gpumeter-cupti: crafted buffers for every decoded kind in every API
+//! version, the C cross-check against the real CUPTI header structs (and libcupti 12.8's and
+//! 13.0's own walk), buffers libcupti recorded on a GPU, metering, and the `.gmr` format.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -274,7 +274,7 @@ fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
 mod crafted {
     use super::*;
 
-    /// Every decoded field of every decoded kind, in both versions, written at its table
+    /// Every decoded field of every decoded kind, in every version, written at its table
     /// offset with a distinct byte pattern, decodes to exactly those bytes; and the decoded
     /// structs cover exactly the table's fields.
     #[test]
@@ -340,14 +340,28 @@ mod crafted {
             26,
             "12.8"
         );
+        assert_eq!(ok(ApiVersion::from_cupti(130_001)), ApiVersion::Cupti13_0);
+        // 13.0 GA (130000) emits the same structs as 13.0 Update 1.
+        assert_eq!(ok(ApiVersion::from_cupti(130_000)), ApiVersion::Cupti13_0);
         assert_eq!(ok(ApiVersion::from_cupti(130_401)), ApiVersion::Cupti13_4);
-        for n in [0, 24, 27, 28, 130_000, 130_400, 130_402, 140_000] {
+        for n in [0, 24, 27, 28, 130_002, 130_100, 130_400, 130_402, 140_000] {
             assert_eq!(
                 ApiVersion::from_cupti(n),
                 Err(DecodeError::UnsupportedApiVersion(n))
             );
         }
         assert_eq!(ApiVersion::default(), ApiVersion::Cupti12_8);
+        for api in ApiVersion::ALL {
+            assert_eq!(ok(ApiVersion::from_cupti(api.cupti_api_version())), api);
+        }
+        assert_eq!(
+            ApiVersion::ALL.map(|a| a.to_string()),
+            [
+                "CUPTI 12.8 (API 26)",
+                "CUPTI 13.0 (API 130001)",
+                "CUPTI 13.4 (API 130401)"
+            ]
+        );
         // The struct choices of the issue.
         let k = ActivityKind::CONCURRENT_KERNEL;
         assert_eq!(
@@ -355,13 +369,43 @@ mod crafted {
             Some("CUpti_ActivityKernel9")
         );
         assert_eq!(
+            ApiVersion::Cupti13_0.struct_name(k),
+            Some("CUpti_ActivityKernel10")
+        );
+        assert_eq!(
             ApiVersion::Cupti13_4.struct_name(k),
             Some("CUpti_ActivityKernel13")
         );
         assert_eq!(ApiVersion::Cupti12_8.record_size(k), Some(208));
+        assert_eq!(ApiVersion::Cupti13_0.record_size(k), Some(216));
         assert_eq!(ApiVersion::Cupti13_4.record_size(k), Some(248));
+        // 13.0's structs per kind where they differ from 12.8's or 13.4's.
+        let s13_0 = |k: u32| {
+            let k = ActivityKind(k);
+            (
+                ApiVersion::Cupti13_0.struct_name(k),
+                ApiVersion::Cupti13_0.record_size(k),
+            )
+        };
+        assert_eq!(s13_0(1), (Some("CUpti_ActivityMemcpy6"), Some(96)));
+        assert_eq!(s13_0(2), (Some("CUpti_ActivityMemset4"), Some(88)));
+        assert_eq!(s13_0(8), (Some("CUpti_ActivityDevice5"), Some(184)));
+        assert_eq!(s13_0(9), (Some("CUpti_ActivityContext3"), Some(32)));
+        assert_eq!(s13_0(13), (Some("CUpti_ActivityMarkerData2"), Some(40)));
+        assert_eq!(s13_0(40), (Some("CUpti_ActivityNvLink4"), Some(136)));
+        assert_eq!(s13_0(50), (Some("CUpti_ActivityMemoryPool3"), Some(80)));
+        assert_eq!(s13_0(52), (Some("CUpti_ActivityJit2"), Some(72)));
+        assert_eq!(
+            s13_0(55),
+            (Some("CUpti_ActivityConfidentialComputeRotation"), Some(32))
+        );
+        assert_eq!(s13_0(56), (None, None));
         assert_eq!(
             ApiVersion::Cupti12_8.record_size(ActivityKind::GREEN_CONTEXT),
+            None
+        );
+        assert_eq!(
+            ApiVersion::Cupti13_0.record_size(ActivityKind::GREEN_CONTEXT),
             None
         );
     }
@@ -438,6 +482,25 @@ mod crafted {
                 api
             })
         );
+        // 13.0 ends at CONFIDENTIAL_COMPUTE_ROTATION (55): 56 and 59 are unknown there too.
+        let mut b130 = Buf::new(ApiVersion::Cupti13_0);
+        b130.rec(ActivityKind(55), &[]);
+        let at130 = b130.bytes.len();
+        for k in [56u32, 59] {
+            let mut bytes = b130.bytes.clone();
+            bytes.extend_from_slice(&k.to_le_bytes());
+            bytes.extend_from_slice(&[0; 300]);
+            assert_eq!(
+                decode(&bytes, ApiVersion::Cupti13_0),
+                Err(DecodeError::UnknownKind {
+                    offset: at130,
+                    kind: k,
+                    api: ApiVersion::Cupti13_0
+                })
+            );
+        }
+        let d = ok(decode(&b130.bytes, ApiVersion::Cupti13_0));
+        assert_eq!(d.skipped.get("confidential_compute_rotation"), Some(&1));
         // The same kind is a GREEN_CONTEXT record in 13.4, stepped over and counted.
         let mut b13 = Buf::new(ApiVersion::Cupti13_4);
         b13.rec(ActivityKind::GREEN_CONTEXT, &[]);
@@ -509,13 +572,16 @@ mod crafted {
 
 mod cross_check {
     //! The C helper (`tests/c/make_buffers.c`) compiled against each wheel's real headers is
-    //! the oracle: its `offsetof`/`sizeof`, its buffers and its expected values; and, for 12.8,
-    //! libcupti's own `cuptiActivityGetNextRecord` walk of the same buffers.
+    //! the oracle: its `offsetof`/`sizeof`, its buffers and its expected values; and, for 12.8
+    //! and 13.0 (whose libcupti walks buffers without a GPU or driver), libcupti's own
+    //! `cuptiActivityGetNextRecord`: its record size for every kind value, and its walk of the
+    //! same buffers.
     //!
     //! Headers come from `CUPTI12_INCLUDE`, `CUDA12_INCLUDE`, `CUDA12_CRT_INCLUDE`,
-    //! `CUPTI12_LIB` (and the `13` variants), as `bindings/cupti/fetch-wheels.sh` writes them
-    //! into `bindings/cupti/.wheels/env.sh`, else from that `.wheels` folder's fixed layout.
-    //! Missing headers or compiler: a notice, or a failure under `CI=true`.
+    //! `CUPTI12_LIB` (and the `13` variants for 13.4, the `130` ones for 13.0), as
+    //! `bindings/cupti/fetch-wheels.sh` writes them into `bindings/cupti/.wheels/env.sh`, else
+    //! from that `.wheels` folder's fixed layout. Missing headers or compiler, for any version:
+    //! a notice, or a failure under `CI=true`.
 
     use super::*;
     use std::path::{Path, PathBuf};
@@ -538,23 +604,30 @@ mod cross_check {
     }
 
     fn toolchain(api: ApiVersion) -> Result<Toolchain, String> {
-        let (n, lib_name) = match api {
-            ApiVersion::Cupti12_8 => ("12", "libcupti.so.12"),
-            _ => ("13", "libcupti.so.13"),
+        // The suffix of the env.sh variables and the folder under `.wheels` of each version.
+        let (n, dir) = match api {
+            ApiVersion::Cupti12_8 => ("12", "cu12"),
+            ApiVersion::Cupti13_0 => ("130", "cu130"),
+            ApiVersion::Cupti13_4 => ("13", "cu13"),
+            other => return Err(format!("no CUPTI wheel is pinned for {other}")),
         };
-        let w = wheels();
+        let lib_name = match api {
+            ApiVersion::Cupti12_8 => "libcupti.so.12",
+            _ => "libcupti.so.13",
+        };
+        let w = wheels().join(dir);
         let (cupti, cuda, crt, lib) = match api {
             ApiVersion::Cupti12_8 => (
-                w.join("cu12/nvidia/cuda_cupti/include"),
-                w.join("cu12/nvidia/cuda_runtime/include"),
-                w.join("cu12/nvidia/cuda_nvcc/include"),
-                w.join("cu12/nvidia/cuda_cupti/lib"),
+                w.join("nvidia/cuda_cupti/include"),
+                w.join("nvidia/cuda_runtime/include"),
+                w.join("nvidia/cuda_nvcc/include"),
+                w.join("nvidia/cuda_cupti/lib"),
             ),
             _ => (
-                w.join("cu13/nvidia/cu13/include"),
-                w.join("cu13/nvidia/cu13/include"),
-                w.join("cu13/nvidia/cu13/include"),
-                w.join("cu13/nvidia/cu13/lib"),
+                w.join("nvidia/cu13/include"),
+                w.join("nvidia/cu13/include"),
+                w.join("nvidia/cu13/include"),
+                w.join("nvidia/cu13/lib"),
             ),
         };
         let cupti = env_path(&format!("CUPTI{n}_INCLUDE")).unwrap_or(cupti);
@@ -585,37 +658,37 @@ mod cross_check {
 
     /// Compiles the helper for `api` once per test run; `Err` says why it cannot be.
     fn helper(api: ApiVersion) -> Result<PathBuf, String> {
-        static H12: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-        static H13: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-        let cell = match api {
-            ApiVersion::Cupti12_8 => &H12,
-            _ => &H13,
+        static HELPERS: [OnceLock<Result<PathBuf, String>>; ApiVersion::ALL.len()] =
+            [const { OnceLock::new() }; ApiVersion::ALL.len()];
+        let Some(i) = ApiVersion::ALL.iter().position(|&a| a == api) else {
+            return Err(format!("{api} is not in ApiVersion::ALL"));
         };
-        cell.get_or_init(|| {
-            let tc = toolchain(api)?;
-            let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/make_buffers.c");
-            let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("make_buffers_{}", api.cupti_api_version()));
-            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
-            let mut cmd = Command::new(&cc);
-            cmd.args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]);
-            for i in &tc.includes {
-                cmd.arg("-I").arg(i);
-            }
-            cmd.arg("-o").arg(&out).arg(&src).arg("-ldl");
-            let o = cmd
-                .output()
-                .map_err(|e| format!("cannot run the C compiler `{cc}`: {e}"))?;
-            if !o.status.success() {
-                return Err(format!(
-                    "compiling {} failed:\n{}",
-                    src.display(),
-                    String::from_utf8_lossy(&o.stderr)
-                ));
-            }
-            Ok(out)
-        })
-        .clone()
+        HELPERS[i]
+            .get_or_init(|| {
+                let tc = toolchain(api)?;
+                let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/make_buffers.c");
+                let out = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join(format!("make_buffers_{}", api.cupti_api_version()));
+                let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+                let mut cmd = Command::new(&cc);
+                cmd.args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]);
+                for i in &tc.includes {
+                    cmd.arg("-I").arg(i);
+                }
+                cmd.arg("-o").arg(&out).arg(&src).arg("-ldl");
+                let o = cmd
+                    .output()
+                    .map_err(|e| format!("cannot run the C compiler `{cc}`: {e}"))?;
+                if !o.status.success() {
+                    return Err(format!(
+                        "compiling {} failed:\n{}",
+                        src.display(),
+                        String::from_utf8_lossy(&o.stderr)
+                    ));
+                }
+                Ok(out)
+            })
+            .clone()
     }
 
     /// The helper, or `None` after a notice (a panic under `CI=true`).
@@ -656,9 +729,9 @@ mod cross_check {
     }
 
     /// One `record`/`walk` line: kind, offset, and `name=value` pairs in order.
-    type Line = (u32, usize, Vec<(String, String)>);
+    pub(super) type Line = (u32, usize, Vec<(String, String)>);
 
-    fn parse_lines(text: &str, tag: &str) -> Vec<Line> {
+    pub(super) fn parse_lines(text: &str, tag: &str) -> Vec<Line> {
         let mut out = Vec::new();
         for line in text.lines() {
             let mut words = line.split_whitespace();
@@ -700,7 +773,7 @@ mod cross_check {
 
     /// Compares decoded records with C lines field by field; returns the number of fields
     /// compared.
-    fn agree(api: ApiVersion, buf: &[u8], lines: &[Line], what: &str) -> usize {
+    pub(super) fn agree(api: ApiVersion, buf: &[u8], lines: &[Line], what: &str) -> usize {
         let d = ok(decode(buf, api));
         assert_eq!(d.records.len(), lines.len(), "{api} {what}: record count");
         let layouts = api.layouts();
@@ -740,8 +813,8 @@ mod cross_check {
         compared
     }
 
-    /// Our tables against the headers' `offsetof`/`sizeof`, for every kind and every decoded
-    /// field, in both versions.
+    /// Our tables against the headers' `offsetof`/`sizeof`, for every kind (its struct and
+    /// size) and every decoded field, in every version.
     #[test]
     fn layouts_match_the_headers() {
         for api in ApiVersion::ALL {
@@ -749,15 +822,15 @@ mod cross_check {
                 continue;
             };
             let text = run(&h, &["layouts".as_ref()]);
-            let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
+            let mut sizes: BTreeMap<u32, (String, usize)> = BTreeMap::new();
             let mut fields: BTreeSet<(String, String, usize, usize)> = BTreeSet::new();
             let mut count = 0u32;
             for line in text.lines() {
                 let w: Vec<&str> = line.split_whitespace().collect();
                 match w.as_slice() {
                     ["api", n] => assert_eq!(n.parse::<u32>().ok(), Some(api.cupti_api_version())),
-                    ["size", k, _, s] => {
-                        sizes.insert(ok(k.parse()), ok(s.parse()));
+                    ["size", k, st, s] => {
+                        sizes.insert(ok(k.parse()), (st.to_string(), ok(s.parse())));
                     }
                     ["field", st, f, o, s] => {
                         fields.insert((
@@ -771,9 +844,12 @@ mod cross_check {
                     _ => panic!("unexpected line {line:?}"),
                 }
             }
-            let ours: BTreeMap<u32, usize> =
-                api.layouts().iter().map(|l| (l.kind.0, l.size)).collect();
-            assert_eq!(ours, sizes, "{api}: record sizes per kind");
+            let ours: BTreeMap<u32, (String, usize)> = api
+                .layouts()
+                .iter()
+                .map(|l| (l.kind.0, (l.struct_name.to_string(), l.size)))
+                .collect();
+            assert_eq!(ours, sizes, "{api}: record structs and sizes per kind");
             assert_eq!(
                 count as usize,
                 sizes.len() + 1,
@@ -805,7 +881,7 @@ mod cross_check {
     }
 
     /// Buffers of real header structs (every decoded kind, plus skipped ones) decode to the
-    /// values the C helper set, field by field, in both versions.
+    /// values the C helper set, field by field, in every version.
     #[test]
     fn crafted_buffers_agree_field_by_field() {
         for api in ApiVersion::ALL {
@@ -850,83 +926,435 @@ mod cross_check {
         }
     }
 
-    /// libcupti's own walk through `cupti-sys`.
-    ///
-    /// libcupti 12.8's own walk of `buf` through `crates/cupti-sys` (the loader the collector
-    /// uses): `GPUMETER_CUPTI_LIB`, else the wheel in `bindings/cupti/.wheels`. `None` when no
-    /// libcupti 12.8 can be loaded here; the C helper's `walk` mode (the same libcupti function
+    /// The kinds that libcupti 13.0 and 13.4 refuse in their own walk
+    /// (`CUPTI_ERROR_INVALID_KIND`) although their enums still define them: the legacy event,
+    /// metric, source-level and PC-sampling kinds that the 13.x headers call "unsupported" from
+    /// CUDA 13.0 on (enabling them answers `CUPTI_ERROR_LEGACY_PROFILER_NOT_SUPPORTED`). Our
+    /// tables keep their header sizes. Seen with libcupti 13.0.85 here and with 13.0.85 and
+    /// 13.4.92 on an H200 with driver 580.159.04.
+    const REFUSED_BY_LIBCUPTI_13: [u32; 16] =
+        [6, 7, 14, 15, 16, 21, 23, 24, 29, 30, 31, 32, 41, 42, 43, 44];
+
+    /// `CUPTI_ERROR_INVALID_KIND`.
+    const INVALID_KIND: i64 = 21;
+
+    /// Whether libcupti of `api` walks buffers without a GPU or driver (12.8 and 13.0 do;
+    /// 13.4 answers `CUPTI_ERROR_UNKNOWN` to every call there). For these, a libcupti that
+    /// cannot be used is a failure under `CI=true`; for the others a notice.
+    fn walks_without_driver(api: ApiVersion) -> bool {
+        matches!(api, ApiVersion::Cupti12_8 | ApiVersion::Cupti13_0)
+    }
+
+    /// The C helper and the libcupti of `api`, or `None` after a notice (a failure under
+    /// `CI=true` for the versions that need no driver).
+    fn helper_and_libcupti(api: ApiVersion) -> Option<(PathBuf, PathBuf)> {
+        let why = match (helper(api), toolchain(api).map(|t| t.lib)) {
+            (Ok(h), Ok(Some(lib))) => return Some((h, lib)),
+            (Err(e), _) | (_, Err(e)) => e,
+            (_, Ok(None)) => format!("libcupti of {api} not found (bindings/cupti/.wheels)"),
+        };
+        if walks_without_driver(api) {
+            skip(&why);
+        } else {
+            eprintln!("notice: skipping libcupti's walk for {api}: {why}");
+        }
+        None
+    }
+
+    /// libcupti's walk of `buf` through `crates/cupti-sys` (the loader the collector uses):
+    /// for 12.8 `GPUMETER_CUPTI_LIB`, else the libcupti of the version's wheel. `None` when it
+    /// cannot be loaded or used here; the C helper's `walk` mode (the same libcupti function
     /// through `dlopen`) still runs then, and with `CI=true` the helper itself is required.
-    fn libcupti_walk(buf: &[u8]) -> Option<Vec<(u32, usize)>> {
-        let path = std::env::var_os("GPUMETER_CUPTI_LIB")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| wheels().join("cu12/nvidia/cuda_cupti/lib/libcupti.so.12"));
+    fn libcupti_walk(api: ApiVersion, lib: &Path, buf: &[u8]) -> Option<Vec<(u32, usize)>> {
+        let path = match api {
+            ApiVersion::Cupti12_8 => std::env::var_os("GPUMETER_CUPTI_LIB")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| lib.to_path_buf()),
+            _ => lib.to_path_buf(),
+        };
         let cupti = cupti_sys::Cupti::load_from(&path).ok()?;
-        if cupti.version().ok()? != 26 {
+        if cupti.version().ok()? != api.cupti_api_version() {
             return None;
         }
         let mut copy = buf.to_vec();
         let len = copy.len();
-        let walk = cupti
-            .walk_activity_buffer(&mut copy, len)
-            .unwrap_or_else(|e| panic!("libcupti walk: {e}"));
+        let walk = cupti.walk_activity_buffer(&mut copy, len).ok()?;
         assert!(
             !walk.ended_on_invalid_kind,
-            "libcupti stopped on an invalid kind"
+            "{api}: libcupti stopped on an invalid kind"
         );
         Some(walk.records)
     }
 
-    /// For 12.8, libcupti's `cuptiActivityGetNextRecord` walks both C buffers record by
-    /// record to the same kinds and offsets, and the key fields read through the header
-    /// structs at libcupti's addresses agree with our decoder.
+    /// libcupti's own record size of every kind value (the helper's `steps` mode: how far
+    /// `cuptiActivityGetNextRecord` steps over a record of that kind) equals our table's size,
+    /// for every kind it accepts; the kinds it refuses are the ones our table lacks, plus, for
+    /// 13.x, the legacy kinds 13.x no longer emits ([`REFUSED_BY_LIBCUPTI_13`]).
     #[test]
-    fn libcupti_12_8_walk_agrees() {
-        let api = ApiVersion::Cupti12_8;
-        let Some(h) = helper_or_skip(api) else {
-            return;
-        };
-        let lib = match toolchain(api).map(|t| t.lib) {
-            Ok(Some(lib)) => lib,
-            Ok(None) => return skip("libcupti.so.12 not found (CUPTI12_LIB)"),
-            Err(e) => return skip(&e),
-        };
-        let v = api.cupti_api_version();
-        let (bin, exp, all) = (
-            tmp(&format!("wbuf_{v}.bin")),
-            tmp(&format!("wexp_{v}.txt")),
-            tmp(&format!("wall_{v}.bin")),
-        );
-        run(&h, &["buffer".as_ref(), bin.as_os_str(), exp.as_os_str()]);
-        run(&h, &["allkinds".as_ref(), all.as_os_str()]);
-        for (path, what) in [(&bin, "crafted buffer"), (&all, "all kinds")] {
-            let buf = ok(std::fs::read(path));
-            let text = run(&h, &["walk".as_ref(), lib.as_os_str(), path.as_os_str()]);
-            // CUPTI_ERROR_MAX_LIMIT_REACHED (12): the walk reached the end of the buffer.
-            assert!(
-                text.lines().any(|l| l == "end status=12"),
-                "libcupti walk of {what} did not end cleanly:\n{text}"
-            );
-            let lines = parse_lines(&text, "walk");
-            let n = agree(api, &buf, &lines, &format!("libcupti walk of the {what}"));
-            let via_cupti_sys = libcupti_walk(&buf).map(|walk| {
-                let ours: Vec<(u32, usize)> = ok(decode(&buf, api))
-                    .records
-                    .iter()
-                    .map(|r| (r.kind.0, r.offset))
-                    .collect();
-                assert_eq!(walk, ours, "cupti-sys walk of the {what}");
-                walk.len()
-            });
-            if std::env::var("CI").as_deref() == Ok("true") {
-                assert!(
-                    via_cupti_sys.is_some(),
-                    "CI=true: libcupti 12.8 must load through cupti-sys"
+    fn libcupti_record_sizes_match_the_tables() {
+        for api in ApiVersion::ALL {
+            let Some((h, lib)) = helper_and_libcupti(api) else {
+                continue;
+            };
+            let text = run(&h, &["steps".as_ref(), lib.as_os_str()]);
+            let mut sizes: BTreeMap<u32, usize> = BTreeMap::new();
+            let mut refused: BTreeMap<u32, i64> = BTreeMap::new();
+            for line in text.lines() {
+                match line.split_whitespace().collect::<Vec<_>>().as_slice() {
+                    ["step", k, "refused", st] => {
+                        refused.insert(ok(k.parse()), ok(st.parse()));
+                    }
+                    ["step", k, size] => {
+                        sizes.insert(ok(k.parse()), ok(size.parse()));
+                    }
+                    _ => panic!("unexpected line {line:?}"),
+                }
+            }
+            if sizes.is_empty() && !walks_without_driver(api) {
+                eprintln!(
+                    "notice: libcupti of {api} walks nothing here (status {:?}; no driver?)",
+                    refused.values().next()
+                );
+                continue;
+            }
+            for (&k, &size) in &sizes {
+                assert_eq!(
+                    api.record_size(ActivityKind(k)),
+                    Some(size),
+                    "{api}: libcupti steps {size} bytes over kind {}",
+                    ActivityKind(k)
                 );
             }
-            eprintln!("cupti-sys walk of the {what}: {via_cupti_sys:?} records agree");
+            assert!(
+                refused.values().all(|&st| st == INVALID_KIND),
+                "{api}: {refused:?}"
+            );
+            let refused_known: BTreeSet<u32> = refused
+                .keys()
+                .copied()
+                .filter(|&k| api.record_size(ActivityKind(k)).is_some())
+                .collect();
+            let want: BTreeSet<u32> = match api {
+                ApiVersion::Cupti12_8 => BTreeSet::new(),
+                _ => REFUSED_BY_LIBCUPTI_13.into_iter().collect(),
+            };
+            assert_eq!(refused_known, want, "{api}: kinds libcupti refuses");
+            for l in api.layouts() {
+                assert!(
+                    sizes.contains_key(&l.kind.0) || refused.contains_key(&l.kind.0),
+                    "{api}: {} not probed",
+                    l.kind
+                );
+            }
             eprintln!(
-                "libcupti 12.8 walk of the {what}: {} records, {n} fields agree",
-                lines.len()
+                "{api}: libcupti steps {} kinds by our sizes, refuses {} we know",
+                sizes.len(),
+                refused_known.len()
+            );
+        }
+    }
+
+    /// The records of `buf` (laid out as the C helper's `lines` say, with the header sizes of
+    /// `api`) without those of `kinds`: the buffer libcupti can walk, and its expected lines at
+    /// their new offsets.
+    fn without_kinds(
+        api: ApiVersion,
+        buf: &[u8],
+        lines: &[Line],
+        kinds: &[u32],
+    ) -> (Vec<u8>, Vec<Line>) {
+        let mut out = Vec::new();
+        let mut kept = Vec::new();
+        for (kind, offset, fields) in lines {
+            let size = api
+                .record_size(ActivityKind(*kind))
+                .unwrap_or_else(|| panic!("{api}: no size for kind {kind}"));
+            if kinds.contains(kind) {
+                continue;
+            }
+            kept.push((*kind, out.len(), fields.clone()));
+            out.extend_from_slice(&buf[*offset..*offset + size]);
+        }
+        (out, kept)
+    }
+
+    /// libcupti's `cuptiActivityGetNextRecord` walks both C buffers (the crafted one and one of
+    /// every kind) record by record to the same kinds and offsets as our decoder, and the key
+    /// fields read through the header structs at libcupti's addresses agree with it; also
+    /// through `cupti-sys`. For 13.x, the records of the kinds libcupti 13.x refuses are left
+    /// out of the buffers first. Runs for 12.8 and 13.0 (and 13.4 where a driver lets its
+    /// libcupti work).
+    #[test]
+    fn libcupti_walk_agrees() {
+        for api in ApiVersion::ALL {
+            let Some((h, lib)) = helper_and_libcupti(api) else {
+                continue;
+            };
+            let v = api.cupti_api_version();
+            let (bin, exp, all) = (
+                tmp(&format!("wbuf_{v}.bin")),
+                tmp(&format!("wexp_{v}.txt")),
+                tmp(&format!("wall_{v}.bin")),
+            );
+            run(&h, &["buffer".as_ref(), bin.as_os_str(), exp.as_os_str()]);
+            run(&h, &["allkinds".as_ref(), all.as_os_str()]);
+            let refused: &[u32] = match api {
+                ApiVersion::Cupti12_8 => &[],
+                _ => &REFUSED_BY_LIBCUPTI_13,
+            };
+            let crafted = ok(std::fs::read(&bin));
+            let crafted_lines = parse_lines(&ok(std::fs::read_to_string(&exp)), "record");
+            let every = ok(std::fs::read(&all));
+            let every_lines: Vec<Line> = ok(decode(&every, api))
+                .records
+                .iter()
+                .map(|r| (r.kind.0, r.offset, Vec::new()))
+                .collect();
+            for (buf, lines, what) in [
+                (&crafted, &crafted_lines, "crafted buffer"),
+                (&every, &every_lines, "all kinds"),
+            ] {
+                let (buf, want) = without_kinds(api, buf, lines, refused);
+                let path = tmp(&format!("walk_{v}_{}.bin", what.replace(' ', "_")));
+                ok(std::fs::write(&path, &buf));
+                let text = run(&h, &["walk".as_ref(), lib.as_os_str(), path.as_os_str()]);
+                if text.trim() == "end status=999" && !walks_without_driver(api) {
+                    eprintln!("notice: libcupti of {api} does not walk here (no driver?)");
+                    break;
+                }
+                // CUPTI_ERROR_MAX_LIMIT_REACHED (12): the walk reached the end of the buffer.
+                assert!(
+                    text.lines().any(|l| l == "end status=12"),
+                    "{api}: libcupti walk of the {what} did not end cleanly:\n{text}"
+                );
+                let lines = parse_lines(&text, "walk");
+                let at: Vec<(u32, usize)> = lines.iter().map(|l| (l.0, l.1)).collect();
+                let want_at: Vec<(u32, usize)> = want.iter().map(|l| (l.0, l.1)).collect();
+                assert_eq!(at, want_at, "{api}: libcupti walk of the {what}");
+                let n = agree(api, &buf, &lines, &format!("libcupti walk of the {what}"));
+                let via_cupti_sys = libcupti_walk(api, &lib, &buf).map(|walk| {
+                    assert_eq!(walk, want_at, "{api}: cupti-sys walk of the {what}");
+                    walk.len()
+                });
+                if std::env::var("CI").as_deref() == Ok("true") && walks_without_driver(api) {
+                    assert!(
+                        via_cupti_sys.is_some(),
+                        "CI=true: libcupti of {api} must load and walk through cupti-sys"
+                    );
+                }
+                eprintln!(
+                    "{api}: libcupti walk of the {what}: {} records, {n} fields agree; \
+                     cupti-sys: {via_cupti_sys:?} records agree",
+                    lines.len()
+                );
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------------------------------
+
+mod recorded {
+    //! Buffers libcupti itself recorded on a GPU machine: `tests/c/record_live.c` run with
+    //! libcupti 12.8.90, 13.0.85 and 13.4.92 on an NVIDIA H200 with driver 580.159.04 (CUDA
+    //! 13.0, the r580 machines gpumeter meets with PyTorch cu130), a known workload each time.
+    //! `tests/c/live/h200_r580_cupti_<api>.bin` holds the completed buffers back to back, and
+    //! the `.txt` beside it libcupti's own walk of them on that machine, with key fields read
+    //! through the release's header structs. Our decoder must find the same records at the
+    //! same offsets, step the same sizes and read the same values: a check of the tables
+    //! against what libcupti emits, not only against what its headers declare.
+
+    use super::cross_check::{agree, parse_lines, Line};
+    use super::*;
+
+    /// `line` without its ` name_str=…` word (a C string the recorder printed, `"…"` quoted
+    /// when it may hold spaces), returned separately.
+    fn take_name_str(line: &str) -> (String, Option<String>) {
+        let Some(at) = line.find(" name_str=") else {
+            return (line.to_string(), None);
+        };
+        let rest = &line[at + " name_str=".len()..];
+        let (value, len) = match rest.strip_prefix('"') {
+            Some(q) => {
+                let close = q.find('"').unwrap_or(q.len());
+                (q[..close].to_string(), (close + 2).min(rest.len()))
+            }
+            None => {
+                let end = rest.find(' ').unwrap_or(rest.len());
+                (rest[..end].to_string(), end)
+            }
+        };
+        let mut out = line[..at].to_string();
+        out.push_str(&rest[len..]);
+        (out, Some(value))
+    }
+
+    fn recording(api: ApiVersion) -> (Vec<u8>, String) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/live");
+        let stem = format!("h200_r580_cupti_{}", api.cupti_api_version());
+        (
+            ok(std::fs::read(dir.join(format!("{stem}.bin")))),
+            ok(std::fs::read_to_string(dir.join(format!("{stem}.txt")))),
+        )
+    }
+
+    #[test]
+    fn live_recordings_decode_as_libcupti_walked_them() {
+        for api in ApiVersion::ALL {
+            let (buf, log) = recording(api);
+            let v = api.cupti_api_version();
+            assert!(
+                log.lines().any(|l| l.starts_with("# libcupti ")
+                    && l.contains(&format!("cuptiGetVersion {v};"))),
+                "{api}: the recording was not made by libcupti {v}"
+            );
+            let mut names = Vec::new();
+            let text: String = log
+                .lines()
+                .map(|l| {
+                    let (l, name) = take_name_str(l);
+                    names.extend(name);
+                    l + "\n"
+                })
+                .collect();
+            let walked = parse_lines(&text, "live");
+            let d = ok(decode(&buf, api));
+            assert_eq!(d.trailing_zero_bytes, 0, "{api}");
+            assert_eq!(d.records.len(), walked.len(), "{api}: record count");
+            // libcupti's steps are our record sizes.
+            let mut lines: Vec<Line> = Vec::new();
+            for (rec, (kind, offset, fields)) in d.records.iter().zip(&walked) {
+                let size = fields
+                    .iter()
+                    .find(|(n, _)| n == "size")
+                    .map(|(_, s)| ok(s.parse::<usize>()));
+                assert_eq!(
+                    (rec.kind.0, rec.offset, Some(rec.size)),
+                    (*kind, *offset, size),
+                    "{api}: record at {offset}"
+                );
+                let fields = fields
+                    .iter()
+                    .filter(|(n, _)| n != "size")
+                    .cloned()
+                    .collect();
+                lines.push((*kind, *offset, fields));
+            }
+            let n = agree(api, &buf, &lines, "live recording");
+            assert!(n > 300, "{api}: only {n} fields compared");
+
+            // The workload (record_live.c) as the decoder sees it.
+            let recs: Vec<&Record> = d.records.iter().map(|r| &r.record).collect();
+            let devices: Vec<_> = recs
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Device(d) => Some(d),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(devices.len(), 1, "{api}");
+            let dev = devices[0];
+            assert_eq!(
+                (
+                    dev.multiprocessors,
+                    dev.compute_capability_major,
+                    dev.compute_capability_minor,
+                    dev.threads_per_warp
+                ),
+                (132, 9, 0, 32),
+                "{api}: an H200"
+            );
+            assert!(dev.uuid_key().is_some(), "{api}");
+            assert!(names.iter().any(|n| n == "NVIDIA H200"), "{api}: {names:?}");
+            let kernels: Vec<_> = recs
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Kernel(k) => Some((k.kind, k.grid, k.block, k.is_device_launched)),
+                    _ => None,
+                })
+                .collect();
+            let launched = (api != ApiVersion::Cupti12_8).then_some(false);
+            let k = ActivityKind::CONCURRENT_KERNEL;
+            assert_eq!(
+                kernels,
+                [
+                    (k, [264, 1, 1], [128, 1, 1], launched),
+                    (k, [33, 1, 1], [256, 1, 1], launched)
+                ],
+                "{api}"
+            );
+            let copies: Vec<_> = recs
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Memcpy(m) => Some((m.copy_kind, m.bytes, m.is_device_launched)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                copies,
+                [
+                    (1, 1 << 20, launched),
+                    (2, 65_536, launched),
+                    (8, 4096, launched)
+                ],
+                "{api}: HTOD, DTOH, DTOD"
+            );
+            let sets: Vec<_> = recs
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Memset(m) => Some((m.value, m.bytes, m.is_device_launched)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(sets, [(171, 12_289, launched)], "{api}");
+            let memory: Vec<_> = recs
+                .iter()
+                .filter_map(|r| match r {
+                    Record::Memory(m) => Some((m.operation.raw(), m.bytes, m.is_async)),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(
+                memory,
+                [
+                    (1, 4 << 20, 0),
+                    (1, 3 << 20, 1),
+                    (2, 3 << 20, 1),
+                    (2, 4 << 20, 0)
+                ],
+                "{api}: cuMemAlloc, cuMemAllocAsync, cuMemFreeAsync, cuMemFree"
+            );
+            assert!(
+                recs.iter()
+                    .any(|r| matches!(r, Record::ExternalCorrelation(e)
+                    if e.external_kind == 3 && e.external_id == 4242)),
+                "{api}: the pushed CUSTOM0 id"
+            );
+            let graphs = recs
+                .iter()
+                .filter(|r| matches!(r, Record::GraphTrace(_)))
+                .count();
+            assert_eq!(graphs, 1, "{api}");
+            assert_eq!(
+                d.skipped.get("jit"),
+                Some(&1),
+                "{api}: the PTX module's JIT"
+            );
+            // And metered: the device from its DEVICE record, both kernels on it.
+            let mut m = meter();
+            let opts = CuptiOptions {
+                api,
+                ..CuptiOptions::default()
+            };
+            let s = ok(meter_buffer(&mut m, "live.bin", &buf, &opts));
+            assert_eq!(s.device_keys.len(), 1, "{api}");
+            let r = finish(m);
+            let key = &s.device_keys[0];
+            assert_eq!(r.device_total(key, MeterKind::KernelLaunches), 2, "{api}");
+            assert_eq!(r.device(key).and_then(|d| d.sm_count), Some(132), "{api}");
+            eprintln!(
+                "{api}: {} live records, {n} fields agree with libcupti's walk",
+                d.records.len()
             );
         }
     }
@@ -1639,11 +2067,36 @@ mod never_panics {
     use proptest::prelude::*;
 
     fn any_api() -> impl Strategy<Value = ApiVersion> {
-        prop_oneof![Just(ApiVersion::Cupti12_8), Just(ApiVersion::Cupti13_4)]
+        proptest::sample::select(ApiVersion::ALL.to_vec())
+    }
+
+    /// The version and start offset the `decode_buffer` fuzz target picks from an input's first
+    /// byte (`fuzz/fuzz_targets/decode_buffer.rs`): bits 0–2 skip 0–7 bytes, bits 3–7 index
+    /// [`ApiVersion::ALL`] (modulo its length).
+    fn fuzz_selection(sel: u8) -> (ApiVersion, usize) {
+        let api = ApiVersion::ALL[usize::from(sel >> 3) % ApiVersion::ALL.len()];
+        (api, usize::from(sel & 7))
+    }
+
+    /// What the `decode_buffer` fuzz target does with `buf` under `api`.
+    fn fuzz_decode_buffer(name: &str, buf: &[u8], api: ApiVersion) {
+        if let Ok(d) = decode(buf, api) {
+            let used: usize = d.records.iter().map(|r| r.size).sum();
+            assert_eq!(used + d.trailing_zero_bytes, buf.len(), "{name} {api}");
+        }
+        let mut m = meter();
+        let opts = CuptiOptions {
+            api,
+            ..CuptiOptions::default()
+        };
+        if meter_buffer(&mut m, "fuzz.bin", buf, &opts).is_ok() {
+            let _ = m.finish();
+        }
     }
 
     /// Inputs the fuzz targets saved (`tests/data/fuzz/<target>-<hash>.bin`), replayed the
-    /// way the targets run them.
+    /// way the targets run them; `decode_buffer` inputs also with every version and start
+    /// offset (the selector byte's meaning changed when 13.0 was added).
     #[test]
     fn fuzz_artifacts_replay() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/fuzz");
@@ -1659,23 +2112,12 @@ mod never_panics {
                 let Some((&sel, rest)) = data.split_first() else {
                     continue;
                 };
-                let api = if sel & 1 == 0 {
-                    ApiVersion::Cupti12_8
-                } else {
-                    ApiVersion::Cupti13_4
-                };
-                let buf = &rest[usize::from((sel >> 1) & 7).min(rest.len())..];
-                if let Ok(d) = decode(buf, api) {
-                    let used: usize = d.records.iter().map(|r| r.size).sum();
-                    assert_eq!(used + d.trailing_zero_bytes, buf.len(), "{name}");
-                }
-                let mut m = meter();
-                let opts = CuptiOptions {
-                    api,
-                    ..CuptiOptions::default()
-                };
-                if meter_buffer(&mut m, "fuzz.bin", buf, &opts).is_ok() {
-                    let _ = m.finish();
+                let (api, skip) = fuzz_selection(sel);
+                fuzz_decode_buffer(&name, &rest[skip.min(rest.len())..], api);
+                for api in ApiVersion::ALL {
+                    for skip in 0..8 {
+                        fuzz_decode_buffer(&name, &rest[skip.min(rest.len())..], api);
+                    }
                 }
                 n += 1;
             } else if name.starts_with("gmr_reader-") {
@@ -1687,6 +2129,27 @@ mod never_panics {
             }
         }
         assert!(n > 0, "no fuzz artifacts in {}", dir.display());
+    }
+
+    /// Every version is reachable from the fuzz target's selector byte, and each seed in
+    /// `fuzz/seeds/decode_buffer/crafted_<api>.bin` selects the version it names and decodes.
+    #[test]
+    fn fuzz_selector_and_seeds() {
+        let reachable: BTreeSet<ApiVersion> = (0..=u8::MAX).map(|s| fuzz_selection(s).0).collect();
+        assert_eq!(reachable.len(), ApiVersion::ALL.len());
+        let seeds =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/seeds/decode_buffer");
+        for api in ApiVersion::ALL {
+            let path = seeds.join(format!("crafted_{}.bin", api.cupti_api_version()));
+            let data = ok(std::fs::read(&path));
+            let Some((&sel, rest)) = data.split_first() else {
+                panic!("{} is empty", path.display());
+            };
+            let (picked, skip) = fuzz_selection(sel);
+            assert_eq!((picked, skip), (api, 0), "{}", path.display());
+            let d = ok(decode(rest, api));
+            assert!(d.records.len() > 20, "{}", path.display());
+        }
     }
 
     proptest! {

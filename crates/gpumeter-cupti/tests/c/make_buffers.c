@@ -2,8 +2,9 @@
  * make_buffers.c: the C side of gpumeter-cupti's cross-check (issue 3, part 4).
  *
  * Compiled by `tests/main.rs` against the CUPTI headers of one wheel (12.8: CUPTI_API_VERSION 26;
- * 13.4: CUPTI_API_VERSION 130401) plus that release's cuda.h. The layout of every record comes
- * from the header structs, never from gpumeter's tables: this program is the oracle.
+ * 13.0: CUPTI_API_VERSION 130001; 13.4: CUPTI_API_VERSION 130401) plus that release's cuda.h.
+ * The layout of every record comes from the header structs, never from gpumeter's tables: this
+ * program is the oracle.
  *
  * Modes:
  *   make_buffers layouts
@@ -20,9 +21,16 @@
  *       kind order.
  *   make_buffers walk LIBCUPTI BUFFER
  *       walks BUFFER with libcupti's own cuptiActivityGetNextRecord (dlopen'ed; libcupti 12.8
- *       needs no GPU or driver for this) and prints, for each record it returns, the line
- *       `walk kind=K offset=O name=value ...` with the same key fields as EXPECTED.txt, read
+ *       and 13.0 need no GPU or driver for this, 13.4 does) and prints, for each record it
+ *       returns, the line `walk kind=K offset=O name=value ...` with the same key fields as
+ *       EXPECTED.txt, read
  *       through the header struct at the address libcupti returned; then `end status=S`.
+ *   make_buffers steps LIBCUPTI
+ *       measures libcupti's own record size of every kind value 1 .. CUPTI_ACTIVITY_KIND_COUNT+3,
+ *       independently of the headers: a buffer holding a record of kind K at offset 0 and the
+ *       kind RUNTIME at every 8-byte boundary after it, walked with cuptiActivityGetNextRecord;
+ *       the second record it returns starts where it thinks K's record ends. Prints
+ *       `step K SIZE`, or `step K refused STATUS` when libcupti rejects the kind.
  */
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -34,8 +42,19 @@
 
 #include <cupti.h>
 
-#if CUPTI_API_VERSION >= 130000
+/* The releases this helper knows, and the record struct CUPTI uses for each kind in them (the
+ * enum comments in cupti_activity.h, corrected where libcupti's own walk disagrees: JIT). Any
+ * other release is refused: its structs must be read from its own headers first.
+ *   V13:   any CUDA 13 release here (13.0, 13.4): isDeviceLaunched in kernel, memcpy and memset
+ *          records, CUpti_ActivityMarkerData2, CUpti_ActivityMemoryPool3, kind
+ *          CONFIDENTIAL_COMPUTE_ROTATION (55).
+ *   V13_4: 13.4 only: CUpti_ActivityKernel13, Memcpy7, Memset5, Device6 (numTpcs), Context4
+ *          (processId), NvLink5, kinds 56..59.
+ * 13.0 keeps the 12.8 struct names for memcpy and memset (CUpti_ActivityMemcpy6, Memset4) but
+ * its headers turned their `uint32_t pad2` into `uint8_t isDeviceLaunched; uint8_t pad2[3]`. */
+#if CUPTI_API_VERSION == 130401
 #define V13 1
+#define V13_4 1
 typedef CUpti_ActivityKernel13 KernelT;
 typedef CUpti_ActivityMemcpy7 MemcpyT;
 typedef CUpti_ActivityMemset5 MemsetT;
@@ -46,8 +65,22 @@ typedef CUpti_ActivityContext4 ContextT;
 #define MEMSET_S "CUpti_ActivityMemset5"
 #define DEVICE_S "CUpti_ActivityDevice6"
 #define CONTEXT_S "CUpti_ActivityContext4"
-#else
+#elif CUPTI_API_VERSION == 130001
+#define V13 1
+#define V13_4 0
+typedef CUpti_ActivityKernel10 KernelT;
+typedef CUpti_ActivityMemcpy6 MemcpyT;
+typedef CUpti_ActivityMemset4 MemsetT;
+typedef CUpti_ActivityDevice5 DeviceT;
+typedef CUpti_ActivityContext3 ContextT;
+#define KERNEL_S "CUpti_ActivityKernel10"
+#define MEMCPY_S "CUpti_ActivityMemcpy6"
+#define MEMSET_S "CUpti_ActivityMemset4"
+#define DEVICE_S "CUpti_ActivityDevice5"
+#define CONTEXT_S "CUpti_ActivityContext3"
+#elif CUPTI_API_VERSION == 26
 #define V13 0
+#define V13_4 0
 typedef CUpti_ActivityKernel9 KernelT;
 typedef CUpti_ActivityMemcpy6 MemcpyT;
 typedef CUpti_ActivityMemset4 MemsetT;
@@ -58,24 +91,28 @@ typedef CUpti_ActivityContext3 ContextT;
 #define MEMSET_S "CUpti_ActivityMemset4"
 #define DEVICE_S "CUpti_ActivityDevice5"
 #define CONTEXT_S "CUpti_ActivityContext3"
+#else
+#error "make_buffers.c knows CUPTI_API_VERSION 26 (12.8), 130001 (13.0) and 130401 (13.4) only"
 #endif
 
 /* ---------------------------------------------------------------- layouts */
 
 #define SIZE(k, S) fprintf(out, "size %d %s %zu\n", (int)(k), #S, sizeof(S))
+/* The same for the per-release typedefs above, printing the header struct's name. */
+#define SIZET(k, T, name) fprintf(out, "size %d %s %zu\n", (int)(k), name, sizeof(T))
 #define FLD(S, name, f) printf("field %s %s %zu %zu\n", name, #f, offsetof(S, f), sizeof(((S *)0)->f))
 
 static void print_sizes(FILE *out) {
-  SIZE(CUPTI_ACTIVITY_KIND_MEMCPY, MemcpyT);
-  SIZE(CUPTI_ACTIVITY_KIND_MEMSET, MemsetT);
-  SIZE(CUPTI_ACTIVITY_KIND_KERNEL, KernelT);
+  SIZET(CUPTI_ACTIVITY_KIND_MEMCPY, MemcpyT, MEMCPY_S);
+  SIZET(CUPTI_ACTIVITY_KIND_MEMSET, MemsetT, MEMSET_S);
+  SIZET(CUPTI_ACTIVITY_KIND_KERNEL, KernelT, KERNEL_S);
   SIZE(CUPTI_ACTIVITY_KIND_DRIVER, CUpti_ActivityAPI);
   SIZE(CUPTI_ACTIVITY_KIND_RUNTIME, CUpti_ActivityAPI);
   SIZE(CUPTI_ACTIVITY_KIND_EVENT, CUpti_ActivityEvent);
   SIZE(CUPTI_ACTIVITY_KIND_METRIC, CUpti_ActivityMetric);
-  SIZE(CUPTI_ACTIVITY_KIND_DEVICE, DeviceT);
-  SIZE(CUPTI_ACTIVITY_KIND_CONTEXT, ContextT);
-  SIZE(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, KernelT);
+  SIZET(CUPTI_ACTIVITY_KIND_DEVICE, DeviceT, DEVICE_S);
+  SIZET(CUPTI_ACTIVITY_KIND_CONTEXT, ContextT, CONTEXT_S);
+  SIZET(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, KernelT, KERNEL_S);
   SIZE(CUPTI_ACTIVITY_KIND_NAME, CUpti_ActivityName);
   SIZE(CUPTI_ACTIVITY_KIND_MARKER, CUpti_ActivityMarker2);
 #if V13
@@ -109,7 +146,7 @@ static void print_sizes(FILE *out) {
   SIZE(CUPTI_ACTIVITY_KIND_STREAM, CUpti_ActivityStream);
   SIZE(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, CUpti_ActivitySynchronization2);
   SIZE(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, CUpti_ActivityExternalCorrelation);
-#if V13
+#if V13_4
   SIZE(CUPTI_ACTIVITY_KIND_NVLINK, CUpti_ActivityNvLink5);
 #else
   SIZE(CUPTI_ACTIVITY_KIND_NVLINK, CUpti_ActivityNvLink4);
@@ -129,13 +166,15 @@ static void print_sizes(FILE *out) {
   SIZE(CUPTI_ACTIVITY_KIND_MEMORY_POOL, CUpti_ActivityMemoryPool2);
 #endif
   SIZE(CUPTI_ACTIVITY_KIND_GRAPH_TRACE, CUpti_ActivityGraphTrace2);
-  /* 12.8's enum comment names CUpti_ActivityJit, but libcupti 12.8's own walk steps 72 bytes
-   * over a JIT record: sizeof(CUpti_ActivityJit2). */
+  /* The 12.8 and 13.0 enum comments name CUpti_ActivityJit (64 bytes), but libcupti 12.8's and
+   * 13.0's own walks step 72 bytes over a JIT record: sizeof(CUpti_ActivityJit2). */
   SIZE(CUPTI_ACTIVITY_KIND_JIT, CUpti_ActivityJit2);
   SIZE(CUPTI_ACTIVITY_KIND_DEVICE_GRAPH_TRACE, CUpti_ActivityDeviceGraphTrace);
   SIZE(CUPTI_ACTIVITY_KIND_MEM_DECOMPRESS, CUpti_ActivityMemDecompress);
 #if V13
   SIZE(CUPTI_ACTIVITY_KIND_CONFIDENTIAL_COMPUTE_ROTATION, CUpti_ActivityConfidentialComputeRotation);
+#endif
+#if V13_4
   SIZE(CUPTI_ACTIVITY_KIND_GRAPH_HOST_NODE, CUpti_ActivityGraphHostNode);
   SIZE(CUPTI_ACTIVITY_KIND_COMPUTE_ENGINE_CTX_SWITCH, CUpti_ActivityComputeEngineCtxSwitch);
   SIZE(CUPTI_ACTIVITY_KIND_HOST_LAUNCH, CUpti_ActivityHostLaunch);
@@ -292,7 +331,7 @@ static void print_fields(void) {
   FLD(DeviceT, d, migUuid);
   FLD(DeviceT, d, isNumaNode);
   FLD(DeviceT, d, numaId);
-#if V13
+#if V13_4
   FLD(DeviceT, d, numTpcs);
 #endif
 
@@ -306,7 +345,7 @@ static void print_fields(void) {
   FLD(ContextT, c, isGreenContext);
   FLD(ContextT, c, numMultiprocessors);
   FLD(ContextT, c, cigMode);
-#if V13
+#if V13_4
   FLD(ContextT, c, processId);
 #endif
 
@@ -454,7 +493,7 @@ static void memcpy_rec(uint8_t copy_kind, uint32_t n) {
   r->graphId = 0;
   r->copyCount = 1;
 #if V13
-  r->isDeviceLaunched = 0;
+  r->isDeviceLaunched = (uint8_t)(n == 2);
 #endif
 }
 
@@ -496,7 +535,7 @@ static void memset_rec(void) {
   r->graphNodeId = 0;
   r->graphId = 0;
 #if V13
-  r->isDeviceLaunched = 0;
+  r->isDeviceLaunched = 1;
 #endif
 }
 
@@ -564,7 +603,7 @@ static void device_rec(void) {
   r->computeInstanceId = 0xFFFFFFFFu;
   r->isNumaNode = 0;
   r->numaId = 0xFFFFFFFFu;
-#if V13
+#if V13_4
   r->numTpcs = 66;
 #endif
 }
@@ -580,7 +619,7 @@ static void context_rec(void) {
   r->isGreenContext = 1;
   r->numMultiprocessors = 66;
   r->cigMode = CUPTI_CONTEXT_CIG_MODE_NONE;
-#if V13
+#if V13_4
   r->processId = 4242;
 #endif
 }
@@ -668,6 +707,9 @@ static void print_memcpy(const MemcpyT *r) {
   U(r, copyKind); U(r, srcKind); U(r, dstKind); U(r, flags); U(r, bytes); U(r, start);
   U(r, end); U(r, deviceId); U(r, contextId); U(r, streamId); U(r, correlationId);
   U(r, runtimeCorrelationId); U(r, graphNodeId); U(r, graphId); U(r, copyCount);
+#if V13
+  U(r, isDeviceLaunched);
+#endif
 }
 
 static void print_memcpy2(const CUpti_ActivityMemcpyPtoP4 *r) {
@@ -681,6 +723,9 @@ static void print_memset(const MemsetT *r) {
   U(r, value); U(r, bytes); U(r, start); U(r, end); U(r, deviceId); U(r, contextId);
   U(r, streamId); U(r, correlationId); U(r, flags); U(r, memoryKind); U(r, graphNodeId);
   U(r, graphId);
+#if V13
+  U(r, isDeviceLaunched);
+#endif
 }
 
 static void print_memory2(const CUpti_ActivityMemory4 *r) {
@@ -705,7 +750,7 @@ static void print_device(const DeviceT *r) {
   U(r, id); U(r, eccEnabled); puuid("uuid", &r->uuid); PTR(r, name); U(r, isCudaVisible);
   U(r, isMigEnabled); U(r, gpuInstanceId); U(r, computeInstanceId); puuid("migUuid", &r->migUuid);
   U(r, isNumaNode); U(r, numaId);
-#if V13
+#if V13_4
   U(r, numTpcs);
 #endif
 }
@@ -713,7 +758,7 @@ static void print_device(const DeviceT *r) {
 static void print_context(const ContextT *r) {
   U(r, contextId); U(r, deviceId); U(r, computeApiKind); U(r, nullStreamId);
   U(r, parentContextId); U(r, isGreenContext); U(r, numMultiprocessors); U(r, cigMode);
-#if V13
+#if V13_4
   U(r, processId);
 #endif
 }
@@ -897,6 +942,38 @@ static int walk(const char *lib, const char *path) {
   return 0;
 }
 
+static int steps(const char *lib) {
+  void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    fprintf(stderr, "dlopen %s: %s\n", lib, dlerror());
+    return 3;
+  }
+  next_fn next = (next_fn)dlsym(h, "cuptiActivityGetNextRecord");
+  if (!next) {
+    fprintf(stderr, "dlsym cuptiActivityGetNextRecord: %s\n", dlerror());
+    return 3;
+  }
+  const size_t len = 4096; /* larger than any record */
+  for (uint32_t k = 1; k <= (uint32_t)CUPTI_ACTIVITY_KIND_COUNT + 3; k++) {
+    memset(g_buf, 0, len);
+    const uint32_t runtime = CUPTI_ACTIVITY_KIND_RUNTIME;
+    for (size_t o = 8; o + sizeof(CUpti_ActivityAPI) <= len; o += 8) memcpy(g_buf + o, &runtime, 4);
+    memcpy(g_buf, &k, 4);
+    CUpti_Activity *rec = NULL;
+    CUptiResult st = next(g_buf, len, &rec);
+    if (st == CUPTI_SUCCESS && (uint8_t *)rec != g_buf) {
+      fprintf(stderr, "kind %u: first record not at offset 0\n", k);
+      return 1;
+    }
+    if (st == CUPTI_SUCCESS) st = next(g_buf, len, &rec);
+    if (st == CUPTI_SUCCESS)
+      printf("step %u %zu\n", k, (size_t)((uint8_t *)rec - g_buf));
+    else
+      printf("step %u refused %d\n", k, (int)st);
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && strcmp(argv[1], "layouts") == 0) {
     printf("api %d\n", (int)CUPTI_API_VERSION);
@@ -907,6 +984,9 @@ int main(int argc, char **argv) {
   if (argc == 4 && strcmp(argv[1], "buffer") == 0) return make_buffer(argv[2], argv[3]);
   if (argc == 3 && strcmp(argv[1], "allkinds") == 0) return make_allkinds(argv[2]);
   if (argc == 4 && strcmp(argv[1], "walk") == 0) return walk(argv[2], argv[3]);
-  fprintf(stderr, "usage: %s layouts | buffer OUT EXPECTED | allkinds OUT | walk LIB BUFFER\n", argv[0]);
+  if (argc == 3 && strcmp(argv[1], "steps") == 0) return steps(argv[2]);
+  fprintf(stderr,
+          "usage: %s layouts | buffer OUT EXPECTED | allkinds OUT | walk LIB BUFFER | steps LIB\n",
+          argv[0]);
   return 2;
 }
