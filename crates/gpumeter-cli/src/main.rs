@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpumeter::core::time::parse_rfc3339;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 
+mod record;
 mod table;
 
 /// Fine-grained GPU usage metering: usage reports and invoice previews from GPU activity.
@@ -45,6 +46,14 @@ enum Command {
         /// Write the invoices as JSON instead of a text table.
         #[arg(long)]
         json: bool,
+    },
+    /// Run a command with gpumeter's CUDA injection library and record its GPU activity into a
+    /// .gmr; exits with the command's exit code.
+    Record(record::RecordArgs),
+    /// Inspect .gmr recordings.
+    Recording {
+        #[command(subcommand)]
+        command: record::RecordingCommand,
     },
     /// Price-book commands.
     Prices {
@@ -228,6 +237,8 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 Ok(invoices.to_text_table())
             }
         }
+        Command::Record(args) => record::run(args),
+        Command::Recording { command } => record::recording(command),
         Command::Prices {
             command: PricesCommand::Check { book, devices },
         } => {

@@ -13,6 +13,10 @@
 //! * [`meter_buffer`], [`meter_gmr`], [`meter_path`]: a raw buffer or a `.gmr` into a
 //!   [`gpumeter_core::Meter`], with the process-id and external-id joins, devices from DEVICE
 //!   records, and dropped counts as loss (formats `cupti` and `gmr` in usage reports).
+//! * [`collector`]: live collection in this process: a [`Collector`] loads libcupti, lends
+//!   CUPTI pre-zeroed buffers, copies names while buffers are live, and streams a `.gmr`
+//!   ([`collector::GmrFileSink`]); the injection library (`gpumeter-inject`) runs one inside
+//!   any CUDA program.
 //!
 //! ```
 //! use gpumeter_core::{Meter, MeterConfig, MeterKind};
@@ -43,15 +47,20 @@
 //! assert_eq!(report.device_total(&summary.device_keys[0], MeterKind::KernelNs), 1_000);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: the live collector (`collector`, and only it) calls into libcupti and
+// allows `unsafe_code` for its module, with a `// SAFETY:` comment on every block. The decoder,
+// the `.gmr` format and the sources stay safe code.
+#![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod collector;
 pub mod decode;
 pub mod gmr;
 pub mod kind;
 pub mod layout;
 mod source;
 
+pub use collector::{Collector, CollectorConfig, CollectorError};
 pub use decode::{
     decode, format_uuid, ApiRecord, ContextRecord, DecodeError, Decoded, DeviceRecord,
     ExternalCorrelationRecord, GraphTraceRecord, InstructionExecutionRecord, KernelRecord,

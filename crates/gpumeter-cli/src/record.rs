@@ -1,0 +1,554 @@
+//! `gpumeter record` (run a command under the CUDA injection library, DESIGN §8, §10) and
+//! `gpumeter recording show` (what a `.gmr` holds).
+//!
+//! Exit codes of `record`: the command's own (128 + N when signal N ended it); when the
+//! command could not be run at all: 127 (not found), 126 (not executable), 125 (anything else
+//! that kept `record` from running it: no injection library, an unusable `--out`), like
+//! `env` and `timeout`.
+// `signal(2)`: `record` ignores SIGINT and SIGQUIT while it waits (the terminal sends them to
+// the command too), as `system(3)` does, so it can still finish the recording's summary.
+#![allow(unsafe_code)]
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::SystemTime;
+
+use clap::{Args, Subcommand};
+use gpumeter::cupti::gmr::{read_gmr, ClockPair, Frame, GmrFile, GmrHeader, GmrWriter, Producer};
+use gpumeter::cupti::{decode, ApiVersion, Record, StringTable};
+use serde::Serialize;
+
+use crate::Failure;
+
+/// The environment variable naming the injection library for `record`.
+pub(crate) const ENV_INJECT_LIB: &str = "GPUMETER_INJECT_LIB";
+/// The injection library's file name.
+pub(crate) const INJECT_LIB_NAME: &str = "libgpumeter_inject.so";
+
+/// `gpumeter record` arguments.
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// Where to write the recording (.gmr); an existing file is replaced. Other processes of
+    /// the command that use CUDA write `<stem>.<pid>.gmr` beside it.
+    #[arg(long, value_name = "FILE.gmr")]
+    out: PathBuf,
+    /// The injection library. Default: $GPUMETER_INJECT_LIB, else libgpumeter_inject.so beside
+    /// this executable or in ../lib.
+    #[arg(long, value_name = "PATH")]
+    inject_lib: Option<PathBuf>,
+    /// The command to run, and its arguments (after `--`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    command: Vec<OsString>,
+}
+
+/// `gpumeter recording` subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RecordingCommand {
+    /// Show a recording's header, frames, record kinds and kernel names with launch counts.
+    Show {
+        /// The recording (.gmr).
+        file: PathBuf,
+        /// Write JSON (for scripts; a debugging view whose shape may change, not a gpumeter
+        /// document).
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn fail(code: u8, message: String) -> Failure {
+    Failure { code, message }
+}
+
+/// The injection library: `--inject-lib`, `$GPUMETER_INJECT_LIB`, beside the executable, or
+/// in `../lib` from it.
+fn find_inject_lib(explicit: Option<PathBuf>) -> Result<PathBuf, Failure> {
+    let named = explicit.map(|p| (p, "--inject-lib")).or_else(|| {
+        std::env::var_os(ENV_INJECT_LIB)
+            .filter(|v| !v.is_empty())
+            .map(|v| (PathBuf::from(v), ENV_INJECT_LIB))
+    });
+    if let Some((p, from)) = named {
+        return if p.is_file() {
+            std::path::absolute(&p).map_err(|e| fail(125, format!("{}: {e}", p.display())))
+        } else {
+            Err(fail(
+                125,
+                format!(
+                    "the injection library {} ({from}) does not exist",
+                    p.display()
+                ),
+            ))
+        };
+    }
+    let exe = std::env::current_exe()
+        .and_then(|e| e.canonicalize())
+        .map_err(|e| fail(125, format!("cannot locate this executable: {e}")))?;
+    let dir = exe.parent().unwrap_or(Path::new("/"));
+    let candidates = [
+        dir.join(INJECT_LIB_NAME),
+        dir.join("../lib").join(INJECT_LIB_NAME),
+    ];
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            fail(
+                125,
+                format!(
+                    "no injection library: looked for {} and {}; set {ENV_INJECT_LIB} or pass \
+                 --inject-lib (it is built by `cargo build -p gpumeter-inject`)",
+                    candidates[0].display(),
+                    candidates[1].display()
+                ),
+            )
+        })
+}
+
+/// Ignores SIGINT and SIGQUIT until dropped (then restores the previous dispositions).
+struct IgnoreInterrupts {
+    previous: Vec<(libc::c_int, libc::sighandler_t)>,
+}
+
+impl IgnoreInterrupts {
+    fn new() -> Self {
+        let mut previous = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGQUIT] {
+            // SAFETY: SIG_IGN is a valid disposition for these signals; no handler code runs.
+            let old = unsafe { libc::signal(sig, libc::SIG_IGN) };
+            if old != libc::SIG_ERR {
+                previous.push((sig, old));
+            }
+        }
+        IgnoreInterrupts { previous }
+    }
+}
+
+impl Drop for IgnoreInterrupts {
+    fn drop(&mut self) {
+        for &(sig, old) in &self.previous {
+            // SAFETY: restores the disposition `signal` returned for this signal.
+            unsafe { libc::signal(sig, old) };
+        }
+    }
+}
+
+/// The exit code to pass on: the command's, or 128 + the signal that ended it.
+fn exit_code(status: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt as _;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c,
+        (None, Some(s)) => 128 + s,
+        (None, None) => 1,
+    }
+}
+
+fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: `buf` is 256 writable bytes; gethostname writes at most that many.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast::<libc::c_char>(), buf.len()) };
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    match (rc, buf.get(..end)) {
+        (0, Some(b)) => String::from_utf8_lossy(b).into_owned(),
+        _ => String::new(),
+    }
+}
+
+/// The API version an empty recording names: nominal (it has no buffers to lay out), the
+/// default of raw CUPTI buffers (12.8's 26), so every gpumeter reads it.
+pub(crate) fn empty_recording_api() -> u32 {
+    ApiVersion::default().cupti_api_version()
+}
+
+/// Writes a valid recording without buffers, for a command that never initialised CUDA.
+fn write_empty(path: &Path, pid: u32) -> Result<(), String> {
+    let unix_time_ns = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    let header = GmrHeader {
+        cupti_api_version: empty_recording_api(),
+        host: host_name(),
+        clock: ClockPair {
+            cupti_timestamp_ns: 0,
+            unix_time_ns,
+        },
+        process_id: pid,
+        devices: Vec::new(),
+        producer: Producer {
+            name: "gpumeter record".to_string(),
+            version: env!("CARGO_PKG_VERSION").to_string(),
+        },
+    };
+    let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
+    let w = GmrWriter::new(file, &header).map_err(|e| e.to_string())?;
+    let f = w.finish().map_err(|e| e.to_string())?;
+    f.sync_all().map_err(|e| e.to_string())
+}
+
+/// Recordings other processes of the command wrote beside `out` (`<stem>.<pid>.gmr`, modified
+/// since `since`), sorted.
+fn sibling_recordings(out: &Path, since: SystemTime) -> Vec<PathBuf> {
+    let (Some(dir), Some(stem)) = (out.parent(), out.file_stem()) else {
+        return Vec::new();
+    };
+    let stem = stem.to_string_lossy();
+    let ext = out
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<PathBuf> = entries
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let middle = name
+                .strip_prefix(&format!("{stem}."))
+                .and_then(|r| r.strip_suffix(&ext));
+            let fresh = e
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t >= since);
+            fresh && middle.is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+        })
+        .map(|e| e.path())
+        .collect();
+    found.sort();
+    found
+}
+
+/// `gpumeter record`: runs the command and exits with its code (see the module docs).
+pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
+    let lib = find_inject_lib(args.inject_lib)?;
+    let out = std::path::absolute(&args.out)
+        .map_err(|e| fail(125, format!("--out {}: {e}", args.out.display())))?;
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| fail(125, format!("cannot create {}: {e}", dir.display())))?;
+    }
+    match std::fs::remove_file(&out) {
+        Ok(()) => eprintln!("notice: replacing {}", out.display()),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(fail(125, format!("cannot replace {}: {e}", out.display()))),
+    }
+    let Some((program, rest)) = args.command.split_first() else {
+        return Err(fail(2, "no command to record".to_string()));
+    };
+    if let Some(prev) = std::env::var_os("CUDA_INJECTION64_PATH") {
+        if prev != lib.as_os_str() {
+            eprintln!(
+                "notice: replacing CUDA_INJECTION64_PATH={} for the command",
+                PathBuf::from(prev).display()
+            );
+        }
+    }
+    let since = SystemTime::now()
+        .checked_sub(std::time::Duration::from_secs(1))
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let mut child = Command::new(program)
+        .args(rest)
+        .env("CUDA_INJECTION64_PATH", &lib)
+        .env("GPUMETER_OUT", &out)
+        .spawn()
+        .map_err(|e| {
+            let code = match e.kind() {
+                ErrorKind::NotFound => 127,
+                ErrorKind::PermissionDenied => 126,
+                _ => 125,
+            };
+            fail(
+                code,
+                format!("cannot run {}: {e}", PathBuf::from(program).display()),
+            )
+        })?;
+    let pid = child.id();
+    let status = {
+        let _quiet = IgnoreInterrupts::new();
+        child.wait()
+    }
+    .map_err(|e| fail(125, format!("lost the command: {e}")))?;
+    let code = exit_code(status);
+
+    if !out.exists() {
+        match write_empty(&out, pid) {
+            Ok(()) => eprintln!(
+                "notice: the command made no CUDA call that loaded the injection library (no \
+                 GPU work, or the collector could not start: see any gpumeter-inject message \
+                 above); wrote an empty recording"
+            ),
+            Err(e) => eprintln!(
+                "error: cannot write an empty recording to {}: {e}",
+                out.display()
+            ),
+        }
+    }
+    let mut all = vec![out.clone()];
+    all.extend(sibling_recordings(&out, since));
+    for p in &all {
+        eprintln!("recording written to {}{}", p.display(), describe(p));
+    }
+    if all.len() > 1 {
+        let names: Vec<String> = all.iter().map(|p| p.display().to_string()).collect();
+        eprintln!(
+            "notice: {} processes recorded; meter them together: gpumeter usage {}",
+            all.len(),
+            names.join(" ")
+        );
+    }
+    if code != 0 {
+        eprintln!("notice: the command exited with status {code}");
+    }
+    std::process::exit(code)
+}
+
+/// `: N buffers, K kernel records, …` for a recording, or the reason it cannot be read.
+fn describe(path: &Path) -> String {
+    match inspect(path) {
+        Ok(i) => {
+            let mut s = format!(
+                " ({} activity buffers, {} kernel records",
+                i.buffers, i.kernels
+            );
+            if i.dropped > 0 {
+                s.push_str(&format!(", {} records dropped by CUPTI", i.dropped));
+            }
+            if !i.finished {
+                s.push_str(", unfinished: the process ended before closing it");
+            }
+            if let Some(t) = &i.torn {
+                s.push_str(&format!(", {t}"));
+            }
+            s.push(')');
+            s
+        }
+        Err(e) => format!(" (cannot be read: {e})"),
+    }
+}
+
+/// A kernel name and how many kernel records carry it.
+#[derive(Debug, Serialize)]
+struct KernelCount {
+    name: String,
+    count: u64,
+}
+
+/// What a recording holds (`gpumeter recording show`).
+#[derive(Debug, Serialize)]
+struct Inspection {
+    file: String,
+    header: GmrHeader,
+    finished: bool,
+    torn: Option<String>,
+    buffers: u64,
+    buffer_bytes: u64,
+    string_tables: u64,
+    dropped_frames: u64,
+    dropped: u64,
+    attribution_events: u64,
+    energy_samples: u64,
+    unknown_frames: u64,
+    /// Records per kind name (`CONCURRENT_KERNEL`), all buffers.
+    records: BTreeMap<String, u64>,
+    kernels: u64,
+    /// Kernel names with counts, most frequent first.
+    kernel_names: Vec<KernelCount>,
+    /// Kernel records whose name is in no string table written before them.
+    unnamed_kernels: u64,
+    /// Buffers that do not decode (with the header's API version).
+    decode_errors: Vec<String>,
+}
+
+fn inspect(path: &Path) -> Result<Inspection, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let file: GmrFile = read_gmr(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    let api = ApiVersion::from_cupti(file.header.cupti_api_version);
+    let mut i = Inspection {
+        file: path.display().to_string(),
+        header: file.header.clone(),
+        finished: file.finished,
+        torn: file.torn.map(|t| t.to_string()),
+        buffers: 0,
+        buffer_bytes: 0,
+        string_tables: 0,
+        dropped_frames: 0,
+        dropped: 0,
+        attribution_events: 0,
+        energy_samples: 0,
+        unknown_frames: file.unknown_frames,
+        records: BTreeMap::new(),
+        kernels: 0,
+        kernel_names: Vec::new(),
+        unnamed_kernels: 0,
+        decode_errors: Vec::new(),
+    };
+    let mut names = StringTable::new();
+    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
+    for f in &file.frames {
+        match &f.frame {
+            Frame::ActivityBuffer(b) => {
+                i.buffers += 1;
+                i.buffer_bytes += b.len() as u64;
+                let api = match &api {
+                    Ok(a) => *a,
+                    Err(e) => {
+                        if i.decode_errors.is_empty() {
+                            i.decode_errors.push(e.to_string());
+                        }
+                        continue;
+                    }
+                };
+                match decode(b, api) {
+                    Ok(d) => {
+                        for r in &d.records {
+                            let kind = r
+                                .kind
+                                .name()
+                                .map_or_else(|| r.kind.0.to_string(), str::to_string);
+                            *i.records.entry(kind).or_insert(0) += 1;
+                            if let Record::Kernel(k) = &r.record {
+                                i.kernels += 1;
+                                match names.get(k.name_ptr) {
+                                    Some(n) => *counts.entry(n.to_string()).or_insert(0) += 1,
+                                    None => i.unnamed_kernels += 1,
+                                }
+                            }
+                        }
+                    }
+                    Err(e) => i
+                        .decode_errors
+                        .push(format!("frame #{} at byte {}: {e}", f.index, f.offset)),
+                }
+            }
+            Frame::StringTable(t) => {
+                i.string_tables += 1;
+                names.extend_from(t);
+            }
+            Frame::Dropped(d) => {
+                i.dropped_frames += 1;
+                i.dropped = i.dropped.saturating_add(d.count);
+            }
+            Frame::Attribution(_) => i.attribution_events += 1,
+            Frame::Energy(_) => i.energy_samples += 1,
+            _ => {}
+        }
+    }
+    let mut by_count: Vec<KernelCount> = counts
+        .into_iter()
+        .map(|(name, count)| KernelCount { name, count })
+        .collect();
+    by_count.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.name.cmp(&b.name)));
+    i.kernel_names = by_count;
+    Ok(i)
+}
+
+fn show_text(i: &Inspection) -> String {
+    let h = &i.header;
+    let mut o = String::new();
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<12}{v}\n"));
+    line("recording", i.file.clone());
+    let state = match (&i.torn, i.finished) {
+        (Some(t), _) => format!("torn: {t}"),
+        (None, true) => "finished".to_string(),
+        (None, false) => "unfinished (no end frame: the producer did not close it)".to_string(),
+    };
+    line("state", state);
+    line(
+        "producer",
+        format!("{} {}", h.producer.name, h.producer.version),
+    );
+    let api = ApiVersion::from_cupti(h.cupti_api_version)
+        .map(|a| a.to_string())
+        .unwrap_or_else(|e| e.to_string());
+    line("CUPTI", api);
+    line("host", h.host.clone());
+    line("process", h.process_id.to_string());
+    line(
+        "clock",
+        format!(
+            "cupti {} ns = unix {} ns",
+            h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
+        ),
+    );
+    if h.devices.is_empty() {
+        line("devices", "none in the header".to_string());
+    }
+    for d in &h.devices {
+        line(
+            "device",
+            format!(
+                "{}: {} {} {} SMs, compute capability {}",
+                d.id,
+                d.name.as_deref().unwrap_or("(no name)"),
+                d.uuid.as_deref().unwrap_or("(no uuid)"),
+                d.sm_count
+                    .map_or_else(|| "?".to_string(), |n| n.to_string()),
+                d.compute_capability.as_deref().unwrap_or("?")
+            ),
+        );
+    }
+    line(
+        "frames",
+        format!(
+            "{} activity buffers ({} bytes), {} string tables, {} dropped-count frames, {} \
+             attribution events, {} energy samples, {} of unknown types",
+            i.buffers,
+            i.buffer_bytes,
+            i.string_tables,
+            i.dropped_frames,
+            i.attribution_events,
+            i.energy_samples,
+            i.unknown_frames
+        ),
+    );
+    line("dropped", format!("{} records dropped by CUPTI", i.dropped));
+    let kinds: Vec<String> = i.records.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    line(
+        "records",
+        if kinds.is_empty() {
+            "none".to_string()
+        } else {
+            kinds.join(", ")
+        },
+    );
+    line(
+        "kernels",
+        format!(
+            "{} kernel records, {} names, {} without a name",
+            i.kernels,
+            i.kernel_names.len(),
+            i.unnamed_kernels
+        ),
+    );
+    for k in &i.kernel_names {
+        o.push_str(&format!("{:>12}  {}\n", k.count, k.name));
+    }
+    for e in &i.decode_errors {
+        o.push_str(&format!("error: {e}\n"));
+    }
+    o.trim_end().to_string()
+}
+
+/// `gpumeter recording …`.
+pub(crate) fn recording(command: RecordingCommand) -> Result<String, Failure> {
+    match command {
+        RecordingCommand::Show { file, json } => {
+            let i = inspect(&file).map_err(|e| fail(1, e))?;
+            if json {
+                serde_json::to_string_pretty(&i)
+                    .map_err(|e| fail(1, format!("cannot write JSON: {e}")))
+            } else {
+                Ok(show_text(&i))
+            }
+        }
+    }
+}

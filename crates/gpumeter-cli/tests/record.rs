@@ -1,0 +1,292 @@
+//! `gpumeter record` and `gpumeter recording show` without a GPU: a command that never
+//! initialises CUDA yields a valid empty recording that `usage` reads, exit codes pass
+//! through, and a missing injection library is a clear error. With the fake libcupti and fake
+//! CUDA program of `crates/gpumeter-inject/tests/c` (compiled against the CUPTI 12.8 wheel's
+//! headers; with `CI=true` missing headers fail the test), the GPU smoke test's checks run on
+//! the CPU: kernel count from `usage`, names from `recording show`, and `preview`.
+//!
+//! The injection library is `libgpumeter_inject.so` from this build (`cargo build -p
+//! gpumeter-inject`, which `.ci/run` does before the tests): beside the `gpumeter` binary or in
+//! its `deps/`. The test fails with that instruction when it is missing.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn gpumeter() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_gpumeter"))
+}
+
+/// The newest of `target/<profile>/libgpumeter_inject.so` (`cargo build`) and its `deps/` copy
+/// (`cargo test --workspace`).
+fn inject_lib() -> PathBuf {
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_gpumeter"));
+    let dir = bin.parent().expect("bin directory");
+    let newest = [
+        dir.join("libgpumeter_inject.so"),
+        dir.join("deps/libgpumeter_inject.so"),
+    ]
+    .into_iter()
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max();
+    if let Some((_, p)) = newest {
+        return p;
+    }
+    panic!(
+        "libgpumeter_inject.so is not beside {}: run `cargo build -p gpumeter-inject` first",
+        bin.display()
+    );
+}
+
+fn record(out: &Path, command: &[&str]) -> Output {
+    gpumeter()
+        .args(["record", "--out"])
+        .arg(out)
+        .arg("--")
+        .args(command)
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .output()
+        .expect("run gpumeter record")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_command_without_cuda_yields_an_empty_recording_that_meters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("sub/x.gmr");
+    let o = record(&out, &["true"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        o.stdout.is_empty(),
+        "record adds nothing to the command's stdout"
+    );
+    assert!(err.contains("wrote an empty recording"), "{err}");
+    assert!(
+        err.contains(&format!("recording written to {}", out.display())),
+        "{err}"
+    );
+
+    let bytes = std::fs::read(&out).expect("recording exists");
+    let file = gpumeter_cupti::gmr::read_gmr(&bytes).expect("valid .gmr");
+    assert!(file.finished && file.torn.is_none() && file.frames.is_empty());
+    assert_eq!(file.header.cupti_api_version, 26);
+    assert_eq!(file.header.producer.name, "gpumeter record");
+    assert_ne!(file.header.process_id, 0);
+
+    let usage = gpumeter()
+        .arg("usage")
+        .arg(&out)
+        .arg("--json")
+        .output()
+        .expect("usage");
+    assert_eq!(usage.status.code(), Some(0), "{}", text(&usage.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&usage.stdout).expect("JSON");
+    assert_eq!(v["schema"], "gpumeter.usage/v1");
+    assert_eq!(v["sources"][0]["format"], "gmr");
+    assert_eq!(v["usage"].as_array().map(Vec::len), Some(0));
+
+    let table = gpumeter().arg("usage").arg(&out).output().expect("usage");
+    assert_eq!(table.status.code(), Some(0), "{}", text(&table.stderr));
+
+    let show = gpumeter()
+        .args(["recording", "show", "--json"])
+        .arg(&out)
+        .output()
+        .expect("show");
+    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    assert_eq!(s["buffers"], 0);
+    assert_eq!(s["kernels"], 0);
+    assert_eq!(s["finished"], true);
+    let show = gpumeter()
+        .args(["recording", "show"])
+        .arg(&out)
+        .output()
+        .expect("show");
+    assert!(text(&show.stdout).contains("0 kernel records"));
+}
+
+#[test]
+fn exit_codes_pass_through() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("x.gmr");
+    let cases: [(&[&str], i32); 4] = [
+        (&["sh", "-c", "exit 3"], 3),
+        (&["sh", "-c", "kill -TERM $$"], 128 + 15),
+        (&["false"], 1),
+        (&["/nonexistent/program"], 127),
+    ];
+    for (cmd, code) in cases {
+        let o = record(&out, cmd);
+        assert_eq!(o.status.code(), Some(code), "{cmd:?}: {}", text(&o.stderr));
+    }
+}
+
+#[test]
+fn the_command_keeps_its_arguments_and_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("x.gmr");
+    let o = record(
+        &out,
+        &[
+            "sh",
+            "-c",
+            "printf '%s|%s' \"$GPUMETER_OUT\" \"$CUDA_INJECTION64_PATH\"",
+            "--version",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let stdout = text(&o.stdout);
+    let (gout, inject) = stdout.split_once('|').expect("two values");
+    assert_eq!(Path::new(gout), out.as_path(), "absolute GPUMETER_OUT");
+    assert!(inject.ends_with("libgpumeter_inject.so"), "{inject}");
+    assert!(Path::new(inject).is_absolute());
+}
+
+#[test]
+fn a_missing_injection_library_is_an_error_before_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(dir.path().join("x.gmr"))
+        .arg("--")
+        .args(["touch"])
+        .arg(&marker)
+        .env("GPUMETER_INJECT_LIB", dir.path().join("nope.so"))
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(125), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("nope.so"));
+    assert!(!marker.exists(), "the command was not run");
+}
+
+fn header_dir(var: &str, wheel: &str) -> PathBuf {
+    std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../../bindings/cupti/.wheels/cu12/nvidia")
+                .join(wheel)
+        })
+}
+
+/// The fake libcupti and fake CUDA program of gpumeter-inject's tests, compiled into `dir`.
+fn build_fakes(dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let includes = [
+        header_dir("CUPTI12_INCLUDE", "cuda_cupti/include"),
+        header_dir("CUDA12_INCLUDE", "cuda_runtime/include"),
+        header_dir("CUDA12_CRT_INCLUDE", "cuda_nvcc/include"),
+    ];
+    if !includes[0].join("cupti.h").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true but the CUPTI 12.8 headers are missing at {}",
+            includes[0].display()
+        );
+        eprintln!("notice: no CUPTI 12.8 headers; fake-CUPTI test not run");
+        return None;
+    }
+    let c = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../gpumeter-inject/tests/c");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    let (lib, app) = (dir.join("libcupti.so.12"), dir.join("fake_cuda_app"));
+    let mut fake = Command::new(&cc);
+    fake.args(["-shared", "-fPIC", "-O1"]);
+    for i in &includes {
+        fake.arg("-I").arg(i);
+    }
+    fake.arg("-o")
+        .arg(&lib)
+        .arg(c.join("fake_cupti.c"))
+        .arg("-lpthread");
+    let mut host = Command::new(&cc);
+    host.args(["-O1", "-o"])
+        .arg(&app)
+        .arg(c.join("fake_cuda_app.c"))
+        .arg("-ldl");
+    for mut cmd in [fake, host] {
+        let o = cmd.output().unwrap_or_else(|e| panic!("run {cc}: {e}"));
+        assert!(o.status.success(), "{cmd:?}: {}", text(&o.stderr));
+    }
+    Some((lib, app))
+}
+
+/// What scripts/gpu-smoke.sh checks on a GPU, with a fake CUPTI: `record` passes the exit
+/// code, `usage` counts every kernel, `recording show` names them, `preview` prices the
+/// device by the name from its DEVICE record.
+#[test]
+fn a_fake_cuda_program_records_meters_and_previews() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("run.gmr");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(&out)
+        .arg("--")
+        .arg(&app)
+        .arg("4")
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("FAKE_CUPTI_KERNELS", "40")
+        .output()
+        .expect("record");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(text(&o.stdout).contains("InitializeInjection=1"), "{err}");
+    assert!(
+        err.contains("(2 activity buffers, 40 kernel records)"),
+        "{err}"
+    );
+
+    let usage = gpumeter()
+        .args(["usage", "--json"])
+        .arg(&out)
+        .output()
+        .expect("usage");
+    assert_eq!(usage.status.code(), Some(0), "{}", text(&usage.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&usage.stdout).expect("JSON");
+    let launches: u64 = v["totals"]
+        .as_array()
+        .expect("totals")
+        .iter()
+        .filter(|t| t["meter"] == "kernel_launches")
+        .map(|t| {
+            t["quantity"]
+                .as_str()
+                .and_then(|q| q.parse::<u64>().ok())
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(launches, 40);
+    assert_eq!(v["devices"][0]["name"], "NVIDIA H200");
+
+    let show = gpumeter()
+        .args(["recording", "show", "--json"])
+        .arg(&out)
+        .output()
+        .expect("show");
+    let s: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    assert_eq!(s["kernels"], 40);
+    assert_eq!(s["unnamed_kernels"], 0);
+    assert_eq!(s["kernel_names"][0]["name"], "fake_kernel_add");
+    assert_eq!(s["kernel_names"][0]["count"], 20);
+    assert_eq!(s["kernel_names"][1]["name"], "fake_kernel_scale");
+    assert_eq!(s["header"]["producer"]["name"], "gpumeter-inject");
+
+    let book = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/pricebook.toml");
+    let p = gpumeter()
+        .arg("preview")
+        .arg(&out)
+        .arg("--prices")
+        .arg(&book)
+        .output()
+        .expect("preview");
+    assert_eq!(p.status.code(), Some(0), "{}", text(&p.stderr));
+    assert!(text(&p.stdout).contains("h200"), "{}", text(&p.stdout));
+}

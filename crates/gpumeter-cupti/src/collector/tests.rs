@@ -1,0 +1,812 @@
+//! Tests of the collector without a GPU: the buffer pool and completion handling driven as
+//! CUPTI would drive them (from several threads, completions in any order, panics and sink
+//! failures injected), the `.gmr` file sink, and `Collector::start` against the real libcupti
+//! of the CUDA 12.8 / 13.x wheels (`GPUMETER_CUPTI_LIB`, `GPUMETER_CUPTI13_LIB`; with
+//! `CI=true` a missing library fails the test instead of skipping it).
+
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::completion::{Core, NameReader, Session};
+use super::ffi::{serve_completion, serve_request, LiveNames};
+use super::pool::lock;
+use super::*;
+use crate::decode::{decode, Record};
+use crate::gmr::{read_gmr, DroppedRecords, Frame, GmrError, StringTable};
+use crate::layout::KindLayout;
+
+const API: ApiVersion = ApiVersion::Cupti12_8;
+
+fn layout(kind: ActivityKind) -> KindLayout {
+    API.layouts()
+        .into_iter()
+        .find(|l| l.kind == kind)
+        .expect("kind in the 12.8 tables")
+}
+
+fn put(rec: &mut [u8], l: &KindLayout, field: &str, value: &[u8]) {
+    let f = l
+        .fields
+        .iter()
+        .find(|f| f.name == field)
+        .unwrap_or_else(|| panic!("{} has no field {field}", l.struct_name));
+    assert!(value.len() <= f.width, "{field} is {} bytes", f.width);
+    rec[f.offset..f.offset + value.len()].copy_from_slice(value);
+}
+
+/// A 12.8 CONCURRENT_KERNEL record.
+fn kernel(correlation: u32, name_ptr: u64, start: u64) -> Vec<u8> {
+    let l = layout(ActivityKind::CONCURRENT_KERNEL);
+    let mut r = vec![0u8; l.size];
+    r[0..4].copy_from_slice(&ActivityKind::CONCURRENT_KERNEL.0.to_le_bytes());
+    put(&mut r, &l, "start", &start.to_le_bytes());
+    put(&mut r, &l, "end", &(start + 1_000).to_le_bytes());
+    put(&mut r, &l, "correlationId", &correlation.to_le_bytes());
+    put(&mut r, &l, "name", &name_ptr.to_le_bytes());
+    for g in ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"] {
+        put(&mut r, &l, g, &1i32.to_le_bytes());
+    }
+    r
+}
+
+/// A 12.8 DEVICE record.
+fn device(id: u32, name_ptr: u64, sms: u32) -> Vec<u8> {
+    let l = layout(ActivityKind::DEVICE);
+    let mut r = vec![0u8; l.size];
+    r[0..4].copy_from_slice(&ActivityKind::DEVICE.0.to_le_bytes());
+    put(&mut r, &l, "id", &id.to_le_bytes());
+    put(&mut r, &l, "name", &name_ptr.to_le_bytes());
+    put(&mut r, &l, "numMultiprocessors", &sms.to_le_bytes());
+    put(&mut r, &l, "computeCapabilityMajor", &9u32.to_le_bytes());
+    let uuid: [u8; 16] = std::array::from_fn(|i| i as u8 + 1);
+    put(&mut r, &l, "uuid", &uuid);
+    r
+}
+
+/// Copies `records` into a lent buffer; returns the valid size.
+fn fill(ptr: *mut u8, size: usize, records: &[Vec<u8>]) -> usize {
+    let bytes: Vec<u8> = records.concat();
+    assert!(bytes.len() <= size);
+    // SAFETY: `ptr` is a buffer of `size` bytes lent by the pool and not yet completed: this
+    // test is the only writer, like CUPTI would be.
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), ptr, bytes.len()) };
+    bytes.len()
+}
+
+/// What a test sink saw, in order.
+#[derive(Debug, Clone)]
+enum Event {
+    Begin,
+    Buffer(StringTable, Vec<u8>),
+    Dropped(DroppedRecords),
+    Finish,
+}
+
+/// Correlation ids marking buffers on which the test sink panics or fails.
+const PANIC_MARK: u32 = 900_000;
+const FAIL_MARK: u32 = 800_000;
+
+#[derive(Clone, Default)]
+struct TestSink {
+    events: Arc<Mutex<Vec<Event>>>,
+}
+
+fn first_correlation(bytes: &[u8]) -> Option<u32> {
+    decode(bytes, API)
+        .ok()?
+        .records
+        .iter()
+        .find_map(|r| match &r.record {
+            Record::Kernel(k) => Some(k.correlation_id),
+            _ => None,
+        })
+}
+
+impl CompletionSink for TestSink {
+    fn begin(&mut self, _: &GmrHeader) -> Result<(), GmrError> {
+        lock(&self.events).push(Event::Begin);
+        Ok(())
+    }
+    fn buffer(&mut self, strings: &StringTable, bytes: &[u8]) -> Result<(), GmrError> {
+        match first_correlation(bytes) {
+            Some(c) if c >= PANIC_MARK => panic!("injected sink panic on buffer {c}"),
+            Some(c) if c >= FAIL_MARK => Err(GmrError::Write(format!("injected failure {c}"))),
+            _ => {
+                lock(&self.events).push(Event::Buffer(strings.clone(), bytes.to_vec()));
+                Ok(())
+            }
+        }
+    }
+    fn dropped(&mut self, d: &DroppedRecords) -> Result<(), GmrError> {
+        lock(&self.events).push(Event::Dropped(*d));
+        Ok(())
+    }
+    fn attribution(&mut self, _: &AttributionEvent) -> Result<(), GmrError> {
+        Ok(())
+    }
+    fn finish(&mut self, _: &GmrHeader) -> Result<(), GmrError> {
+        lock(&self.events).push(Event::Finish);
+        Ok(())
+    }
+}
+
+fn session(sink: impl CompletionSink + 'static) -> Session {
+    let header = GmrHeader {
+        cupti_api_version: API.cupti_api_version(),
+        ..GmrHeader::default()
+    };
+    Session::new(API, header, Box::new(sink))
+}
+
+fn begin(core: &Core, sink: impl CompletionSink + 'static) {
+    if core.begin(session(sink)).is_err() {
+        panic!("session did not begin");
+    }
+}
+
+/// A lent buffer as an address (raw pointers are not `Send`).
+#[derive(Debug, Clone, Copy)]
+struct Buf {
+    addr: usize,
+    size: usize,
+}
+
+fn request(core: &Core) -> Buf {
+    let mut ptr: *mut u8 = std::ptr::null_mut();
+    let mut size = 0usize;
+    let mut max = 99usize;
+    // SAFETY: three valid, writable locals.
+    unsafe { serve_request(Some(core), &mut ptr, &mut size, &mut max) };
+    assert!(!ptr.is_null(), "CUPTI must never get a NULL buffer");
+    assert_eq!(ptr as usize % 8, 0, "8-byte aligned");
+    assert_eq!(max, 0);
+    Buf {
+        addr: ptr as usize,
+        size,
+    }
+}
+
+/// Deterministic shuffle (xorshift), so a failure reproduces.
+fn shuffle<T>(v: &mut [T], mut seed: u64) {
+    for i in (1..v.len()).rev() {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        v.swap(i, (seed % (i as u64 + 1)) as usize);
+    }
+}
+
+/// Completions in a shuffled order from several threads, with panics injected in requests
+/// and in the sink and sink errors: every buffer is delivered exactly once or counted as
+/// failed, every dropped count is booked once, names always precede the buffers that need
+/// them, and every buffer goes back to the pool exactly once.
+#[test]
+fn completions_in_any_order_from_many_threads_lose_and_duplicate_nothing() {
+    let names: Vec<CString> = (0..5)
+        .map(|i| CString::new(format!("kernel_{i}")).expect("no NUL"))
+        .collect();
+    let name_ptrs: Vec<u64> = names.iter().map(|n| n.as_ptr() as u64).collect();
+
+    let core = Arc::new(Core::new(MIN_BUFFER_SIZE, 3));
+    let sink = TestSink::default();
+    begin(&core, sink.clone());
+    core.panic_requests
+        .store(5, std::sync::atomic::Ordering::SeqCst);
+
+    const N: usize = 240;
+    const THREADS: usize = 6;
+    // Request from several threads at once.
+    let mut bufs: Vec<Buf> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..THREADS)
+            .map(|_| {
+                let core = Arc::clone(&core);
+                s.spawn(move || (0..N / THREADS).map(|_| request(&core)).collect::<Vec<_>>())
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("request thread"))
+            .collect()
+    });
+    assert_eq!(bufs.len(), N);
+    let distinct: BTreeSet<usize> = bufs.iter().map(|b| b.addr).collect();
+    assert_eq!(distinct.len(), N, "no buffer lent twice while outstanding");
+
+    // Fill: buffer i holds 3 kernels with correlation ids base+3i..; some are marked to make
+    // the sink panic or fail. Dropped count of buffer i: i % 4.
+    let mut jobs = Vec::new();
+    let mut expect_ok: BTreeSet<u32> = BTreeSet::new();
+    let (mut expect_failed, mut expect_panics, mut dropped_total) = (0u64, 0usize, 0u64);
+    for (i, b) in bufs.iter().enumerate() {
+        let base = match i % 20 {
+            3 => {
+                expect_panics += 1;
+                PANIC_MARK
+            }
+            11 => FAIL_MARK,
+            _ => 0,
+        };
+        if base != 0 {
+            expect_failed += 1;
+        }
+        let recs: Vec<Vec<u8>> = (0..3u32)
+            .map(|j| {
+                let c = base + 3 * i as u32 + j + 1;
+                if base == 0 {
+                    expect_ok.insert(c);
+                }
+                let name = name_ptrs[(i + j as usize) % name_ptrs.len()];
+                kernel(c, name, 1_000_000 + i as u64)
+            })
+            .collect();
+        let valid = fill(b.addr as *mut u8, b.size, &recs);
+        let dropped = (i % 4) as u64;
+        dropped_total += dropped;
+        jobs.push((*b, valid, dropped));
+    }
+    shuffle(&mut jobs, 0x9E37_79B9_7F4A_7C15);
+    bufs.clear();
+
+    std::thread::scope(|s| {
+        for chunk in jobs.chunks(N / THREADS) {
+            let core = Arc::clone(&core);
+            s.spawn(move || {
+                for &(b, valid, dropped) in chunk {
+                    serve_completion(
+                        &core,
+                        || {
+                            Ok((dropped > 0).then_some(DroppedRecords {
+                                device_id: None,
+                                context_id: 0,
+                                stream_id: 0,
+                                count: dropped,
+                            }))
+                        },
+                        b.addr as *mut u8,
+                        valid,
+                        &LiveNames,
+                    );
+                }
+            });
+        }
+    });
+
+    // A second completion of a buffer and a pointer the pool never lent: ignored, not freed.
+    let (again, valid, _) = jobs[0];
+    serve_completion(&core, || Ok(None), again.addr as *mut u8, valid, &LiveNames);
+    let mut foreign = vec![0u64; 64];
+    let foreign_bytes = 64 * 8;
+    serve_completion(
+        &core,
+        || Ok(None),
+        foreign.as_mut_ptr().cast(),
+        foreign_bytes,
+        &LiveNames,
+    );
+    assert!(
+        foreign.iter().all(|&w| w == 0),
+        "a foreign buffer is not touched"
+    );
+
+    let t = core.tally();
+    let events = lock(&sink.events).clone();
+    // Replay the sink's events in order: names must be known before each buffer uses them.
+    let mut known: HashMap<u64, String> = HashMap::new();
+    let mut seen: Vec<u32> = Vec::new();
+    let mut dropped_seen = 0u64;
+    for e in &events {
+        match e {
+            Event::Buffer(strings, bytes) => {
+                for (p, s) in &strings.entries {
+                    known.insert(*p, s.clone());
+                }
+                for r in decode(bytes, API).expect("decodes").records {
+                    if let Record::Kernel(k) = r.record {
+                        seen.push(k.correlation_id);
+                        let idx = name_ptrs
+                            .iter()
+                            .position(|&p| p == k.name_ptr)
+                            .expect("a test name");
+                        assert_eq!(
+                            known.get(&k.name_ptr).map(String::as_str),
+                            Some(format!("kernel_{idx}").as_str()),
+                            "the name of {} reached the sink before its buffer",
+                            k.correlation_id
+                        );
+                    }
+                }
+            }
+            Event::Dropped(d) => dropped_seen += d.count,
+            Event::Begin | Event::Finish => {}
+        }
+    }
+    let seen_set: BTreeSet<u32> = seen.iter().copied().collect();
+    assert_eq!(seen.len(), seen_set.len(), "no record delivered twice");
+    assert_eq!(seen_set, expect_ok, "every good buffer delivered");
+    assert!(
+        known.len() <= name_ptrs.len(),
+        "each name written once, not once per buffer"
+    );
+
+    assert_eq!(t.completed, N as u64 + 2);
+    assert_eq!(t.written, N as u64 - expect_failed);
+    assert_eq!(t.failed, expect_failed);
+    assert_eq!(t.kernels, 3 * (N as u64 - expect_failed));
+    assert_eq!(t.dropped, dropped_total, "every dropped delta counted once");
+    assert_eq!(dropped_seen, dropped_total, "and written once");
+    assert_eq!(t.discarded, 0);
+    assert_eq!(t.pool.lent, N as u64);
+    assert_eq!(t.pool.reclaimed, N as u64);
+    assert_eq!(t.pool.unknown, 2);
+    assert_eq!(t.unknown, 2);
+    assert_eq!(t.pool.outstanding, 0, "every buffer came back");
+    assert!(t.pool.free <= 3);
+    assert_eq!(
+        t.panics.len(),
+        5 + expect_panics,
+        "5 request panics and {expect_panics} sink panics reported: {:?}",
+        t.panics
+    );
+    assert!(t
+        .panics
+        .iter()
+        .any(|p| p.contains("injected request panic")));
+    assert!(t.panics.iter().any(|p| p.contains("injected sink panic")));
+    let sink_errors = t
+        .errors
+        .iter()
+        .filter(|e| e.contains("injected failure"))
+        .count();
+    assert_eq!(sink_errors as u64, expect_failed - expect_panics as u64);
+    assert_eq!(
+        t.errors
+            .iter()
+            .filter(|e| e.contains("did not lend"))
+            .count(),
+        2
+    );
+    drop(names);
+}
+
+/// A name pointer reused for another string (CUPTI freed the first) is written again.
+#[test]
+fn changed_names_are_written_again() {
+    struct Map(Mutex<HashMap<u64, String>>);
+    impl NameReader for Map {
+        fn read(&self, ptr: u64) -> Option<String> {
+            lock(&self.0).get(&ptr).cloned()
+        }
+    }
+    let reader = Map(Mutex::new(HashMap::from([(0x1000, "first".to_string())])));
+    let core = Core::new(MIN_BUFFER_SIZE, 1);
+    let sink = TestSink::default();
+    begin(&core, sink.clone());
+    for (round, text) in [(1, "first"), (2, "first"), (3, "second")] {
+        lock(&reader.0).insert(0x1000, text.to_string());
+        let b = request(&core);
+        let valid = fill(b.addr as *mut u8, b.size, &[kernel(round, 0x1000, 5)]);
+        serve_completion(&core, || Ok(None), b.addr as *mut u8, valid, &reader);
+    }
+    let tables: Vec<Vec<String>> = lock(&sink.events)
+        .iter()
+        .filter_map(|e| match e {
+            Event::Buffer(t, _) => Some(t.entries.values().cloned().collect()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        tables,
+        [
+            vec!["first".to_string()],
+            vec![],
+            vec!["second".to_string()]
+        ]
+    );
+}
+
+/// Buffers completed after the session ended are counted, not recorded, and still go back.
+#[test]
+fn completions_without_a_session_are_discarded_and_recycled() {
+    let core = Core::new(MIN_BUFFER_SIZE, 2);
+    let b = request(&core);
+    let valid = fill(b.addr as *mut u8, b.size, &[kernel(1, 0, 5)]);
+    serve_completion(&core, || Ok(None), b.addr as *mut u8, valid, &LiveNames);
+    let t = core.tally();
+    assert_eq!((t.completed, t.discarded, t.written), (1, 1, 0));
+    assert_eq!(t.pool.outstanding, 0);
+    assert_eq!(t.pool.free, 1);
+}
+
+/// A panic while reading the dropped count is reported; the buffer is still delivered.
+#[test]
+fn a_panic_reading_the_dropped_count_is_caught() {
+    let core = Core::new(MIN_BUFFER_SIZE, 2);
+    let sink = TestSink::default();
+    begin(&core, sink.clone());
+    let b = request(&core);
+    let valid = fill(b.addr as *mut u8, b.size, &[kernel(1, 0, 5)]);
+    serve_completion(
+        &core,
+        || panic!("injected dropped-count panic"),
+        b.addr as *mut u8,
+        valid,
+        &LiveNames,
+    );
+    let t = core.tally();
+    assert_eq!(t.written, 1);
+    assert!(t
+        .errors
+        .iter()
+        .any(|e| e.contains("injected dropped-count panic")));
+    assert_eq!(t.pool.outstanding, 0);
+}
+
+/// Without a core (cannot happen once started) the request still gets a non-NULL buffer.
+#[test]
+fn requests_without_a_core_get_a_buffer() {
+    let mut ptr: *mut u8 = std::ptr::null_mut();
+    let mut size = 0usize;
+    // SAFETY: valid locals; NULL for the third output is allowed.
+    unsafe { serve_request(None, &mut ptr, &mut size, std::ptr::null_mut()) };
+    assert!(!ptr.is_null());
+    assert!(size >= MIN_BUFFER_SIZE);
+}
+
+/// The file sink streams frames, then rewrites the header with the devices learned; the
+/// result reads back, meters, and names the kernels.
+#[test]
+fn file_sink_writes_a_recording_that_meters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("run.gmr");
+    let kname = CString::new("gm_test_kernel").expect("no NUL");
+    let dname = CString::new("NVIDIA H200").expect("no NUL");
+    let core = Core::new(MIN_BUFFER_SIZE, 2);
+    let header = GmrHeader {
+        cupti_api_version: API.cupti_api_version(),
+        host: "test-host".into(),
+        process_id: 4242,
+        ..GmrHeader::default()
+    };
+    let sink = GmrFileSink::create(&path);
+    assert_eq!(sink.path(), path.as_path());
+    if core
+        .begin(Session::new(API, header.clone(), Box::new(sink)))
+        .is_err()
+    {
+        panic!("begin");
+    }
+    let t0 = 1_752_826_085_000_000_000u64;
+    for i in 0..3u32 {
+        let b = request(&core);
+        let mut recs = vec![kernel(
+            i + 1,
+            kname.as_ptr() as u64,
+            t0 + u64::from(i) * 10_000,
+        )];
+        if i == 0 {
+            recs.insert(0, device(0, dname.as_ptr() as u64, 132));
+        }
+        let valid = fill(b.addr as *mut u8, b.size, &recs);
+        let dropped = (i == 1).then_some(DroppedRecords {
+            device_id: None,
+            context_id: 0,
+            stream_id: 0,
+            count: 2,
+        });
+        serve_completion(&core, || Ok(dropped), b.addr as *mut u8, valid, &LiveNames);
+    }
+    let mut s = core.end().expect("session");
+    let mut final_header = header.clone();
+    final_header.devices = s.devices().values().cloned().collect();
+    assert_eq!(final_header.devices.len(), 1);
+    s.sink.finish(&final_header).expect("finish");
+
+    let bytes = std::fs::read(&path).expect("recording");
+    let file = read_gmr(&bytes).expect("reads");
+    assert!(file.finished && file.torn.is_none());
+    assert_eq!(file.header, final_header, "the header was rewritten");
+    let dev = &file.header.devices[0];
+    assert_eq!(dev.name.as_deref(), Some("NVIDIA H200"));
+    assert_eq!(dev.sm_count, Some(132));
+    assert_eq!(dev.compute_capability.as_deref(), Some("9.0"));
+    assert_eq!(
+        dev.uuid.as_deref(),
+        Some("GPU-01020304-0506-0708-090a-0b0c0d0e0f10")
+    );
+    let buffers = file
+        .frames
+        .iter()
+        .filter(|f| matches!(f.frame, Frame::ActivityBuffer(_)))
+        .count();
+    let tables: Vec<&StringTable> = file
+        .frames
+        .iter()
+        .filter_map(|f| match &f.frame {
+            Frame::StringTable(t) => Some(t),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(buffers, 3);
+    assert_eq!(tables.len(), 1, "names are written once");
+    let names: BTreeSet<&str> = tables[0].entries.values().map(String::as_str).collect();
+    assert_eq!(names, BTreeSet::from(["NVIDIA H200", "gm_test_kernel"]));
+    assert!(
+        matches!(file.frames[0].frame, Frame::StringTable(_)),
+        "names first"
+    );
+
+    let mut meter = gpumeter_core::Meter::new(gpumeter_core::MeterConfig::default());
+    let summary =
+        crate::meter_gmr(&mut meter, "run.gmr", &bytes, &Default::default()).expect("meters");
+    assert_eq!(summary.records, 3);
+    assert_eq!(summary.dropped, 2);
+    assert_eq!(
+        summary.device_keys,
+        ["GPU-01020304-0506-0708-090a-0b0c0d0e0f10"]
+    );
+}
+
+/// A sink that cannot begin fails the session; one whose writes fail stops writing, so
+/// the file stays readable.
+#[test]
+fn file_sink_failures() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut bad = GmrFileSink::create(dir.path().join("no/such/dir/run.gmr"));
+    assert!(bad.begin(&GmrHeader::default()).is_err());
+    let core = Core::new(MIN_BUFFER_SIZE, 1);
+    assert!(core.begin(session(bad)).is_err());
+    assert!(core.end().is_none(), "nothing installed");
+
+    // Writing after finish is refused.
+    let mut sink = GmrFileSink::create(dir.path().join("ok.gmr"));
+    let h = GmrHeader {
+        cupti_api_version: 26,
+        ..GmrHeader::default()
+    };
+    sink.begin(&h).expect("begin");
+    sink.finish(&h).expect("finish");
+    assert!(sink.buffer(&StringTable::new(), &[]).is_err());
+    let file = read_gmr(&std::fs::read(dir.path().join("ok.gmr")).expect("read")).expect("gmr");
+    assert!(file.finished && file.frames.is_empty());
+
+    // Abort removes the file.
+    let path = dir.path().join("aborted.gmr");
+    let mut sink = GmrFileSink::create(&path);
+    sink.begin(&h).expect("begin");
+    assert!(path.exists());
+    sink.abort();
+    assert!(!path.exists());
+}
+
+#[test]
+fn config_is_validated_before_cupti_is_touched() {
+    for (config, needle) in [
+        (
+            CollectorConfig {
+                kinds: vec![ActivityKind::CONCURRENT_KERNEL, ActivityKind::KERNEL],
+                ..CollectorConfig::default()
+            },
+            "KERNEL",
+        ),
+        (
+            CollectorConfig {
+                kinds: vec![ActivityKind::MEMCPY],
+                ..CollectorConfig::default()
+            },
+            "CONCURRENT_KERNEL",
+        ),
+        (
+            CollectorConfig {
+                buffer_size: 1024,
+                ..CollectorConfig::default()
+            },
+            "buffer_size",
+        ),
+    ] {
+        match Collector::start(config, Box::new(TestSink::default())) {
+            Err(CollectorError::Config(m)) => assert!(m.contains(needle), "{m}"),
+            other => panic!("expected a config error, got {other:?}"),
+        }
+    }
+}
+
+#[test]
+fn error_codes_map_to_typed_errors() {
+    let api = |code: u32| CuptiError::Api {
+        function: "cuptiSubscribe",
+        code,
+        name: cupti_sys::ResultCode::from_raw(code).name(),
+        message: String::new(),
+    };
+    assert!(matches!(
+        CollectorError::from_cupti(api(15)),
+        CollectorError::NoGpu {
+            function: "cuptiSubscribe",
+            ..
+        }
+    ));
+    assert!(matches!(
+        CollectorError::from_cupti(api(39)),
+        CollectorError::AnotherProfiler { .. }
+    ));
+    assert!(matches!(
+        CollectorError::from_cupti(api(999)),
+        CollectorError::Cupti(_)
+    ));
+}
+
+/// A libcupti named by an environment variable, else the pinned wheel's (fetched by
+/// `bindings/cupti/fetch-wheels.sh`), or `None` (with a notice) outside CI.
+fn lib_from_env(var: &str) -> Option<PathBuf> {
+    let wheel = match var {
+        "GPUMETER_CUPTI13_LIB" => "cu13/nvidia/cu13/lib/libcupti.so.13",
+        _ => "cu12/nvidia/cuda_cupti/lib/libcupti.so.12",
+    };
+    let fallback = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../bindings/cupti/.wheels")
+        .join(wheel);
+    let lib = std::env::var_os(var)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or(fallback);
+    if lib.exists() {
+        return Some(lib);
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "CI=true but there is no libcupti at {} ({var}): run bindings/cupti/fetch-wheels.sh",
+        lib.display()
+    );
+    eprintln!(
+        "notice: no libcupti at {} ({var}); test body not run",
+        lib.display()
+    );
+    None
+}
+
+/// Runs `f` on a thread and fails the test if it takes longer than `limit` (a hang).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit)
+        .unwrap_or_else(|_| panic!("no answer within {limit:?}: a hang"))
+}
+
+/// On this GPU-less machine the real CUPTI 12.8 answers NOT_INITIALIZED at once: a typed
+/// error, no panic, no hang, and no recording left behind.
+#[test]
+fn start_without_a_gpu_is_a_typed_error() {
+    let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("run.gmr");
+    let out2 = out.clone();
+    let r = within(Duration::from_secs(60), move || {
+        let config = CollectorConfig {
+            cupti_lib: Some(lib),
+            ..CollectorConfig::default()
+        };
+        Collector::start(config, Box::new(GmrFileSink::create(out2))).map(|c| c.stop())
+    });
+    match r {
+        Err(CollectorError::NoGpu { function, detail }) => {
+            assert!(detail.contains("CUPTI_ERROR_NOT_INITIALIZED"), "{detail}");
+            assert!(!function.is_empty());
+        }
+        other => panic!("expected NoGpu, got {other:?}"),
+    }
+    assert!(!out.exists(), "no recording without collection");
+    // The running flag was released: the next start fails the same way, not AlreadyRunning.
+    let again = Collector::start(CollectorConfig::default(), Box::new(TestSink::default()));
+    assert!(
+        !matches!(again, Err(CollectorError::AlreadyRunning)),
+        "{again:?}"
+    );
+}
+
+/// Cases that need a fresh process (the first libcupti a process loads is its only one).
+const CHILD_CASE: &str = "GPUMETER_COLLECTOR_TEST_CASE";
+
+/// Run by [`start_errors_in_fresh_processes`] in a child process.
+#[test]
+#[ignore = "run in a child process by start_errors_in_fresh_processes"]
+fn child_start() {
+    let case = std::env::var(CHILD_CASE).unwrap_or_default();
+    let config = match case.as_str() {
+        "missing-path" => CollectorConfig {
+            cupti_lib: Some(PathBuf::from("/nonexistent/libcupti.so.12")),
+            ..CollectorConfig::default()
+        },
+        _ => CollectorConfig::default(),
+    };
+    let r = within(Duration::from_secs(60), move || {
+        Collector::start(config, Box::new(TestSink::default())).map(|c| c.stop())
+    });
+    let got = match &r {
+        Err(CollectorError::LibraryMissing(e)) => {
+            assert!(e.to_string().contains("/nonexistent/libcupti.so.12"), "{e}");
+            "LibraryMissing"
+        }
+        Err(CollectorError::NoGpu { .. }) => "NoGpu",
+        other => panic!("unexpected: {other:?}"),
+    };
+    println!("CHILD-RESULT {got}");
+}
+
+#[test]
+fn start_errors_in_fresh_processes() {
+    let exe = std::env::current_exe().expect("test binary");
+    let mut cases: Vec<(&str, Option<PathBuf>, &str)> = vec![
+        (
+            "missing-env",
+            Some(PathBuf::from("/nonexistent/libcupti.so.12")),
+            "LibraryMissing",
+        ),
+        ("missing-path", None, "LibraryMissing"),
+    ];
+    if let Some(lib13) = lib_from_env("GPUMETER_CUPTI13_LIB") {
+        // CUPTI 13.x answers CUPTI_ERROR_UNKNOWN to everything without a driver.
+        cases.push(("cupti13", Some(lib13), "NoGpu"));
+    }
+    for (case, env_lib, expect) in cases {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.args([
+            "--exact",
+            "collector::tests::child_start",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_CASE, case);
+        match env_lib {
+            Some(p) => cmd.env("GPUMETER_CUPTI_LIB", p),
+            None => cmd.env_remove("GPUMETER_CUPTI_LIB"),
+        };
+        let out = cmd.output().expect("run the child test");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(&format!("CHILD-RESULT {expect}")),
+            "case {case}: expected {expect}\nstdout:\n{stdout}\nstderr:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Names are read without trusting the pointer: an unmapped address or a string running into
+/// an unmapped page gives no name instead of a crash; long names cross read chunks.
+#[test]
+fn live_names_never_fault() {
+    let r = LiveNames;
+    assert_eq!(r.read(0), None);
+    let long = CString::new("k".repeat(5000)).expect("no NUL");
+    assert_eq!(r.read(long.as_ptr() as u64).map(|s| s.len()), Some(5000));
+    // SAFETY: an anonymous private mapping of two pages, the second unmapped again; only the
+    // first page is written, through its own pointer, and both are unmapped at the end.
+    unsafe {
+        let page = 4096usize;
+        let base = libc::mmap(
+            std::ptr::null_mut(),
+            2 * page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        assert_ne!(base, libc::MAP_FAILED);
+        let base = base.cast::<u8>();
+        assert_eq!(libc::munmap(base.add(page).cast(), page), 0);
+        // "abc" at the very end of the first page, no NUL before the gap.
+        std::ptr::write_bytes(base, b'x', page);
+        assert_eq!(r.read(base.add(page - 3) as u64), None);
+        // With a NUL inside the page it reads.
+        *base.add(page - 1) = 0;
+        assert_eq!(r.read(base.add(page - 4) as u64).as_deref(), Some("xxx"));
+        assert_eq!(r.read(base.add(page) as u64), None, "unmapped");
+        assert_eq!(libc::munmap(base.cast(), page), 0);
+    }
+}
