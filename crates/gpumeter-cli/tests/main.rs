@@ -582,3 +582,46 @@ fn a_raw_cupti_buffer_meters_sm_ns_with_its_device_record_and_counts_lost_timest
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("activity.cupti"), "{}", stderr(&o));
 }
+
+/// The recording `scripts/gpu-smoke.sh` made on an NVIDIA H200 (driver 580, CUPTI 13.0) with
+/// this project's injection library: a CUDA C program that launched 2101 kernels (1000
+/// `gm_smoke_add`, 1000 `gm_smoke_scale`, 101 `gm_smoke_fill`).
+#[test]
+fn the_real_h200_recording_meters_what_the_workload_launched() {
+    let gmr = root().join("examples/data/h200-cuda13-smoke.gmr");
+    let u = json(&gpumeter(&["usage", s(&gmr), "--json"]));
+    validate("gpumeter.usage.v1.schema.json", &u);
+    assert_eq!(u["sources"][0]["format"], "gmr");
+    assert_eq!(u["records"]["kernel"], 2101);
+    assert!(u["loss"].as_array().expect("loss").is_empty());
+    let dev = &u["devices"][0];
+    assert_eq!(dev["name"], "NVIDIA H200");
+    assert_eq!(dev["sm_count"], 132);
+    assert_eq!(dev["compute_capability"], "9.0");
+    assert!(dev["device_key"].as_str().expect("key").starts_with("GPU-"));
+    let show = stdout(&gpumeter(&["recording", "show", s(&gmr)]));
+    for (name, n) in [
+        ("gm_smoke_add", "1000"),
+        ("gm_smoke_scale", "1000"),
+        ("gm_smoke_fill", "101"),
+    ] {
+        assert!(
+            show.lines()
+                .any(|l| l.contains(name) && l.split_whitespace().next() == Some(n)),
+            "{name} × {n} not in:\n{show}"
+        );
+    }
+    let i = json(&gpumeter(&[
+        "preview",
+        s(&gmr),
+        "--prices",
+        s(&book()),
+        "--json",
+    ]));
+    validate("gpumeter.invoice.v1.schema.json", &i);
+    assert!(i["invoices"][0]["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .any(|l| l["sku"] == "h200"));
+}

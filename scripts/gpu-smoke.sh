@@ -1,0 +1,308 @@
+#!/usr/bin/env bash
+# gpumeter GPU smoke test (issue 4; docs/COLLECTION.md "Smoke test").
+#
+# Records small CUDA workloads with `gpumeter record` and checks that gpumeter metered exactly
+# what the workloads say they did: the number of kernel launches (`gpumeter usage --json`)
+# and the kernel names with their counts (`gpumeter recording show --json`); runs
+# `gpumeter preview` with examples/pricebook.toml. Prints PASS or FAIL with the numbers.
+#
+#   scripts/gpu-smoke.sh --prepare [DIR]   on the build machine (Rust, network): builds the
+#                                          release binaries and copies them, stripped, to DIR
+#                                          (default target/gpu-smoke)
+#   scripts/gpu-smoke.sh [DIR]             on the GPU machine (no network needed): DIR holds
+#                                          `gpumeter` and `libgpumeter_inject.so` (default
+#                                          $GPUMETER_BIN_DIR, else target/gpu-smoke when it
+#                                          exists, else target/release)
+#
+# Needs on the GPU machine: an NVIDIA GPU and driver, nvcc ($CUDA_HOME/bin, /usr/local/cuda/bin
+# or PATH), python3; optional: PyTorch with CUDA (a second workload). Environment:
+#   GPUMETER_CUPTI_LIB  the libcupti to use (else found and printed: the CUDA install's for the
+#                       CUDA C workload, the pip wheel's that PyTorch loads for the PyTorch one)
+#   SMOKE_ITERS         loop iterations of the CUDA C workload (default 1000: 2101 launches)
+#   SMOKE_TORCH_ITERS   in-place multiplications of the PyTorch workload (default 500)
+#   SMOKE_TORCH=0       skip the PyTorch workload
+#   OUT                 when set, the recordings, reports and logs are copied there
+# Exit status: 0 PASS, 1 FAIL, 2 could not run (no GPU, no nvcc, binaries missing).
+# Budget: well under 5 minutes (each step has a timeout).
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+if [ "${1:-}" = "--prepare" ]; then
+  DEST="${2:-$ROOT/target/gpu-smoke}"
+  set -e
+  (cd "$ROOT" && cargo build --release --locked -p gpumeter-cli -p gpumeter-inject)
+  mkdir -p "$DEST"
+  cp "$ROOT/target/release/gpumeter" "$ROOT/target/release/libgpumeter_inject.so" "$DEST/"
+  if command -v strip >/dev/null; then
+    strip "$DEST/gpumeter"
+    strip --strip-unneeded "$DEST/libgpumeter_inject.so"
+  fi
+  ls -l "$DEST"
+  echo "prepared $DEST: carry it to the GPU machine and run scripts/gpu-smoke.sh ${DEST#"$ROOT"/}"
+  exit 0
+fi
+
+BIN="${1:-${GPUMETER_BIN_DIR:-}}"
+if [ -z "$BIN" ]; then
+  if [ -x "$ROOT/target/gpu-smoke/gpumeter" ]; then BIN="$ROOT/target/gpu-smoke"; else BIN="$ROOT/target/release"; fi
+fi
+BIN="$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")"
+GM="$BIN/gpumeter"
+INJECT="$BIN/libgpumeter_inject.so"
+BOOK="$ROOT/examples/pricebook.toml"
+ITERS="${SMOKE_ITERS:-1000}"
+TORCH_ITERS="${SMOKE_TORCH_ITERS:-500}"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpumeter-smoke.XXXXXX")"
+T0=$(date +%s)
+
+say() { printf '%s\n' "$*"; }
+cannot() { say "CANNOT RUN: $*"; collect; exit 2; }
+collect() {
+  if [ -n "${OUT:-}" ]; then
+    mkdir -p "$OUT" && cp -r "$WORK"/. "$OUT"/ 2>/dev/null
+    rm -f "$OUT/smoke" 2>/dev/null
+    say "artifacts copied to $OUT"
+  fi
+}
+
+say "== gpumeter GPU smoke test ($(date -u +%Y-%m-%dT%H:%M:%SZ)), work dir $WORK"
+[ -x "$GM" ] || cannot "no gpumeter binary at $GM (build with: scripts/gpu-smoke.sh --prepare)"
+[ -f "$INJECT" ] || cannot "no libgpumeter_inject.so at $INJECT"
+say "gpumeter:   $GM ($("$GM" --version 2>&1))"
+say "inject lib: $INJECT"
+export GPUMETER_INJECT_LIB="$INJECT" GPUMETER_VERBOSE=1
+command -v python3 >/dev/null || cannot "python3 is needed to compare the JSON outputs"
+
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=index,name,driver_version,uuid --format=csv,noheader 2>&1 | sed 's/^/gpu:        /'
+else
+  say "gpu:        (no nvidia-smi)"
+fi
+
+NVCC=""
+for c in "${CUDA_HOME:-}/bin/nvcc" /usr/local/cuda/bin/nvcc "$(command -v nvcc 2>/dev/null)"; do
+  if [ -n "$c" ] && [ -x "$c" ]; then NVCC="$c"; break; fi
+done
+[ -n "$NVCC" ] || cannot "no nvcc (set CUDA_HOME)"
+CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
+say "nvcc:       $NVCC ($("$NVCC" --version | tail -n 1))"
+
+# libcupti: the CUDA install's, and the pip wheel's (the copy PyTorch itself loads).
+first_file() { for f in "$@"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
+CUPTI_CUDA="$(first_file "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so.1[0-9]* \
+  "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so "$CUDA_ROOT"/lib64/libcupti.so.1[0-9]* \
+  "$CUDA_ROOT"/lib64/libcupti.so "$CUDA_ROOT"/targets/x86_64-linux/lib/libcupti.so.1[0-9]*)"
+CUPTI_PY="$(python3 - <<'EOF' 2>/dev/null
+import glob, os, sys
+for d in sys.path:
+    for sub in ("nvidia/cu13/lib/libcupti.so*", "nvidia/cuda_cupti/lib/libcupti.so*"):
+        hits = sorted(glob.glob(os.path.join(d or ".", sub)))
+        if hits:
+            print(hits[0]); sys.exit(0)
+EOF
+)"
+if [ -n "${GPUMETER_CUPTI_LIB:-}" ]; then
+  CUPTI_C="$GPUMETER_CUPTI_LIB"; CUPTI_T="$GPUMETER_CUPTI_LIB"
+  say "libcupti:   $GPUMETER_CUPTI_LIB (GPUMETER_CUPTI_LIB, both workloads)"
+else
+  CUPTI_C="${CUPTI_CUDA:-$CUPTI_PY}"; CUPTI_T="${CUPTI_PY:-$CUPTI_CUDA}"
+  say "libcupti:   CUDA install: ${CUPTI_CUDA:-none}; python wheel: ${CUPTI_PY:-none}"
+  say "            CUDA C workload uses ${CUPTI_C:-none}; PyTorch workload uses ${CUPTI_T:-none}"
+fi
+[ -n "$CUPTI_C" ] || cannot "no libcupti found (set GPUMETER_CUPTI_LIB)"
+
+# --------------------------------------------------------------------------- CUDA C workload
+cat >"$WORK/smoke.cu" <<'EOF'
+// gpumeter smoke workload: known launches of three named kernels (extern "C": unmangled
+// names), a copy each way, a result check. Prints what it launched.
+#include <cstdio>
+#include <cstdlib>
+#include <cuda_runtime.h>
+
+extern "C" __global__ void gm_smoke_add(float *x, const float *y, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+extern "C" __global__ void gm_smoke_scale(float *x, float a, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= a;
+}
+extern "C" __global__ void gm_smoke_fill(float *x, float v, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = v;
+}
+
+#define CK(call)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                 \
+      return 3;                                                                   \
+    }                                                                             \
+  } while (0)
+
+int main(int argc, char **argv) {
+  int iters = argc > 1 ? atoi(argv[1]) : 1000;
+  const int n = 1 << 20;
+  float *x, *y;
+  CK(cudaMalloc(&x, n * sizeof(float)));
+  CK(cudaMalloc(&y, n * sizeof(float)));
+  float *h = (float *)malloc(n * sizeof(float));
+  for (int i = 0; i < n; i++) h[i] = 1.0f;
+  CK(cudaMemcpy(y, h, n * sizeof(float), cudaMemcpyHostToDevice));
+  long add = 0, scale = 0, fill = 0;
+  gm_smoke_fill<<<(n + 127) / 128, 128>>>(x, 0.0f, n); fill++;
+  for (int i = 0; i < iters; i++) {
+    gm_smoke_add<<<(n + 255) / 256, 256>>>(x, y, n); add++;
+    gm_smoke_scale<<<(n + 511) / 512, 512>>>(x, 1.0f, n); scale++;
+    if (i % 10 == 0) { gm_smoke_fill<<<(n + 127) / 128, 128>>>(y, 1.0f, n); fill++; }
+  }
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemcpy(h, x, n * sizeof(float), cudaMemcpyDeviceToHost));
+  int ok = h[0] == (float)iters && h[n - 1] == (float)iters;
+  printf("KERNEL gm_smoke_add %ld\nKERNEL gm_smoke_scale %ld\nKERNEL gm_smoke_fill %ld\n", add,
+         scale, fill);
+  printf("TOTAL %ld\nCHECK %s\n", add + scale + fill, ok ? "ok" : "bad");
+  CK(cudaFree(x));
+  CK(cudaFree(y));
+  free(h);
+  return ok ? 0 : 4;
+}
+EOF
+
+say "== building the CUDA C workload"
+if ! timeout -k 10 180 "$NVCC" -O2 -arch=native -o "$WORK/smoke" "$WORK/smoke.cu" >"$WORK/nvcc.log" 2>&1; then
+  say "   -arch=native failed ($(tail -n 1 "$WORK/nvcc.log")); trying sm_90"
+  timeout -k 10 180 "$NVCC" -O2 -arch=sm_90 -o "$WORK/smoke" "$WORK/smoke.cu" >>"$WORK/nvcc.log" 2>&1 \
+    || cannot "nvcc failed: $(tail -n 3 "$WORK/nvcc.log")"
+fi
+
+# Runs one recorded workload: NAME LIBCUPTI COMMAND...; leaves NAME.{gmr,stdout,stderr,...}.
+record() {
+  local name="$1" lib="$2"; shift 2
+  local t=$(date +%s)
+  GPUMETER_CUPTI_LIB="$lib" timeout -k 10 150 "$GM" record --out "$WORK/$name.gmr" -- "$@" \
+    >"$WORK/$name.stdout" 2>"$WORK/$name.stderr"
+  local rc=$?
+  say "   $name: exit $rc in $(( $(date +%s) - t )) s"
+  sed 's/^/   | /' "$WORK/$name.stderr" | grep -E 'gpumeter|recording|notice|error' | head -n 20
+  "$GM" recording show --json "$WORK/$name.gmr" >"$WORK/$name.show.json" 2>>"$WORK/$name.stderr"
+  "$GM" recording show "$WORK/$name.gmr" >"$WORK/$name.show.txt" 2>>"$WORK/$name.stderr"
+  "$GM" usage --json "$WORK/$name.gmr" >"$WORK/$name.usage.json" 2>>"$WORK/$name.stderr"
+  "$GM" usage "$WORK/$name.gmr" >"$WORK/$name.usage.txt" 2>>"$WORK/$name.stderr"
+  "$GM" preview "$WORK/$name.gmr" --prices "$BOOK" >"$WORK/$name.preview.txt" 2>>"$WORK/$name.stderr"
+  echo "$rc" >"$WORK/$name.rc"
+}
+
+say "== recording the CUDA C workload ($ITERS iterations)"
+record cuda "$CUPTI_C" "$WORK/smoke" "$ITERS"
+
+TORCH_STATUS=skip
+if [ "${SMOKE_TORCH:-1}" != "0" ] && [ -n "$CUPTI_T" ] \
+   && timeout -k 10 90 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  cat >"$WORK/smoke_torch.py" <<'EOF'
+# gpumeter smoke workload (PyTorch): N in-place scalar multiplications, one CUDA kernel each
+# (an elementwise kernel whose name contains MulFunctor), after a warm-up fill.
+import sys
+import torch
+n = int(sys.argv[1])
+x = torch.ones(1 << 20, device="cuda")
+torch.cuda.synchronize()
+for _ in range(n):
+    x.mul_(1.0001)
+torch.cuda.synchronize()
+print(f"TORCH {torch.__version__} cuda {torch.version.cuda} MUL {n} value {x[0].item():.4f}")
+EOF
+  say "== recording the PyTorch workload ($TORCH_ITERS multiplications)"
+  record torch "$CUPTI_T" python3 "$WORK/smoke_torch.py" "$TORCH_ITERS"
+  TORCH_STATUS=ran
+else
+  say "== PyTorch workload skipped (SMOKE_TORCH=0, no libcupti wheel, or no torch with CUDA)"
+fi
+
+say "== comparing"
+python3 - "$WORK" "$TORCH_STATUS" "$TORCH_ITERS" <<'EOF' | tee "$WORK/summary.txt"
+import json, os, sys
+
+work, torch_status, torch_iters = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def load(name):
+    try:
+        with open(os.path.join(work, name)) as f:
+            return json.load(f)
+    except Exception as e:  # missing or not JSON: reported as a failure below
+        return {"_error": f"{name}: {e}"}
+
+def launches(usage):
+    return sum(int(t["quantity"]) for t in usage.get("totals", []) if t.get("meter") == "kernel_launches")
+
+def loss(usage):
+    return sum(int(l.get("records", 0)) for l in usage.get("loss", []))
+
+results = []
+
+def check(label, ok, detail):
+    results.append(ok)
+    print(f"  [{'ok' if ok else 'FAIL'}] {label}: {detail}")
+
+# CUDA C workload.
+print("CUDA C workload")
+rc = open(os.path.join(work, "cuda.rc")).read().strip()
+out = open(os.path.join(work, "cuda.stdout")).read()
+expected = {}
+total = None
+for line in out.splitlines():
+    p = line.split()
+    if len(p) == 3 and p[0] == "KERNEL":
+        expected[p[1]] = int(p[2])
+    elif len(p) == 2 and p[0] == "TOTAL":
+        total = int(p[1])
+check("workload ran", rc == "0" and "CHECK ok" in out, f"exit {rc}, {out.strip().splitlines()[-1] if out.strip() else 'no output'}")
+show, usage = load("cuda.show.json"), load("cuda.usage.json")
+names = {k["name"]: k["count"] for k in show.get("kernel_names", [])}
+check("kernel launches (usage kernel_launches)", total is not None and launches(usage) == total,
+      f"expected {total}, metered {launches(usage)}")
+check("kernel records in the recording", show.get("kernels") == total,
+      f"expected {total}, recorded {show.get('kernels')} ({show.get('unnamed_kernels')} unnamed)")
+check("kernel names and counts", names == expected, f"expected {expected}, recorded {names}")
+check("no loss", loss(usage) == 0 and show.get("dropped", 0) == 0,
+      f"loss {usage.get('loss', [])}, dropped {show.get('dropped')}")
+devs = show.get("header", {}).get("devices", [])
+check("device inventory in the header", bool(devs) and all(d.get("name") and d.get("uuid") and d.get("sm_count") for d in devs),
+      "; ".join(f"{d.get('id')}: {d.get('name')} {d.get('uuid')} {d.get('sm_count')} SMs cc {d.get('compute_capability')}" for d in devs) or "none")
+print(f"  info: API {show.get('header', {}).get('cupti_api_version')}, {show.get('buffers')} buffers, "
+      f"records {show.get('records')}, usage devices {[(d.get('device_key'), d.get('name')) for d in usage.get('devices', [])]}")
+for e in [show.get("_error"), usage.get("_error")] + show.get("decode_errors", []):
+    if e:
+        check("readable", False, e)
+
+if torch_status == "ran":
+    print("PyTorch workload")
+    rc = open(os.path.join(work, "torch.rc")).read().strip()
+    out = open(os.path.join(work, "torch.stdout")).read()
+    show, usage = load("torch.show.json"), load("torch.usage.json")
+    names = {k["name"]: k["count"] for k in show.get("kernel_names", [])}
+    mul = sum(c for n, c in names.items() if "MulFunctor" in n)
+    check("workload ran", rc == "0" and "MUL" in out, f"exit {rc}, {out.strip()[-200:]}")
+    check("multiply kernels (names containing MulFunctor)", mul == torch_iters,
+          f"expected {torch_iters}, recorded {mul}")
+    check("kernel launches (usage = recording)", launches(usage) == show.get("kernels") and launches(usage) >= torch_iters,
+          f"usage {launches(usage)}, recording {show.get('kernels')}")
+    check("no loss", loss(usage) == 0 and show.get("dropped", 0) == 0, f"loss {usage.get('loss', [])}")
+    print(f"  info: API {show.get('header', {}).get('cupti_api_version')}, {len(names)} kernel names, "
+          f"top: {sorted(names.items(), key=lambda kv: -kv[1])[:3]}")
+else:
+    print("PyTorch workload: skipped")
+
+print("RESULT", "PASS" if all(results) else "FAIL", f"({sum(results)}/{len(results)} checks)")
+EOF
+RESULT=$(grep -c '^RESULT PASS' "$WORK/summary.txt")
+say "== preview (CUDA C workload)"
+sed 's/^/   /' "$WORK/cuda.preview.txt" | head -n 20
+say "== recording (CUDA C workload)"
+sed 's/^/   /' "$WORK/cuda.show.txt" | head -n 20
+collect
+say "== done in $(( $(date +%s) - T0 )) s"
+if [ "$RESULT" = "1" ]; then say "PASS"; exit 0; else say "FAIL"; exit 1; fi
