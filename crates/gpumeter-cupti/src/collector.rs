@@ -52,6 +52,7 @@
 
 mod completion;
 mod ffi;
+mod nvml;
 mod pool;
 mod sink;
 #[cfg(test)]
@@ -129,6 +130,12 @@ pub struct CollectorConfig {
     /// the process; never loaded by the collector) for device names, UUIDs, SM counts and
     /// compute capabilities that DEVICE records did not give. Default `true`.
     pub driver_inventory: bool,
+    /// Whether [`Collector::stop`] then asks NVML (`libnvidia-ml.so.1`, loaded at run time
+    /// when present) for the names and UUIDs still unknown. It only fills missing fields of
+    /// devices already listed (DEVICE records win, then the driver, then NVML), matched by
+    /// UUID, or by index when that is the CUDA ordinal; failures are skipped (a warning only
+    /// with `GPUMETER_VERBOSE`), and NVML is given at most a few seconds. Default `true`.
+    pub nvml_inventory: bool,
     /// Who writes the recording (the header's `producer`); default `gpumeter-cupti` and this
     /// crate's version.
     pub producer: Producer,
@@ -144,6 +151,7 @@ impl Default for CollectorConfig {
             kinds: DEFAULT_KINDS.to_vec(),
             flush_period_ms: 0,
             driver_inventory: true,
+            nvml_inventory: true,
             producer: Producer {
                 name: "gpumeter-cupti".to_string(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -360,6 +368,7 @@ pub struct Collector {
     subscriber: Option<usize>,
     warnings: Vec<String>,
     driver_inventory: bool,
+    nvml_inventory: bool,
     running: bool,
 }
 
@@ -511,6 +520,7 @@ impl Collector {
             subscriber: Some(subscriber),
             warnings: Vec::new(),
             driver_inventory: config.driver_inventory,
+            nvml_inventory: config.nvml_inventory,
             running: false,
         };
         if let Err(e) = live.core.begin(Session::new(api, header, sink)) {
@@ -641,8 +651,9 @@ impl Collector {
     /// (records of work still running are flushed incomplete, and a usage report counts
     /// them as loss), books the last dropped-record count, unsubscribes, and finishes the
     /// sink with the final header, whose devices come from DEVICE records and, for what those
-    /// did not give, from the CUDA driver ([`CollectorConfig::driver_inventory`]). Never
-    /// fails: what went wrong is in the report.
+    /// did not give, from the CUDA driver ([`CollectorConfig::driver_inventory`]), then from
+    /// NVML ([`CollectorConfig::nvml_inventory`]). Never fails: what went wrong is in the
+    /// report.
     pub fn stop(mut self) -> StopReport {
         self.stop_inner()
     }
@@ -692,6 +703,14 @@ impl Collector {
                         .warnings
                         .push(format!("no device inventory from the CUDA driver: {e}")),
                 }
+            }
+            if self.nvml_inventory {
+                nvml::nvml_inventory(
+                    &mut devices,
+                    &mut report.warnings,
+                    nvml::verbose(),
+                    nvml::NVML_TIMEOUT,
+                );
             }
             header.devices = devices;
             let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -810,3 +810,108 @@ fn live_names_never_fault() {
         assert_eq!(libc::munmap(base.cast(), page), 0);
     }
 }
+
+fn dev(id: u32, name: Option<&str>, uuid: Option<&str>, sms: Option<u32>) -> GmrDevice {
+    GmrDevice {
+        id,
+        name: name.map(str::to_string),
+        uuid: uuid.map(str::to_string),
+        sm_count: sms,
+        compute_capability: None,
+    }
+}
+
+fn nv(index: u32, name: &str, uuid: &str, mig: bool) -> nvml::NvmlDevice {
+    nvml::NvmlDevice {
+        index,
+        name: Some(name.to_string()),
+        uuid: Some(uuid.to_string()),
+        mig,
+    }
+}
+
+#[test]
+fn inventory_sources_fill_only_missing_fields_records_then_driver_then_nvml() {
+    // DEVICE records: 0 fully named; 1 with a UUID only; 2 with nothing but an SM count.
+    let mut devices = vec![
+        dev(0, Some("from records"), Some("GPU-aaaa"), Some(132)),
+        dev(1, None, Some("GPU-bbbb"), None),
+        dev(2, None, None, Some(16)),
+    ];
+    // The driver names 1 (its UUID is ignored: the records' stays) and adds device 3.
+    merge_inventory(
+        &mut devices,
+        vec![
+            dev(0, Some("from driver"), Some("GPU-zzzz"), Some(1)),
+            dev(1, Some("driver 1"), Some("GPU-other"), Some(66)),
+            dev(3, None, None, None),
+        ],
+    );
+    let nvml = [
+        // Matched to 0 by UUID (case-insensitive): nothing missing, nothing changes.
+        nv(5, "nvml 0", "gpu-AAAA", false),
+        // Matched to 1 by UUID: the driver's name stays.
+        nv(1, "nvml 1", "GPU-bbbb", false),
+        // Index 2, no UUID known there: filled by index.
+        nv(2, "nvml 2", "GPU-cccc", false),
+        // Index 3 in MIG mode: CUDA ordinal 3 is a MIG instance, not this GPU.
+        nv(3, "nvml 3", "GPU-dddd", true),
+    ];
+    let mut by_index = devices.clone();
+    nvml::fill_from_nvml(&mut by_index, &nvml, true);
+    assert_eq!(
+        by_index,
+        vec![
+            dev(0, Some("from records"), Some("GPU-aaaa"), Some(132)),
+            dev(1, Some("driver 1"), Some("GPU-bbbb"), Some(66)),
+            dev(2, Some("nvml 2"), Some("GPU-cccc"), Some(16)),
+            dev(3, None, None, None),
+        ]
+    );
+    // When the NVML index is not the CUDA ordinal, only UUID matches fill anything.
+    let mut by_uuid = devices.clone();
+    nvml::fill_from_nvml(&mut by_uuid, &nvml, false);
+    assert_eq!(by_uuid, devices);
+
+    // An NVML device whose UUID belongs to another entry is never matched by index.
+    let mut taken = vec![dev(0, None, None, None), dev(1, None, Some("GPU-x"), None)];
+    nvml::fill_from_nvml(&mut taken, &[nv(0, "x", "GPU-X", false)], true);
+    assert_eq!(taken[0], dev(0, None, None, None));
+    assert_eq!(taken[1], dev(1, Some("x"), Some("GPU-x"), None));
+    // NVML never adds devices.
+    let mut none: Vec<GmrDevice> = Vec::new();
+    nvml::fill_from_nvml(&mut none, &nvml, true);
+    assert!(none.is_empty());
+}
+
+#[test]
+fn nvml_without_a_driver_gives_nothing_and_no_error() {
+    use libloading::os::unix::{Library, RTLD_NOW};
+    // SAFETY: loading libnvidia-ml runs only its initialisers, as NVML's own loading does; the
+    // handle is dropped (and the library unloaded) at once.
+    let present = unsafe { Library::open(Some("libnvidia-ml.so.1"), RTLD_NOW) }.is_ok();
+    let mut devices = vec![dev(0, None, None, None)];
+    let mut warnings = Vec::new();
+    // Never a hang, never a panic, with or without a driver.
+    let _ = within(Duration::from_secs(30), move || {
+        nvml::nvml_inventory(&mut devices, &mut warnings, true, Duration::from_secs(10));
+        (devices, warnings)
+    });
+    if present {
+        // A machine with a driver: only that it returns without panicking.
+        return;
+    }
+    assert!(nvml::nvml_devices().is_err());
+    let mut devices = vec![dev(0, None, None, None)];
+    let mut warnings = Vec::new();
+    nvml::nvml_inventory(&mut devices, &mut warnings, false, Duration::from_secs(10));
+    assert_eq!(devices, vec![dev(0, None, None, None)]);
+    assert!(
+        warnings.is_empty(),
+        "quiet without GPUMETER_VERBOSE: {warnings:?}"
+    );
+    nvml::nvml_inventory(&mut devices, &mut warnings, true, Duration::from_secs(10));
+    assert_eq!(devices, vec![dev(0, None, None, None)]);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].contains("NVML"), "{warnings:?}");
+}
