@@ -33,7 +33,7 @@ pub use gpumeter_core::{
 pub use gpumeter_cupti as cupti;
 pub use gpumeter_cupti::{ApiVersion, CuptiSourceError};
 pub use gpumeter_import as import;
-pub use gpumeter_import::{DeviceCatalog, ImportError, ImportOptions};
+pub use gpumeter_import::{DeviceCatalog, ImportError, ImportOptions, TenantMapFile};
 pub use gpumeter_rating as rating;
 pub use gpumeter_rating::{InvoiceDocument, PriceBook, PriceBookError, RatingError};
 
@@ -86,6 +86,9 @@ pub struct UsageOptions {
     pub meter: MeterConfig,
     /// Device catalog (`--devices FILE`), overriding sources field by field.
     pub devices: Option<PathBuf>,
+    /// Tenant map (`--tenant-map FILE`, TOML `[external]` / `[pid]`): rules that attribute
+    /// usage by external correlation id, then process id, before [`MeterConfig::tenant`].
+    pub tenant_map: Option<PathBuf>,
     /// The producer's CUPTI API version for raw CUPTI buffers (`--cupti-api-version`, default
     /// 12.8's 26); a `.gmr` names its own.
     pub cupti_api: ApiVersion,
@@ -144,12 +147,16 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// CUPTI buffers follow, each validated before it is metered.
 ///
 /// # Errors
-/// [`Error::Import`] / [`Error::Cupti`] for the first input (or the catalog) that cannot be
-/// read: a missing or truncated file, a file that is not a trace, a buffer that does not decode.
+/// [`Error::Import`] / [`Error::Cupti`] for the first input (or the catalog, or the tenant
+/// map) that cannot be read: a missing or truncated file, a file that is not a trace, a buffer that does not decode.
 /// Record-level faults are loss, not errors.
 pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageReport, Error> {
     let catalog = match &options.devices {
         Some(p) => Some(DeviceCatalog::from_path(p)?),
+        None => None,
+    };
+    let tenant_map = match &options.tenant_map {
+        Some(p) => Some(gpumeter_core::TenantMap::from_path(p)?),
         None => None,
     };
     let mut traces = Vec::new();
@@ -161,6 +168,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         }
     }
     let mut meter = Meter::new(options.meter.clone());
+    if let Some(map) = tenant_map {
+        meter.set_tenant_map(map);
+    }
     let hook_catalog = catalog.clone();
     let opts = ImportOptions {
         format: match options.format {

@@ -104,6 +104,10 @@ struct UsageArgs {
     /// Tenant the inputs' usage is attributed to (default: unattributed).
     #[arg(long, value_name = "NAME", value_parser = parse_tenant)]
     tenant: Option<String>,
+    /// Tenant map (TOML: `[external]` correlation ids and `[pid]` process ids → tenant); its
+    /// rules take precedence over --tenant.
+    #[arg(long, value_name = "FILE")]
+    tenant_map: Option<PathBuf>,
     /// Device catalog (TOML `[[device]]`: id, name, sm_count, compute_capability, uuid).
     #[arg(long, value_name = "FILE")]
     devices: Option<PathBuf>,
@@ -156,6 +160,7 @@ impl UsageArgs {
                 ..MeterConfig::default()
             },
             devices: self.devices.clone(),
+            tenant_map: self.tenant_map.clone(),
             cupti_api: self.cupti_api_version,
         }
     }

@@ -625,3 +625,128 @@ fn the_real_h200_recording_meters_what_the_workload_launched() {
         .iter()
         .any(|l| l["sku"] == "h200"));
 }
+
+#[test]
+fn a_tenant_map_splits_the_sampled_ranks_by_process_without_changing_totals() {
+    let (Some(r0), Some(r1)) = (
+        shared("hta_sampled_rank-0.json.gz"),
+        shared("hta_sampled_rank-1.json.gz"),
+    ) else {
+        return;
+    };
+    // The ranks' host processes (the pid of their cuda_runtime events): rank 0 is 4037 and
+    // launches on device 0, rank 1 is 4045 and launches on device 1.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let map = dir.path().join("tenants.toml");
+    std::fs::write(&map, "[pid]\n4037 = \"team-a\"\n4045 = \"team-b\"\n").expect("write map");
+
+    let totals = |u: &Value| -> std::collections::BTreeMap<(String, String, String), u128> {
+        let mut m = std::collections::BTreeMap::new();
+        for t in u["totals"].as_array().expect("totals") {
+            let q: u128 = t["quantity"]
+                .as_str()
+                .expect("quantity")
+                .parse()
+                .expect("integer");
+            let key = (
+                t["tenant"].as_str().expect("tenant").to_string(),
+                t["device_key"].as_str().expect("device_key").to_string(),
+                t["meter"].as_str().expect("meter").to_string(),
+            );
+            *m.entry(key).or_insert(0) += q;
+        }
+        m
+    };
+    let plain = json(&gpumeter(&["usage", s(&r0), s(&r1), "--json"]));
+    let mapped = json(&gpumeter(&[
+        "usage",
+        s(&r0),
+        s(&r1),
+        "--tenant-map",
+        s(&map),
+        "--json",
+    ]));
+    validate("gpumeter.usage.v1.schema.json", &mapped);
+    let plain = totals(&plain);
+    let mapped = totals(&mapped);
+    assert!(
+        plain.keys().all(|(t, _, _)| t == "unattributed"),
+        "{plain:?}"
+    );
+
+    // Per (device, meter), the tenants' sum with the map is the untagged total without it.
+    let by_cell = |m: &std::collections::BTreeMap<(String, String, String), u128>| {
+        let mut c = std::collections::BTreeMap::new();
+        for ((_, d, meter), q) in m {
+            *c.entry((d.clone(), meter.clone())).or_insert(0u128) += q;
+        }
+        c
+    };
+    assert_eq!(by_cell(&mapped), by_cell(&plain));
+
+    // Every record is attributed, team-a only on rank 0's device, team-b only on rank 1's.
+    let devices = |tenant: &str| -> std::collections::BTreeSet<String> {
+        mapped
+            .keys()
+            .filter(|(t, _, _)| t == tenant)
+            .map(|(_, d, _)| d.clone())
+            .collect()
+    };
+    let (a, b) = (devices("team-a"), devices("team-b"));
+    assert_eq!(a.len(), 1, "{a:?}");
+    assert_eq!(b.len(), 1, "{b:?}");
+    assert!(
+        a.iter()
+            .all(|d| d.starts_with("hta_sampled_rank-0.json.gz@")),
+        "{a:?}"
+    );
+    assert!(
+        b.iter()
+            .all(|d| d.starts_with("hta_sampled_rank-1.json.gz@")),
+        "{b:?}"
+    );
+    assert!(
+        mapped
+            .keys()
+            .all(|(t, _, _)| t == "team-a" || t == "team-b"),
+        "{mapped:?}"
+    );
+    for tenant in ["team-a", "team-b"] {
+        let launches: u128 = mapped
+            .iter()
+            .filter(|((t, _, m), _)| t == tenant && m == "kernel_launches")
+            .map(|(_, q)| q)
+            .sum();
+        assert!(launches > 0, "{tenant} has no kernel launches");
+    }
+
+    // The preview bills the two tenants separately.
+    let i = json(&gpumeter(&[
+        "preview",
+        s(&r0),
+        s(&r1),
+        "--tenant-map",
+        s(&map),
+        "--prices",
+        s(&book()),
+        "--json",
+    ]));
+    validate("gpumeter.invoice.v1.schema.json", &i);
+    let tenants: Vec<&str> = i["invoices"]
+        .as_array()
+        .expect("invoices")
+        .iter()
+        .map(|inv| inv["tenant"].as_str().expect("tenant"))
+        .collect();
+    assert_eq!(tenants, ["team-a", "team-b"]);
+
+    // A bad map is a bad input file: exit 1, naming the file and the key.
+    std::fs::write(&map, "[pid]\n4037 = \"team-a\"\nrank1 = \"team-b\"\n").expect("write map");
+    let o = gpumeter(&["usage", s(&r0), "--tenant-map", s(&map)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("tenants.toml") && e.contains("[pid] key `rank1`"),
+        "{e}"
+    );
+}

@@ -173,6 +173,15 @@ pub enum ImportError {
         /// What is wrong, naming the entry.
         reason: String,
     },
+    /// A tenant map (`--tenant-map FILE`) is not valid: TOML syntax, an unknown table, a key
+    /// that is not a decimal id, or a value that is not a tenant name.
+    #[error("{}: tenant map: {reason}", path.display())]
+    TenantMap {
+        /// The tenant-map file.
+        path: PathBuf,
+        /// What is wrong, naming the table and key.
+        reason: String,
+    },
 }
 
 /// Shortens a value's text for an error message.

@@ -23,6 +23,9 @@
 //! Only file-level faults are errors ([`ImportError`]); record-level faults are loss in the
 //! report: a negative Kineto `dur` is `end_before_start`, a `ts` of 0 is `zero_timestamp`.
 //!
+//! The operator's TOML files are read here too: the device catalog ([`DeviceCatalog`]) and the
+//! tenant map ([`TenantMapFile`]).
+//!
 //! ```no_run
 //! use gpumeter_core::{Meter, MeterConfig, MeterKind};
 //! use gpumeter_import::{import_path, ImportOptions};
@@ -40,6 +43,7 @@ mod catalog;
 mod error;
 mod kineto;
 mod nsys;
+mod tenant_map;
 pub mod units;
 
 use std::cmp::Reverse;
@@ -52,6 +56,7 @@ use sha2::{Digest, Sha256};
 
 pub use catalog::{CatalogDevice, DeviceCatalog};
 pub use error::{ImportError, RecordLocation};
+pub use tenant_map::TenantMapFile;
 
 /// An input format (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

@@ -1330,3 +1330,193 @@ mod fuzzish {
         }
     }
 }
+
+mod tenant_map {
+    use super::*;
+    use gpumeter_core::{ActivityRecord, DeviceInfo, KernelLaunch, Work};
+    use gpumeter_import::TenantMapFile as _;
+
+    fn parse(text: &str) -> Result<TenantMap, ImportError> {
+        TenantMap::from_toml_str("tenants.toml", text)
+    }
+
+    /// The reason of a refused map, checked to name the file.
+    fn refused(text: &str) -> String {
+        match parse(text) {
+            Err(e @ ImportError::TenantMap { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.starts_with("tenants.toml: tenant map: "), "{msg}");
+                msg
+            }
+            other => panic!("{text:?}: expected a tenant-map error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_external_and_pid_rules() {
+        let map = ok(parse(
+            r#"
+            [external]
+            1001 = "alice"
+            18446744073709551615 = "max"
+            [pid]
+            4242 = "carol"
+            0 = "zero"
+            4294967295 = "max-pid"
+            "#,
+        ));
+        assert_eq!(
+            map.external,
+            HashMap::from([(1001, "alice".to_string()), (u64::MAX, "max".to_string())])
+        );
+        assert_eq!(
+            map.pid,
+            HashMap::from([
+                (4242, "carol".to_string()),
+                (0, "zero".to_string()),
+                (u32::MAX, "max-pid".to_string())
+            ])
+        );
+        // Quoted keys are TOML keys like any other; an empty file or empty tables are no rules.
+        assert_eq!(ok(parse("[pid]\n\"7\" = \"q\"\n")).pid[&7], "q");
+        assert_eq!(ok(parse("")), TenantMap::default());
+        assert_eq!(ok(parse("[external]\n[pid]\n")), TenantMap::default());
+    }
+
+    #[test]
+    fn refuses_bad_maps_naming_table_and_key() {
+        for (text, needle) in [
+            (
+                "[pid]\n40x7 = \"a\"\n",
+                "[pid] key `40x7`: not a decimal integer",
+            ),
+            (
+                "[pid]\n-1 = \"a\"\n",
+                "[pid] key `-1`: not a decimal integer",
+            ),
+            (
+                "[pid]\n\"+7\" = \"a\"\n",
+                "[pid] key `+7`: not a decimal integer",
+            ),
+            (
+                "[pid]\n\"\" = \"a\"\n",
+                "[pid] key ``: not a decimal integer",
+            ),
+            (
+                "[pid]\n4294967296 = \"a\"\n",
+                "[pid] key `4294967296`: a process id must be at most 4294967295",
+            ),
+            (
+                "[external]\n18446744073709551616 = \"a\"\n",
+                "[external] key `18446744073709551616`: an external correlation id must be at most",
+            ),
+            (
+                "[external]\n0x10 = \"a\"\n",
+                "[external] key `0x10`: not a decimal integer",
+            ),
+            (
+                "[external]\n1001 = 5\n",
+                "[external] key `1001`: the tenant must be a string",
+            ),
+            (
+                "[external]\n1001 = \"\"\n",
+                "[external] key `1001`: the tenant name is empty",
+            ),
+            (
+                "[pid]\n1 = \"  \"\n",
+                "[pid] key `1`: the tenant name is empty",
+            ),
+            (
+                "[pid]\n1 = \"a\\tb\"\n",
+                "[pid] key `1`: the tenant name contains control characters",
+            ),
+            (
+                "[pid]\n7 = \"a\"\n07 = \"b\"\n",
+                "process id 7 is given twice",
+            ),
+            ("[pids]\n1 = \"a\"\n", "unknown table [pids]"),
+            ("[tenant]\n", "unknown table [tenant]"),
+            ("pid = 3\n", "`pid` must be the table [external] or [pid]"),
+        ] {
+            let msg = refused(text);
+            assert!(msg.contains(needle), "{text:?}: {msg}");
+        }
+        // A TOML syntax error (and a duplicate key, which TOML itself refuses) names the file.
+        refused("[pid\n");
+        refused("[pid]\n1 = \"a\"\n1 = \"b\"\n");
+    }
+
+    #[test]
+    fn from_path_names_the_file() {
+        let dir = ok(tempfile::tempdir());
+        let path = dir.path().join("map.toml");
+        ok(std::fs::write(
+            &path,
+            "[pid]\n4242 = \"carol\"\nabc = \"x\"\n",
+        ));
+        match TenantMap::from_path(&path) {
+            Err(e @ ImportError::TenantMap { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(&path.display().to_string()), "{msg}");
+                assert!(msg.contains("[pid] key `abc`"), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        ok(std::fs::write(&path, "[pid]\n4242 = \"carol\"\n"));
+        assert_eq!(ok(TenantMap::from_path(&path)).pid[&4242], "carol");
+        let missing = dir.path().join("missing.toml");
+        assert!(matches!(
+            TenantMap::from_path(&missing),
+            Err(ImportError::Io { path, .. }) if path == missing
+        ));
+    }
+
+    #[test]
+    fn an_external_rule_beats_a_pid_rule() {
+        let map = ok(parse(
+            "[external]\n1001 = \"alice\"\n[pid]\n4242 = \"carol\"\n",
+        ));
+        let mut meter = Meter::new(MeterConfig {
+            tenant: Some("source".into()),
+            ..MeterConfig::default()
+        });
+        let dev = meter.register_device(DeviceInfo::bare("GPU-test", 0));
+        let base = 1_700_000_000_000_000_000u64;
+        // (external id, pid, duration): both rules match → alice; pid only → carol; neither →
+        // the source's tenant.
+        for (i, (ext, pid, dur)) in [
+            (Some(1001), Some(4242), 10),
+            (None, Some(4242), 20),
+            (Some(9), Some(1), 40),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let start = base + 1_000 * i as u64;
+            let mut r = ActivityRecord::new(
+                dev,
+                start,
+                start + dur,
+                Work::Kernel(KernelLaunch::default()),
+            );
+            r.external_id = ext;
+            r.process_id = pid;
+            r.correlation_id = i as u32;
+            meter.push(r);
+        }
+        // Rules are resolved at report time: setting the map after the records is fine.
+        meter.set_tenant_map(map);
+        let report = ok(meter.finish());
+        let kernel_ns = |tenant: &str| -> u128 {
+            report
+                .totals
+                .iter()
+                .filter(|t| t.tenant == tenant && t.meter == MeterKind::KernelNs)
+                .map(|t| t.quantity.0)
+                .sum()
+        };
+        assert_eq!(kernel_ns("alice"), 10);
+        assert_eq!(kernel_ns("carol"), 20);
+        assert_eq!(kernel_ns("source"), 40);
+    }
+}
