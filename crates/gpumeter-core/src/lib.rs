@@ -24,6 +24,7 @@
 
 pub mod device;
 pub mod meter;
+pub mod occupancy;
 pub mod record;
 pub mod report;
 pub mod time;
