@@ -146,6 +146,9 @@ fn usage_json_matches_schema_and_expected_bert_figures() {
     assert_eq!(total("kernel_ns"), "307197");
     assert_eq!(total("gpu_busy_ns"), "309437");
     assert_eq!(total("sm_ns"), "26111418");
+    // The trace has deviceProperties: warp_ns is metered, and above sm_ns (≥ 1 warp per SM).
+    let warp: u128 = total("warp_ns").parse().expect("int");
+    assert!(warp > 26_111_418, "warp_ns {warp}");
     assert_eq!(total("memcpy_dtoh_bytes"), "1");
     assert_eq!(
         doc["sources"][0]["name"],

@@ -9,7 +9,10 @@
 //!   equally among the set's tenants when the report is built;
 //! * `sm_ns`: length × SMs held per kernel, where SMs held = min(blocks, device SMs); when the
 //!   kernels running hold more SMs than the device has, each kernel's share is scaled by
-//!   `SMs / Σ held` (kept exact as `Σ len·held` per distinct `Σ held`).
+//!   `SMs / Σ held` (kept exact as `Σ len·held` per distinct `Σ held`);
+//! * `warp_ns`: the same with each kernel's SMs held weighted by its resident warps per SM
+//!   (computed once per record from the occupancy calculator, corrected mode): length ×
+//!   held × warps, scaled by the same `SMs / Σ held` when capped.
 //!
 //! Counts and bytes go to the window of the record's start; `kernel_ns` is split at window
 //! edges as records arrive. Fractions become integers once per (device, window, meter) cell by
@@ -24,6 +27,7 @@ use num_rational::BigRational;
 use num_traits::{ToPrimitive, Zero};
 
 use crate::device::DeviceInfo;
+use crate::occupancy::{active_blocks_per_sm, LaunchConfig, Mode, WARP_SIZE};
 use crate::record::{ActivityRecord, CopyDirection, DeviceSlot, LossReason, Work};
 use crate::report::{
     DeviceEntry, LossEntry, MeterKind, NotMeterable, Quantity, RecordCounts, SourceEntry, TotalRow,
@@ -94,6 +98,8 @@ struct Pending {
     key: u32,
     /// SMs held (0 for non-kernels or when the SM count or grid is unknown).
     held: u32,
+    /// Resident warps per SM (0 for non-kernels or when they cannot be computed).
+    warps: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -101,6 +107,7 @@ struct Active {
     end: u64,
     key: u32,
     held: u32,
+    warps: u32,
 }
 
 type DupKey = (u64, u32, u32, u32, u64, &'static str);
@@ -115,14 +122,20 @@ struct Cell {
     sm_exact: HashMap<u32, u128>,
     /// Capped SM·ns per key: Σ len·held per distinct Σ held (`H`); share = value × SMs / H.
     sm_capped: HashMap<u32, BTreeMap<u64, u128>>,
+    /// Uncapped warp·ns per key: Σ len·held·warps.
+    warp_exact: HashMap<u32, u128>,
+    /// Capped warp·ns per key: Σ len·held·warps per distinct Σ held (`H`); share = value ×
+    /// SMs / H.
+    warp_capped: HashMap<u32, BTreeMap<u64, u128>>,
 }
 
 /// What the running work holds: sorted distinct attribution keys, SMs held per key (non-zero
-/// only), and Σ SMs held.
+/// only), Σ held × resident warps per key (non-zero only), and Σ SMs held.
 #[derive(Debug)]
 struct ActiveSummary {
     keys: Vec<u32>,
     held: Vec<(u32, u64)>,
+    held_warps: Vec<(u32, u128)>,
     total_held: u64,
 }
 
@@ -141,6 +154,9 @@ struct DeviceState {
     records: u64,
     /// Kernels metered without a grid: their SMs held are unknown, so sm_ns is not meterable.
     kernels_without_grid: u64,
+    /// Kernels whose resident warps per SM could not be computed (a device or launch fact
+    /// unknown, or a launch the occupancy calculator refuses): warp_ns is not meterable.
+    kernels_without_occupancy: u64,
     /// Cached summary of the active set, rebuilt when the set changes.
     summary: Option<ActiveSummary>,
 }
@@ -253,6 +269,7 @@ impl Meter {
             loss: BTreeMap::new(),
             records: 0,
             kernels_without_grid: 0,
+            kernels_without_occupancy: 0,
             summary: None,
         });
         slot
@@ -366,6 +383,7 @@ impl Meter {
         dev.records += 1;
         let sm_count = dev.info.sm_count;
         let mut held = 0u32;
+        let mut warps = 0u32;
         let start_cell = dev.cells.entry(window.start_of(rec.start_ns)).or_default();
         match &rec.work {
             Work::Kernel(k) => {
@@ -378,6 +396,10 @@ impl Meter {
                     (Some(n), Some(blocks)) => held = blocks.min(u64::from(n)) as u32,
                     (_, None) => dev.kernels_without_grid += 1,
                     (None, Some(_)) => {}
+                }
+                match resident_warps(&dev.info, k, held) {
+                    Some(w) => warps = w,
+                    None => dev.kernels_without_occupancy += 1,
                 }
                 // kernel_ns: split by time at window edges.
                 let mut t = rec.start_ns;
@@ -420,6 +442,7 @@ impl Meter {
             end: rec.end_ns,
             key,
             held,
+            warps,
         }));
         if !dev.started {
             dev.started = true;
@@ -477,13 +500,40 @@ impl Meter {
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::SmNs,
                     reason: "the source gives no SM count for this device (no device table); \
-                             pass --devices with its sm_count"
+                             pass --devices with its sm_count (warp_ns, which builds on sm_ns, \
+                             is not meterable either)"
                         .to_string(),
                 });
                 warnings.push(format!(
-                    "sm_ns is not meterable on device {} ({}): SM count unknown",
+                    "sm_ns and warp_ns are not meterable on device {} ({}): SM count unknown",
                     info.id, info.key
                 ));
+            }
+            let warp_meterable = info.sm_count.is_some()
+                && info.compute_capability.is_some()
+                && d.kernels_without_occupancy == 0;
+            // An unknown SM count is reported once, on sm_ns (its reason names warp_ns).
+            if !warp_meterable && info.sm_count.is_some() {
+                let why = if info.compute_capability.is_none() {
+                    "the compute capability of this device is unknown, so the occupancy \
+                     calculator cannot run; pass --devices with its compute_capability"
+                        .to_string()
+                } else {
+                    format!(
+                        "{} kernels on this device have no launch configuration the occupancy \
+                         calculator accepts (grid, block, registers per thread, shared memory), \
+                         so their resident warps are unknown",
+                        d.kernels_without_occupancy
+                    )
+                };
+                warnings.push(format!(
+                    "warp_ns is not meterable on device {} ({}): {why}",
+                    info.id, info.key
+                ));
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::WarpNs,
+                    reason: why,
+                });
             }
             devices.push(DeviceEntry {
                 device: info.id,
@@ -510,7 +560,8 @@ impl Meter {
             for (&w, cell) in &d.cells {
                 let ws = rfc3339(w);
                 let sms = info.sm_count.filter(|_| sm_meterable);
-                for (meter, per_tenant) in cell_quantities(cell, &tenants, sms) {
+                let warp_sms = info.sm_count.filter(|_| warp_meterable);
+                for (meter, per_tenant) in cell_quantities(cell, &tenants, sms, warp_sms) {
                     for (tenant, q) in per_tenant {
                         if q == 0 {
                             continue;
@@ -576,6 +627,7 @@ fn cell_quantities(
     cell: &Cell,
     tenants: &[String],
     sm_count: Option<u32>,
+    warp_sm_count: Option<u32>,
 ) -> Vec<(MeterKind, Vec<(String, u128)>)> {
     let mut out: BTreeMap<MeterKind, BTreeMap<String, u128>> = BTreeMap::new();
     for (&(key, meter), &q) in &cell.ints {
@@ -599,33 +651,84 @@ fn cell_quantities(
         out.insert(MeterKind::GpuBusyNs, largest_remainder(busy, busy_total));
     }
     if let Some(n) = sm_count {
-        let mut sm: BTreeMap<String, BigRational> = BTreeMap::new();
-        for (&k, &q) in &cell.sm_exact {
-            *sm.entry(tenants[k as usize].clone())
-                .or_insert_with(BigRational::zero) += BigRational::from_integer(BigInt::from(q));
-        }
-        for (&k, per_h) in &cell.sm_capped {
-            let e = sm
-                .entry(tenants[k as usize].clone())
-                .or_insert_with(BigRational::zero);
-            for (&h, &num) in per_h {
-                *e += BigRational::new(BigInt::from(num) * BigInt::from(n), BigInt::from(h));
-            }
-        }
         // Σ over tenants is an integer: per elementary interval the capped shares sum to
-        // len × SMs. `floor` only guards the invariant.
-        let total = sm
-            .values()
-            .fold(BigRational::zero(), |a, b| a + b)
-            .floor()
-            .to_integer();
-        if let Some(t) = total.to_u128().filter(|&t| t > 0) {
-            out.insert(MeterKind::SmNs, largest_remainder(sm, t));
+        // len × SMs.
+        if let Some(q) = capped_shares(&cell.sm_exact, &cell.sm_capped, tenants, n) {
+            out.insert(MeterKind::SmNs, q);
+        }
+    }
+    if let Some(n) = warp_sm_count {
+        // Σ over tenants may be fractional when capped: the cell's total is its floor.
+        if let Some(q) = capped_shares(&cell.warp_exact, &cell.warp_capped, tenants, n) {
+            out.insert(MeterKind::WarpNs, q);
         }
     }
     out.into_iter()
         .map(|(m, per)| (m, per.into_iter().collect()))
         .collect()
+}
+
+/// Per tenant integer shares of a capped time meter: `exact` per key plus, per key and
+/// distinct Σ held `H`, `value × sms / H`; exact rationals, the cell's total floored, then
+/// largest remainder. `None` when the total is 0.
+fn capped_shares(
+    exact: &HashMap<u32, u128>,
+    capped: &HashMap<u32, BTreeMap<u64, u128>>,
+    tenants: &[String],
+    sms: u32,
+) -> Option<BTreeMap<String, u128>> {
+    let mut shares: BTreeMap<String, BigRational> = BTreeMap::new();
+    for (&k, &q) in exact {
+        *shares
+            .entry(tenants[k as usize].clone())
+            .or_insert_with(BigRational::zero) += BigRational::from_integer(BigInt::from(q));
+    }
+    for (&k, per_h) in capped {
+        let e = shares
+            .entry(tenants[k as usize].clone())
+            .or_insert_with(BigRational::zero);
+        for (&h, &num) in per_h {
+            *e += BigRational::new(BigInt::from(num) * BigInt::from(sms), BigInt::from(h));
+        }
+    }
+    let total = shares
+        .values()
+        .fold(BigRational::zero(), |a, b| a + b)
+        .floor()
+        .to_integer();
+    total
+        .to_u128()
+        .filter(|&t| t > 0)
+        .map(|t| largest_remainder(shares, t))
+}
+
+/// Resident warps per SM of kernel `k` holding `held` SMs on device `info` (DESIGN §4):
+/// min(active blocks per SM, ⌈blocks ÷ held⌉) × warps per block, active blocks from the
+/// occupancy calculator in corrected mode. `None` when a fact is unknown (the device's SM count
+/// or compute capability; the kernel's grid, block, registers or shared memory) or the
+/// calculator refuses the launch.
+fn resident_warps(info: &DeviceInfo, k: &crate::record::KernelLaunch, held: u32) -> Option<u32> {
+    info.sm_count?;
+    let cc = info.compute_capability?;
+    let blocks = k.blocks()?;
+    let block = k.block?;
+    let threads = u64::from(block[0])
+        .checked_mul(u64::from(block[1]))?
+        .checked_mul(u64::from(block[2]))?;
+    let threads = u32::try_from(threads).ok()?;
+    let launch = LaunchConfig::new(threads, k.registers_per_thread?, k.shared_mem_bytes?);
+    let occ = active_blocks_per_sm(cc, &launch, Mode::Corrected).ok()?;
+    if held == 0 {
+        return Some(0);
+    }
+    let warp_size = info
+        .limits
+        .warp_size
+        .filter(|&w| w > 0)
+        .unwrap_or(WARP_SIZE);
+    let per_block = u64::from(threads.div_ceil(warp_size));
+    let resident = u64::from(occ.active_blocks).min(blocks.div_ceil(u64::from(held)));
+    u32::try_from(resident * per_block).ok()
 }
 
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
@@ -693,6 +796,7 @@ impl DeviceState {
                         end: p.end,
                         key: p.key,
                         held: p.held,
+                        warps: p.warps,
                     });
                     changed = true;
                 }
@@ -720,23 +824,36 @@ impl DeviceState {
     /// Books `[a, b)` with the current active set, split at window edges.
     fn book(&mut self, a: u64, b: u64, window: WindowSize) {
         if self.summary.is_none() {
-            let mut per_key: BTreeMap<u32, u64> = BTreeMap::new();
+            let mut per_key: BTreeMap<u32, (u64, u128)> = BTreeMap::new();
             let mut total_held = 0u64;
             for act in &self.active {
-                *per_key.entry(act.key).or_insert(0) += u64::from(act.held);
+                let e = per_key.entry(act.key).or_insert((0, 0));
+                e.0 += u64::from(act.held);
+                e.1 += u128::from(act.held) * u128::from(act.warps);
                 total_held += u64::from(act.held);
             }
             let keys: Vec<u32> = per_key.keys().copied().collect();
-            let held: Vec<(u32, u64)> = per_key.into_iter().filter(|&(_, h)| h > 0).collect();
+            let held: Vec<(u32, u64)> = per_key
+                .iter()
+                .filter(|(_, e)| e.0 > 0)
+                .map(|(&k, e)| (k, e.0))
+                .collect();
+            let held_warps: Vec<(u32, u128)> = per_key
+                .iter()
+                .filter(|(_, e)| e.1 > 0)
+                .map(|(&k, e)| (k, e.1))
+                .collect();
             self.summary = Some(ActiveSummary {
                 keys,
                 held,
+                held_warps,
                 total_held,
             });
         }
         let Some(ActiveSummary {
             keys,
             held,
+            held_warps,
             total_held,
         }) = self.summary.as_ref()
         else {
@@ -755,6 +872,9 @@ impl DeviceState {
                     for &(k, h) in held {
                         *cell.sm_exact.entry(k).or_insert(0) += len * u128::from(h);
                     }
+                    for &(k, hw) in held_warps {
+                        *cell.warp_exact.entry(k).or_insert(0) += len * hw;
+                    }
                 } else {
                     for &(k, h) in held {
                         *cell
@@ -763,6 +883,14 @@ impl DeviceState {
                             .or_default()
                             .entry(*total_held)
                             .or_insert(0) += len * u128::from(h);
+                    }
+                    for &(k, hw) in held_warps {
+                        *cell
+                            .warp_capped
+                            .entry(k)
+                            .or_default()
+                            .entry(*total_held)
+                            .or_insert(0) += len * hw;
                     }
                 }
             }

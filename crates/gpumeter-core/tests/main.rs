@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpumeter_core::{
-    ActivityRecord, CopyDirection, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind,
-    TenantMap, UsageReport, WindowSize, Work,
+    ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, KernelLaunch, Meter, MeterConfig,
+    MeterKind, TenantMap, UsageReport, WindowSize, Work,
 };
 use proptest::prelude::*;
 
@@ -81,9 +81,12 @@ fn odd_division_goes_to_first_name() {
     let r = meter.finish().expect("report");
     let busy = per_tenant(&r, MeterKind::GpuBusyNs);
     assert_eq!((busy["amy"], busy["zed"]), (2, 1));
-    // No SM count: sm_ns not meterable, everything else metered.
+    // No SM count: sm_ns (and with it warp_ns) not meterable, everything else metered.
     assert!(per_tenant(&r, MeterKind::SmNs).is_empty());
-    assert_eq!(r.devices[0].not_meterable.len(), 1);
+    assert!(per_tenant(&r, MeterKind::WarpNs).is_empty());
+    let nm: Vec<MeterKind> = r.devices[0].not_meterable.iter().map(|n| n.meter).collect();
+    assert_eq!(nm, vec![MeterKind::SmNs]);
+    assert!(r.devices[0].not_meterable[0].reason.contains("warp_ns"));
     assert_eq!(r.device_total("GPU-test", MeterKind::KernelLaunches), 2);
 }
 
@@ -271,7 +274,9 @@ fn a_kernel_without_grid_makes_sm_ns_not_meterable() {
     let r = meter.finish().expect("report");
     assert_eq!(r.device_total("GPU-test", MeterKind::SmNs), 0);
     assert_eq!(r.device_total("GPU-test", MeterKind::KernelNs), 20);
-    assert_eq!(r.devices[0].not_meterable.len(), 1);
+    // The device has no compute capability: warp_ns is not meterable either.
+    let nm: Vec<MeterKind> = r.devices[0].not_meterable.iter().map(|n| n.meter).collect();
+    assert_eq!(nm, vec![MeterKind::SmNs, MeterKind::WarpNs]);
     assert!(r.devices[0].not_meterable[0].reason.contains("1 kernels"));
 }
 
@@ -293,6 +298,129 @@ fn conflicting_descriptions_of_one_device_warn() {
     );
 }
 
+const H100: ComputeCapability = ComputeCapability { major: 9, minor: 0 };
+
+fn launch(grid: u32, block: u32, regs: u32, smem: u64) -> Work {
+    Work::Kernel(KernelLaunch {
+        grid: Some([grid, 1, 1]),
+        block: Some([block, 1, 1]),
+        registers_per_thread: Some(regs),
+        shared_mem_bytes: Some(smem),
+        ..KernelLaunch::default()
+    })
+}
+
+fn device_cc(sms: u32, cc: Option<ComputeCapability>) -> DeviceInfo {
+    let mut d = device(Some(sms));
+    d.compute_capability = cc;
+    d
+}
+
+#[test]
+fn warp_ns_hand_computed() {
+    // cc 9.0, 132 SMs. 256-thread blocks, 32 registers, no shared memory: 8 warps per block;
+    // active blocks per SM = 8 (64 warp slots ÷ 8; registers 32·32·8 = 8 K per block allow 8;
+    // the 1 KiB reserve per block and 32 blocks per SM do not bind).
+    // Grid 264 on 132 SMs: ⌈264 ÷ 132⌉ = 2 blocks resident → 2 × 8 = 16 warps per SM.
+    // Grid 2640: ⌈2640 ÷ 132⌉ = 20 > 8 → 8 × 8 = 64 warps per SM.
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device_cc(132, Some(H100)));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 1_000,
+        BASE + 2_000,
+        launch(264, 256, 32, 0),
+    ));
+    let mut b = ActivityRecord::new(dev, BASE + 5_000, BASE + 6_000, launch(2640, 256, 32, 0));
+    b.correlation_id = 1;
+    meter.push(b);
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total("GPU-test", MeterKind::SmNs), 2 * 132 * 1_000);
+    assert_eq!(
+        r.device_total("GPU-test", MeterKind::WarpNs),
+        132 * 1_000 * 16 + 132 * 1_000 * 64
+    );
+    assert!(r.devices[0].not_meterable.is_empty());
+}
+
+#[test]
+fn warp_ns_capped_two_tenants_sum_to_the_device() {
+    // 100 SMs, cc 9.0. alice: 80 blocks of 128 threads (4 warps) on [0, 1000): 1 block per SM
+    // → 4 warps; bob: 60 blocks of 256 threads (8 warps) on [500, 1500) → 8 warps.
+    // On [500, 1000) they hold 140 > 100 SMs: shares × 100/140.
+    // alice: 500·80·4 + 500·80·4·100/140 = 160000 + 114285.71 = 274285.71
+    // bob:   500·60·8·100/140 + 500·60·8 = 171428.57 + 240000 = 411428.57
+    // total 685714.29 → 685714; floors 274285 + 411428, one unit to alice (.71 > .57).
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut tm = TenantMap::default();
+    tm.external.insert(1, "alice".into());
+    tm.external.insert(2, "bob".into());
+    meter.set_tenant_map(tm);
+    let dev = meter.register_device(device_cc(100, Some(H100)));
+    let mut a = ActivityRecord::new(dev, BASE + 1, BASE + 1001, launch(80, 128, 32, 0));
+    a.external_id = Some(1);
+    let mut b = ActivityRecord::new(dev, BASE + 501, BASE + 1501, launch(60, 256, 32, 0));
+    b.external_id = Some(2);
+    b.correlation_id = 2;
+    meter.push(a);
+    meter.push(b);
+    let r = meter.finish().expect("report");
+    let w = per_tenant(&r, MeterKind::WarpNs);
+    assert_eq!(w["alice"], 274_286);
+    assert_eq!(w["bob"], 411_428);
+    assert_eq!(
+        w["alice"] + w["bob"],
+        r.device_total("GPU-test", MeterKind::WarpNs)
+    );
+    assert_eq!(r.device_total("GPU-test", MeterKind::WarpNs), 685_714);
+    // sm_ns unchanged by the new meter.
+    let sm = per_tenant(&r, MeterKind::SmNs);
+    assert_eq!((sm["alice"], sm["bob"]), (68_571, 51_429));
+}
+
+#[test]
+fn warp_ns_not_meterable_without_compute_capability_or_launch_facts() {
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device_cc(132, None));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 10,
+        BASE + 20,
+        launch(264, 256, 32, 0),
+    ));
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total("GPU-test", MeterKind::SmNs), 132 * 10);
+    assert_eq!(r.device_total("GPU-test", MeterKind::WarpNs), 0);
+    let nm = &r.devices[0].not_meterable;
+    assert_eq!(nm.len(), 1);
+    assert_eq!(nm[0].meter, MeterKind::WarpNs);
+    assert!(
+        nm[0].reason.contains("compute capability"),
+        "{}",
+        nm[0].reason
+    );
+    assert!(r.warnings.iter().any(|w| w.contains("warp_ns")));
+
+    // Known capability, but one kernel without registers per thread: never guessed.
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device_cc(132, Some(H100)));
+    meter.push(ActivityRecord::new(
+        dev,
+        BASE + 10,
+        BASE + 20,
+        launch(264, 256, 32, 0),
+    ));
+    let mut b = ActivityRecord::new(dev, BASE + 30, BASE + 40, kernel(4));
+    b.correlation_id = 1;
+    meter.push(b);
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total("GPU-test", MeterKind::WarpNs), 0);
+    let nm = &r.devices[0].not_meterable;
+    assert_eq!(nm.len(), 1);
+    assert_eq!(nm[0].meter, MeterKind::WarpNs);
+    assert!(nm[0].reason.contains("1 kernels"), "{}", nm[0].reason);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Property tests: an independent reference computes each cell's device totals.
 
@@ -303,23 +431,102 @@ struct Rec {
     grid: u32,
     tenant: u8,
     memcpy: bool,
+    block: u32,
+    regs: u32,
+    smem: u64,
 }
 
 fn arb_rec() -> impl Strategy<Value = Rec> {
     (
-        0u64..4 * S,
-        0u64..2 * S,
-        1u32..40,
-        0u8..4,
-        prop::bool::weighted(0.2),
+        (
+            0u64..4 * S,
+            0u64..2 * S,
+            1u32..40,
+            0u8..4,
+            prop::bool::weighted(0.2),
+        ),
+        (
+            prop::sample::select(vec![32u32, 64, 96, 128, 256, 500, 1024]),
+            prop::sample::select(vec![16u32, 32, 40, 64]),
+            prop::sample::select(vec![0u64, 4096, 40_000, 100_000]),
+        ),
     )
-        .prop_map(|(start, len, grid, tenant, memcpy)| Rec {
-            start,
-            len,
-            grid,
-            tenant,
-            memcpy,
-        })
+        .prop_map(
+            |((start, len, grid, tenant, memcpy), (block, regs, smem))| Rec {
+                start,
+                len,
+                grid,
+                tenant,
+                memcpy,
+                block,
+                regs,
+                smem,
+            },
+        )
+}
+
+/// Reference resident warps per SM (DESIGN §4), from the occupancy calculator's active blocks.
+fn ref_warps(r: &Rec, sms: u64) -> u64 {
+    use gpumeter_core::occupancy::{active_blocks_per_sm, LaunchConfig, Mode};
+    let occ = active_blocks_per_sm(
+        H100,
+        &LaunchConfig::new(r.block, r.regs, r.smem),
+        Mode::Corrected,
+    )
+    .expect("launch accepted");
+    let held = u64::from(r.grid).min(sms);
+    let per_sm = u64::from(r.grid).div_ceil(held);
+    u64::from(occ.active_blocks).min(per_sm) * u64::from(r.block.div_ceil(32))
+}
+
+/// Reference warp·ns per window: Σ over elementary intervals of len × Σ held·warps, times
+/// SMs ÷ Σ held when capped; exact, floored per window.
+fn reference_warp(recs: &[Rec], sms: u64, window: u64) -> BTreeMap<u64, u128> {
+    use num_bigint::BigInt;
+    use num_rational::BigRational;
+    use num_traits::{ToPrimitive, Zero};
+    let mut points: BTreeSet<u64> = BTreeSet::new();
+    for r in recs {
+        points.insert(BASE + r.start);
+        points.insert(BASE + r.start + r.len);
+    }
+    if let (Some(&lo), Some(&hi)) = (points.first(), points.last()) {
+        let mut w = lo - lo % window;
+        while w <= hi {
+            points.insert(w);
+            w += window;
+        }
+    }
+    let pts: Vec<u64> = points.into_iter().collect();
+    let mut exact: BTreeMap<u64, BigRational> = BTreeMap::new();
+    for p in pts.windows(2) {
+        let (a, b) = (p[0], p[1]);
+        let kernels: Vec<&Rec> = recs
+            .iter()
+            .filter(|r| !r.memcpy && r.len > 0)
+            .filter(|r| BASE + r.start <= a && BASE + r.start + r.len >= b)
+            .collect();
+        let held: u64 = kernels.iter().map(|r| u64::from(r.grid).min(sms)).sum();
+        let hw: u128 = kernels
+            .iter()
+            .map(|r| u128::from(u64::from(r.grid).min(sms)) * u128::from(ref_warps(r, sms)))
+            .sum();
+        if hw == 0 {
+            continue;
+        }
+        let mut q = BigRational::from_integer(BigInt::from(u128::from(b - a) * hw));
+        if held > sms {
+            q *= BigRational::new(BigInt::from(sms), BigInt::from(held));
+        }
+        *exact
+            .entry(a - a % window)
+            .or_insert_with(BigRational::zero) += q;
+    }
+    exact
+        .into_iter()
+        .map(|(w, q)| (w, q.floor().to_integer().to_u128().expect("fits")))
+        .filter(|&(_, q)| q > 0)
+        .collect()
 }
 
 /// Reference: per window, the union length and ∫ min(Σ held, SMs) over elementary intervals.
@@ -372,7 +579,7 @@ fn run(recs: &[Rec], sms: u32, window: WindowSize, shuffle: &[usize]) -> UsageRe
         tm.pid.insert(t, format!("tenant-{t}"));
     }
     meter.set_tenant_map(tm);
-    let dev = meter.register_device(device(Some(sms)));
+    let dev = meter.register_device(device_cc(sms, Some(H100)));
     for &i in shuffle {
         let r = &recs[i];
         let work = if r.memcpy {
@@ -381,7 +588,7 @@ fn run(recs: &[Rec], sms: u32, window: WindowSize, shuffle: &[usize]) -> UsageRe
                 direction: CopyDirection::DeviceToDevice,
             }
         } else {
-            kernel(r.grid)
+            launch(r.grid, r.block, r.regs, r.smem)
         };
         let mut a = ActivityRecord::new(dev, BASE + r.start, BASE + r.start + r.len, work);
         a.process_id = Some(u32::from(r.tenant));
@@ -422,6 +629,13 @@ proptest! {
         prop_assert_eq!(cell_sums(&r, MeterKind::SmNs), sm.clone());
         for (w, s) in &sm {
             prop_assert!(*s <= u128::from(sms) * busy.get(w).copied().unwrap_or(0));
+        }
+        // warp_ns: per cell, the tenants sum to the reference; ≤ max warps per SM × sm_ns.
+        let warp = reference_warp(&recs, u64::from(sms), window.ns());
+        prop_assert!(r.devices[0].not_meterable.is_empty());
+        prop_assert_eq!(cell_sums(&r, MeterKind::WarpNs), warp.clone());
+        for (w, q) in &warp {
+            prop_assert!(*q <= 64 * sm.get(w).copied().unwrap_or(0));
         }
         let kernel_ns: u128 = recs.iter().filter(|r| !r.memcpy).map(|r| u128::from(r.len)).sum();
         prop_assert_eq!(r.totals.iter().filter(|t| t.meter == MeterKind::KernelNs).map(|t| t.quantity.0).sum::<u128>(), kernel_ns);
