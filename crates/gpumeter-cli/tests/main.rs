@@ -73,6 +73,23 @@ fn validate(schema_file: &str, doc: &Value) {
     assert!(errors.is_empty(), "{schema_file}: {errors:#?}");
 }
 
+/// Σ of a meter's `totals` rows of a usage report (all tenants and devices).
+fn meter_total(usage: &Value, meter: &str) -> u128 {
+    usage["totals"]
+        .as_array()
+        .expect("totals")
+        .iter()
+        .filter(|t| t["meter"] == meter)
+        .map(|t| {
+            t["quantity"]
+                .as_str()
+                .expect("quantity")
+                .parse::<u128>()
+                .expect("integer quantity")
+        })
+        .sum()
+}
+
 fn dec(v: &Value) -> (i128, u32) {
     // Decimal string → (mantissa, scale), exact.
     let t = v.as_str().expect("decimal string");
@@ -126,22 +143,7 @@ fn usage_json_matches_schema_and_expected_bert_figures() {
     };
     let doc = json(&gpumeter(&["usage", s(&bert), "--json"]));
     validate("gpumeter.usage.v1.schema.json", &doc);
-    let total = |meter: &str| -> String {
-        doc["totals"]
-            .as_array()
-            .expect("totals")
-            .iter()
-            .filter(|t| t["meter"] == meter)
-            .map(|t| {
-                t["quantity"]
-                    .as_str()
-                    .expect("quantity")
-                    .parse::<u128>()
-                    .expect("int")
-            })
-            .sum::<u128>()
-            .to_string()
-    };
+    let total = |meter: &str| meter_total(&doc, meter).to_string();
     assert_eq!(total("kernel_launches"), "60");
     assert_eq!(total("kernel_ns"), "307197");
     assert_eq!(total("gpu_busy_ns"), "309437");
@@ -298,19 +300,7 @@ fn record_faults_are_loss_exit_0_rest_metered() {
     };
     assert_eq!(loss("end_before_start"), 1);
     assert_eq!(loss("zero_timestamp"), 1);
-    let kernel_ns: u128 = u["totals"]
-        .as_array()
-        .expect("totals")
-        .iter()
-        .filter(|t| t["meter"] == "kernel_ns")
-        .map(|t| {
-            t["quantity"]
-                .as_str()
-                .expect("q")
-                .parse::<u128>()
-                .expect("n")
-        })
-        .sum();
+    let kernel_ns = meter_total(&u, "kernel_ns");
     assert_eq!(kernel_ns, 12_000);
     // The preview of usage with loss carries a warning.
     let i = json(&gpumeter(&[
@@ -557,21 +547,7 @@ fn a_raw_cupti_buffer_meters_sm_ns_with_its_device_record_and_counts_lost_timest
         assert_eq!(dev["compute_capability"], "9.0");
         let key = dev["device_key"].as_str().expect("key");
         assert!(key.starts_with("GPU-"), "{key}");
-        let total = |meter: &str| -> u128 {
-            u["totals"]
-                .as_array()
-                .expect("totals")
-                .iter()
-                .filter(|t| t["meter"] == meter)
-                .map(|t| {
-                    t["quantity"]
-                        .as_str()
-                        .expect("q")
-                        .parse::<u128>()
-                        .expect("n")
-                })
-                .sum()
-        };
+        let total = |meter: &str| meter_total(&u, meter);
         assert_eq!(total("sm_ns"), 132 * 1_000 + 66 * 500);
         assert_eq!(total("kernel_launches"), 2);
         assert_eq!(u["loss"][0]["reason"], "zero_timestamp");
