@@ -12253,6 +12253,545 @@ pub const CUPTI_RUNTIME_TRACE_CBID_SIZE: CUpti_runtime_api_trace_cbid_enum = 487
 pub const CUPTI_RUNTIME_TRACE_CBID_FORCE_INT: CUpti_runtime_api_trace_cbid_enum = 2147483647;
 pub type CUpti_runtime_api_trace_cbid_enum = ::std::os::raw::c_uint;
 pub use self::CUpti_runtime_api_trace_cbid_enum as CUpti_runtime_api_trace_cbid;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Device_GetChipName_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub deviceIndex: usize,
+    pub pChipName: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Device_GetChipName_Params"]
+        [::std::mem::size_of::<CUpti_Device_GetChipName_Params>() - 32usize];
+    ["Alignment of CUpti_Device_GetChipName_Params"]
+        [::std::mem::align_of::<CUpti_Device_GetChipName_Params>() - 8usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::deviceIndex"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, deviceIndex) - 16usize];
+    ["Offset of field: CUpti_Device_GetChipName_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_Device_GetChipName_Params, pChipName) - 24usize];
+};
+impl Default for CUpti_Device_GetChipName_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Initialize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Initialize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Initialize_Params>() - 16usize];
+    ["Alignment of CUpti_Profiler_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Initialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Initialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Initialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Initialize_Params, pPriv) - 8usize];
+};
+impl Default for CUpti_Profiler_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const CUPTI_PROFILER_CONFIGURATION_UNKNOWN: CUpti_Profiler_Support_Level = 0;
+pub const CUPTI_PROFILER_CONFIGURATION_UNSUPPORTED: CUpti_Profiler_Support_Level = 1;
+pub const CUPTI_PROFILER_CONFIGURATION_DISABLED: CUpti_Profiler_Support_Level = 2;
+pub const CUPTI_PROFILER_CONFIGURATION_SUPPORTED: CUpti_Profiler_Support_Level = 3;
+pub type CUpti_Profiler_Support_Level = ::std::os::raw::c_uint;
+pub const CUPTI_PROFILER_RANGE_PROFILING: CUpti_Profiler_API = 0;
+pub const CUPTI_PROFILER_PC_SAMPLING: CUpti_Profiler_API = 1;
+pub const CUPTI_PROFILER_SASS_METRICS: CUpti_Profiler_API = 2;
+pub const CUPTI_PROFILER_PM_SAMPLING: CUpti_Profiler_API = 3;
+pub const CUPTI_PROFILER_UNKNOWN: CUpti_Profiler_API = 4;
+pub type CUpti_Profiler_API = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_DeviceSupported_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub cuDevice: CUdevice,
+    pub isSupported: CUpti_Profiler_Support_Level,
+    pub architecture: CUpti_Profiler_Support_Level,
+    pub sli: CUpti_Profiler_Support_Level,
+    pub vGpu: CUpti_Profiler_Support_Level,
+    pub confidentialCompute: CUpti_Profiler_Support_Level,
+    pub cmp: CUpti_Profiler_Support_Level,
+    pub wsl: CUpti_Profiler_Support_Level,
+    pub api: CUpti_Profiler_API,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_DeviceSupported_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_DeviceSupported_Params>() - 56usize];
+    ["Alignment of CUpti_Profiler_DeviceSupported_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_DeviceSupported_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::cuDevice"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, cuDevice) - 16usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::isSupported"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, isSupported) - 20usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::architecture"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, architecture) - 24usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::sli"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, sli) - 28usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::vGpu"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, vGpu) - 32usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::confidentialCompute"][::std::mem::offset_of!(
+        CUpti_Profiler_DeviceSupported_Params,
+        confidentialCompute
+    ) - 36usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::cmp"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, cmp) - 40usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::wsl"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, wsl) - 44usize];
+    ["Offset of field: CUpti_Profiler_DeviceSupported_Params::api"]
+        [::std::mem::offset_of!(CUpti_Profiler_DeviceSupported_Params, api) - 48usize];
+};
+impl Default for CUpti_Profiler_DeviceSupported_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_GPU: CUpti_SassMetrics_OutputGranularity = 0;
+pub const CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_SM: CUpti_SassMetrics_OutputGranularity = 1;
+pub const CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_SMSP: CUpti_SassMetrics_OutputGranularity = 2;
+pub const CUPTI_SASS_METRICS_OUTPUT_GRANULARITY_INVALID: CUpti_SassMetrics_OutputGranularity = 3;
+pub type CUpti_SassMetrics_OutputGranularity = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetrics_MetricDetails {
+    pub metricId: u64,
+    pub pMetricName: *const ::std::os::raw::c_char,
+    pub pMetricDescription: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetrics_MetricDetails"]
+        [::std::mem::size_of::<CUpti_SassMetrics_MetricDetails>() - 24usize];
+    ["Alignment of CUpti_SassMetrics_MetricDetails"]
+        [::std::mem::align_of::<CUpti_SassMetrics_MetricDetails>() - 8usize];
+    ["Offset of field: CUpti_SassMetrics_MetricDetails::metricId"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_MetricDetails, metricId) - 0usize];
+    ["Offset of field: CUpti_SassMetrics_MetricDetails::pMetricName"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_MetricDetails, pMetricName) - 8usize];
+    ["Offset of field: CUpti_SassMetrics_MetricDetails::pMetricDescription"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_MetricDetails, pMetricDescription) - 16usize];
+};
+impl Default for CUpti_SassMetrics_MetricDetails {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetrics_GetNumOfMetrics_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pChipName: *const ::std::os::raw::c_char,
+    pub numOfMetrics: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetrics_GetNumOfMetrics_Params"]
+        [::std::mem::size_of::<CUpti_SassMetrics_GetNumOfMetrics_Params>() - 32usize];
+    ["Alignment of CUpti_SassMetrics_GetNumOfMetrics_Params"]
+        [::std::mem::align_of::<CUpti_SassMetrics_GetNumOfMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetrics_GetNumOfMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetNumOfMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetrics_GetNumOfMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetNumOfMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetrics_GetNumOfMetrics_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetNumOfMetrics_Params, pChipName) - 16usize];
+    ["Offset of field: CUpti_SassMetrics_GetNumOfMetrics_Params::numOfMetrics"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetNumOfMetrics_Params, numOfMetrics) - 24usize];
+};
+impl Default for CUpti_SassMetrics_GetNumOfMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetrics_GetMetrics_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pChipName: *const ::std::os::raw::c_char,
+    pub numOfMetrics: usize,
+    pub pMetricsList: *mut CUpti_SassMetrics_MetricDetails,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetrics_GetMetrics_Params"]
+        [::std::mem::size_of::<CUpti_SassMetrics_GetMetrics_Params>() - 40usize];
+    ["Alignment of CUpti_SassMetrics_GetMetrics_Params"]
+        [::std::mem::align_of::<CUpti_SassMetrics_GetMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetrics_GetMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetrics_GetMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetrics_GetMetrics_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetMetrics_Params, pChipName) - 16usize];
+    ["Offset of field: CUpti_SassMetrics_GetMetrics_Params::numOfMetrics"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetMetrics_Params, numOfMetrics) - 24usize];
+    ["Offset of field: CUpti_SassMetrics_GetMetrics_Params::pMetricsList"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetMetrics_Params, pMetricsList) - 32usize];
+};
+impl Default for CUpti_SassMetrics_GetMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetrics_GetProperties_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pChipName: *const ::std::os::raw::c_char,
+    pub pMetricName: *const ::std::os::raw::c_char,
+    pub metric: CUpti_SassMetrics_MetricDetails,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetrics_GetProperties_Params"]
+        [::std::mem::size_of::<CUpti_SassMetrics_GetProperties_Params>() - 56usize];
+    ["Alignment of CUpti_SassMetrics_GetProperties_Params"]
+        [::std::mem::align_of::<CUpti_SassMetrics_GetProperties_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetrics_GetProperties_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetProperties_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetrics_GetProperties_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetProperties_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetrics_GetProperties_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetProperties_Params, pChipName) - 16usize];
+    ["Offset of field: CUpti_SassMetrics_GetProperties_Params::pMetricName"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetProperties_Params, pMetricName) - 24usize];
+    ["Offset of field: CUpti_SassMetrics_GetProperties_Params::metric"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_GetProperties_Params, metric) - 32usize];
+};
+impl Default for CUpti_SassMetrics_GetProperties_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUpti_SassMetrics_Config {
+    pub metricId: u64,
+    pub outputGranularity: u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetrics_Config"]
+        [::std::mem::size_of::<CUpti_SassMetrics_Config>() - 16usize];
+    ["Alignment of CUpti_SassMetrics_Config"]
+        [::std::mem::align_of::<CUpti_SassMetrics_Config>() - 8usize];
+    ["Offset of field: CUpti_SassMetrics_Config::metricId"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Config, metricId) - 0usize];
+    ["Offset of field: CUpti_SassMetrics_Config::outputGranularity"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Config, outputGranularity) - 8usize];
+};
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetricsSetConfig_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub numOfMetricConfig: usize,
+    pub pConfigs: *mut CUpti_SassMetrics_Config,
+    pub deviceIndex: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetricsSetConfig_Params"]
+        [::std::mem::size_of::<CUpti_SassMetricsSetConfig_Params>() - 40usize];
+    ["Alignment of CUpti_SassMetricsSetConfig_Params"]
+        [::std::mem::align_of::<CUpti_SassMetricsSetConfig_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetricsSetConfig_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetricsSetConfig_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetricsSetConfig_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetricsSetConfig_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetricsSetConfig_Params::numOfMetricConfig"]
+        [::std::mem::offset_of!(CUpti_SassMetricsSetConfig_Params, numOfMetricConfig) - 16usize];
+    ["Offset of field: CUpti_SassMetricsSetConfig_Params::pConfigs"]
+        [::std::mem::offset_of!(CUpti_SassMetricsSetConfig_Params, pConfigs) - 24usize];
+    ["Offset of field: CUpti_SassMetricsSetConfig_Params::deviceIndex"]
+        [::std::mem::offset_of!(CUpti_SassMetricsSetConfig_Params, deviceIndex) - 32usize];
+};
+impl Default for CUpti_SassMetricsSetConfig_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetricsUnsetConfig_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub deviceIndex: u32,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetricsUnsetConfig_Params"]
+        [::std::mem::size_of::<CUpti_SassMetricsUnsetConfig_Params>() - 24usize];
+    ["Alignment of CUpti_SassMetricsUnsetConfig_Params"]
+        [::std::mem::align_of::<CUpti_SassMetricsUnsetConfig_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetricsUnsetConfig_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetricsUnsetConfig_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetricsUnsetConfig_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetricsUnsetConfig_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetricsUnsetConfig_Params::deviceIndex"]
+        [::std::mem::offset_of!(CUpti_SassMetricsUnsetConfig_Params, deviceIndex) - 16usize];
+};
+impl Default for CUpti_SassMetricsUnsetConfig_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetricsEnable_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub ctx: CUcontext,
+    pub enableLazyPatching: u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetricsEnable_Params"]
+        [::std::mem::size_of::<CUpti_SassMetricsEnable_Params>() - 32usize];
+    ["Alignment of CUpti_SassMetricsEnable_Params"]
+        [::std::mem::align_of::<CUpti_SassMetricsEnable_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetricsEnable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetricsEnable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetricsEnable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetricsEnable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetricsEnable_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_SassMetricsEnable_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_SassMetricsEnable_Params::enableLazyPatching"]
+        [::std::mem::offset_of!(CUpti_SassMetricsEnable_Params, enableLazyPatching) - 24usize];
+};
+impl Default for CUpti_SassMetricsEnable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetricsDisable_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub ctx: CUcontext,
+    pub numOfDroppedRecords: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetricsDisable_Params"]
+        [::std::mem::size_of::<CUpti_SassMetricsDisable_Params>() - 32usize];
+    ["Alignment of CUpti_SassMetricsDisable_Params"]
+        [::std::mem::align_of::<CUpti_SassMetricsDisable_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetricsDisable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetricsDisable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetricsDisable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetricsDisable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetricsDisable_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_SassMetricsDisable_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_SassMetricsDisable_Params::numOfDroppedRecords"]
+        [::std::mem::offset_of!(CUpti_SassMetricsDisable_Params, numOfDroppedRecords) - 24usize];
+};
+impl Default for CUpti_SassMetricsDisable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetricsGetDataProperties_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub ctx: CUcontext,
+    pub numOfPatchedInstructionRecords: usize,
+    pub numOfInstances: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetricsGetDataProperties_Params"]
+        [::std::mem::size_of::<CUpti_SassMetricsGetDataProperties_Params>() - 40usize];
+    ["Alignment of CUpti_SassMetricsGetDataProperties_Params"]
+        [::std::mem::align_of::<CUpti_SassMetricsGetDataProperties_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetricsGetDataProperties_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetricsGetDataProperties_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetricsGetDataProperties_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetricsGetDataProperties_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetricsGetDataProperties_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_SassMetricsGetDataProperties_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_SassMetricsGetDataProperties_Params::numOfPatchedInstructionRecords"] [:: std :: mem :: offset_of ! (CUpti_SassMetricsGetDataProperties_Params , numOfPatchedInstructionRecords) - 24usize] ;
+    ["Offset of field: CUpti_SassMetricsGetDataProperties_Params::numOfInstances"][::std::mem::offset_of!(
+        CUpti_SassMetricsGetDataProperties_Params,
+        numOfInstances
+    ) - 32usize];
+};
+impl Default for CUpti_SassMetricsGetDataProperties_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Default, Copy, Clone)]
+pub struct CUpti_SassMetrics_InstanceValue {
+    pub metricId: u64,
+    pub value: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetrics_InstanceValue"]
+        [::std::mem::size_of::<CUpti_SassMetrics_InstanceValue>() - 16usize];
+    ["Alignment of CUpti_SassMetrics_InstanceValue"]
+        [::std::mem::align_of::<CUpti_SassMetrics_InstanceValue>() - 8usize];
+    ["Offset of field: CUpti_SassMetrics_InstanceValue::metricId"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_InstanceValue, metricId) - 0usize];
+    ["Offset of field: CUpti_SassMetrics_InstanceValue::value"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_InstanceValue, value) - 8usize];
+};
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetrics_Data {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub cubinCrc: u32,
+    pub functionIndex: u32,
+    pub functionName: *const ::std::os::raw::c_char,
+    pub pcOffset: u32,
+    pub pInstanceValues: *mut CUpti_SassMetrics_InstanceValue,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetrics_Data"][::std::mem::size_of::<CUpti_SassMetrics_Data>() - 48usize];
+    ["Alignment of CUpti_SassMetrics_Data"]
+        [::std::mem::align_of::<CUpti_SassMetrics_Data>() - 8usize];
+    ["Offset of field: CUpti_SassMetrics_Data::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Data, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetrics_Data::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Data, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetrics_Data::cubinCrc"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Data, cubinCrc) - 16usize];
+    ["Offset of field: CUpti_SassMetrics_Data::functionIndex"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Data, functionIndex) - 20usize];
+    ["Offset of field: CUpti_SassMetrics_Data::functionName"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Data, functionName) - 24usize];
+    ["Offset of field: CUpti_SassMetrics_Data::pcOffset"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Data, pcOffset) - 32usize];
+    ["Offset of field: CUpti_SassMetrics_Data::pInstanceValues"]
+        [::std::mem::offset_of!(CUpti_SassMetrics_Data, pInstanceValues) - 40usize];
+};
+impl Default for CUpti_SassMetrics_Data {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_SassMetricsFlushData_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub ctx: CUcontext,
+    pub numOfPatchedInstructionRecords: usize,
+    pub numOfInstances: usize,
+    pub pMetricsData: *mut CUpti_SassMetrics_Data,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_SassMetricsFlushData_Params"]
+        [::std::mem::size_of::<CUpti_SassMetricsFlushData_Params>() - 48usize];
+    ["Alignment of CUpti_SassMetricsFlushData_Params"]
+        [::std::mem::align_of::<CUpti_SassMetricsFlushData_Params>() - 8usize];
+    ["Offset of field: CUpti_SassMetricsFlushData_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_SassMetricsFlushData_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_SassMetricsFlushData_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_SassMetricsFlushData_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_SassMetricsFlushData_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_SassMetricsFlushData_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_SassMetricsFlushData_Params::numOfPatchedInstructionRecords"][::std::mem::offset_of!(
+        CUpti_SassMetricsFlushData_Params,
+        numOfPatchedInstructionRecords
+    )
+        - 24usize];
+    ["Offset of field: CUpti_SassMetricsFlushData_Params::numOfInstances"]
+        [::std::mem::offset_of!(CUpti_SassMetricsFlushData_Params, numOfInstances) - 32usize];
+    ["Offset of field: CUpti_SassMetricsFlushData_Params::pMetricsData"]
+        [::std::mem::offset_of!(CUpti_SassMetricsFlushData_Params, pMetricsData) - 40usize];
+};
+impl Default for CUpti_SassMetricsFlushData_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub struct Cupti {
     __library: ::libloading::Library,
     pub cuptiGetResultString: Result<
@@ -12515,6 +13054,56 @@ pub struct Cupti {
         Result<unsafe extern "C" fn(enable: u8) -> CUptiResult, ::libloading::Error>,
     pub cuptiActivityEnableAllSyncRecords:
         Result<unsafe extern "C" fn(enable: u8) -> CUptiResult, ::libloading::Error>,
+    pub cuptiDeviceGetChipName: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_Device_GetChipName_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerInitialize: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_Profiler_Initialize_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerDeviceSupported: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_Profiler_DeviceSupported_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsGetNumOfMetrics: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetrics_GetNumOfMetrics_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsGetMetrics: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetrics_GetMetrics_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsGetProperties: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetrics_GetProperties_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsSetConfig: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetricsSetConfig_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsUnsetConfig: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetricsUnsetConfig_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsEnable: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetricsEnable_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsDisable: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetricsDisable_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsGetDataProperties: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_SassMetricsGetDataProperties_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiSassMetricsFlushData: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_SassMetricsFlushData_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
 }
 impl Cupti {
     pub unsafe fn new<P>(path: P) -> Result<Self, ::libloading::Error>
@@ -12630,6 +13219,34 @@ impl Cupti {
         let cuptiActivityEnableAllSyncRecords = __library
             .get(b"cuptiActivityEnableAllSyncRecords\0")
             .map(|sym| *sym);
+        let cuptiDeviceGetChipName = __library.get(b"cuptiDeviceGetChipName\0").map(|sym| *sym);
+        let cuptiProfilerInitialize = __library.get(b"cuptiProfilerInitialize\0").map(|sym| *sym);
+        let cuptiProfilerDeviceSupported = __library
+            .get(b"cuptiProfilerDeviceSupported\0")
+            .map(|sym| *sym);
+        let cuptiSassMetricsGetNumOfMetrics = __library
+            .get(b"cuptiSassMetricsGetNumOfMetrics\0")
+            .map(|sym| *sym);
+        let cuptiSassMetricsGetMetrics = __library
+            .get(b"cuptiSassMetricsGetMetrics\0")
+            .map(|sym| *sym);
+        let cuptiSassMetricsGetProperties = __library
+            .get(b"cuptiSassMetricsGetProperties\0")
+            .map(|sym| *sym);
+        let cuptiSassMetricsSetConfig = __library
+            .get(b"cuptiSassMetricsSetConfig\0")
+            .map(|sym| *sym);
+        let cuptiSassMetricsUnsetConfig = __library
+            .get(b"cuptiSassMetricsUnsetConfig\0")
+            .map(|sym| *sym);
+        let cuptiSassMetricsEnable = __library.get(b"cuptiSassMetricsEnable\0").map(|sym| *sym);
+        let cuptiSassMetricsDisable = __library.get(b"cuptiSassMetricsDisable\0").map(|sym| *sym);
+        let cuptiSassMetricsGetDataProperties = __library
+            .get(b"cuptiSassMetricsGetDataProperties\0")
+            .map(|sym| *sym);
+        let cuptiSassMetricsFlushData = __library
+            .get(b"cuptiSassMetricsFlushData\0")
+            .map(|sym| *sym);
         Ok(Cupti {
             __library,
             cuptiGetResultString,
@@ -12686,6 +13303,18 @@ impl Cupti {
             cuptiActivityEnableHWTrace,
             cuptiActivityEnableAllocationSource,
             cuptiActivityEnableAllSyncRecords,
+            cuptiDeviceGetChipName,
+            cuptiProfilerInitialize,
+            cuptiProfilerDeviceSupported,
+            cuptiSassMetricsGetNumOfMetrics,
+            cuptiSassMetricsGetMetrics,
+            cuptiSassMetricsGetProperties,
+            cuptiSassMetricsSetConfig,
+            cuptiSassMetricsUnsetConfig,
+            cuptiSassMetricsEnable,
+            cuptiSassMetricsDisable,
+            cuptiSassMetricsGetDataProperties,
+            cuptiSassMetricsFlushData,
         })
     }
     pub unsafe fn cuptiGetResultString(
@@ -13159,5 +13788,113 @@ impl Cupti {
             .cuptiActivityEnableAllSyncRecords
             .as_ref()
             .expect("Expected function, got error."))(enable)
+    }
+    pub unsafe fn cuptiDeviceGetChipName(
+        &self,
+        pParams: *mut CUpti_Device_GetChipName_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiDeviceGetChipName
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerInitialize(
+        &self,
+        pParams: *mut CUpti_Profiler_Initialize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerInitialize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerDeviceSupported(
+        &self,
+        pParams: *mut CUpti_Profiler_DeviceSupported_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerDeviceSupported
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsGetNumOfMetrics(
+        &self,
+        pParams: *mut CUpti_SassMetrics_GetNumOfMetrics_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsGetNumOfMetrics
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsGetMetrics(
+        &self,
+        pParams: *mut CUpti_SassMetrics_GetMetrics_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsGetMetrics
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsGetProperties(
+        &self,
+        pParams: *mut CUpti_SassMetrics_GetProperties_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsGetProperties
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsSetConfig(
+        &self,
+        pParams: *mut CUpti_SassMetricsSetConfig_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsSetConfig
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsUnsetConfig(
+        &self,
+        pParams: *mut CUpti_SassMetricsUnsetConfig_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsUnsetConfig
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsEnable(
+        &self,
+        pParams: *mut CUpti_SassMetricsEnable_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsEnable
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsDisable(
+        &self,
+        pParams: *mut CUpti_SassMetricsDisable_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsDisable
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsGetDataProperties(
+        &self,
+        pParams: *mut CUpti_SassMetricsGetDataProperties_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsGetDataProperties
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiSassMetricsFlushData(
+        &self,
+        pParams: *mut CUpti_SassMetricsFlushData_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiSassMetricsFlushData
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
     }
 }

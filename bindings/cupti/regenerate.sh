@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerate the committed CUPTI bindings of crates/cupti-sys:
+# Regenerate the committed CUPTI bindings of crates/cupti-sys (input: wrapper.h):
 #   bindings/cupti/cupti_12_8.rs   from CUPTI 12.8 (nvidia-cuda-cupti-cu12, CUPTI_API_VERSION 26)
 #   bindings/cupti/cupti_13_4.rs   from CUPTI 13.4 (nvidia-cuda-cupti,      CUPTI_API_VERSION 130401)
 #
@@ -44,6 +44,11 @@ fi
 # shellcheck source=/dev/null
 . "$here/.wheels/env.sh"
 
+# The profiler API (cupti_profiler_target.h) minus the two calls the SASS metrics API needs
+# (cuptiProfilerInitialize, cuptiProfilerDeviceSupported), and 13.x's clock control from the
+# same header: not bound.
+profiler_rest='DeInitialize|CounterDataImage[A-Za-z_]*|BeginSession|EndSession|SetConfig|UnsetConfig|BeginPass|EndPass|EnableProfiling|DisableProfiling|IsPassCollected|FlushCounterData|PushRange|PopRange|GetCounterAvailability'
+
 # gen OUT WHEEL API_VERSION CUPTI_INCLUDE CUDA_INCLUDE CRT_INCLUDE
 gen() {
   local out="$1" wheel="$2" api="$3" cupti_inc="$4" cuda_inc="$5" crt_inc="$6"
@@ -61,6 +66,9 @@ gen() {
     --no-prepend-enum-name \
     --with-derive-default \
     --blocklist-function 'cupti(Event|Metric|DeviceEnum|DeviceGet(Event|Metric|Num)|GetNumEvent|EnumEvent|GetNumMetrics|EnumMetrics|(Enable|Disable)?KernelReplay|SetEventCollectionMode).*' \
+    --blocklist-function "cuptiProfiler($profiler_rest)|cuptiClockControl.*" \
+    --blocklist-type "CUpti_Profiler_($profiler_rest)_Params|CUpti_Profiler_CounterDataImageOptions|CUpti_Profiler(Range|ReplayMode)|CUpti_ClockControl.*" \
+    --blocklist-var 'CUPTI_CLOCK_CONTROL_.*' \
     --allowlist-function 'cupti.*' \
     --allowlist-type 'CUpti.*|CUptiResult' \
     --allowlist-var 'CUPTI_.*' \

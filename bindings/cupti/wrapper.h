@@ -4,10 +4,19 @@
  * buffer callbacks, GetNextRecord, flush, dropped counts, external correlation, device ids,
  * timestamps), the callback API (subscribe/enable, domains, callback ids of the runtime and
  * driver APIs), cuptiGetVersion and the result codes / strings. The events, metrics and
- * profiler APIs are pulled in by cupti_activity.h but not allowlisted. */
+ * profiler APIs are pulled in by cupti_activity.h but not allowlisted.
+ *
+ * Instrumented mode (warp_instructions) adds the SASS metrics API (cupti_sass_metrics.h: the
+ * header is the same in CUPTI 12.8, 13.0 and 13.4; NVIDIA added it in CUDA 12.4) and the
+ * three calls it needs from the profiler headers: cuptiProfilerInitialize,
+ * cuptiProfilerDeviceSupported (cupti_profiler_target.h) and cuptiDeviceGetChipName
+ * (cupti_target.h). The rest of the profiler API is blocklisted in regenerate.sh. */
 #include <cupti_result.h>
 #include <cupti_version.h>
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
 #include <cupti_driver_cbid.h>
 #include <cupti_runtime_cbid.h>
+#include <cupti_target.h>
+#include <cupti_profiler_target.h>
+#include <cupti_sass_metrics.h>
