@@ -31,6 +31,15 @@ pub enum CuptiError {
         /// What it means: the library's own message where it has one, else the header's.
         message: String,
     },
+    /// The loaded libcupti lacks a whole optional API (e.g. the SASS metrics API, which
+    /// CUPTI has since CUDA 12.4).
+    #[error("the {api} API is not supported by this libcupti (it has no `{missing}`)")]
+    NotSupported {
+        /// The API, e.g. `"SASS metrics"`.
+        api: &'static str,
+        /// The first of its functions the library lacks.
+        missing: String,
+    },
     /// An activity buffer or a record pointer returned by CUPTI is out of bounds.
     #[error("invalid activity buffer: {reason}")]
     InvalidBuffer {

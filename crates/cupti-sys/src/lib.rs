@@ -25,7 +25,9 @@
 //!   `cuptiGetVersion()`; every function is reached through one helper that turns a missing
 //!   symbol into [`CuptiError::MissingSymbol`] (bindgen's panicking convenience methods are
 //!   never called). Safe wrappers cover what needs no CUDA object: version, result strings,
-//!   timestamps, activity enable/disable/flush and walking an activity buffer.
+//!   timestamps, activity enable/disable/flush and walking an activity buffer; and the SASS
+//!   metrics API of CUDA 12.4+ (`Cupti::sass_*`, for instruction counts), whose absence in an
+//!   older libcupti is [`CuptiError::NotSupported`].
 //! - [`ResultCode`] maps every `CUptiResult` of both headers to its name and description.
 //!
 //! Search order of [`Cupti::load`]: `GPUMETER_CUPTI_LIB` (a file path, used alone when set),
@@ -39,7 +41,8 @@ mod load;
 pub use error::{CuptiError, LoadAttempt, LoadError, ResultCode};
 pub use load::{
     search_locations, search_locations_with, ActivityWalk, Bindings, BindingsVersion, Cupti,
-    SearchLocation, ENV_CUPTI_LIB, LIB_NAMES,
+    ProfilerSupport, SassGranularity, SassMetricDetails, SassRecord, SearchLocation, SupportLevel,
+    ENV_CUPTI_LIB, LIB_NAMES, SASS_INST_EXECUTED, SASS_METRICS_SYMBOLS,
 };
 
 /// bindgen output for CUPTI 12.8 (`nvidia-cuda-cupti-cu12` 12.8.90, `CUPTI_API_VERSION` 26).

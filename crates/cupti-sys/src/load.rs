@@ -309,6 +309,12 @@ unsafe fn owned_c_str(s: *const c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
 }
 
+mod sass;
+pub use sass::{
+    ProfilerSupport, SassGranularity, SassMetricDetails, SassRecord, SupportLevel,
+    SASS_INST_EXECUTED, SASS_METRICS_SYMBOLS,
+};
+
 impl Cupti {
     /// Loads libcupti from the first of [`search_locations`] that works.
     ///

@@ -368,6 +368,60 @@ mod cupti13 {
     }
 }
 
+/// The SASS metrics API of libcupti 12.8 and 13.x: present in both; without a GPU every call
+/// fails with a CUPTI error, never a panic. With a GPU the calls may succeed: only the absence
+/// of panics and the error's shape are checked then.
+mod sass {
+
+    use cupti_sys::{Cupti, SASS_INST_EXECUTED};
+
+    use crate::support::{cupti12, cupti13_path};
+
+    fn exercise(c: &Cupti) {
+        c.sass_metrics_available()
+            .expect("libcupti 12.8 and 13.x export the SASS metrics API");
+        let init = c.profiler_initialize();
+        eprintln!("{}: cuptiProfilerInitialize: {init:?}", c.path().display());
+        if let Err(e) = &init {
+            assert!(e.code().is_some(), "{e}");
+        }
+        match c.sass_device_supported(0) {
+            Ok(s) => eprintln!("device 0: {s:?}"),
+            Err(e) => assert!(e.code().is_some(), "{e}"),
+        }
+        match c.device_chip_name(0) {
+            Ok(chip) => {
+                let m = c.sass_metric_properties(&chip, SASS_INST_EXECUTED);
+                eprintln!("chip {chip}: {m:?}");
+            }
+            Err(e) => assert!(e.code().is_some(), "{e}"),
+        }
+        assert!(c.sass_metric_properties("gh100", "a\0b").is_err());
+        // SAFETY: a NULL context means "the current one" to CUPTI.
+        let flush = unsafe { c.sass_flush(std::ptr::null_mut()) };
+        if let Err(e) = &flush {
+            assert!(e.code().is_some(), "{e}");
+        }
+        // SAFETY: as above.
+        let disable = unsafe { c.sass_disable(std::ptr::null_mut()) };
+        assert!(matches!(disable, Err(_) | Ok(0)), "{disable:?}");
+        assert!(c.sass_unset_config(u32::MAX).is_err());
+    }
+
+    #[test]
+    fn cupti12_has_the_api_and_fails_cleanly_without_a_gpu() {
+        let Some(c) = cupti12() else { return };
+        exercise(&c);
+    }
+
+    #[test]
+    fn cupti13_has_the_api_and_fails_cleanly_without_a_gpu() {
+        let Some(path) = cupti13_path() else { return };
+        let c = Cupti::load_from(&path).expect("libcupti.so.13 loads");
+        exercise(&c);
+    }
+}
+
 mod search {
     use std::ffi::OsString;
     use std::path::PathBuf;
