@@ -31,12 +31,15 @@ pub mod time;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
 pub use meter::{
-    Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, UNATTRIBUTED,
+    Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, IDLE, UNATTRIBUTED,
 };
-pub use record::{ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, LossReason, Work};
+pub use record::{
+    ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, LossReason, MemoryEvent, MemoryOp,
+    Work,
+};
 pub use report::{
     document_sha256, DeviceEntry, DigestError, Dimension, LossEntry, MeterKind, NotMeterable,
-    Quantity, RecordCounts, SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY,
-    USAGE_SCHEMA,
+    OpenAllocation, Quantity, RecordCounts, SourceEntry, TotalRow, UsageReport, UsageRow,
+    METERING_POLICY, USAGE_SCHEMA,
 };
 pub use time::WindowSize;

@@ -28,15 +28,20 @@ use num_traits::{ToPrimitive, Zero};
 
 use crate::device::DeviceInfo;
 use crate::occupancy::{active_blocks_per_sm, LaunchConfig, Mode, WARP_SIZE};
-use crate::record::{ActivityRecord, CopyDirection, DeviceSlot, LossReason, Work};
-use crate::report::{
-    DeviceEntry, LossEntry, MeterKind, NotMeterable, Quantity, RecordCounts, SourceEntry, TotalRow,
-    UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+use crate::record::{
+    ActivityRecord, CopyDirection, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Work,
 };
-use crate::time::{rfc3339, WindowSize, MAX_RECORD_NS, NS_PER_SECOND};
+use crate::report::{
+    DeviceEntry, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts,
+    SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+};
+use crate::time::{parse_rfc3339, rfc3339, rfc3339_ns, WindowSize, MAX_RECORD_NS, NS_PER_SECOND};
 
 /// Tenant for usage that no attribution rule matched (DESIGN §4).
 pub const UNATTRIBUTED: &str = "unattributed";
+
+/// Tenant for a window's energy when no tenant has `sm_ns` in it (DESIGN §4 "Energy").
+pub const IDLE: &str = "idle";
 
 /// Default reordering horizon: 60 s of record time (DESIGN §3).
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
@@ -100,6 +105,8 @@ struct Pending {
     held: u32,
     /// Resident warps per SM (0 for non-kernels or when they cannot be computed).
     warps: u32,
+    /// Partition (green context) index + 1; 0 = the device itself.
+    part: u32,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -108,7 +115,33 @@ struct Active {
     key: u32,
     held: u32,
     warps: u32,
+    part: u32,
 }
+
+/// A memory event waiting for the sweep, ordered by (timestamp, arrival).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct MemPending {
+    ts: u64,
+    seq: u64,
+    address: u64,
+    bytes: u64,
+    release: bool,
+    key: u32,
+    /// When the allocation was first made (differs from `ts` for opening state).
+    allocated_at: u64,
+}
+
+/// An allocation held, billed up to `since` so far.
+#[derive(Debug, Clone, Copy)]
+struct OpenAlloc {
+    since: u64,
+    allocated_at: u64,
+    bytes: u64,
+    key: u32,
+}
+
+/// A capped share factor `num / den` (reduced), applied to Σ len·held.
+type Factor = (u128, u128);
 
 type DupKey = (u64, u32, u32, u32, u64, &'static str);
 
@@ -120,23 +153,24 @@ struct Cell {
     busy: HashMap<Vec<u32>, u128>,
     /// Uncapped SM·ns per key.
     sm_exact: HashMap<u32, u128>,
-    /// Capped SM·ns per key: Σ len·held per distinct Σ held (`H`); share = value × SMs / H.
-    sm_capped: HashMap<u32, BTreeMap<u64, u128>>,
+    /// Capped SM·ns per key: Σ len·held per distinct cap factor `num / den`; share = value ×
+    /// num / den.
+    sm_capped: HashMap<u32, BTreeMap<Factor, u128>>,
     /// Uncapped warp·ns per key: Σ len·held·warps.
     warp_exact: HashMap<u32, u128>,
-    /// Capped warp·ns per key: Σ len·held·warps per distinct Σ held (`H`); share = value ×
-    /// SMs / H.
-    warp_capped: HashMap<u32, BTreeMap<u64, u128>>,
+    /// Capped warp·ns per key: Σ len·held·warps per distinct cap factor; share = value × num /
+    /// den.
+    warp_capped: HashMap<u32, BTreeMap<Factor, u128>>,
 }
 
-/// What the running work holds: sorted distinct attribution keys, SMs held per key (non-zero
-/// only), Σ held × resident warps per key (non-zero only), and Σ SMs held.
+/// What the running work holds: sorted distinct attribution keys, and per (key, cap factor)
+/// Σ SMs held and Σ held × resident warps (non-zero only). The factor is `None` when nothing
+/// is capped, else the reduced `num / den` by which the partition cap and then the device cap
+/// scale the SMs held (DESIGN §4 "Cap").
 #[derive(Debug)]
 struct ActiveSummary {
     keys: Vec<u32>,
-    held: Vec<(u32, u64)>,
-    held_warps: Vec<(u32, u128)>,
-    total_held: u64,
+    held: Vec<(u32, Option<Factor>, u64, u128)>,
 }
 
 #[derive(Debug)]
@@ -159,6 +193,25 @@ struct DeviceState {
     kernels_without_occupancy: u64,
     /// Cached summary of the active set, rebuilt when the set changes.
     summary: Option<ActiveSummary>,
+    /// SMs of each partition (green context), index = partition − 1.
+    partitions: Vec<u32>,
+    /// Context id → partition (index + 1).
+    partition_of_context: HashMap<u32, u32>,
+    /// Memory events waiting for the sweep.
+    mem_pending: BinaryHeap<Reverse<MemPending>>,
+    /// Allocations held, by address.
+    open: BTreeMap<u64, OpenAlloc>,
+    /// Memory events accepted.
+    memory_events: u64,
+    /// Allocations at an address that was still held (the earlier one is closed there).
+    reallocations: u64,
+    /// Energy-counter samples: (ns since the epoch, cumulative mJ).
+    energy: Vec<(u64, u64)>,
+    /// Kernels with / without a warp-instruction count.
+    kernels_with_instructions: u64,
+    kernels_without_instructions: u64,
+    /// Latest time seen on the device: record ends, memory and energy timestamps.
+    last_ns: u64,
 }
 
 /// Accumulates activity records into usage per tenant, device, window and meter.
@@ -271,8 +324,47 @@ impl Meter {
             kernels_without_grid: 0,
             kernels_without_occupancy: 0,
             summary: None,
+            partitions: Vec::new(),
+            partition_of_context: HashMap::new(),
+            mem_pending: BinaryHeap::new(),
+            open: BTreeMap::new(),
+            memory_events: 0,
+            reallocations: 0,
+            energy: Vec::new(),
+            kernels_with_instructions: 0,
+            kernels_without_instructions: 0,
+            last_ns: 0,
         });
         slot
+    }
+
+    /// Declares a partition of a device's SMs: a green context (CUPTI CONTEXT record with
+    /// `isGreenContext`, its `contextId` and `numMultiprocessors`). Kernels of that context
+    /// then hold at most `sm_count` SMs and are capped to it before the device cap (DESIGN §4
+    /// "SMs held", "Cap"). Must precede the context's records; a second declaration of the
+    /// same context replaces the first. A MIG instance needs no call: CUDA presents it as a
+    /// device of its own (key `MIG-<uuid>`) whose SM count is the instance's. Returns `false`
+    /// for an unknown slot or an `sm_count` of 0.
+    pub fn register_partition(
+        &mut self,
+        device: DeviceSlot,
+        context_id: u32,
+        sm_count: u32,
+    ) -> bool {
+        let Some(d) = self.devices.get_mut(device.0 as usize) else {
+            return false;
+        };
+        if sm_count == 0 {
+            return false;
+        }
+        if let Some(&p) = d.partition_of_context.get(&context_id) {
+            d.partitions[(p - 1) as usize] = sm_count;
+        } else {
+            d.partitions.push(sm_count);
+            let p = d.partitions.len() as u32;
+            d.partition_of_context.insert(context_id, p);
+        }
+        true
     }
 
     /// Overrides fields of a registered device (a device catalog entry, DESIGN §3): every field
@@ -334,6 +426,10 @@ impl Meter {
             process_id: rec.process_id,
             source_tenant: self.source_tenant.clone(),
         };
+        self.intern(k)
+    }
+
+    fn intern(&mut self, k: AttrKey) -> u32 {
         if let Some(&i) = self.key_index.get(&k) {
             return i;
         }
@@ -381,7 +477,20 @@ impl Meter {
             return;
         }
         dev.records += 1;
-        let sm_count = dev.info.sm_count;
+        dev.last_ns = dev.last_ns.max(rec.end_ns);
+        let part = dev
+            .partition_of_context
+            .get(&rec.context_id)
+            .copied()
+            .unwrap_or(0);
+        // SMs of the kernel's partition: its green context's when set, else the device's.
+        let sm_count = match part {
+            0 => dev.info.sm_count,
+            p => dev
+                .info
+                .sm_count
+                .map(|n| n.min(dev.partitions[(p - 1) as usize])),
+        };
         let mut held = 0u32;
         let mut warps = 0u32;
         let start_cell = dev.cells.entry(window.start_of(rec.start_ns)).or_default();
@@ -392,6 +501,15 @@ impl Meter {
                     .ints
                     .entry((key, MeterKind::KernelLaunches))
                     .or_insert(0) += 1;
+                if let Some(n) = k.warp_instructions {
+                    dev.kernels_with_instructions += 1;
+                    *start_cell
+                        .ints
+                        .entry((key, MeterKind::WarpInstructions))
+                        .or_insert(0) += u128::from(n);
+                } else {
+                    dev.kernels_without_instructions += 1;
+                }
                 match (sm_count, k.blocks()) {
                     (Some(n), Some(blocks)) => held = blocks.min(u64::from(n)) as u32,
                     (_, None) => dev.kernels_without_grid += 1,
@@ -443,21 +561,134 @@ impl Meter {
             key,
             held,
             warps,
+            part,
         }));
-        if !dev.started {
-            dev.started = true;
-            dev.swept_to = rec.start_ns.saturating_sub(self.config.reorder_horizon_ns);
+        dev.note_start(rec.start_ns, self.config.reorder_horizon_ns, window);
+    }
+
+    /// Meters one memory allocation or release (`memory_byte_ns`, DESIGN §4). Events are
+    /// paired by device and address in timestamp order (arrival order for equal timestamps)
+    /// within the reordering horizon. A release without an allocation is loss
+    /// (`release_without_allocation`); an allocation at an address still held closes the
+    /// earlier allocation there (counted in a warning). A zero timestamp is loss
+    /// (`zero_timestamp`), an event older than the horizon `late`, the same event twice
+    /// (device, context, correlation id, address, timestamp, operation) `duplicate`.
+    /// Allocations still held when the report is built are billed to the report's end and
+    /// listed in `open_allocations`. Unknown slots are ignored.
+    pub fn push_memory(&mut self, ev: MemoryEvent) {
+        self.push_memory_at(ev, None);
+    }
+
+    /// Takes an allocation left open by an earlier report as opening state (`--opening`,
+    /// DESIGN §4 "Memory"): it is held from the earlier report's `billed_to` on, attributed as
+    /// that report resolved it (its external id and process id first, then its tenant).
+    /// Unknown slots are ignored.
+    ///
+    /// # Errors
+    /// A message naming the field when `address`, `billed_to` or `allocated_at` cannot be read.
+    pub fn push_opening(
+        &mut self,
+        device: DeviceSlot,
+        open: &OpenAllocation,
+    ) -> Result<(), String> {
+        let address = parse_address(&open.address)?;
+        let billed_to = parse_rfc3339(&open.billed_to).map_err(|e| format!("billed_to: {e}"))?;
+        let allocated_at =
+            parse_rfc3339(&open.allocated_at).map_err(|e| format!("allocated_at: {e}"))?;
+        let bytes = u64::try_from(open.bytes.0)
+            .map_err(|_| format!("bytes: {} exceeds 64 bits", open.bytes.0))?;
+        let mut ev = MemoryEvent::new(device, billed_to, address, bytes, MemoryOp::Allocation);
+        ev.process_id = open.process_id;
+        ev.external_id = open.external_id;
+        let key = AttrKey {
+            external_id: open.external_id,
+            process_id: open.process_id,
+            source_tenant: Some(open.tenant.clone()),
+        };
+        let key = self.intern(key);
+        self.push_memory_at(ev, Some((key, allocated_at)));
+        Ok(())
+    }
+
+    fn push_memory_at(&mut self, ev: MemoryEvent, opening: Option<(u32, u64)>) {
+        let Some(dev) = self.devices.get(ev.device.0 as usize) else {
+            return;
+        };
+        let reason = if ev.timestamp_ns == 0 {
+            Some(LossReason::ZeroTimestamp)
+        } else if dev.started && ev.timestamp_ns < dev.swept_to {
+            Some(LossReason::Late)
+        } else {
+            None
+        };
+        if let Some(r) = reason {
+            self.record_loss(ev.device, r, 1);
+            return;
         }
-        if rec.start_ns > dev.max_start {
-            dev.max_start = rec.start_ns;
-            let to = dev.max_start.saturating_sub(self.config.reorder_horizon_ns);
-            if to > dev.swept_to {
-                dev.advance(to, window);
+        let release = ev.op == MemoryOp::Release;
+        let dup: DupKey = (
+            ev.timestamp_ns,
+            ev.context_id,
+            u32::MAX,
+            ev.correlation_id,
+            ev.address,
+            if release { "release" } else { "allocation" },
+        );
+        let (key, allocated_at) = match opening {
+            Some(o) => o,
+            None => {
+                let k = AttrKey {
+                    external_id: ev.external_id,
+                    process_id: ev.process_id,
+                    source_tenant: self.source_tenant.clone(),
+                };
+                (self.intern(k), ev.timestamp_ns)
             }
+        };
+        let window = self.config.window;
+        let dev = &mut self.devices[ev.device.0 as usize];
+        if !dev.dups.insert(dup) {
+            *dev.loss.entry(LossReason::Duplicate).or_insert(0) += 1;
+            return;
+        }
+        dev.memory_events += 1;
+        dev.last_ns = dev.last_ns.max(ev.timestamp_ns);
+        self.seq += 1;
+        dev.mem_pending.push(Reverse(MemPending {
+            ts: ev.timestamp_ns,
+            seq: self.seq,
+            address: ev.address,
+            bytes: ev.bytes,
+            release,
+            key,
+            allocated_at,
+        }));
+        dev.note_start(ev.timestamp_ns, self.config.reorder_horizon_ns, window);
+    }
+
+    /// Records a sample of a device's cumulative energy counter (`energy_mj`, DESIGN §4): NVML
+    /// `nvmlDeviceGetTotalEnergyConsumption`, mJ, at `timestamp_ns` (ns since the epoch,
+    /// CUPTI's clock). The counter is interpolated linearly between samples to window edges;
+    /// a window's energy is apportioned to tenants by their `sm_ns` in it, or to the tenant
+    /// [`IDLE`] when it has none. Energy before the first and after the last sample is unknown
+    /// and not billed; a counter that goes down (driver reload) ends one run of samples and
+    /// starts another (the gap is not billed, and the report says so). Samples may arrive in
+    /// any order; they are kept until the report is built. Unknown slots and zero timestamps
+    /// are ignored.
+    pub fn push_energy(&mut self, device: DeviceSlot, timestamp_ns: u64, energy_mj: u64) {
+        if timestamp_ns == 0 {
+            return;
+        }
+        if let Some(d) = self.devices.get_mut(device.0 as usize) {
+            d.energy.push((timestamp_ns, energy_mj));
+            d.last_ns = d.last_ns.max(timestamp_ns);
         }
     }
 
     /// Books everything still buffered and builds the report, digest included.
+    ///
+    /// Allocations still held are billed to the report's end (the latest record end, memory
+    /// or energy timestamp of any device) and listed in `open_allocations`.
     ///
     /// # Errors
     /// [`crate::DigestError`] when the report cannot be serialized for its digest.
@@ -466,7 +697,27 @@ impl Meter {
         for d in &mut self.devices {
             d.advance(u64::MAX, window);
         }
+        let report_end = self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0);
         let tenants: Vec<String> = self.keys.iter().map(|k| self.tenant_of(k)).collect();
+        let mut open_allocations = Vec::new();
+        for d in &mut self.devices {
+            let open = std::mem::take(&mut d.open);
+            for (address, a) in open {
+                d.book_memory(a.key, a.since, report_end, a.bytes, window);
+                let k = &self.keys[a.key as usize];
+                open_allocations.push(OpenAllocation {
+                    device: d.info.id,
+                    device_key: d.info.key.clone(),
+                    address: format!("{address:#x}"),
+                    bytes: Quantity(u128::from(a.bytes)),
+                    tenant: tenants[a.key as usize].clone(),
+                    process_id: k.process_id,
+                    external_id: k.external_id,
+                    allocated_at: rfc3339_ns(a.allocated_at),
+                    billed_to: rfc3339_ns(report_end),
+                });
+            }
+        }
         let mut devices = Vec::new();
         let mut loss = Vec::new();
         let mut usage = Vec::new();
@@ -476,7 +727,7 @@ impl Meter {
         order.sort_by(|a, b| (a.info.id, &a.info.key).cmp(&(b.info.id, &b.info.key)));
         for d in order {
             let lost: u64 = d.loss.values().sum();
-            if d.records == 0 && lost == 0 {
+            if d.records == 0 && lost == 0 && d.memory_events == 0 && d.energy.is_empty() {
                 continue;
             }
             let info = &d.info;
@@ -535,6 +786,54 @@ impl Meter {
                     reason: why,
                 });
             }
+            // warp_instructions: all or nothing per device (a partial count under-bills).
+            let instr_meterable =
+                d.kernels_with_instructions > 0 && d.kernels_without_instructions == 0;
+            if d.kernels_with_instructions > 0 && d.kernels_without_instructions > 0 {
+                let why = format!(
+                    "{} of {} kernels on this device have no instruction count (SASS metrics or \
+                     INSTRUCTION_EXECUTION data), so the device's total is unknown",
+                    d.kernels_without_instructions,
+                    d.kernels_with_instructions + d.kernels_without_instructions
+                );
+                warnings.push(format!(
+                    "warp_instructions is not meterable on device {} ({}): {why}",
+                    info.id, info.key
+                ));
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::WarpInstructions,
+                    reason: why,
+                });
+            }
+            let (energy, resets) = energy_per_window(&d.energy, window);
+            let energy_meterable = !energy.is_empty() && sm_meterable;
+            if !energy.is_empty() && !sm_meterable {
+                let why = "energy is apportioned to tenants by sm_ns, which is not meterable on \
+                           this device"
+                    .to_string();
+                warnings.push(format!(
+                    "energy_mj is not meterable on device {} ({}): {why}",
+                    info.id, info.key
+                ));
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::EnergyMj,
+                    reason: why,
+                });
+            }
+            if resets > 0 {
+                warnings.push(format!(
+                    "the energy counter of device {} ({}) went down {resets} times (driver \
+                     reload?): the energy between those samples is unknown and not billed",
+                    info.id, info.key
+                ));
+            }
+            if d.reallocations > 0 {
+                warnings.push(format!(
+                    "{} allocations on device {} ({}) were made at an address still held: the \
+                     earlier allocation was closed there (a release record missing?)",
+                    d.reallocations, info.id, info.key
+                ));
+            }
             devices.push(DeviceEntry {
                 device: info.id,
                 device_key: info.key.clone(),
@@ -557,11 +856,33 @@ impl Meter {
                     info.id, info.key
                 ));
             }
-            for (&w, cell) in &d.cells {
+            let empty = Cell::default();
+            let windows: BTreeSet<u64> = d
+                .cells
+                .keys()
+                .copied()
+                .chain(energy.keys().copied().filter(|_| energy_meterable))
+                .collect();
+            for w in windows {
+                let cell = d.cells.get(&w).unwrap_or(&empty);
                 let ws = rfc3339(w);
                 let sms = info.sm_count.filter(|_| sm_meterable);
                 let warp_sms = info.sm_count.filter(|_| warp_meterable);
-                for (meter, per_tenant) in cell_quantities(cell, &tenants, sms, warp_sms) {
+                let mut quantities = cell_quantities(cell, &tenants, sms, warp_sms);
+                if !instr_meterable {
+                    quantities.retain(|(m, _)| *m != MeterKind::WarpInstructions);
+                }
+                if let Some(&e) = energy.get(&w).filter(|_| energy_meterable) {
+                    let sm = quantities
+                        .iter()
+                        .find(|(m, _)| *m == MeterKind::SmNs)
+                        .map(|(_, per)| per.as_slice())
+                        .unwrap_or(&[]);
+                    if e > 0 {
+                        quantities.push((MeterKind::EnergyMj, apportion_energy(e, sm)));
+                    }
+                }
+                for (meter, per_tenant) in quantities {
                     for (tenant, q) in per_tenant {
                         if q == 0 {
                             continue;
@@ -601,7 +922,7 @@ impl Meter {
             loss,
             usage,
             totals,
-            open_allocations: Vec::new(),
+            open_allocations,
             warnings,
             sha256: String::new(),
         };
@@ -650,16 +971,16 @@ fn cell_quantities(
     if busy_total > 0 {
         out.insert(MeterKind::GpuBusyNs, largest_remainder(busy, busy_total));
     }
-    if let Some(n) = sm_count {
-        // Σ over tenants is an integer: per elementary interval the capped shares sum to
-        // len × SMs.
-        if let Some(q) = capped_shares(&cell.sm_exact, &cell.sm_capped, tenants, n) {
+    if sm_count.is_some() {
+        // Σ over tenants is an integer when only the device caps: per elementary interval the
+        // capped shares sum to len × SMs. Partition caps can leave a fraction: floored.
+        if let Some(q) = capped_shares(&cell.sm_exact, &cell.sm_capped, tenants) {
             out.insert(MeterKind::SmNs, q);
         }
     }
-    if let Some(n) = warp_sm_count {
+    if warp_sm_count.is_some() {
         // Σ over tenants may be fractional when capped: the cell's total is its floor.
-        if let Some(q) = capped_shares(&cell.warp_exact, &cell.warp_capped, tenants, n) {
+        if let Some(q) = capped_shares(&cell.warp_exact, &cell.warp_capped, tenants) {
             out.insert(MeterKind::WarpNs, q);
         }
     }
@@ -669,13 +990,12 @@ fn cell_quantities(
 }
 
 /// Per tenant integer shares of a capped time meter: `exact` per key plus, per key and
-/// distinct Σ held `H`, `value × sms / H`; exact rationals, the cell's total floored, then
-/// largest remainder. `None` when the total is 0.
+/// distinct cap factor `num / den`, `value × num / den`; exact rationals, the cell's total
+/// floored, then largest remainder. `None` when the total is 0.
 fn capped_shares(
     exact: &HashMap<u32, u128>,
-    capped: &HashMap<u32, BTreeMap<u64, u128>>,
+    capped: &HashMap<u32, BTreeMap<Factor, u128>>,
     tenants: &[String],
-    sms: u32,
 ) -> Option<BTreeMap<String, u128>> {
     let mut shares: BTreeMap<String, BigRational> = BTreeMap::new();
     for (&k, &q) in exact {
@@ -687,8 +1007,8 @@ fn capped_shares(
         let e = shares
             .entry(tenants[k as usize].clone())
             .or_insert_with(BigRational::zero);
-        for (&h, &num) in per_h {
-            *e += BigRational::new(BigInt::from(num) * BigInt::from(sms), BigInt::from(h));
+        for (&(num, den), &v) in per_h {
+            *e += BigRational::new(BigInt::from(v) * BigInt::from(num), BigInt::from(den));
         }
     }
     let total = shares
@@ -700,6 +1020,75 @@ fn capped_shares(
         .to_u128()
         .filter(|&t| t > 0)
         .map(|t| largest_remainder(shares, t))
+}
+
+/// Energy per window of one device from its cumulative-counter samples (DESIGN §4 "Energy"):
+/// within each run of samples (a run ends where the counter goes down), the counter is
+/// interpolated linearly between consecutive samples, and a window's energy is
+/// `⌊E(window end)⌋ − ⌊E(window start)⌋` clipped to the run, so the windows of a run sum
+/// exactly to its last minus first sample. Returns the energy per window start (windows with
+/// energy only) and how many times the counter went down.
+fn energy_per_window(samples: &[(u64, u64)], window: WindowSize) -> (BTreeMap<u64, u128>, u64) {
+    let mut s = samples.to_vec();
+    s.sort_unstable();
+    // One sample per timestamp (the first after sorting: the smallest reading).
+    s.dedup_by_key(|p| p.0);
+    let mut out: BTreeMap<u64, u128> = BTreeMap::new();
+    let mut resets = 0u64;
+    for pair in s.windows(2) {
+        let ((t0, e0), (t1, e1)) = (pair[0], pair[1]);
+        if e1 < e0 {
+            resets += 1;
+            continue;
+        }
+        let (dt, de) = (u128::from(t1 - t0), u128::from(e1 - e0));
+        // Energy from t0 to t, floored: ⌊de × (t − t0) / dt⌋ (exact in u128 for any u64s
+        // whose product fits; saturated otherwise, which only arises beyond 2^64 mJ).
+        let upto = |t: u64| de.saturating_mul(u128::from(t - t0)) / dt;
+        let mut t = t0;
+        let mut booked = 0u128;
+        while t < t1 {
+            let w = window.start_of(t);
+            let edge = w.saturating_add(window.ns()).min(t1);
+            let e = if edge == t1 { de } else { upto(edge) };
+            if e > booked {
+                *out.entry(w).or_insert(0) += e - booked;
+            }
+            booked = e;
+            t = edge;
+        }
+    }
+    (out, resets)
+}
+
+/// Splits a window's energy `e` (mJ) among tenants in proportion to their `sm_ns` in the
+/// window (largest remainder); all of it to [`IDLE`] when nobody has `sm_ns` there.
+fn apportion_energy(e: u128, sm: &[(String, u128)]) -> Vec<(String, u128)> {
+    let total: u128 = sm.iter().map(|(_, q)| q).sum();
+    if total == 0 {
+        return vec![(IDLE.to_string(), e)];
+    }
+    let shares: BTreeMap<String, BigRational> = sm
+        .iter()
+        .filter(|(_, q)| *q > 0)
+        .map(|(t, q)| {
+            (
+                t.clone(),
+                BigRational::new(BigInt::from(e) * BigInt::from(*q), BigInt::from(total)),
+            )
+        })
+        .collect();
+    largest_remainder(shares, e).into_iter().collect()
+}
+
+/// Reads an `open_allocations` address: `0x`-prefixed hex or decimal.
+fn parse_address(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => t.parse(),
+    };
+    r.map_err(|_| format!("address: `{text}` is not a 64-bit address (0x… hex or decimal)"))
 }
 
 /// Resident warps per SM of kernel `k` holding `held` SMs on device `info` (DESIGN §4):
@@ -764,8 +1153,73 @@ pub(crate) fn largest_remainder(
 }
 
 impl DeviceState {
+    /// Starts the sweep at the first record, and moves it on to `max start − horizon`.
+    fn note_start(&mut self, start: u64, horizon: u64, window: WindowSize) {
+        if !self.started {
+            self.started = true;
+            self.swept_to = start.saturating_sub(horizon);
+        }
+        if start > self.max_start {
+            self.max_start = start;
+            let to = self.max_start.saturating_sub(horizon);
+            if to > self.swept_to {
+                self.advance(to, window);
+            }
+        }
+    }
+
+    /// Books `bytes` held by `key` over `[a, b)` as `memory_byte_ns`, split at window edges.
+    fn book_memory(&mut self, key: u32, a: u64, b: u64, bytes: u64, window: WindowSize) {
+        let mut t = a;
+        while t < b {
+            let w = window.start_of(t);
+            let edge = w.saturating_add(window.ns()).min(b);
+            *self
+                .cells
+                .entry(w)
+                .or_default()
+                .ints
+                .entry((key, MeterKind::MemoryByteNs))
+                .or_insert(0) += u128::from(bytes) * u128::from(edge - t);
+            t = edge;
+        }
+    }
+
+    /// Pairs the memory events before `to` (exclusive; all of them for `u64::MAX`).
+    fn advance_memory(&mut self, to: u64, window: WindowSize) {
+        while let Some(Reverse(m)) = self.mem_pending.peek().copied() {
+            if m.ts >= to && to != u64::MAX {
+                break;
+            }
+            self.mem_pending.pop();
+            if m.release {
+                match self.open.remove(&m.address) {
+                    Some(a) => self.book_memory(a.key, a.since, m.ts, a.bytes, window),
+                    None => {
+                        *self
+                            .loss
+                            .entry(LossReason::ReleaseWithoutAllocation)
+                            .or_insert(0) += 1;
+                    }
+                }
+            } else {
+                let new = OpenAlloc {
+                    since: m.ts,
+                    allocated_at: m.allocated_at,
+                    bytes: m.bytes,
+                    key: m.key,
+                };
+                if let Some(prev) = self.open.insert(m.address, new) {
+                    self.reallocations += 1;
+                    self.book_memory(prev.key, prev.since, m.ts, prev.bytes, window);
+                }
+            }
+        }
+    }
+
     /// Books every elementary interval before `to` (exclusive) and moves the sweep there.
     fn advance(&mut self, to: u64, window: WindowSize) {
+        self.advance_memory(to, window);
         loop {
             let next_start = self
                 .pending
@@ -797,6 +1251,7 @@ impl DeviceState {
                         key: p.key,
                         held: p.held,
                         warps: p.warps,
+                        part: p.part,
                     });
                     changed = true;
                 }
@@ -821,45 +1276,63 @@ impl DeviceState {
         }
     }
 
+    /// The summary of the active set: per (key, cap factor) Σ held and Σ held × warps. The
+    /// partition cap scales a green context's kernels by `S_p / H_p` when they hold more
+    /// (`H_p`) than its `S_p` SMs; the device cap then scales everything by `S / T` when the
+    /// SMs held after partition caps, `T`, exceed the device's `S` (DESIGN §4 "Cap").
+    fn summarize(&self) -> ActiveSummary {
+        let mut part_held: BTreeMap<u32, u64> = BTreeMap::new();
+        for a in &self.active {
+            *part_held.entry(a.part).or_insert(0) += u64::from(a.held);
+        }
+        let part_sms = |p: u32| u64::from(self.partitions[(p - 1) as usize]);
+        let after_parts: u64 = part_held
+            .iter()
+            .map(|(&p, &h)| if p == 0 { h } else { h.min(part_sms(p)) })
+            .sum();
+        let device: Factor = match self.info.sm_count.map(u64::from) {
+            Some(n) if after_parts > n => (u128::from(n), u128::from(after_parts)),
+            _ => (1, 1),
+        };
+        let factor = |p: u32| -> Option<Factor> {
+            let part: Factor = match part_held.get(&p) {
+                Some(&h) if p != 0 && h > part_sms(p) => (u128::from(part_sms(p)), u128::from(h)),
+                _ => (1, 1),
+            };
+            let (num, den) = (part.0 * device.0, part.1 * device.1);
+            if num == den {
+                return None;
+            }
+            let g = num_integer::gcd(num, den);
+            Some((num / g, den / g))
+        };
+        let mut per: BTreeMap<(u32, Option<Factor>), (u64, u128)> = BTreeMap::new();
+        let mut keys = BTreeSet::new();
+        for a in &self.active {
+            keys.insert(a.key);
+            let e = per.entry((a.key, factor(a.part))).or_insert((0, 0));
+            e.0 += u64::from(a.held);
+            e.1 += u128::from(a.held) * u128::from(a.warps);
+        }
+        ActiveSummary {
+            keys: keys.into_iter().collect(),
+            held: per
+                .into_iter()
+                .filter(|(_, e)| e.0 > 0)
+                .map(|((k, f), (h, hw))| (k, f, h, hw))
+                .collect(),
+        }
+    }
+
     /// Books `[a, b)` with the current active set, split at window edges.
     fn book(&mut self, a: u64, b: u64, window: WindowSize) {
         if self.summary.is_none() {
-            let mut per_key: BTreeMap<u32, (u64, u128)> = BTreeMap::new();
-            let mut total_held = 0u64;
-            for act in &self.active {
-                let e = per_key.entry(act.key).or_insert((0, 0));
-                e.0 += u64::from(act.held);
-                e.1 += u128::from(act.held) * u128::from(act.warps);
-                total_held += u64::from(act.held);
-            }
-            let keys: Vec<u32> = per_key.keys().copied().collect();
-            let held: Vec<(u32, u64)> = per_key
-                .iter()
-                .filter(|(_, e)| e.0 > 0)
-                .map(|(&k, e)| (k, e.0))
-                .collect();
-            let held_warps: Vec<(u32, u128)> = per_key
-                .iter()
-                .filter(|(_, e)| e.1 > 0)
-                .map(|(&k, e)| (k, e.1))
-                .collect();
-            self.summary = Some(ActiveSummary {
-                keys,
-                held,
-                held_warps,
-                total_held,
-            });
+            self.summary = Some(self.summarize());
         }
-        let Some(ActiveSummary {
-            keys,
-            held,
-            held_warps,
-            total_held,
-        }) = self.summary.as_ref()
-        else {
+        let Some(ActiveSummary { keys, held }) = self.summary.as_ref() else {
             return;
         };
-        let sms = self.info.sm_count.map(u64::from);
+        let sms = self.info.sm_count.is_some();
         let mut t = a;
         while t < b {
             let w = window.start_of(t);
@@ -867,30 +1340,23 @@ impl DeviceState {
             let len = u128::from(edge - t);
             let cell = self.cells.entry(w).or_default();
             *cell.busy.entry(keys.clone()).or_insert(0) += len;
-            if let Some(n) = sms {
-                if *total_held <= n {
-                    for &(k, h) in held {
-                        *cell.sm_exact.entry(k).or_insert(0) += len * u128::from(h);
-                    }
-                    for &(k, hw) in held_warps {
-                        *cell.warp_exact.entry(k).or_insert(0) += len * hw;
-                    }
-                } else {
-                    for &(k, h) in held {
-                        *cell
-                            .sm_capped
-                            .entry(k)
-                            .or_default()
-                            .entry(*total_held)
-                            .or_insert(0) += len * u128::from(h);
-                    }
-                    for &(k, hw) in held_warps {
-                        *cell
-                            .warp_capped
-                            .entry(k)
-                            .or_default()
-                            .entry(*total_held)
-                            .or_insert(0) += len * hw;
+            if sms {
+                for &(k, f, h, hw) in held {
+                    match f {
+                        None => {
+                            *cell.sm_exact.entry(k).or_insert(0) += len * u128::from(h);
+                            if hw > 0 {
+                                *cell.warp_exact.entry(k).or_insert(0) += len * hw;
+                            }
+                        }
+                        Some(f) => {
+                            *cell.sm_capped.entry(k).or_default().entry(f).or_insert(0) +=
+                                len * u128::from(h);
+                            if hw > 0 {
+                                *cell.warp_capped.entry(k).or_default().entry(f).or_insert(0) +=
+                                    len * hw;
+                            }
+                        }
                     }
                 }
             }

@@ -38,6 +38,11 @@ pub struct KernelLaunch {
     pub shared_mem_bytes: Option<u64>,
     /// Kernel (function) name, if known. Names are informational, never metered.
     pub name: Option<Arc<str>>,
+    /// Warp-level instructions the launch executed (`warp_instructions`, DESIGN §4), when the
+    /// source measured them: Σ `executed` of CUPTI INSTRUCTION_EXECUTION records with the
+    /// kernel's `correlationId`, or Σ `smsp__sass_inst_executed` of the SASS-metrics data
+    /// flushed for the launch. `None` when not measured.
+    pub warp_instructions: Option<u64>,
 }
 
 impl KernelLaunch {
@@ -164,6 +169,64 @@ impl LossReason {
             LossReason::Late => "late",
             LossReason::ReleaseWithoutAllocation => "release_without_allocation",
             LossReason::Duplicate => "duplicate",
+        }
+    }
+}
+
+/// What a memory record did (CUPTI `CUpti_ActivityMemoryOperationType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MemoryOp {
+    /// `CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION`: `bytes` become held at `address`.
+    Allocation,
+    /// `CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE`: the allocation at `address` ends.
+    Release,
+}
+
+/// A device-memory allocation or release (CUPTI MEMORY2, `CUpti_ActivityMemory4`), the input
+/// of `memory_byte_ns` (DESIGN §4): allocations and releases are paired by device and
+/// `address`; the allocation's bytes are held from its timestamp to the release's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryEvent {
+    /// Device whose memory it is.
+    pub device: DeviceSlot,
+    /// When it happened, ns since the epoch (CUPTI `timestamp`).
+    pub timestamp_ns: u64,
+    /// Virtual address (CUPTI `address`), the pairing key; a value, never dereferenced.
+    pub address: u64,
+    /// Bytes allocated (CUPTI `bytes`). For a release, informational: the allocation's bytes
+    /// are billed.
+    pub bytes: u64,
+    /// Allocation or release.
+    pub op: MemoryOp,
+    /// CUDA context id (CUPTI `contextId`).
+    pub context_id: u32,
+    /// Correlation id of the API call (CUPTI `correlationId`).
+    pub correlation_id: u32,
+    /// Process id of the allocating process, when known (CUPTI `processId`).
+    pub process_id: Option<u32>,
+    /// External correlation id, when known.
+    pub external_id: Option<u64>,
+}
+
+impl MemoryEvent {
+    /// An event with every optional join field empty.
+    pub fn new(
+        device: DeviceSlot,
+        timestamp_ns: u64,
+        address: u64,
+        bytes: u64,
+        op: MemoryOp,
+    ) -> Self {
+        MemoryEvent {
+            device,
+            timestamp_ns,
+            address,
+            bytes,
+            op,
+            context_id: 0,
+            correlation_id: 0,
+            process_id: None,
+            external_id: None,
         }
     }
 }

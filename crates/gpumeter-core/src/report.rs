@@ -231,6 +231,31 @@ pub struct RecordCounts {
     pub skipped: BTreeMap<String, u64>,
 }
 
+/// An allocation still held when a report was built (DESIGN §4 "Memory"): billed as
+/// `memory_byte_ns` up to `billed_to`; a later report bills it from there
+/// ([`Meter::push_opening`](crate::Meter::push_opening)).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OpenAllocation {
+    /// Device id within its source.
+    pub device: u32,
+    /// Identity of the device across sources.
+    pub device_key: String,
+    /// Virtual address, `0x…` hex (CUPTI MEMORY2 `address`).
+    pub address: String,
+    /// Bytes held.
+    pub bytes: Quantity,
+    /// Tenant the allocation was attributed to in this report.
+    pub tenant: String,
+    /// Process id of the allocating process, when known.
+    pub process_id: Option<u32>,
+    /// External correlation id, when known.
+    pub external_id: Option<u64>,
+    /// When the allocation was made, RFC 3339 UTC with ns.
+    pub allocated_at: String,
+    /// The report's end, up to which it is billed, RFC 3339 UTC with ns.
+    pub billed_to: String,
+}
+
 /// Records lost on one device for one reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LossEntry {
@@ -301,8 +326,9 @@ pub struct UsageReport {
     pub usage: Vec<UsageRow>,
     /// Usage per (tenant, device, meter).
     pub totals: Vec<TotalRow>,
-    /// Allocations open at the report's end (filled by the memory meter; empty until then).
-    pub open_allocations: Vec<serde_json::Value>,
+    /// Allocations still held at the report's end, billed up to it (DESIGN §4 "Memory"); a
+    /// later report takes them as opening state (`--opening`).
+    pub open_allocations: Vec<OpenAllocation>,
     /// Warnings for people (loss, duplicate sources, unmeterable meters).
     pub warnings: Vec<String>,
     /// SHA-256 over the RFC 8785 canonical JSON of the report without this field.

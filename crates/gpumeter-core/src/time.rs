@@ -47,6 +47,12 @@ pub fn rfc3339(ns: u64) -> String {
     }
 }
 
+/// Formats ns since the Unix epoch as RFC 3339 UTC with all nine fractional digits
+/// (`2025-07-18T08:00:00.000000001Z`), so the text reads back to the same ns.
+pub fn rfc3339_ns(ns: u64) -> String {
+    ns_to_utc(ns).to_rfc3339_opts(chrono::SecondsFormat::Nanos, true)
+}
+
 /// Parses an RFC 3339 time (any offset) into ns since the Unix epoch.
 ///
 /// # Errors

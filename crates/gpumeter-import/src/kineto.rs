@@ -690,6 +690,7 @@ fn work_event<'de>(
                     .u32_opt("args.registers per thread", args.registers_per_thread)?,
                 shared_mem_bytes: f.u64_opt("args.shared memory", args.shared_memory)?,
                 name,
+                warp_instructions: None,
             })
         }
         Class::Memcpy => {

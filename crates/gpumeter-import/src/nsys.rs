@@ -608,6 +608,7 @@ fn read_activity(
                     registers_per_thread: r.u32(15, "registersPerThread")?,
                     shared_mem_bytes,
                     name,
+                    warp_instructions: None,
                 })
             }
             Kind::Memcpy => Work::Memcpy {

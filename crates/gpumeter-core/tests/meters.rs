@@ -1,0 +1,464 @@
+//! Partitions, `memory_byte_ns`, `energy_mj` and `warp_instructions` (DESIGN §4): hand-computed
+//! cases and conservation properties.
+
+use std::collections::BTreeMap;
+
+use gpumeter_core::{
+    ActivityRecord, DeviceInfo, KernelLaunch, MemoryEvent, MemoryOp, Meter, MeterConfig, MeterKind,
+    TenantMap, UsageReport, WindowSize, Work, IDLE,
+};
+use proptest::prelude::*;
+
+const BASE: u64 = 1_700_000_000_000_000_000 - 1_700_000_000_000_000_000 % 86_400_000_000_000;
+const S: u64 = 1_000_000_000;
+const KEY: &str = "GPU-test";
+
+fn kernel(grid: u32) -> Work {
+    Work::Kernel(KernelLaunch {
+        grid: Some([grid, 1, 1]),
+        block: Some([128, 1, 1]),
+        ..KernelLaunch::default()
+    })
+}
+
+fn device(sms: Option<u32>) -> DeviceInfo {
+    let mut d = DeviceInfo::bare(KEY, 0);
+    d.sm_count = sms;
+    d
+}
+
+fn pids(map: &[(u32, &str)]) -> TenantMap {
+    let mut tm = TenantMap::default();
+    for (p, t) in map {
+        tm.pid.insert(*p, (*t).to_string());
+    }
+    tm
+}
+
+fn per_tenant(r: &UsageReport, meter: MeterKind) -> BTreeMap<String, u128> {
+    let mut m = BTreeMap::new();
+    for t in r.totals.iter().filter(|t| t.meter == meter) {
+        *m.entry(t.tenant.clone()).or_insert(0) += t.quantity.0;
+    }
+    m
+}
+
+fn per_window(r: &UsageReport, meter: MeterKind) -> BTreeMap<String, u128> {
+    let mut m = BTreeMap::new();
+    for u in r.usage.iter().filter(|u| u.meter == meter) {
+        *m.entry(format!("{} {}", u.window_start, u.tenant))
+            .or_insert(0) += u.quantity.0;
+    }
+    m
+}
+
+fn rec(
+    dev: gpumeter_core::DeviceSlot,
+    a: u64,
+    b: u64,
+    work: Work,
+    pid: u32,
+    ctx: u32,
+) -> ActivityRecord {
+    let mut r = ActivityRecord::new(dev, BASE + a, BASE + b, work);
+    r.process_id = Some(pid);
+    r.context_id = ctx;
+    r.correlation_id = pid * 1000 + ctx + a as u32;
+    r
+}
+
+#[test]
+fn green_context_cap_then_device_cap_hand_computed() {
+    // Device of 100 SMs; green context 7 has 30 SMs. On [0, 1000) ns:
+    //   alice (ctx 7) grid 50 → holds min(50, 30) = 30;  bob (ctx 7) grid 20 → holds 20;
+    //   carol (ctx 0, the device) grid 90 → holds 90.
+    // Partition cap: 30 + 20 = 50 > 30 → alice 30·30/50 = 18, bob 20·30/50 = 12.
+    // Device cap: 18 + 12 + 90 = 120 > 100 → alice 15, bob 10, carol 75 (Σ = 100).
+    let mut meter = Meter::new(MeterConfig::default());
+    meter.set_tenant_map(pids(&[(1, "alice"), (2, "bob"), (3, "carol")]));
+    let dev = meter.register_device(device(Some(100)));
+    assert!(meter.register_partition(dev, 7, 30));
+    meter.push(rec(dev, 0, 1000, kernel(50), 1, 7));
+    meter.push(rec(dev, 0, 1000, kernel(20), 2, 7));
+    meter.push(rec(dev, 0, 1000, kernel(90), 3, 0));
+    let r = meter.finish().expect("report");
+    let sm = per_tenant(&r, MeterKind::SmNs);
+    assert_eq!(sm["alice"], 15_000);
+    assert_eq!(sm["bob"], 10_000);
+    assert_eq!(sm["carol"], 75_000);
+    assert_eq!(r.device_total(KEY, MeterKind::SmNs), 100 * 1000);
+}
+
+#[test]
+fn a_partition_alone_below_the_device_is_capped_at_its_own_sms() {
+    // Green context of 40 SMs on a 132-SM device: a kernel of 100 blocks holds 40, two hold
+    // 40 together (20 each), never more than the partition although the device has room.
+    let mut meter = Meter::new(MeterConfig::default());
+    meter.set_tenant_map(pids(&[(1, "alice"), (2, "bob")]));
+    let dev = meter.register_device(device(Some(132)));
+    meter.register_partition(dev, 5, 40);
+    meter.push(rec(dev, 0, 1000, kernel(100), 1, 5));
+    meter.push(rec(dev, 1000, 2000, kernel(100), 1, 5));
+    meter.push(rec(dev, 1000, 2000, kernel(100), 2, 5));
+    let r = meter.finish().expect("report");
+    let sm = per_tenant(&r, MeterKind::SmNs);
+    assert_eq!(sm["alice"], 40_000 + 20_000);
+    assert_eq!(sm["bob"], 20_000);
+}
+
+#[test]
+fn memory_byte_ns_pairs_by_address_and_splits_at_windows() {
+    let win = WindowSize::parse("60s").expect("window");
+    let mut meter = Meter::new(MeterConfig {
+        window: win,
+        ..MeterConfig::default()
+    });
+    meter.set_tenant_map(pids(&[(1, "alice")]));
+    let dev = meter.register_device(device(Some(10)));
+    let ev = |t: u64, addr: u64, bytes: u64, op: MemoryOp| {
+        let mut e = MemoryEvent::new(dev, BASE + t, addr, bytes, op);
+        e.process_id = Some(1);
+        e
+    };
+    // 1000 bytes at 0x10 from 50 s to 70 s: 10 s in window 0, 10 s in window 1.
+    meter.push_memory(ev(50 * S, 0x10, 1000, MemoryOp::Allocation));
+    // 8 bytes at 0x20 from 55 s to 56 s (release reports 0 bytes: the allocation's count).
+    meter.push_memory(ev(55 * S, 0x20, 8, MemoryOp::Allocation));
+    meter.push_memory(ev(56 * S, 0x20, 0, MemoryOp::Release));
+    meter.push_memory(ev(70 * S, 0x10, 1000, MemoryOp::Release));
+    // A release of an address never allocated: loss, no usage.
+    meter.push_memory(ev(71 * S, 0x30, 64, MemoryOp::Release));
+    let r = meter.finish().expect("report");
+    let w = per_window(&r, MeterKind::MemoryByteNs);
+    let w0 = gpumeter_core::time::rfc3339(BASE);
+    let w1 = gpumeter_core::time::rfc3339(BASE + 60 * S);
+    assert_eq!(
+        w[&format!("{w0} alice")],
+        1000 * 10 * u128::from(S) + 8 * u128::from(S)
+    );
+    assert_eq!(w[&format!("{w1} alice")], 1000 * 10 * u128::from(S));
+    assert_eq!(r.lost(KEY, "release_without_allocation"), 1);
+    assert!(r.open_allocations.is_empty());
+}
+
+#[test]
+fn open_allocations_are_billed_to_the_end_and_carried_into_the_next_report() {
+    // Report 1: 4096 bytes allocated at 10 ns, a kernel ends at 110 ns: billed 100 ns, open.
+    let mut m1 = Meter::new(MeterConfig::default());
+    m1.set_tenant_map(pids(&[(9, "dora")]));
+    let dev = m1.register_device(device(Some(10)));
+    let mut a = MemoryEvent::new(dev, BASE + 10, 0x7f00_0000_0000, 4096, MemoryOp::Allocation);
+    a.process_id = Some(9);
+    m1.push_memory(a);
+    m1.push(rec(dev, 20, 110, kernel(1), 9, 0));
+    let r1 = m1.finish().expect("report");
+    assert_eq!(per_tenant(&r1, MeterKind::MemoryByteNs)["dora"], 4096 * 100);
+    assert_eq!(r1.open_allocations.len(), 1);
+    let open = &r1.open_allocations[0];
+    assert_eq!(open.address, "0x7f0000000000");
+    assert_eq!(open.tenant, "dora");
+    assert_eq!(open.billed_to, gpumeter_core::time::rfc3339_ns(BASE + 110));
+    // Report 2 (no tenant map): opening state from report 1, released at 1110 ns.
+    let mut m2 = Meter::new(MeterConfig::default());
+    let dev2 = m2.register_device(device(Some(10)));
+    m2.push_opening(dev2, open).expect("opening");
+    m2.push_memory(MemoryEvent::new(
+        dev2,
+        BASE + 1110,
+        0x7f00_0000_0000,
+        4096,
+        MemoryOp::Release,
+    ));
+    let r2 = m2.finish().expect("report");
+    // Attributed as report 1 resolved it; billed from 110 to 1110 ns: together, 10 → 1110.
+    assert_eq!(
+        per_tenant(&r2, MeterKind::MemoryByteNs)["dora"],
+        4096 * 1000
+    );
+    assert!(r2.open_allocations.is_empty());
+    // Bad opening state is a message naming the field, not a panic.
+    let mut bad = open.clone();
+    bad.address = "nowhere".into();
+    let mut m3 = Meter::new(MeterConfig::default());
+    let dev3 = m3.register_device(device(None));
+    let err = m3.push_opening(dev3, &bad).expect_err("bad address");
+    assert!(err.contains("address"), "{err}");
+}
+
+#[test]
+fn energy_is_interpolated_to_windows_and_apportioned_by_sm_ns_with_idle() {
+    let win = WindowSize::parse("60s").expect("window");
+    let mut meter = Meter::new(MeterConfig {
+        window: win,
+        ..MeterConfig::default()
+    });
+    meter.set_tenant_map(pids(&[(1, "alice"), (2, "bob")]));
+    let dev = meter.register_device(device(Some(10)));
+    // Counter 1000 mJ at 30 s, 4000 mJ at 120 s: 1000 mJ per 30 s, linear.
+    // Window 0 [0, 60 s): 1000 mJ; window 1 [60, 120 s): 2000 mJ.
+    meter.push_energy(dev, BASE + 120 * S, 4000);
+    meter.push_energy(dev, BASE + 30 * S, 1000);
+    // Window 0: alice 3 SMs and bob 1 SM over the same second → 3:1. Window 1: no work.
+    meter.push(rec(dev, 40 * S, 41 * S, kernel(3), 1, 0));
+    meter.push(rec(dev, 40 * S, 41 * S, kernel(1), 2, 0));
+    let r = meter.finish().expect("report");
+    let e = per_tenant(&r, MeterKind::EnergyMj);
+    assert_eq!(e["alice"], 750);
+    assert_eq!(e["bob"], 250);
+    assert_eq!(e[IDLE], 2000);
+    assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 3000);
+}
+
+#[test]
+fn energy_without_sm_count_is_not_meterable_and_counter_resets_warn() {
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device(None));
+    meter.push_energy(dev, BASE + 10, 500);
+    meter.push_energy(dev, BASE + 15, 600);
+    meter.push_energy(dev, BASE + 20, 100);
+    meter.push(rec(dev, 10, 20, kernel(1), 1, 0));
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
+    let nm: Vec<MeterKind> = r.devices[0].not_meterable.iter().map(|n| n.meter).collect();
+    assert!(nm.contains(&MeterKind::EnergyMj), "{nm:?}");
+    assert!(
+        r.warnings.iter().any(|w| w.contains("went down")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn warp_instructions_sum_per_tenant_and_partial_counts_are_not_meterable() {
+    let with = |n: u64| {
+        Work::Kernel(KernelLaunch {
+            grid: Some([1, 1, 1]),
+            warp_instructions: Some(n),
+            ..KernelLaunch::default()
+        })
+    };
+    let mut meter = Meter::new(MeterConfig::default());
+    meter.set_tenant_map(pids(&[(1, "alice"), (2, "bob")]));
+    let dev = meter.register_device(device(Some(10)));
+    meter.push(rec(dev, 0, 10, with(1000), 1, 0));
+    meter.push(rec(dev, 20, 30, with(24), 1, 0));
+    meter.push(rec(dev, 20, 30, with(7), 2, 0));
+    let r = meter.finish().expect("report");
+    let w = per_tenant(&r, MeterKind::WarpInstructions);
+    assert_eq!((w["alice"], w["bob"]), (1024, 7));
+
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device(Some(10)));
+    meter.push(rec(dev, 0, 10, with(1000), 1, 0));
+    meter.push(rec(dev, 20, 30, kernel(1), 1, 0));
+    let r = meter.finish().expect("report");
+    assert_eq!(r.device_total(KEY, MeterKind::WarpInstructions), 0);
+    let nm = &r.devices[0].not_meterable;
+    let why = nm
+        .iter()
+        .find(|n| n.meter == MeterKind::WarpInstructions)
+        .expect("entry");
+    assert!(why.reason.contains("1 of 2 kernels"), "{}", why.reason);
+}
+
+// ---- properties ----------------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+struct K {
+    start: u64,
+    len: u64,
+    grid: u32,
+    pid: u32,
+    ctx: u32,
+}
+
+fn arb_kernel() -> impl Strategy<Value = K> {
+    (0u64..400, 0u64..200, 1u32..150, 1u32..4, 0u32..3).prop_map(|(start, len, grid, pid, ctx)| K {
+        start,
+        len,
+        grid,
+        pid,
+        ctx,
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Alloc {
+    at: u64,
+    hold: Option<u64>,
+    bytes: u64,
+    pid: u32,
+}
+
+fn arb_alloc() -> impl Strategy<Value = Alloc> {
+    (
+        0u64..400,
+        proptest::option::of(0u64..300),
+        1u64..1 << 40,
+        1u32..4,
+    )
+        .prop_map(|(at, hold, bytes, pid)| Alloc {
+            at,
+            hold,
+            bytes,
+            pid,
+        })
+}
+
+const TENANTS: [(u32, &str); 3] = [(1, "alice"), (2, "bob"), (3, "carol")];
+
+/// Meters kernels (contexts 1 and 2 are green contexts of `parts` SMs), allocations at
+/// distinct addresses and energy samples, with window `w` ns (a divisor of a day) and the
+/// given tenant map.
+fn run(
+    ks: &[K],
+    allocs: &[Alloc],
+    energy: &[(u64, u64)],
+    parts: (u32, u32),
+    window: &str,
+    map: bool,
+) -> UsageReport {
+    let mut meter = Meter::new(MeterConfig {
+        window: WindowSize::parse(window).expect("window"),
+        // Events arrive in any order here: nothing may be late.
+        reorder_horizon_ns: 86_400 * S,
+        ..MeterConfig::default()
+    });
+    if map {
+        meter.set_tenant_map(pids(&TENANTS));
+    }
+    let dev = meter.register_device(device(Some(100)));
+    meter.register_partition(dev, 1, parts.0);
+    meter.register_partition(dev, 2, parts.1);
+    for (i, k) in ks.iter().enumerate() {
+        let mut r = rec(
+            dev,
+            k.start * S / 10,
+            (k.start + k.len) * S / 10,
+            kernel(k.grid),
+            k.pid,
+            k.ctx,
+        );
+        r.correlation_id = i as u32;
+        meter.push(r);
+    }
+    for (i, a) in allocs.iter().enumerate() {
+        let addr = 0x1000 * (i as u64 + 1);
+        let mut e = MemoryEvent::new(
+            dev,
+            BASE + a.at * S / 10,
+            addr,
+            a.bytes,
+            MemoryOp::Allocation,
+        );
+        e.process_id = Some(a.pid);
+        meter.push_memory(e);
+        if let Some(h) = a.hold {
+            let mut e =
+                MemoryEvent::new(dev, BASE + (a.at + h) * S / 10, addr, 0, MemoryOp::Release);
+            e.process_id = Some(a.pid);
+            meter.push_memory(e);
+        }
+    }
+    for &(t, e) in energy {
+        meter.push_energy(dev, BASE + t * S / 10, e);
+    }
+    meter.finish().expect("report")
+}
+
+fn device_per_meter(r: &UsageReport) -> BTreeMap<MeterKind, u128> {
+    let mut m = BTreeMap::new();
+    for t in &r.totals {
+        *m.entry(t.meter).or_insert(0) += t.quantity.0;
+    }
+    m
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Per (window, meter) cell the tenants' usage sums to the device's, attribution (a tenant
+    /// map or none) changes no device total, and sm_ns never exceeds SMs × busy per window.
+    #[test]
+    fn attribution_and_partitions_conserve(
+        ks in proptest::collection::vec(arb_kernel(), 1..12),
+        p0 in 1u32..100, p1 in 1u32..100,
+    ) {
+        let mapped = run(&ks, &[], &[], (p0, p1), "15m", true);
+        let plain = run(&ks, &[], &[], (p0, p1), "15m", false);
+        prop_assert_eq!(device_per_meter(&mapped), device_per_meter(&plain));
+        let mut busy: BTreeMap<String, u128> = BTreeMap::new();
+        let mut sm: BTreeMap<String, u128> = BTreeMap::new();
+        for u in &mapped.usage {
+            match u.meter {
+                MeterKind::GpuBusyNs => *busy.entry(u.window_start.clone()).or_insert(0) += u.quantity.0,
+                MeterKind::SmNs => *sm.entry(u.window_start.clone()).or_insert(0) += u.quantity.0,
+                _ => {}
+            }
+        }
+        for (w, q) in &sm {
+            prop_assert!(*q <= 100 * busy.get(w).copied().unwrap_or(0), "window {}", w);
+        }
+        // Each kernel's SM·ns is at most its duration × min(grid, partition SMs).
+        let cap = |k: &K| -> u128 {
+            let p = match k.ctx { 1 => p0, 2 => p1, _ => 100 };
+            u128::from(k.len * S / 10) * u128::from(k.grid.min(p))
+        };
+        let bound: u128 = ks.iter().map(cap).sum();
+        prop_assert!(mapped.device_total(KEY, MeterKind::SmNs) <= bound);
+    }
+
+    /// memory_byte_ns: every allocation contributes bytes × (release or report end − start),
+    /// whatever the window, tenant map or order of events.
+    #[test]
+    fn memory_byte_ns_conserves(
+        allocs in proptest::collection::vec(arb_alloc(), 1..10),
+        ks in proptest::collection::vec(arb_kernel(), 0..4),
+        window in prop_oneof![Just("60s"), Just("15m"), Just("1h")],
+        map in any::<bool>(),
+    ) {
+        let r = run(&ks, &allocs, &[], (50, 50), window, map);
+        let end = ks.iter().map(|k| k.start + k.len)
+            .chain(allocs.iter().map(|a| a.at + a.hold.unwrap_or(0)))
+            .max().unwrap_or(0) * S / 10;
+        let expect: u128 = allocs.iter().map(|a| {
+            let until = match a.hold { Some(h) => (a.at + h) * S / 10, None => end };
+            u128::from(a.bytes) * u128::from(until - a.at * S / 10)
+        }).sum();
+        prop_assert_eq!(r.device_total(KEY, MeterKind::MemoryByteNs), expect);
+        prop_assert_eq!(r.open_allocations.len(), allocs.iter().filter(|a| a.hold.is_none()).count());
+        let cells: u128 = r.usage.iter().filter(|u| u.meter == MeterKind::MemoryByteNs).map(|u| u.quantity.0).sum();
+        prop_assert_eq!(cells, expect);
+    }
+
+    /// energy_mj: the windows and tenants (idle included) sum to the counter's last minus first
+    /// sample, for any window, samples order and work.
+    #[test]
+    fn energy_mj_conserves(
+        steps in proptest::collection::vec((1u64..2000, 0u64..1_000_000), 2..10),
+        ks in proptest::collection::vec(arb_kernel(), 0..8),
+        window in prop_oneof![Just("60s"), Just("15m"), Just("1h")],
+        reverse in any::<bool>(),
+    ) {
+        let mut t = 0;
+        let mut e = 5_000u64;
+        let mut samples = vec![];
+        for (dt, de) in &steps {
+            samples.push((t, e));
+            t += dt;
+            e += de;
+        }
+        let first = samples[0].1;
+        let last = samples[samples.len() - 1].1;
+        if reverse { samples.reverse(); }
+        let r = run(&ks, &[], &samples, (100, 100), window, true);
+        prop_assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), u128::from(last - first));
+        // Energy goes to tenants with sm_ns in the window, or to idle.
+        let with_sm: std::collections::BTreeSet<(String, String)> = r.usage.iter()
+            .filter(|u| u.meter == MeterKind::SmNs)
+            .map(|u| (u.window_start.clone(), u.tenant.clone())).collect();
+        for u in r.usage.iter().filter(|u| u.meter == MeterKind::EnergyMj) {
+            prop_assert!(u.tenant == IDLE || with_sm.contains(&(u.window_start.clone(), u.tenant.clone())));
+        }
+    }
+}
