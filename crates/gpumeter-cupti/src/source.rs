@@ -798,6 +798,7 @@ fn kernel_launch(
         registers_per_thread: Some(u32::from(k.registers_per_thread)),
         shared_mem_bytes: Some(s + d),
         name: names.get(&k.name_ptr).cloned(),
+        warp_instructions: None,
     })
 }
 
