@@ -263,6 +263,92 @@ fn warp_instructions_sum_per_tenant_and_partial_counts_are_not_meterable() {
 
 // ---- properties ----------------------------------------------------------------------------
 
+/// Independent reference for `sm_ns` with partitions: per elementary interval (between all
+/// kernel starts, ends and window edges), each running kernel's exact share
+/// `len × held × partition factor × device factor` as a rational, summed per (window, tenant).
+fn reference_sm(
+    ks: &[K],
+    parts: (u32, u32),
+    sms: u64,
+    window_ns: u64,
+) -> BTreeMap<(u64, String), num_rational::BigRational> {
+    use num_rational::BigRational;
+    use num_traits::Zero;
+    let part_sms = |ctx: u32| -> Option<u64> {
+        match ctx {
+            1 => Some(u64::from(parts.0)),
+            2 => Some(u64::from(parts.1)),
+            _ => None,
+        }
+    };
+    let span = |k: &K| (BASE + k.start * S / 10, BASE + (k.start + k.len) * S / 10);
+    let held = |k: &K| {
+        u64::from(k.grid)
+            .min(part_sms(k.ctx).unwrap_or(sms))
+            .min(sms)
+    };
+    let mut points: Vec<u64> = ks.iter().flat_map(|k| [span(k).0, span(k).1]).collect();
+    let (lo, hi) = (
+        points.iter().copied().min().unwrap_or(0),
+        points.iter().copied().max().unwrap_or(0),
+    );
+    let mut w = lo - lo % window_ns;
+    while w <= hi {
+        points.push(w);
+        w += window_ns;
+    }
+    points.sort_unstable();
+    points.dedup();
+    let tenant = |pid: u32| {
+        TENANTS
+            .iter()
+            .find(|t| t.0 == pid)
+            .map(|t| t.1)
+            .unwrap_or("?")
+    };
+    let mut out: BTreeMap<(u64, String), BigRational> = BTreeMap::new();
+    for pair in points.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let running: Vec<&K> = ks
+            .iter()
+            .filter(|k| span(k).0 <= a && span(k).1 >= b && span(k).1 > span(k).0)
+            .collect();
+        let mut h_part: BTreeMap<u32, u64> = BTreeMap::new();
+        for k in &running {
+            let p = if part_sms(k.ctx).is_some() { k.ctx } else { 0 };
+            *h_part.entry(p).or_insert(0) += held(k);
+        }
+        let t: u64 = h_part
+            .iter()
+            .map(|(&p, &h)| {
+                if p == 0 {
+                    h
+                } else {
+                    h.min(part_sms(p).unwrap_or(h))
+                }
+            })
+            .sum();
+        let r = |n: u64, d: u64| BigRational::new(n.into(), d.into());
+        for k in &running {
+            let p = if part_sms(k.ctx).is_some() { k.ctx } else { 0 };
+            let mut f = r(1, 1);
+            if p != 0 {
+                let (hp, sp) = (h_part[&p], part_sms(p).unwrap_or(1));
+                if hp > sp {
+                    f = f * r(sp, hp);
+                }
+            }
+            if t > sms {
+                f = f * r(sms, t);
+            }
+            let share = r((b - a) * held(k), 1) * f;
+            *out.entry((a - a % window_ns, tenant(k.pid).to_string()))
+                .or_insert_with(BigRational::zero) += share;
+        }
+    }
+    out
+}
+
 #[derive(Debug, Clone)]
 struct K {
     start: u64,
@@ -406,6 +492,41 @@ proptest! {
         };
         let bound: u128 = ks.iter().map(cap).sum();
         prop_assert!(mapped.device_total(KEY, MeterKind::SmNs) <= bound);
+    }
+
+    /// sm_ns with green contexts against the independent reference: per (window, tenant) the
+    /// meter is within 1 SM·ns of the exact share, and per window the tenants sum to the floor
+    /// of the exact total.
+    #[test]
+    fn partition_cap_matches_the_reference(
+        ks in proptest::collection::vec(arb_kernel(), 1..12),
+        p0 in 1u32..100, p1 in 1u32..100,
+        window in prop_oneof![Just(("1s", S)), Just(("15m", 900 * S))],
+    ) {
+        use num_traits::{Signed, ToPrimitive};
+        let r = run(&ks, &[], &[], (p0, p1), window.0, true);
+        let exact = reference_sm(&ks, (p0, p1), 100, window.1);
+        let mut got: BTreeMap<(u64, String), u128> = BTreeMap::new();
+        for u in r.usage.iter().filter(|u| u.meter == MeterKind::SmNs) {
+            let w = gpumeter_core::time::parse_rfc3339(&u.window_start).expect("time");
+            got.insert((w, u.tenant.clone()), u.quantity.0);
+        }
+        let mut per_window: BTreeMap<u64, (num_rational::BigRational, u128)> = BTreeMap::new();
+        for ((w, t), q) in &exact {
+            let g = got.get(&(*w, t.clone())).copied().unwrap_or(0);
+            let diff = (q - num_rational::BigRational::from_integer(g.into())).abs();
+            prop_assert!(diff < num_rational::BigRational::from_integer(1.into()),
+                "window {} tenant {}: meter {} vs exact {}", w, t, g, q);
+            let e = per_window.entry(*w).or_insert((num_rational::BigRational::from_integer(0.into()), 0));
+            e.0 += q;
+            e.1 += g;
+        }
+        for (w, (q, g)) in per_window {
+            prop_assert_eq!(q.floor().to_integer().to_u128(), Some(g), "window {}", w);
+        }
+        for k in got.keys() {
+            prop_assert!(exact.contains_key(k), "usage without a reference share: {:?}", k);
+        }
     }
 
     /// memory_byte_ns: every allocation contributes bytes × (release or report end − start),
