@@ -335,11 +335,11 @@ fn reference_sm(
             if p != 0 {
                 let (hp, sp) = (h_part[&p], part_sms(p).unwrap_or(1));
                 if hp > sp {
-                    f = f * r(sp, hp);
+                    f *= r(sp, hp);
                 }
             }
             if t > sms {
-                f = f * r(sms, t);
+                f *= r(sms, t);
             }
             let share = r((b - a) * held(k), 1) * f;
             *out.entry((a - a % window_ns, tenant(k.pid).to_string()))
