@@ -2,8 +2,8 @@
 //! profiler calls it needs (`cuptiProfilerInitialize`, `cuptiProfilerDeviceSupported`,
 //! `cuptiDeviceGetChipName`).
 //!
-//! NVIDIA added the API in CUDA 12.4 (CUPTI API version 22); the header is the same in the
-//! CUPTI 12.8, 13.0 and 13.4 releases the bindings are made from. A libcupti without it has
+//! The API arrived in CUDA 12.3 or 12.4 (see `bindings/cupti/README.md`); the header is the
+//! same in the CUPTI 12.8, 13.0 and 13.4 releases the bindings are made from. A libcupti without it has
 //! none of the symbols: every wrapper then returns [`CuptiError::NotSupported`], never panics.
 //!
 //! CUPTI's parameter structs start with `structSize`, which must be the header's
