@@ -17,7 +17,9 @@ use std::process::Command;
 use std::time::SystemTime;
 
 use clap::{Args, Subcommand};
-use gpumeter::cupti::gmr::{read_gmr, ClockPair, Frame, GmrFile, GmrHeader, GmrWriter, Producer};
+use gpumeter::cupti::gmr::{
+    read_gmr, ClockPair, EnergySample, Frame, GmrFile, GmrHeader, GmrWriter, LocatedFrame, Producer,
+};
 use gpumeter::cupti::{decode, ApiVersion, Record, StringTable};
 use serde::Serialize;
 
@@ -342,6 +344,60 @@ struct KernelCount {
     count: u64,
 }
 
+/// A device's energy frames in a recording (`gpumeter recording show`): the counter's first
+/// and last readings and what it grew by between them.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct EnergyDevice {
+    /// CUDA ordinal (the frames' `device`).
+    device: u32,
+    /// Energy frames of the device.
+    samples: u64,
+    /// Earliest timestamp, ns on CUPTI's clock.
+    first_timestamp_ns: u64,
+    /// Latest timestamp, ns on CUPTI's clock.
+    last_timestamp_ns: u64,
+    /// The counter at the earliest reading, mJ.
+    first_mj: u64,
+    /// The counter at the latest reading, mJ.
+    last_mj: u64,
+    /// `last_mj − first_mj` (0 when the counter fell: a driver reload), mJ.
+    delta_mj: u64,
+    /// Frames (in file order) whose timestamp is not after the previous frame's.
+    out_of_order: u64,
+    /// Frames (in file order) whose counter is below the previous frame's.
+    decreases: u64,
+}
+
+/// Energy frames summarised per device, by ordinal.
+fn energy_by_device(frames: &[LocatedFrame]) -> Vec<EnergyDevice> {
+    let mut by: BTreeMap<u32, Vec<EnergySample>> = BTreeMap::new();
+    for f in frames {
+        if let Frame::Energy(e) = &f.frame {
+            by.entry(e.device_id).or_default().push(*e);
+        }
+    }
+    by.into_iter()
+        .filter_map(|(device, samples)| {
+            let first = samples.iter().min_by_key(|s| s.timestamp_ns)?;
+            let last = samples.iter().max_by_key(|s| s.timestamp_ns)?;
+            let steps = || samples.windows(2).filter_map(|w| w.first().zip(w.get(1)));
+            Some(EnergyDevice {
+                device,
+                samples: samples.len() as u64,
+                first_timestamp_ns: first.timestamp_ns,
+                last_timestamp_ns: last.timestamp_ns,
+                first_mj: first.energy_mj,
+                last_mj: last.energy_mj,
+                delta_mj: last.energy_mj.saturating_sub(first.energy_mj),
+                out_of_order: steps()
+                    .filter(|(a, b)| b.timestamp_ns <= a.timestamp_ns)
+                    .count() as u64,
+                decreases: steps().filter(|(a, b)| b.energy_mj < a.energy_mj).count() as u64,
+            })
+        })
+        .collect()
+}
+
 /// What a recording holds (`gpumeter recording show`).
 #[derive(Debug, Serialize)]
 struct Inspection {
@@ -356,6 +412,8 @@ struct Inspection {
     dropped: u64,
     attribution_events: u64,
     energy_samples: u64,
+    /// Energy frames per device.
+    energy: Vec<EnergyDevice>,
     unknown_frames: u64,
     /// Records per kind name (`CONCURRENT_KERNEL`), all buffers.
     records: BTreeMap<String, u64>,
@@ -384,6 +442,7 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
         dropped: 0,
         attribution_events: 0,
         energy_samples: 0,
+        energy: energy_by_device(&file.frames),
         unknown_frames: file.unknown_frames,
         records: BTreeMap::new(),
         kernels: 0,
@@ -511,6 +570,34 @@ fn show_text(i: &Inspection) -> String {
         ),
     );
     line("dropped", format!("{} records dropped by CUPTI", i.dropped));
+    if i.energy.is_empty() {
+        line("energy", "no energy samples".to_string());
+    }
+    for e in &i.energy {
+        let span = e.last_timestamp_ns.saturating_sub(e.first_timestamp_ns);
+        let mut v = format!(
+            "device {}: {} samples over {}.{:09} s ({} to {} ns), {} mJ ({} to {} mJ)",
+            e.device,
+            e.samples,
+            span / 1_000_000_000,
+            span % 1_000_000_000,
+            e.first_timestamp_ns,
+            e.last_timestamp_ns,
+            e.delta_mj,
+            e.first_mj,
+            e.last_mj
+        );
+        if e.decreases > 0 {
+            v.push_str(&format!(
+                "; the counter fell {} times (a driver reload)",
+                e.decreases
+            ));
+        }
+        if e.out_of_order > 0 {
+            v.push_str(&format!("; {} samples out of time order", e.out_of_order));
+        }
+        line("energy", v);
+    }
     let kinds: Vec<String> = i.records.iter().map(|(k, n)| format!("{k} {n}")).collect();
     line(
         "records",

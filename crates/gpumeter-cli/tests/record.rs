@@ -290,3 +290,73 @@ fn a_fake_cuda_program_records_meters_and_previews() {
     assert_eq!(p.status.code(), Some(0), "{}", text(&p.stderr));
     assert!(text(&p.stdout).contains("h200"), "{}", text(&p.stdout));
 }
+
+/// `recording show` summarises energy frames per device: first and last reading, the delta,
+/// and frames out of time order or with a falling counter (a hand-written recording).
+#[test]
+fn recording_show_summarises_energy_per_device() {
+    use gpumeter_cupti::gmr::{EnergySample, Frame, GmrHeader, GmrWriter};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("energy.gmr");
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        ..GmrHeader::default()
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("header");
+    let e = |device_id, timestamp_ns, energy_mj| {
+        Frame::Energy(EnergySample {
+            device_id,
+            timestamp_ns,
+            energy_mj,
+        })
+    };
+    for f in [
+        e(1, 1_000_000_500, 700),
+        e(0, 1_000_000_000, 10_000),
+        e(0, 2_000_000_000, 12_500),
+        e(1, 2_000_000_500, 650),
+        e(0, 3_500_000_000, 15_000),
+    ] {
+        w.write_frame(&f).expect("frame");
+    }
+    std::fs::write(&path, w.finish().expect("finish")).expect("write");
+
+    let o = gpumeter()
+        .args(["recording", "show", "--json"])
+        .arg(&path)
+        .output()
+        .expect("show");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(s["energy_samples"], 5);
+    assert_eq!(
+        s["energy"],
+        serde_json::json!([
+            {"device": 0, "samples": 3, "first_timestamp_ns": 1_000_000_000u64,
+             "last_timestamp_ns": 3_500_000_000u64, "first_mj": 10_000, "last_mj": 15_000,
+             "delta_mj": 5_000, "out_of_order": 0, "decreases": 0},
+            {"device": 1, "samples": 2, "first_timestamp_ns": 1_000_000_500u64,
+             "last_timestamp_ns": 2_000_000_500u64, "first_mj": 700, "last_mj": 650,
+             "delta_mj": 0, "out_of_order": 0, "decreases": 1},
+        ])
+    );
+
+    let o = gpumeter()
+        .args(["recording", "show"])
+        .arg(&path)
+        .output()
+        .expect("show");
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(
+            "energy      device 0: 3 samples over 2.500000000 s (1000000000 to 3500000000 ns), \
+             5000 mJ (10000 to 15000 mJ)\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("device 1: 2 samples over 1.000000000 s")
+            && out.contains("the counter fell 1 times (a driver reload)"),
+        "{out}"
+    );
+}
