@@ -51,6 +51,7 @@
 #![allow(unsafe_code)]
 
 mod completion;
+mod energy;
 mod ffi;
 mod nvml;
 mod pool;
@@ -61,7 +62,7 @@ mod tests;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use cupti_sys::{Cupti, CuptiError, LoadError, SearchLocation, ENV_CUPTI_LIB};
 
@@ -101,6 +102,13 @@ pub const MIN_BUFFER_SIZE: usize = 64 << 10;
 /// Largest accepted [`CollectorConfig::buffer_size`]: 1 GiB.
 pub const MAX_BUFFER_SIZE: usize = 1 << 30;
 
+/// Default [`CollectorConfig::energy_interval`]: 1 s.
+pub const DEFAULT_ENERGY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Accepted [`CollectorConfig::energy_interval`]s: 10 ms to 1 hour.
+pub const ENERGY_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(10)..=Duration::from_secs(3600);
+
 /// How a [`Collector`] runs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -136,6 +144,17 @@ pub struct CollectorConfig {
     /// UUID, or by index when that is the CUDA ordinal; failures are skipped (a warning only
     /// with `GPUMETER_VERBOSE`), and NVML is given at most a few seconds. Default `true`.
     pub nvml_inventory: bool,
+    /// Whether to record each GPU's cumulative NVML energy counter
+    /// (`nvmlDeviceGetTotalEnergyConsumption`, mJ; Volta and newer) as energy frames: at
+    /// start, every [`CollectorConfig::energy_interval`] and at stop after the final flush, on
+    /// a helper thread (never blocking the application; the stop waits for NVML a few
+    /// seconds at most). Frames carry the CUDA ordinal of the matched inventory entry and
+    /// CUPTI-clock timestamps ([`crate::gmr::EnergySample`]). A GPU without the counter, or no
+    /// NVML, gives warnings in the [`StopReport`], never an error. Default `true`.
+    pub energy: bool,
+    /// How often energy is sampled, from 10 ms to 1 hour ([`ENERGY_INTERVAL_RANGE`]);
+    /// default [`DEFAULT_ENERGY_INTERVAL`] (1 s).
+    pub energy_interval: Duration,
     /// Who writes the recording (the header's `producer`); default `gpumeter-cupti` and this
     /// crate's version.
     pub producer: Producer,
@@ -152,6 +171,8 @@ impl Default for CollectorConfig {
             flush_period_ms: 0,
             driver_inventory: true,
             nvml_inventory: true,
+            energy: true,
+            energy_interval: DEFAULT_ENERGY_INTERVAL,
             producer: Producer {
                 name: "gpumeter-cupti".to_string(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -307,8 +328,10 @@ pub struct StopReport {
     pub panics: Vec<String>,
     /// Errors: sink failures, failed CUPTI calls at stop (at most 32, then a count).
     pub errors: Vec<String>,
-    /// Warnings: kinds that could not be enabled, inventory that could not be read.
+    /// Warnings: kinds that could not be enabled, inventory or energy that could not be read.
     pub warnings: Vec<String>,
+    /// Energy frames handed to the sink ([`CollectorConfig::energy`]).
+    pub energy_samples: u64,
 }
 
 impl StopReport {
@@ -369,6 +392,7 @@ pub struct Collector {
     warnings: Vec<String>,
     driver_inventory: bool,
     nvml_inventory: bool,
+    energy: Option<energy::EnergySampler>,
     running: bool,
 }
 
@@ -470,6 +494,14 @@ fn validate(config: &CollectorConfig) -> Result<(), CollectorError> {
     if !config.kinds.contains(&ActivityKind::CONCURRENT_KERNEL) {
         return bad("kinds must contain CONCURRENT_KERNEL".into());
     }
+    if config.energy && !ENERGY_INTERVAL_RANGE.contains(&config.energy_interval) {
+        return bad(format!(
+            "energy_interval {:?} is outside {:?}..={:?}",
+            config.energy_interval,
+            ENERGY_INTERVAL_RANGE.start(),
+            ENERGY_INTERVAL_RANGE.end()
+        ));
+    }
     Ok(())
 }
 
@@ -521,6 +553,7 @@ impl Collector {
             warnings: Vec::new(),
             driver_inventory: config.driver_inventory,
             nvml_inventory: config.nvml_inventory,
+            energy: None,
             running: false,
         };
         if let Err(e) = live.core.begin(Session::new(api, header, sink)) {
@@ -551,9 +584,38 @@ impl Collector {
                 ));
             }
         }
+        if config.energy {
+            collector.start_energy(live, config.energy_interval);
+        }
         collector.running = true;
         guard.defuse();
         Ok(collector)
+    }
+
+    /// Starts the energy sampler ([`CollectorConfig::energy`]); a failure is a warning.
+    fn start_energy(&mut self, live: &'static Live, interval: Duration) {
+        let cupti = self.cupti;
+        let driver_inventory = self.driver_inventory;
+        let sources = energy::Sources {
+            open: Box::new(|| {
+                gpumeter_nvml::Nvml::init()
+                    .map(|n| Box::new(n) as Box<dyn gpumeter_nvml::Telemetry>)
+            }),
+            clock: Box::new(move || cupti.timestamp().ok()),
+            clock_pair: self.header.clock.clone(),
+            // The CUDA driver's devices, once the program has initialised it (never loads it).
+            inventory: Box::new(move || {
+                driver_inventory
+                    .then(ffi::driver_inventory)
+                    .and_then(Result::ok)
+            }),
+            by_index: nvml::index_is_ordinal,
+            write: Box::new(move |s| live.core.energy(s)),
+        };
+        match energy::EnergySampler::start(sources, interval) {
+            Ok(s) => self.energy = Some(s),
+            Err(e) => self.warnings.push(e),
+        }
     }
 
     /// Undoes a partial start: disables what was enabled, aborts the sink, unsubscribes.
@@ -652,8 +714,10 @@ impl Collector {
     /// them as loss), books the last dropped-record count, unsubscribes, and finishes the
     /// sink with the final header, whose devices come from DEVICE records and, for what those
     /// did not give, from the CUDA driver ([`CollectorConfig::driver_inventory`]), then from
-    /// NVML ([`CollectorConfig::nvml_inventory`]). Never fails: what went wrong is in the
-    /// report.
+    /// NVML ([`CollectorConfig::nvml_inventory`]). Energy ([`CollectorConfig::energy`]) is read
+    /// a last time after the forced flush (waiting for NVML at most a few seconds), and
+    /// readings held back until the inventory was known are written before the sink finishes.
+    /// Never fails: what went wrong is in the report.
     pub fn stop(mut self) -> StopReport {
         self.stop_inner()
     }
@@ -680,6 +744,9 @@ impl Collector {
         if let Err(e) = cupti.activity_flush_all(ffi::FLUSH_FORCED) {
             errors.push(format!("forced flush failed (buffers may be missing): {e}"));
         }
+        // The last energy reading, after the final flush; nothing is written by the sampler
+        // after this.
+        let energy_left = self.energy.take().map(|s| s.stop(nvml::NVML_TIMEOUT));
         let Some(live) = LIVE.get() else {
             return report;
         };
@@ -713,6 +780,25 @@ impl Collector {
                 );
             }
             header.devices = devices;
+            if let Some(left) = energy_left {
+                let resolved = left.resolve(&header.devices);
+                report.energy_samples = resolved.written;
+                report.warnings.extend(resolved.warnings);
+                for s in &resolved.samples {
+                    let sink = &mut session.sink;
+                    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| sink.energy(s)))
+                    {
+                        Ok(Ok(())) => report.energy_samples += 1,
+                        Ok(Err(e)) => {
+                            errors.push(format!("could not record an energy sample: {e}"))
+                        }
+                        Err(p) => errors.push(format!(
+                            "panic while recording an energy sample: {}",
+                            self::completion::panic_message(p.as_ref())
+                        )),
+                    }
+                }
+            }
             let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                 session.sink.finish(&header)
             }));

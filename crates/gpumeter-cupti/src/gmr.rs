@@ -286,14 +286,28 @@ pub struct AttributionEvent {
     pub label: String,
 }
 
-/// A reading of a device's cumulative energy counter (NVML `nvmlDeviceGetTotalEnergyConsumption`).
+/// A reading of a device's cumulative energy counter (NVML `nvmlDeviceGetTotalEnergyConsumption`),
+/// frame type 6.
+///
+/// What the live collector writes (`collector` module, `CollectorConfig::energy`): one sample
+/// per GPU at start, one per interval (default 1 s) and one at stop after the final flush.
+/// `device_id` is the CUDA ordinal of the header's inventory entry the NVML GPU was matched to
+/// (by UUID; by NVML index only where that is provably the CUDA ordinal), so it joins the
+/// `deviceId` of the CUPTI records and the header's `devices[].id`; an NVML GPU that matches
+/// no entry (not visible to the process, or in MIG mode: its counter covers the whole GPU) is
+/// not written. `timestamp_ns` is on CUPTI's clock, the clock of the activity records: the
+/// collector reads `cuptiGetTimestamp` around the NVML call (the midpoint), or, without it,
+/// maps NVML's wall-clock time through the header's clock pair. Per device, timestamps
+/// strictly increase; `energy_mj` only falls when the driver was reloaded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct EnergySample {
-    /// CUDA device ordinal.
+    /// CUDA device ordinal (the `deviceId` of the CUPTI records, the header's `devices[].id`).
     pub device_id: u32,
-    /// When, ns since the Unix epoch.
+    /// When it was read, ns on CUPTI's clock (`cuptiGetTimestamp`: ns since the Unix epoch on
+    /// Linux), the clock of the activity records.
     pub timestamp_ns: u64,
-    /// Cumulative energy since the driver loaded, mJ.
+    /// The counter as read: cumulative energy since the NVIDIA driver was loaded, mJ (not a
+    /// delta).
     pub energy_mj: u64,
 }
 

@@ -26,6 +26,8 @@
 //! | `GPUMETER_CUPTI_LIB` | the libcupti to load. Default: the libcupti the process has already loaded (e.g. PyTorch's), else the CUDA install paths; `python3` is never started from inside the program. |
 //! | `GPUMETER_BUFFER_SIZE` | bytes per CUPTI activity buffer (default 8 MiB). |
 //! | `GPUMETER_FLUSH_PERIOD_MS` | ask CUPTI to complete buffers at least this often (default: only when full and at exit), bounding what a killed process loses. |
+//! | `GPUMETER_ENERGY` | `0`: do not record GPU energy. Default on: each GPU's cumulative NVML energy counter (mJ) is read at start, every interval and at exit, into energy frames (`CollectorConfig::energy`). |
+//! | `GPUMETER_ENERGY_INTERVAL_MS` | how often energy is read, 10 … 3600000 ms (default 1000). |
 //! | `GPUMETER_VERBOSE` | `1`: say on stderr where the recording goes and what it holds. |
 //!
 //! Problems are reported on stderr with the prefix `gpumeter-inject:`; the program itself
@@ -50,9 +52,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
 
 use gpumeter_cupti::collector::{
-    Collector, CollectorConfig, ExternalKind, GmrFileSink, StopReport,
+    Collector, CollectorConfig, ExternalKind, GmrFileSink, StopReport, ENERGY_INTERVAL_RANGE,
 };
 use gpumeter_cupti::gmr::Producer;
 
@@ -209,6 +212,24 @@ fn config_from_env() -> CollectorConfig {
             )),
         }
     }
+    if let Some(v) = env_nonempty("GPUMETER_ENERGY") {
+        match v.trim() {
+            "0" | "false" | "no" | "off" => config.energy = false,
+            "1" | "true" | "yes" | "on" => config.energy = true,
+            _ => say(&format!(
+                "GPUMETER_ENERGY={v} is not 1 or 0; energy stays recorded"
+            )),
+        }
+    }
+    if let Some(v) = env_nonempty("GPUMETER_ENERGY_INTERVAL_MS") {
+        match v.trim().parse::<u64>().map(Duration::from_millis) {
+            Ok(d) if ENERGY_INTERVAL_RANGE.contains(&d) => config.energy_interval = d,
+            _ => say(&format!(
+                "GPUMETER_ENERGY_INTERVAL_MS={v} is not a number of ms from 10 to 3600000; using \
+                 the default"
+            )),
+        }
+    }
     config
 }
 
@@ -285,11 +306,12 @@ extern "C" fn at_exit() {
 fn report_stop(path: &Path, r: &StopReport, verbose: bool) {
     if verbose {
         say(&format!(
-            "wrote {}: {} activity buffers, {} records, {} kernel records",
+            "wrote {}: {} activity buffers, {} records, {} kernel records, {} energy samples",
             path.display(),
             r.buffers,
             r.records,
-            r.kernels
+            r.kernels,
+            r.energy_samples
         ));
         for w in &r.warnings {
             say(&format!("warning: {w}"));

@@ -23,7 +23,9 @@ use std::sync::Mutex;
 use super::pool::{lock, BufferPool, Lent, PoolStats};
 use super::sink::CompletionSink;
 use crate::decode::{DeviceRecord, Record, Walk};
-use crate::gmr::{AttributionEvent, DroppedRecords, GmrDevice, GmrError, GmrHeader, StringTable};
+use crate::gmr::{
+    AttributionEvent, DroppedRecords, EnergySample, GmrDevice, GmrError, GmrHeader, StringTable,
+};
 use crate::layout::ApiVersion;
 
 /// Reads the NUL-terminated string a producer pointer points to, in this process.
@@ -301,12 +303,19 @@ impl Core {
         self.with_sink("an attribution event", |s| s.attribution(e));
     }
 
-    /// Runs `f` on the open session's sink, catching panics and reporting errors.
+    /// Writes an energy sample to the sink; `true` when the sink took it (else the problem
+    /// is recorded for the stop report).
+    pub(crate) fn energy(&self, s: &EnergySample) -> bool {
+        self.with_sink("an energy sample", |sink| sink.energy(s))
+    }
+
+    /// Runs `f` on the open session's sink, catching panics and reporting errors; `true` when
+    /// `f` succeeded.
     fn with_sink(
         &self,
         what: &str,
         f: impl FnOnce(&mut dyn CompletionSink) -> Result<(), GmrError>,
-    ) {
+    ) -> bool {
         let r = catch_unwind(AssertUnwindSafe(|| {
             let mut guard = lock(&self.session);
             match guard.as_mut() {
@@ -315,9 +324,15 @@ impl Core {
             }
         }));
         match r {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => self.error(format!("could not record {what}: {e}")),
-            Err(p) => self.panicked(&format!("recording {what}"), p.as_ref()),
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                self.error(format!("could not record {what}: {e}"));
+                false
+            }
+            Err(p) => {
+                self.panicked(&format!("recording {what}"), p.as_ref());
+                false
+            }
         }
     }
 

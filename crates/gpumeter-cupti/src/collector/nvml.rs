@@ -10,7 +10,8 @@
 //!    or compute capability worth taking over the driver's.
 //!
 //! NVML never adds a device: it only fills `name` / `uuid` of entries the earlier sources
-//! listed. An entry is matched to an NVML device by UUID (case-insensitive, `GPU-…`); an
+//! listed. The same matching tells which CUDA ordinal an NVML GPU's energy counter belongs to
+//! ([`ordinals`], used by the energy sampler). An entry is matched to an NVML device by UUID (case-insensitive, `GPU-…`); an
 //! entry without a UUID is matched by index only when NVML's index is known to be the CUDA
 //! ordinal: `CUDA_VISIBLE_DEVICES` is unset, the NVML device is not in MIG mode (CUDA then
 //! enumerates MIG instances, not the GPU), NVML's UUID is not already another entry's, and
@@ -20,9 +21,14 @@
 //! Any NVML failure (no driver, no library, no permission) is skipped: it becomes a warning of
 //! the stop report only when `GPUMETER_VERBOSE` is set (and not `0`). NVML is queried on a
 //! helper thread given [`NVML_TIMEOUT`], so a wedged driver cannot hang the stop.
+//!
+//! NVML itself is reached through `gpumeter_nvml` ([`Telemetry`]), never directly.
 
+use std::collections::BTreeMap;
 use std::sync::mpsc;
 use std::time::Duration;
+
+use gpumeter_nvml::{Gpu, Nvml, Telemetry};
 
 use crate::gmr::GmrDevice;
 
@@ -30,41 +36,20 @@ use crate::gmr::GmrDevice;
 /// without it.
 pub(crate) const NVML_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// One GPU as NVML lists it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct NvmlDevice {
-    /// NVML index (PCI bus order; the CUDA ordinal only under the conditions of the module
-    /// documentation).
-    pub(crate) index: u32,
-    /// `nvmlDeviceGetName`.
-    pub(crate) name: Option<String>,
-    /// `nvmlDeviceGetUUID`, `GPU-…`.
-    pub(crate) uuid: Option<String>,
-    /// MIG mode currently enabled.
-    pub(crate) mig: bool,
+/// One GPU as NVML lists it: NVML index (PCI bus order; the CUDA ordinal only under the
+/// conditions of the module documentation), name, UUID (`GPU-…`), MIG mode.
+pub(crate) type NvmlDevice = Gpu;
+
+/// The GPUs `telemetry` lists, or why there are none (the message names NVML).
+pub(crate) fn devices_of(telemetry: &dyn Telemetry) -> Result<Vec<NvmlDevice>, String> {
+    telemetry.gpus().map_err(|e| e.to_string())
 }
 
 /// The GPUs NVML lists, or why there are none. Loads `libnvidia-ml.so.1` only if present;
 /// never panics.
 pub(crate) fn nvml_devices() -> Result<Vec<NvmlDevice>, String> {
-    let nvml = nvml_wrapper::Nvml::init().map_err(|e| format!("NVML not available: {e}"))?;
-    let count = nvml
-        .device_count()
-        .map_err(|e| format!("NVML device count not read: {e}"))?;
-    let mut out = Vec::new();
-    for index in 0..count {
-        let Ok(device) = nvml.device_by_index(index) else {
-            continue;
-        };
-        let nonempty = |s: String| Some(s).filter(|s| !s.trim().is_empty());
-        out.push(NvmlDevice {
-            index,
-            name: device.name().ok().and_then(nonempty),
-            uuid: device.uuid().ok().and_then(nonempty),
-            mig: device.mig_mode().is_ok_and(|m| m.current != 0),
-        });
-    }
-    Ok(out)
+    let nvml = Nvml::init().map_err(|e| e.to_string())?;
+    devices_of(&nvml)
 }
 
 /// [`nvml_devices`] on a helper thread, waiting at most `timeout`; a panic or a timeout is an
@@ -94,24 +79,9 @@ pub(crate) fn index_is_ordinal(single: bool) -> bool {
 /// documentation; `by_index`: [`index_is_ordinal`]). Known fields are never changed and no
 /// device is added.
 pub(crate) fn fill_from_nvml(devices: &mut [GmrDevice], found: &[NvmlDevice], by_index: bool) {
-    let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
     let known: Vec<String> = devices.iter().filter_map(|d| d.uuid.clone()).collect();
     for d in devices.iter_mut() {
-        let matched = match &d.uuid {
-            Some(u) => found
-                .iter()
-                .find(|n| n.uuid.as_deref().is_some_and(|nu| same(nu, u))),
-            None if by_index => found.iter().find(|n| {
-                n.index == d.id
-                    && !n.mig
-                    && !n
-                        .uuid
-                        .as_deref()
-                        .is_some_and(|nu| known.iter().any(|k| same(k, nu)))
-            }),
-            None => None,
-        };
-        let Some(n) = matched else {
+        let Some(n) = matching(d, found, by_index, &known) else {
             continue;
         };
         if d.name.is_none() {
@@ -121,6 +91,53 @@ pub(crate) fn fill_from_nvml(devices: &mut [GmrDevice], found: &[NvmlDevice], by
             d.uuid.clone_from(&n.uuid);
         }
     }
+}
+
+/// The NVML device that inventory entry `d` is (the rules of the module documentation;
+/// `known`: the UUIDs of all entries).
+fn matching<'a>(
+    d: &GmrDevice,
+    found: &'a [NvmlDevice],
+    by_index: bool,
+    known: &[String],
+) -> Option<&'a NvmlDevice> {
+    let same = |a: &str, b: &str| a.eq_ignore_ascii_case(b);
+    match &d.uuid {
+        Some(u) => found
+            .iter()
+            .find(|n| n.uuid.as_deref().is_some_and(|nu| same(nu, u))),
+        None if by_index => found.iter().find(|n| {
+            n.index == d.id
+                && !n.mig
+                && !n
+                    .uuid
+                    .as_deref()
+                    .is_some_and(|nu| known.iter().any(|k| same(k, nu)))
+        }),
+        None => None,
+    }
+}
+
+/// NVML index → CUDA ordinal for the NVML GPUs in `found` that are inventory entries of
+/// `devices`, matched as [`fill_from_nvml`] matches them (by UUID; by index only when
+/// `by_index`, see [`index_is_ordinal`]). An NVML GPU that is no entry (not a CUDA device of
+/// this process, or a GPU in MIG mode, whose entries are its `MIG-…` instances) is absent;
+/// one that two entries match keeps the lower ordinal.
+pub(crate) fn ordinals(
+    devices: &[GmrDevice],
+    found: &[NvmlDevice],
+    by_index: bool,
+) -> BTreeMap<u32, u32> {
+    let known: Vec<String> = devices.iter().filter_map(|d| d.uuid.clone()).collect();
+    let mut out = BTreeMap::new();
+    let mut sorted: Vec<&GmrDevice> = devices.iter().collect();
+    sorted.sort_by_key(|d| d.id);
+    for d in sorted {
+        if let Some(n) = matching(d, found, by_index, &known) {
+            out.entry(n.index).or_insert(d.id);
+        }
+    }
+    out
 }
 
 /// The NVML step of the inventory at stop: fills `devices` and, when `verbose`, notes in

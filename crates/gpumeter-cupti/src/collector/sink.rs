@@ -5,7 +5,8 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 use crate::gmr::{
-    AttributionEvent, DroppedRecords, GmrError, GmrHeader, GmrWriter, StringTable, FRAME_OVERHEAD,
+    AttributionEvent, DroppedRecords, EnergySample, GmrError, GmrHeader, GmrWriter, StringTable,
+    FRAME_OVERHEAD,
 };
 
 /// Receives what a [`Collector`](super::Collector) collects, in the order it happens.
@@ -42,6 +43,18 @@ pub trait CompletionSink: Send {
     /// # Errors
     /// Any.
     fn attribution(&mut self, event: &AttributionEvent) -> Result<(), GmrError>;
+
+    /// A reading of a GPU's cumulative energy counter, under its CUDA ordinal and on CUPTI's
+    /// clock ([`EnergySample`]; [`CollectorConfig::energy`](super::CollectorConfig::energy)).
+    /// Comes from the collector's energy-sampler thread while collecting, and from the
+    /// stopping thread before [`CompletionSink::finish`]. The default ignores it.
+    ///
+    /// # Errors
+    /// Any; reported in the stop report.
+    fn energy(&mut self, sample: &EnergySample) -> Result<(), GmrError> {
+        let _ = sample;
+        Ok(())
+    }
 
     /// Called once at stop, after the last buffer, with the final header (the start header
     /// plus the device inventory gathered while collecting).
@@ -195,6 +208,11 @@ impl CompletionSink for GmrFileSink {
 
     fn attribution(&mut self, event: &AttributionEvent) -> Result<(), GmrError> {
         let r = self.writer()?.write_attribution(event);
+        self.check(r)
+    }
+
+    fn energy(&mut self, sample: &EnergySample) -> Result<(), GmrError> {
+        let r = self.writer()?.write_energy(sample);
         self.check(r)
     }
 
