@@ -3,8 +3,10 @@
 #
 # Records small CUDA workloads with `gpumeter record` and checks that gpumeter metered exactly
 # what the workloads say they did: the number of kernel launches (`gpumeter usage --json`)
-# and the kernel names with their counts (`gpumeter recording show --json`); runs
-# `gpumeter preview` with examples/pricebook.toml. Prints PASS or FAIL with the numbers.
+# and the kernel names with their counts (`gpumeter recording show --json`), and that the
+# CUDA C recording has NVML energy frames for its device (at least 2, timestamps increasing on
+# CUPTI's clock, the counter never falling and growing); runs `gpumeter preview` with
+# examples/pricebook.toml. Prints PASS or FAIL with the numbers.
 #
 #   scripts/gpu-smoke.sh --prepare [DIR]   on the build machine (Rust, network): builds the
 #                                          release binaries and copies them, stripped, to DIR
@@ -21,6 +23,7 @@
 #   SMOKE_ITERS         loop iterations of the CUDA C workload (default 1000: 2101 launches)
 #   SMOKE_TORCH_ITERS   in-place multiplications of the PyTorch workload (default 500)
 #   SMOKE_TORCH=0       skip the PyTorch workload
+#   GPUMETER_ENERGY_INTERVAL_MS  energy sampling interval while recording (default here 200)
 #   OUT                 when set, the recordings, reports and logs are copied there
 # Exit status: 0 PASS, 1 FAIL, 2 could not run (no GPU, no nvcc, binaries missing).
 # Budget: well under 5 minutes (each step has a timeout).
@@ -72,6 +75,7 @@ say "== gpumeter GPU smoke test ($(date -u +%Y-%m-%dT%H:%M:%SZ)), work dir $WORK
 say "gpumeter:   $GM ($("$GM" --version 2>&1))"
 say "inject lib: $INJECT"
 export GPUMETER_INJECT_LIB="$INJECT" GPUMETER_VERBOSE=1
+export GPUMETER_ENERGY_INTERVAL_MS="${GPUMETER_ENERGY_INTERVAL_MS:-200}"
 command -v python3 >/dev/null || cannot "python3 is needed to compare the JSON outputs"
 
 if command -v nvidia-smi >/dev/null; then
@@ -272,6 +276,24 @@ check("no loss", loss(usage) == 0 and show.get("dropped", 0) == 0,
 devs = show.get("header", {}).get("devices", [])
 check("device inventory in the header", bool(devs) and all(d.get("name") and d.get("uuid") and d.get("sm_count") for d in devs),
       "; ".join(f"{d.get('id')}: {d.get('name')} {d.get('uuid')} {d.get('sm_count')} SMs cc {d.get('compute_capability')}" for d in devs) or "none")
+# Energy (NVML counter, frame type 6): per device of the header, at least 2 frames (start and
+# stop), timestamps increasing and on CUPTI's clock (not before the header's clock pair, within
+# the run), the counter never falling, and grown over the run.
+energy = {e.get("device"): e for e in show.get("energy", [])}
+t0 = show.get("header", {}).get("clock", {}).get("cupti_timestamp_ns", 0)
+for d in devs or [{"id": 0}]:
+    e = energy.get(d.get("id"))
+    if not e:
+        check(f"energy frames of device {d.get('id')}", False,
+              f"none (devices with energy: {sorted(energy)})")
+        continue
+    first, last = e["first_timestamp_ns"], e["last_timestamp_ns"]
+    ok = (e["samples"] >= 2 and e["out_of_order"] == 0 and last > first and e["decreases"] == 0
+          and e["delta_mj"] > 0 and first >= t0 and last - first < 600 * 10**9)
+    check(f"energy frames of device {d.get('id')}", ok,
+          f"{e['samples']} samples over {(last - first) / 1e9:.3f} s (from {first - t0} ns after the "
+          f"clock pair), {e['first_mj']} -> {e['last_mj']} mJ (delta {e['delta_mj']} mJ), "
+          f"{e['out_of_order']} out of order, {e['decreases']} decreases")
 print(f"  info: API {show.get('header', {}).get('cupti_api_version')}, {show.get('buffers')} buffers, "
       f"records {show.get('records')}, usage devices {[(d.get('device_key'), d.get('name')) for d in usage.get('devices', [])]}")
 for e in [show.get("_error"), usage.get("_error")] + show.get("decode_errors", []):
