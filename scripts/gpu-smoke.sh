@@ -5,8 +5,11 @@
 # what the workloads say they did: the number of kernel launches (`gpumeter usage --json`)
 # and the kernel names with their counts (`gpumeter recording show --json`), and that the
 # CUDA C recording has NVML energy frames for its device (at least 2, timestamps increasing on
-# CUPTI's clock, the counter never falling and growing); runs `gpumeter preview` with
-# examples/pricebook.toml. Prints PASS or FAIL with the numbers.
+# CUPTI's clock, the counter never falling and growing); records the CUDA C workload again in
+# instrumented mode (`--instructions`, SASS metrics) and checks one instruction-count frame
+# per launch, every count > 0 and the same count for every launch of a kernel (one launch
+# configuration each); runs `gpumeter preview` with examples/pricebook.toml. Prints PASS or
+# FAIL with the numbers.
 #
 #   scripts/gpu-smoke.sh --prepare [DIR]   on the build machine (Rust, network): builds the
 #                                          release binaries and copies them, stripped, to DIR
@@ -23,6 +26,8 @@
 #   SMOKE_ITERS         loop iterations of the CUDA C workload (default 1000: 2101 launches)
 #   SMOKE_TORCH_ITERS   in-place multiplications of the PyTorch workload (default 500)
 #   SMOKE_TORCH=0       skip the PyTorch workload
+#   SMOKE_INSTR_ITERS   loop iterations of the instrumented CUDA C run (default 50: 106 launches)
+#   SMOKE_INSTRUCTIONS=0  skip the instrumented run
 #   GPUMETER_ENERGY_INTERVAL_MS  energy sampling interval while recording (default here 200)
 #   OUT                 when set, the recordings, reports and logs are copied there
 # Exit status: 0 PASS, 1 FAIL, 2 could not run (no GPU, no nvcc, binaries missing).
@@ -56,6 +61,7 @@ INJECT="$BIN/libgpumeter_inject.so"
 BOOK="$ROOT/examples/pricebook.toml"
 ITERS="${SMOKE_ITERS:-1000}"
 TORCH_ITERS="${SMOKE_TORCH_ITERS:-500}"
+INSTR_ITERS="${SMOKE_INSTR_ITERS:-50}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpumeter-smoke.XXXXXX")"
 T0=$(date +%s)
 
@@ -184,10 +190,12 @@ if ! timeout -k 10 180 "$NVCC" -O2 -arch=native -o "$WORK/smoke" "$WORK/smoke.cu
 fi
 
 # Runs one recorded workload: NAME LIBCUPTI COMMAND...; leaves NAME.{gmr,stdout,stderr,...}.
+# RECORD_ARGS: extra `gpumeter record` options (e.g. --instructions).
 record() {
   local name="$1" lib="$2"; shift 2
   local t=$(date +%s)
-  GPUMETER_CUPTI_LIB="$lib" timeout -k 10 150 "$GM" record --out "$WORK/$name.gmr" -- "$@" \
+  # shellcheck disable=SC2086
+  GPUMETER_CUPTI_LIB="$lib" timeout -k 10 150 "$GM" record ${RECORD_ARGS:-} --out "$WORK/$name.gmr" -- "$@" \
     >"$WORK/$name.stdout" 2>"$WORK/$name.stderr"
   local rc=$?
   say "   $name: exit $rc in $(( $(date +%s) - t )) s"
@@ -202,6 +210,13 @@ record() {
 
 say "== recording the CUDA C workload ($ITERS iterations)"
 record cuda "$CUPTI_C" "$WORK/smoke" "$ITERS"
+
+INSTR_STATUS=skip
+if [ "${SMOKE_INSTRUCTIONS:-1}" != "0" ]; then
+  say "== recording the CUDA C workload in instrumented mode ($INSTR_ITERS iterations, --instructions)"
+  RECORD_ARGS=--instructions record cuda_instr "$CUPTI_C" "$WORK/smoke" "$INSTR_ITERS"
+  INSTR_STATUS=ran
+fi
 
 TORCH_STATUS=skip
 if [ "${SMOKE_TORCH:-1}" != "0" ] && [ -n "$CUPTI_T" ] \
@@ -227,10 +242,11 @@ else
 fi
 
 say "== comparing"
-python3 - "$WORK" "$TORCH_STATUS" "$TORCH_ITERS" <<'EOF' | tee "$WORK/summary.txt"
+python3 - "$WORK" "$TORCH_STATUS" "$TORCH_ITERS" "$INSTR_STATUS" <<'EOF' | tee "$WORK/summary.txt"
 import json, os, sys
 
 work, torch_status, torch_iters = sys.argv[1], sys.argv[2], int(sys.argv[3])
+instr_status = sys.argv[4]
 
 def load(name):
     try:
@@ -300,6 +316,50 @@ for e in [show.get("_error"), usage.get("_error")] + show.get("decode_errors", [
     if e:
         check("readable", False, e)
 
+# Instrumented mode (SASS metrics, frame type 8): one instruction-count frame per launch, every
+# count > 0, each kernel in as many frames as it was launched, and the same count for every
+# launch of a kernel (each kernel has one launch configuration and size in the workload).
+if instr_status == "ran":
+    print("CUDA C workload, instrumented (--instructions)")
+    rc = open(os.path.join(work, "cuda_instr.rc")).read().strip()
+    out = open(os.path.join(work, "cuda_instr.stdout")).read()
+    expected, total = {}, None
+    for line in out.splitlines():
+        p = line.split()
+        if len(p) == 3 and p[0] == "KERNEL":
+            expected[p[1]] = int(p[2])
+        elif len(p) == 2 and p[0] == "TOTAL":
+            total = int(p[1])
+    check("workload ran", rc == "0" and "CHECK ok" in out,
+          f"exit {rc}, {out.strip().splitlines()[-1] if out.strip() else 'no output'}")
+    show, usage = load("cuda_instr.show.json"), load("cuda_instr.usage.json")
+    check("header marked instrumented", show.get("header", {}).get("instrumented") is True,
+          f"instrumented = {show.get('header', {}).get('instrumented')}")
+    check("one instruction-count frame per launch", total is not None and show.get("instruction_frames") == total,
+          f"expected {total}, recorded {show.get('instruction_frames')} (kernel records {show.get('kernels')})")
+    funcs = {f["name"]: f for f in show.get("instructions", [])}
+    check("functions and their launches", {n: f["launches"] for n, f in funcs.items()} == expected,
+          f"expected {expected}, recorded {({n: f['launches'] for n, f in funcs.items()})}")
+    check("every count > 0", bool(funcs) and all(f["min_per_launch"] > 0 for f in funcs.values()),
+          ", ".join(f"{n}: min {f['min_per_launch']}" for n, f in sorted(funcs.items())) or "no functions")
+    check("same count for every launch of a kernel", bool(funcs) and all(f["min_per_launch"] == f["max_per_launch"] for f in funcs.values()),
+          ", ".join(f"{n}: {f['min_per_launch']}..{f['max_per_launch']} per launch" for n, f in sorted(funcs.items())))
+    # At least one instruction per warp: n = 2^20 threads, so 32768 warps per kernel.
+    check("at least one instruction per warp", bool(funcs) and all(f["min_per_launch"] >= (1 << 20) // 32 for f in funcs.values()),
+          ", ".join(f"{n}: {f['min_per_launch']}" for n, f in sorted(funcs.items())))
+    meters = {t.get("meter"): int(t["quantity"]) for t in usage.get("totals", []) if "quantity" in t}
+    print(f"  info: Σ warp instructions {sum(f['warp_instructions'] for f in funcs.values())}, "
+          f"usage warp_instructions {meters.get('warp_instructions', 'not metered')}, "
+          f"usage warnings {usage.get('warnings', [])[:3]}")
+    errs = [l for l in open(os.path.join(work, "cuda_instr.stderr")).read().splitlines() if "instruction" in l]
+    for l in errs[:10]:
+        print(f"  info: {l}")
+    for e in [show.get("_error"), usage.get("_error")] + show.get("decode_errors", []):
+        if e:
+            check("readable", False, e)
+else:
+    print("CUDA C workload, instrumented: skipped (SMOKE_INSTRUCTIONS=0)")
+
 if torch_status == "ran":
     print("PyTorch workload")
     rc = open(os.path.join(work, "torch.rc")).read().strip()
@@ -325,6 +385,10 @@ say "== preview (CUDA C workload)"
 sed 's/^/   /' "$WORK/cuda.preview.txt" | head -n 20
 say "== recording (CUDA C workload)"
 sed 's/^/   /' "$WORK/cuda.show.txt" | head -n 20
+if [ "$INSTR_STATUS" = "ran" ]; then
+  say "== recording (CUDA C workload, instrumented)"
+  grep -A 5 '^instructions' "$WORK/cuda_instr.show.txt" | sed 's/^/   /'
+fi
 collect
 say "== done in $(( $(date +%s) - T0 )) s"
 if [ "$RESULT" = "1" ]; then say "PASS"; exit 0; else say "FAIL"; exit 1; fi

@@ -41,6 +41,11 @@ pub(crate) struct RecordArgs {
     /// this executable or in ../lib.
     #[arg(long, value_name = "PATH")]
     inject_lib: Option<PathBuf>,
+    /// Instrumented mode: also record the warp-level instructions of every kernel launch
+    /// (CUPTI SASS metrics, CUDA 12.4+). Every launch then waits for its kernels and patched
+    /// kernels run slower, so time meters of the recording carry an instrumentation warning.
+    #[arg(long)]
+    instructions: bool,
     /// The command to run, and its arguments (after `--`).
     #[arg(
         required = true,
@@ -189,6 +194,7 @@ fn write_empty(path: &Path, pid: u32) -> Result<(), String> {
             name: "gpumeter record".to_string(),
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
+        instrumented: false,
     };
     let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
     let w = GmrWriter::new(file, &header).map_err(|e| e.to_string())?;
@@ -257,22 +263,26 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
     let since = SystemTime::now()
         .checked_sub(std::time::Duration::from_secs(1))
         .unwrap_or(SystemTime::UNIX_EPOCH);
-    let mut child = Command::new(program)
-        .args(rest)
+    let mut cmd = Command::new(program);
+    cmd.args(rest)
         .env("CUDA_INJECTION64_PATH", &lib)
-        .env("GPUMETER_OUT", &out)
-        .spawn()
-        .map_err(|e| {
-            let code = match e.kind() {
-                ErrorKind::NotFound => 127,
-                ErrorKind::PermissionDenied => 126,
-                _ => 125,
-            };
-            fail(
-                code,
-                format!("cannot run {}: {e}", PathBuf::from(program).display()),
-            )
-        })?;
+        .env("GPUMETER_OUT", &out);
+    if args.instructions {
+        cmd.env("GPUMETER_INSTRUCTIONS", "1");
+    } else {
+        cmd.env_remove("GPUMETER_INSTRUCTIONS");
+    }
+    let mut child = cmd.spawn().map_err(|e| {
+        let code = match e.kind() {
+            ErrorKind::NotFound => 127,
+            ErrorKind::PermissionDenied => 126,
+            _ => 125,
+        };
+        fail(
+            code,
+            format!("cannot run {}: {e}", PathBuf::from(program).display()),
+        )
+    })?;
     let pid = child.id();
     let status = {
         let _quiet = IgnoreInterrupts::new();
@@ -398,6 +408,55 @@ fn energy_by_device(frames: &[LocatedFrame]) -> Vec<EnergyDevice> {
         .collect()
 }
 
+/// A function's instruction counts over a recording's instruction-count frames.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct FunctionInstructionTotal {
+    /// The function's (mangled) name.
+    name: String,
+    /// Instruction-count frames (launches) that list it.
+    launches: u64,
+    /// Σ warp instructions over those frames.
+    warp_instructions: u64,
+    /// The smallest and largest count of one launch (equal when every launch executed the
+    /// same instructions, e.g. the same kernel with the same configuration and data sizes).
+    min_per_launch: u64,
+    max_per_launch: u64,
+}
+
+/// Instruction-count frames summed per function, most instructions first.
+fn instructions_by_function(frames: &[LocatedFrame]) -> (u64, Vec<FunctionInstructionTotal>) {
+    let mut n = 0u64;
+    let mut by: BTreeMap<&str, FunctionInstructionTotal> = BTreeMap::new();
+    for f in frames {
+        if let Frame::Instructions(c) = &f.frame {
+            n += 1;
+            for func in &c.functions {
+                let v = func.warp_instructions;
+                let e = by
+                    .entry(func.name.as_str())
+                    .or_insert_with(|| FunctionInstructionTotal {
+                        name: func.name.clone(),
+                        launches: 0,
+                        warp_instructions: 0,
+                        min_per_launch: v,
+                        max_per_launch: v,
+                    });
+                e.launches += 1;
+                e.warp_instructions = e.warp_instructions.saturating_add(v);
+                e.min_per_launch = e.min_per_launch.min(v);
+                e.max_per_launch = e.max_per_launch.max(v);
+            }
+        }
+    }
+    let mut out: Vec<FunctionInstructionTotal> = by.into_values().collect();
+    out.sort_by(|a, b| {
+        b.warp_instructions
+            .cmp(&a.warp_instructions)
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    (n, out)
+}
+
 /// What a recording holds (`gpumeter recording show`).
 #[derive(Debug, Serialize)]
 struct Inspection {
@@ -415,6 +474,10 @@ struct Inspection {
     /// Energy frames per device.
     energy: Vec<EnergyDevice>,
     unknown_frames: u64,
+    /// Instruction-count frames (instrumented mode): one per kernel-launch call.
+    instruction_frames: u64,
+    /// Σ warp instructions per function over those frames.
+    instructions: Vec<FunctionInstructionTotal>,
     /// Records per kind name (`CONCURRENT_KERNEL`), all buffers.
     records: BTreeMap<String, u64>,
     kernels: u64,
@@ -430,6 +493,7 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
     let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let file: GmrFile = read_gmr(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     let api = ApiVersion::from_cupti(file.header.cupti_api_version);
+    let (instruction_frames, instructions) = instructions_by_function(&file.frames);
     let mut i = Inspection {
         file: path.display().to_string(),
         header: file.header.clone(),
@@ -444,6 +508,8 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
         energy_samples: 0,
         energy: energy_by_device(&file.frames),
         unknown_frames: file.unknown_frames,
+        instruction_frames,
+        instructions,
         records: BTreeMap::new(),
         kernels: 0,
         kernel_names: Vec::new(),
@@ -618,6 +684,24 @@ fn show_text(i: &Inspection) -> String {
     );
     for k in &i.kernel_names {
         o.push_str(&format!("{:>12}  {}\n", k.count, k.name));
+    }
+    if h.instrumented || i.instruction_frames > 0 {
+        o.push_str(&format!(
+            "instructions {} instruction-count frames{}; warp instructions per function \
+             (launches):\n",
+            i.instruction_frames,
+            if h.instrumented {
+                " (instrumented run: kernels serialized and slowed)"
+            } else {
+                ""
+            }
+        ));
+        for f in &i.instructions {
+            o.push_str(&format!(
+                "{:>20}  ({})  {}\n",
+                f.warp_instructions, f.launches, f.name
+            ));
+        }
     }
     for e in &i.decode_errors {
         o.push_str(&format!("error: {e}\n"));

@@ -360,3 +360,74 @@ fn recording_show_summarises_energy_per_device() {
         "{out}"
     );
 }
+
+/// `recording show` lists instruction-count frames (instrumented mode): how many, and the
+/// warp instructions per function summed over them (a hand-written recording).
+#[test]
+fn recording_show_sums_instruction_counts_per_function() {
+    use gpumeter_cupti::gmr::{
+        Frame, FunctionInstructions, GmrHeader, GmrWriter, InstructionCounts,
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("instr.gmr");
+    let header = GmrHeader {
+        cupti_api_version: 130001,
+        instrumented: true,
+        ..GmrHeader::default()
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("header");
+    let launch = |correlation_id, functions: &[(&str, u64)]| {
+        Frame::Instructions(InstructionCounts {
+            correlation_id,
+            device_id: 0,
+            context_id: 1,
+            functions: functions
+                .iter()
+                .map(|&(name, warp_instructions)| FunctionInstructions {
+                    name: name.to_string(),
+                    warp_instructions,
+                })
+                .collect(),
+        })
+    };
+    for f in [
+        launch(5, &[("_Z6vecAddPKfS0_Pfi", 1_000)]),
+        launch(9, &[("_Z6vecAddPKfS0_Pfi", 1_000)]),
+        launch(12, &[("_Z5scalePfi", 40), ("_Z6vecAddPKfS0_Pfi", 1_000)]),
+    ] {
+        w.write_frame(&f).expect("frame");
+    }
+    std::fs::write(&path, w.finish().expect("finish")).expect("write");
+
+    let o = gpumeter()
+        .args(["recording", "show", "--json"])
+        .arg(&path)
+        .output()
+        .expect("show");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let s: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    assert_eq!(s["header"]["instrumented"], true);
+    assert_eq!(s["instruction_frames"], 3);
+    assert_eq!(
+        s["instructions"],
+        serde_json::json!([
+            {"name": "_Z6vecAddPKfS0_Pfi", "launches": 3, "warp_instructions": 3_000,
+             "min_per_launch": 1_000, "max_per_launch": 1_000},
+            {"name": "_Z5scalePfi", "launches": 1, "warp_instructions": 40,
+             "min_per_launch": 40, "max_per_launch": 40},
+        ])
+    );
+
+    let o = gpumeter()
+        .args(["recording", "show"])
+        .arg(&path)
+        .output()
+        .expect("show");
+    let out = text(&o.stdout);
+    assert!(
+        out.contains("instructions 3 instruction-count frames (instrumented run")
+            && out.contains("                3000  (3)  _Z6vecAddPKfS0_Pfi\n")
+            && out.contains("                  40  (1)  _Z5scalePfi"),
+        "{out}"
+    );
+}

@@ -55,6 +55,7 @@ mod energy;
 mod ffi;
 mod nvml;
 mod pool;
+mod sass;
 mod sink;
 #[cfg(test)]
 mod tests;
@@ -158,6 +159,14 @@ pub struct CollectorConfig {
     /// Who writes the recording (the header's `producer`); default `gpumeter-cupti` and this
     /// crate's version.
     pub producer: Producer,
+    /// Instrumented mode: record the warp-level instructions each kernel launch executed
+    /// (CUPTI's SASS metrics API, CUDA 12.4+, metric `smsp__sass_inst_executed`) as
+    /// instruction-count frames, and mark the header `instrumented`. Every launch then waits
+    /// for its kernels to finish and patched kernels run slower: time meters of such a
+    /// recording carry an instrumentation warning (DESIGN §4). A libcupti without the API
+    /// fails the start ([`CollectorError::InstructionsNotSupported`]); a device or context
+    /// that cannot be instrumented is a warning. Default `false`.
+    pub instructions: bool,
 }
 
 impl Default for CollectorConfig {
@@ -177,6 +186,7 @@ impl Default for CollectorConfig {
                 name: "gpumeter-cupti".to_string(),
                 version: env!("CARGO_PKG_VERSION").to_string(),
             },
+            instructions: false,
         }
     }
 }
@@ -243,6 +253,14 @@ pub enum CollectorError {
     /// The configuration is invalid (the message names the field).
     #[error("invalid collector configuration: {0}")]
     Config(String),
+    /// Instrumented mode was asked for ([`CollectorConfig::instructions`]) but the libcupti in
+    /// use has no SASS metrics API (CUDA 12.4 and newer have it), or the launch callbacks could
+    /// not be enabled.
+    #[error(
+        "instruction counts (instrumented mode) need CUPTI's SASS metrics API (CUDA 12.4 and \
+         newer have it): {0}"
+    )]
+    InstructionsNotSupported(#[source] CuptiError),
     /// A CUPTI call failed otherwise.
     #[error(transparent)]
     Cupti(CuptiError),
@@ -328,6 +346,9 @@ pub struct StopReport {
     pub panics: Vec<String>,
     /// Errors: sink failures, failed CUPTI calls at stop (at most 32, then a count).
     pub errors: Vec<String>,
+    /// Instruction-count frames handed to the sink ([`CollectorConfig::instructions`]): one
+    /// per instrumented kernel-launch call.
+    pub instruction_frames: u64,
     /// Warnings: kinds that could not be enabled, inventory or energy that could not be read.
     pub warnings: Vec<String>,
     /// Energy frames handed to the sink ([`CollectorConfig::energy`]).
@@ -393,6 +414,8 @@ pub struct Collector {
     driver_inventory: bool,
     nvml_inventory: bool,
     energy: Option<energy::EnergySampler>,
+    /// Instrumented mode is on ([`sass`]).
+    instructions: bool,
     running: bool,
 }
 
@@ -530,6 +553,11 @@ impl Collector {
         let guard = RunningGuard::claim()?;
         let (live, api) = live(&config)?;
         let cupti = live.cupti;
+        if config.instructions {
+            cupti
+                .sass_metrics_available()
+                .map_err(CollectorError::InstructionsNotSupported)?;
+        }
         live.core.pool().set_size(config.buffer_size);
         let subscriber = ffi::subscribe(cupti).map_err(CollectorError::from_cupti)?;
         let clock = ClockPair {
@@ -543,6 +571,7 @@ impl Collector {
             process_id: std::process::id(),
             devices: Vec::new(),
             producer: config.producer.clone(),
+            instrumented: config.instructions,
         };
         let mut collector = Collector {
             cupti,
@@ -554,6 +583,7 @@ impl Collector {
             driver_inventory: config.driver_inventory,
             nvml_inventory: config.nvml_inventory,
             energy: None,
+            instructions: false,
             running: false,
         };
         if let Err(e) = live.core.begin(Session::new(api, header, sink)) {
@@ -582,6 +612,12 @@ impl Collector {
                     "flush period of {} ms not set: {e}",
                     config.flush_period_ms
                 ));
+            }
+        }
+        if config.instructions {
+            if let Err(e) = collector.start_instructions() {
+                collector.undo();
+                return Err(CollectorError::InstructionsNotSupported(e));
             }
         }
         if config.energy {
@@ -618,8 +654,26 @@ impl Collector {
         }
     }
 
+    /// Turns instrumented mode on ([`sass`]): the launch and context-destruction callbacks.
+    fn start_instructions(&mut self) -> Result<(), CuptiError> {
+        let Some(subscriber) = self.subscriber else {
+            return Ok(());
+        };
+        sass::begin();
+        self.instructions = true;
+        let mut ids = ffi::launch_callback_ids(self.cupti);
+        ids.push((ffi::DOMAIN_RESOURCE, ffi::CBID_CONTEXT_DESTROY_STARTING));
+        for (domain, cbid) in ids {
+            ffi::enable_callback(self.cupti, subscriber, true, domain, cbid)?;
+        }
+        Ok(())
+    }
+
     /// Undoes a partial start: disables what was enabled, aborts the sink, unsubscribes.
     fn undo(&mut self) {
+        if std::mem::take(&mut self.instructions) {
+            let _ = sass::end(self.cupti);
+        }
         for kind in std::mem::take(&mut self.enabled) {
             let _ = self.cupti.activity_disable(kind.0);
         }
@@ -734,6 +788,11 @@ impl Collector {
         let _release = RunningGuard(true);
         let cupti = self.cupti;
         let mut errors = Vec::new();
+        if std::mem::take(&mut self.instructions) {
+            let ended = sass::end(cupti);
+            report.warnings.extend(ended.warnings);
+            report.instruction_frames = ended.frames;
+        }
         for kind in std::mem::take(&mut self.enabled) {
             if let Err(e) = cupti.activity_disable(kind.0) {
                 report

@@ -25,9 +25,10 @@
 //! | 5 | attribution event | `kind:u32 pid:u32 external_id:u64 timestamp_ns:u64 label_len:u32 label:[label_len]` |
 //! | 6 | energy sample | `device:u32 reserved:u32 timestamp_ns:u64 energy_mj:u64` (cumulative counter) |
 //! | 7 | end | empty: the producer closed the file cleanly |
+//! | 8 | instruction counts | `correlation_id:u32 device:u32 context:u32 count:u32`, then `count` × (`warp_instructions:u64 name_len:u32 name:[name_len]`, UTF-8): the warp-level SASS instructions each function executed in one kernel-launch API call (instrumented mode, [`InstructionCounts`]) |
 //!
 //! Fixed-size payloads may grow in later versions: a reader takes the fields it knows from the
-//! front and ignores the rest. Frame types it does not know are skipped and counted when their
+//! front and ignores the rest (for type 8, bytes after the `count` functions). Frame types it does not know are skipped and counted when their
 //! checksum is right (forward compatibility).
 //!
 //! # Damage
@@ -62,6 +63,7 @@ const T_DROPPED: u32 = 4;
 const T_ATTRIBUTION: u32 = 5;
 const T_ENERGY: u32 = 6;
 const T_END: u32 = 7;
+const T_INSTRUCTIONS: u32 = 8;
 
 /// A `.gmr` that cannot be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -173,6 +175,16 @@ pub struct GmrHeader {
     /// The program that wrote the file.
     #[serde(default)]
     pub producer: Producer,
+    /// `true` when the producer ran in instrumented mode (SASS metrics: instruction-count
+    /// frames): its kernels ran serialized and slowed by patching, so time meters from it
+    /// carry the instrumentation warning (DESIGN §4). Omitted from the JSON when `false`, so
+    /// recordings without it (and their digests) are unchanged.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub instrumented: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Pointer values of the producing process and the strings they pointed to (kernel, device and
@@ -311,6 +323,40 @@ pub struct EnergySample {
     pub energy_mj: u64,
 }
 
+/// Warp-level instructions one function executed in one kernel-launch API call.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct FunctionInstructions {
+    /// The function's (mangled) name, as CUPTI reports it (the name kernel records carry).
+    pub name: String,
+    /// Warp-level SASS instructions executed (`smsp__sass_inst_executed`, summed over the
+    /// function's instructions and the whole GPU).
+    pub warp_instructions: u64,
+}
+
+/// The instruction counts of one kernel-launch API call (instrumented mode): the functions
+/// that ran between the call and the context synchronization after it (a graph launch may run
+/// several). Joined to kernel records by correlation id, context and device.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct InstructionCounts {
+    /// The launch call's CUPTI correlation id (the `correlationId` of its kernel records).
+    pub correlation_id: u32,
+    /// CUDA device ordinal.
+    pub device_id: u32,
+    /// CUPTI context id (`contextUid`).
+    pub context_id: u32,
+    /// Per function, in the order the producer listed them (by name).
+    pub functions: Vec<FunctionInstructions>,
+}
+
+impl InstructionCounts {
+    /// Σ warp instructions over the functions (saturating).
+    pub fn total(&self) -> u64 {
+        self.functions
+            .iter()
+            .fold(0u64, |a, f| a.saturating_add(f.warp_instructions))
+    }
+}
+
 /// One frame after the header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -325,6 +371,8 @@ pub enum Frame {
     Attribution(AttributionEvent),
     /// An energy sample.
     Energy(EnergySample),
+    /// Instruction counts of one kernel launch (instrumented mode).
+    Instructions(InstructionCounts),
 }
 
 /// A frame with its byte offset in the file.
@@ -521,6 +569,30 @@ impl<W: Write> GmrWriter<W> {
         self.frame(T_ENERGY, &p)
     }
 
+    /// Writes the instruction counts of one launch.
+    ///
+    /// # Errors
+    /// As [`GmrWriter::write_buffer`]; [`GmrError::Write`] for more than `u32::MAX` functions
+    /// or a name over 4 GiB.
+    pub fn write_instructions(&mut self, c: &InstructionCounts) -> Result<(), GmrError> {
+        let count = u32::try_from(c.functions.len())
+            .map_err(|_| GmrError::Write("more than u32::MAX functions".to_string()))?;
+        let mut p =
+            Vec::with_capacity(16 + c.functions.iter().map(|f| 12 + f.name.len()).sum::<usize>());
+        p.extend_from_slice(&c.correlation_id.to_le_bytes());
+        p.extend_from_slice(&c.device_id.to_le_bytes());
+        p.extend_from_slice(&c.context_id.to_le_bytes());
+        p.extend_from_slice(&count.to_le_bytes());
+        for f in &c.functions {
+            let len = u32::try_from(f.name.len())
+                .map_err(|_| GmrError::Write("function name is over 4 GiB".to_string()))?;
+            p.extend_from_slice(&f.warp_instructions.to_le_bytes());
+            p.extend_from_slice(&len.to_le_bytes());
+            p.extend_from_slice(f.name.as_bytes());
+        }
+        self.frame(T_INSTRUCTIONS, &p)
+    }
+
     /// Writes any [`Frame`].
     ///
     /// # Errors
@@ -532,6 +604,7 @@ impl<W: Write> GmrWriter<W> {
             Frame::Dropped(d) => self.write_dropped(d),
             Frame::Attribution(a) => self.write_attribution(a),
             Frame::Energy(e) => self.write_energy(e),
+            Frame::Instructions(c) => self.write_instructions(c),
         }
     }
 
@@ -648,8 +721,45 @@ fn parse_payload(frame_type: u32, p: &[u8]) -> Result<Option<Frame>, String> {
                 energy_mj,
             })
         }
+        T_INSTRUCTIONS => Frame::Instructions(parse_instructions(p)?),
         _ => return Ok(None),
     }))
+}
+
+fn parse_instructions(p: &[u8]) -> Result<InstructionCounts, String> {
+    let mut f = Fields { b: p, at: 0 };
+    let (Some(correlation_id), Some(device_id), Some(context_id), Some(count)) =
+        (f.u32(), f.u32(), f.u32(), f.u32())
+    else {
+        return Err(format!(
+            "instruction-counts payload of {} bytes is too short",
+            p.len()
+        ));
+    };
+    // No allocation from `count` before the entries are there: each takes 12 bytes or more.
+    let mut functions = Vec::with_capacity((count as usize).min(p.len() / 12));
+    for i in 0..count {
+        let at = f.at;
+        let cut = || format!("function {i} of {count} at payload byte {at} is cut short");
+        let (Some(warp_instructions), Some(len)) = (f.u64(), f.u32()) else {
+            return Err(cut());
+        };
+        let name = f.take(len as usize).ok_or_else(|| {
+            format!("function {i} name of {len} bytes at payload byte {at} runs past the payload")
+        })?;
+        let name = std::str::from_utf8(name)
+            .map_err(|e| format!("function {i} name at payload byte {at} is not UTF-8: {e}"))?;
+        functions.push(FunctionInstructions {
+            name: name.to_string(),
+            warp_instructions,
+        });
+    }
+    Ok(InstructionCounts {
+        correlation_id,
+        device_id,
+        context_id,
+        functions,
+    })
 }
 
 /// One frame as cut from the bytes, before its payload is parsed.

@@ -28,6 +28,7 @@
 //! | `GPUMETER_FLUSH_PERIOD_MS` | ask CUPTI to complete buffers at least this often (default: only when full and at exit), bounding what a killed process loses. |
 //! | `GPUMETER_ENERGY` | `0`: do not record GPU energy. Default on: each GPU's cumulative NVML energy counter (mJ) is read at start, every interval and at exit, into energy frames (`CollectorConfig::energy`). |
 //! | `GPUMETER_ENERGY_INTERVAL_MS` | how often energy is read, 10 … 3600000 ms (default 1000). |
+//! | `GPUMETER_INSTRUCTIONS` | `1`: instrumented mode (`CollectorConfig::instructions`): record the warp-level instructions of every kernel launch (CUPTI SASS metrics, CUDA 12.4+). Every launch then waits for its kernels and patched kernels run slower: a report from such a recording carries the instrumentation warning. Its warnings are printed even without `GPUMETER_VERBOSE`. |
 //! | `GPUMETER_VERBOSE` | `1`: say on stderr where the recording goes and what it holds. |
 //!
 //! Problems are reported on stderr with the prefix `gpumeter-inject:`; the program itself
@@ -204,6 +205,15 @@ fn config_from_env() -> CollectorConfig {
             )),
         }
     }
+    if let Some(v) = env_nonempty("GPUMETER_INSTRUCTIONS") {
+        match v.trim() {
+            "1" | "true" | "yes" => config.instructions = true,
+            "0" | "false" | "no" => {}
+            _ => say(&format!(
+                "GPUMETER_INSTRUCTIONS={v} is not 1 or 0; instrumented mode stays off"
+            )),
+        }
+    }
     if let Some(v) = env_nonempty("GPUMETER_FLUSH_PERIOD_MS") {
         match v.trim().parse::<u32>() {
             Ok(n) => config.flush_period_ms = n,
@@ -313,6 +323,14 @@ fn report_stop(path: &Path, r: &StopReport, verbose: bool) {
             r.kernels,
             r.energy_samples
         ));
+        if r.header.instrumented {
+            say(&format!(
+                "instrumented mode: {} instruction-count frames",
+                r.instruction_frames
+            ));
+        }
+    }
+    if verbose || r.header.instrumented {
         for w in &r.warnings {
             say(&format!("warning: {w}"));
         }

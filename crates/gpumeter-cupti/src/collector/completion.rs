@@ -303,6 +303,11 @@ impl Core {
         self.with_sink("an attribution event", |s| s.attribution(e));
     }
 
+    /// Writes the instruction counts of one launch to the sink (instrumented mode).
+    pub(crate) fn instructions(&self, c: &crate::gmr::InstructionCounts) {
+        let _ = self.with_sink("instruction counts", |s| s.instructions(c));
+    }
+
     /// Writes an energy sample to the sink; `true` when the sink took it (else the problem
     /// is recorded for the stop report).
     pub(crate) fn energy(&self, s: &EnergySample) -> bool {

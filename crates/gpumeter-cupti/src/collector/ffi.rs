@@ -64,24 +64,200 @@ fn check(cupti: &Cupti, function: &'static str, rc: u32) -> Result<(), CuptiErro
     }
 }
 
-/// The subscriber callback: no domain is enabled, so CUPTI never calls it with data; the
-/// subscription only claims CUPTI's one subscriber slot (and so detects another profiler).
+/// What the instrumented mode needs of a `CUpti_CallbackData` (API domains), read from either
+/// bindings' struct.
+pub(crate) trait ApiCallbackData {
+    /// The call as [`super::sass::ApiCall`].
+    fn call(&self) -> super::sass::ApiCall;
+}
+
+/// What the instrumented mode needs of a `CUpti_ResourceData`: the context, as an address.
+pub(crate) trait ResourceCallbackData {
+    /// The context the resource event concerns.
+    fn context(&self) -> usize;
+}
+
+macro_rules! callback_data {
+    ($b:ident) => {
+        impl ApiCallbackData for cupti_sys::$b::CUpti_CallbackData {
+            fn call(&self) -> super::sass::ApiCall {
+                super::sass::ApiCall {
+                    enter: self.callbackSite == cupti_sys::$b::CUPTI_API_ENTER,
+                    correlation_id: self.correlationId,
+                    context: self.context as usize,
+                    context_uid: self.contextUid,
+                }
+            }
+        }
+        impl ResourceCallbackData for cupti_sys::$b::CUpti_ResourceData {
+            fn context(&self) -> usize {
+                self.context as usize
+            }
+        }
+    };
+}
+callback_data!(v12_8);
+callback_data!(v13_4);
+
+/// `CUPTI_CB_DOMAIN_DRIVER_API`, `_RUNTIME_API`, `_RESOURCE` (the same in every version).
+pub(crate) const DOMAIN_DRIVER_API: u32 = 1;
+pub(crate) const DOMAIN_RUNTIME_API: u32 = 2;
+pub(crate) const DOMAIN_RESOURCE: u32 = 3;
+/// `CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING`.
+pub(crate) const CBID_CONTEXT_DESTROY_STARTING: u32 = 2;
+
+/// The subscriber callback, generic over the bindings' `CUpti_CallbackData` (`A`) and
+/// `CUpti_ResourceData` (`R`). Without instrumented mode no domain or callback id is enabled,
+/// so CUPTI never calls it and the subscription only claims CUPTI's one subscriber slot (and
+/// so detects another profiler). In instrumented mode CUPTI calls it around kernel launches
+/// and when a context is being destroyed ([`super::sass`]). Catches every panic.
 ///
 /// # Safety
-/// Called by CUPTI; it reads none of its arguments.
-unsafe extern "C" fn on_callback(_: *mut c_void, _: c_uint, _: u32, _: *const c_void) {}
+/// Called by CUPTI: `cbdata` points to a `CUpti_CallbackData` for the API domains and to a
+/// `CUpti_ResourceData` for the resource domain, valid during the call.
+unsafe extern "C" fn on_callback<A: ApiCallbackData, R: ResourceCallbackData>(
+    _: *mut c_void,
+    domain: c_uint,
+    cbid: u32,
+    cbdata: *const c_void,
+) {
+    if cbdata.is_null() {
+        return;
+    }
+    let event = match domain {
+        DOMAIN_DRIVER_API | DOMAIN_RUNTIME_API => {
+            // SAFETY: for the API domains CUPTI passes a `CUpti_CallbackData`, valid during
+            // the call; it is read, never kept.
+            let data = unsafe { &*cbdata.cast::<A>() };
+            super::sass::Event::Api(data.call())
+        }
+        DOMAIN_RESOURCE if cbid == CBID_CONTEXT_DESTROY_STARTING => {
+            // SAFETY: for the resource domain CUPTI passes a `CUpti_ResourceData`, valid
+            // during the call.
+            let data = unsafe { &*cbdata.cast::<R>() };
+            super::sass::Event::ContextDestroying(data.context())
+        }
+        _ => return,
+    };
+    let _ = catch_unwind(AssertUnwindSafe(|| super::sass::on_event(event)));
+}
 
 /// `cuptiSubscribe` with [`on_callback`]; returns the handle as an address.
 pub(crate) fn subscribe(cupti: &Cupti) -> Result<usize, CuptiError> {
     table!(cupti, t, b => {
         let f = sym(&t.cuptiSubscribe, "cuptiSubscribe")?;
         let mut handle: b::CUpti_SubscriberHandle = std::ptr::null_mut();
-        let cb: unsafe extern "C" fn(*mut c_void, c_uint, u32, *const c_void) = on_callback;
+        let cb: unsafe extern "C" fn(*mut c_void, c_uint, u32, *const c_void) =
+            on_callback::<b::CUpti_CallbackData, b::CUpti_ResourceData>;
         // SAFETY: `handle` is a valid out-pointer; `cb` has the `CUpti_CallbackFunc`
-        // signature, never unwinds and reads nothing; the NULL user data is never read.
+        // signature, reads `cbdata` as the bindings of this library declare it and never
+        // unwinds; the NULL user data is never read.
         let rc = unsafe { f(&mut handle, Some(cb), std::ptr::null_mut()) };
         check(cupti, "cuptiSubscribe", rc).map(|()| handle as usize)
     })
+}
+
+/// `cuptiEnableCallback(enable, subscriber, domain, cbid)`.
+pub(crate) fn enable_callback(
+    cupti: &Cupti,
+    subscriber: usize,
+    enable: bool,
+    domain: u32,
+    cbid: u32,
+) -> Result<(), CuptiError> {
+    table!(cupti, t, b => {
+        let f = sym(&t.cuptiEnableCallback, "cuptiEnableCallback")?;
+        // SAFETY: `subscriber` is the handle `cuptiSubscribe` returned and not yet
+        // unsubscribed (the collector holds it while running); the rest are plain integers.
+        let rc = unsafe { f(u32::from(enable), subscriber as b::CUpti_SubscriberHandle, domain, cbid) };
+        check(cupti, "cuptiEnableCallback", rc)
+    })
+}
+
+/// The kernel-launch callback ids of the runtime and driver APIs (single-context launches and
+/// graph launches), as `(domain, cbid)`.
+pub(crate) fn launch_callback_ids(cupti: &Cupti) -> Vec<(u32, u32)> {
+    let ids: Result<Vec<(u32, u32)>, CuptiError> = table!(cupti, _t, b => {
+        let runtime = [
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_v3020,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunch_ptsz_v7000,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_ptsz_v7000,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_v11060,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernelExC_ptsz_v11060,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_v9000,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaLaunchCooperativeKernel_ptsz_v9000,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000,
+            b::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000,
+        ];
+        let driver = [
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunch,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchGrid,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchGridAsync,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+            b::CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+            b::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+            b::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+        ];
+        Ok(runtime
+            .iter()
+            .map(|&c| (DOMAIN_RUNTIME_API, c))
+            .chain(driver.iter().map(|&c| (DOMAIN_DRIVER_API, c)))
+            .collect())
+    });
+    ids.unwrap_or_default()
+}
+
+/// `cuptiGetDeviceId(ctx)`: the CUDA ordinal of a context's device.
+///
+/// # Safety
+/// `ctx` is a live `CUcontext` of this process (CUPTI passed it to a callback that is running).
+pub(crate) unsafe fn device_of(cupti: &Cupti, ctx: usize) -> Result<u32, CuptiError> {
+    table!(cupti, t, b => {
+        let f = sym(&t.cuptiGetDeviceId, "cuptiGetDeviceId")?;
+        let mut id = 0u32;
+        // SAFETY: `ctx` is live by the caller's contract; `id` is a valid, writable u32.
+        let rc = unsafe { f(ctx as b::CUcontext, &mut id) };
+        check(cupti, "cuptiGetDeviceId", rc).map(|()| id)
+    })
+}
+
+type CuCtxSynchronize = unsafe extern "C" fn() -> c_int;
+
+/// `cuCtxSynchronize` of the CUDA driver this process has loaded; `None` when it has not.
+fn cu_ctx_synchronize() -> Option<CuCtxSynchronize> {
+    static SYNC: std::sync::OnceLock<Option<CuCtxSynchronize>> = std::sync::OnceLock::new();
+    *SYNC.get_or_init(|| {
+        use libloading::os::unix::{Library, RTLD_NOW};
+        // SAFETY: RTLD_NOLOAD: a handle to libcuda only if this process already loaded it.
+        let lib =
+            unsafe { Library::open(Some("libcuda.so.1"), RTLD_NOW | libc::RTLD_NOLOAD) }.ok()?;
+        // Never unloaded: the process uses it.
+        let lib = ManuallyDrop::new(lib);
+        // SAFETY: `CUresult cuCtxSynchronize(void)` in cuda.h; CUresult is an int enum. The
+        // library stays loaded, so the pointer stays valid.
+        unsafe { lib.get::<CuCtxSynchronize>(b"cuCtxSynchronize\0") }
+            .ok()
+            .map(|s| *s)
+    })
+}
+
+/// Waits for all work of the calling thread's current CUDA context (`cuCtxSynchronize`).
+/// `Err` names the driver's result code, or says the driver is not loaded.
+pub(crate) fn synchronize_current_context() -> Result<(), String> {
+    let Some(sync) = cu_ctx_synchronize() else {
+        return Err("the CUDA driver (libcuda.so.1) is not loaded in this process".to_string());
+    };
+    // SAFETY: takes no arguments; the driver is loaded and initialised (a launch just ran on
+    // this thread).
+    match unsafe { sync() } {
+        0 => Ok(()),
+        rc => Err(format!("cuCtxSynchronize returned CUresult {rc}")),
+    }
 }
 
 /// `cuptiUnsubscribe` of a handle [`subscribe`] returned.

@@ -56,6 +56,17 @@ pub trait CompletionSink: Send {
         Ok(())
     }
 
+    /// The instruction counts of one kernel-launch call (instrumented mode,
+    /// [`CollectorConfig::instructions`](super::CollectorConfig::instructions)), from the
+    /// launching thread right after the launch returned. The default ignores them.
+    ///
+    /// # Errors
+    /// Any; reported in the stop report.
+    fn instructions(&mut self, counts: &crate::gmr::InstructionCounts) -> Result<(), GmrError> {
+        let _ = counts;
+        Ok(())
+    }
+
     /// Called once at stop, after the last buffer, with the final header (the start header
     /// plus the device inventory gathered while collecting).
     ///
@@ -213,6 +224,11 @@ impl CompletionSink for GmrFileSink {
 
     fn energy(&mut self, sample: &EnergySample) -> Result<(), GmrError> {
         let r = self.writer()?.write_energy(sample);
+        self.check(r)
+    }
+
+    fn instructions(&mut self, counts: &crate::gmr::InstructionCounts) -> Result<(), GmrError> {
+        let r = self.writer()?.write_instructions(counts);
         self.check(r)
     }
 
