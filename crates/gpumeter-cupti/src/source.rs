@@ -23,10 +23,20 @@
 //!   peer copies billed on the record's `deviceId`; MEMSET → memsets; GRAPH_TRACE → graph
 //!   launches (`gpu_busy_ns` only). Records with a start or end of 0 are pushed as they are: the
 //!   meter counts them as loss `zero_timestamp`.
-//! * **Skipped** (not work, counted by category in the report): OVERHEAD (`overhead`), MEMORY2
-//!   (`memory2`) and INSTRUCTION_EXECUTION (`instruction_execution`) until the meters that use
-//!   them exist, and every kind the decoder steps over (`marker`, `synchronization`, …). API,
-//!   DEVICE, CONTEXT and EXTERNAL_CORRELATION records are consumed by the joins, not counted.
+//! * **Memory**: MEMORY2 allocations and releases of GPU memory ([`DEVICE_MEMORY_KINDS`]) are
+//!   handed to the meter (`memory_byte_ns`) with the record's `processId` (else the API join)
+//!   and external id; host memory (`memory2_host`) and other operations
+//!   (`memory2_other_operation`) are counted as skipped.
+//! * **Partitions**: a CONTEXT record with `isGreenContext` and `numMultiprocessors` declares
+//!   a green context of that many SMs ([`Meter::register_partition`]).
+//! * **Instructions**: INSTRUCTION_EXECUTION records are summed (`executed`, warp level) per
+//!   `correlationId` and given to the kernel with that correlation id (`warp_instructions`).
+//! * **Energy**: `.gmr` energy frames of a device the recording describes (by CUDA ordinal)
+//!   are handed to the meter (`energy_mj`).
+//! * **Skipped** (not work, counted by category in the report): OVERHEAD (`overhead`) and
+//!   every kind the decoder steps over (`marker`, `synchronization`, …). API, DEVICE, CONTEXT,
+//!   EXTERNAL_CORRELATION and INSTRUCTION_EXECUTION records are consumed by the joins, not
+//!   counted.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -35,13 +45,13 @@ use std::sync::Arc;
 
 use gpumeter_core::{
     ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
-    LossReason, Meter, SmLimits, SourceInfo, Work,
+    LossReason, MemoryEvent, MemoryOp, Meter, SmLimits, SourceInfo, Work,
 };
 use sha2::{Digest, Sha256};
 
 use crate::decode::{
-    decode, DecodeError, Decoded, DeviceRecord, KernelRecord, Record, EXTERNAL_KIND_CUSTOM0,
-    EXTERNAL_KIND_CUSTOM2,
+    decode, DecodeError, Decoded, DeviceRecord, KernelRecord, MemoryOperation, Record,
+    EXTERNAL_KIND_CUSTOM0, EXTERNAL_KIND_CUSTOM2,
 };
 use crate::gmr::{read_gmr, Frame, GmrDevice, GmrError, StringTable, TornFrame};
 use crate::kind::ActivityKind;
@@ -173,8 +183,17 @@ pub struct CuptiSummary {
     pub dropped: u64,
     /// Activity buffers decoded (1 for a raw buffer).
     pub buffers: u64,
-    /// `.gmr` energy samples read (metered by a later issue).
+    /// `.gmr` energy samples read.
     pub energy_samples: u64,
+    /// MEMORY2 allocations and releases of device memory handed to the meter
+    /// (`memory_byte_ns`).
+    pub memory_events: u64,
+    /// Green contexts (CONTEXT records with `isGreenContext` and an SM count) declared to the
+    /// meter as partitions.
+    pub green_contexts: u64,
+    /// Kernels given a warp-instruction count (INSTRUCTION_EXECUTION records joined by
+    /// correlation id).
+    pub kernels_with_instructions: u64,
     /// `.gmr` attribution events read (informational).
     pub attribution_events: u64,
     /// `.gmr` frames of unknown types skipped.
@@ -261,6 +280,7 @@ pub fn meter_gmr(
     let mut input = Input::new(name, bytes, CuptiFormat::Gmr, api);
     input.inventory = file.header.devices.clone();
     input.default_pid = (file.header.process_id != 0).then_some(file.header.process_id);
+    input.instrumented = file.header.instrumented;
     input.unknown_frames = file.unknown_frames;
     input.torn = file.torn;
     input.finished = file.finished;
@@ -285,7 +305,14 @@ pub fn meter_gmr(
             Frame::StringTable(t) => strings.extend_from(t),
             Frame::Dropped(d) => input.dropped.push(*d),
             Frame::Attribution(_) => input.attribution_events += 1,
-            Frame::Energy(_) => input.energy_samples += 1,
+            Frame::Energy(e) => {
+                input.energy_samples += 1;
+                input.energy.push(*e);
+            }
+            Frame::Instructions(c) => {
+                let n = input.sass_of.entry(c.correlation_id).or_insert(0);
+                *n = n.saturating_add(c.total());
+            }
         }
     }
     let plan = input.plan()?;
@@ -341,6 +368,12 @@ struct Input<'n> {
     dropped: Vec<crate::gmr::DroppedRecords>,
     unknown_frames: u64,
     energy_samples: u64,
+    /// `.gmr` energy samples, in file order.
+    energy: Vec<crate::gmr::EnergySample>,
+    /// `.gmr` SASS-metrics instruction counts: Σ warp instructions per correlation id.
+    sass_of: HashMap<u32, u64>,
+    /// The `.gmr` header says the run was instrumented (SASS metrics).
+    instrumented: bool,
     attribution_events: u64,
     torn: Option<TornFrame>,
     finished: bool,
@@ -354,6 +387,12 @@ struct Plan {
     records: Vec<ActivityRecord>,
     /// Dropped records per device (summed, saturating).
     losses: Vec<(DeviceSlot, u64)>,
+    /// Green contexts: (device, context id, SMs).
+    partitions: Vec<(DeviceSlot, u32, u32)>,
+    /// Device-memory allocations and releases, sorted by timestamp.
+    memory: Vec<MemoryEvent>,
+    /// Energy samples: (device, ns, cumulative mJ).
+    energy: Vec<(DeviceSlot, u64, u64)>,
     skipped: BTreeMap<&'static str, u64>,
     warnings: Vec<String>,
 }
@@ -373,6 +412,9 @@ impl<'n> Input<'n> {
             dropped: Vec::new(),
             unknown_frames: 0,
             energy_samples: 0,
+            energy: Vec::new(),
+            sass_of: HashMap::new(),
+            instrumented: false,
             attribution_events: 0,
             torn: None,
             finished: true,
@@ -406,6 +448,8 @@ impl<'n> Input<'n> {
         let mut ext_of: HashMap<u32, (u32, u64)> = HashMap::new();
         let mut device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)> = BTreeMap::new();
         let mut device_of_context: HashMap<u32, u32> = HashMap::new();
+        let mut green: BTreeMap<(u32, u32), u32> = BTreeMap::new();
+        let mut instructions_of: HashMap<u32, u64> = HashMap::new();
         for b in &self.buffers {
             for r in &b.decoded.records {
                 match &r.record {
@@ -430,6 +474,16 @@ impl<'n> Input<'n> {
                     }
                     Record::Context(c) => {
                         device_of_context.entry(c.context_id).or_insert(c.device_id);
+                        if c.is_green_context && c.num_multiprocessors > 0 {
+                            green.insert(
+                                (c.device_id, c.context_id),
+                                u32::from(c.num_multiprocessors),
+                            );
+                        }
+                    }
+                    Record::InstructionExecution(i) if i.correlation_id != 0 => {
+                        let n = instructions_of.entry(i.correlation_id).or_insert(0);
+                        *n = n.saturating_add(u64::from(i.executed));
                     }
                     _ => {}
                 }
@@ -459,6 +513,9 @@ impl<'n> Input<'n> {
             dropped: 0,
             buffers: self.buffers.len() as u64,
             energy_samples: self.energy_samples,
+            memory_events: 0,
+            green_contexts: 0,
+            kernels_with_instructions: 0,
             attribution_events: self.attribution_events,
             unknown_frames: self.unknown_frames,
             torn: self.torn,
@@ -466,6 +523,7 @@ impl<'n> Input<'n> {
         };
 
         // Pass 2: work records.
+        let mut memory = Vec::new();
         for b in &self.buffers {
             for (cat, n) in &b.decoded.skipped {
                 *skipped.entry(cat).or_insert(0) += n;
@@ -486,9 +544,20 @@ impl<'n> Input<'n> {
                 };
                 let (device_id, start, end, ctx, stream, corr, node, work) = match &r.record {
                     Record::Kernel(k) => {
-                        let launch = kernel_launch(k, &b.names).map_err(|(f, v)| {
+                        let mut launch = kernel_launch(k, &b.names).map_err(|(f, v)| {
                             fault(f, v, "a kernel dimension or shared-memory size is negative")
                         })?;
+                        if k.correlation_id != 0 {
+                            // SASS metrics of the launch first, else INSTRUCTION_EXECUTION.
+                            launch.warp_instructions = self
+                                .sass_of
+                                .get(&k.correlation_id)
+                                .or_else(|| instructions_of.get(&k.correlation_id))
+                                .copied();
+                        }
+                        if launch.warp_instructions.is_some() {
+                            summary.kernels_with_instructions += 1;
+                        }
                         (
                             k.device_id,
                             k.start,
@@ -550,14 +619,38 @@ impl<'n> Input<'n> {
                         *skipped.entry("overhead").or_insert(0) += 1;
                         continue;
                     }
-                    Record::Memory(_) => {
-                        *skipped.entry("memory2").or_insert(0) += 1;
+                    Record::Memory(m) => {
+                        let op = match m.operation {
+                            MemoryOperation::Allocation => MemoryOp::Allocation,
+                            MemoryOperation::Release => MemoryOp::Release,
+                            MemoryOperation::Other(_) => {
+                                *skipped.entry("memory2_other_operation").or_insert(0) += 1;
+                                continue;
+                            }
+                        };
+                        if !DEVICE_MEMORY_KINDS.contains(&m.memory_kind) {
+                            *skipped.entry("memory2_host").or_insert(0) += 1;
+                            continue;
+                        }
+                        let mut ev = MemoryEvent::new(
+                            devs.slot(m.device_id),
+                            m.timestamp,
+                            m.address,
+                            m.bytes,
+                            op,
+                        );
+                        ev.context_id = m.context_id;
+                        ev.correlation_id = m.correlation_id;
+                        ev.process_id = nonzero(m.process_id)
+                            .or_else(|| pid_of.get(&m.correlation_id).copied())
+                            .or(self.default_pid);
+                        if m.correlation_id != 0 {
+                            ev.external_id = ext_of.get(&m.correlation_id).map(|&(_, e)| e);
+                        }
+                        memory.push(ev);
                         continue;
                     }
-                    Record::InstructionExecution(_) => {
-                        *skipped.entry("instruction_execution").or_insert(0) += 1;
-                        continue;
-                    }
+                    Record::InstructionExecution(_) => continue,
                     _ => continue,
                 };
                 let slot = devs.slot(device_id);
@@ -621,22 +714,70 @@ impl<'n> Input<'n> {
                 self.name
             ));
         }
+        if self.instrumented || !instructions_of.is_empty() {
+            warnings.push(format!(
+                "{}: instrumented run (instruction-level collection: {}): kernels ran slower \
+                 than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
+                 kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work (DESIGN §4 \
+                 \"Instrumentation\")",
+                self.name,
+                if self.instrumented {
+                    "SASS metrics"
+                } else {
+                    "INSTRUCTION_EXECUTION records"
+                }
+            ));
+        }
         if self.unknown_frames > 0 {
             warnings.push(format!(
                 "{}: {} frames of unknown types were skipped (written by a newer producer?)",
                 self.name, self.unknown_frames
             ));
         }
+        // Energy: samples of a device CUPTI or the inventory knows (by CUDA ordinal).
+        let mut energy = Vec::new();
+        let mut unplaced = 0u64;
+        for e in &self.energy {
+            let known = devs.index.contains_key(&e.device_id)
+                || device_recs.contains_key(&e.device_id)
+                || self.inventory.iter().any(|d| d.id == e.device_id);
+            if known && e.device_id != crate::gmr::UNKNOWN_DEVICE {
+                energy.push((devs.slot(e.device_id), e.timestamp_ns, e.energy_mj));
+            } else {
+                unplaced += 1;
+            }
+        }
+        if unplaced > 0 {
+            warnings.push(format!(
+                "{}: {unplaced} energy samples name a device the recording does not describe; \
+                 not metered",
+                self.name
+            ));
+        }
+        // Partitions of devices with activity only (a green context without work bills
+        // nothing).
+        let mut partitions = Vec::new();
+        for (&(device, context), &sms) in &green {
+            if let Some(&slot) = devs.index.get(&device) {
+                partitions.push((slot, context, sms));
+            }
+        }
+        summary.green_contexts = partitions.len() as u64;
+        summary.memory_events = memory.len() as u64;
         summary.records = records.len() as u64;
         summary.skipped = skipped.values().sum();
         summary.device_keys = devs.devices.iter().map(|d| d.key.clone()).collect();
         // Sorted by start so that a file's own records are never late (DESIGN §3 "Order").
         records.sort_by_key(|r| r.start_ns);
+        memory.sort_by_key(|m| m.timestamp_ns);
         Ok(Plan {
             summary,
             devices: devs.devices,
             records,
             losses,
+            partitions,
+            memory,
+            energy,
             skipped,
             warnings,
         })
@@ -840,14 +981,49 @@ fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummar
             meter.record_loss(slot, LossReason::Dropped, n);
         }
     }
+    for (local, context, sms) in plan.partitions {
+        if let Some(slot) = slot_of(local) {
+            meter.register_partition(slot, context, sms);
+        }
+    }
+    // Work and memory events in one start-ordered stream, so neither makes the other late.
+    let mut memory = plan.memory.into_iter().peekable();
     for mut rec in plan.records {
+        while let Some(m) = memory.next_if(|m| m.timestamp_ns <= rec.start_ns) {
+            push_memory(meter, m, &slot_of);
+        }
         if let Some(slot) = slot_of(rec.device) {
             rec.device = slot;
             meter.push(rec);
         }
     }
+    for m in memory {
+        push_memory(meter, m, &slot_of);
+    }
+    for (local, t, e) in plan.energy {
+        if let Some(slot) = slot_of(local) {
+            meter.push_energy(slot, t, e);
+        }
+    }
     summary
 }
+
+fn push_memory(
+    meter: &mut Meter,
+    mut m: MemoryEvent,
+    slot_of: &dyn Fn(DeviceSlot) -> Option<DeviceSlot>,
+) {
+    if let Some(slot) = slot_of(m.device) {
+        m.device = slot;
+        meter.push_memory(m);
+    }
+}
+
+/// `CUpti_ActivityMemoryKind` values of GPU memory, metered as `memory_byte_ns`: DEVICE (3),
+/// ARRAY (4), MANAGED (5), DEVICE_STATIC (6), MANAGED_STATIC (7). PAGEABLE (1) and PINNED (2)
+/// are host memory and UNKNOWN (0) is not known to be the GPU's: counted as skipped
+/// (`memory2_host`).
+pub const DEVICE_MEMORY_KINDS: [u32; 5] = [3, 4, 5, 6, 7];
 
 /// Kinds whose records [`meter_buffer`] turns into work (the rest are joined or skipped).
 pub const WORK_KINDS: [ActivityKind; 6] = [

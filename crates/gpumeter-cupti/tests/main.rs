@@ -9,6 +9,7 @@ use gpumeter_cupti::gmr::{
     read_gmr, AttributionEvent, AttributionKind, DroppedRecords, EnergySample, Frame, GmrDevice,
     GmrError, GmrHeader, GmrWriter, StringTable, TornReason, GMR_PREAMBLE_LEN,
 };
+use gpumeter_cupti::gmr::{FunctionInstructions, InstructionCounts};
 use gpumeter_cupti::{
     decode, meter_buffer, meter_gmr, ActivityKind, ApiVersion, CuptiOptions, CuptiSourceError,
     DecodeError, Record,
@@ -1587,7 +1588,9 @@ mod metering {
                     ..CuptiOptions::default()
                 },
             ));
-            assert_eq!((s.records, s.skipped), (9, 4), "{api}");
+            // Skipped: OVERHEAD, MARKER, and the MEMORY2 record of operation 0 (neither
+            // allocation nor release); INSTRUCTION_EXECUTION is consumed by the join.
+            assert_eq!((s.records, s.skipped), (9, 3), "{api}");
             let label = format!("c.bin@{}", &s.sha256[..8]);
             let (k0, k1) = (format!("{label}#0"), format!("{label}#1"));
             assert_eq!(s.device_keys, [k0.clone(), k1.clone()]);
@@ -1603,7 +1606,7 @@ mod metering {
             assert_eq!(r.device_total(&k1, MeterKind::MemcpyPeerBytes), 7000);
             // 6 copies + memset of 10 ns, graph 100 ns, on device 0.
             assert_eq!(r.device_total(k0, MeterKind::GpuBusyNs), 70 + 100);
-            for cat in ["overhead", "marker", "memory2", "instruction_execution"] {
+            for cat in ["overhead", "marker", "memory2_other_operation"] {
                 assert_eq!(r.records.skipped.get(cat), Some(&1), "{cat}");
             }
         }
@@ -1701,6 +1704,7 @@ mod gmr_format {
                 name: "test".into(),
                 version: "0".into(),
             },
+            instrumented: false,
         }
     }
 
@@ -1729,6 +1733,9 @@ mod gmr_format {
             Frame::StringTable(t) => t.entries.values().map(|s| 12 + s.len()).sum(),
             Frame::Dropped(_) | Frame::Energy(_) => 24,
             Frame::Attribution(a) => 28 + a.label.len(),
+            Frame::Instructions(c) => {
+                16 + c.functions.iter().map(|f| 12 + f.name.len()).sum::<usize>()
+            }
             _ => panic!(),
         }
     }
@@ -1771,6 +1778,22 @@ mod gmr_format {
                     energy_mj: e,
                 }
             )),
+            (
+                any::<(u32, u32, u32)>(),
+                proptest::collection::vec((".{0,16}", any::<u64>()), 0..4)
+            )
+                .prop_map(|((c, d, x), fs)| Frame::Instructions(InstructionCounts {
+                    correlation_id: c,
+                    device_id: d,
+                    context_id: x,
+                    functions: fs
+                        .into_iter()
+                        .map(|(name, warp_instructions)| FunctionInstructions {
+                            name,
+                            warp_instructions,
+                        })
+                        .collect(),
+                })),
         ]
     }
 
@@ -1827,7 +1850,105 @@ mod gmr_format {
                 timestamp_ns: T0,
                 energy_mj: 5,
             }),
+            Frame::Instructions(instruction_counts()),
         ]
+    }
+
+    fn instruction_counts() -> InstructionCounts {
+        InstructionCounts {
+            correlation_id: 77,
+            device_id: 1,
+            context_id: 3,
+            functions: vec![
+                FunctionInstructions {
+                    name: "_Z6vecAddPKfS0_Pfi".into(),
+                    warp_instructions: 4_000_000_000_123,
+                },
+                FunctionInstructions {
+                    name: "k\u{e9}".into(),
+                    warp_instructions: 0,
+                },
+            ],
+        }
+    }
+
+    /// Instruction-count frames (type 8): the documented layout byte for byte, the header
+    /// flag, and payloads that are cut short, overlong or not UTF-8 are typed errors.
+    #[test]
+    fn instruction_counts_frame_layout_and_bad_payloads() {
+        let c = instruction_counts();
+        assert_eq!(c.total(), 4_000_000_000_123);
+        let mut h = header(26);
+        let plain = ok(serde_json::to_string(&h));
+        assert!(!plain.contains("instrumented"), "{plain}");
+        h.instrumented = true;
+        let (bytes, offsets) = write(&h, &[Frame::Instructions(c.clone())], true);
+        let file = ok(read_gmr(&bytes));
+        assert!(file.header.instrumented);
+        assert_eq!(file.frames[0].frame, Frame::Instructions(c.clone()));
+        let at = offsets[0];
+        let mut payload = Vec::new();
+        for v in [77u32, 1, 3, 2] {
+            payload.extend_from_slice(&v.to_le_bytes());
+        }
+        payload.extend_from_slice(&4_000_000_000_123u64.to_le_bytes());
+        payload.extend_from_slice(&18u32.to_le_bytes());
+        payload.extend_from_slice(b"_Z6vecAddPKfS0_Pfi");
+        payload.extend_from_slice(&0u64.to_le_bytes());
+        payload.extend_from_slice(&3u32.to_le_bytes());
+        payload.extend_from_slice("k\u{e9}".as_bytes());
+        assert_eq!(&bytes[at..at + 4], &8u32.to_le_bytes());
+        assert_eq!(
+            &bytes[at + 4..at + 12],
+            &(payload.len() as u64).to_le_bytes()
+        );
+        assert_eq!(&bytes[at + 12..at + 12 + payload.len()], &payload[..]);
+
+        // Hand-made frames with a right checksum and a bad payload.
+        let frame = |p: &[u8]| {
+            let mut f = Vec::new();
+            f.extend_from_slice(&8u32.to_le_bytes());
+            f.extend_from_slice(&(p.len() as u64).to_le_bytes());
+            f.extend_from_slice(p);
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&f);
+            f.extend_from_slice(&crc.finalize().to_le_bytes());
+            f
+        };
+        let (head, _) = write(&header(26), &[], false);
+        let with = |p: &[u8]| {
+            let mut b = head.clone();
+            b.extend_from_slice(&frame(p));
+            read_gmr(&b)
+        };
+        // Trailing bytes after the functions are ignored (forward compatibility).
+        let mut longer = payload.clone();
+        longer.extend_from_slice(&[9, 9, 9]);
+        match with(&longer) {
+            Ok(f) => assert_eq!(f.frames[0].frame, Frame::Instructions(c.clone())),
+            Err(e) => panic!("{e}"),
+        }
+        // Too short for the fixed part; a count larger than the entries; a name past the end;
+        // a name that is not UTF-8.
+        let mut huge_count = payload.clone();
+        huge_count[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut long_name = payload.clone();
+        long_name[24..28].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut not_utf8 = payload.clone();
+        let last = not_utf8.len() - 1;
+        not_utf8[last] = 0xff;
+        for (what, bad) in [
+            ("short", &payload[..15]),
+            ("count", &huge_count[..]),
+            ("name length", &long_name[..]),
+            ("utf-8", &not_utf8[..]),
+            ("cut", &payload[..payload.len() - 1]),
+        ] {
+            match with(bad) {
+                Err(GmrError::BadPayload { frame_type: 8, .. }) => {}
+                other => panic!("{what}: {other:?}"),
+            }
+        }
     }
 
     /// A file cut at every byte of its last frame keeps the frames before it and reports the
@@ -1947,7 +2068,10 @@ mod gmr_format {
         with.extend_from_slice(&h.finalize().to_le_bytes());
         with.extend_from_slice(&bytes[offsets[1]..]);
         let file = ok(read_gmr(&with));
-        assert_eq!((file.unknown_frames, file.frames.len()), (1, 4));
+        assert_eq!(
+            (file.unknown_frames, file.frames.len()),
+            (1, sample_frames().len())
+        );
         assert!(file.finished);
     }
 
@@ -2188,4 +2312,170 @@ mod never_panics {
                                  &CuptiOptions { api, ..CuptiOptions::default() });
         }
     }
+}
+
+/// MEMORY2 (`memory_byte_ns`), green contexts (the partition cap) and INSTRUCTION_EXECUTION
+/// (`warp_instructions`) from a buffer, in every API version that has the kinds.
+#[test]
+fn memory_green_contexts_and_instruction_counts_are_metered() {
+    for api in ApiVersion::ALL {
+        let mut b = Buf::new(api);
+        b.rec(
+            ActivityKind::DEVICE,
+            &[
+                ("id", 0),
+                ("numMultiprocessors", 100),
+                ("computeCapabilityMajor", 9),
+            ],
+        );
+        b.rec(
+            ActivityKind::CONTEXT,
+            &[
+                ("contextId", 5),
+                ("deviceId", 0),
+                ("isGreenContext", 1),
+                ("numMultiprocessors", 30),
+            ],
+        );
+        for (corr, pid) in [(11, 1), (12, 2), (13, 1)] {
+            b.rec(
+                ActivityKind::RUNTIME,
+                &[("correlationId", corr), ("processId", pid)],
+            );
+        }
+        // alice (pid 1): 50 blocks in green context 5 (30 SMs) → holds 30; bob (pid 2): 90
+        // blocks on the device. 30 + 90 = 120 > 100 SMs: alice 25, bob 75 SM per ns. Without
+        // the partition alice would hold 50 and get 50·100/140.
+        for (ctx, grid, corr) in [(5, 50, 11), (1, 90, 12)] {
+            b.rec(
+                ActivityKind::CONCURRENT_KERNEL,
+                &[
+                    ("start", T0.into()),
+                    ("end", (T0 + 1000).into()),
+                    ("gridX", grid),
+                    ("gridY", 1),
+                    ("gridZ", 1),
+                    ("blockX", 128),
+                    ("blockY", 1),
+                    ("blockZ", 1),
+                    ("correlationId", corr),
+                    ("contextId", ctx),
+                    ("deviceId", 0),
+                ],
+            );
+        }
+        let has_instructions = api
+            .layouts()
+            .into_iter()
+            .any(|l| l.kind == ActivityKind::INSTRUCTION_EXECUTION);
+        if has_instructions {
+            for (corr, n) in [(11, 700), (11, 300), (12, 5)] {
+                b.rec(
+                    ActivityKind::INSTRUCTION_EXECUTION,
+                    &[("correlationId", corr), ("executed", n)],
+                );
+            }
+        }
+        let mem = |op: i128, kind: i128, addr: i128, t: u64| {
+            vec![
+                ("memoryOperationType", op),
+                ("memoryKind", kind),
+                ("address", addr),
+                ("bytes", 4096),
+                ("timestamp", i128::from(t)),
+                ("deviceId", 0),
+                ("contextId", 5),
+                ("correlationId", 13),
+            ]
+        };
+        b.rec(ActivityKind::MEMORY2, &mem(1, 3, 0x100, T0 + 100));
+        b.rec(ActivityKind::MEMORY2, &mem(2, 3, 0x100, T0 + 600));
+        b.rec(ActivityKind::MEMORY2, &mem(1, 2, 0x900, T0 + 100)); // pinned host: skipped
+        b.rec(ActivityKind::MEMORY2, &mem(2, 3, 0x200, T0 + 700)); // never allocated: loss
+        let mut m = meter();
+        let mut tm = TenantMap::default();
+        tm.pid.insert(1, "alice".into());
+        tm.pid.insert(2, "bob".into());
+        m.set_tenant_map(tm);
+        let opts = CuptiOptions {
+            api,
+            ..CuptiOptions::default()
+        };
+        let s = ok(meter_buffer(&mut m, "mem.bin", &b.bytes, &opts));
+        assert_eq!((s.memory_events, s.green_contexts), (3, 1), "{api}");
+        let r = finish(m);
+        let key = format!("mem.bin@{}#0", &s.sha256[..8]);
+        let of = |tenant: &str, meter: MeterKind| -> u128 {
+            r.totals
+                .iter()
+                .filter(|t| t.tenant == tenant && t.meter == meter && t.device_key == key)
+                .map(|t| t.quantity.0)
+                .sum()
+        };
+        assert_eq!(of("alice", MeterKind::SmNs), 25_000, "{api}");
+        assert_eq!(of("bob", MeterKind::SmNs), 75_000, "{api}");
+        // Memory: the allocation's processId is 0, so the API record of correlation 13 gives
+        // pid 1.
+        assert_eq!(of("alice", MeterKind::MemoryByteNs), 4096 * 500, "{api}");
+        assert_eq!(r.lost(&key, "release_without_allocation"), 1, "{api}");
+        assert_eq!(r.records.skipped.get("memory2_host"), Some(&1), "{api}");
+        if has_instructions {
+            assert_eq!(s.kernels_with_instructions, 2, "{api}");
+            assert_eq!(of("alice", MeterKind::WarpInstructions), 1000, "{api}");
+            assert_eq!(of("bob", MeterKind::WarpInstructions), 5, "{api}");
+            assert!(
+                r.warnings.iter().any(|w| w.contains("instrumented run")),
+                "{api}: {:?}",
+                r.warnings
+            );
+        }
+    }
+}
+
+/// The real H200 recording (`examples/data/h200-cuda13-smoke.gmr`, CUPTI 13.0): the CUDA C
+/// workload's `cudaMalloc`/`cudaFree` MEMORY2 records, paired here independently of the meter,
+/// give exactly the `memory_byte_ns` the meter reports, and nothing stays open.
+#[test]
+fn the_h200_recording_meters_memory_byte_ns_from_its_memory2_records() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/data/h200-cuda13-smoke.gmr");
+    let bytes = ok(std::fs::read(&path));
+    let file = ok(read_gmr(&bytes));
+    let api = ok(ApiVersion::from_cupti(file.header.cupti_api_version));
+    let mut allocs: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut expected: u128 = 0;
+    let mut pairs = 0;
+    for f in &file.frames {
+        if let Frame::ActivityBuffer(b) = &f.frame {
+            for r in ok(decode(b, api)).records {
+                if let Record::Memory(m) = r.record {
+                    match m.operation.raw() {
+                        1 => {
+                            allocs.insert(m.address, (m.timestamp, m.bytes));
+                        }
+                        2 => {
+                            let (t, n) = allocs.remove(&m.address).expect("allocated before");
+                            expected += u128::from(n) * u128::from(m.timestamp - t);
+                            pairs += 1;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    // The workload allocates x and y (4 MiB each) and frees both.
+    assert_eq!((pairs, allocs.len()), (2, 0));
+    let mut m = meter();
+    ok(meter_gmr(
+        &mut m,
+        "h200.gmr",
+        &bytes,
+        &CuptiOptions::default(),
+    ));
+    let r = finish(m);
+    let key = r.devices[0].device_key.clone();
+    assert!(expected > 0);
+    assert_eq!(r.device_total(&key, MeterKind::MemoryByteNs), expected);
+    assert!(r.open_allocations.is_empty());
 }
