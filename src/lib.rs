@@ -57,6 +57,15 @@ pub enum Error {
     /// The report could not be serialized for its digest.
     #[error(transparent)]
     Digest(#[from] gpumeter_core::DigestError),
+    /// The opening state (`--opening FILE`, a `gpumeter.usage/v1` report) cannot be read or
+    /// one of its `open_allocations` is invalid (names the file, entry and field).
+    #[error("{}: {reason}", path.display())]
+    Opening {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the entry and field.
+        reason: String,
+    },
 }
 
 /// The format of an input (`--format`, DESIGN §8).
@@ -92,6 +101,36 @@ pub struct UsageOptions {
     /// The producer's CUPTI API version for raw CUPTI buffers (`--cupti-api-version`, default
     /// 12.8's 26); a `.gmr` names its own.
     pub cupti_api: ApiVersion,
+    /// Opening state (`--opening FILE`): an earlier `gpumeter.usage/v1` report whose
+    /// `open_allocations` are still held at its end; they are billed on from there
+    /// (DESIGN §4 "Memory").
+    pub opening: Option<PathBuf>,
+}
+
+/// Reads the `open_allocations` of an earlier usage report and hands them to the meter as
+/// opening state, each on the device of its `device_key` (registered if no input names it).
+fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
+    let fail = |reason: String| Error::Opening {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let report: UsageReport = serde_json::from_str(&text)
+        .map_err(|e| fail(format!("not a gpumeter.usage/v1 report: {e}")))?;
+    if report.schema != gpumeter_core::USAGE_SCHEMA {
+        return Err(fail(format!(
+            "schema `{}` is not {}",
+            report.schema,
+            gpumeter_core::USAGE_SCHEMA
+        )));
+    }
+    for (i, open) in report.open_allocations.iter().enumerate() {
+        let slot = meter.register_device(DeviceInfo::bare(open.device_key.clone(), open.device));
+        meter
+            .push_opening(slot, open)
+            .map_err(|e| fail(format!("open_allocations[{i}]: {e}")))?;
+    }
+    Ok(())
 }
 
 /// The format of one input, `Auto` resolved from its first bytes.
@@ -170,6 +209,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
     let mut meter = Meter::new(options.meter.clone());
     if let Some(map) = tenant_map {
         meter.set_tenant_map(map);
+    }
+    if let Some(path) = &options.opening {
+        apply_opening(&mut meter, path)?;
     }
     let hook_catalog = catalog.clone();
     let opts = ImportOptions {

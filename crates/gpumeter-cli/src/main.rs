@@ -116,6 +116,10 @@ struct UsageArgs {
     /// its own.
     #[arg(long, value_name = "N", default_value = "26", value_parser = parse_api_version)]
     cupti_api_version: gpumeter::ApiVersion,
+    /// Opening state: an earlier usage report (--json output) whose open_allocations are
+    /// still held; memory_byte_ns bills them on from that report's end.
+    #[arg(long, value_name = "FILE")]
+    opening: Option<PathBuf>,
 }
 
 fn parse_api_version(s: &str) -> Result<gpumeter::ApiVersion, String> {
@@ -162,6 +166,7 @@ impl UsageArgs {
             devices: self.devices.clone(),
             tenant_map: self.tenant_map.clone(),
             cupti_api: self.cupti_api_version,
+            opening: self.opening.clone(),
         }
     }
 }

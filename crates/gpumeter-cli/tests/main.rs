@@ -729,3 +729,97 @@ fn a_tenant_map_splits_the_sampled_ranks_by_process_without_changing_totals() {
         "{e}"
     );
 }
+
+/// `memory_byte_ns` across two reports: an allocation left open by the first is listed in its
+/// `open_allocations`, and `--opening` bills it in the second from the first's end to the
+/// release, so the two together bill every ns once.
+#[test]
+fn open_allocations_carry_into_the_next_report_with_opening() {
+    use gpumeter_cupti::ActivityKind;
+    let t0: i128 = 1_793_606_160_000_000_000;
+    let buffer = |kernel_at: i128, memory: &[(i128, i128)]| {
+        let mut buf = Vec::new();
+        cupti_record(
+            &mut buf,
+            ActivityKind::DEVICE,
+            &[
+                ("id", 0),
+                ("numMultiprocessors", 132),
+                ("uuid", 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+            ],
+        );
+        cupti_record(
+            &mut buf,
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", kernel_at),
+                ("end", kernel_at + 1_000),
+                ("gridX", 1),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("correlationId", 1),
+            ],
+        );
+        for &(op, t) in memory {
+            cupti_record(
+                &mut buf,
+                ActivityKind::MEMORY2,
+                &[
+                    ("memoryOperationType", op),
+                    ("memoryKind", 3),
+                    ("address", 0x7f00_0000_0000),
+                    ("bytes", 4096),
+                    ("timestamp", t),
+                    ("processId", 77),
+                ],
+            );
+        }
+        buf
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = dir.path().join("first.cupti");
+    let second = dir.path().join("second.cupti");
+    std::fs::write(&first, buffer(t0, &[(1, t0 + 100)])).expect("write");
+    std::fs::write(&second, buffer(t0 + 5_000, &[(2, t0 + 3_000)])).expect("write");
+    let u1 = json(&gpumeter(&[
+        "usage",
+        s(&first),
+        "--tenant",
+        "acme",
+        "--json",
+    ]));
+    validate("gpumeter.usage.v1.schema.json", &u1);
+    assert_eq!(meter_total(&u1, "memory_byte_ns"), 4096 * 900);
+    let open = &u1["open_allocations"];
+    assert_eq!(open.as_array().map(Vec::len), Some(1), "{open:#}");
+    assert_eq!(open[0]["address"], "0x7f0000000000");
+    assert_eq!(open[0]["tenant"], "acme");
+    assert_eq!(open[0]["process_id"], 77);
+    let r1 = dir.path().join("first.json");
+    std::fs::write(&r1, u1.to_string()).expect("write");
+    let u2 = json(&gpumeter(&[
+        "usage",
+        s(&second),
+        "--opening",
+        s(&r1),
+        "--json",
+    ]));
+    validate("gpumeter.usage.v1.schema.json", &u2);
+    // Billed from the first report's end (t0 + 1000) to the release (t0 + 3000), to the
+    // tenant the first report gave it.
+    assert_eq!(meter_total(&u2, "memory_byte_ns"), 4096 * 2_000);
+    assert_eq!(
+        u2["totals"].as_array().map(|t| t
+            .iter()
+            .any(|r| r["meter"] == "memory_byte_ns" && r["tenant"] == "acme")),
+        Some(true)
+    );
+    assert_eq!(u2["open_allocations"].as_array().map(Vec::len), Some(0));
+    // Without the opening state the release has no allocation: loss.
+    let u3 = json(&gpumeter(&["usage", s(&second), "--json"]));
+    assert_eq!(u3["loss"][0]["reason"], "release_without_allocation");
+    // An opening file that is not a usage report: exit 1, naming it.
+    let o = gpumeter(&["usage", s(&second), "--opening", s(&first)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("first.cupti"), "{}", stderr(&o));
+}
