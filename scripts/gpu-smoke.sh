@@ -26,6 +26,7 @@
 #   SMOKE_ITERS         loop iterations of the CUDA C workload (default 1000: 2101 launches)
 #   SMOKE_TORCH_ITERS   in-place multiplications of the PyTorch workload (default 500)
 #   SMOKE_TORCH=0       skip the PyTorch workload
+#   SMOKE_GREEN=0       skip the green-context (SM partition) workload
 #   SMOKE_INSTR_ITERS   loop iterations of the instrumented CUDA C run (default 50: 106 launches)
 #   SMOKE_INSTRUCTIONS=0  skip the instrumented run
 #   GPUMETER_ENERGY_INTERVAL_MS  energy sampling interval while recording (default here 200)
@@ -218,6 +219,93 @@ if [ "${SMOKE_INSTRUCTIONS:-1}" != "0" ]; then
   INSTR_STATUS=ran
 fi
 
+# ------------------------------------------------------------------ green-context workload
+# A green context of (at least) 16 SMs (CUDA driver API, 12.4+); kernels of 16384 blocks run in
+# it one after another, so each holds exactly the green context's SMs: the meter must report
+# sm_ns = SMs of the green context x kernel_ns (with the device's 132 SMs it would be 8x more).
+GREEN_STATUS=skip
+if [ "${SMOKE_GREEN:-1}" != "0" ]; then
+  cat >"$WORK/green.cu" <<'CUDA'
+#include <cstdio>
+#include <cstdlib>
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+// gpumeter smoke workload (partitions): kernels of 16384 blocks in a green context of at least
+// 16 SMs, one after another on its stream. Prints the green context's and the device's SMs.
+extern "C" __global__ void gm_green_spin(float *x, int n, int rounds) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float v = x[i];
+    for (int r = 0; r < rounds; r++) v = v * 1.0000001f + 1e-7f;
+    x[i] = v;
+  }
+}
+
+#define CU(call)                                                                  \
+  do {                                                                            \
+    CUresult e_ = (call);                                                         \
+    if (e_ != CUDA_SUCCESS) {                                                     \
+      const char *m_ = "?";                                                       \
+      cuGetErrorString(e_, &m_);                                                  \
+      fprintf(stderr, "%s: %s\n", #call, m_);                                     \
+      return 3;                                                                   \
+    }                                                                             \
+  } while (0)
+#define CK(call)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                 \
+      return 3;                                                                   \
+    }                                                                             \
+  } while (0)
+
+int main(int argc, char **argv) {
+  int launches = argc > 1 ? atoi(argv[1]) : 20;
+  const int n = 1 << 22;
+  float *x;
+  CK(cudaMalloc(&x, n * sizeof(float)));
+  CK(cudaMemset(x, 0, n * sizeof(float)));
+  CK(cudaDeviceSynchronize());
+  CUdevice dev;
+  CU(cuDeviceGet(&dev, 0));
+  CUdevResource sm, rest, group[1];
+  unsigned int groups = 1;
+  CU(cuDeviceGetDevResource(dev, &sm, CU_DEV_RESOURCE_TYPE_SM));
+  CU(cuDevSmResourceSplitByCount(group, &groups, &sm, &rest, 0, 16));
+  CUdevResourceDesc desc;
+  CU(cuDevResourceGenerateDesc(&desc, group, 1));
+  CUgreenCtx green;
+  CU(cuGreenCtxCreate(&green, desc, dev, CU_GREEN_CTX_DEFAULT_STREAM));
+  CUcontext ctx;
+  CU(cuCtxFromGreenCtx(&ctx, green));
+  CU(cuCtxSetCurrent(ctx));
+  CUstream stream;
+  CU(cuGreenCtxStreamCreate(&stream, green, CU_STREAM_NON_BLOCKING, 0));
+  for (int i = 0; i < launches; i++)
+    gm_green_spin<<<n / 256, 256, 0, (cudaStream_t)stream>>>(x, n, 400);
+  CK(cudaGetLastError());
+  CK(cudaStreamSynchronize((cudaStream_t)stream));
+  printf("GREEN_SMS %u\nDEVICE_SMS %u\nKERNEL gm_green_spin %d\nTOTAL %d\nCHECK ok\n",
+         group[0].sm.smCount, sm.sm.smCount, launches, launches);
+  CU(cuStreamDestroy(stream));
+  CU(cuGreenCtxDestroy(green));
+  CK(cudaFree(x));
+  return 0;
+}
+CUDA
+  say "== building and recording the green-context workload (partitions)"
+  if timeout -k 10 180 "$NVCC" -O2 -arch=native -o "$WORK/green" "$WORK/green.cu" -lcuda >"$WORK/green.nvcc.log" 2>&1 \
+     || timeout -k 10 180 "$NVCC" -O2 -arch=sm_90 -o "$WORK/green" "$WORK/green.cu" -lcuda >>"$WORK/green.nvcc.log" 2>&1; then
+    record green "$CUPTI_C" "$WORK/green" 20
+    GREEN_STATUS=ran
+  else
+    say "   nvcc failed: $(tail -n 3 "$WORK/green.nvcc.log")"
+    GREEN_STATUS=nobuild
+  fi
+fi
+
 TORCH_STATUS=skip
 if [ "${SMOKE_TORCH:-1}" != "0" ] && [ -n "$CUPTI_T" ] \
    && timeout -k 10 90 python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
@@ -242,11 +330,12 @@ else
 fi
 
 say "== comparing"
-python3 - "$WORK" "$TORCH_STATUS" "$TORCH_ITERS" "$INSTR_STATUS" <<'EOF' | tee "$WORK/summary.txt"
+python3 - "$WORK" "$TORCH_STATUS" "$TORCH_ITERS" "$INSTR_STATUS" "$GREEN_STATUS" <<'EOF' | tee "$WORK/summary.txt"
 import json, os, sys
 
 work, torch_status, torch_iters = sys.argv[1], sys.argv[2], int(sys.argv[3])
 instr_status = sys.argv[4]
+green_status = sys.argv[5]
 
 def load(name):
     try:
@@ -310,6 +399,18 @@ for d in devs or [{"id": 0}]:
           f"{e['samples']} samples over {(last - first) / 1e9:.3f} s (from {first - t0} ns after the "
           f"clock pair), {e['first_mj']} -> {e['last_mj']} mJ (delta {e['delta_mj']} mJ), "
           f"{e['out_of_order']} out of order, {e['decreases']} decreases")
+# The meters built on the new inputs: memory_byte_ns from the workload's two cudaMalloc /
+# cudaFree pairs (4 MiB each, held at least while the kernels ran, nothing left open), and
+# energy_mj from the energy frames.
+meters = {}
+for t in usage.get("totals", []):
+    meters[t.get("meter")] = meters.get(t.get("meter"), 0) + int(t["quantity"])
+busy = meters.get("gpu_busy_ns", 0)
+check("memory_byte_ns (2 x 4 MiB held, none open)",
+      meters.get("memory_byte_ns", 0) >= 4 * 2**20 * busy and not usage.get("open_allocations"),
+      f"{meters.get('memory_byte_ns')} byte-ns (gpu_busy_ns {busy}), open {usage.get('open_allocations')}")
+check("energy_mj metered", meters.get("energy_mj", 0) > 0,
+      f"{meters.get('energy_mj')} mJ; not meterable: {[n for d in usage.get('devices', []) for n in d.get('not_meterable', [])]}")
 print(f"  info: API {show.get('header', {}).get('cupti_api_version')}, {show.get('buffers')} buffers, "
       f"records {show.get('records')}, usage devices {[(d.get('device_key'), d.get('name')) for d in usage.get('devices', [])]}")
 for e in [show.get("_error"), usage.get("_error")] + show.get("decode_errors", []):
@@ -359,6 +460,31 @@ if instr_status == "ran":
             check("readable", False, e)
 else:
     print("CUDA C workload, instrumented: skipped (SMOKE_INSTRUCTIONS=0)")
+
+if green_status == "ran":
+    print("Green-context workload (partitions)")
+    rc = open(os.path.join(work, "green.rc")).read().strip()
+    out = open(os.path.join(work, "green.stdout")).read()
+    err = open(os.path.join(work, "green.stderr")).read()
+    vals = {l.split()[0]: l.split()[1] for l in out.splitlines()
+            if len(l.split()) >= 2 and l.split()[0] in ("GREEN_SMS", "DEVICE_SMS", "TOTAL")}
+    check("workload ran", rc == "0" and "CHECK ok" in out, f"exit {rc}, {out.strip()[-200:] or err.strip()[-300:]}")
+    usage = load("green.usage.json")
+    m = {}
+    for t in usage.get("totals", []):
+        m[t.get("meter")] = m.get(t.get("meter"), 0) + int(t["quantity"])
+    green = int(vals.get("GREEN_SMS", 0))
+    check("kernel launches", m.get("kernel_launches") == int(vals.get("TOTAL", -1)),
+          f"expected {vals.get('TOTAL')}, metered {m.get('kernel_launches')}")
+    check("sm_ns = green-context SMs x kernel_ns", green > 0 and m.get("sm_ns") == green * m.get("kernel_ns", -1),
+          f"green context {green} of {vals.get('DEVICE_SMS')} SMs: sm_ns {m.get('sm_ns')}, kernel_ns {m.get('kernel_ns')}, "
+          f"ratio {m.get('sm_ns', 0) / max(1, m.get('kernel_ns', 0)):.3f}")
+    print(f"  info: devices {usage.get('devices')}, warnings {usage.get('warnings', [])[:3]}")
+elif green_status == "nobuild":
+    print("Green-context workload: not built (see green.nvcc.log)")
+    results.append(False)
+else:
+    print("Green-context workload: skipped (SMOKE_GREEN=0)")
 
 if torch_status == "ran":
     print("PyTorch workload")
