@@ -268,6 +268,8 @@ int main(int argc, char **argv) {
   CK(cudaMalloc(&x, n * sizeof(float)));
   CK(cudaMemset(x, 0, n * sizeof(float)));
   CK(cudaDeviceSynchronize());
+  CUcontext primary;
+  CU(cuCtxGetCurrent(&primary));
   CUdevice dev;
   CU(cuDeviceGet(&dev, 0));
   CUdevResource sm, rest, group[1];
@@ -290,6 +292,7 @@ int main(int argc, char **argv) {
   printf("GREEN_SMS %u\nDEVICE_SMS %u\nKERNEL gm_green_spin %d\nTOTAL %d\nCHECK ok\n",
          group[0].sm.smCount, sm.sm.smCount, launches, launches);
   CU(cuStreamDestroy(stream));
+  CU(cuCtxSetCurrent(primary));
   CU(cuGreenCtxDestroy(green));
   CK(cudaFree(x));
   return 0;
@@ -468,7 +471,8 @@ if green_status == "ran":
     err = open(os.path.join(work, "green.stderr")).read()
     vals = {l.split()[0]: l.split()[1] for l in out.splitlines()
             if len(l.split()) >= 2 and l.split()[0] in ("GREEN_SMS", "DEVICE_SMS", "TOTAL")}
-    check("workload ran", rc == "0" and "CHECK ok" in out, f"exit {rc}, {out.strip()[-200:] or err.strip()[-300:]}")
+    check("workload ran", rc == "0" and "CHECK ok" in out,
+          f"exit {rc}, {' | '.join(out.strip().splitlines()[-2:])}; stderr: {' | '.join(l for l in err.splitlines() if 'gpumeter' not in l and 'recording' not in l)[-300:]}")
     usage = load("green.usage.json")
     m = {}
     for t in usage.get("totals", []):

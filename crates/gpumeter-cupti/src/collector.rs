@@ -165,7 +165,9 @@ pub struct CollectorConfig {
     /// for its kernels to finish and patched kernels run slower: time meters of such a
     /// recording carry an instrumentation warning (DESIGN §4). A libcupti without the API
     /// fails the start ([`CollectorError::InstructionsNotSupported`]); a device or context
-    /// that cannot be instrumented is a warning. Default `false`.
+    /// that cannot be instrumented is a warning. Kernels are then recorded with the KERNEL
+    /// activity kind instead of CONCURRENT_KERNEL (with CONCURRENT_KERNEL enabled, CUPTI 13.0
+    /// reports every SASS metric value as 0 on an H200). Default `false`.
     pub instructions: bool,
 }
 
@@ -594,10 +596,19 @@ impl Collector {
             collector.undo();
             return Err(CollectorError::from_cupti(e));
         }
-        for &kind in &config.kinds {
+        for &configured in &config.kinds {
+            // Instrumented mode records kernels with KERNEL, not CONCURRENT_KERNEL: measured
+            // on an H200 with CUPTI 13.0 (scripts/gpu-smoke.sh, docs/COLLECTION.md), SASS
+            // metric values are all zero while CONCURRENT_KERNEL is enabled and right with
+            // KERNEL. KERNEL serializes kernels, which instrumented mode does anyway.
+            let kind = if config.instructions && configured == ActivityKind::CONCURRENT_KERNEL {
+                ActivityKind::KERNEL
+            } else {
+                configured
+            };
             match cupti.activity_enable(kind.0) {
                 Ok(()) => collector.enabled.push(kind),
-                Err(e) if kind == ActivityKind::CONCURRENT_KERNEL => {
+                Err(e) if configured == ActivityKind::CONCURRENT_KERNEL => {
                     collector.undo();
                     return Err(CollectorError::from_cupti(e));
                 }

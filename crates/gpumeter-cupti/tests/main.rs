@@ -2479,3 +2479,90 @@ fn the_h200_recording_meters_memory_byte_ns_from_its_memory2_records() {
     assert_eq!(r.device_total(&key, MeterKind::MemoryByteNs), expected);
     assert!(r.open_allocations.is_empty());
 }
+
+fn example(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/data")
+        .join(name);
+    ok(std::fs::read(path))
+}
+
+/// A real green-context recording (`scripts/gpu-smoke.sh`, H200, CUPTI 13.0): 20 kernels of
+/// 16 384 blocks, one after another, in a green context of 16 of the H200's 132 SMs. The
+/// CONTEXT record declares the partition, so each kernel holds 16 SMs: sm_ns = 16 × kernel_ns
+/// exactly (the device cap alone would give 132 ×). Its energy frames give energy_mj = the
+/// counter's last minus first sample, all of it to the one tenant with sm_ns or to idle.
+#[test]
+fn the_h200_green_context_recording_caps_sm_ns_at_the_partition() {
+    let bytes = example("h200-cuda13-green-context.gmr");
+    let mut m = meter();
+    let s = ok(meter_gmr(&mut m, "green.gmr", &bytes, &CuptiOptions::default()));
+    assert_eq!(s.green_contexts, 1);
+    let r = finish(m);
+    let key = r.devices[0].device_key.clone();
+    assert_eq!(r.devices[0].sm_count, Some(132));
+    let kernel_ns = r.device_total(&key, MeterKind::KernelNs);
+    assert_eq!(r.device_total(&key, MeterKind::KernelLaunches), 20);
+    assert!(kernel_ns > 0);
+    assert_eq!(r.device_total(&key, MeterKind::SmNs), 16 * kernel_ns);
+    let file = ok(read_gmr(&bytes));
+    let samples: Vec<(u64, u64)> = file
+        .frames
+        .iter()
+        .filter_map(|f| match &f.frame {
+            Frame::Energy(e) => Some((e.timestamp_ns, e.energy_mj)),
+            _ => None,
+        })
+        .collect();
+    assert!(samples.len() >= 2, "{samples:?}");
+    let (first, last) = (samples[0].1, samples[samples.len() - 1].1);
+    assert!(last > first);
+    assert_eq!(
+        r.device_total(&key, MeterKind::EnergyMj),
+        u128::from(last - first)
+    );
+}
+
+/// A real instrumented recording (`gpumeter record --instructions`, H200, CUPTI 13.0): the CUDA
+/// C smoke workload with 50 iterations, 106 launches. Every launch has its SASS-metrics frame;
+/// warp_instructions is their sum per kernel (gm_smoke_add 589 824 per launch: 4096 blocks ×
+/// 8 warps × 18 instructions), and the report says the run was instrumented.
+#[test]
+fn the_h200_instrumented_recording_meters_warp_instructions_per_launch() {
+    let bytes = example("h200-cuda13-instructions.gmr");
+    let file = ok(read_gmr(&bytes));
+    assert!(file.header.instrumented);
+    let mut per_launch: BTreeMap<String, BTreeSet<u64>> = BTreeMap::new();
+    let mut frames = 0;
+    let mut total: u128 = 0;
+    for f in &file.frames {
+        if let Frame::Instructions(c) = &f.frame {
+            frames += 1;
+            total += u128::from(c.total());
+            for func in &c.functions {
+                per_launch
+                    .entry(func.name.clone())
+                    .or_default()
+                    .insert(func.warp_instructions);
+            }
+        }
+    }
+    assert_eq!(frames, 106);
+    assert_eq!(per_launch["gm_smoke_add"], BTreeSet::from([589_824]));
+    assert_eq!(per_launch["gm_smoke_scale"], BTreeSet::from([524_288]));
+    assert_eq!(per_launch["gm_smoke_fill"], BTreeSet::from([458_752]));
+    let mut m = meter();
+    let s = ok(meter_gmr(&mut m, "instr.gmr", &bytes, &CuptiOptions::default()));
+    assert_eq!(s.kernels_with_instructions, 106);
+    let r = finish(m);
+    let key = r.devices[0].device_key.clone();
+    assert_eq!(r.device_total(&key, MeterKind::KernelLaunches), 106);
+    assert_eq!(r.device_total(&key, MeterKind::WarpInstructions), total);
+    assert_eq!(total, 50 * 589_824 + 50 * 524_288 + 6 * 458_752);
+    assert!(r.devices[0].not_meterable.is_empty(), "{:?}", r.devices[0]);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("instrumented run")),
+        "{:?}",
+        r.warnings
+    );
+}

@@ -429,9 +429,22 @@ fn collect(o: Outer) {
             .map(|r| (r.function_name.as_str(), &r.values[..])),
     );
     if functions.is_empty() {
+        // What CUPTI did hand over, for the report: records, and Σ value per metric id.
+        let mut per_metric: BTreeMap<u64, u64> = BTreeMap::new();
+        for r in &records {
+            for &(id, v) in &r.values {
+                let e = per_metric.entry(id).or_insert(0);
+                *e = e.saturating_add(v);
+            }
+        }
         warn(format!(
-            "instruction counts: launch {} (context {}): CUPTI reported no instructions",
-            c.correlation_id, c.context_uid
+            "instruction counts: launch {} (context {}): CUPTI reported no instructions \
+             ({} patched-instruction records; Σ value per metric id {:?}; expected metric id {})",
+            c.correlation_id,
+            c.context_uid,
+            records.len(),
+            per_metric,
+            o.metric_id
         ));
         return;
     }
