@@ -2566,3 +2566,53 @@ fn the_h200_instrumented_recording_meters_warp_instructions_per_launch() {
         r.warnings
     );
 }
+
+/// A MIG instance is its own device: its DEVICE record (`isMigEnabled`, `migUuid`,
+/// `numMultiprocessors` = the instance's SMs) keys it `MIG-<uuid>` and caps `sm_ns` at the
+/// instance's SMs, in every API version; two instances of one GPU are two devices.
+#[test]
+fn a_mig_instance_is_a_device_capped_at_its_own_sms() {
+    for api in ApiVersion::ALL {
+        let mut bufs = Vec::new();
+        for (mig, sms) in [(0x11_i128, 16), (0x22, 32)] {
+            let mut b = Buf::new(api);
+            b.rec(
+                ActivityKind::DEVICE,
+                &[
+                    ("id", 0),
+                    ("numMultiprocessors", sms),
+                    ("isMigEnabled", 1),
+                    ("gpuInstanceId", mig >> 4),
+                    ("computeInstanceId", 0),
+                    ("uuid", 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
+                    ("migUuid", mig),
+                ],
+            );
+            b.kernel(T0, T0 + 1000, 100, 1);
+            bufs.push(b.bytes);
+        }
+        let mut m = meter();
+        let opts = CuptiOptions {
+            api,
+            ..CuptiOptions::default()
+        };
+        for (i, bytes) in bufs.iter().enumerate() {
+            ok(meter_buffer(&mut m, &format!("mig{i}.bin"), bytes, &opts));
+        }
+        let r = finish(m);
+        assert_eq!(r.devices.len(), 2, "{api}");
+        let mut caps: Vec<(u32, u128)> = r
+            .devices
+            .iter()
+            .map(|d| {
+                assert!(d.device_key.starts_with("MIG-"), "{api}: {}", d.device_key);
+                (
+                    d.sm_count.unwrap_or(0),
+                    r.device_total(&d.device_key, MeterKind::SmNs),
+                )
+            })
+            .collect();
+        caps.sort_unstable();
+        assert_eq!(caps, vec![(16, 16 * 1000), (32, 32 * 1000)], "{api}");
+    }
+}
