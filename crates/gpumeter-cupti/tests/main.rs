@@ -2496,7 +2496,12 @@ fn example(name: &str) -> Vec<u8> {
 fn the_h200_green_context_recording_caps_sm_ns_at_the_partition() {
     let bytes = example("h200-cuda13-green-context.gmr");
     let mut m = meter();
-    let s = ok(meter_gmr(&mut m, "green.gmr", &bytes, &CuptiOptions::default()));
+    let s = ok(meter_gmr(
+        &mut m,
+        "green.gmr",
+        &bytes,
+        &CuptiOptions::default(),
+    ));
     assert_eq!(s.green_contexts, 1);
     let r = finish(m);
     let key = r.devices[0].device_key.clone();
@@ -2552,7 +2557,12 @@ fn the_h200_instrumented_recording_meters_warp_instructions_per_launch() {
     assert_eq!(per_launch["gm_smoke_scale"], BTreeSet::from([524_288]));
     assert_eq!(per_launch["gm_smoke_fill"], BTreeSet::from([458_752]));
     let mut m = meter();
-    let s = ok(meter_gmr(&mut m, "instr.gmr", &bytes, &CuptiOptions::default()));
+    let s = ok(meter_gmr(
+        &mut m,
+        "instr.gmr",
+        &bytes,
+        &CuptiOptions::default(),
+    ));
     assert_eq!(s.kernels_with_instructions, 106);
     let r = finish(m);
     let key = r.devices[0].device_key.clone();
