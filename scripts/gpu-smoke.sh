@@ -124,6 +124,21 @@ fi
 [ -n "$CUPTI_C" ] || cannot "no libcupti found (set GPUMETER_CUPTI_LIB)"
 
 # --------------------------------------------------------------------------- CUDA C workload
+# The CUDA runtime error check both CUDA workloads use.
+cat >"$WORK/gm_check.h" <<'EOF'
+// CK(call): return 3 from main, naming the call, when a CUDA runtime call fails.
+#include <cstdio>
+#include <cuda_runtime.h>
+#define CK(call)                                                                  \
+  do {                                                                            \
+    cudaError_t e_ = (call);                                                      \
+    if (e_ != cudaSuccess) {                                                      \
+      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                 \
+      return 3;                                                                   \
+    }                                                                             \
+  } while (0)
+EOF
+
 cat >"$WORK/smoke.cu" <<'EOF'
 // gpumeter smoke workload: known launches of three named kernels (extern "C": unmangled
 // names), a copy each way, a result check. Prints what it launched.
@@ -144,14 +159,7 @@ extern "C" __global__ void gm_smoke_fill(float *x, float v, int n) {
   if (i < n) x[i] = v;
 }
 
-#define CK(call)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (call);                                                      \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                 \
-      return 3;                                                                   \
-    }                                                                             \
-  } while (0)
+#include "gm_check.h"
 
 int main(int argc, char **argv) {
   int iters = argc > 1 ? atoi(argv[1]) : 1000;
@@ -252,14 +260,7 @@ extern "C" __global__ void gm_green_spin(float *x, int n, int rounds) {
       return 3;                                                                   \
     }                                                                             \
   } while (0)
-#define CK(call)                                                                  \
-  do {                                                                            \
-    cudaError_t e_ = (call);                                                      \
-    if (e_ != cudaSuccess) {                                                      \
-      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                 \
-      return 3;                                                                   \
-    }                                                                             \
-  } while (0)
+#include "gm_check.h"
 
 int main(int argc, char **argv) {
   int launches = argc > 1 ? atoi(argv[1]) : 20;

@@ -48,6 +48,17 @@ fn record(out: &Path, command: &[&str]) -> Output {
         .expect("run gpumeter record")
 }
 
+/// `gpumeter recording show --json PATH`, which must succeed, as JSON.
+fn show_json(path: &Path) -> serde_json::Value {
+    let o = gpumeter()
+        .args(["recording", "show", "--json"])
+        .arg(path)
+        .output()
+        .expect("show");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("JSON")
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -91,13 +102,7 @@ fn a_command_without_cuda_yields_an_empty_recording_that_meters() {
     let table = gpumeter().arg("usage").arg(&out).output().expect("usage");
     assert_eq!(table.status.code(), Some(0), "{}", text(&table.stderr));
 
-    let show = gpumeter()
-        .args(["recording", "show", "--json"])
-        .arg(&out)
-        .output()
-        .expect("show");
-    assert_eq!(show.status.code(), Some(0), "{}", text(&show.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    let s = show_json(&out);
     assert_eq!(s["buffers"], 0);
     assert_eq!(s["kernels"], 0);
     assert_eq!(s["finished"], true);
@@ -266,12 +271,7 @@ fn a_fake_cuda_program_records_meters_and_previews() {
     assert_eq!(launches, 40);
     assert_eq!(v["devices"][0]["name"], "NVIDIA H200");
 
-    let show = gpumeter()
-        .args(["recording", "show", "--json"])
-        .arg(&out)
-        .output()
-        .expect("show");
-    let s: serde_json::Value = serde_json::from_slice(&show.stdout).expect("JSON");
+    let s = show_json(&out);
     assert_eq!(s["kernels"], 40);
     assert_eq!(s["unnamed_kernels"], 0);
     assert_eq!(s["kernel_names"][0]["name"], "fake_kernel_add");
@@ -321,13 +321,7 @@ fn recording_show_summarises_energy_per_device() {
     }
     std::fs::write(&path, w.finish().expect("finish")).expect("write");
 
-    let o = gpumeter()
-        .args(["recording", "show", "--json"])
-        .arg(&path)
-        .output()
-        .expect("show");
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let s = show_json(&path);
     assert_eq!(s["energy_samples"], 5);
     assert_eq!(
         s["energy"],
@@ -399,13 +393,7 @@ fn recording_show_sums_instruction_counts_per_function() {
     }
     std::fs::write(&path, w.finish().expect("finish")).expect("write");
 
-    let o = gpumeter()
-        .args(["recording", "show", "--json"])
-        .arg(&path)
-        .output()
-        .expect("show");
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).expect("JSON");
+    let s = show_json(&path);
     assert_eq!(s["header"]["instrumented"], true);
     assert_eq!(s["instruction_frames"], 3);
     assert_eq!(

@@ -8,31 +8,8 @@ use gpumeter_core::{
 };
 use proptest::prelude::*;
 
-const BASE: u64 = 1_700_000_000_000_000_000 - 1_700_000_000_000_000_000 % 86_400_000_000_000;
-const S: u64 = 1_000_000_000;
-
-fn kernel(grid: u32) -> Work {
-    Work::Kernel(KernelLaunch {
-        grid: Some([grid, 1, 1]),
-        block: Some([128, 1, 1]),
-        ..KernelLaunch::default()
-    })
-}
-
-fn device(sms: Option<u32>) -> DeviceInfo {
-    let mut d = DeviceInfo::bare("GPU-test", 0);
-    d.sm_count = sms;
-    d.name = Some("NVIDIA Test".into());
-    d
-}
-
-fn per_tenant(r: &UsageReport, meter: MeterKind) -> BTreeMap<String, u128> {
-    let mut m = BTreeMap::new();
-    for t in r.totals.iter().filter(|t| t.meter == meter) {
-        *m.entry(t.tenant.clone()).or_insert(0) += t.quantity.0;
-    }
-    m
-}
+mod common;
+use common::{device, kernel, per_tenant, BASE, S};
 
 #[test]
 fn two_tenants_capped_in_proportion_and_busy_divided() {

@@ -4,28 +4,13 @@
 use std::collections::BTreeMap;
 
 use gpumeter_core::{
-    ActivityRecord, DeviceInfo, KernelLaunch, MemoryEvent, MemoryOp, Meter, MeterConfig, MeterKind,
-    TenantMap, UsageReport, WindowSize, Work, IDLE,
+    ActivityRecord, KernelLaunch, MemoryEvent, MemoryOp, Meter, MeterConfig, MeterKind, TenantMap,
+    UsageReport, WindowSize, Work, IDLE,
 };
 use proptest::prelude::*;
 
-const BASE: u64 = 1_700_000_000_000_000_000 - 1_700_000_000_000_000_000 % 86_400_000_000_000;
-const S: u64 = 1_000_000_000;
-const KEY: &str = "GPU-test";
-
-fn kernel(grid: u32) -> Work {
-    Work::Kernel(KernelLaunch {
-        grid: Some([grid, 1, 1]),
-        block: Some([128, 1, 1]),
-        ..KernelLaunch::default()
-    })
-}
-
-fn device(sms: Option<u32>) -> DeviceInfo {
-    let mut d = DeviceInfo::bare(KEY, 0);
-    d.sm_count = sms;
-    d
-}
+mod common;
+use common::{device, kernel, per_tenant, BASE, KEY, S};
 
 fn pids(map: &[(u32, &str)]) -> TenantMap {
     let mut tm = TenantMap::default();
@@ -33,14 +18,6 @@ fn pids(map: &[(u32, &str)]) -> TenantMap {
         tm.pid.insert(*p, (*t).to_string());
     }
     tm
-}
-
-fn per_tenant(r: &UsageReport, meter: MeterKind) -> BTreeMap<String, u128> {
-    let mut m = BTreeMap::new();
-    for t in r.totals.iter().filter(|t| t.meter == meter) {
-        *m.entry(t.tenant.clone()).or_insert(0) += t.quantity.0;
-    }
-    m
 }
 
 fn per_window(r: &UsageReport, meter: MeterKind) -> BTreeMap<String, u128> {
