@@ -108,7 +108,8 @@ pub struct UsageOptions {
 }
 
 /// Reads the `open_allocations` of an earlier usage report and hands them to the meter as
-/// opening state, each on the device of its `device_key` (registered if no input names it).
+/// opening state ([`Meter::set_opening`]): each is held on the device of its `device_key` from
+/// that report's end on.
 fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
     let fail = |reason: String| Error::Opening {
         path: path.to_path_buf(),
@@ -124,13 +125,7 @@ fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
             gpumeter_core::USAGE_SCHEMA
         )));
     }
-    for (i, open) in report.open_allocations.iter().enumerate() {
-        let slot = meter.register_device(DeviceInfo::bare(open.device_key.clone(), open.device));
-        meter
-            .push_opening(slot, open)
-            .map_err(|e| fail(format!("open_allocations[{i}]: {e}")))?;
-    }
-    Ok(())
+    meter.set_opening(&report.open_allocations).map_err(fail)
 }
 
 /// The format of one input, `Auto` resolved from its first bytes.
@@ -183,7 +178,8 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 ///
 /// Kineto and Nsight inputs are all read and validated first and then metered as one stream in
 /// start order, so their order on the command line does not matter; `.gmr` recordings and raw
-/// CUPTI buffers follow, each validated before it is metered.
+/// CUPTI buffers follow, likewise all validated first and then merged in time order. An
+/// opening state (`--opening`) is taken before any input.
 ///
 /// # Errors
 /// [`Error::Import`] / [`Error::Cupti`] for the first input (or the catalog, or the tenant
@@ -233,6 +229,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         strings: None,
         on_device: Some(&hook),
     };
+    // Recordings and raw buffers: all read and validated first, then metered as one stream in
+    // time order (the recordings of several processes on one GPU may come in any order).
+    let mut files = Vec::with_capacity(recordings.len());
     for (input, format) in recordings {
         let name = input
             .file_name()
@@ -242,12 +241,22 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
             name: name.clone(),
             error,
         })?;
-        if format == Format::Gmr {
-            gpumeter_cupti::meter_gmr(&mut meter, &name, &bytes, &copts)?;
+        let format = if format == Format::Gmr {
+            gpumeter_cupti::CuptiFormat::Gmr
         } else {
-            gpumeter_cupti::meter_buffer(&mut meter, &name, &bytes, &copts)?;
-        }
+            gpumeter_cupti::CuptiFormat::Cupti
+        };
+        files.push((name, bytes, format));
     }
+    let sources: Vec<gpumeter_cupti::CuptiInput<'_>> = files
+        .iter()
+        .map(|(name, bytes, format)| gpumeter_cupti::CuptiInput {
+            name,
+            bytes,
+            format: *format,
+        })
+        .collect();
+    gpumeter_cupti::meter_sources(&mut meter, &sources, &copts)?;
     Ok(meter.finish()?)
 }
 

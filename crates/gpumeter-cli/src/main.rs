@@ -139,6 +139,11 @@ fn parse_tenant(s: &str) -> Result<String, String> {
     if s.trim().is_empty() {
         return Err("a tenant name must not be empty".into());
     }
+    if gpumeter::core::RESERVED_TENANTS.contains(&s) {
+        return Err(format!(
+            "`{s}` is reserved (gpumeter's own tenant for unattributed usage or idle energy)"
+        ));
+    }
     if s.len() > 256 {
         return Err("a tenant name must be at most 256 bytes".into());
     }

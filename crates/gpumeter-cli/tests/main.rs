@@ -350,6 +350,7 @@ fn bad_command_lines_exit_2() {
             "2026-01-01T00:00:00Z",
         ],
         vec!["usage", s(&ex), "--tenant", ""],
+        vec!["usage", s(&ex), "--tenant", "idle"],
         vec!["usage", s(&ex), "--tenant", "x\n  Total 0.00"],
     ] {
         let o = gpumeter(&args);

@@ -31,11 +31,12 @@ pub mod time;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
 pub use meter::{
-    Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, IDLE, UNATTRIBUTED,
+    Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, IDLE, RESERVED_TENANTS,
+    UNATTRIBUTED,
 };
 pub use record::{
     ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, LossReason, MemoryEvent, MemoryOp,
-    Work,
+    PartitionId, Work,
 };
 pub use report::{
     document_sha256, DeviceEntry, DigestError, Dimension, LossEntry, MeterKind, NotMeterable,

@@ -29,7 +29,7 @@ use num_traits::{ToPrimitive, Zero};
 use crate::device::DeviceInfo;
 use crate::occupancy::{active_blocks_per_sm, LaunchConfig, Mode, WARP_SIZE};
 use crate::record::{
-    ActivityRecord, CopyDirection, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Work,
+    ActivityRecord, CopyDirection, DeviceSlot, LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
 };
 use crate::report::{
     DeviceEntry, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts,
@@ -42,6 +42,10 @@ pub const UNATTRIBUTED: &str = "unattributed";
 
 /// Tenant for a window's energy when no tenant has `sm_ns` in it (DESIGN §4 "Energy").
 pub const IDLE: &str = "idle";
+
+/// Tenant names gpumeter assigns itself ([`UNATTRIBUTED`], [`IDLE`]): a tenant map or
+/// `--tenant` may not name a customer so, or its usage could not be told apart.
+pub const RESERVED_TENANTS: [&str; 2] = [UNATTRIBUTED, IDLE];
 
 /// Default reordering horizon: 60 s of record time (DESIGN §3).
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
@@ -123,6 +127,8 @@ struct Active {
 struct MemPending {
     ts: u64,
     seq: u64,
+    /// Process id: addresses are per process (virtual address spaces).
+    pid: Option<u32>,
     address: u64,
     bytes: u64,
     release: bool,
@@ -142,6 +148,9 @@ struct OpenAlloc {
 
 /// A capped share factor `num / den` (reduced), applied to Σ len·held.
 type Factor = (u128, u128);
+
+/// Where an allocation is held: (process id, virtual address).
+type HeldAt = (Option<u32>, u64);
 
 type DupKey = (u64, u32, u32, u32, u64, &'static str);
 
@@ -193,14 +202,14 @@ struct DeviceState {
     kernels_without_occupancy: u64,
     /// Cached summary of the active set, rebuilt when the set changes.
     summary: Option<ActiveSummary>,
-    /// SMs of each partition (green context), index = partition − 1.
+    /// SMs of each partition (green context), index = [`PartitionId`].
     partitions: Vec<u32>,
-    /// Context id → partition (index + 1).
-    partition_of_context: HashMap<u32, u32>,
     /// Memory events waiting for the sweep.
     mem_pending: BinaryHeap<Reverse<MemPending>>,
-    /// Allocations held, by address.
-    open: BTreeMap<u64, OpenAlloc>,
+    /// Allocations held, by (process id, address).
+    open: BTreeMap<HeldAt, OpenAlloc>,
+    /// Kernel records metered.
+    kernels: u64,
     /// Memory events accepted.
     memory_events: u64,
     /// Allocations at an address that was still held (the earlier one is closed there).
@@ -240,6 +249,10 @@ pub struct Meter {
     counts: RecordCounts,
     warnings: Vec<String>,
     seq: u64,
+    /// Opening state of devices not registered yet, by device key.
+    opening: HashMap<String, Vec<(HeldAt, OpenAlloc)>>,
+    /// The device id an opening entry named, for devices registered only at the end.
+    opening_ids: HashMap<String, u32>,
 }
 
 impl Meter {
@@ -258,6 +271,8 @@ impl Meter {
             counts: RecordCounts::default(),
             warnings: Vec::new(),
             seq: 0,
+            opening: HashMap::new(),
+            opening_ids: HashMap::new(),
         }
     }
 
@@ -325,9 +340,9 @@ impl Meter {
             kernels_without_occupancy: 0,
             summary: None,
             partitions: Vec::new(),
-            partition_of_context: HashMap::new(),
             mem_pending: BinaryHeap::new(),
             open: BTreeMap::new(),
+            kernels: 0,
             memory_events: 0,
             reallocations: 0,
             energy: Vec::new(),
@@ -335,36 +350,31 @@ impl Meter {
             kernels_without_instructions: 0,
             last_ns: 0,
         });
+        if let Some(held) = self.opening.remove(&self.devices[slot.0 as usize].info.key) {
+            let d = &mut self.devices[slot.0 as usize];
+            for (key, a) in held {
+                d.last_ns = d.last_ns.max(a.since);
+                d.memory_events += 1;
+                d.open.insert(key, a);
+            }
+        }
         slot
     }
 
     /// Declares a partition of a device's SMs: a green context (CUPTI CONTEXT record with
-    /// `isGreenContext`, its `contextId` and `numMultiprocessors`). Kernels of that context
-    /// then hold at most `sm_count` SMs and are capped to it before the device cap (DESIGN §4
-    /// "SMs held", "Cap"). Must precede the context's records; a second declaration of the
-    /// same context replaces the first. A MIG instance needs no call: CUDA presents it as a
-    /// device of its own (key `MIG-<uuid>`) whose SM count is the instance's. Returns `false`
-    /// for an unknown slot or an `sm_count` of 0.
-    pub fn register_partition(
-        &mut self,
-        device: DeviceSlot,
-        context_id: u32,
-        sm_count: u32,
-    ) -> bool {
-        let Some(d) = self.devices.get_mut(device.0 as usize) else {
-            return false;
-        };
+    /// `isGreenContext` and `numMultiprocessors`). Records whose [`ActivityRecord::partition`]
+    /// is the returned id hold at most `sm_count` SMs and are capped to it before the device
+    /// cap (DESIGN §4 "SMs held", "Cap"). The source maps its own context ids to partitions
+    /// (context ids are per process). A MIG instance needs no partition: CUDA presents it as a
+    /// device of its own (key `MIG-<uuid>`) whose SM count is the instance's. `None` for an
+    /// unknown slot or an `sm_count` of 0.
+    pub fn register_partition(&mut self, device: DeviceSlot, sm_count: u32) -> Option<PartitionId> {
+        let d = self.devices.get_mut(device.0 as usize)?;
         if sm_count == 0 {
-            return false;
+            return None;
         }
-        if let Some(&p) = d.partition_of_context.get(&context_id) {
-            d.partitions[(p - 1) as usize] = sm_count;
-        } else {
-            d.partitions.push(sm_count);
-            let p = d.partitions.len() as u32;
-            d.partition_of_context.insert(context_id, p);
-        }
-        true
+        d.partitions.push(sm_count);
+        Some(PartitionId(d.partitions.len() as u32 - 1))
     }
 
     /// Overrides fields of a registered device (a device catalog entry, DESIGN §3): every field
@@ -478,11 +488,13 @@ impl Meter {
         }
         dev.records += 1;
         dev.last_ns = dev.last_ns.max(rec.end_ns);
-        let part = dev
-            .partition_of_context
-            .get(&rec.context_id)
-            .copied()
-            .unwrap_or(0);
+        // Pending/Active carry partition index + 1; 0 = the device (also for an id that is not
+        // this device's).
+        let part = rec
+            .partition
+            .map(|p| p.0)
+            .filter(|&p| (p as usize) < dev.partitions.len())
+            .map_or(0, |p| p + 1);
         // SMs of the kernel's partition: its green context's when set, else the device's.
         let sm_count = match part {
             0 => dev.info.sm_count,
@@ -497,6 +509,7 @@ impl Meter {
         match &rec.work {
             Work::Kernel(k) => {
                 self.counts.kernel += 1;
+                dev.kernels += 1;
                 *start_cell
                     .ints
                     .entry((key, MeterKind::KernelLaunches))
@@ -576,41 +589,99 @@ impl Meter {
     /// Allocations still held when the report is built are billed to the report's end and
     /// listed in `open_allocations`. Unknown slots are ignored.
     pub fn push_memory(&mut self, ev: MemoryEvent) {
-        self.push_memory_at(ev, None);
+        self.push_memory_at(ev);
     }
 
-    /// Takes an allocation left open by an earlier report as opening state (`--opening`,
-    /// DESIGN §4 "Memory"): it is held from the earlier report's `billed_to` on, attributed as
-    /// that report resolved it (its external id and process id first, then its tenant).
-    /// Unknown slots are ignored.
+    /// Takes the allocations an earlier report left open as opening state (`--opening`,
+    /// DESIGN §4 "Memory"): each is held from that report's `billed_to` on, on the device with
+    /// its `device_key` (registered now if no input names it by [`Meter::finish`]), paired with
+    /// a later release by process id and address, attributed by its external id and process id
+    /// through this meter's tenant map first, then to the tenant the earlier report gave it.
+    /// Call it before pushing records: opening state is not subject to the reordering horizon.
     ///
     /// # Errors
-    /// A message naming the field when `address`, `billed_to` or `allocated_at` cannot be read.
-    pub fn push_opening(
-        &mut self,
-        device: DeviceSlot,
-        open: &OpenAllocation,
-    ) -> Result<(), String> {
-        let address = parse_address(&open.address)?;
-        let billed_to = parse_rfc3339(&open.billed_to).map_err(|e| format!("billed_to: {e}"))?;
-        let allocated_at =
-            parse_rfc3339(&open.allocated_at).map_err(|e| format!("allocated_at: {e}"))?;
-        let bytes = u64::try_from(open.bytes.0)
-            .map_err(|_| format!("bytes: {} exceeds 64 bits", open.bytes.0))?;
-        let mut ev = MemoryEvent::new(device, billed_to, address, bytes, MemoryOp::Allocation);
-        ev.process_id = open.process_id;
-        ev.external_id = open.external_id;
-        let key = AttrKey {
-            external_id: open.external_id,
-            process_id: open.process_id,
-            source_tenant: Some(open.tenant.clone()),
-        };
-        let key = self.intern(key);
-        self.push_memory_at(ev, Some((key, allocated_at)));
+    /// A message naming the entry (`open_allocations[i]`) and field, and nothing is taken, when
+    /// an address, time or byte count cannot be read, `billed_to` is 0 or before
+    /// `allocated_at`, the tenant is empty, or two entries hold the same address of one
+    /// process on one device.
+    pub fn set_opening(&mut self, entries: &[OpenAllocation]) -> Result<(), String> {
+        // (device key, device id, where held, bytes, billed_to, allocated_at, attribution)
+        type Entry = (String, u32, HeldAt, u64, u64, u64, AttrKey);
+        let mut parsed: Vec<Entry> = Vec::with_capacity(entries.len());
+        let mut seen = BTreeSet::new();
+        for (i, open) in entries.iter().enumerate() {
+            let at = |field: &str, e: String| format!("open_allocations[{i}].{field}: {e}");
+            let address = parse_address(&open.address).map_err(|e| at("address", e))?;
+            let billed_to = parse_rfc3339(&open.billed_to).map_err(|e| at("billed_to", e))?;
+            let allocated_at =
+                parse_rfc3339(&open.allocated_at).map_err(|e| at("allocated_at", e))?;
+            if billed_to == 0 {
+                return Err(at(
+                    "billed_to",
+                    "the Unix epoch is not a report's end".into(),
+                ));
+            }
+            if allocated_at > billed_to {
+                return Err(at(
+                    "allocated_at",
+                    format!(
+                        "{} is after billed_to {}",
+                        open.allocated_at, open.billed_to
+                    ),
+                ));
+            }
+            let bytes = u64::try_from(open.bytes.0)
+                .map_err(|_| at("bytes", format!("{} exceeds 64 bits", open.bytes.0)))?;
+            if open.tenant.trim().is_empty() {
+                return Err(at("tenant", "empty".into()));
+            }
+            let key = (open.process_id, address);
+            if !seen.insert((open.device_key.clone(), key)) {
+                return Err(at(
+                    "address",
+                    format!(
+                        "{} of process {:?} on {} is held by an earlier entry too",
+                        open.address, open.process_id, open.device_key
+                    ),
+                ));
+            }
+            let attr = AttrKey {
+                external_id: open.external_id,
+                process_id: open.process_id,
+                source_tenant: Some(open.tenant.clone()),
+            };
+            parsed.push((
+                open.device_key.clone(),
+                open.device,
+                key,
+                bytes,
+                billed_to,
+                allocated_at,
+                attr,
+            ));
+        }
+        for (device_key, id, key, bytes, billed_to, allocated_at, attr) in parsed {
+            let k = self.intern(attr);
+            let a = OpenAlloc {
+                since: billed_to,
+                allocated_at,
+                bytes,
+                key: k,
+            };
+            if let Some(&slot) = self.device_index.get(&device_key) {
+                let d = &mut self.devices[slot.0 as usize];
+                d.last_ns = d.last_ns.max(billed_to);
+                d.memory_events += 1;
+                d.open.insert(key, a);
+            } else {
+                self.opening_ids.entry(device_key.clone()).or_insert(id);
+                self.opening.entry(device_key).or_default().push((key, a));
+            }
+        }
         Ok(())
     }
 
-    fn push_memory_at(&mut self, ev: MemoryEvent, opening: Option<(u32, u64)>) {
+    fn push_memory_at(&mut self, ev: MemoryEvent) {
         let Some(dev) = self.devices.get(ev.device.0 as usize) else {
             return;
         };
@@ -626,25 +697,21 @@ impl Meter {
             return;
         }
         let release = ev.op == MemoryOp::Release;
+        // The stream slot of the key holds the process id: addresses are per process.
         let dup: DupKey = (
             ev.timestamp_ns,
             ev.context_id,
-            u32::MAX,
+            ev.process_id.unwrap_or(u32::MAX),
             ev.correlation_id,
             ev.address,
             if release { "release" } else { "allocation" },
         );
-        let (key, allocated_at) = match opening {
-            Some(o) => o,
-            None => {
-                let k = AttrKey {
-                    external_id: ev.external_id,
-                    process_id: ev.process_id,
-                    source_tenant: self.source_tenant.clone(),
-                };
-                (self.intern(k), ev.timestamp_ns)
-            }
+        let k = AttrKey {
+            external_id: ev.external_id,
+            process_id: ev.process_id,
+            source_tenant: self.source_tenant.clone(),
         };
+        let (key, allocated_at) = (self.intern(k), ev.timestamp_ns);
         let window = self.config.window;
         let dev = &mut self.devices[ev.device.0 as usize];
         if !dev.dups.insert(dup) {
@@ -657,6 +724,7 @@ impl Meter {
         dev.mem_pending.push(Reverse(MemPending {
             ts: ev.timestamp_ns,
             seq: self.seq,
+            pid: ev.process_id,
             address: ev.address,
             bytes: ev.bytes,
             release,
@@ -694,6 +762,13 @@ impl Meter {
     /// [`crate::DigestError`] when the report cannot be serialized for its digest.
     pub fn finish(mut self) -> Result<UsageReport, crate::DigestError> {
         let window = self.config.window;
+        // Opening state of devices no input named: on a device entry of its own.
+        let mut leftover: Vec<String> = self.opening.keys().cloned().collect();
+        leftover.sort();
+        for key in leftover {
+            let id = self.opening_ids.get(&key).copied().unwrap_or(0);
+            self.register_device(DeviceInfo::bare(key, id));
+        }
         for d in &mut self.devices {
             d.advance(u64::MAX, window);
         }
@@ -702,8 +777,10 @@ impl Meter {
         let mut open_allocations = Vec::new();
         for d in &mut self.devices {
             let open = std::mem::take(&mut d.open);
-            for (address, a) in open {
-                d.book_memory(a.key, a.since, report_end, a.bytes, window);
+            for ((_, address), a) in open {
+                if !d.hold(a, report_end, window) {
+                    continue;
+                }
                 let k = &self.keys[a.key as usize];
                 open_allocations.push(OpenAllocation {
                     device: d.info.id,
@@ -733,6 +810,8 @@ impl Meter {
             let info = &d.info;
             let mut not_meterable = Vec::new();
             let sm_meterable = info.sm_count.is_some() && d.kernels_without_grid == 0;
+            // Without kernels there is no sm_ns or warp_ns to be unsure of.
+            let has_kernels = d.kernels > 0;
             if info.sm_count.is_some() && d.kernels_without_grid > 0 {
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::SmNs,
@@ -747,7 +826,7 @@ impl Meter {
                     info.id, info.key, d.kernels_without_grid
                 ));
             }
-            if info.sm_count.is_none() {
+            if info.sm_count.is_none() && has_kernels {
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::SmNs,
                     reason: "the source gives no SM count for this device (no device table); \
@@ -764,7 +843,7 @@ impl Meter {
                 && info.compute_capability.is_some()
                 && d.kernels_without_occupancy == 0;
             // An unknown SM count is reported once, on sm_ns (its reason names warp_ns).
-            if !warp_meterable && info.sm_count.is_some() {
+            if !warp_meterable && info.sm_count.is_some() && has_kernels {
                 let why = if info.compute_capability.is_none() {
                     "the compute capability of this device is unknown, so the occupancy \
                      calculator cannot run; pass --devices with its compute_capability"
@@ -805,9 +884,10 @@ impl Meter {
                     reason: why,
                 });
             }
-            let (energy, resets) = energy_per_window(&d.energy, window);
-            let energy_meterable = !energy.is_empty() && sm_meterable;
-            if !energy.is_empty() && !sm_meterable {
+            let (energy, resets, gaps) = energy_per_window(&d.energy, window);
+            // A device without kernels has no sm_ns anywhere: its energy is all idle.
+            let energy_meterable = !energy.is_empty() && (sm_meterable || !has_kernels);
+            if !energy.is_empty() && !energy_meterable {
                 let why = "energy is apportioned to tenants by sm_ns, which is not meterable on \
                            this device"
                     .to_string();
@@ -824,6 +904,13 @@ impl Meter {
                 warnings.push(format!(
                     "the energy counter of device {} ({}) went down {resets} times (driver \
                      reload?): the energy between those samples is unknown and not billed",
+                    info.id, info.key
+                ));
+            }
+            if gaps > 0 {
+                warnings.push(format!(
+                    "{gaps} pairs of consecutive energy samples of device {} ({}) are more than \
+                     7 days apart: the energy between them is not billed",
                     info.id, info.key
                 ));
             }
@@ -1027,18 +1114,29 @@ fn capped_shares(
 /// interpolated linearly between consecutive samples, and a window's energy is
 /// `⌊E(window end)⌋ − ⌊E(window start)⌋` clipped to the run, so the windows of a run sum
 /// exactly to its last minus first sample. Returns the energy per window start (windows with
-/// energy only) and how many times the counter went down.
-fn energy_per_window(samples: &[(u64, u64)], window: WindowSize) -> (BTreeMap<u64, u128>, u64) {
+/// energy only), how many times the counter went down, and how many consecutive samples are
+/// more than 7 days apart (neither is billed).
+fn energy_per_window(
+    samples: &[(u64, u64)],
+    window: WindowSize,
+) -> (BTreeMap<u64, u128>, u64, u64) {
     let mut s = samples.to_vec();
     s.sort_unstable();
     // One sample per timestamp (the first after sorting: the smallest reading).
     s.dedup_by_key(|p| p.0);
     let mut out: BTreeMap<u64, u128> = BTreeMap::new();
     let mut resets = 0u64;
+    let mut gaps = 0u64;
     for pair in s.windows(2) {
         let ((t0, e0), (t1, e1)) = (pair[0], pair[1]);
         if e1 < e0 {
             resets += 1;
+            continue;
+        }
+        // Samples more than 7 days apart (a clock fault, or a counter read once long ago):
+        // interpolating between them would spread energy over a span no report observed.
+        if t1 - t0 > MAX_RECORD_NS {
+            gaps += 1;
             continue;
         }
         let (dt, de) = (u128::from(t1 - t0), u128::from(e1 - e0));
@@ -1058,7 +1156,7 @@ fn energy_per_window(samples: &[(u64, u64)], window: WindowSize) -> (BTreeMap<u6
             t = edge;
         }
     }
-    (out, resets)
+    (out, resets, gaps)
 }
 
 /// Splits a window's energy `e` (mJ) among tenants in proportion to their `sm_ns` in the
@@ -1168,19 +1266,34 @@ impl DeviceState {
         }
     }
 
+    /// Books allocation `a` as held until `end`. A hold over 7 days (DESIGN §4's bound on one
+    /// record, applied to the span booked in this report) is loss `too_long` and books
+    /// nothing: its timestamps cannot be trusted, and longer reports carry memory from one
+    /// to the next with `--opening`. Returns whether it was booked.
+    fn hold(&mut self, a: OpenAlloc, end: u64, window: WindowSize) -> bool {
+        if end.saturating_sub(a.since) > MAX_RECORD_NS {
+            *self.loss.entry(LossReason::TooLong).or_insert(0) += 1;
+            return false;
+        }
+        self.book_memory(a.key, a.since, end, a.bytes, window);
+        true
+    }
+
     /// Books `bytes` held by `key` over `[a, b)` as `memory_byte_ns`, split at window edges.
+    /// Cell sums saturate at `u128::MAX` (2^64 bytes held for 2^64 ns is below it).
     fn book_memory(&mut self, key: u32, a: u64, b: u64, bytes: u64, window: WindowSize) {
         let mut t = a;
         while t < b {
             let w = window.start_of(t);
             let edge = w.saturating_add(window.ns()).min(b);
-            *self
+            let q = self
                 .cells
                 .entry(w)
                 .or_default()
                 .ints
                 .entry((key, MeterKind::MemoryByteNs))
-                .or_insert(0) += u128::from(bytes) * u128::from(edge - t);
+                .or_insert(0);
+            *q = q.saturating_add(u128::from(bytes) * u128::from(edge - t));
             t = edge;
         }
     }
@@ -1193,8 +1306,10 @@ impl DeviceState {
             }
             self.mem_pending.pop();
             if m.release {
-                match self.open.remove(&m.address) {
-                    Some(a) => self.book_memory(a.key, a.since, m.ts, a.bytes, window),
+                match self.open.remove(&(m.pid, m.address)) {
+                    Some(a) => {
+                        self.hold(a, m.ts, window);
+                    }
                     None => {
                         *self
                             .loss
@@ -1209,9 +1324,9 @@ impl DeviceState {
                     bytes: m.bytes,
                     key: m.key,
                 };
-                if let Some(prev) = self.open.insert(m.address, new) {
+                if let Some(prev) = self.open.insert((m.pid, m.address), new) {
                     self.reallocations += 1;
-                    self.book_memory(prev.key, prev.since, m.ts, prev.bytes, window);
+                    self.hold(prev, m.ts, window);
                 }
             }
         }

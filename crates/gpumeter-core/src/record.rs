@@ -8,6 +8,12 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DeviceSlot(pub u32);
 
+/// A partition of a device's SMs registered with a [`Meter`](crate::Meter)
+/// ([`Meter::register_partition`](crate::Meter::register_partition)): a green context. Valid
+/// only with the device it was registered on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionId(pub u32);
+
 /// Direction of a memory copy (CUPTI `CUpti_ActivityMemcpyKind`, collapsed to the billing
 /// directions of DESIGN §4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -117,6 +123,9 @@ pub struct ActivityRecord {
     pub process_id: Option<u32>,
     /// External correlation id (CUPTI EXTERNAL_CORRELATION, Kineto `External id`), when known.
     pub external_id: Option<u64>,
+    /// The SM partition (green context) the work ran in, `None` for the whole device. The
+    /// source resolves its own context ids to partitions: context ids are per process.
+    pub partition: Option<PartitionId>,
     /// What the record did.
     pub work: Work,
 }
@@ -134,6 +143,7 @@ impl ActivityRecord {
             graph_node_id: 0,
             process_id: None,
             external_id: None,
+            partition: None,
             work,
         }
     }

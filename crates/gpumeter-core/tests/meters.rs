@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use gpumeter_core::{
-    ActivityRecord, KernelLaunch, MemoryEvent, MemoryOp, Meter, MeterConfig, MeterKind, TenantMap,
-    UsageReport, WindowSize, Work, IDLE,
+    ActivityRecord, KernelLaunch, MemoryEvent, MemoryOp, Meter, MeterConfig, MeterKind,
+    PartitionId, TenantMap, UsageReport, WindowSize, Work, IDLE,
 };
 use proptest::prelude::*;
 
@@ -44,6 +44,12 @@ fn rec(
     r
 }
 
+/// `r` in partition `p`.
+fn within(mut r: ActivityRecord, p: Option<PartitionId>) -> ActivityRecord {
+    r.partition = p;
+    r
+}
+
 #[test]
 fn green_context_cap_then_device_cap_hand_computed() {
     // Device of 100 SMs; green context 7 has 30 SMs. On [0, 1000) ns:
@@ -54,9 +60,10 @@ fn green_context_cap_then_device_cap_hand_computed() {
     let mut meter = Meter::new(MeterConfig::default());
     meter.set_tenant_map(pids(&[(1, "alice"), (2, "bob"), (3, "carol")]));
     let dev = meter.register_device(device(Some(100)));
-    assert!(meter.register_partition(dev, 7, 30));
-    meter.push(rec(dev, 0, 1000, kernel(50), 1, 7));
-    meter.push(rec(dev, 0, 1000, kernel(20), 2, 7));
+    let g = meter.register_partition(dev, 30);
+    assert!(g.is_some());
+    meter.push(within(rec(dev, 0, 1000, kernel(50), 1, 7), g));
+    meter.push(within(rec(dev, 0, 1000, kernel(20), 2, 7), g));
     meter.push(rec(dev, 0, 1000, kernel(90), 3, 0));
     let r = meter.finish().expect("report");
     let sm = per_tenant(&r, MeterKind::SmNs);
@@ -73,14 +80,20 @@ fn a_partition_alone_below_the_device_is_capped_at_its_own_sms() {
     let mut meter = Meter::new(MeterConfig::default());
     meter.set_tenant_map(pids(&[(1, "alice"), (2, "bob")]));
     let dev = meter.register_device(device(Some(132)));
-    meter.register_partition(dev, 5, 40);
-    meter.push(rec(dev, 0, 1000, kernel(100), 1, 5));
-    meter.push(rec(dev, 1000, 2000, kernel(100), 1, 5));
-    meter.push(rec(dev, 1000, 2000, kernel(100), 2, 5));
+    let g = meter.register_partition(dev, 40);
+    meter.push(within(rec(dev, 0, 1000, kernel(100), 1, 5), g));
+    meter.push(within(rec(dev, 1000, 2000, kernel(100), 1, 5), g));
+    meter.push(within(rec(dev, 1000, 2000, kernel(100), 2, 5), g));
+    // An id that is not this device's partition, and 0 SMs, change nothing.
+    assert_eq!(meter.register_partition(dev, 0), None);
+    meter.push(within(
+        rec(dev, 3000, 4000, kernel(100), 2, 5),
+        Some(PartitionId(9)),
+    ));
     let r = meter.finish().expect("report");
     let sm = per_tenant(&r, MeterKind::SmNs);
     assert_eq!(sm["alice"], 40_000 + 20_000);
-    assert_eq!(sm["bob"], 20_000);
+    assert_eq!(sm["bob"], 20_000 + 100_000);
 }
 
 #[test]
@@ -137,15 +150,11 @@ fn open_allocations_are_billed_to_the_end_and_carried_into_the_next_report() {
     assert_eq!(open.billed_to, gpumeter_core::time::rfc3339_ns(BASE + 110));
     // Report 2 (no tenant map): opening state from report 1, released at 1110 ns.
     let mut m2 = Meter::new(MeterConfig::default());
+    m2.set_opening(std::slice::from_ref(open)).expect("opening");
     let dev2 = m2.register_device(device(Some(10)));
-    m2.push_opening(dev2, open).expect("opening");
-    m2.push_memory(MemoryEvent::new(
-        dev2,
-        BASE + 1110,
-        0x7f00_0000_0000,
-        4096,
-        MemoryOp::Release,
-    ));
+    let mut release = MemoryEvent::new(dev2, BASE + 1110, 0x7f00_0000_0000, 0, MemoryOp::Release);
+    release.process_id = Some(9);
+    m2.push_memory(release);
     let r2 = m2.finish().expect("report");
     // Attributed as report 1 resolved it; billed from 110 to 1110 ns: together, 10 → 1110.
     assert_eq!(
@@ -153,13 +162,140 @@ fn open_allocations_are_billed_to_the_end_and_carried_into_the_next_report() {
         4096 * 1000
     );
     assert!(r2.open_allocations.is_empty());
-    // Bad opening state is a message naming the field, not a panic.
-    let mut bad = open.clone();
-    bad.address = "nowhere".into();
-    let mut m3 = Meter::new(MeterConfig::default());
-    let dev3 = m3.register_device(device(None));
-    let err = m3.push_opening(dev3, &bad).expect_err("bad address");
-    assert!(err.contains("address"), "{err}");
+    // Bad opening state is a message naming the entry and field, not a panic, and nothing
+    // of it is taken.
+    let bad = |f: &dyn Fn(&mut gpumeter_core::OpenAllocation)| {
+        let mut b = open.clone();
+        f(&mut b);
+        let mut m = Meter::new(MeterConfig::default());
+        m.set_opening(&[open.clone(), b]).expect_err("bad entry")
+    };
+    for (err, field) in [
+        (
+            bad(&|b| b.address = "nowhere".into()),
+            "open_allocations[1].address",
+        ),
+        (
+            bad(&|b| b.tenant = " ".into()),
+            "open_allocations[1].tenant",
+        ),
+        (
+            bad(&|b| b.billed_to = "1970-01-01T00:00:00Z".into()),
+            "open_allocations[1].billed_to",
+        ),
+        (
+            bad(&|b| b.allocated_at = "2100-01-01T00:00:00Z".into()),
+            "open_allocations[1].allocated_at",
+        ),
+        (bad(&|_| {}), "open_allocations[1].address"), // the same address twice
+    ] {
+        assert!(err.starts_with(field), "{err}");
+    }
+}
+
+#[test]
+fn opening_state_is_not_late_and_the_inputs_keep_their_device_ids() {
+    // The opening's billed_to lies after the new records (overlapping reports): the records
+    // are still metered, and the device keeps the id its input gives it.
+    let open = gpumeter_core::OpenAllocation {
+        device: 5,
+        device_key: KEY.into(),
+        address: "0x100".into(),
+        bytes: gpumeter_core::Quantity(10),
+        tenant: "dora".into(),
+        process_id: Some(9),
+        external_id: None,
+        allocated_at: gpumeter_core::time::rfc3339_ns(BASE),
+        billed_to: gpumeter_core::time::rfc3339_ns(BASE + 600 * S),
+    };
+    let mut m = Meter::new(MeterConfig::default());
+    m.set_opening(&[open]).expect("opening");
+    let dev = m.register_device(device(Some(10)));
+    m.push(rec(dev, 10, 20, kernel(1), 9, 0));
+    let mut release = MemoryEvent::new(dev, BASE + 700 * S, 0x100, 0, MemoryOp::Release);
+    release.process_id = Some(9);
+    m.push_memory(release);
+    let r = m.finish().expect("report");
+    assert!(r.loss.is_empty(), "{:?}", r.loss);
+    assert_eq!(r.device_total(KEY, MeterKind::KernelLaunches), 1);
+    assert_eq!(
+        r.device_total(KEY, MeterKind::MemoryByteNs),
+        10 * 100 * u128::from(S)
+    );
+    assert_eq!(r.devices[0].device, 0);
+}
+
+#[test]
+fn memory_pairs_by_process_and_address_and_long_holds_are_too_long() {
+    let mut m = Meter::new(MeterConfig::default());
+    m.set_tenant_map(pids(&[(1, "alice"), (2, "bob")]));
+    let dev = m.register_device(device(Some(10)));
+    let ev = |t: u64, pid: u32, op: MemoryOp| {
+        let mut e = MemoryEvent::new(dev, BASE + t, 0x500, 1000, op);
+        e.process_id = Some(pid);
+        e
+    };
+    // Two processes hold the same virtual address: two allocations, not a reallocation.
+    m.push_memory(ev(1, 1, MemoryOp::Allocation));
+    m.push_memory(ev(2, 2, MemoryOp::Allocation));
+    m.push_memory(ev(5, 2, MemoryOp::Release));
+    m.push_memory(ev(10, 1, MemoryOp::Release));
+    // An allocation timestamped 8 days before its release: too long to trust.
+    let mut old = MemoryEvent::new(dev, BASE + 20, 0x900, 1, MemoryOp::Allocation);
+    old.process_id = Some(1);
+    let mut late_release = old.clone();
+    late_release.op = MemoryOp::Release;
+    late_release.timestamp_ns = BASE + 20 + 8 * 86_400 * S;
+    m.push_memory(old);
+    m.push_memory(late_release);
+    let r = m.finish().expect("report");
+    let mem = per_tenant(&r, MeterKind::MemoryByteNs);
+    assert_eq!((mem["alice"], mem["bob"]), (9000, 3000));
+    assert_eq!(r.lost(KEY, "too_long"), 1);
+    assert_eq!(r.lost(KEY, "release_without_allocation"), 0);
+    assert!(
+        !r.warnings.iter().any(|w| w.contains("still held")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn a_device_with_only_memory_or_energy_has_no_sm_warnings_and_its_energy_is_idle() {
+    let mut m = Meter::new(MeterConfig::default());
+    let dev = m.register_device(device(None));
+    m.push_energy(dev, BASE + 10, 100);
+    m.push_energy(dev, BASE + 20, 150);
+    m.push_memory(MemoryEvent::new(
+        dev,
+        BASE + 10,
+        0x1,
+        1,
+        MemoryOp::Allocation,
+    ));
+    let r = m.finish().expect("report");
+    assert!(r.devices[0].not_meterable.is_empty(), "{:?}", r.devices[0]);
+    assert!(
+        !r.warnings.iter().any(|w| w.contains("not meterable")),
+        "{:?}",
+        r.warnings
+    );
+    assert_eq!(per_tenant(&r, MeterKind::EnergyMj)[IDLE], 50);
+
+    // Samples 8 days apart are not interpolated between (nor is a sample at 1 s after the
+    // epoch): no energy, a warning, and no per-window blow-up.
+    let mut m = Meter::new(MeterConfig::default());
+    let dev = m.register_device(device(None));
+    m.push_energy(dev, 1_000_000_000, 0);
+    m.push_energy(dev, BASE, 100);
+    m.push_energy(dev, BASE + 8 * 86_400 * S, 200);
+    let r = m.finish().expect("report");
+    assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("7 days apart")),
+        "{:?}",
+        r.warnings
+    );
 }
 
 #[test]
@@ -391,8 +527,11 @@ fn run(
         meter.set_tenant_map(pids(&TENANTS));
     }
     let dev = meter.register_device(device(Some(100)));
-    meter.register_partition(dev, 1, parts.0);
-    meter.register_partition(dev, 2, parts.1);
+    let p = [
+        None,
+        meter.register_partition(dev, parts.0),
+        meter.register_partition(dev, parts.1),
+    ];
     for (i, k) in ks.iter().enumerate() {
         let mut r = rec(
             dev,
@@ -402,6 +541,7 @@ fn run(
             k.pid,
             k.ctx,
         );
+        r.partition = p[k.ctx as usize];
         r.correlation_id = i as u32;
         meter.push(r);
     }

@@ -24,13 +24,18 @@
 //!   launches (`gpu_busy_ns` only). Records with a start or end of 0 are pushed as they are: the
 //!   meter counts them as loss `zero_timestamp`.
 //! * **Memory**: MEMORY2 allocations and releases of GPU memory ([`DEVICE_MEMORY_KINDS`]) are
-//!   handed to the meter (`memory_byte_ns`) with the record's `processId` (else the API join)
-//!   and external id; host memory (`memory2_host`) and other operations
-//!   (`memory2_other_operation`) are counted as skipped.
+//!   handed to the meter (`memory_byte_ns`) with the record's `processId` (else the API join,
+//!   else the `.gmr` header's) and external id; host memory (`memory2_host`) and other
+//!   operations (`memory2_other_operation`) are counted as skipped. A finished `.gmr` closes
+//!   the allocations its process still held at the recording's end.
 //! * **Partitions**: a CONTEXT record with `isGreenContext` and `numMultiprocessors` declares
-//!   a green context of that many SMs ([`Meter::register_partition`]).
-//! * **Instructions**: INSTRUCTION_EXECUTION records are summed (`executed`, warp level) per
-//!   `correlationId` and given to the kernel with that correlation id (`warp_instructions`).
+//!   a green context of that many SMs ([`Meter::register_partition`]) for that source's
+//!   records of that context (context ids are per process).
+//! * **Instructions**: a `.gmr` instruction-count frame's per-function counts go to the kernels
+//!   of its correlation id with those names, else Σ INSTRUCTION_EXECUTION `executed` of a
+//!   correlation id to its kernels, split equally among several (`warp_instructions`).
+//! * **Several sources** ([`meter_sources`]) are validated whole first, then merged in time
+//!   order.
 //! * **Energy**: `.gmr` energy frames of a device the recording describes (by CUDA ordinal)
 //!   are handed to the meter (`energy_mj`).
 //! * **Skipped** (not work, counted by category in the report): OVERHEAD (`overhead`) and
@@ -38,14 +43,15 @@
 //!   EXTERNAL_CORRELATION and INSTRUCTION_EXECUTION records are consumed by the joins, not
 //!   counted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
 use gpumeter_core::{
     ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
-    LossReason, MemoryEvent, MemoryOp, Meter, SmLimits, SourceInfo, Work,
+    LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SmLimits, SourceInfo, Work,
 };
 use sha2::{Digest, Sha256};
 
@@ -191,9 +197,12 @@ pub struct CuptiSummary {
     /// Green contexts (CONTEXT records with `isGreenContext` and an SM count) declared to the
     /// meter as partitions.
     pub green_contexts: u64,
-    /// Kernels given a warp-instruction count (INSTRUCTION_EXECUTION records joined by
-    /// correlation id).
+    /// Kernels given a warp-instruction count (SASS-metrics frames or INSTRUCTION_EXECUTION
+    /// records joined by correlation id).
     pub kernels_with_instructions: u64,
+    /// Allocations of a finished `.gmr` still held when its process stopped recording, closed
+    /// at the recording's end (the driver frees a process's memory when it exits).
+    pub allocations_closed_at_end: u64,
     /// `.gmr` attribution events read (informational).
     pub attribution_events: u64,
     /// `.gmr` frames of unknown types skipped.
@@ -236,6 +245,16 @@ pub fn meter_buffer(
     bytes: &[u8],
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
+    let plan = plan_buffer(name, bytes, opts)?;
+    Ok(commit(meter, plan, opts))
+}
+
+/// [`meter_buffer`]'s reading, decoding and validation, without a meter.
+fn plan_buffer(
+    name: &str,
+    bytes: &[u8],
+    opts: &CuptiOptions<'_>,
+) -> Result<Plan, CuptiSourceError> {
     let decoded = decode(bytes, opts.api).map_err(|error| CuptiSourceError::Decode {
         name: name.to_string(),
         frame: None,
@@ -247,8 +266,7 @@ pub fn meter_buffer(
         strings.extend_from(s);
     }
     input.add_buffer(decoded, None, &strings);
-    let plan = input.plan()?;
-    Ok(commit(meter, plan, opts))
+    input.plan()
 }
 
 /// Meters a `.gmr` recording: every activity buffer with the header's API version, string
@@ -266,6 +284,12 @@ pub fn meter_gmr(
     bytes: &[u8],
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
+    let plan = plan_gmr(name, bytes, opts)?;
+    Ok(commit(meter, plan, opts))
+}
+
+/// [`meter_gmr`]'s reading, decoding and validation, without a meter.
+fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, CuptiSourceError> {
     let file = read_gmr(bytes).map_err(|error| CuptiSourceError::Gmr {
         name: name.to_string(),
         error,
@@ -310,13 +334,16 @@ pub fn meter_gmr(
                 input.energy.push(*e);
             }
             Frame::Instructions(c) => {
-                let n = input.sass_of.entry(c.correlation_id).or_insert(0);
-                *n = n.saturating_add(c.total());
+                let per = input.sass_of.entry(c.correlation_id).or_default();
+                per.extend(
+                    c.functions
+                        .iter()
+                        .map(|f| (f.name.clone(), f.warp_instructions)),
+                );
             }
         }
     }
-    let plan = input.plan()?;
-    Ok(commit(meter, plan, opts))
+    input.plan()
 }
 
 /// Meters a file by path: a `.gmr` when it starts with the `.gmr` magic, else a raw buffer laid
@@ -370,8 +397,9 @@ struct Input<'n> {
     energy_samples: u64,
     /// `.gmr` energy samples, in file order.
     energy: Vec<crate::gmr::EnergySample>,
-    /// `.gmr` SASS-metrics instruction counts: Σ warp instructions per correlation id.
-    sass_of: HashMap<u32, u64>,
+    /// `.gmr` SASS-metrics instruction counts per correlation id: (function name, warp
+    /// instructions), as the frames list them.
+    sass_of: HashMap<u32, Vec<(String, u64)>>,
     /// The `.gmr` header says the run was instrumented (SASS metrics).
     instrumented: bool,
     attribution_events: u64,
@@ -516,6 +544,7 @@ impl<'n> Input<'n> {
             memory_events: 0,
             green_contexts: 0,
             kernels_with_instructions: 0,
+            allocations_closed_at_end: 0,
             attribution_events: self.attribution_events,
             unknown_frames: self.unknown_frames,
             torn: self.torn,
@@ -547,17 +576,7 @@ impl<'n> Input<'n> {
                         let mut launch = kernel_launch(k, &b.names).map_err(|(f, v)| {
                             fault(f, v, "a kernel dimension or shared-memory size is negative")
                         })?;
-                        if k.correlation_id != 0 {
-                            // SASS metrics of the launch first, else INSTRUCTION_EXECUTION.
-                            launch.warp_instructions = self
-                                .sass_of
-                                .get(&k.correlation_id)
-                                .or_else(|| instructions_of.get(&k.correlation_id))
-                                .copied();
-                        }
-                        if launch.warp_instructions.is_some() {
-                            summary.kernels_with_instructions += 1;
-                        }
+                        launch.warp_instructions = None;
                         (
                             k.device_id,
                             k.start,
@@ -733,6 +752,18 @@ impl<'n> Input<'n> {
                 "{}: {} frames of unknown types were skipped (written by a newer producer?)",
                 self.name, self.unknown_frames
             ));
+        }
+        summary.kernels_with_instructions =
+            assign_instructions(&mut records, &self.sass_of, &instructions_of);
+        if self.finished && self.format == CuptiFormat::Gmr {
+            let end = records
+                .iter()
+                .map(|r| r.end_ns)
+                .chain(memory.iter().map(|m| m.timestamp_ns))
+                .chain(self.energy.iter().map(|e| e.timestamp_ns))
+                .max()
+                .unwrap_or(0);
+            summary.allocations_closed_at_end = close_at_end(&mut memory, end);
         }
         // Energy: samples of a device CUPTI or the inventory knows (by CUDA ordinal).
         let mut energy = Vec::new();
@@ -945,7 +976,29 @@ fn kernel_launch(
 
 /// Hands a plan to the meter: source, devices (hook applied), losses, records.
 fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummary {
+    let (summary, stream) = announce(meter, plan, opts);
+    push_merged(meter, vec![stream]);
+    summary
+}
+
+/// What a plan still has to push once announced: its records and memory events, on the
+/// meter's slots, and its energy samples.
+struct Stream {
+    records: Vec<ActivityRecord>,
+    memory: Vec<MemoryEvent>,
+    energy: Vec<(DeviceSlot, u64, u64)>,
+}
+
+/// Announces a plan (source, devices with the hook applied, warnings, skipped, losses,
+/// partitions) and returns what it has to push, mapped to the meter's slots and partitions;
+/// nothing for a source already metered.
+fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSummary, Stream) {
     let mut summary = plan.summary;
+    let empty = Stream {
+        records: Vec::new(),
+        memory: Vec::new(),
+        energy: Vec::new(),
+    };
     let fresh = meter.begin_source(SourceInfo {
         name: summary.source_name.clone(),
         format: summary.format.as_str().to_string(),
@@ -956,7 +1009,7 @@ fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummar
         summary.records = 0;
         summary.skipped = 0;
         summary.dropped = 0;
-        return summary;
+        return (summary, empty);
     }
     let slots: Vec<DeviceSlot> = plan
         .devices
@@ -981,42 +1034,228 @@ fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummar
             meter.record_loss(slot, LossReason::Dropped, n);
         }
     }
+    // This source's green contexts: its own context ids, so they never match another
+    // process's contexts of the same number.
+    let mut partition_of: HashMap<(DeviceSlot, u32), PartitionId> = HashMap::new();
     for (local, context, sms) in plan.partitions {
-        if let Some(slot) = slot_of(local) {
-            meter.register_partition(slot, context, sms);
+        if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
+            partition_of.insert((local, context), p);
         }
     }
-    // Work and memory events in one start-ordered stream, so neither makes the other late.
-    let mut memory = plan.memory.into_iter().peekable();
-    for mut rec in plan.records {
-        while let Some(m) = memory.next_if(|m| m.timestamp_ns <= rec.start_ns) {
-            push_memory(meter, m, &slot_of);
-        }
-        if let Some(slot) = slot_of(rec.device) {
-            rec.device = slot;
-            meter.push(rec);
-        }
-    }
-    for m in memory {
-        push_memory(meter, m, &slot_of);
-    }
-    for (local, t, e) in plan.energy {
-        if let Some(slot) = slot_of(local) {
-            meter.push_energy(slot, t, e);
-        }
-    }
-    summary
+    let records = plan
+        .records
+        .into_iter()
+        .filter_map(|mut rec| {
+            rec.partition = partition_of.get(&(rec.device, rec.context_id)).copied();
+            rec.device = slot_of(rec.device)?;
+            Some(rec)
+        })
+        .collect();
+    let memory = plan
+        .memory
+        .into_iter()
+        .filter_map(|mut m| {
+            m.device = slot_of(m.device)?;
+            Some(m)
+        })
+        .collect();
+    let energy = plan
+        .energy
+        .into_iter()
+        .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
+        .collect();
+    (
+        summary,
+        Stream {
+            records,
+            memory,
+            energy,
+        },
+    )
 }
 
-fn push_memory(
-    meter: &mut Meter,
-    mut m: MemoryEvent,
-    slot_of: &dyn Fn(DeviceSlot) -> Option<DeviceSlot>,
-) {
-    if let Some(slot) = slot_of(m.device) {
-        m.device = slot;
-        meter.push_memory(m);
+/// Pushes the records and memory events of several sources, each sorted by time, as one
+/// stream in time order (ties: source order, then records before memory events), so that
+/// no source makes another's work late; then every energy sample.
+fn push_merged(meter: &mut Meter, streams: Vec<Stream>) {
+    let mut energy = Vec::new();
+    let mut iters = Vec::with_capacity(streams.len());
+    for s in streams {
+        energy.extend(s.energy);
+        iters.push((
+            s.records.into_iter().peekable(),
+            s.memory.into_iter().peekable(),
+        ));
     }
+    let mut heap = BinaryHeap::new();
+    let key = |it: &mut (
+        std::iter::Peekable<std::vec::IntoIter<ActivityRecord>>,
+        std::iter::Peekable<std::vec::IntoIter<MemoryEvent>>,
+    )| {
+        let r = it.0.peek().map(|r| (r.start_ns, 0u8));
+        let m = it.1.peek().map(|m| (m.timestamp_ns, 1u8));
+        match (r, m) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    };
+    for (i, it) in iters.iter_mut().enumerate() {
+        if let Some((t, which)) = key(it) {
+            heap.push(Reverse((t, i, which)));
+        }
+    }
+    while let Some(Reverse((_, i, which))) = heap.pop() {
+        let Some(it) = iters.get_mut(i) else { continue };
+        if which == 0 {
+            if let Some(rec) = it.0.next() {
+                meter.push(rec);
+            }
+        } else if let Some(m) = it.1.next() {
+            meter.push_memory(m);
+        }
+        if let Some((t, which)) = key(it) {
+            heap.push(Reverse((t, i, which)));
+        }
+    }
+    for (slot, t, e) in energy {
+        meter.push_energy(slot, t, e);
+    }
+}
+
+/// One CUPTI source for [`meter_sources`]: a `.gmr` recording or a raw activity buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct CuptiInput<'a> {
+    /// The source's name in the report and in errors (a file name, no directories).
+    pub name: &'a str,
+    /// Its bytes.
+    pub bytes: &'a [u8],
+    /// `Gmr`, or `Cupti` for a raw buffer laid out by [`CuptiOptions::api`].
+    pub format: CuptiFormat,
+}
+
+/// Meters several CUPTI sources as one: every source is read, decoded and validated first
+/// (an error leaves the meter untouched), then each is announced in order and their records
+/// and memory events are pushed merged in time order, so the order of the inputs does not
+/// matter and one recording never makes another's records `late` (e.g. the recordings of the
+/// processes of one job on one GPU). One summary per input, in order.
+///
+/// # Errors
+/// As [`meter_gmr`] / [`meter_buffer`], for the first input that fails.
+pub fn meter_sources(
+    meter: &mut Meter,
+    inputs: &[CuptiInput<'_>],
+    opts: &CuptiOptions<'_>,
+) -> Result<Vec<CuptiSummary>, CuptiSourceError> {
+    let mut plans = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        plans.push(match input.format {
+            CuptiFormat::Gmr => plan_gmr(input.name, input.bytes, opts)?,
+            CuptiFormat::Cupti => plan_buffer(input.name, input.bytes, opts)?,
+        });
+    }
+    let mut summaries = Vec::with_capacity(plans.len());
+    let mut streams = Vec::with_capacity(plans.len());
+    for plan in plans {
+        let (summary, stream) = announce(meter, plan, opts);
+        summaries.push(summary);
+        streams.push(stream);
+    }
+    push_merged(meter, streams);
+    Ok(summaries)
+}
+
+/// Gives kernels their `warp_instructions` from the counts of their correlation id
+/// (DESIGN §4): a launch call's SASS-metrics counts per function go to its kernel records of
+/// that function's name (to all of the call's kernels when no name matches), else the call's
+/// Σ INSTRUCTION_EXECUTION `executed` to all of its kernels; a count shared by several kernels
+/// (a graph launch runs many under one correlation id) is split equally, the remainder one by
+/// one to the earliest, so the call's total is given exactly once. Every kernel of a counted
+/// call gets a count (possibly 0). Returns how many kernels got one.
+fn assign_instructions(
+    records: &mut [ActivityRecord],
+    sass_of: &HashMap<u32, Vec<(String, u64)>>,
+    instructions_of: &HashMap<u32, u64>,
+) -> u64 {
+    let mut by_corr: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, r) in records.iter().enumerate() {
+        if let Work::Kernel(_) = r.work {
+            if r.correlation_id != 0
+                && (sass_of.contains_key(&r.correlation_id)
+                    || instructions_of.contains_key(&r.correlation_id))
+            {
+                by_corr.entry(r.correlation_id).or_default().push(i);
+            }
+        }
+    }
+    let mut given = 0;
+    for (corr, idx) in by_corr {
+        let mut counts = vec![0u64; idx.len()];
+        let mut split = |n: u64, among: &[usize]| {
+            let k = among.len() as u64;
+            if k == 0 {
+                return;
+            }
+            for (j, &pos) in among.iter().enumerate() {
+                let extra = u64::from((j as u64) < n % k);
+                counts[pos] = counts[pos].saturating_add(n / k + extra);
+            }
+        };
+        let all: Vec<usize> = (0..idx.len()).collect();
+        if let Some(functions) = sass_of.get(&corr) {
+            for (name, n) in functions {
+                let named: Vec<usize> = all
+                    .iter()
+                    .copied()
+                    .filter(|&p| match &records[idx[p]].work {
+                        Work::Kernel(k) => k.name.as_deref() == Some(name.as_str()),
+                        _ => false,
+                    })
+                    .collect();
+                split(*n, if named.is_empty() { &all } else { &named });
+            }
+        } else if let Some(&n) = instructions_of.get(&corr) {
+            split(n, &all);
+        }
+        for (pos, &i) in idx.iter().enumerate() {
+            if let Work::Kernel(k) = &mut records[i].work {
+                k.warp_instructions = Some(counts[pos]);
+                given += 1;
+            }
+        }
+    }
+    given
+}
+
+/// Closes, at `end`, the allocations of `memory` that no later release in it ends, by adding a
+/// release for each (leaves `memory` sorted by timestamp); returns how many.
+fn close_at_end(memory: &mut Vec<MemoryEvent>, end: u64) -> u64 {
+    memory.sort_by_key(|m| m.timestamp_ns);
+    let mut held: BTreeMap<(u32, Option<u32>, u64), usize> = BTreeMap::new();
+    for (i, m) in memory.iter().enumerate() {
+        let key = (m.device.0, m.process_id, m.address);
+        match m.op {
+            MemoryOp::Allocation => {
+                held.insert(key, i);
+            }
+            MemoryOp::Release => {
+                held.remove(&key);
+            }
+        }
+    }
+    let closes: Vec<MemoryEvent> = held
+        .into_values()
+        .map(|i| {
+            let mut release = memory[i].clone();
+            release.op = MemoryOp::Release;
+            release.timestamp_ns = end.max(release.timestamp_ns);
+            release.correlation_id = 0;
+            release
+        })
+        .collect();
+    let n = closes.len() as u64;
+    memory.extend(closes);
+    memory.sort_by_key(|m| m.timestamp_ns);
+    n
 }
 
 /// `CUpti_ActivityMemoryKind` values of GPU memory, metered as `memory_byte_ns`: DEVICE (3),

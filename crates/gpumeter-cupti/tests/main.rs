@@ -1684,7 +1684,7 @@ mod gmr_format {
     use super::*;
     use proptest::prelude::*;
 
-    fn header(api: u32) -> GmrHeader {
+    pub(super) fn header(api: u32) -> GmrHeader {
         GmrHeader {
             cupti_api_version: api,
             host: "node-7".into(),
@@ -1708,7 +1708,7 @@ mod gmr_format {
         }
     }
 
-    fn write(h: &GmrHeader, frames: &[Frame], finish: bool) -> (Vec<u8>, Vec<usize>) {
+    pub(super) fn write(h: &GmrHeader, frames: &[Frame], finish: bool) -> (Vec<u8>, Vec<usize>) {
         let mut offsets = Vec::new();
         let mut w = ok(GmrWriter::new(Vec::new(), h));
         let mut len = GMR_PREAMBLE_LEN + 16 + ok(serde_json::to_vec(h)).len();
@@ -2624,5 +2624,204 @@ fn a_mig_instance_is_a_device_capped_at_its_own_sms() {
             .collect();
         caps.sort_unstable();
         assert_eq!(caps, vec![(16, 16 * 1000), (32, 32 * 1000)], "{api}");
+    }
+}
+
+/// Issue 5 review cases: several recordings of one GPU, per-process contexts and addresses,
+/// graph launches with instruction counts, allocations of a finished recording.
+mod merged_recordings {
+    use super::*;
+    use gpumeter_cupti::{meter_sources, CuptiFormat, CuptiInput};
+
+    const API: ApiVersion = ApiVersion::Cupti12_8;
+
+    fn kernel(b: &mut Buf, start: u64, grid: i32, corr: u32, ctx: u32, name_ptr: u64) {
+        b.rec(
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", start.into()),
+                ("end", (start + 1000).into()),
+                ("gridX", grid.into()),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("blockX", 128),
+                ("blockY", 1),
+                ("blockZ", 1),
+                ("correlationId", corr.into()),
+                ("contextId", ctx.into()),
+                ("name", name_ptr.into()),
+                ("graphNodeId", i128::from(name_ptr)),
+            ],
+        );
+    }
+
+    /// A finished (or not) recording of process `pid` with one buffer and these frames after it.
+    fn gmr(pid: u32, b: &Buf, more: Vec<Frame>, finished: bool) -> Vec<u8> {
+        let mut h = gmr_format::header(26);
+        h.process_id = pid;
+        let mut frames = vec![Frame::ActivityBuffer(b.bytes.clone())];
+        frames.extend(more);
+        gmr_format::write(&h, &frames, finished).0
+    }
+
+    fn meter_all(
+        files: &[(&str, &[u8])],
+        map: &[(u32, &str)],
+    ) -> (UsageReport, Vec<gpumeter_cupti::CuptiSummary>) {
+        let mut m = meter();
+        let mut tm = TenantMap::default();
+        for (p, t) in map {
+            tm.pid.insert(*p, (*t).to_string());
+        }
+        m.set_tenant_map(tm);
+        let inputs: Vec<CuptiInput<'_>> = files
+            .iter()
+            .map(|(name, bytes)| CuptiInput {
+                name,
+                bytes,
+                format: CuptiFormat::Gmr,
+            })
+            .collect();
+        let s = ok(meter_sources(&mut m, &inputs, &CuptiOptions::default()));
+        (finish(m), s)
+    }
+
+    const GPU: &str = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
+
+    fn of(r: &UsageReport, tenant: &str, meter: MeterKind) -> u128 {
+        r.totals
+            .iter()
+            .filter(|t| t.tenant == tenant && t.meter == meter)
+            .map(|t| t.quantity.0)
+            .sum()
+    }
+
+    #[test]
+    fn recordings_of_one_gpu_merge_in_time_order_whatever_their_order() {
+        // A: kernels at T0 and T0 + 300 s; B: a kernel and an allocation at T0 + 10 s.
+        let mut a = Buf::new(API);
+        kernel(&mut a, T0, 1, 1, 1, 0);
+        kernel(&mut a, T0 + 300_000_000_000, 1, 2, 1, 0);
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0 + 10_000_000_000, 1, 1, 1, 0);
+        let (ga, gb) = (gmr(1, &a, vec![], false), gmr(2, &b, vec![], false));
+        let map = [(1, "alice"), (2, "bob")];
+        let (r1, _) = meter_all(&[("a.gmr", &ga), ("b.gmr", &gb)], &map);
+        let (r2, _) = meter_all(&[("b.gmr", &gb), ("a.gmr", &ga)], &map);
+        for r in [&r1, &r2] {
+            assert!(r.loss.is_empty(), "{:?}", r.loss);
+            assert_eq!(of(r, "alice", MeterKind::KernelLaunches), 2);
+            assert_eq!(of(r, "bob", MeterKind::KernelLaunches), 1);
+        }
+        assert_eq!(r1.usage, r2.usage);
+    }
+
+    #[test]
+    fn a_green_context_of_one_process_does_not_cap_another_process_context_of_the_same_id() {
+        let green = |b: &mut Buf| {
+            b.rec(
+                ActivityKind::CONTEXT,
+                &[
+                    ("contextId", 2),
+                    ("deviceId", 0),
+                    ("isGreenContext", 1),
+                    ("numMultiprocessors", 16),
+                ],
+            );
+        };
+        let mut a = Buf::new(API);
+        green(&mut a);
+        kernel(&mut a, T0, 132, 1, 2, 0);
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0 + 5000, 132, 1, 2, 0);
+        let (ga, gb) = (gmr(1, &a, vec![], false), gmr(2, &b, vec![], false));
+        let (r, _) = meter_all(
+            &[("a.gmr", &ga), ("b.gmr", &gb)],
+            &[(1, "alice"), (2, "bob")],
+        );
+        assert_eq!(of(&r, "alice", MeterKind::SmNs), 16 * 1000);
+        assert_eq!(of(&r, "bob", MeterKind::SmNs), 132 * 1000);
+    }
+
+    #[test]
+    fn a_graph_launch_gives_each_kernel_its_function_count_once() {
+        // Correlation 5 launched a graph of two kernels (k1, k2); one frame lists both.
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 1, 5, 1, 0x10);
+        kernel(&mut b, T0 + 2000, 1, 5, 1, 0x20);
+        // Correlation 6: two kernels of the same function, INSTRUCTION_EXECUTION 7 in all.
+        kernel(&mut b, T0 + 4000, 1, 6, 1, 0x10);
+        kernel(&mut b, T0 + 6000, 1, 6, 1, 0x10);
+        for n in [3, 4] {
+            b.rec(
+                ActivityKind::INSTRUCTION_EXECUTION,
+                &[("correlationId", 6), ("executed", n)],
+            );
+        }
+        let mut names = StringTable::new();
+        names.insert(0x10, "k1");
+        names.insert(0x20, "k2");
+        let counts = InstructionCounts {
+            correlation_id: 5,
+            device_id: 0,
+            context_id: 1,
+            functions: vec![
+                FunctionInstructions {
+                    name: "k1".into(),
+                    warp_instructions: 100,
+                },
+                FunctionInstructions {
+                    name: "k2".into(),
+                    warp_instructions: 200,
+                },
+            ],
+        };
+        let mut h = gmr_format::header(26);
+        h.instrumented = true;
+        let frames = vec![
+            Frame::StringTable(names),
+            Frame::ActivityBuffer(b.bytes.clone()),
+            Frame::Instructions(counts),
+        ];
+        let bytes = gmr_format::write(&h, &frames, true).0;
+        let (r, s) = meter_all(&[("graph.gmr", &bytes)], &[]);
+        assert_eq!(s[0].kernels_with_instructions, 4);
+        assert_eq!(r.device_total(GPU, MeterKind::WarpInstructions), 300 + 7);
+    }
+
+    #[test]
+    fn a_finished_recording_closes_its_allocations_at_its_end() {
+        let alloc = |b: &mut Buf, t: u64| {
+            b.rec(
+                ActivityKind::MEMORY2,
+                &[
+                    ("memoryOperationType", 1),
+                    ("memoryKind", 3),
+                    ("address", 0x7000),
+                    ("bytes", 1000),
+                    ("timestamp", t.into()),
+                ],
+            );
+        };
+        let mut b = Buf::new(API);
+        alloc(&mut b, T0 + 100);
+        kernel(&mut b, T0, 1, 1, 1, 0);
+        // Finished: the process exited at the recording's end (T0 + 1000, the kernel's end).
+        let done = gmr(1, &b, vec![], true);
+        let (r, s) = meter_all(&[("done.gmr", &done)], &[]);
+        assert_eq!(s[0].allocations_closed_at_end, 1);
+        assert_eq!(r.device_total(GPU, MeterKind::MemoryByteNs), 1000 * 900);
+        assert!(r.open_allocations.is_empty());
+        // A later recording of another process does not extend it.
+        let mut later = Buf::new(API);
+        kernel(&mut later, T0 + 3_600_000_000_000, 1, 1, 1, 0);
+        let gl = gmr(2, &later, vec![], true);
+        let (r, _) = meter_all(&[("done.gmr", &done), ("later.gmr", &gl)], &[]);
+        assert_eq!(r.device_total(GPU, MeterKind::MemoryByteNs), 1000 * 900);
+        // Unfinished (the producer died): held to the report's end and listed.
+        let torn = gmr(1, &b, vec![], false);
+        let (r, s) = meter_all(&[("torn.gmr", &torn)], &[]);
+        assert_eq!(s[0].allocations_closed_at_end, 0);
+        assert_eq!(r.open_allocations.len(), 1);
     }
 }

@@ -124,8 +124,9 @@ fn id_key<T: std::str::FromStr>(key: &str, what: &str, max: u64) -> Result<T, St
         .map_err(|_| format!("{what} must be at most {max}"))
 }
 
-/// A value as a tenant name: a string, not blank, at most 256 bytes, no control characters
-/// (the rules of `--tenant`).
+/// A value as a tenant name: a string, not blank, not a reserved name
+/// ([`gpumeter_core::RESERVED_TENANTS`]), at most 256 bytes, no control characters (the rules
+/// of `--tenant`).
 fn tenant_value(value: &toml::Value) -> Result<String, String> {
     let Some(s) = value.as_str() else {
         return Err(format!(
@@ -135,6 +136,12 @@ fn tenant_value(value: &toml::Value) -> Result<String, String> {
     };
     if s.trim().is_empty() {
         return Err("the tenant name is empty".into());
+    }
+    if gpumeter_core::RESERVED_TENANTS.contains(&s) {
+        return Err(format!(
+            "`{s}` is reserved: gpumeter gives it usage no rule attributes (`unattributed`) \
+             and energy of windows without sm_ns (`idle`)"
+        ));
     }
     if s.len() > 256 {
         return Err("the tenant name is longer than 256 bytes".into());

@@ -1418,6 +1418,11 @@ mod tenant_map {
                 "[external]\n1001 = 5\n",
                 "[external] key `1001`: the tenant must be a string",
             ),
+            ("[pid]\n7 = \"idle\"\n", "[pid] key `7`: `idle` is reserved"),
+            (
+                "[external]\n8 = \"unattributed\"\n",
+                "[external] key `8`: `unattributed` is reserved",
+            ),
             (
                 "[external]\n1001 = \"\"\n",
                 "[external] key `1001`: the tenant name is empty",
