@@ -436,6 +436,52 @@ pub struct GmrFile {
     pub torn: Option<TornFrame>,
 }
 
+impl GmrFile {
+    /// The recording's GPUs and energy samples as a replayable [`gpumeter_nvml::Telemetry`]:
+    /// the recorded implementation of the live NVML one. GPUs are indexed by CUDA ordinal
+    /// (the header's inventory, plus any ordinal an energy frame names), and each GPU's
+    /// [`Telemetry::energy`](gpumeter_nvml::Telemetry::energy) returns its energy frames in
+    /// file order, then [`gpumeter_nvml::TelemetryError::Exhausted`].
+    pub fn telemetry(&self) -> gpumeter_nvml::Recorded {
+        let mut gpus: BTreeMap<u32, gpumeter_nvml::Gpu> = self
+            .header
+            .devices
+            .iter()
+            .map(|d| {
+                (
+                    d.id,
+                    gpumeter_nvml::Gpu {
+                        index: d.id,
+                        name: d.name.clone(),
+                        uuid: d.uuid.clone(),
+                        mig: d.uuid.as_deref().is_some_and(|u| u.starts_with("MIG-")),
+                    },
+                )
+            })
+            .collect();
+        let mut readings = Vec::new();
+        for f in &self.frames {
+            if let Frame::Energy(e) = &f.frame {
+                gpus.entry(e.device_id)
+                    .or_insert_with(|| gpumeter_nvml::Gpu {
+                        index: e.device_id,
+                        ..gpumeter_nvml::Gpu::default()
+                    });
+                readings.push(gpumeter_nvml::EnergyReading {
+                    index: e.device_id,
+                    timestamp_ns: e.timestamp_ns,
+                    energy_mj: e.energy_mj,
+                });
+            }
+        }
+        let recorded = gpumeter_nvml::Recorded::new(gpus.into_values().collect());
+        for r in readings {
+            recorded.push(r);
+        }
+        recorded
+    }
+}
+
 /// Tells whether bytes start like a `.gmr` (the 16-byte magic).
 pub fn is_gmr(head: &[u8]) -> bool {
     head.starts_with(&GMR_MAGIC)

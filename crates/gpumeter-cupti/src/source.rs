@@ -329,10 +329,8 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
             Frame::StringTable(t) => strings.extend_from(t),
             Frame::Dropped(d) => input.dropped.push(*d),
             Frame::Attribution(_) => input.attribution_events += 1,
-            Frame::Energy(e) => {
-                input.energy_samples += 1;
-                input.energy.push(*e);
-            }
+            // Read below through the recorded telemetry.
+            Frame::Energy(_) => input.energy_samples += 1,
             Frame::Instructions(c) => {
                 let per = input.sass_of.entry(c.correlation_id).or_default();
                 per.extend(
@@ -341,6 +339,19 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
                         .map(|f| (f.name.clone(), f.warp_instructions)),
                 );
             }
+        }
+    }
+    // Energy samples through the recorded implementation of the NVML telemetry trait: the
+    // same interface the collector samples live.
+    use gpumeter_nvml::Telemetry as _;
+    let telemetry = file.telemetry();
+    for gpu in telemetry.gpus().unwrap_or_default() {
+        while let Ok(r) = telemetry.energy(gpu.index) {
+            input.energy.push(crate::gmr::EnergySample {
+                device_id: r.index,
+                timestamp_ns: r.timestamp_ns,
+                energy_mj: r.energy_mj,
+            });
         }
     }
     input.plan()

@@ -2520,6 +2520,17 @@ fn the_h200_green_context_recording_caps_sm_ns_at_the_partition() {
         })
         .collect();
     assert!(samples.len() >= 2, "{samples:?}");
+    // The recorded telemetry replays the same samples through the NVML trait.
+    use gpumeter_nvml::Telemetry as _;
+    let t = file.telemetry();
+    let gpus = ok(t.gpus());
+    assert_eq!(gpus.len(), 1);
+    assert_eq!(gpus[0].name.as_deref(), Some("NVIDIA H200"));
+    let mut replayed = Vec::new();
+    while let Ok(r) = t.energy(gpus[0].index) {
+        replayed.push((r.timestamp_ns, r.energy_mj));
+    }
+    assert_eq!(replayed, samples);
     let (first, last) = (samples[0].1, samples[samples.len() - 1].1);
     assert!(last > first);
     assert_eq!(
