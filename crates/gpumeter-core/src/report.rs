@@ -233,7 +233,7 @@ pub struct RecordCounts {
 
 /// An allocation still held when a report was built (DESIGN §4 "Memory"): billed as
 /// `memory_byte_ns` up to `billed_to`; a later report bills it from there
-/// ([`Meter::push_opening`](crate::Meter::push_opening)).
+/// ([`Meter::set_opening`](crate::Meter::set_opening)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OpenAllocation {
     /// Device id within its source.
