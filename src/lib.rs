@@ -125,6 +125,11 @@ fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
             gpumeter_core::USAGE_SCHEMA
         )));
     }
+    if !report.verify_digest() {
+        return Err(fail(
+            "its sha256 does not match its content (the report was edited or damaged)".into(),
+        ));
+    }
     meter.set_opening(&report.open_allocations).map_err(fail)
 }
 

@@ -823,4 +823,12 @@ fn open_allocations_carry_into_the_next_report_with_opening() {
     let o = gpumeter(&["usage", s(&second), "--opening", s(&first)]);
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("first.cupti"), "{}", stderr(&o));
+    // A report whose content no longer matches its sha256 (edited): exit 1.
+    let mut edited = u1.clone();
+    edited["open_allocations"][0]["bytes"] = Value::from("1");
+    let r1e = dir.path().join("edited.json");
+    std::fs::write(&r1e, edited.to_string()).expect("write");
+    let o = gpumeter(&["usage", s(&second), "--opening", s(&r1e)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("sha256"), "{}", stderr(&o));
 }

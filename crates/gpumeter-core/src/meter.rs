@@ -131,7 +131,8 @@ struct MemPending {
     pid: Option<u32>,
     address: u64,
     bytes: u64,
-    release: bool,
+    /// 0 allocation, 1 release, 2 process exit.
+    op: u8,
     key: u32,
     /// When the allocation was first made (differs from `ts` for opening state).
     allocated_at: u64,
@@ -152,7 +153,10 @@ type Factor = (u128, u128);
 /// Where an allocation is held: (process id, virtual address).
 type HeldAt = (Option<u32>, u64);
 
-type DupKey = (u64, u32, u32, u32, u64, &'static str);
+/// (start or timestamp, context, stream, correlation id, graph node id or address, kind,
+/// process id): DESIGN §4's duplicate key, with the process id added, since two processes'
+/// context, stream and correlation ids can coincide.
+type DupKey = (u64, u32, u32, u32, u64, &'static str, Option<u32>);
 
 #[derive(Debug, Default)]
 struct Cell {
@@ -221,6 +225,8 @@ struct DeviceState {
     kernels_without_instructions: u64,
     /// Latest time seen on the device: record ends, memory and energy timestamps.
     last_ns: u64,
+    /// Latest end of an accepted work record (0: none).
+    work_end: u64,
 }
 
 /// Accumulates activity records into usage per tenant, device, window and meter.
@@ -349,6 +355,7 @@ impl Meter {
             kernels_with_instructions: 0,
             kernels_without_instructions: 0,
             last_ns: 0,
+            work_end: 0,
         });
         if let Some(held) = self.opening.remove(&self.devices[slot.0 as usize].info.key) {
             let d = &mut self.devices[slot.0 as usize];
@@ -478,6 +485,7 @@ impl Meter {
             rec.correlation_id,
             rec.graph_node_id,
             rec.work.kind_name(),
+            rec.process_id,
         );
         let key = self.key_of(&rec);
         let window = self.config.window;
@@ -488,6 +496,7 @@ impl Meter {
         }
         dev.records += 1;
         dev.last_ns = dev.last_ns.max(rec.end_ns);
+        dev.work_end = dev.work_end.max(rec.end_ns);
         // Pending/Active carry partition index + 1; 0 = the device (also for an id that is not
         // this device's).
         let part = rec
@@ -635,6 +644,22 @@ impl Meter {
             if open.tenant.trim().is_empty() {
                 return Err(at("tenant", "empty".into()));
             }
+            // `unattributed` is what this meter writes itself; `idle` never holds memory.
+            if open.tenant == IDLE {
+                return Err(at(
+                    "tenant",
+                    format!("`{IDLE}` is reserved for idle energy"),
+                ));
+            }
+            if open.tenant.len() > 256 || open.tenant.chars().any(char::is_control) {
+                return Err(at(
+                    "tenant",
+                    "longer than 256 bytes or with control characters".into(),
+                ));
+            }
+            if open.device_key.trim().is_empty() {
+                return Err(at("device_key", "empty".into()));
+            }
             let key = (open.process_id, address);
             if !seen.insert((open.device_key.clone(), key)) {
                 return Err(at(
@@ -696,15 +721,19 @@ impl Meter {
             self.record_loss(ev.device, r, 1);
             return;
         }
-        let release = ev.op == MemoryOp::Release;
-        // The stream slot of the key holds the process id: addresses are per process.
+        let (op, kind) = match ev.op {
+            MemoryOp::Allocation => (0, "allocation"),
+            MemoryOp::Release => (1, "release"),
+            MemoryOp::ProcessExit => (2, "process_exit"),
+        };
         let dup: DupKey = (
             ev.timestamp_ns,
             ev.context_id,
-            ev.process_id.unwrap_or(u32::MAX),
+            0,
             ev.correlation_id,
             ev.address,
-            if release { "release" } else { "allocation" },
+            kind,
+            ev.process_id,
         );
         let k = AttrKey {
             external_id: ev.external_id,
@@ -727,7 +756,7 @@ impl Meter {
             pid: ev.process_id,
             address: ev.address,
             bytes: ev.bytes,
-            release,
+            op,
             key,
             allocated_at,
         }));
@@ -755,8 +784,9 @@ impl Meter {
 
     /// Books everything still buffered and builds the report, digest included.
     ///
-    /// Allocations still held are billed to the report's end (the latest record end, memory
-    /// or energy timestamp of any device) and listed in `open_allocations`.
+    /// Allocations still held are billed to the report's end (the latest end of accepted work
+    /// on any device; without work, the latest memory, energy or opening time) and listed in
+    /// `open_allocations`, with a warning.
     ///
     /// # Errors
     /// [`crate::DigestError`] when the report cannot be serialized for its digest.
@@ -772,7 +802,13 @@ impl Meter {
         for d in &mut self.devices {
             d.advance(u64::MAX, window);
         }
-        let report_end = self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0);
+        // The report's end: the latest end of accepted work when there is any (a memory or
+        // energy timestamp cannot stretch it: one bad value would bill every open allocation
+        // to it), else the latest memory, energy or opening time.
+        let report_end = match self.devices.iter().map(|d| d.work_end).max() {
+            Some(w) if w > 0 => w,
+            _ => self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0),
+        };
         let tenants: Vec<String> = self.keys.iter().map(|k| self.tenant_of(k)).collect();
         let mut open_allocations = Vec::new();
         for d in &mut self.devices {
@@ -781,6 +817,9 @@ impl Meter {
                 if !d.hold(a, report_end, window) {
                     continue;
                 }
+                // Held since after the report's end (made after the last work): billed 0,
+                // carried from its own time.
+                let billed_to = report_end.max(a.since);
                 let k = &self.keys[a.key as usize];
                 open_allocations.push(OpenAllocation {
                     device: d.info.id,
@@ -791,7 +830,7 @@ impl Meter {
                     process_id: k.process_id,
                     external_id: k.external_id,
                     allocated_at: rfc3339_ns(a.allocated_at),
-                    billed_to: rfc3339_ns(report_end),
+                    billed_to: rfc3339_ns(billed_to),
                 });
             }
         }
@@ -910,7 +949,8 @@ impl Meter {
             if gaps > 0 {
                 warnings.push(format!(
                     "{gaps} pairs of consecutive energy samples of device {} ({}) are more than \
-                     7 days apart: the energy between them is not billed",
+                     7 days apart or rise faster than 100 kW: the energy between them is not \
+                     billed",
                     info.id, info.key
                 ));
             }
@@ -974,9 +1014,10 @@ impl Meter {
                         if q == 0 {
                             continue;
                         }
-                        *totals
+                        let t = totals
                             .entry((tenant.clone(), info.id, info.key.clone(), meter))
-                            .or_insert(0) += q;
+                            .or_insert(0);
+                        *t = t.saturating_add(q);
                         usage.push(UsageRow {
                             tenant,
                             device: info.id,
@@ -999,6 +1040,13 @@ impl Meter {
                 quantity: Quantity(q),
             })
             .collect();
+        if !open_allocations.is_empty() {
+            warnings.push(format!(
+                "{} allocations are still held at the report's end: billed to it and listed in \
+                 open_allocations (pass this report to the next one with --opening)",
+                open_allocations.len()
+            ));
+        }
         let mut report = UsageReport {
             schema: USAGE_SCHEMA.to_string(),
             metering_policy: METERING_POLICY.to_string(),
@@ -1039,10 +1087,12 @@ fn cell_quantities(
 ) -> Vec<(MeterKind, Vec<(String, u128)>)> {
     let mut out: BTreeMap<MeterKind, BTreeMap<String, u128>> = BTreeMap::new();
     for (&(key, meter), &q) in &cell.ints {
-        *out.entry(meter)
+        let t = out
+            .entry(meter)
             .or_default()
             .entry(tenants[key as usize].clone())
-            .or_insert(0) += q;
+            .or_insert(0);
+        *t = t.saturating_add(q);
     }
     // gpu_busy_ns: each set's length divided equally among its distinct tenants.
     let mut busy: BTreeMap<String, BigRational> = BTreeMap::new();
@@ -1114,8 +1164,9 @@ fn capped_shares(
 /// interpolated linearly between consecutive samples, and a window's energy is
 /// `⌊E(window end)⌋ − ⌊E(window start)⌋` clipped to the run, so the windows of a run sum
 /// exactly to its last minus first sample. Returns the energy per window start (windows with
-/// energy only), how many times the counter went down, and how many consecutive samples are
-/// more than 7 days apart (neither is billed).
+/// energy only), how many times the counter went down, and how many pairs of consecutive
+/// samples are implausible: more than 7 days apart, or rising faster than 100 kW (neither is
+/// billed).
 fn energy_per_window(
     samples: &[(u64, u64)],
     window: WindowSize,
@@ -1135,7 +1186,8 @@ fn energy_per_window(
         }
         // Samples more than 7 days apart (a clock fault, or a counter read once long ago):
         // interpolating between them would spread energy over a span no report observed.
-        if t1 - t0 > MAX_RECORD_NS {
+        // Or a rise no GPU can draw: over 100 kW (0.1 mJ per ns) is a counter fault.
+        if t1 - t0 > MAX_RECORD_NS || u128::from(e1 - e0) * 10 > u128::from(t1 - t0) {
             gaps += 1;
             continue;
         }
@@ -1305,7 +1357,18 @@ impl DeviceState {
                 break;
             }
             self.mem_pending.pop();
-            if m.release {
+            if m.op == 2 {
+                let ended: Vec<HeldAt> = self
+                    .open
+                    .range((m.pid, 0)..=(m.pid, u64::MAX))
+                    .map(|(k, _)| *k)
+                    .collect();
+                for k in ended {
+                    if let Some(a) = self.open.remove(&k) {
+                        self.hold(a, m.ts, window);
+                    }
+                }
+            } else if m.op == 1 {
                 match self.open.remove(&(m.pid, m.address)) {
                     Some(a) => {
                         self.hold(a, m.ts, window);

@@ -190,6 +190,11 @@ pub enum MemoryOp {
     Allocation,
     /// `CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_RELEASE`: the allocation at `address` ends.
     Release,
+    /// The process ([`MemoryEvent::process_id`]) ended, or stopped being recorded, at the
+    /// timestamp: every allocation it still holds on the device ends there (the driver frees a
+    /// process's memory when it exits). `address` and `bytes` are ignored. Sources emit it
+    /// at the end of a finished recording.
+    ProcessExit,
 }
 
 /// A device-memory allocation or release (CUPTI MEMORY2, `CUpti_ActivityMemory4`), the input

@@ -264,8 +264,8 @@ fn memory_pairs_by_process_and_address_and_long_holds_are_too_long() {
 fn a_device_with_only_memory_or_energy_has_no_sm_warnings_and_its_energy_is_idle() {
     let mut m = Meter::new(MeterConfig::default());
     let dev = m.register_device(device(None));
-    m.push_energy(dev, BASE + 10, 100);
-    m.push_energy(dev, BASE + 20, 150);
+    m.push_energy(dev, BASE + 10 * S, 100);
+    m.push_energy(dev, BASE + 20 * S, 150);
     m.push_memory(MemoryEvent::new(
         dev,
         BASE + 10,
@@ -326,9 +326,9 @@ fn energy_is_interpolated_to_windows_and_apportioned_by_sm_ns_with_idle() {
 fn energy_without_sm_count_is_not_meterable_and_counter_resets_warn() {
     let mut meter = Meter::new(MeterConfig::default());
     let dev = meter.register_device(device(None));
-    meter.push_energy(dev, BASE + 10, 500);
-    meter.push_energy(dev, BASE + 15, 600);
-    meter.push_energy(dev, BASE + 20, 100);
+    meter.push_energy(dev, BASE + 10 * S, 500);
+    meter.push_energy(dev, BASE + 15 * S, 600);
+    meter.push_energy(dev, BASE + 20 * S, 100);
     meter.push(rec(dev, 10, 20, kernel(1), 1, 0));
     let r = meter.finish().expect("report");
     assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
@@ -656,11 +656,14 @@ proptest! {
         map in any::<bool>(),
     ) {
         let r = run(&ks, &allocs, &[], (50, 50), window, map);
-        let end = ks.iter().map(|k| k.start + k.len)
-            .chain(allocs.iter().map(|a| a.at + a.hold.unwrap_or(0)))
-            .max().unwrap_or(0) * S / 10;
+        // The report's end: the latest end of work when there is any, else the latest memory
+        // time; an allocation made after it is billed nothing.
+        let end = match ks.iter().map(|k| k.start + k.len).max() {
+            Some(e) => e,
+            None => allocs.iter().map(|a| a.at + a.hold.unwrap_or(0)).max().unwrap_or(0),
+        } * S / 10;
         let expect: u128 = allocs.iter().map(|a| {
-            let until = match a.hold { Some(h) => (a.at + h) * S / 10, None => end };
+            let until = match a.hold { Some(h) => (a.at + h) * S / 10, None => end.max(a.at * S / 10) };
             u128::from(a.bytes) * u128::from(until - a.at * S / 10)
         }).sum();
         prop_assert_eq!(r.device_total(KEY, MeterKind::MemoryByteNs), expect);
@@ -698,5 +701,106 @@ proptest! {
         for u in r.usage.iter().filter(|u| u.meter == MeterKind::EnergyMj) {
             prop_assert!(u.tenant == IDLE || with_sm.contains(&(u.window_start.clone(), u.tenant.clone())));
         }
+    }
+}
+
+#[test]
+fn identical_records_of_two_processes_are_both_metered() {
+    // Same start, context, stream and correlation id in two processes: not duplicates.
+    let mut m = Meter::new(MeterConfig::default());
+    m.set_tenant_map(pids(&[(1, "alice"), (2, "bob")]));
+    let dev = m.register_device(device(Some(10)));
+    for pid in [1, 2] {
+        let mut r = ActivityRecord::new(dev, BASE + 10, BASE + 20, kernel(1));
+        r.process_id = Some(pid);
+        r.correlation_id = 1;
+        m.push(r);
+    }
+    let r = m.finish().expect("report");
+    assert!(r.loss.is_empty(), "{:?}", r.loss);
+    let k = per_tenant(&r, MeterKind::KernelLaunches);
+    assert_eq!((k["alice"], k["bob"]), (1, 1));
+}
+
+#[test]
+fn a_process_exit_ends_its_allocations_only_and_the_report_end_is_the_work_end() {
+    let mut m = Meter::new(MeterConfig::default());
+    m.set_tenant_map(pids(&[(1, "alice"), (2, "bob")]));
+    let dev = m.register_device(device(Some(10)));
+    let ev = |t: u64, pid: u32, addr: u64, op: MemoryOp| {
+        let mut e = MemoryEvent::new(dev, BASE + t, addr, 100, op);
+        e.process_id = Some(pid);
+        e
+    };
+    m.push(rec(dev, 0, 1000, kernel(1), 1, 0));
+    m.push_memory(ev(10, 1, 0xa, MemoryOp::Allocation));
+    m.push_memory(ev(20, 1, 0xb, MemoryOp::Allocation));
+    m.push_memory(ev(30, 2, 0xa, MemoryOp::Allocation));
+    m.push_memory(ev(110, 1, 0, MemoryOp::ProcessExit));
+    // A memory event far in the future does not stretch the report's end (the work's end).
+    m.push_memory(ev(9 * 86_400 * S, 2, 0xf, MemoryOp::Allocation));
+    let r = m.finish().expect("report");
+    let mem = per_tenant(&r, MeterKind::MemoryByteNs);
+    assert_eq!(mem["alice"], 100 * 100 + 100 * 90);
+    assert_eq!(mem["bob"], 100 * (1000 - 30));
+    let open: Vec<&str> = r
+        .open_allocations
+        .iter()
+        .map(|o| o.address.as_str())
+        .collect();
+    assert_eq!(open, ["0xa", "0xf"]);
+    assert_eq!(
+        r.open_allocations[0].billed_to,
+        gpumeter_core::time::rfc3339_ns(BASE + 1000)
+    );
+    assert!(r
+        .warnings
+        .iter()
+        .any(|w| w.contains("2 allocations are still held")));
+}
+
+#[test]
+fn an_energy_rise_over_100_kw_is_not_billed() {
+    let mut m = Meter::new(MeterConfig::default());
+    let dev = m.register_device(device(Some(10)));
+    m.push_energy(dev, BASE, 5);
+    m.push_energy(dev, BASE + S, u64::MAX);
+    m.push_energy(dev, BASE + 2 * S, u64::MAX);
+    let r = m.finish().expect("report");
+    assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("100 kW")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn opening_entries_with_an_empty_device_key_or_a_reserved_tenant_are_refused() {
+    let open = gpumeter_core::OpenAllocation {
+        device: 0,
+        device_key: KEY.into(),
+        address: "0x100".into(),
+        bytes: gpumeter_core::Quantity(10),
+        tenant: "dora".into(),
+        process_id: Some(9),
+        external_id: None,
+        allocated_at: gpumeter_core::time::rfc3339_ns(BASE),
+        billed_to: gpumeter_core::time::rfc3339_ns(BASE + S),
+    };
+    let mut no_key = open.clone();
+    no_key.device_key = String::new();
+    let mut idle = open.clone();
+    idle.tenant = IDLE.into();
+    let mut forged = open;
+    forged.tenant = "mallory\n  FAKE".into();
+    for (bad, field) in [(no_key, "device_key"), (idle, "tenant"), (forged, "tenant")] {
+        let err = Meter::new(MeterConfig::default())
+            .set_opening(&[bad])
+            .expect_err("refused");
+        assert!(
+            err.starts_with(&format!("open_allocations[0].{field}")),
+            "{err}"
+        );
     }
 }

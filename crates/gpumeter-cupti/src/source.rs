@@ -764,17 +764,33 @@ impl<'n> Input<'n> {
                 self.name, self.unknown_frames
             ));
         }
+        // Sorted by start so that a file's own records are never late (DESIGN §3 "Order"), and
+        // so that a shared instruction count's remainder goes to the earliest kernels.
+        records.sort_by_key(|r| r.start_ns);
         summary.kernels_with_instructions =
             assign_instructions(&mut records, &self.sass_of, &instructions_of);
         if self.finished && self.format == CuptiFormat::Gmr {
+            // The recording's end: its latest valid work record or memory event (a record the
+            // meter will refuse, or an energy sample, must not stretch it).
+            let valid = |r: &ActivityRecord| {
+                r.start_ns != 0
+                    && r.end_ns >= r.start_ns
+                    && r.end_ns - r.start_ns <= gpumeter_core::time::MAX_RECORD_NS
+            };
             let end = records
                 .iter()
+                .filter(|r| valid(r))
                 .map(|r| r.end_ns)
                 .chain(memory.iter().map(|m| m.timestamp_ns))
-                .chain(self.energy.iter().map(|e| e.timestamp_ns))
                 .max()
                 .unwrap_or(0);
-            summary.allocations_closed_at_end = close_at_end(&mut memory, end);
+            let pids: Vec<Option<u32>> = memory
+                .iter()
+                .map(|m| m.process_id)
+                .chain(std::iter::once(self.default_pid))
+                .collect();
+            summary.allocations_closed_at_end =
+                close_at_end(&mut memory, end, &pids, devs.devices.len());
         }
         // Energy: samples of a device CUPTI or the inventory knows (by CUDA ordinal).
         let mut energy = Vec::new();
@@ -809,8 +825,6 @@ impl<'n> Input<'n> {
         summary.records = records.len() as u64;
         summary.skipped = skipped.values().sum();
         summary.device_keys = devs.devices.iter().map(|d| d.key.clone()).collect();
-        // Sorted by start so that a file's own records are never late (DESIGN §3 "Order").
-        records.sort_by_key(|r| r.start_ns);
         memory.sort_by_key(|m| m.timestamp_ns);
         Ok(Plan {
             summary,
@@ -988,7 +1002,7 @@ fn kernel_launch(
 /// Hands a plan to the meter: source, devices (hook applied), losses, records.
 fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummary {
     let (summary, stream) = announce(meter, plan, opts);
-    push_merged(meter, vec![stream]);
+    push_merged(meter, vec![(summary.sha256.clone(), stream)]);
     summary
 }
 
@@ -1086,12 +1100,24 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
 }
 
 /// Pushes the records and memory events of several sources, each sorted by time, as one
-/// stream in time order (ties: source order, then records before memory events), so that
-/// no source makes another's work late; then every energy sample.
-fn push_merged(meter: &mut Meter, streams: Vec<Stream>) {
+/// stream in time order, so that no source makes another's work late; then every energy
+/// sample. Equal times: work records first, then releases and process exits, then
+/// allocations, then the source whose SHA-256 sorts first, so the argument order of the inputs
+/// never matters.
+fn push_merged(meter: &mut Meter, streams: Vec<(String, Stream)>) {
     let mut energy = Vec::new();
     let mut iters = Vec::with_capacity(streams.len());
-    for s in streams {
+    let mut order: Vec<(String, usize)> = streams
+        .iter()
+        .enumerate()
+        .map(|(i, (sha, _))| (sha.clone(), i))
+        .collect();
+    order.sort();
+    let mut rank = vec![0usize; streams.len()];
+    for (r, (_, i)) in order.into_iter().enumerate() {
+        rank[i] = r;
+    }
+    for (_, s) in streams {
         energy.extend(s.energy);
         iters.push((
             s.records.into_iter().peekable(),
@@ -1104,18 +1130,22 @@ fn push_merged(meter: &mut Meter, streams: Vec<Stream>) {
         std::iter::Peekable<std::vec::IntoIter<MemoryEvent>>,
     )| {
         let r = it.0.peek().map(|r| (r.start_ns, 0u8));
-        let m = it.1.peek().map(|m| (m.timestamp_ns, 1u8));
+        let m = it.1.peek().map(|m| {
+            let class = if m.op == MemoryOp::Allocation { 2u8 } else { 1 };
+            (m.timestamp_ns, class)
+        });
         match (r, m) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
     };
     for (i, it) in iters.iter_mut().enumerate() {
-        if let Some((t, which)) = key(it) {
-            heap.push(Reverse((t, i, which)));
+        if let Some((t, class)) = key(it) {
+            heap.push(Reverse((t, class, rank[i], i)));
         }
     }
-    while let Some(Reverse((_, i, which))) = heap.pop() {
+    while let Some(Reverse((_, class, _, i))) = heap.pop() {
+        let which = u8::from(class > 0);
         let Some(it) = iters.get_mut(i) else { continue };
         if which == 0 {
             if let Some(rec) = it.0.next() {
@@ -1124,8 +1154,8 @@ fn push_merged(meter: &mut Meter, streams: Vec<Stream>) {
         } else if let Some(m) = it.1.next() {
             meter.push_memory(m);
         }
-        if let Some((t, which)) = key(it) {
-            heap.push(Reverse((t, i, which)));
+        if let Some((t, class)) = key(it) {
+            heap.push(Reverse((t, class, rank[i], i)));
         }
     }
     for (slot, t, e) in energy {
@@ -1168,8 +1198,8 @@ pub fn meter_sources(
     let mut streams = Vec::with_capacity(plans.len());
     for plan in plans {
         let (summary, stream) = announce(meter, plan, opts);
+        streams.push((summary.sha256.clone(), stream));
         summaries.push(summary);
-        streams.push(stream);
     }
     push_merged(meter, streams);
     Ok(summaries)
@@ -1237,36 +1267,46 @@ fn assign_instructions(
     given
 }
 
-/// Closes, at `end`, the allocations of `memory` that no later release in it ends, by adding a
-/// release for each (leaves `memory` sorted by timestamp); returns how many.
-fn close_at_end(memory: &mut Vec<MemoryEvent>, end: u64) -> u64 {
+/// The end of a finished recording: one process-exit event at `end` per device of the source
+/// (`devices` local slots) and process id of `pids` (those of its memory events and its
+/// header's), which ends every allocation that process still holds there, also allocations
+/// carried in by `--opening`. Returns how many of the source's own allocations it ends.
+fn close_at_end(
+    memory: &mut Vec<MemoryEvent>,
+    end: u64,
+    pids: &[Option<u32>],
+    devices: usize,
+) -> u64 {
     memory.sort_by_key(|m| m.timestamp_ns);
-    let mut held: BTreeMap<(u32, Option<u32>, u64), usize> = BTreeMap::new();
-    for (i, m) in memory.iter().enumerate() {
+    let mut held: BTreeMap<(u32, Option<u32>, u64), ()> = BTreeMap::new();
+    for m in memory.iter() {
         let key = (m.device.0, m.process_id, m.address);
         match m.op {
             MemoryOp::Allocation => {
-                held.insert(key, i);
+                held.insert(key, ());
             }
             MemoryOp::Release => {
                 held.remove(&key);
             }
+            MemoryOp::ProcessExit => held.retain(|k, ()| !(k.0 == key.0 && k.1 == key.1)),
         }
     }
-    let closes: Vec<MemoryEvent> = held
-        .into_values()
-        .map(|i| {
-            let mut release = memory[i].clone();
-            release.op = MemoryOp::Release;
-            release.timestamp_ns = end.max(release.timestamp_ns);
-            release.correlation_id = 0;
-            release
-        })
-        .collect();
-    let n = closes.len() as u64;
-    memory.extend(closes);
+    if end == 0 {
+        return held.len() as u64;
+    }
+    let mut procs: Vec<Option<u32>> = pids.to_vec();
+    procs.sort_unstable();
+    procs.dedup();
+    for device in 0..devices {
+        for &pid in &procs {
+            let mut exit =
+                MemoryEvent::new(DeviceSlot(device as u32), end, 0, 0, MemoryOp::ProcessExit);
+            exit.process_id = pid;
+            memory.push(exit);
+        }
+    }
     memory.sort_by_key(|m| m.timestamp_ns);
-    n
+    held.len() as u64
 }
 
 /// `CUpti_ActivityMemoryKind` values of GPU memory, metered as `memory_byte_ns`: DEVICE (3),

@@ -2834,5 +2834,101 @@ mod merged_recordings {
         let (r, s) = meter_all(&[("torn.gmr", &torn)], &[]);
         assert_eq!(s[0].allocations_closed_at_end, 0);
         assert_eq!(r.open_allocations.len(), 1);
+
+        // A record the meter refuses (30 days long) does not move the recording's end.
+        let mut bad = Buf::new(API);
+        alloc(&mut bad, T0 + 100);
+        kernel(&mut bad, T0, 1, 1, 1, 0);
+        bad.rec(
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", (T0 + 1000).into()),
+                ("end", (T0 + 30 * 86_400_000_000_000).into()),
+                ("correlationId", 2),
+            ],
+        );
+        let g = gmr(1, &bad, vec![], true);
+        let (r, _) = meter_all(&[("bad.gmr", &g)], &[]);
+        assert_eq!(r.device_total(GPU, MeterKind::MemoryByteNs), 1000 * 900);
+        assert_eq!(r.lost(GPU, "too_long"), 1);
+
+        // The process's allocations carried in by --opening end with its finished recording.
+        let open = r1_open(&torn);
+        let mut later = Buf::new(API);
+        kernel(&mut later, T0 + 5000, 1, 1, 1, 0);
+        let gl = gmr(1, &later, vec![], true);
+        let mut m = meter();
+        ok(m.set_opening(&open).map_err(|e| e.to_string()));
+        let inputs = [CuptiInput {
+            name: "later.gmr",
+            bytes: &gl,
+            format: CuptiFormat::Gmr,
+        }];
+        ok(meter_sources(&mut m, &inputs, &CuptiOptions::default()));
+        let r = finish(m);
+        assert!(r.open_allocations.is_empty(), "{:?}", r.open_allocations);
+        // Held from the first report's end (T0 + 1000) to the later recording's (T0 + 6000).
+        assert_eq!(r.device_total(GPU, MeterKind::MemoryByteNs), 1000 * 5000);
+    }
+
+    /// The open allocations of a report of `bytes` alone.
+    fn r1_open(bytes: &[u8]) -> Vec<gpumeter_core::OpenAllocation> {
+        let (r, _) = meter_all(&[("first.gmr", bytes)], &[]);
+        r.open_allocations
+    }
+
+    #[test]
+    fn raw_buffers_give_the_same_report_in_any_order_even_with_ties() {
+        // c1 allocates 0x1000 at the ns c2 releases it, and the reverse for 0x2000.
+        let buf = |ops: &[(i128, i128, u64)]| {
+            let mut b = Buf::new(API);
+            b.rec(
+                ActivityKind::DEVICE,
+                &[
+                    ("id", 0),
+                    ("numMultiprocessors", 132),
+                    ("uuid", 0x74e1_28b2_90b6_b409_07c8_33be_e5ff_6f88),
+                ],
+            );
+            kernel(&mut b, T0, 1, 1, 1, 0);
+            for &(op, addr, t) in ops {
+                b.rec(
+                    ActivityKind::MEMORY2,
+                    &[
+                        ("memoryOperationType", op),
+                        ("memoryKind", 3),
+                        ("address", addr),
+                        ("bytes", 10),
+                        ("timestamp", t.into()),
+                        ("processId", 7),
+                    ],
+                );
+            }
+            b.bytes
+        };
+        let c1 = buf(&[(1, 0x1000, T0 + 500), (2, 0x2000, T0 + 700)]);
+        let c2 = buf(&[
+            (1, 0x2000, T0 + 100),
+            (2, 0x1000, T0 + 500),
+            (1, 0x2000, T0 + 700),
+        ]);
+        let run = |order: [(&str, &[u8]); 2]| {
+            let mut m = meter();
+            let inputs: Vec<CuptiInput<'_>> = order
+                .iter()
+                .map(|(name, bytes)| CuptiInput {
+                    name,
+                    bytes,
+                    format: CuptiFormat::Cupti,
+                })
+                .collect();
+            ok(meter_sources(&mut m, &inputs, &CuptiOptions::default()));
+            finish(m)
+        };
+        let a = run([("c1.bin", &c1), ("c2.bin", &c2)]);
+        let b = run([("c2.bin", &c2), ("c1.bin", &c1)]);
+        assert_eq!(a.usage, b.usage);
+        assert_eq!(a.loss, b.loss);
+        assert_eq!(a.open_allocations, b.open_allocations);
     }
 }
