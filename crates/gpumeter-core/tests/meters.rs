@@ -283,19 +283,34 @@ fn a_device_with_only_memory_or_energy_has_no_sm_warnings_and_its_energy_is_idle
     assert_eq!(per_tenant(&r, MeterKind::EnergyMj)[IDLE], 50);
 
     // Samples 8 days apart are not interpolated between (nor is a sample at 1 s after the
-    // epoch): no energy, a warning, and no per-window blow-up.
-    let mut m = Meter::new(MeterConfig::default());
-    let dev = m.register_device(device(None));
-    m.push_energy(dev, 1_000_000_000, 0);
-    m.push_energy(dev, BASE, 100);
-    m.push_energy(dev, BASE + 8 * 86_400 * S, 200);
-    let r = m.finish().expect("report");
-    assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
-    assert!(
-        r.warnings.iter().any(|w| w.contains("7 days apart")),
-        "{:?}",
-        r.warnings
-    );
+    // epoch), nor a rise faster than 100 kW: no energy, a warning, no per-window blow-up.
+    for (samples, needle) in [
+        (
+            vec![
+                (1_000_000_000, 0),
+                (BASE, 100),
+                (BASE + 8 * 86_400 * S, 200),
+            ],
+            "7 days apart",
+        ),
+        (
+            vec![(BASE, 5), (BASE + S, u64::MAX), (BASE + 2 * S, u64::MAX)],
+            "100 kW",
+        ),
+    ] {
+        let mut m = Meter::new(MeterConfig::default());
+        let dev = m.register_device(device(Some(10)));
+        for (t, e) in samples {
+            m.push_energy(dev, t, e);
+        }
+        let r = m.finish().expect("report");
+        assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
+        assert!(
+            r.warnings.iter().any(|w| w.contains(needle)),
+            "{:?}",
+            r.warnings
+        );
+    }
 }
 
 #[test]
@@ -757,22 +772,6 @@ fn a_process_exit_ends_its_allocations_only_and_the_report_end_is_the_work_end()
         .warnings
         .iter()
         .any(|w| w.contains("2 allocations are still held")));
-}
-
-#[test]
-fn an_energy_rise_over_100_kw_is_not_billed() {
-    let mut m = Meter::new(MeterConfig::default());
-    let dev = m.register_device(device(Some(10)));
-    m.push_energy(dev, BASE, 5);
-    m.push_energy(dev, BASE + S, u64::MAX);
-    m.push_energy(dev, BASE + 2 * S, u64::MAX);
-    let r = m.finish().expect("report");
-    assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
-    assert!(
-        r.warnings.iter().any(|w| w.contains("100 kW")),
-        "{:?}",
-        r.warnings
-    );
 }
 
 #[test]
