@@ -181,10 +181,11 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// Meters every input into one usage report (several inputs merge; a file given twice, or two
 /// files with the same bytes, is metered once with a warning).
 ///
-/// Kineto and Nsight inputs are all read and validated first and then metered as one stream in
-/// start order, so their order on the command line does not matter; `.gmr` recordings and raw
-/// CUPTI buffers follow, likewise all validated first and then merged in time order. An
-/// opening state (`--opening`) is taken before any input.
+/// Every input is read and validated first (traces, then recordings and raw CUPTI buffers),
+/// announced, and then all their records and memory events are metered as one stream in time
+/// order ([`gpumeter_core::push_batches`]), so neither the order of the files nor a mix of
+/// formats for one GPU makes records `late`. An opening state (`--opening`) is taken before
+/// any input.
 ///
 /// # Errors
 /// [`Error::Import`] / [`Error::Cupti`] for the first input (or the catalog, or the tenant
@@ -223,7 +224,7 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         },
         catalog,
     };
-    gpumeter_import::import_paths(&mut meter, &traces, &opts)?;
+    let (_, mut batches) = gpumeter_import::announce_paths(&mut meter, &traces, &opts)?;
     let hook = |m: &mut Meter, slot: gpumeter_core::DeviceSlot| {
         if let Some(c) = &hook_catalog {
             c.apply_to(m, slot);
@@ -234,8 +235,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         strings: None,
         on_device: Some(&hook),
     };
-    // Recordings and raw buffers: all read and validated first, then metered as one stream in
-    // time order (the recordings of several processes on one GPU may come in any order).
+    // Recordings and raw buffers: all read and validated, then announced; their batches are
+    // pushed with the traces' as one stream in time order, so no input, of any format, makes
+    // another's records late.
     let mut files = Vec::with_capacity(recordings.len());
     for (input, format) in recordings {
         let name = input
@@ -261,7 +263,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
             format: *format,
         })
         .collect();
-    gpumeter_cupti::meter_sources(&mut meter, &sources, &copts)?;
+    let (_, recorded) = gpumeter_cupti::announce_sources(&mut meter, &sources, &copts)?;
+    batches.extend(recorded);
+    gpumeter_core::push_batches(&mut meter, batches);
     Ok(meter.finish()?)
 }
 

@@ -832,3 +832,81 @@ fn open_allocations_carry_into_the_next_report_with_opening() {
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(stderr(&o).contains("sha256"), "{}", stderr(&o));
 }
+
+/// A Kineto trace and a `.gmr` recording of the same GPU (same UUID) in one report: all
+/// inputs are merged in time order, so the recording's earlier records are not `late` although
+/// the trace is read first, and the argument order changes nothing.
+#[test]
+fn a_trace_and_a_recording_of_one_gpu_merge_in_time_order() {
+    use gpumeter_cupti::gmr::{ClockPair, Frame, GmrDevice, GmrHeader, GmrWriter, Producer};
+    use gpumeter_cupti::ActivityKind;
+    let uuid = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    // The trace: one kernel 300 s after t0 (more than the 60 s reordering horizon).
+    let trace = dir.path().join("trace.json");
+    let kineto = serde_json::json!({
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": t0,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": uuid,
+                              "numSms": 132}],
+        "traceEvents": [{"ph": "X", "cat": "kernel", "name": "late_kernel", "pid": 0, "tid": 7,
+                         "ts": 300_000_000, "dur": 1,
+                         "args": {"device": 0, "stream": 7, "correlation": 9,
+                                  "grid": [1, 1, 1], "block": [128, 1, 1]}}]
+    });
+    std::fs::write(&trace, kineto.to_string()).expect("write");
+    // The recording: one kernel at t0, on the GPU of the same UUID.
+    let mut buf = Vec::new();
+    cupti_record(
+        &mut buf,
+        ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", i128::from(t0)),
+            ("end", i128::from(t0) + 1_000),
+            ("gridX", 1),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("correlationId", 1),
+        ],
+    );
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "node".into(),
+        clock: ClockPair {
+            cupti_timestamp_ns: t0,
+            unix_time_ns: t0,
+        },
+        process_id: 42,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some(uuid.into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        producer: Producer {
+            name: "test".into(),
+            version: "0".into(),
+        },
+        instrumented: false,
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    w.write_frame(&Frame::ActivityBuffer(buf)).expect("frame");
+    let rec = dir.path().join("run.gmr");
+    std::fs::write(&rec, w.finish().expect("finish")).expect("write");
+    let a = json(&gpumeter(&["usage", s(&trace), s(&rec), "--json"]));
+    let b = json(&gpumeter(&["usage", s(&rec), s(&trace), "--json"]));
+    for u in [&a, &b] {
+        validate("gpumeter.usage.v1.schema.json", u);
+        assert_eq!(
+            u["loss"].as_array().map(Vec::len),
+            Some(0),
+            "{:#}",
+            u["loss"]
+        );
+        assert_eq!(u["devices"].as_array().map(Vec::len), Some(1));
+        assert_eq!(meter_total(u, "kernel_launches"), 2);
+    }
+    assert_eq!(a["usage"], b["usage"]);
+}

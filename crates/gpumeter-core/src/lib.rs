@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 
 pub mod device;
+pub mod ingest;
 pub mod meter;
 pub mod occupancy;
 pub mod record;
@@ -30,6 +31,7 @@ pub mod report;
 pub mod time;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
+pub use ingest::{push_batches, Batch};
 pub use meter::{
     Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, IDLE, RESERVED_TENANTS,
     UNATTRIBUTED,

@@ -71,6 +71,6 @@ pub use gmr::{GmrError, StringTable, TornFrame};
 pub use kind::ActivityKind;
 pub use layout::{ApiVersion, FieldInfo, KindLayout};
 pub use source::{
-    meter_buffer, meter_gmr, meter_path, meter_sources, CuptiFormat, CuptiInput, CuptiOptions,
-    CuptiSourceError, CuptiSummary, DeviceHook, FrameRef, WORK_KINDS,
+    announce_sources, meter_buffer, meter_gmr, meter_path, meter_sources, CuptiFormat, CuptiInput,
+    CuptiOptions, CuptiSourceError, CuptiSummary, DeviceHook, FrameRef, WORK_KINDS,
 };

@@ -43,15 +43,15 @@
 //!   EXTERNAL_CORRELATION and INSTRUCTION_EXECUTION records are consumed by the joins, not
 //!   counted.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
 use gpumeter_core::{
-    ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
-    LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SmLimits, SourceInfo, Work,
+    push_batches, ActivityRecord, Batch, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot,
+    KernelLaunch, LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SmLimits, SourceInfo,
+    Work,
 };
 use sha2::{Digest, Sha256};
 
@@ -1001,29 +1001,16 @@ fn kernel_launch(
 
 /// Hands a plan to the meter: source, devices (hook applied), losses, records.
 fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummary {
-    let (summary, stream) = announce(meter, plan, opts);
-    push_merged(meter, vec![(summary.sha256.clone(), stream)]);
+    let (summary, batch) = announce(meter, plan, opts);
+    push_batches(meter, vec![batch]);
     summary
-}
-
-/// What a plan still has to push once announced: its records and memory events, on the
-/// meter's slots, and its energy samples.
-struct Stream {
-    records: Vec<ActivityRecord>,
-    memory: Vec<MemoryEvent>,
-    energy: Vec<(DeviceSlot, u64, u64)>,
 }
 
 /// Announces a plan (source, devices with the hook applied, warnings, skipped, losses,
 /// partitions) and returns what it has to push, mapped to the meter's slots and partitions;
-/// nothing for a source already metered.
-fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSummary, Stream) {
+/// an empty batch for a source already metered.
+fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSummary, Batch) {
     let mut summary = plan.summary;
-    let empty = Stream {
-        records: Vec::new(),
-        memory: Vec::new(),
-        energy: Vec::new(),
-    };
     let fresh = meter.begin_source(SourceInfo {
         name: summary.source_name.clone(),
         format: summary.format.as_str().to_string(),
@@ -1034,7 +1021,7 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
         summary.records = 0;
         summary.skipped = 0;
         summary.dropped = 0;
-        return (summary, empty);
+        return (summary, Batch::default());
     }
     let slots: Vec<DeviceSlot> = plan
         .devices
@@ -1089,78 +1076,13 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
         .into_iter()
         .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
         .collect();
-    (
-        summary,
-        Stream {
-            records,
-            memory,
-            energy,
-        },
-    )
-}
-
-/// Pushes the records and memory events of several sources, each sorted by time, as one
-/// stream in time order, so that no source makes another's work late; then every energy
-/// sample. Equal times: work records first, then releases and process exits, then
-/// allocations, then the source whose SHA-256 sorts first, so the argument order of the inputs
-/// never matters.
-fn push_merged(meter: &mut Meter, streams: Vec<(String, Stream)>) {
-    let mut energy = Vec::new();
-    let mut iters = Vec::with_capacity(streams.len());
-    let mut order: Vec<(String, usize)> = streams
-        .iter()
-        .enumerate()
-        .map(|(i, (sha, _))| (sha.clone(), i))
-        .collect();
-    order.sort();
-    let mut rank = vec![0usize; streams.len()];
-    for (r, (_, i)) in order.into_iter().enumerate() {
-        rank[i] = r;
-    }
-    for (_, s) in streams {
-        energy.extend(s.energy);
-        iters.push((
-            s.records.into_iter().peekable(),
-            s.memory.into_iter().peekable(),
-        ));
-    }
-    let mut heap = BinaryHeap::new();
-    let key = |it: &mut (
-        std::iter::Peekable<std::vec::IntoIter<ActivityRecord>>,
-        std::iter::Peekable<std::vec::IntoIter<MemoryEvent>>,
-    )| {
-        let r = it.0.peek().map(|r| (r.start_ns, 0u8));
-        let m = it.1.peek().map(|m| {
-            let class = if m.op == MemoryOp::Allocation { 2u8 } else { 1 };
-            (m.timestamp_ns, class)
-        });
-        match (r, m) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+    let batch = Batch {
+        sha256: summary.sha256.clone(),
+        records,
+        memory,
+        energy,
     };
-    for (i, it) in iters.iter_mut().enumerate() {
-        if let Some((t, class)) = key(it) {
-            heap.push(Reverse((t, class, rank[i], i)));
-        }
-    }
-    while let Some(Reverse((_, class, _, i))) = heap.pop() {
-        let which = u8::from(class > 0);
-        let Some(it) = iters.get_mut(i) else { continue };
-        if which == 0 {
-            if let Some(rec) = it.0.next() {
-                meter.push(rec);
-            }
-        } else if let Some(m) = it.1.next() {
-            meter.push_memory(m);
-        }
-        if let Some((t, class)) = key(it) {
-            heap.push(Reverse((t, class, rank[i], i)));
-        }
-    }
-    for (slot, t, e) in energy {
-        meter.push_energy(slot, t, e);
-    }
+    (summary, batch)
 }
 
 /// One CUPTI source for [`meter_sources`]: a `.gmr` recording or a raw activity buffer.
@@ -1187,6 +1109,23 @@ pub fn meter_sources(
     inputs: &[CuptiInput<'_>],
     opts: &CuptiOptions<'_>,
 ) -> Result<Vec<CuptiSummary>, CuptiSourceError> {
+    let (summaries, batches) = announce_sources(meter, inputs, opts)?;
+    push_batches(meter, batches);
+    Ok(summaries)
+}
+
+/// [`meter_sources`] without the pushing: every input is validated (an error leaves the meter
+/// untouched), then announced, and its records, memory events and energy samples are returned
+/// as [`Batch`]es for [`push_batches`], to be merged with other formats' batches (the facade
+/// merges Kineto and Nsight inputs with recordings this way). One summary per input.
+///
+/// # Errors
+/// As [`meter_sources`].
+pub fn announce_sources(
+    meter: &mut Meter,
+    inputs: &[CuptiInput<'_>],
+    opts: &CuptiOptions<'_>,
+) -> Result<(Vec<CuptiSummary>, Vec<Batch>), CuptiSourceError> {
     let mut plans = Vec::with_capacity(inputs.len());
     for input in inputs {
         plans.push(match input.format {
@@ -1195,14 +1134,13 @@ pub fn meter_sources(
         });
     }
     let mut summaries = Vec::with_capacity(plans.len());
-    let mut streams = Vec::with_capacity(plans.len());
+    let mut batches = Vec::with_capacity(plans.len());
     for plan in plans {
-        let (summary, stream) = announce(meter, plan, opts);
-        streams.push((summary.sha256.clone(), stream));
+        let (summary, batch) = announce(meter, plan, opts);
+        batches.push(batch);
         summaries.push(summary);
     }
-    push_merged(meter, streams);
-    Ok(summaries)
+    Ok((summaries, batches))
 }
 
 /// Gives kernels their `warp_instructions` from the counts of their correlation id

@@ -46,12 +46,13 @@ mod nsys;
 mod tenant_map;
 pub mod units;
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
-use gpumeter_core::{ActivityRecord, DeviceInfo, DeviceSlot, LossReason, Meter, SourceInfo};
+use gpumeter_core::{
+    push_batches, ActivityRecord, Batch, DeviceInfo, DeviceSlot, LossReason, Meter, SourceInfo,
+};
 use sha2::{Digest, Sha256};
 
 pub use catalog::{CatalogDevice, DeviceCatalog};
@@ -373,11 +374,35 @@ pub fn import_paths<P: AsRef<Path>>(
     paths: &[P],
     opts: &ImportOptions,
 ) -> Result<Vec<ImportSummary>, ImportError> {
+    let (summaries, batches) = announce_paths(meter, paths, opts)?;
+    push_batches(meter, batches);
+    Ok(summaries)
+}
+
+/// [`import_paths`] without the pushing: every file is read and validated (an error leaves
+/// the meter untouched), then announced, and its records are returned as [`Batch`]es for
+/// [`push_batches`], to be merged with other formats' batches (the facade merges recordings
+/// with traces this way). One summary per path, in argument order.
+///
+/// # Errors
+/// As [`import_paths`].
+pub fn announce_paths<P: AsRef<Path>>(
+    meter: &mut Meter,
+    paths: &[P],
+    opts: &ImportOptions,
+) -> Result<(Vec<ImportSummary>, Vec<Batch>), ImportError> {
     let loaded = paths
         .iter()
         .map(|p| load_path(p.as_ref(), opts))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(commit(meter, loaded, opts))
+    let mut summaries = Vec::with_capacity(loaded.len());
+    let mut batches = Vec::with_capacity(loaded.len());
+    for l in loaded {
+        let (summary, batch) = announce(meter, l, opts);
+        summaries.push(summary);
+        batches.push(batch);
+    }
+    Ok((summaries, batches))
 }
 
 /// Imports a file already in memory; `name` is the file name to report and to name in errors.
@@ -431,36 +456,18 @@ fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<rusqlite::Connection, 
     Ok(conn)
 }
 
-/// [`commit`] of a single source.
+/// Announces a single source and pushes its records.
 fn commit_one(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> ImportSummary {
-    let (summary, records) = announce(meter, loaded, opts);
-    push_merged(meter, vec![records]);
+    let (summary, batch) = announce(meter, loaded, opts);
+    push_batches(meter, vec![batch]);
     summary
 }
 
-/// Hands parsed sources to the meter: each source in order (source, devices with the catalog
-/// applied, warnings, skipped events, losses), then the records of all of them merged by
-/// (start, end, source index, index within the source). One summary per source, in order.
-fn commit(meter: &mut Meter, loaded: Vec<Loaded>, opts: &ImportOptions) -> Vec<ImportSummary> {
-    let mut summaries = Vec::with_capacity(loaded.len());
-    let mut batches: Vec<Vec<ActivityRecord>> = Vec::with_capacity(loaded.len());
-    for l in loaded {
-        let (summary, records) = announce(meter, l, opts);
-        summaries.push(summary);
-        batches.push(records);
-    }
-    push_merged(meter, batches);
-    summaries
-}
-
 /// Announces one source and registers what it brings but its records, which are returned
-/// with their device slots mapped to the meter's and sorted (stably) by (start, end); none for
-/// a duplicate source. The summary's `records` already counts the returned records.
-fn announce(
-    meter: &mut Meter,
-    loaded: Loaded,
-    opts: &ImportOptions,
-) -> (ImportSummary, Vec<ActivityRecord>) {
+/// as a batch with their device slots mapped to the meter's and sorted (stably) by (start,
+/// end); an empty batch for a duplicate source. The summary's `records` already counts the
+/// returned records.
+fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportSummary, Batch) {
     let Loaded {
         name,
         format,
@@ -483,7 +490,7 @@ fn announce(
         device_keys,
     };
     if !fresh {
-        return (summary, Vec::new());
+        return (summary, Batch::default());
     }
     let slots: Vec<DeviceSlot> = parsed
         .devices
@@ -521,31 +528,12 @@ fn announce(
         .collect();
     records.sort_by_key(|r| (r.start_ns, r.end_ns));
     summary.records += records.len() as u64;
-    (summary, records)
-}
-
-/// Pushes the records of several sources, each sorted by (start, end), in one merged order by
-/// (start, end, source index, index within the source).
-fn push_merged(meter: &mut Meter, batches: Vec<Vec<ActivityRecord>>) {
-    let mut iters: Vec<_> = batches
-        .into_iter()
-        .map(|b| b.into_iter().peekable())
-        .collect();
-    let mut heap = BinaryHeap::with_capacity(iters.len());
-    for (i, it) in iters.iter_mut().enumerate() {
-        if let Some(r) = it.peek() {
-            heap.push(Reverse((r.start_ns, r.end_ns, i)));
-        }
-    }
-    while let Some(Reverse((_, _, i))) = heap.pop() {
-        let Some(it) = iters.get_mut(i) else { continue };
-        if let Some(rec) = it.next() {
-            meter.push(rec);
-        }
-        if let Some(r) = it.peek() {
-            heap.push(Reverse((r.start_ns, r.end_ns, i)));
-        }
-    }
+    let batch = Batch {
+        sha256: summary.sha256.clone(),
+        records,
+        ..Batch::default()
+    };
+    (summary, batch)
 }
 
 #[cfg(test)]
