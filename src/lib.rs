@@ -188,8 +188,10 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// any input.
 ///
 /// # Errors
-/// [`Error::Import`] / [`Error::Cupti`] for the first input (or the catalog, or the tenant
-/// map) that cannot be read: a missing or truncated file, a file that is not a trace, a buffer that does not decode.
+/// [`Error::Import`] / [`Error::Cupti`] for an input (or the catalog, the tenant map or the
+/// opening state) that cannot be read: a missing or truncated file, a file that is not a
+/// trace, a buffer that does not decode. Traces are checked before recordings, each kind in
+/// argument order, so with several bad inputs the first bad trace is named.
 /// Record-level faults are loss, not errors.
 pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageReport, Error> {
     let catalog = match &options.devices {
@@ -264,6 +266,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         })
         .collect();
     let (_, recorded) = gpumeter_cupti::announce_sources(&mut meter, &sources, &copts)?;
+    // The batches own what they push: the recordings' bytes can go first.
+    drop(sources);
+    drop(files);
     batches.extend(recorded);
     gpumeter_core::push_batches(&mut meter, batches);
     Ok(meter.finish()?)

@@ -910,3 +910,36 @@ fn a_trace_and_a_recording_of_one_gpu_merge_in_time_order() {
     }
     assert_eq!(a["usage"], b["usage"]);
 }
+
+/// The same Kineto trace given gzipped and plain is one trace: metered once, with a warning.
+#[test]
+fn a_trace_given_gzipped_and_plain_is_metered_once() {
+    let Some(gz) = shared("tracelens_h100_gaunernst_bert-small-uncased__1016001.json.gz") else {
+        return;
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let plain = dir.path().join("bert.json");
+    let mut text = Vec::new();
+    std::io::Read::read_to_end(
+        &mut flate2::read::MultiGzDecoder::new(std::fs::File::open(&gz).expect("open")),
+        &mut text,
+    )
+    .expect("gunzip");
+    std::fs::write(&plain, &text).expect("write");
+    let one = json(&gpumeter(&["usage", s(&gz), "--json"]));
+    let both = json(&gpumeter(&["usage", s(&gz), s(&plain), "--json"]));
+    assert_eq!(
+        meter_total(&both, "kernel_launches"),
+        meter_total(&one, "kernel_launches")
+    );
+    assert_eq!(both["devices"].as_array().map(Vec::len), Some(1));
+    assert!(
+        both["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .any(|w| w.as_str().is_some_and(|w| w.contains("once decompressed"))),
+        "{:#}",
+        both["warnings"]
+    );
+}

@@ -20,12 +20,16 @@ pub struct Batch {
     /// The source's SHA-256 (lowercase hex): breaks time ties between sources, so that the
     /// order of the inputs never matters.
     pub sha256: String,
-    /// Work records, sorted by start (stably: the source's own order for equal starts).
+    /// Work records, sorted by start (the importers also by end; equal keys keep the source's
+    /// own order).
     pub records: Vec<ActivityRecord>,
     /// Memory events, sorted by timestamp (stably).
     pub memory: Vec<MemoryEvent>,
     /// Energy-counter samples: (device, ns since the epoch, cumulative mJ).
     pub energy: Vec<(DeviceSlot, u64, u64)>,
+    /// Spans over which the source observed each device's energy counter (its first to last
+    /// sample), for [`Meter::observe_energy_span`].
+    pub energy_spans: Vec<(DeviceSlot, u64, u64)>,
 }
 
 type Heads = (
@@ -66,6 +70,9 @@ pub fn push_batches(meter: &mut Meter, batches: Vec<Batch>) {
     let mut energy = Vec::new();
     let mut iters: Vec<Heads> = Vec::with_capacity(batches.len());
     for b in batches {
+        for (slot, from, to) in b.energy_spans {
+            meter.observe_energy_span(slot, from, to);
+        }
         energy.extend(b.energy);
         iters.push((
             b.records.into_iter().peekable(),

@@ -189,6 +189,8 @@ struct ActiveSummary {
 #[derive(Debug)]
 struct DeviceState {
     info: DeviceInfo,
+    /// Every description of the device with the SHA-256 of the source that gave it.
+    descriptions: Vec<(String, DeviceInfo)>,
     pending: BinaryHeap<Reverse<Pending>>,
     active: Vec<Active>,
     /// Sweep position: everything before it is booked; a record starting before it is late.
@@ -220,6 +222,8 @@ struct DeviceState {
     reallocations: u64,
     /// Energy-counter samples: (ns since the epoch, cumulative mJ).
     energy: Vec<(u64, u64)>,
+    /// Spans a recording observed the counter over ([`Meter::observe_energy_span`]).
+    energy_spans: Vec<(u64, u64)>,
     /// Kernels with / without a warp-instruction count.
     kernels_with_instructions: u64,
     kernels_without_instructions: u64,
@@ -314,25 +318,45 @@ impl Meter {
     /// Registers a device, or fills the unknown fields of the device already registered under
     /// the same key. Returns its slot for [`ActivityRecord::device`].
     pub fn register_device(&mut self, info: DeviceInfo) -> DeviceSlot {
+        // Descriptions are ranked by the SHA-256 of the source announcing them (the last
+        // [`Meter::begin_source`]), so the result never depends on the order of the inputs.
+        let rank = self
+            .sources
+            .last()
+            .map(|s| s.sha256.clone())
+            .unwrap_or_default();
         if let Some(&slot) = self.device_index.get(&info.key) {
-            let known = &mut self.devices[slot.0 as usize].info;
+            let d = &mut self.devices[slot.0 as usize];
+            let known = &d.info;
             let name_differs = matches!((&known.name, &info.name), (Some(a), Some(b)) if a != b);
             let sms_differ =
                 matches!((known.sm_count, info.sm_count), (Some(a), Some(b)) if a != b);
             if name_differs || sms_differ {
                 self.warnings.push(format!(
                     "device {} is described twice with different facts ({:?}, {:?} SMs vs {:?}, \
-                     {:?} SMs); the first description is kept",
+                     {:?} SMs); where they differ, the description of the source whose SHA-256 \
+                     sorts first is kept",
                     info.key, known.name, known.sm_count, info.name, info.sm_count
                 ));
             }
-            known.fill_from(&info);
+            // Every description, field by field, in source-SHA order: the first that knows a
+            // field gives it.
+            d.descriptions.push((rank, info));
+            d.descriptions.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut merged = d.descriptions[0].1.clone();
+            for (_, other) in &d.descriptions[1..] {
+                merged.fill_from(other);
+            }
+            merged.key = d.info.key.clone();
+            d.info = merged;
             return slot;
         }
+        let descriptions = vec![(rank, info.clone())];
         let slot = DeviceSlot(self.devices.len() as u32);
         self.device_index.insert(info.key.clone(), slot);
         self.devices.push(DeviceState {
             info,
+            descriptions,
             pending: BinaryHeap::new(),
             active: Vec::new(),
             swept_to: 0,
@@ -352,6 +376,7 @@ impl Meter {
             memory_events: 0,
             reallocations: 0,
             energy: Vec::new(),
+            energy_spans: Vec::new(),
             kernels_with_instructions: 0,
             kernels_without_instructions: 0,
             last_ns: 0,
@@ -763,6 +788,18 @@ impl Meter {
         dev.note_start(ev.timestamp_ns, self.config.reorder_horizon_ns, window);
     }
 
+    /// Declares that one recording observed the device's energy counter from `from_ns` to
+    /// `to_ns` (its first and last sample). Once a device has spans, energy is interpolated
+    /// only between samples that one span covers: the gap between two recordings of the GPU
+    /// made one after the other was observed by none and is not billed (the report warns).
+    /// Unknown slots are ignored.
+    pub fn observe_energy_span(&mut self, device: DeviceSlot, from_ns: u64, to_ns: u64) {
+        if let Some(d) = self.devices.get_mut(device.0 as usize) {
+            d.energy_spans
+                .push((from_ns.min(to_ns), from_ns.max(to_ns)));
+        }
+    }
+
     /// Records a sample of a device's cumulative energy counter (`energy_mj`, DESIGN §4): NVML
     /// `nvmlDeviceGetTotalEnergyConsumption`, mJ, at `timestamp_ns` (ns since the epoch,
     /// CUPTI's clock). The counter is interpolated linearly between samples to window edges;
@@ -923,7 +960,8 @@ impl Meter {
                     reason: why,
                 });
             }
-            let (energy, resets, gaps) = energy_per_window(&d.energy, window);
+            let (energy, resets, gaps, unobserved) =
+                energy_per_window(&d.energy, &d.energy_spans, window);
             // A device without kernels has no sm_ns anywhere: its energy is all idle.
             let energy_meterable = !energy.is_empty() && (sm_meterable || !has_kernels);
             if !energy.is_empty() && !energy_meterable {
@@ -943,6 +981,13 @@ impl Meter {
                 warnings.push(format!(
                     "the energy counter of device {} ({}) went down {resets} times (driver \
                      reload?): the energy between those samples is unknown and not billed",
+                    info.id, info.key
+                ));
+            }
+            if unobserved > 0 {
+                warnings.push(format!(
+                    "{unobserved} stretches between energy samples of device {} ({}) lie between \
+                     recordings (no recording observed them): their energy is not billed",
                     info.id, info.key
                 ));
             }
@@ -1164,13 +1209,14 @@ fn capped_shares(
 /// interpolated linearly between consecutive samples, and a window's energy is
 /// `⌊E(window end)⌋ − ⌊E(window start)⌋` clipped to the run, so the windows of a run sum
 /// exactly to its last minus first sample. Returns the energy per window start (windows with
-/// energy only), how many times the counter went down, and how many pairs of consecutive
-/// samples are implausible: more than 7 days apart, or rising faster than 100 kW (neither is
-/// billed).
+/// energy only), how many times the counter went down, how many pairs of consecutive samples
+/// are implausible (more than 7 days apart, or rising faster than 100 kW), and, when `spans`
+/// are given, how many pairs no span covers (between recordings); none of those is billed.
 fn energy_per_window(
     samples: &[(u64, u64)],
+    spans: &[(u64, u64)],
     window: WindowSize,
-) -> (BTreeMap<u64, u128>, u64, u64) {
+) -> (BTreeMap<u64, u128>, u64, u64, u64) {
     let mut s = samples.to_vec();
     s.sort_unstable();
     // One sample per timestamp (the first after sorting: the smallest reading).
@@ -1178,8 +1224,13 @@ fn energy_per_window(
     let mut out: BTreeMap<u64, u128> = BTreeMap::new();
     let mut resets = 0u64;
     let mut gaps = 0u64;
+    let mut unobserved = 0u64;
     for pair in s.windows(2) {
         let ((t0, e0), (t1, e1)) = (pair[0], pair[1]);
+        if !spans.is_empty() && !spans.iter().any(|&(a, b)| a <= t0 && t1 <= b) {
+            unobserved += 1;
+            continue;
+        }
         if e1 < e0 {
             resets += 1;
             continue;
@@ -1208,7 +1259,7 @@ fn energy_per_window(
             t = edge;
         }
     }
-    (out, resets, gaps)
+    (out, resets, gaps, unobserved)
 }
 
 /// Splits a window's energy `e` (mJ) among tenants in proportion to their `sm_ns` in the

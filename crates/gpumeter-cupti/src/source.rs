@@ -1071,16 +1071,23 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
             Some(m)
         })
         .collect();
-    let energy = plan
+    let energy: Vec<(DeviceSlot, u64, u64)> = plan
         .energy
         .into_iter()
         .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
         .collect();
+    // The span this recording observed each device's counter over.
+    let mut spans: BTreeMap<DeviceSlot, (u64, u64)> = BTreeMap::new();
+    for &(slot, t, _) in &energy {
+        let s = spans.entry(slot).or_insert((t, t));
+        *s = (s.0.min(t), s.1.max(t));
+    }
     let batch = Batch {
         sha256: summary.sha256.clone(),
         records,
         memory,
         energy,
+        energy_spans: spans.into_iter().map(|(d, (a, b))| (d, a, b)).collect(),
     };
     (summary, batch)
 }

@@ -2932,3 +2932,45 @@ mod merged_recordings {
         assert_eq!(a.open_allocations, b.open_allocations);
     }
 }
+
+/// Two real recordings of one H200 made one after the other: metered together, the energy
+/// between them (observed by neither) is not billed, so together they bill what each bills
+/// alone; and the result does not depend on their order.
+#[test]
+fn energy_between_two_recordings_of_one_gpu_is_not_billed() {
+    use gpumeter_cupti::{meter_sources, CuptiFormat, CuptiInput};
+    let green = example("h200-cuda13-green-context.gmr");
+    let instr = example("h200-cuda13-instructions.gmr");
+    let energy = |files: &[(&str, &[u8])]| -> (u128, UsageReport) {
+        let mut m = meter();
+        let inputs: Vec<CuptiInput<'_>> = files
+            .iter()
+            .map(|(name, bytes)| CuptiInput {
+                name,
+                bytes,
+                format: CuptiFormat::Gmr,
+            })
+            .collect();
+        ok(meter_sources(&mut m, &inputs, &CuptiOptions::default()));
+        let r = finish(m);
+        let e = r
+            .totals
+            .iter()
+            .filter(|t| t.meter == MeterKind::EnergyMj)
+            .map(|t| t.quantity.0)
+            .sum();
+        (e, r)
+    };
+    let (a, _) = energy(&[("green.gmr", &green)]);
+    let (b, _) = energy(&[("instr.gmr", &instr)]);
+    let (ab, r1) = energy(&[("green.gmr", &green), ("instr.gmr", &instr)]);
+    let (ba, r2) = energy(&[("instr.gmr", &instr), ("green.gmr", &green)]);
+    assert!(a > 0 && b > 0);
+    assert_eq!((ab, ba), (a + b, a + b));
+    assert_eq!(r1.usage, r2.usage);
+    assert!(
+        r1.warnings.iter().any(|w| w.contains("between recordings")),
+        "{:?}",
+        r1.warnings
+    );
+}

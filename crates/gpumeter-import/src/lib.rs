@@ -223,6 +223,9 @@ struct Loaded {
     name: String,
     format: Format,
     sha256: String,
+    /// SHA-256 of the content as parsed: of the decompressed text for a gzip file, else the
+    /// same as `sha256`. The same trace given gzipped and plain has one content.
+    content_sha256: String,
     parsed: Parsed,
 }
 
@@ -259,6 +262,7 @@ fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
             Ok(Loaded {
                 name,
                 format: Format::Nsys,
+                content_sha256: sha256.clone(),
                 sha256,
                 parsed,
             })
@@ -285,6 +289,7 @@ fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, 
             Ok(Loaded {
                 name,
                 format: Format::Nsys,
+                content_sha256: sha256.clone(),
                 sha256,
                 parsed,
             })
@@ -297,16 +302,20 @@ fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, 
 fn load_kineto(path: &Path, name: String, bytes: &[u8], limit: u64) -> Result<Loaded, ImportError> {
     let sha256 = hex::encode(Sha256::digest(bytes));
     let label = device_label(&name, &sha256);
-    let parsed = if bytes.starts_with(GZIP_MAGIC) {
+    let (parsed, content_sha256) = if bytes.starts_with(GZIP_MAGIC) {
         let text = gunzip(path, bytes, limit)?;
-        kineto::parse(path, &label, &text)?
+        (
+            kineto::parse(path, &label, &text)?,
+            hex::encode(Sha256::digest(&text)),
+        )
     } else {
-        kineto::parse(path, &label, bytes)?
+        (kineto::parse(path, &label, bytes)?, sha256.clone())
     };
     Ok(Loaded {
         name,
         format: Format::Kineto,
         sha256,
+        content_sha256,
         parsed,
     })
 }
@@ -358,9 +367,11 @@ pub fn import_path(
 /// 2. the sources are announced in argument order ([`Meter::begin_source`]; a file with the
 ///    same SHA-256 as one already metered is not pushed again, [`ImportSummary::duplicate_source`]),
 ///    their devices registered (the catalog applied), their skipped events and losses counted;
-/// 3. the records of all files are pushed merged in one order, by (start, end, argument
-///    index, index within the file), so records of the same GPU from different files are
-///    never `late` for being in a later file.
+/// 3. the records of all files are pushed merged in one time order
+///    ([`gpumeter_core::push_batches`]: start, then the file whose SHA-256 sorts first), so
+///    records of the same GPU from different files are never `late` for being in a later
+///    file. A file whose decompressed content equals an earlier one's (the same trace gzipped
+///    and plain) is metered once, with a warning.
 ///
 /// All files' records are held in memory together until they are pushed.
 ///
@@ -397,7 +408,33 @@ pub fn announce_paths<P: AsRef<Path>>(
         .collect::<Result<Vec<_>, _>>()?;
     let mut summaries = Vec::with_capacity(loaded.len());
     let mut batches = Vec::with_capacity(loaded.len());
+    // The same trace compressed and not (or compressed twice differently) has different bytes
+    // but one content: metered once, with a warning.
+    // (Identical bytes are left to the meter's own SHA-256 check.)
+    let mut contents: std::collections::HashMap<String, (String, String)> =
+        std::collections::HashMap::new();
     for l in loaded {
+        if let Some((first, first_sha)) = contents.get(&l.content_sha256) {
+            if *first_sha != l.sha256 {
+                meter.warn(format!(
+                    "source {} has the same content as {} once decompressed and was metered once",
+                    l.name, first
+                ));
+                summaries.push(ImportSummary {
+                    source_name: l.name,
+                    format: l.format,
+                    records: 0,
+                    skipped: 0,
+                    duplicate_source: true,
+                    sha256: l.sha256,
+                    device_keys: Vec::new(),
+                });
+                continue;
+            }
+        }
+        contents
+            .entry(l.content_sha256.clone())
+            .or_insert_with(|| (l.name.clone(), l.sha256.clone()));
         let (summary, batch) = announce(meter, l, opts);
         summaries.push(summary);
         batches.push(batch);
@@ -473,6 +510,7 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
         format,
         sha256,
         parsed,
+        ..
     } = loaded;
     let device_keys: Vec<String> = parsed.devices.iter().map(|d| d.key.clone()).collect();
     let fresh = meter.begin_source(SourceInfo {
