@@ -803,3 +803,26 @@ fn opening_entries_with_an_empty_device_key_or_a_reserved_tenant_are_refused() {
         );
     }
 }
+
+#[test]
+fn conflicting_device_facts_do_not_depend_on_the_order_of_sources() {
+    let run = |order: [(&str, u32); 2]| {
+        let mut m = Meter::new(MeterConfig::default());
+        for (sha, sms) in order {
+            m.begin_source(gpumeter_core::SourceInfo {
+                name: format!("{sha}.json"),
+                format: "kineto".into(),
+                sha256: sha.repeat(64),
+            });
+            let dev = m.register_device(device(Some(sms)));
+            m.push(rec(dev, 0, 1000, kernel(200), 1, sms));
+        }
+        m.finish().expect("report")
+    };
+    let a = run([("a", 54), ("b", 132)]);
+    let b = run([("b", 132), ("a", 54)]);
+    // The source whose SHA-256 sorts first ("aaa…") gives the SM count.
+    assert_eq!(a.devices[0].sm_count, Some(54));
+    assert_eq!(a.devices, b.devices);
+    assert_eq!(a.usage, b.usage);
+}
