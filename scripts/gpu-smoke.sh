@@ -224,6 +224,58 @@ INSTR_STATUS=skip
 if [ "${SMOKE_INSTRUCTIONS:-1}" != "0" ]; then
   say "== recording the CUDA C workload in instrumented mode ($INSTR_ITERS iterations, --instructions)"
   RECORD_ARGS=--instructions record cuda_instr "$CUPTI_C" "$WORK/smoke" "$INSTR_ITERS"
+  # Two host threads launching into one context at once, each on its own stream: the
+  # per-context serialization of instrumented mode must neither hang nor mix their counts.
+  cat >"$WORK/mt.cu" <<'CUDA'
+// Two host threads launching into the primary context at once (instrumented-mode check).
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <cuda_runtime.h>
+
+extern "C" __global__ void gm_mt_a(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += 1.f;
+}
+extern "C" __global__ void gm_mt_b(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= 1.0001f;
+}
+
+int main(int argc, char **argv) {
+  int iters = argc > 1 ? atoi(argv[1]) : 50;
+  const int n = 1 << 20;
+  float *x, *y;
+  cudaMalloc(&x, n * 4);
+  cudaMalloc(&y, n * 4);
+  auto work = [&](int which) {
+    cudaStream_t s;
+    cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    for (int i = 0; i < iters; i++) {
+      if (which == 0)
+        gm_mt_a<<<n / 256, 256, 0, s>>>(x, n);
+      else
+        gm_mt_b<<<n / 256, 256, 0, s>>>(y, n);
+    }
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  };
+  std::thread t0(work, 0), t1(work, 1);
+  t0.join();
+  t1.join();
+  cudaError_t e = cudaDeviceSynchronize();
+  printf("KERNEL gm_mt_a %d\nKERNEL gm_mt_b %d\nTOTAL %d\nCHECK %s\n", iters, iters, 2 * iters,
+         e == cudaSuccess ? "ok" : cudaGetErrorString(e));
+  cudaFree(x);
+  cudaFree(y);
+  return e == cudaSuccess ? 0 : 4;
+}
+CUDA
+  if timeout -k 10 180 "$NVCC" -O2 -arch=native -o "$WORK/mt" "$WORK/mt.cu" >"$WORK/mt.nvcc.log" 2>&1 \
+     || timeout -k 10 180 "$NVCC" -O2 -arch=sm_90 -o "$WORK/mt" "$WORK/mt.cu" >>"$WORK/mt.nvcc.log" 2>&1; then
+    say "== recording a two-thread workload in instrumented mode ($INSTR_ITERS launches per thread)"
+    RECORD_ARGS=--instructions record mt_instr "$CUPTI_C" "$WORK/mt" "$INSTR_ITERS"
+  fi
   INSTR_STATUS=ran
 fi
 
@@ -424,10 +476,13 @@ for e in [show.get("_error"), usage.get("_error")] + show.get("decode_errors", [
 # Instrumented mode (SASS metrics, frame type 8): one instruction-count frame per launch, every
 # count > 0, each kernel in as many frames as it was launched, and the same count for every
 # launch of a kernel (each kernel has one launch configuration and size in the workload).
-if instr_status == "ran":
-    print("CUDA C workload, instrumented (--instructions)")
-    rc = open(os.path.join(work, "cuda_instr.rc")).read().strip()
-    out = open(os.path.join(work, "cuda_instr.stdout")).read()
+def instrumented(name, title):
+    print(title)
+    if not os.path.exists(os.path.join(work, f"{name}.rc")):
+        check("workload built and recorded", False, f"no {name} run (see its nvcc log)")
+        return
+    rc = open(os.path.join(work, f"{name}.rc")).read().strip()
+    out = open(os.path.join(work, f"{name}.stdout")).read()
     expected, total = {}, None
     for line in out.splitlines():
         p = line.split()
@@ -437,7 +492,7 @@ if instr_status == "ran":
             total = int(p[1])
     check("workload ran", rc == "0" and "CHECK ok" in out,
           f"exit {rc}, {out.strip().splitlines()[-1] if out.strip() else 'no output'}")
-    show, usage = load("cuda_instr.show.json"), load("cuda_instr.usage.json")
+    show, usage = load(f"{name}.show.json"), load(f"{name}.usage.json")
     check("header marked instrumented", show.get("header", {}).get("instrumented") is True,
           f"instrumented = {show.get('header', {}).get('instrumented')}")
     check("one instruction-count frame per launch", total is not None and show.get("instruction_frames") == total,
@@ -453,15 +508,19 @@ if instr_status == "ran":
     check("at least one instruction per warp", bool(funcs) and all(f["min_per_launch"] >= (1 << 20) // 32 for f in funcs.values()),
           ", ".join(f"{n}: {f['min_per_launch']}" for n, f in sorted(funcs.items())))
     meters = {t.get("meter"): int(t["quantity"]) for t in usage.get("totals", []) if "quantity" in t}
-    print(f"  info: Σ warp instructions {sum(f['warp_instructions'] for f in funcs.values())}, "
-          f"usage warp_instructions {meters.get('warp_instructions', 'not metered')}, "
-          f"usage warnings {usage.get('warnings', [])[:3]}")
-    errs = [l for l in open(os.path.join(work, "cuda_instr.stderr")).read().splitlines() if "instruction" in l]
+    check("usage warp_instructions = the frames' sum",
+          meters.get("warp_instructions") == sum(f["warp_instructions"] for f in funcs.values()),
+          f"Σ frames {sum(f['warp_instructions'] for f in funcs.values())}, usage {meters.get('warp_instructions', 'not metered')}")
+    errs = [l for l in open(os.path.join(work, f"{name}.stderr")).read().splitlines() if "instruction" in l]
     for l in errs[:10]:
         print(f"  info: {l}")
     for e in [show.get("_error"), usage.get("_error")] + show.get("decode_errors", []):
         if e:
             check("readable", False, e)
+
+if instr_status == "ran":
+    instrumented("cuda_instr", "CUDA C workload, instrumented (--instructions)")
+    instrumented("mt_instr", "Two-thread workload, instrumented (--instructions)")
 else:
     print("CUDA C workload, instrumented: skipped (SMOKE_INSTRUCTIONS=0)")
 

@@ -2974,3 +2974,36 @@ fn energy_between_two_recordings_of_one_gpu_is_not_billed() {
         r1.warnings
     );
 }
+
+/// A real instrumented recording of two host threads launching into one context at once
+/// (`scripts/gpu-smoke.sh`, H200, CUPTI 13.0): every launch has its own frame and the same
+/// count (491 520 = 32 768 warps × 15), and the report's warp_instructions is their sum.
+#[test]
+fn the_h200_two_thread_instrumented_recording_keeps_each_launch_count_apart() {
+    let bytes = example("h200-cuda13-instructions-2threads.gmr");
+    let file = ok(read_gmr(&bytes));
+    let counts: Vec<u64> = file
+        .frames
+        .iter()
+        .filter_map(|f| match &f.frame {
+            Frame::Instructions(c) => Some(c.total()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(counts.len(), 100);
+    assert!(counts.iter().all(|&c| c == 491_520), "{counts:?}");
+    let mut m = meter();
+    ok(meter_gmr(
+        &mut m,
+        "mt.gmr",
+        &bytes,
+        &CuptiOptions::default(),
+    ));
+    let r = finish(m);
+    let key = r.devices[0].device_key.clone();
+    assert_eq!(r.device_total(&key, MeterKind::KernelLaunches), 100);
+    assert_eq!(
+        r.device_total(&key, MeterKind::WarpInstructions),
+        100 * 491_520
+    );
+}
