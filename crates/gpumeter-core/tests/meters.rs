@@ -20,6 +20,15 @@ fn pids(map: &[(u32, &str)]) -> TenantMap {
     tm
 }
 
+/// Asserts that the report has a warning containing `needle`.
+fn assert_warns(r: &UsageReport, needle: &str) {
+    assert!(
+        r.warnings.iter().any(|w| w.contains(needle)),
+        "no warning with `{needle}`: {:?}",
+        r.warnings
+    );
+}
+
 fn per_window(r: &UsageReport, meter: MeterKind) -> BTreeMap<String, u128> {
     let mut m = BTreeMap::new();
     for u in r.usage.iter().filter(|u| u.meter == meter) {
@@ -305,11 +314,7 @@ fn a_device_with_only_memory_or_energy_has_no_sm_warnings_and_its_energy_is_idle
         }
         let r = m.finish().expect("report");
         assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
-        assert!(
-            r.warnings.iter().any(|w| w.contains(needle)),
-            "{:?}",
-            r.warnings
-        );
+        assert_warns(&r, needle);
     }
 }
 
@@ -349,11 +354,7 @@ fn energy_without_sm_count_is_not_meterable_and_counter_resets_warn() {
     assert_eq!(r.device_total(KEY, MeterKind::EnergyMj), 0);
     let nm: Vec<MeterKind> = r.devices[0].not_meterable.iter().map(|n| n.meter).collect();
     assert!(nm.contains(&MeterKind::EnergyMj), "{nm:?}");
-    assert!(
-        r.warnings.iter().any(|w| w.contains("went down")),
-        "{:?}",
-        r.warnings
-    );
+    assert_warns(&r, "went down");
 }
 
 #[test]
@@ -768,10 +769,7 @@ fn a_process_exit_ends_its_allocations_only_and_the_report_end_is_the_work_end()
         r.open_allocations[0].billed_to,
         gpumeter_core::time::rfc3339_ns(BASE + 1000)
     );
-    assert!(r
-        .warnings
-        .iter()
-        .any(|w| w.contains("2 allocations are still held")));
+    assert_warns(&r, "2 allocations are still held");
 }
 
 #[test]

@@ -263,6 +263,15 @@ fn finish(m: Meter) -> UsageReport {
     }
 }
 
+/// Asserts that the report has a warning containing `needle`.
+fn assert_warns(r: &UsageReport, needle: &str) {
+    assert!(
+        r.warnings.iter().any(|w| w.contains(needle)),
+        "no warning with `{needle}`: {:?}",
+        r.warnings
+    );
+}
+
 fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
     match r {
         Ok(v) => v,
@@ -2149,11 +2158,7 @@ mod gmr_format {
                 .into_iter()
                 .collect();
             assert_eq!(sm, want, "{api}");
-            assert!(
-                r.warnings.iter().any(|w| w.contains("torn last frame")),
-                "{:?}",
-                r.warnings
-            );
+            assert_warns(&r, "torn last frame");
             assert_eq!(r.sources[0].format, "gmr");
 
             // A buffer that does not decode names its frame.
@@ -2423,11 +2428,7 @@ fn memory_green_contexts_and_instruction_counts_are_metered() {
             assert_eq!(s.kernels_with_instructions, 2, "{api}");
             assert_eq!(of("alice", MeterKind::WarpInstructions), 1000, "{api}");
             assert_eq!(of("bob", MeterKind::WarpInstructions), 5, "{api}");
-            assert!(
-                r.warnings.iter().any(|w| w.contains("instrumented run")),
-                "{api}: {:?}",
-                r.warnings
-            );
+            assert_warns(&r, "instrumented run");
         }
     }
 }
@@ -2581,11 +2582,7 @@ fn the_h200_instrumented_recording_meters_warp_instructions_per_launch() {
     assert_eq!(r.device_total(&key, MeterKind::WarpInstructions), total);
     assert_eq!(total, 50 * 589_824 + 50 * 524_288 + 6 * 458_752);
     assert!(r.devices[0].not_meterable.is_empty(), "{:?}", r.devices[0]);
-    assert!(
-        r.warnings.iter().any(|w| w.contains("instrumented run")),
-        "{:?}",
-        r.warnings
-    );
+    assert_warns(&r, "instrumented run");
 }
 
 /// A MIG instance is its own device: its DEVICE record (`isMigEnabled`, `migUuid`,
@@ -2968,11 +2965,7 @@ fn energy_between_two_recordings_of_one_gpu_is_not_billed() {
     assert!(a > 0 && b > 0);
     assert_eq!((ab, ba), (a + b, a + b));
     assert_eq!(r1.usage, r2.usage);
-    assert!(
-        r1.warnings.iter().any(|w| w.contains("between recordings")),
-        "{:?}",
-        r1.warnings
-    );
+    assert_warns(&r1, "between recordings");
 }
 
 /// A real instrumented recording of two host threads launching into one context at once
