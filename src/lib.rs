@@ -54,9 +54,10 @@ pub enum Error {
     /// Rating failed.
     #[error(transparent)]
     Rating(#[from] RatingError),
-    /// The report could not be serialized for its digest.
+    /// The report cannot be built: a quantity beyond `u128` (never clamped), memory held over
+    /// more windows than a report holds, or a digest failure (names the device and meter).
     #[error(transparent)]
-    Digest(#[from] gpumeter_core::DigestError),
+    Meter(#[from] gpumeter_core::MeterError),
     /// The opening state (`--opening FILE`, a `gpumeter.usage/v1` report) cannot be read or
     /// one of its `open_allocations` is invalid (names the file, entry and field).
     #[error("{}: {reason}", path.display())]

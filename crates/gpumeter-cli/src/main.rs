@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use gpumeter::core::time::parse_rfc3339;
+use gpumeter::core::TenantName;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 
 mod record;
@@ -103,7 +104,7 @@ struct UsageArgs {
     window: WindowSize,
     /// Tenant the inputs' usage is attributed to (default: unattributed).
     #[arg(long, value_name = "NAME", value_parser = parse_tenant)]
-    tenant: Option<String>,
+    tenant: Option<TenantName>,
     /// Tenant map (TOML: `[external]` correlation ids and `[pid]` process ids → tenant); its
     /// rules take precedence over --tenant.
     #[arg(long, value_name = "FILE")]
@@ -133,24 +134,10 @@ fn parse_window(s: &str) -> Result<WindowSize, String> {
     WindowSize::parse(s)
 }
 
-/// A tenant name: non-empty, at most 256 bytes, no control characters (it is printed in
-/// tables and written into documents whose schema requires a non-empty string).
-fn parse_tenant(s: &str) -> Result<String, String> {
-    if s.trim().is_empty() {
-        return Err("a tenant name must not be empty".into());
-    }
-    if gpumeter::core::RESERVED_TENANTS.contains(&s) {
-        return Err(format!(
-            "`{s}` is reserved (gpumeter's own tenant for unattributed usage or idle energy)"
-        ));
-    }
-    if s.len() > 256 {
-        return Err("a tenant name must be at most 256 bytes".into());
-    }
-    if s.chars().any(char::is_control) {
-        return Err("a tenant name must not contain control characters".into());
-    }
-    Ok(s.to_string())
+/// A tenant name ([`TenantName::parse`]: trimmed, printable, NFC, at most 256 bytes, not a
+/// reserved name in any case); a bad one is a bad command line (exit 2).
+fn parse_tenant(s: &str) -> Result<TenantName, String> {
+    TenantName::parse(s).map_err(|e| e.to_string())
 }
 
 impl UsageArgs {

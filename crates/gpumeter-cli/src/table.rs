@@ -154,12 +154,23 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
     out.push_str(&t.render("  "));
     if !r.loss.is_empty() {
         let _ = writeln!(out, "\nLoss (records that fed no meter)");
-        let mut t = Table::new(&[("DEVICE", true), ("REASON", false), ("RECORDS", true)]);
+        let mut t = Table::new(&[
+            ("DEVICE", true),
+            ("KEY", false),
+            ("REASON", false),
+            ("RECORDS", true),
+        ]);
         for l in &r.loss {
+            let n = group(&l.records.to_string());
             t.row(vec![
-                l.device.to_string(),
+                l.device.map_or_else(|| "?".into(), |d| d.to_string()),
+                l.device_key.clone(),
                 l.reason.clone(),
-                group(&l.records.to_string()),
+                if l.lower_bound {
+                    format!("at least {n}")
+                } else {
+                    n
+                },
             ]);
         }
         out.push_str(&t.render("  "));

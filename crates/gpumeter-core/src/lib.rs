@@ -7,7 +7,8 @@
 //!
 //! ```
 //! use gpumeter_core::{ActivityRecord, CopyDirection, DeviceInfo, Meter, MeterConfig, MeterKind, Work};
-//! let mut meter = Meter::new(MeterConfig { tenant: Some("alice".into()), ..MeterConfig::default() });
+//! let alice = gpumeter_core::TenantName::parse("alice").expect("a tenant name");
+//! let mut meter = Meter::new(MeterConfig { tenant: Some(alice), ..MeterConfig::default() });
 //! let dev = meter.register_device(DeviceInfo::bare("trace.json#0", 0));
 //! meter.push(ActivityRecord::new(
 //!     dev,
@@ -28,13 +29,14 @@ pub mod meter;
 pub mod occupancy;
 pub mod record;
 pub mod report;
+pub mod tenant;
 pub mod time;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
 pub use ingest::{push_batches, Batch};
 pub use meter::{
-    Meter, MeterConfig, SourceInfo, TenantMap, DEFAULT_REORDER_HORIZON_NS, IDLE, RESERVED_TENANTS,
-    UNATTRIBUTED,
+    Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_WINDOWS_PER_DEVICE,
+    DEFAULT_REORDER_HORIZON_NS,
 };
 pub use record::{
     ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, LossReason, MemoryEvent, MemoryOp,
@@ -45,4 +47,5 @@ pub use report::{
     OpenAllocation, Quantity, RecordCounts, SourceEntry, TotalRow, UsageReport, UsageRow,
     METERING_POLICY, USAGE_SCHEMA,
 };
+pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
 pub use time::WindowSize;

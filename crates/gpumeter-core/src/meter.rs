@@ -32,23 +32,18 @@ use crate::record::{
     ActivityRecord, CopyDirection, DeviceSlot, LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
 };
 use crate::report::{
-    DeviceEntry, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts,
-    SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+    DeviceEntry, DigestError, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity,
+    RecordCounts, SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
 };
+use crate::tenant::{TenantName, IDLE, UNATTRIBUTED};
 use crate::time::{parse_rfc3339, rfc3339, rfc3339_ns, WindowSize, MAX_RECORD_NS, NS_PER_SECOND};
-
-/// Tenant for usage that no attribution rule matched (DESIGN §4).
-pub const UNATTRIBUTED: &str = "unattributed";
-
-/// Tenant for a window's energy when no tenant has `sm_ns` in it (DESIGN §4 "Energy").
-pub const IDLE: &str = "idle";
-
-/// Tenant names gpumeter assigns itself ([`UNATTRIBUTED`], [`IDLE`]): a tenant map or
-/// `--tenant` may not name a customer so, or its usage could not be told apart.
-pub const RESERVED_TENANTS: [&str; 2] = [UNATTRIBUTED, IDLE];
 
 /// Default reordering horizon: 60 s of record time (DESIGN §3).
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
+
+/// Default of [`MeterConfig::max_windows_per_device`]: one million windows (114 years of 1 h
+/// windows, 694 days of 60 s windows).
+pub const DEFAULT_MAX_WINDOWS_PER_DEVICE: u64 = 1_000_000;
 
 /// How a [`Meter`] windows, attributes and reorders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,9 +51,16 @@ pub struct MeterConfig {
     /// Window size (default 1 h).
     pub window: WindowSize,
     /// The source's tenant (`--tenant`): used when no tenant-map rule matches.
-    pub tenant: Option<String>,
+    pub tenant: Option<TenantName>,
     /// How far, in ns of record time, records may arrive out of order per device.
     pub reorder_horizon_ns: u64,
+    /// The most windows (cells) the meter holds per device. Memory held is billed for as long
+    /// as it is held (DESIGN §4), so one allocation can span any number of windows; a hold that
+    /// would take a device past this many windows makes [`Meter::finish`] fail with
+    /// [`MeterError::TooManyWindows`] instead of exhausting memory (a kernel dated centuries
+    /// away from the rest, say). Work records add at most one window per window they span
+    /// (7 days at most).
+    pub max_windows_per_device: u64,
 }
 
 impl Default for MeterConfig {
@@ -67,6 +69,7 @@ impl Default for MeterConfig {
             window: WindowSize::HOUR,
             tenant: None,
             reorder_horizon_ns: DEFAULT_REORDER_HORIZON_NS,
+            max_windows_per_device: DEFAULT_MAX_WINDOWS_PER_DEVICE,
         }
     }
 }
@@ -76,9 +79,103 @@ impl Default for MeterConfig {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TenantMap {
     /// External correlation id → tenant.
-    pub external: HashMap<u64, String>,
+    pub external: HashMap<u64, TenantName>,
     /// Process id → tenant.
-    pub pid: HashMap<u32, String>,
+    pub pid: HashMap<u32, TenantName>,
+}
+
+/// Why [`Meter::finish`] cannot build a report. Each names the device and the meter or span,
+/// so the input at fault can be found; nothing is rounded or clamped instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MeterError {
+    /// The report could not be serialized for its digest.
+    #[error(transparent)]
+    Digest(#[from] DigestError),
+    /// A quantity (a cell, a tenant's share or a total) exceeds `u128::MAX` canonical units.
+    /// Quantities are exact or not given: never a saturated number in a bill (DESIGN §4, §5).
+    #[error(
+        "device {device} ({device_key}): {meter}{} exceeds 2^128 - 1 {} (the largest quantity          a report holds): it cannot be billed exactly",
+        match window_start { Some(w) => format!(" in the window starting {w}"), None => " in total".to_string() },
+        meter.canonical_unit()
+    )]
+    QuantityOverflow {
+        /// Device id within its source.
+        device: u32,
+        /// Identity of the device.
+        device_key: String,
+        /// The meter.
+        meter: MeterKind,
+        /// The window, RFC 3339, or `None` for a total over windows.
+        window_start: Option<String>,
+    },
+    /// Memory held over a span that would take the device past
+    /// [`MeterConfig::max_windows_per_device`] windows.
+    #[error(
+        "device {device} ({device_key}): memory held from {from} to {to} spans {windows} windows          of {window_seconds} s, which would take the device past the {limit} windows a report          holds per device; check the inputs' times (a record dated far from the others?), or          use a larger --window"
+    )]
+    TooManyWindows {
+        /// Device id within its source.
+        device: u32,
+        /// Identity of the device.
+        device_key: String,
+        /// Start of the hold, RFC 3339.
+        from: String,
+        /// End of the hold, RFC 3339.
+        to: String,
+        /// Windows the hold spans.
+        windows: u64,
+        /// Window size, seconds.
+        window_seconds: u64,
+        /// The limit ([`MeterConfig::max_windows_per_device`]).
+        limit: u64,
+    },
+}
+
+/// A device's first fault in bookkeeping, turned into a [`MeterError`] by [`Meter::finish`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DeviceFault {
+    Overflow { meter: MeterKind, window: u64 },
+    TooManyWindows { from: u64, to: u64, windows: u64 },
+}
+
+/// Adds `v` to a cell's quantity; on overflow keeps the first fault and leaves the quantity.
+fn add_checked(
+    q: &mut u128,
+    v: u128,
+    fault: &mut Option<DeviceFault>,
+    meter: MeterKind,
+    window: u64,
+) {
+    match q.checked_add(v) {
+        Some(n) => *q = n,
+        None => {
+            fault.get_or_insert(DeviceFault::Overflow { meter, window });
+        }
+    }
+}
+
+/// Records lost for one reason: a count, and whether it is only a lower bound (the source
+/// could not tell how many records a damaged part held).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct LossCount {
+    records: u64,
+    lower_bound: bool,
+}
+
+impl LossCount {
+    fn add(&mut self, n: u64, lower_bound: bool) {
+        self.records = self.records.saturating_add(n);
+        self.lower_bound |= lower_bound;
+    }
+}
+
+/// A duplicate key (DESIGN §4: the same record, equal in every field its source gives), after
+/// the start or timestamp that the sweep prunes by.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+enum Dup {
+    Work(ActivityRecord),
+    Memory(MemoryEvent),
 }
 
 /// An input about to be metered.
@@ -96,7 +193,7 @@ pub struct SourceInfo {
 struct AttrKey {
     external_id: Option<u64>,
     process_id: Option<u32>,
-    source_tenant: Option<String>,
+    source_tenant: Option<TenantName>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -153,10 +250,9 @@ type Factor = (u128, u128);
 /// Where an allocation is held: (process id, virtual address).
 type HeldAt = (Option<u32>, u64);
 
-/// (start or timestamp, context, stream, correlation id, graph node id or address, kind,
-/// process id): DESIGN §4's duplicate key, with the process id added, since two processes'
-/// context, stream and correlation ids can coincide.
-type DupKey = (u64, u32, u32, u32, u64, &'static str, Option<u32>);
+/// (start or timestamp, the record): the record's every field (DESIGN §4), ordered by time
+/// so that the sweep can forget what it has passed.
+type DupKey = (u64, Dup);
 
 #[derive(Debug, Default)]
 struct Cell {
@@ -199,7 +295,11 @@ struct DeviceState {
     max_start: u64,
     dups: BTreeSet<DupKey>,
     cells: BTreeMap<u64, Cell>,
-    loss: BTreeMap<LossReason, u64>,
+    loss: BTreeMap<LossReason, LossCount>,
+    /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
+    fault: Option<DeviceFault>,
+    /// [`MeterConfig::max_windows_per_device`].
+    max_windows: u64,
     records: u64,
     /// Kernels metered without a grid: their SMs held are unknown, so sm_ns is not meterable.
     kernels_without_grid: u64,
@@ -255,8 +355,10 @@ pub struct Meter {
     keys: Vec<AttrKey>,
     key_index: HashMap<AttrKey, u32>,
     sources: Vec<SourceEntry>,
-    source_tenant: Option<String>,
+    source_tenant: Option<TenantName>,
     counts: RecordCounts,
+    /// Records lost whose device could not be told, by (source label, reason).
+    unplaced: BTreeMap<(String, LossReason), LossCount>,
     warnings: Vec<String>,
     seq: u64,
     /// Opening state of devices not registered yet, by device key.
@@ -279,6 +381,7 @@ impl Meter {
             sources: Vec::new(),
             source_tenant,
             counts: RecordCounts::default(),
+            unplaced: BTreeMap::new(),
             warnings: Vec::new(),
             seq: 0,
             opening: HashMap::new(),
@@ -365,6 +468,8 @@ impl Meter {
             dups: BTreeSet::new(),
             cells: BTreeMap::new(),
             loss: BTreeMap::new(),
+            fault: None,
+            max_windows: self.config.max_windows_per_device,
             records: 0,
             kernels_without_grid: 0,
             kernels_without_occupancy: 0,
@@ -451,10 +556,39 @@ impl Meter {
     /// Counts records lost on a device for a reason (e.g. CUPTI dropped-record deltas, or a
     /// record an importer could not represent). Unknown slots are ignored.
     pub fn record_loss(&mut self, device: DeviceSlot, reason: LossReason, count: u64) {
+        self.book_loss(device, reason, count, false);
+    }
+
+    /// Counts at least `count` records lost on a device for a reason, when the source cannot
+    /// tell how many there were (a torn `.gmr` frame cut inside its buffer, say): the report's
+    /// loss entry is marked `lower_bound` and its warning says "at least". Unknown slots are
+    /// ignored.
+    pub fn record_loss_at_least(&mut self, device: DeviceSlot, reason: LossReason, count: u64) {
+        self.book_loss(device, reason, count, true);
+    }
+
+    fn book_loss(&mut self, device: DeviceSlot, reason: LossReason, count: u64, lower: bool) {
         if let Some(d) = self.devices.get_mut(device.0 as usize) {
-            let n = d.loss.entry(reason).or_insert(0);
-            *n = n.saturating_add(count);
+            d.loss.entry(reason).or_default().add(count, lower);
         }
+    }
+
+    /// Counts records lost whose device the source does not tell (a record whose device id
+    /// cannot be represented, a damaged `.gmr` frame with no readable record): the report lists
+    /// them with `device: null` and `device_key` = `source` (the source's label, e.g.
+    /// `trace.json@309220b5`), never on a device they may not belong to. `lower_bound` as for
+    /// [`Meter::record_loss_at_least`].
+    pub fn record_source_loss(
+        &mut self,
+        source: &str,
+        reason: LossReason,
+        count: u64,
+        lower_bound: bool,
+    ) {
+        self.unplaced
+            .entry((source.to_string(), reason))
+            .or_default()
+            .add(count, lower_bound);
     }
 
     /// Adds a warning for people to the report.
@@ -503,20 +637,15 @@ impl Meter {
             self.record_loss(rec.device, r, 1);
             return;
         }
-        let dup: DupKey = (
-            rec.start_ns,
-            rec.context_id,
-            rec.stream_id,
-            rec.correlation_id,
-            rec.graph_node_id,
-            rec.work.kind_name(),
-            rec.process_id,
-        );
+        let dup: DupKey = (rec.start_ns, Dup::Work(rec.identity()));
         let key = self.key_of(&rec);
         let window = self.config.window;
         let dev = &mut self.devices[rec.device.0 as usize];
         if !dev.dups.insert(dup) {
-            *dev.loss.entry(LossReason::Duplicate).or_insert(0) += 1;
+            dev.loss
+                .entry(LossReason::Duplicate)
+                .or_default()
+                .add(1, false);
             return;
         }
         dev.records += 1;
@@ -539,21 +668,20 @@ impl Meter {
         };
         let mut held = 0u32;
         let mut warps = 0u32;
-        let start_cell = dev.cells.entry(window.start_of(rec.start_ns)).or_default();
+        let w0 = window.start_of(rec.start_ns);
+        let start_cell = dev.cells.entry(w0).or_default();
+        let fault = &mut dev.fault;
+        let mut add = |cell: &mut Cell, m: MeterKind, v: u128| {
+            add_checked(cell.ints.entry((key, m)).or_insert(0), v, fault, m, w0);
+        };
         match &rec.work {
             Work::Kernel(k) => {
                 self.counts.kernel += 1;
                 dev.kernels += 1;
-                *start_cell
-                    .ints
-                    .entry((key, MeterKind::KernelLaunches))
-                    .or_insert(0) += 1;
+                add(start_cell, MeterKind::KernelLaunches, 1);
                 if let Some(n) = k.warp_instructions {
                     dev.kernels_with_instructions += 1;
-                    *start_cell
-                        .ints
-                        .entry((key, MeterKind::WarpInstructions))
-                        .or_insert(0) += u128::from(n);
+                    add(start_cell, MeterKind::WarpInstructions, u128::from(n));
                 } else {
                     dev.kernels_without_instructions += 1;
                 }
@@ -571,12 +699,20 @@ impl Meter {
                 while t < rec.end_ns {
                     let w = window.start_of(t);
                     let edge = w.saturating_add(window.ns()).min(rec.end_ns);
-                    *dev.cells
+                    let q = dev
+                        .cells
                         .entry(w)
                         .or_default()
                         .ints
                         .entry((key, MeterKind::KernelNs))
-                        .or_insert(0) += u128::from(edge - t);
+                        .or_insert(0);
+                    add_checked(
+                        q,
+                        u128::from(edge - t),
+                        &mut dev.fault,
+                        MeterKind::KernelNs,
+                        w,
+                    );
                     t = edge;
                 }
             }
@@ -589,14 +725,11 @@ impl Meter {
                     CopyDirection::Peer => MeterKind::MemcpyPeerBytes,
                     CopyDirection::Other => MeterKind::MemcpyOtherBytes,
                 };
-                *start_cell.ints.entry((key, m)).or_insert(0) += u128::from(*bytes);
+                add(start_cell, m, u128::from(*bytes));
             }
             Work::Memset { bytes } => {
                 self.counts.memset += 1;
-                *start_cell
-                    .ints
-                    .entry((key, MeterKind::MemsetBytes))
-                    .or_insert(0) += u128::from(*bytes);
+                add(start_cell, MeterKind::MemsetBytes, u128::from(*bytes));
             }
             Work::GraphLaunch => {}
         }
@@ -666,22 +799,16 @@ impl Meter {
             }
             let bytes = u64::try_from(open.bytes.0)
                 .map_err(|_| at("bytes", format!("{} exceeds 64 bits", open.bytes.0)))?;
-            if open.tenant.trim().is_empty() {
-                return Err(at("tenant", "empty".into()));
-            }
-            // `unattributed` is what this meter writes itself; `idle` never holds memory.
-            if open.tenant == IDLE {
-                return Err(at(
-                    "tenant",
-                    format!("`{IDLE}` is reserved for idle energy"),
-                ));
-            }
-            if open.tenant.len() > 256 || open.tenant.chars().any(char::is_control) {
-                return Err(at(
-                    "tenant",
-                    "longer than 256 bytes or with control characters".into(),
-                ));
-            }
+            // `unattributed` is what a meter writes itself for memory no rule attributed; any
+            // other name must be a tenant name (`idle` never holds memory).
+            let tenant = if open.tenant == UNATTRIBUTED {
+                None
+            } else {
+                Some(
+                    TenantName::parse(&open.tenant)
+                        .map_err(|e| at("tenant", format!("{:?}: {e}", open.tenant)))?,
+                )
+            };
             if open.device_key.trim().is_empty() {
                 return Err(at("device_key", "empty".into()));
             }
@@ -698,7 +825,7 @@ impl Meter {
             let attr = AttrKey {
                 external_id: open.external_id,
                 process_id: open.process_id,
-                source_tenant: Some(open.tenant.clone()),
+                source_tenant: tenant,
             };
             parsed.push((
                 open.device_key.clone(),
@@ -746,20 +873,12 @@ impl Meter {
             self.record_loss(ev.device, r, 1);
             return;
         }
-        let (op, kind) = match ev.op {
-            MemoryOp::Allocation => (0, "allocation"),
-            MemoryOp::Release => (1, "release"),
-            MemoryOp::ProcessExit => (2, "process_exit"),
+        let op = match ev.op {
+            MemoryOp::Allocation => 0,
+            MemoryOp::Release => 1,
+            MemoryOp::ProcessExit => 2,
         };
-        let dup: DupKey = (
-            ev.timestamp_ns,
-            ev.context_id,
-            0,
-            ev.correlation_id,
-            ev.address,
-            kind,
-            ev.process_id,
-        );
+        let dup: DupKey = (ev.timestamp_ns, Dup::Memory(ev.identity()));
         let k = AttrKey {
             external_id: ev.external_id,
             process_id: ev.process_id,
@@ -769,7 +888,10 @@ impl Meter {
         let window = self.config.window;
         let dev = &mut self.devices[ev.device.0 as usize];
         if !dev.dups.insert(dup) {
-            *dev.loss.entry(LossReason::Duplicate).or_insert(0) += 1;
+            dev.loss
+                .entry(LossReason::Duplicate)
+                .or_default()
+                .add(1, false);
             return;
         }
         dev.memory_events += 1;
@@ -826,8 +948,11 @@ impl Meter {
     /// `open_allocations`, with a warning.
     ///
     /// # Errors
-    /// [`crate::DigestError`] when the report cannot be serialized for its digest.
-    pub fn finish(mut self) -> Result<UsageReport, crate::DigestError> {
+    /// [`MeterError::QuantityOverflow`] when a quantity exceeds `u128::MAX` (never clamped);
+    /// [`MeterError::TooManyWindows`] when memory held would take a device past
+    /// [`MeterConfig::max_windows_per_device`] windows; [`MeterError::Digest`] when the report
+    /// cannot be serialized for its digest.
+    pub fn finish(mut self) -> Result<UsageReport, MeterError> {
         let window = self.config.window;
         // Opening state of devices no input named: on a device entry of its own.
         let mut leftover: Vec<String> = self.opening.keys().cloned().collect();
@@ -871,6 +996,11 @@ impl Meter {
                 });
             }
         }
+        for d in &self.devices {
+            if let Some(f) = d.fault {
+                return Err(d.error(f, window));
+            }
+        }
         let mut devices = Vec::new();
         let mut loss = Vec::new();
         let mut usage = Vec::new();
@@ -879,7 +1009,10 @@ impl Meter {
         let mut order: Vec<&DeviceState> = self.devices.iter().collect();
         order.sort_by(|a, b| (a.info.id, &a.info.key).cmp(&(b.info.id, &b.info.key)));
         for d in order {
-            let lost: u64 = d.loss.values().sum();
+            let lost: u64 = d
+                .loss
+                .values()
+                .fold(0u64, |a, l| a.saturating_add(l.records));
             if d.records == 0 && lost == 0 && d.memory_events == 0 && d.energy.is_empty() {
                 continue;
             }
@@ -1016,15 +1149,21 @@ impl Meter {
             });
             for (reason, n) in &d.loss {
                 loss.push(LossEntry {
-                    device: info.id,
+                    device: Some(info.id),
                     device_key: info.key.clone(),
                     reason: reason.as_str().to_string(),
-                    records: *n,
+                    records: n.records,
+                    lower_bound: n.lower_bound,
                 });
             }
             if lost > 0 {
+                let at_least = if d.loss.values().any(|l| l.lower_bound) {
+                    "at least "
+                } else {
+                    ""
+                };
                 warnings.push(format!(
-                    "{lost} records lost on device {} ({}); see `loss`",
+                    "{at_least}{lost} records lost on device {} ({}); see `loss`",
                     info.id, info.key
                 ));
             }
@@ -1040,7 +1179,15 @@ impl Meter {
                 let ws = rfc3339(w);
                 let sms = info.sm_count.filter(|_| sm_meterable);
                 let warp_sms = info.sm_count.filter(|_| warp_meterable);
-                let mut quantities = cell_quantities(cell, &tenants, sms, warp_sms);
+                let mut quantities =
+                    cell_quantities(cell, &tenants, sms, warp_sms).map_err(|meter| {
+                        MeterError::QuantityOverflow {
+                            device: info.id,
+                            device_key: info.key.clone(),
+                            meter,
+                            window_start: Some(ws.clone()),
+                        }
+                    })?;
                 if !instr_meterable {
                     quantities.retain(|(m, _)| *m != MeterKind::WarpInstructions);
                 }
@@ -1062,7 +1209,14 @@ impl Meter {
                         let t = totals
                             .entry((tenant.clone(), info.id, info.key.clone(), meter))
                             .or_insert(0);
-                        *t = t.saturating_add(q);
+                        *t = t
+                            .checked_add(q)
+                            .ok_or_else(|| MeterError::QuantityOverflow {
+                                device: info.id,
+                                device_key: info.key.clone(),
+                                meter,
+                                window_start: None,
+                            })?;
                         usage.push(UsageRow {
                             tenant,
                             device: info.id,
@@ -1074,6 +1228,22 @@ impl Meter {
                     }
                 }
             }
+        }
+        for ((source, reason), n) in &self.unplaced {
+            loss.push(LossEntry {
+                device: None,
+                device_key: source.clone(),
+                reason: reason.as_str().to_string(),
+                records: n.records,
+                lower_bound: n.lower_bound,
+            });
+            warnings.push(format!(
+                "{}{} records of source {source} lost as {} on a device the source does not \
+                 tell; see `loss`",
+                if n.lower_bound { "at least " } else { "" },
+                n.records,
+                reason.as_str()
+            ));
         }
         let totals = totals
             .into_iter()
@@ -1112,24 +1282,31 @@ impl Meter {
 
     fn tenant_of(&self, k: &AttrKey) -> String {
         if let Some(t) = k.external_id.and_then(|e| self.tenant_map.external.get(&e)) {
-            return t.clone();
+            return t.as_str().to_string();
         }
         if let Some(t) = k.process_id.and_then(|p| self.tenant_map.pid.get(&p)) {
-            return t.clone();
+            return t.as_str().to_string();
         }
         k.source_tenant
-            .clone()
-            .unwrap_or_else(|| UNATTRIBUTED.to_string())
+            .as_ref()
+            .map_or_else(|| UNATTRIBUTED.to_string(), |t| t.as_str().to_string())
     }
 }
 
+/// Per meter, per tenant quantities: (meter, [(tenant, quantity)]).
+type CellQuantities = Vec<(MeterKind, Vec<(String, u128)>)>;
+
 /// Per meter, per tenant integer quantities of one cell, in meter order then tenant order.
+///
+/// # Errors
+/// The meter whose per-tenant sum (several attribution keys of one tenant) exceeds
+/// `u128::MAX`.
 fn cell_quantities(
     cell: &Cell,
     tenants: &[String],
     sm_count: Option<u32>,
     warp_sm_count: Option<u32>,
-) -> Vec<(MeterKind, Vec<(String, u128)>)> {
+) -> Result<CellQuantities, MeterKind> {
     let mut out: BTreeMap<MeterKind, BTreeMap<String, u128>> = BTreeMap::new();
     for (&(key, meter), &q) in &cell.ints {
         let t = out
@@ -1137,7 +1314,7 @@ fn cell_quantities(
             .or_default()
             .entry(tenants[key as usize].clone())
             .or_insert(0);
-        *t = t.saturating_add(q);
+        *t = t.checked_add(q).ok_or(meter)?;
     }
     // gpu_busy_ns: each set's length divided equally among its distinct tenants.
     let mut busy: BTreeMap<String, BigRational> = BTreeMap::new();
@@ -1166,9 +1343,10 @@ fn cell_quantities(
             out.insert(MeterKind::WarpNs, q);
         }
     }
-    out.into_iter()
+    Ok(out
+        .into_iter()
         .map(|(m, per)| (m, per.into_iter().collect()))
-        .collect()
+        .collect())
 }
 
 /// Per tenant integer shares of a capped time meter: `exact` per key plus, per key and
@@ -1354,6 +1532,28 @@ pub(crate) fn largest_remainder(
 }
 
 impl DeviceState {
+    /// The error a bookkeeping fault of this device becomes.
+    fn error(&self, fault: DeviceFault, window: WindowSize) -> MeterError {
+        let (device, device_key) = (self.info.id, self.info.key.clone());
+        match fault {
+            DeviceFault::Overflow { meter, window: w } => MeterError::QuantityOverflow {
+                device,
+                device_key,
+                meter,
+                window_start: Some(rfc3339(w)),
+            },
+            DeviceFault::TooManyWindows { from, to, windows } => MeterError::TooManyWindows {
+                device,
+                device_key,
+                from: rfc3339_ns(from),
+                to: rfc3339_ns(to),
+                windows,
+                window_seconds: window.seconds(),
+                limit: self.max_windows,
+            },
+        }
+    }
+
     /// Starts the sweep at the first record, and moves it on to `max start − horizon`.
     fn note_start(&mut self, start: u64, horizon: u64, window: WindowSize) {
         if !self.started {
@@ -1369,22 +1569,40 @@ impl DeviceState {
         }
     }
 
-    /// Books allocation `a` as held until `end`. A hold over 7 days (DESIGN §4's bound on one
-    /// record, applied to the span booked in this report) is loss `too_long` and books
-    /// nothing: its timestamps cannot be trusted, and longer reports carry memory from one
-    /// to the next with `--opening`. Returns whether it was booked.
+    /// Books allocation `a` as held until `end`, for as long as that is (DESIGN §4: memory
+    /// may be held for any time; the 7-day plausibility bound is for work records). Returns
+    /// `false`, booking nothing, when the hold would take the device past
+    /// [`MeterConfig::max_windows_per_device`] windows ([`Meter::finish`] then fails).
     fn hold(&mut self, a: OpenAlloc, end: u64, window: WindowSize) -> bool {
-        if end.saturating_sub(a.since) > MAX_RECORD_NS {
-            *self.loss.entry(LossReason::TooLong).or_insert(0) += 1;
-            return false;
-        }
-        self.book_memory(a.key, a.since, end, a.bytes, window);
-        true
+        self.book_memory(a.key, a.since, end, a.bytes, window)
     }
 
     /// Books `bytes` held by `key` over `[a, b)` as `memory_byte_ns`, split at window edges.
-    /// Cell sums saturate at `u128::MAX` (2^64 bytes held for 2^64 ns is below it).
-    fn book_memory(&mut self, key: u32, a: u64, b: u64, bytes: u64, window: WindowSize) {
+    /// Each window's part, `bytes × ns` < 2^128, is exact; a cell whose sum would pass
+    /// `u128::MAX` is a fault ([`MeterError::QuantityOverflow`]), never a clamp. A span that
+    /// would add windows beyond the device's limit books nothing and is a fault
+    /// ([`MeterError::TooManyWindows`]). Returns whether it was booked.
+    fn book_memory(&mut self, key: u32, a: u64, b: u64, bytes: u64, window: WindowSize) -> bool {
+        if b <= a {
+            return true;
+        }
+        // Windows the span touches, and how many of them the device does not hold yet.
+        let (first, last) = (window.start_of(a), window.start_of(b - 1));
+        let spanned = (last - first) / window.ns() + 1;
+        let now = self.cells.len() as u64;
+        // Counting the windows already held costs a walk: only when the bound says it may
+        // matter.
+        if now.saturating_add(spanned) > self.max_windows
+            && now.saturating_add(spanned - self.cells.range(first..=last).count() as u64)
+                > self.max_windows
+        {
+            self.fault.get_or_insert(DeviceFault::TooManyWindows {
+                from: a,
+                to: b,
+                windows: spanned,
+            });
+            return false;
+        }
         let mut t = a;
         while t < b {
             let w = window.start_of(t);
@@ -1396,9 +1614,11 @@ impl DeviceState {
                 .ints
                 .entry((key, MeterKind::MemoryByteNs))
                 .or_insert(0);
-            *q = q.saturating_add(u128::from(bytes) * u128::from(edge - t));
+            let part = u128::from(bytes) * u128::from(edge - t);
+            add_checked(q, part, &mut self.fault, MeterKind::MemoryByteNs, w);
             t = edge;
         }
+        true
     }
 
     /// Pairs the memory events before `to` (exclusive; all of them for `u64::MAX`).
@@ -1425,10 +1645,10 @@ impl DeviceState {
                         self.hold(a, m.ts, window);
                     }
                     None => {
-                        *self
-                            .loss
+                        self.loss
                             .entry(LossReason::ReleaseWithoutAllocation)
-                            .or_insert(0) += 1;
+                            .or_default()
+                            .add(1, false);
                     }
                 }
             } else {

@@ -16,7 +16,7 @@ pub struct PartitionId(pub u32);
 
 /// Direction of a memory copy (CUPTI `CUpti_ActivityMemcpyKind`, collapsed to the billing
 /// directions of DESIGN §4).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CopyDirection {
     /// Host to device (`HTOD`, and `ATOD` array copies count as other).
     HostToDevice,
@@ -32,7 +32,7 @@ pub enum CopyDirection {
 
 /// Launch configuration of a kernel (CUPTI `CUpti_ActivityKernel*`: `gridX..Z`, `blockX..Z`,
 /// `registersPerThread`, `staticSharedMemory`, `dynamicSharedMemory`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct KernelLaunch {
     /// Grid dimensions in blocks; `None` when the source does not give them.
     pub grid: Option<[u32; 3]>,
@@ -65,7 +65,7 @@ impl KernelLaunch {
 }
 
 /// What a record did.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Work {
     /// A kernel execution (CUPTI CONCURRENT_KERNEL/KERNEL, Kineto `kernel`, nsys
     /// `CUPTI_ACTIVITY_KIND_KERNEL`).
@@ -103,7 +103,11 @@ impl Work {
 ///
 /// Times are ns since the Unix epoch (CUPTI's clock, DESIGN §3). A `start_ns` or `end_ns` of 0
 /// means the source did not record it; the meter counts such a record as loss.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Two records are *the same record* (a duplicate, DESIGN §4) when every field but `device`
+/// and `partition` is equal ([`ActivityRecord::identity`]): those two are the meter's and the
+/// source's bookkeeping, not facts of the work.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActivityRecord {
     /// Device that executed the work.
     pub device: DeviceSlot,
@@ -131,6 +135,17 @@ pub struct ActivityRecord {
 }
 
 impl ActivityRecord {
+    /// The record as a duplicate key: every field the source gave, with `device` and
+    /// `partition` cleared (DESIGN §4: a duplicate is the same record, equal in every field its
+    /// source gives). Cheap: a kernel name is shared, not copied.
+    pub fn identity(&self) -> ActivityRecord {
+        ActivityRecord {
+            device: DeviceSlot(0),
+            partition: None,
+            ..self.clone()
+        }
+    }
+
     /// A record with every optional join field empty.
     pub fn new(device: DeviceSlot, start_ns: u64, end_ns: u64, work: Work) -> Self {
         ActivityRecord {
@@ -166,6 +181,14 @@ pub enum LossReason {
     ReleaseWithoutAllocation,
     /// The same record seen twice within the reordering horizon.
     Duplicate,
+    /// A record with a field that cannot be represented (not a number, out of range, missing
+    /// where required, a negative grid dimension); the report's warnings name the field.
+    InvalidField,
+    /// A record in the torn last frame of a `.gmr` (the producer stopped mid-write).
+    TornFrame,
+    /// A record in a `.gmr` frame whose checksum does not match, or after the point where the
+    /// file's framing is lost.
+    CorruptFrame,
 }
 
 impl LossReason {
@@ -179,12 +202,29 @@ impl LossReason {
             LossReason::Late => "late",
             LossReason::ReleaseWithoutAllocation => "release_without_allocation",
             LossReason::Duplicate => "duplicate",
+            LossReason::InvalidField => "invalid_field",
+            LossReason::TornFrame => "torn_frame",
+            LossReason::CorruptFrame => "corrupt_frame",
         }
     }
+
+    /// Every reason, in report order.
+    pub const ALL: [LossReason; 10] = [
+        LossReason::Dropped,
+        LossReason::ZeroTimestamp,
+        LossReason::EndBeforeStart,
+        LossReason::TooLong,
+        LossReason::Late,
+        LossReason::ReleaseWithoutAllocation,
+        LossReason::Duplicate,
+        LossReason::InvalidField,
+        LossReason::TornFrame,
+        LossReason::CorruptFrame,
+    ];
 }
 
 /// What a memory record did (CUPTI `CUpti_ActivityMemoryOperationType`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum MemoryOp {
     /// `CUPTI_ACTIVITY_MEMORY_OPERATION_TYPE_ALLOCATION`: `bytes` become held at `address`.
     Allocation,
@@ -200,7 +240,7 @@ pub enum MemoryOp {
 /// A device-memory allocation or release (CUPTI MEMORY2, `CUpti_ActivityMemory4`), the input
 /// of `memory_byte_ns` (DESIGN §4): allocations and releases are paired by device and
 /// `address`; the allocation's bytes are held from its timestamp to the release's.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MemoryEvent {
     /// Device whose memory it is.
     pub device: DeviceSlot,
@@ -224,6 +264,14 @@ pub struct MemoryEvent {
 }
 
 impl MemoryEvent {
+    /// The event as a duplicate key: every field with `device` cleared (DESIGN §4).
+    pub fn identity(&self) -> MemoryEvent {
+        MemoryEvent {
+            device: DeviceSlot(0),
+            ..self.clone()
+        }
+    }
+
     /// An event with every optional join field empty.
     pub fn new(
         device: DeviceSlot,

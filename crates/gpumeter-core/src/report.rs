@@ -259,14 +259,26 @@ pub struct OpenAllocation {
 /// Records lost on one device for one reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LossEntry {
-    /// Device id within its source.
-    pub device: u32,
-    /// Identity of the device across sources.
+    /// Device id within its source; `null` when the source does not tell the device (a record
+    /// whose device id cannot be represented, a damaged `.gmr` frame with no readable record).
+    pub device: Option<u32>,
+    /// Identity of the device across sources; for `device: null`, the source's label
+    /// (`<file name>@<first 8 hex digits of its SHA-256>`).
     pub device_key: String,
-    /// Reason (`zero_timestamp`, `end_before_start`, `late`, …).
+    /// Reason (`zero_timestamp`, `end_before_start`, `late`, `invalid_field`, `torn_frame`,
+    /// …: [`crate::LossReason::as_str`]).
     pub reason: String,
-    /// Records lost.
+    /// Records lost (exactly, unless `lower_bound`).
     pub records: u64,
+    /// `true` when the source cannot tell how many records were lost (a `.gmr` frame cut inside
+    /// its buffer, a damaged frame): `records` is then the count that could be read, a lower
+    /// bound. Omitted when `false`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub lower_bound: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Usage of one tenant on one device in one window for one meter.
@@ -336,7 +348,7 @@ pub struct UsageReport {
 }
 
 /// Errors computing a document digest.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DigestError {
     /// The document could not be serialized to canonical JSON.

@@ -17,8 +17,8 @@ fn two_tenants_capped_in_proportion_and_busy_divided() {
     // On [500, 1000) they hold 140 > 100: alice gets 80/140·100, bob 60/140·100 per ns.
     let mut meter = Meter::new(MeterConfig::default());
     let mut tm = TenantMap::default();
-    tm.external.insert(1, "alice".into());
-    tm.external.insert(2, "bob".into());
+    tm.external.insert(1, tn("alice"));
+    tm.external.insert(2, tn("bob"));
     meter.set_tenant_map(tm);
     let dev = meter.register_device(device(Some(100)));
     let mut a = ActivityRecord::new(dev, BASE + 1, BASE + 1001, kernel(80));
@@ -45,8 +45,8 @@ fn two_tenants_capped_in_proportion_and_busy_divided() {
 fn odd_division_goes_to_first_name() {
     let mut meter = Meter::new(MeterConfig::default());
     let mut tm = TenantMap::default();
-    tm.pid.insert(10, "zed".into());
-    tm.pid.insert(11, "amy".into());
+    tm.pid.insert(10, tn("zed"));
+    tm.pid.insert(11, tn("amy"));
     meter.set_tenant_map(tm);
     let dev = meter.register_device(device(None));
     for (i, pid) in [(0u32, 10u32), (1, 11)] {
@@ -330,8 +330,8 @@ fn warp_ns_capped_two_tenants_sum_to_the_device() {
     // total 685714.29 → 685714; floors 274285 + 411428, one unit to alice (.71 > .57).
     let mut meter = Meter::new(MeterConfig::default());
     let mut tm = TenantMap::default();
-    tm.external.insert(1, "alice".into());
-    tm.external.insert(2, "bob".into());
+    tm.external.insert(1, tn("alice"));
+    tm.external.insert(2, tn("bob"));
     meter.set_tenant_map(tm);
     let dev = meter.register_device(device_cc(100, Some(H100)));
     let mut a = ActivityRecord::new(dev, BASE + 1, BASE + 1001, launch(80, 128, 32, 0));
@@ -553,7 +553,7 @@ fn run(recs: &[Rec], sms: u32, window: WindowSize, shuffle: &[usize]) -> UsageRe
     });
     let mut tm = TenantMap::default();
     for t in 0..4u32 {
-        tm.pid.insert(t, format!("tenant-{t}"));
+        tm.pid.insert(t, tn(&format!("tenant-{t}")));
     }
     meter.set_tenant_map(tm);
     let dev = meter.register_device(device_cc(sms, Some(H100)));
@@ -636,5 +636,13 @@ proptest! {
         let r2 = run(&recs, sms, window, &shuffled);
         prop_assert_eq!(&r2.usage, &r.usage);
         prop_assert!(r2.loss.is_empty());
+    }
+}
+
+/// A tenant name known to be valid (a test's fixed name).
+fn tn(name: &str) -> gpumeter_core::TenantName {
+    match gpumeter_core::TenantName::parse(name) {
+        Ok(t) => t,
+        Err(e) => panic!("{name:?}: {e}"),
     }
 }

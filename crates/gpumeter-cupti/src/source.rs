@@ -424,8 +424,12 @@ struct Plan {
     summary: CuptiSummary,
     devices: Vec<DeviceInfo>,
     records: Vec<ActivityRecord>,
-    /// Dropped records per device (summed, saturating).
-    losses: Vec<(DeviceSlot, u64)>,
+    /// Records lost per device: (device, reason, count, lower bound) — dropped counts
+    /// (summed, saturating), records with fields that cannot be represented, records of torn
+    /// or corrupt `.gmr` frames.
+    losses: Vec<(DeviceSlot, LossReason, u64, bool)>,
+    /// Records lost whose device is unknown: (reason, count, lower bound).
+    source_losses: Vec<(LossReason, u64, bool)>,
     /// Green contexts: (device, context id, SMs).
     partitions: Vec<(DeviceSlot, u32, u32)>,
     /// Device-memory allocations and releases, sorted by timestamp.
@@ -562,8 +566,11 @@ impl<'n> Input<'n> {
             finished: self.finished,
         };
 
-        // Pass 2: work records.
+        // Pass 2: work records. A record with a field that cannot be represented is lost
+        // (`invalid_field`), counted on its device and named in one warning per field.
         let mut memory = Vec::new();
+        let mut invalid: BTreeMap<u32, u64> = BTreeMap::new();
+        let mut faults: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
         for b in &self.buffers {
             for (cat, n) in &b.decoded.skipped {
                 *skipped.entry(cat).or_insert(0) += n;
@@ -584,9 +591,23 @@ impl<'n> Input<'n> {
                 };
                 let (device_id, start, end, ctx, stream, corr, node, work) = match &r.record {
                     Record::Kernel(k) => {
-                        let mut launch = kernel_launch(k, &b.names).map_err(|(f, v)| {
-                            fault(f, v, "a kernel dimension or shared-memory size is negative")
-                        })?;
+                        let mut launch = match kernel_launch(k, &b.names) {
+                            Ok(l) => l,
+                            Err((f, v)) => {
+                                let e = fault(
+                                    f,
+                                    v,
+                                    "a kernel dimension or shared-memory size is negative",
+                                );
+                                let n = invalid.entry(k.device_id).or_insert(0);
+                                *n += 1;
+                                let slot = faults.entry(f).or_insert_with(|| (0, e.to_string()));
+                                slot.0 += 1;
+                                // Registered so that its loss has a device entry.
+                                devs.slot(k.device_id);
+                                continue;
+                            }
+                        };
                         launch.warp_instructions = None;
                         (
                             k.device_id,
@@ -706,8 +727,23 @@ impl<'n> Input<'n> {
             }
         }
 
-        let mut warnings = Vec::new();
-        let mut losses = Vec::new();
+        let mut warnings: Vec<String> = faults
+            .into_values()
+            .map(|(n, first)| match n {
+                1 => format!("{first}; the record was lost (invalid_field)"),
+                n => format!(
+                    "{first}; this and {} more records with this field were lost (invalid_field)",
+                    n - 1
+                ),
+            })
+            .collect();
+        let invalid_records: u64 = invalid.values().sum();
+        let mut losses: Vec<(DeviceSlot, LossReason, u64, bool)> = invalid
+            .into_iter()
+            .map(|(id, n)| (devs.slot(id), LossReason::InvalidField, n, false))
+            .collect();
+        let mut source_losses: Vec<(LossReason, u64, bool)> = Vec::new();
+        let mut dropped: BTreeMap<Option<DeviceSlot>, u64> = BTreeMap::new();
         for d in &self.dropped {
             if d.count == 0 {
                 continue;
@@ -716,20 +752,22 @@ impl<'n> Input<'n> {
                 .device_id
                 .or_else(|| device_of_context.get(&d.context_id).copied())
                 .or_else(|| devs.only_device());
-            match device {
-                Some(id) => {
-                    let slot = devs.slot(id);
-                    match losses.iter_mut().find(|(s, _)| *s == slot) {
-                        Some((_, n)) => *n = u64::saturating_add(*n, d.count),
-                        None => losses.push((slot, d.count)),
-                    }
-                    summary.dropped = summary.dropped.saturating_add(d.count);
-                }
-                None => warnings.push(format!(
-                    "{}: {} dropped records of context {} stream {} on an unknown device \
-                     are not booked as loss",
+            let slot = device.map(|id| devs.slot(id));
+            let n = dropped.entry(slot).or_insert(0);
+            *n = n.saturating_add(d.count);
+            summary.dropped = summary.dropped.saturating_add(d.count);
+            if slot.is_none() {
+                warnings.push(format!(
+                    "{}: {} records dropped by CUPTI in context {} stream {} belong to a device \
+                     the recording does not tell: booked as loss on the source",
                     self.name, d.count, d.context_id, d.stream_id
-                )),
+                ));
+            }
+        }
+        for (slot, n) in dropped {
+            match slot {
+                Some(s) => losses.push((s, LossReason::Dropped, n, false)),
+                None => source_losses.push((LossReason::Dropped, n, false)),
             }
         }
         if let Some(t) = &self.torn {
@@ -822,7 +860,7 @@ impl<'n> Input<'n> {
         }
         summary.green_contexts = partitions.len() as u64;
         summary.memory_events = memory.len() as u64;
-        summary.records = records.len() as u64;
+        summary.records = records.len() as u64 + invalid_records;
         summary.skipped = skipped.values().sum();
         summary.device_keys = devs.devices.iter().map(|d| d.key.clone()).collect();
         memory.sort_by_key(|m| m.timestamp_ns);
@@ -831,6 +869,7 @@ impl<'n> Input<'n> {
             devices: devs.devices,
             records,
             losses,
+            source_losses,
             partitions,
             memory,
             energy,
@@ -1038,14 +1077,11 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
     for w in plan.warnings {
         meter.warn(w);
     }
-    for (cat, n) in plan.skipped {
-        meter.record_skipped(cat, n);
-    }
-    for (local, n) in plan.losses {
-        if let Some(slot) = slot_of(local) {
-            meter.record_loss(slot, LossReason::Dropped, n);
-        }
-    }
+    let losses: Vec<(DeviceSlot, LossReason, u64, bool)> = plan
+        .losses
+        .into_iter()
+        .filter_map(|(local, reason, n, lower)| Some((slot_of(local)?, reason, n, lower)))
+        .collect();
     // This source's green contexts: its own context ids, so they never match another
     // process's contexts of the same number.
     let mut partition_of: HashMap<(DeviceSlot, u32), PartitionId> = HashMap::new();
@@ -1084,10 +1120,18 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
     }
     let batch = Batch {
         sha256: summary.sha256.clone(),
+        name: summary.source_name.clone(),
         records,
         memory,
         energy,
         energy_spans: spans.into_iter().map(|(d, (a, b))| (d, a, b)).collect(),
+        losses,
+        source_losses: plan.source_losses,
+        skipped: plan
+            .skipped
+            .into_iter()
+            .map(|(cat, n)| (cat.to_string(), n))
+            .collect(),
     };
     (summary, batch)
 }

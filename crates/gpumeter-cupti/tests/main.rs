@@ -1508,10 +1508,10 @@ mod metering {
             ext(&mut b, 2, 55, 101); // OPENACC: not an attribution id
             let mut m = meter();
             let mut map = TenantMap::default();
-            map.external.insert(1001, "alice".into());
-            map.external.insert(55, "nobody".into());
-            map.pid.insert(4242, "carol".into());
-            map.pid.insert(4243, "dave".into());
+            map.external.insert(1001, tn("alice"));
+            map.external.insert(55, tn("nobody"));
+            map.pid.insert(4242, tn("carol"));
+            map.pid.insert(4243, tn("dave"));
             m.set_tenant_map(map);
             let s = ok(meter_buffer(
                 &mut m,
@@ -1622,31 +1622,44 @@ mod metering {
     }
 
     #[test]
-    fn errors_leave_the_meter_untouched() {
+    fn a_record_with_a_negative_grid_is_lost_and_the_rest_metered() {
         let api = ApiVersion::Cupti12_8;
         let mut b = Buf::new(api);
         b.kernel(T0, T0 + 100, 1, 1);
         let at = b.kernel(T0, T0 + 100, -3, 2);
         let mut m = meter();
-        match meter_buffer(&mut m, "neg.bin", &b.bytes, &CuptiOptions::default()) {
-            Err(CuptiSourceError::Decode {
-                name,
-                frame: None,
-                error:
-                    DecodeError::BadField {
-                        offset,
-                        field,
-                        value,
-                        ..
-                    },
-            }) => {
-                assert_eq!(
-                    (name.as_str(), offset, field, value),
-                    ("neg.bin", at, "gridX", -3)
-                );
-            }
-            other => panic!("{other:?}"),
-        }
+        let s = ok(meter_buffer(
+            &mut m,
+            "neg.bin",
+            &b.bytes,
+            &CuptiOptions::default(),
+        ));
+        assert_eq!(s.records, 2);
+        let key = format!("neg.bin@{}#0", &s.sha256[..8]);
+        let r = finish(m);
+        assert_eq!(r.device_total(&key, MeterKind::KernelLaunches), 1);
+        assert_eq!(r.lost(&key, "invalid_field"), 1);
+        let w = r
+            .warnings
+            .iter()
+            .find(|w| w.contains("invalid_field"))
+            .cloned()
+            .unwrap_or_default();
+        assert!(
+            w.contains("neg.bin")
+                && w.contains(&format!("record at byte {at}"))
+                && w.contains("`gridX` = -3"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn errors_leave_the_meter_untouched() {
+        let api = ApiVersion::Cupti12_8;
+        let mut b = Buf::new(api);
+        b.kernel(T0, T0 + 100, 1, 1);
+        b.kernel(T0, T0 + 100, 2, 2);
+        let mut m = meter();
         let cut = &b.bytes[..b.bytes.len() - 8];
         let e = meter_buffer(&mut m, "cut.bin", cut, &CuptiOptions::default());
         let msg = match e {
@@ -2122,8 +2135,8 @@ mod gmr_format {
             bytes.truncate(bytes.len() - 3);
             let mut m = meter();
             let mut map = TenantMap::default();
-            map.pid.insert(999, "api-pid".into());
-            map.pid.insert(4242, "header-pid".into());
+            map.pid.insert(999, tn("api-pid"));
+            map.pid.insert(4242, tn("header-pid"));
             m.set_tenant_map(map);
             let s = ok(meter_gmr(
                 &mut m,
@@ -2399,8 +2412,8 @@ fn memory_green_contexts_and_instruction_counts_are_metered() {
         b.rec(ActivityKind::MEMORY2, &mem(2, 3, 0x200, T0 + 700)); // never allocated: loss
         let mut m = meter();
         let mut tm = TenantMap::default();
-        tm.pid.insert(1, "alice".into());
-        tm.pid.insert(2, "bob".into());
+        tm.pid.insert(1, tn("alice"));
+        tm.pid.insert(2, tn("bob"));
         m.set_tenant_map(tm);
         let opts = CuptiOptions {
             api,
@@ -2679,7 +2692,7 @@ mod merged_recordings {
         let mut m = meter();
         let mut tm = TenantMap::default();
         for (p, t) in map {
-            tm.pid.insert(*p, (*t).to_string());
+            tm.pid.insert(*p, tn(t));
         }
         m.set_tenant_map(tm);
         let inputs: Vec<CuptiInput<'_>> = files
@@ -2999,4 +3012,12 @@ fn the_h200_two_thread_instrumented_recording_keeps_each_launch_count_apart() {
         r.device_total(&key, MeterKind::WarpInstructions),
         100 * 491_520
     );
+}
+
+/// A tenant name known to be valid (a test's fixed name).
+fn tn(name: &str) -> gpumeter_core::TenantName {
+    match gpumeter_core::TenantName::parse(name) {
+        Ok(t) => t,
+        Err(e) => panic!("{name:?}: {e}"),
+    }
 }

@@ -149,8 +149,61 @@ pub(crate) struct Parsed {
     pub(crate) devices: Vec<DeviceInfo>,
     pub(crate) records: Vec<ActivityRecord>,
     pub(crate) losses: Vec<(DeviceSlot, LossReason)>,
+    /// Records lost whose device the file does not tell.
+    pub(crate) source_losses: Vec<LossReason>,
     pub(crate) skipped: BTreeMap<String, u64>,
     pub(crate) warnings: Vec<String>,
+    /// Record-level faults (`invalid_field`), for one warning per field.
+    pub(crate) faults: Faults,
+}
+
+impl Parsed {
+    /// Books a record lost to a field that cannot be represented (DESIGN §4 `invalid_field`):
+    /// on its device when the file tells it, else on the source; `fault` (a
+    /// [`ImportError::BadField`]) names the record and field in the report's warnings.
+    pub(crate) fn invalid(&mut self, device: Option<DeviceSlot>, fault: &ImportError) {
+        match device {
+            Some(d) => self.losses.push((d, LossReason::InvalidField)),
+            None => self.source_losses.push(LossReason::InvalidField),
+        }
+        self.faults.note(fault);
+    }
+}
+
+/// Record-level faults of one file, summarized for the report's warnings: per field, how many
+/// records were lost and the first one's full message (file, record, field, value, why).
+#[derive(Debug, Default)]
+pub(crate) struct Faults {
+    by_field: BTreeMap<String, (u64, String)>,
+}
+
+impl Faults {
+    /// Notes one lost record.
+    pub(crate) fn note(&mut self, fault: &ImportError) {
+        let field = match fault {
+            ImportError::BadField { field, .. } => (*field).to_string(),
+            _ => String::new(),
+        };
+        let e = self
+            .by_field
+            .entry(field)
+            .or_insert_with(|| (0, fault.to_string()));
+        e.0 += 1;
+    }
+
+    /// One warning per field, in field order.
+    pub(crate) fn warnings(&self) -> Vec<String> {
+        self.by_field
+            .values()
+            .map(|(n, first)| match n {
+                1 => format!("{first}; the record was lost (invalid_field)"),
+                n => format!(
+                    "{first}; this and {} more records with this field were lost (invalid_field)",
+                    n - 1
+                ),
+            })
+            .collect()
+    }
 }
 
 const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
@@ -542,18 +595,21 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
         })
         .collect();
     let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
-    for w in parsed.warnings {
+    for w in parsed.warnings.into_iter().chain(parsed.faults.warnings()) {
         meter.warn(w);
     }
-    for (category, n) in parsed.skipped {
-        summary.skipped += n;
-        meter.record_skipped(&category, n);
-    }
+    summary.skipped = parsed.skipped.values().sum();
+    let mut losses: BTreeMap<(DeviceSlot, LossReason), u64> = BTreeMap::new();
     for (local, reason) in parsed.losses {
         if let Some(slot) = slot_of(local) {
             summary.records += 1;
-            meter.record_loss(slot, reason, 1);
+            *losses.entry((slot, reason)).or_insert(0) += 1;
         }
+    }
+    let mut source_losses: BTreeMap<LossReason, u64> = BTreeMap::new();
+    for reason in parsed.source_losses {
+        summary.records += 1;
+        *source_losses.entry(reason).or_insert(0) += 1;
     }
     let mut records: Vec<ActivityRecord> = parsed
         .records
@@ -568,7 +624,17 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
     summary.records += records.len() as u64;
     let batch = Batch {
         sha256: summary.sha256.clone(),
+        name: summary.source_name.clone(),
         records,
+        losses: losses
+            .into_iter()
+            .map(|((slot, reason), n)| (slot, reason, n, false))
+            .collect(),
+        source_losses: source_losses
+            .into_iter()
+            .map(|(reason, n)| (reason, n, false))
+            .collect(),
+        skipped: parsed.skipped,
         ..Batch::default()
     };
     (summary, batch)

@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpumeter_core::TenantMap;
+use gpumeter_core::{TenantMap, TenantName};
 
 use crate::error::{shorten, ImportError};
 
@@ -26,8 +26,8 @@ use crate::error::{shorten, ImportError};
 /// use gpumeter_import::TenantMapFile as _;
 ///
 /// let map = TenantMap::from_toml_str("map.toml", "[external]\n1001 = \"alice\"\n[pid]\n4242 = \"carol\"\n")?;
-/// assert_eq!(map.external[&1001], "alice");
-/// assert_eq!(map.pid[&4242], "carol");
+/// assert_eq!(map.external[&1001].as_str(), "alice");
+/// assert_eq!(map.pid[&4242].as_str(), "carol");
 /// # Ok::<(), gpumeter_import::ImportError>(())
 /// ```
 pub trait TenantMapFile: Sized {
@@ -44,8 +44,8 @@ pub trait TenantMapFile: Sized {
     /// [`ImportError::TenantMap`] naming the file, table and key when the TOML is invalid, a
     /// top-level entry is not the table `[external]` or `[pid]`, a key is not a decimal integer
     /// in range (`u64` for external ids, `u32` for process ids), two keys are the same number
-    /// (`7` and `07`), or a value is not a tenant name (a string, not blank, at most 256 bytes,
-    /// without control characters).
+    /// (`7` and `07`), or a value is not a tenant name ([`TenantName::parse`]: trimmed,
+    /// printable, NFC, at most 256 bytes, not a reserved name in any case).
     fn from_toml_str(name: &str, text: &str) -> Result<Self, ImportError>;
 }
 
@@ -124,30 +124,13 @@ fn id_key<T: std::str::FromStr>(key: &str, what: &str, max: u64) -> Result<T, St
         .map_err(|_| format!("{what} must be at most {max}"))
 }
 
-/// A value as a tenant name: a string, not blank, not a reserved name
-/// ([`gpumeter_core::RESERVED_TENANTS`]), at most 256 bytes, no control characters (the rules
-/// of `--tenant`).
-fn tenant_value(value: &toml::Value) -> Result<String, String> {
+/// A value as a tenant name ([`TenantName::parse`], the rules of `--tenant`).
+fn tenant_value(value: &toml::Value) -> Result<TenantName, String> {
     let Some(s) = value.as_str() else {
         return Err(format!(
             "the tenant must be a string, not a {}",
             value.type_str()
         ));
     };
-    if s.trim().is_empty() {
-        return Err("the tenant name is empty".into());
-    }
-    if gpumeter_core::RESERVED_TENANTS.contains(&s) {
-        return Err(format!(
-            "`{s}` is reserved: gpumeter gives it usage no rule attributes (`unattributed`) \
-             and energy of windows without sm_ns (`idle`)"
-        ));
-    }
-    if s.len() > 256 {
-        return Err("the tenant name is longer than 256 bytes".into());
-    }
-    if s.chars().any(char::is_control) {
-        return Err("the tenant name contains control characters".into());
-    }
-    Ok(s.to_string())
+    TenantName::parse(s).map_err(|e| e.to_string())
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use gpumeter_core::{Meter, MeterConfig, MeterKind, TenantMap, UsageReport};
+use gpumeter_core::{Meter, MeterConfig, MeterKind, TenantMap, TenantName, UsageReport};
 use gpumeter_import::{
     detect_format, import_bytes, import_path, import_paths, DeviceCatalog, Format, ImportError,
     ImportOptions, ImportSummary, RecordLocation,
@@ -29,6 +29,11 @@ fn data_dir() -> Option<PathBuf> {
     }
     eprintln!("notice: {} is missing; skipping this test", dir.display());
     None
+}
+
+/// A tenant name known to be valid.
+fn tn(name: &str) -> TenantName {
+    ok(TenantName::parse(name))
 }
 
 fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
@@ -295,7 +300,7 @@ mod expected {
         // (globalPid >> 24) & 0xFFFFFF of 302119223558144.
         meter.set_tenant_map(TenantMap {
             external: HashMap::new(),
-            pid: HashMap::from([(1_230_493, "carol".to_string())]),
+            pid: HashMap::from([(1_230_493, tn("carol"))]),
         });
         let s = ok(import_bytes(
             &mut meter,
@@ -518,7 +523,7 @@ mod synthetic {
         let mut meter = Meter::new(MeterConfig::default());
         meter.set_tenant_map(TenantMap {
             external: HashMap::new(),
-            pid: HashMap::from([(4242, "carol".to_string())]),
+            pid: HashMap::from([(4242, tn("carol"))]),
         });
         let s = import(text, &mut meter);
         assert_eq!(s.records, 3);
@@ -618,9 +623,9 @@ mod synthetic {
         meter.set_tenant_map(TenantMap {
             external: HashMap::new(),
             pid: HashMap::from([
-                (4242, "carol".to_string()),
-                (5353, "dave".to_string()),
-                (0, "device-index-is-not-a-pid".to_string()),
+                (4242, tn("carol")),
+                (5353, tn("dave")),
+                (0, tn("device-index-is-not-a-pid")),
             ]),
         });
         import(text, &mut meter);
@@ -651,8 +656,8 @@ mod synthetic {
         ]}"#;
         let mut meter = Meter::new(MeterConfig::default());
         meter.set_tenant_map(TenantMap {
-            external: HashMap::from([(1, "alice".to_string()), (2, "bob".to_string())]),
-            pid: HashMap::from([(4242, "carol".to_string())]),
+            external: HashMap::from([(1, tn("alice")), (2, tn("bob"))]),
+            pid: HashMap::from([(4242, tn("carol"))]),
         });
         let s = import(text, &mut meter);
         assert_eq!(
@@ -1367,18 +1372,18 @@ mod tenant_map {
         ));
         assert_eq!(
             map.external,
-            HashMap::from([(1001, "alice".to_string()), (u64::MAX, "max".to_string())])
+            HashMap::from([(1001, tn("alice")), (u64::MAX, tn("max"))])
         );
         assert_eq!(
             map.pid,
             HashMap::from([
-                (4242, "carol".to_string()),
-                (0, "zero".to_string()),
-                (u32::MAX, "max-pid".to_string())
+                (4242, tn("carol")),
+                (0, tn("zero")),
+                (u32::MAX, tn("max-pid"))
             ])
         );
         // Quoted keys are TOML keys like any other; an empty file or empty tables are no rules.
-        assert_eq!(ok(parse("[pid]\n\"7\" = \"q\"\n")).pid[&7], "q");
+        assert_eq!(ok(parse("[pid]\n\"7\" = \"q\"\n")).pid[&7].as_str(), "q");
         assert_eq!(ok(parse("")), TenantMap::default());
         assert_eq!(ok(parse("[external]\n[pid]\n")), TenantMap::default());
     }
@@ -1425,15 +1430,24 @@ mod tenant_map {
             ),
             (
                 "[external]\n1001 = \"\"\n",
-                "[external] key `1001`: the tenant name is empty",
+                "[external] key `1001`: a tenant name must not be empty",
             ),
             (
                 "[pid]\n1 = \"  \"\n",
-                "[pid] key `1`: the tenant name is empty",
+                "[pid] key `1`: a tenant name must not be empty",
             ),
             (
                 "[pid]\n1 = \"a\\tb\"\n",
-                "[pid] key `1`: the tenant name contains control characters",
+                "[pid] key `1`: a tenant name must be printable: character 1 is U+0009",
+            ),
+            ("[pid]\n1 = \"IDLE\"\n", "[pid] key `1`: `idle` is reserved"),
+            (
+                "[pid]\n1 = \"alice \"\n",
+                "[pid] key `1`: a tenant name must not begin or end with whitespace",
+            ),
+            (
+                "[pid]\n1 = \"al\\u200Bice\"\n",
+                "[pid] key `1`: a tenant name must be printable: character 2 is U+200B",
             ),
             (
                 "[pid]\n7 = \"a\"\n07 = \"b\"\n",
@@ -1468,7 +1482,7 @@ mod tenant_map {
             other => panic!("{other:?}"),
         }
         ok(std::fs::write(&path, "[pid]\n4242 = \"carol\"\n"));
-        assert_eq!(ok(TenantMap::from_path(&path)).pid[&4242], "carol");
+        assert_eq!(ok(TenantMap::from_path(&path)).pid[&4242].as_str(), "carol");
         let missing = dir.path().join("missing.toml");
         assert!(matches!(
             TenantMap::from_path(&missing),
@@ -1482,7 +1496,7 @@ mod tenant_map {
             "[external]\n1001 = \"alice\"\n[pid]\n4242 = \"carol\"\n",
         ));
         let mut meter = Meter::new(MeterConfig {
-            tenant: Some("source".into()),
+            tenant: Some(tn("source")),
             ..MeterConfig::default()
         });
         let dev = meter.register_device(DeviceInfo::bare("GPU-test", 0));

@@ -1073,10 +1073,11 @@ mod invoices {
     fn loss_and_report_warnings_are_carried() {
         let mut u = one_row_report(MeterKind::SmNs, 1);
         u.loss.push(LossEntry {
-            device: 0,
+            device: Some(0),
             device_key: "GPU-0".into(),
             reason: "zero_timestamp".into(),
             records: 2,
+            lower_bound: false,
         });
         u.warnings
             .push("time meters come from an instrumented run".into());
