@@ -37,8 +37,12 @@
 //! short by the end of the file, or a final frame whose checksum does not match. The reader
 //! keeps every frame before it and reports the tear ([`GmrFile::torn`]); a file without an end
 //! frame is reported as unfinished ([`GmrFile::finished`]). A checksum mismatch with more bytes
-//! after the frame is not a tear but corruption: [`GmrError::CorruptFrame`], naming the offset.
-//! A damaged header frame is always an error: nothing after it can be trusted.
+//! after the frame is corruption: when the frame's length field leads to the end of the file
+//! or to a frame whose checksum is right, only that frame is lost and reading goes on;
+//! otherwise the framing is lost and the rest of the file cannot be read. Every such frame is
+//! listed in [`GmrFile::damaged`] with the payload bytes that are there, so that a reader can
+//! count the records it held (DESIGN §4: records in a torn or corrupt frame are loss, counted;
+//! never silence). A damaged header frame is always an error: nothing after it can be trusted.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -421,6 +425,91 @@ impl std::fmt::Display for TornFrame {
     }
 }
 
+/// How a frame is damaged ([`DamagedFrame`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Damage {
+    /// The torn last frame ([`GmrFile::torn`]).
+    Torn(TornReason),
+    /// A frame whose checksum does not match, followed by readable frames (or the end of the
+    /// file): only this frame is lost.
+    Corrupt,
+    /// A frame whose checksum does not match and whose length leads to no readable frame: the
+    /// framing is lost, and the frame and everything after it (`payload`) cannot be read.
+    FramingLost,
+}
+
+/// A frame the reader could not use, with what is left of it, so that its records can be
+/// counted as loss (`torn_frame`, `corrupt_frame`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedFrame {
+    /// Byte offset of the frame's type field.
+    pub offset: u64,
+    /// 0-based index among the file's frames (the header is #0).
+    pub index: usize,
+    /// The frame's type field as read, `None` when the file ends before it. Untrusted for a
+    /// checksum mismatch.
+    pub frame_type: Option<u32>,
+    /// What is wrong.
+    pub damage: Damage,
+    /// The payload bytes that are in the file (for [`Damage::FramingLost`], every byte after
+    /// the frame's 12-byte type and length). Untrusted: a reader may count what it holds, never
+    /// meter it.
+    pub payload: Vec<u8>,
+    /// Whether `payload` holds as many bytes as the frame's length field says (a torn frame
+    /// that lacks only its checksum, say).
+    pub complete: bool,
+}
+
+impl DamagedFrame {
+    /// Whether the type field says the frame held a raw activity buffer (untrusted for a
+    /// checksum mismatch).
+    pub fn is_activity_buffer(&self) -> bool {
+        self.frame_type == Some(T_BUFFER)
+    }
+
+    /// Whether the frame is known to hold no records: its type field, read from a frame cut
+    /// short by the end of the file (so not corrupted), is one of the types that carry none
+    /// (header, string table, attribution event, energy sample, end, instruction counts).
+    pub fn holds_no_records(&self) -> bool {
+        self.damage == Damage::Torn(TornReason::ShortRead)
+            && matches!(
+                self.frame_type,
+                Some(T_HEADER | T_STRINGS | T_ATTRIBUTION | T_ENERGY | T_END | T_INSTRUCTIONS)
+            )
+    }
+
+    /// The frame as its type field and payload read, when the payload is complete and parses
+    /// (the checksum is not checked: for counting what was lost, never for metering).
+    pub fn parse(&self) -> Option<Frame> {
+        if !self.complete || self.damage == Damage::FramingLost {
+            return None;
+        }
+        parse_payload(self.frame_type?, &self.payload)
+            .ok()
+            .flatten()
+    }
+}
+
+impl std::fmt::Display for DamagedFrame {
+    /// `frame #4 at byte 1234 (type 2): torn: the file ends inside it`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "frame #{} at byte {}", self.index, self.offset)?;
+        if let Some(t) = self.frame_type {
+            write!(f, " (type {t})")?;
+        }
+        let why = match self.damage {
+            Damage::Torn(TornReason::ShortRead) => "torn last frame: the file ends inside it",
+            Damage::Torn(TornReason::BadChecksum) => "torn last frame: its checksum does not match",
+            Damage::Corrupt => "corrupt: its checksum does not match",
+            Damage::FramingLost => {
+                "corrupt: its checksum does not match and its length leads to no readable frame, \
+                 so it and the rest of the file cannot be read"
+            }
+        };
+        write!(f, ": {why}")
+    }
+}
+
 /// A read recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GmrFile {
@@ -434,6 +523,8 @@ pub struct GmrFile {
     pub finished: bool,
     /// The torn last frame, if any.
     pub torn: Option<TornFrame>,
+    /// Every frame the reader could not use (the torn one included), in file order.
+    pub damaged: Vec<DamagedFrame>,
 }
 
 impl GmrFile {
@@ -815,36 +906,50 @@ enum Cut<'a> {
         payload: &'a [u8],
         next: usize,
     },
-    Torn(TornFrame),
+    /// The torn last frame: its type when it is there, the payload bytes that are there, and
+    /// whether they are all the length field says.
+    Torn(TornFrame, Option<u32>, &'a [u8], bool),
     BadCrc {
         frame_type: u32,
+        payload: &'a [u8],
+        next: usize,
     },
 }
 
 fn cut(bytes: &[u8], at: usize) -> Cut<'_> {
     let rest = bytes.get(at..).unwrap_or(&[]);
-    let torn = |reason| {
-        Cut::Torn(TornFrame {
-            offset: at as u64,
-            bytes: rest.len() as u64,
-            reason,
-        })
+    let t = |reason| TornFrame {
+        offset: at as u64,
+        bytes: rest.len() as u64,
+        reason,
     };
+    fn torn(t: TornFrame, frame_type: Option<u32>, payload: &[u8], complete: bool) -> Cut<'_> {
+        Cut::Torn(t, frame_type, payload, complete)
+    }
     let mut f = Fields { b: rest, at: 0 };
-    let (Some(frame_type), Some(len)) = (f.u32(), f.u64()) else {
-        return torn(TornReason::ShortRead);
+    let frame_type = f.u32();
+    let (Some(frame_type), Some(len)) = (frame_type, f.u64()) else {
+        return torn(t(TornReason::ShortRead), frame_type, &[], false);
     };
+    let there = rest.get(12..).unwrap_or(&[]);
     let Ok(len) = usize::try_from(len) else {
-        return torn(TornReason::ShortRead);
+        return torn(t(TornReason::ShortRead), Some(frame_type), there, false);
     };
-    let (Some(payload), Some(crc)) = (f.take(len), f.u32()) else {
-        return torn(TornReason::ShortRead);
+    let Some(payload) = f.take(len) else {
+        return torn(t(TornReason::ShortRead), Some(frame_type), there, false);
+    };
+    let Some(crc) = f.u32() else {
+        return torn(t(TornReason::ShortRead), Some(frame_type), payload, true);
     };
     if frame_crc(frame_type, payload) != crc {
         if f.done() {
-            return torn(TornReason::BadChecksum);
+            return torn(t(TornReason::BadChecksum), Some(frame_type), payload, true);
         }
-        return Cut::BadCrc { frame_type };
+        return Cut::BadCrc {
+            frame_type,
+            payload,
+            next: at + f.at,
+        };
     }
     Cut::Whole {
         frame_type,
@@ -857,9 +962,10 @@ fn cut(bytes: &[u8], at: usize) -> Cut<'_> {
 ///
 /// # Errors
 /// [`GmrError::NotGmr`], [`GmrError::UnsupportedFormatVersion`], [`GmrError::BadHeader`];
-/// [`GmrError::CorruptFrame`] for a checksum mismatch before the last frame or a frame after
-/// the end frame; [`GmrError::BadPayload`] for a frame whose checksum is right but whose
-/// payload does not parse. A torn last frame is not an error ([`GmrFile::torn`]).
+/// [`GmrError::CorruptFrame`] for data after the end frame or a second header;
+/// [`GmrError::BadPayload`] for a frame whose checksum is right but whose payload does not
+/// parse. A torn last frame and frames whose checksum does not match are not errors: they are
+/// listed in [`GmrFile::damaged`] (module docs, "Damage").
 pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
     let (Some(magic), Some(version)) = (bytes.get(0..16), bytes.get(16..20)) else {
         return Err(GmrError::NotGmr);
@@ -890,7 +996,7 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
                 "the first frame has type {frame_type}, not 1 (header)"
             )))
         }
-        Cut::Torn(t) => return Err(bad_header(t.to_string())),
+        Cut::Torn(t, ..) => return Err(bad_header(t.to_string())),
         Cut::BadCrc { .. } => return Err(bad_header("checksum mismatch".to_string())),
     };
     let mut file = GmrFile {
@@ -899,6 +1005,7 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
         unknown_frames: 0,
         finished: false,
         torn: None,
+        damaged: Vec::new(),
     };
     let mut index = 0usize;
     while at < bytes.len() {
@@ -913,17 +1020,47 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
             });
         }
         match cut(bytes, at) {
-            Cut::Torn(t) => {
+            Cut::Torn(t, frame_type, payload, complete) => {
                 file.torn = Some(t);
-                break;
-            }
-            Cut::BadCrc { frame_type } => {
-                return Err(GmrError::CorruptFrame {
+                file.damaged.push(DamagedFrame {
                     offset,
                     index,
                     frame_type,
-                    reason: "checksum mismatch, and frames follow".to_string(),
-                })
+                    damage: Damage::Torn(t.reason),
+                    payload: payload.to_vec(),
+                    complete,
+                });
+                break;
+            }
+            Cut::BadCrc {
+                frame_type,
+                payload,
+                next,
+            } => {
+                // Only this frame is lost when its length leads to a frame that reads whole
+                // (or to the end of the file); else the framing is lost from here on.
+                let resumes = next >= bytes.len() || matches!(cut(bytes, next), Cut::Whole { .. });
+                if resumes {
+                    file.damaged.push(DamagedFrame {
+                        offset,
+                        index,
+                        frame_type: Some(frame_type),
+                        damage: Damage::Corrupt,
+                        payload: payload.to_vec(),
+                        complete: true,
+                    });
+                    at = next;
+                    continue;
+                }
+                file.damaged.push(DamagedFrame {
+                    offset,
+                    index,
+                    frame_type: Some(frame_type),
+                    damage: Damage::FramingLost,
+                    payload: bytes.get(at + 12..).unwrap_or(&[]).to_vec(),
+                    complete: false,
+                });
+                break;
             }
             Cut::Whole {
                 frame_type,

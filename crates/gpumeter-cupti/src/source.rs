@@ -56,10 +56,12 @@ use gpumeter_core::{
 use sha2::{Digest, Sha256};
 
 use crate::decode::{
-    decode, DecodeError, Decoded, DeviceRecord, KernelRecord, MemoryOperation, Record,
+    decode, DecodeError, Decoded, DeviceRecord, KernelRecord, MemoryOperation, Record, Walk,
     EXTERNAL_KIND_CUSTOM0, EXTERNAL_KIND_CUSTOM2,
 };
-use crate::gmr::{read_gmr, Frame, GmrDevice, GmrError, StringTable, TornFrame};
+use crate::gmr::{
+    read_gmr, Damage, DamagedFrame, Frame, GmrDevice, GmrError, StringTable, TornFrame, TornReason,
+};
 use crate::kind::ActivityKind;
 use crate::layout::ApiVersion;
 
@@ -307,6 +309,7 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
     input.instrumented = file.header.instrumented;
     input.unknown_frames = file.unknown_frames;
     input.torn = file.torn;
+    input.damaged = file.damaged.clone();
     input.finished = file.finished;
     let mut strings = StringTable::new();
     if let Some(s) = opts.strings {
@@ -415,6 +418,8 @@ struct Input<'n> {
     instrumented: bool,
     attribution_events: u64,
     torn: Option<TornFrame>,
+    /// `.gmr` frames that could not be used (torn or corrupt): their records are loss.
+    damaged: Vec<DamagedFrame>,
     finished: bool,
 }
 
@@ -460,6 +465,7 @@ impl<'n> Input<'n> {
             instrumented: false,
             attribution_events: 0,
             torn: None,
+            damaged: Vec::new(),
             finished: true,
         }
     }
@@ -770,10 +776,44 @@ impl<'n> Input<'n> {
                 None => source_losses.push((LossReason::Dropped, n, false)),
             }
         }
-        if let Some(t) = &self.torn {
+        for d in &self.damaged {
+            let known = |id: u32| {
+                devs.index.contains_key(&id)
+                    || device_recs.contains_key(&id)
+                    || self.inventory.iter().any(|i| i.id == id)
+            };
+            let (per_device, exact, what) = damaged_records(d, self.api, &known);
+            let reason = match d.damage {
+                Damage::Torn(_) => LossReason::TornFrame,
+                Damage::Corrupt | Damage::FramingLost => LossReason::CorruptFrame,
+            };
+            let lower = !exact;
+            let mut placed = 0u64;
+            for (id, n) in &per_device {
+                match id {
+                    Some(id) => losses.push((devs.slot(*id), reason, *n, lower)),
+                    None => source_losses.push((reason, *n, lower)),
+                }
+                placed += n;
+            }
+            if per_device.is_empty() && lower {
+                // Nothing readable, and the frame may have held records: say so.
+                source_losses.push((reason, 0, true));
+            }
+            let kept = match d.damage {
+                Damage::FramingLost => "the frames before it were metered",
+                Damage::Torn(_) => "the frames before it were metered",
+                Damage::Corrupt => "the frames before and after it were metered",
+            };
+            let count = if exact {
+                format!("{placed} records")
+            } else {
+                format!("at least {placed} records (how many more is unknown)")
+            };
             warnings.push(format!(
-                "{}: {t}; the frames before it were metered",
-                self.name
+                "{}: {d}; {what}: {count} lost as {}; {kept}",
+                self.name,
+                reason.as_str()
             ));
         }
         if !self.finished && self.format == CuptiFormat::Gmr {
@@ -936,6 +976,64 @@ impl Devices<'_> {
             (None, None) => DeviceInfo::bare(DeviceInfo::source_key(self.source, id), id),
         }
     }
+}
+
+/// The records a damaged `.gmr` frame held, as far as its bytes tell: per device id (`None`
+/// where the device cannot be trusted), whether the count is exact, and what the frame was.
+///
+/// A torn activity buffer whose payload is all there (only the checksum missing) is walked
+/// whole: the count is exact. A buffer cut short, or any frame whose checksum does not match,
+/// is walked as far as it decodes: a lower bound, and after a checksum mismatch a device id
+/// counts only if the recording knows that device (`known`), since the bytes may be
+/// corrupted. Work records and device-memory events are counted (what metering would have
+/// used). A dropped-records frame's count is a count of lost records itself.
+fn damaged_records(
+    d: &DamagedFrame,
+    api: ApiVersion,
+    known: &dyn Fn(u32) -> bool,
+) -> (BTreeMap<Option<u32>, u64>, bool, &'static str) {
+    let mut per: BTreeMap<Option<u32>, u64> = BTreeMap::new();
+    let trusted = d.damage == Damage::Torn(TornReason::ShortRead);
+    let place = |id: u32| (trusted || known(id)).then_some(id);
+    if d.holds_no_records() {
+        return (per, true, "a frame that holds no records");
+    }
+    match d.parse() {
+        Some(Frame::Dropped(x)) => {
+            if x.count > 0 {
+                let id = x.device_id.and_then(place);
+                per.insert(id, x.count);
+            }
+            return (per, trusted, "a dropped-records count");
+        }
+        Some(Frame::ActivityBuffer(_)) | None if d.is_activity_buffer() => {}
+        Some(_) => return (per, true, "a frame that holds no records"),
+        None => return (per, false, "a frame of unknown content"),
+    }
+    let mut whole = true;
+    for r in Walk::new(&d.payload, api) {
+        let Ok(r) = r else {
+            whole = false;
+            break;
+        };
+        let id = match &r.record {
+            Record::Kernel(k) => k.device_id,
+            Record::Memcpy(m) => m.device_id,
+            Record::PeerCopy(p) => p.device_id,
+            Record::Memset(m) => m.device_id,
+            Record::GraphTrace(g) => g.device_id,
+            Record::Memory(m)
+                if DEVICE_MEMORY_KINDS.contains(&m.memory_kind)
+                    && !matches!(m.operation, MemoryOperation::Other(_)) =>
+            {
+                m.device_id
+            }
+            _ => continue,
+        };
+        *per.entry(place(id)).or_insert(0) += 1;
+    }
+    let exact = trusted && d.complete && whole;
+    (per, exact, "an activity buffer")
 }
 
 fn nonzero(v: u32) -> Option<u32> {

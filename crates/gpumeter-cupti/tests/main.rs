@@ -9,7 +9,7 @@ use gpumeter_cupti::gmr::{
     read_gmr, AttributionEvent, AttributionKind, DroppedRecords, EnergySample, Frame, GmrDevice,
     GmrError, GmrHeader, GmrWriter, StringTable, TornReason, GMR_PREAMBLE_LEN,
 };
-use gpumeter_cupti::gmr::{FunctionInstructions, InstructionCounts};
+use gpumeter_cupti::gmr::{Damage, FunctionInstructions, InstructionCounts};
 use gpumeter_cupti::{
     decode, meter_buffer, meter_gmr, ActivityKind, ApiVersion, CuptiOptions, CuptiSourceError,
     DecodeError, Record,
@@ -2012,21 +2012,32 @@ mod gmr_format {
     }
 
     #[test]
-    fn corruption_in_the_middle_is_an_error() {
+    fn corruption_in_the_middle_loses_the_frame_or_the_rest_never_silently() {
         let frames = sample_frames();
         let (bytes, offsets) = write(&header(26), &frames, true);
-        // Flip a payload byte of the second frame (the activity buffer).
+        // Flip a payload byte of the second frame (the activity buffer): that frame is
+        // listed as damaged and the frames after it are read.
         let mut bad = bytes.clone();
         bad[offsets[1] + 12] ^= 1;
-        match read_gmr(&bad) {
-            Err(GmrError::CorruptFrame {
-                offset,
-                index,
-                frame_type,
-                ..
-            }) => assert_eq!((offset, index, frame_type), (offsets[1] as u64, 2, 2)),
-            other => panic!("{other:?}"),
-        }
+        let file = ok(read_gmr(&bad));
+        assert_eq!(file.frames.len(), frames.len() - 1);
+        assert!(file.finished && file.torn.is_none());
+        assert_eq!(file.damaged.len(), 1);
+        let d = &file.damaged[0];
+        assert_eq!(
+            (d.offset, d.index, d.frame_type, d.damage),
+            (offsets[1] as u64, 2, Some(2), Damage::Corrupt)
+        );
+        // Corrupt the length field too: the framing is lost, the rest of the file cannot be
+        // read, and the damage says so.
+        let mut lost = bad.clone();
+        lost[offsets[1] + 4] ^= 0x40;
+        let file = ok(read_gmr(&lost));
+        assert_eq!(file.frames.len(), 1, "only the frame before survives");
+        assert!(!file.finished);
+        assert_eq!(file.damaged.len(), 1);
+        assert_eq!(file.damaged[0].damage, Damage::FramingLost);
+        assert_eq!(file.damaged[0].payload.len(), lost.len() - offsets[1] - 12);
         // The header's checksum.
         let mut bad = bytes.clone();
         bad[GMR_PREAMBLE_LEN + 12] ^= 1;

@@ -114,6 +114,15 @@ pub enum ImportError {
         /// Why it was refused.
         reason: String,
     },
+    /// A top-level key of a Kineto trace is given twice (`traceEvents`, say): which one holds
+    /// is ambiguous, and reading both would meter the events twice.
+    #[error("{}: the top-level key `{key}` is given twice", path.display())]
+    DuplicateKey {
+        /// The file.
+        path: PathBuf,
+        /// The key (shortened to 80 characters).
+        key: String,
+    },
     /// SQLite could not open or read the file (not a database, corrupt, unreadable table).
     #[error("{}: SQLite error while {context}: {source}", path.display())]
     Sqlite {

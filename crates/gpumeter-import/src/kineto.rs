@@ -21,11 +21,12 @@
 //!   (`<file name>@<sha8>`, see the crate docs).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use gpumeter_core::time::MAX_RECORD_NS;
 use gpumeter_core::{
     ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
     LossReason, SmLimits, Work,
@@ -63,24 +64,85 @@ impl<'de: 'a, 'a> Deserialize<'de> for JStr<'a> {
     }
 }
 
-#[derive(Deserialize)]
+/// One trace event's fields, each kept as the JSON value written, of any type: a value of the
+/// wrong type is a fault of that record, found when the record is read, never a parse error of
+/// the whole file. A key given twice is noted in `duplicate` (the first value is kept): such an
+/// event is ambiguous, and a GPU work event that has one is lost (`invalid_field`).
+#[derive(Default)]
 struct Event<'a> {
-    #[serde(borrow, default)]
-    ph: Option<JStr<'a>>,
-    #[serde(borrow, default)]
-    cat: Option<JStr<'a>>,
-    #[serde(borrow, default)]
+    ph: Option<&'a RawValue>,
+    cat: Option<&'a RawValue>,
     name: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     pid: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     tid: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     ts: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     dur: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     args: Option<&'a RawValue>,
+    duplicate: Option<&'static str>,
+}
+
+/// The keys of [`Event`], in the order of its fields.
+const EVENT_KEYS: [&str; 8] = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"];
+
+impl<'a> Event<'a> {
+    fn slot(&mut self, i: usize) -> Option<&mut Option<&'a RawValue>> {
+        Some(match i {
+            0 => &mut self.ph,
+            1 => &mut self.cat,
+            2 => &mut self.name,
+            3 => &mut self.pid,
+            4 => &mut self.tid,
+            5 => &mut self.ts,
+            6 => &mut self.dur,
+            7 => &mut self.args,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Event<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Event<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a trace event (a JSON object)")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event<'de>, A::Error> {
+                let mut ev = Event::default();
+                while let Some(key) = map.next_key::<JStr<'de>>()? {
+                    let Some(i) = EVENT_KEYS.iter().position(|k| *k == key.0.as_ref()) else {
+                        map.next_value::<IgnoredAny>()?;
+                        continue;
+                    };
+                    match ev.slot(i) {
+                        Some(slot) if slot.is_none() => *slot = Some(map.next_value()?),
+                        _ => {
+                            ev.duplicate.get_or_insert(EVENT_KEYS[i]);
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(ev)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// The text of a JSON string value (borrowed when it has no escapes), or why it is not one:
+/// not a string, or a string that is not valid Unicode (a lone surrogate escape).
+fn raw_str(raw: &RawValue) -> Result<Cow<'_, str>, String> {
+    let t = raw.get();
+    if !t.starts_with('"') {
+        return Err("not a string".to_string());
+    }
+    if let Some(inner) = t.get(1..t.len() - 1).filter(|i| !i.contains('\\')) {
+        return Ok(Cow::Borrowed(inner));
+    }
+    serde_json::from_str::<String>(t)
+        .map(Cow::Owned)
+        .map_err(|e| format!("not valid Unicode text: {e}"))
 }
 
 #[derive(Deserialize, Default)]
@@ -268,6 +330,8 @@ impl Fault<'_> {
         Ok(Some(out))
     }
 
+    /// A string value; `None` for a missing field or `null`. The error says what is wrong: not
+    /// a string, or not valid Unicode (a lone surrogate escape).
     fn string_opt(
         &self,
         field: &'static str,
@@ -277,28 +341,42 @@ impl Fault<'_> {
         if raw.get() == "null" {
             return Ok(None);
         }
-        serde_json::from_str::<String>(raw.get())
-            .map(Some)
-            .map_err(|_| self.err(field, raw.get(), "expected a string"))
+        raw_str(raw)
+            .map(|s| Some(s.into_owned()))
+            .map_err(|why| self.err(field, raw.get(), why))
     }
 }
 
-/// A stream id from `args.stream` or `tid`: CUPTI stream ids are `u32`; a negative id (Kineto
-/// writes −1 for device-wide syncs) is taken modulo 2³² so that it still tells records apart.
-fn stream_from(v: i128) -> u32 {
-    (v as i64) as u32
+/// A stream id from `args.stream` or `tid`: CUPTI stream ids are `u32`; −1 (Kineto writes it
+/// for device-wide syncs) is taken as `u32::MAX`. `None` for any other value outside `u32`:
+/// it cannot be a CUPTI stream, and truncating it would make two streams one.
+fn stream_from(v: i128) -> Option<u32> {
+    match v {
+        -1 => Some(u32::MAX),
+        v => u32::try_from(v).ok(),
+    }
 }
 
-/// Parses the `tid` of a GPU event as a stream: `7`, `"7"` or `"stream 7"`.
-fn stream_from_tid(raw: &RawValue) -> Option<u32> {
+/// Parses the `tid` of a GPU event as a stream: `7`, `"7"` or `"stream 7"`. `Ok(None)` when
+/// the `tid` is not a stream at all (a thread name); `Err(value)` for a stream number outside
+/// `u32`.
+fn stream_from_tid(raw: &RawValue) -> Result<Option<u32>, i128> {
     let t = raw.get();
-    if let Ok(v) = integer_text(t) {
-        return Some(stream_from(v));
+    let digits = match integer_text(t) {
+        Ok(v) => return stream_from(v).map(Some).ok_or(v),
+        Err(_) => match raw_str(raw) {
+            Ok(s) => s.trim().to_string(),
+            Err(_) => return Ok(None),
+        },
+    };
+    let digits = digits
+        .strip_prefix("stream")
+        .map(str::trim)
+        .unwrap_or(&digits);
+    match integer_text(digits) {
+        Ok(v) => stream_from(v).map(Some).ok_or(v),
+        Err(_) => Ok(None),
     }
-    let s: String = serde_json::from_str(t).ok()?;
-    let s = s.trim();
-    let digits = s.strip_prefix("stream").map(str::trim).unwrap_or(s);
-    integer_text(digits).ok().map(stream_from)
 }
 
 /// Whether the text of a JSON number is zero (`0`, `0.0`, `-0`, `0e5`).
@@ -341,10 +419,14 @@ struct Pending<'de> {
     index: usize,
     device_id: u32,
     correlation: Option<u32>,
+    /// The field `ts_text` comes from (`ts`; for a `B`/`E` pair, the `B` event's `ts`).
+    ts_field: &'static str,
     /// `ts` as written, for messages.
     ts_text: Cow<'de, str>,
     /// `ts` in ns (relative to the base when there is one).
     ts_ns: i128,
+    /// The field the duration comes from (`dur`; for a `B`/`E` pair, the `E` event's `ts`).
+    dur_field: &'static str,
     dur_text: Cow<'de, str>,
     dur_ns: i128,
     /// The record with `start_ns`/`end_ns` still 0 and a placeholder device.
@@ -364,60 +446,266 @@ enum Stage {
     InEvents,
 }
 
+/// A `B` (begin) event waiting for its `E` on the same `pid` and `tid`.
+struct Open<'de> {
+    index: usize,
+    class: Class,
+    event: Event<'de>,
+}
+
 /// Receives the top-level keys and the trace events as the JSON parser meets them, so a trace
 /// is read in one pass without holding its events.
 struct Collector<'de, 'p> {
     path: &'p Path,
     stage: Stage,
     saw_events: bool,
+    /// Top-level keys seen, to refuse one given twice.
+    top_keys: HashSet<String>,
     base: Option<&'de RawValue>,
     device_properties: Option<&'de RawValue>,
-    /// The first fault met inside an event; the parse is then aborted.
+    /// The first file-level fault met inside an event; the parse is then aborted.
     failure: Option<ImportError>,
     next_index: usize,
     pending: Vec<Pending<'de>>,
+    /// GPU work events lost to a field that cannot be represented: (device id when the event
+    /// tells it, the fault).
+    invalid: Vec<(Option<u32>, ImportError)>,
     skipped: BTreeMap<String, u64>,
     pid_of_correlation: HashMap<u32, u32>,
     names: HashMap<String, Arc<str>>,
+    /// Open `B` events per (`pid`, `tid`) as written, innermost last.
+    open: HashMap<(&'de str, &'de str), Vec<Open<'de>>>,
+    /// CPU-side launch events whose correlation id cannot be read (their kernels get no
+    /// process id from them).
+    bad_api_events: u64,
+    /// Kernel names that are not valid Unicode (metered without a name).
+    bad_names: u64,
 }
 
 impl<'de> Collector<'de, '_> {
+    fn fault(&self, index: usize) -> Fault<'_> {
+        Fault {
+            path: self.path,
+            record: RecordLocation::TraceEvent(index),
+        }
+    }
+
+    /// Reads one event. Only file-level faults are errors; a GPU work event that cannot be
+    /// read is lost (`invalid_field`).
     fn event(&mut self, index: usize, ev: Event<'de>) -> Result<(), ImportError> {
-        let Some(cat) = ev.cat.as_ref() else {
+        let ph = match ev.ph.map(raw_str) {
+            None => Cow::Borrowed("X"),
+            Some(Ok(p)) => p,
+            Some(Err(_)) => {
+                // Which phase is not known: a work event of this category cannot be read.
+                if let Some(class) = ev.cat.and_then(|c| raw_str(c).ok()).map(|c| classify(&c)) {
+                    if is_work(class) {
+                        let f = self.fault(index);
+                        let e = f.err("ph", ev.ph.map_or("", RawValue::get), "not a string");
+                        self.lose(&ev, e);
+                    }
+                }
+                return Ok(());
+            }
+        };
+        if ph == "E" {
+            return self.end(index, ev);
+        }
+        let Some(cat_raw) = ev.cat else {
             return Ok(());
         };
-        let class = classify(&cat.0);
-        if class == Class::Ignored || ev.ph.as_ref().is_some_and(|p| p.0 != "X") {
+        let Ok(cat) = raw_str(cat_raw) else {
+            // Not a category gpumeter can read, so not known to be GPU work: counted.
+            *self
+                .skipped
+                .entry("unreadable_category".into())
+                .or_insert(0) += 1;
+            return Ok(());
+        };
+        let class = classify(&cat);
+        if ph == "B" {
+            if let (Some(pid), Some(tid)) = (ev.pid, ev.tid) {
+                if class == Class::Api {
+                    self.api(index, &ev);
+                }
+                if class == Class::Skipped {
+                    *self.skipped.entry(cat.to_string()).or_insert(0) += 1;
+                }
+                self.open
+                    .entry((pid.get(), tid.get()))
+                    .or_default()
+                    .push(Open {
+                        index,
+                        class,
+                        event: ev,
+                    });
+                return Ok(());
+            }
+            if is_work(class) {
+                let e = self.fault(index).err(
+                    "ph",
+                    "B",
+                    "a B (begin) event without `pid` and `tid` cannot be paired with its E",
+                );
+                self.lose(&ev, e);
+            }
             return Ok(());
         }
-        if class == Class::Skipped {
-            *self.skipped.entry(cat.0.to_string()).or_insert(0) += 1;
-            return Ok(());
+        match class {
+            Class::Ignored => Ok(()),
+            Class::Skipped => {
+                *self.skipped.entry(cat.to_string()).or_insert(0) += 1;
+                Ok(())
+            }
+            Class::Api => {
+                if ph == "X" {
+                    self.api(index, &ev);
+                }
+                Ok(())
+            }
+            _ if ph != "X" => {
+                let e = self.fault(index).err(
+                    "ph",
+                    &ph,
+                    format!(
+                        "a `{cat}` event of phase `{ph}` has no duration: GPU work is a complete \
+                         (X) event or a B/E pair"
+                    ),
+                );
+                self.lose(&ev, e);
+                Ok(())
+            }
+            _ => {
+                self.work(index, class, &ev, None);
+                Ok(())
+            }
         }
+    }
+
+    /// An `E` (end) event: closes the innermost open `B` of its `pid` and `tid`; a work `B`
+    /// becomes one record from the `B`'s `ts` to the `E`'s.
+    fn end(&mut self, index: usize, ev: Event<'de>) -> Result<(), ImportError> {
+        let key = ev.pid.zip(ev.tid).map(|(p, t)| (p.get(), t.get()));
+        let begin = key.and_then(|k| self.open.get_mut(&k)).and_then(Vec::pop);
+        match begin {
+            Some(b) if is_work(b.class) => self.work(b.index, b.class, &b.event, Some(&ev)),
+            Some(_) => {}
+            None => {
+                let class = ev.cat.and_then(|c| raw_str(c).ok()).map(|c| classify(&c));
+                if class.is_some_and(is_work) {
+                    let e = self.fault(index).err(
+                        "ph",
+                        "E",
+                        "an E (end) event without a B (begin) event on its pid and tid",
+                    );
+                    self.lose(&ev, e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A CPU-side CUDA API event: its correlation id → its OS process id.
+    fn api(&mut self, index: usize, ev: &Event<'de>) {
+        let f = self.fault(index);
+        let args = match parse_args(&f, ev.args) {
+            Ok(a) => a,
+            Err(_) => {
+                self.bad_api_events += 1;
+                return;
+            }
+        };
+        let corr = match f.u32_opt("args.correlation", args.correlation) {
+            Ok(c) => c,
+            Err(_) => {
+                self.bad_api_events += 1;
+                return;
+            }
+        };
+        let pid = ev
+            .pid
+            .and_then(|p| integer_text(p.get()).ok())
+            .and_then(|p| u32::try_from(p).ok());
+        if let (Some(c), Some(p)) = (corr, pid) {
+            self.pid_of_correlation.insert(c, p);
+        }
+    }
+
+    /// A GPU work event (`ev`, closed by `end` for a B/E pair) to a pending record, or a lost
+    /// record when a field cannot be represented.
+    fn work(&mut self, index: usize, class: Class, ev: &Event<'de>, end: Option<&Event<'de>>) {
         let f = Fault {
             path: self.path,
             record: RecordLocation::TraceEvent(index),
         };
-        let args: Args<'_> = match ev.args {
-            None => Args::default(),
-            Some(raw) if raw.get() == "null" => Args::default(),
-            Some(raw) => serde_json::from_str(raw.get())
-                .map_err(|e| f.err("args", raw.get(), format!("not an args object: {e}")))?,
-        };
-        if class == Class::Api {
-            let corr = f.u32_opt("args.correlation", args.correlation)?;
-            let pid = ev
-                .pid
-                .and_then(|p| integer_text(p.get()).ok())
-                .and_then(|p| u32::try_from(p).ok());
-            if let (Some(c), Some(p)) = (corr, pid) {
-                self.pid_of_correlation.insert(c, p);
+        let args = match parse_args(&f, ev.args) {
+            Ok(a) => a,
+            Err(e) => {
+                // `args.device` is unknown: the event's `pid` may still tell the device.
+                self.invalid.push((device_hint(ev, &Args::default()), e));
+                return;
             }
-            return Ok(());
+        };
+        let result = match ev.duplicate.or(end.and_then(|e| e.duplicate)) {
+            Some(key) => Err(f.err(
+                key,
+                "",
+                "given twice in the event, so which value holds is unknown",
+            )),
+            None => work_event(
+                &f,
+                ev,
+                end,
+                &args,
+                class,
+                &mut self.names,
+                &mut self.bad_names,
+            ),
+        };
+        match result {
+            Ok(p) => self.pending.push(p),
+            Err(e) => self.invalid.push((device_hint(ev, &args), e)),
         }
-        let p = work_event(&f, index, &ev, &args, class, &mut self.names)?;
-        self.pending.push(p);
-        Ok(())
+    }
+
+    /// Loses a work event that cannot be read at all, on the device it names if it does.
+    fn lose(&mut self, ev: &Event<'de>, fault: ImportError) {
+        let args = match ev.args {
+            Some(raw) if raw.get() != "null" => {
+                serde_json::from_str::<Args<'_>>(raw.get()).unwrap_or_default()
+            }
+            _ => Args::default(),
+        };
+        self.invalid.push((device_hint(ev, &args), fault));
+    }
+}
+
+/// Whether events of this class are GPU work.
+fn is_work(class: Class) -> bool {
+    matches!(class, Class::Kernel | Class::Memcpy | Class::Memset)
+}
+
+/// An event's `args` (an object, `null` or absent).
+fn parse_args<'a>(f: &Fault<'_>, raw: Option<&'a RawValue>) -> Result<Args<'a>, ImportError> {
+    match raw {
+        None => Ok(Args::default()),
+        Some(raw) if raw.get() == "null" => Ok(Args::default()),
+        Some(raw) => serde_json::from_str(raw.get())
+            .map_err(|e| f.err("args", raw.get(), format!("not an args object: {e}"))),
+    }
+}
+
+/// The device a work event names, as far as it can be told: `args.device` when it is a
+/// device id, else (no `args.device`) the event's `pid`. `None` when neither tells it.
+fn device_hint(ev: &Event<'_>, args: &Args<'_>) -> Option<u32> {
+    let id = |raw: &RawValue| {
+        integer_text(raw.get())
+            .ok()
+            .and_then(|v| u32::try_from(v).ok())
+    };
+    match args.device {
+        Some(d) if d.get() != "null" => id(d),
+        _ => ev.pid.and_then(id),
     }
 }
 
@@ -439,6 +727,13 @@ impl<'de> Visitor<'de> for TopSeed<'_, 'de, '_> {
         let c = self.0;
         c.stage = Stage::InObject;
         while let Some(key) = map.next_key::<JStr<'de>>()? {
+            if !c.top_keys.insert(key.0.to_string()) {
+                c.failure = Some(ImportError::DuplicateKey {
+                    path: c.path.to_path_buf(),
+                    key: shorten(&key.0),
+                });
+                return Err(de::Error::custom("a top-level key given twice"));
+            }
             match key.0.as_ref() {
                 "traceEvents" => {
                     c.stage = Stage::EventsValue;
@@ -498,12 +793,17 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
         saw_events: false,
         base: None,
         device_properties: None,
+        top_keys: HashSet::new(),
         failure: None,
         next_index: 0,
         pending: Vec::new(),
+        invalid: Vec::new(),
         skipped: BTreeMap::new(),
         pid_of_correlation: HashMap::new(),
         names: HashMap::new(),
+        open: HashMap::new(),
+        bad_api_events: 0,
+        bad_names: 0,
     };
     let mut de = serde_json::Deserializer::from_slice(body);
     let result = TopSeed(&mut c).deserialize(&mut de).and_then(|()| de.end());
@@ -534,20 +834,39 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
         return Err(not_a_trace("no `traceEvents` array".to_string()));
     }
 
+    // B events never closed by their E.
+    let mut unclosed: Vec<Open<'_>> = c.open.drain().flat_map(|(_, v)| v).collect();
+    unclosed.sort_by_key(|o| o.index);
+    for o in unclosed.into_iter().filter(|o| is_work(o.class)) {
+        let e = c.fault(o.index).err(
+            "ph",
+            "B",
+            "a B (begin) event whose E (end) never comes on its pid and tid",
+        );
+        c.lose(&o.event, e);
+    }
+
     let top = Fault {
         path,
         record: RecordLocation::TopLevel,
     };
     let base_ns: i128 = match top.int_opt("baseTimeNanoseconds", c.base)? {
         None => 0,
-        Some(v) if v >= 0 => v,
-        Some(v) => {
+        Some(v) if v < 0 => {
             return Err(top.err(
                 "baseTimeNanoseconds",
                 &v.to_string(),
                 "negative: before the Unix epoch",
             ))
         }
+        Some(v) if v > i128::from(u64::MAX) => {
+            return Err(top.err(
+                "baseTimeNanoseconds",
+                &v.to_string(),
+                "after 2554 (outside u64 ns since the Unix epoch)",
+            ))
+        }
+        Some(v) => v,
     };
     let props = parse_device_properties(path, key_label, c.device_properties)?;
     let pids = c.pid_of_correlation;
@@ -555,38 +874,57 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
     // Devices in order of first activity; records carry local indices until committed.
     let mut parsed = Parsed::default();
     let mut local: HashMap<u32, u32> = HashMap::new();
+    let mut slot_of = |id: u32, parsed: &mut Parsed| -> DeviceSlot {
+        let s = *local.entry(id).or_insert_with(|| {
+            let info = props
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| DeviceInfo::bare(DeviceInfo::source_key(key_label, id), id));
+            parsed.devices.push(info);
+            parsed.devices.len() as u32 - 1
+        });
+        DeviceSlot(s)
+    };
     let mut records = Vec::with_capacity(c.pending.len());
     for p in c.pending {
         let f = Fault {
             path,
             record: RecordLocation::TraceEvent(p.index),
         };
-        let outcome = absolute_times(&f, &p, base_ns)?;
-        let slot = match local.get(&p.device_id) {
-            Some(&s) => s,
-            None => {
-                let info = props.get(&p.device_id).cloned().unwrap_or_else(|| {
-                    DeviceInfo::bare(DeviceInfo::source_key(key_label, p.device_id), p.device_id)
-                });
-                let s = parsed.devices.len() as u32;
-                parsed.devices.push(info);
-                local.insert(p.device_id, s);
-                s
-            }
-        };
-        match outcome {
-            None => parsed
-                .losses
-                .push((DeviceSlot(slot), LossReason::EndBeforeStart)),
-            Some((start_ns, end_ns)) => {
+        let slot = slot_of(p.device_id, &mut parsed);
+        match absolute_times(&f, &p, base_ns) {
+            Times::Valid(start_ns, end_ns) => {
                 let mut rec = p.rec;
                 rec.start_ns = start_ns;
                 rec.end_ns = end_ns;
-                rec.device = DeviceSlot(slot);
+                rec.device = slot;
                 rec.process_id = p.correlation.and_then(|k| pids.get(&k).copied());
                 records.push(rec);
             }
+            Times::Lost(reason) => parsed.losses.push((slot, reason)),
+            Times::Invalid(e) => parsed.invalid(Some(slot), &e),
         }
+    }
+    for (device, e) in c.invalid {
+        let slot = device.map(|id| slot_of(id, &mut parsed));
+        parsed.invalid(slot, &e);
+    }
+    if c.bad_api_events > 0 {
+        parsed.warnings.push(format!(
+            "{}: {} CPU-side CUDA API events have no readable `args.correlation` (or `args`): \
+             the kernels they launched get no process id from them, so a tenant map's [pid] \
+             rules cannot attribute those kernels",
+            path.display(),
+            c.bad_api_events
+        ));
+    }
+    if c.bad_names > 0 {
+        parsed.warnings.push(format!(
+            "{}: {} kernel names are not valid Unicode (a lone surrogate escape): those kernels \
+             are metered without a name",
+            path.display(),
+            c.bad_names
+        ));
     }
     records.sort_by_key(|r| (r.start_ns, r.end_ns));
     parsed.records = records;
@@ -594,28 +932,47 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
     Ok(parsed)
 }
 
-/// The record's absolute (start, end) in ns, or `None` for a negative duration (loss
-/// `end_before_start`). A raw `ts` of 0 means "not recorded" (DESIGN §3): (0, 0), which the
-/// meter counts as `zero_timestamp`.
-///
-/// # Errors
-/// [`ImportError::BadField`] when a time falls outside `u64` ns since the epoch.
-fn absolute_times(
-    f: &Fault<'_>,
-    p: &Pending<'_>,
-    base_ns: i128,
-) -> Result<Option<(u64, u64)>, ImportError> {
+/// What a pending record's times make of it.
+enum Times {
+    /// Absolute (start, end) in ns since the epoch.
+    Valid(u64, u64),
+    /// A record the policy loses: a negative duration (`end_before_start`), one over 7 days
+    /// (`too_long`).
+    Lost(LossReason),
+    /// A time outside `u64` ns since the epoch (`invalid_field`, naming the field).
+    Invalid(ImportError),
+}
+
+/// The record's absolute times (DESIGN §3): start = base + `ts`, end = start + duration. A raw
+/// `ts` of 0 means "not recorded": (0, 0), which the meter counts as `zero_timestamp`. A
+/// negative duration is `end_before_start` and one over 7 days `too_long` whatever its end
+/// would be (a 540-year `dur` need not fit `u64` ns to be too long); a start or end outside
+/// `u64` ns since the epoch is `invalid_field` on the field that puts it there.
+fn absolute_times(f: &Fault<'_>, p: &Pending<'_>, base_ns: i128) -> Times {
     if text_is_zero(&p.ts_text) {
-        return Ok(Some((0, 0)));
+        return Times::Valid(0, 0);
     }
-    let start =
-        to_epoch_ns(base_ns.checked_add(p.ts_ns)).map_err(|r| f.err("ts", &p.ts_text, r))?;
+    let start = match to_epoch_ns(base_ns.checked_add(p.ts_ns)) {
+        Ok(s) => s,
+        Err(r) => {
+            let why = if base_ns > 0 {
+                format!("{r} (with baseTimeNanoseconds = {base_ns})")
+            } else {
+                r.to_string()
+            };
+            return Times::Invalid(f.err(p.ts_field, &p.ts_text, why));
+        }
+    };
     if p.dur_ns < 0 {
-        return Ok(None);
+        return Times::Lost(LossReason::EndBeforeStart);
     }
-    let end = to_epoch_ns(i128::from(start).checked_add(p.dur_ns))
-        .map_err(|r| f.err("dur", &p.dur_text, r))?;
-    Ok(Some((start, end)))
+    if p.dur_ns > i128::from(MAX_RECORD_NS) {
+        return Times::Lost(LossReason::TooLong);
+    }
+    match to_epoch_ns(i128::from(start).checked_add(p.dur_ns)) {
+        Ok(end) => Times::Valid(start, end),
+        Err(r) => Times::Invalid(f.err(p.dur_field, &p.dur_text, r)),
+    }
 }
 
 /// A time in ns since the epoch (`None`: the sum overflowed) as `u64`, or why it is not one.
@@ -628,15 +985,41 @@ fn to_epoch_ns(t: Option<i128>) -> Result<u64, &'static str> {
     }
 }
 
-/// One GPU work event (kernel, memcpy, memset) to a pending record.
+/// A required time field of `ev` as (text, ns relative to the trace's base).
+fn time_field<'de>(
+    f: &Fault<'_>,
+    field: &'static str,
+    raw: Option<&'de RawValue>,
+) -> Result<(Cow<'de, str>, i128), ImportError> {
+    let text = raw
+        .map(|r| f.number_text(field, r))
+        .transpose()?
+        .flatten()
+        .ok_or_else(|| f.err(field, "", "missing"))?;
+    let ns = micros_text_to_ns(&text).map_err(|e| f.err(field, &text, e))?;
+    Ok((text, ns))
+}
+
+/// One GPU work event (kernel, memcpy, memset) to a pending record: a complete (`X`) event, or
+/// a `B` event `ev` closed by the `E` event `end` (duration = the `E`'s `ts` − the `B`'s).
+///
+/// # Errors
+/// [`ImportError::BadField`] naming the field that cannot be represented; the caller books the
+/// record as lost (`invalid_field`).
+#[allow(clippy::too_many_arguments)]
 fn work_event<'de>(
     f: &Fault<'_>,
-    index: usize,
     ev: &Event<'de>,
+    end: Option<&Event<'de>>,
     args: &Args<'_>,
     class: Class,
     names: &mut HashMap<String, Arc<str>>,
+    bad_names: &mut u64,
 ) -> Result<Pending<'de>, ImportError> {
+    let index = match &f.record {
+        RecordLocation::TraceEvent(i) => *i,
+        _ => 0,
+    };
     let device_id = match f.u32_opt("args.device", args.device)? {
         Some(d) => d,
         None => {
@@ -656,31 +1039,44 @@ fn work_event<'de>(
                 })?
         }
     };
-    let ts_text = ev
-        .ts
-        .map(|r| f.number_text("ts", r))
-        .transpose()?
-        .flatten()
-        .ok_or_else(|| f.err("ts", "", "missing"))?;
-    let dur_text = ev
-        .dur
-        .map(|r| f.number_text("dur", r))
-        .transpose()?
-        .flatten()
-        .ok_or_else(|| f.err("dur", "", "missing"))?;
-    let ts_ns = micros_text_to_ns(&ts_text).map_err(|e| f.err("ts", &ts_text, e))?;
-    let dur_ns = micros_text_to_ns(&dur_text).map_err(|e| f.err("dur", &dur_text, e))?;
+    let (ts_text, ts_ns) = time_field(f, "ts", ev.ts)?;
+    let (dur_field, dur_text, dur_ns) = match end {
+        None => {
+            let (t, n) = time_field(f, "dur", ev.dur)?;
+            ("dur", t, n)
+        }
+        Some(e) => {
+            let (t, n) = time_field(f, "ts", e.ts).map_err(|_| {
+                f.err(
+                    "E.ts",
+                    e.ts.map_or("", RawValue::get),
+                    "the E (end) event's `ts` is not a time",
+                )
+            })?;
+            let text = Cow::Owned(format!("{t} - {ts_text}"));
+            ("E.ts", text, n - ts_ns)
+        }
+    };
     let correlation = f.u32_opt("args.correlation", args.correlation)?;
 
     let work = match class {
         Class::Kernel => {
-            let name = match ev.name {
-                Some(raw) => f.string_opt("name", Some(raw))?.map(|n| {
+            let name = match ev.name.map(raw_str) {
+                Some(Ok(n)) => Some(
                     names
-                        .entry(n)
+                        .entry(n.into_owned())
                         .or_insert_with_key(|k| Arc::from(k.as_str()))
-                        .clone()
-                }),
+                        .clone(),
+                ),
+                // A name is informational, never metered: a kernel whose name is not valid
+                // Unicode is metered without one (and counted in a warning).
+                Some(Err(_)) if ev.name.is_some_and(|r| r.get().starts_with('"')) => {
+                    *bad_names += 1;
+                    None
+                }
+                Some(Err(why)) => {
+                    return Err(f.err("name", ev.name.map_or("", RawValue::get), why));
+                }
                 None => None,
             };
             Work::Kernel(KernelLaunch {
@@ -708,9 +1104,20 @@ fn work_event<'de>(
                 .ok_or_else(|| f.err("args.bytes", "", "missing"))?,
         },
     };
+    let out_of_range = |field: &'static str, v: i128| {
+        f.err(
+            field,
+            &v.to_string(),
+            "not a CUDA stream id (0 to 4294967295, or -1)",
+        )
+    };
     let stream_id = match f.int_opt("args.stream", args.stream)? {
-        Some(s) => stream_from(s),
-        None => ev.tid.and_then(stream_from_tid).unwrap_or(0),
+        Some(s) => stream_from(s).ok_or_else(|| out_of_range("args.stream", s))?,
+        None => match ev.tid.map(stream_from_tid) {
+            Some(Ok(s)) => s.unwrap_or(0),
+            Some(Err(v)) => return Err(out_of_range("tid", v)),
+            None => 0,
+        },
     };
     let mut rec = ActivityRecord::new(DeviceSlot(0), 0, 0, work);
     rec.stream_id = stream_id;
@@ -722,8 +1129,10 @@ fn work_event<'de>(
         index,
         device_id,
         correlation,
+        ts_field: "ts",
         ts_text,
         ts_ns,
+        dur_field,
         dur_text,
         dur_ns,
         rec,
@@ -844,12 +1253,15 @@ mod tests {
     #[test]
     fn tids() {
         let raw = |s: &str| serde_json::from_str::<Box<RawValue>>(s).ok();
-        let t = |s: &str| raw(s).and_then(|r| stream_from_tid(&r));
-        assert_eq!(t("7"), Some(7));
-        assert_eq!(t("\"stream 7\""), Some(7));
-        assert_eq!(t("\"stream 7 \""), Some(7));
-        assert_eq!(t("-1"), Some(u32::MAX));
-        assert_eq!(t("\"PyTorch Profiler\""), None);
+        let t = |s: &str| raw(s).map(|r| stream_from_tid(&r));
+        assert_eq!(t("7"), Some(Ok(Some(7))));
+        assert_eq!(t("\"stream 7\""), Some(Ok(Some(7))));
+        assert_eq!(t("\"stream 7 \""), Some(Ok(Some(7))));
+        assert_eq!(t("-1"), Some(Ok(Some(u32::MAX))));
+        assert_eq!(t("\"PyTorch Profiler\""), Some(Ok(None)));
+        // A stream id outside u32 is not truncated into another stream.
+        assert_eq!(t("4294967303"), Some(Err(4_294_967_303)));
+        assert_eq!(t("\"stream -2\""), Some(Err(-2)));
     }
 
     #[test]

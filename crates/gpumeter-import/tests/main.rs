@@ -446,10 +446,36 @@ mod errors {
     }
 
     #[test]
-    fn bad_field_names_record_and_field_and_leaves_meter_untouched() {
+    fn a_bad_field_loses_its_record_and_a_warning_names_record_field_and_value() {
         let text = r#"{"traceEvents": [
             {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 1, "args": {"device": 0}},
             {"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD", "pid": 0, "tid": 7, "ts": 20, "dur": 1, "args": {"device": 0, "bytes": "many"}}
+        ]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_bytes(
+            &mut meter,
+            "bad.json",
+            text.as_bytes(),
+            &ImportOptions::default(),
+        ));
+        assert_eq!(s.records, 2, "both records are accounted for");
+        let key = source_key(&s, 0);
+        let r = ok(meter.finish());
+        assert_eq!(r.device_total(&key, MeterKind::KernelLaunches), 1);
+        assert_eq!(r.records.memcpy, 0);
+        assert_eq!(r.lost(&key, "invalid_field"), 1);
+        let w = invalid_warning(&r);
+        assert!(
+            w.starts_with("bad.json: traceEvents[1]: field `args.bytes` = `many`"),
+            "{w}"
+        );
+    }
+
+    #[test]
+    fn a_file_level_fault_leaves_the_meter_untouched() {
+        // A negative baseTimeNanoseconds is the whole file's clock: no record can be placed.
+        let text = r#"{"baseTimeNanoseconds": -5, "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 1, "args": {"device": 0}}
         ]}"#;
         let mut meter = Meter::new(MeterConfig::default());
         match import_bytes(
@@ -466,14 +492,25 @@ mod errors {
                 ..
             }) => {
                 assert_eq!(path, PathBuf::from("bad.json"));
-                assert_eq!(record, RecordLocation::TraceEvent(1));
-                assert_eq!(field, "args.bytes");
-                assert_eq!(value, "many");
+                assert_eq!(record, RecordLocation::TopLevel);
+                assert_eq!(field, "baseTimeNanoseconds");
+                assert_eq!(value, "-5");
             }
             other => panic!("expected BadField, got {other:?}"),
         }
         untouched(meter);
     }
+}
+
+/// The report's one `invalid_field` warning.
+fn invalid_warning(r: &UsageReport) -> String {
+    let w: Vec<&String> = r
+        .warnings
+        .iter()
+        .filter(|w| w.contains("(invalid_field)"))
+        .collect();
+    assert_eq!(w.len(), 1, "{:?}", r.warnings);
+    w[0].clone()
 }
 
 mod synthetic {
@@ -680,37 +717,82 @@ mod synthetic {
     }
 
     #[test]
-    fn times_outside_u64_ns_name_the_side() {
-        let bad = |events: &str| -> (&'static str, String) {
-            let text = format!(r#"{{"traceEvents": [{events}]}}"#);
+    fn times_outside_u64_ns_are_lost_naming_the_side() {
+        // Each bad event beside a good one: the good one is metered, the bad one is lost
+        // (`invalid_field`) and the warning names the field that puts it outside u64 ns.
+        let bad = |event: &str| -> String {
+            let text = format!(
+                r#"{{"traceEvents": [{event},
+                {{"ph": "X", "cat": "kernel", "pid": 0, "ts": 100, "dur": 1, "args": {{"device": 0}}}}]}}"#
+            );
             let mut meter = Meter::new(MeterConfig::default());
-            match import_bytes(
+            let s = ok(import_bytes(
                 &mut meter,
                 "range.json",
                 text.as_bytes(),
                 &ImportOptions::default(),
-            ) {
-                Err(ImportError::BadField { field, reason, .. }) => (field, reason),
-                other => panic!("expected BadField, got {other:?}"),
-            }
+            ));
+            let key = source_key(&s, 0);
+            let r = ok(meter.finish());
+            assert_eq!(r.device_total(&key, MeterKind::KernelLaunches), 1);
+            assert_eq!(r.lost(&key, "invalid_field"), 1);
+            invalid_warning(&r)
         };
         // 18446744073709552 µs = 18_446_744_073_709_552_000 ns > u64::MAX.
-        let (field, reason) = bad(
+        let w = bad(
             r#"{"ph": "X", "cat": "kernel", "pid": 0, "ts": 18446744073709552, "dur": 1, "args": {"device": 0}}"#,
         );
-        assert_eq!(field, "ts");
-        assert!(reason.contains("after 2554"), "{reason}");
+        assert!(w.contains("field `ts`") && w.contains("after 2554"), "{w}");
         // The start fits, the end does not.
-        let (field, reason) = bad(
+        let w = bad(
             r#"{"ph": "X", "cat": "kernel", "pid": 0, "ts": 18446744073709551, "dur": 1, "args": {"device": 0}}"#,
         );
-        assert_eq!(field, "dur");
-        assert!(reason.contains("after 2554"), "{reason}");
-        let (field, reason) = bad(
+        assert!(w.contains("field `dur`") && w.contains("after 2554"), "{w}");
+        let w = bad(
             r#"{"ph": "X", "cat": "kernel", "pid": 0, "ts": -5, "dur": 1, "args": {"device": 0}}"#,
         );
-        assert_eq!(field, "ts");
-        assert!(reason.contains("before 1970"), "{reason}");
+        assert!(w.contains("field `ts`") && w.contains("before 1970"), "{w}");
+    }
+
+    #[test]
+    fn a_540_year_duration_is_too_long_not_an_error() {
+        // Integer-µs (2021 schema) trace: 540 years of µs do not fit u64 ns after the start.
+        let years_540_us: u64 = 540 * 365 * 86_400 * 1_000_000;
+        let text = format!(
+            r#"{{"traceEvents": [
+            {{"ph": "X", "cat": "Kernel", "pid": 0, "ts": 1682725898082228, "dur": {years_540_us}, "args": {{"device": 0}}}},
+            {{"ph": "X", "cat": "Kernel", "pid": 0, "ts": 1682725898082300, "dur": 5, "args": {{"device": 0}}}}]}}"#
+        );
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_bytes(
+            &mut meter,
+            "long.json",
+            text.as_bytes(),
+            &ImportOptions::default(),
+        ));
+        let key = source_key(&s, 0);
+        let r = ok(meter.finish());
+        assert_eq!(r.device_total(&key, MeterKind::KernelNs), 5_000);
+        assert_eq!(r.lost(&key, "too_long"), 1);
+    }
+
+    #[test]
+    fn a_base_beyond_2554_blames_base_time_nanoseconds() {
+        let text = r#"{"baseTimeNanoseconds": 18446744073709551616, "traceEvents": [
+            {"ph": "X", "cat": "kernel", "pid": 0, "ts": 1, "dur": 1, "args": {"device": 0}}]}"#;
+        let mut meter = Meter::new(MeterConfig::default());
+        match import_bytes(
+            &mut meter,
+            "base.json",
+            text.as_bytes(),
+            &ImportOptions::default(),
+        ) {
+            Err(ImportError::BadField { field, reason, .. }) => {
+                assert_eq!(field, "baseTimeNanoseconds");
+                assert!(reason.contains("after 2554"), "{reason}");
+            }
+            other => panic!("expected BadField, got {other:?}"),
+        }
     }
 
     #[test]
