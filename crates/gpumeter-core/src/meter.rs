@@ -1053,10 +1053,24 @@ impl Meter {
                 && d.kernels_without_occupancy == 0;
             // An unknown SM count is reported once, on sm_ns (its reason names warp_ns).
             if !warp_meterable && info.sm_count.is_some() && has_kernels {
+                let unknown_cc = info
+                    .compute_capability
+                    .filter(|&cc| crate::occupancy::arch_limits(cc).is_err());
                 let why = if info.compute_capability.is_none() {
                     "the compute capability of this device is unknown, so the occupancy \
                      calculator cannot run; pass --devices with its compute_capability"
                         .to_string()
+                } else if let Some(cc) = unknown_cc {
+                    let known: Vec<String> = crate::occupancy::KNOWN_CAPABILITIES
+                        .iter()
+                        .map(|(a, b)| format!("{a}.{b}"))
+                        .collect();
+                    format!(
+                        "the device's compute_capability = {cc} is not one the occupancy \
+                         calculator knows ({}), so resident warps cannot be computed; check the \
+                         source's device properties or the --devices catalog",
+                        known.join(", ")
+                    )
                 } else {
                     format!(
                         "{} kernels on this device have no launch configuration the occupancy \

@@ -128,6 +128,23 @@ const CARVE_228K: &[u64] = &[
     228 * KIB,
 ];
 
+/// Every compute capability [`arch_limits`] knows, in order (a test holds the two together).
+pub const KNOWN_CAPABILITIES: [(u32, u32); 13] = [
+    (7, 0),
+    (7, 2),
+    (7, 5),
+    (8, 0),
+    (8, 6),
+    (8, 7),
+    (8, 9),
+    (9, 0),
+    (10, 0),
+    (10, 3),
+    (11, 0),
+    (12, 0),
+    (12, 1),
+];
+
 /// The documented limits of `cc`, or [`OccupancyError::UnknownCapability`].
 pub fn arch_limits(cc: ComputeCapability) -> Result<ArchLimits, OccupancyError> {
     // (max warps/SM, max blocks/SM, carveouts, opt-in smem/block KiB, barriers per block slot)
@@ -504,6 +521,22 @@ pub fn round_half_up(r: Ratio<u64>) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn known_capabilities_are_exactly_those_with_limits() {
+        use super::{arch_limits, KNOWN_CAPABILITIES};
+        use crate::ComputeCapability;
+        for major in 0..=20 {
+            for minor in 0..=9 {
+                let cc = ComputeCapability { major, minor };
+                assert_eq!(
+                    arch_limits(cc).is_ok(),
+                    KNOWN_CAPABILITIES.contains(&(major, minor)),
+                    "{cc}"
+                );
+            }
+        }
+    }
+
     use super::*;
 
     fn cc(major: u32, minor: u32) -> ComputeCapability {

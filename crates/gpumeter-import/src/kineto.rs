@@ -670,12 +670,11 @@ impl<'de> Collector<'de, '_> {
 
     /// Loses a work event that cannot be read at all, on the device it names if it does.
     fn lose(&mut self, ev: &Event<'de>, fault: ImportError) {
-        let args = match ev.args {
-            Some(raw) if raw.get() != "null" => {
-                serde_json::from_str::<Args<'_>>(raw.get()).unwrap_or_default()
-            }
-            _ => Args::default(),
+        let f = Fault {
+            path: self.path,
+            record: RecordLocation::TopLevel,
         };
+        let args = parse_args(&f, ev.args).unwrap_or_default();
         self.invalid.push((device_hint(ev, &args), fault));
     }
 }
@@ -685,11 +684,15 @@ fn is_work(class: Class) -> bool {
     matches!(class, Class::Kernel | Class::Memcpy | Class::Memset)
 }
 
-/// An event's `args` (an object, `null` or absent).
+/// An event's `args` (an object, `null` or absent). Only a JSON object: serde would read an
+/// array into the struct's fields by position.
 fn parse_args<'a>(f: &Fault<'_>, raw: Option<&'a RawValue>) -> Result<Args<'a>, ImportError> {
     match raw {
         None => Ok(Args::default()),
         Some(raw) if raw.get() == "null" => Ok(Args::default()),
+        Some(raw) if !raw.get().starts_with('{') => {
+            Err(f.err("args", raw.get(), "not an args object"))
+        }
         Some(raw) => serde_json::from_str(raw.get())
             .map_err(|e| f.err("args", raw.get(), format!("not an args object: {e}"))),
     }
@@ -909,20 +912,19 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
         let slot = device.map(|id| slot_of(id, &mut parsed));
         parsed.invalid(slot, &e);
     }
+    let name = crate::file_name(path);
     if c.bad_api_events > 0 {
         parsed.warnings.push(format!(
-            "{}: {} CPU-side CUDA API events have no readable `args.correlation` (or `args`): \
-             the kernels they launched get no process id from them, so a tenant map's [pid] \
-             rules cannot attribute those kernels",
-            path.display(),
+            "{name}: {} CPU-side CUDA API events have no readable `args.correlation` (or \
+             `args`): the kernels they launched get no process id from them, so a tenant map's \
+             [pid] rules cannot attribute those kernels",
             c.bad_api_events
         ));
     }
     if c.bad_names > 0 {
         parsed.warnings.push(format!(
-            "{}: {} kernel names are not valid Unicode (a lone surrogate escape): those kernels \
-             are metered without a name",
-            path.display(),
+            "{name}: {} kernel names are not valid Unicode (a lone surrogate escape): those \
+             kernels are metered without a name",
             c.bad_names
         ));
     }
@@ -1162,6 +1164,9 @@ fn parse_device_properties(
             path,
             record: RecordLocation::DeviceProperties(i),
         };
+        if !entry.get().starts_with('{') {
+            return Err(f.err("deviceProperties", entry.get(), "expected an object"));
+        }
         let p: DeviceProps<'_> = serde_json::from_str(entry.get()).map_err(|e| {
             f.err(
                 "deviceProperties",

@@ -178,16 +178,26 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    /// Notes one lost record.
+    /// Notes one lost record. The message names the file by its name only (reports are
+    /// the same wherever the file lies, DESIGN §7).
     pub(crate) fn note(&mut self, fault: &ImportError) {
-        let field = match fault {
-            ImportError::BadField { field, .. } => (*field).to_string(),
-            _ => String::new(),
+        let (field, text) = match fault {
+            ImportError::BadField {
+                path,
+                record,
+                field,
+                value,
+                reason,
+            } => (
+                (*field).to_string(),
+                format!(
+                    "{}: {record}: field `{field}` = `{value}`: {reason}",
+                    file_name(path)
+                ),
+            ),
+            other => (String::new(), other.to_string()),
         };
-        let e = self
-            .by_field
-            .entry(field)
-            .or_insert_with(|| (0, fault.to_string()));
+        let e = self.by_field.entry(field).or_insert_with(|| (0, text));
         e.0 += 1;
     }
 
@@ -243,7 +253,7 @@ pub fn detect_format(path: &Path, head: &[u8]) -> Option<Format> {
 }
 
 /// The file name of `path` (no directories), as sources are named in reports (DESIGN §7).
-fn file_name(path: &Path) -> String {
+pub(crate) fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string())

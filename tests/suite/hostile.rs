@@ -1,0 +1,632 @@
+//! One test per class of defect of issue 9, on the corpus of `tests/hostile/` (see its
+//! README.md) and on binary cases generated here.
+
+use std::io::Read as _;
+use std::path::PathBuf;
+
+use gpumeter::core::{
+    ActivityRecord, DeviceInfo, KernelLaunch, MemoryEvent, MemoryOp, Meter, MeterConfig,
+    MeterError, MeterKind, UsageReport, WindowSize, Work,
+};
+use gpumeter::cupti::gmr::{read_gmr, Damage, Frame, GmrWriter};
+use gpumeter::cupti::{decode, ActivityKind, ApiVersion, Record};
+use gpumeter::{meter_inputs, Format, ImportError, UsageOptions};
+
+use crate::{corpus, data_dir, example, lost, meter, ok, total, warning};
+
+/// 2025-12-02T08:00:00Z in ns.
+const T0: u64 = 1_764_662_400_000_000_000;
+const DAY: u64 = 86_400_000_000_000;
+
+fn tmp() -> tempfile::TempDir {
+    ok(tempfile::tempdir())
+}
+
+fn write(dir: &tempfile::TempDir, name: &str, bytes: &[u8]) -> PathBuf {
+    let p = dir.path().join(name);
+    ok(std::fs::write(&p, bytes));
+    p
+}
+
+// 1. The same work in new bytes is billed once.
+
+#[test]
+fn a_reserialized_trace_beside_the_original_is_metered_once() {
+    let one = meter(&[corpus("twin-a.json")]);
+    let both = meter(&[corpus("twin-a.json"), corpus("twin-b.json")]);
+    let swapped = meter(&[corpus("twin-b.json"), corpus("twin-a.json")]);
+    assert!(total(&one, MeterKind::KernelLaunches) > 0);
+    for m in MeterKind::ALL {
+        assert_eq!(total(&both, m), total(&one, m), "{m}");
+    }
+    // Either order keeps the source whose SHA-256 sorts first: the same usage.
+    assert_eq!(both.usage, swapped.usage);
+    let w = warning(&both, "repeats the GPU work of");
+    assert!(
+        w.contains("twin-a.json") && w.contains("twin-b.json"),
+        "{w}"
+    );
+    assert!(w.contains("the same 7 records"), "{w}");
+    assert_eq!(both.devices.len(), 1, "{:?}", both.devices);
+    assert!(both.loss.is_empty(), "{:?}", both.loss);
+}
+
+#[test]
+fn a_partial_overlap_is_metered_and_said() {
+    let r = meter(&[corpus("twin-a.json"), corpus("twin-part.json")]);
+    let w = warning(&r, "records in common");
+    assert!(w.contains("have 3 records in common"), "{w}");
+    assert!(
+        w.contains("twin-a.json") && w.contains("twin-part.json"),
+        "{w}"
+    );
+    // Both are metered: nothing is dropped on a guess.
+    assert_eq!(total(&r, MeterKind::KernelLaunches), 6 + 4);
+}
+
+#[test]
+fn a_real_trace_reserialized_is_metered_once() {
+    let Some(dir) = data_dir() else { return };
+    let src = dir.join("tracelens_h100_gaunernst_bert-small-uncased__1016001.json.gz");
+    let mut text = Vec::new();
+    ok(flate2::read::GzDecoder::new(ok(std::fs::File::open(&src))).read_to_end(&mut text));
+    // Other whitespace and other key order, numbers as written (RawValue keeps their text).
+    let v: std::collections::BTreeMap<String, Box<serde_json::value::RawValue>> =
+        ok(serde_json::from_slice(&text));
+    let mut out = String::from("{\n");
+    for (i, (k, raw)) in v.iter().rev().enumerate() {
+        if i > 0 {
+            out.push_str(",\n");
+        }
+        out.push_str(&format!(
+            "  {}: {}",
+            ok(serde_json::to_string(k)),
+            raw.get()
+        ));
+    }
+    out.push_str("\n}\n");
+    let d = tmp();
+    let twin = write(&d, "bert-reserialized.json", out.as_bytes());
+    let one = meter(std::slice::from_ref(&src));
+    let both = meter(&[src, twin]);
+    for m in MeterKind::ALL {
+        assert_eq!(total(&both, m), total(&one, m), "{m}");
+    }
+    assert!(warning(&both, "repeats the GPU work of").contains("bert-reserialized.json"));
+}
+
+// 2. Whole buffers never vanish without a loss entry.
+
+/// A real recording (4 activity buffers) rewritten to end with its last activity buffer, torn: without its
+/// 4-byte checksum (and without an end frame). Returns the bytes and the records (work and
+/// device memory, per device id) of that buffer.
+fn torn_crc_only() -> (Vec<u8>, u64) {
+    let bytes = ok(std::fs::read(example(
+        "h200-cuda13-instructions-2threads.gmr",
+    )));
+    let file = ok(read_gmr(&bytes));
+    let api = ok(ApiVersion::from_cupti(file.header.cupti_api_version));
+    let work = |buf: &[u8]| {
+        ok(decode(buf, api))
+            .records
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.record,
+                    Record::Kernel(_)
+                        | Record::Memcpy(_)
+                        | Record::PeerCopy(_)
+                        | Record::Memset(_)
+                        | Record::GraphTrace(_)
+                        | Record::Memory(_)
+                )
+            })
+            .count() as u64
+    };
+    // The last activity buffer that holds work, and the frames before it.
+    let (last, n) = file
+        .frames
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(i, f)| match &f.frame {
+            Frame::ActivityBuffer(b) if work(b) > 0 => Some((i, work(b))),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no activity buffer with work in the recording"));
+    assert!(last > 0, "frames before the torn one are kept and metered");
+    let mut w = ok(GmrWriter::new(Vec::new(), &file.header));
+    for f in &file.frames[..=last] {
+        ok(w.write_frame(&f.frame));
+    }
+    let mut out = ok(w.finish());
+    // Drop the end frame (16 bytes) and the buffer's checksum (4).
+    out.truncate(out.len() - 16 - 4);
+    (out, n)
+}
+
+#[test]
+fn a_frame_without_only_its_checksum_is_counted_exactly_as_torn_frame() {
+    let (bytes, in_buffer) = torn_crc_only();
+    assert!(in_buffer > 0);
+    let d = tmp();
+    let p = write(&d, "torn.gmr", &bytes);
+    let r = meter(&[p]);
+    assert_eq!(lost(&r, "torn_frame"), in_buffer);
+    let l = r.loss.iter().find(|l| l.reason == "torn_frame");
+    assert!(
+        l.is_some_and(|l| !l.lower_bound && l.device.is_some()),
+        "{l:?}"
+    );
+    let w = warning(&r, "torn last frame");
+    assert!(
+        w.contains(&format!("{in_buffer} records lost as torn_frame")),
+        "{w}"
+    );
+    // The records before it are metered.
+    assert!(total(&r, MeterKind::KernelLaunches) > 0);
+}
+
+#[test]
+fn a_corrupt_frame_in_the_middle_is_lost_and_the_rest_metered() {
+    let bytes = ok(std::fs::read(example(
+        "h200-cuda13-instructions-2threads.gmr",
+    )));
+    let file = ok(read_gmr(&bytes));
+    let first = file
+        .frames
+        .iter()
+        .find(|f| matches!(f.frame, Frame::ActivityBuffer(_)))
+        .map(|f| f.offset as usize)
+        .unwrap_or(0);
+    let whole = meter(&[example("h200-cuda13-instructions-2threads.gmr")]);
+    let mut bad = bytes.clone();
+    bad[first + 12 + 100] ^= 0x55;
+    let d = tmp();
+    let p = write(&d, "corrupt.gmr", &bad);
+    let damaged = ok(read_gmr(&bad)).damaged;
+    assert_eq!(damaged.len(), 1);
+    assert_eq!(damaged[0].damage, Damage::Corrupt);
+    let r = meter(&[p]);
+    let l: Vec<_> = r
+        .loss
+        .iter()
+        .filter(|l| l.reason == "corrupt_frame")
+        .collect();
+    assert!(
+        !l.is_empty() && l.iter().all(|l| l.lower_bound && l.records > 0),
+        "{l:?}"
+    );
+    warning(&r, "corrupt: its checksum does not match");
+    // What the frame held is no longer metered; everything else is.
+    let launches = total(&r, MeterKind::KernelLaunches);
+    assert!(launches > 0 && launches < total(&whole, MeterKind::KernelLaunches));
+}
+
+// 3. Totals never clamp.
+
+#[test]
+fn a_total_past_u128_is_a_typed_error_naming_device_and_meter() {
+    let mut m = Meter::new(MeterConfig {
+        window: ok(WindowSize::parse("1d")),
+        ..MeterConfig::default()
+    });
+    let dev = m.register_device(DeviceInfo::bare("GPU-big", 0));
+    // Eight allocations of 2^64 − 1 bytes held for 200 years: each ≈ 1.2e38 byte·ns, their
+    // sum past u128::MAX ≈ 3.4e38; no window alone overflows.
+    for a in 0..8u64 {
+        let mut e = MemoryEvent::new(dev, T0, 0x1000 * (a + 1), u64::MAX, MemoryOp::Allocation);
+        e.process_id = Some(1);
+        m.push_memory(e);
+    }
+    let end = T0 + 200 * 365 * DAY;
+    m.push(ActivityRecord::new(
+        dev,
+        end - 1,
+        end,
+        Work::Kernel(KernelLaunch::default()),
+    ));
+    match m.finish() {
+        Err(e @ MeterError::QuantityOverflow { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("GPU-big")
+                    && msg.contains("memory_byte_ns")
+                    && msg.contains("in total"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected QuantityOverflow, got {other:?}"),
+    }
+}
+
+#[test]
+fn memory_held_over_more_windows_than_a_report_holds_fails_fast() {
+    let mut m = Meter::new(MeterConfig::default());
+    let dev = m.register_device(DeviceInfo::bare("GPU-far", 0));
+    m.push_memory(MemoryEvent::new(
+        dev,
+        T0,
+        0x10,
+        1 << 30,
+        MemoryOp::Allocation,
+    ));
+    // A kernel dated in 2500: the allocation would be billed to it, hour by hour.
+    let far = 16_725_225_600_000_000_000;
+    m.push(ActivityRecord::new(
+        dev,
+        far,
+        far + 1,
+        Work::Kernel(KernelLaunch::default()),
+    ));
+    match m.finish() {
+        Err(e @ MeterError::TooManyWindows { .. }) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("GPU-far") && msg.contains("1000000 windows"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected TooManyWindows, got {other:?}"),
+    }
+}
+
+// 4. Long-held memory is billed for as long as it is held, across chained reports.
+
+#[test]
+fn an_allocation_held_for_months_is_billed_across_chained_reports() {
+    const GIB: u128 = 1 << 30;
+    let d = tmp();
+    // Report 1: allocated at T0, the last work 30 days later.
+    let mut m = Meter::new(MeterConfig::default());
+    let mut gpu = DeviceInfo::bare("GPU-held", 0);
+    gpu.uuid = Some("held".into());
+    let dev = m.register_device(gpu);
+    let mut alloc = MemoryEvent::new(dev, T0, 0x7000, 1 << 30, MemoryOp::Allocation);
+    alloc.process_id = Some(77);
+    m.push_memory(alloc);
+    m.push(ActivityRecord::new(
+        dev,
+        T0 + 30 * DAY - 10,
+        T0 + 30 * DAY,
+        Work::Kernel(KernelLaunch::default()),
+    ));
+    let r1 = ok(m.finish());
+    assert_eq!(
+        r1.device_total("GPU-held", MeterKind::MemoryByteNs),
+        GIB * u128::from(30 * DAY)
+    );
+    assert!(r1.loss.is_empty(), "{:?}", r1.loss);
+    assert_eq!(r1.open_allocations.len(), 1);
+    // Reports 2 and 3: a trace of the same GPU (by UUID) 30 and 60 days later.
+    let mut opening = write(&d, "r1.json", ok(serde_json::to_string(&r1)).as_bytes());
+    let mut billed = r1.device_total("GPU-held", MeterKind::MemoryByteNs);
+    let mut end = T0 + 30 * DAY;
+    for k in 2..=3u64 {
+        let at_us = (T0 + 30 * k * DAY) / 1000;
+        let trace = format!(
+            r#"{{"deviceProperties": [{{"id": 0, "uuid": "held", "name": "G"}}],
+            "traceEvents": [{{"ph": "X", "cat": "Kernel", "name": "k", "pid": 0, "tid": 7,
+            "ts": {at_us}, "dur": 1, "args": {{"device": 0}}}}]}}"#
+        );
+        let input = write(&d, &format!("day{k}.json"), trace.as_bytes());
+        let r = ok(meter_inputs(
+            &[input],
+            &UsageOptions {
+                opening: Some(opening.clone()),
+                ..UsageOptions::default()
+            },
+        ));
+        assert!(r.loss.is_empty(), "{:?}", r.loss);
+        assert_eq!(r.open_allocations.len(), 1, "still held, still carried");
+        let new_end = at_us * 1000 + 1000;
+        let part = r.device_total("GPU-held", MeterKind::MemoryByteNs);
+        assert_eq!(part, GIB * u128::from(new_end - end), "report {k}");
+        billed += part;
+        end = new_end;
+        opening = write(
+            &d,
+            &format!("r{k}.json"),
+            ok(serde_json::to_string(&r)).as_bytes(),
+        );
+    }
+    // Every ns from the allocation to the last report's end, once.
+    assert_eq!(billed, GIB * u128::from(end - T0));
+    assert_eq!(end - T0, 90 * DAY + 1000);
+}
+
+// 5. One bad record never refuses the whole file.
+
+#[test]
+fn bad_records_are_lost_one_by_one_and_the_rest_is_metered() {
+    let r = meter(&[corpus("bad-records.json")]);
+    assert_eq!(r.records.kernel, 2);
+    assert_eq!(r.records.memcpy, 1);
+    assert_eq!(total(&r, MeterKind::MemcpyHtodBytes), 4096);
+    let key = &r.devices[0].device_key;
+    assert_eq!(r.lost(key, "invalid_field"), 7);
+    // The record whose device id is -1 is lost on the source, not on device 0.
+    let unplaced: Vec<_> = r.loss.iter().filter(|l| l.device.is_none()).collect();
+    assert_eq!(unplaced.len(), 1, "{:?}", r.loss);
+    assert_eq!(
+        (unplaced[0].records, unplaced[0].reason.as_str()),
+        (1, "invalid_field")
+    );
+    assert!(unplaced[0].device_key.starts_with("bad-records.json@"));
+    // One warning per field, naming the first record, the field and its value.
+    for (field, value) in [
+        ("ts", "abc"),
+        ("dur", ""),
+        ("args.bytes", "many"),
+        ("args.grid", "-4"),
+        ("args.stream", "-2"),
+        ("args", "[1,2]"),
+        ("args.correlation", "-1"),
+        ("args.device", "-1"),
+    ] {
+        let w = warning(&r, &format!("field `{field}` = `{value}`"));
+        assert!(w.starts_with("bad-records.json: traceEvents["), "{w}");
+    }
+}
+
+#[test]
+fn a_key_given_twice_in_an_event_loses_that_event() {
+    let r = meter(&[corpus("duplicate-key-in-event.json")]);
+    assert_eq!(r.records.kernel, 1);
+    assert_eq!(lost(&r, "invalid_field"), 1);
+    warning(&r, "field `ts` = ``: given twice in the event");
+}
+
+#[test]
+fn a_540_year_duration_is_too_long() {
+    let r = meter(&[corpus("dur-540-years-2021.json")]);
+    assert_eq!(r.records.kernel, 1);
+    assert_eq!(lost(&r, "too_long"), 1);
+}
+
+/// A raw CUPTI 12.8 buffer of CONCURRENT_KERNEL records, one per `(start, grid x)`.
+fn kernel_buffer(kernels: &[(u64, i32)]) -> Vec<u8> {
+    let api = ApiVersion::Cupti12_8;
+    let layout = api
+        .layouts()
+        .into_iter()
+        .find(|l| l.kind == ActivityKind::CONCURRENT_KERNEL)
+        .unwrap_or_else(|| panic!("no kernel layout"));
+    let at = |name: &str| {
+        layout
+            .fields
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| f.offset)
+            .unwrap_or_else(|| panic!("no field {name}"))
+    };
+    let mut out = Vec::new();
+    for (i, &(start, grid_x)) in kernels.iter().enumerate() {
+        let mut k = vec![0u8; layout.size];
+        k[0..4].copy_from_slice(&ActivityKind::CONCURRENT_KERNEL.0.to_le_bytes());
+        k[at("start")..at("start") + 8].copy_from_slice(&start.to_le_bytes());
+        k[at("end")..at("end") + 8].copy_from_slice(&(start + 1000).to_le_bytes());
+        k[at("gridX")..at("gridX") + 4].copy_from_slice(&grid_x.to_le_bytes());
+        for f in ["gridY", "gridZ", "blockX", "blockY", "blockZ"] {
+            k[at(f)..at(f) + 4].copy_from_slice(&1i32.to_le_bytes());
+        }
+        let corr = i as u32 + 1;
+        k[at("correlationId")..at("correlationId") + 4].copy_from_slice(&corr.to_le_bytes());
+        out.extend(k);
+    }
+    out
+}
+
+#[test]
+fn a_cupti_kernel_with_a_negative_grid_is_one_lost_record() {
+    let d = tmp();
+    let buf = kernel_buffer(&[(T0, 4), (T0 + 5000, -4), (T0 + 9000, 8)]);
+    let p = write(&d, "neg.bin", &buf);
+    let r = ok(meter_inputs(
+        &[p],
+        &UsageOptions {
+            format: Format::Cupti,
+            ..UsageOptions::default()
+        },
+    ));
+    assert_eq!(r.records.kernel, 2);
+    assert_eq!(lost(&r, "invalid_field"), 1);
+    warning(&r, "field `gridX` = -4");
+}
+
+// 6. Distinct kernels are never collapsed as duplicates.
+
+#[test]
+fn the_kernels_of_one_graph_launch_are_distinct_and_a_true_copy_is_a_duplicate() {
+    let r = meter(&[corpus("graph-launch-2021.json")]);
+    assert_eq!(total(&r, MeterKind::KernelLaunches), 4);
+    assert_eq!(lost(&r, "duplicate"), 1, "the one exact copy");
+    // kernel_ns of the 4: 5 + 6 + 7 + 8 µs.
+    assert_eq!(total(&r, MeterKind::KernelNs), 26_000);
+}
+
+#[test]
+fn a_stream_id_outside_u32_is_not_wrapped_onto_another() {
+    let r = meter(&[corpus("stream-wrap.json")]);
+    assert_eq!(total(&r, MeterKind::KernelLaunches), 1);
+    assert_eq!(lost(&r, "duplicate"), 0);
+    assert_eq!(lost(&r, "invalid_field"), 1);
+    warning(&r, "field `args.stream` = `4294967303`");
+}
+
+#[test]
+fn no_real_trace_loses_a_record_to_deduplication() {
+    let Some(dir) = data_dir() else { return };
+    let mut all = Vec::new();
+    for e in ok(std::fs::read_dir(&dir)) {
+        let p = ok(e).path();
+        let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+        if name.is_some_and(|n| n.ends_with(".json.gz") || n.ends_with(".sqlite")) {
+            all.push(p);
+        }
+    }
+    assert!(all.len() >= 6, "{all:?}");
+    for p in &all {
+        let r = meter(std::slice::from_ref(p));
+        assert_eq!(lost(&r, "duplicate"), 0, "{}", p.display());
+        assert!(
+            !r.warnings
+                .iter()
+                .any(|w| w.contains("repeats the GPU work")),
+            "{}",
+            p.display()
+        );
+    }
+    // All at once: different GPUs, none repeats another, nothing lost to deduplication.
+    let r = meter(&all);
+    assert_eq!(lost(&r, "duplicate"), 0);
+    assert!(
+        !r.warnings
+            .iter()
+            .any(|w| w.contains("repeats the GPU work") || w.contains("records in common")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+// 7. Kineto: no silent drops, no double reads.
+
+#[test]
+fn begin_end_pairs_are_work_and_unpaired_events_are_counted() {
+    let r = meter(&[corpus("begin-end.json")]);
+    assert_eq!(total(&r, MeterKind::KernelLaunches), 1);
+    assert_eq!(total(&r, MeterKind::KernelNs), 12_500);
+    // A B without E, an E without B, an instant kernel.
+    assert_eq!(lost(&r, "invalid_field"), 3);
+    assert_eq!(r.records.skipped.get("gpu_user_annotation"), Some(&1));
+    let w = warning(&r, "field `ph`");
+    assert!(
+        w.starts_with("begin-end.json: traceEvents[") && w.contains("and 2 more records"),
+        "{w}"
+    );
+}
+
+#[test]
+fn a_second_trace_events_key_is_refused() {
+    match meter_inputs(&[corpus("two-trace-events.json")], &UsageOptions::default()) {
+        Err(gpumeter::Error::Import(e @ ImportError::DuplicateKey { .. })) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains("two-trace-events.json") && msg.contains("`traceEvents`"),
+                "{msg}"
+            );
+        }
+        other => panic!("expected DuplicateKey, got {other:?}"),
+    }
+}
+
+// 11. Messages name the real field and value.
+
+#[test]
+fn a_lone_surrogate_in_a_device_name_is_named_as_such() {
+    let e = match meter_inputs(
+        &[corpus("lone-surrogate-device-name.json")],
+        &UsageOptions::default(),
+    ) {
+        Err(e) => e.to_string(),
+        Ok(r) => panic!("metered: {r:?}"),
+    };
+    assert!(
+        e.contains("deviceProperties[0]")
+            && e.contains("field `name`")
+            && e.contains("not valid Unicode")
+            && !e.contains("expected a string"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_kernel_name_that_is_not_unicode_is_metered_without_it() {
+    let r = meter(&[corpus("lone-surrogate-kernel-name.json")]);
+    assert_eq!(r.records.kernel, 1);
+    warning(&r, "1 kernel names are not valid Unicode");
+}
+
+#[test]
+fn a_base_beyond_2554_blames_base_time_nanoseconds() {
+    let e = match meter_inputs(&[corpus("base-beyond-2554.json")], &UsageOptions::default()) {
+        Err(e) => e.to_string(),
+        Ok(r) => panic!("metered: {r:?}"),
+    };
+    assert!(
+        e.contains("field `baseTimeNanoseconds`") && e.contains("after 2554"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_unknown_compute_capability_is_named_not_the_launch_configuration() {
+    let r = ok(meter_inputs(
+        &[corpus("twin-a.json")],
+        &UsageOptions {
+            devices: Some(corpus("catalog-cc-99.toml")),
+            ..UsageOptions::default()
+        },
+    ));
+    let nm = &r.devices[0].not_meterable;
+    let warp = nm.iter().find(|n| n.meter == MeterKind::WarpNs);
+    let reason = warp.map(|n| n.reason.clone()).unwrap_or_default();
+    assert!(
+        reason.contains("compute_capability = 99.9") && !reason.contains("launch configuration"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_kernel_in_2554_is_metered() {
+    let r = meter(&[corpus("kernel-in-2554.json")]);
+    assert_eq!(total(&r, MeterKind::KernelLaunches), 1);
+    assert!(
+        r.usage[0].window_start.starts_with("2554-"),
+        "{:?}",
+        r.usage
+    );
+}
+
+/// Control characters reach the JSON report escaped by serde; the text renderings are the
+/// CLI's (its tests check them).
+#[test]
+fn control_characters_survive_json_intact() {
+    let r: UsageReport = meter(&[corpus("control-characters.json")]);
+    let json = ok(serde_json::to_string(&r));
+    assert!(
+        !json.contains('\u{1b}') && json.contains("\\u001b[2J"),
+        "{json}"
+    );
+}
+
+#[test]
+fn tenant_names_are_checked_once_for_every_entry_point() {
+    // The same rule, through the meter's opening state: a name that is not in the safe form
+    // is refused, naming the entry.
+    let mut r = meter(&[corpus("twin-a.json")]);
+    r.open_allocations.push(gpumeter::core::OpenAllocation {
+        device: 0,
+        device_key: "GPU-x".into(),
+        address: "0x10".into(),
+        bytes: gpumeter::core::Quantity(1),
+        tenant: "IDLE".into(),
+        process_id: None,
+        external_id: None,
+        allocated_at: "2025-12-02T08:00:00Z".into(),
+        billed_to: "2025-12-02T09:00:00Z".into(),
+    });
+    let mut m = Meter::new(MeterConfig::default());
+    match m.set_opening(&r.open_allocations) {
+        Err(e) => assert!(
+            e.contains("open_allocations[0].tenant") && e.contains("reserved"),
+            "{e}"
+        ),
+        Ok(()) => panic!("accepted a reserved tenant"),
+    }
+    // MeterConfig takes a TenantName: an unchecked string cannot reach it.
+    let _ = MeterConfig {
+        tenant: Some(crate::tn("alice")),
+        ..MeterConfig::default()
+    };
+}

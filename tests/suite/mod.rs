@@ -1,0 +1,4 @@
+//! The test modules of `tests/main.rs` (one test binary for the facade).
+
+mod conservation;
+mod hostile;
