@@ -80,6 +80,21 @@ fn warning<'a>(r: &'a UsageReport, needle: &str) -> &'a str {
     w[0]
 }
 
+/// Asserts that `doc` is valid against `schemas/<schema_file>`.
+fn validate(schema_file: &str, doc: &UsageReport) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schemas")
+        .join(schema_file);
+    let schema: serde_json::Value = ok(serde_json::from_str(&ok(std::fs::read_to_string(path))));
+    let v = ok(jsonschema::validator_for(&schema));
+    let doc = ok(serde_json::to_value(doc));
+    let errors: Vec<String> = v
+        .iter_errors(&doc)
+        .map(|e| format!("{e} at {}", e.instance_path))
+        .collect();
+    assert!(errors.is_empty(), "{schema_file}: {errors:#?}");
+}
+
 /// A tenant name known to be valid.
 fn tn(name: &str) -> TenantName {
     ok(TenantName::parse(name))

@@ -12,7 +12,7 @@ use gpumeter::cupti::gmr::{read_gmr, Damage, Frame, GmrWriter};
 use gpumeter::cupti::{decode, ActivityKind, ApiVersion, Record};
 use gpumeter::{meter_inputs, Format, ImportError, UsageOptions};
 
-use crate::{corpus, data_dir, example, lost, meter, ok, total, warning};
+use crate::{corpus, data_dir, example, lost, meter, ok, total, validate, warning};
 
 /// 2025-12-02T08:00:00Z in ns.
 const T0: u64 = 1_764_662_400_000_000_000;
@@ -198,6 +198,7 @@ fn a_corrupt_frame_in_the_middle_is_lost_and_the_rest_metered() {
         "{l:?}"
     );
     warning(&r, "corrupt: its checksum does not match");
+    validate("gpumeter.usage.v1.schema.json", &r);
     // What the frame held is no longer metered; everything else is.
     let launches = total(&r, MeterKind::KernelLaunches);
     assert!(launches > 0 && launches < total(&whole, MeterKind::KernelLaunches));
@@ -353,6 +354,7 @@ fn bad_records_are_lost_one_by_one_and_the_rest_is_metered() {
         (1, "invalid_field")
     );
     assert!(unplaced[0].device_key.starts_with("bad-records.json@"));
+    validate("gpumeter.usage.v1.schema.json", &r);
     // One warning per field, naming the first record, the field and its value.
     for (field, value) in [
         ("ts", "abc"),
@@ -629,4 +631,21 @@ fn tenant_names_are_checked_once_for_every_entry_point() {
         tenant: Some(crate::tn("alice")),
         ..MeterConfig::default()
     };
+}
+
+/// Every loss reason the meter can write is one the schema lists, and no other.
+#[test]
+fn the_schema_lists_exactly_the_loss_reasons() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schemas/gpumeter.usage.v1.schema.json");
+    let schema: serde_json::Value = ok(serde_json::from_str(&ok(std::fs::read_to_string(path))));
+    let listed: Vec<&str> = schema["properties"]["loss"]["items"]["properties"]["reason"]["enum"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+        .unwrap_or_default();
+    let ours: Vec<&str> = gpumeter::core::LossReason::ALL
+        .iter()
+        .map(|r| r.as_str())
+        .collect();
+    assert_eq!(listed, ours);
 }
