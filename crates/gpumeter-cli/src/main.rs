@@ -1,6 +1,9 @@
 //! `gpumeter`: meter GPU activity and preview invoices from the command line (DESIGN §8).
 //!
-//! Exit codes: 0 ok (loss is not an error), 1 bad input file, 2 bad command line.
+//! Exit codes: 0 ok (loss is not an error), 1 bad input file (an input, the price book, the
+//! device catalog, the tenant map or the opening state, and anything derived from them), 2 bad
+//! command line (clap's own errors, and `--from`/`--to` that do not parse or do not make a
+//! period on window edges).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -102,9 +105,11 @@ struct UsageArgs {
     /// Window size: 60s, 15m, 1h, 1d (must divide one day).
     #[arg(long, default_value = "1h", value_parser = parse_window)]
     window: WindowSize,
-    /// Tenant the inputs' usage is attributed to (default: unattributed).
-    #[arg(long, value_name = "NAME", value_parser = parse_tenant)]
-    tenant: Option<TenantName>,
+    /// Tenant the inputs' usage is attributed to (default: unattributed). Checked after
+    /// parsing ([`UsageArgs::options`]) so that the message names the rule, never the raw
+    /// character (clap would quote the value as given).
+    #[arg(long, value_name = "NAME")]
+    tenant: Option<String>,
     /// Tenant map (TOML: `[external]` correlation ids and `[pid]` process ids → tenant); its
     /// rules take precedence over --tenant.
     #[arg(long, value_name = "FILE")]
@@ -134,15 +139,19 @@ fn parse_window(s: &str) -> Result<WindowSize, String> {
     WindowSize::parse(s)
 }
 
-/// A tenant name ([`TenantName::parse`]: trimmed, printable, NFC, at most 256 bytes, not a
-/// reserved name in any case); a bad one is a bad command line (exit 2).
-fn parse_tenant(s: &str) -> Result<TenantName, String> {
-    TenantName::parse(s).map_err(|e| e.to_string())
-}
-
 impl UsageArgs {
-    fn options(&self) -> UsageOptions {
-        UsageOptions {
+    /// The library's options. `--tenant` must be a tenant name ([`TenantName::parse`]:
+    /// trimmed, printable, NFC, at most 256 bytes, not a reserved name in any case); a bad one
+    /// is a bad command line (exit 2), and the message names the rule and the character's code
+    /// point, not the character.
+    fn options(&self) -> Result<UsageOptions, Failure> {
+        let tenant = match &self.tenant {
+            Some(t) => {
+                Some(TenantName::parse(t).map_err(|e| usage_error(format!("--tenant: {e}")))?)
+            }
+            None => None,
+        };
+        Ok(UsageOptions {
             format: match self.format {
                 FormatArg::Auto => Format::Auto,
                 FormatArg::Kineto => Format::Kineto,
@@ -152,14 +161,14 @@ impl UsageArgs {
             },
             meter: MeterConfig {
                 window: self.window,
-                tenant: self.tenant.clone(),
+                tenant,
                 ..MeterConfig::default()
             },
             devices: self.devices.clone(),
             tenant_map: self.tenant_map.clone(),
             cupti_api: self.cupti_api_version,
             opening: self.opening.clone(),
-        }
+        })
     }
 }
 
@@ -170,15 +179,12 @@ struct Failure {
 }
 
 impl From<gpumeter::Error> for Failure {
+    /// Every library error comes from an input file, the price book, a catalog, a tenant map
+    /// or an opening state: exit 1. The one command-line fault the library reports (a
+    /// `--from`/`--to` period off the window edges) is mapped where the period is passed.
     fn from(e: gpumeter::Error) -> Self {
-        // A period that is not on window edges (or is empty) is a bad command line (`--from`,
-        // `--to`): exit 2. Everything else comes from an input file or the price book: exit 1.
-        let code = match &e {
-            gpumeter::Error::Rating(gpumeter::RatingError::Period { .. }) => 2,
-            _ => 1,
-        };
         Failure {
-            code,
+            code: 1,
             message: e.to_string(),
         }
     }
@@ -198,7 +204,8 @@ fn to_json<T: serde::Serialize>(v: &T) -> Result<String, Failure> {
 fn run(cli: Cli) -> Result<String, Failure> {
     match cli.command {
         Command::Usage { usage, json } => {
-            let report = gpumeter::meter_inputs(&usage.inputs, &usage.options())?;
+            let options = usage.options()?;
+            let report = gpumeter::meter_inputs(&usage.inputs, &options)?;
             if json {
                 to_json(&report)
             } else {
@@ -223,9 +230,21 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 }
                 _ => None,
             };
+            // The command line is checked whole before any file is read: a bad one is exit 2
+            // whatever the files hold.
+            let options = usage.options()?;
             let book = gpumeter::load_price_book(&prices)?;
-            let report = gpumeter::meter_inputs(&usage.inputs, &usage.options())?;
-            let invoices = gpumeter::preview(&report, &book, period)?;
+            let report = gpumeter::meter_inputs(&usage.inputs, &options)?;
+            let invoices = gpumeter::preview(&report, &book, period).map_err(|e| match e {
+                // Only a given period is refused so: `--from`/`--to` off the window edges. A
+                // default period that cannot be formed is the usage's fault (exit 1).
+                gpumeter::Error::Rating(gpumeter::RatingError::Period { .. })
+                    if period.is_some() =>
+                {
+                    usage_error(format!("--from/--to: {e}"))
+                }
+                e => Failure::from(e),
+            })?;
             if invoices.invoices.is_empty() {
                 // Nothing to bill: say why on stderr, so loss or an empty period is not silent.
                 eprintln!("notice: no usage to invoice in the period");
