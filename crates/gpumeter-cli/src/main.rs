@@ -4,11 +4,16 @@
 //! device catalog, the tenant map or the opening state, and anything derived from them), 2 bad
 //! command line (clap's own errors, and `--from`/`--to` that do not parse or do not make a
 //! period on window edges).
+//!
+//! Text for people (tables, `error:` and `notice:` lines) goes through
+//! [`gpumeter::core::text::printable`], so control characters and bidirectional overrides
+//! from inputs never reach a terminal raw; JSON escapes them as `\uXXXX` ([`to_json`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpumeter::core::text::{is_escaped, printable};
 use gpumeter::core::time::parse_rfc3339;
 use gpumeter::core::TenantName;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
@@ -194,11 +199,96 @@ fn usage_error(message: String) -> Failure {
     Failure { code: 2, message }
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String, Failure> {
-    serde_json::to_string_pretty(v).map_err(|e| Failure {
+/// Writes one line to standard error with its text escaped ([`printable`]): messages carry
+/// file names, field values, device and kernel names from the inputs.
+pub(crate) fn say(line: &str) {
+    eprintln!("{}", printable(line));
+}
+
+/// Text for people, line by line through [`printable`]: the renderings escape each cell
+/// already (so widths are those of the escaped text); this keeps any raw control character
+/// that a rendering missed off the terminal.
+pub(crate) fn text_out(text: &str) -> String {
+    let lines: Vec<std::borrow::Cow<'_, str>> = text.split('\n').map(printable).collect();
+    lines.join("\n")
+}
+
+/// Pretty JSON whose strings also escape what [`printable`] escapes and JSON allows raw
+/// (DEL, C1 controls, bidirectional overrides, U+2028/U+2029), as `\uXXXX`: the same
+/// document to a parser, and nothing that moves a terminal's cursor or reorders its text.
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, Failure> {
+    let mut out = Vec::with_capacity(4096);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, TerminalSafe::default());
+    v.serialize(&mut ser).map_err(|e| Failure {
+        code: 1,
+        message: format!("cannot write JSON: {e}"),
+    })?;
+    String::from_utf8(out).map_err(|e| Failure {
         code: 1,
         message: format!("cannot write JSON: {e}"),
     })
+}
+
+/// serde_json's pretty formatter with [`is_escaped`] characters written as `\uXXXX`.
+#[derive(Default)]
+struct TerminalSafe(serde_json::ser::PrettyFormatter<'static>);
+
+impl serde_json::ser::Formatter for TerminalSafe {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some(i) = rest.find(is_escaped) {
+            let (head, tail) = rest.split_at(i);
+            w.write_all(head.as_bytes())?;
+            let mut chars = tail.chars();
+            if let Some(c) = chars.next() {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    write!(w, "\\u{:04x}", u)?;
+                }
+            }
+            rest = chars.as_str();
+        }
+        w.write_all(rest.as_bytes())
+    }
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
 }
 
 fn run(cli: Cli) -> Result<String, Failure> {
@@ -209,7 +299,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             if json {
                 to_json(&report)
             } else {
-                Ok(table::usage_table(&report))
+                Ok(text_out(&table::usage_table(&report)))
             }
         }
         Command::Preview {
@@ -247,15 +337,15 @@ fn run(cli: Cli) -> Result<String, Failure> {
             })?;
             if invoices.invoices.is_empty() {
                 // Nothing to bill: say why on stderr, so loss or an empty period is not silent.
-                eprintln!("notice: no usage to invoice in the period");
+                say("notice: no usage to invoice in the period");
                 for w in &report.warnings {
-                    eprintln!("notice: usage report: {w}");
+                    say(&format!("notice: usage report: {w}"));
                 }
             }
             if json {
                 to_json(&invoices)
             } else {
-                Ok(invoices.to_text_table())
+                Ok(text_out(&invoices.to_text_table()))
             }
         }
         Command::Record(args) => record::run(args),
@@ -270,13 +360,54 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 }
                 None => None,
             };
-            Ok(table::prices_check(&book, catalog.as_ref()))
+            Ok(text_out(&table::prices_check(&book, catalog.as_ref())))
         }
     }
 }
 
+/// The command line, or clap's message (escaped: it quotes the values given) and exit code.
+fn parse_cli() -> Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        let code = u8::try_from(e.exit_code()).unwrap_or(2);
+        if e.use_stderr() {
+            eprint!("{}", clap_message(&e));
+        } else {
+            // --help, --version: clap's own text, to stdout.
+            let _ = e.print();
+        }
+        ExitCode::from(code)
+    })
+}
+
+/// clap's message as plain text (StyledStr's Display has no colours), escaped line by line.
+/// clap quotes a refused value as given (only stripping ANSI sequences), so a value with a
+/// character [`printable`] escapes (a newline, a bidirectional override) is quoted escaped instead,
+/// with the reason its parser gave.
+fn clap_message(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    if let (Some(ContextValue::String(value)), Some(ContextValue::String(arg))) = (
+        e.get(ContextKind::InvalidValue),
+        e.get(ContextKind::InvalidArg),
+    ) {
+        if value.chars().any(is_escaped) {
+            let reason = std::error::Error::source(e)
+                .map(|s| format!(": {}", printable(&s.to_string())))
+                .unwrap_or_default();
+            return text_out(&format!(
+                "error: invalid value '{}' for '{arg}'{reason}\n\nFor more information, try \
+                 '--help'.\n",
+                printable(value)
+            ));
+        }
+    }
+    text_out(&e.render().to_string())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     match run(cli) {
         Ok(out) => {
             use std::io::Write as _;
@@ -286,13 +417,13 @@ fn main() -> ExitCode {
                 // A reader that stopped early (`| head`) is not our failure.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: cannot write the output: {e}");
+                    say(&format!("error: cannot write the output: {e}"));
                     ExitCode::from(1)
                 }
             }
         }
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            say(&format!("error: {}", f.message));
             ExitCode::from(f.code)
         }
     }

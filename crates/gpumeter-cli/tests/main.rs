@@ -1036,6 +1036,232 @@ fn a_kernel_in_2554_previews_as_bad_input_not_a_bad_command_line() {
     }
 }
 
+/// Characters that act on a terminal: none may reach text output raw.
+fn raw_terminal_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| c != '\n' && gpumeter::core::text::is_escaped(c))
+        .collect()
+}
+
+/// Device, kernel and file names with ESC sequences, newlines and a right-to-left override:
+/// every text rendering and every stderr line shows them escaped; JSON keeps them exactly
+/// (escaped as `\uXXXX`); table columns stay aligned on the escaped text.
+#[test]
+fn control_characters_from_inputs_are_escaped_in_text_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let device = "NVIDIA H100\u{1b}[2J\nfake row \u{202e}llib";
+    let device_shown = "NVIDIA H100\\u{1b}[2J\\nfake row \\u{202e}llib";
+    let file = dir.path().join("tr\u{1b}[31mace\n.json");
+    let file_shown = "tr\\u{1b}[31mace\\n.json";
+    std::fs::write(
+        &file,
+        kineto_one_kernel(
+            Some(1_793_606_000_000_000_000),
+            60_000_000,
+            device,
+            "kern\u{1b}]0;pwned\u{7}el",
+        )
+        .to_string(),
+    )
+    .expect("write");
+    let check = |what: &str, o: &Output| {
+        for (stream, text) in [("stdout", stdout(o)), ("stderr", stderr(o))] {
+            let raw = raw_terminal_controls(&text);
+            assert!(raw.is_empty(), "{what} {stream}: raw {raw:?} in {text}");
+            assert!(
+                !text.lines().any(|l| l.starts_with("fake row")),
+                "{what} {stream}: a name's newline started a line: {text}"
+            );
+        }
+    };
+
+    // usage, text: the escaped names, and the Devices table aligned on them.
+    let o = gpumeter(&["usage", s(&file)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("usage", &o);
+    let text = stdout(&o);
+    assert!(text.contains(device_shown), "{text}");
+    assert!(text.contains(file_shown), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("DEVICE  KEY"))
+        .expect("devices header");
+    let end_of = |line: &str, word: &str| {
+        line.find(word)
+            .map(|b| line[..b].chars().count() + word.chars().count())
+    };
+    // SMs is right-aligned: the header's "SMs" and the row's "132" end in one column.
+    assert_eq!(
+        end_of(lines[header], "SMs"),
+        end_of(lines[header + 1], "132"),
+        "{text}"
+    );
+
+    // usage, JSON: exact names (parsers see the same strings), no raw controls on the wire.
+    let o = gpumeter(&["usage", s(&file), "--json"]);
+    check("usage --json", &o);
+    let u = json(&o);
+    assert_eq!(u["devices"][0]["name"], device);
+    assert_eq!(
+        u["sources"][0]["name"],
+        file.file_name().and_then(|n| n.to_str()).expect("name")
+    );
+    assert!(stdout(&o).contains("\\u202e"), "{}", stdout(&o));
+
+    // preview, text: an SKU that matches everything ("*") with an ESC in its id; the usage
+    // report's warnings (naming the file) are in the invoice's warnings.
+    let book = dir.path().join("star.toml");
+    std::fs::write(
+        &book,
+        "schema = \"gpumeter.pricebook/v1\"\nversion = \"v\\u001b[8m1\"\ncurrency = \"USD\"\n\
+         [[sku]]\nid = \"any\\u001b[5m\"\nmatch = [\"*\"]\n\
+         [[rate]]\nsku = \"any\\u001b[5m\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"0.25\"\n",
+    )
+    .expect("write");
+    let o = gpumeter(&["preview", s(&file), "--prices", s(&book)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("preview", &o);
+    let text = stdout(&o);
+    for shown in ["any\\u{1b}[5m", "v\\u{1b}[8m1", file_shown] {
+        assert!(text.contains(shown), "{shown} not in {text}");
+    }
+    let i = json(&gpumeter(&[
+        "preview",
+        s(&file),
+        "--prices",
+        s(&book),
+        "--json",
+    ]));
+    assert_eq!(i["invoices"][0]["lines"][0]["sku"], "any\u{1b}[5m");
+    assert_eq!(i["invoices"][0]["lines"][0]["amount"], "0.25");
+
+    // notice: lines (a period without usage repeats the report's warnings on stderr).
+    let o = gpumeter(&[
+        "preview",
+        s(&file),
+        "--prices",
+        s(&book),
+        "--from",
+        "2000-01-01T00:00:00Z",
+        "--to",
+        "2000-01-01T01:00:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("preview notice", &o);
+    assert!(
+        stderr(&o).contains("notice: usage report:"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains(file_shown), "{}", stderr(&o));
+
+    // error: lines, naming a bad file and a missing one.
+    let bad = dir.path().join("bad\u{1b}[2J\n.json");
+    std::fs::write(&bad, b"{\"hello\": \"world\"}").expect("write");
+    for p in [bad.clone(), dir.path().join("missing\u{202e}\u{9b}2J.json")] {
+        let o = gpumeter(&["usage", s(&p)]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        check("error", &o);
+        assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+
+    // prices check, with a catalog whose device name carries ESC and a newline.
+    let catalog = dir.path().join("devices.toml");
+    std::fs::write(
+        &catalog,
+        "[[device]]\nid = 0\nname = \"NVIDIA H100\\u001b[2J\\nfake row\"\nsm_count = 132\n",
+    )
+    .expect("write");
+    let o = gpumeter(&["prices", "check", s(&book), "--devices", s(&catalog)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("prices check", &o);
+    assert!(
+        stdout(&o).contains("NVIDIA H100\\u{1b}[2J\\nfake row"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("any\\u{1b}[5m"), "{}", stdout(&o));
+}
+
+/// `recording show` prints a recording's host, device and kernel names escaped.
+#[test]
+fn recording_show_escapes_names_from_the_recording() {
+    use gpumeter_cupti::gmr::{
+        ClockPair, Frame, GmrDevice, GmrHeader, GmrWriter, Producer, StringTable,
+    };
+    use gpumeter_cupti::ActivityKind;
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let mut buf = Vec::new();
+    cupti_record(
+        &mut buf,
+        ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", i128::from(t0)),
+            ("end", i128::from(t0) + 1_000),
+            ("gridX", 1),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("correlationId", 1),
+            ("name", 0x1000),
+        ],
+    );
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "node\u{1b}[2J".into(),
+        clock: ClockPair {
+            cupti_timestamp_ns: t0,
+            unix_time_ns: t0,
+        },
+        process_id: 42,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100\nfake row\u{202e}".into()),
+            uuid: None,
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        producer: Producer {
+            name: "test\u{85}".into(),
+            version: "0".into(),
+        },
+        instrumented: false,
+    };
+    let mut names = StringTable::new();
+    names.insert(0x1000, "kern\u{1b}[31mel\r\n");
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    w.write_strings(&names).expect("strings");
+    w.write_frame(&Frame::ActivityBuffer(buf)).expect("frame");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rec = dir.path().join("run\u{1b}[5m.gmr");
+    std::fs::write(&rec, w.finish().expect("finish")).expect("write");
+    let o = gpumeter(&["recording", "show", s(&rec)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let raw = raw_terminal_controls(&text);
+    assert!(raw.is_empty(), "raw {raw:?} in {text}");
+    assert!(!text.lines().any(|l| l.starts_with("fake row")), "{text}");
+    for shown in [
+        "node\\u{1b}[2J",
+        "NVIDIA H100\\nfake row\\u{202e}",
+        "test\\u{85}",
+        "kern\\u{1b}[31mel\\r\\n",
+        "run\\u{1b}[5m.gmr",
+    ] {
+        assert!(text.contains(shown), "{shown} not in {text}");
+    }
+    // --json keeps the names exactly.
+    let o = gpumeter(&["recording", "show", s(&rec), "--json"]);
+    assert!(
+        raw_terminal_controls(&stdout(&o)).is_empty(),
+        "{}",
+        stdout(&o)
+    );
+    let v = json(&o);
+    assert_eq!(v["kernel_names"][0]["name"], "kern\u{1b}[31mel\r\n");
+}
+
 /// Names that break the tenant-name rule (trimmed, printable, not reserved in any case).
 /// Each with a phrase of the rule it breaks and the character the message must not print.
 const BAD_TENANTS: [(&str, &str, Option<char>); 7] = [
