@@ -1,11 +1,19 @@
 //! `gpumeter`: meter GPU activity and preview invoices from the command line (DESIGN §8).
 //!
-//! Exit codes: 0 ok (loss is not an error), 1 bad input file, 2 bad command line.
+//! Exit codes: 0 ok (loss is not an error), 1 bad input file (an input, the price book, the
+//! device catalog, the tenant map or the opening state, and anything derived from them), 2 bad
+//! command line (clap's own errors, and `--from`/`--to` that do not parse or do not make a
+//! period on window edges).
+//!
+//! Text for people (tables, `error:` and `notice:` lines) goes through
+//! [`gpumeter::core::text::printable`], so control characters and bidirectional overrides
+//! from inputs never reach a terminal raw; JSON escapes them as `\uXXXX` ([`to_json`]).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpumeter::core::text::{is_escaped, printable};
 use gpumeter::core::time::parse_rfc3339;
 use gpumeter::core::TenantName;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
@@ -102,9 +110,11 @@ struct UsageArgs {
     /// Window size: 60s, 15m, 1h, 1d (must divide one day).
     #[arg(long, default_value = "1h", value_parser = parse_window)]
     window: WindowSize,
-    /// Tenant the inputs' usage is attributed to (default: unattributed).
-    #[arg(long, value_name = "NAME", value_parser = parse_tenant)]
-    tenant: Option<TenantName>,
+    /// Tenant the inputs' usage is attributed to (default: unattributed). Checked after
+    /// parsing ([`UsageArgs::options`]) so that the message names the rule, never the raw
+    /// character (clap would quote the value as given).
+    #[arg(long, value_name = "NAME")]
+    tenant: Option<String>,
     /// Tenant map (TOML: `[external]` correlation ids and `[pid]` process ids → tenant); its
     /// rules take precedence over --tenant.
     #[arg(long, value_name = "FILE")]
@@ -134,15 +144,19 @@ fn parse_window(s: &str) -> Result<WindowSize, String> {
     WindowSize::parse(s)
 }
 
-/// A tenant name ([`TenantName::parse`]: trimmed, printable, NFC, at most 256 bytes, not a
-/// reserved name in any case); a bad one is a bad command line (exit 2).
-fn parse_tenant(s: &str) -> Result<TenantName, String> {
-    TenantName::parse(s).map_err(|e| e.to_string())
-}
-
 impl UsageArgs {
-    fn options(&self) -> UsageOptions {
-        UsageOptions {
+    /// The library's options. `--tenant` must be a tenant name ([`TenantName::parse`]:
+    /// trimmed, printable, NFC, at most 256 bytes, not a reserved name in any case); a bad one
+    /// is a bad command line (exit 2), and the message names the rule and the character's code
+    /// point, not the character.
+    fn options(&self) -> Result<UsageOptions, Failure> {
+        let tenant = match &self.tenant {
+            Some(t) => {
+                Some(TenantName::parse(t).map_err(|e| usage_error(format!("--tenant: {e}")))?)
+            }
+            None => None,
+        };
+        Ok(UsageOptions {
             format: match self.format {
                 FormatArg::Auto => Format::Auto,
                 FormatArg::Kineto => Format::Kineto,
@@ -152,14 +166,14 @@ impl UsageArgs {
             },
             meter: MeterConfig {
                 window: self.window,
-                tenant: self.tenant.clone(),
+                tenant,
                 ..MeterConfig::default()
             },
             devices: self.devices.clone(),
             tenant_map: self.tenant_map.clone(),
             cupti_api: self.cupti_api_version,
             opening: self.opening.clone(),
-        }
+        })
     }
 }
 
@@ -170,15 +184,12 @@ struct Failure {
 }
 
 impl From<gpumeter::Error> for Failure {
+    /// Every library error comes from an input file, the price book, a catalog, a tenant map
+    /// or an opening state: exit 1. The one command-line fault the library reports (a
+    /// `--from`/`--to` period off the window edges) is mapped where the period is passed.
     fn from(e: gpumeter::Error) -> Self {
-        // A period that is not on window edges (or is empty) is a bad command line (`--from`,
-        // `--to`): exit 2. Everything else comes from an input file or the price book: exit 1.
-        let code = match &e {
-            gpumeter::Error::Rating(gpumeter::RatingError::Period { .. }) => 2,
-            _ => 1,
-        };
         Failure {
-            code,
+            code: 1,
             message: e.to_string(),
         }
     }
@@ -188,21 +199,107 @@ fn usage_error(message: String) -> Failure {
     Failure { code: 2, message }
 }
 
-fn to_json<T: serde::Serialize>(v: &T) -> Result<String, Failure> {
-    serde_json::to_string_pretty(v).map_err(|e| Failure {
+/// Writes one line to standard error with its text escaped ([`printable`]): messages carry
+/// file names, field values, device and kernel names from the inputs.
+pub(crate) fn say(line: &str) {
+    eprintln!("{}", printable(line));
+}
+
+/// Text for people, line by line through [`printable`]: the renderings escape each cell
+/// already (so widths are those of the escaped text); this keeps any raw control character
+/// that a rendering missed off the terminal.
+pub(crate) fn text_out(text: &str) -> String {
+    let lines: Vec<std::borrow::Cow<'_, str>> = text.split('\n').map(printable).collect();
+    lines.join("\n")
+}
+
+/// Pretty JSON whose strings also escape what [`printable`] escapes and JSON allows raw
+/// (DEL, C1 controls, bidirectional overrides, U+2028/U+2029), as `\uXXXX`: the same
+/// document to a parser, and nothing that moves a terminal's cursor or reorders its text.
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, Failure> {
+    let mut out = Vec::with_capacity(4096);
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, TerminalSafe::default());
+    v.serialize(&mut ser).map_err(|e| Failure {
+        code: 1,
+        message: format!("cannot write JSON: {e}"),
+    })?;
+    String::from_utf8(out).map_err(|e| Failure {
         code: 1,
         message: format!("cannot write JSON: {e}"),
     })
 }
 
+/// serde_json's pretty formatter with [`is_escaped`] characters written as `\uXXXX`.
+#[derive(Default)]
+struct TerminalSafe(serde_json::ser::PrettyFormatter<'static>);
+
+impl serde_json::ser::Formatter for TerminalSafe {
+    fn write_string_fragment<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        fragment: &str,
+    ) -> std::io::Result<()> {
+        let mut rest = fragment;
+        while let Some(i) = rest.find(is_escaped) {
+            let (head, tail) = rest.split_at(i);
+            w.write_all(head.as_bytes())?;
+            let mut chars = tail.chars();
+            if let Some(c) = chars.next() {
+                let mut units = [0u16; 2];
+                for u in c.encode_utf16(&mut units) {
+                    write!(w, "\\u{:04x}", u)?;
+                }
+            }
+            rest = chars.as_str();
+        }
+        w.write_all(rest.as_bytes())
+    }
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_array(w)
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array(w)
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_array_value(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_array_value(w)
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object(w)
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object(w)
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        w: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        self.0.begin_object_key(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.begin_object_value(w)
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.0.end_object_value(w)
+    }
+}
+
 fn run(cli: Cli) -> Result<String, Failure> {
     match cli.command {
         Command::Usage { usage, json } => {
-            let report = gpumeter::meter_inputs(&usage.inputs, &usage.options())?;
+            let options = usage.options()?;
+            let report = gpumeter::meter_inputs(&usage.inputs, &options)?;
             if json {
                 to_json(&report)
             } else {
-                Ok(table::usage_table(&report))
+                Ok(text_out(&table::usage_table(&report)))
             }
         }
         Command::Preview {
@@ -223,20 +320,32 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 }
                 _ => None,
             };
+            // The command line is checked whole before any file is read: a bad one is exit 2
+            // whatever the files hold.
+            let options = usage.options()?;
             let book = gpumeter::load_price_book(&prices)?;
-            let report = gpumeter::meter_inputs(&usage.inputs, &usage.options())?;
-            let invoices = gpumeter::preview(&report, &book, period)?;
+            let report = gpumeter::meter_inputs(&usage.inputs, &options)?;
+            let invoices = gpumeter::preview(&report, &book, period).map_err(|e| match e {
+                // Only a given period is refused so: `--from`/`--to` off the window edges. A
+                // default period that cannot be formed is the usage's fault (exit 1).
+                gpumeter::Error::Rating(gpumeter::RatingError::Period { .. })
+                    if period.is_some() =>
+                {
+                    usage_error(format!("--from/--to: {e}"))
+                }
+                e => Failure::from(e),
+            })?;
             if invoices.invoices.is_empty() {
                 // Nothing to bill: say why on stderr, so loss or an empty period is not silent.
-                eprintln!("notice: no usage to invoice in the period");
+                say("notice: no usage to invoice in the period");
                 for w in &report.warnings {
-                    eprintln!("notice: usage report: {w}");
+                    say(&format!("notice: usage report: {w}"));
                 }
             }
             if json {
                 to_json(&invoices)
             } else {
-                Ok(invoices.to_text_table())
+                Ok(text_out(&invoices.to_text_table()))
             }
         }
         Command::Record(args) => record::run(args),
@@ -251,13 +360,54 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 }
                 None => None,
             };
-            Ok(table::prices_check(&book, catalog.as_ref()))
+            Ok(text_out(&table::prices_check(&book, catalog.as_ref())))
         }
     }
 }
 
+/// The command line, or clap's message (escaped: it quotes the values given) and exit code.
+fn parse_cli() -> Result<Cli, ExitCode> {
+    Cli::try_parse().map_err(|e| {
+        let code = u8::try_from(e.exit_code()).unwrap_or(2);
+        if e.use_stderr() {
+            eprint!("{}", clap_message(&e));
+        } else {
+            // --help, --version: clap's own text, to stdout.
+            let _ = e.print();
+        }
+        ExitCode::from(code)
+    })
+}
+
+/// clap's message as plain text (StyledStr's Display has no colours), escaped line by line.
+/// clap quotes a refused value as given (only stripping ANSI sequences), so a value with a
+/// character [`printable`] escapes (a newline, a bidirectional override) is quoted escaped instead,
+/// with the reason its parser gave.
+fn clap_message(e: &clap::Error) -> String {
+    use clap::error::{ContextKind, ContextValue};
+    if let (Some(ContextValue::String(value)), Some(ContextValue::String(arg))) = (
+        e.get(ContextKind::InvalidValue),
+        e.get(ContextKind::InvalidArg),
+    ) {
+        if value.chars().any(is_escaped) {
+            let reason = std::error::Error::source(e)
+                .map(|s| format!(": {}", printable(&s.to_string())))
+                .unwrap_or_default();
+            return text_out(&format!(
+                "error: invalid value '{}' for '{arg}'{reason}\n\nFor more information, try \
+                 '--help'.\n",
+                printable(value)
+            ));
+        }
+    }
+    text_out(&e.render().to_string())
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match parse_cli() {
+        Ok(cli) => cli,
+        Err(code) => return code,
+    };
     match run(cli) {
         Ok(out) => {
             use std::io::Write as _;
@@ -267,13 +417,13 @@ fn main() -> ExitCode {
                 // A reader that stopped early (`| head`) is not our failure.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("error: cannot write the output: {e}");
+                    say(&format!("error: cannot write the output: {e}"));
                     ExitCode::from(1)
                 }
             }
         }
         Err(f) => {
-            eprintln!("error: {}", f.message);
+            say(&format!("error: {}", f.message));
             ExitCode::from(f.code)
         }
     }

@@ -23,7 +23,8 @@ use gpumeter::cupti::gmr::{
 use gpumeter::cupti::{decode, ApiVersion, Record, StringTable};
 use serde::Serialize;
 
-use crate::Failure;
+use crate::table::esc;
+use crate::{say, Failure};
 
 /// The environment variable naming the injection library for `record`.
 pub(crate) const ENV_INJECT_LIB: &str = "GPUMETER_INJECT_LIB";
@@ -245,7 +246,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
             .map_err(|e| fail(125, format!("cannot create {}: {e}", dir.display())))?;
     }
     match std::fs::remove_file(&out) {
-        Ok(()) => eprintln!("notice: replacing {}", out.display()),
+        Ok(()) => say(&format!("notice: replacing {}", out.display())),
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => return Err(fail(125, format!("cannot replace {}: {e}", out.display()))),
     }
@@ -254,10 +255,10 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
     };
     if let Some(prev) = std::env::var_os("CUDA_INJECTION64_PATH") {
         if prev != lib.as_os_str() {
-            eprintln!(
+            say(&format!(
                 "notice: replacing CUDA_INJECTION64_PATH={} for the command",
                 PathBuf::from(prev).display()
-            );
+            ));
         }
     }
     let since = SystemTime::now()
@@ -293,32 +294,36 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
 
     if !out.exists() {
         match write_empty(&out, pid) {
-            Ok(()) => eprintln!(
+            Ok(()) => say(
                 "notice: the command made no CUDA call that loaded the injection library (no \
                  GPU work, or the collector could not start: see any gpumeter-inject message \
-                 above); wrote an empty recording"
+                 above); wrote an empty recording",
             ),
-            Err(e) => eprintln!(
+            Err(e) => say(&format!(
                 "error: cannot write an empty recording to {}: {e}",
                 out.display()
-            ),
+            )),
         }
     }
     let mut all = vec![out.clone()];
     all.extend(sibling_recordings(&out, since));
     for p in &all {
-        eprintln!("recording written to {}{}", p.display(), describe(p));
+        say(&format!(
+            "recording written to {}{}",
+            p.display(),
+            describe(p)
+        ));
     }
     if all.len() > 1 {
         let names: Vec<String> = all.iter().map(|p| p.display().to_string()).collect();
-        eprintln!(
+        say(&format!(
             "notice: {} processes recorded; meter them together: gpumeter usage {}",
             all.len(),
             names.join(" ")
-        );
+        ));
     }
     if code != 0 {
-        eprintln!("notice: the command exited with status {code}");
+        say(&format!("notice: the command exited with status {code}"));
     }
     std::process::exit(code)
 }
@@ -579,7 +584,8 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
 fn show_text(i: &Inspection) -> String {
     let h = &i.header;
     let mut o = String::new();
-    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<12}{v}\n"));
+    // Every value can carry input text (file, host, device and kernel names, errors): escaped.
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<12}{}\n", esc(&v)));
     line("recording", i.file.clone());
     let state = match (&i.torn, i.finished) {
         (Some(t), _) => format!("torn: {t}"),
@@ -683,7 +689,7 @@ fn show_text(i: &Inspection) -> String {
         ),
     );
     for k in &i.kernel_names {
-        o.push_str(&format!("{:>12}  {}\n", k.count, k.name));
+        o.push_str(&format!("{:>12}  {}\n", k.count, esc(&k.name)));
     }
     if h.instrumented || i.instruction_frames > 0 {
         o.push_str(&format!(
@@ -699,12 +705,14 @@ fn show_text(i: &Inspection) -> String {
         for f in &i.instructions {
             o.push_str(&format!(
                 "{:>20}  ({})  {}\n",
-                f.warp_instructions, f.launches, f.name
+                f.warp_instructions,
+                f.launches,
+                esc(&f.name)
             ));
         }
     }
     for e in &i.decode_errors {
-        o.push_str(&format!("error: {e}\n"));
+        o.push_str(&format!("error: {}\n", esc(e)));
     }
     o.trim_end().to_string()
 }
@@ -715,10 +723,9 @@ pub(crate) fn recording(command: RecordingCommand) -> Result<String, Failure> {
         RecordingCommand::Show { file, json } => {
             let i = inspect(&file).map_err(|e| fail(1, e))?;
             if json {
-                serde_json::to_string_pretty(&i)
-                    .map_err(|e| fail(1, format!("cannot write JSON: {e}")))
+                crate::to_json(&i)
             } else {
-                Ok(show_text(&i))
+                Ok(crate::text_out(&show_text(&i)))
             }
         }
     }

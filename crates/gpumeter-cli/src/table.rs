@@ -1,8 +1,18 @@
 //! Readable, aligned text renderings of usage reports and price-book checks.
+//!
+//! Every text that can come from an input (file, device, kernel and tenant names, loss
+//! reasons, warnings, price-book text) is escaped with [`printable`] before it is placed, and
+//! column widths are those of the escaped text.
 
 use std::fmt::Write as _;
 
+use gpumeter::core::text::printable;
 use gpumeter::{DeviceCatalog, PriceBook, UsageReport};
+
+/// Input text, escaped ([`printable`]) and owned.
+pub(crate) fn esc(s: &str) -> String {
+    printable(s).into_owned()
+}
 
 /// Right- or left-aligned columns with a header row.
 pub(crate) struct Table {
@@ -20,8 +30,10 @@ impl Table {
         }
     }
 
+    /// Adds a row; each cell is escaped ([`printable`]) here, so widths are computed on
+    /// what is printed.
     pub(crate) fn row(&mut self, cells: Vec<String>) {
-        self.rows.push(cells);
+        self.rows.push(cells.into_iter().map(|c| esc(&c)).collect());
     }
 
     pub(crate) fn render(&self, indent: &str) -> String {
@@ -80,7 +92,9 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
     let _ = writeln!(
         out,
         "gpumeter usage report  (schema {}, metering policy {}, {} s windows)",
-        r.schema, r.metering_policy, r.window_seconds
+        esc(&r.schema),
+        esc(&r.metering_policy),
+        r.window_seconds
     );
     let _ = writeln!(out, "\nSources");
     let mut t = Table::new(&[("FILE", false), ("FORMAT", false), ("SHA-256", false)]);
@@ -120,7 +134,7 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
         .records
         .skipped
         .iter()
-        .map(|(k, v)| format!("{k} {v}"))
+        .map(|(k, v)| format!("{} {v}", esc(k)))
         .collect();
     let _ = writeln!(
         out,
@@ -178,10 +192,10 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
     if !r.warnings.is_empty() {
         let _ = writeln!(out, "\nWarnings");
         for w in &r.warnings {
-            let _ = writeln!(out, "  - {w}");
+            let _ = writeln!(out, "  - {}", esc(w));
         }
     }
-    let _ = write!(out, "\nsha256 {}", r.sha256);
+    let _ = write!(out, "\nsha256 {}", esc(&r.sha256));
     out
 }
 
@@ -189,7 +203,7 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
 pub(crate) fn prices_check(book: &PriceBook, catalog: Option<&DeviceCatalog>) -> String {
     let mut out = String::from("ok: the price book is valid\n\n");
     for line in book.summary() {
-        out.push_str(&line);
+        out.push_str(&esc(&line));
         out.push('\n');
     }
     if let Some(c) = catalog {

@@ -943,3 +943,520 @@ fn a_trace_given_gzipped_and_plain_is_metered_once() {
         both["warnings"]
     );
 }
+
+const HOUR_NS: u64 = 3_600_000_000_000;
+
+/// A Kineto trace with one device and one kernel `ts_us` µs after `base` (modern schema) or at
+/// `ts_us` µs (2021 schema, `base` = None).
+fn kineto_one_kernel(base: Option<u64>, ts_us: u64, device_name: &str, kernel: &str) -> Value {
+    let mut t = serde_json::json!({
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": device_name, "computeMajor": 9,
+                              "computeMinor": 0, "numSms": 132}],
+        "traceEvents": [{"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7,
+                         "ts": ts_us, "dur": 5,
+                         "args": {"device": 0, "stream": 7, "correlation": 1,
+                                  "grid": [1, 1, 1], "block": [32, 1, 1]}}]
+    });
+    if let Some(b) = base {
+        t["baseTimeNanoseconds"] = Value::from(b);
+    }
+    t
+}
+
+/// A kernel in the last whole hour a u64 of ns can start (2554-07-21T23:00:00Z): `usage`
+/// meters it (exit 0), `preview` without a period cannot end the default period there, which
+/// is the input's fault (exit 1, naming the usage row), not the command line's (exit 2).
+#[test]
+fn a_kernel_in_2554_previews_as_bad_input_not_a_bad_command_line() {
+    let last_window = u64::MAX / HOUR_NS * HOUR_NS;
+    assert!(last_window.checked_add(HOUR_NS).is_none());
+    let start = last_window + 60_000_000_000; // 60 s into that window
+    let dir = tempfile::tempdir().expect("tempdir");
+    let modern = dir.path().join("modern-2554.json");
+    let old = dir.path().join("schema2021-2554.json");
+    std::fs::write(
+        &modern,
+        kineto_one_kernel(Some(last_window), 60_000_000, "NVIDIA H100", "k").to_string(),
+    )
+    .expect("write");
+    std::fs::write(
+        &old,
+        kineto_one_kernel(None, start / 1_000, "NVIDIA H100", "k").to_string(),
+    )
+    .expect("write");
+    let expected_start = {
+        let u = json(&gpumeter(&["usage", s(&modern), "--json"]));
+        u["usage"][0]["window_start"]
+            .as_str()
+            .expect("a usage row")
+            .to_string()
+    };
+    assert!(
+        expected_start.starts_with("2554-07-21T23:00:00"),
+        "{expected_start}"
+    );
+    for p in [&modern, &old] {
+        let o = gpumeter(&["usage", s(p)]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        let u = json(&gpumeter(&["usage", s(p), "--json"]));
+        assert_eq!(meter_total(&u, "kernel_launches"), 1);
+        assert_eq!(u["usage"][0]["window_start"], expected_start.as_str());
+        let o = gpumeter(&["preview", s(p), "--prices", s(&book())]);
+        assert_eq!(o.status.code(), Some(1), "{}: {}", p.display(), stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("usage[0].window_start"), "{e}");
+        assert!(e.contains(&expected_start), "{e}");
+        // An explicit period before that window is a good command line: nothing to bill.
+        let o = gpumeter(&[
+            "preview",
+            s(p),
+            "--prices",
+            s(&book()),
+            "--from",
+            "2554-07-21T22:00:00Z",
+            "--to",
+            "2554-07-21T23:00:00Z",
+        ]);
+        assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(stderr(&o).contains("no usage to invoice"), "{}", stderr(&o));
+        // A given period off the window edges is still the command line's fault.
+        let o = gpumeter(&[
+            "preview",
+            s(p),
+            "--prices",
+            s(&book()),
+            "--from",
+            "2554-07-21T22:30:00Z",
+            "--to",
+            "2554-07-21T23:00:00Z",
+        ]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(stderr(&o).contains("--from/--to"), "{}", stderr(&o));
+    }
+}
+
+/// Characters that act on a terminal: none may reach text output raw.
+fn raw_terminal_controls(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| c != '\n' && gpumeter::core::text::is_escaped(c))
+        .collect()
+}
+
+/// Device, kernel and file names with ESC sequences, newlines and a right-to-left override:
+/// every text rendering and every stderr line shows them escaped; JSON keeps them exactly
+/// (escaped as `\uXXXX`); table columns stay aligned on the escaped text.
+#[test]
+fn control_characters_from_inputs_are_escaped_in_text_output() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let device = "NVIDIA H100\u{1b}[2J\nfake row \u{202e}llib";
+    let device_shown = "NVIDIA H100\\u{1b}[2J\\nfake row \\u{202e}llib";
+    let file = dir.path().join("tr\u{1b}[31mace\n.json");
+    let file_shown = "tr\\u{1b}[31mace\\n.json";
+    std::fs::write(
+        &file,
+        kineto_one_kernel(
+            Some(1_793_606_000_000_000_000),
+            60_000_000,
+            device,
+            "kern\u{1b}]0;pwned\u{7}el",
+        )
+        .to_string(),
+    )
+    .expect("write");
+    let check = |what: &str, o: &Output| {
+        for (stream, text) in [("stdout", stdout(o)), ("stderr", stderr(o))] {
+            let raw = raw_terminal_controls(&text);
+            assert!(raw.is_empty(), "{what} {stream}: raw {raw:?} in {text}");
+            assert!(
+                !text.lines().any(|l| l.starts_with("fake row")),
+                "{what} {stream}: a name's newline started a line: {text}"
+            );
+        }
+    };
+
+    // usage, text: the escaped names, and the Devices table aligned on them.
+    let o = gpumeter(&["usage", s(&file)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("usage", &o);
+    let text = stdout(&o);
+    assert!(text.contains(device_shown), "{text}");
+    assert!(text.contains(file_shown), "{text}");
+    let lines: Vec<&str> = text.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("DEVICE  KEY"))
+        .expect("devices header");
+    let end_of = |line: &str, word: &str| {
+        line.find(word)
+            .map(|b| line[..b].chars().count() + word.chars().count())
+    };
+    // SMs is right-aligned: the header's "SMs" and the row's "132" end in one column.
+    assert_eq!(
+        end_of(lines[header], "SMs"),
+        end_of(lines[header + 1], "132"),
+        "{text}"
+    );
+
+    // usage, JSON: exact names (parsers see the same strings), no raw controls on the wire.
+    let o = gpumeter(&["usage", s(&file), "--json"]);
+    check("usage --json", &o);
+    let u = json(&o);
+    assert_eq!(u["devices"][0]["name"], device);
+    assert_eq!(
+        u["sources"][0]["name"],
+        file.file_name().and_then(|n| n.to_str()).expect("name")
+    );
+    assert!(stdout(&o).contains("\\u202e"), "{}", stdout(&o));
+
+    // preview, text: an SKU that matches everything ("*") with an ESC in its id; the usage
+    // report's warnings (naming the file) are in the invoice's warnings.
+    let book = dir.path().join("star.toml");
+    std::fs::write(
+        &book,
+        "schema = \"gpumeter.pricebook/v1\"\nversion = \"v\\u001b[8m1\"\ncurrency = \"USD\"\n\
+         [[sku]]\nid = \"any\\u001b[5m\"\nmatch = [\"*\"]\n\
+         [[rate]]\nsku = \"any\\u001b[5m\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"0.25\"\n",
+    )
+    .expect("write");
+    let o = gpumeter(&["preview", s(&file), "--prices", s(&book)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("preview", &o);
+    let text = stdout(&o);
+    for shown in ["any\\u{1b}[5m", "v\\u{1b}[8m1", file_shown] {
+        assert!(text.contains(shown), "{shown} not in {text}");
+    }
+    let i = json(&gpumeter(&[
+        "preview",
+        s(&file),
+        "--prices",
+        s(&book),
+        "--json",
+    ]));
+    assert_eq!(i["invoices"][0]["lines"][0]["sku"], "any\u{1b}[5m");
+    assert_eq!(i["invoices"][0]["lines"][0]["amount"], "0.25");
+
+    // notice: lines (a period without usage repeats the report's warnings on stderr).
+    let o = gpumeter(&[
+        "preview",
+        s(&file),
+        "--prices",
+        s(&book),
+        "--from",
+        "2000-01-01T00:00:00Z",
+        "--to",
+        "2000-01-01T01:00:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("preview notice", &o);
+    assert!(
+        stderr(&o).contains("notice: usage report:"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains(file_shown), "{}", stderr(&o));
+
+    // error: lines, naming a bad file and a missing one.
+    let bad = dir.path().join("bad\u{1b}[2J\n.json");
+    std::fs::write(&bad, b"{\"hello\": \"world\"}").expect("write");
+    for p in [bad.clone(), dir.path().join("missing\u{202e}\u{9b}2J.json")] {
+        let o = gpumeter(&["usage", s(&p)]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        check("error", &o);
+        assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
+        assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    }
+
+    // prices check, with a catalog whose device name carries ESC and a newline.
+    let catalog = dir.path().join("devices.toml");
+    std::fs::write(
+        &catalog,
+        "[[device]]\nid = 0\nname = \"NVIDIA H100\\u001b[2J\\nfake row\"\nsm_count = 132\n",
+    )
+    .expect("write");
+    let o = gpumeter(&["prices", "check", s(&book), "--devices", s(&catalog)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    check("prices check", &o);
+    assert!(
+        stdout(&o).contains("NVIDIA H100\\u{1b}[2J\\nfake row"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("any\\u{1b}[5m"), "{}", stdout(&o));
+}
+
+/// `recording show` prints a recording's host, device and kernel names escaped.
+#[test]
+fn recording_show_escapes_names_from_the_recording() {
+    use gpumeter_cupti::gmr::{
+        ClockPair, Frame, GmrDevice, GmrHeader, GmrWriter, Producer, StringTable,
+    };
+    use gpumeter_cupti::ActivityKind;
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let mut buf = Vec::new();
+    cupti_record(
+        &mut buf,
+        ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", i128::from(t0)),
+            ("end", i128::from(t0) + 1_000),
+            ("gridX", 1),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("correlationId", 1),
+            ("name", 0x1000),
+        ],
+    );
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "node\u{1b}[2J".into(),
+        clock: ClockPair {
+            cupti_timestamp_ns: t0,
+            unix_time_ns: t0,
+        },
+        process_id: 42,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100\nfake row\u{202e}".into()),
+            uuid: None,
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        producer: Producer {
+            name: "test\u{85}".into(),
+            version: "0".into(),
+        },
+        instrumented: false,
+    };
+    let mut names = StringTable::new();
+    names.insert(0x1000, "kern\u{1b}[31mel\r\n");
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    w.write_strings(&names).expect("strings");
+    w.write_frame(&Frame::ActivityBuffer(buf)).expect("frame");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rec = dir.path().join("run\u{1b}[5m.gmr");
+    std::fs::write(&rec, w.finish().expect("finish")).expect("write");
+    let o = gpumeter(&["recording", "show", s(&rec)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    let raw = raw_terminal_controls(&text);
+    assert!(raw.is_empty(), "raw {raw:?} in {text}");
+    assert!(!text.lines().any(|l| l.starts_with("fake row")), "{text}");
+    for shown in [
+        "node\\u{1b}[2J",
+        "NVIDIA H100\\nfake row\\u{202e}",
+        "test\\u{85}",
+        "kern\\u{1b}[31mel\\r\\n",
+        "run\\u{1b}[5m.gmr",
+    ] {
+        assert!(text.contains(shown), "{shown} not in {text}");
+    }
+    // --json keeps the names exactly.
+    let o = gpumeter(&["recording", "show", s(&rec), "--json"]);
+    assert!(
+        raw_terminal_controls(&stdout(&o)).is_empty(),
+        "{}",
+        stdout(&o)
+    );
+    let v = json(&o);
+    assert_eq!(v["kernel_names"][0]["name"], "kern\u{1b}[31mel\r\n");
+}
+
+/// Names that break the tenant-name rule (trimmed, printable, not reserved in any case).
+/// Each with a phrase of the rule it breaks and the character the message must not print.
+const BAD_TENANTS: [(&str, &str, Option<char>); 7] = [
+    ("idle ", "must not begin or end with whitespace", None),
+    (" alice", "must not begin or end with whitespace", None),
+    ("IDLE", "`idle` is reserved (in any case)", None),
+    (
+        "Unattributed",
+        "`unattributed` is reserved (in any case)",
+        None,
+    ),
+    (
+        "al\u{200b}ice",
+        "must be printable: character 2 is U+200B",
+        Some('\u{200b}'),
+    ),
+    (
+        "a\u{1b}[2Jb",
+        "must be printable: character 1 is U+001B",
+        Some('\u{1b}'),
+    ),
+    (
+        "a\nb",
+        "must be printable: character 1 is U+000A",
+        Some('\n'),
+    ),
+];
+
+fn assert_names_rule(e: &str, rule: &str, raw: Option<char>) {
+    assert!(
+        e.contains(rule),
+        "the message must name the rule `{rule}`: {e}"
+    );
+    if let Some(c) = raw {
+        assert!(
+            !e.trim_end_matches('\n').contains(c),
+            "the message must not print U+{:04X} raw: {e:?}",
+            u32::from(c)
+        );
+    }
+}
+
+#[test]
+fn a_bad_tenant_on_the_command_line_is_exit_2_naming_the_rule() {
+    let ex = example();
+    for (name, rule, raw) in BAD_TENANTS {
+        for cmd in [
+            vec!["usage", s(&ex), "--tenant", name],
+            vec!["preview", s(&ex), "--prices", s(&book()), "--tenant", name],
+        ] {
+            let o = gpumeter(&cmd);
+            assert_eq!(o.status.code(), Some(2), "{name:?}: {}", stderr(&o));
+            let e = stderr(&o);
+            assert!(e.starts_with("error: --tenant: "), "{e}");
+            assert_names_rule(&e, rule, raw);
+        }
+    }
+    // The command line is checked before any file is read: a bad --tenant with a missing
+    // price book is still exit 2.
+    let o = gpumeter(&[
+        "preview",
+        s(&ex),
+        "--prices",
+        "missing.toml",
+        "--tenant",
+        "IDLE",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A good name is accepted.
+    let u = json(&gpumeter(&[
+        "usage",
+        s(&ex),
+        "--tenant",
+        "Zoë team-7",
+        "--json",
+    ]));
+    assert!(u["totals"]
+        .as_array()
+        .expect("totals")
+        .iter()
+        .all(|t| t["tenant"] == "Zoë team-7"));
+}
+
+#[test]
+fn a_bad_tenant_in_a_tenant_map_is_exit_1_naming_file_key_and_rule() {
+    let ex = example();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, (name, rule, raw)) in BAD_TENANTS.into_iter().enumerate() {
+        let map = dir.path().join(format!("tenants-{i}.toml"));
+        // A TOML basic string with \uXXXX escapes: the file itself is plain ASCII.
+        let quoted: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_graphic() || c == ' ' {
+                    c.to_string()
+                } else {
+                    format!("\\u{:04X}", u32::from(c))
+                }
+            })
+            .collect();
+        std::fs::write(&map, format!("[pid]\n4242 = \"{quoted}\"\n")).expect("write");
+        for cmd in [
+            vec!["usage", s(&ex), "--tenant-map", s(&map)],
+            vec![
+                "preview",
+                s(&ex),
+                "--prices",
+                s(&book()),
+                "--tenant-map",
+                s(&map),
+            ],
+        ] {
+            let o = gpumeter(&cmd);
+            assert_eq!(o.status.code(), Some(1), "{name:?}: {}", stderr(&o));
+            let e = stderr(&o);
+            assert!(e.contains(&format!("tenants-{i}.toml")), "{e}");
+            assert!(e.contains("[pid] key `4242`"), "{e}");
+            assert_names_rule(&e, rule, raw);
+        }
+    }
+}
+
+#[test]
+fn a_bad_tenant_in_an_opening_report_is_exit_1_naming_the_entry() {
+    use gpumeter_cupti::ActivityKind;
+    let t0: i128 = 1_793_606_160_000_000_000;
+    let buffer = |kernel_at: i128, op: i128, t: i128| {
+        let mut buf = Vec::new();
+        cupti_record(
+            &mut buf,
+            ActivityKind::DEVICE,
+            &[
+                ("id", 0),
+                ("numMultiprocessors", 132),
+                ("uuid", 0x0123_4567_89ab_cdef),
+            ],
+        );
+        cupti_record(
+            &mut buf,
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", kernel_at),
+                ("end", kernel_at + 1_000),
+                ("gridX", 1),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("correlationId", 1),
+            ],
+        );
+        cupti_record(
+            &mut buf,
+            ActivityKind::MEMORY2,
+            &[
+                ("memoryOperationType", op),
+                ("memoryKind", 3),
+                ("address", 0x7f00_0000_0000),
+                ("bytes", 4096),
+                ("timestamp", t),
+                ("processId", 77),
+            ],
+        );
+        buf
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let first = dir.path().join("first.cupti");
+    let second = dir.path().join("second.cupti");
+    std::fs::write(&first, buffer(t0, 1, t0 + 100)).expect("write");
+    std::fs::write(&second, buffer(t0 + 5_000, 2, t0 + 3_000)).expect("write");
+    let u1 = json(&gpumeter(&[
+        "usage",
+        s(&first),
+        "--tenant",
+        "acme",
+        "--json",
+    ]));
+    assert_eq!(u1["open_allocations"][0]["tenant"], "acme");
+    // The report as given is good opening state.
+    let good = dir.path().join("good.json");
+    std::fs::write(&good, u1.to_string()).expect("write");
+    let o = gpumeter(&["usage", s(&second), "--opening", s(&good)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    for (name, rule, raw) in BAD_TENANTS {
+        // The tenant edited and the report sealed again: only the tenant is wrong.
+        let mut edited = u1.clone();
+        edited["open_allocations"][0]["tenant"] = Value::from(name);
+        let digest =
+            gpumeter::core::document_sha256(&edited, "sha256").expect("digest of the report");
+        edited["sha256"] = Value::from(digest);
+        let r = dir.path().join("opening.json");
+        std::fs::write(&r, edited.to_string()).expect("write");
+        let o = gpumeter(&["usage", s(&second), "--opening", s(&r)]);
+        assert_eq!(o.status.code(), Some(1), "{name:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert!(e.contains("opening.json"), "{e}");
+        assert!(e.contains("open_allocations[0].tenant"), "{e}");
+        assert_names_rule(&e, rule, raw);
+    }
+}

@@ -30,6 +30,7 @@ pub mod occupancy;
 pub mod record;
 pub mod report;
 pub mod tenant;
+pub mod text;
 pub mod time;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};

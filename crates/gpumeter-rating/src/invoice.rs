@@ -1,5 +1,6 @@
 //! The invoice document, `gpumeter.invoice/v1` (DESIGN §7), and its text rendering.
 
+use gpumeter_core::text::printable;
 use gpumeter_core::{document_sha256, MeterKind, Quantity};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -207,6 +208,11 @@ impl InvoiceDocument {
     /// currency, price book), a table of lines (SKU | meter | quantity in the pricing unit |
     /// unit price | amount, numbers right-aligned), subtotal and total, then unpriced usage
     /// and warnings. Ends with a newline; `"no invoices\n"` for an empty document.
+    ///
+    /// Text from the inputs (tenant, SKU ids, the book's version, device keys and names,
+    /// reasons, warnings) is escaped with [`gpumeter_core::text::printable`], so control
+    /// characters and bidirectional overrides show as `\u{1b}`-style escapes and never reach a
+    /// terminal raw; column widths are those of the escaped text.
     pub fn to_text_table(&self) -> String {
         if self.invoices.is_empty() {
             return "no invoices: no usage in the period\n".to_string();
@@ -238,22 +244,28 @@ fn short_hash(h: &str) -> &str {
     h.get(..12).unwrap_or(h)
 }
 
+/// Input text for the table: escaped ([`printable`]) and owned.
+fn esc(s: &str) -> String {
+    printable(s).into_owned()
+}
+
 fn invoice_text(inv: &Invoice) -> String {
     let mut out = String::new();
-    out.push_str(&format!("Invoice for tenant {}\n", inv.tenant));
+    out.push_str(&format!("Invoice for tenant {}\n", esc(&inv.tenant)));
     out.push_str(&format!(
         "  period      {} to {} (end exclusive)\n",
-        inv.period.from, inv.period.to
+        esc(&inv.period.from),
+        esc(&inv.period.to)
     ));
-    out.push_str(&format!("  currency    {}\n", inv.currency));
+    out.push_str(&format!("  currency    {}\n", esc(&inv.currency)));
     out.push_str(&format!(
         "  price book  {} (sha256 {}…)\n",
-        inv.price_book.version,
-        short_hash(&inv.price_book.sha256)
+        esc(&inv.price_book.version),
+        esc(short_hash(&inv.price_book.sha256))
     ));
     out.push_str(&format!(
         "  usage       sha256 {}…\n\n",
-        short_hash(&inv.usage_sha256)
+        esc(short_hash(&inv.usage_sha256))
     ));
 
     const ALIGN: [Align; 5] = [
@@ -268,7 +280,7 @@ fn invoice_text(inv: &Invoice) -> String {
         "Meter".to_string(),
         "Quantity".to_string(),
         "Unit price".to_string(),
-        format!("Amount {}", inv.currency),
+        format!("Amount {}", esc(&inv.currency)),
     ];
     let mut rows: Vec<[String; 5]> = Vec::new();
     for l in &inv.lines {
@@ -283,21 +295,21 @@ fn invoice_text(inv: &Invoice) -> String {
             LineKind::Usage | LineKind::Reservation => {
                 let mut meter = l.meter.map_or_else(String::new, |m| m.to_string());
                 if let Some(b) = &l.band {
-                    meter.push_str(&format!(", band {b}"));
+                    meter.push_str(&format!(", band {}", esc(b)));
                 }
                 if let Some(t) = &l.tier {
-                    meter.push_str(&format!(", tier {t}"));
+                    meter.push_str(&format!(", tier {}", esc(t)));
                 }
                 if l.kind == LineKind::Reservation {
                     meter = format!("reservation {meter}");
                 }
                 let quantity = match (&l.quantity_in_pricing_unit, &l.pricing_unit) {
-                    (Some(q), Some(u)) => format!("{q} {u}"),
-                    (Some(q), None) => q.clone(),
+                    (Some(q), Some(u)) => format!("{} {}", esc(q), esc(u)),
+                    (Some(q), None) => esc(q),
                     _ => String::new(),
                 };
                 [
-                    l.sku.clone().unwrap_or_default(),
+                    l.sku.as_deref().map(esc).unwrap_or_default(),
                     meter,
                     quantity,
                     l.unit_price.map_or_else(String::new, |p| p.to_string()),
@@ -349,7 +361,7 @@ fn invoice_text(inv: &Invoice) -> String {
     out.push_str(&totals_row("Subtotal", &subtotal));
     for c in &inv.credits_applied {
         out.push_str(&totals_row(
-            &format!("Credits {}", c.grant),
+            &format!("Credits {}", esc(&c.grant)),
             &format!("-{}", c.amount),
         ));
     }
@@ -360,19 +372,19 @@ fn invoice_text(inv: &Invoice) -> String {
         for u in &inv.unpriced {
             out.push_str(&format!(
                 "    {} ({}): {} {} {}: {}\n",
-                u.device_key,
-                u.name.as_deref().unwrap_or("no name"),
+                esc(&u.device_key),
+                esc(u.name.as_deref().unwrap_or("no name")),
                 u.meter,
                 u.quantity,
                 u.meter.canonical_unit(),
-                u.reason
+                esc(&u.reason)
             ));
         }
     }
     if !inv.warnings.is_empty() {
         out.push_str("\n  Warnings:\n");
         for w in &inv.warnings {
-            out.push_str(&format!("    - {w}\n"));
+            out.push_str(&format!("    - {}\n", esc(w)));
         }
     }
     out

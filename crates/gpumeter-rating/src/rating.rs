@@ -29,7 +29,8 @@ pub enum RatingError {
         /// What is wrong.
         reason: String,
     },
-    /// The requested period is empty or not on window edges.
+    /// The requested period (the caller's, never a default derived from the usage) is empty or
+    /// not on window edges.
     #[error("period [{from}, {to}): {reason}")]
     Period {
         /// Start, RFC 3339 UTC.
@@ -115,6 +116,8 @@ struct TenantUsage<'a> {
     lines: BTreeMap<usize, u128>,
     /// Unpriced quantity per (device key, meter, reason).
     unpriced: BTreeMap<(&'a str, MeterKind, String), u128>,
+    /// Meters of this tenant's usage that its SKUs have no rate for (not billed, not listed).
+    unrated: BTreeSet<MeterKind>,
 }
 
 /// Rates `usage` with `book`: one invoice per tenant that has usage in the period, sorted
@@ -136,7 +139,9 @@ struct TenantUsage<'a> {
 ///   goes to the invoice's `unpriced` block with a warning, never dropped.
 ///
 /// If the book has an invoice minimum and the usage lines sum to less, a `minimum` line tops
-/// them up. `subtotal` = Σ lines; `total` = subtotal (no credits in v0); `ledger_head` null;
+/// them up; the minimum applies to priced usage only, so an invoice without a usage line (all
+/// of its usage unpriced or of meters the book does not rate) has no `minimum` line and a
+/// warning that says why (a usage line of amount 0 still gets the top-up). `subtotal` = Σ lines; `total` = subtotal (no credits in v0); `ledger_head` null;
 /// `usage_sha256` is the report's own `sha256`, copied (callers verify the report), or the
 /// report's digest computed here when its `sha256` is empty (an unsealed report). Warnings:
 /// loss in the report, the report's own warnings (prefixed `usage report:`), and each unpriced
@@ -145,8 +150,10 @@ struct TenantUsage<'a> {
 ///
 /// # Errors
 /// [`RatingError::Usage`] for a report of another schema or policy, a bad window size or a
-/// `window_start` that is not an RFC 3339 window edge; [`RatingError::Period`] for an empty
-/// period or one off window edges; [`RatingError::EdgeNotOnWindow`] for a rate validity edge
+/// `window_start` that is not an RFC 3339 window edge, or (without `period`) a window that
+/// ends after the latest time a `u64` of ns holds, naming its row (`usage[i].window_start`);
+/// [`RatingError::Period`] for an empty given period or one off window edges (only a given
+/// `period` yields it); [`RatingError::EdgeNotOnWindow`] for a rate validity edge
 /// inside a window; [`RatingError::AmbiguousSku`]; [`RatingError::QuantityOverflow`] and
 /// [`RatingError::AmountOverflow`] when a quantity or an amount exceeds what the invoice can
 /// hold; [`RatingError::Digest`].
@@ -170,19 +177,9 @@ pub fn rate(
             check_period(from, to, window)?;
             (from, to)
         }
-        None => match (starts.iter().min(), starts.iter().max()) {
-            (Some(&lo), Some(&hi)) => {
-                let end = hi
-                    .checked_add(window.ns())
-                    .ok_or_else(|| RatingError::Period {
-                        from: rfc3339(lo),
-                        to: "beyond 2554".into(),
-                        reason: "the usage's last window ends after the latest time gpumeter holds"
-                            .into(),
-                    })?;
-                (lo, end)
-            }
-            _ => return Ok(InvoiceDocument::new(Vec::new())),
+        None => match default_period(usage, &starts, window)? {
+            Some(p) => p,
+            None => return Ok(InvoiceDocument::new(Vec::new())),
         },
     };
 
@@ -219,7 +216,9 @@ pub fn rate(
         match p {
             Pricing::Sku(s) => {
                 let Some(candidates) = rates_of.get(&(s, row.meter)) else {
-                    continue; // the SKU does not price this meter: not billed
+                    // The SKU does not price this meter: not billed, not listed.
+                    acc.unrated.insert(row.meter);
+                    continue;
                 };
                 match candidates.iter().find(|r| r.valid_at(ws)) {
                     Some(r) => {
@@ -309,6 +308,41 @@ fn check_rate_edges(book: &PriceBook, window: WindowSize) -> Result<(), RatingEr
         }
     }
     Ok(())
+}
+
+/// The usage's span rounded out to whole windows, `None` without usage. A window that ends
+/// after the latest time a `u64` of ns holds (2554-07-21T23:34:33.709551615Z) is a fault of
+/// the usage report (its row is named), not of the command line: no period was given.
+fn default_period(
+    usage: &UsageReport,
+    starts: &[u64],
+    window: WindowSize,
+) -> Result<Option<(u64, u64)>, RatingError> {
+    let (Some(&lo), Some(&hi)) = (starts.iter().min(), starts.iter().max()) else {
+        return Ok(None);
+    };
+    if let Some(end) = hi.checked_add(window.ns()) {
+        return Ok(Some((lo, end)));
+    }
+    let i = starts
+        .iter()
+        .position(|&s| s.checked_add(window.ns()).is_none())
+        .unwrap_or_default();
+    let value = usage
+        .usage
+        .get(i)
+        .map_or_else(String::new, |r| format!("\"{}\"", r.window_start));
+    Err(RatingError::Usage {
+        field: format!("usage[{i}].window_start"),
+        value,
+        reason: format!(
+            "its {} s window ends after {}, the latest time gpumeter holds (2^64 − 1 ns after the \
+             Unix epoch), so the usage's period cannot end; rate an explicit period that ends \
+             before this window",
+            window.seconds(),
+            rfc3339(u64::MAX)
+        ),
+    })
 }
 
 fn check_period(from: u64, to: u64, window: WindowSize) -> Result<(), RatingError> {
@@ -476,10 +510,19 @@ fn build_invoice(
         });
     }
 
+    // The minimum tops up priced usage only: an invoice without a usage line (all of its
+    // usage unpriced, or of meters the book does not rate) has nothing to top up, and says so.
     let mut subtotal_minor = usage_sum.clone();
+    let mut minimum_waived = None;
     if let Some(min_minor) = book.invoice_minimum_minor_units() {
         let min_minor = BigUint::from(min_minor);
-        if usage_sum < min_minor {
+        if lines.is_empty() {
+            if !min_minor.is_zero() {
+                let amount = minor_units_to_decimal(&min_minor, &currency)
+                    .ok_or_else(|| overflow("minimum".into(), &min_minor))?;
+                minimum_waived = Some(amount);
+            }
+        } else if usage_sum < min_minor {
             let top_up = &min_minor - &usage_sum;
             let amount = minor_units_to_decimal(&top_up, &currency)
                 .ok_or_else(|| overflow("minimum".into(), &top_up))?;
@@ -512,6 +555,28 @@ fn build_invoice(
             quantity: Quantity(*q),
             reason: reason.clone(),
         });
+    }
+    if let Some(minimum) = minimum_waived {
+        let mut why = Vec::new();
+        if !unpriced.is_empty() {
+            why.push("see unpriced".to_string());
+        }
+        if !acc.unrated.is_empty() {
+            let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
+            why.push(format!(
+                "the price book has no rate for {} on this usage's SKUs (not billed)",
+                meters.join(", ")
+            ));
+        }
+        let mut w = format!(
+            "the invoice minimum of {minimum} {} does not apply: this invoice has no priced usage",
+            currency.code()
+        );
+        for part in why {
+            w.push_str("; ");
+            w.push_str(&part);
+        }
+        warnings.push(w);
     }
 
     Ok(Invoice {

@@ -1241,6 +1241,272 @@ mod invoices {
         assert_eq!(inv["ledger_head"], serde_json::Value::Null);
     }
 
+    /// The warning an invoice carries when the book's minimum does not apply to it.
+    fn minimum_waived_warning(inv: &Invoice) -> Option<&str> {
+        inv.warnings
+            .iter()
+            .map(String::as_str)
+            .find(|w| w.starts_with("the invoice minimum of "))
+    }
+
+    /// An invoice with no usage line: nothing billed, no minimum line, and a warning that
+    /// names the minimum and says why it does not apply.
+    fn assert_minimum_waived(inv: &Invoice, minimum: &str) -> String {
+        assert!(inv.lines.is_empty(), "{:?}", inv.lines);
+        assert!(inv.lines.iter().all(|l| l.kind != LineKind::Minimum));
+        assert_eq!(inv.subtotal, rust_decimal::Decimal::ZERO);
+        assert_eq!(inv.total, rust_decimal::Decimal::ZERO);
+        assert_sums(inv);
+        let w = minimum_waived_warning(inv).unwrap_or_default().to_string();
+        assert!(
+            w.starts_with(&format!(
+                "the invoice minimum of {minimum} USD does not apply: this invoice has no \
+                 priced usage"
+            )),
+            "{:?}",
+            inv.warnings
+        );
+        w
+    }
+
+    #[test]
+    fn all_usage_unpriced_gets_no_minimum_and_says_why() {
+        // Each way usage can be unpriced: a device no SKU matches, a device without a name,
+        // a device the report does not list, and a window in which no rate is in force.
+        let dated = book(
+            "currency = \"USD\"\ninvoice_minimum = \"0.50\"",
+            &format!(
+                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\n\
+                 unit_price = \"0.0175\"\nvalid_from = \"2026-12-02T00:00:00Z\"\n"
+            ),
+        );
+        let cases: [(&str, UsageReport, &PriceBook); 4] = [
+            (
+                "no SKU matches",
+                report(
+                    3600,
+                    vec![device("GPU-0", Some("NVIDIA B200"))],
+                    vec![row(
+                        "alice",
+                        "GPU-0",
+                        DEC1,
+                        MeterKind::SmNs,
+                        7 * HOUR_NS as u128,
+                    )],
+                ),
+                &priced_book("0.50"),
+            ),
+            (
+                "no name",
+                report(
+                    3600,
+                    vec![device("GPU-0", None)],
+                    vec![row("alice", "GPU-0", DEC1, MeterKind::SmNs, 7)],
+                ),
+                &priced_book("0.50"),
+            ),
+            (
+                "not listed",
+                report(
+                    3600,
+                    vec![],
+                    vec![row("alice", "GPU-9", DEC1, MeterKind::SmNs, 7)],
+                ),
+                &priced_book("0.50"),
+            ),
+            (
+                "no rate in force",
+                one_row_report(MeterKind::SmNs, 125 * 360_000_000_000),
+                &dated,
+            ),
+        ];
+        for (what, u, b) in cases {
+            let doc = rated(&u, b, None);
+            assert_eq!(doc.invoices.len(), 1, "{what}");
+            let inv = &doc.invoices[0];
+            assert_eq!(inv.unpriced.len(), 1, "{what}: {:?}", inv.unpriced);
+            let w = assert_minimum_waived(inv, "0.50");
+            assert!(w.ends_with("; see unpriced"), "{what}: {w}");
+            assert!(doc.verify_digests());
+        }
+    }
+
+    #[test]
+    fn usage_only_of_meters_the_book_does_not_rate_gets_no_minimum() {
+        // kernel_launches and kernel_ns on a priced H100: the book rates neither.
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100 80GB HBM3"))],
+            vec![
+                row("alice", "GPU-0", DEC1, MeterKind::KernelLaunches, 60),
+                row("alice", "GPU-0", DEC1, MeterKind::KernelNs, 307_197),
+            ],
+        );
+        let doc = rated(&u, &priced_book("0.50"), None);
+        assert_eq!(doc.invoices.len(), 1);
+        let inv = &doc.invoices[0];
+        assert!(inv.unpriced.is_empty(), "{:?}", inv.unpriced);
+        let w = assert_minimum_waived(inv, "0.50");
+        assert!(!w.contains("see unpriced"), "{w}");
+        assert!(
+            w.contains("no rate for kernel_ns, kernel_launches")
+                || w.contains("no rate for kernel_launches, kernel_ns"),
+            "{w}"
+        );
+        // A book without a minimum has nothing to waive and says nothing about it.
+        let no_minimum = book(
+            "currency = \"USD\"",
+            &format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"1\"\n"),
+        );
+        let doc = rated(&u, &no_minimum, None);
+        assert_eq!(minimum_waived_warning(&doc.invoices[0]), None);
+        let doc = rated(&u, &priced_book("0"), None);
+        assert_eq!(minimum_waived_warning(&doc.invoices[0]), None);
+    }
+
+    #[test]
+    fn the_minimum_tops_up_the_priced_lines_only() {
+        let rows = |sm_ns: u128| {
+            report(
+                3600,
+                vec![
+                    device("GPU-0", Some("NVIDIA H100 80GB HBM3")),
+                    device("GPU-1", Some("NVIDIA B200")),
+                ],
+                vec![
+                    row("alice", "GPU-0", DEC1, MeterKind::SmNs, sm_ns),
+                    // Unpriced and large: it must not count toward the minimum.
+                    row(
+                        "alice",
+                        "GPU-1",
+                        DEC1,
+                        MeterKind::SmNs,
+                        1_000 * HOUR_NS as u128,
+                    ),
+                    // Not rated by the book: neither.
+                    row("alice", "GPU-0", DEC1, MeterKind::KernelLaunches, 1_000_000),
+                ],
+            )
+        };
+        // 12.5 SM·hour × 0.0175 = 0.21875 → 0.22; the minimum tops the priced line up.
+        let doc = rated(&rows(125 * 360_000_000_000), &priced_book("0.50"), None);
+        let inv = &doc.invoices[0];
+        assert_eq!(inv.unpriced.len(), 1);
+        let usage_sum = inv
+            .lines
+            .iter()
+            .filter(|l| l.kind == LineKind::Usage)
+            .fold(rust_decimal::Decimal::ZERO, |a, l| a + l.amount);
+        assert_eq!(usage_sum.to_string(), "0.22");
+        let minimum: Vec<_> = inv
+            .lines
+            .iter()
+            .filter(|l| l.kind == LineKind::Minimum)
+            .collect();
+        assert_eq!(minimum.len(), 1, "{:?}", inv.lines);
+        assert_eq!(minimum[0].amount.to_string(), "0.28");
+        assert_eq!(inv.subtotal.to_string(), "0.50");
+        assert_eq!(minimum_waived_warning(inv), None, "{:?}", inv.warnings);
+        assert_sums(inv);
+        // A priced line of amount 0.00 (1 SM·ns) is priced usage: the top-up is the whole
+        // minimum.
+        let doc = rated(&rows(1), &priced_book("0.50"), None);
+        let inv = &doc.invoices[0];
+        assert_eq!(inv.lines.len(), 2, "{:?}", inv.lines);
+        assert_eq!(inv.lines[0].amount.to_string(), "0.00");
+        assert_eq!(inv.lines[1].kind, LineKind::Minimum);
+        assert_eq!(inv.lines[1].amount.to_string(), "0.50");
+        assert_eq!(inv.total.to_string(), "0.50");
+        assert_eq!(minimum_waived_warning(inv), None, "{:?}", inv.warnings);
+        assert_sums(inv);
+    }
+
+    #[test]
+    fn a_last_window_past_2554_without_a_period_names_its_row() {
+        // The last whole window a u64 of ns can start: it ends after u64::MAX.
+        let last = u64::MAX / HOUR_NS * HOUR_NS;
+        assert!(last.checked_add(HOUR_NS).is_none());
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![
+                row("alice", "GPU-0", DEC1, MeterKind::SmNs, 1),
+                row("alice", "GPU-0", last, MeterKind::SmNs, 1),
+            ],
+        );
+        let r = rate(&u, &priced_book("0"), None);
+        match &r {
+            Err(gpumeter_rating::RatingError::Usage { field, value, .. }) => {
+                assert_eq!(field, "usage[1].window_start");
+                assert_eq!(*value, format!("\"{}\"", u.usage[1].window_start));
+                assert!(value.contains("2554-"), "{value}");
+            }
+            other => panic!("expected a usage error naming the row: {other:?}"),
+        }
+        // An explicit period before that window rates the rest.
+        let doc = rated(&u, &priced_book("0"), Some((DEC1, DEC1 + HOUR_NS)));
+        assert_eq!(doc.invoices.len(), 1);
+        assert_eq!(doc.invoices[0].lines[0].quantity, Some(Quantity(1)));
+    }
+
+    #[test]
+    fn the_text_table_escapes_control_characters_of_its_inputs() {
+        let name = "NVIDIA B200\u{1b}[2J\nfake row";
+        let mut u = report(
+            3600,
+            vec![
+                device("GPU-0", Some("NVIDIA H100\u{1b}[31m")),
+                device("GPU-1", Some(name)),
+            ],
+            vec![
+                row(
+                    "al\u{202e}ice",
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::SmNs,
+                    125 * 360_000_000_000,
+                ),
+                row("al\u{202e}ice", "GPU-1", DEC1, MeterKind::SmNs, 5),
+            ],
+        );
+        u.warnings.push("a\rwarning\u{9b}2J".into());
+        let b = book(
+            "currency = \"USD\"\ninvoice_minimum = \"0.50\"",
+            "[[sku]]\nid = \"h\\u001b]0;x\\u0007\"\nmatch = [\"NVIDIA H100*\"]\n\
+             [[rate]]\nsku = \"h\\u001b]0;x\\u0007\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"0.0175\"\n",
+        );
+        let doc = rated(&u, &b, None);
+        let text = doc.to_text_table();
+        let raw: Vec<char> = text
+            .chars()
+            .filter(|&c| c != '\n' && gpumeter_core::text::is_escaped(c))
+            .collect();
+        assert!(raw.is_empty(), "raw {raw:?} in {text}");
+        for shown in [
+            "Invoice for tenant al\\u{202e}ice\n",
+            "h\\u{1b}]0;x\\u{7}",
+            "NVIDIA B200\\u{1b}[2J\\nfake row",
+            "a\\rwarning\\u{9b}2J",
+        ] {
+            assert!(text.contains(shown), "{shown:?} not in {text}");
+        }
+        // No input newline starts a line of its own.
+        assert!(!text.lines().any(|l| l.starts_with("fake row")), "{text}");
+        // Widths are those of the escaped text: the amounts still end in one column.
+        let amount_lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("  h\\u{1b}")
+                    || l.contains("minimum")
+                    || l.contains("Subtotal")
+                    || l.contains("Total")
+            })
+            .collect();
+        assert_eq!(amount_lines.len(), 4, "{text}");
+        let ends: Vec<usize> = amount_lines.iter().map(|l| l.chars().count()).collect();
+        assert!(ends.windows(2).all(|w| w[0] == w[1]), "{text}");
+    }
+
     #[test]
     fn text_table_reads_well() {
         let u = report(
