@@ -86,9 +86,10 @@
 //!   Usage in a window where the SKU has rates for the meter but none in force goes to
 //!   `unpriced`, with a warning.
 //! - Every tenant with usage in the period gets an invoice, `unattributed` and `idle`
-//!   included, and the invoice minimum applies to each; callers that do not bill those
-//!   tenants drop their invoices. A `minimum` line has `null` in every field but `kind` and
-//!   `amount`.
+//!   included; the invoice minimum applies to each invoice with priced usage (at least one
+//!   usage line), never to one whose usage is all unpriced or unrated, which says why in a
+//!   warning. Callers that do not bill `unattributed` or `idle` drop their invoices. A `minimum`
+//!   line has `null` in every field but `kind` and `amount`.
 //! - `usage_sha256` is copied from the report, not recomputed (callers verify the report);
 //!   only an unsealed report (empty `sha256`) has its digest computed.
 //! - Loss is per device, not per tenant, so every invoice from a report with loss carries the
