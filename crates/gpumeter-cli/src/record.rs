@@ -345,6 +345,10 @@ fn describe(path: &Path) -> String {
             if let Some(t) = &i.torn {
                 s.push_str(&format!(", {t}"));
             }
+            let corrupt = i.damaged.len() - usize::from(i.torn.is_some());
+            if corrupt > 0 {
+                s.push_str(&format!(", {corrupt} corrupt frames"));
+            }
             s.push(')');
             s
         }
@@ -469,6 +473,8 @@ struct Inspection {
     header: GmrHeader,
     finished: bool,
     torn: Option<String>,
+    /// Frames that could not be used (torn or failing their checksum), described.
+    damaged: Vec<String>,
     buffers: u64,
     buffer_bytes: u64,
     string_tables: u64,
@@ -504,6 +510,7 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
         header: file.header.clone(),
         finished: file.finished,
         torn: file.torn.map(|t| t.to_string()),
+        damaged: file.damaged.iter().map(|d| d.to_string()).collect(),
         buffers: 0,
         buffer_bytes: 0,
         string_tables: 0,
@@ -593,6 +600,9 @@ fn show_text(i: &Inspection) -> String {
         (None, false) => "unfinished (no end frame: the producer did not close it)".to_string(),
     };
     line("state", state);
+    for d in &i.damaged {
+        line("damaged", d.clone());
+    }
     line(
         "producer",
         format!("{} {}", h.producer.name, h.producer.version),
