@@ -984,6 +984,8 @@ mod nsys_synthetic {
     }
 }
 
+mod nsys_hostile;
+
 mod multi {
     use super::*;
 
