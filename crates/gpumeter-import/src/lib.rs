@@ -535,8 +535,23 @@ fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<nsys::Export, ImportEr
     };
     let mut conn =
         rusqlite::Connection::open_in_memory().map_err(sql_err("opening an in-memory database"))?;
-    conn.deserialize_read_exact(rusqlite::MAIN_DB, bytes, bytes.len(), true)
-        .map_err(sql_err("loading the database from memory"))?;
+    // An in-memory database cannot be in WAL mode (header bytes 18 and 19 = 2: SQLite answers
+    // "unable to open"), but a WAL-mode file read alone holds all its content, as `import_path`
+    // reads it (immutable): the copy SQLite makes is marked rollback-mode (1, 1) instead.
+    let wal = bytes.starts_with(SQLITE_MAGIC) && bytes.get(18..20) == Some(&[2, 2][..]);
+    let (head, tail) = if wal {
+        (&bytes[..18], &bytes[20..])
+    } else {
+        (bytes, &[][..])
+    };
+    let mode: &[u8] = if wal { &[1, 1] } else { &[] };
+    conn.deserialize_read_exact(
+        rusqlite::MAIN_DB,
+        head.chain(mode).chain(tail),
+        bytes.len(),
+        true,
+    )
+    .map_err(sql_err("loading the database from memory"))?;
     nsys::Export::guard(path, conn, bytes.len() as u64)
 }
 

@@ -343,3 +343,33 @@ fn the_shared_export_loses_nothing() {
         );
     }
 }
+
+/// A WAL-mode export (header bytes 18, 19 = 2), its content all in the file: the same from the
+/// file (read immutable, no `-wal` looked for) and from its bytes.
+#[test]
+fn a_wal_mode_export_reads_from_file_and_bytes() {
+    let (_tmp, path) = build(
+        "w.sqlite",
+        &format!(
+            "PRAGMA journal_mode = WAL; {SESSION}
+             CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+             INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (10, 20, 0, 7);"
+        ),
+    );
+    let bytes = ok(std::fs::read(&path));
+    assert_eq!(bytes.get(18..20), Some(&[2u8, 2][..]), "a WAL-mode file");
+    for from_bytes in [false, true] {
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = if from_bytes {
+            ok(import_bytes(&mut meter, "w.sqlite", &bytes, &nsys()))
+        } else {
+            ok(import_path(&mut meter, &path, &nsys()))
+        };
+        let report = ok(meter.finish());
+        assert_eq!(
+            report.device_total(&source_key(&s, 0), MeterKind::MemsetBytes),
+            7,
+            "from bytes: {from_bytes}"
+        );
+    }
+}
