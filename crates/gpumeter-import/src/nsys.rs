@@ -35,14 +35,24 @@
 //!   and the budget. Real exports need far fewer (the shared Perlmutter export: see the tests);
 //! * no query sorts: rows are sorted in Rust.
 //!
-//! # Fields
+//! # Record-level faults
 //!
-//! A field that cannot be a valid record field (not an integer, out of range, a time outside
-//! `u64` ns since the epoch once the session offset is added) is a [`ImportError::BadField`]
-//! naming the table, rowid, field and value. A NULL `start` or `end` reads as 0, which the
-//! meter counts as `zero_timestamp`. Kernel names are informational (never metered): a name id
-//! that `StringIds` lacks, or that is not an integer, leaves the name unknown, and a value that
-//! is not text is read as text.
+//! A row of an activity table whose field cannot be a valid record field (a `deviceId` that is
+//! NULL, not an integer or not a `u32`; a time that is not an integer or lies outside `u64` ns
+//! since the epoch once the session offset is added; a negative or non-integer byte count, grid,
+//! block, register or shared-memory size; a context or correlation id out of `u32`; a stream id
+//! outside `i32::MIN..=u32::MAX`; a negative `graphNodeId`; a non-integer `globalPid` or
+//! `copyKind`; a NULL memcpy/memset `bytes`) is a lost record (`invalid_field`, DESIGN §4): on
+//! its device when its `deviceId` is valid (resolved through `TARGET_INFO_GPU` like any row;
+//! with an unreadable `globalPid`, by id alone), else on the source; the report warns once per
+//! field, naming the first such row (table, rowid, field, value). The other rows are metered.
+//! A NULL `start` or `end` reads as 0, which the meter counts as `zero_timestamp`. Kernel names
+//! are informational (never metered): a name id that `StringIds` lacks, or that is not an
+//! integer, leaves the name unknown, and a value that is not text is read as text.
+//!
+//! What describes the file rather than a record stays an error: a missing required column
+//! (`start`, `end`, `deviceId`; `StringIds.id`/`value`), a bad `utcEpochNs`, a bad
+//! `TARGET_INFO_GPU` row, a table that is not a table, anything SQLite cannot read.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -549,7 +559,7 @@ pub(crate) fn parse(
         name_kernels(&db, &mut rows.good)?;
     }
 
-    // Devices in order of first activity.
+    // Devices in order of first activity, then those with lost records only.
     let mut devices = Devices {
         key_label,
         gpus: &gpus,
@@ -562,6 +572,10 @@ pub(crate) fn parse(
         let mut rec = good.rec;
         rec.device = devices.slot(&mut parsed, good.device_id, Some(good.vm));
         parsed.records.push(rec);
+    }
+    for bad in rows.bad {
+        let slot = bad.device.map(|(id, vm)| devices.slot(&mut parsed, id, vm));
+        parsed.invalid(slot, &bad.fault);
     }
     Ok(parsed)
 }
@@ -891,6 +905,8 @@ enum Kind {
 #[derive(Default)]
 struct Rows {
     good: Vec<Good>,
+    /// Rows lost to a record-level fault, in table and row order.
+    bad: Vec<Bad>,
 }
 
 /// A valid activity row.
@@ -901,6 +917,15 @@ struct Good {
     /// A kernel's name: an id into `StringIds`.
     name_id: Option<i64>,
     rec: ActivityRecord,
+}
+
+/// A row with a field that cannot be a valid record field.
+struct Bad {
+    /// Its `deviceId` and VM when the row tells them (the VM is `None` when `globalPid` is
+    /// unreadable); `None` when `deviceId` itself is the fault.
+    device: Option<(u32, Option<i64>)>,
+    /// The first faulty field ([`ImportError::BadField`]).
+    fault: ImportError,
 }
 
 /// Common columns, result columns 1..=8 (0 is rowid).
@@ -926,7 +951,9 @@ struct Activity {
 }
 
 impl Activity {
-    /// Reads every row of the table into `out`.
+    /// Reads every row of the table into `out`: valid rows to `out.good`, rows with a
+    /// record-level fault to `out.bad`. File-level faults (a missing required column, SQLite
+    /// errors) are errors.
     fn rows(&self, db: &Db<'_>, schema: &Schema, out: &mut Rows) -> Result<(), ImportError> {
         let table = self.table;
         let have = schema.columns(db, table)?;
@@ -998,19 +1025,41 @@ impl Activity {
                 )),
                 Err(e) => Err(e),
             };
-            let device_id = device_id?;
-            let (rec, vm) = self.record(&r)?;
-            // Any value but an integer refers to no StringIds row.
-            let name_id = match name_col.map(|c| r.value(18, c)).transpose()? {
-                Some(ValueRef::Integer(id)) => Some(id),
-                _ => None,
+            let device_id = match device_id {
+                Ok(id) => id,
+                Err(e @ ImportError::Sqlite { .. }) => return Err(e),
+                Err(fault) => {
+                    out.bad.push(Bad {
+                        device: None,
+                        fault,
+                    });
+                    continue;
+                }
             };
-            out.good.push(Good {
-                device_id,
-                vm,
-                name_id,
-                rec,
-            });
+            match self.record(&r) {
+                Ok((rec, vm)) => {
+                    // Any value but an integer refers to no StringIds row.
+                    let name_id = match name_col.map(|c| r.value(18, c)).transpose()? {
+                        Some(ValueRef::Integer(id)) => Some(id),
+                        _ => None,
+                    };
+                    out.good.push(Good {
+                        device_id,
+                        vm,
+                        name_id,
+                        rec,
+                    })
+                }
+                Err(e @ ImportError::Sqlite { .. }) => return Err(e),
+                Err(fault) => {
+                    // The VM is unknown when `globalPid` is the fault.
+                    let vm = r.int(7, "globalPid").ok().map(|g| g.map_or(0, vm_of));
+                    out.bad.push(Bad {
+                        device: Some((device_id, vm)),
+                        fault,
+                    });
+                }
+            }
         }
         Ok(())
     }

@@ -1,6 +1,7 @@
 //! Nsight Systems exports that are hostile or damaged (issue 9): an object the importer would
 //! read that is not an ordinary table is refused at once with a typed error naming the file and
-//! the table (a view or a virtual table could run without end).
+//! the table (a view or a virtual table could run without end), and a row with a bad field is a
+//! lost record (`invalid_field`), not a refused file.
 
 use super::*;
 
@@ -248,6 +249,187 @@ fn file_names_with_uri_syntax_open() {
             "{name}"
         );
     }
+}
+
+/// One export, good rows and one bad row per fault class: the good rows are metered exactly,
+/// each bad row is one `invalid_field` loss on its device (on the source when its `deviceId`
+/// is the fault), one warning per field names the first bad row, and metered + lost = rows in,
+/// per device. The same from the file and from its bytes.
+#[test]
+fn bad_rows_are_lost_records_and_the_rest_is_metered() {
+    const UUID0: &str = "GPU-00000000-1111-2222-3333-444444444444";
+    let sql = format!(
+        "{SESSION}
+         CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, uuid TEXT, smCount INTEGER);
+         INSERT INTO TARGET_INFO_GPU VALUES (0, 'G0', '{UUID0}', 100), (1, 'G1', NULL, 50);
+         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+         INSERT INTO StringIds VALUES (1, 'saxpy');
+         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER,
+           contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+           demangledName INTEGER, gridX, gridY INTEGER, gridZ INTEGER, blockX INTEGER,
+           blockY INTEGER, blockZ INTEGER, registersPerThread INTEGER,
+           staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+           (1000, 2000, 0, 1, 7, 11, NULL, 1, 2, 1, 1, 32, 1, 1, 16, 0, 0),
+           (3000, 3500, 0, 1, 7, 12, NULL, 1, 1, 1, 1, 32, 1, 1, 16, 0, 0),
+           -- rowid 3: text in gridX (device 0)
+           (4000, 4100, 0, 1, 7, 13, NULL, 1, 'many', 1, 1, 32, 1, 1, 16, 0, 0),
+           -- rowid 4: before 1970 once the session offset is added (device 1)
+           (-1700000000000000001, 10, 1, 1, 7, 14, NULL, 1, 1, 1, 1, 32, 1, 1, 16, 0, 0),
+           -- rowid 5: a negative device id (the source)
+           (5000, 5100, -1, 1, 7, 15, NULL, 1, 1, 1, 1, 32, 1, 1, 16, 0, 0);
+         CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, \"end\" INTEGER, deviceId INTEGER,
+           bytes INTEGER, copyKind INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES
+           (6000, 6100, 1, 64, 1),
+           -- rowid 2: negative bytes (device 1)
+           (6200, 6300, 1, -5, 1),
+           -- rowid 3: no device id (the source)
+           (6400, 6500, NULL, 8, 2);
+         CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\", deviceId, bytes INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES
+           (7000, 7010, 0, 16),
+           -- rowid 2: a real number as a time (device 0)
+           (7100, 7110.5, 0, 16),
+           -- rowid 3: no byte count, on a device with no other row (device 2)
+           (7200, 7210, 2, NULL),
+           -- rowids 4, 5: a device id that is text, one past u32 (the source)
+           (7300, 7310, 'gpu0', 16),
+           (7400, 7410, 4294967296, 16);"
+    );
+    let (_tmp, path) = build("mixed.sqlite", &sql);
+    let bytes = ok(std::fs::read(&path));
+
+    let mut reports = Vec::new();
+    for from_bytes in [false, true] {
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = if from_bytes {
+            ok(import_bytes(&mut meter, "mixed.sqlite", &bytes, &nsys()))
+        } else {
+            ok(import_path(&mut meter, &path, &ImportOptions::default()))
+        };
+        let report = ok(meter.finish());
+        let (k0, k1, k2) = (UUID0.to_string(), source_key(&s, 1), source_key(&s, 2));
+        let source = format!("mixed.sqlite@{}", &s.sha256[..8]);
+        assert_eq!(s.records, 13, "every row is metered or lost");
+        assert_eq!(s.device_keys, [k0.clone(), k1.clone(), k2.clone()]);
+
+        // The good rows, exactly.
+        let t = |key: &str, m| report.device_total(key, m);
+        assert_eq!(t(&k0, MeterKind::KernelLaunches), 2);
+        assert_eq!(t(&k0, MeterKind::KernelNs), 1000 + 500);
+        assert_eq!(t(&k0, MeterKind::GpuBusyNs), 1000 + 500 + 10);
+        assert_eq!(t(&k0, MeterKind::SmNs), 2 * 1000 + 500);
+        assert_eq!(t(&k0, MeterKind::MemsetBytes), 16);
+        assert_eq!(t(&k1, MeterKind::KernelLaunches), 0);
+        assert_eq!(t(&k1, MeterKind::MemcpyHtodBytes), 64);
+        assert_eq!(t(&k1, MeterKind::GpuBusyNs), 100);
+        assert_eq!(t(&k2, MeterKind::GpuBusyNs), 0);
+        assert_eq!(
+            (
+                report.records.kernel,
+                report.records.memcpy,
+                report.records.memset
+            ),
+            (2, 1, 1)
+        );
+
+        // The losses, per device: invalid_field only, the source's with `device: None`.
+        for (key, device, lost) in [
+            (&k0, Some(0), 2),
+            (&k1, Some(1), 2),
+            (&k2, Some(2), 1),
+            (&source, None, 4),
+        ] {
+            assert_eq!(report.lost(key, "invalid_field"), lost, "{key}");
+            let rows: Vec<_> = report
+                .loss
+                .iter()
+                .filter(|l| &l.device_key == key)
+                .collect();
+            assert_eq!(rows.len(), 1, "{key}: {rows:?}");
+            assert_eq!(
+                (rows[0].device, rows[0].lower_bound),
+                (device, false),
+                "{key}"
+            );
+        }
+        assert_eq!(report.loss.len(), 4, "{:?}", report.loss);
+        // Metered + lost = rows in, per device (rows in: 5, 3, 1 and 4 without a device); the
+        // metered memcpy and memset records are told by their bytes above.
+        let metered_0 = t(&k0, MeterKind::KernelLaunches) + 1; // + the 16-byte memset
+        let metered_1 = 1; // the 64-byte memcpy
+        assert_eq!(metered_0 + u128::from(report.lost(&k0, "invalid_field")), 5);
+        assert_eq!(metered_1 + u128::from(report.lost(&k1, "invalid_field")), 3);
+        assert_eq!(report.lost(&k2, "invalid_field"), 1);
+        assert_eq!(
+            report.records.kernel
+                + report.records.memcpy
+                + report.records.memset
+                + report.loss.iter().map(|l| l.records).sum::<u64>(),
+            13
+        );
+        let dev2 = report
+            .device(&k2)
+            .unwrap_or_else(|| panic!("device 2 is listed"));
+        assert_eq!(dev2.device, 2);
+
+        // One warning per field, naming the first bad row: table, rowid, field and value.
+        for words in [
+            &[
+                "CUPTI_ACTIVITY_KIND_KERNEL rowid 3",
+                "field `gridX` = `many`",
+                "expected an integer",
+                "the record was lost (invalid_field)",
+            ][..],
+            &[
+                "CUPTI_ACTIVITY_KIND_KERNEL rowid 4",
+                "field `start` = `-1700000000000000001`",
+                "utcEpochNs 1700000000000000000 + start -1700000000000000001 = -1 ns",
+                "before 1970",
+            ],
+            &[
+                "CUPTI_ACTIVITY_KIND_KERNEL rowid 5",
+                "field `deviceId` = `-1`",
+                "this and 3 more records with this field were lost (invalid_field)",
+            ],
+            &[
+                "CUPTI_ACTIVITY_KIND_MEMCPY rowid 2",
+                "field `bytes` = `-5`",
+                "negative",
+                "this and 1 more records",
+            ],
+            &[
+                "CUPTI_ACTIVITY_KIND_MEMSET rowid 2",
+                "field `end` = `7110.5`",
+            ],
+        ] {
+            assert!(
+                report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains("mixed.sqlite") && words.iter().all(|x| w.contains(x))),
+                "no warning with {words:?} in {:#?}",
+                report.warnings
+            );
+        }
+        assert_eq!(
+            report
+                .warnings
+                .iter()
+                .filter(|w| w.ends_with("were lost (invalid_field)")
+                    || w.ends_with("the record was lost (invalid_field)"))
+                .count(),
+            5,
+            "one warning per field: {:#?}",
+            report.warnings
+        );
+        reports.push((report.loss, report.totals));
+    }
+    assert_eq!(
+        reports[0], reports[1],
+        "the file and its bytes meter the same"
+    );
 }
 
 /// Faults of what describes the file, not a record, stay errors: a bad device description, a
