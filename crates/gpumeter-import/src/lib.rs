@@ -310,18 +310,10 @@ fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
         Format::Nsys => {
             drop(file);
             let sha256 = sha256_of_file(path)?;
-            let conn = rusqlite::Connection::open_with_flags(
-                path,
-                rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY
-                    | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
-            )
-            .map_err(|source| ImportError::Sqlite {
-                path: path.to_path_buf(),
-                context: "opening".to_string(),
-                source,
-            })?;
+            // Read-only, immutable and guarded against hostile files (nsys module docs).
+            let export = nsys::Export::open_path(path)?;
             let label = device_label(&name, &sha256);
-            let parsed = nsys::parse(path, &name, &label, &conn)?;
+            let parsed = nsys::parse(path, &name, &label, &export)?;
             Ok(Loaded {
                 name,
                 format: Format::Nsys,
@@ -533,7 +525,9 @@ fn sha256_of_file(path: &Path) -> Result<String, ImportError> {
     Ok(hex::encode(hasher.finalize()))
 }
 
-fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<rusqlite::Connection, ImportError> {
+/// Opens SQLite bytes as a read-only in-memory database with the guards of a file (nsys module
+/// docs).
+fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<nsys::Export, ImportError> {
     // sqlite3_deserialize sizes are C ints.
     if i32::try_from(bytes.len()).is_err() {
         return Err(ImportError::TooLarge {
@@ -551,9 +545,24 @@ fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<rusqlite::Connection, 
     };
     let mut conn =
         rusqlite::Connection::open_in_memory().map_err(sql_err("opening an in-memory database"))?;
-    conn.deserialize_read_exact(rusqlite::MAIN_DB, bytes, bytes.len(), true)
-        .map_err(sql_err("loading the database from memory"))?;
-    Ok(conn)
+    // An in-memory database cannot be in WAL mode (header bytes 18 and 19 = 2: SQLite answers
+    // "unable to open"), but a WAL-mode file read alone holds all its content, as `import_path`
+    // reads it (immutable): the copy SQLite makes is marked rollback-mode (1, 1) instead.
+    let wal = bytes.starts_with(SQLITE_MAGIC) && bytes.get(18..20) == Some(&[2, 2][..]);
+    let (head, tail) = if wal {
+        (&bytes[..18], &bytes[20..])
+    } else {
+        (bytes, &[][..])
+    };
+    let mode: &[u8] = if wal { &[1, 1] } else { &[] };
+    conn.deserialize_read_exact(
+        rusqlite::MAIN_DB,
+        head.chain(mode).chain(tail),
+        bytes.len(),
+        true,
+    )
+    .map_err(sql_err("loading the database from memory"))?;
+    nsys::Export::guard(path, conn, bytes.len() as u64)
 }
 
 /// Announces a single source and pushes its records.

@@ -1001,14 +1001,19 @@ mod nsys_synthetic {
                CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
                INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (-10, 2, 0, 4);"#,
         );
+        // A record-level fault: the record is lost, the warning names the field (issue 9).
         let mut meter = Meter::new(MeterConfig::default());
-        match import_path(&mut meter, &path, &ImportOptions::default()) {
-            Err(ImportError::BadField { field, reason, .. }) => {
-                assert_eq!(field, "start");
-                assert!(reason.contains("before 1970"), "{reason}");
-            }
-            other => panic!("expected BadField, got {other:?}"),
-        }
+        let s = ok(import_path(&mut meter, &path, &ImportOptions::default()));
+        let report = ok(meter.finish());
+        assert_eq!(report.lost(&source_key(&s, 0), "invalid_field"), 1);
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.contains("field `start` = `-10`") && w.contains("before 1970")),
+            "{:?}",
+            report.warnings
+        );
     }
 
     #[test]
@@ -1048,23 +1053,23 @@ mod nsys_synthetic {
             r#"CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
                INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1, 2, 0, 'lots');"#,
         );
-        match import_path(&mut meter, &path, &ImportOptions::default()) {
-            Err(ImportError::BadField {
-                record: RecordLocation::Row { table, rowid },
-                field,
-                ..
-            }) => {
-                assert_eq!(
-                    (table.as_str(), rowid, field),
-                    ("CUPTI_ACTIVITY_KIND_MEMSET", 1, "bytes")
-                );
-            }
-            other => panic!("expected BadField, got {other:?}"),
-        }
+        // A record-level fault: the record is lost, the warning names it (issue 9).
+        let s = ok(import_path(&mut meter, &path, &ImportOptions::default()));
         let report = ok(meter.finish());
-        assert!(report.sources.is_empty());
+        assert_eq!(report.sources.len(), 1, "the refused file left no source");
+        assert_eq!(report.lost(&source_key(&s, 0), "invalid_field"), 1);
+        assert!(
+            report
+                .warnings
+                .iter()
+                .any(|w| w.contains("CUPTI_ACTIVITY_KIND_MEMSET rowid 1: field `bytes` = `lots`")),
+            "{:?}",
+            report.warnings
+        );
     }
 }
+
+mod nsys_hostile;
 
 mod multi {
     use super::*;

@@ -1,0 +1,557 @@
+//! Nsight Systems exports that are hostile or damaged (issue 9): an object the importer would
+//! read that is not an ordinary table is refused at once with a typed error naming the file and
+//! the table (a view or a virtual table could run without end), and a row with a bad field is a
+//! lost record (`invalid_field`), not a refused file.
+
+use super::*;
+
+/// Builds an SQLite file `name` in a new temporary folder with `sql` (run with
+/// `writable_schema` on, so that tests can disguise objects).
+fn build(name: &str, sql: &str) -> (tempfile::TempDir, PathBuf) {
+    let tmp = ok(tempfile::tempdir());
+    let path = tmp.path().join(name);
+    let conn = ok(rusqlite::Connection::open(&path));
+    ok(conn.execute_batch(sql));
+    drop(conn);
+    (tmp, path)
+}
+
+fn nsys() -> ImportOptions {
+    ImportOptions {
+        format: Format::Nsys,
+        catalog: None,
+    }
+}
+
+/// Imports `path` from the file and from its bytes (named by the whole path); both must fail,
+/// leaving the meter untouched. Returns both errors.
+fn refused(path: &Path) -> [ImportError; 2] {
+    let mut meter = Meter::new(MeterConfig::default());
+    let from_path = match import_path(&mut meter, path, &nsys()) {
+        Err(e) => e,
+        Ok(s) => panic!("{}: expected an error, got {s:?}", path.display()),
+    };
+    let bytes = ok(std::fs::read(path));
+    let name = path.to_string_lossy();
+    let from_bytes = match import_bytes(&mut meter, &name, &bytes, &nsys()) {
+        Err(e) => e,
+        Ok(s) => panic!("{name}: expected an error from bytes, got {s:?}"),
+    };
+    let report = ok(meter.finish());
+    assert!(report.sources.is_empty() && report.devices.is_empty());
+    [from_path, from_bytes]
+}
+
+/// Asserts `e` is the refusal of `table` through its `sqlite_master` row's `field`, naming the
+/// file, the table and `words` in its message.
+fn assert_refused(e: &ImportError, path: &Path, table: &str, field: &str, words: &[&str]) {
+    let msg = e.to_string();
+    match e {
+        ImportError::BadField {
+            path: p,
+            record: RecordLocation::Row { table: t, rowid },
+            field: f,
+            reason,
+            ..
+        } => {
+            assert_eq!(p, path, "{msg}");
+            assert_eq!((t.as_str(), *f), ("sqlite_master", field), "{msg}");
+            assert!(*rowid > 0, "{msg}");
+            assert!(reason.contains(table), "{msg}");
+        }
+        other => panic!("expected a BadField on sqlite_master, got {other:?}"),
+    }
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    for w in words {
+        assert!(msg.contains(w), "`{w}` not in: {msg}");
+    }
+}
+
+const SESSION: &str = "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER);
+    INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000);";
+
+/// A recursive view that never ends, a million-row view from a file of a few kilobytes, and
+/// views standing for the other tables the importer reads: each is refused before any row is
+/// read, naming the file and the table (they used to run until killed, writing gigabytes of
+/// temporary files).
+#[test]
+fn views_are_refused_naming_the_table() {
+    let endless = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r)";
+    let million = "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r LIMIT 1000000)";
+    let cases = [
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            format!(
+                "CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS {endless}
+                 SELECT x AS start, x + 1 AS \"end\", 0 AS deviceId, 1 AS gridX FROM r;"
+            ),
+        ),
+        (
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            format!(
+                "CREATE VIEW CUPTI_ACTIVITY_KIND_MEMSET AS {million}
+                 SELECT x AS start, x + 1 AS \"end\", 0 AS deviceId, 4 AS bytes FROM r
+                 ORDER BY x DESC;"
+            ),
+        ),
+        (
+            "TARGET_INFO_SESSION_START_TIME",
+            format!(
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+                 CREATE VIEW TARGET_INFO_SESSION_START_TIME AS {endless}
+                 SELECT x AS utcEpochNs FROM r ORDER BY x DESC;"
+            ),
+        ),
+        (
+            "TARGET_INFO_GPU",
+            format!("{SESSION} CREATE VIEW TARGET_INFO_GPU AS {endless} SELECT x AS id FROM r;"),
+        ),
+        (
+            "StringIds",
+            format!(
+                "{SESSION} CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER, demangledName INTEGER);
+                 INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1, 2, 0, 7);
+                 CREATE VIEW StringIds AS {endless} SELECT x AS id, 'k' AS value FROM r;"
+            ),
+        ),
+    ];
+    for (table, sql) in cases {
+        let (_tmp, path) = build("v.sqlite", &sql);
+        assert!(
+            ok(std::fs::metadata(&path)).len() < 16 << 10,
+            "the hostile file is tiny"
+        );
+        for e in refused(&path) {
+            assert_refused(
+                &e,
+                &path,
+                table,
+                "type",
+                &["`view`", "is a view, not a table"],
+            );
+        }
+    }
+}
+
+/// Virtual tables run a module's code: refused, also when the schema text hides the keyword
+/// behind lower case and comments.
+#[test]
+fn virtual_tables_are_refused_naming_the_table() {
+    let fts5 = format!(
+        "{SESSION} CREATE VIRTUAL TABLE CUPTI_ACTIVITY_KIND_KERNEL USING fts5(start, \"end\", deviceId);
+         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1, 2, 0);"
+    );
+    // A module this SQLite does not have, declared by writing the schema directly.
+    let disguised = format!(
+        "{SESSION} PRAGMA writable_schema = ON;
+         INSERT INTO sqlite_master VALUES ('table', 'CUPTI_ACTIVITY_KIND_MEMCPY',
+           'CUPTI_ACTIVITY_KIND_MEMCPY', 0,
+           'create /* not a table */ -- at all
+            virtual table CUPTI_ACTIVITY_KIND_MEMCPY using endless(start, \"end\", deviceId, bytes)');
+         PRAGMA writable_schema = OFF;"
+    );
+    for (table, sql) in [
+        ("CUPTI_ACTIVITY_KIND_KERNEL", fts5),
+        ("CUPTI_ACTIVITY_KIND_MEMCPY", disguised),
+    ] {
+        let (_tmp, path) = build("vt.sqlite", &sql);
+        for e in refused(&path) {
+            assert_refused(
+                &e,
+                &path,
+                table,
+                "sql",
+                &["is a virtual table, not a table"],
+            );
+        }
+    }
+}
+
+/// A generated column computes its values on read (this one a 100 MB string per row): a table
+/// with one, VIRTUAL or STORED, is refused naming the table and the column.
+#[test]
+fn generated_columns_are_refused_naming_table_and_column() {
+    let cases = [
+        (
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            "bytes",
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER,
+               bytes INTEGER GENERATED ALWAYS AS (length(printf('%.*c', 100000000, 'x'))) VIRTUAL);
+             INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET (start, \"end\", deviceId) VALUES (1, 2, 0);",
+        ),
+        (
+            "TARGET_INFO_GPU",
+            "smCount",
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+             CREATE TABLE TARGET_INFO_GPU (id INTEGER, smCount INTEGER GENERATED ALWAYS AS (id + 100) STORED);
+             INSERT INTO TARGET_INFO_GPU (id) VALUES (0);",
+        ),
+    ];
+    for (table, column, sql) in cases {
+        let (_tmp, path) = build("g.sqlite", &format!("{SESSION} {sql}"));
+        let words = format!("column `{column}` of {table} is a generated column");
+        for e in refused(&path) {
+            assert_refused(&e, &path, table, "sql", &[&words]);
+        }
+    }
+}
+
+/// SQLite checks that a `sqlite_master` row's type agrees with its `CREATE` text: a view
+/// disguised as a table makes the schema malformed, an SQLite error (a file-level fault).
+#[test]
+fn a_view_disguised_as_a_table_is_a_malformed_schema() {
+    let (_tmp, path) = build(
+        "d.sqlite",
+        &format!(
+            "{SESSION} CREATE VIEW CUPTI_ACTIVITY_KIND_KERNEL AS
+               WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r)
+               SELECT x AS start, x AS \"end\", 0 AS deviceId FROM r;
+             PRAGMA writable_schema = ON;
+             UPDATE sqlite_master SET type = 'table' WHERE name = 'CUPTI_ACTIVITY_KIND_KERNEL';
+             PRAGMA writable_schema = OFF;"
+        ),
+    );
+    for e in refused(&path) {
+        match &e {
+            ImportError::Sqlite { context, .. } => {
+                assert_eq!(context, "listing tables");
+                assert!(e.to_string().contains("malformed database schema"), "{e}");
+            }
+            other => panic!("expected an SQLite error, got {other:?}"),
+        }
+    }
+}
+
+/// The file is opened through a `file:` URI: characters that URIs give a meaning (`?`, `#`,
+/// `%`, blanks) are encoded, so any file name opens that file.
+#[test]
+fn file_names_with_uri_syntax_open() {
+    for name in [
+        "a b.sqlite",
+        "q?immutable=0&mode=rw.sqlite",
+        "h#x.sqlite",
+        "p%41.sqlite",
+    ] {
+        let (_tmp, path) = build(
+            name,
+            &format!(
+                "{SESSION} CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+                 INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (10, 20, 0, 7);"
+            ),
+        );
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_path(&mut meter, &path, &ImportOptions::default()));
+        assert_eq!(s.source_name, name);
+        let report = ok(meter.finish());
+        assert_eq!(
+            report.device_total(&source_key(&s, 0), MeterKind::MemsetBytes),
+            7,
+            "{name}"
+        );
+    }
+}
+
+/// One export, good rows and one bad row per fault class: the good rows are metered exactly,
+/// each bad row is one `invalid_field` loss on its device (on the source when its `deviceId`
+/// is the fault), one warning per field names the first bad row, and metered + lost = rows in,
+/// per device. The same from the file and from its bytes.
+#[test]
+fn bad_rows_are_lost_records_and_the_rest_is_metered() {
+    const UUID0: &str = "GPU-00000000-1111-2222-3333-444444444444";
+    let sql = format!(
+        "{SESSION}
+         CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, uuid TEXT, smCount INTEGER);
+         INSERT INTO TARGET_INFO_GPU VALUES (0, 'G0', '{UUID0}', 100), (1, 'G1', NULL, 50);
+         CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT);
+         INSERT INTO StringIds VALUES (1, 'saxpy');
+         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER,
+           contextId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,
+           demangledName INTEGER, gridX, gridY INTEGER, gridZ INTEGER, blockX INTEGER,
+           blockY INTEGER, blockZ INTEGER, registersPerThread INTEGER,
+           staticSharedMemory INTEGER, dynamicSharedMemory INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES
+           (1000, 2000, 0, 1, 7, 11, NULL, 1, 2, 1, 1, 32, 1, 1, 16, 0, 0),
+           (3000, 3500, 0, 1, 7, 12, NULL, 1, 1, 1, 1, 32, 1, 1, 16, 0, 0),
+           -- rowid 3: text in gridX (device 0)
+           (4000, 4100, 0, 1, 7, 13, NULL, 1, 'many', 1, 1, 32, 1, 1, 16, 0, 0),
+           -- rowid 4: before 1970 once the session offset is added (device 1)
+           (-1700000000000000001, 10, 1, 1, 7, 14, NULL, 1, 1, 1, 1, 32, 1, 1, 16, 0, 0),
+           -- rowid 5: a negative device id (the source)
+           (5000, 5100, -1, 1, 7, 15, NULL, 1, 1, 1, 1, 32, 1, 1, 16, 0, 0);
+         CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, \"end\" INTEGER, deviceId INTEGER,
+           bytes INTEGER, copyKind INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES
+           (6000, 6100, 1, 64, 1),
+           -- rowid 2: negative bytes (device 1)
+           (6200, 6300, 1, -5, 1),
+           -- rowid 3: no device id (the source)
+           (6400, 6500, NULL, 8, 2);
+         CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\", deviceId, bytes INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES
+           (7000, 7010, 0, 16),
+           -- rowid 2: a real number as a time (device 0)
+           (7100, 7110.5, 0, 16),
+           -- rowid 3: no byte count, on a device with no other row (device 2)
+           (7200, 7210, 2, NULL),
+           -- rowids 4, 5: a device id that is text, one past u32 (the source)
+           (7300, 7310, 'gpu0', 16),
+           (7400, 7410, 4294967296, 16);"
+    );
+    let (_tmp, path) = build("mixed.sqlite", &sql);
+    let bytes = ok(std::fs::read(&path));
+
+    let mut reports = Vec::new();
+    for from_bytes in [false, true] {
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = if from_bytes {
+            ok(import_bytes(&mut meter, "mixed.sqlite", &bytes, &nsys()))
+        } else {
+            ok(import_path(&mut meter, &path, &ImportOptions::default()))
+        };
+        let report = ok(meter.finish());
+        let (k0, k1, k2) = (UUID0.to_string(), source_key(&s, 1), source_key(&s, 2));
+        let source = format!("mixed.sqlite@{}", &s.sha256[..8]);
+        assert_eq!(s.records, 13, "every row is metered or lost");
+        assert_eq!(s.device_keys, [k0.clone(), k1.clone(), k2.clone()]);
+
+        // The good rows, exactly.
+        let t = |key: &str, m| report.device_total(key, m);
+        assert_eq!(t(&k0, MeterKind::KernelLaunches), 2);
+        assert_eq!(t(&k0, MeterKind::KernelNs), 1000 + 500);
+        assert_eq!(t(&k0, MeterKind::GpuBusyNs), 1000 + 500 + 10);
+        assert_eq!(t(&k0, MeterKind::SmNs), 2 * 1000 + 500);
+        assert_eq!(t(&k0, MeterKind::MemsetBytes), 16);
+        assert_eq!(t(&k1, MeterKind::KernelLaunches), 0);
+        assert_eq!(t(&k1, MeterKind::MemcpyHtodBytes), 64);
+        assert_eq!(t(&k1, MeterKind::GpuBusyNs), 100);
+        assert_eq!(t(&k2, MeterKind::GpuBusyNs), 0);
+        assert_eq!(
+            (
+                report.records.kernel,
+                report.records.memcpy,
+                report.records.memset
+            ),
+            (2, 1, 1)
+        );
+
+        // The losses, per device: invalid_field only, the source's with `device: None`.
+        for (key, device, lost) in [
+            (&k0, Some(0), 2),
+            (&k1, Some(1), 2),
+            (&k2, Some(2), 1),
+            (&source, None, 4),
+        ] {
+            assert_eq!(report.lost(key, "invalid_field"), lost, "{key}");
+            let rows: Vec<_> = report
+                .loss
+                .iter()
+                .filter(|l| &l.device_key == key)
+                .collect();
+            assert_eq!(rows.len(), 1, "{key}: {rows:?}");
+            assert_eq!(
+                (rows[0].device, rows[0].lower_bound),
+                (device, false),
+                "{key}"
+            );
+        }
+        assert_eq!(report.loss.len(), 4, "{:?}", report.loss);
+        // Metered + lost = rows in, per device (rows in: 5, 3, 1 and 4 without a device); the
+        // metered memcpy and memset records are told by their bytes above.
+        let metered_0 = t(&k0, MeterKind::KernelLaunches) + 1; // + the 16-byte memset
+        let metered_1 = 1; // the 64-byte memcpy
+        assert_eq!(metered_0 + u128::from(report.lost(&k0, "invalid_field")), 5);
+        assert_eq!(metered_1 + u128::from(report.lost(&k1, "invalid_field")), 3);
+        assert_eq!(report.lost(&k2, "invalid_field"), 1);
+        assert_eq!(
+            report.records.kernel
+                + report.records.memcpy
+                + report.records.memset
+                + report.loss.iter().map(|l| l.records).sum::<u64>(),
+            13
+        );
+        let dev2 = report
+            .device(&k2)
+            .unwrap_or_else(|| panic!("device 2 is listed"));
+        assert_eq!(dev2.device, 2);
+
+        // One warning per field, naming the first bad row: table, rowid, field and value.
+        for words in [
+            &[
+                "CUPTI_ACTIVITY_KIND_KERNEL rowid 3",
+                "field `gridX` = `many`",
+                "expected an integer",
+                "the record was lost (invalid_field)",
+            ][..],
+            &[
+                "CUPTI_ACTIVITY_KIND_KERNEL rowid 4",
+                "field `start` = `-1700000000000000001`",
+                "utcEpochNs 1700000000000000000 + start -1700000000000000001 = -1 ns",
+                "before 1970",
+            ],
+            &[
+                "CUPTI_ACTIVITY_KIND_KERNEL rowid 5",
+                "field `deviceId` = `-1`",
+                "this and 3 more records with this field were lost (invalid_field)",
+            ],
+            &[
+                "CUPTI_ACTIVITY_KIND_MEMCPY rowid 2",
+                "field `bytes` = `-5`",
+                "negative",
+                "this and 1 more records",
+            ],
+            &[
+                "CUPTI_ACTIVITY_KIND_MEMSET rowid 2",
+                "field `end` = `7110.5`",
+            ],
+        ] {
+            assert!(
+                report
+                    .warnings
+                    .iter()
+                    .any(|w| w.contains("mixed.sqlite") && words.iter().all(|x| w.contains(x))),
+                "no warning with {words:?} in {:#?}",
+                report.warnings
+            );
+        }
+        assert_eq!(
+            report
+                .warnings
+                .iter()
+                .filter(|w| w.ends_with("were lost (invalid_field)")
+                    || w.ends_with("the record was lost (invalid_field)"))
+                .count(),
+            5,
+            "one warning per field: {:#?}",
+            report.warnings
+        );
+        reports.push((report.loss, report.totals));
+    }
+    assert_eq!(
+        reports[0], reports[1],
+        "the file and its bytes meter the same"
+    );
+}
+
+/// Faults of what describes the file, not a record, stay errors: a bad device description, a
+/// bad session start, a missing required column.
+#[test]
+fn file_level_faults_stay_errors() {
+    let memset = "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+                  INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1, 2, 0, 4);";
+    let cases = [
+        (
+            format!(
+                "{SESSION} {memset} CREATE TABLE TARGET_INFO_GPU (id INTEGER, smCount INTEGER);
+                 INSERT INTO TARGET_INFO_GPU VALUES (0, 'lots');"
+            ),
+            "TARGET_INFO_GPU",
+            "smCount",
+            "lots",
+        ),
+        (
+            format!(
+                "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER);
+                 INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (-5); {memset}"
+            ),
+            "TARGET_INFO_SESSION_START_TIME",
+            "utcEpochNs",
+            "-5",
+        ),
+    ];
+    for (sql, table, field, value) in cases {
+        let (_tmp, path) = build("f.sqlite", &sql);
+        for e in refused(&path) {
+            match e {
+                ImportError::BadField {
+                    record: RecordLocation::Row { table: t, rowid },
+                    field: f,
+                    value: v,
+                    ..
+                } => assert_eq!((t.as_str(), rowid, f, v.as_str()), (table, 1, field, value)),
+                other => panic!("expected BadField, got {other:?}"),
+            }
+        }
+    }
+    let (_tmp, path) = build(
+        "c.sqlite",
+        "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, deviceId INTEGER, bytes INTEGER);",
+    );
+    for e in refused(&path) {
+        assert!(
+            matches!(&e, ImportError::MissingColumn { table, column, .. }
+                if table == "CUPTI_ACTIVITY_KIND_MEMCPY" && column == "end"),
+            "{e:?}"
+        );
+    }
+}
+
+/// The shared Perlmutter export loses nothing and gives all its 20 records (its numbers are
+/// checked against EXPECTED.md in `expected::nsys_sqlite`).
+#[test]
+fn the_shared_export_loses_nothing() {
+    let Some(dir) = data_dir() else { return };
+    for from_bytes in [false, true] {
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = if from_bytes {
+            let bytes = ok(std::fs::read(dir.join(NSYS)));
+            ok(import_bytes(
+                &mut meter,
+                NSYS,
+                &bytes,
+                &ImportOptions::default(),
+            ))
+        } else {
+            ok(import_path(
+                &mut meter,
+                &dir.join(NSYS),
+                &ImportOptions::default(),
+            ))
+        };
+        assert_eq!(s.records, 20);
+        let report = ok(meter.finish());
+        assert!(report.loss.is_empty(), "{:?}", report.loss);
+        assert_eq!(
+            (
+                report.records.kernel,
+                report.records.memcpy,
+                report.records.memset
+            ),
+            (5, 15, 0)
+        );
+        assert!(
+            report.warnings.iter().all(|w| !w.contains("invalid_field")),
+            "{:?}",
+            report.warnings
+        );
+    }
+}
+
+/// A WAL-mode export (header bytes 18, 19 = 2), its content all in the file: the same from the
+/// file (read immutable, no `-wal` looked for) and from its bytes.
+#[test]
+fn a_wal_mode_export_reads_from_file_and_bytes() {
+    let (_tmp, path) = build(
+        "w.sqlite",
+        &format!(
+            "PRAGMA journal_mode = WAL; {SESSION}
+             CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+             INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (10, 20, 0, 7);"
+        ),
+    );
+    let bytes = ok(std::fs::read(&path));
+    assert_eq!(bytes.get(18..20), Some(&[2u8, 2][..]), "a WAL-mode file");
+    for from_bytes in [false, true] {
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = if from_bytes {
+            ok(import_bytes(&mut meter, "w.sqlite", &bytes, &nsys()))
+        } else {
+            ok(import_path(&mut meter, &path, &nsys()))
+        };
+        let report = ok(meter.finish());
+        assert_eq!(
+            report.device_total(&source_key(&s, 0), MeterKind::MemsetBytes),
+            7,
+            "from bytes: {from_bytes}"
+        );
+    }
+}
