@@ -8,7 +8,8 @@
 //!   that table they are taken as absolute and the report gets a warning.
 //! * Devices: `deviceId` matched to `TARGET_INFO_GPU.id` (else `cuDevice`), keyed by its `uuid`;
 //!   without one, `<label>#<deviceId>`, the label being given by the caller (`<file name>@<sha8>`,
-//!   see the crate docs).
+//!   see the crate docs). An export whose rows come from several VMs (bits 48..63 of
+//!   `globalPid`) keys such devices `<label>#<deviceId>@vm<n>`: each VM has its own device 0.
 //! * Process id: `(globalPid >> 24) & 0xFFFFFF`.
 //! * Memcpy direction: `copyKind` 1 HtoD, 2 DtoH, 8 DtoD, 10 PtoP, anything else other.
 //!
@@ -559,12 +560,21 @@ pub(crate) fn parse(
         name_kernels(&db, &mut rows.good)?;
     }
 
-    // Devices in order of first activity, then those with lost records only.
+    // Devices in order of first activity, then those with lost records only. Rows of
+    // several VMs (bits 48..63 of `globalPid`) may each have a device 0: without a UUID, their
+    // keys carry the VM, or two GPUs would be metered as one.
+    let vms: HashSet<i64> = rows
+        .good
+        .iter()
+        .map(|g| g.vm)
+        .chain(rows.bad.iter().filter_map(|b| b.device.and_then(|d| d.1)))
+        .collect();
     let mut devices = Devices {
         key_label,
         gpus: &gpus,
         local: HashMap::new(),
         by_key: HashMap::new(),
+        qualify_vm: vms.len() > 1,
     };
     rows.good.sort_by_key(|g| (g.rec.start_ns, g.rec.end_ns));
     parsed.records.reserve(rows.good.len());
@@ -841,6 +851,8 @@ struct Devices<'a> {
     /// By (`deviceId`, VM of the row's `globalPid`; `None`: unknown).
     local: HashMap<(u32, Option<i64>), u32>,
     by_key: HashMap<String, u32>,
+    /// The export's rows come from several VMs: keys of devices without a UUID name the VM.
+    qualify_vm: bool,
 }
 
 impl Devices<'_> {
@@ -848,7 +860,14 @@ impl Devices<'_> {
         if let Some(&s) = self.local.get(&(device_id, vm)) {
             return DeviceSlot(s);
         }
-        let info = device_info(self.key_label, self.gpus, device_id, vm);
+        let mut info = device_info(self.key_label, self.gpus, device_id, vm);
+        if self.qualify_vm && info.uuid.is_none() {
+            let vm = vm.map_or_else(|| "?".to_string(), |v| ((v as u64) >> 48).to_string());
+            info.key = format!(
+                "{}@vm{vm}",
+                DeviceInfo::source_key(self.key_label, device_id)
+            );
+        }
         let s = match self.by_key.get(&info.key) {
             Some(&s) => s,
             None => {

@@ -4,6 +4,7 @@
 //! lost record (`invalid_field`), not a refused file.
 
 use super::*;
+use std::collections::BTreeMap;
 
 /// Builds an SQLite file `name` in a new temporary folder with `sql` (run with
 /// `writable_schema` on, so that tests can disguise objects).
@@ -554,4 +555,53 @@ fn a_wal_mode_export_reads_from_file_and_bytes() {
             "from bytes: {from_bytes}"
         );
     }
+}
+
+/// Two GPUs without UUIDs on two VMs (bits 48..63 of `globalPid`), both `deviceId` 0: two
+/// devices, each with its own name and usage, never one device that bills one GPU's work at
+/// the other's price.
+#[test]
+fn two_vms_without_uuids_are_two_devices() {
+    let vm1: i64 = 1 << 48;
+    let sql = format!(
+        "{SESSION}
+        CREATE TABLE TARGET_INFO_GPU (id INTEGER, vmId INTEGER, name TEXT, smCount INTEGER);
+        INSERT INTO TARGET_INFO_GPU VALUES (0, 0, 'NVIDIA H100 80GB HBM3', 132);
+        INSERT INTO TARGET_INFO_GPU VALUES (0, {vm1}, 'NVIDIA H200', 132);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER,
+            globalPid INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER);
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 200, 0, {pid0}, 1, 1, 1);
+        INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (100, 400, 0, {pid1}, 1, 1, 1);",
+        pid0 = 4242_i64 << 24,
+        pid1 = vm1 | (4343_i64 << 24),
+    );
+    let (_tmp, path) = build("vms.sqlite", &sql);
+    let mut meter = Meter::new(MeterConfig::default());
+    let s = ok(import_path(&mut meter, &path, &nsys()));
+    assert_eq!(s.device_keys.len(), 2, "{:?}", s.device_keys);
+    let r = ok(meter.finish());
+    let kernel_ns: BTreeMap<Option<String>, u128> = r
+        .devices
+        .iter()
+        .map(|d| {
+            (
+                d.name.clone(),
+                r.device_total(&d.device_key, MeterKind::KernelNs),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kernel_ns,
+        BTreeMap::from([
+            (Some("NVIDIA H100 80GB HBM3".to_string()), 100),
+            (Some("NVIDIA H200".to_string()), 300),
+        ])
+    );
+    let label = format!("vms.sqlite@{}", &s.sha256[..8]);
+    assert!(
+        s.device_keys.contains(&format!("{label}#0@vm0"))
+            && s.device_keys.contains(&format!("{label}#0@vm1")),
+        "{:?}",
+        s.device_keys
+    );
 }
