@@ -649,3 +649,114 @@ fn the_schema_lists_exactly_the_loss_reasons() {
         .collect();
     assert_eq!(listed, ours);
 }
+
+/// `twin-a.json` changed by `f` (its document as JSON values), written to `dir`.
+fn variant(dir: &tempfile::TempDir, name: &str, f: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let mut v: serde_json::Value = ok(serde_json::from_slice(&ok(std::fs::read(corpus(
+        "twin-a.json",
+    )))));
+    f(&mut v);
+    write(dir, name, ok(serde_json::to_string_pretty(&v)).as_bytes())
+}
+
+fn events(v: &mut serde_json::Value) -> &mut Vec<serde_json::Value> {
+    match v.get_mut("traceEvents").and_then(|e| e.as_array_mut()) {
+        Some(e) => e,
+        None => panic!("no traceEvents"),
+    }
+}
+
+#[test]
+fn a_copy_that_differs_only_in_joined_facts_or_the_device_table_is_metered_once() {
+    let d = tmp();
+    let one = meter(&[corpus("twin-a.json")]);
+    // The same GPU events with CPU-side launch events: the kernels get a process id.
+    let with_cpu = variant(&d, "with-cpu.json", |v| {
+        let mut cpu = Vec::new();
+        for e in events(v).iter() {
+            if let Some(c) = e["args"]["correlation"].as_u64() {
+                cpu.push(serde_json::json!({"ph": "X", "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": 1.0,
+                    "dur": 1.0, "args": {"correlation": c}}));
+            }
+        }
+        events(v).extend(cpu);
+    });
+    // The same events without the device table: no name, no SM count.
+    let no_props = variant(&d, "no-props.json", |v| {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("deviceProperties");
+        }
+    });
+    for copy in [&with_cpu, &no_props] {
+        let both = meter(&[corpus("twin-a.json"), copy.clone()]);
+        for m in [
+            MeterKind::KernelLaunches,
+            MeterKind::KernelNs,
+            MeterKind::MemcpyHtodBytes,
+        ] {
+            assert_eq!(total(&both, m), total(&one, m), "{} {m}", copy.display());
+        }
+        warning(&both, "repeats the GPU work of");
+        // The device kept is the one with a name (it prices the work).
+        assert_eq!(both.devices.len(), 1, "{:?}", both.devices);
+        assert!(both.devices[0].name.is_some());
+    }
+}
+
+#[test]
+fn a_copy_with_one_record_more_or_less_is_the_same_gpu() {
+    let d = tmp();
+    let one = meter(&[corpus("twin-a.json")]);
+    let fewer = variant(&d, "fewer.json", |v| {
+        events(v).pop();
+    });
+    let more = variant(&d, "more.json", |v| {
+        let mut k = events(v)[1].clone();
+        k["ts"] = serde_json::json!(9000.5);
+        k["args"]["correlation"] = serde_json::json!(999);
+        events(v).push(k);
+    });
+    let launches = |r: &UsageReport| total(r, MeterKind::KernelLaunches);
+    let r = meter(&[corpus("twin-a.json"), fewer]);
+    assert_eq!(launches(&r), launches(&one));
+    warning(&r, "are also in device");
+    let r = meter(&[more, corpus("twin-a.json")]);
+    assert_eq!(launches(&r), launches(&one) + 1);
+    let w = warning(&r, "are also in device");
+    assert!(w.contains("twin-a.json") && w.contains("more.json"), "{w}");
+    assert!(r.loss.is_empty(), "{:?}", r.loss);
+}
+
+#[test]
+fn a_raw_buffer_beside_the_recording_it_came_from_is_metered_once() {
+    let rec = example("h200-cuda13-smoke.gmr");
+    let file = ok(read_gmr(&ok(std::fs::read(&rec))));
+    let Some(buf) = file.frames.iter().find_map(|f| match &f.frame {
+        Frame::ActivityBuffer(b) => Some(b.clone()),
+        _ => None,
+    }) else {
+        panic!("no buffer");
+    };
+    let d = tmp();
+    let raw = write(&d, "smoke-buffer.bin", &buf);
+    let opts = UsageOptions {
+        cupti_api: ok(ApiVersion::from_cupti(file.header.cupti_api_version)),
+        ..UsageOptions::default()
+    };
+    let alone = ok(meter_inputs(std::slice::from_ref(&rec), &opts));
+    let both = ok(meter_inputs(&[raw, rec], &opts));
+    for m in [
+        MeterKind::KernelLaunches,
+        MeterKind::KernelNs,
+        MeterKind::SmNs,
+    ] {
+        assert_eq!(total(&both, m), total(&alone, m), "{m}");
+    }
+    // The recording holds the buffer's records and one more event (its process's exit).
+    let w = warning(&both, "are also in device");
+    assert!(
+        w.contains("smoke-buffer.bin") && w.contains("metered once, from h200-cuda13-smoke.gmr"),
+        "{w}"
+    );
+}

@@ -159,54 +159,75 @@ pub fn push_batches(meter: &mut Meter, mut batches: Vec<Batch>) {
     }
 }
 
-/// A part's records and memory events, each sorted by identity.
-type Canonical = (Vec<ActivityRecord>, Vec<MemoryEvent>);
-
-/// One source's work on one device, for comparing sources.
+/// One source's work on one device, for comparing sources: each record and memory event with
+/// a 64-bit digest of its identity, sorted by digest.
 struct Part<'a> {
     batch: usize,
     slot: DeviceSlot,
-    records: Vec<&'a ActivityRecord>,
-    memory: Vec<&'a MemoryEvent>,
+    records: Vec<(u64, &'a ActivityRecord)>,
+    memory: Vec<(u64, &'a MemoryEvent)>,
     energy: Vec<(u64, u64)>,
-    losses: Vec<(LossReason, u64, bool)>,
+    /// Time span of its records and memory events.
+    span: Option<(u64, u64)>,
 }
 
 impl Part<'_> {
-    /// Records and memory events sorted by their identity, energy and losses sorted: equal
-    /// parts are equal element by element.
-    fn canonical(&self) -> Canonical {
-        let mut r: Vec<ActivityRecord> = self.records.iter().map(|r| r.identity()).collect();
-        r.sort_unstable();
-        let mut m: Vec<MemoryEvent> = self.memory.iter().map(|m| m.identity()).collect();
-        m.sort_unstable();
-        (r, m)
-    }
-
-    /// The time span of the records, for a cheap overlap test.
-    fn span(&self) -> Option<(u64, u64)> {
-        let lo = self.records.iter().map(|r| r.start_ns).min()?;
-        let hi = self
-            .records
-            .iter()
-            .map(|r| r.end_ns.max(r.start_ns))
-            .max()?;
-        Some((lo, hi))
+    fn items(&self) -> usize {
+        self.records.len() + self.memory.len()
     }
 }
 
-/// A 64-bit digest of a record's identity, to find candidates; matches are confirmed by
-/// comparing the records themselves.
-fn digest(r: &ActivityRecord) -> u64 {
+/// A 64-bit digest of a value's identity, to find candidates cheaply; every match is confirmed
+/// by comparing the values themselves, so a collision costs time, never a wrong answer.
+fn digest<T: Hash>(v: &T) -> u64 {
     let mut h = DefaultHasher::new();
-    r.identity().hash(&mut h);
+    v.hash(&mut h);
     h.finish()
 }
 
-/// Removes from `batches` the work of every device that repeats another source's device of
-/// the same name exactly (module docs), keeping the source whose SHA-256 sorts first, and
-/// warns; warns of devices that share some records with another source's device of the same
-/// name.
+/// How many items of `a` have an equal item in `b` (a multiset intersection), both sorted by
+/// digest; `same` confirms a digest match. `budget` is charged one unit per item visited.
+fn shared<T>(
+    a: &[(u64, T)],
+    b: &[(u64, T)],
+    same: impl Fn(&T, &T) -> bool,
+    budget: &mut u64,
+) -> usize {
+    let (mut i, mut j, mut n) = (0, 0, 0);
+    while i < a.len() && j < b.len() {
+        *budget = budget.saturating_sub(1);
+        match a[i].0.cmp(&b[j].0) {
+            std::cmp::Ordering::Less => i += 1,
+            std::cmp::Ordering::Greater => j += 1,
+            std::cmp::Ordering::Equal => {
+                // Runs of one digest: match each item of `a` with an unused equal one of `b`.
+                let d = a[i].0;
+                let ea = a[i..].iter().take_while(|x| x.0 == d).count();
+                let eb = b[j..].iter().take_while(|x| x.0 == d).count();
+                let mut used = vec![false; eb];
+                for x in &a[i..i + ea] {
+                    *budget = budget.saturating_sub(eb as u64);
+                    if let Some(k) = (0..eb).find(|&k| !used[k] && same(&x.1, &b[j + k].1)) {
+                        used[k] = true;
+                        n += 1;
+                    }
+                }
+                i += ea;
+                j += eb;
+            }
+        }
+    }
+    n
+}
+
+/// Removes from `batches` the work of every device whose records (and memory events and energy
+/// samples) are all also another source's, on a device of the same name where both names are
+/// known: the same GPU's work given twice, in new bytes or as part of a larger recording
+/// (module docs). Of two that hold each other (an exact repeat) the source whose SHA-256 sorts
+/// first is kept. Records are compared by [`ActivityRecord::identity`] with agreeing joined
+/// facts. Devices that share only some records are metered and warned of. The comparison is
+/// bounded (about 16 item visits per item, plus a million): past that, the devices left are
+/// not compared and the report says so.
 fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
     if batches.len() < 2 {
         return;
@@ -222,7 +243,7 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
                     records: Vec::new(),
                     memory: Vec::new(),
                     energy: Vec::new(),
-                    losses: Vec::new(),
+                    span: None,
                 });
                 parts.len() - 1
             })
@@ -230,155 +251,198 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
         for (i, b) in batches.iter().enumerate() {
             for r in &b.records {
                 let p = part(i, r.device, &mut parts);
-                parts[p].records.push(r);
+                parts[p].records.push((digest(&r.identity()), r));
             }
             for m in &b.memory {
                 let p = part(i, m.device, &mut parts);
-                parts[p].memory.push(m);
+                parts[p].memory.push((digest(&m.identity()), m));
             }
             for &(slot, t, e) in &b.energy {
                 let p = part(i, slot, &mut parts);
                 parts[p].energy.push((t, e));
             }
-            for &(slot, reason, n, lower) in &b.losses {
-                let p = part(i, slot, &mut parts);
-                parts[p].losses.push((reason, n, lower));
-            }
         }
     }
+    let mut total_items = 0u64;
     for p in &mut parts {
+        p.records.sort_unstable_by_key(|x| x.0);
+        p.memory.sort_unstable_by_key(|x| x.0);
         p.energy.sort_unstable();
-        p.losses.sort_unstable();
+        let times = p
+            .records
+            .iter()
+            .flat_map(|(_, r)| [r.start_ns, r.end_ns.max(r.start_ns)])
+            .chain(p.memory.iter().map(|(_, m)| m.timestamp_ns));
+        p.span = times.fold(None, |s, t| match s {
+            None => Some((t, t)),
+            Some((a, b)) => Some((a.min(t), b.max(t))),
+        });
+        total_items += p.items() as u64;
     }
-    let name_of = |meter: &Meter, slot: DeviceSlot| meter.device(slot).and_then(|d| d.name.clone());
+    let names: Vec<Option<String>> = parts
+        .iter()
+        .map(|p| meter.device(p.slot).and_then(|d| d.name.clone()))
+        .collect();
     let key_of = |meter: &Meter, slot: DeviceSlot| {
         meter
             .device(slot)
             .map_or_else(|| format!("slot {}", slot.0), |d| d.key.clone())
     };
+    let same_record = |a: &&ActivityRecord, b: &&ActivityRecord| {
+        a.identity() == b.identity() && a.joined().agrees(&b.joined())
+    };
+    let same_memory = |a: &&MemoryEvent, b: &&MemoryEvent| {
+        a.identity() == b.identity() && a.joined().agrees(&b.joined())
+    };
 
-    // Exact repeats: candidates share the name, every count and the time span.
-    type Shape = (
-        Option<String>,
-        usize,
-        usize,
-        Vec<(u64, u64)>,
-        Vec<(LossReason, u64, bool)>,
-        Option<(u64, u64)>,
-    );
-    let mut groups: BTreeMap<Shape, Vec<usize>> = BTreeMap::new();
-    for (i, p) in parts.iter().enumerate() {
-        let shape = (
-            name_of(meter, p.slot),
-            p.records.len(),
-            p.memory.len(),
-            p.energy.clone(),
-            p.losses.clone(),
-            p.span(),
-        );
-        groups.entry(shape).or_default().push(i);
-    }
-    // (batch, slot) whose work is dropped, with the part it repeats.
-    let mut dropped: Vec<(usize, usize)> = Vec::new();
-    for members in groups.values().filter(|m| m.len() > 1) {
-        // The source whose SHA-256 sorts first is kept; every member equal to a kept one is
-        // dropped.
-        let mut ordered = members.clone();
-        ordered.sort_by(|&a, &b| {
-            let (pa, pb) = (&parts[a], &parts[b]);
-            (&batches[pa.batch].sha256, pa.batch, pa.slot).cmp(&(
-                &batches[pb.batch].sha256,
-                pb.batch,
-                pb.slot,
-            ))
-        });
-        let mut kept: Vec<(usize, Canonical)> = Vec::new();
-        for i in ordered {
-            let c = parts[i].canonical();
-            match kept
-                .iter()
-                .find(|(k, kc)| parts[*k].batch != parts[i].batch && *kc == c)
-            {
-                Some((k, _)) => dropped.push((i, *k)),
-                None => kept.push((i, c)),
+    // Candidate pairs: other sources, names that agree, spans that overlap.
+    let mut budget = total_items.saturating_mul(16).saturating_add(1_000_000);
+    let mut exhausted = false;
+    // (contained part, container part, shared records)
+    let mut within: Vec<(usize, usize)> = Vec::new();
+    let mut overlaps: Vec<(usize, usize, usize)> = Vec::new();
+    let mut order: Vec<usize> = (0..parts.len())
+        .filter(|&i| parts[i].span.is_some())
+        .collect();
+    order.sort_by_key(|&i| parts[i].span);
+    'outer: for (n, &i) in order.iter().enumerate() {
+        let Some((_, hi)) = parts[i].span else {
+            continue;
+        };
+        for &j in &order[n + 1..] {
+            let (p, q) = (&parts[i], &parts[j]);
+            let Some((qlo, _)) = q.span else { continue };
+            if qlo > hi {
+                break;
+            }
+            if budget == 0 {
+                exhausted = true;
+                break 'outer;
+            }
+            budget -= 1;
+            let names_agree = match (&names[i], &names[j]) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            };
+            if p.batch == q.batch || !names_agree {
+                continue;
+            }
+            let r = shared(&p.records, &q.records, same_record, &mut budget);
+            let m = shared(&p.memory, &q.memory, same_memory, &mut budget);
+            let energy_in = |a: &Part<'_>, b: &Part<'_>| {
+                a.energy.iter().all(|e| b.energy.binary_search(e).is_ok())
+            };
+            if r + m == p.items() && energy_in(p, q) {
+                within.push((i, j));
+            }
+            if r + m == q.items() && energy_in(q, p) {
+                within.push((j, i));
+            }
+            if r > 0 && r + m < p.items() && r + m < q.items() && p.slot != q.slot {
+                overlaps.push((i, j, r));
             }
         }
+    }
+
+    // Keep the largest parts first (then one with a device name, then SHA-256 order); a part
+    // is dropped when a kept part holds all of its work.
+    let mut rank: Vec<usize> = (0..parts.len()).collect();
+    rank.sort_by(|&a, &b| {
+        let (pa, pb) = (&parts[a], &parts[b]);
+        pb.items()
+            .cmp(&pa.items())
+            // Of equals, the one whose device has a name (a name prices it).
+            .then_with(|| names[b].is_some().cmp(&names[a].is_some()))
+            .then_with(|| batches[pa.batch].sha256.cmp(&batches[pb.batch].sha256))
+            .then_with(|| (pa.batch, pa.slot).cmp(&(pb.batch, pb.slot)))
+    });
+    let mut kept = vec![false; parts.len()];
+    let mut dropped: Vec<(usize, usize)> = Vec::new();
+    for &i in &rank {
+        match within
+            .iter()
+            .find(|&&(a, b)| a == i && kept[b])
+            .map(|&(_, b)| b)
+        {
+            Some(container) => dropped.push((i, container)),
+            None => kept[i] = true,
+        }
+    }
+
+    let mut warnings = Vec::new();
+    for &(i, k) in &dropped {
+        let (p, q) = (&parts[i], &parts[k]);
+        let what = if p.items() == q.items() {
+            format!(
+                "source {} repeats the GPU work of source {} on device {} ({}): the same {} \
+                 records{}",
+                batches[p.batch].name,
+                batches[q.batch].name,
+                key_of(meter, p.slot),
+                names[i].as_deref().unwrap_or("no name"),
+                p.records.len(),
+                if p.memory.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {} memory events", p.memory.len())
+                },
+            )
+        } else {
+            format!(
+                "all {} records{} of device {} ({}) of source {} are also in device {} of source \
+                 {}, which has {} more: the same GPU's work",
+                p.records.len(),
+                if p.memory.is_empty() {
+                    String::new()
+                } else {
+                    format!(" and {} memory events", p.memory.len())
+                },
+                key_of(meter, p.slot),
+                names[i].as_deref().unwrap_or("no name"),
+                batches[p.batch].name,
+                key_of(meter, q.slot),
+                batches[q.batch].name,
+                q.items() - p.items(),
+            )
+        };
+        warnings.push(format!(
+            "{what} (every field of every record equal), so it is metered once, from {} (device {})",
+            batches[q.batch].name,
+            key_of(meter, q.slot),
+        ));
+    }
+    for &(i, j, n) in &overlaps {
+        if dropped.iter().any(|&(d, _)| d == i || d == j) {
+            continue;
+        }
+        let (p, q) = (&parts[i], &parts[j]);
+        warnings.push(format!(
+            "device {} of source {} and device {} of source {} ({}) have {n} records in common \
+             (every field equal) but are different devices (no UUID joins them): if both files \
+             recorded the same GPU, those records are billed twice",
+            key_of(meter, p.slot),
+            batches[p.batch].name,
+            key_of(meter, q.slot),
+            batches[q.batch].name,
+            names[i]
+                .as_deref()
+                .or(names[j].as_deref())
+                .unwrap_or("no name"),
+        ));
+    }
+    if exhausted {
+        warnings.push(format!(
+            "the {} devices of these {} sources are too many to compare for repeated work within \
+             the comparison's bound: some devices were not compared, so work given twice in new \
+             bytes may be billed twice",
+            parts.len(),
+            batches.len()
+        ));
     }
     let drop_set: Vec<(usize, DeviceSlot)> = dropped
         .iter()
         .map(|&(i, _)| (parts[i].batch, parts[i].slot))
         .collect();
-    let mut warnings = Vec::new();
-    for &(i, k) in &dropped {
-        let (p, q) = (&parts[i], &parts[k]);
-        warnings.push(format!(
-            "source {} repeats the GPU work of source {} on device {} ({}): the same {} records{} \
-             (every field equal), so it is metered once, from {} (device {})",
-            batches[p.batch].name,
-            batches[q.batch].name,
-            key_of(meter, p.slot),
-            name_of(meter, p.slot).as_deref().unwrap_or("no name"),
-            p.records.len(),
-            if p.memory.is_empty() {
-                String::new()
-            } else {
-                format!(" and {} memory events", p.memory.len())
-            },
-            batches[q.batch].name,
-            key_of(meter, q.slot),
-        ));
-    }
-
-    // Partial overlap: devices of the same name in different sources that share records.
-    for (i, p) in parts.iter().enumerate() {
-        if drop_set.contains(&(p.batch, p.slot)) || p.records.is_empty() {
-            continue;
-        }
-        let Some((lo, hi)) = p.span() else { continue };
-        let name = name_of(meter, p.slot);
-        let mut index: Option<HashMap<u64, Vec<&ActivityRecord>>> = None;
-        for q in parts.iter().skip(i + 1) {
-            if q.batch == p.batch
-                || q.slot == p.slot
-                || q.records.is_empty()
-                || drop_set.contains(&(q.batch, q.slot))
-                || name_of(meter, q.slot) != name
-            {
-                continue;
-            }
-            let Some((qlo, qhi)) = q.span() else { continue };
-            if qhi < lo || hi < qlo {
-                continue;
-            }
-            let idx = index.get_or_insert_with(|| {
-                let mut m: HashMap<u64, Vec<&ActivityRecord>> = HashMap::new();
-                for r in &p.records {
-                    m.entry(digest(r)).or_default().push(r);
-                }
-                m
-            });
-            let shared = q
-                .records
-                .iter()
-                .filter(|r| {
-                    idx.get(&digest(r))
-                        .is_some_and(|c| c.iter().any(|x| x.identity() == r.identity()))
-                })
-                .count();
-            if shared > 0 {
-                warnings.push(format!(
-                    "device {} of source {} and device {} of source {} ({}) have {shared} records \
-                     in common (every field equal) but are different devices (no UUID joins \
-                     them): if both files recorded the same GPU, those records are billed twice",
-                    key_of(meter, p.slot),
-                    batches[p.batch].name,
-                    key_of(meter, q.slot),
-                    batches[q.batch].name,
-                    name.as_deref().unwrap_or("no name"),
-                ));
-            }
-        }
-    }
     drop(parts);
     for w in warnings {
         meter.warn(w);
@@ -387,10 +451,10 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
         return;
     }
     for (i, b) in batches.iter_mut().enumerate() {
-        let gone = |slot: DeviceSlot| drop_set.contains(&(i, slot));
         if !drop_set.iter().any(|&(bi, _)| bi == i) {
             continue;
         }
+        let gone = |slot: DeviceSlot| drop_set.contains(&(i, slot));
         b.records.retain(|r| !gone(r.device));
         b.memory.retain(|m| !gone(m.device));
         b.energy.retain(|e| !gone(e.0));

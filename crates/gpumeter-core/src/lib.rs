@@ -40,8 +40,8 @@ pub use meter::{
     DEFAULT_REORDER_HORIZON_NS,
 };
 pub use record::{
-    ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, LossReason, MemoryEvent, MemoryOp,
-    PartitionId, Work,
+    ActivityRecord, CopyDirection, DeviceSlot, Joined, KernelLaunch, LossReason, MemoryEvent,
+    MemoryOp, PartitionId, Work,
 };
 pub use report::{
     document_sha256, DeviceEntry, DigestError, Dimension, LossEntry, MeterKind, NotMeterable,

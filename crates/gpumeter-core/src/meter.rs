@@ -29,7 +29,8 @@ use num_traits::{ToPrimitive, Zero};
 use crate::device::DeviceInfo;
 use crate::occupancy::{active_blocks_per_sm, LaunchConfig, Mode, WARP_SIZE};
 use crate::record::{
-    ActivityRecord, CopyDirection, DeviceSlot, LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
+    ActivityRecord, CopyDirection, DeviceSlot, Joined, LossReason, MemoryEvent, MemoryOp,
+    PartitionId, Work,
 };
 use crate::report::{
     DeviceEntry, DigestError, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity,
@@ -170,8 +171,10 @@ impl LossCount {
     }
 }
 
-/// A duplicate key (DESIGN §4: the same record, equal in every field its source gives), after
-/// the start or timestamp that the sweep prunes by.
+/// A duplicate key (DESIGN §4: the same record, equal in every field its source gives:
+/// [`ActivityRecord::identity`]), after the start or timestamp that the sweep prunes by. The
+/// records seen under one key keep their joined facts, and a new record is a duplicate when
+/// its facts agree with one of them ([`Joined::agrees`]).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 enum Dup {
     Work(ActivityRecord),
@@ -293,7 +296,7 @@ struct DeviceState {
     swept_to: u64,
     started: bool,
     max_start: u64,
-    dups: BTreeSet<DupKey>,
+    dups: BTreeMap<DupKey, Vec<Joined>>,
     cells: BTreeMap<u64, Cell>,
     loss: BTreeMap<LossReason, LossCount>,
     /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
@@ -465,7 +468,7 @@ impl Meter {
             swept_to: 0,
             started: false,
             max_start: 0,
-            dups: BTreeSet::new(),
+            dups: BTreeMap::new(),
             cells: BTreeMap::new(),
             loss: BTreeMap::new(),
             fault: None,
@@ -638,10 +641,11 @@ impl Meter {
             return;
         }
         let dup: DupKey = (rec.start_ns, Dup::Work(rec.identity()));
+        let joined = rec.joined();
         let key = self.key_of(&rec);
         let window = self.config.window;
         let dev = &mut self.devices[rec.device.0 as usize];
-        if !dev.dups.insert(dup) {
+        if !dev.first_of(dup, joined) {
             dev.loss
                 .entry(LossReason::Duplicate)
                 .or_default()
@@ -879,6 +883,7 @@ impl Meter {
             MemoryOp::ProcessExit => 2,
         };
         let dup: DupKey = (ev.timestamp_ns, Dup::Memory(ev.identity()));
+        let joined = ev.joined();
         let k = AttrKey {
             external_id: ev.external_id,
             process_id: ev.process_id,
@@ -887,7 +892,7 @@ impl Meter {
         let (key, allocated_at) = (self.intern(k), ev.timestamp_ns);
         let window = self.config.window;
         let dev = &mut self.devices[ev.device.0 as usize];
-        if !dev.dups.insert(dup) {
+        if !dev.first_of(dup, joined) {
             dev.loss
                 .entry(LossReason::Duplicate)
                 .or_default()
@@ -1546,6 +1551,17 @@ pub(crate) fn largest_remainder(
 }
 
 impl DeviceState {
+    /// Notes a record under its duplicate key; `false` when it is a duplicate: a record with
+    /// the same identity whose joined facts agree was seen.
+    fn first_of(&mut self, key: DupKey, joined: Joined) -> bool {
+        let seen = self.dups.entry(key).or_default();
+        if seen.iter().any(|j| j.agrees(&joined)) {
+            return false;
+        }
+        seen.push(joined);
+        true
+    }
+
     /// The error a bookkeeping fault of this device becomes.
     fn error(&self, fault: DeviceFault, window: WindowSize) -> MeterError {
         let (device, device_key) = (self.info.id, self.info.key.clone());
@@ -1731,7 +1747,7 @@ impl DeviceState {
         }
         // Duplicate detection only needs records the sweep has not passed.
         let cut = self.swept_to;
-        while let Some(first) = self.dups.first() {
+        while let Some((first, _)) = self.dups.first_key_value() {
             if first.0 >= cut {
                 break;
             }

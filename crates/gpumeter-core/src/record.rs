@@ -104,9 +104,9 @@ impl Work {
 /// Times are ns since the Unix epoch (CUPTI's clock, DESIGN §3). A `start_ns` or `end_ns` of 0
 /// means the source did not record it; the meter counts such a record as loss.
 ///
-/// Two records are *the same record* (a duplicate, DESIGN §4) when every field but `device`
-/// and `partition` is equal ([`ActivityRecord::identity`]): those two are the meter's and the
-/// source's bookkeeping, not facts of the work.
+/// Two records are *the same record* (a duplicate, DESIGN §4) when every field the GPU record
+/// itself gives is equal ([`ActivityRecord::identity`]) and the facts a source joins from
+/// elsewhere agree where both know them ([`ActivityRecord::joined`], [`Joined::agrees`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActivityRecord {
     /// Device that executed the work.
@@ -135,14 +135,46 @@ pub struct ActivityRecord {
 }
 
 impl ActivityRecord {
-    /// The record as a duplicate key: every field the source gave, with `device` and
-    /// `partition` cleared (DESIGN §4: a duplicate is the same record, equal in every field its
-    /// source gives). Cheap: a kernel name is shared, not copied.
+    /// The record as the GPU gave it, a duplicate key (DESIGN §4: the same record is equal in
+    /// every field its source gives): start, end, context, stream, correlation id, graph node
+    /// id and the work (kind, launch configuration, bytes, direction). Cleared: what the meter
+    /// or the source adds — `device` and `partition` (the meter's slots), and the facts a
+    /// source joins from other records or may not know ([`ActivityRecord::joined`]: the
+    /// process id from API records or a recording's header, the external id, the kernel name
+    /// from a string table, the instruction count from other frames). Two sources of the same
+    /// work can differ in those (a raw buffer and the `.gmr` it came from, a trace with and
+    /// without its CPU events), so they are compared by [`Joined::agrees`] instead.
     pub fn identity(&self) -> ActivityRecord {
+        let work = match &self.work {
+            Work::Kernel(k) => Work::Kernel(KernelLaunch {
+                name: None,
+                warp_instructions: None,
+                ..k.clone()
+            }),
+            w => w.clone(),
+        };
         ActivityRecord {
             device: DeviceSlot(0),
             partition: None,
-            ..self.clone()
+            process_id: None,
+            external_id: None,
+            work,
+            ..*self
+        }
+    }
+
+    /// The facts the source joined to the record ([`ActivityRecord::identity`] leaves them
+    /// out).
+    pub fn joined(&self) -> Joined {
+        let (name, warp_instructions) = match &self.work {
+            Work::Kernel(k) => (k.name.clone(), k.warp_instructions),
+            _ => (None, None),
+        };
+        Joined {
+            process_id: self.process_id,
+            external_id: self.external_id,
+            name,
+            warp_instructions,
         }
     }
 
@@ -161,6 +193,39 @@ impl ActivityRecord {
             partition: None,
             work,
         }
+    }
+}
+
+/// What a source joined to a record from elsewhere, or may not know: two records with the same
+/// [`ActivityRecord::identity`] are the same record when these [agree](Joined::agrees).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Joined {
+    /// Process id (from API records, a recording's header, CPU-side events).
+    pub process_id: Option<u32>,
+    /// External correlation id.
+    pub external_id: Option<u64>,
+    /// Kernel name (from a string table, or the event).
+    pub name: Option<Arc<str>>,
+    /// Warp-level instructions (from SASS-metrics frames or INSTRUCTION_EXECUTION records).
+    pub warp_instructions: Option<u64>,
+}
+
+impl Joined {
+    /// Whether two records' joined facts can be of one record: every fact that both know is
+    /// equal (one that only one of them knows says nothing). Two processes' records with the
+    /// same fields stay two records; a raw buffer's record (no name, no process id) and the
+    /// same record of its `.gmr` (both known) are one.
+    pub fn agrees(&self, other: &Joined) -> bool {
+        fn same<T: PartialEq>(a: &Option<T>, b: &Option<T>) -> bool {
+            match (a, b) {
+                (Some(a), Some(b)) => a == b,
+                _ => true,
+            }
+        }
+        same(&self.process_id, &other.process_id)
+            && same(&self.external_id, &other.external_id)
+            && same(&self.name, &other.name)
+            && same(&self.warp_instructions, &other.warp_instructions)
     }
 }
 
@@ -264,11 +329,24 @@ pub struct MemoryEvent {
 }
 
 impl MemoryEvent {
-    /// The event as a duplicate key: every field with `device` cleared (DESIGN §4).
+    /// The event as a duplicate key: every field the record gives, with `device` (the
+    /// meter's slot) and the joined `process_id` and `external_id` cleared (compared by
+    /// [`MemoryEvent::joined`] and [`Joined::agrees`], as for [`ActivityRecord::identity`]).
     pub fn identity(&self) -> MemoryEvent {
         MemoryEvent {
             device: DeviceSlot(0),
+            process_id: None,
+            external_id: None,
             ..self.clone()
+        }
+    }
+
+    /// The facts joined to the event (its process id and external id).
+    pub fn joined(&self) -> Joined {
+        Joined {
+            process_id: self.process_id,
+            external_id: self.external_id,
+            ..Joined::default()
         }
     }
 
