@@ -108,9 +108,9 @@ pub struct UsageOptions {
     pub opening: Option<PathBuf>,
 }
 
-/// Reads the `open_allocations` of an earlier usage report and hands them to the meter as
-/// opening state ([`Meter::set_opening`]): each is held on the device of its `device_key` from
-/// that report's end on.
+/// Reads an earlier usage report and continues it ([`Meter::continue_from`]): its
+/// `open_allocations` are held on the devices of their `device_key` from that report's end on,
+/// and what it billed (its sources, and its period on its devices) is not billed again.
 fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
     let fail = |reason: String| Error::Opening {
         path: path.to_path_buf(),
@@ -131,7 +131,7 @@ fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
             "its sha256 does not match its content (the report was edited or damaged)".into(),
         ));
     }
-    meter.set_opening(&report.open_allocations).map_err(fail)
+    meter.continue_from(&report).map_err(fail)
 }
 
 /// The format of one input, `Auto` resolved from its first bytes.

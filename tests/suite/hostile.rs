@@ -760,3 +760,70 @@ fn a_raw_buffer_beside_the_recording_it_came_from_is_metered_once() {
         "{w}"
     );
 }
+
+/// Reports chained with `--opening` bill every record and every byte·ns of a recording that
+/// grew between them exactly once, and an input the earlier report metered is not metered
+/// again.
+#[test]
+fn a_chain_of_reports_over_a_growing_recording_bills_everything_once() {
+    let d = tmp();
+    let full_path = example("h200-cuda13-green-context.gmr");
+    let full = ok(std::fs::read(&full_path));
+    let file = ok(read_gmr(&full));
+    // Day 1: the recording up to the end of its first activity buffer (a clean frame edge;
+    // the producer had not finished it yet).
+    let i = file
+        .frames
+        .iter()
+        .position(|f| matches!(f.frame, Frame::ActivityBuffer(_)))
+        .unwrap_or_else(|| panic!("no buffer"));
+    let cut = file
+        .frames
+        .get(i + 1)
+        .map_or(full.len() - 16, |f| f.offset as usize);
+    let day1 = write(&d, "day1.gmr", &full[..cut]);
+    let r1 = meter(&[day1]);
+    assert!(total(&r1, MeterKind::KernelLaunches) > 0);
+    assert!(!r1.extensions.device_ends.is_empty());
+    let opening = write(&d, "r1.json", ok(serde_json::to_string(&r1)).as_bytes());
+    let with_opening = |inputs: &[PathBuf]| {
+        ok(meter_inputs(
+            inputs,
+            &UsageOptions {
+                opening: Some(opening.clone()),
+                ..UsageOptions::default()
+            },
+        ))
+    };
+    // Day 2: the whole recording, continuing day 1.
+    let r2 = with_opening(std::slice::from_ref(&full_path));
+    let alone = meter(std::slice::from_ref(&full_path));
+    for m in [
+        MeterKind::KernelLaunches,
+        MeterKind::KernelNs,
+        MeterKind::SmNs,
+        MeterKind::MemoryByteNs,
+    ] {
+        assert_eq!(total(&r1, m) + total(&r2, m), total(&alone, m), "{m}");
+    }
+    assert!(r2
+        .records
+        .skipped
+        .get("billed_by_opening_report")
+        .is_some_and(|&n| n > 0));
+    warning(&r2, "lie in the opening report's period");
+    // The very input of day 1 again: not metered again.
+    let again = with_opening(&[d.path().join("day1.gmr")]);
+    assert!(
+        again
+            .usage
+            .iter()
+            .all(|u| u.meter == MeterKind::MemoryByteNs),
+        "{:?}",
+        again.usage
+    );
+    warning(
+        &again,
+        "which the opening report (--opening) already metered",
+    );
+}

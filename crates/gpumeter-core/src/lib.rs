@@ -44,9 +44,9 @@ pub use record::{
     MemoryOp, PartitionId, Work,
 };
 pub use report::{
-    document_sha256, DeviceEntry, DigestError, Dimension, LossEntry, MeterKind, NotMeterable,
-    OpenAllocation, Quantity, RecordCounts, SourceEntry, TotalRow, UsageReport, UsageRow,
-    METERING_POLICY, USAGE_SCHEMA,
+    document_sha256, DeviceEnd, DeviceEntry, DigestError, Dimension, Extensions, LossEntry,
+    MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts, SourceEntry, TotalRow,
+    UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
 pub use time::WindowSize;

@@ -368,6 +368,19 @@ pub struct Meter {
     opening: HashMap<String, Vec<(HeldAt, OpenAlloc)>>,
     /// The device id an opening entry named, for devices registered only at the end.
     opening_ids: HashMap<String, u32>,
+    /// The earlier report this one continues ([`Meter::continue_from`]): its sources, its
+    /// end, and the devices it metered.
+    earlier: Option<Earlier>,
+    /// Records and memory events not metered because the earlier report's period holds them.
+    before_earlier_end: (u64, u64),
+}
+
+/// What a report continued by [`Meter::continue_from`] had already billed.
+#[derive(Debug, Clone, Default)]
+struct Earlier {
+    sources: Vec<SourceEntry>,
+    /// Per device key, the end of what it metered there.
+    ends: HashMap<String, u64>,
 }
 
 impl Meter {
@@ -389,6 +402,8 @@ impl Meter {
             seq: 0,
             opening: HashMap::new(),
             opening_ids: HashMap::new(),
+            earlier: None,
+            before_earlier_end: (0, 0),
         }
     }
 
@@ -406,6 +421,18 @@ impl Meter {
     /// SHA-256 was already metered: the caller must not push its records again (DESIGN §4
     /// "Idempotency").
     pub fn begin_source(&mut self, source: SourceInfo) -> bool {
+        let earlier = self
+            .earlier
+            .as_ref()
+            .and_then(|e| e.sources.iter().find(|s| s.sha256 == source.sha256));
+        if let Some(prev) = earlier {
+            self.warnings.push(format!(
+                "source {} has the same SHA-256 as {}, which the opening report (--opening) \
+                 already metered: not metered again",
+                source.name, prev.name
+            ));
+            return false;
+        }
         if let Some(prev) = self.sources.iter().find(|s| s.sha256 == source.sha256) {
             self.warnings.push(format!(
                 "source {} has the same SHA-256 as {} and was metered once",
@@ -622,6 +649,12 @@ impl Meter {
     /// older than the reordering horizon, duplicates) are counted as loss and feed no meter.
     /// Records for an unregistered slot are ignored.
     pub fn push(&mut self, rec: ActivityRecord) {
+        if let Some(end) = self.earlier_end(rec.device) {
+            if rec.start_ns != 0 && rec.end_ns >= rec.start_ns && rec.end_ns <= end {
+                self.before_earlier_end.0 += 1;
+                return;
+            }
+        }
         let Some(dev) = self.devices.get(rec.device.0 as usize) else {
             return;
         };
@@ -862,7 +895,65 @@ impl Meter {
         Ok(())
     }
 
+    /// Continues an earlier report (`--opening`, DESIGN §4 "Memory"): takes its
+    /// `open_allocations` as opening state ([`Meter::set_opening`]) and, so that nothing it
+    /// billed is billed again, remembers
+    ///
+    /// * its sources: an input with the same SHA-256 is not metered again
+    ///   ([`Meter::begin_source`] returns `false`, with a warning);
+    /// * where it ended on each device (`extensions.device_ends`; for a report written before
+    ///   that key existed, the earliest `billed_to` of its open allocations, on every device it
+    ///   lists): work records on that device that end at or before that time, and memory events
+    ///   at or before it, belong to the earlier report's period (a recording that grew since,
+    ///   given again) and are not metered; they are counted in `records.skipped` as
+    ///   `billed_by_opening_report`, and a warning says how many.
+    ///
+    /// Call it before pushing records.
+    ///
+    /// # Errors
+    /// As [`Meter::set_opening`], and a message naming `extensions.device_ends[i]` when an end
+    /// is not an RFC 3339 time.
+    pub fn continue_from(&mut self, report: &UsageReport) -> Result<(), String> {
+        let mut ends = HashMap::new();
+        for (i, e) in report.extensions.device_ends.iter().enumerate() {
+            let t = parse_rfc3339(&e.end)
+                .map_err(|why| format!("extensions.device_ends[{i}].end: {why}"))?;
+            ends.insert(e.device_key.clone(), t);
+        }
+        if report.extensions.device_ends.is_empty() {
+            let end = report
+                .open_allocations
+                .iter()
+                .filter_map(|a| parse_rfc3339(&a.billed_to).ok())
+                .min();
+            if let Some(end) = end {
+                for d in &report.devices {
+                    ends.insert(d.device_key.clone(), end);
+                }
+            }
+        }
+        self.set_opening(&report.open_allocations)?;
+        self.earlier = Some(Earlier {
+            sources: report.sources.clone(),
+            ends,
+        });
+        Ok(())
+    }
+
+    /// Where the earlier report ended on `device` ([`Meter::continue_from`]).
+    fn earlier_end(&self, device: DeviceSlot) -> Option<u64> {
+        let e = self.earlier.as_ref()?;
+        let d = self.devices.get(device.0 as usize)?;
+        e.ends.get(&d.info.key).copied()
+    }
+
     fn push_memory_at(&mut self, ev: MemoryEvent) {
+        if let Some(end) = self.earlier_end(ev.device) {
+            if ev.timestamp_ns != 0 && ev.timestamp_ns <= end {
+                self.before_earlier_end.1 += 1;
+                return;
+            }
+        }
         let Some(dev) = self.devices.get(ev.device.0 as usize) else {
             return;
         };
@@ -1007,6 +1098,7 @@ impl Meter {
             }
         }
         let mut devices = Vec::new();
+        let mut device_ends = Vec::new();
         let mut loss = Vec::new();
         let mut usage = Vec::new();
         let mut totals: BTreeMap<(String, u32, String, MeterKind), u128> = BTreeMap::new();
@@ -1158,6 +1250,17 @@ impl Meter {
                     d.reallocations, info.id, info.key
                 ));
             }
+            let end = if d.work_end > 0 {
+                d.work_end
+            } else {
+                d.last_ns
+            };
+            if end > 0 {
+                device_ends.push(crate::report::DeviceEnd {
+                    device_key: info.key.clone(),
+                    end: rfc3339_ns(end),
+                });
+            }
             devices.push(DeviceEntry {
                 device: info.id,
                 device_key: info.key.clone(),
@@ -1281,6 +1384,20 @@ impl Meter {
                 open_allocations.len()
             ));
         }
+        let (early_work, early_memory) = self.before_earlier_end;
+        if early_work + early_memory > 0 {
+            *self
+                .counts
+                .skipped
+                .entry("billed_by_opening_report".to_string())
+                .or_insert(0) += early_work + early_memory;
+            warnings.push(format!(
+                "{early_work} work records and {early_memory} memory events of the inputs lie \
+                 in the opening report's period (at or before where it ended on their device, \
+                 extensions.device_ends): that report billed them, so they are not billed \
+                 again (counted as skipped `billed_by_opening_report`)"
+            ));
+        }
         let mut report = UsageReport {
             schema: USAGE_SCHEMA.to_string(),
             metering_policy: METERING_POLICY.to_string(),
@@ -1293,6 +1410,10 @@ impl Meter {
             totals,
             open_allocations,
             warnings,
+            extensions: crate::report::Extensions {
+                device_ends,
+                ..Default::default()
+            },
             sha256: String::new(),
         };
         report.seal()?;

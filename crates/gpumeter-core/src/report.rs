@@ -343,8 +343,42 @@ pub struct UsageReport {
     pub open_allocations: Vec<OpenAllocation>,
     /// Warnings for people (loss, duplicate sources, unmeterable meters).
     pub warnings: Vec<String>,
+    /// What the report adds beyond DESIGN §7's keys (`extensions`, the one place for them).
+    /// Omitted when empty.
+    #[serde(default, skip_serializing_if = "Extensions::is_empty")]
+    pub extensions: Extensions,
     /// SHA-256 over the RFC 8785 canonical JSON of the report without this field.
     pub sha256: String,
+}
+
+/// The `extensions` of a usage report: gpumeter's own keys, and any other key read from a
+/// report, kept as it was (so that its digest still verifies).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Extensions {
+    /// Per device, the end of what the report metered: the latest end of its accepted work
+    /// (without work, its latest memory or energy time). A later report that continues this
+    /// one (`--opening`) does not bill again what lies at or before it on that device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_ends: Vec<DeviceEnd>,
+    /// Keys gpumeter does not know, as read.
+    #[serde(flatten)]
+    pub other: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Extensions {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.device_ends.is_empty() && self.other.is_empty()
+    }
+}
+
+/// Where a device's metered work ends in a report ([`Extensions::device_ends`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeviceEnd {
+    /// Identity of the device.
+    pub device_key: String,
+    /// The end, RFC 3339 UTC with ns.
+    pub end: String,
 }
 
 /// Errors computing a document digest.

@@ -49,6 +49,7 @@
 //!     }],
 //!     totals: vec![],
 //!     open_allocations: vec![],
+//!     extensions: Default::default(),
 //!     warnings: vec![],
 //!     sha256: String::new(),
 //! };

@@ -57,6 +57,7 @@ fn report(window_seconds: u64, devices: Vec<DeviceEntry>, usage: Vec<UsageRow>) 
         usage,
         totals: vec![],
         open_allocations: vec![],
+        extensions: Default::default(),
         warnings: vec![],
         sha256: String::new(),
     };
