@@ -57,7 +57,7 @@ pub enum Error {
     /// The report cannot be built: a quantity beyond `u128` (never clamped), memory held over
     /// more windows than a report holds, or a digest failure (names the device and meter).
     #[error(transparent)]
-    Meter(#[from] gpumeter_core::MeterError),
+    Meter(Box<gpumeter_core::MeterError>),
     /// The opening state (`--opening FILE`, a `gpumeter.usage/v1` report) cannot be read or
     /// one of its `open_allocations` is invalid (names the file, entry and field).
     #[error("{}: {reason}", path.display())]
@@ -67,6 +67,12 @@ pub enum Error {
         /// What is wrong, naming the entry and field.
         reason: String,
     },
+}
+
+impl From<gpumeter_core::MeterError> for Error {
+    fn from(e: gpumeter_core::MeterError) -> Self {
+        Error::Meter(Box::new(e))
+    }
 }
 
 /// The format of an input (`--format`, DESIGN §8).

@@ -261,14 +261,16 @@ fn memory_held_over_more_windows_than_a_report_holds_fails_fast() {
         Work::Kernel(KernelLaunch::default()),
     ));
     match m.finish() {
-        Err(e @ MeterError::TooManyWindows { .. }) => {
+        Err(e @ MeterError::TooManyCells { .. }) => {
             let msg = e.to_string();
             assert!(
-                msg.contains("GPU-far") && msg.contains("1000000 windows"),
+                msg.contains("GPU-far")
+                    && msg.contains("memory held")
+                    && msg.contains("1000000 (device, window) cells"),
                 "{msg}"
             );
         }
-        other => panic!("expected TooManyWindows, got {other:?}"),
+        other => panic!("expected TooManyCells, got {other:?}"),
     }
 }
 
@@ -826,4 +828,62 @@ fn a_chain_of_reports_over_a_growing_recording_bills_everything_once() {
         &again,
         "which the opening report (--opening) already metered",
     );
+}
+
+/// The cell budget is the report's, not each device's: opening allocations of 1970 on several
+/// devices, each under a per-device limit, cannot together exhaust memory.
+#[test]
+fn opening_state_of_1970_on_many_devices_fails_fast() {
+    let mut r = meter(&[corpus("twin-a.json")]);
+    for k in 0..3u32 {
+        r.open_allocations.push(gpumeter::core::OpenAllocation {
+            device: k,
+            device_key: format!("GPU-old-{k}"),
+            address: "0x10".into(),
+            bytes: gpumeter::core::Quantity(1),
+            tenant: "unattributed".into(),
+            process_id: Some(1),
+            external_id: None,
+            allocated_at: "1970-01-01T00:00:00.000000001Z".into(),
+            billed_to: "1970-01-01T00:00:00.000000001Z".into(),
+        });
+    }
+    // Forged to carry only the old allocations (no sources, devices or ends of its own).
+    r.sources.clear();
+    r.devices.clear();
+    r.extensions = Default::default();
+    ok(r.seal());
+    let d = tmp();
+    let opening = write(&d, "old.json", ok(serde_json::to_string(&r)).as_bytes());
+    match meter_inputs(
+        &[corpus("twin-a.json")],
+        &UsageOptions {
+            opening: Some(opening),
+            ..UsageOptions::default()
+        },
+    ) {
+        Err(gpumeter::Error::Meter(e)) if matches!(*e, MeterError::TooManyCells { .. }) => {
+            assert!(e.to_string().contains("GPU-old-"), "{e}");
+        }
+        other => panic!("expected TooManyCells, got {other:?}"),
+    }
+}
+
+/// Energy samples a week apart, metered in 60 s windows: refused before the windows are made.
+#[test]
+fn energy_over_more_cells_than_a_report_holds_fails_fast() {
+    let mut m = Meter::new(MeterConfig {
+        window: ok(WindowSize::parse("60s")),
+        ..MeterConfig::default()
+    });
+    let dev = m.register_device(DeviceInfo::bare("GPU-energy", 0));
+    for i in 0..120u64 {
+        m.push_energy(dev, T0 + i * 7 * DAY - i, i * 10_080);
+    }
+    match m.finish() {
+        Err(e @ MeterError::TooManyCells { .. }) => {
+            assert!(e.to_string().contains("energy samples"), "{e}");
+        }
+        other => panic!("expected TooManyCells, got {other:?}"),
+    }
 }

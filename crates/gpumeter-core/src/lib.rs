@@ -36,7 +36,7 @@ pub mod time;
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
 pub use ingest::{push_batches, Batch};
 pub use meter::{
-    Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_WINDOWS_PER_DEVICE,
+    Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_CELLS,
     DEFAULT_REORDER_HORIZON_NS,
 };
 pub use record::{

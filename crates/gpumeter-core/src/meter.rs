@@ -21,6 +21,8 @@
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
 
 use num_bigint::BigInt;
 use num_rational::BigRational;
@@ -42,9 +44,9 @@ use crate::time::{parse_rfc3339, rfc3339, rfc3339_ns, WindowSize, MAX_RECORD_NS,
 /// Default reordering horizon: 60 s of record time (DESIGN §3).
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
 
-/// Default of [`MeterConfig::max_windows_per_device`]: one million windows (114 years of 1 h
-/// windows, 694 days of 60 s windows).
-pub const DEFAULT_MAX_WINDOWS_PER_DEVICE: u64 = 1_000_000;
+/// Default of [`MeterConfig::max_cells`]: one million (device, window) cells — 114 years of
+/// 1 h windows of one GPU, or 87 days of 60 s windows of eight.
+pub const DEFAULT_MAX_CELLS: u64 = 1_000_000;
 
 /// How a [`Meter`] windows, attributes and reorders.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,13 +57,14 @@ pub struct MeterConfig {
     pub tenant: Option<TenantName>,
     /// How far, in ns of record time, records may arrive out of order per device.
     pub reorder_horizon_ns: u64,
-    /// The most windows (cells) the meter holds per device. Memory held is billed for as long
-    /// as it is held (DESIGN §4), so one allocation can span any number of windows; a hold that
-    /// would take a device past this many windows makes [`Meter::finish`] fail with
-    /// [`MeterError::TooManyWindows`] instead of exhausting memory (a kernel dated centuries
-    /// away from the rest, say). Work records add at most one window per window they span
-    /// (7 days at most).
-    pub max_windows_per_device: u64,
+    /// The most (device, window) cells a report holds, all devices together: what bounds the
+    /// meter's memory and the report's size. Memory held is billed for as long as it is held
+    /// (DESIGN §4), so one allocation, or an energy counter sampled a week apart, can span any
+    /// number of windows; a hold or an energy run that would pass this many cells, or work that
+    /// does, makes [`Meter::finish`] fail with [`MeterError::TooManyCells`] (a kernel dated
+    /// centuries away from the rest, say) instead of exhausting memory; holds and energy are
+    /// refused before any of their cells is made.
+    pub max_cells: u64,
 }
 
 impl Default for MeterConfig {
@@ -70,7 +73,7 @@ impl Default for MeterConfig {
             window: WindowSize::HOUR,
             tenant: None,
             reorder_horizon_ns: DEFAULT_REORDER_HORIZON_NS,
-            max_windows_per_device: DEFAULT_MAX_WINDOWS_PER_DEVICE,
+            max_cells: DEFAULT_MAX_CELLS,
         }
     }
 }
@@ -110,25 +113,30 @@ pub enum MeterError {
         /// The window, RFC 3339, or `None` for a total over windows.
         window_start: Option<String>,
     },
-    /// Memory held over a span that would take the device past
-    /// [`MeterConfig::max_windows_per_device`] windows.
+    /// Memory held, an energy run or work over a span that would take the report past
+    /// [`MeterConfig::max_cells`] (device, window) cells.
     #[error(
-        "device {device} ({device_key}): memory held from {from} to {to} spans {windows} windows          of {window_seconds} s, which would take the device past the {limit} windows a report          holds per device; check the inputs' times (a record dated far from the others?), or          use a larger --window"
+        "device {device} ({device_key}): {what} from {from} to {to} spans {windows} windows of \
+         {window_seconds} s, which would take the report past the {limit} (device, window) cells \
+         it holds; check the inputs' times (a record dated far from the others?), or use a \
+         larger --window"
     )]
-    TooManyWindows {
+    TooManyCells {
         /// Device id within its source.
         device: u32,
         /// Identity of the device.
         device_key: String,
-        /// Start of the hold, RFC 3339.
+        /// What spans them (`memory held`, `energy samples`, `work`).
+        what: &'static str,
+        /// Start of the span, RFC 3339.
         from: String,
-        /// End of the hold, RFC 3339.
+        /// End of the span, RFC 3339.
         to: String,
-        /// Windows the hold spans.
+        /// Windows the span touches.
         windows: u64,
         /// Window size, seconds.
         window_seconds: u64,
-        /// The limit ([`MeterConfig::max_windows_per_device`]).
+        /// The limit ([`MeterConfig::max_cells`]).
         limit: u64,
     },
 }
@@ -136,8 +144,16 @@ pub enum MeterError {
 /// A device's first fault in bookkeeping, turned into a [`MeterError`] by [`Meter::finish`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DeviceFault {
-    Overflow { meter: MeterKind, window: u64 },
-    TooManyWindows { from: u64, to: u64, windows: u64 },
+    Overflow {
+        meter: MeterKind,
+        window: u64,
+    },
+    TooManyCells {
+        what: &'static str,
+        from: u64,
+        to: u64,
+        windows: u64,
+    },
 }
 
 /// Adds `v` to a cell's quantity; on overflow keeps the first fault and leaves the quantity.
@@ -154,6 +170,42 @@ fn add_checked(
             fault.get_or_insert(DeviceFault::Overflow { meter, window });
         }
     }
+}
+
+/// The number of (device, window) cells of a report and their limit, shared by its devices.
+#[derive(Debug)]
+struct CellBudget {
+    used: AtomicU64,
+    limit: u64,
+}
+
+impl CellBudget {
+    fn used(&self) -> u64 {
+        self.used.load(AtomicOrdering::Relaxed)
+    }
+}
+
+/// The cell of window `w`, made (and counted against the report's budget) when new; past the
+/// budget the device keeps a fault ([`MeterError::TooManyCells`]).
+fn cell_at<'c>(
+    cells: &'c mut BTreeMap<u64, Cell>,
+    budget: &CellBudget,
+    fault: &mut Option<DeviceFault>,
+    w: u64,
+    window: WindowSize,
+) -> &'c mut Cell {
+    cells.entry(w).or_insert_with(|| {
+        let used = budget.used.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+        if used > budget.limit {
+            fault.get_or_insert(DeviceFault::TooManyCells {
+                what: "work",
+                from: w,
+                to: w.saturating_add(window.ns()),
+                windows: 1,
+            });
+        }
+        Cell::default()
+    })
 }
 
 /// Records lost for one reason: a count, and whether it is only a lower bound (the source
@@ -301,8 +353,8 @@ struct DeviceState {
     loss: BTreeMap<LossReason, LossCount>,
     /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
     fault: Option<DeviceFault>,
-    /// [`MeterConfig::max_windows_per_device`].
-    max_windows: u64,
+    /// The report's cell count and limit, shared by every device ([`MeterConfig::max_cells`]).
+    budget: Arc<CellBudget>,
     records: u64,
     /// Kernels metered without a grid: their SMs held are unknown, so sm_ns is not meterable.
     kernels_without_grid: u64,
@@ -373,6 +425,8 @@ pub struct Meter {
     earlier: Option<Earlier>,
     /// Records and memory events not metered because the earlier report's period holds them.
     before_earlier_end: (u64, u64),
+    /// (device, window) cells made so far, against [`MeterConfig::max_cells`].
+    budget: Arc<CellBudget>,
 }
 
 /// What a report continued by [`Meter::continue_from`] had already billed.
@@ -386,6 +440,7 @@ struct Earlier {
 impl Meter {
     /// A meter with no devices and no records.
     pub fn new(config: MeterConfig) -> Self {
+        let limit = config.max_cells;
         let source_tenant = config.tenant.clone();
         Meter {
             config,
@@ -404,6 +459,10 @@ impl Meter {
             opening_ids: HashMap::new(),
             earlier: None,
             before_earlier_end: (0, 0),
+            budget: Arc::new(CellBudget {
+                used: AtomicU64::new(0),
+                limit,
+            }),
         }
     }
 
@@ -499,7 +558,7 @@ impl Meter {
             cells: BTreeMap::new(),
             loss: BTreeMap::new(),
             fault: None,
-            max_windows: self.config.max_windows_per_device,
+            budget: Arc::clone(&self.budget),
             records: 0,
             kernels_without_grid: 0,
             kernels_without_occupancy: 0,
@@ -706,7 +765,7 @@ impl Meter {
         let mut held = 0u32;
         let mut warps = 0u32;
         let w0 = window.start_of(rec.start_ns);
-        let start_cell = dev.cells.entry(w0).or_default();
+        let start_cell = cell_at(&mut dev.cells, &dev.budget, &mut dev.fault, w0, window);
         let fault = &mut dev.fault;
         let mut add = |cell: &mut Cell, m: MeterKind, v: u128| {
             add_checked(cell.ints.entry((key, m)).or_insert(0), v, fault, m, w0);
@@ -736,10 +795,7 @@ impl Meter {
                 while t < rec.end_ns {
                     let w = window.start_of(t);
                     let edge = w.saturating_add(window.ns()).min(rec.end_ns);
-                    let q = dev
-                        .cells
-                        .entry(w)
-                        .or_default()
+                    let q = cell_at(&mut dev.cells, &dev.budget, &mut dev.fault, w, window)
                         .ints
                         .entry((key, MeterKind::KernelNs))
                         .or_insert(0);
@@ -1045,8 +1101,8 @@ impl Meter {
     ///
     /// # Errors
     /// [`MeterError::QuantityOverflow`] when a quantity exceeds `u128::MAX` (never clamped);
-    /// [`MeterError::TooManyWindows`] when memory held would take a device past
-    /// [`MeterConfig::max_windows_per_device`] windows; [`MeterError::Digest`] when the report
+    /// [`MeterError::TooManyCells`] when memory held, energy samples or work would take the
+    /// report past [`MeterConfig::max_cells`] cells; [`MeterError::Digest`] when the report
     /// cannot be serialized for its digest.
     pub fn finish(mut self) -> Result<UsageReport, MeterError> {
         let window = self.config.window;
@@ -1204,8 +1260,25 @@ impl Meter {
                     reason: why,
                 });
             }
+            let left = d.budget.limit.saturating_sub(d.budget.used());
             let (energy, resets, gaps, unobserved) =
-                energy_per_window(&d.energy, &d.energy_spans, window);
+                energy_per_window(&d.energy, &d.energy_spans, window, &d.cells, left).map_err(
+                    |(from, to, windows)| {
+                        d.error(
+                            DeviceFault::TooManyCells {
+                                what: "energy samples",
+                                from,
+                                to,
+                                windows,
+                            },
+                            window,
+                        )
+                    },
+                )?;
+            d.budget.used.fetch_add(
+                energy.keys().filter(|w| !d.cells.contains_key(w)).count() as u64,
+                AtomicOrdering::Relaxed,
+            );
             // A device without kernels has no sm_ns anywhere: its energy is all idle.
             let energy_meterable = !energy.is_empty() && (sm_meterable || !has_kernels);
             if !energy.is_empty() && !energy_meterable {
@@ -1530,11 +1603,17 @@ fn capped_shares(
 /// energy only), how many times the counter went down, how many pairs of consecutive samples
 /// are implausible (more than 7 days apart, or rising faster than 100 kW), and, when `spans`
 /// are given, how many pairs no span covers (between recordings); none of those is billed.
+///
+/// # Errors
+/// `(first sample, last sample, windows)` as soon as the windows with energy that `cells` does
+/// not hold yet pass `left` (the report's cell budget): nothing is booked.
 fn energy_per_window(
     samples: &[(u64, u64)],
     spans: &[(u64, u64)],
     window: WindowSize,
-) -> (BTreeMap<u64, u128>, u64, u64, u64) {
+    cells: &BTreeMap<u64, Cell>,
+    left: u64,
+) -> Result<EnergyWindows, (u64, u64, u64)> {
     let mut s = samples.to_vec();
     s.sort_unstable();
     // One sample per timestamp (the first after sorting: the smallest reading).
@@ -1543,6 +1622,7 @@ fn energy_per_window(
     let mut resets = 0u64;
     let mut gaps = 0u64;
     let mut unobserved = 0u64;
+    let mut new_windows = 0u64;
     for pair in s.windows(2) {
         let ((t0, e0), (t1, e1)) = (pair[0], pair[1]);
         if !spans.is_empty() && !spans.iter().any(|&(a, b)| a <= t0 && t1 <= b) {
@@ -1571,14 +1651,25 @@ fn energy_per_window(
             let edge = w.saturating_add(window.ns()).min(t1);
             let e = if edge == t1 { de } else { upto(edge) };
             if e > booked {
+                if !cells.contains_key(&w) && !out.contains_key(&w) {
+                    new_windows += 1;
+                    if new_windows > left {
+                        let (first, last) = (s[0].0, s[s.len() - 1].0);
+                        return Err((first, last, new_windows));
+                    }
+                }
                 *out.entry(w).or_insert(0) += e - booked;
             }
             booked = e;
             t = edge;
         }
     }
-    (out, resets, gaps, unobserved)
+    Ok((out, resets, gaps, unobserved))
 }
+
+/// Energy per window start, how many times the counter went down, implausible pairs, pairs no
+/// recording observed ([`energy_per_window`]).
+type EnergyWindows = (BTreeMap<u64, u128>, u64, u64, u64);
 
 /// Splits a window's energy `e` (mJ) among tenants in proportion to their `sm_ns` in the
 /// window (largest remainder); all of it to [`IDLE`] when nobody has `sm_ns` there.
@@ -1693,14 +1784,20 @@ impl DeviceState {
                 meter,
                 window_start: Some(rfc3339(w)),
             },
-            DeviceFault::TooManyWindows { from, to, windows } => MeterError::TooManyWindows {
+            DeviceFault::TooManyCells {
+                what,
+                from,
+                to,
+                windows,
+            } => MeterError::TooManyCells {
                 device,
                 device_key,
+                what,
                 from: rfc3339_ns(from),
                 to: rfc3339_ns(to),
                 windows,
                 window_seconds: window.seconds(),
-                limit: self.max_windows,
+                limit: self.budget.limit,
             },
         }
     }
@@ -1723,7 +1820,7 @@ impl DeviceState {
     /// Books allocation `a` as held until `end`, for as long as that is (DESIGN §4: memory
     /// may be held for any time; the 7-day plausibility bound is for work records). Returns
     /// `false`, booking nothing, when the hold would take the device past
-    /// [`MeterConfig::max_windows_per_device`] windows ([`Meter::finish`] then fails).
+    /// [`MeterConfig::max_cells`] cells ([`Meter::finish`] then fails).
     fn hold(&mut self, a: OpenAlloc, end: u64, window: WindowSize) -> bool {
         self.book_memory(a.key, a.since, end, a.bytes, window)
     }
@@ -1732,7 +1829,7 @@ impl DeviceState {
     /// Each window's part, `bytes × ns` < 2^128, is exact; a cell whose sum would pass
     /// `u128::MAX` is a fault ([`MeterError::QuantityOverflow`]), never a clamp. A span that
     /// would add windows beyond the device's limit books nothing and is a fault
-    /// ([`MeterError::TooManyWindows`]). Returns whether it was booked.
+    /// ([`MeterError::TooManyCells`]). Returns whether it was booked.
     fn book_memory(&mut self, key: u32, a: u64, b: u64, bytes: u64, window: WindowSize) -> bool {
         if b <= a {
             return true;
@@ -1740,14 +1837,15 @@ impl DeviceState {
         // Windows the span touches, and how many of them the device does not hold yet.
         let (first, last) = (window.start_of(a), window.start_of(b - 1));
         let spanned = (last - first) / window.ns() + 1;
-        let now = self.cells.len() as u64;
+        let now = self.budget.used();
         // Counting the windows already held costs a walk: only when the bound says it may
         // matter.
-        if now.saturating_add(spanned) > self.max_windows
+        if now.saturating_add(spanned) > self.budget.limit
             && now.saturating_add(spanned - self.cells.range(first..=last).count() as u64)
-                > self.max_windows
+                > self.budget.limit
         {
-            self.fault.get_or_insert(DeviceFault::TooManyWindows {
+            self.fault.get_or_insert(DeviceFault::TooManyCells {
+                what: "memory held",
                 from: a,
                 to: b,
                 windows: spanned,
@@ -1758,10 +1856,7 @@ impl DeviceState {
         while t < b {
             let w = window.start_of(t);
             let edge = w.saturating_add(window.ns()).min(b);
-            let q = self
-                .cells
-                .entry(w)
-                .or_default()
+            let q = cell_at(&mut self.cells, &self.budget, &mut self.fault, w, window)
                 .ints
                 .entry((key, MeterKind::MemoryByteNs))
                 .or_insert(0);
@@ -1938,7 +2033,7 @@ impl DeviceState {
             let w = window.start_of(t);
             let edge = w.saturating_add(window.ns()).min(b);
             let len = u128::from(edge - t);
-            let cell = self.cells.entry(w).or_default();
+            let cell = cell_at(&mut self.cells, &self.budget, &mut self.fault, w, window);
             *cell.busy.entry(keys.clone()).or_insert(0) += len;
             if sms {
                 for &(k, f, h, hw) in held {
