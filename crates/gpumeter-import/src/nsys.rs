@@ -34,7 +34,9 @@
 //! * the file is opened read-only and `immutable` (no locks, no `-journal`/`-wal` side files:
 //!   exactly the bytes that were hashed are read), `query_only`, `trusted_schema` off, views
 //!   and triggers disabled, defensive mode on, `cell_size_check` on, temporary storage in
-//!   memory, and no string or blob over [`MAX_VALUE_BYTES`];
+//!   memory, and no string or blob over [`MAX_VALUE_BYTES`]. A WAL-mode file with a non-empty
+//!   `-wal` file beside it is refused: the log's transactions are not in the hashed bytes
+//!   (checkpoint it first; [`refuse_uncheckpointed_wal`]);
 //! * a progress handler stops any statement once the import has run [`STEPS_PER_BYTE`] SQLite
 //!   virtual-machine steps per byte of the file (plus [`MIN_STEPS`]); the error is an
 //!   [`ImportError::Sqlite`] (`OperationInterrupted`) whose context names the table being read
@@ -62,6 +64,7 @@
 //! anything SQLite cannot read.
 
 use std::collections::{HashMap, HashSet};
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -168,6 +171,8 @@ fn uri(path: &Path) -> Result<String, ImportError> {
 
 impl Export {
     /// Opens the export at `path` read-only and immutable, with the guards of the module docs.
+    /// A WAL-mode file with a non-empty `-wal` file beside it is refused
+    /// ([`refuse_uncheckpointed_wal`]).
     pub(crate) fn open_path(path: &Path) -> Result<Export, ImportError> {
         let len = std::fs::metadata(path)
             .map_err(|source| ImportError::Io {
@@ -175,6 +180,7 @@ impl Export {
                 source,
             })?
             .len();
+        refuse_uncheckpointed_wal(path)?;
         let conn = Connection::open_with_flags(
             uri(path)?,
             OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -252,6 +258,83 @@ impl Export {
     pub(crate) fn steps(&self) -> u64 {
         self.steps.load(Ordering::Relaxed)
     }
+}
+
+/// Refuses the database at `path` when it is in WAL mode (header byte 18 or 19 is 2) and a
+/// non-empty `-wal` file lies beside it: beside the path as given, or beside the file it
+/// resolves to (SQLite looks for the log beside the file a symbolic link points to).
+///
+/// The file is opened `immutable`, so that exactly the bytes whose SHA-256 identifies the source
+/// are read, and SQLite then ignores the log. But transactions committed to the log and not yet
+/// checkpointed are part of the database for every other reader (`sqlite3` shows their rows),
+/// and not part of the hashed bytes: importing the file alone would silently leave them out,
+/// and billing them under that SHA-256 would bill rows the source's bytes do not hold. So the
+/// file must be checkpointed first (which writes the rows into it, giving it a new SHA-256).
+/// An empty or absent `-wal` file holds nothing; a `-wal` file beside a rollback-mode database
+/// is not read by SQLite either. A log whose frames were all checkpointed already (a copy
+/// taken after a passive checkpoint) is refused too: telling it apart means comparing pages,
+/// and the remedy is harmless. The error is [`ImportError::Io`] naming the file (kind
+/// `InvalidData`), its message the log and the command that checkpoints it.
+fn refuse_uncheckpointed_wal(path: &Path) -> Result<(), ImportError> {
+    let io_err = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| ImportError::Io { path: p, source }
+    };
+    let mut head = Vec::with_capacity(20);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(20).read_to_end(&mut head))
+        .map_err(io_err(path))?;
+    let wal_mode = matches!(head.get(18..20), Some([a, b]) if *a == 2 || *b == 2);
+    if !head.starts_with(b"SQLite format 3\0") || !wal_mode {
+        return Ok(());
+    }
+    let mut logs = vec![sidecar(path, "-wal")];
+    if let Ok(real) = std::fs::canonicalize(path) {
+        let log = sidecar(&real, "-wal");
+        if !logs.contains(&log) {
+            logs.push(log);
+        }
+    }
+    for log in logs {
+        let len = match std::fs::metadata(&log) {
+            Ok(m) if m.is_file() => m.len(),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err(&log)(e)),
+        };
+        if len == 0 {
+            continue;
+        }
+        return Err(ImportError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the database is in WAL mode and its write-ahead log {} holds {len} bytes: \
+                     transactions committed there are not in this file, whose SHA-256 \
+                     identifies the source, and would be left off the bill; checkpoint the \
+                     log into the file first (sqlite3 {} 'PRAGMA wal_checkpoint(TRUNCATE)') \
+                     and import it again",
+                    log.display(),
+                    shell_quoted(path)
+                ),
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `path` with `suffix` appended to its file name (`x.sqlite` → `x.sqlite-wal`), as SQLite
+/// names its side files.
+fn sidecar(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    name.into()
+}
+
+/// `path` in single quotes for a POSIX shell (a `'` written `'\''`).
+fn shell_quoted(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
 }
 
 /// An export being parsed: the guarded connection and the file's name for errors.

@@ -606,6 +606,123 @@ fn two_vms_without_uuids_are_two_devices() {
     );
 }
 
+/// `path` with `suffix` appended to its file name (`x.sqlite` → `x.sqlite-wal`).
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Kernel rows (start, end) of a table `CUPTI_ACTIVITY_KIND_KERNEL`, counted by a plain SQLite
+/// reader (one that reads a `-wal` file, as `sqlite3` does).
+fn kernel_rows_seen_by_sqlite(path: &Path) -> i64 {
+    let conn = ok(rusqlite::Connection::open(path));
+    ok(
+        conn.query_row("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL", [], |r| {
+            r.get(0)
+        }),
+    )
+}
+
+/// A WAL-mode export whose rows are committed to its `-wal` file but not checkpointed into the
+/// file (copied while the writer was still open): `sqlite3` sees the rows, but the importer
+/// reads exactly the hashed bytes of the file, which hold none. It is refused, naming the
+/// file and saying how to checkpoint it; once checkpointed it imports all five kernels. An
+/// empty `-wal` file, or a `-wal` file beside a database that is not in WAL mode, changes
+/// nothing.
+#[test]
+fn an_uncheckpointed_wal_is_refused_naming_the_file() {
+    let tmp = ok(tempfile::tempdir());
+    let live = tmp.path().join("live.sqlite");
+    let copy = tmp.path().join("copy.sqlite");
+    let other = tmp.path().join("other.sqlite");
+    let conn = ok(rusqlite::Connection::open(&live));
+    // The tables are checkpointed into the file, the rows are not: read alone, the file is a
+    // valid export with no records.
+    ok(conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; {SESSION}
+         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER);
+         PRAGMA wal_checkpoint(TRUNCATE);
+         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0), (30, 40, 0), (50, 60, 0),
+           (70, 80, 0), (90, 100, 0);"
+    )));
+    // Copied while the writer is open: the rows are in the -wal file only.
+    for to in [&copy, &other] {
+        ok(std::fs::copy(&live, to));
+        ok(std::fs::copy(sidecar(&live, "-wal"), sidecar(to, "-wal")));
+    }
+    drop(conn);
+    assert!(ok(std::fs::metadata(sidecar(&copy, "-wal"))).len() > 0);
+    let head = ok(std::fs::read(&copy));
+    assert_eq!(head.get(18..20), Some(&[2u8, 2][..]), "a WAL-mode file");
+    // What a normal reader sees (it checkpoints `other` as it closes).
+    assert_eq!(kernel_rows_seen_by_sqlite(&other), 5);
+
+    let mut meter = Meter::new(MeterConfig::default());
+    let msg = match import_path(&mut meter, &copy, &nsys()) {
+        Err(e @ ImportError::Io { .. }) => {
+            if let ImportError::Io { path, source } = &e {
+                assert_eq!(path, &copy);
+                assert_eq!(source.kind(), std::io::ErrorKind::InvalidData, "{e}");
+            }
+            e.to_string()
+        }
+        Err(e) => panic!("expected an Io error naming the file, got {e:?}"),
+        Ok(s) => panic!("expected the file to be refused, got {s:?}"),
+    };
+    for words in [
+        copy.display().to_string(),
+        sidecar(&copy, "-wal").display().to_string(),
+        "WAL mode".to_string(),
+        "PRAGMA wal_checkpoint(TRUNCATE)".to_string(),
+    ] {
+        assert!(msg.contains(&words), "`{words}` not in: {msg}");
+    }
+    // SQLite looks for the log beside the file a symbolic link points to.
+    #[cfg(unix)]
+    {
+        let elsewhere = ok(tempfile::tempdir());
+        let link = elsewhere.path().join("link.sqlite");
+        ok(std::os::unix::fs::symlink(&copy, &link));
+        match import_path(&mut meter, &link, &nsys()) {
+            Err(ImportError::Io { path, source }) => {
+                assert_eq!(path, link);
+                assert!(source.to_string().contains("wal_checkpoint"), "{source}");
+            }
+            other => panic!("expected the link to be refused, got {other:?}"),
+        }
+    }
+    // Nor as one of several files; the meter is untouched.
+    assert!(import_paths(&mut meter, &[&other, &copy], &nsys()).is_err());
+    let report = ok(meter.finish());
+    assert!(report.sources.is_empty() && report.devices.is_empty());
+
+    // Checkpointed, the file holds the rows; its -wal is then empty or gone.
+    {
+        let conn = ok(rusqlite::Connection::open(&copy));
+        ok(conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);"));
+    }
+    let kernels = |path: &Path| {
+        let mut meter = Meter::new(MeterConfig::default());
+        ok(import_path(&mut meter, path, &nsys()));
+        ok(meter.finish()).records.kernel
+    };
+    assert_eq!(kernels(&copy), 5);
+    // An empty -wal file holds nothing: fine.
+    ok(std::fs::write(sidecar(&copy, "-wal"), b""));
+    assert_eq!(kernels(&copy), 5);
+    // A -wal file beside a database that is not in WAL mode is not read by SQLite either.
+    let (_tmp2, rollback) = build(
+        "rollback.sqlite",
+        &format!(
+            "{SESSION} CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER);
+             INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0);"
+        ),
+    );
+    ok(std::fs::write(sidecar(&rollback, "-wal"), b"not a log"));
+    assert_eq!(kernels(&rollback), 1);
+}
+
 /// SQLite's column names are case-insensitive: `START`, `DeviceID`, `BYTES`, … are the columns
 /// the importer reads, in every table it reads, with the same result as the usual spelling.
 #[test]
