@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::{MeterKind, Quantity, UsageReport, WindowSize, METERING_POLICY, USAGE_SCHEMA};
+use gpumeter_core::{
+    MeterKind, Quantity, UsageReport, WindowSize, IDLE, METERING_POLICY, USAGE_SCHEMA,
+};
 use num_bigint::BigUint;
 use num_traits::Zero;
 
@@ -141,7 +143,10 @@ struct TenantUsage<'a> {
 /// If the book has an invoice minimum and the usage lines sum to less, a `minimum` line tops
 /// them up; the minimum applies to priced usage only, so an invoice without a usage line (all
 /// of its usage unpriced or of meters the book does not rate) has no `minimum` line and a
-/// warning that says why (a usage line of amount 0 still gets the top-up). `subtotal` = Σ lines; `total` = subtotal (no credits in v0); `ledger_head` null;
+/// warning that says why (a usage line of amount 0 still gets the top-up). The invoice of
+/// [`gpumeter_core::IDLE`] (the energy of windows no tenant used) never gets a `minimum` line:
+/// `idle` is not a customer, and its invoice says so in a warning; `unattributed` is billed as
+/// any tenant (a single-tenant preview without `--tenant` is billed as `unattributed`). `subtotal` = Σ lines; `total` = subtotal (no credits in v0); `ledger_head` null;
 /// `usage_sha256` is the report's own `sha256`, copied (callers verify the report), or the
 /// report's digest computed here when its `sha256` is empty (an unsealed report). Warnings:
 /// loss in the report, the report's own warnings (prefixed `usage report:`), and each unpriced
@@ -512,11 +517,14 @@ fn build_invoice(
 
     // The minimum tops up priced usage only: an invoice without a usage line (all of its
     // usage unpriced, or of meters the book does not rate) has nothing to top up, and says so.
+    // `idle` (the energy of windows no tenant used) is gpumeter's own tenant, not a customer:
+    // it is never topped up either, and says so.
+    let idle = tenant == IDLE;
     let mut subtotal_minor = usage_sum.clone();
     let mut minimum_waived = None;
     if let Some(min_minor) = book.invoice_minimum_minor_units() {
         let min_minor = BigUint::from(min_minor);
-        if lines.is_empty() {
+        if lines.is_empty() || idle {
             if !min_minor.is_zero() {
                 let amount = minor_units_to_decimal(&min_minor, &currency)
                     .ok_or_else(|| overflow("minimum".into(), &min_minor))?;
@@ -556,27 +564,36 @@ fn build_invoice(
             reason: reason.clone(),
         });
     }
-    if let Some(minimum) = minimum_waived {
-        let mut why = Vec::new();
-        if !unpriced.is_empty() {
-            why.push("see unpriced".to_string());
-        }
-        if !acc.unrated.is_empty() {
-            let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
-            why.push(format!(
-                "the price book has no rate for {} on this usage's SKUs (not billed)",
-                meters.join(", ")
-            ));
-        }
-        let mut w = format!(
-            "the invoice minimum of {minimum} {} does not apply: this invoice has no priced usage",
+    match minimum_waived {
+        Some(minimum) if idle => warnings.push(format!(
+            "the invoice minimum of {minimum} {} does not apply: `{IDLE}` is the energy of \
+             windows no tenant used, gpumeter's own tenant, not a customer",
             currency.code()
-        );
-        for part in why {
-            w.push_str("; ");
-            w.push_str(&part);
+        )),
+        Some(minimum) => {
+            let mut why = Vec::new();
+            if !unpriced.is_empty() {
+                why.push("see unpriced".to_string());
+            }
+            if !acc.unrated.is_empty() {
+                let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
+                why.push(format!(
+                    "the price book has no rate for {} on this usage's SKUs (not billed)",
+                    meters.join(", ")
+                ));
+            }
+            let mut w = format!(
+                "the invoice minimum of {minimum} {} does not apply: this invoice has no priced \
+                 usage",
+                currency.code()
+            );
+            for part in why {
+                w.push_str("; ");
+                w.push_str(&part);
+            }
+            warnings.push(w);
         }
-        warnings.push(w);
+        None => {}
     }
 
     Ok(Invoice {

@@ -1556,6 +1556,85 @@ mod invoices {
         assert!(ends.windows(2).all(|w| w[0] == w[1]), "{text}");
         println!("{text}");
     }
+
+    /// `idle` (the energy of windows no tenant used) is gpumeter's own tenant, not a customer:
+    /// its invoice never gets a `minimum` line, and says so. `unattributed` (a single-tenant
+    /// preview without `--tenant`) and real tenants keep the minimum.
+    #[test]
+    fn idle_gets_no_minimum_line_and_unattributed_does() {
+        let b = book(
+            "currency = \"USD\"\ninvoice_minimum = \"0.50\"",
+            &format!(
+                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"energy_mj\"\nunit = \"kWh\"\nunit_price = \"0.25\"\n"
+            ),
+        );
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100 80GB HBM3"))],
+            vec![
+                // 1 J each: 0.25 USD/kWh × 1/3.6e6 kWh rounds to 0.00.
+                row(
+                    gpumeter_core::IDLE,
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::EnergyMj,
+                    1_000,
+                ),
+                row(
+                    gpumeter_core::UNATTRIBUTED,
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::EnergyMj,
+                    1_000,
+                ),
+                row("alice", "GPU-0", DEC1, MeterKind::EnergyMj, 1_000),
+            ],
+        );
+        let doc = rated(&u, &b, None);
+        let by_tenant = |t: &str| {
+            doc.invoices
+                .iter()
+                .find(|i| i.tenant == t)
+                .unwrap_or_else(|| panic!("no invoice for {t}"))
+        };
+        let idle = by_tenant("idle");
+        assert_eq!(idle.lines.len(), 1, "{:?}", idle.lines);
+        assert_eq!(idle.lines[0].kind, LineKind::Usage);
+        assert_eq!(idle.lines[0].amount.to_string(), "0.00");
+        assert_eq!(idle.subtotal.to_string(), "0.00");
+        assert_eq!(idle.total.to_string(), "0.00");
+        assert_sums(idle);
+        let w = minimum_waived_warning(idle).unwrap_or_default();
+        assert!(
+            w.starts_with("the invoice minimum of 0.50 USD does not apply: ")
+                && w.contains("`idle`")
+                && w.contains("not a customer"),
+            "{:?}",
+            idle.warnings
+        );
+        for t in ["unattributed", "alice"] {
+            let inv = by_tenant(t);
+            let kinds: Vec<LineKind> = inv.lines.iter().map(|l| l.kind).collect();
+            assert_eq!(kinds, [LineKind::Usage, LineKind::Minimum], "{t}");
+            assert_eq!(inv.lines[1].amount.to_string(), "0.50", "{t}");
+            assert_eq!(inv.total.to_string(), "0.50", "{t}");
+            assert_eq!(minimum_waived_warning(inv), None, "{t}: {:?}", inv.warnings);
+            assert_sums(inv);
+        }
+        assert!(doc.verify_digests());
+        // Without a minimum in the book there is nothing to waive, and nothing is said.
+        let plain = book(
+            "currency = \"USD\"",
+            &format!(
+                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"energy_mj\"\nunit = \"kWh\"\nunit_price = \"0.25\"\n"
+            ),
+        );
+        let doc = rated(&u, &plain, None);
+        assert!(
+            doc.invoices.iter().all(|i| i.warnings.is_empty()),
+            "{doc:?}"
+        );
+    }
 }
 
 mod properties {
