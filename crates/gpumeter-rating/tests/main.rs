@@ -1635,6 +1635,76 @@ mod invoices {
             "{doc:?}"
         );
     }
+
+    /// The warning of an invoice about usage rows left outside its period.
+    fn outside_warning(inv: &Invoice) -> Option<&str> {
+        inv.warnings
+            .iter()
+            .map(String::as_str)
+            .find(|w| w.contains("outside the period"))
+    }
+
+    /// An explicit period that leaves usage rows out says so on every invoice: how many rows,
+    /// how many of them the invoice's tenant's, and the earliest and latest window start left
+    /// out. Kernels at 08:59:59 and 09:00:01 rated for [08:00, 09:00) bill the first only.
+    #[test]
+    fn usage_outside_an_explicit_period_is_warned_on_every_invoice() {
+        let t = |h: u64| DEC1 + h * HOUR_NS;
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![
+                // The kernel at 08:59:59 and the one at 09:00:01.
+                row("alice", "GPU-0", t(8), MeterKind::SmNs, HOUR_NS as u128),
+                row("alice", "GPU-0", t(9), MeterKind::SmNs, HOUR_NS as u128),
+                row("alice", "GPU-0", t(9), MeterKind::KernelLaunches, 1),
+                // bob's usage lies wholly outside: he gets no invoice of this period.
+                row("bob", "GPU-0", t(7), MeterKind::SmNs, HOUR_NS as u128),
+                row("carol", "GPU-0", t(8), MeterKind::SmNs, HOUR_NS as u128),
+            ],
+        );
+        let doc = rated(&u, &priced_book("0"), Some((t(8), t(9))));
+        let tenants: Vec<&str> = doc.invoices.iter().map(|i| i.tenant.as_str()).collect();
+        assert_eq!(tenants, ["alice", "carol"]);
+        for (inv, own) in doc.invoices.iter().zip([2, 0]) {
+            assert_eq!(
+                inv.lines[0].quantity,
+                Some(Quantity(HOUR_NS as u128)),
+                "half billed"
+            );
+            let w = outside_warning(inv).unwrap_or_default();
+            assert_eq!(
+                w,
+                format!(
+                    "usage outside the period: 3 usage rows of the usage report ({own} of them \
+                     this tenant's), in windows starting 2026-12-01T07:00:00Z to \
+                     2026-12-01T09:00:00Z, lie outside [2026-12-01T08:00:00Z, \
+                     2026-12-01T09:00:00Z) and are on no invoice of this period"
+                ),
+                "{}: {:?}",
+                inv.tenant,
+                inv.warnings
+            );
+        }
+        assert!(doc.verify_digests());
+        // One window left out is named once.
+        let doc = rated(&u, &priced_book("0"), Some((t(8), t(10))));
+        let w = outside_warning(&doc.invoices[0])
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            w.starts_with("usage outside the period: 1 usage row of the usage report (0 of them this tenant's), in the window starting 2026-12-01T07:00:00Z, lies outside"),
+            "{w}"
+        );
+        // The default period, or an explicit one that holds every row, leaves nothing out.
+        for period in [None, Some((t(7), t(10))), Some((t(0), t(24)))] {
+            let doc = rated(&u, &priced_book("0"), period);
+            assert_eq!(doc.invoices.len(), 3, "{period:?}");
+            for inv in &doc.invoices {
+                assert_eq!(outside_warning(inv), None, "{period:?}: {:?}", inv.warnings);
+            }
+        }
+    }
 }
 
 mod properties {
