@@ -3,7 +3,12 @@
 //!
 //! * Tables: `CUPTI_ACTIVITY_KIND_KERNEL`, `CUPTI_ACTIVITY_KIND_MEMCPY`,
 //!   `CUPTI_ACTIVITY_KIND_MEMSET`; any may be missing (nsys omits a table when the kind never
-//!   occurred). Columns are read by name (`PRAGMA table_xinfo`); optional ones may be missing.
+//!   occurred). Columns are read by name (`PRAGMA table_xinfo`), matched in any ASCII case as
+//!   SQLite matches them (`START` is `start`) and selected by their declared names; optional
+//!   ones may be missing.
+//! * Rows are named by their rowid, read under the first of `rowid`, `_rowid_`, `oid` that the
+//!   table does not declare as a column (a declared one hides the rowid under its name); a
+//!   table that declares all three, or a `WITHOUT ROWID` table, is refused naming the table.
 //! * Time: `start`/`end` are ns relative to `TARGET_INFO_SESSION_START_TIME.utcEpochNs`; without
 //!   that table they are taken as absolute and the report gets a warning.
 //! * Devices: `deviceId` matched to `TARGET_INFO_GPU.id` (else `cuDevice`), keyed by its `uuid`;
@@ -27,9 +32,11 @@
 //!   table. The kind is read from `sqlite_master` without preparing any view (SQLite checks
 //!   that `type` agrees with the `CREATE` text; a virtual table is told by its text);
 //! * the file is opened read-only and `immutable` (no locks, no `-journal`/`-wal` side files:
-//!   exactly the bytes that were hashed are read), `query_only`, `trusted_schema` off, views and
-//!   triggers disabled, defensive mode on, `cell_size_check` on, temporary storage in memory,
-//!   and no string or blob over [`MAX_VALUE_BYTES`];
+//!   exactly the bytes that were hashed are read), `query_only`, `trusted_schema` off, views
+//!   and triggers disabled, defensive mode on, `cell_size_check` on, temporary storage in
+//!   memory, and no string or blob over [`MAX_VALUE_BYTES`]. A WAL-mode file with a non-empty
+//!   `-wal` file beside it is refused: the log's transactions are not in the hashed bytes
+//!   (checkpoint it first; [`refuse_uncheckpointed_wal`]);
 //! * a progress handler stops any statement once the import has run [`STEPS_PER_BYTE`] SQLite
 //!   virtual-machine steps per byte of the file (plus [`MIN_STEPS`]); the error is an
 //!   [`ImportError::Sqlite`] (`OperationInterrupted`) whose context names the table being read
@@ -53,9 +60,11 @@
 //!
 //! What describes the file rather than a record stays an error: a missing required column
 //! (`start`, `end`, `deviceId`; `StringIds.id`/`value`), a bad `utcEpochNs`, a bad
-//! `TARGET_INFO_GPU` row, a table that is not a table, anything SQLite cannot read.
+//! `TARGET_INFO_GPU` row, a table that is not a table or has no rowid the importer can read,
+//! anything SQLite cannot read.
 
 use std::collections::{HashMap, HashSet};
+use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -162,6 +171,8 @@ fn uri(path: &Path) -> Result<String, ImportError> {
 
 impl Export {
     /// Opens the export at `path` read-only and immutable, with the guards of the module docs.
+    /// A WAL-mode file with a non-empty `-wal` file beside it is refused
+    /// ([`refuse_uncheckpointed_wal`]).
     pub(crate) fn open_path(path: &Path) -> Result<Export, ImportError> {
         let len = std::fs::metadata(path)
             .map_err(|source| ImportError::Io {
@@ -169,6 +180,7 @@ impl Export {
                 source,
             })?
             .len();
+        refuse_uncheckpointed_wal(path)?;
         let conn = Connection::open_with_flags(
             uri(path)?,
             OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -246,6 +258,83 @@ impl Export {
     pub(crate) fn steps(&self) -> u64 {
         self.steps.load(Ordering::Relaxed)
     }
+}
+
+/// Refuses the database at `path` when it is in WAL mode (header byte 18 or 19 is 2) and a
+/// non-empty `-wal` file lies beside it: beside the path as given, or beside the file it
+/// resolves to (SQLite looks for the log beside the file a symbolic link points to).
+///
+/// The file is opened `immutable`, so that exactly the bytes whose SHA-256 identifies the source
+/// are read, and SQLite then ignores the log. But transactions committed to the log and not yet
+/// checkpointed are part of the database for every other reader (`sqlite3` shows their rows),
+/// and not part of the hashed bytes: importing the file alone would silently leave them out,
+/// and billing them under that SHA-256 would bill rows the source's bytes do not hold. So the
+/// file must be checkpointed first (which writes the rows into it, giving it a new SHA-256).
+/// An empty or absent `-wal` file holds nothing; a `-wal` file beside a rollback-mode database
+/// is not read by SQLite either. A log whose frames were all checkpointed already (a copy
+/// taken after a passive checkpoint) is refused too: telling it apart means comparing pages,
+/// and the remedy is harmless. The error is [`ImportError::Io`] naming the file (kind
+/// `InvalidData`), its message the log and the command that checkpoints it.
+fn refuse_uncheckpointed_wal(path: &Path) -> Result<(), ImportError> {
+    let io_err = |p: &Path| {
+        let p = p.to_path_buf();
+        move |source| ImportError::Io { path: p, source }
+    };
+    let mut head = Vec::with_capacity(20);
+    std::fs::File::open(path)
+        .and_then(|f| f.take(20).read_to_end(&mut head))
+        .map_err(io_err(path))?;
+    let wal_mode = matches!(head.get(18..20), Some([a, b]) if *a == 2 || *b == 2);
+    if !head.starts_with(b"SQLite format 3\0") || !wal_mode {
+        return Ok(());
+    }
+    let mut logs = vec![sidecar(path, "-wal")];
+    if let Ok(real) = std::fs::canonicalize(path) {
+        let log = sidecar(&real, "-wal");
+        if !logs.contains(&log) {
+            logs.push(log);
+        }
+    }
+    for log in logs {
+        let len = match std::fs::metadata(&log) {
+            Ok(m) if m.is_file() => m.len(),
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err(&log)(e)),
+        };
+        if len == 0 {
+            continue;
+        }
+        return Err(ImportError::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "the database is in WAL mode and its write-ahead log {} holds {len} bytes: \
+                     transactions committed there are not in this file, whose SHA-256 \
+                     identifies the source, and would be left off the bill; checkpoint the \
+                     log into the file first (sqlite3 {} 'PRAGMA wal_checkpoint(TRUNCATE)') \
+                     and import it again",
+                    log.display(),
+                    shell_quoted(path)
+                ),
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `path` with `suffix` appended to its file name (`x.sqlite` → `x.sqlite-wal`), as SQLite
+/// names its side files.
+fn sidecar(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    name.into()
+}
+
+/// `path` in single quotes for a POSIX shell (a `'` written `'\''`).
+fn shell_quoted(path: &Path) -> String {
+    format!("'{}'", path.display().to_string().replace('\'', "'\\''"))
 }
 
 /// An export being parsed: the guarded connection and the file's name for errors.
@@ -391,14 +480,14 @@ impl Schema {
 
     /// The columns of table `name` (checked by [`Schema::table`]); a generated column is an
     /// error naming the table and the column.
-    fn columns(&self, db: &Db<'_>, name: &str) -> Result<HashSet<String>, ImportError> {
+    fn columns(&self, db: &Db<'_>, name: &str) -> Result<Columns, ImportError> {
         let ctx = format!("reading the columns of {name}");
         let mut stmt = db
             .conn()
             .prepare(&format!("PRAGMA main.table_xinfo({})", ident(name)))
             .map_err(db.err(ctx.clone()))?;
         let mut q = stmt.query([]).map_err(db.err(ctx.clone()))?;
-        let mut cols = HashSet::new();
+        let mut cols = Columns::default();
         while let Some(row) = q.next().map_err(db.err(ctx.clone()))? {
             let column: String = row.get(1).map_err(db.err(ctx.clone()))?;
             // 0: ordinary; 1: hidden column of a virtual table; 2, 3: generated (VIRTUAL,
@@ -418,9 +507,62 @@ impl Schema {
                     ),
                 ));
             }
-            cols.insert(column);
+            // SQLite refuses two columns whose names differ only in ASCII case; should a
+            // file have them anyway, SQLite resolves the name to the first, and so does this.
+            cols.by_lower
+                .entry(column.to_ascii_lowercase())
+                .or_insert(column);
         }
         Ok(cols)
+    }
+
+    /// The name under which table `name`, with columns `cols`, gives its rowid: the first of
+    /// `rowid`, `_rowid_` and `oid` that it does not declare as a column. A declared column of
+    /// one of these names (in any case) hides the rowid under that name, and reading it as the
+    /// rowid would name rows by a user value (or fail on text).
+    ///
+    /// A table that declares all three, or a `WITHOUT ROWID` table, has no rowid to read and
+    /// is refused with a [`ImportError::BadField`] on its `sqlite_master` row (field `sql`)
+    /// naming the table. Decided rather than naming its rows by position: every record-level
+    /// warning and error names a row by its rowid ([`RecordLocation::Row`]), which
+    /// `SELECT … WHERE rowid = N` finds; a position would look like a rowid and find another
+    /// row, or none. Nsight writes no such table.
+    fn rowid(&self, db: &Db<'_>, name: &str, cols: &Columns) -> Result<&'static str, ImportError> {
+        let object = self.objects.get(&name.to_ascii_uppercase());
+        let (rowid, sql) = object.map_or((0, ""), |o| (o.rowid, o.sql.as_str()));
+        let refuse = |why: &str| {
+            db.schema_fault(
+                rowid,
+                "sql",
+                sql,
+                format!(
+                    "{name} has no rowid the importer can read: {why} (the importer names rows \
+                     by rowid, and Nsight writes no such table)"
+                ),
+            )
+        };
+        let ctx = format!("reading the kind of {name}");
+        let mut stmt = db
+            .conn()
+            .prepare(&format!("PRAGMA main.table_list({})", ident(name)))
+            .map_err(db.err(ctx.clone()))?;
+        let mut q = stmt.query([]).map_err(db.err(ctx.clone()))?;
+        // Columns: schema, name, type, ncol, wr (WITHOUT ROWID), strict.
+        if let Some(row) = q.next().map_err(db.err(ctx.clone()))? {
+            let without_rowid: i64 = row.get(4).map_err(db.err(ctx))?;
+            if without_rowid != 0 {
+                return Err(refuse("it is a WITHOUT ROWID table"));
+            }
+        }
+        ["rowid", "_rowid_", "oid"]
+            .into_iter()
+            .find(|alias| !cols.has(alias))
+            .ok_or_else(|| {
+                refuse(
+                    "it declares columns named rowid, _rowid_ and oid, which hide SQLite's \
+                     rowid under all three names",
+                )
+            })
     }
 
     /// Whether any ordinary table's name starts with `prefix`.
@@ -428,6 +570,28 @@ impl Schema {
         self.objects
             .iter()
             .any(|(name, o)| name.starts_with(prefix) && o.kind == "table")
+    }
+}
+
+/// The columns of a table, by name in ASCII lower case: SQLite's column names are
+/// case-insensitive (in ASCII only), so a table's `START` is the importer's `start`.
+#[derive(Default)]
+struct Columns {
+    /// Each column's name as the table declares it, by its name in ASCII lower case.
+    by_lower: HashMap<String, String>,
+}
+
+impl Columns {
+    /// The declared name of the column `name`, matched without regard to ASCII case.
+    fn get(&self, name: &str) -> Option<&str> {
+        self.by_lower
+            .get(&name.to_ascii_lowercase())
+            .map(String::as_str)
+    }
+
+    /// Whether the table has a column `name`, in any ASCII case.
+    fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
     }
 }
 
@@ -527,7 +691,7 @@ pub(crate) fn parse(
     let strings = if has(STRINGS) {
         let cols = schema.columns(&db, STRINGS)?;
         for column in ["id", "value"] {
-            if !cols.contains(column) {
+            if !cols.has(column) {
                 return Err(ImportError::MissingColumn {
                     path: path.to_path_buf(),
                     table: STRINGS.to_string(),
@@ -535,9 +699,9 @@ pub(crate) fn parse(
                 });
             }
         }
-        true
+        Some(cols)
     } else {
-        false
+        None
     };
 
     let mut rows = Rows::default();
@@ -550,14 +714,14 @@ pub(crate) fn parse(
             let read = Activity {
                 table,
                 kind,
-                strings,
+                strings: strings.is_some(),
                 offset,
             };
             read.rows(&db, &schema, &mut rows)?;
         }
     }
-    if strings {
-        name_kernels(&db, &mut rows.good)?;
+    if let Some(cols) = &strings {
+        name_kernels(&db, cols, &mut rows.good)?;
     }
 
     // Devices in order of first activity, then those with lost records only. Rows of
@@ -594,16 +758,21 @@ pub(crate) fn parse(
 /// the kernels refer to (no SQL join: its cost would depend on SQLite's plan, quadratic where
 /// `id` is not indexed). Names are informational (never metered): an id that `StringIds` lacks
 /// leaves the name unknown, and a value that is not text is read as text (lossily).
-fn name_kernels(db: &Db<'_>, good: &mut [Good]) -> Result<(), ImportError> {
+fn name_kernels(db: &Db<'_>, cols: &Columns, good: &mut [Good]) -> Result<(), ImportError> {
     let wanted: HashSet<i64> = good.iter().filter_map(|g| g.name_id).collect();
     if wanted.is_empty() {
         return Ok(());
     }
     let ctx = format!("reading {STRINGS}");
-    let mut stmt = db
-        .conn()
-        .prepare(&format!("SELECT \"id\", \"value\" FROM {}", ident(STRINGS)))
-        .map_err(db.err(ctx.clone()))?;
+    // By their declared names (checked by `parse`): a double-quoted name that matches no
+    // column would be read by SQLite as a string literal.
+    let sql = format!(
+        "SELECT {}, {} FROM {}",
+        ident(cols.get("id").unwrap_or("id")),
+        ident(cols.get("value").unwrap_or("value")),
+        ident(STRINGS)
+    );
+    let mut stmt = db.conn().prepare(&sql).map_err(db.err(ctx.clone()))?;
     let mut q = stmt.query([]).map_err(db.err(ctx.clone()))?;
     let mut names: HashMap<i64, Arc<str>> = HashMap::new();
     while let Some(row) = q.next().map_err(db.err(ctx.clone()))? {
@@ -628,17 +797,17 @@ fn name_kernels(db: &Db<'_>, good: &mut [Good]) -> Result<(), ImportError> {
     Ok(())
 }
 
-/// Builds `SELECT rowid, <col or NULL>… FROM <from>`: each wanted column that the table lacks
-/// (`have`) reads as NULL, so column `i` of `wanted` is result column `i + 1` whatever the
-/// schema version.
-fn select(have: &HashSet<String>, wanted: &[&str], from: &str) -> String {
-    let mut sql = "SELECT rowid".to_string();
+/// Builds `SELECT <rowid>, <col or NULL>… FROM <from>`, `rowid` being the name under which
+/// the table gives its rowid ([`Schema::rowid`]): each wanted column that the table lacks
+/// (`have`, matched in any case) reads as NULL, so column `i` of `wanted` is result column
+/// `i + 1` whatever the schema version. Columns are selected by their declared names.
+fn select(have: &Columns, rowid: &str, wanted: &[&str], from: &str) -> String {
+    let mut sql = format!("SELECT {rowid}");
     for c in wanted {
         sql.push_str(", ");
-        if have.contains(*c) {
-            sql.push_str(&ident(c));
-        } else {
-            sql.push_str("NULL");
+        match have.get(c) {
+            Some(name) => sql.push_str(&ident(name)),
+            None => sql.push_str("NULL"),
         }
     }
     sql.push_str(" FROM ");
@@ -727,11 +896,13 @@ impl RowReader<'_, '_> {
 
 fn session_start(db: &Db<'_>, schema: &Schema) -> Result<Option<i64>, ImportError> {
     let have = schema.columns(db, SESSION)?;
-    if !have.contains("utcEpochNs") {
+    if !have.has("utcEpochNs") {
         return Ok(None);
     }
+    let rowid = schema.rowid(db, SESSION, &have)?;
     let sql = select(
         &have,
+        rowid,
         &["utcEpochNs"],
         &format!("{} LIMIT 1", ident(SESSION)),
     );
@@ -778,8 +949,14 @@ fn read_gpus(db: &Db<'_>, schema: &Schema) -> Result<Vec<Gpu>, ImportError> {
         "maxBlocksPerSm",
     ];
     let have = schema.columns(db, GPU)?;
+    let rowid = schema.rowid(db, GPU, &have)?;
     // Table order is rowid order: no sort.
-    let sql = select(&have, &COLS, &format!("{} ORDER BY rowid", ident(GPU)));
+    let sql = select(
+        &have,
+        rowid,
+        &COLS,
+        &format!("{} ORDER BY {rowid}", ident(GPU)),
+    );
     let ctx = format!("reading {GPU}");
     let mut stmt = db.conn().prepare(&sql).map_err(db.err(ctx.clone()))?;
     let mut q = stmt.query([]).map_err(db.err(ctx.clone()))?;
@@ -977,7 +1154,7 @@ impl Activity {
         let table = self.table;
         let have = schema.columns(db, table)?;
         for required in ["start", "end", "deviceId"] {
-            if !have.contains(required) {
+            if !have.has(required) {
                 return Err(ImportError::MissingColumn {
                     path: db.path.to_path_buf(),
                     table: table.to_string(),
@@ -988,7 +1165,7 @@ impl Activity {
         let mut wanted: Vec<&str> = COMMON.to_vec();
         let name_col = ["demangledName", "shortName", "mangledName"]
             .into_iter()
-            .find(|c| have.contains(*c));
+            .find(|c| have.has(c));
         let mut name_col = name_col.filter(|_| self.strings);
         match self.kind {
             Kind::Kernel => wanted.extend([
@@ -1017,7 +1194,8 @@ impl Activity {
         }
         // One scan in table order: no ORDER BY (the rows are sorted in Rust; SQLite would sort
         // the unindexed `start` in temporary storage) and no join.
-        let sql = select(&have, &wanted, &ident(table));
+        let rowid = schema.rowid(db, table, &have)?;
+        let sql = select(&have, rowid, &wanted, &ident(table));
         let ctx = format!("reading {table}");
         let mut stmt = db.conn().prepare(&sql).map_err(db.err(ctx.clone()))?;
         let mut q = stmt.query([]).map_err(db.err(ctx.clone()))?;

@@ -605,3 +605,307 @@ fn two_vms_without_uuids_are_two_devices() {
         s.device_keys
     );
 }
+
+/// `path` with `suffix` appended to its file name (`x.sqlite` → `x.sqlite-wal`).
+fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Kernel rows (start, end) of a table `CUPTI_ACTIVITY_KIND_KERNEL`, counted by a plain SQLite
+/// reader (one that reads a `-wal` file, as `sqlite3` does).
+fn kernel_rows_seen_by_sqlite(path: &Path) -> i64 {
+    let conn = ok(rusqlite::Connection::open(path));
+    ok(
+        conn.query_row("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL", [], |r| {
+            r.get(0)
+        }),
+    )
+}
+
+/// A WAL-mode export whose rows are committed to its `-wal` file but not checkpointed into the
+/// file (copied while the writer was still open): `sqlite3` sees the rows, but the importer
+/// reads exactly the hashed bytes of the file, which hold none. It is refused, naming the
+/// file and saying how to checkpoint it; once checkpointed it imports all five kernels. An
+/// empty `-wal` file, or a `-wal` file beside a database that is not in WAL mode, changes
+/// nothing.
+#[test]
+fn an_uncheckpointed_wal_is_refused_naming_the_file() {
+    let tmp = ok(tempfile::tempdir());
+    let live = tmp.path().join("live.sqlite");
+    let copy = tmp.path().join("copy.sqlite");
+    let other = tmp.path().join("other.sqlite");
+    let conn = ok(rusqlite::Connection::open(&live));
+    // The tables are checkpointed into the file, the rows are not: read alone, the file is a
+    // valid export with no records.
+    ok(conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; {SESSION}
+         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER);
+         PRAGMA wal_checkpoint(TRUNCATE);
+         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0), (30, 40, 0), (50, 60, 0),
+           (70, 80, 0), (90, 100, 0);"
+    )));
+    // Copied while the writer is open: the rows are in the -wal file only.
+    for to in [&copy, &other] {
+        ok(std::fs::copy(&live, to));
+        ok(std::fs::copy(sidecar(&live, "-wal"), sidecar(to, "-wal")));
+    }
+    drop(conn);
+    assert!(ok(std::fs::metadata(sidecar(&copy, "-wal"))).len() > 0);
+    let head = ok(std::fs::read(&copy));
+    assert_eq!(head.get(18..20), Some(&[2u8, 2][..]), "a WAL-mode file");
+    // What a normal reader sees (it checkpoints `other` as it closes).
+    assert_eq!(kernel_rows_seen_by_sqlite(&other), 5);
+
+    let mut meter = Meter::new(MeterConfig::default());
+    let msg = match import_path(&mut meter, &copy, &nsys()) {
+        Err(e @ ImportError::Io { .. }) => {
+            if let ImportError::Io { path, source } = &e {
+                assert_eq!(path, &copy);
+                assert_eq!(source.kind(), std::io::ErrorKind::InvalidData, "{e}");
+            }
+            e.to_string()
+        }
+        Err(e) => panic!("expected an Io error naming the file, got {e:?}"),
+        Ok(s) => panic!("expected the file to be refused, got {s:?}"),
+    };
+    for words in [
+        copy.display().to_string(),
+        sidecar(&copy, "-wal").display().to_string(),
+        "WAL mode".to_string(),
+        "PRAGMA wal_checkpoint(TRUNCATE)".to_string(),
+    ] {
+        assert!(msg.contains(&words), "`{words}` not in: {msg}");
+    }
+    // SQLite looks for the log beside the file a symbolic link points to.
+    #[cfg(unix)]
+    {
+        let elsewhere = ok(tempfile::tempdir());
+        let link = elsewhere.path().join("link.sqlite");
+        ok(std::os::unix::fs::symlink(&copy, &link));
+        match import_path(&mut meter, &link, &nsys()) {
+            Err(ImportError::Io { path, source }) => {
+                assert_eq!(path, link);
+                assert!(source.to_string().contains("wal_checkpoint"), "{source}");
+            }
+            other => panic!("expected the link to be refused, got {other:?}"),
+        }
+    }
+    // Nor as one of several files; the meter is untouched.
+    assert!(import_paths(&mut meter, &[&other, &copy], &nsys()).is_err());
+    let report = ok(meter.finish());
+    assert!(report.sources.is_empty() && report.devices.is_empty());
+
+    // Checkpointed, the file holds the rows; its -wal is then empty or gone.
+    {
+        let conn = ok(rusqlite::Connection::open(&copy));
+        ok(conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);"));
+    }
+    let kernels = |path: &Path| {
+        let mut meter = Meter::new(MeterConfig::default());
+        ok(import_path(&mut meter, path, &nsys()));
+        ok(meter.finish()).records.kernel
+    };
+    assert_eq!(kernels(&copy), 5);
+    // An empty -wal file holds nothing: fine.
+    ok(std::fs::write(sidecar(&copy, "-wal"), b""));
+    assert_eq!(kernels(&copy), 5);
+    // A -wal file beside a database that is not in WAL mode is not read by SQLite either.
+    let (_tmp2, rollback) = build(
+        "rollback.sqlite",
+        &format!(
+            "{SESSION} CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER);
+             INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0);"
+        ),
+    );
+    ok(std::fs::write(sidecar(&rollback, "-wal"), b"not a log"));
+    assert_eq!(kernels(&rollback), 1);
+}
+
+/// SQLite's column names are case-insensitive: `START`, `DeviceID`, `BYTES`, … are the columns
+/// the importer reads, in every table it reads, with the same result as the usual spelling.
+#[test]
+fn column_names_match_in_any_case() {
+    let usual = format!(
+        "CREATE TABLE TARGET_INFO_SESSION_START_TIME (utcEpochNs INTEGER);
+         INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000);
+         CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, uuid TEXT, smCount INTEGER);
+         INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100', NULL, 132);
+         CREATE TABLE StringIds (id INTEGER, value TEXT);
+         INSERT INTO StringIds VALUES (1, 'saxpy');
+         CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER, deviceId INTEGER,
+           globalPid INTEGER, demangledName INTEGER, gridX INTEGER, gridY INTEGER, gridZ INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (1000, 2000, 0, {pid}, 1, 4, 1, 1);
+         CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, \"end\" INTEGER, deviceId INTEGER,
+           bytes INTEGER, copyKind INTEGER);
+         INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (3000, 3100, 0, 64, 2);",
+        pid = 4242_i64 << 24,
+    );
+    let shouted = usual
+        .replace("(utcEpochNs", "(UTCEPOCHNS")
+        .replace("(id INTEGER, name TEXT, uuid TEXT, smCount", "(ID INTEGER, Name TEXT, UUID TEXT, SMCOUNT")
+        .replace("(id INTEGER, value TEXT)", "(ID INTEGER, VALUE TEXT)")
+        .replace(
+            "(start INTEGER, \"end\" INTEGER, deviceId INTEGER,\n           globalPid INTEGER, demangledName INTEGER, gridX INTEGER, gridY INTEGER, gridZ",
+            "(START INTEGER, \"End\" INTEGER, DEVICEID INTEGER,\n           GLOBALPID INTEGER, DemangledName INTEGER, GRIDX INTEGER, GridY INTEGER, gridz",
+        )
+        .replace(
+            "(start INTEGER, \"end\" INTEGER, deviceId INTEGER,\n           bytes INTEGER, copyKind",
+            "(Start INTEGER, \"END\" INTEGER, deviceid INTEGER,\n           BYTES INTEGER, COPYKIND",
+        );
+    assert!(
+        shouted.contains("START") && shouted.contains("COPYKIND") && shouted.contains("UTCEPOCHNS")
+    );
+    let mut results = Vec::new();
+    for (name, sql) in [("usual.sqlite", &usual), ("shouted.sqlite", &shouted)] {
+        let (_tmp, path) = build(name, sql);
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_path(&mut meter, &path, &nsys()));
+        let r = ok(meter.finish());
+        let key = source_key(&s, 0);
+        let dev = r.device(&key).unwrap_or_else(|| panic!("{name}: device 0"));
+        let got = (
+            dev.name.clone(),
+            dev.sm_count,
+            r.usage.first().map(|u| u.window_start.clone()),
+            r.device_total(&key, MeterKind::KernelNs),
+            r.device_total(&key, MeterKind::SmNs),
+            r.device_total(&key, MeterKind::MemcpyDtohBytes),
+        );
+        assert_eq!(
+            got,
+            (
+                Some("NVIDIA H100".to_string()),
+                Some(132),
+                Some("2023-11-14T22:00:00Z".to_string()),
+                1000,
+                4 * 1000,
+                64,
+            ),
+            "{name}"
+        );
+        results.push(got);
+    }
+    // And the process id comes through too (a tenant map by pid).
+    let (_tmp, path) = build("shouted.sqlite", &shouted);
+    let mut meter = Meter::new(MeterConfig::default());
+    meter.set_tenant_map(TenantMap {
+        external: HashMap::new(),
+        pid: HashMap::from([(4242, tn("carol"))]),
+    });
+    ok(import_path(&mut meter, &path, &nsys()));
+    let r = ok(meter.finish());
+    let kernel: Vec<_> = r
+        .usage
+        .iter()
+        .filter(|u| u.meter == MeterKind::KernelNs)
+        .map(|u| u.tenant.as_str())
+        .collect();
+    assert_eq!(kernel, ["carol"], "{:?}", r.usage);
+}
+
+/// A declared column named `rowid` (or `_rowid_`, `oid`, in any case) hides SQLite's rowid
+/// under that name: rows are named by the first of the three names the table leaves free, so
+/// a warning names the row SQLite numbers, in activity tables, `TARGET_INFO_GPU` and the session
+/// table alike.
+#[test]
+fn a_column_named_rowid_does_not_hide_the_rowid() {
+    for (hidden, free) in [
+        ("rowid TEXT", "_rowid_"),
+        ("ROWID TEXT, _rowid_ TEXT", "oid"),
+        ("_ROWID_ BLOB, oid TEXT", "rowid"),
+    ] {
+        let values = |v: &str| {
+            hidden
+                .split(", ")
+                .map(|_| format!("'{v}'"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let sql = format!(
+            "CREATE TABLE TARGET_INFO_SESSION_START_TIME ({hidden}, utcEpochNs INTEGER);
+             INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES ({s}, 1700000000000000000);
+             CREATE TABLE TARGET_INFO_GPU ({hidden}, id INTEGER, name TEXT);
+             INSERT INTO TARGET_INFO_GPU VALUES ({g}, 0, 'NVIDIA H100');
+             CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET ({hidden}, start INTEGER, \"end\" INTEGER,
+               deviceId INTEGER, bytes INTEGER);
+             INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES ({a}, 10, 20, 0, 7), ({b}, 30, 40, 0, -5);",
+            s = values("s"),
+            g = values("g"),
+            a = values("a"),
+            b = values("b"),
+        );
+        let (_tmp, path) = build("r.sqlite", &sql);
+        let bytes = ok(std::fs::read(&path));
+        for from_bytes in [false, true] {
+            let mut meter = Meter::new(MeterConfig::default());
+            let s = if from_bytes {
+                ok(import_bytes(&mut meter, "r.sqlite", &bytes, &nsys()))
+            } else {
+                ok(import_path(&mut meter, &path, &nsys()))
+            };
+            let r = ok(meter.finish());
+            let key = source_key(&s, 0);
+            let what = format!("{hidden} (rows by {free}), from bytes: {from_bytes}");
+            assert_eq!(r.device_total(&key, MeterKind::MemsetBytes), 7, "{what}");
+            assert_eq!(r.lost(&key, "invalid_field"), 1, "{what}");
+            let dev = r.device(&key).unwrap_or_else(|| panic!("{what}: device 0"));
+            assert_eq!(dev.name.as_deref(), Some("NVIDIA H100"), "{what}");
+            assert_eq!(
+                r.usage.first().map(|u| u.window_start.as_str()),
+                Some("2023-11-14T22:00:00Z"),
+                "{what}"
+            );
+            assert!(
+                r.warnings.iter().any(|w| w.contains(
+                    "CUPTI_ACTIVITY_KIND_MEMSET rowid 2: field `bytes` = `-5`"
+                )),
+                "{what}: {:?}",
+                r.warnings
+            );
+        }
+    }
+}
+
+/// A table whose rowid cannot be read, because it declares columns named `rowid`, `_rowid_`
+/// and `oid`, or because it is a `WITHOUT ROWID` table, is refused naming the table: the
+/// importer names rows by rowid, and nsys writes no such table.
+#[test]
+fn a_table_without_a_readable_rowid_is_refused_naming_it() {
+    let cases = [
+        (
+            "CUPTI_ACTIVITY_KIND_MEMSET",
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (rowid TEXT, _rowid_ TEXT, OID TEXT,
+               start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+             INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES ('a', 'b', 'c', 10, 20, 0, 7);",
+            "declares columns named rowid, _rowid_ and oid",
+        ),
+        (
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, \"end\" INTEGER,
+               deviceId INTEGER, PRIMARY KEY (start, \"end\", deviceId)) WITHOUT ROWID;
+             INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (10, 20, 0);",
+            "is a WITHOUT ROWID table",
+        ),
+        (
+            "TARGET_INFO_GPU",
+            "CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, \"end\" INTEGER, deviceId INTEGER, bytes INTEGER);
+             CREATE TABLE TARGET_INFO_GPU (id INTEGER PRIMARY KEY, name TEXT) WITHOUT ROWID;
+             INSERT INTO TARGET_INFO_GPU VALUES (0, 'NVIDIA H100');",
+            "is a WITHOUT ROWID table",
+        ),
+    ];
+    for (table, sql, words) in cases {
+        let (_tmp, path) = build("nr.sqlite", &format!("{SESSION} {sql}"));
+        for e in refused(&path) {
+            assert_refused(
+                &e,
+                &path,
+                table,
+                "sql",
+                &[words, "has no rowid the importer can read"],
+            );
+        }
+    }
+}

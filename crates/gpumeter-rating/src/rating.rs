@@ -4,7 +4,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::{MeterKind, Quantity, UsageReport, WindowSize, METERING_POLICY, USAGE_SCHEMA};
+use gpumeter_core::{
+    MeterKind, Quantity, UsageReport, WindowSize, IDLE, METERING_POLICY, USAGE_SCHEMA,
+};
 use num_bigint::BigUint;
 use num_traits::Zero;
 
@@ -110,6 +112,54 @@ enum Pricing {
     Unpriced(String),
 }
 
+/// Usage rows of the report that an explicit period leaves out (the default period leaves
+/// none out): counted, with the earliest and latest window start, so that every invoice says
+/// that they exist and are on none of the period's invoices.
+#[derive(Default)]
+struct LeftOut<'a> {
+    /// Rows left out.
+    rows: usize,
+    /// The earliest and latest window start of those rows, ns.
+    span: Option<(u64, u64)>,
+    /// Rows left out per tenant.
+    by_tenant: HashMap<&'a str, usize>,
+}
+
+impl<'a> LeftOut<'a> {
+    fn add(&mut self, tenant: &'a str, window_start: u64) {
+        self.rows += 1;
+        *self.by_tenant.entry(tenant).or_insert(0) += 1;
+        self.span = Some(match self.span {
+            None => (window_start, window_start),
+            Some((lo, hi)) => (lo.min(window_start), hi.max(window_start)),
+        });
+    }
+
+    /// The warning of `tenant`'s invoice for the period `[from, to)`, `None` when no row was
+    /// left out.
+    fn warning(&self, tenant: &str, (from, to): (u64, u64)) -> Option<String> {
+        let (lo, hi) = self.span?;
+        let n = self.rows;
+        let own = self.by_tenant.get(tenant).copied().unwrap_or(0);
+        let (rows, verb, is) = if n == 1 {
+            ("row", "lies", "is")
+        } else {
+            ("rows", "lie", "are")
+        };
+        let windows = if lo == hi {
+            format!("in the window starting {}", rfc3339(lo))
+        } else {
+            format!("in windows starting {} to {}", rfc3339(lo), rfc3339(hi))
+        };
+        Some(format!(
+            "usage outside the period: {n} usage {rows} of the usage report ({own} of them this \
+             tenant's), {windows}, {verb} outside [{}, {}) and {is} on no invoice of this period",
+            rfc3339(from),
+            rfc3339(to)
+        ))
+    }
+}
+
 #[derive(Default)]
 struct TenantUsage<'a> {
     /// Canonical quantity per rate index.
@@ -126,7 +176,10 @@ struct TenantUsage<'a> {
 /// `period` is `(from, to)` in ns since the Unix epoch, half-open; both must fall on edges of
 /// the report's windows. `None`: the usage's span rounded out to whole windows (earliest
 /// `window_start` to the latest one plus `window_seconds`); a report without usage then gives a
-/// document with no invoices. A usage row counts when its `window_start` lies in the period.
+/// document with no invoices. A usage row counts when its `window_start` lies in the period;
+/// when a given period leaves rows of the report out, every invoice warns how many (and how
+/// many of them its tenant's), with the earliest and latest window start left out. (A tenant
+/// whose usage lies wholly outside gets no invoice; the others' warnings count its rows.)
 ///
 /// Per tenant, usage is summed over windows and over the devices each SKU matches, exactly
 /// (`u128`), into one line per (SKU, meter, rate in force) for every rate of that SKU and
@@ -141,11 +194,16 @@ struct TenantUsage<'a> {
 /// If the book has an invoice minimum and the usage lines sum to less, a `minimum` line tops
 /// them up; the minimum applies to priced usage only, so an invoice without a usage line (all
 /// of its usage unpriced or of meters the book does not rate) has no `minimum` line and a
-/// warning that says why (a usage line of amount 0 still gets the top-up). `subtotal` = Σ lines; `total` = subtotal (no credits in v0); `ledger_head` null;
+/// warning that says why (a usage line of amount 0 still gets the top-up). The invoice of
+/// [`gpumeter_core::IDLE`] (the energy of windows no tenant used) never gets a `minimum` line:
+/// `idle` is not a customer, and its invoice says so in a warning; `unattributed` is billed as
+/// any tenant (a single-tenant preview without `--tenant` is billed as `unattributed`).
+/// `subtotal` = Σ lines; `total` = subtotal (no credits in v0); `ledger_head` null;
 /// `usage_sha256` is the report's own `sha256`, copied (callers verify the report), or the
 /// report's digest computed here when its `sha256` is empty (an unsealed report). Warnings:
-/// loss in the report, the report's own warnings (prefixed `usage report:`), and each unpriced
-/// device. Every invoice is sealed ([`Invoice::seal`]). The same inputs give byte-identical
+/// loss in the report, the report's own warnings (prefixed `usage report:`), usage rows the
+/// given period leaves out, each unpriced device, and a minimum that does not apply. Every
+/// invoice is sealed ([`Invoice::seal`]). The same inputs give byte-identical
 /// JSON.
 ///
 /// # Errors
@@ -199,8 +257,10 @@ pub fn rate(
 
     let mut pricing: HashMap<&str, Pricing> = HashMap::new();
     let mut tenants: BTreeMap<&str, TenantUsage<'_>> = BTreeMap::new();
+    let mut left_out = LeftOut::default();
     for (row, &ws) in usage.usage.iter().zip(&starts) {
         if ws < from || ws >= to {
+            left_out.add(&row.tenant, ws);
             continue;
         }
         let p = match pricing.get(row.device_key.as_str()) {
@@ -258,13 +318,16 @@ pub fn rate(
     };
     let mut invoices = Vec::with_capacity(tenants.len());
     for (tenant, acc) in tenants {
+        // Loss and the report's warnings, then the usage the period leaves out.
+        let mut warnings = common_warnings.clone();
+        warnings.extend(left_out.warning(tenant, (from, to)));
         let mut inv = build_invoice(
             usage,
             book,
             tenant,
             acc,
             (from, to),
-            &common_warnings,
+            &warnings,
             &usage_sha256,
         )?;
         inv.seal()?;
@@ -512,11 +575,14 @@ fn build_invoice(
 
     // The minimum tops up priced usage only: an invoice without a usage line (all of its
     // usage unpriced, or of meters the book does not rate) has nothing to top up, and says so.
+    // `idle` (the energy of windows no tenant used) is gpumeter's own tenant, not a customer:
+    // it is never topped up either, and says so.
+    let idle = tenant == IDLE;
     let mut subtotal_minor = usage_sum.clone();
     let mut minimum_waived = None;
     if let Some(min_minor) = book.invoice_minimum_minor_units() {
         let min_minor = BigUint::from(min_minor);
-        if lines.is_empty() {
+        if lines.is_empty() || idle {
             if !min_minor.is_zero() {
                 let amount = minor_units_to_decimal(&min_minor, &currency)
                     .ok_or_else(|| overflow("minimum".into(), &min_minor))?;
@@ -556,27 +622,36 @@ fn build_invoice(
             reason: reason.clone(),
         });
     }
-    if let Some(minimum) = minimum_waived {
-        let mut why = Vec::new();
-        if !unpriced.is_empty() {
-            why.push("see unpriced".to_string());
-        }
-        if !acc.unrated.is_empty() {
-            let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
-            why.push(format!(
-                "the price book has no rate for {} on this usage's SKUs (not billed)",
-                meters.join(", ")
-            ));
-        }
-        let mut w = format!(
-            "the invoice minimum of {minimum} {} does not apply: this invoice has no priced usage",
+    match minimum_waived {
+        Some(minimum) if idle => warnings.push(format!(
+            "the invoice minimum of {minimum} {} does not apply: `{IDLE}` is the energy of \
+             windows no tenant used, gpumeter's own tenant, not a customer",
             currency.code()
-        );
-        for part in why {
-            w.push_str("; ");
-            w.push_str(&part);
+        )),
+        Some(minimum) => {
+            let mut why = Vec::new();
+            if !unpriced.is_empty() {
+                why.push("see unpriced".to_string());
+            }
+            if !acc.unrated.is_empty() {
+                let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
+                why.push(format!(
+                    "the price book has no rate for {} on this usage's SKUs (not billed)",
+                    meters.join(", ")
+                ));
+            }
+            let mut w = format!(
+                "the invoice minimum of {minimum} {} does not apply: this invoice has no priced \
+                 usage",
+                currency.code()
+            );
+            for part in why {
+                w.push_str("; ");
+                w.push_str(&part);
+            }
+            warnings.push(w);
         }
-        warnings.push(w);
+        None => {}
     }
 
     Ok(Invoice {

@@ -1557,6 +1557,155 @@ mod invoices {
         assert!(ends.windows(2).all(|w| w[0] == w[1]), "{text}");
         println!("{text}");
     }
+
+    /// `idle` (the energy of windows no tenant used) is gpumeter's own tenant, not a customer:
+    /// its invoice never gets a `minimum` line, and says so. `unattributed` (a single-tenant
+    /// preview without `--tenant`) and real tenants keep the minimum.
+    #[test]
+    fn idle_gets_no_minimum_line_and_unattributed_does() {
+        let b = book(
+            "currency = \"USD\"\ninvoice_minimum = \"0.50\"",
+            &format!(
+                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"energy_mj\"\nunit = \"kWh\"\nunit_price = \"0.25\"\n"
+            ),
+        );
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100 80GB HBM3"))],
+            vec![
+                // 1 J each: 0.25 USD/kWh × 1/3.6e6 kWh rounds to 0.00.
+                row(
+                    gpumeter_core::IDLE,
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::EnergyMj,
+                    1_000,
+                ),
+                row(
+                    gpumeter_core::UNATTRIBUTED,
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::EnergyMj,
+                    1_000,
+                ),
+                row("alice", "GPU-0", DEC1, MeterKind::EnergyMj, 1_000),
+            ],
+        );
+        let doc = rated(&u, &b, None);
+        let by_tenant = |t: &str| {
+            doc.invoices
+                .iter()
+                .find(|i| i.tenant == t)
+                .unwrap_or_else(|| panic!("no invoice for {t}"))
+        };
+        let idle = by_tenant("idle");
+        assert_eq!(idle.lines.len(), 1, "{:?}", idle.lines);
+        assert_eq!(idle.lines[0].kind, LineKind::Usage);
+        assert_eq!(idle.lines[0].amount.to_string(), "0.00");
+        assert_eq!(idle.subtotal.to_string(), "0.00");
+        assert_eq!(idle.total.to_string(), "0.00");
+        assert_sums(idle);
+        let w = minimum_waived_warning(idle).unwrap_or_default();
+        assert!(
+            w.starts_with("the invoice minimum of 0.50 USD does not apply: ")
+                && w.contains("`idle`")
+                && w.contains("not a customer"),
+            "{:?}",
+            idle.warnings
+        );
+        for t in ["unattributed", "alice"] {
+            let inv = by_tenant(t);
+            let kinds: Vec<LineKind> = inv.lines.iter().map(|l| l.kind).collect();
+            assert_eq!(kinds, [LineKind::Usage, LineKind::Minimum], "{t}");
+            assert_eq!(inv.lines[1].amount.to_string(), "0.50", "{t}");
+            assert_eq!(inv.total.to_string(), "0.50", "{t}");
+            assert_eq!(minimum_waived_warning(inv), None, "{t}: {:?}", inv.warnings);
+            assert_sums(inv);
+        }
+        assert!(doc.verify_digests());
+        // Without a minimum in the book there is nothing to waive, and nothing is said.
+        let plain = book(
+            "currency = \"USD\"",
+            &format!(
+                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"energy_mj\"\nunit = \"kWh\"\nunit_price = \"0.25\"\n"
+            ),
+        );
+        let doc = rated(&u, &plain, None);
+        assert!(
+            doc.invoices.iter().all(|i| i.warnings.is_empty()),
+            "{doc:?}"
+        );
+    }
+
+    /// The warning of an invoice about usage rows left outside its period.
+    fn outside_warning(inv: &Invoice) -> Option<&str> {
+        inv.warnings
+            .iter()
+            .map(String::as_str)
+            .find(|w| w.contains("outside the period"))
+    }
+
+    /// An explicit period that leaves usage rows out says so on every invoice: how many rows,
+    /// how many of them the invoice's tenant's, and the earliest and latest window start left
+    /// out. Kernels at 08:59:59 and 09:00:01 rated for [08:00, 09:00) bill the first only.
+    #[test]
+    fn usage_outside_an_explicit_period_is_warned_on_every_invoice() {
+        let t = |h: u64| DEC1 + h * HOUR_NS;
+        let u = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![
+                // The kernel at 08:59:59 and the one at 09:00:01.
+                row("alice", "GPU-0", t(8), MeterKind::SmNs, HOUR_NS as u128),
+                row("alice", "GPU-0", t(9), MeterKind::SmNs, HOUR_NS as u128),
+                row("alice", "GPU-0", t(9), MeterKind::KernelLaunches, 1),
+                // bob's usage lies wholly outside: he gets no invoice of this period.
+                row("bob", "GPU-0", t(7), MeterKind::SmNs, HOUR_NS as u128),
+                row("carol", "GPU-0", t(8), MeterKind::SmNs, HOUR_NS as u128),
+            ],
+        );
+        let doc = rated(&u, &priced_book("0"), Some((t(8), t(9))));
+        let tenants: Vec<&str> = doc.invoices.iter().map(|i| i.tenant.as_str()).collect();
+        assert_eq!(tenants, ["alice", "carol"]);
+        for (inv, own) in doc.invoices.iter().zip([2, 0]) {
+            assert_eq!(
+                inv.lines[0].quantity,
+                Some(Quantity(HOUR_NS as u128)),
+                "half billed"
+            );
+            let w = outside_warning(inv).unwrap_or_default();
+            assert_eq!(
+                w,
+                format!(
+                    "usage outside the period: 3 usage rows of the usage report ({own} of them \
+                     this tenant's), in windows starting 2026-12-01T07:00:00Z to \
+                     2026-12-01T09:00:00Z, lie outside [2026-12-01T08:00:00Z, \
+                     2026-12-01T09:00:00Z) and are on no invoice of this period"
+                ),
+                "{}: {:?}",
+                inv.tenant,
+                inv.warnings
+            );
+        }
+        assert!(doc.verify_digests());
+        // One window left out is named once.
+        let doc = rated(&u, &priced_book("0"), Some((t(8), t(10))));
+        let w = outside_warning(&doc.invoices[0])
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            w.starts_with("usage outside the period: 1 usage row of the usage report (0 of them this tenant's), in the window starting 2026-12-01T07:00:00Z, lies outside"),
+            "{w}"
+        );
+        // The default period, or an explicit one that holds every row, leaves nothing out.
+        for period in [None, Some((t(7), t(10))), Some((t(0), t(24)))] {
+            let doc = rated(&u, &priced_book("0"), period);
+            assert_eq!(doc.invoices.len(), 3, "{period:?}");
+            for inv in &doc.invoices {
+                assert_eq!(outside_warning(inv), None, "{period:?}: {:?}", inv.warnings);
+            }
+        }
+    }
 }
 
 mod properties {
