@@ -887,3 +887,68 @@ fn energy_over_more_cells_than_a_report_holds_fails_fast() {
         other => panic!("expected TooManyCells, got {other:?}"),
     }
 }
+
+/// Offsets of the frames of a `.gmr` (after its 20-byte preamble): (offset, type, length).
+fn frame_table(bytes: &[u8]) -> Vec<(usize, u32, u64)> {
+    let mut out = Vec::new();
+    let mut at = 20;
+    while at + 12 <= bytes.len() {
+        let t = u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+        let mut l = [0u8; 8];
+        l.copy_from_slice(&bytes[at + 4..at + 12]);
+        let len = u64::from_le_bytes(l);
+        out.push((at, t, len));
+        at += 16 + len as usize;
+    }
+    out
+}
+
+/// A corrupt frame's type and length are not trusted: a buffer whose type field was flipped to
+/// "energy" is still counted as lost records, and an energy frame whose length was made to
+/// swallow the buffers after it loses only itself.
+#[test]
+fn a_corrupt_type_or_length_field_never_hides_buffers() {
+    let d = tmp();
+    let smoke = ok(std::fs::read(example("h200-cuda13-smoke.gmr")));
+    let whole = meter(&[example("h200-cuda13-smoke.gmr")]);
+    let buffer = frame_table(&smoke)
+        .into_iter()
+        .find(|f| f.1 == 2)
+        .unwrap_or_else(|| panic!("no buffer"));
+    let mut retyped = smoke.clone();
+    retyped[buffer.0] ^= 0b100; // type 2 → 6
+    let r = meter(&[write(&d, "retyped.gmr", &retyped)]);
+    assert_eq!(total(&r, MeterKind::KernelLaunches), 0);
+    let l = r
+        .loss
+        .iter()
+        .find(|l| l.reason == "corrupt_frame")
+        .unwrap_or_else(|| panic!("no corrupt_frame loss: {:?}", r.loss));
+    assert!(l.lower_bound && l.device.is_some(), "{l:?}");
+    assert_eq!(
+        u128::from(l.records),
+        total(&whole, MeterKind::KernelLaunches) + 2 + 4,
+        "every kernel, memcpy and memory event of the buffer is counted"
+    );
+
+    let green = ok(std::fs::read(example("h200-cuda13-green-context.gmr")));
+    let table = frame_table(&green);
+    let energy = table
+        .iter()
+        .find(|f| f.1 == 6)
+        .copied()
+        .unwrap_or_else(|| panic!("no energy frame"));
+    let mut swallow = green.clone();
+    let len = (green.len() - energy.0 - 16 - 40) as u64;
+    swallow[energy.0 + 4..energy.0 + 12].copy_from_slice(&len.to_le_bytes());
+    let r = meter(&[write(&d, "swallow.gmr", &swallow)]);
+    let alone = meter(&[example("h200-cuda13-green-context.gmr")]);
+    for m in [
+        MeterKind::KernelLaunches,
+        MeterKind::KernelNs,
+        MeterKind::MemoryByteNs,
+    ] {
+        assert_eq!(total(&r, m), total(&alone, m), "{m}");
+    }
+    warning(&r, "corrupt: its checksum does not match");
+}

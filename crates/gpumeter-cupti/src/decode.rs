@@ -691,6 +691,17 @@ impl fmt::Display for Decoded {
 /// that is not a zeroed tail. Everything up to the fault is discarded: a buffer decodes whole or
 /// not at all.
 pub fn decode(buf: &[u8], api: ApiVersion) -> Result<Decoded, DecodeError> {
+    match decode_prefix(buf, api) {
+        (d, None) => Ok(d),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// As [`decode`], but keeps what decodes before a fault: the records up to it, and the fault
+/// (`None` when the whole buffer decodes). For a buffer whose bytes are known to be what the
+/// producer wrote (a `.gmr` frame whose checksum is right), the records before the fault are
+/// sound; the fault ends the walk because the size of what follows is unknown.
+pub fn decode_prefix(buf: &[u8], api: ApiVersion) -> (Decoded, Option<DecodeError>) {
     let mut walk = Walk::new(buf, api);
     let mut out = Decoded {
         api,
@@ -699,7 +710,10 @@ pub fn decode(buf: &[u8], api: ApiVersion) -> Result<Decoded, DecodeError> {
         trailing_zero_bytes: 0,
     };
     for rec in walk.by_ref() {
-        let rec = rec?;
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => return (out, Some(e)),
+        };
         if let Record::Other(k) = rec.record {
             if let Some(cat) = k.category() {
                 *out.skipped.entry(cat).or_insert(0) += 1;
@@ -708,7 +722,7 @@ pub fn decode(buf: &[u8], api: ApiVersion) -> Result<Decoded, DecodeError> {
         out.records.push(rec);
     }
     out.trailing_zero_bytes = walk.trailing_zero_bytes();
-    Ok(out)
+    (out, None)
 }
 
 /// The walk behind [`decode`] as an iterator: one record at a time, without collecting (for

@@ -37,12 +37,15 @@
 //! short by the end of the file, or a final frame whose checksum does not match. The reader
 //! keeps every frame before it and reports the tear ([`GmrFile::torn`]); a file without an end
 //! frame is reported as unfinished ([`GmrFile::finished`]). A checksum mismatch with more bytes
-//! after the frame is corruption: when the frame's length field leads to the end of the file
-//! or to a frame whose checksum is right, only that frame is lost and reading goes on;
-//! otherwise the framing is lost and the rest of the file cannot be read. Every such frame is
-//! listed in [`GmrFile::damaged`] with the payload bytes that are there, so that a reader can
-//! count the records it held (DESIGN §4: records in a torn or corrupt frame are loss, counted;
-//! never silence). A damaged header frame is always an error: nothing after it can be trusted.
+//! after the frame is corruption: none of its fields can be trusted, its length included, so
+//! reading resumes at the first frame whose checksum is right after it (found by scanning, with
+//! a bound on the work), and everything between is one damaged region; when no such frame
+//! follows, the rest of the file is damaged. A frame whose checksum is right but whose payload
+//! does not parse (a string that is not UTF-8, a payload too short for its type) is malformed:
+//! it is lost and reading goes on. Every such frame or region is listed in
+//! [`GmrFile::damaged`] with its bytes, so that a reader can count the records it held
+//! (DESIGN §4: records in a torn or corrupt frame are loss, counted; never silence). A damaged
+//! header frame is always an error: nothing after it can be trusted.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -430,12 +433,15 @@ impl std::fmt::Display for TornFrame {
 pub enum Damage {
     /// The torn last frame ([`GmrFile::torn`]).
     Torn(TornReason),
-    /// A frame whose checksum does not match, followed by readable frames (or the end of the
-    /// file): only this frame is lost.
+    /// A frame whose checksum does not match, followed by a readable frame (or the end of the
+    /// file): the bytes up to that frame are lost.
     Corrupt,
-    /// A frame whose checksum does not match and whose length leads to no readable frame: the
+    /// A frame whose checksum does not match and after which no frame can be read: the
     /// framing is lost, and the frame and everything after it (`payload`) cannot be read.
     FramingLost,
+    /// A frame whose checksum is right but whose payload does not parse ([`DamagedFrame::detail`]
+    /// says why): written so by its producer; only it is lost.
+    Malformed,
 }
 
 /// A frame the reader could not use, with what is left of it, so that its records can be
@@ -458,6 +464,8 @@ pub struct DamagedFrame {
     /// Whether `payload` holds as many bytes as the frame's length field says (a torn frame
     /// that lacks only its checksum, say).
     pub complete: bool,
+    /// Why a malformed frame's payload does not parse; empty otherwise.
+    pub detail: String,
 }
 
 impl DamagedFrame {
@@ -467,11 +475,20 @@ impl DamagedFrame {
         self.frame_type == Some(T_BUFFER)
     }
 
-    /// Whether the frame is known to hold no records: its type field, read from a frame cut
-    /// short by the end of the file (so not corrupted), is one of the types that carry none
-    /// (header, string table, attribution event, energy sample, end, instruction counts).
+    /// Whether the frame's type field can be trusted: it was read from a frame cut short by
+    /// the end of the file, or from one whose checksum is right (a malformed frame).
+    pub fn type_trusted(&self) -> bool {
+        matches!(
+            self.damage,
+            Damage::Torn(TornReason::ShortRead) | Damage::Malformed
+        )
+    }
+
+    /// Whether the frame is known to hold no records: its type field can be trusted
+    /// ([`DamagedFrame::type_trusted`]) and is one of the types that carry none (header, string
+    /// table, attribution event, energy sample, end, instruction counts).
     pub fn holds_no_records(&self) -> bool {
-        self.damage == Damage::Torn(TornReason::ShortRead)
+        self.type_trusted()
             && matches!(
                 self.frame_type,
                 Some(T_HEADER | T_STRINGS | T_ATTRIBUTION | T_ENERGY | T_END | T_INSTRUCTIONS)
@@ -481,7 +498,7 @@ impl DamagedFrame {
     /// The frame as its type field and payload read, when the payload is complete and parses
     /// (the checksum is not checked: for counting what was lost, never for metering).
     pub fn parse(&self) -> Option<Frame> {
-        if !self.complete || self.damage == Damage::FramingLost {
+        if !self.complete || !self.type_trusted() {
             return None;
         }
         parse_payload(self.frame_type?, &self.payload)
@@ -502,11 +519,16 @@ impl std::fmt::Display for DamagedFrame {
             Damage::Torn(TornReason::BadChecksum) => "torn last frame: its checksum does not match",
             Damage::Corrupt => "corrupt: its checksum does not match",
             Damage::FramingLost => {
-                "corrupt: its checksum does not match and its length leads to no readable frame, \
-                 so it and the rest of the file cannot be read"
+                "corrupt: its checksum does not match and no readable frame follows, so it and \
+                 the rest of the file cannot be read"
             }
+            Damage::Malformed => "malformed: its checksum is right but its payload does not parse",
         };
-        write!(f, ": {why}")
+        write!(f, ": {why}")?;
+        if !self.detail.is_empty() {
+            write!(f, " ({})", self.detail)?;
+        }
+        Ok(())
     }
 }
 
@@ -911,8 +933,6 @@ enum Cut<'a> {
     Torn(TornFrame, Option<u32>, &'a [u8], bool),
     BadCrc {
         frame_type: u32,
-        payload: &'a [u8],
-        next: usize,
     },
 }
 
@@ -945,17 +965,48 @@ fn cut(bytes: &[u8], at: usize) -> Cut<'_> {
         if f.done() {
             return torn(t(TornReason::BadChecksum), Some(frame_type), payload, true);
         }
-        return Cut::BadCrc {
-            frame_type,
-            payload,
-            next: at + f.at,
-        };
+        return Cut::BadCrc { frame_type };
     }
     Cut::Whole {
         frame_type,
         payload,
         next: at + f.at,
     }
+}
+
+/// The first offset after the corrupt frame at `at` where a frame reads whole (checksum right);
+/// `None` when none does before the end of the file or within `budget` (bytes of checksums
+/// computed, charged as it goes).
+fn resync(bytes: &[u8], at: usize, budget: &mut u64) -> Option<usize> {
+    let mut p = at + 1;
+    while p < bytes.len() {
+        let mut f = Fields {
+            b: bytes.get(p..).unwrap_or(&[]),
+            at: 0,
+        };
+        // A candidate: a known frame type (not the header) whose payload and checksum fit.
+        if let (Some(t), Some(len)) = (f.u32(), f.u64()) {
+            let fits = usize::try_from(len)
+                .ok()
+                .and_then(|l| l.checked_add(FRAME_OVERHEAD))
+                .is_some_and(|n| n <= bytes.len() - p);
+            if (T_BUFFER..=T_INSTRUCTIONS).contains(&t) && fits {
+                *budget = budget.saturating_sub(len.saturating_add(16));
+                if *budget == 0 {
+                    return None;
+                }
+                if matches!(cut(bytes, p), Cut::Whole { .. }) {
+                    return Some(p);
+                }
+            }
+        }
+        *budget = budget.saturating_sub(1);
+        if *budget == 0 {
+            return None;
+        }
+        p += 1;
+    }
+    None
 }
 
 /// Reads a whole `.gmr` from memory.
@@ -1008,6 +1059,11 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
         damaged: Vec::new(),
     };
     let mut index = 0usize;
+    // Resyncing after corruption checks candidate frames' checksums: bounded, so that a file
+    // of many candidates costs at most a few passes over its bytes.
+    let mut resync_budget = (bytes.len() as u64)
+        .saturating_mul(4)
+        .saturating_add(1 << 20);
     while at < bytes.len() {
         index += 1;
         let offset = at as u64;
@@ -1029,38 +1085,41 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
                     damage: Damage::Torn(t.reason),
                     payload: payload.to_vec(),
                     complete,
+                    detail: String::new(),
                 });
                 break;
             }
-            Cut::BadCrc {
-                frame_type,
-                payload,
-                next,
-            } => {
-                // Only this frame is lost when its length leads to a frame that reads whole
-                // (or to the end of the file); else the framing is lost from here on.
-                let resumes = next >= bytes.len() || matches!(cut(bytes, next), Cut::Whole { .. });
-                if resumes {
-                    file.damaged.push(DamagedFrame {
-                        offset,
-                        index,
-                        frame_type: Some(frame_type),
-                        damage: Damage::Corrupt,
-                        payload: payload.to_vec(),
-                        complete: true,
-                    });
-                    at = next;
-                    continue;
+            Cut::BadCrc { frame_type, .. } => {
+                // Nothing of the frame can be trusted, its length included: resume at the
+                // first frame after it that reads whole (or the end of the file), else the
+                // framing is lost from here on.
+                match resync(bytes, at, &mut resync_budget) {
+                    Some(next) => {
+                        file.damaged.push(DamagedFrame {
+                            offset,
+                            index,
+                            frame_type: Some(frame_type),
+                            damage: Damage::Corrupt,
+                            payload: bytes.get(at + 12..next).unwrap_or(&[]).to_vec(),
+                            complete: true,
+                            detail: String::new(),
+                        });
+                        at = next;
+                        continue;
+                    }
+                    None => {
+                        file.damaged.push(DamagedFrame {
+                            offset,
+                            index,
+                            frame_type: Some(frame_type),
+                            damage: Damage::FramingLost,
+                            payload: bytes.get(at + 12..).unwrap_or(&[]).to_vec(),
+                            complete: false,
+                            detail: String::new(),
+                        });
+                        break;
+                    }
                 }
-                file.damaged.push(DamagedFrame {
-                    offset,
-                    index,
-                    frame_type: Some(frame_type),
-                    damage: Damage::FramingLost,
-                    payload: bytes.get(at + 12..).unwrap_or(&[]).to_vec(),
-                    complete: false,
-                });
-                break;
             }
             Cut::Whole {
                 frame_type,
@@ -1087,14 +1146,15 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
                         frame,
                     }),
                     Ok(None) => file.unknown_frames += 1,
-                    Err(reason) => {
-                        return Err(GmrError::BadPayload {
-                            offset,
-                            index,
-                            frame_type,
-                            reason,
-                        })
-                    }
+                    Err(reason) => file.damaged.push(DamagedFrame {
+                        offset,
+                        index,
+                        frame_type: Some(frame_type),
+                        damage: Damage::Malformed,
+                        payload: payload.to_vec(),
+                        complete: true,
+                        detail: reason,
+                    }),
                 }
             }
         }

@@ -62,10 +62,10 @@ mod source;
 
 pub use collector::{Collector, CollectorConfig, CollectorError};
 pub use decode::{
-    decode, format_uuid, ApiRecord, ContextRecord, DecodeError, Decoded, DeviceRecord,
-    ExternalCorrelationRecord, GraphTraceRecord, InstructionExecutionRecord, KernelRecord,
-    LocatedRecord, MemcpyRecord, MemoryOperation, MemoryRecord, MemsetRecord, OverheadRecord,
-    PeerCopyRecord, Record, Walk,
+    decode, decode_prefix, format_uuid, ApiRecord, ContextRecord, DecodeError, Decoded,
+    DeviceRecord, ExternalCorrelationRecord, GraphTraceRecord, InstructionExecutionRecord,
+    KernelRecord, LocatedRecord, MemcpyRecord, MemoryOperation, MemoryRecord, MemsetRecord,
+    OverheadRecord, PeerCopyRecord, Record, Walk,
 };
 pub use gmr::{GmrError, StringTable, TornFrame};
 pub use kind::ActivityKind;

@@ -56,8 +56,8 @@ use gpumeter_core::{
 use sha2::{Digest, Sha256};
 
 use crate::decode::{
-    decode, DecodeError, Decoded, DeviceRecord, KernelRecord, MemoryOperation, Record, Walk,
-    EXTERNAL_KIND_CUSTOM0, EXTERNAL_KIND_CUSTOM2,
+    decode, decode_prefix, DecodeError, Decoded, DeviceRecord, KernelRecord, MemoryOperation,
+    Record, Walk, EXTERNAL_KIND_CUSTOM0, EXTERNAL_KIND_CUSTOM2,
 };
 use crate::gmr::{
     read_gmr, Damage, DamagedFrame, Frame, GmrDevice, GmrError, StringTable, TornFrame, TornReason,
@@ -322,11 +322,12 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
         };
         match &f.frame {
             Frame::ActivityBuffer(b) => {
-                let decoded = decode(b, api).map_err(|error| CuptiSourceError::Decode {
-                    name: name.to_string(),
-                    frame: Some(at),
-                    error,
-                })?;
+                // Its checksum is right: the records before a fault are the producer's, and
+                // only what follows the fault is lost (its size is unknown).
+                let (decoded, fault) = decode_prefix(b, api);
+                if let Some(error) = fault {
+                    input.undecodable.push((at, error));
+                }
                 input.add_buffer(decoded, Some(at), &strings);
             }
             Frame::StringTable(t) => strings.extend_from(t),
@@ -420,6 +421,9 @@ struct Input<'n> {
     torn: Option<TornFrame>,
     /// `.gmr` frames that could not be used (torn or corrupt): their records are loss.
     damaged: Vec<DamagedFrame>,
+    /// `.gmr` buffers whose checksum is right but that stop decoding at a fault: the records
+    /// before it are metered, what follows is loss of unknown count.
+    undecodable: Vec<(FrameRef, DecodeError)>,
     finished: bool,
 }
 
@@ -466,6 +470,7 @@ impl<'n> Input<'n> {
             attribution_events: 0,
             torn: None,
             damaged: Vec::new(),
+            undecodable: Vec::new(),
             finished: true,
         }
     }
@@ -785,7 +790,9 @@ impl<'n> Input<'n> {
             let (per_device, exact, what) = damaged_records(d, self.api, &known);
             let reason = match d.damage {
                 Damage::Torn(_) => LossReason::TornFrame,
-                Damage::Corrupt | Damage::FramingLost => LossReason::CorruptFrame,
+                Damage::Corrupt | Damage::FramingLost | Damage::Malformed => {
+                    LossReason::CorruptFrame
+                }
             };
             let lower = !exact;
             let mut placed = 0u64;
@@ -803,7 +810,9 @@ impl<'n> Input<'n> {
             let kept = match d.damage {
                 Damage::FramingLost => "the frames before it were metered",
                 Damage::Torn(_) => "the frames before it were metered",
-                Damage::Corrupt => "the frames before and after it were metered",
+                Damage::Corrupt | Damage::Malformed => {
+                    "the frames before and after it were metered"
+                }
             };
             let count = if exact {
                 format!("{placed} records")
@@ -814,6 +823,14 @@ impl<'n> Input<'n> {
                 "{}: {d}; {what}: {count} lost as {}; {kept}",
                 self.name,
                 reason.as_str()
+            ));
+        }
+        for (at, error) in &self.undecodable {
+            source_losses.push((LossReason::CorruptFrame, 0, true));
+            warnings.push(format!(
+                "{}: {at}: the activity buffer stops decoding ({error}): the records before \
+                 that were metered, what follows is lost (corrupt_frame, how many is unknown)",
+                self.name
             ));
         }
         if !self.finished && self.format == CuptiFormat::Gmr {
@@ -993,6 +1010,8 @@ fn damaged_records(
     known: &dyn Fn(u32) -> bool,
 ) -> (BTreeMap<Option<u32>, u64>, bool, &'static str) {
     let mut per: BTreeMap<Option<u32>, u64> = BTreeMap::new();
+    // Only bytes cut short by the end of the file are the producer's as written; after a
+    // checksum mismatch nothing is (the type and length fields included).
     let trusted = d.damage == Damage::Torn(TornReason::ShortRead);
     let place = |id: u32| (trusted || known(id)).then_some(id);
     if d.holds_no_records() {
@@ -1006,9 +1025,15 @@ fn damaged_records(
             }
             return (per, trusted, "a dropped-records count");
         }
-        Some(Frame::ActivityBuffer(_)) | None if d.is_activity_buffer() => {}
+        Some(Frame::ActivityBuffer(_)) => {}
         Some(_) => return (per, true, "a frame that holds no records"),
-        None => return (per, false, "a frame of unknown content"),
+        // A frame of a type that holds records but whose payload cannot be read (malformed:
+        // its count is unknown), or of a type that cannot be trusted: its bytes are walked as
+        // a buffer below, whatever its type field says.
+        None if d.type_trusted() && !d.is_activity_buffer() => {
+            return (per, false, "a frame of unknown content");
+        }
+        None => {}
     }
     let mut whole = true;
     for r in Walk::new(&d.payload, api) {
@@ -1033,7 +1058,12 @@ fn damaged_records(
         *per.entry(place(id)).or_insert(0) += 1;
     }
     let exact = trusted && d.complete && whole;
-    (per, exact, "an activity buffer")
+    let what = if d.type_trusted() {
+        "an activity buffer"
+    } else {
+        "a frame whose type cannot be trusted, read as an activity buffer"
+    };
+    (per, exact, what)
 }
 
 fn nonzero(v: u32) -> Option<u32> {

@@ -1966,8 +1966,15 @@ mod gmr_format {
             ("utf-8", &not_utf8[..]),
             ("cut", &payload[..payload.len() - 1]),
         ] {
+            // Its checksum is right, so its producer wrote it so: the frame is lost as
+            // malformed, saying why, and the file is read on.
             match with(bad) {
-                Err(GmrError::BadPayload { frame_type: 8, .. }) => {}
+                Ok(f)
+                    if f.frames.is_empty()
+                        && f.damaged.len() == 1
+                        && f.damaged[0].damage == Damage::Malformed
+                        && f.damaged[0].frame_type == Some(8)
+                        && !f.damaged[0].detail.is_empty() => {}
                 other => panic!("{what}: {other:?}"),
             }
         }
@@ -2028,10 +2035,19 @@ mod gmr_format {
             (d.offset, d.index, d.frame_type, d.damage),
             (offsets[1] as u64, 2, Some(2), Damage::Corrupt)
         );
-        // Corrupt the length field too: the framing is lost, the rest of the file cannot be
+        // Corrupt the length field too: it cannot be trusted, so reading resumes at the next
+        // frame whose checksum is right.
+        let mut long = bad.clone();
+        long[offsets[1] + 4] ^= 0x40;
+        let file = ok(read_gmr(&long));
+        assert_eq!(file.frames.len(), frames.len() - 1);
+        assert!(file.finished);
+        assert_eq!(file.damaged.len(), 1);
+        assert_eq!(file.damaged[0].damage, Damage::Corrupt);
+        // With nothing readable after it, the framing is lost: the rest of the file cannot be
         // read, and the damage says so.
-        let mut lost = bad.clone();
-        lost[offsets[1] + 4] ^= 0x40;
+        let mut lost = bad[..offsets[2]].to_vec();
+        lost.extend_from_slice(&[0xab; 64]);
         let file = ok(read_gmr(&lost));
         assert_eq!(file.frames.len(), 1, "only the frame before survives");
         assert!(!file.finished);
@@ -2185,21 +2201,36 @@ mod gmr_format {
             assert_warns(&r, "torn last frame");
             assert_eq!(r.sources[0].format, "gmr");
 
-            // A buffer that does not decode names its frame.
+            // A buffer whose checksum is right but that does not decode: the records before
+            // the fault are metered, the rest is loss of unknown count, and a warning names its
+            // frame and the fault.
             let mut broken = frames.clone();
             broken[4] = Frame::ActivityBuffer(b2.bytes[..100].to_vec());
             let (bytes, offsets2) = write(&header(api.cupti_api_version()), &broken, true);
-            let mut m = meter();
-            match meter_gmr(&mut m, "bad.gmr", &bytes, &CuptiOptions::default()) {
-                Err(CuptiSourceError::Decode {
-                    frame: Some(f),
-                    error: DecodeError::Truncated { offset: 0, .. },
-                    ..
-                }) => assert_eq!((f.index, f.offset), (5, offsets2[4] as u64)),
-                other => panic!("{other:?}"),
-            }
             assert_eq!(offsets2[..4], offsets[..4]);
-            assert!(finish(m).sources.is_empty());
+            let mut m = meter();
+            ok(meter_gmr(
+                &mut m,
+                "bad.gmr",
+                &bytes,
+                &CuptiOptions::default(),
+            ));
+            let r = finish(m);
+            assert_eq!(r.sources.len(), 1);
+            assert!(
+                r.loss
+                    .iter()
+                    .any(|l| l.reason == "corrupt_frame" && l.lower_bound),
+                "{:?}",
+                r.loss
+            );
+            assert_warns(
+                &r,
+                &format!(
+                    "frame #5 at byte {}: the activity buffer stops decoding (truncated record at byte 0",
+                    offsets2[4]
+                ),
+            );
         }
         // An unsupported producer version is refused.
         let (bytes, _) = write(&header(27), &[], true);
