@@ -952,3 +952,99 @@ fn a_corrupt_type_or_length_field_never_hides_buffers() {
     }
     warning(&r, "corrupt: its checksum does not match");
 }
+
+/// Instruction counts past 64 bits are never clamped: the launch's kernels get no count, and
+/// `warp_instructions` is not meterable on their device.
+#[test]
+fn instruction_counts_past_64_bits_are_not_clamped() {
+    use gpumeter::cupti::gmr::{FunctionInstructions, InstructionCounts};
+    let file = ok(read_gmr(&ok(std::fs::read(example(
+        "h200-cuda13-instructions.gmr",
+    )))));
+    let Some(first) = file.frames.iter().find_map(|f| match &f.frame {
+        Frame::Instructions(c) => Some(c.clone()),
+        _ => None,
+    }) else {
+        panic!("no instruction counts");
+    };
+    let mut w = ok(GmrWriter::new(Vec::new(), &file.header));
+    for f in &file.frames {
+        ok(w.write_frame(&f.frame));
+    }
+    // The same launch's first function once more, with a count that overflows its sum.
+    let name = first.functions[0].name.clone();
+    ok(w.write_instructions(&InstructionCounts {
+        functions: vec![FunctionInstructions {
+            name,
+            warp_instructions: u64::MAX,
+        }],
+        ..first
+    }));
+    let d = tmp();
+    let r = meter(&[write(&d, "overflow.gmr", &ok(w.finish()))]);
+    assert_eq!(total(&r, MeterKind::WarpInstructions), 0);
+    assert!(
+        r.devices[0]
+            .not_meterable
+            .iter()
+            .any(|n| n.meter == MeterKind::WarpInstructions),
+        "{:?}",
+        r.devices
+    );
+    warning(&r, "pass 64 bits");
+}
+
+/// Dropped counts past 64 bits are a lower bound, said; a device the recording describes
+/// nowhere is not made up for them.
+#[test]
+fn dropped_counts_are_never_clamped_silently_nor_put_on_a_made_up_device() {
+    use gpumeter::cupti::gmr::DroppedRecords;
+    let file = ok(read_gmr(&ok(std::fs::read(example(
+        "h200-cuda13-smoke.gmr",
+    )))));
+    let mut w = ok(GmrWriter::new(Vec::new(), &file.header));
+    for f in &file.frames {
+        ok(w.write_frame(&f.frame));
+    }
+    for (device, count) in [(Some(0), u64::MAX), (Some(0), 5), (Some(7), 3)] {
+        ok(w.write_dropped(&DroppedRecords {
+            device_id: device,
+            context_id: 1,
+            stream_id: 0,
+            count,
+        }));
+    }
+    let d = tmp();
+    let r = meter(&[write(&d, "dropped.gmr", &ok(w.finish()))]);
+    let dropped: Vec<_> = r.loss.iter().filter(|l| l.reason == "dropped").collect();
+    assert_eq!(dropped.len(), 2, "{dropped:?}");
+    assert!(dropped
+        .iter()
+        .any(|l| l.device == Some(0) && l.records == u64::MAX && l.lower_bound));
+    assert!(dropped
+        .iter()
+        .any(|l| l.device.is_none() && l.records == 3 && !l.lower_bound));
+    assert_eq!(r.devices.len(), 1, "no device 7: {:?}", r.devices);
+}
+
+/// The same trace gzipped and plain is metered once, from the same file whatever the argument
+/// order: the report's devices and usage do not depend on it.
+#[test]
+fn gzipped_and_plain_in_either_order_give_the_same_usage() {
+    let d = tmp();
+    let gz = corpus("twin-a.json");
+    let mut plain_text = Vec::new();
+    {
+        use std::io::Write as _;
+        let mut e = flate2::write::GzEncoder::new(&mut plain_text, flate2::Compression::default());
+        ok(e.write_all(&ok(std::fs::read(&gz))));
+        ok(e.finish());
+    }
+    let zipped = write(&d, "twin-a.json.gz", &plain_text);
+    let a = meter(&[gz.clone(), zipped.clone()]);
+    let b = meter(&[zipped, gz]);
+    assert_eq!(a.usage, b.usage);
+    assert_eq!(a.devices, b.devices);
+    warning(&a, "same content as");
+    warning(&b, "same content as");
+}

@@ -503,7 +503,7 @@ impl<'n> Input<'n> {
         let mut device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)> = BTreeMap::new();
         let mut device_of_context: HashMap<u32, u32> = HashMap::new();
         let mut green: BTreeMap<(u32, u32), u32> = BTreeMap::new();
-        let mut instructions_of: HashMap<u32, u64> = HashMap::new();
+        let mut instructions_of: HashMap<u32, Option<u64>> = HashMap::new();
         for b in &self.buffers {
             for r in &b.decoded.records {
                 match &r.record {
@@ -536,8 +536,9 @@ impl<'n> Input<'n> {
                         }
                     }
                     Record::InstructionExecution(i) if i.correlation_id != 0 => {
-                        let n = instructions_of.entry(i.correlation_id).or_insert(0);
-                        *n = n.saturating_add(u64::from(i.executed));
+                        // `None` once the sum passes 64 bits: never a clamped count.
+                        let n = instructions_of.entry(i.correlation_id).or_insert(Some(0));
+                        *n = n.and_then(|n| n.checked_add(u64::from(i.executed)));
                     }
                     _ => {}
                 }
@@ -754,18 +755,35 @@ impl<'n> Input<'n> {
             .map(|(id, n)| (devs.slot(id), LossReason::InvalidField, n, false))
             .collect();
         let mut source_losses: Vec<(LossReason, u64, bool)> = Vec::new();
-        let mut dropped: BTreeMap<Option<DeviceSlot>, u64> = BTreeMap::new();
+        // Per device (None: unknown), the dropped count and whether its sum passed 64 bits
+        // (then it is a lower bound).
+        let mut dropped: BTreeMap<Option<DeviceSlot>, (u64, bool)> = BTreeMap::new();
         for d in &self.dropped {
             if d.count == 0 {
                 continue;
             }
-            let device = d
-                .device_id
-                .or_else(|| device_of_context.get(&d.context_id).copied())
-                .or_else(|| devs.only_device());
+            // A device id the recording describes nowhere (no record, DEVICE record or
+            // inventory entry) is not made a device of its own: the loss is the source's.
+            let described = |id: &u32| {
+                devs.index.contains_key(id)
+                    || device_recs.contains_key(id)
+                    || self.inventory.iter().any(|i| i.id == *id)
+            };
+            let device = match d.device_id {
+                Some(id) if described(&id) => Some(id),
+                // Named, but described nowhere: which device it is cannot be told.
+                Some(_) => None,
+                None => device_of_context
+                    .get(&d.context_id)
+                    .copied()
+                    .or_else(|| devs.only_device()),
+            };
             let slot = device.map(|id| devs.slot(id));
-            let n = dropped.entry(slot).or_insert(0);
-            *n = n.saturating_add(d.count);
+            let n = dropped.entry(slot).or_insert((0, false));
+            *n = match n.0.checked_add(d.count) {
+                Some(v) => (v, n.1),
+                None => (u64::MAX, true),
+            };
             summary.dropped = summary.dropped.saturating_add(d.count);
             if slot.is_none() {
                 warnings.push(format!(
@@ -775,10 +793,10 @@ impl<'n> Input<'n> {
                 ));
             }
         }
-        for (slot, n) in dropped {
+        for (slot, (n, overflowed)) in dropped {
             match slot {
-                Some(s) => losses.push((s, LossReason::Dropped, n, false)),
-                None => source_losses.push((LossReason::Dropped, n, false)),
+                Some(s) => losses.push((s, LossReason::Dropped, n, overflowed)),
+                None => source_losses.push((LossReason::Dropped, n, overflowed)),
             }
         }
         for d in &self.damaged {
@@ -862,8 +880,17 @@ impl<'n> Input<'n> {
         // Sorted by start so that a file's own records are never late (DESIGN §3 "Order"), and
         // so that a shared instruction count's remainder goes to the earliest kernels.
         records.sort_by_key(|r| r.start_ns);
-        summary.kernels_with_instructions =
+        let (given, overflowed) =
             assign_instructions(&mut records, &self.sass_of, &instructions_of);
+        summary.kernels_with_instructions = given;
+        if overflowed > 0 {
+            warnings.push(format!(
+                "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
+                 kernels have no count, so warp_instructions is not meterable on their device \
+                 (never a clamped count)",
+                self.name
+            ));
+        }
         if self.finished && self.format == CuptiFormat::Gmr {
             // The recording's end: its latest valid work record or memory event (a record the
             // meter will refuse, or an energy sample, must not stretch it).
@@ -1328,12 +1355,14 @@ pub fn announce_sources(
 /// Σ INSTRUCTION_EXECUTION `executed` to all of its kernels; a count shared by several kernels
 /// (a graph launch runs many under one correlation id) is split equally, the remainder one by
 /// one to the earliest, so the call's total is given exactly once. Every kernel of a counted
-/// call gets a count (possibly 0). Returns how many kernels got one.
+/// call gets a count (possibly 0), unless a kernel's count would pass 64 bits (or the call's
+/// INSTRUCTION_EXECUTION sum did): then none of the call's kernels gets one. Returns how many
+/// kernels got one and how many calls' counts passed 64 bits.
 fn assign_instructions(
     records: &mut [ActivityRecord],
     sass_of: &HashMap<u32, Vec<(String, u64)>>,
-    instructions_of: &HashMap<u32, u64>,
-) -> u64 {
+    instructions_of: &HashMap<u32, Option<u64>>,
+) -> (u64, u64) {
     let mut by_corr: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, r) in records.iter().enumerate() {
         if let Work::Kernel(_) = r.work {
@@ -1346,16 +1375,17 @@ fn assign_instructions(
         }
     }
     let mut given = 0;
+    let mut overflowed = 0;
     for (corr, idx) in by_corr {
-        let mut counts = vec![0u64; idx.len()];
-        let mut split = |n: u64, among: &[usize]| {
+        let mut counts: Vec<Option<u64>> = vec![Some(0); idx.len()];
+        let mut split = |n: Option<u64>, among: &[usize]| {
             let k = among.len() as u64;
             if k == 0 {
                 return;
             }
             for (j, &pos) in among.iter().enumerate() {
-                let extra = u64::from((j as u64) < n % k);
-                counts[pos] = counts[pos].saturating_add(n / k + extra);
+                let part = n.map(|n| n / k + u64::from((j as u64) < n % k));
+                counts[pos] = counts[pos].zip(part).and_then(|(a, b)| a.checked_add(b));
             }
         };
         let all: Vec<usize> = (0..idx.len()).collect();
@@ -1369,19 +1399,23 @@ fn assign_instructions(
                         _ => false,
                     })
                     .collect();
-                split(*n, if named.is_empty() { &all } else { &named });
+                split(Some(*n), if named.is_empty() { &all } else { &named });
             }
         } else if let Some(&n) = instructions_of.get(&corr) {
             split(n, &all);
         }
+        if counts.iter().any(Option::is_none) {
+            overflowed += 1;
+            continue;
+        }
         for (pos, &i) in idx.iter().enumerate() {
             if let Work::Kernel(k) = &mut records[i].work {
-                k.warp_instructions = Some(counts[pos]);
+                k.warp_instructions = counts[pos];
                 given += 1;
             }
         }
     }
-    given
+    (given, overflowed)
 }
 
 /// The end of a finished recording: one process-exit event at `end` per device of the source

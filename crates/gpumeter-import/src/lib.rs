@@ -464,12 +464,21 @@ pub fn announce_paths<P: AsRef<Path>>(
     let mut summaries = Vec::with_capacity(loaded.len());
     let mut batches = Vec::with_capacity(loaded.len());
     // The same trace compressed and not (or compressed twice differently) has different bytes
-    // but one content: metered once, with a warning.
+    // but one content: metered once, with a warning, from the file whose SHA-256 sorts first
+    // (so that argument order never changes the report's devices).
     // (Identical bytes are left to the meter's own SHA-256 check.)
-    let mut contents: std::collections::HashMap<String, (String, String)> =
+    let mut kept: std::collections::HashMap<String, (String, String)> =
         std::collections::HashMap::new();
+    for l in &loaded {
+        let e = kept
+            .entry(l.content_sha256.clone())
+            .or_insert_with(|| (l.sha256.clone(), l.name.clone()));
+        if l.sha256 < e.0 {
+            *e = (l.sha256.clone(), l.name.clone());
+        }
+    }
     for l in loaded {
-        if let Some((first, first_sha)) = contents.get(&l.content_sha256) {
+        if let Some((first_sha, first)) = kept.get(&l.content_sha256) {
             if *first_sha != l.sha256 {
                 meter.warn(format!(
                     "source {} has the same content as {} once decompressed and was metered once",
@@ -487,9 +496,6 @@ pub fn announce_paths<P: AsRef<Path>>(
                 continue;
             }
         }
-        contents
-            .entry(l.content_sha256.clone())
-            .or_insert_with(|| (l.name.clone(), l.sha256.clone()));
         let (summary, batch) = announce(meter, l, opts);
         summaries.push(summary);
         batches.push(batch);
