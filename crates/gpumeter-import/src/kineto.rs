@@ -1142,16 +1142,20 @@ fn work_event<'de>(
 }
 
 /// `deviceProperties` → device id → device info (key: `GPU-<uuid>` when the entry has a UUID,
-/// else `<key_label>#<id>`). A device id listed twice keeps its first entry.
+/// else `<key_label>#<id>`). A device id listed twice is one device when both entries give the
+/// same values for every field gpumeter reads, and a file-level error otherwise: which entry
+/// describes the device is unknown, and the choice would change the bill (SM count, UUID).
 fn parse_device_properties(
     path: &Path,
     key_label: &str,
     raw: Option<&RawValue>,
 ) -> Result<HashMap<u32, DeviceInfo>, ImportError> {
-    let mut out = HashMap::new();
-    let Some(raw) = raw else { return Ok(out) };
+    let mut out: HashMap<u32, (usize, DeviceInfo)> = HashMap::new();
+    let Some(raw) = raw else {
+        return Ok(HashMap::new());
+    };
     if raw.get() == "null" {
-        return Ok(out);
+        return Ok(HashMap::new());
     }
     let top = Fault {
         path,
@@ -1221,9 +1225,25 @@ fn parse_device_properties(
                 warp_size: nz32(f.u32_opt("warpSize", p.warp_size)?),
             },
         };
-        out.entry(id).or_insert(info);
+        match out.get(&id) {
+            Some((_, first)) if *first == info => {}
+            Some((first, _)) => {
+                return Err(f.err(
+                    "id",
+                    &id.to_string(),
+                    format!(
+                        "deviceProperties[{i}].id and deviceProperties[{first}].id are both \
+                         {id}, with different values: which entry describes device {id} is \
+                         unknown"
+                    ),
+                ))
+            }
+            None => {
+                out.insert(id, (i, info));
+            }
+        }
     }
-    Ok(out)
+    Ok(out.into_iter().map(|(id, (_, info))| (id, info)).collect())
 }
 
 #[cfg(test)]

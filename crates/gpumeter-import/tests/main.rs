@@ -1683,3 +1683,5 @@ mod review {
         }
     }
 }
+
+mod kineto_review;
