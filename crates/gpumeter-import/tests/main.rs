@@ -385,7 +385,9 @@ mod errors {
         // Positions are in the whole file, as a plain JSON parse of it reports them.
         for text in [
             &b"{\n  \"traceEvents\": [\n   {\"ph\": }\n]}"[..],
-            b"{\"x\": 1, \"traceEvents\": [{\"ph\": \"X\"}, 7]}",
+            // (An element that is not an object, `7`, is valid JSON: counted, see
+            // kineto_review::non_object_elements_are_counted_and_the_rest_is_metered.)
+            b"{\"x\": 1, \"traceEvents\": [{\"ph\": \"X\"}, 7,]}",
             b"{\"traceEvents\": [",
             b"{\"traceEvents\": [{\"name\": \"\xff\"}]}",
         ] {
@@ -1627,7 +1629,7 @@ mod tenant_map {
     }
 }
 
-/// Review fixes: tenant names that look alike, and hostile Kineto traces.
+/// Review fixes: tenant names that look alike (Kineto's are in `kineto_review.rs`).
 mod review {
     use super::*;
     use gpumeter_import::TenantMapFile as _;
