@@ -717,7 +717,8 @@ impl<'de> Collector<'de, '_> {
             }
             Some(Ok(cat)) => {
                 let (class, known) = classify(&cat);
-                if class == Class::Skipped && matches!(ph.as_ref(), "X" | "B") {
+                if class == Class::Skipped {
+                    // Once per event: an `E` (returned above) closes a counted `B`.
                     self.skip(known);
                 }
                 (class, cat)
