@@ -142,7 +142,8 @@ impl LookAlikes {
     /// Notes `tenant`, named by the rule `at`; refuses it when a different tenant of the map
     /// looks like it, naming both rules (names escaped: look-alikes never print raw).
     fn check(&mut self, at: String, tenant: &TenantName) -> Result<(), String> {
-        match self.by_skeleton.get(&tenant.skeleton()) {
+        let skeleton = tenant.skeleton();
+        match self.by_skeleton.get(&skeleton) {
             Some((first, other)) if other != tenant => Err(format!(
                 "{at}: the tenant `{}` looks like the tenant `{}` of {first} (the same UTS #39 \
                  confusable skeleton): two tenants must not look alike",
@@ -151,8 +152,7 @@ impl LookAlikes {
             )),
             Some(_) => Ok(()),
             None => {
-                self.by_skeleton
-                    .insert(tenant.skeleton(), (at, tenant.clone()));
+                self.by_skeleton.insert(skeleton, (at, tenant.clone()));
                 Ok(())
             }
         }
