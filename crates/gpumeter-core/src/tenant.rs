@@ -2,8 +2,9 @@
 //! ([`TenantName::parse`]) and used by `--tenant`, tenant maps, opening state and the C ABI.
 //!
 //! A tenant name is printed in invoice tables, written into documents and used as a key that
-//! decides who pays: two names that look alike must not be two tenants, and a name must not
-//! be able to move a terminal's cursor. So a name is in a *safe form*:
+//! decides who pays: two names that look alike must not be two tenants, a name must not look
+//! like one gpumeter assigns itself, and a name must not be able to move a terminal's cursor.
+//! So a name is in a *safe form*:
 //!
 //! * 1 to 256 bytes of UTF-8, without leading or trailing whitespace;
 //! * printable: every character is a letter, mark, number, punctuation or symbol (Unicode
@@ -11,15 +12,39 @@
 //!   characters (ESC, newline, …), format characters (zero-width spaces and joiners,
 //!   bidirectional overrides), other spaces (no-break, ideographic), line and paragraph
 //!   separators, private-use and unassigned code points are refused;
+//! * visible: no character that renders as nothing. Every Default_Ignorable_Code_Point
+//!   (Unicode `DerivedCoreProperties.txt`, read from ICU4X's `icu_properties`) is refused,
+//!   among them the Hangul fillers U+115F, U+1160, U+3164 and U+FFA0 (letters that render as
+//!   nothing), the combining grapheme joiner U+034F, the variation selectors (U+180B–U+180F,
+//!   U+FE00–U+FE0F, U+E0100–U+E01EF, so an emoji is written without its presentation
+//!   selector) and the Khmer inherent vowels U+17B4, U+17B5. So are the [`BLANK_CHARACTERS`]:
+//!   characters that render as nothing but which Unicode does not list as ignorable (U+2800
+//!   BRAILLE PATTERN BLANK, U+1D159 MUSICAL SYMBOL NULL NOTEHEAD, U+16FE4 KHITAN SMALL SCRIPT
+//!   FILLER). And a name needs at least one visible base character (a letter, number,
+//!   punctuation or symbol): combining marks alone mark nothing;
 //! * in Unicode Normalization Form C (NFC), so one name has one spelling in bytes (the
 //!   precomposed `é`, not `e` + combining acute);
 //! * not a reserved name ([`RESERVED_TENANTS`]: `unattributed`, `idle`) in any case or width:
-//!   compared after NFKC normalization and lower-casing, so `IDLE` and `ｉｄｌｅ` are refused.
+//!   compared after NFKC normalization and lower-casing, so `IDLE` and `ｉｄｌｅ` are refused;
+//! * not confusable with a reserved name: its UTS #39 confusable skeleton
+//!   ([`TenantName::skeleton`], of its NFKC form, and again of its NFKC lower-cased form) is not
+//!   the skeleton of a reserved name written in lower case, capitalized or in upper case, so
+//!   `іdle` (Cyrillic `і`), `ıdle`, `id1e` and `ldle` (which looks like `Idle`) are refused.
 //!
-//! Sources: Unicode Standard Annex #44 (general categories), UAX #15 (normalization forms).
+//! Two different names can still look alike (`alice` and `аlice` with a Cyrillic `а`): within
+//! one tenant map they are refused (`gpumeter-import`'s tenant map compares
+//! [`TenantName::skeleton`]s). Messages never print a name's characters raw: they name code
+//! points (`U+2800`) or write the name with everything outside printable ASCII escaped
+//! ([`TenantName::escaped`]).
+//!
+//! Sources: Unicode Standard Annex #44 (general categories, Default_Ignorable_Code_Point),
+//! UAX #15 (normalization forms), Unicode Technical Standard #39 (confusable skeletons, via
+//! unicode-rs's `unicode-security`, the crate rustc uses for its confusable-identifier lint).
 
 use std::fmt;
 
+use icu_properties::props::DefaultIgnorableCodePoint;
+use icu_properties::{CodePointSetData, CodePointSetDataBorrowed};
 use unicode_normalization::UnicodeNormalization;
 use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
 
@@ -36,6 +61,21 @@ pub const RESERVED_TENANTS: [&str; 2] = [UNATTRIBUTED, IDLE];
 /// The longest tenant name, in bytes of UTF-8.
 pub const MAX_TENANT_NAME_BYTES: usize = 256;
 
+/// Characters refused because they render as nothing although Unicode does not list them as
+/// Default_Ignorable_Code_Point: U+2800 BRAILLE PATTERN BLANK (a symbol, So: the braille cell
+/// with no dot raised), U+1D159 MUSICAL SYMBOL NULL NOTEHEAD (a symbol, So: an invisible
+/// placeholder notehead) and U+16FE4 KHITAN SMALL SCRIPT FILLER (a nonspacing mark, Mn: an
+/// invisible filler that shapes a Khitan cluster). These are the characters of the graphic
+/// categories (L, M, N, P, S) that are blank in every font; every other character that renders
+/// as nothing is a control, format, separator, unassigned or default-ignorable code point,
+/// refused by those rules. (Spacing by itself is not the test: U+3000 and U+00A0 are
+/// separators, refused as such.)
+pub const BLANK_CHARACTERS: [char; 3] = ['\u{2800}', '\u{1D159}', '\u{16FE4}'];
+
+/// Unicode's Default_Ignorable_Code_Point set (ICU4X's compiled data).
+const DEFAULT_IGNORABLE: CodePointSetDataBorrowed<'static> =
+    CodePointSetData::new::<DefaultIgnorableCodePoint>();
+
 /// A tenant name in the safe form of the [module docs](self).
 ///
 /// ```
@@ -45,6 +85,8 @@ pub const MAX_TENANT_NAME_BYTES: usize = 256;
 /// assert!(TenantName::parse("IDLE").is_err());     // reserved, in any case
 /// assert!(TenantName::parse("al\u{200b}ice").is_err()); // zero-width space
 /// assert!(TenantName::parse("e\u{301}").is_err()); // not NFC (use "\u{e9}")
+/// assert!(TenantName::parse("idle\u{2800}").is_err()); // a blank braille cell
+/// assert!(TenantName::parse("\u{456}dle").is_err()); // Cyrillic і: looks like `idle`
 /// # Ok::<(), gpumeter_core::TenantNameError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -77,6 +119,29 @@ pub enum TenantNameError {
         /// Its kind, for people (`a control character`, `a format character`, …).
         what: &'static str,
     },
+    /// A character that renders as nothing: a Default_Ignorable_Code_Point or one of the
+    /// [`BLANK_CHARACTERS`].
+    #[error(
+        "a tenant name must be visible: character {index} is U+{code:04X}, {what}, which renders \
+         as nothing"
+    )]
+    Invisible {
+        /// 0-based index of the character (in characters, not bytes).
+        index: usize,
+        /// Its code point.
+        code: u32,
+        /// Why it is invisible, for people.
+        what: &'static str,
+    },
+    /// No letter, number, punctuation or symbol: only combining marks (and spaces).
+    #[error(
+        "a tenant name must have a visible character (a letter, number, punctuation or symbol): \
+         this one has only combining marks, the first U+{first:04X}"
+    )]
+    NoVisibleCharacter {
+        /// The name's first code point.
+        first: u32,
+    },
     /// Not in Normalization Form C.
     #[error(
         "a tenant name must be in Unicode Normalization Form C (NFC): write it with precomposed \
@@ -89,6 +154,20 @@ pub enum TenantNameError {
          `unattributed` and energy of windows without sm_ns to `idle`"
     )]
     Reserved(&'static str),
+    /// Confusable with a reserved name: the same UTS #39 skeleton as the reserved name in
+    /// lower case, capitalized or in upper case.
+    #[error(
+        "a tenant name must not look like the reserved name `{reserved}`: `{name}` has the UTS \
+         #39 confusable skeleton of `{like}`"
+    )]
+    LooksReserved {
+        /// The reserved name it looks like.
+        reserved: &'static str,
+        /// The form of it the name is confusable with (`idle`, `Idle` or `IDLE`).
+        like: String,
+        /// The refused name, escaped ([`TenantName::escaped`]).
+        name: String,
+    },
 }
 
 impl TenantName {
@@ -107,31 +186,73 @@ impl TenantName {
         if text.trim() != text {
             return Err(TenantNameError::Untrimmed);
         }
+        let mut visible = false;
         for (index, c) in text.chars().enumerate() {
             if c == ' ' {
                 continue;
             }
             let what = match c.general_category_group() {
                 GeneralCategoryGroup::Letter
-                | GeneralCategoryGroup::Mark
                 | GeneralCategoryGroup::Number
                 | GeneralCategoryGroup::Punctuation
-                | GeneralCategoryGroup::Symbol => continue,
-                GeneralCategoryGroup::Separator => "a space or separator other than U+0020",
-                GeneralCategoryGroup::Other => other_kind(c),
+                | GeneralCategoryGroup::Symbol => {
+                    visible = true;
+                    None
+                }
+                GeneralCategoryGroup::Mark => None,
+                GeneralCategoryGroup::Separator => Some("a space or separator other than U+0020"),
+                GeneralCategoryGroup::Other => Some(other_kind(c)),
             };
-            return Err(TenantNameError::NotPrintable {
-                index,
-                code: u32::from(c),
-                what,
+            if let Some(what) = what {
+                return Err(TenantNameError::NotPrintable {
+                    index,
+                    code: u32::from(c),
+                    what,
+                });
+            }
+            let invisible = if DEFAULT_IGNORABLE.contains(c) {
+                Some("a default-ignorable code point (Unicode Default_Ignorable_Code_Point)")
+            } else if BLANK_CHARACTERS.contains(&c) {
+                Some("a blank character (one with an empty glyph, see BLANK_CHARACTERS)")
+            } else {
+                None
+            };
+            if let Some(what) = invisible {
+                return Err(TenantNameError::Invisible {
+                    index,
+                    code: u32::from(c),
+                    what,
+                });
+            }
+        }
+        if !visible {
+            return Err(TenantNameError::NoVisibleCharacter {
+                first: text.chars().next().map_or(0, u32::from),
             });
         }
         if !unicode_normalization::is_nfc(text) {
             return Err(TenantNameError::NotNfc);
         }
-        let folded: String = text.nfkc().flat_map(char::to_lowercase).collect();
+        let nfkc: String = text.nfkc().collect();
+        let folded: String = nfkc.chars().flat_map(char::to_lowercase).collect();
         if let Some(r) = RESERVED_TENANTS.iter().find(|r| **r == folded) {
             return Err(TenantNameError::Reserved(r));
+        }
+        let ours = [skeleton_of(&nfkc), skeleton_of(&folded)];
+        for reserved in RESERVED_TENANTS {
+            for like in [
+                reserved.to_string(),
+                capitalized(reserved),
+                reserved.to_uppercase(),
+            ] {
+                if ours.contains(&skeleton_of(&like)) {
+                    return Err(TenantNameError::LooksReserved {
+                        reserved,
+                        like,
+                        name: escaped(text),
+                    });
+                }
+            }
         }
         Ok(TenantName(text.to_string()))
     }
@@ -145,6 +266,48 @@ impl TenantName {
     pub fn into_string(self) -> String {
         self.0
     }
+
+    /// The name's confusable skeleton: UTS #39's skeleton of its NFKC form. Two names with
+    /// the same skeleton look alike (`alice` and `аlice` with a Cyrillic `а`, `ａｌｉｃｅ`); a
+    /// tenant map refuses two such names as different tenants.
+    pub fn skeleton(&self) -> String {
+        skeleton_of(&self.0.nfkc().collect::<String>())
+    }
+
+    /// The name for messages about what it looks like: printable ASCII as it is, every other
+    /// character (and `\`, `` ` ``) as `\u{XXXX}`, so look-alikes can be told apart on any
+    /// terminal (`\u{0430}lice`).
+    pub fn escaped(&self) -> String {
+        escaped(&self.0)
+    }
+}
+
+/// UTS #39's skeleton of `text` (NFD, confusable prototypes, NFD; default-ignorable code points
+/// dropped).
+fn skeleton_of(text: &str) -> String {
+    unicode_security::skeleton(text).collect()
+}
+
+/// `text` with its first character upper-cased.
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// `text` with everything outside printable ASCII, and `\` and `` ` ``, as `\u{XXXX}`.
+fn escaped(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if (c == ' ' || c.is_ascii_graphic()) && c != '\\' && c != '`' {
+            out.push(c);
+        } else {
+            out.push_str(&format!("\\u{{{:04X}}}", u32::from(c)));
+        }
+    }
+    out
 }
 
 /// The kind of a character of general category C (Cc, Cf, Cs, Co, Cn), for messages.
@@ -270,6 +433,144 @@ mod tests {
             TenantName::parse(&"a".repeat(257)),
             Err(TenantNameError::TooLong(257))
         );
+    }
+
+    /// The review's invisible names: each default-ignorable or blank character is refused,
+    /// naming its index and code point.
+    #[test]
+    fn invisible_characters_are_refused() {
+        for (text, index, code) in [
+            ("idle\u{2800}", 4, 0x2800),
+            ("unattributed\u{3164}", 12, 0x3164),
+            ("Idle\u{180b}", 4, 0x180b),
+            ("alice\u{034f}", 5, 0x034f),
+            ("alice\u{fe0f}", 5, 0xfe0f),
+            ("\u{3164}", 0, 0x3164),
+            ("\u{115f}", 0, 0x115f),
+            ("a\u{1160}b", 1, 0x1160),
+            ("a\u{ffa0}", 1, 0xffa0),
+            ("a\u{17b4}", 1, 0x17b4),
+            ("a\u{e0100}", 1, 0xe0100),
+            ("\u{2800}", 0, 0x2800),
+            ("a\u{1d159}", 1, 0x1d159),
+            ("a\u{16fe4}", 1, 0x16fe4),
+        ] {
+            match TenantName::parse(text) {
+                Err(TenantNameError::Invisible {
+                    index: i, code: c, ..
+                }) => {
+                    assert_eq!((i, c), (index, code), "{text:?}")
+                }
+                other => panic!("{text:?}: expected Invisible, got {other:?}"),
+            }
+        }
+        // Every one of the blank characters, and every default-ignorable that is otherwise
+        // printable (a letter or mark), is refused.
+        for c in BLANK_CHARACTERS {
+            assert!(
+                TenantName::parse(&format!("x{c}")).is_err(),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
+        let printable_ignorables = ('\0'..=char::MAX)
+            .filter(|c| DEFAULT_IGNORABLE.contains(*c))
+            .filter(|c| {
+                matches!(
+                    c.general_category_group(),
+                    GeneralCategoryGroup::Letter | GeneralCategoryGroup::Mark
+                )
+            })
+            .inspect(|c| {
+                let e = TenantName::parse(&format!("x{c}"));
+                assert!(
+                    matches!(e, Err(TenantNameError::Invisible { .. })),
+                    "U+{:04X}: {e:?}",
+                    u32::from(*c)
+                );
+            })
+            .count();
+        assert!(printable_ignorables > 250, "{printable_ignorables}");
+    }
+
+    #[test]
+    fn a_name_needs_a_visible_character() {
+        for text in ["\u{301}", "\u{301}\u{302}", "\u{301} \u{302}"] {
+            assert_eq!(
+                TenantName::parse(text),
+                Err(TenantNameError::NoVisibleCharacter { first: 0x301 }),
+                "{text:?}"
+            );
+        }
+        // A mark on a base character is fine.
+        assert!(TenantName::parse("x\u{301}").is_ok()); // no precomposed x́: NFC
+    }
+
+    #[test]
+    fn look_alikes_of_reserved_names_are_refused() {
+        for (text, reserved, like) in [
+            ("\u{0456}dle", IDLE, "idle"),                         // Cyrillic і
+            ("\u{0131}dle", IDLE, "idle"),                         // dotless ı
+            ("id1e", IDLE, "idle"),                                // digit one
+            ("ldle", IDLE, "Idle"),                                // l as capital I
+            ("\u{0406}DLE", IDLE, "idle"),                         // Cyrillic І, lower-cased: і
+            ("\u{04c0}dle", IDLE, "Idle"),                         // Cyrillic palochka
+            ("unattribut\u{0435}d", UNATTRIBUTED, "unattributed"), // Cyrillic е
+            ("\u{ff55}nattribut\u{0435}d", UNATTRIBUTED, "unattributed"), // fullwidth u, е
+        ] {
+            match TenantName::parse(text) {
+                Err(TenantNameError::LooksReserved {
+                    reserved: r,
+                    like: l,
+                    name,
+                }) => {
+                    assert_eq!((r, l.as_str()), (reserved, like), "{text:?}");
+                    assert!(name.is_ascii(), "{name}");
+                }
+                other => panic!("{text:?}: expected LooksReserved, got {other:?}"),
+            }
+        }
+        for ok in ["idler", "idle2", "id", "unattributed-team", "\u{0456}dl"] {
+            assert!(TenantName::parse(ok).is_ok(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn skeletons_and_escaped_names() {
+        let sk = |t: &str| tn(t).skeleton();
+        assert_eq!(sk("\u{0430}lice"), sk("alice")); // Cyrillic а
+        assert_eq!(sk("\u{ff41}lice"), sk("alice")); // fullwidth a (NFKC)
+        assert_ne!(sk("Alice"), sk("alice"));
+        assert_ne!(sk("alice"), sk("alicia"));
+        assert_eq!(tn("\u{0430}lice").escaped(), "\\u{0430}lice");
+        assert_eq!(tn("a\\b`c").escaped(), "a\\u{005C}b\\u{0060}c");
+        assert_eq!(tn("team-7/prod").escaped(), "team-7/prod");
+    }
+
+    fn tn(t: &str) -> TenantName {
+        match TenantName::parse(t) {
+            Ok(n) => n,
+            Err(e) => panic!("{t:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn new_messages_name_the_rule_and_code_point_never_the_character() {
+        for (text, needle, rule) in [
+            ("idle\u{2800}", "U+2800", "visible"),
+            (
+                "unattributed\u{3164}",
+                "U+3164",
+                "Default_Ignorable_Code_Point",
+            ),
+            ("\u{301}", "U+0301", "visible character"),
+            ("\u{0456}dle", "\\u{0456}dle", "UTS #39 confusable skeleton"),
+        ] {
+            let e = TenantName::parse(text).err().map(|e| e.to_string());
+            let e = e.unwrap_or_default();
+            assert!(e.contains(needle) && e.contains(rule), "{e}");
+            assert!(e.is_ascii(), "{e}");
+        }
     }
 
     #[test]

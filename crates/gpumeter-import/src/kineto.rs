@@ -8,7 +8,20 @@
 //!   negative `dur` is loss `end_before_start`.
 //! * Work: categories `kernel`/`Kernel`, `gpu_memcpy`/`Memcpy`, `gpu_memset`/`Memset`. Not work,
 //!   counted as skipped by category: `gpu_user_annotation`, `cuda_sync`, `cuda_profiler_range`,
-//!   `Trace`. Everything else (CPU-side events, flows, metadata) is ignored and not counted.
+//!   `Trace`. Categories are matched ignoring ASCII case and surrounding whitespace (`KERNEL`,
+//!   `"kernel "`), and counted under Kineto's spelling. Everything else (CPU-side events,
+//!   flows, metadata) is ignored and not counted, except what could hide GPU work: a complete
+//!   (`X`) or begin (`B`) event without a `cat` whose `args.device` names a device is counted
+//!   as skipped (`no_category_with_device`) with a warning, a `cat` that is not a string as
+//!   `unreadable_category`, and an element of `traceEvents` that is not a JSON object
+//!   (`null`, `5`, `[1,2]`, `"x"`) as `not_an_event_object` with a warning naming the first.
+//! * `B`/`E` pairs: an `E` closes the innermost open `B` (of any category) with the same `pid`
+//!   and `tid`, compared as text: a string's content and a number's text are the same key
+//!   (`"0"` and `0`).
+//! * A key given twice in an event or in its `args` (`ts`, `args.device`) makes a GPU work
+//!   event a lost record (`invalid_field`) whose warning gives both values; a device id given
+//!   twice in `deviceProperties` with different values refuses the file (identical entries are
+//!   one device).
 //! * Device: `args.device`, else the event's integer `pid` (a GPU event's `pid` is the device
 //!   index). Stream: `args.stream`, else `tid` (`7` or `"stream 7"`).
 //! * Process id: the OS `pid` of the CPU-side `cuda_runtime`/`cuda_driver` (2021 schema:
@@ -66,8 +79,9 @@ impl<'de: 'a, 'a> Deserialize<'de> for JStr<'a> {
 
 /// One trace event's fields, each kept as the JSON value written, of any type: a value of the
 /// wrong type is a fault of that record, found when the record is read, never a parse error of
-/// the whole file. A key given twice is noted in `duplicate` (the first value is kept): such an
-/// event is ambiguous, and a GPU work event that has one is lost (`invalid_field`).
+/// the whole file. A key given twice is noted in `duplicate` with both values (the first is
+/// kept): such an event is ambiguous, and a GPU work event that has one is lost
+/// (`invalid_field`).
 #[derive(Default)]
 struct Event<'a> {
     ph: Option<&'a RawValue>,
@@ -78,7 +92,34 @@ struct Event<'a> {
     ts: Option<&'a RawValue>,
     dur: Option<&'a RawValue>,
     args: Option<&'a RawValue>,
-    duplicate: Option<&'static str>,
+    duplicate: Option<Duplicate<'a>>,
+}
+
+/// The first key given twice in an event or its `args`: the field as messages name it, and
+/// the first and second values.
+#[derive(Clone, Copy)]
+struct Duplicate<'a> {
+    field: &'static str,
+    first: &'a RawValue,
+    second: &'a RawValue,
+}
+
+impl Duplicate<'_> {
+    /// The record-level fault: the field with both values (`` `1` and `2` `` once printed
+    /// between the message's backticks).
+    fn fault(&self, f: &Fault<'_>, reason: String) -> ImportError {
+        ImportError::BadField {
+            path: f.path.to_path_buf(),
+            record: f.record.clone(),
+            field: self.field,
+            value: format!(
+                "{}` and `{}",
+                shorten(self.first.get()),
+                shorten(self.second.get())
+            ),
+            reason,
+        }
+    }
 }
 
 /// The keys of [`Event`], in the order of its fields.
@@ -100,33 +141,70 @@ impl<'a> Event<'a> {
     }
 }
 
-impl<'de> Deserialize<'de> for Event<'de> {
+/// An element of `traceEvents`: a trace event (a JSON object), or some other JSON value,
+/// which is no event (its kind is kept for the warning).
+enum Element<'a> {
+    Event(Event<'a>),
+    NotAnObject(&'static str),
+}
+
+impl<'de> Deserialize<'de> for Element<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Event<'de>;
+            type Value = Element<'de>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a trace event (a JSON object)")
+                f.write_str("a trace event (a JSON object) or another JSON value")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Event<'de>, A::Error> {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Element<'de>, A::Error> {
                 let mut ev = Event::default();
                 while let Some(key) = map.next_key::<JStr<'de>>()? {
                     let Some(i) = EVENT_KEYS.iter().position(|k| *k == key.0.as_ref()) else {
                         map.next_value::<IgnoredAny>()?;
                         continue;
                     };
-                    match ev.slot(i) {
-                        Some(slot) if slot.is_none() => *slot = Some(map.next_value()?),
-                        _ => {
-                            ev.duplicate.get_or_insert(EVENT_KEYS[i]);
-                            map.next_value::<IgnoredAny>()?;
+                    let value: &'de RawValue = map.next_value()?;
+                    if let Some(slot) = ev.slot(i) {
+                        match *slot {
+                            None => *slot = Some(value),
+                            Some(first) => {
+                                ev.duplicate.get_or_insert(Duplicate {
+                                    field: EVENT_KEYS[i],
+                                    first,
+                                    second: value,
+                                });
+                            }
                         }
                     }
                 }
-                Ok(ev)
+                Ok(Element::Event(ev))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element<'de>, A::Error> {
+                while seq.next_element::<IgnoredAny>()?.is_some() {}
+                Ok(Element::NotAnObject("an array"))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Element<'de>, E> {
+                Ok(Element::NotAnObject("null"))
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Element<'de>, E> {
+                Ok(Element::NotAnObject("a boolean"))
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Element<'de>, E> {
+                Ok(Element::NotAnObject("a number"))
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Element<'de>, E> {
+                Ok(Element::NotAnObject("a number"))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Element<'de>, E> {
+                Ok(Element::NotAnObject("a number"))
+            }
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Element<'de>, E> {
+                Ok(Element::NotAnObject("a string"))
             }
         }
-        d.deserialize_map(V)
+        // `deserialize_any`, not `deserialize_map`: a value of another type is read (and
+        // counted), not a type error that refuses the whole file.
+        d.deserialize_any(V)
     }
 }
 
@@ -145,26 +223,87 @@ fn raw_str(raw: &RawValue) -> Result<Cow<'_, str>, String> {
         .map_err(|e| format!("not valid Unicode text: {e}"))
 }
 
-#[derive(Deserialize, Default)]
+/// The `args` of an event that gpumeter reads. A key given twice is noted in `duplicate`
+/// (the first value is kept), as for [`Event`]: [`parse_args`] refuses such args.
+#[derive(Default)]
 struct Args<'a> {
-    #[serde(borrow, default)]
     device: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     stream: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     correlation: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     context: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     grid: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     block: Option<&'a RawValue>,
-    #[serde(rename = "registers per thread", borrow, default)]
     registers_per_thread: Option<&'a RawValue>,
-    #[serde(rename = "shared memory", borrow, default)]
     shared_memory: Option<&'a RawValue>,
-    #[serde(borrow, default)]
     bytes: Option<&'a RawValue>,
+    duplicate: Option<Duplicate<'a>>,
+}
+
+/// The keys of [`Args`] as Kineto writes them, with the field name messages use for each, in
+/// the order of its fields.
+const ARGS_KEYS: [(&str, &str); 9] = [
+    ("device", "args.device"),
+    ("stream", "args.stream"),
+    ("correlation", "args.correlation"),
+    ("context", "args.context"),
+    ("grid", "args.grid"),
+    ("block", "args.block"),
+    ("registers per thread", "args.registers per thread"),
+    ("shared memory", "args.shared memory"),
+    ("bytes", "args.bytes"),
+];
+
+impl<'a> Args<'a> {
+    fn slot(&mut self, i: usize) -> Option<&mut Option<&'a RawValue>> {
+        Some(match i {
+            0 => &mut self.device,
+            1 => &mut self.stream,
+            2 => &mut self.correlation,
+            3 => &mut self.context,
+            4 => &mut self.grid,
+            5 => &mut self.block,
+            6 => &mut self.registers_per_thread,
+            7 => &mut self.shared_memory,
+            8 => &mut self.bytes,
+            _ => return None,
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for Args<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Args<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an args object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Args<'de>, A::Error> {
+                let mut args = Args::default();
+                while let Some(key) = map.next_key::<JStr<'de>>()? {
+                    let Some(i) = ARGS_KEYS.iter().position(|(k, _)| *k == key.0.as_ref()) else {
+                        map.next_value::<IgnoredAny>()?;
+                        continue;
+                    };
+                    let value: &'de RawValue = map.next_value()?;
+                    if let Some(slot) = args.slot(i) {
+                        match *slot {
+                            None => *slot = Some(value),
+                            Some(first) => {
+                                args.duplicate.get_or_insert(Duplicate {
+                                    field: ARGS_KEYS[i].1,
+                                    first,
+                                    second: value,
+                                });
+                            }
+                        }
+                    }
+                }
+                Ok(args)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 #[derive(Deserialize)]
@@ -212,14 +351,55 @@ enum Class {
     Ignored,
 }
 
-fn classify(cat: &str) -> Class {
-    match cat {
-        "kernel" | "Kernel" => Class::Kernel,
-        "gpu_memcpy" | "Memcpy" => Class::Memcpy,
-        "gpu_memset" | "Memset" => Class::Memset,
-        "gpu_user_annotation" | "cuda_sync" | "cuda_profiler_range" | "Trace" => Class::Skipped,
-        "cuda_runtime" | "cuda_driver" | "Runtime" | "Driver" => Class::Api,
-        _ => Class::Ignored,
+/// The categories gpumeter knows, as Kineto writes them (modern and 2021 schema), with what
+/// each makes of an event. Matched ignoring ASCII case and surrounding whitespace: `KERNEL` or
+/// `"kernel "` is a kernel, never an unknown category silently passed over.
+const CATEGORIES: [(&str, Class); 13] = [
+    ("kernel", Class::Kernel),
+    ("gpu_memcpy", Class::Memcpy),
+    ("Memcpy", Class::Memcpy),
+    ("gpu_memset", Class::Memset),
+    ("Memset", Class::Memset),
+    ("gpu_user_annotation", Class::Skipped),
+    ("cuda_sync", Class::Skipped),
+    ("cuda_profiler_range", Class::Skipped),
+    ("Trace", Class::Skipped),
+    ("cuda_runtime", Class::Api),
+    ("cuda_driver", Class::Api),
+    ("Runtime", Class::Api),
+    ("Driver", Class::Api),
+];
+
+/// What a category makes of an event, and the category as [`CATEGORIES`] spells it (the key
+/// of `records.skipped`; empty for an unknown category).
+fn classify(cat: &str) -> (Class, &'static str) {
+    let cat = cat.trim();
+    CATEGORIES
+        .iter()
+        .find(|(known, _)| known.eq_ignore_ascii_case(cat))
+        .map_or((Class::Ignored, ""), |&(known, class)| (class, known))
+}
+
+/// The class of an event's category, when it has one that is a string.
+fn class_of(ev: &Event<'_>) -> Option<Class> {
+    ev.cat.and_then(|c| raw_str(c).ok()).map(|c| classify(&c).0)
+}
+
+/// The key a `B` and its `E` are paired on, from a `pid` or `tid`: a string's content and a
+/// number's text are the same key (`"0"` and `0`), as Chrome trace viewers pair them; any
+/// other value (`null`, an array, a string that is not valid Unicode) by its JSON text.
+#[derive(Hash, PartialEq, Eq)]
+enum PairKey<'de> {
+    Text(Cow<'de, str>),
+    Json(&'de str),
+}
+
+fn pair_key(raw: &RawValue) -> PairKey<'_> {
+    let t = raw.get();
+    match t.as_bytes().first() {
+        Some(b'"') => raw_str(raw).map_or(PairKey::Json(t), PairKey::Text),
+        Some(b'-' | b'0'..=b'9') => PairKey::Text(Cow::Borrowed(t)),
+        _ => PairKey::Json(t),
     }
 }
 
@@ -473,13 +653,15 @@ struct Collector<'de, 'p> {
     skipped: BTreeMap<String, u64>,
     pid_of_correlation: HashMap<u32, u32>,
     names: HashMap<String, Arc<str>>,
-    /// Open `B` events per (`pid`, `tid`) as written, innermost last.
-    open: HashMap<(&'de str, &'de str), Vec<Open<'de>>>,
+    /// Open `B` events per (`pid`, `tid`) ([`pair_key`]), innermost last.
+    open: HashMap<(PairKey<'de>, PairKey<'de>), Vec<Open<'de>>>,
     /// CPU-side launch events whose correlation id cannot be read (their kernels get no
     /// process id from them).
     bad_api_events: u64,
     /// Kernel names that are not valid Unicode (metered without a name).
     bad_names: u64,
+    /// The first element of `traceEvents` that is not an object: (index, its JSON type).
+    not_objects: Option<(usize, &'static str)>,
 }
 
 impl<'de> Collector<'de, '_> {
@@ -487,6 +669,16 @@ impl<'de> Collector<'de, '_> {
         Fault {
             path: self.path,
             record: RecordLocation::TraceEvent(index),
+        }
+    }
+
+    /// Counts one event in `records.skipped` under `category`.
+    fn skip(&mut self, category: &str) {
+        match self.skipped.get_mut(category) {
+            Some(n) => *n += 1,
+            None => {
+                self.skipped.insert(category.to_string(), 1);
+            }
         }
     }
 
@@ -498,12 +690,10 @@ impl<'de> Collector<'de, '_> {
             Some(Ok(p)) => p,
             Some(Err(_)) => {
                 // Which phase is not known: a work event of this category cannot be read.
-                if let Some(class) = ev.cat.and_then(|c| raw_str(c).ok()).map(|c| classify(&c)) {
-                    if is_work(class) {
-                        let f = self.fault(index);
-                        let e = f.err("ph", ev.ph.map_or("", RawValue::get), "not a string");
-                        self.lose(&ev, e);
-                    }
+                if class_of(&ev).is_some_and(is_work) {
+                    let f = self.fault(index);
+                    let e = f.err("ph", ev.ph.map_or("", RawValue::get), "not a string");
+                    self.lose(&ev, e);
                 }
                 return Ok(());
             }
@@ -511,28 +701,38 @@ impl<'de> Collector<'de, '_> {
         if ph == "E" {
             return self.end(index, ev);
         }
-        let Some(cat_raw) = ev.cat else {
-            return Ok(());
+        let (class, cat) = match ev.cat.map(raw_str) {
+            None => {
+                // No category: not known to be GPU work, but a complete or begin event that
+                // names a device must not vanish (counted, and a warning says how many).
+                if matches!(ph.as_ref(), "X" | "B") && names_a_device(&self.fault(index), &ev) {
+                    self.skip(NO_CATEGORY_WITH_DEVICE);
+                }
+                (Class::Ignored, Cow::Borrowed(""))
+            }
+            Some(Err(_)) => {
+                // Not a category gpumeter can read, so not known to be GPU work: counted.
+                self.skip("unreadable_category");
+                (Class::Ignored, Cow::Borrowed(""))
+            }
+            Some(Ok(cat)) => {
+                let (class, known) = classify(&cat);
+                if class == Class::Skipped {
+                    // Once per event: an `E` (returned above) closes a counted `B`.
+                    self.skip(known);
+                }
+                (class, cat)
+            }
         };
-        let Ok(cat) = raw_str(cat_raw) else {
-            // Not a category gpumeter can read, so not known to be GPU work: counted.
-            *self
-                .skipped
-                .entry("unreadable_category".into())
-                .or_insert(0) += 1;
-            return Ok(());
-        };
-        let class = classify(&cat);
         if ph == "B" {
+            // Every B with a pid and tid is opened, whatever its category, so that its E closes
+            // it and not an enclosing work B.
             if let (Some(pid), Some(tid)) = (ev.pid, ev.tid) {
                 if class == Class::Api {
                     self.api(index, &ev);
                 }
-                if class == Class::Skipped {
-                    *self.skipped.entry(cat.to_string()).or_insert(0) += 1;
-                }
                 self.open
-                    .entry((pid.get(), tid.get()))
+                    .entry((pair_key(pid), pair_key(tid)))
                     .or_default()
                     .push(Open {
                         index,
@@ -552,11 +752,7 @@ impl<'de> Collector<'de, '_> {
             return Ok(());
         }
         match class {
-            Class::Ignored => Ok(()),
-            Class::Skipped => {
-                *self.skipped.entry(cat.to_string()).or_insert(0) += 1;
-                Ok(())
-            }
+            Class::Ignored | Class::Skipped => Ok(()),
             Class::Api => {
                 if ph == "X" {
                     self.api(index, &ev);
@@ -568,8 +764,9 @@ impl<'de> Collector<'de, '_> {
                     "ph",
                     &ph,
                     format!(
-                        "a `{cat}` event of phase `{ph}` has no duration: GPU work is a complete \
-                         (X) event or a B/E pair"
+                        "a `{}` event of phase `{ph}` has no duration: GPU work is a complete \
+                         (X) event or a B/E pair",
+                        cat.trim()
                     ),
                 );
                 self.lose(&ev, e);
@@ -585,14 +782,13 @@ impl<'de> Collector<'de, '_> {
     /// An `E` (end) event: closes the innermost open `B` of its `pid` and `tid`; a work `B`
     /// becomes one record from the `B`'s `ts` to the `E`'s.
     fn end(&mut self, index: usize, ev: Event<'de>) -> Result<(), ImportError> {
-        let key = ev.pid.zip(ev.tid).map(|(p, t)| (p.get(), t.get()));
+        let key = ev.pid.zip(ev.tid).map(|(p, t)| (pair_key(p), pair_key(t)));
         let begin = key.and_then(|k| self.open.get_mut(&k)).and_then(Vec::pop);
         match begin {
             Some(b) if is_work(b.class) => self.work(b.index, b.class, &b.event, Some(&ev)),
             Some(_) => {}
             None => {
-                let class = ev.cat.and_then(|c| raw_str(c).ok()).map(|c| classify(&c));
-                if class.is_some_and(is_work) {
+                if class_of(&ev).is_some_and(is_work) {
                     let e = self.fault(index).err(
                         "ph",
                         "E",
@@ -647,10 +843,9 @@ impl<'de> Collector<'de, '_> {
             }
         };
         let result = match ev.duplicate.or(end.and_then(|e| e.duplicate)) {
-            Some(key) => Err(f.err(
-                key,
-                "",
-                "given twice in the event, so which value holds is unknown",
+            Some(d) => Err(d.fault(
+                &f,
+                "given twice in the event, so which value holds is unknown".to_string(),
             )),
             None => work_event(
                 &f,
@@ -679,14 +874,37 @@ impl<'de> Collector<'de, '_> {
     }
 }
 
+/// The `records.skipped` category of complete and begin events without a `cat` whose `args`
+/// name a device: not known to be GPU work, so not metered, but counted and warned about.
+const NO_CATEGORY_WITH_DEVICE: &str = "no_category_with_device";
+
+/// The `records.skipped` category of elements of `traceEvents` that are not JSON objects.
+const NOT_AN_EVENT_OBJECT: &str = "not_an_event_object";
+
 /// Whether events of this class are GPU work.
 fn is_work(class: Class) -> bool {
     matches!(class, Class::Kernel | Class::Memcpy | Class::Memset)
 }
 
 /// An event's `args` (an object, `null` or absent). Only a JSON object: serde would read an
-/// array into the struct's fields by position.
+/// array into the struct's fields by position. A key gpumeter reads given twice is a fault of
+/// that field (`args.device`), naming both values.
 fn parse_args<'a>(f: &Fault<'_>, raw: Option<&'a RawValue>) -> Result<Args<'a>, ImportError> {
+    let args = read_args(f, raw)?;
+    match args.duplicate {
+        Some(d) => Err(d.fault(
+            f,
+            format!(
+                "the key `{}` is given twice in args, so which value holds is unknown",
+                d.field.strip_prefix("args.").unwrap_or(d.field)
+            ),
+        )),
+        None => Ok(args),
+    }
+}
+
+/// [`parse_args`] without refusing a key given twice (the first value is kept).
+fn read_args<'a>(f: &Fault<'_>, raw: Option<&'a RawValue>) -> Result<Args<'a>, ImportError> {
     match raw {
         None => Ok(Args::default()),
         Some(raw) if raw.get() == "null" => Ok(Args::default()),
@@ -696,6 +914,11 @@ fn parse_args<'a>(f: &Fault<'_>, raw: Option<&'a RawValue>) -> Result<Args<'a>, 
         Some(raw) => serde_json::from_str(raw.get())
             .map_err(|e| f.err("args", raw.get(), format!("not an args object: {e}"))),
     }
+}
+
+/// Whether an event's `args` has a `device` (not `null`).
+fn names_a_device(f: &Fault<'_>, ev: &Event<'_>) -> bool {
+    read_args(f, ev.args).is_ok_and(|a| a.device.is_some_and(|d| d.get() != "null"))
 }
 
 /// The device a work event names, as far as it can be told: `args.device` when it is a
@@ -772,9 +995,17 @@ impl<'de> Visitor<'de> for EventsSeed<'_, 'de, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let c = self.0;
         c.stage = Stage::InEvents;
-        while let Some(ev) = seq.next_element::<Event<'de>>()? {
+        while let Some(element) = seq.next_element::<Element<'de>>()? {
             let index = c.next_index;
             c.next_index += 1;
+            let ev = match element {
+                Element::Event(ev) => ev,
+                Element::NotAnObject(kind) => {
+                    c.skip(NOT_AN_EVENT_OBJECT);
+                    c.not_objects.get_or_insert((index, kind));
+                    continue;
+                }
+            };
             if let Err(e) = c.event(index, ev) {
                 c.failure = Some(e);
                 return Err(de::Error::custom("aborted at a faulty trace event"));
@@ -807,6 +1038,7 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
         open: HashMap::new(),
         bad_api_events: 0,
         bad_names: 0,
+        not_objects: None,
     };
     let mut de = serde_json::Deserializer::from_slice(body);
     let result = TopSeed(&mut c).deserialize(&mut de).and_then(|()| de.end());
@@ -926,6 +1158,21 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
             "{name}: {} kernel names are not valid Unicode (a lone surrogate escape): those \
              kernels are metered without a name",
             c.bad_names
+        ));
+    }
+    if let Some((first, kind)) = c.not_objects {
+        let n = c.skipped.get(NOT_AN_EVENT_OBJECT).copied().unwrap_or(0);
+        parsed.warnings.push(format!(
+            "{name}: {n} elements of `traceEvents` are not JSON objects, so not trace events \
+             (the first: traceEvents[{first}], {kind}): counted in records.skipped as \
+             `{NOT_AN_EVENT_OBJECT}`"
+        ));
+    }
+    if let Some(n) = c.skipped.get(NO_CATEGORY_WITH_DEVICE) {
+        parsed.warnings.push(format!(
+            "{name}: {n} complete or begin events have no `cat` but an `args.device`: not known \
+             to be GPU work, they are not metered (counted in records.skipped as \
+             `{NO_CATEGORY_WITH_DEVICE}`)"
         ));
     }
     records.sort_by_key(|r| (r.start_ns, r.end_ns));
@@ -1142,16 +1389,20 @@ fn work_event<'de>(
 }
 
 /// `deviceProperties` → device id → device info (key: `GPU-<uuid>` when the entry has a UUID,
-/// else `<key_label>#<id>`). A device id listed twice keeps its first entry.
+/// else `<key_label>#<id>`). A device id listed twice is one device when both entries give the
+/// same values for every field gpumeter reads, and a file-level error otherwise: which entry
+/// describes the device is unknown, and the choice would change the bill (SM count, UUID).
 fn parse_device_properties(
     path: &Path,
     key_label: &str,
     raw: Option<&RawValue>,
 ) -> Result<HashMap<u32, DeviceInfo>, ImportError> {
-    let mut out = HashMap::new();
-    let Some(raw) = raw else { return Ok(out) };
+    let mut out: HashMap<u32, (usize, DeviceInfo)> = HashMap::new();
+    let Some(raw) = raw else {
+        return Ok(HashMap::new());
+    };
     if raw.get() == "null" {
-        return Ok(out);
+        return Ok(HashMap::new());
     }
     let top = Fault {
         path,
@@ -1221,9 +1472,25 @@ fn parse_device_properties(
                 warp_size: nz32(f.u32_opt("warpSize", p.warp_size)?),
             },
         };
-        out.entry(id).or_insert(info);
+        match out.get(&id) {
+            Some((_, first)) if *first == info => {}
+            Some((first, _)) => {
+                return Err(f.err(
+                    "id",
+                    &id.to_string(),
+                    format!(
+                        "deviceProperties[{i}].id and deviceProperties[{first}].id are both \
+                         {id}, with different values: which entry describes device {id} is \
+                         unknown"
+                    ),
+                ))
+            }
+            None => {
+                out.insert(id, (i, info));
+            }
+        }
     }
-    Ok(out)
+    Ok(out.into_iter().map(|(id, (_, info))| (id, info)).collect())
 }
 
 #[cfg(test)]

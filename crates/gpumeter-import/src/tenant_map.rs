@@ -11,7 +11,13 @@
 //! The first rule that matches wins: external id, then process id, then the source's tenant
 //! (`--tenant`), else `unattributed`. The meter resolves the rules when it builds the report, so
 //! a map may be set before or after the records are pushed.
+//!
+//! Every tenant is a [`TenantName`] (the rule of `--tenant`), and two different tenants of one
+//! map must not look alike: `alice` and `аlice` (Cyrillic `а`), or `team-1` and `team-l`, have
+//! the same UTS #39 confusable skeleton ([`TenantName::skeleton`]), so the map is refused,
+//! naming both keys. One tenant may be named by any number of keys.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use gpumeter_core::{TenantMap, TenantName};
@@ -44,8 +50,11 @@ pub trait TenantMapFile: Sized {
     /// [`ImportError::TenantMap`] naming the file, table and key when the TOML is invalid, a
     /// top-level entry is not the table `[external]` or `[pid]`, a key is not a decimal integer
     /// in range (`u64` for external ids, `u32` for process ids), two keys are the same number
-    /// (`7` and `07`), or a value is not a tenant name ([`TenantName::parse`]: trimmed,
-    /// printable, NFC, at most 256 bytes, not a reserved name in any case).
+    /// (`7` and `07`), a value is not a tenant name ([`TenantName::parse`]: trimmed,
+    /// printable, visible, NFC, at most 256 bytes, not a reserved name in any case nor one
+    /// that looks like it), or two different tenants look alike (the same
+    /// [`TenantName::skeleton`], `alice` and `аlice` with a Cyrillic `а`): the message names
+    /// both keys.
     fn from_toml_str(name: &str, text: &str) -> Result<Self, ImportError>;
 }
 
@@ -65,6 +74,7 @@ impl TenantMapFile for TenantMap {
         };
         let doc: toml::Table = toml::from_str(text).map_err(|e| err(e.to_string()))?;
         let mut map = TenantMap::default();
+        let mut looks = LookAlikes::default();
         for (table, value) in &doc {
             let toml::Value::Table(rules) = value else {
                 return Err(err(format!(
@@ -80,6 +90,9 @@ impl TenantMapFile for TenantMap {
                             .map_err(|r| err(format!("[external] key `{}`: {r}", shorten(key))))?;
                         let tenant = tenant_value(value)
                             .map_err(|r| err(format!("[external] key `{}`: {r}", shorten(key))))?;
+                        looks
+                            .check(format!("[external] key `{}`", shorten(key)), &tenant)
+                            .map_err(err)?;
                         if map.external.insert(id, tenant).is_some() {
                             return Err(err(format!(
                                 "[external] key `{}`: external id {id} is given twice",
@@ -94,6 +107,9 @@ impl TenantMapFile for TenantMap {
                             .map_err(|r| err(format!("[pid] key `{}`: {r}", shorten(key))))?;
                         let tenant = tenant_value(value)
                             .map_err(|r| err(format!("[pid] key `{}`: {r}", shorten(key))))?;
+                        looks
+                            .check(format!("[pid] key `{}`", shorten(key)), &tenant)
+                            .map_err(err)?;
                         if map.pid.insert(pid, tenant).is_some() {
                             return Err(err(format!(
                                 "[pid] key `{}`: process id {pid} is given twice",
@@ -111,6 +127,35 @@ impl TenantMapFile for TenantMap {
             }
         }
         Ok(map)
+    }
+}
+
+/// The tenants of a map by [`TenantName::skeleton`], with the first key that named each: two
+/// different names with one skeleton look alike (`alice`, `аlice`), and a bill that shows
+/// both as separate tenants cannot be read.
+#[derive(Default)]
+struct LookAlikes {
+    by_skeleton: HashMap<String, (String, TenantName)>,
+}
+
+impl LookAlikes {
+    /// Notes `tenant`, named by the rule `at`; refuses it when a different tenant of the map
+    /// looks like it, naming both rules (names escaped: look-alikes never print raw).
+    fn check(&mut self, at: String, tenant: &TenantName) -> Result<(), String> {
+        let skeleton = tenant.skeleton();
+        match self.by_skeleton.get(&skeleton) {
+            Some((first, other)) if other != tenant => Err(format!(
+                "{at}: the tenant `{}` looks like the tenant `{}` of {first} (the same UTS #39 \
+                 confusable skeleton): two tenants must not look alike",
+                tenant.escaped(),
+                other.escaped(),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                self.by_skeleton.insert(skeleton, (at, tenant.clone()));
+                Ok(())
+            }
+        }
     }
 }
 

@@ -385,7 +385,9 @@ mod errors {
         // Positions are in the whole file, as a plain JSON parse of it reports them.
         for text in [
             &b"{\n  \"traceEvents\": [\n   {\"ph\": }\n]}"[..],
-            b"{\"x\": 1, \"traceEvents\": [{\"ph\": \"X\"}, 7]}",
+            // (An element that is not an object, `7`, is valid JSON: counted, see
+            // kineto_review::non_object_elements_are_counted_and_the_rest_is_metered.)
+            b"{\"x\": 1, \"traceEvents\": [{\"ph\": \"X\"}, 7,]}",
             b"{\"traceEvents\": [",
             b"{\"traceEvents\": [{\"name\": \"\xff\"}]}",
         ] {
@@ -1626,3 +1628,62 @@ mod tenant_map {
         assert_eq!(kernel_ns("source"), 40);
     }
 }
+
+/// Review fixes: tenant names that look alike (Kineto's are in `kineto_review.rs`).
+mod review {
+    use super::*;
+    use gpumeter_import::TenantMapFile as _;
+
+    /// Two different tenants of one map that look alike (same UTS #39 skeleton) are refused,
+    /// naming both keys and writing the names with their code points.
+    #[test]
+    fn a_tenant_map_refuses_look_alike_tenants_naming_both_keys() {
+        for (text, needle) in [
+            (
+                "[external]\n1001 = \"alice\"\n[pid]\n7 = \"\u{0430}lice\"\n",
+                "[pid] key `7`: the tenant `\\u{0430}lice` looks like the tenant `alice` of \
+                 [external] key `1001`",
+            ),
+            (
+                "[pid]\n1 = \"bob\"\n2 = \"\u{ff42}ob\"\n",
+                "[pid] key `2`: the tenant `\\u{FF42}ob` looks like the tenant `bob` of [pid] \
+                 key `1`",
+            ),
+            (
+                "[pid]\n1 = \"team-1\"\n2 = \"team-l\"\n",
+                "[pid] key `2`: the tenant `team-l` looks like the tenant `team-1` of [pid] key \
+                 `1`",
+            ),
+        ] {
+            match TenantMap::from_toml_str("tenants.toml", text) {
+                Err(e @ ImportError::TenantMap { .. }) => {
+                    let msg = e.to_string();
+                    assert!(msg.contains(needle), "{msg}");
+                    assert!(msg.contains("UTS #39") && msg.is_ascii(), "{msg}");
+                }
+                other => panic!("{text:?}: expected a tenant-map error, got {other:?}"),
+            }
+        }
+        // One tenant under several keys, and names that merely differ in case, are fine.
+        let map = ok(TenantMap::from_toml_str(
+            "tenants.toml",
+            "[external]\n1 = \"alice\"\n[pid]\n7 = \"alice\"\n8 = \"Alice\"\n",
+        ));
+        assert_eq!((map.external.len(), map.pid.len()), (1, 2));
+        // The names the review found are refused in a map as on the command line.
+        for name in ["idle\\u2800", "\\u0456dle", "alice\\uFE0F", "\\u3164"] {
+            let text = format!("[pid]\n1 = \"{name}\"\n");
+            match TenantMap::from_toml_str("tenants.toml", &text) {
+                Err(ImportError::TenantMap { reason, .. }) => {
+                    assert!(
+                        reason.starts_with("[pid] key `1`: ") && reason.is_ascii(),
+                        "{reason}"
+                    )
+                }
+                other => panic!("{text:?}: expected a tenant-map error, got {other:?}"),
+            }
+        }
+    }
+}
+
+mod kineto_review;
