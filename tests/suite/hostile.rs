@@ -378,7 +378,10 @@ fn a_key_given_twice_in_an_event_loses_that_event() {
     let r = meter(&[corpus("duplicate-key-in-event.json")]);
     assert_eq!(r.records.kernel, 1);
     assert_eq!(lost(&r, "invalid_field"), 1);
-    warning(&r, "field `ts` = ``: given twice in the event");
+    warning(
+        &r,
+        "field `ts` = `1764662400000010` and `1764662400000020`: given twice in the event",
+    );
 }
 
 #[test]
