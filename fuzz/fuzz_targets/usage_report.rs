@@ -2,10 +2,11 @@
 //! parsed as a `gpumeter_core::UsageReport` with serde_json, and for every report that parses
 //!
 //! 1. `verify_digest` runs (canonical JSON and SHA-256 of whatever was parsed);
-//! 2. its `open_allocations` go to `Meter::set_opening` on a fresh meter (whatever the digest
-//!    says: the CLI refuses a report whose digest does not match before this step, but the
-//!    fuzzer cannot forge digests, so checking it first would keep every mutation from
-//!    `set_opening`); then the device of the first open allocation is registered, a release
+//! 2. it is continued by a fresh meter (`Meter::continue_from`: its `open_allocations`, its
+//!    sources and its `extensions.device_ends`), whatever the digest says: the CLI refuses a
+//!    report whose digest does not match before this step, but the fuzzer cannot forge
+//!    digests, so checking it first would keep every mutation from it; then the device of the
+//!    first open allocation is registered, a release
 //!    of that allocation and a kernel after it are pushed, and the report is built;
 //! 3. the report itself is rated with a fixed price book (`gpumeter_rating::rate`), the path
 //!    of a usage report given as input to rating (the library API; DESIGN §8's
@@ -98,7 +99,9 @@ fuzz_target!(|data: &[u8]| {
     let _ = report.verify_digest();
 
     let mut meter = Meter::new(MeterConfig::default());
-    let _ = meter.set_opening(&report.open_allocations);
+    // The whole `--opening` path: open allocations, the earlier report's sources and per-device
+    // ends (`extensions.device_ends`).
+    let _ = meter.continue_from(&report);
     if let Some(open) = report.open_allocations.first() {
         let t = parse_rfc3339(&open.billed_to)
             .ok()
