@@ -140,6 +140,34 @@ fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
     meter.continue_from(&report).map_err(fail)
 }
 
+/// Refuses a tenant map that names a tenant which looks like `--tenant` but is another name
+/// (the same UTS #39 skeleton, `TenantName::skeleton`): their usage would be two tenants that
+/// read alike on an invoice. The map is the file at fault (exit 1).
+fn look_alike_of_tenant(
+    map: &gpumeter_core::TenantMap,
+    path: &Path,
+    tenant: &gpumeter_core::TenantName,
+) -> Result<(), Error> {
+    let skeleton = tenant.skeleton();
+    let named = map.external.values().chain(map.pid.values());
+    if let Some(other) = named
+        .into_iter()
+        .find(|t| *t != tenant && t.skeleton() == skeleton)
+    {
+        return Err(ImportError::TenantMap {
+            path: path.to_path_buf(),
+            reason: format!(
+                "the tenant `{}` looks like --tenant `{}` but is another name: their usage \
+                 would be two tenants that read alike on an invoice",
+                other.escaped(),
+                tenant.escaped()
+            ),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// The format of one input, `Auto` resolved from its first bytes.
 fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
     if options.format != Format::Auto {
@@ -209,6 +237,11 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         Some(p) => Some(gpumeter_core::TenantMap::from_path(p)?),
         None => None,
     };
+    if let (Some(map), Some(path), Some(tenant)) =
+        (&tenant_map, &options.tenant_map, &options.meter.tenant)
+    {
+        look_alike_of_tenant(map, path, tenant)?;
+    }
     let mut traces = Vec::new();
     let mut recordings = Vec::new();
     for input in inputs {

@@ -789,7 +789,7 @@ fn a_chain_of_reports_over_a_growing_recording_bills_everything_once() {
     let day1 = write(&d, "day1.gmr", &full[..cut]);
     let r1 = meter(&[day1]);
     assert!(total(&r1, MeterKind::KernelLaunches) > 0);
-    assert!(!r1.extensions.device_ends.is_empty());
+    assert!(!r1.extensions.recordings.is_empty());
     let opening = write(&d, "r1.json", ok(serde_json::to_string(&r1)).as_bytes());
     let with_opening = |inputs: &[PathBuf]| {
         ok(meter_inputs(
@@ -816,7 +816,7 @@ fn a_chain_of_reports_over_a_growing_recording_bills_everything_once() {
         .skipped
         .get("billed_by_opening_report")
         .is_some_and(|&n| n > 0));
-    warning(&r2, "lie in the opening report's period");
+    warning(&r2, "read up to a later time");
     // The very input of day 1 again: not metered again.
     let again = with_opening(&[d.path().join("day1.gmr")]);
     assert!(
@@ -829,7 +829,7 @@ fn a_chain_of_reports_over_a_growing_recording_bills_everything_once() {
     );
     warning(
         &again,
-        "which the opening report (--opening) already metered",
+        "which an earlier report of the chain (--opening) already metered",
     );
 }
 
@@ -1050,4 +1050,237 @@ fn gzipped_and_plain_in_either_order_give_the_same_usage() {
     assert_eq!(a.devices, b.devices);
     warning(&a, "same content as");
     warning(&b, "same content as");
+}
+
+fn with_opening(inputs: &[PathBuf], opening: &std::path::Path) -> UsageReport {
+    ok(meter_inputs(
+        inputs,
+        &UsageOptions {
+            opening: Some(opening.to_path_buf()),
+            ..UsageOptions::default()
+        },
+    ))
+}
+
+fn save(d: &tempfile::TempDir, name: &str, r: &UsageReport) -> PathBuf {
+    write(d, name, ok(serde_json::to_string(r)).as_bytes())
+}
+
+/// `--opening` holds back only what the chain read of the *same* recording: another
+/// process's recording of the same GPU is billed whole, and the protection carries across a
+/// report in which the first recording is absent.
+#[test]
+fn a_chain_holds_back_only_its_own_recordings_and_remembers_them() {
+    let d = tmp();
+    let (green, instr, smoke) = (
+        example("h200-cuda13-green-context.gmr"),
+        example("h200-cuda13-instructions.gmr"),
+        example("h200-cuda13-smoke.gmr"),
+    );
+    let alone = meter(std::slice::from_ref(&instr));
+    // Another process's recording, after a report of the first one.
+    let r1 = save(&d, "r1.json", &meter(std::slice::from_ref(&green)));
+    let r2 = with_opening(std::slice::from_ref(&instr), &r1);
+    for m in [
+        MeterKind::KernelLaunches,
+        MeterKind::KernelNs,
+        MeterKind::MemoryByteNs,
+    ] {
+        assert_eq!(total(&r2, m), total(&alone, m), "{m}");
+    }
+    assert!(!r2.records.skipped.contains_key("billed_by_opening_report"));
+    // c1 meters a recording, c2 (another GPU) continues c1, c3 continues c2 with c1's input
+    // again: it was metered by the chain, so it is not metered again.
+    let c1 = save(&d, "c1.json", &alone);
+    let c2 = save(
+        &d,
+        "c2.json",
+        &with_opening(std::slice::from_ref(&smoke), &c1),
+    );
+    let c3 = with_opening(std::slice::from_ref(&instr), &c2);
+    assert_eq!(total(&c3, MeterKind::KernelLaunches), 0);
+    warning(
+        &c3,
+        "which an earlier report of the chain (--opening) already metered",
+    );
+}
+
+/// `twin-a.json` as a trace with CPU-side launch events of process `pid` for its kernels.
+fn with_pid(d: &tempfile::TempDir, name: &str, pid: Option<u32>) -> PathBuf {
+    variant(d, name, |v| {
+        let Some(pid) = pid else { return };
+        let mut cpu = Vec::new();
+        for e in events(v).iter() {
+            if let Some(c) = e["args"]["correlation"].as_u64() {
+                cpu.push(serde_json::json!({"ph": "X", "cat": "cuda_runtime",
+                    "name": "cudaLaunchKernel", "pid": pid, "tid": pid, "ts": 1.0,
+                    "dur": 1.0, "args": {"correlation": c}}));
+            }
+        }
+        events(v).extend(cpu);
+    })
+}
+
+/// Of copies of the same work, the one that knows more (process ids, so tenants) is kept, and
+/// two processes' work is never merged through a copy that knows neither.
+#[test]
+fn copies_keep_what_they_know_about_tenants() {
+    let d = tmp();
+    let map = write(&d, "map.toml", b"[pid]\n100 = \"alice\"\n200 = \"bob\"\n");
+    let opts = UsageOptions {
+        tenant_map: Some(map),
+        ..UsageOptions::default()
+    };
+    let a = with_pid(&d, "a.json", Some(100));
+    let c = with_pid(&d, "c.json", Some(200));
+    let b = with_pid(&d, "b.json", None);
+    let per_tenant = |r: &UsageReport| -> std::collections::BTreeMap<String, u128> {
+        let mut m = std::collections::BTreeMap::new();
+        for t in r
+            .totals
+            .iter()
+            .filter(|t| t.meter == MeterKind::KernelLaunches)
+        {
+            *m.entry(t.tenant.clone()).or_insert(0) += t.quantity.0;
+        }
+        m
+    };
+    let kernels = total(&meter(&[corpus("twin-a.json")]), MeterKind::KernelLaunches);
+    // A copy without process ids beside the one with them: alice keeps her usage.
+    for inputs in [vec![a.clone(), b.clone()], vec![b.clone(), a.clone()]] {
+        let r = ok(meter_inputs(&inputs, &opts));
+        assert_eq!(per_tenant(&r), [("alice".to_string(), kernels)].into());
+    }
+    // Two processes' equal kernels (different process ids) and a copy that knows neither:
+    // both processes are billed, whatever the order.
+    for inputs in [
+        vec![a.clone(), c.clone(), b.clone()],
+        vec![b.clone(), c.clone(), a.clone()],
+        vec![c, b, a],
+    ] {
+        let r = ok(meter_inputs(&inputs, &opts));
+        assert_eq!(
+            per_tenant(&r),
+            [("alice".to_string(), kernels), ("bob".to_string(), kernels)].into()
+        );
+    }
+}
+
+/// A copy without a device table that holds more records than the named copy keeps the
+/// name, SM count and the rest from it: the work stays priced and sm_ns meterable.
+#[test]
+fn the_copy_kept_takes_the_device_description_of_the_copy_dropped() {
+    let d = tmp();
+    let named_less = variant(&d, "named-less.json", |v| {
+        events(v).pop();
+    });
+    let unnamed_all = variant(&d, "unnamed-all.json", |v| {
+        if let Some(o) = v.as_object_mut() {
+            o.remove("deviceProperties");
+        }
+    });
+    let one = meter(&[corpus("twin-a.json")]);
+    let r = meter(&[unnamed_all, named_less]);
+    assert_eq!(r.devices.len(), 1, "{:?}", r.devices);
+    assert_eq!(r.devices[0].name, one.devices[0].name);
+    assert_eq!(r.devices[0].sm_count, one.devices[0].sm_count);
+    for m in [
+        MeterKind::KernelLaunches,
+        MeterKind::SmNs,
+        MeterKind::WarpNs,
+    ] {
+        assert_eq!(total(&r, m), total(&one, m), "{m}");
+    }
+}
+
+/// Many traces of one time span (data-parallel ranks) and a copy of one of them: the copy is
+/// found whatever the argument order, and no rank is taken for another.
+#[test]
+fn a_copy_among_many_ranks_is_found_in_any_order() {
+    let d = tmp();
+    let mut files = Vec::new();
+    for rank in 0..12u64 {
+        files.push(variant(&d, &format!("rank{rank}.json"), |v| {
+            for e in events(v).iter_mut() {
+                e["args"]["correlation"] =
+                    serde_json::json!(1000 * rank + e["args"]["correlation"].as_u64().unwrap_or(0));
+            }
+        }));
+    }
+    let copy = {
+        let text = ok(std::fs::read_to_string(&files[7]));
+        let v: serde_json::Value = ok(serde_json::from_str(&text));
+        write(
+            &d,
+            "copy-of-rank7.json",
+            ok(serde_json::to_string(&v)).as_bytes(),
+        )
+    };
+    let ranks = meter(&files);
+    let mut with_copy = files.clone();
+    with_copy.push(copy.clone());
+    let a = meter(&with_copy);
+    with_copy.rotate_right(1);
+    let b = meter(&with_copy);
+    for r in [&a, &b] {
+        assert_eq!(
+            total(r, MeterKind::KernelLaunches),
+            total(&ranks, MeterKind::KernelLaunches)
+        );
+        assert!(!r.warnings.iter().any(|w| w.contains("too many to compare")));
+    }
+    assert_eq!(a.usage, b.usage);
+}
+
+/// A source whose work another holds keeps the counts that are its own: its loss on no device
+/// and its skipped events.
+#[test]
+fn a_dropped_copy_keeps_its_own_losses_and_skipped_counts() {
+    let d = tmp();
+    let b = variant(&d, "b.json", |v| {
+        let mut bad = events(v)[1].clone();
+        bad["args"]["device"] = serde_json::json!(-1);
+        bad["pid"] = serde_json::json!(-1);
+        events(v).push(bad);
+        events(v).push(serde_json::json!({"ph": "X", "cat": "gpu_user_annotation",
+            "name": "step", "pid": 0, "tid": 7, "ts": 50.0, "dur": 1.0}));
+    });
+    let r = meter(&[corpus("twin-a.json"), b]);
+    assert_eq!(
+        total(&r, MeterKind::KernelLaunches),
+        total(&meter(&[corpus("twin-a.json")]), MeterKind::KernelLaunches)
+    );
+    assert!(
+        r.loss
+            .iter()
+            .any(|l| l.device.is_none() && l.reason == "invalid_field"),
+        "{:?}",
+        r.loss
+    );
+    assert_eq!(r.records.skipped.get("gpu_user_annotation"), Some(&1));
+}
+
+/// A tenant map naming a look-alike of `--tenant` is refused.
+#[test]
+fn a_map_tenant_that_looks_like_the_command_line_tenant_is_refused() {
+    let d = tmp();
+    let map = write(
+        &d,
+        "map.toml",
+        "[pid]\n4242 = \"\u{0430}lice\"\n".as_bytes(),
+    );
+    match meter_inputs(
+        &[corpus("twin-a.json")],
+        &UsageOptions {
+            tenant_map: Some(map),
+            meter: MeterConfig {
+                tenant: Some(crate::tn("alice")),
+                ..MeterConfig::default()
+            },
+            ..UsageOptions::default()
+        },
+    ) {
+        Err(e) => assert!(e.to_string().contains("looks like --tenant"), "{e}"),
+        Ok(r) => panic!("accepted: {:?}", r.totals),
+    }
 }

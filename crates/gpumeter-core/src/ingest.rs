@@ -24,7 +24,7 @@ use std::hash::{Hash, Hasher};
 use std::iter::Peekable;
 use std::vec::IntoIter;
 
-use crate::record::{ActivityRecord, DeviceSlot, LossReason, MemoryEvent, MemoryOp};
+use crate::record::{ActivityRecord, DeviceSlot, Joined, LossReason, MemoryEvent, MemoryOp, Work};
 use crate::Meter;
 
 /// What one announced source still has to push, on the meter's device slots.
@@ -55,6 +55,11 @@ pub struct Batch {
     /// Events that are not work, by category (DESIGN §3), booked by [`push_batches`]
     /// ([`Meter::record_skipped`]).
     pub skipped: BTreeMap<String, u64>,
+    /// The identity of the `.gmr` recording the batch comes from (`<host>/<pid>/<CUPTI clock>/
+    /// <wall clock>` of its header), which stays the same while the recording grows: what an
+    /// earlier report of a chain read of it is not metered again
+    /// ([`Meter::recording_read_to`]). `None` for other sources.
+    pub recording: Option<String>,
 }
 
 impl Batch {
@@ -67,6 +72,66 @@ impl Batch {
             self.sha256.get(..8).unwrap_or(&self.sha256)
         )
     }
+}
+
+/// For a batch of a `.gmr` recording: notes how far this report reads it on each device, and
+/// leaves out what an earlier report of the chain read of it (work records that end at or
+/// before that time, memory events at or before it, and energy samples before the last one
+/// at or before it, which stays as the start of the next interpolation), counting the records
+/// and events as skipped `billed_by_opening_report` ([`Meter::continue_from`]).
+fn continue_recording(meter: &mut Meter, b: &mut Batch) {
+    let Some(rec) = b.recording.clone() else {
+        return;
+    };
+    let mut ends: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+    let mut note = |slot: DeviceSlot, t: u64| {
+        let e = ends.entry(slot).or_insert(t);
+        *e = (*e).max(t);
+    };
+    for r in &b.records {
+        note(r.device, r.end_ns.max(r.start_ns));
+    }
+    for m in &b.memory {
+        note(m.device, m.timestamp_ns);
+    }
+    for &(slot, t, _) in &b.energy {
+        note(slot, t);
+    }
+    let mut cut: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+    for (&slot, &end) in &ends {
+        meter.note_recording(&rec, slot, end);
+        if let Some(t) = meter.recording_read_to(&rec, slot) {
+            cut.insert(slot, t);
+        }
+    }
+    if cut.is_empty() {
+        return;
+    }
+    let read = |slot: DeviceSlot, t: u64| cut.get(&slot).is_some_and(|&c| t != 0 && t <= c);
+    let (n_rec, n_mem) = (b.records.len(), b.memory.len());
+    b.records
+        .retain(|r| !(r.start_ns != 0 && read(r.device, r.end_ns.max(r.start_ns))));
+    b.memory.retain(|m| !read(m.device, m.timestamp_ns));
+    // Energy: the last sample the earlier report read on a device stays, as the start of what
+    // this report interpolates.
+    let mut anchor: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+    for &(slot, t, _) in &b.energy {
+        if read(slot, t) {
+            let a = anchor.entry(slot).or_insert(t);
+            *a = (*a).max(t);
+        }
+    }
+    b.energy
+        .retain(|&(slot, t, _)| anchor.get(&slot).is_none_or(|&a| t >= a));
+    for span in &mut b.energy_spans {
+        if let Some(&a) = anchor.get(&span.0) {
+            span.1 = span.1.max(a);
+        }
+    }
+    meter.record_billed_earlier(
+        (n_rec - b.records.len()) as u64,
+        (n_mem - b.memory.len()) as u64,
+    );
 }
 
 type Heads = (
@@ -96,6 +161,9 @@ fn head(it: &mut Heads) -> Option<(u64, u8)> {
 /// then every energy sample (which may come in any order). Memory held: the batches
 /// themselves.
 pub fn push_batches(meter: &mut Meter, mut batches: Vec<Batch>) {
+    for b in &mut batches {
+        continue_recording(meter, b);
+    }
     drop_repeated_work(meter, &mut batches);
     for b in &mut batches {
         for (slot, reason, n, lower) in b.losses.drain(..) {
@@ -159,57 +227,92 @@ pub fn push_batches(meter: &mut Meter, mut batches: Vec<Batch>) {
     }
 }
 
-/// One source's work on one device, for comparing sources: each record and memory event with
-/// a 64-bit digest of its identity, sorted by digest.
-struct Part<'a> {
-    batch: usize,
-    slot: DeviceSlot,
-    records: Vec<(u64, &'a ActivityRecord)>,
-    memory: Vec<(u64, &'a MemoryEvent)>,
-    energy: Vec<(u64, u64)>,
-    /// Time span of its records and memory events.
-    span: Option<(u64, u64)>,
+/// An item of a part: a record's or memory event's digest and identity, its joined facts, and
+/// its index in its batch.
+struct Item<T> {
+    digest: u64,
+    identity: T,
+    joined: Joined,
+    index: usize,
 }
 
-impl Part<'_> {
+/// One source's work on one device, for comparing sources: its records and memory events
+/// sorted by digest.
+struct Part {
+    batch: usize,
+    slot: DeviceSlot,
+    records: Vec<Item<ActivityRecord>>,
+    memory: Vec<Item<MemoryEvent>>,
+    energy: Vec<(u64, u64)>,
+    /// How many joined facts (process ids, external ids, names, instruction counts) its items
+    /// know: of two copies of the same work, the one that knows more is kept.
+    facts: usize,
+}
+
+impl Part {
     fn items(&self) -> usize {
         self.records.len() + self.memory.len()
     }
 }
 
 /// A 64-bit digest of a value's identity, to find candidates cheaply; every match is confirmed
-/// by comparing the values themselves, so a collision costs time, never a wrong answer.
+/// by comparing the identities themselves, so a collision costs time, never a wrong answer.
 fn digest<T: Hash>(v: &T) -> u64 {
     let mut h = DefaultHasher::new();
     v.hash(&mut h);
     h.finish()
 }
 
-/// How many items of `a` have an equal item in `b` (a multiset intersection), both sorted by
-/// digest; `same` confirms a digest match. `budget` is charged one unit per item visited.
-fn shared<T>(
-    a: &[(u64, T)],
-    b: &[(u64, T)],
-    same: impl Fn(&T, &T) -> bool,
+fn facts(j: &Joined) -> usize {
+    usize::from(j.process_id.is_some())
+        + usize::from(j.external_id.is_some())
+        + usize::from(j.name.is_some())
+        + usize::from(j.warp_instructions.is_some())
+}
+
+/// Matches the items of `a` with equal items of `b` (the same identity, joined facts that
+/// agree), both sorted by digest, each item of `b` used once: the pairs `(index in a, index in
+/// b)`. Within a run of one digest, `b`'s items are grouped by (identity, facts), so many equal
+/// items cost one comparison per group. `None` when `budget` (charged per item and per group
+/// compared) runs out: the parts are then not known to share anything.
+fn matches<T: PartialEq + Clone>(
+    a: &[Item<T>],
+    b: &[Item<T>],
     budget: &mut u64,
-) -> usize {
-    let (mut i, mut j, mut n) = (0, 0, 0);
+) -> Option<Vec<(usize, usize)>> {
+    let mut out = Vec::new();
+    let (mut i, mut j) = (0, 0);
     while i < a.len() && j < b.len() {
-        *budget = budget.saturating_sub(1);
-        match a[i].0.cmp(&b[j].0) {
+        *budget = budget.checked_sub(1)?;
+        match a[i].digest.cmp(&b[j].digest) {
             std::cmp::Ordering::Less => i += 1,
             std::cmp::Ordering::Greater => j += 1,
             std::cmp::Ordering::Equal => {
-                // Runs of one digest: match each item of `a` with an unused equal one of `b`.
-                let d = a[i].0;
-                let ea = a[i..].iter().take_while(|x| x.0 == d).count();
-                let eb = b[j..].iter().take_while(|x| x.0 == d).count();
-                let mut used = vec![false; eb];
+                let d = a[i].digest;
+                let ea = a[i..].iter().take_while(|x| x.digest == d).count();
+                let eb = b[j..].iter().take_while(|x| x.digest == d).count();
+                // Groups of b's run: (representative, unused members).
+                let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
+                for k in j..j + eb {
+                    *budget = budget.checked_sub(1)?;
+                    match groups.iter_mut().find(|(r, _)| {
+                        b[*r].identity == b[k].identity && b[*r].joined == b[k].joined
+                    }) {
+                        Some((_, members)) => members.push(k),
+                        None => groups.push((k, vec![k])),
+                    }
+                }
                 for x in &a[i..i + ea] {
-                    *budget = budget.saturating_sub(eb as u64);
-                    if let Some(k) = (0..eb).find(|&k| !used[k] && same(&x.1, &b[j + k].1)) {
-                        used[k] = true;
-                        n += 1;
+                    *budget = budget.checked_sub(groups.len() as u64 + 1)?;
+                    let g = groups.iter_mut().find(|(r, members)| {
+                        !members.is_empty()
+                            && b[*r].identity == x.identity
+                            && b[*r].joined.agrees(&x.joined)
+                    });
+                    if let Some((_, members)) = g {
+                        if let Some(k) = members.pop() {
+                            out.push((x.index, b[k].index));
+                        }
                     }
                 }
                 i += ea;
@@ -217,25 +320,40 @@ fn shared<T>(
             }
         }
     }
-    n
+    Some(out)
+}
+
+/// How two parts share their work.
+struct Shared {
+    /// Matched records: (index in the first part's batch, index in the second's).
+    records: Vec<(usize, usize)>,
+    /// Matched memory events, the same way.
+    memory: Vec<(usize, usize)>,
 }
 
 /// Removes from `batches` the work of every device whose records (and memory events and energy
-/// samples) are all also another source's, on a device of the same name where both names are
-/// known: the same GPU's work given twice, in new bytes or as part of a larger recording
-/// (module docs). Of two that hold each other (an exact repeat) the source whose SHA-256 sorts
-/// first is kept. Records are compared by [`ActivityRecord::identity`] with agreeing joined
-/// facts. Devices that share only some records are metered and warned of. The comparison is
-/// bounded (about 16 item visits per item, plus a million): past that, the devices left are
-/// not compared and the report says so.
+/// samples) are all also another source's, on a device whose name agrees where both are known:
+/// the same GPU's work given again, in new bytes, without CPU events or a device table, as the
+/// raw buffer of a recording, or with a record less (module docs). Of copies, the largest is
+/// kept, then the one whose items know more joined facts (process ids give tenants), then the
+/// one with a device name (a name prices it), then the source whose SHA-256 sorts first; what
+/// a dropped copy knew that the kept one does not (a process id, a name, the device's
+/// description) is given to the kept one. Devices that share only some records are metered
+/// and warned of.
+///
+/// Candidates are found by digest, not by comparing every pair: a part is contained in
+/// another only if that one holds its smallest digest, and shares records with another only if
+/// that one holds one of its few smallest digests. The comparisons are bounded (about 16 item
+/// visits per item, plus a million); past that, the parts left are not compared, the report
+/// says so, and the outcome depends on the inputs only (parts are taken in a fixed order).
 fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
     if batches.len() < 2 {
         return;
     }
-    let mut parts: Vec<Part<'_>> = Vec::new();
+    let mut parts: Vec<Part> = Vec::new();
     {
         let mut index: HashMap<(usize, DeviceSlot), usize> = HashMap::new();
-        let mut part = |batch: usize, slot: DeviceSlot, parts: &mut Vec<Part<'_>>| -> usize {
+        let mut part = |batch: usize, slot: DeviceSlot, parts: &mut Vec<Part>| -> usize {
             *index.entry((batch, slot)).or_insert_with(|| {
                 parts.push(Part {
                     batch,
@@ -243,19 +361,31 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
                     records: Vec::new(),
                     memory: Vec::new(),
                     energy: Vec::new(),
-                    span: None,
+                    facts: 0,
                 });
                 parts.len() - 1
             })
         };
         for (i, b) in batches.iter().enumerate() {
-            for r in &b.records {
+            for (k, r) in b.records.iter().enumerate() {
                 let p = part(i, r.device, &mut parts);
-                parts[p].records.push((digest(&r.identity()), r));
+                let identity = r.identity();
+                parts[p].records.push(Item {
+                    digest: digest(&identity),
+                    identity,
+                    joined: r.joined(),
+                    index: k,
+                });
             }
-            for m in &b.memory {
+            for (k, m) in b.memory.iter().enumerate() {
                 let p = part(i, m.device, &mut parts);
-                parts[p].memory.push((digest(&m.identity()), m));
+                let identity = m.identity();
+                parts[p].memory.push(Item {
+                    digest: digest(&identity),
+                    identity,
+                    joined: m.joined(),
+                    index: k,
+                });
             }
             for &(slot, t, e) in &b.energy {
                 let p = part(i, slot, &mut parts);
@@ -265,18 +395,11 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
     }
     let mut total_items = 0u64;
     for p in &mut parts {
-        p.records.sort_unstable_by_key(|x| x.0);
-        p.memory.sort_unstable_by_key(|x| x.0);
+        p.records.sort_unstable_by_key(|x| x.digest);
+        p.memory.sort_unstable_by_key(|x| x.digest);
         p.energy.sort_unstable();
-        let times = p
-            .records
-            .iter()
-            .flat_map(|(_, r)| [r.start_ns, r.end_ns.max(r.start_ns)])
-            .chain(p.memory.iter().map(|(_, m)| m.timestamp_ns));
-        p.span = times.fold(None, |s, t| match s {
-            None => Some((t, t)),
-            Some((a, b)) => Some((a.min(t), b.max(t))),
-        });
+        p.facts = p.records.iter().map(|x| facts(&x.joined)).sum::<usize>()
+            + p.memory.iter().map(|x| facts(&x.joined)).sum::<usize>();
         total_items += p.items() as u64;
     }
     let names: Vec<Option<String>> = parts
@@ -288,117 +411,150 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
             .device(slot)
             .map_or_else(|| format!("slot {}", slot.0), |d| d.key.clone())
     };
-    let same_record = |a: &&ActivityRecord, b: &&ActivityRecord| {
-        a.identity() == b.identity() && a.joined().agrees(&b.joined())
-    };
-    let same_memory = |a: &&MemoryEvent, b: &&MemoryEvent| {
-        a.identity() == b.identity() && a.joined().agrees(&b.joined())
-    };
 
-    // Candidate pairs: other sources, names that agree, spans that overlap.
-    let mut budget = total_items.saturating_mul(16).saturating_add(1_000_000);
-    let mut exhausted = false;
-    // (contained part, container part, shared records)
-    let mut within: Vec<(usize, usize)> = Vec::new();
-    let mut overlaps: Vec<(usize, usize, usize)> = Vec::new();
-    let mut order: Vec<usize> = (0..parts.len())
-        .filter(|&i| parts[i].span.is_some())
-        .collect();
-    order.sort_by_key(|&i| parts[i].span);
-    'outer: for (n, &i) in order.iter().enumerate() {
-        let Some((_, hi)) = parts[i].span else {
-            continue;
-        };
-        for &j in &order[n + 1..] {
-            let (p, q) = (&parts[i], &parts[j]);
-            let Some((qlo, _)) = q.span else { continue };
-            if qlo > hi {
-                break;
-            }
-            if budget == 0 {
-                exhausted = true;
-                break 'outer;
-            }
-            budget -= 1;
-            let names_agree = match (&names[i], &names[j]) {
-                (Some(a), Some(b)) => a == b,
-                _ => true,
-            };
-            if p.batch == q.batch || !names_agree {
-                continue;
-            }
-            let r = shared(&p.records, &q.records, same_record, &mut budget);
-            let m = shared(&p.memory, &q.memory, same_memory, &mut budget);
-            let energy_in = |a: &Part<'_>, b: &Part<'_>| {
-                a.energy.iter().all(|e| b.energy.binary_search(e).is_ok())
-            };
-            if r + m == p.items() && energy_in(p, q) {
-                within.push((i, j));
-            }
-            if r + m == q.items() && energy_in(q, p) {
-                within.push((j, i));
-            }
-            if r > 0 && r + m < p.items() && r + m < q.items() && p.slot != q.slot {
-                overlaps.push((i, j, r));
-            }
-        }
-    }
-
-    // Keep the largest parts first (then one with a device name, then SHA-256 order); a part
-    // is dropped when a kept part holds all of its work.
+    // A fixed order of parts: the one a copy keeps first.
     let mut rank: Vec<usize> = (0..parts.len()).collect();
     rank.sort_by(|&a, &b| {
         let (pa, pb) = (&parts[a], &parts[b]);
         pb.items()
             .cmp(&pa.items())
-            // Of equals, the one whose device has a name (a name prices it).
+            .then_with(|| pb.facts.cmp(&pa.facts))
             .then_with(|| names[b].is_some().cmp(&names[a].is_some()))
             .then_with(|| batches[pa.batch].sha256.cmp(&batches[pb.batch].sha256))
             .then_with(|| (pa.batch, pa.slot).cmp(&(pb.batch, pb.slot)))
     });
-    let mut kept = vec![false; parts.len()];
-    let mut dropped: Vec<(usize, usize)> = Vec::new();
-    for &i in &rank {
-        match within
+    let mut position = vec![0usize; parts.len()];
+    for (n, &i) in rank.iter().enumerate() {
+        position[i] = n;
+    }
+
+    // Candidates by digest: which parts hold each of the few smallest digests of each part.
+    const PROBES: usize = 4;
+    let smallest = |p: &Part| -> Vec<u64> {
+        let mut d: Vec<u64> = p
+            .records
             .iter()
-            .find(|&&(a, b)| a == i && kept[b])
-            .map(|&(_, b)| b)
+            .map(|x| x.digest)
+            .chain(p.memory.iter().map(|x| x.digest))
+            .collect();
+        d.sort_unstable();
+        d.dedup();
+        d.truncate(PROBES);
+        d
+    };
+    let probes: Vec<Vec<u64>> = parts.iter().map(smallest).collect();
+    let mut holders: HashMap<u64, Vec<usize>> = HashMap::new();
+    for d in probes.iter().flatten() {
+        holders.entry(*d).or_default();
+    }
+    for (q, p) in parts.iter().enumerate() {
+        for d in p
+            .records
+            .iter()
+            .map(|x| x.digest)
+            .chain(p.memory.iter().map(|x| x.digest))
         {
-            Some(container) => dropped.push((i, container)),
+            if let Some(h) = holders.get_mut(&d) {
+                if h.last() != Some(&q) {
+                    h.push(q);
+                }
+            }
+        }
+    }
+
+    let mut budget = total_items.saturating_mul(16).saturating_add(1_000_000);
+    let mut exhausted = false;
+    let mut kept = vec![false; parts.len()];
+    // (dropped part, part that holds it, what they share)
+    let mut dropped: Vec<(usize, usize, Shared)> = Vec::new();
+    // (part, part, records in common) of partial overlaps.
+    let mut overlaps: Vec<(usize, usize, usize)> = Vec::new();
+    // Each pair is compared once, when the one ranked later is placed: is all of its work in
+    // the one ranked earlier (which is larger, or knows more)?
+    for &i in &rank {
+        let p = &parts[i];
+        let mut container = None;
+        if p.items() > 0 {
+            let mut candidates: Vec<usize> = probes[i]
+                .iter()
+                .flat_map(|d| holders.get(d).into_iter().flatten().copied())
+                .filter(|&q| position[q] < position[i] && parts[q].batch != p.batch)
+                .collect();
+            candidates.sort_by_key(|&q| position[q]);
+            candidates.dedup();
+            for q in candidates {
+                let qp = &parts[q];
+                let names_agree = match (&names[i], &names[q]) {
+                    (Some(a), Some(b)) => a == b,
+                    _ => true,
+                };
+                if !names_agree {
+                    continue;
+                }
+                let shared = match (
+                    matches(&p.records, &qp.records, &mut budget),
+                    matches(&p.memory, &qp.memory, &mut budget),
+                ) {
+                    (Some(records), Some(memory)) => Shared { records, memory },
+                    _ => {
+                        exhausted = true;
+                        break;
+                    }
+                };
+                let n = shared.records.len() + shared.memory.len();
+                let energy_in = p.energy.iter().all(|e| qp.energy.binary_search(e).is_ok());
+                let holds_all = n == p.items() && energy_in;
+                // Only a part that stays can hold another (one dropped is held by one that
+                // stays, which then holds this one too and is a candidate as well).
+                if holds_all && kept[q] {
+                    if container.is_none() {
+                        container = Some((q, shared));
+                    }
+                } else if n > 0 && n < p.items() && p.slot != qp.slot {
+                    overlaps.push((i, q, shared.records.len()));
+                }
+            }
+        }
+        match container {
+            Some((q, shared)) => dropped.push((i, q, shared)),
             None => kept[i] = true,
+        }
+        if exhausted {
+            // Every part not yet placed is kept: nothing is dropped on a guess.
+            for &j in &rank {
+                if !kept[j] && !dropped.iter().any(|d| d.0 == j) {
+                    kept[j] = true;
+                }
+            }
+            break;
         }
     }
 
     let mut warnings = Vec::new();
-    for &(i, k) in &dropped {
-        let (p, q) = (&parts[i], &parts[k]);
+    for (i, k, _) in &dropped {
+        let (p, q) = (&parts[*i], &parts[*k]);
+        let memory = if p.memory.is_empty() {
+            String::new()
+        } else {
+            format!(" and {} memory events", p.memory.len())
+        };
         let what = if p.items() == q.items() {
             format!(
                 "source {} repeats the GPU work of source {} on device {} ({}): the same {} \
-                 records{}",
+                 records{memory}",
                 batches[p.batch].name,
                 batches[q.batch].name,
                 key_of(meter, p.slot),
-                names[i].as_deref().unwrap_or("no name"),
+                names[*i].as_deref().unwrap_or("no name"),
                 p.records.len(),
-                if p.memory.is_empty() {
-                    String::new()
-                } else {
-                    format!(" and {} memory events", p.memory.len())
-                },
             )
         } else {
             format!(
-                "all {} records{} of device {} ({}) of source {} are also in device {} of source \
-                 {}, which has {} more: the same GPU's work",
+                "all {} records{memory} of device {} ({}) of source {} are also in device {} of \
+                 source {}, which has {} more: the same GPU's work",
                 p.records.len(),
-                if p.memory.is_empty() {
-                    String::new()
-                } else {
-                    format!(" and {} memory events", p.memory.len())
-                },
                 key_of(meter, p.slot),
-                names[i].as_deref().unwrap_or("no name"),
+                names[*i].as_deref().unwrap_or("no name"),
                 batches[p.batch].name,
                 key_of(meter, q.slot),
                 batches[q.batch].name,
@@ -406,20 +562,22 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
             )
         };
         warnings.push(format!(
-            "{what} (every field of every record equal), so it is metered once, from {} (device {})",
+            "{what} (every field the GPU gives equal), so it is metered once, from {} (device \
+             {}), which also takes what the copy knew and it did not (process ids, names, the \
+             device's description)",
             batches[q.batch].name,
             key_of(meter, q.slot),
         ));
     }
     for &(i, j, n) in &overlaps {
-        if dropped.iter().any(|&(d, _)| d == i || d == j) {
+        if dropped.iter().any(|d| d.0 == i || d.0 == j) || n == 0 {
             continue;
         }
         let (p, q) = (&parts[i], &parts[j]);
         warnings.push(format!(
             "device {} of source {} and device {} of source {} ({}) have {n} records in common \
-             (every field equal) but are different devices (no UUID joins them): if both files \
-             recorded the same GPU, those records are billed twice",
+             (every field the GPU gives equal) but are different devices (no UUID joins them): \
+             if both files recorded the same GPU, those records are billed twice",
             key_of(meter, p.slot),
             batches[p.batch].name,
             key_of(meter, q.slot),
@@ -439,17 +597,61 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
             batches.len()
         ));
     }
-    let drop_set: Vec<(usize, DeviceSlot)> = dropped
-        .iter()
-        .map(|&(i, _)| (parts[i].batch, parts[i].slot))
-        .collect();
+
+    // What the kept copy takes from each dropped one: joined facts it lacks, per item, and
+    // the device's description.
+    let mut enrich: Vec<(usize, usize, Joined)> = Vec::new();
+    let mut enrich_memory: Vec<(usize, usize, Joined)> = Vec::new();
+    let mut devices: Vec<(DeviceSlot, DeviceSlot)> = Vec::new();
+    let mut drop_set: Vec<(usize, DeviceSlot)> = Vec::new();
+    for (i, k, shared) in &dropped {
+        let (p, q) = (&parts[*i], &parts[*k]);
+        for &(a, b) in &shared.records {
+            enrich.push((q.batch, b, batches[p.batch].records[a].joined()));
+        }
+        for &(a, b) in &shared.memory {
+            enrich_memory.push((q.batch, b, batches[p.batch].memory[a].joined()));
+        }
+        if p.slot != q.slot {
+            devices.push((q.slot, p.slot));
+        }
+        drop_set.push((p.batch, p.slot));
+    }
+    // A source left with nothing but what another source holds: which one.
+    let container_batch: HashMap<usize, Vec<usize>> = dropped.iter().fold(
+        HashMap::new(),
+        |mut m: HashMap<usize, Vec<usize>>, (i, k, _)| {
+            m.entry(parts[*i].batch).or_default().push(parts[*k].batch);
+            m
+        },
+    );
     drop(parts);
     for w in warnings {
         meter.warn(w);
     }
+    for (kept_slot, dropped_slot) in devices {
+        if let Some(info) = meter.device(dropped_slot).cloned() {
+            meter.fill_device(kept_slot, &info);
+        }
+    }
+    for (bi, k, j) in enrich {
+        if let Some(r) = batches[bi].records.get_mut(k) {
+            fill_joined(r, &j);
+        }
+    }
+    for (bi, k, j) in enrich_memory {
+        if let Some(m) = batches[bi].memory.get_mut(k) {
+            m.process_id = m.process_id.or(j.process_id);
+            m.external_id = m.external_id.or(j.external_id);
+        }
+    }
     if drop_set.is_empty() {
         return;
     }
+    let snapshot: Vec<(BTreeMap<String, u64>, Vec<(LossReason, u64, bool)>)> = batches
+        .iter()
+        .map(|b| (b.skipped.clone(), b.source_losses.clone()))
+        .collect();
     for (i, b) in batches.iter_mut().enumerate() {
         if !drop_set.iter().any(|&(bi, _)| bi == i) {
             continue;
@@ -460,12 +662,33 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
         b.energy.retain(|e| !gone(e.0));
         b.energy_spans.retain(|e| !gone(e.0));
         b.losses.retain(|l| !gone(l.0));
-        // A source whose every device repeats another's is that source again: its counts of
-        // events that are not work, and its losses on no device, are not counted twice.
-        if b.records.is_empty() && b.memory.is_empty() && b.energy.is_empty() && b.losses.is_empty()
-        {
+        // A source left with nothing, whose counts of events that are not work and losses on no
+        // device are those of the one source that holds its work, is that source again: they
+        // are not counted twice. Counts of its own are kept.
+        let emptied = b.records.is_empty()
+            && b.memory.is_empty()
+            && b.energy.is_empty()
+            && b.losses.is_empty();
+        let same_counts = container_batch.get(&i).is_some_and(|c| {
+            c.iter().all(|&k| k == c[0])
+                && snapshot[c[0]].0 == b.skipped
+                && snapshot[c[0]].1 == b.source_losses
+        });
+        if emptied && same_counts {
             b.skipped.clear();
             b.source_losses.clear();
         }
+    }
+}
+
+/// Gives `r` the joined facts of `j` that it does not know.
+fn fill_joined(r: &mut ActivityRecord, j: &Joined) {
+    r.process_id = r.process_id.or(j.process_id);
+    r.external_id = r.external_id.or(j.external_id);
+    if let Work::Kernel(k) = &mut r.work {
+        if k.name.is_none() {
+            k.name.clone_from(&j.name);
+        }
+        k.warp_instructions = k.warp_instructions.or(j.warp_instructions);
     }
 }

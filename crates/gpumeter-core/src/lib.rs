@@ -45,8 +45,8 @@ pub use record::{
 };
 pub use report::{
     document_sha256, DeviceEnd, DeviceEntry, DigestError, Dimension, Extensions, LossEntry,
-    MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts, SourceEntry, TotalRow,
-    UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+    MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts, RecordingEnds, SourceEntry,
+    TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
 pub use time::WindowSize;

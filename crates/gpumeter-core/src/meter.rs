@@ -420,21 +420,23 @@ pub struct Meter {
     opening: HashMap<String, Vec<(HeldAt, OpenAlloc)>>,
     /// The device id an opening entry named, for devices registered only at the end.
     opening_ids: HashMap<String, u32>,
-    /// The earlier report this one continues ([`Meter::continue_from`]): its sources, its
-    /// end, and the devices it metered.
-    earlier: Option<Earlier>,
-    /// Records and memory events not metered because the earlier report's period holds them.
+    /// What the reports this one continues metered ([`Meter::continue_from`]).
+    earlier: Earlier,
+    /// Records and memory events not metered because an earlier report of the chain read them.
     before_earlier_end: (u64, u64),
+    /// How far this report read each recording, per device key ([`Meter::note_recording`]).
+    recording_ends: BTreeMap<String, BTreeMap<String, u64>>,
     /// (device, window) cells made so far, against [`MeterConfig::max_cells`].
     budget: Arc<CellBudget>,
 }
 
-/// What a report continued by [`Meter::continue_from`] had already billed.
+/// What the reports continued by [`Meter::continue_from`] had already metered.
 #[derive(Debug, Clone, Default)]
 struct Earlier {
-    sources: Vec<SourceEntry>,
-    /// Per device key, the end of what it metered there.
-    ends: HashMap<String, u64>,
+    /// SHA-256 → file name of every source of the chain.
+    sources: BTreeMap<String, String>,
+    /// Per recording, per device key, how far the chain read it.
+    recordings: BTreeMap<String, BTreeMap<String, u64>>,
 }
 
 impl Meter {
@@ -457,8 +459,9 @@ impl Meter {
             seq: 0,
             opening: HashMap::new(),
             opening_ids: HashMap::new(),
-            earlier: None,
+            earlier: Earlier::default(),
             before_earlier_end: (0, 0),
+            recording_ends: BTreeMap::new(),
             budget: Arc::new(CellBudget {
                 used: AtomicU64::new(0),
                 limit,
@@ -480,15 +483,11 @@ impl Meter {
     /// SHA-256 was already metered: the caller must not push its records again (DESIGN §4
     /// "Idempotency").
     pub fn begin_source(&mut self, source: SourceInfo) -> bool {
-        let earlier = self
-            .earlier
-            .as_ref()
-            .and_then(|e| e.sources.iter().find(|s| s.sha256 == source.sha256));
-        if let Some(prev) = earlier {
+        if let Some(prev) = self.earlier.sources.get(&source.sha256) {
             self.warnings.push(format!(
-                "source {} has the same SHA-256 as {}, which the opening report (--opening) \
-                 already metered: not metered again",
-                source.name, prev.name
+                "source {} has the same SHA-256 as {prev}, which an earlier report of the chain \
+                 (--opening) already metered: not metered again",
+                source.name
             ));
             return false;
         }
@@ -618,6 +617,15 @@ impl Meter {
         true
     }
 
+    /// Fills the fields the device registered under `slot` does not know from `other` (a copy
+    /// of its work from another source knew them); known fields stay, the key stays. Unknown
+    /// slots are ignored.
+    pub fn fill_device(&mut self, slot: DeviceSlot, other: &DeviceInfo) {
+        if let Some(d) = self.devices.get_mut(slot.0 as usize) {
+            d.info.fill_from(other);
+        }
+    }
+
     /// Records held in the reorder and duplicate buffers of every device: bounded by the
     /// records that arrive within one reordering horizon, not by the records metered.
     pub fn buffered_records(&self) -> usize {
@@ -708,12 +716,6 @@ impl Meter {
     /// older than the reordering horizon, duplicates) are counted as loss and feed no meter.
     /// Records for an unregistered slot are ignored.
     pub fn push(&mut self, rec: ActivityRecord) {
-        if let Some(end) = self.earlier_end(rec.device) {
-            if rec.start_ns != 0 && rec.end_ns >= rec.start_ns && rec.end_ns <= end {
-                self.before_earlier_end.0 += 1;
-                return;
-            }
-        }
         let Some(dev) = self.devices.get(rec.device.0 as usize) else {
             return;
         };
@@ -952,64 +954,94 @@ impl Meter {
     }
 
     /// Continues an earlier report (`--opening`, DESIGN §4 "Memory"): takes its
-    /// `open_allocations` as opening state ([`Meter::set_opening`]) and, so that nothing it
-    /// billed is billed again, remembers
+    /// `open_allocations` as opening state ([`Meter::set_opening`]) and, so that nothing the
+    /// chain of reports metered is metered again, remembers
     ///
-    /// * its sources: an input with the same SHA-256 is not metered again
+    /// * the SHA-256 of its sources and of the sources of the reports it continued
+    ///   (`extensions.earlier_sources`): an input with one of them is not metered again
     ///   ([`Meter::begin_source`] returns `false`, with a warning);
-    /// * where it ended on each device (`extensions.device_ends`; for a report written before
-    ///   that key existed, the earliest `billed_to` of its open allocations, on every device it
-    ///   lists): work records on that device that end at or before that time, and memory events
-    ///   at or before it, belong to the earlier report's period (a recording that grew since,
-    ///   given again) and are not metered; they are counted in `records.skipped` as
-    ///   `billed_by_opening_report`, and a warning says how many.
+    /// * how far the chain read each `.gmr` recording, per device (`extensions.recordings`):
+    ///   what the same recording holds at or before that time (a recording that grew since,
+    ///   given again) is not metered again ([`Meter::recording_read_to`]; `push_batches`
+    ///   leaves it out and counts it as skipped `billed_by_opening_report`).
     ///
-    /// Call it before pushing records.
+    /// Both are carried into this report's `extensions`, so a chain stays protected across a
+    /// day on which a GPU or a recording is idle. Call it before announcing sources.
     ///
     /// # Errors
-    /// As [`Meter::set_opening`], and a message naming `extensions.device_ends[i]` when an end
+    /// As [`Meter::set_opening`], and a message naming `extensions.recordings[i]` when a time
     /// is not an RFC 3339 time.
     pub fn continue_from(&mut self, report: &UsageReport) -> Result<(), String> {
-        let mut ends = HashMap::new();
-        for (i, e) in report.extensions.device_ends.iter().enumerate() {
-            let t = parse_rfc3339(&e.end)
-                .map_err(|why| format!("extensions.device_ends[{i}].end: {why}"))?;
-            ends.insert(e.device_key.clone(), t);
-        }
-        if report.extensions.device_ends.is_empty() {
-            let end = report
-                .open_allocations
-                .iter()
-                .filter_map(|a| parse_rfc3339(&a.billed_to).ok())
-                .min();
-            if let Some(end) = end {
-                for d in &report.devices {
-                    ends.insert(d.device_key.clone(), end);
-                }
+        let mut recordings: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for (i, r) in report.extensions.recordings.iter().enumerate() {
+            for (j, e) in r.device_ends.iter().enumerate() {
+                let t = parse_rfc3339(&e.end).map_err(|why| {
+                    format!("extensions.recordings[{i}].device_ends[{j}].end: {why}")
+                })?;
+                let v = recordings
+                    .entry(r.recording.clone())
+                    .or_default()
+                    .entry(e.device_key.clone())
+                    .or_insert(t);
+                *v = (*v).max(t);
             }
         }
         self.set_opening(&report.open_allocations)?;
-        self.earlier = Some(Earlier {
-            sources: report.sources.clone(),
-            ends,
-        });
+        for s in &report.sources {
+            self.earlier
+                .sources
+                .insert(s.sha256.clone(), s.name.clone());
+        }
+        for sha in &report.extensions.earlier_sources {
+            self.earlier
+                .sources
+                .entry(sha.clone())
+                .or_insert_with(|| "a source of an earlier report".to_string());
+        }
+        for (rec, ends) in recordings {
+            let mine = self.earlier.recordings.entry(rec).or_default();
+            for (k, t) in ends {
+                let v = mine.entry(k).or_insert(t);
+                *v = (*v).max(t);
+            }
+        }
         Ok(())
     }
 
-    /// Where the earlier report ended on `device` ([`Meter::continue_from`]).
-    fn earlier_end(&self, device: DeviceSlot) -> Option<u64> {
-        let e = self.earlier.as_ref()?;
+    /// How far the reports this one continues read `recording` on `device`: what the recording
+    /// holds there at or before this time was metered by them ([`Meter::continue_from`]).
+    pub fn recording_read_to(&self, recording: &str, device: DeviceSlot) -> Option<u64> {
         let d = self.devices.get(device.0 as usize)?;
-        e.ends.get(&d.info.key).copied()
+        self.earlier
+            .recordings
+            .get(recording)?
+            .get(&d.info.key)
+            .copied()
+    }
+
+    /// Notes that this report read `recording` on `device` up to `end` (the latest time of
+    /// anything it holds there), for the report's `extensions.recordings`.
+    pub fn note_recording(&mut self, recording: &str, device: DeviceSlot, end: u64) {
+        let Some(d) = self.devices.get(device.0 as usize) else {
+            return;
+        };
+        let v = self
+            .recording_ends
+            .entry(recording.to_string())
+            .or_default()
+            .entry(d.info.key.clone())
+            .or_insert(end);
+        *v = (*v).max(end);
+    }
+
+    /// Counts work records and memory events left out because an earlier report of the chain
+    /// metered them ([`Meter::recording_read_to`]).
+    pub fn record_billed_earlier(&mut self, records: u64, memory_events: u64) {
+        self.before_earlier_end.0 += records;
+        self.before_earlier_end.1 += memory_events;
     }
 
     fn push_memory_at(&mut self, ev: MemoryEvent) {
-        if let Some(end) = self.earlier_end(ev.device) {
-            if ev.timestamp_ns != 0 && ev.timestamp_ns <= end {
-                self.before_earlier_end.1 += 1;
-                return;
-            }
-        }
         let Some(dev) = self.devices.get(ev.device.0 as usize) else {
             return;
         };
@@ -1154,7 +1186,6 @@ impl Meter {
             }
         }
         let mut devices = Vec::new();
-        let mut device_ends = Vec::new();
         let mut loss = Vec::new();
         let mut usage = Vec::new();
         let mut totals: BTreeMap<(String, u32, String, MeterKind), u128> = BTreeMap::new();
@@ -1323,17 +1354,6 @@ impl Meter {
                     d.reallocations, info.id, info.key
                 ));
             }
-            let end = if d.work_end > 0 {
-                d.work_end
-            } else {
-                d.last_ns
-            };
-            if end > 0 {
-                device_ends.push(crate::report::DeviceEnd {
-                    device_key: info.key.clone(),
-                    end: rfc3339_ns(end),
-                });
-            }
             devices.push(DeviceEntry {
                 device: info.id,
                 device_key: info.key.clone(),
@@ -1465,12 +1485,13 @@ impl Meter {
                 .entry("billed_by_opening_report".to_string())
                 .or_insert(0) += early_work + early_memory;
             warnings.push(format!(
-                "{early_work} work records and {early_memory} memory events of the inputs lie \
-                 in the opening report's period (at or before where it ended on their device, \
-                 extensions.device_ends): that report billed them, so they are not billed \
-                 again (counted as skipped `billed_by_opening_report`)"
+                "{early_work} work records and {early_memory} memory events of recordings that \
+                 an earlier report of the chain (--opening) read up to a later time lie before \
+                 that time: that report metered them, so they are not metered again (counted as \
+                 skipped `billed_by_opening_report`)"
             ));
         }
+        let extensions = self.extensions();
         let mut report = UsageReport {
             schema: USAGE_SCHEMA.to_string(),
             metering_policy: METERING_POLICY.to_string(),
@@ -1483,14 +1504,41 @@ impl Meter {
             totals,
             open_allocations,
             warnings,
-            extensions: crate::report::Extensions {
-                device_ends,
-                ..Default::default()
-            },
+            extensions,
             sha256: String::new(),
         };
         report.seal()?;
         Ok(report)
+    }
+
+    /// The report's `extensions`: the recordings read by this report and the reports it
+    /// continues, and the sources those metered.
+    fn extensions(&self) -> crate::report::Extensions {
+        let mut ends = self.earlier.recordings.clone();
+        for (rec, per) in &self.recording_ends {
+            let mine = ends.entry(rec.clone()).or_default();
+            for (k, &t) in per {
+                let v = mine.entry(k.clone()).or_insert(t);
+                *v = (*v).max(t);
+            }
+        }
+        crate::report::Extensions {
+            recordings: ends
+                .into_iter()
+                .map(|(recording, per)| crate::report::RecordingEnds {
+                    recording,
+                    device_ends: per
+                        .into_iter()
+                        .map(|(device_key, t)| crate::report::DeviceEnd {
+                            device_key,
+                            end: rfc3339_ns(t),
+                        })
+                        .collect(),
+                })
+                .collect(),
+            earlier_sources: self.earlier.sources.keys().cloned().collect(),
+            other: serde_json::Map::new(),
+        }
     }
 
     fn tenant_of(&self, k: &AttrKey) -> String {

@@ -352,14 +352,21 @@ pub struct UsageReport {
 }
 
 /// The `extensions` of a usage report: gpumeter's own keys, and any other key read from a
-/// report, kept as it was (so that its digest still verifies).
+/// report, kept as it was (so that its digest still verifies). What a later report that
+/// continues this one (`--opening`, [`crate::Meter::continue_from`]) needs to bill nothing
+/// twice. Omitted when empty: a report of traces without `--opening` has none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Extensions {
-    /// Per device, the end of what the report metered: the latest end of its accepted work
-    /// (without work, its latest memory or energy time). A later report that continues this
-    /// one (`--opening`) does not bill again what lies at or before it on that device.
+    /// Per `.gmr` recording (a process's CUPTI session, which may grow between reports), where
+    /// on each device the reports of this chain have read it: the latest time of anything it
+    /// held there (work, memory events, energy samples). A later report does not bill again
+    /// what the same recording holds at or before it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub device_ends: Vec<DeviceEnd>,
+    pub recordings: Vec<RecordingEnds>,
+    /// The SHA-256 of every source the reports this one continues metered (its own are in
+    /// `sources`), so that a chain never meters the same bytes twice.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier_sources: Vec<String>,
     /// Keys gpumeter does not know, as read.
     #[serde(flatten)]
     pub other: serde_json::Map<String, serde_json::Value>,
@@ -368,16 +375,27 @@ pub struct Extensions {
 impl Extensions {
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.device_ends.is_empty() && self.other.is_empty()
+        self.recordings.is_empty() && self.earlier_sources.is_empty() && self.other.is_empty()
     }
 }
 
-/// Where a device's metered work ends in a report ([`Extensions::device_ends`]).
+/// How far a chain of reports has read one `.gmr` recording ([`Extensions::recordings`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingEnds {
+    /// The recording's identity: `<host>/<process id>/<CUPTI clock at start>/<wall clock at
+    /// start>` from its header (the same while the recording grows, and when it is rewritten
+    /// at exit).
+    pub recording: String,
+    /// Per device, the latest time it held there.
+    pub device_ends: Vec<DeviceEnd>,
+}
+
+/// A time per device ([`RecordingEnds::device_ends`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DeviceEnd {
     /// Identity of the device.
     pub device_key: String,
-    /// The end, RFC 3339 UTC with ns.
+    /// The time, RFC 3339 UTC with ns.
     pub end: String,
 }
 

@@ -305,6 +305,11 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
     })?;
     let mut input = Input::new(name, bytes, CuptiFormat::Gmr, api);
     input.inventory = file.header.devices.clone();
+    let h = &file.header;
+    input.recording = Some(format!(
+        "{}/{}/{}/{}",
+        h.host, h.process_id, h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
+    ));
     input.default_pid = (file.header.process_id != 0).then_some(file.header.process_id);
     input.instrumented = file.header.instrumented;
     input.unknown_frames = file.unknown_frames;
@@ -424,6 +429,8 @@ struct Input<'n> {
     /// `.gmr` buffers whose checksum is right but that stop decoding at a fault: the records
     /// before it are metered, what follows is loss of unknown count.
     undecodable: Vec<(FrameRef, DecodeError)>,
+    /// The `.gmr` recording's identity (`Batch::recording`).
+    recording: Option<String>,
     finished: bool,
 }
 
@@ -439,6 +446,8 @@ struct Plan {
     losses: Vec<(DeviceSlot, LossReason, u64, bool)>,
     /// Records lost whose device is unknown: (reason, count, lower bound).
     source_losses: Vec<(LossReason, u64, bool)>,
+    /// The `.gmr` recording's identity.
+    recording: Option<String>,
     /// Green contexts: (device, context id, SMs).
     partitions: Vec<(DeviceSlot, u32, u32)>,
     /// Device-memory allocations and releases, sorted by timestamp.
@@ -471,6 +480,7 @@ impl<'n> Input<'n> {
             torn: None,
             damaged: Vec::new(),
             undecodable: Vec::new(),
+            recording: None,
             finished: true,
         }
     }
@@ -954,6 +964,7 @@ impl<'n> Input<'n> {
             records,
             losses,
             source_losses,
+            recording: self.recording.clone(),
             partitions,
             memory,
             energy,
@@ -1282,6 +1293,7 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
         energy_spans: spans.into_iter().map(|(d, (a, b))| (d, a, b)).collect(),
         losses,
         source_losses: plan.source_losses,
+        recording: plan.recording,
         skipped: plan
             .skipped
             .into_iter()
