@@ -817,6 +817,7 @@ fn a_chain_of_reports_over_a_growing_recording_bills_everything_once() {
         .get("billed_by_opening_report")
         .is_some_and(|&n| n > 0));
     warning(&r2, "read up to a later time");
+    validate("gpumeter.usage.v1.schema.json", &r2);
     // The very input of day 1 again: not metered again.
     let again = with_opening(&[d.path().join("day1.gmr")]);
     assert!(
