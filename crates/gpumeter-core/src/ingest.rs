@@ -648,7 +648,7 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
     if drop_set.is_empty() {
         return;
     }
-    let snapshot: Vec<(BTreeMap<String, u64>, Vec<(LossReason, u64, bool)>)> = batches
+    let snapshot: Vec<Counts> = batches
         .iter()
         .map(|b| (b.skipped.clone(), b.source_losses.clone()))
         .collect();
@@ -680,6 +680,9 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
         }
     }
 }
+
+/// A batch's counts that are not per device: skipped events by category, losses on no device.
+type Counts = (BTreeMap<String, u64>, Vec<(LossReason, u64, bool)>);
 
 /// Gives `r` the joined facts of `j` that it does not know.
 fn fill_joined(r: &mut ActivityRecord, j: &Joined) {
