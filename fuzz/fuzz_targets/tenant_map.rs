@@ -22,7 +22,7 @@ fuzz_target!(|data: &[u8]| {
     let pid = map.pid.keys().min().copied();
     let external = map.external.keys().min().copied();
     let mut meter = Meter::new(MeterConfig {
-        tenant: Some("acme".into()),
+        tenant: gpumeter_core::TenantName::parse("acme").ok(),
         ..MeterConfig::default()
     });
     meter.set_tenant_map(map);
