@@ -40,8 +40,8 @@ pub use meter::{
     DEFAULT_REORDER_HORIZON_NS,
 };
 pub use record::{
-    ActivityRecord, CopyDirection, DeviceSlot, Joined, KernelLaunch, LossReason, MemoryEvent,
-    MemoryOp, PartitionId, Work,
+    invalid_field_warning, ActivityRecord, CopyDirection, DeviceSlot, Joined, KernelLaunch,
+    LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
 };
 pub use report::{
     document_sha256, DeviceEnd, DeviceEntry, DigestError, Dimension, Extensions, LossEntry,

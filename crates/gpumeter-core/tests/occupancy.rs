@@ -14,21 +14,8 @@ use gpumeter_core::occupancy::{
 };
 use gpumeter_core::ComputeCapability;
 
-const CAPABILITIES: &[(u32, u32)] = &[
-    (7, 0),
-    (7, 2),
-    (7, 5),
-    (8, 0),
-    (8, 6),
-    (8, 7),
-    (8, 9),
-    (9, 0),
-    (10, 0),
-    (10, 3),
-    (11, 0),
-    (12, 0),
-    (12, 1),
-];
+/// Every compute capability the calculator knows.
+const CAPABILITIES: &[(u32, u32)] = &gpumeter_core::occupancy::KNOWN_CAPABILITIES;
 const CONFIGS_PER_CAPABILITY: usize = 4000;
 
 fn ci() -> bool {

@@ -751,13 +751,7 @@ impl<'n> Input<'n> {
 
         let mut warnings: Vec<String> = faults
             .into_values()
-            .map(|(n, first)| match n {
-                1 => format!("{first}; the record was lost (invalid_field)"),
-                n => format!(
-                    "{first}; this and {} more records with this field were lost (invalid_field)",
-                    n - 1
-                ),
-            })
+            .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
             .collect();
         let invalid_records: u64 = invalid.values().sum();
         let mut losses: Vec<(DeviceSlot, LossReason, u64, bool)> = invalid

@@ -205,13 +205,7 @@ impl Faults {
     pub(crate) fn warnings(&self) -> Vec<String> {
         self.by_field
             .values()
-            .map(|(n, first)| match n {
-                1 => format!("{first}; the record was lost (invalid_field)"),
-                n => format!(
-                    "{first}; this and {} more records with this field were lost (invalid_field)",
-                    n - 1
-                ),
-            })
+            .map(|(n, first)| gpumeter_core::invalid_field_warning(first, *n))
             .collect()
     }
 }
