@@ -22,7 +22,11 @@ fuzz_target!(|data: &[u8]| {
         let used: usize = d.records.iter().map(|r| r.size).sum();
         assert_eq!(used + d.trailing_zero_bytes, buf.len());
     }
-    let mut meter = Meter::new(MeterConfig::default());
+    let mut meter = Meter::new(MeterConfig {
+        // A small cell budget: inputs past it take the error path fast.
+        max_cells: 20_000,
+        ..MeterConfig::default()
+    });
     let opts = CuptiOptions {
         api,
         ..CuptiOptions::default()

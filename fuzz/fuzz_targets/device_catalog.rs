@@ -27,7 +27,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(catalog) = DeviceCatalog::from_toml_str("fuzz.toml", &text) else {
         return;
     };
-    let mut meter = Meter::new(MeterConfig::default());
+    let mut meter = Meter::new(MeterConfig {
+        // A small cell budget: inputs past it take the error path fast.
+        max_cells: 20_000,
+        ..MeterConfig::default()
+    });
     let bare = meter.register_device(DeviceInfo::bare("fuzz.json@00000000#0", 0));
     let mut with_uuid = DeviceInfo::bare("GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88", 1);
     with_uuid.uuid = Some("74e128b2-90b6-b409-07c8-33bee5ff6f88".into());

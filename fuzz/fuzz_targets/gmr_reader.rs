@@ -27,7 +27,11 @@ fuzz_target!(|data: &[u8]| {
             assert!(w[0].offset < w[1].offset && w[0].index < w[1].index);
         }
     }
-    let mut meter = Meter::new(MeterConfig::default());
+    let mut meter = Meter::new(MeterConfig {
+        // A small cell budget: inputs past it take the error path fast.
+        max_cells: 20_000,
+        ..MeterConfig::default()
+    });
     if meter_gmr(&mut meter, "fuzz.gmr", bytes, &CuptiOptions::default()).is_ok() {
         let _ = meter.finish();
     }

@@ -52,7 +52,11 @@ fuzz_target!(|data: &[u8]| {
         },
         ..ImportOptions::default()
     };
-    let mut meter = Meter::new(MeterConfig::default());
+    let mut meter = Meter::new(MeterConfig {
+        // A small cell budget: inputs past it take the error path fast.
+        max_cells: 20_000,
+        ..MeterConfig::default()
+    });
     if import_bytes(&mut meter, name, bytes, &opts).is_ok() {
         let _ = meter.finish();
     }

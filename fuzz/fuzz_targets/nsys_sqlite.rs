@@ -22,12 +22,20 @@ fuzz_target!(|data: &[u8]| {
     let dir = tempfile::tempdir().expect("nsys_sqlite: cannot create a temporary directory");
     let path = dir.path().join("fuzz.sqlite");
     std::fs::write(&path, data).expect("nsys_sqlite: cannot write the temporary file");
-    let mut meter = Meter::new(MeterConfig::default());
+    let mut meter = Meter::new(MeterConfig {
+        // A small cell budget: inputs past it take the error path fast.
+        max_cells: 20_000,
+        ..MeterConfig::default()
+    });
     if import_path(&mut meter, &path, &opts).is_ok() {
         let _ = meter.finish();
     }
     drop(dir);
-    let mut meter = Meter::new(MeterConfig::default());
+    let mut meter = Meter::new(MeterConfig {
+        // A small cell budget: inputs past it take the error path fast.
+        max_cells: 20_000,
+        ..MeterConfig::default()
+    });
     if import_bytes(&mut meter, "fuzz.sqlite", data, &opts).is_ok() {
         let _ = meter.finish();
     }

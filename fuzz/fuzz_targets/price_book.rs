@@ -52,6 +52,7 @@ fn device(key: &str, id: u32, name: Option<&str>, sms: u32, cc: (u32, u32)) -> D
 static REPORT: LazyLock<UsageReport> = LazyLock::new(|| {
     let mut meter = Meter::new(MeterConfig {
         tenant: gpumeter_core::TenantName::parse("acme").ok(),
+        max_cells: 20_000,
         ..MeterConfig::default()
     });
     let h100 = meter.register_device(device(

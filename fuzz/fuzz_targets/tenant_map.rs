@@ -23,6 +23,7 @@ fuzz_target!(|data: &[u8]| {
     let external = map.external.keys().min().copied();
     let mut meter = Meter::new(MeterConfig {
         tenant: gpumeter_core::TenantName::parse("acme").ok(),
+        max_cells: 20_000,
         ..MeterConfig::default()
     });
     meter.set_tenant_map(map);

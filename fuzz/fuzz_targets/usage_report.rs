@@ -98,7 +98,11 @@ fuzz_target!(|data: &[u8]| {
     };
     let _ = report.verify_digest();
 
-    let mut meter = Meter::new(MeterConfig::default());
+    let mut meter = Meter::new(MeterConfig {
+        // A small cell budget: inputs past it take the error path fast.
+        max_cells: 20_000,
+        ..MeterConfig::default()
+    });
     // The whole `--opening` path: open allocations, the earlier report's sources and per-device
     // ends (`extensions.device_ends`).
     let _ = meter.continue_from(&report);

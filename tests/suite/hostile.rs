@@ -266,7 +266,7 @@ fn memory_held_over_more_windows_than_a_report_holds_fails_fast() {
             assert!(
                 msg.contains("GPU-far")
                     && msg.contains("memory held")
-                    && msg.contains("1000000 (device, window) cells"),
+                    && msg.contains("200000 (device, window) cells"),
                 "{msg}"
             );
         }
@@ -1283,5 +1283,30 @@ fn a_map_tenant_that_looks_like_the_command_line_tenant_is_refused() {
     ) {
         Err(e) => assert!(e.to_string().contains("looks like --tenant"), "{e}"),
         Ok(r) => panic!("accepted: {:?}", r.totals),
+    }
+}
+
+/// A fuzzer's input (a 1.5 KB raw buffer whose allocation is dated 1 ns after the epoch and
+/// held to work of 2025: 487 000 hourly windows) fails fast within the report's cell budget
+/// instead of building a 1.6 GB report.
+#[test]
+fn an_allocation_of_1970_in_a_small_buffer_fails_fast() {
+    let data = ok(std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("crates/gpumeter-cupti/tests/data/fuzz/decode_buffer-timeout-df317a55.bin"),
+    ));
+    let d = tmp();
+    let p = write(&d, "timeout.bin", &data[1..]);
+    match meter_inputs(
+        &[p],
+        &UsageOptions {
+            format: Format::Cupti,
+            ..UsageOptions::default()
+        },
+    ) {
+        Err(gpumeter::Error::Meter(e)) if matches!(*e, MeterError::TooManyCells { .. }) => {
+            assert!(e.to_string().contains("memory held from 1970-01-01"), "{e}");
+        }
+        other => panic!("expected TooManyCells, got {other:?}"),
     }
 }

@@ -44,9 +44,11 @@ use crate::time::{parse_rfc3339, rfc3339, rfc3339_ns, WindowSize, MAX_RECORD_NS,
 /// Default reordering horizon: 60 s of record time (DESIGN §3).
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
 
-/// Default of [`MeterConfig::max_cells`]: one million (device, window) cells — 114 years of
-/// 1 h windows of one GPU, or 87 days of 60 s windows of eight.
-pub const DEFAULT_MAX_CELLS: u64 = 1_000_000;
+/// Default of [`MeterConfig::max_cells`]: 200 000 (device, window) cells — 22 years of 1 h
+/// windows of one GPU, or 17 days of 60 s windows of eight. Building a report takes about
+/// 3 KB of memory per cell (its usage rows, the canonical JSON of its digest), so the default
+/// bounds a report at under a gigabyte.
+pub const DEFAULT_MAX_CELLS: u64 = 200_000;
 
 /// How a [`Meter`] windows, attributes and reorders.
 #[derive(Debug, Clone, PartialEq, Eq)]
