@@ -497,6 +497,46 @@ fn cupti_record(buf: &mut Vec<u8>, kind: gpumeter_cupti::ActivityKind, fields: &
     }
 }
 
+/// A CUPTI 12.8 buffer of one device (`uuid`, 132 SMs), one 1 µs kernel at `kernel_at` (ns)
+/// and, for each `(memoryOperationType, timestamp ns)` of `memory`, a 4096-byte device
+/// allocation event of process 77 at one address.
+fn kernel_and_memory_buffer(uuid: i128, kernel_at: i128, memory: &[(i128, i128)]) -> Vec<u8> {
+    use gpumeter_cupti::ActivityKind;
+    let mut buf = Vec::new();
+    cupti_record(
+        &mut buf,
+        ActivityKind::DEVICE,
+        &[("id", 0), ("numMultiprocessors", 132), ("uuid", uuid)],
+    );
+    cupti_record(
+        &mut buf,
+        ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", kernel_at),
+            ("end", kernel_at + 1_000),
+            ("gridX", 1),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("correlationId", 1),
+        ],
+    );
+    for &(op, t) in memory {
+        cupti_record(
+            &mut buf,
+            ActivityKind::MEMORY2,
+            &[
+                ("memoryOperationType", op),
+                ("memoryKind", 3),
+                ("address", 0x7f00_0000_0000),
+                ("bytes", 4096),
+                ("timestamp", t),
+                ("processId", 77),
+            ],
+        );
+    }
+    buf
+}
+
 #[test]
 fn a_raw_cupti_buffer_meters_sm_ns_with_its_device_record_and_counts_lost_timestamps() {
     use gpumeter_cupti::ActivityKind;
@@ -736,46 +776,9 @@ fn a_tenant_map_splits_the_sampled_ranks_by_process_without_changing_totals() {
 /// release, so the two together bill every ns once.
 #[test]
 fn open_allocations_carry_into_the_next_report_with_opening() {
-    use gpumeter_cupti::ActivityKind;
     let t0: i128 = 1_793_606_160_000_000_000;
     let buffer = |kernel_at: i128, memory: &[(i128, i128)]| {
-        let mut buf = Vec::new();
-        cupti_record(
-            &mut buf,
-            ActivityKind::DEVICE,
-            &[
-                ("id", 0),
-                ("numMultiprocessors", 132),
-                ("uuid", 0x0123_4567_89ab_cdef_0123_4567_89ab_cdef),
-            ],
-        );
-        cupti_record(
-            &mut buf,
-            ActivityKind::CONCURRENT_KERNEL,
-            &[
-                ("start", kernel_at),
-                ("end", kernel_at + 1_000),
-                ("gridX", 1),
-                ("gridY", 1),
-                ("gridZ", 1),
-                ("correlationId", 1),
-            ],
-        );
-        for &(op, t) in memory {
-            cupti_record(
-                &mut buf,
-                ActivityKind::MEMORY2,
-                &[
-                    ("memoryOperationType", op),
-                    ("memoryKind", 3),
-                    ("address", 0x7f00_0000_0000),
-                    ("bytes", 4096),
-                    ("timestamp", t),
-                    ("processId", 77),
-                ],
-            );
-        }
-        buf
+        kernel_and_memory_buffer(0x0123_4567_89ab_cdef_0123_4567_89ab_cdef, kernel_at, memory)
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let first = dir.path().join("first.cupti");
@@ -1386,44 +1389,9 @@ fn a_bad_tenant_in_a_tenant_map_is_exit_1_naming_file_key_and_rule() {
 
 #[test]
 fn a_bad_tenant_in_an_opening_report_is_exit_1_naming_the_entry() {
-    use gpumeter_cupti::ActivityKind;
     let t0: i128 = 1_793_606_160_000_000_000;
     let buffer = |kernel_at: i128, op: i128, t: i128| {
-        let mut buf = Vec::new();
-        cupti_record(
-            &mut buf,
-            ActivityKind::DEVICE,
-            &[
-                ("id", 0),
-                ("numMultiprocessors", 132),
-                ("uuid", 0x0123_4567_89ab_cdef),
-            ],
-        );
-        cupti_record(
-            &mut buf,
-            ActivityKind::CONCURRENT_KERNEL,
-            &[
-                ("start", kernel_at),
-                ("end", kernel_at + 1_000),
-                ("gridX", 1),
-                ("gridY", 1),
-                ("gridZ", 1),
-                ("correlationId", 1),
-            ],
-        );
-        cupti_record(
-            &mut buf,
-            ActivityKind::MEMORY2,
-            &[
-                ("memoryOperationType", op),
-                ("memoryKind", 3),
-                ("address", 0x7f00_0000_0000),
-                ("bytes", 4096),
-                ("timestamp", t),
-                ("processId", 77),
-            ],
-        );
-        buf
+        kernel_and_memory_buffer(0x0123_4567_89ab_cdef, kernel_at, &[(op, t)])
     };
     let dir = tempfile::tempdir().expect("tempdir");
     let first = dir.path().join("first.cupti");
