@@ -6,10 +6,8 @@
 //! file, the table (`rate[3]`, counting each `[[rate]]` from 0 in file order), the field and
 //! the value ([`PriceBookError`]).
 //!
-//! Price book v0 parses the whole §5 format but rates only per-unit prices: a rate with
-//! `model` other than `per_unit`, `tiers`, `package_size` or `increment`, and any `[[band]]`,
-//! is parsed into its type and then refused with [`PriceBookError::NotSupported`], so a book
-//! that uses them never yields an invoice that ignores them.
+//! Every §5 feature is rated: the models ([`RateModel`], in [`crate::model`]), tiers with
+//! their flat fees, time-of-use bands, billing increments and effective dating.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +19,7 @@ use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
 use crate::currency::Currency;
+pub use crate::model::RateModel;
 use crate::money::{decimal_to_minor_units, Rounding};
 use crate::rating::RatingError;
 use crate::units::PricingUnit;
@@ -54,7 +53,7 @@ const RATE_KEYS: &[&str] = &[
     "valid_from",
     "valid_to",
 ];
-const TIER_KEYS: &[&str] = &["up_to", "unit_price"];
+const TIER_KEYS: &[&str] = &["up_to", "unit_price", "flat_fee"];
 const BAND_KEYS: &[&str] = &[
     "name",
     "tz",
@@ -132,23 +131,6 @@ pub enum PriceBookError {
         value: String,
         /// What is wrong, for people.
         reason: String,
-    },
-    /// A DESIGN §5 feature that price book v0 parses but does not rate yet.
-    #[error(
-        "{file}: {} = {value}: not supported yet in price book v0 (comes with the {feature} issue)",
-        at(table, field)
-    )]
-    NotSupported {
-        /// The file name as given.
-        file: String,
-        /// The table (`rate[2]`, `band[0]`).
-        table: String,
-        /// The field (`model`, `tiers`, `increment`, `package_size`, `name` for a band).
-        field: &'static str,
-        /// The value as written in TOML.
-        value: String,
-        /// The feature's issue (`tiers`, `increments`, `bands`).
-        feature: &'static str,
     },
 }
 
@@ -268,43 +250,6 @@ impl Sku {
     }
 }
 
-/// A rate's pricing model (DESIGN §5). Price book v0 rates only [`RateModel::PerUnit`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum RateModel {
-    /// One unit price for every unit (default).
-    #[default]
-    PerUnit,
-    /// Tiers in the pricing unit, consumption accumulating in window order.
-    Graduated,
-    /// One tier, picked by the period's total, for every unit.
-    Volume,
-    /// Whole packages of `package_size` units, rounded up, `unit_price` per package.
-    Package,
-}
-
-impl RateModel {
-    /// Parses `per_unit`, `graduated`, `volume` or `package`.
-    pub fn parse(text: &str) -> Option<RateModel> {
-        match text {
-            "per_unit" => Some(RateModel::PerUnit),
-            "graduated" => Some(RateModel::Graduated),
-            "volume" => Some(RateModel::Volume),
-            "package" => Some(RateModel::Package),
-            _ => None,
-        }
-    }
-
-    /// The model's name in price books.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RateModel::PerUnit => "per_unit",
-            RateModel::Graduated => "graduated",
-            RateModel::Volume => "volume",
-            RateModel::Package => "package",
-        }
-    }
-}
-
 /// A tier's upper bound, inclusive, in the rate's pricing unit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TierLimit {
@@ -322,6 +267,11 @@ pub struct Tier {
     pub up_to: TierLimit,
     /// Price per pricing unit (per package for [`RateModel::Package`]) in this tier.
     pub unit_price: Decimal,
+    /// Charged once per period, as its own invoice line, for each tier the period's quantity
+    /// reaches ([`RateModel::Graduated`]) or for the one tier it falls in
+    /// ([`RateModel::Volume`]); at most the currency's scale (Stripe's and Lago's flat amount
+    /// per tier).
+    pub flat_fee: Option<Decimal>,
 }
 
 /// A `[[rate]]`: the price of one meter on one SKU, per pricing unit, over a validity span.
@@ -339,13 +289,14 @@ pub struct Rate {
     /// Price per `unit`, non-negative, in the book's currency, as written (its scale kept).
     /// With tiers and no `unit_price`, the first tier's price.
     pub unit_price: Decimal,
-    /// The pricing model (v0: [`RateModel::PerUnit`] only).
+    /// The pricing model.
     pub model: RateModel,
-    /// Tiers (v0: none).
+    /// Tiers, ordered, the last one unbounded; empty for `per_unit` and `package`.
     pub tiers: Vec<Tier>,
-    /// Billing increment in `unit` (v0: none).
+    /// Billing increment in `unit`, a whole number of canonical units; `None`: one canonical
+    /// unit.
     pub increment: Option<Decimal>,
-    /// Package size in `unit` for [`RateModel::Package`] (v0: none).
+    /// Package size in `unit` for [`RateModel::Package`], a whole number of canonical units.
     pub package_size: Option<Decimal>,
     /// Start of validity, ns since the Unix epoch, inclusive; `None`: always.
     pub valid_from: Option<u64>,
@@ -369,7 +320,7 @@ impl Rate {
     }
 }
 
-/// A `[[band]]`: a time-of-use multiplier (parsed in v0, refused until the bands issue).
+/// A `[[band]]`: a time-of-use multiplier of unit prices in the windows it matches.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Band {
@@ -377,8 +328,8 @@ pub struct Band {
     pub index: usize,
     /// The band's name (`"off-peak"`).
     pub name: String,
-    /// IANA time zone name (`"Asia/Shanghai"`), not checked against the tz database in v0.
-    pub tz: String,
+    /// IANA time zone (`"Asia/Shanghai"`) from the tz database compiled into `chrono-tz`.
+    pub tz: chrono_tz::Tz,
     /// Local weekdays at window start; empty: every day.
     pub days: Vec<Weekday>,
     /// Local start of the band, minutes after midnight (0..1440).
@@ -694,7 +645,7 @@ impl PriceBook {
     /// not in the ISO 4217 table, an invoice minimum finer than the currency's minor unit, a
     /// duplicate SKU id or match pattern, a rate naming an unknown SKU, meter or unit or a unit
     /// of another dimension, overlapping validity of two rates for one SKU and meter, and the
-    /// §5 features v0 does not rate yet ([`PriceBookError::NotSupported`]).
+    /// rules of tiers, increments and bands.
     pub fn from_toml_str(name: &str, text: &str) -> Result<PriceBook, PriceBookError> {
         let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
         let top: toml::Table = toml::from_str(text).map_err(|e| PriceBookError::Syntax {
@@ -771,7 +722,7 @@ impl PriceBook {
         &self.rates
     }
 
-    /// The bands, in file order (always empty in v0, which refuses them).
+    /// The bands, in file order.
     pub fn bands(&self) -> &[Band] {
         &self.bands
     }
@@ -946,8 +897,6 @@ fn parse_book(file: &str, top: &toml::Table) -> Result<PriceBook, PriceBookError
     let rates = parse_rates(file, top, &skus)?;
     let bands = parse_bands(file, top, &skus)?;
 
-    refuse_unsupported(file, &rates, &bands)?;
-
     Ok(PriceBook {
         name: file.to_string(),
         sha256: String::new(),
@@ -1056,7 +1005,12 @@ fn parse_tiers(r: &Reader<'_>) -> Result<Vec<Tier>, PriceBookError> {
         let unit_price = tr
             .decimal("unit_price")?
             .ok_or_else(|| tr.missing("unit_price"))?;
-        tiers.push(Tier { up_to, unit_price });
+        let flat_fee = tr.decimal("flat_fee")?;
+        tiers.push(Tier {
+            up_to,
+            unit_price,
+            flat_fee,
+        });
     }
     Ok(tiers)
 }
@@ -1116,11 +1070,7 @@ fn parse_rates(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Rate>,
             None => RateModel::default(),
             Some(text) => RateModel::parse(text).ok_or_else(|| {
                 let v = toml::Value::String(text.to_string());
-                r.invalid(
-                    "model",
-                    &v,
-                    "expected per_unit, graduated, volume or package",
-                )
+                r.invalid("model", &v, format!("expected {}", RateModel::names()))
             })?,
         };
         let tiers = parse_tiers(&r)?;
@@ -1185,7 +1135,14 @@ fn parse_bands(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Band>,
         let r = Reader::new(file, format!("band[{i}]"), t);
         r.check_keys(BAND_KEYS)?;
         let name = r.required_string("name")?.to_string();
-        let tz = r.required_string("tz")?.to_string();
+        let tz_text = r.required_string("tz")?;
+        let tz: chrono_tz::Tz = tz_text.parse().map_err(|_| {
+            r.invalid(
+                "tz",
+                r.get("tz").unwrap_or(&toml::Value::String(String::new())),
+                "not an IANA time zone of the tz database (such as \"America/New_York\", \"UTC\")",
+            )
+        })?;
         let mut days = Vec::new();
         for d in r.strings("days")?.unwrap_or_default() {
             let v = toml::Value::String(d.to_string());
@@ -1235,48 +1192,6 @@ fn parse_bands(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Band>,
         });
     }
     Ok(bands)
-}
-
-/// Price book v0 rates per-unit prices only; the rest of §5 is parsed and refused here.
-fn refuse_unsupported(file: &str, rates: &[Rate], bands: &[Band]) -> Result<(), PriceBookError> {
-    let refuse = |table: String, field: &'static str, value: String, feature: &'static str| {
-        Err(PriceBookError::NotSupported {
-            file: file.to_string(),
-            table,
-            field,
-            value,
-            feature,
-        })
-    };
-    for r in rates {
-        let table = format!("rate[{}]", r.index);
-        if r.model != RateModel::PerUnit {
-            return refuse(table, "model", format!("\"{}\"", r.model.as_str()), "tiers");
-        }
-        if !r.tiers.is_empty() {
-            return refuse(
-                table,
-                "tiers",
-                format!("[{} tiers]", r.tiers.len()),
-                "tiers",
-            );
-        }
-        if let Some(p) = r.package_size {
-            return refuse(table, "package_size", format!("\"{p}\""), "tiers");
-        }
-        if let Some(inc) = r.increment {
-            return refuse(table, "increment", format!("\"{inc}\""), "increments");
-        }
-    }
-    if let Some(b) = bands.first() {
-        return refuse(
-            format!("band[{}]", b.index),
-            "name",
-            format!("\"{}\"", b.name),
-            "bands",
-        );
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -80,6 +80,9 @@ pub enum LineKind {
     Usage,
     /// The pre-credit top-up to the book's invoice minimum.
     Minimum,
+    /// A tier's flat fee, charged once per period (DESIGN §5 `flat_fee`): `sku`, `meter` and
+    /// `tier` say which; `unit_price` and `amount` are the fee; quantities are `null`.
+    FlatFee,
     /// A reservation fee (comes with the bank).
     Reservation,
 }
@@ -292,7 +295,7 @@ fn invoice_text(inv: &Invoice) -> String {
                 String::new(),
                 l.amount.to_string(),
             ],
-            LineKind::Usage | LineKind::Reservation => {
+            LineKind::Usage | LineKind::Reservation | LineKind::FlatFee => {
                 let mut meter = l.meter.map_or_else(String::new, |m| m.to_string());
                 if let Some(b) = &l.band {
                     meter.push_str(&format!(", band {}", esc(b)));
@@ -302,6 +305,9 @@ fn invoice_text(inv: &Invoice) -> String {
                 }
                 if l.kind == LineKind::Reservation {
                     meter = format!("reservation {meter}");
+                }
+                if l.kind == LineKind::FlatFee {
+                    meter.push_str(" (flat fee)");
                 }
                 let quantity = match (&l.quantity_in_pricing_unit, &l.pricing_unit) {
                     (Some(q), Some(u)) => format!("{} {}", esc(q), esc(u)),

@@ -101,6 +101,7 @@
 pub mod book;
 pub mod currency;
 pub mod invoice;
+pub mod model;
 pub mod money;
 pub mod rating;
 pub mod units;

@@ -664,42 +664,6 @@ mod validation {
     }
 
     #[test]
-    fn not_yet_supported_features_are_refused_with_their_issue() {
-        let usd = "currency = \"USD\"";
-        let cases: Vec<(String, &str, &str, &str)> = vec![
-            (format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nmodel = \"graduated\"\ntiers = [ {{ up_to = \"5000\", unit_price = \"0.0175\" }}, {{ up_to = \"inf\", unit_price = \"0.0140\" }} ]\n"), "rate[0]", "model", "tiers"),
-            (format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\ntiers = [ {{ up_to = \"inf\", unit_price = \"0.0140\" }} ]\n"), "rate[0]", "tiers", "tiers"),
-            (format!("{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\nunit_price = \"1\"\nmodel = \"package\"\npackage_size = \"100\"\n"), "rate[0]", "model", "tiers"),
-            (format!("{H100_SKU}{OK_RATE}increment = \"0.001\"\n"), "rate[0]", "increment", "increments"),
-            (format!("{H100_SKU}{OK_RATE}[[band]]\nname = \"off-peak\"\ntz = \"Asia/Shanghai\"\ndays = [\"mon\", \"tue\"]\nhours = \"22:00-08:00\"\nmultiplier = \"0.60\"\nmeters = [\"sm_ns\"]\nskus = [\"h100\"]\n"), "band[0]", "name", "bands"),
-        ];
-        for (body, t, f, feat) in cases {
-            match book_with(usd, &body) {
-                Err(e @ PriceBookError::NotSupported { .. }) => {
-                    let msg = e.to_string();
-                    assert!(msg.contains("not supported yet in price book v0"), "{msg}");
-                    if let PriceBookError::NotSupported {
-                        table,
-                        field,
-                        feature,
-                        ..
-                    } = e
-                    {
-                        assert_eq!((table.as_str(), field, feature), (t, f, feat));
-                    }
-                }
-                other => panic!("expected NotSupported for {t}.{f}, got {other:?}"),
-            }
-        }
-        // A malformed band is reported as malformed, before "not supported".
-        let err = book_with(usd, &format!("{H100_SKU}[[band]]\nname = \"x\"\ntz = \"UTC\"\nhours = \"8-9\"\nmultiplier = \"1\"\n"));
-        assert!(
-            matches!(&err, Err(PriceBookError::Invalid { field, .. }) if *field == "hours"),
-            "{err:?}"
-        );
-    }
-
-    #[test]
     fn accepted_forms() {
         let b = book(
             "currency = \"USD\"\nrounding = \"up\"\ninvoice_minimum = \"0.5\"\n[extensions]\nowner = \"ops\"",
