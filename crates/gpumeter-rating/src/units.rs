@@ -103,6 +103,26 @@ impl PricingUnit {
         self.factor_den
     }
 
+    /// `amount` pricing units in canonical units, when that is a whole number that fits a
+    /// `u128` (`"0.001"` hour → 3 600 000 000 ns); `None` when it is fractional (`"0.1"` B),
+    /// negative or too large. Increments, package sizes and tier edges must convert
+    /// (DESIGN §5: "an increment must be a whole number of canonical units").
+    pub fn to_canonical(&self, amount: rust_decimal::Decimal) -> Option<u128> {
+        if amount.is_sign_negative() && !amount.is_zero() {
+            return None;
+        }
+        let mantissa = u128::try_from(amount.mantissa()).ok()?;
+        // amount × num / den = mantissa × num / (10^scale × den), exactly.
+        let num = num_bigint::BigUint::from(mantissa) * num_bigint::BigUint::from(self.factor_num);
+        let den = num_traits::pow(num_bigint::BigUint::from(10u32), amount.scale() as usize)
+            * num_bigint::BigUint::from(self.factor_den);
+        let (q, r) = num_integer::Integer::div_rem(&num, &den);
+        if !num_traits::Zero::is_zero(&r) {
+            return None;
+        }
+        u128::try_from(q).ok()
+    }
+
     /// Every pricing unit, grouped by dimension.
     pub fn all() -> impl Iterator<Item = PricingUnit> {
         UNITS.iter().copied()
@@ -112,5 +132,28 @@ impl PricingUnit {
 impl std::fmt::Display for PricingUnit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rust_decimal::Decimal;
+    use std::str::FromStr;
+
+    #[test]
+    fn canonical() {
+        let d = |s: &str| Decimal::from_str(s).unwrap();
+        let hour = PricingUnit::parse("hour").unwrap();
+        assert_eq!(hour.to_canonical(d("0.001")), Some(3_600_000_000));
+        assert_eq!(hour.to_canonical(d("0")), Some(0));
+        let b = PricingUnit::parse("B").unwrap();
+        assert_eq!(b.to_canonical(d("0.1")), None);
+        assert_eq!(b.to_canonical(d("-1")), None);
+        let kib = PricingUnit::parse("KiB").unwrap();
+        assert_eq!(kib.to_canonical(d("0.5")), Some(512));
+        assert_eq!(kib.to_canonical(d("0.0001")), None);
+        let tb = PricingUnit::parse("GiB·hour").unwrap();
+        assert_eq!(tb.to_canonical(d("79228162514264337593543950335")), None);
     }
 }
