@@ -326,7 +326,12 @@ pub fn preview(
     book: &PriceBook,
     period: Option<(u64, u64)>,
 ) -> Result<InvoiceDocument, Error> {
-    Ok(gpumeter_rating::rate(usage, book, period)?)
+    Ok(gpumeter_rating::rate(
+        usage,
+        book,
+        period,
+        &gpumeter_rating::CarriedFragments::new(),
+    )?)
 }
 
 /// Reads a price book from a file.

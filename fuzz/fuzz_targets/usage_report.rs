@@ -130,7 +130,7 @@ fuzz_target!(|data: &[u8]| {
     }
     let _ = meter.finish();
 
-    if let Ok(doc) = rate(&report, &PRICES, None) {
+    if let Ok(doc) = rate(&report, &PRICES, None, &Default::default()) {
         let _ = doc.verify_digests();
         let _ = doc.to_text_table();
     }

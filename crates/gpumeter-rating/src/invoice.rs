@@ -52,6 +52,59 @@ pub struct Invoice {
     pub ledger_head: Option<String>,
     /// SHA-256 over the RFC 8785 canonical JSON of this invoice without this field.
     pub sha256: String,
+    /// Extra facts (DESIGN §7: extra keys only under `extensions`): the billing-increment
+    /// fragments carried in and out. Absent when empty, so invoices without increments are
+    /// unchanged.
+    #[serde(default, skip_serializing_if = "InvoiceExtensions::is_empty")]
+    pub extensions: InvoiceExtensions,
+}
+
+/// An invoice's `extensions` object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceExtensions {
+    /// Fragments carried into this period (the previous period's unbilled tails), per SKU
+    /// and meter, canonical units; included in the `quantity` of the period's first line of
+    /// that SKU and meter.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fragments_in: Vec<Fragment>,
+    /// Fragments carried out of this period to the next, per SKU and meter, canonical units:
+    /// Σ `fragment_carried` of the lines of that SKU and meter, plus any carried-in fragment
+    /// that no rate in force could bill.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fragments_out: Vec<Fragment>,
+}
+
+impl InvoiceExtensions {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.fragments_in.is_empty() && self.fragments_out.is_empty()
+    }
+}
+
+/// A billing-increment fragment of one SKU and meter (DESIGN §5 "Increments").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Fragment {
+    /// The SKU id.
+    pub sku: String,
+    /// The meter.
+    pub meter: MeterKind,
+    /// Canonical units of the meter.
+    pub quantity: Quantity,
+}
+
+/// An invoice line's `extensions` object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineExtensions {
+    /// Whole packages billed on a `package` line (`amount` = packages × `unit_price`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<Quantity>,
+}
+
+impl LineExtensions {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.packages.is_none()
+    }
 }
 
 /// An invoice's period: `[from, to)`, RFC 3339 UTC.
@@ -96,9 +149,10 @@ pub struct Line {
     pub sku: Option<String>,
     /// The meter.
     pub meter: Option<MeterKind>,
-    /// The time-of-use band (always `null` in v0).
+    /// The time-of-use band's name; `null` outside every band.
     pub band: Option<String>,
-    /// The tier (always `null` in v0).
+    /// The tier, `"2: 5000–inf"` (its number from 1 and its span in the pricing unit, lower
+    /// edge excluded); `null` for untiered models.
     pub tier: Option<String>,
     /// Usage in the meter's canonical unit.
     pub quantity: Option<Quantity>,
@@ -106,16 +160,23 @@ pub struct Line {
     pub unit: Option<String>,
     /// The book's pricing unit (`SM·hour`), with `·`.
     pub pricing_unit: Option<String>,
-    /// `quantity` in the pricing unit, 9 decimals, rounded half-even; for people only.
+    /// `billable_quantity` in the pricing unit, 9 decimals, rounded half-even; for people
+    /// only (the amount is computed from the canonical quantity).
     pub quantity_in_pricing_unit: Option<String>,
-    /// Quantity billed, canonical unit (= `quantity` in v0: no increments).
+    /// Quantity billed, canonical unit: `quantity` less `fragment_carried`.
     pub billable_quantity: Option<Quantity>,
-    /// Canonical units carried to the next period (`"0"` in v0: no increments).
+    /// Canonical units of this line's usage carried to the next period: the tail of the
+    /// period's time-ordered usage below one billing increment.
     pub fragment_carried: Option<Quantity>,
-    /// Price per pricing unit, as written in the book.
+    /// Price per pricing unit (per package), as written in the book, times the band's
+    /// multiplier, exactly; the fee of a `flat_fee` line.
     pub unit_price: Option<Decimal>,
-    /// round(quantity × unit_price ÷ factor) at the currency's scale, rounded once.
+    /// round(billable_quantity × unit_price ÷ factor) at the currency's scale, rounded once
+    /// (packages × unit_price for a `package` line; the fee for a `flat_fee` line).
     pub amount: Decimal,
+    /// Extra facts (the packages of a `package` line); absent when empty.
+    #[serde(default, skip_serializing_if = "LineExtensions::is_empty")]
+    pub extensions: LineExtensions,
 }
 
 impl Line {
@@ -135,6 +196,7 @@ impl Line {
             fragment_carried: None,
             unit_price: None,
             amount,
+            extensions: LineExtensions::default(),
         }
     }
 }

@@ -55,7 +55,7 @@
 //! };
 //! usage.seal()?;
 //!
-//! let doc = rate(&usage, &book, None)?;
+//! let doc = rate(&usage, &book, None, &Default::default())?;
 //! let inv = &doc.invoices[0];
 //! assert_eq!(inv.lines[0].quantity_in_pricing_unit.as_deref(), Some("132.000000000"));
 //! assert_eq!(inv.total.to_string(), "2.31"); // 132 × 0.0175 = 2.31 USD
@@ -112,9 +112,9 @@ pub use book::{
 };
 pub use currency::Currency;
 pub use invoice::{
-    CreditApplied, Invoice, InvoiceDocument, Line, LineKind, Period, PriceBookRef, Unpriced,
-    INVOICE_SCHEMA,
+    CreditApplied, Fragment, Invoice, InvoiceDocument, InvoiceExtensions, Line, LineExtensions,
+    LineKind, Period, PriceBookRef, Unpriced, INVOICE_SCHEMA,
 };
 pub use money::{line_amount, Rounding};
-pub use rating::{rate, RatingError, PRICING_UNIT_DECIMALS};
+pub use rating::{rate, CarriedFragments, FragmentKey, RatingError, PRICING_UNIT_DECIMALS};
 pub use units::PricingUnit;

@@ -113,13 +113,43 @@ pub fn line_amount_minor_units(
     currency: &Currency,
     mode: Rounding,
 ) -> Option<BigUint> {
-    let mantissa = price_mantissa(unit_price)?;
-    let numerator = BigUint::from(quantity)
-        * mantissa
-        * pow10(currency.scale())
-        * BigUint::from(unit.factor_den());
-    let denominator = pow10(unit_price.scale()) * BigUint::from(unit.factor_num());
+    amount_minor_units(
+        quantity,
+        unit_price,
+        (unit.factor_num(), unit.factor_den()),
+        currency,
+        mode,
+    )
+}
+
+/// `round(count × price ÷ (factor_num / factor_den))` in minor units of `currency`, with one
+/// division and one rounding by `mode`, in arbitrary precision: the arithmetic of every line.
+/// A usage line passes canonical units and its pricing unit's factor; a package line passes
+/// whole packages and `(1, 1)`. `None` for a negative price or a zero factor.
+pub fn amount_minor_units(
+    count: u128,
+    price: Decimal,
+    (factor_num, factor_den): (u128, u128),
+    currency: &Currency,
+    mode: Rounding,
+) -> Option<BigUint> {
+    let mantissa = price_mantissa(price)?;
+    let numerator =
+        BigUint::from(count) * mantissa * pow10(currency.scale()) * BigUint::from(factor_den);
+    let denominator = pow10(price.scale()) * BigUint::from(factor_num);
     round_div(&numerator, &denominator, mode)
+}
+
+/// `a × b` exactly as a [`Decimal`] (a band's multiplier times a unit price), `None` when the
+/// exact product does not fit a decimal (scale above 28 or a mantissa beyond 96 bits) or
+/// either is negative: never the silently rounded product of `Decimal`'s `*`.
+pub fn exact_product(a: Decimal, b: Decimal) -> Option<Decimal> {
+    let m = price_mantissa(a)? * price_mantissa(b)?;
+    let scale = a.scale().checked_add(b.scale())?;
+    if scale > 28 {
+        return None;
+    }
+    Decimal::try_from_i128_with_scale(m.to_i128()?, scale).ok()
 }
 
 /// The amount of one line as a [`Decimal`] at the currency's scale (`"12.30"` for USD,

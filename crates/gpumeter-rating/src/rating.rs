@@ -1,4 +1,4 @@
-//! Rating v0: a usage report and a price book become one invoice per tenant and period
+//! Rating: a usage report and a price book become one invoice per tenant and period
 //! (DESIGN §5, §7).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -9,10 +9,15 @@ use gpumeter_core::{
 };
 use num_bigint::BigUint;
 use num_traits::Zero;
+use rust_decimal::Decimal;
 
-use crate::book::{PriceBook, Rate};
-use crate::invoice::{Invoice, InvoiceDocument, Line, LineKind, Period, PriceBookRef, Unpriced};
-use crate::money::{line_amount_minor_units, minor_units_to_decimal, quantity_in_unit};
+use crate::book::{Band, PriceBook, Rate, TierLimit};
+use crate::invoice::{
+    Fragment, Invoice, InvoiceDocument, InvoiceExtensions, Line, LineExtensions, LineKind, Period,
+    PriceBookRef, Unpriced,
+};
+use crate::model::{RateModel, Terms};
+use crate::money::{amount_minor_units, exact_product, minor_units_to_decimal, quantity_in_unit};
 
 /// Decimal places of `quantity_in_pricing_unit` (DESIGN §5: shown to 9 decimals, for people).
 pub const PRICING_UNIT_DECIMALS: u32 = 9;
@@ -59,6 +64,72 @@ pub enum RatingError {
         value: String,
         /// The usage report's window size, seconds.
         window_seconds: u64,
+    },
+    /// A band's edge lies inside a usage window, so that window would be partly in the band
+    /// (DESIGN §5: band edges must fall on window edges).
+    #[error(
+        "{book}: band[{band}].hours (`{name}`, {tz}): the band begins or ends at {edge}, inside \
+         the {window_seconds} s window starting {window_start}; band edges must fall on window \
+         edges (use a window that divides the band's hours, or move the band's edge)"
+    )]
+    BandEdgeNotOnWindow {
+        /// The price book's file name.
+        book: String,
+        /// The band's index among `[[band]]`, from 0.
+        band: usize,
+        /// The band's name.
+        name: String,
+        /// The band's time zone.
+        tz: String,
+        /// The instant inside the window where the band changes, RFC 3339 UTC.
+        edge: String,
+        /// The window's start, RFC 3339 UTC.
+        window_start: String,
+        /// The usage report's window size, seconds.
+        window_seconds: u64,
+    },
+    /// Two bands apply to one window of one rate (the price book's validation refuses books
+    /// where this can happen; this is the rater's own guard).
+    #[error(
+        "{book}: band[{first}] and band[{second}] both apply to sku `{sku}` {meter} in the window \
+         starting {window_start}"
+    )]
+    BandOverlap {
+        /// The price book's file name.
+        book: String,
+        /// One band's index.
+        first: usize,
+        /// The other band's index.
+        second: usize,
+        /// The SKU id.
+        sku: String,
+        /// The meter.
+        meter: MeterKind,
+        /// The window's start, RFC 3339 UTC.
+        window_start: String,
+    },
+    /// A number of the book that exact rating cannot carry (a tier edge, increment or package
+    /// size that is not a whole number of canonical units within `u128`, or a banded unit
+    /// price a decimal cannot hold exactly). The price book's validation refuses these; this
+    /// is the rater's own guard.
+    #[error("{book}: {table}.{field}: {reason}")]
+    Unrateable {
+        /// The price book's file name.
+        book: String,
+        /// The table (`rate[2]`, `band[0]`).
+        table: String,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A carried-in fragment names a SKU the book does not have.
+    #[error("carried-in fragment of tenant `{tenant}`: {reason}")]
+    Fragment {
+        /// The tenant.
+        tenant: String,
+        /// What is wrong.
+        reason: String,
     },
     /// Two SKUs match a device name equally well (DESIGN §5: a validation error).
     #[error("device `{device}` matches sku `{first}` and sku `{second}` equally well")]
@@ -160,65 +231,94 @@ impl<'a> LeftOut<'a> {
     }
 }
 
+/// Fragments below one billing increment carried between periods, per (tenant, SKU, meter),
+/// in the meter's canonical units (DESIGN §5 "Increments", §6 "Fragments").
+pub type CarriedFragments = BTreeMap<FragmentKey, u128>;
+
+/// Whose fragment: a tenant's usage of one meter on one SKU.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FragmentKey {
+    /// The tenant.
+    pub tenant: String,
+    /// The SKU id.
+    pub sku: String,
+    /// The meter.
+    pub meter: MeterKind,
+}
+
 #[derive(Default)]
 struct TenantUsage<'a> {
-    /// Canonical quantity per rate index.
-    lines: BTreeMap<usize, u128>,
+    /// Canonical quantity per (SKU index, meter) and window start (ns), for windows with a
+    /// rate in force; a series of a carried-in fragment may have no window.
+    series: BTreeMap<(usize, MeterKind), BTreeMap<u64, u128>>,
+    /// Carried-in fragment per (SKU index, meter).
+    fragments_in: BTreeMap<(usize, MeterKind), u128>,
     /// Unpriced quantity per (device key, meter, reason).
     unpriced: BTreeMap<(&'a str, MeterKind, String), u128>,
     /// Meters of this tenant's usage that its SKUs have no rate for (not billed, not listed).
     unrated: BTreeSet<MeterKind>,
 }
 
-/// Rates `usage` with `book`: one invoice per tenant that has usage in the period, sorted
-/// by tenant name (bytewise), in a `gpumeter.invoice/v1` document (DESIGN §5, §7).
+/// Rates `usage` with `book`: one invoice per tenant that has usage (or a carried-in fragment)
+/// in the period, sorted by tenant name (bytewise), in a `gpumeter.invoice/v1` document
+/// (DESIGN §5, §7). Preview and finalization share this one function; `carried_in` holds the
+/// fragments the bank carried from the previous period (empty without a bank).
 ///
 /// `period` is `(from, to)` in ns since the Unix epoch, half-open; both must fall on edges of
 /// the report's windows. `None`: the usage's span rounded out to whole windows (earliest
 /// `window_start` to the latest one plus `window_seconds`); a report without usage then gives a
 /// document with no invoices. A usage row counts when its `window_start` lies in the period;
 /// when a given period leaves rows of the report out, every invoice warns how many (and how
-/// many of them its tenant's), with the earliest and latest window start left out. (A tenant
-/// whose usage lies wholly outside gets no invoice; the others' warnings count its rows.)
+/// many of them its tenant's), with the earliest and latest window start left out.
 ///
-/// Per tenant, usage is summed over windows and over the devices each SKU matches, exactly
-/// (`u128`), into one line per (SKU, meter, rate in force) for every rate of that SKU and
-/// meter; a window is priced by the rate in force at its start. Each line's amount is rounded
-/// once ([`crate::money::line_amount`]). What is not billed:
+/// Per tenant, SKU and meter, usage is summed over the devices the SKU matches per window and
+/// rated in window order (DESIGN §5):
+/// - each window is priced by the rate in force at its start and the band (time of use) that
+///   holds there in the band's zone (local weekday and time at window start); a band edge
+///   inside a window is [`RatingError::BandEdgeNotOnWindow`];
+/// - the carried-in fragment counts first, as usage of the period's first window;
+/// - the billing increment (one canonical unit without one) applies once to the period's
+///   total plus the carried-in fragment: the billable quantity is its whole increments, and
+///   the rest, the tail of the time-ordered usage, is `fragment_carried` on the lines it
+///   comes from and is carried out ([`InvoiceDocument::fragments_out`]);
+/// - the rate's model ([`crate::model`]) splits the billable quantity into tiers (graduated
+///   consumption accumulates across the period, so a tier edge may split a window) or
+///   packages; flat fees of the tiers reached (graduated) or chosen (volume) are lines of
+///   their own, from the rate in force where the tier is first reached.
+///
+/// Lines are per (SKU, meter, rate, tier, band), each amount rounded once
+/// (`round(billable × unit_price × multiplier ÷ factor)`). What is not billed:
 /// - usage of a meter for which the device's SKU has no rate at all is not billed and not
 ///   listed (the book chose not to price that meter);
 /// - usage on a device with no name, not listed in the report's `devices`, or matched by no
 ///   SKU, and usage in a window in which none of its SKU's rates for that meter is in force,
 ///   goes to the invoice's `unpriced` block with a warning, never dropped.
 ///
-/// If the book has an invoice minimum and the usage lines sum to less, a `minimum` line tops
-/// them up; the minimum applies to priced usage only, so an invoice without a usage line (all
-/// of its usage unpriced or of meters the book does not rate) has no `minimum` line and a
-/// warning that says why (a usage line of amount 0 still gets the top-up). The invoice of
-/// [`gpumeter_core::IDLE`] (the energy of windows no tenant used) never gets a `minimum` line:
-/// `idle` is not a customer, and its invoice says so in a warning; `unattributed` is billed as
-/// any tenant (a single-tenant preview without `--tenant` is billed as `unattributed`).
-/// `subtotal` = Σ lines; `total` = subtotal (no credits in v0); `ledger_head` null;
-/// `usage_sha256` is the report's own `sha256`, copied (callers verify the report), or the
-/// report's digest computed here when its `sha256` is empty (an unsealed report). Warnings:
-/// loss in the report, the report's own warnings (prefixed `usage report:`), usage rows the
-/// given period leaves out, each unpriced device, and a minimum that does not apply. Every
-/// invoice is sealed ([`Invoice::seal`]). The same inputs give byte-identical
-/// JSON.
+/// If the book has an invoice minimum and the usage and flat-fee lines sum to less, a
+/// `minimum` line tops them up; the minimum applies to priced usage only (an invoice without
+/// a usage line has no `minimum` line and a warning that says why), and never to
+/// [`gpumeter_core::IDLE`]. `subtotal` = Σ lines; `total` = subtotal (credits come with the
+/// bank); `ledger_head` null; `usage_sha256` is the report's own `sha256`, copied, or computed
+/// here when it is empty (an unsealed report). Every invoice is sealed ([`Invoice::seal`]).
+/// The same inputs give byte-identical JSON, whatever the order of the usage rows.
 ///
 /// # Errors
 /// [`RatingError::Usage`] for a report of another schema or policy, a bad window size or a
 /// `window_start` that is not an RFC 3339 window edge, or (without `period`) a window that
 /// ends after the latest time a `u64` of ns holds, naming its row (`usage[i].window_start`);
-/// [`RatingError::Period`] for an empty given period or one off window edges (only a given
-/// `period` yields it); [`RatingError::EdgeNotOnWindow`] for a rate validity edge
-/// inside a window; [`RatingError::AmbiguousSku`]; [`RatingError::QuantityOverflow`] and
-/// [`RatingError::AmountOverflow`] when a quantity or an amount exceeds what the invoice can
-/// hold; [`RatingError::Digest`].
+/// [`RatingError::Period`] for an empty given period or one off window edges;
+/// [`RatingError::EdgeNotOnWindow`] for a rate validity edge inside a window;
+/// [`RatingError::BandEdgeNotOnWindow`] for a band edge inside a window that has usage;
+/// [`RatingError::AmbiguousSku`]; [`RatingError::Fragment`] for a carried-in fragment of an
+/// unknown SKU; [`RatingError::QuantityOverflow`] and [`RatingError::AmountOverflow`] when a
+/// quantity or an amount exceeds what the invoice can hold; [`RatingError::Unrateable`],
+/// [`RatingError::BandOverlap`] (guards the price book's validation already enforces);
+/// [`RatingError::Digest`].
 pub fn rate(
     usage: &UsageReport,
     book: &PriceBook,
     period: Option<(u64, u64)>,
+    carried_in: &CarriedFragments,
 ) -> Result<InvoiceDocument, RatingError> {
     check_report(usage)?;
     let window =
@@ -241,7 +341,6 @@ pub fn rate(
         },
     };
 
-    // Rates by (SKU index, meter).
     let sku_index: HashMap<&str, usize> = book
         .skus()
         .iter()
@@ -280,31 +379,53 @@ pub fn rate(
                     acc.unrated.insert(row.meter);
                     continue;
                 };
-                match candidates.iter().find(|r| r.valid_at(ws)) {
-                    Some(r) => {
-                        let slot = acc.lines.entry(r.index).or_insert(0);
-                        *slot =
-                            slot.checked_add(q)
-                                .ok_or_else(|| RatingError::QuantityOverflow {
-                                    tenant: row.tenant.clone(),
-                                    sku: r.sku.clone(),
-                                    meter: r.meter,
-                                })?;
-                    }
-                    None => {
-                        let sku = book.skus().get(s).map_or("", |k| k.id.as_str());
-                        let reason = format!(
-                            "no rate of sku `{sku}` for {} is in force in some of its windows",
-                            row.meter
-                        );
-                        add_unpriced(acc, &row.device_key, row.meter, reason, q, &row.tenant)?;
-                    }
+                if candidates.iter().any(|r| r.valid_at(ws)) {
+                    let slot = acc
+                        .series
+                        .entry((s, row.meter))
+                        .or_default()
+                        .entry(ws)
+                        .or_insert(0);
+                    *slot = slot
+                        .checked_add(q)
+                        .ok_or_else(|| RatingError::QuantityOverflow {
+                            tenant: row.tenant.clone(),
+                            sku: book
+                                .skus()
+                                .get(s)
+                                .map_or_else(String::new, |k| k.id.clone()),
+                            meter: row.meter,
+                        })?;
+                } else {
+                    let sku = book.skus().get(s).map_or("", |k| k.id.as_str());
+                    let reason = format!(
+                        "no rate of sku `{sku}` for {} is in force in some of its windows",
+                        row.meter
+                    );
+                    add_unpriced(acc, &row.device_key, row.meter, reason, q, &row.tenant)?;
                 }
             }
             Pricing::Unpriced(reason) => {
                 add_unpriced(acc, &row.device_key, row.meter, reason, q, &row.tenant)?;
             }
         }
+    }
+    for (key, &q) in carried_in {
+        if q == 0 {
+            continue;
+        }
+        let &s = sku_index
+            .get(key.sku.as_str())
+            .ok_or_else(|| RatingError::Fragment {
+                tenant: key.tenant.clone(),
+                reason: format!(
+                    "{} units of {} on sku `{}`, which the price book does not have",
+                    q, key.meter, key.sku
+                ),
+            })?;
+        let acc = tenants.entry(key.tenant.as_str()).or_default();
+        acc.series.entry((s, key.meter)).or_default();
+        acc.fragments_in.insert((s, key.meter), q);
     }
 
     let common_warnings = report_warnings(usage);
@@ -316,24 +437,195 @@ pub fn rate(
     } else {
         usage.sha256.clone()
     };
+    let ctx = Context {
+        usage,
+        book,
+        terms: rate_terms(book)?,
+        rates_of,
+        bands: BandCache::new(book, window),
+        period: (from, to),
+        usage_sha256,
+    };
+    let mut ctx = ctx;
     let mut invoices = Vec::with_capacity(tenants.len());
     for (tenant, acc) in tenants {
         // Loss and the report's warnings, then the usage the period leaves out.
         let mut warnings = common_warnings.clone();
         warnings.extend(left_out.warning(tenant, (from, to)));
-        let mut inv = build_invoice(
-            usage,
-            book,
-            tenant,
-            acc,
-            (from, to),
-            &warnings,
-            &usage_sha256,
-        )?;
+        let mut inv = build_invoice(&mut ctx, tenant, acc, &warnings)?;
         inv.seal()?;
         invoices.push(inv);
     }
     Ok(InvoiceDocument::new(invoices))
+}
+
+/// What every invoice of one rating shares.
+struct Context<'a> {
+    usage: &'a UsageReport,
+    book: &'a PriceBook,
+    /// Canonical terms of each rate, by rate index.
+    terms: Vec<Terms<'a>>,
+    rates_of: HashMap<(usize, MeterKind), Vec<&'a Rate>>,
+    bands: BandCache<'a>,
+    period: (u64, u64),
+    usage_sha256: String,
+}
+
+/// Each rate's tier edges and package size in canonical units.
+fn rate_terms(book: &PriceBook) -> Result<Vec<Terms<'_>>, RatingError> {
+    let unrateable = |r: &Rate, field: &str, reason: String| RatingError::Unrateable {
+        book: book.name().to_string(),
+        table: format!("rate[{}]", r.index),
+        field: field.to_string(),
+        reason,
+    };
+    let mut out = Vec::with_capacity(book.rates().len());
+    for r in book.rates() {
+        let mut edges = Vec::with_capacity(r.tiers.len());
+        for t in &r.tiers {
+            edges.push(match t.up_to {
+                TierLimit::Unbounded => None,
+                TierLimit::UpTo(d) => Some(r.unit.to_canonical(d).ok_or_else(|| {
+                    unrateable(
+                        r,
+                        "tiers",
+                        format!(
+                            "up_to = {d} {} is not a whole number of canonical units",
+                            r.unit
+                        ),
+                    )
+                })?),
+            });
+        }
+        let package = match r.package_size {
+            None => None,
+            Some(d) => Some(r.unit.to_canonical(d).filter(|&p| p > 0).ok_or_else(|| {
+                unrateable(
+                    r,
+                    "package_size",
+                    format!(
+                        "{d} {} is not a positive whole number of canonical units",
+                        r.unit
+                    ),
+                )
+            })?),
+        };
+        out.push(Terms {
+            rate: r,
+            edges,
+            package,
+        });
+    }
+    Ok(out)
+}
+
+/// Which bands hold in which windows, checked to hold for whole windows (DESIGN §5: band
+/// edges fall on window edges), cached per (band, window start).
+struct BandCache<'a> {
+    book: &'a PriceBook,
+    window: WindowSize,
+    held: HashMap<(usize, u64), bool>,
+}
+
+/// Nanoseconds in one minute: band hours are whole local minutes.
+const NS_PER_MINUTE: u64 = 60_000_000_000;
+
+impl<'a> BandCache<'a> {
+    fn new(book: &'a PriceBook, window: WindowSize) -> Self {
+        BandCache {
+            book,
+            window,
+            held: HashMap::new(),
+        }
+    }
+
+    /// Whether `band` holds at instant `t` (ns since the epoch): the local weekday at `t` is
+    /// one of its days (or it has none) and the local time of day is in its end-exclusive
+    /// hours, which may wrap midnight. `None` when the zone's offset at `t` is not a whole
+    /// number of minutes (local-mean-time offsets before standard time), where band edges
+    /// fall between minutes.
+    fn holds_at(band: &Band, t: u64) -> Option<bool> {
+        use chrono::{Datelike, Offset, TimeZone, Timelike};
+        let utc = gpumeter_core::time::ns_to_utc(t);
+        let offset = band.tz.offset_from_utc_datetime(&utc.naive_utc()).fix();
+        if offset.local_minus_utc() % 60 != 0 {
+            return None;
+        }
+        let local = utc.with_timezone(&band.tz);
+        let minute = local.hour() * 60 + local.minute();
+        let on_day = band.days.is_empty() || band.days.contains(&local.weekday());
+        let in_hours = if band.start_minute < band.end_minute {
+            band.start_minute <= minute && minute < band.end_minute
+        } else {
+            minute >= band.start_minute || minute < band.end_minute
+        };
+        Some(on_day && in_hours)
+    }
+
+    /// Whether band `b` holds over the window starting `ws`; an error when it begins or ends
+    /// inside the window. The band can only change at a local minute boundary, which (with
+    /// whole-minute offsets) is a UTC minute boundary: each one inside the window is checked.
+    fn holds(&mut self, b: usize, ws: u64) -> Result<bool, RatingError> {
+        if let Some(&h) = self.held.get(&(b, ws)) {
+            return Ok(h);
+        }
+        let Some(band) = self.book.bands().get(b) else {
+            return Ok(false);
+        };
+        let edge_err = |edge: u64| RatingError::BandEdgeNotOnWindow {
+            book: self.book.name().to_string(),
+            band: b,
+            name: band.name.clone(),
+            tz: band.tz.name().to_string(),
+            edge: rfc3339(edge),
+            window_start: rfc3339(ws),
+            window_seconds: self.window.seconds(),
+        };
+        let at_start = Self::holds_at(band, ws).ok_or_else(|| edge_err(ws))?;
+        let end = ws.saturating_add(self.window.ns());
+        let mut m = (ws / NS_PER_MINUTE + 1).saturating_mul(NS_PER_MINUTE);
+        while m < end {
+            if Self::holds_at(band, m) != Some(at_start) {
+                return Err(edge_err(m));
+            }
+            m = m.saturating_add(NS_PER_MINUTE);
+        }
+        self.held.insert((b, ws), at_start);
+        Ok(at_start)
+    }
+
+    /// The band that prices `sku`'s `meter` in the window starting `ws`, `None` outside
+    /// every band.
+    fn band_for(
+        &mut self,
+        sku: &str,
+        meter: MeterKind,
+        ws: u64,
+    ) -> Result<Option<usize>, RatingError> {
+        let mut found: Option<usize> = None;
+        for b in 0..self.book.bands().len() {
+            let Some(band) = self.book.bands().get(b) else {
+                continue;
+            };
+            let applies = (band.meters.is_empty() || band.meters.contains(&meter))
+                && (band.skus.is_empty() || band.skus.iter().any(|s| s == sku));
+            if !applies || !self.holds(b, ws)? {
+                continue;
+            }
+            if let Some(first) = found {
+                return Err(RatingError::BandOverlap {
+                    book: self.book.name().to_string(),
+                    first,
+                    second: b,
+                    sku: sku.to_string(),
+                    meter,
+                    window_start: rfc3339(ws),
+                });
+            }
+            found = Some(b);
+        }
+        Ok(found)
+    }
 }
 
 fn check_report(usage: &UsageReport) -> Result<(), RatingError> {
@@ -521,15 +813,264 @@ fn report_warnings(usage: &UsageReport) -> Vec<String> {
     out
 }
 
+/// One invoice line being summed: canonical quantities and the priced count.
+struct LineAcc {
+    quantity: u128,
+    billable: u128,
+    count: u128,
+    /// Unit price times the band's multiplier, exactly.
+    unit_price: Decimal,
+    factor: (u128, u128),
+}
+
+/// The lines of one (tenant, SKU, meter) series, and its fragment carried out.
+struct SeriesLines {
+    lines: Vec<Line>,
+    /// Sum of the lines' amounts, minor units.
+    minor: BigUint,
+    fragment_out: u128,
+}
+
+/// Rates one tenant's series of one SKU and meter: window pieces in time order (the carried-in
+/// fragment first), the increment on the total, the model's parts, one line per (rate, tier,
+/// band), then the flat fees of the tiers reached.
+#[allow(clippy::too_many_lines)]
+fn rate_series(
+    ctx: &mut Context<'_>,
+    tenant: &str,
+    (s, meter): (usize, MeterKind),
+    windows: &BTreeMap<u64, u128>,
+    fragment_in: u128,
+    warnings: &mut Vec<String>,
+) -> Result<SeriesLines, RatingError> {
+    let book = ctx.book;
+    let currency = book.currency();
+    let sku = book.skus().get(s).map_or("", |k| k.id.as_str());
+    let candidates: Vec<&Rate> = ctx.rates_of.get(&(s, meter)).cloned().unwrap_or_default();
+    let overflow = || RatingError::QuantityOverflow {
+        tenant: tenant.to_string(),
+        sku: sku.to_string(),
+        meter,
+    };
+
+    // Pieces in time order: (rate index, band, canonical quantity).
+    let mut pieces: Vec<(usize, Option<usize>, u128)> = Vec::with_capacity(windows.len() + 1);
+    let mut unbilled_in = 0u128;
+    if fragment_in > 0 {
+        let (from, _) = ctx.period;
+        // Usage of the period's first window: the rate in force there, else the first rate
+        // in force in a window of the period that has usage.
+        let at_start = candidates
+            .iter()
+            .find(|r| r.valid_at(from))
+            .map(|r| (r.index, from));
+        let first_used = windows.keys().find_map(|&ws| {
+            candidates
+                .iter()
+                .find(|r| r.valid_at(ws))
+                .map(|r| (r.index, ws))
+        });
+        match at_start.or(first_used) {
+            Some((r, ws)) => {
+                let band = ctx.bands.band_for(sku, meter, ws)?;
+                pieces.push((r, band, fragment_in));
+            }
+            None => {
+                unbilled_in = fragment_in;
+                warnings.push(format!(
+                    "a carried-in fragment of {fragment_in} {} of {meter} on sku `{sku}` is \
+                     carried on whole: no rate of the sku for the meter is in force in the \
+                     period",
+                    meter.canonical_unit()
+                ));
+            }
+        }
+    }
+    for (&ws, &q) in windows {
+        let Some(r) = candidates.iter().find(|r| r.valid_at(ws)) else {
+            continue;
+        };
+        let band = ctx.bands.band_for(sku, meter, ws)?;
+        pieces.push((r.index, band, q));
+    }
+
+    let increment = candidates
+        .iter()
+        .find_map(|r| r.increment.map(|d| (r, d)))
+        .map(|(r, d)| {
+            r.unit
+                .to_canonical(d)
+                .filter(|&i| i > 0)
+                .ok_or_else(|| RatingError::Unrateable {
+                    book: book.name().to_string(),
+                    table: format!("rate[{}]", r.index),
+                    field: "increment".into(),
+                    reason: format!(
+                        "{d} {} is not a positive whole number of canonical units",
+                        r.unit
+                    ),
+                })
+        })
+        .transpose()?
+        .unwrap_or(1);
+    let mut total = 0u128;
+    for &(_, _, q) in &pieces {
+        total = total.checked_add(q).ok_or_else(overflow)?;
+    }
+    let billable_total = total - total % increment;
+
+    // Lines keyed by (validity start, rate index, tier, band), so they print in time order.
+    let mut accs: BTreeMap<(u64, usize, Option<usize>, Option<usize>), LineAcc> = BTreeMap::new();
+    // Flat fees: tier → rate index where first reached.
+    let mut fees: BTreeMap<usize, usize> = BTreeMap::new();
+    let mut cum = 0u128;
+    for &(ri, band, q) in &pieces {
+        let Some(terms) = ctx.terms.get(ri) else {
+            continue;
+        };
+        let r = terms.rate;
+        let multiplier = band.and_then(|b| book.bands().get(b)).map(|b| b.multiplier);
+        for part in terms.parts(cum, q, billable_total) {
+            let unit_price = match multiplier {
+                None => part.unit_price,
+                Some(m) => {
+                    exact_product(part.unit_price, m).ok_or_else(|| RatingError::Unrateable {
+                        book: book.name().to_string(),
+                        table: format!("band[{}]", band.unwrap_or_default()),
+                        field: "multiplier".into(),
+                        reason: format!(
+                            "{m} × {} (rate[{}]) cannot be held exactly in a decimal",
+                            part.unit_price, r.index
+                        ),
+                    })?
+                }
+            };
+            let key = (r.valid_from.unwrap_or(0), r.index, part.tier, band);
+            let acc = accs.entry(key).or_insert(LineAcc {
+                quantity: 0,
+                billable: 0,
+                count: 0,
+                unit_price,
+                factor: part.factor,
+            });
+            acc.quantity = acc
+                .quantity
+                .checked_add(part.quantity)
+                .ok_or_else(overflow)?;
+            acc.billable = acc
+                .billable
+                .checked_add(part.billable)
+                .ok_or_else(overflow)?;
+            acc.count = acc.count.checked_add(part.count).ok_or_else(overflow)?;
+            if let Some(k) = part.tier {
+                let has_fee = r.tiers.get(k).is_some_and(|t| t.flat_fee.is_some());
+                if part.billable > 0 && has_fee {
+                    fees.entry(k).or_insert(r.index);
+                }
+            }
+        }
+        cum = cum.checked_add(q).ok_or_else(overflow)?;
+    }
+
+    let amount_overflow = |what: String, minor: &BigUint| RatingError::AmountOverflow {
+        tenant: tenant.to_string(),
+        what,
+        minor_units: minor.to_string(),
+        currency: currency.code().to_string(),
+    };
+    let mut lines = Vec::with_capacity(accs.len() + fees.len());
+    let mut minor_sum = BigUint::zero();
+    let mut fragment_out = unbilled_in;
+    for ((_, ri, tier, band), acc) in accs {
+        let Some(terms) = ctx.terms.get(ri) else {
+            continue;
+        };
+        let r = terms.rate;
+        let what = format!("sku {sku} {meter}");
+        let minor = amount_minor_units(
+            acc.count,
+            acc.unit_price,
+            acc.factor,
+            &currency,
+            book.rounding(),
+        )
+        .ok_or_else(|| amount_overflow(what.clone(), &BigUint::zero()))?;
+        let amount = minor_units_to_decimal(&minor, &currency)
+            .ok_or_else(|| amount_overflow(what, &minor))?;
+        minor_sum += &minor;
+        let fragment = acc.quantity - acc.billable;
+        fragment_out = fragment_out.checked_add(fragment).ok_or_else(overflow)?;
+        let packages = (r.model == RateModel::Package).then_some(Quantity(acc.count));
+        lines.push(Line {
+            kind: LineKind::Usage,
+            sku: Some(r.sku.clone()),
+            meter: Some(meter),
+            band: band
+                .and_then(|b| book.bands().get(b))
+                .map(|b| b.name.clone()),
+            tier: tier.map(|k| terms.tier_label(k)),
+            quantity: Some(Quantity(acc.quantity)),
+            unit: Some(meter.canonical_unit().to_string()),
+            pricing_unit: Some(r.unit.name().to_string()),
+            quantity_in_pricing_unit: Some(quantity_in_unit(
+                acc.billable,
+                &r.unit,
+                PRICING_UNIT_DECIMALS,
+            )),
+            billable_quantity: Some(Quantity(acc.billable)),
+            fragment_carried: Some(Quantity(fragment)),
+            unit_price: Some(acc.unit_price),
+            amount,
+            extensions: LineExtensions { packages },
+        });
+    }
+    for (k, ri) in fees {
+        let Some(terms) = ctx.terms.get(ri) else {
+            continue;
+        };
+        let r = terms.rate;
+        let Some(fee) = r.tiers.get(k).and_then(|t| t.flat_fee) else {
+            continue;
+        };
+        let what = format!("sku {sku} {meter} flat fee");
+        let minor = amount_minor_units(1, fee, (1, 1), &currency, book.rounding())
+            .ok_or_else(|| amount_overflow(what.clone(), &BigUint::zero()))?;
+        let amount = minor_units_to_decimal(&minor, &currency)
+            .ok_or_else(|| amount_overflow(what, &minor))?;
+        minor_sum += &minor;
+        lines.push(Line {
+            kind: LineKind::FlatFee,
+            sku: Some(r.sku.clone()),
+            meter: Some(meter),
+            band: None,
+            tier: Some(terms.tier_label(k)),
+            quantity: None,
+            unit: None,
+            pricing_unit: None,
+            quantity_in_pricing_unit: None,
+            billable_quantity: None,
+            fragment_carried: None,
+            unit_price: Some(fee),
+            amount,
+            extensions: LineExtensions::default(),
+        });
+    }
+    Ok(SeriesLines {
+        lines,
+        minor: minor_sum,
+        fragment_out,
+    })
+}
+
 fn build_invoice(
-    usage: &UsageReport,
-    book: &PriceBook,
+    ctx: &mut Context<'_>,
     tenant: &str,
     acc: TenantUsage<'_>,
-    (from, to): (u64, u64),
     common_warnings: &[String],
-    usage_sha256: &str,
 ) -> Result<Invoice, RatingError> {
+    let usage = ctx.usage;
+    let book = ctx.book;
+    let (from, to) = ctx.period;
     let currency = book.currency();
     let overflow = |what: String, minor: &BigUint| RatingError::AmountOverflow {
         tenant: tenant.to_string(),
@@ -537,40 +1078,42 @@ fn build_invoice(
         minor_units: minor.to_string(),
         currency: currency.code().to_string(),
     };
+    let mut warnings = common_warnings.to_vec();
 
-    let mut usage_lines: Vec<(&Rate, u128)> = acc
-        .lines
-        .iter()
-        .filter_map(|(&i, &q)| book.rates().get(i).map(|r| (r, q)))
-        .collect();
-    usage_lines.sort_by(|(a, _), (b, _)| {
-        (&a.sku, a.meter, a.valid_from, a.index).cmp(&(&b.sku, b.meter, b.valid_from, b.index))
+    // Series in (SKU id, meter) order.
+    let mut keys: Vec<(usize, MeterKind)> = acc.series.keys().copied().collect();
+    keys.sort_by(|a, b| {
+        let id = |s: usize| book.skus().get(s).map_or("", |k| k.id.as_str());
+        (id(a.0), a.1).cmp(&(id(b.0), b.1))
     });
-
-    let mut lines = Vec::with_capacity(usage_lines.len() + 1);
+    let mut lines = Vec::new();
     let mut usage_sum = BigUint::zero();
-    for (r, q) in usage_lines {
-        let what = format!("sku {} {}", r.sku, r.meter);
-        let minor = line_amount_minor_units(q, r.unit_price, &r.unit, &currency, book.rounding())
-            .ok_or_else(|| overflow(what.clone(), &BigUint::zero()))?;
-        let amount =
-            minor_units_to_decimal(&minor, &currency).ok_or_else(|| overflow(what, &minor))?;
-        usage_sum += &minor;
-        lines.push(Line {
-            kind: LineKind::Usage,
-            sku: Some(r.sku.clone()),
-            meter: Some(r.meter),
-            band: None,
-            tier: None,
-            quantity: Some(Quantity(q)),
-            unit: Some(r.meter.canonical_unit().to_string()),
-            pricing_unit: Some(r.unit.name().to_string()),
-            quantity_in_pricing_unit: Some(quantity_in_unit(q, &r.unit, PRICING_UNIT_DECIMALS)),
-            billable_quantity: Some(Quantity(q)),
-            fragment_carried: Some(Quantity(0)),
-            unit_price: Some(r.unit_price),
-            amount,
-        });
+    let mut extensions = InvoiceExtensions::default();
+    let empty = BTreeMap::new();
+    for key in keys {
+        let windows = acc.series.get(&key).unwrap_or(&empty);
+        let fragment_in = acc.fragments_in.get(&key).copied().unwrap_or(0);
+        let series = rate_series(ctx, tenant, key, windows, fragment_in, &mut warnings)?;
+        let sku = book
+            .skus()
+            .get(key.0)
+            .map_or_else(String::new, |k| k.id.clone());
+        if fragment_in > 0 {
+            extensions.fragments_in.push(Fragment {
+                sku: sku.clone(),
+                meter: key.1,
+                quantity: Quantity(fragment_in),
+            });
+        }
+        if series.fragment_out > 0 {
+            extensions.fragments_out.push(Fragment {
+                sku,
+                meter: key.1,
+                quantity: Quantity(series.fragment_out),
+            });
+        }
+        usage_sum += series.minor;
+        lines.extend(series.lines);
     }
 
     // The minimum tops up priced usage only: an invoice without a usage line (all of its
@@ -599,7 +1142,6 @@ fn build_invoice(
     let subtotal = minor_units_to_decimal(&subtotal_minor, &currency)
         .ok_or_else(|| overflow("subtotal".into(), &subtotal_minor))?;
 
-    let mut warnings = common_warnings.to_vec();
     let mut unpriced = Vec::with_capacity(acc.unpriced.len());
     let mut warned: BTreeSet<(&str, &str)> = BTreeSet::new();
     for ((device_key, meter, reason), q) in &acc.unpriced {
@@ -671,8 +1213,9 @@ fn build_invoice(
         credits_applied: Vec::new(),
         total: subtotal,
         warnings,
-        usage_sha256: usage_sha256.to_string(),
+        usage_sha256: ctx.usage_sha256.clone(),
         ledger_head: None,
         sha256: String::new(),
+        extensions,
     })
 }

@@ -3,7 +3,9 @@
 use gpumeter_core::{
     DeviceEntry, LossEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow,
 };
-use gpumeter_rating::{rate, Invoice, InvoiceDocument, LineKind, PriceBook, PriceBookError};
+use gpumeter_rating::{
+    rate, CarriedFragments, Invoice, InvoiceDocument, LineKind, PriceBook, PriceBookError,
+};
 
 const HOUR_NS: u64 = 3_600_000_000_000;
 /// 2026-12-01T00:00:00Z in ns since the epoch.
@@ -68,7 +70,7 @@ fn report(window_seconds: u64, devices: Vec<DeviceEntry>, usage: Vec<UsageRow>) 
 }
 
 fn rated(usage: &UsageReport, book: &PriceBook, period: Option<(u64, u64)>) -> InvoiceDocument {
-    match rate(usage, book, period) {
+    match rate(usage, book, period, &CarriedFragments::new()) {
         Ok(d) => d,
         Err(e) => panic!("rating should succeed: {e}"),
     }
@@ -388,6 +390,7 @@ mod exactness {
             &one_row_report(MeterKind::KernelLaunches, u128::MAX),
             &b,
             None,
+            &CarriedFragments::new(),
         );
         assert!(
             matches!(
@@ -418,7 +421,7 @@ mod exactness {
                 ),
             ],
         );
-        let err = rate(&u, &b, None);
+        let err = rate(&u, &b, None, &CarriedFragments::new());
         assert!(
             matches!(
                 err,
@@ -851,7 +854,7 @@ valid_to = "2026-12-01T12:00:00Z"
                 1,
             )],
         );
-        match rate(&hourly, &b, None) {
+        match rate(&hourly, &b, None, &CarriedFragments::new()) {
             Err(e @ gpumeter_rating::RatingError::EdgeNotOnWindow { .. }) => {
                 let msg = e.to_string();
                 assert!(
@@ -1023,7 +1026,7 @@ mod invoices {
             (DEC1 + HOUR_NS, DEC1),
             (DEC1 + 1, DEC1 + HOUR_NS),
         ] {
-            let r = rate(&u, &priced_book("0"), Some(p));
+            let r = rate(&u, &priced_book("0"), Some(p), &CarriedFragments::new());
             assert!(
                 matches!(r, Err(gpumeter_rating::RatingError::Period { .. })),
                 "{p:?}: {r:?}"
@@ -1073,22 +1076,22 @@ mod invoices {
     fn bad_reports_are_errors() {
         let mut u = one_row_report(MeterKind::SmNs, 1);
         u.usage[0].window_start = "2026-12-01T00:30:00Z".into();
-        let r = rate(&u, &priced_book("0"), None);
+        let r = rate(&u, &priced_book("0"), None, &CarriedFragments::new());
         assert!(
             matches!(&r, Err(gpumeter_rating::RatingError::Usage { field, .. }) if field == "usage[0].window_start"),
             "{r:?}"
         );
         u.usage[0].window_start = "noon".into();
-        assert!(rate(&u, &priced_book("0"), None).is_err());
+        assert!(rate(&u, &priced_book("0"), None, &CarriedFragments::new()).is_err());
         let mut u = one_row_report(MeterKind::SmNs, 1);
         u.window_seconds = 7;
         assert!(matches!(
-            rate(&u, &priced_book("0"), None),
+            rate(&u, &priced_book("0"), None, &CarriedFragments::new()),
             Err(gpumeter_rating::RatingError::Usage { .. })
         ));
         let mut u = one_row_report(MeterKind::SmNs, 1);
         u.schema = "something/v9".into();
-        assert!(rate(&u, &priced_book("0"), None).is_err());
+        assert!(rate(&u, &priced_book("0"), None, &CarriedFragments::new()).is_err());
     }
 
     #[test]
@@ -1399,7 +1402,7 @@ mod invoices {
                 row("alice", "GPU-0", last, MeterKind::SmNs, 1),
             ],
         );
-        let r = rate(&u, &priced_book("0"), None);
+        let r = rate(&u, &priced_book("0"), None, &CarriedFragments::new());
         match &r {
             Err(gpumeter_rating::RatingError::Usage { field, value, .. }) => {
                 assert_eq!(field, "usage[1].window_start");
@@ -1790,7 +1793,7 @@ unit = "kWh"
 unit_price = "0.17"
 "#,
             );
-            let doc = rate(&u, &b, None);
+            let doc = rate(&u, &b, None, &CarriedFragments::new());
             prop_assert!(doc.is_ok(), "{:?}", doc);
             let doc = doc.unwrap_or_else(|_| InvoiceDocument::new(vec![]));
             prop_assert!(doc.verify_digests());
@@ -1887,7 +1890,7 @@ mod robustness {
             let text = kept.join("\n");
             if let Ok(b) = PriceBook::from_toml_str("m.toml", &text) {
                 let u = one_row_report(MeterKind::SmNs, 1_000_000);
-                let _ = rate(&u, &b, None);
+                let _ = rate(&u, &b, None, &CarriedFragments::new());
             }
         }
     }
