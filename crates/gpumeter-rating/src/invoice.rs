@@ -264,6 +264,25 @@ impl InvoiceDocument {
         }
     }
 
+    /// The fragments every invoice carries out to the next period, per (tenant, SKU, meter),
+    /// canonical units (from each invoice's `extensions.fragments_out`): what the bank keeps
+    /// and passes back as the next period's `carried_in` ([`crate::rate`]).
+    pub fn fragments_out(&self) -> crate::CarriedFragments {
+        let mut out = crate::CarriedFragments::new();
+        for inv in &self.invoices {
+            for f in &inv.extensions.fragments_out {
+                let key = crate::FragmentKey {
+                    tenant: inv.tenant.clone(),
+                    sku: f.sku.clone(),
+                    meter: f.meter,
+                };
+                let slot = out.entry(key).or_insert(0);
+                *slot = slot.saturating_add(f.quantity.0);
+            }
+        }
+        out
+    }
+
     /// Whether every invoice's `sha256` verifies.
     pub fn verify_digests(&self) -> bool {
         self.invoices.iter().all(Invoice::verify_digest)

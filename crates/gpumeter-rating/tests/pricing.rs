@@ -1,0 +1,767 @@
+//! Pricing rules of DESIGN §5, each invoice computed by hand: tiers (graduated, volume,
+//! package, flat fees), time-of-use bands in real zones across DST, effective dating, billing
+//! increments with carried fragments, rounding; and the conservation and exactness laws as
+//! property tests.
+
+use gpumeter_core::time::{parse_rfc3339, rfc3339};
+use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
+use gpumeter_rating::{
+    rate, CarriedFragments, FragmentKey, Invoice, InvoiceDocument, Line, LineKind, PriceBook,
+};
+use rust_decimal::Decimal;
+use std::str::FromStr;
+
+const HOUR: u64 = 3_600_000_000_000;
+
+fn t(s: &str) -> u64 {
+    match parse_rfc3339(s) {
+        Ok(t) => t,
+        Err(e) => panic!("{s}: {e}"),
+    }
+}
+
+fn dec(s: &str) -> Decimal {
+    match Decimal::from_str(s) {
+        Ok(d) => d,
+        Err(e) => panic!("{s}: {e}"),
+    }
+}
+
+/// A book in `currency` with one SKU `h100` and the given rate/band tables.
+fn book(currency: &str, rounding: &str, tables: &str) -> PriceBook {
+    let text = format!(
+        "schema = \"gpumeter.pricebook/v1\"\nversion = \"t\"\ncurrency = \"{currency}\"\n\
+         rounding = \"{rounding}\"\n[[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n{tables}"
+    );
+    match PriceBook::from_toml_str("t.toml", &text) {
+        Ok(b) => b,
+        Err(e) => panic!("book should parse: {e}\n{text}"),
+    }
+}
+
+/// One launch-priced rate (`kernel_launches`, unit `1`) with extra keys.
+fn launches_rate(extra: &str) -> String {
+    format!("[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1\"\n{extra}\n")
+}
+
+/// A sealed report of `kernel_launches` rows `(tenant, window start, launches)` on one H100.
+fn launches(rows: &[(&str, u64, u128)]) -> UsageReport {
+    report(
+        rows.iter()
+            .map(|&(tenant, ws, q)| (tenant, ws, MeterKind::KernelLaunches, q))
+            .collect(),
+    )
+}
+
+fn report(rows: Vec<(&str, u64, MeterKind, u128)>) -> UsageReport {
+    let mut r = UsageReport {
+        schema: "gpumeter.usage/v1".to_string(),
+        metering_policy: "v1".to_string(),
+        window_seconds: 3600,
+        sources: vec![],
+        devices: vec![DeviceEntry {
+            device: 0,
+            device_key: "GPU-0".into(),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+            not_meterable: vec![],
+        }],
+        records: RecordCounts::default(),
+        loss: vec![],
+        usage: rows
+            .into_iter()
+            .map(|(tenant, ws, meter, q)| UsageRow {
+                tenant: tenant.into(),
+                device: 0,
+                device_key: "GPU-0".into(),
+                window_start: rfc3339(ws),
+                meter,
+                quantity: Quantity(q),
+            })
+            .collect(),
+        totals: vec![],
+        open_allocations: vec![],
+        extensions: Default::default(),
+        warnings: vec![],
+        sha256: String::new(),
+    };
+    if let Err(e) = r.seal() {
+        panic!("seal: {e}");
+    }
+    r
+}
+
+fn rated_with(
+    u: &UsageReport,
+    b: &PriceBook,
+    period: Option<(u64, u64)>,
+    carried: &CarriedFragments,
+) -> InvoiceDocument {
+    match rate(u, b, period, carried) {
+        Ok(d) => d,
+        Err(e) => panic!("rating should succeed: {e}"),
+    }
+}
+
+fn rated(u: &UsageReport, b: &PriceBook) -> Invoice {
+    let doc = rated_with(u, b, None, &CarriedFragments::new());
+    assert_eq!(doc.invoices.len(), 1, "{doc:?}");
+    let inv = doc.invoices[0].clone();
+    let sum = inv.lines.iter().fold(Decimal::ZERO, |a, l| a + l.amount);
+    assert_eq!(sum, inv.subtotal, "Σ lines = subtotal");
+    assert!(inv.verify_digest());
+    inv
+}
+
+/// (kind, band, tier, quantity, billable, fragment, unit price, amount) of each line, as text.
+fn summary(inv: &Invoice) -> Vec<String> {
+    inv.lines.iter().map(line_text).collect()
+}
+
+fn line_text(l: &Line) -> String {
+    let q = |x: Option<Quantity>| x.map_or("-".to_string(), |q| q.0.to_string());
+    format!(
+        "{:?} band={} tier={} q={} billable={} frag={} price={} amount={}",
+        l.kind,
+        l.band.as_deref().unwrap_or("-"),
+        l.tier.as_deref().unwrap_or("-"),
+        q(l.quantity),
+        q(l.billable_quantity),
+        q(l.fragment_carried),
+        l.unit_price.map_or("-".to_string(), |p| p.to_string()),
+        l.amount
+    )
+}
+
+const DEC1: &str = "2026-12-01T00:00:00Z";
+
+const GRADUATED: &str = "model = \"graduated\"\ntiers = [ { up_to = \"100\", unit_price = \"0.10\" }, { up_to = \"inf\", unit_price = \"0.05\" } ]";
+
+#[test]
+fn graduated_tier_edge_inside_one_window_splits_it_into_two_lines() {
+    let d = t(DEC1);
+    // 60 launches, then 60: the 100th launch is in the second window, which splits 40 | 20.
+    let inv = rated(
+        &launches(&[("a", d, 60), ("a", d + HOUR, 60)]),
+        &book("USD", "half_even", &launches_rate(GRADUATED)),
+    );
+    assert_eq!(
+        summary(&inv),
+        [
+            "Usage band=- tier=1: 0–100 q=100 billable=100 frag=0 price=0.10 amount=10.00",
+            "Usage band=- tier=2: 100–inf q=20 billable=20 frag=0 price=0.05 amount=1.00",
+        ]
+    );
+    assert_eq!(inv.subtotal, dec("11.00"));
+}
+
+#[test]
+fn a_quantity_exactly_on_a_tier_edge_stays_in_that_tier() {
+    let d = t(DEC1);
+    let u = launches(&[("a", d, 100)]);
+    let g = rated(&u, &book("USD", "half_even", &launches_rate(GRADUATED)));
+    assert_eq!(
+        summary(&g),
+        ["Usage band=- tier=1: 0–100 q=100 billable=100 frag=0 price=0.10 amount=10.00"]
+    );
+    let volume = GRADUATED.replace("graduated", "volume");
+    let v = rated(&u, &book("USD", "half_even", &launches_rate(&volume)));
+    assert_eq!(
+        summary(&v),
+        ["Usage band=- tier=1: 0–100 q=100 billable=100 frag=0 price=0.10 amount=10.00"]
+    );
+    // One more launch: volume moves every launch to tier 2.
+    let v = rated(
+        &launches(&[("a", d, 100), ("a", d + HOUR, 1)]),
+        &book("USD", "half_even", &launches_rate(&volume)),
+    );
+    assert_eq!(
+        summary(&v),
+        ["Usage band=- tier=2: 100–inf q=101 billable=101 frag=0 price=0.05 amount=5.05"]
+    );
+}
+
+#[test]
+fn volume_prices_every_unit_at_the_tier_of_the_period_total() {
+    let d = t(DEC1);
+    let volume = GRADUATED.replace("graduated", "volume");
+    let inv = rated(
+        &launches(&[("a", d, 60), ("a", d + HOUR, 60)]),
+        &book("USD", "half_even", &launches_rate(&volume)),
+    );
+    // 120 × 0.05 = 6.00
+    assert_eq!(
+        summary(&inv),
+        ["Usage band=- tier=2: 100–inf q=120 billable=120 frag=0 price=0.05 amount=6.00"]
+    );
+}
+
+#[test]
+fn packages_round_up_whole_and_zero_usage_is_zero_packages() {
+    let d = t(DEC1);
+    let package = "model = \"package\"\npackage_size = \"50\"\nunit_price = \"2.00\"";
+    let b = book("USD", "half_even", &launches_rate(package));
+    // 30 + 30 = 60 launches: 2 packages of 50, not one per window rounded up separately.
+    let inv = rated(&launches(&[("a", d, 30), ("a", d + HOUR, 30)]), &b);
+    assert_eq!(
+        summary(&inv),
+        ["Usage band=- tier=- q=60 billable=60 frag=0 price=2.00 amount=4.00"]
+    );
+    assert_eq!(inv.lines[0].extensions.packages, Some(Quantity(2)));
+    // 120 launches: ⌈120 / 50⌉ = 3 packages = 6.00.
+    let inv = rated(&launches(&[("a", d, 120)]), &b);
+    assert_eq!(inv.lines[0].amount, dec("6.00"));
+    assert_eq!(inv.lines[0].extensions.packages, Some(Quantity(3)));
+    // Exactly 100 launches: 2 packages.
+    let inv = rated(&launches(&[("a", d, 100)]), &b);
+    assert_eq!(inv.lines[0].extensions.packages, Some(Quantity(2)));
+    // Zero launches: zero packages, zero amount.
+    let inv = rated(&launches(&[("a", d, 0)]), &b);
+    assert_eq!(inv.lines[0].extensions.packages, Some(Quantity(0)));
+    assert_eq!(inv.lines[0].amount, dec("0.00"));
+}
+
+#[test]
+fn tier_flat_fees_are_charged_once_per_tier_reached_or_chosen() {
+    let d = t(DEC1);
+    let tiers = "tiers = [ { up_to = \"100\", unit_price = \"0.10\", flat_fee = \"1.00\" }, { up_to = \"inf\", unit_price = \"0.05\", flat_fee = \"5.00\" } ]";
+    let graduated = book(
+        "USD",
+        "half_even",
+        &launches_rate(&format!("model = \"graduated\"\n{tiers}")),
+    );
+    // 120 launches over two windows reach both tiers: one fee each, once per period.
+    let inv = rated(&launches(&[("a", d, 60), ("a", d + HOUR, 60)]), &graduated);
+    assert_eq!(
+        summary(&inv),
+        [
+            "Usage band=- tier=1: 0–100 q=100 billable=100 frag=0 price=0.10 amount=10.00",
+            "Usage band=- tier=2: 100–inf q=20 billable=20 frag=0 price=0.05 amount=1.00",
+            "FlatFee band=- tier=1: 0–100 q=- billable=- frag=- price=1.00 amount=1.00",
+            "FlatFee band=- tier=2: 100–inf q=- billable=- frag=- price=5.00 amount=5.00",
+        ]
+    );
+    assert_eq!(inv.subtotal, dec("17.00"));
+    // 80 launches reach tier 1 only.
+    let inv = rated(&launches(&[("a", d, 80)]), &graduated);
+    assert_eq!(inv.lines.len(), 2);
+    assert_eq!(inv.lines[1].kind, LineKind::FlatFee);
+    assert_eq!(inv.subtotal, dec("9.00"));
+    // Volume: the one tier chosen.
+    let volume = book(
+        "USD",
+        "half_even",
+        &launches_rate(&format!("model = \"volume\"\n{tiers}")),
+    );
+    let inv = rated(&launches(&[("a", d, 120)]), &volume);
+    assert_eq!(
+        summary(&inv),
+        [
+            "Usage band=- tier=2: 100–inf q=120 billable=120 frag=0 price=0.05 amount=6.00",
+            "FlatFee band=- tier=2: 100–inf q=- billable=- frag=- price=5.00 amount=5.00",
+        ]
+    );
+}
+
+/// One launch in each hourly window of `[from, to)`.
+fn hourly(from: u64, to: u64) -> UsageReport {
+    let mut rows = Vec::new();
+    let mut ws = from;
+    while ws < to {
+        rows.push(("a", ws, 1u128));
+        ws += HOUR;
+    }
+    launches(&rows)
+}
+
+fn band_quantity(inv: &Invoice, band: Option<&str>) -> u128 {
+    inv.lines
+        .iter()
+        .filter(|l| l.band.as_deref() == band)
+        .map(|l| l.quantity.map_or(0, |q| q.0))
+        .sum()
+}
+
+const NIGHT_NY: &str = "[[band]]\nname = \"night\"\ntz = \"America/New_York\"\nhours = \"00:00-07:00\"\nmultiplier = \"0.5\"\n";
+
+#[test]
+fn a_band_in_new_york_follows_the_march_dst_change() {
+    let b = book(
+        "USD",
+        "half_even",
+        &format!("{}{NIGHT_NY}", launches_rate("unit_price = \"1.00\"")),
+    );
+    // Local 2027-03-13 00:00 EST (05:00Z) to 2027-03-16 00:00 EDT (04:00Z): 71 hours, since
+    // 2027-03-14 02:00 EST jumps to 03:00 EDT. Night hours: 7 (05Z–12Z), 6 (05Z–11Z on the
+    // DST day: its 02:00–03:00 does not exist), 7 (04Z–11Z).
+    let inv = rated(
+        &hourly(t("2027-03-13T05:00:00Z"), t("2027-03-16T04:00:00Z")),
+        &b,
+    );
+    assert_eq!(band_quantity(&inv, Some("night")), 7 + 6 + 7);
+    assert_eq!(band_quantity(&inv, None), 71 - 20);
+    assert_eq!(
+        summary(&inv),
+        [
+            "Usage band=- tier=- q=51 billable=51 frag=0 price=1.00 amount=51.00",
+            "Usage band=night tier=- q=20 billable=20 frag=0 price=0.500 amount=10.00",
+        ]
+    );
+}
+
+#[test]
+fn a_band_in_new_york_follows_the_november_dst_change() {
+    let b = book(
+        "USD",
+        "half_even",
+        &format!("{}{NIGHT_NY}", launches_rate("unit_price = \"1.00\"")),
+    );
+    // Local 2027-11-06 00:00 EDT (04:00Z) to 2027-11-09 00:00 EST (05:00Z): 73 hours, since
+    // 2027-11-07 02:00 EDT falls back to 01:00 EST. Night hours: 7 (04Z–11Z), 8 (04Z–12Z on
+    // the DST day: 01:00–02:00 happens twice), 7 (05Z–12Z).
+    let inv = rated(
+        &hourly(t("2027-11-06T04:00:00Z"), t("2027-11-09T05:00:00Z")),
+        &b,
+    );
+    assert_eq!(band_quantity(&inv, Some("night")), 7 + 8 + 7);
+    assert_eq!(band_quantity(&inv, None), 73 - 22);
+}
+
+#[test]
+fn a_band_wrapping_midnight_takes_its_day_from_the_window_start() {
+    let band = "[[band]]\nname = \"late\"\ntz = \"UTC\"\ndays = [\"sat\"]\nhours = \"22:00-06:00\"\nmultiplier = \"0\"\n";
+    let b = book(
+        "USD",
+        "half_even",
+        &format!("{}{band}", launches_rate("unit_price = \"1.00\"")),
+    );
+    // Friday 2026-12-04 and Saturday 2026-12-05, UTC: Saturday's 00–06 and 22–24 are in the
+    // band (8 windows); Friday's 22–24 are not (their local date is a Friday).
+    let inv = rated(
+        &hourly(t("2026-12-04T00:00:00Z"), t("2026-12-06T00:00:00Z")),
+        &b,
+    );
+    assert_eq!(band_quantity(&inv, Some("late")), 8);
+    assert_eq!(band_quantity(&inv, None), 40);
+    assert_eq!(inv.subtotal, dec("40.00"));
+}
+
+#[test]
+fn a_band_edge_inside_a_window_is_refused_naming_band_and_instant() {
+    // India is UTC+05:30: a band from local midnight begins at hh:30Z, inside hourly windows.
+    let band = "[[band]]\nname = \"ist-night\"\ntz = \"Asia/Kolkata\"\nhours = \"00:00-06:00\"\nmultiplier = \"0.5\"\n";
+    let b = book(
+        "USD",
+        "half_even",
+        &format!("{}{band}", launches_rate("unit_price = \"1.00\"")),
+    );
+    let u = hourly(t("2026-12-01T18:00:00Z"), t("2026-12-01T20:00:00Z"));
+    let err = match rate(&u, &b, None, &CarriedFragments::new()) {
+        Ok(d) => panic!("should be refused: {d:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("band[0].hours"), "{err}");
+    assert!(err.contains("2026-12-01T18:30:00Z"), "{err}");
+    assert!(err.contains("Asia/Kolkata"), "{err}");
+}
+
+#[test]
+fn a_price_change_mid_period_gives_one_line_per_validity_span() {
+    let tables = format!(
+        "{}{}",
+        launches_rate(&format!("unit_price = \"1.00\"\nvalid_to = \"{DEC1}\"")),
+        launches_rate(&format!("unit_price = \"2.00\"\nvalid_from = \"{DEC1}\""))
+    );
+    let b = book("USD", "half_even", &tables);
+    let d = t(DEC1);
+    let inv = rated(&launches(&[("a", d - HOUR, 10), ("a", d, 10)]), &b);
+    assert_eq!(
+        summary(&inv),
+        [
+            "Usage band=- tier=- q=10 billable=10 frag=0 price=1.00 amount=10.00",
+            "Usage band=- tier=- q=10 billable=10 frag=0 price=2.00 amount=20.00",
+        ]
+    );
+}
+
+const OFF_PEAK_UTC: &str =
+    "[[band]]\nname = \"off-peak\"\ntz = \"UTC\"\nhours = \"01:00-02:00\"\nmultiplier = \"0.5\"\n";
+
+#[test]
+fn an_increment_carries_the_tail_of_the_period_as_its_fragment() {
+    let b = book(
+        "USD",
+        "half_even",
+        &format!(
+            "{}{OFF_PEAK_UTC}",
+            launches_rate("unit_price = \"1.00\"\nincrement = \"10\"")
+        ),
+    );
+    let d = t(DEC1);
+    // 100 at 00:00 (peak), 23 at 01:00 (off-peak): 123 = 12 increments + 3; the 3 are the
+    // last window's tail, so they leave the off-peak line.
+    let doc = rated_with(
+        &launches(&[("a", d, 100), ("a", d + HOUR, 23)]),
+        &b,
+        None,
+        &CarriedFragments::new(),
+    );
+    let inv = &doc.invoices[0];
+    assert_eq!(
+        summary(inv),
+        [
+            "Usage band=- tier=- q=100 billable=100 frag=0 price=1.00 amount=100.00",
+            "Usage band=off-peak tier=- q=23 billable=20 frag=3 price=0.500 amount=10.00",
+        ]
+    );
+    let key = FragmentKey {
+        tenant: "a".into(),
+        sku: "h100".into(),
+        meter: MeterKind::KernelLaunches,
+    };
+    assert_eq!(doc.fragments_out().get(&key), Some(&3));
+
+    // Carried in: 8 from the last period, priced as usage of the first window (peak):
+    // 8 + 123 = 131 = 13 increments + 1.
+    let carried: CarriedFragments = [(key.clone(), 8u128)].into_iter().collect();
+    let doc = rated_with(
+        &launches(&[("a", d, 100), ("a", d + HOUR, 23)]),
+        &b,
+        None,
+        &carried,
+    );
+    let inv = &doc.invoices[0];
+    assert_eq!(
+        summary(inv),
+        [
+            "Usage band=- tier=- q=108 billable=108 frag=0 price=1.00 amount=108.00",
+            "Usage band=off-peak tier=- q=23 billable=22 frag=1 price=0.500 amount=11.00",
+        ]
+    );
+    assert_eq!(inv.extensions.fragments_in.len(), 1);
+    assert_eq!(inv.extensions.fragments_in[0].quantity, Quantity(8));
+    assert_eq!(doc.fragments_out().get(&key), Some(&1));
+}
+
+#[test]
+fn an_increment_in_a_time_unit_is_whole_nanoseconds() {
+    // gpu_busy_ns in hours with an increment of 0.001 hour = 3.6 s.
+    let b = book(
+        "USD",
+        "half_even",
+        "[[rate]]\nsku = \"h100\"\nmeter = \"gpu_busy_ns\"\nunit = \"hour\"\nunit_price = \"3.60\"\nincrement = \"0.001\"\n",
+    );
+    let d = t(DEC1);
+    // 10 s busy: 2 increments (7.2 s) billed, 2.8 s carried.
+    let inv = rated(
+        &report(vec![("a", d, MeterKind::GpuBusyNs, 10_000_000_000)]),
+        &b,
+    );
+    assert_eq!(
+        summary(&inv),
+        ["Usage band=- tier=- q=10000000000 billable=7200000000 frag=2800000000 price=3.60 amount=0.01"]
+    );
+    assert_eq!(
+        inv.lines[0].quantity_in_pricing_unit.as_deref(),
+        Some("0.002000000")
+    );
+}
+
+#[test]
+fn every_rounding_mode_on_half_minor_unit_cases_with_a_band_multiplier() {
+    let d = t(DEC1);
+    // One launch at 0.01 × 0.5 = 0.005 USD (half a cent), three at 0.015 (one and a half).
+    let cases = [
+        (
+            "USD",
+            "0.01",
+            [
+                ("half_even", "0.00", "0.02"),
+                ("half_up", "0.01", "0.02"),
+                ("up", "0.01", "0.02"),
+                ("down", "0.00", "0.01"),
+            ],
+        ),
+        (
+            "JPY",
+            "1",
+            [
+                ("half_even", "0", "2"),
+                ("half_up", "1", "2"),
+                ("up", "1", "2"),
+                ("down", "0", "1"),
+            ],
+        ),
+        (
+            "KWD",
+            "0.001",
+            [
+                ("half_even", "0.000", "0.002"),
+                ("half_up", "0.001", "0.002"),
+                ("up", "0.001", "0.002"),
+                ("down", "0.000", "0.001"),
+            ],
+        ),
+    ];
+    let band =
+        "[[band]]\nname = \"half\"\ntz = \"UTC\"\nhours = \"00:00-24:00\"\nmultiplier = \"0.5\"\n";
+    for (currency, price, modes) in cases {
+        for (mode, one, three) in modes {
+            let b = book(
+                currency,
+                mode,
+                &format!(
+                    "{}{band}",
+                    launches_rate(&format!("unit_price = \"{price}\""))
+                ),
+            );
+            for (n, want) in [(1u128, one), (3, three)] {
+                let inv = rated(&launches(&[("a", d, n)]), &b);
+                assert_eq!(
+                    inv.lines[0].amount.to_string(),
+                    want,
+                    "{currency} {mode} {n} × {price} × 0.5"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn graduated_tiers_accumulate_across_a_price_change() {
+    // The tier position is the period's, not the rate's: 80 launches in November's rate,
+    // then 40 in December's, whose tier 1 ends at 100 too.
+    let tiers = |p1: &str, p2: &str| {
+        format!("model = \"graduated\"\ntiers = [ {{ up_to = \"100\", unit_price = \"{p1}\" }}, {{ up_to = \"inf\", unit_price = \"{p2}\" }} ]")
+    };
+    let tables = format!(
+        "{}{}",
+        launches_rate(&format!("{}\nvalid_to = \"{DEC1}\"", tiers("0.10", "0.05"))),
+        launches_rate(&format!(
+            "{}\nvalid_from = \"{DEC1}\"",
+            tiers("0.20", "0.10")
+        ))
+    );
+    let b = book("USD", "half_even", &tables);
+    let d = t(DEC1);
+    let inv = rated(&launches(&[("a", d - HOUR, 80), ("a", d, 40)]), &b);
+    assert_eq!(
+        summary(&inv),
+        [
+            "Usage band=- tier=1: 0–100 q=80 billable=80 frag=0 price=0.10 amount=8.00",
+            "Usage band=- tier=1: 0–100 q=20 billable=20 frag=0 price=0.20 amount=4.00",
+            "Usage band=- tier=2: 100–inf q=20 billable=20 frag=0 price=0.10 amount=2.00",
+        ]
+    );
+}
+
+mod properties {
+    use super::*;
+    use num_bigint::BigInt;
+    use num_rational::BigRational;
+    use num_traits::Signed;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    /// A book with SKU h100, a graduated, volume, package or per-unit launches rate with an
+    /// increment, a second per-unit rate on `gpu_busy_ns` from Dec 2, and an off-peak band.
+    fn any_book(model: usize, increment: u32, rounding: usize) -> PriceBook {
+        let model = match model {
+            0 => GRADUATED.replace("0.10", "0.013").replace("0.05", "0.0071"),
+            1 => GRADUATED
+                .replace("graduated", "volume")
+                .replace("0.10", "0.017"),
+            2 => "model = \"package\"\npackage_size = \"7\"\nunit_price = \"0.33\"".to_string(),
+            _ => "unit_price = \"0.0123\"".to_string(),
+        };
+        let rounding = ["half_even", "half_up", "up", "down"][rounding % 4];
+        book(
+            "USD",
+            rounding,
+            &format!(
+                "{}[[rate]]\nsku = \"h100\"\nmeter = \"gpu_busy_ns\"\nunit = \"hour\"\nunit_price = \"0.37\"\nincrement = \"0.001\"\nvalid_from = \"2026-12-02T00:00:00Z\"\n\
+                 [[band]]\nname = \"off-peak\"\ntz = \"Europe/Berlin\"\nhours = \"22:00-06:00\"\nmultiplier = \"0.65\"\n",
+                launches_rate(&format!("{model}\nincrement = \"{increment}\""))
+            ),
+        )
+    }
+
+    fn rows_strategy() -> impl Strategy<Value = Vec<(usize, u64, usize, u128)>> {
+        // (tenant, hour from Dec 1, meter, quantity)
+        proptest::collection::vec((0usize..3, 0u64..72, 0usize..2, 0u128..5_000), 0..30)
+    }
+
+    fn to_report(rows: &[(usize, u64, usize, u128)]) -> UsageReport {
+        let d = t(DEC1);
+        let tenants = ["alice", "bob", "carol"];
+        report(
+            rows.iter()
+                .map(|&(tn, h, m, q)| {
+                    let meter = if m == 0 {
+                        MeterKind::KernelLaunches
+                    } else {
+                        MeterKind::GpuBusyNs
+                    };
+                    let q = if m == 0 { q } else { q * 1_000_000_007 };
+                    (tenants[tn], d + h * HOUR, meter, q)
+                })
+                .collect(),
+        )
+    }
+
+    /// Metered quantity per (tenant, meter) in windows with a rate in force.
+    fn metered(u: &UsageReport) -> BTreeMap<(String, MeterKind), u128> {
+        let mut m = BTreeMap::new();
+        let dec2 = t("2026-12-02T00:00:00Z");
+        for r in &u.usage {
+            let ws = t(&r.window_start);
+            if r.meter == MeterKind::GpuBusyNs && ws < dec2 {
+                continue; // no busy rate before Dec 2: unpriced
+            }
+            *m.entry((r.tenant.clone(), r.meter)).or_insert(0) += r.quantity.0;
+        }
+        m
+    }
+
+    fn billed(doc: &InvoiceDocument) -> BTreeMap<(String, MeterKind), u128> {
+        let mut m = BTreeMap::new();
+        for inv in &doc.invoices {
+            for l in &inv.lines {
+                if let (LineKind::Usage, Some(meter), Some(b)) =
+                    (l.kind, l.meter, l.billable_quantity)
+                {
+                    *m.entry((inv.tenant.clone(), meter)).or_insert(0) += b.0;
+                }
+            }
+        }
+        m
+    }
+
+    fn ratio(d: Decimal) -> BigRational {
+        BigRational::new(
+            BigInt::from(d.mantissa()),
+            num_traits::pow(BigInt::from(10), d.scale() as usize),
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+
+        #[test]
+        fn lines_sum_to_subtotal_and_row_order_does_not_matter(
+            rows in rows_strategy(), model in 0usize..4, inc in 1u32..13, rounding in 0usize..4,
+            seed in any::<u64>(),
+        ) {
+            let b = any_book(model, inc, rounding);
+            let u = to_report(&rows);
+            let doc = rated_with(&u, &b, None, &CarriedFragments::new());
+            for inv in &doc.invoices {
+                let sum = inv.lines.iter().fold(Decimal::ZERO, |a, l| a + l.amount);
+                prop_assert_eq!(sum, inv.subtotal);
+            }
+            // Shuffle the rows (a deterministic permutation from the seed).
+            let mut shuffled = rows.clone();
+            let n = shuffled.len();
+            if n > 1 {
+                let mut s = seed;
+                for i in (1..n).rev() {
+                    s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    shuffled.swap(i, (s >> 33) as usize % (i + 1));
+                }
+            }
+            let mut u2 = to_report(&shuffled);
+            // Same rows in another order: the invoices cite the report by its digest, so
+            // compare them with the first report's digest.
+            u2.sha256.clone_from(&u.sha256);
+            let doc2 = rated_with(&u2, &b, None, &CarriedFragments::new());
+            let a = serde_json::to_string(&doc).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            let c = serde_json::to_string(&doc2).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(a, c);
+        }
+
+        #[test]
+        fn billable_plus_fragment_out_is_metered_plus_fragment_in(
+            rows in rows_strategy(), model in 0usize..4, inc in 1u32..13,
+            carried in proptest::collection::vec((0usize..3, 0usize..2, 0u128..20), 0..4),
+        ) {
+            let b = any_book(model, inc, 0);
+            let u = to_report(&rows);
+            let tenants = ["alice", "bob", "carol"];
+            let mut fin = CarriedFragments::new();
+            for (tn, m, q) in carried {
+                let meter = if m == 0 { MeterKind::KernelLaunches } else { MeterKind::GpuBusyNs };
+                fin.insert(FragmentKey { tenant: tenants[tn].into(), sku: "h100".into(), meter }, q);
+            }
+            // A period covering every row, so fragments have a first window.
+            let period = (t(DEC1), t(DEC1) + 72 * HOUR);
+            let doc = rated_with(&u, &b, Some(period), &fin);
+            let out = doc.fragments_out();
+            let billed = billed(&doc);
+            let mut keys: std::collections::BTreeSet<(String, MeterKind)> = metered(&u).into_keys().collect();
+            keys.extend(fin.keys().map(|k| (k.tenant.clone(), k.meter)));
+            for key in keys {
+                let fk = FragmentKey { tenant: key.0.clone(), sku: "h100".into(), meter: key.1 };
+                let lhs = billed.get(&key).copied().unwrap_or(0) + out.get(&fk).copied().unwrap_or(0);
+                let rhs = metered(&u).get(&key).copied().unwrap_or(0) + fin.get(&fk).copied().unwrap_or(0);
+                prop_assert_eq!(lhs, rhs, "{:?}", key);
+            }
+            // Lines: quantity = billable + fragment_carried.
+            for inv in &doc.invoices {
+                for l in inv.lines.iter().filter(|l| l.kind == LineKind::Usage) {
+                    let q = l.quantity.map_or(0, |q| q.0);
+                    let bq = l.billable_quantity.map_or(0, |q| q.0);
+                    let f = l.fragment_carried.map_or(0, |q| q.0);
+                    prop_assert_eq!(q, bq + f);
+                }
+            }
+        }
+
+        #[test]
+        fn each_amount_is_within_half_a_minor_unit_of_the_exact_amount(
+            rows in rows_strategy(), model in 0usize..4, inc in 1u32..13, rounding in 0usize..2,
+        ) {
+            let b = any_book(model, inc, rounding);
+            let doc = rated_with(&to_report(&rows), &b, None, &CarriedFragments::new());
+            let half_cent = BigRational::new(BigInt::from(1), BigInt::from(200));
+            for inv in &doc.invoices {
+                for l in inv.lines.iter().filter(|l| l.kind == LineKind::Usage) {
+                    let (Some(price), Some(bq), Some(unit)) = (l.unit_price, l.billable_quantity, l.pricing_unit.as_deref()) else {
+                        continue;
+                    };
+                    let exact = match l.extensions.packages {
+                        Some(p) => ratio(price) * BigRational::from_integer(BigInt::from(p.0)),
+                        None => {
+                            let u = gpumeter_rating::PricingUnit::parse(unit).ok_or_else(|| TestCaseError::fail("unit"))?;
+                            ratio(price) * BigRational::new(
+                                BigInt::from(bq.0) * BigInt::from(u.factor_den()),
+                                BigInt::from(u.factor_num()),
+                            )
+                        }
+                    };
+                    let diff = (ratio(l.amount) - exact.clone()).abs();
+                    prop_assert!(diff <= half_cent, "{} vs {}", l.amount, exact);
+                }
+            }
+        }
+
+        #[test]
+        fn rating_a_period_in_two_halves_with_the_fragment_carried_bills_the_same(
+            rows in rows_strategy(), model in 0usize..4, inc in 1u32..13, split in 1u64..72,
+        ) {
+            let b = any_book(model, inc, 0);
+            let u = to_report(&rows);
+            let (from, to) = (t(DEC1), t(DEC1) + 72 * HOUR);
+            let mid = from + split * HOUR;
+            let whole = rated_with(&u, &b, Some((from, to)), &CarriedFragments::new());
+            let first = rated_with(&u, &b, Some((from, mid)), &CarriedFragments::new());
+            let second = rated_with(&u, &b, Some((mid, to)), &first.fragments_out());
+            let mut halves = billed(&first);
+            for (k, v) in billed(&second) {
+                *halves.entry(k).or_insert(0) += v;
+            }
+            prop_assert_eq!(halves, billed(&whole));
+            prop_assert_eq!(second.fragments_out(), whole.fragments_out());
+        }
+    }
+}
