@@ -7,7 +7,7 @@ one node (modern schema: fractional microseconds relative to `baseTimeNanosecond
 forward GEMM, a backward GEMM, an optimizer kernel on the compute stream, an NCCL all-reduce on a
 second stream that overlaps the backward pass, a host-to-device batch copy, a memset, plus the
 CPU-side `cudaLaunchKernel` events that carry the process id, one `ProfilerStep#N` GPU annotation
-per step and one `cuda_sync` event (both not work). The run crosses 08:00 UTC so the hourly
+per step and one `cuda_sync` event (both not work). The run crosses midnight UTC into December so the hourly
 windows split it. Deterministic: same bytes on every run (fixed seed, fixed gzip mtime).
 
 Usage: python3 examples/make_example_trace.py   (from the repository root)
@@ -16,8 +16,8 @@ import gzip
 import json
 import random
 
-BASE_NS = 1_793_606_000_000_000_000  # 2026-11-02T07:53:20Z: Kineto's baseTimeNanoseconds
-START_NS = 1_793_606_160_000_000_000  # 2026-11-02T07:56:00Z
+BASE_NS = 1_796_082_800_000_000_000  # 2026-11-30T23:53:20Z: Kineto's baseTimeNanoseconds
+START_NS = 1_796_082_960_000_000_000  # 2026-11-30T23:56:00Z
 STEPS = 120
 PID = 4242
 

@@ -245,7 +245,7 @@ fn example_preview_runs_and_windows_split_at_the_hour() {
         .collect();
     assert_eq!(
         windows.into_iter().collect::<Vec<_>>(),
-        vec!["2026-11-02T07:00:00Z", "2026-11-02T08:00:00Z"]
+        vec!["2026-11-30T23:00:00Z", "2026-12-01T00:00:00Z"]
     );
     assert_eq!(u["records"]["skipped"]["gpu_user_annotation"], 240);
     assert_eq!(u["records"]["skipped"]["cuda_sync"], 2);
@@ -445,9 +445,9 @@ fn a_period_off_the_window_edges_is_a_bad_command_line() {
         "--prices",
         s(&b),
         "--from",
-        "2026-11-02T07:30:00Z",
+        "2026-11-30T23:30:00Z",
         "--to",
-        "2026-11-02T09:00:00Z",
+        "2026-12-01T01:00:00Z",
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
 }
