@@ -2,9 +2,13 @@
 //! validation.
 //!
 //! A price book is parsed and validated in one step ([`PriceBook::from_toml_str`],
-//! [`PriceBook::from_path`]); a [`PriceBook`] value is always valid. Every error names the
-//! file, the table (`rate[3]`, counting each `[[rate]]` from 0 in file order), the field and
-//! the value ([`PriceBookError`]).
+//! [`PriceBook::from_path`]); a [`PriceBook`] value is always valid: the rater relies on every
+//! rule (tier order, model/field consistency, whole canonical increments, package sizes and
+//! tier edges, one increment per SKU and meter, bands that never meet on one rate, exact
+//! price × multiplier products). Every error names the file, the line and column of the
+//! offending key, the table (`rate[3]`, counting each `[[rate]]` from 0 in file order), the
+//! field and the value ([`PriceBookError`]); `docs/DECISIONS.md` "Price book validation" lists
+//! the rules.
 //!
 //! Every §5 feature is rated: the models ([`RateModel`], in [`crate::model`]), tiers with
 //! their flat fees, time-of-use bands, billing increments and effective dating.
@@ -96,9 +100,9 @@ pub enum PriceBookError {
         /// The file name as given.
         file: String,
         /// Line of the error, from 1 (1 when the parser gives no place).
-        line: usize,
+        line: u32,
         /// Column of the error in characters, from 1.
-        column: usize,
+        column: u32,
         /// The TOML parser's message.
         message: String,
     },
@@ -117,9 +121,9 @@ pub enum PriceBookError {
         /// The keys that table may have, comma-separated.
         known: String,
         /// Line of the unknown key, from 1.
-        line: usize,
+        line: u32,
         /// Column of the unknown key in characters, from 1.
-        column: usize,
+        column: u32,
     },
     /// A required field is absent.
     #[error("{file}:{line}:{column}: {} is missing", at(table, field))]
@@ -132,9 +136,9 @@ pub enum PriceBookError {
         field: &'static str,
         /// Line of the table's header (`[[rate]]`, `{` of an inline table), from 1; 1 for
         /// the top level.
-        line: usize,
+        line: u32,
         /// Column of the table's header in characters, from 1.
-        column: usize,
+        column: u32,
     },
     /// A field has a value the format does not allow, or conflicts with another table.
     #[error("{file}:{line}:{column}: {} = {value}: {reason}", at(table, field))]
@@ -147,13 +151,14 @@ pub enum PriceBookError {
         field: &'static str,
         /// The value as written in TOML (strings quoted).
         value: String,
-        /// What is wrong, for people.
-        reason: String,
+        /// What is wrong, for people (boxed to keep the error small: `Result`s of it are
+        /// returned everywhere).
+        reason: Box<str>,
         /// Line of the field's key (of the table's header when the field is absent or
         /// `""`), from 1.
-        line: usize,
+        line: u32,
         /// Column of that key in characters, from 1.
-        column: usize,
+        column: u32,
     },
 }
 
@@ -161,7 +166,7 @@ impl PriceBookError {
     /// Where in the text the error is, `(line, column)` from 1 (column in characters), for
     /// every error about the book's content; `None` for [`PriceBookError::Io`] and
     /// [`PriceBookError::NotUtf8`].
-    pub fn location(&self) -> Option<(usize, usize)> {
+    pub fn location(&self) -> Option<(u32, u32)> {
         match self {
             PriceBookError::Io { .. } | PriceBookError::NotUtf8 { .. } => None,
             PriceBookError::Syntax { line, column, .. }
@@ -176,7 +181,7 @@ impl PriceBookError {
 /// `rate[3]`, `rate[3].tiers[0].up_to`, `currency`), as `(line, column)` from 1.
 #[derive(Debug, Default)]
 struct Locator {
-    places: HashMap<String, (usize, usize)>,
+    places: HashMap<String, (u32, u32)>,
 }
 
 impl Locator {
@@ -225,7 +230,7 @@ impl Locator {
     }
 
     /// The place of `table.field`, else of `table`, else the start of the file.
-    fn find(&self, table: &str, field: &str) -> (usize, usize) {
+    fn find(&self, table: &str, field: &str) -> (u32, u32) {
         let key = at(table, field);
         self.places
             .get(&key)
@@ -248,14 +253,15 @@ impl<'a> LineIndex<'a> {
         LineIndex { text, starts }
     }
 
-    fn place(&self, offset: usize) -> (usize, usize) {
+    fn place(&self, offset: usize) -> (u32, u32) {
         let line = self.starts.partition_point(|&s| s <= offset).max(1);
         let start = self.starts.get(line - 1).copied().unwrap_or(0);
         let column = self
             .text
             .get(start..offset.min(self.text.len()))
             .map_or(0, |s| s.chars().count());
-        (line, column + 1)
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        (narrow(line), narrow(column + 1))
     }
 }
 
@@ -279,7 +285,7 @@ impl Ctx<'_> {
             table: table.to_string(),
             field,
             value,
-            reason: reason.into(),
+            reason: reason.into().into_boxed_str(),
             line,
             column,
         }
@@ -531,7 +537,7 @@ pub struct PriceBook {
     invoice_minimum_minor: Option<u128>,
     skus: Vec<Sku>,
     /// `(line, column)` of each SKU's `match` key, for errors found after parsing.
-    sku_match_at: Vec<(usize, usize)>,
+    sku_match_at: Vec<(u32, u32)>,
     rates: Vec<Rate>,
     bands: Vec<Band>,
 }
@@ -820,8 +826,13 @@ impl PriceBook {
     /// keys, missing or malformed fields, a schema other than [`PRICEBOOK_SCHEMA`], a currency
     /// not in the ISO 4217 table, an invoice minimum finer than the currency's minor unit, a
     /// duplicate SKU id or match pattern, a rate naming an unknown SKU, meter or unit or a unit
-    /// of another dimension, overlapping validity of two rates for one SKU and meter, and the
-    /// rules of tiers, increments and bands.
+    /// of another dimension, overlapping validity of two rates for one SKU and meter, tiers
+    /// that are unordered, overlapping, empty or not ending in `"inf"`, fields that do not fit
+    /// the model, tier edges, increments and package sizes that are not whole canonical units
+    /// (or beyond `u128`), increments that differ between rates of one SKU and meter, flat fees
+    /// finer than the minor unit, bands that can both apply to one rate at one instant, and a
+    /// price × band multiplier a [`Decimal`] cannot hold exactly. Each error has the line and
+    /// column of the offending key ([`PriceBookError::location`]).
     pub fn from_toml_str(name: &str, text: &str) -> Result<PriceBook, PriceBookError> {
         let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
         let top: toml::Table = toml::from_str(text).map_err(|e| {
@@ -994,7 +1005,8 @@ impl PriceBook {
                         "the catalog device {:?} matches SKUs `{first}` and `{second}` equally \
                          well",
                         name.as_ref()
-                    ),
+                    )
+                    .into_boxed_str(),
                     line,
                     column,
                 });
@@ -1963,11 +1975,13 @@ fn check_bands(
                 for tz in [a.tz, b.tz] {
                     zones.entry(tz).or_insert_with(|| transitions(tz));
                 }
-                let (ta, tb) = (&zones[&a.tz], &zones[&b.tz]);
-                cross_zone_overlap((&masks[i], ta), (&masks[j], tb)).map(|t| {
-                    let ns = u64::try_from(t).unwrap_or(0).saturating_mul(1_000_000_000);
-                    format!("both hold at {}", rfc3339(ns))
-                })
+                let offsets = |tz| zones.get(&tz).map_or(&[][..], Vec::as_slice);
+                cross_zone_overlap((&masks[i], offsets(a.tz)), (&masks[j], offsets(b.tz))).map(
+                    |t| {
+                        let ns = u64::try_from(t).unwrap_or(0).saturating_mul(1_000_000_000);
+                        format!("both hold at {}", rfc3339(ns))
+                    },
+                )
             };
             if let Some(when) = when {
                 return Err(ctx.invalid(

@@ -1995,6 +1995,7 @@ mod book_check {
             let Some((line, column)) = err.location() else {
                 panic!("no location: {msg}");
             };
+            let (line, column) = (line as usize, column as usize);
             assert_eq!(line, want_line, "{msg}\n{text}");
             assert!(
                 msg.starts_with(&format!("t.toml:{line}:{column}: ")),
