@@ -73,7 +73,9 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum PricesCommand {
-    /// Validate a price book and show its SKUs and rates (and which SKU each catalog device maps to).
+    /// Validate a price book (exit 1 on the first error, with its line and column) and show its
+    /// SKUs, rates and bands; with --devices, which SKU each catalog device maps to, and a
+    /// warning for each SKU no catalog device matches.
     Check {
         /// Price book (TOML).
         book: PathBuf,
@@ -360,7 +362,9 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 }
                 None => None,
             };
-            Ok(text_out(&table::prices_check(&book, catalog.as_ref())))
+            let text =
+                table::prices_check(&book, catalog.as_ref()).map_err(gpumeter::Error::from)?;
+            Ok(text_out(&text))
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use gpumeter::core::text::printable;
-use gpumeter::{DeviceCatalog, PriceBook, UsageReport};
+use gpumeter::{DeviceCatalog, PriceBook, PriceBookError, UsageReport};
 
 /// Input text, escaped ([`printable`]) and owned.
 pub(crate) fn esc(s: &str) -> String {
@@ -199,8 +199,24 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
     out
 }
 
-/// The price book's SKUs and rates, and the SKU each catalog device maps to.
-pub(crate) fn prices_check(book: &PriceBook, catalog: Option<&DeviceCatalog>) -> String {
+/// `prices check`: the price book's SKUs, rates (model, tiers, increment, package size,
+/// validity) and bands, the SKU each catalog device maps to, and warnings about SKUs no
+/// catalog device matches.
+///
+/// # Errors
+/// [`PriceBookError`] when two SKUs match a catalog device equally well (see
+/// [`PriceBook::check_catalog`]).
+pub(crate) fn prices_check(
+    book: &PriceBook,
+    catalog: Option<&DeviceCatalog>,
+) -> Result<String, PriceBookError> {
+    let warnings = match catalog {
+        Some(c) => {
+            let names: Vec<&str> = c.devices.iter().filter_map(|d| d.name.as_deref()).collect();
+            book.check_catalog(&names)?
+        }
+        None => Vec::new(),
+    };
     let mut out = String::from("ok: the price book is valid\n\n");
     for line in book.summary() {
         out.push_str(&esc(&line));
@@ -226,7 +242,13 @@ pub(crate) fn prices_check(book: &PriceBook, catalog: Option<&DeviceCatalog>) ->
         }
         out.push_str(&t.render("  "));
     }
-    out.trim_end().to_string()
+    if !warnings.is_empty() {
+        let _ = writeln!(out, "\nWarnings");
+        for w in &warnings {
+            let _ = writeln!(out, "  - {}", esc(w));
+        }
+    }
+    Ok(out.trim_end().to_string())
 }
 
 #[cfg(test)]

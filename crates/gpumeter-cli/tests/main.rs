@@ -1428,3 +1428,109 @@ fn a_bad_tenant_in_an_opening_report_is_exit_1_naming_the_entry() {
         assert_names_rule(&e, rule, raw);
     }
 }
+
+/// `gpumeter prices check` (issue 10 item 2): each refusal exits 1 naming the file, line,
+/// column, table and field; a book with every feature passes and shows it; `--devices` warns
+/// of SKUs no catalog device matches.
+mod prices_check_book {
+    use super::*;
+
+    const HEAD: &str = "schema = \"gpumeter.pricebook/v1\"\nversion = \"t\"\ncurrency = \"USD\"\n[[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n";
+    const RATE: &str = "[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\n";
+
+    fn full_book() -> PathBuf {
+        root().join("crates/gpumeter-rating/tests/data/pricebook_full.toml")
+    }
+
+    /// (body after HEAD, `line:column: table.field` expected in stderr, a fragment of the
+    /// reason). Lines count from 1 in HEAD + body; HEAD has 6 lines, RATE 4.
+    const CASES: &[(&str, &str, &str)] = &[
+        // negative price
+        ("unit_price = \"-1\"\n", "11:1: rate[0].unit_price", "negative"),
+        // tiers out of order
+        ("model = \"graduated\"\ntiers = [{ up_to = \"10\", unit_price = \"1\" }, { up_to = \"5\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }]\n", "12:48: rate[0].tiers[1].up_to", "increasing"),
+        // overlapping tiers
+        ("model = \"volume\"\ntiers = [{ up_to = \"10\", unit_price = \"1\" }, { up_to = \"10\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }]\n", "12:48: rate[0].tiers[1].up_to", "overlaps"),
+        // an empty first tier
+        ("model = \"volume\"\ntiers = [{ up_to = \"0\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }]\n", "12:12: rate[0].tiers[0].up_to", "gap"),
+        // a last tier that is not inf
+        ("model = \"graduated\"\ntiers = [{ up_to = \"10\", unit_price = \"1\" }]\n", "12:12: rate[0].tiers[0].up_to", "unbounded"),
+        // unit_price contradicting the first tier
+        ("unit_price = \"2\"\nmodel = \"graduated\"\ntiers = [{ up_to = \"inf\", unit_price = \"1\" }]\n", "11:1: rate[0].unit_price", "contradicts"),
+        // per_unit with tiers
+        ("tiers = [{ up_to = \"inf\", unit_price = \"1\" }]\n", "11:1: rate[0].tiers", "only for model"),
+        // package without package_size
+        ("unit_price = \"1\"\nmodel = \"package\"\n", "12:1: rate[0].model", "package_size"),
+        // a flat fee finer than a cent
+        ("model = \"volume\"\ntiers = [{ up_to = \"inf\", unit_price = \"1\", flat_fee = \"0.005\" }]\n", "12:45: rate[0].tiers[0].flat_fee", "minor unit"),
+        // an increment that is not whole canonical units
+        ("unit_price = \"1\"\nincrement = \"0.0000000000000001\"\n", "12:1: rate[0].increment", "whole number of SM·ns"),
+        // overlapping bands in one zone
+        ("unit_price = \"1\"\n[[band]]\nname = \"a\"\ntz = \"UTC\"\nhours = \"22:00-06:00\"\nmultiplier = \"0.5\"\n[[band]]\nname = \"b\"\ntz = \"UTC\"\nhours = \"05:00-07:00\"\nmultiplier = \"0.7\"\n", "20:1: band[1].hours", "overlaps band[0]"),
+        // an unknown time zone
+        ("unit_price = \"1\"\n[[band]]\nname = \"a\"\ntz = \"Europe/Atlantis\"\nhours = \"22:00-06:00\"\nmultiplier = \"0.5\"\n", "14:1: band[0].tz", "IANA"),
+        // a product of price and multiplier too fine for a decimal
+        ("unit_price = \"0.0000000000000000000001\"\n[[band]]\nname = \"a\"\ntz = \"UTC\"\nhours = \"22:00-06:00\"\nmultiplier = \"0.0000001\"\n", "16:1: band[0].multiplier", "exactly"),
+    ];
+
+    #[test]
+    fn each_invalid_book_exits_1_with_line_column_and_field() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let bad = dir.path().join("bad.toml");
+        for (body, place, fragment) in CASES {
+            std::fs::write(&bad, format!("{HEAD}{RATE}{body}")).expect("write");
+            let o = gpumeter(&["prices", "check", s(&bad)]);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "{body}: {err}");
+            assert!(
+                err.contains(&format!("bad.toml:{place}")),
+                "`{place}` not in: {err}"
+            );
+            assert!(err.contains(fragment), "`{fragment}` not in: {err}");
+            assert!(stdout(&o).is_empty(), "{}", stdout(&o));
+        }
+    }
+
+    #[test]
+    fn a_book_with_every_feature_passes_and_shows_it() {
+        let o = gpumeter(&["prices", "check", s(&full_book())]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        for want in [
+            "ok: the price book is valid",
+            "rate[0] sm_ns: 0.01750 USD per SM·hour, graduated, increment 0.001 SM·hour",
+            "valid [-∞, 2027-01-01T00:00:00Z)",
+            "rate[1] sm_ns: 0.000004 USD per SM·s, graduated",
+            "valid [2027-01-01T00:00:00Z, ∞)",
+            "tier[2] up to inf: 0.0140 USD per SM·hour, flat fee 2.50 USD",
+            "rate[2] sm_ns: 0.012 USD per SM·hour, volume",
+            "per package of 100 GB",
+            "band[0] off-peak: America/New_York, mon tue wed thu fri, 22:00-06:00 (wraps midnight), multiplier 0.60",
+        ] {
+            assert!(text.contains(want), "`{want}` not in:\n{text}");
+        }
+        // The example book passes too.
+        let o = gpumeter(&["prices", "check", s(&book())]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+
+    #[test]
+    fn devices_warn_of_skus_no_catalog_device_matches_and_exit_0() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let catalog = dir.path().join("devices.toml");
+        std::fs::write(
+            &catalog,
+            "[[device]]\nid = 0\nname = \"NVIDIA H100 80GB HBM3\"\nsm_count = 132\ncompute_capability = \"9.0\"\n",
+        )
+        .expect("write");
+        let o = gpumeter(&["prices", "check", s(&full_book()), "--devices", s(&catalog)]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        assert!(text.contains("\nWarnings\n"), "{text}");
+        assert!(
+            text.contains("sku[1] `a100` (line 13): no device of the catalog matches it"),
+            "{text}"
+        );
+        assert!(!text.contains("`h100` (line"), "{text}");
+    }
+}

@@ -2,9 +2,13 @@
 //! validation.
 //!
 //! A price book is parsed and validated in one step ([`PriceBook::from_toml_str`],
-//! [`PriceBook::from_path`]); a [`PriceBook`] value is always valid. Every error names the
-//! file, the table (`rate[3]`, counting each `[[rate]]` from 0 in file order), the field and
-//! the value ([`PriceBookError`]).
+//! [`PriceBook::from_path`]); a [`PriceBook`] value is always valid: the rater relies on every
+//! rule (tier order, model/field consistency, whole canonical increments, package sizes and
+//! tier edges, one increment per SKU and meter, bands that never meet on one rate, exact
+//! price × multiplier products). Every error names the file, the line and column of the
+//! offending key, the table (`rate[3]`, counting each `[[rate]]` from 0 in file order), the
+//! field and the value ([`PriceBookError`]); `docs/DECISIONS.md` "Price book validation" lists
+//! the rules.
 //!
 //! Every §5 feature is rated: the models ([`RateModel`], in [`crate::model`]), tiers with
 //! their flat fees, time-of-use bands, billing increments and effective dating.
@@ -64,10 +68,12 @@ const BAND_KEYS: &[&str] = &[
     "skus",
 ];
 
-/// Errors reading or validating a price book. Each names the file, the table (`""` for the
-/// top level, else `sku[i]`, `rate[i]`, `band[i]`, counted from 0 in file order), the field
-/// and the offending value as written in TOML. A price-book error never yields a partial
-/// invoice (DESIGN §11).
+/// Errors reading or validating a price book. Each names the file, the line and column of the
+/// offending key in the text (1-based; the column counts characters), the table (`""` for the
+/// top level, else `sku[i]`, `rate[i]`, `rate[i].tiers[j]`, `band[i]`, counted from 0 in file
+/// order), the field and the offending value as written in TOML, and prints as
+/// `file:line:column: rate[3].unit_price = "-1": reason`. A price-book error never yields a
+/// partial invoice (DESIGN §11).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PriceBookError {
@@ -88,16 +94,23 @@ pub enum PriceBookError {
         /// Where the first bad byte is.
         reason: String,
     },
-    /// The text is not a TOML document (the message has the line and column).
-    #[error("{file}: not a TOML document: {message}")]
+    /// The text is not a TOML document.
+    #[error("{file}:{line}:{column}: not a TOML document: {message}")]
     Syntax {
         /// The file name as given.
         file: String,
+        /// Line of the error, from 1 (1 when the parser gives no place).
+        line: u32,
+        /// Column of the error in characters, from 1.
+        column: u32,
         /// The TOML parser's message.
         message: String,
     },
     /// A key that the format does not have (a typo is never ignored).
-    #[error("{file}: {}: unknown key `{key}` (known keys: {known})", place(table))]
+    #[error(
+        "{file}:{line}:{column}: {}: unknown key `{key}` (known keys: {known})",
+        place(table)
+    )]
     UnknownKey {
         /// The file name as given.
         file: String,
@@ -107,9 +120,13 @@ pub enum PriceBookError {
         key: String,
         /// The keys that table may have, comma-separated.
         known: String,
+        /// Line of the unknown key, from 1.
+        line: u32,
+        /// Column of the unknown key in characters, from 1.
+        column: u32,
     },
     /// A required field is absent.
-    #[error("{file}: {} is missing", at(table, field))]
+    #[error("{file}:{line}:{column}: {} is missing", at(table, field))]
     Missing {
         /// The file name as given.
         file: String,
@@ -117,9 +134,14 @@ pub enum PriceBookError {
         table: String,
         /// The field.
         field: &'static str,
+        /// Line of the table's header (`[[rate]]`, `{` of an inline table), from 1; 1 for
+        /// the top level.
+        line: u32,
+        /// Column of the table's header in characters, from 1.
+        column: u32,
     },
     /// A field has a value the format does not allow, or conflicts with another table.
-    #[error("{file}: {} = {value}: {reason}", at(table, field))]
+    #[error("{file}:{line}:{column}: {} = {value}: {reason}", at(table, field))]
     Invalid {
         /// The file name as given.
         file: String,
@@ -129,9 +151,145 @@ pub enum PriceBookError {
         field: &'static str,
         /// The value as written in TOML (strings quoted).
         value: String,
-        /// What is wrong, for people.
-        reason: String,
+        /// What is wrong, for people (boxed to keep the error small: `Result`s of it are
+        /// returned everywhere).
+        reason: Box<str>,
+        /// Line of the field's key (of the table's header when the field is absent or
+        /// `""`), from 1.
+        line: u32,
+        /// Column of that key in characters, from 1.
+        column: u32,
     },
+}
+
+impl PriceBookError {
+    /// Where in the text the error is, `(line, column)` from 1 (column in characters), for
+    /// every error about the book's content; `None` for [`PriceBookError::Io`] and
+    /// [`PriceBookError::NotUtf8`].
+    pub fn location(&self) -> Option<(u32, u32)> {
+        match self {
+            PriceBookError::Io { .. } | PriceBookError::NotUtf8 { .. } => None,
+            PriceBookError::Syntax { line, column, .. }
+            | PriceBookError::UnknownKey { line, column, .. }
+            | PriceBookError::Missing { line, column, .. }
+            | PriceBookError::Invalid { line, column, .. } => Some((*line, *column)),
+        }
+    }
+}
+
+/// Where each key and table of the TOML text starts, by path (`rate[3].unit_price`,
+/// `rate[3]`, `rate[3].tiers[0].up_to`, `currency`), as `(line, column)` from 1.
+#[derive(Debug, Default)]
+struct Locator {
+    places: HashMap<String, (u32, u32)>,
+}
+
+impl Locator {
+    /// Indexes `text`; a text that does not parse yields an empty index (the caller has
+    /// already refused it).
+    fn new(text: &str) -> Locator {
+        let mut loc = Locator::default();
+        let lines = LineIndex::new(text);
+        if let Ok(doc) = toml::de::DeTable::parse(text) {
+            loc.walk(&lines, "", doc.get_ref());
+        }
+        loc
+    }
+
+    fn walk(&mut self, lines: &LineIndex<'_>, prefix: &str, table: &toml::de::DeTable<'_>) {
+        for (key, value) in table.iter() {
+            let path = if prefix.is_empty() {
+                key.get_ref().to_string()
+            } else {
+                format!("{prefix}.{}", key.get_ref())
+            };
+            self.places
+                .insert(path.clone(), lines.place(key.span().start));
+            self.walk_value(lines, &path, value);
+        }
+    }
+
+    fn walk_value(
+        &mut self,
+        lines: &LineIndex<'_>,
+        path: &str,
+        value: &toml::Spanned<toml::de::DeValue<'_>>,
+    ) {
+        match value.get_ref() {
+            toml::de::DeValue::Table(t) => self.walk(lines, path, t),
+            toml::de::DeValue::Array(items) => {
+                for (j, item) in items.iter().enumerate() {
+                    let p = format!("{path}[{j}]");
+                    self.places
+                        .insert(p.clone(), lines.place(item.span().start));
+                    self.walk_value(lines, &p, item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The place of `table.field`, else of `table`, else the start of the file.
+    fn find(&self, table: &str, field: &str) -> (u32, u32) {
+        let key = at(table, field);
+        self.places
+            .get(&key)
+            .or_else(|| self.places.get(table))
+            .copied()
+            .unwrap_or((1, 1))
+    }
+}
+
+/// Byte offsets to `(line, column)`, both from 1, the column in characters.
+struct LineIndex<'a> {
+    text: &'a str,
+    starts: Vec<usize>,
+}
+
+impl<'a> LineIndex<'a> {
+    fn new(text: &'a str) -> Self {
+        let mut starts = vec![0];
+        starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        LineIndex { text, starts }
+    }
+
+    fn place(&self, offset: usize) -> (u32, u32) {
+        let line = self.starts.partition_point(|&s| s <= offset).max(1);
+        let start = self.starts.get(line - 1).copied().unwrap_or(0);
+        let column = self
+            .text
+            .get(start..offset.min(self.text.len()))
+            .map_or(0, |s| s.chars().count());
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        (narrow(line), narrow(column + 1))
+    }
+}
+
+/// The file name and the places of its keys, for building errors.
+struct Ctx<'a> {
+    file: &'a str,
+    loc: &'a Locator,
+}
+
+impl Ctx<'_> {
+    fn invalid(
+        &self,
+        table: &str,
+        field: &'static str,
+        value: String,
+        reason: impl Into<String>,
+    ) -> PriceBookError {
+        let (line, column) = self.loc.find(table, field);
+        PriceBookError::Invalid {
+            file: self.file.to_string(),
+            table: table.to_string(),
+            field,
+            value,
+            reason: reason.into().into_boxed_str(),
+            line,
+            column,
+        }
+    }
 }
 
 /// `rate[3].unit_price`, or `currency` at the top level, or `band[0]` for a whole table.
@@ -259,13 +417,22 @@ pub enum TierLimit {
     Unbounded,
 }
 
-/// One tier of a tiered rate.
+/// One tier of a tiered rate ([`RateModel::Graduated`] or [`RateModel::Volume`]).
+///
+/// Validation guarantees: the tiers of a rate have strictly increasing bounds, the first
+/// bound is above 0, only the last is [`TierLimit::Unbounded`] and it is; every finite bound
+/// is a whole number of canonical units that fits a `u128` ([`Tier::up_to_canonical`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Tier {
     /// Inclusive upper bound in the pricing unit.
     pub up_to: TierLimit,
-    /// Price per pricing unit (per package for [`RateModel::Package`]) in this tier.
+    /// The same bound in the meter's canonical unit (ns, SM·ns, B, …), inclusive:
+    /// `Some(n)` for [`TierLimit::UpTo`], `None` for [`TierLimit::Unbounded`] (`"inf"`).
+    /// Computed once by validation with [`PricingUnit::to_canonical`], so the rater compares
+    /// canonical quantities with it directly.
+    pub up_to_canonical: Option<u128>,
+    /// Price per pricing unit in this tier, non-negative.
     pub unit_price: Decimal,
     /// Charged once per period, as its own invoice line, for each tier the period's quantity
     /// reaches ([`RateModel::Graduated`]) or for the one tier it falls in
@@ -286,18 +453,28 @@ pub struct Rate {
     pub meter: MeterKind,
     /// The pricing unit, of the meter's dimension.
     pub unit: PricingUnit,
-    /// Price per `unit`, non-negative, in the book's currency, as written (its scale kept).
-    /// With tiers and no `unit_price`, the first tier's price.
+    /// Price per `unit` (per package for [`RateModel::Package`]), non-negative, in the book's
+    /// currency, as written (its scale kept). With tiers: the first tier's price (a written
+    /// `unit_price` must equal it numerically).
     pub unit_price: Decimal,
     /// The pricing model.
     pub model: RateModel,
-    /// Tiers, ordered, the last one unbounded; empty for `per_unit` and `package`.
+    /// Tiers, ordered, the last one unbounded: at least one for `graduated` and `volume`,
+    /// empty for `per_unit` and `package` (see [`Tier`] for what validation guarantees).
     pub tiers: Vec<Tier>,
-    /// Billing increment in `unit`, a whole number of canonical units; `None`: one canonical
-    /// unit.
+    /// Billing increment in `unit`, a whole number of canonical units above 0; `None`: one
+    /// canonical unit. Every rate of one (SKU, meter) has the same increment in canonical
+    /// units (it is applied once per tenant, SKU, meter and period).
     pub increment: Option<Decimal>,
-    /// Package size in `unit` for [`RateModel::Package`], a whole number of canonical units.
+    /// [`Rate::increment`] in the meter's canonical unit (`"0.001"` hour → 3 600 000 000 ns),
+    /// always ≥ 1; `None` when the rate has no increment (which means 1 canonical unit).
+    pub increment_canonical: Option<u128>,
+    /// Package size in `unit`, present exactly for [`RateModel::Package`]: a whole number of
+    /// canonical units above 0. `unit_price` is then the price of one package.
     pub package_size: Option<Decimal>,
+    /// [`Rate::package_size`] in the meter's canonical unit, ≥ 1; `Some` exactly for
+    /// [`RateModel::Package`].
+    pub package_size_canonical: Option<u128>,
     /// Start of validity, ns since the Unix epoch, inclusive; `None`: always.
     pub valid_from: Option<u64>,
     /// End of validity, ns since the Unix epoch, exclusive; `None`: forever.
@@ -359,30 +536,35 @@ pub struct PriceBook {
     invoice_minimum: Option<Decimal>,
     invoice_minimum_minor: Option<u128>,
     skus: Vec<Sku>,
+    /// `(line, column)` of each SKU's `match` key, for errors found after parsing.
+    sku_match_at: Vec<(u32, u32)>,
     rates: Vec<Rate>,
     bands: Vec<Band>,
 }
 
 /// Reads the fields of one TOML table and turns bad ones into [`PriceBookError`]s.
 struct Reader<'a> {
-    file: &'a str,
+    ctx: &'a Ctx<'a>,
     table: String,
     map: &'a toml::Table,
 }
 
 impl<'a> Reader<'a> {
-    fn new(file: &'a str, table: String, map: &'a toml::Table) -> Self {
-        Reader { file, table, map }
+    fn new(ctx: &'a Ctx<'a>, table: String, map: &'a toml::Table) -> Self {
+        Reader { ctx, table, map }
     }
 
     fn check_keys(&self, known: &[&str]) -> Result<(), PriceBookError> {
         for key in self.map.keys() {
             if !known.contains(&key.as_str()) {
+                let (line, column) = self.ctx.loc.find(&self.table, key);
                 return Err(PriceBookError::UnknownKey {
-                    file: self.file.to_string(),
+                    file: self.ctx.file.to_string(),
                     table: self.table.clone(),
                     key: key.clone(),
                     known: known.join(", "),
+                    line,
+                    column,
                 });
             }
         }
@@ -395,20 +577,26 @@ impl<'a> Reader<'a> {
         value: &toml::Value,
         reason: impl Into<String>,
     ) -> PriceBookError {
-        PriceBookError::Invalid {
-            file: self.file.to_string(),
-            table: self.table.clone(),
-            field,
-            value: value.to_string(),
-            reason: reason.into(),
-        }
+        self.ctx
+            .invalid(&self.table, field, value.to_string(), reason)
+    }
+
+    /// An error about `field` whether or not the table has it (its value, or `(absent)`).
+    fn invalid_field(&self, field: &'static str, reason: impl Into<String>) -> PriceBookError {
+        let value = self
+            .get(field)
+            .map_or_else(|| "(absent)".to_string(), |v| v.to_string());
+        self.ctx.invalid(&self.table, field, value, reason)
     }
 
     fn missing(&self, field: &'static str) -> PriceBookError {
+        let (line, column) = self.ctx.loc.find(&self.table, "");
         PriceBookError::Missing {
-            file: self.file.to_string(),
+            file: self.ctx.file.to_string(),
             table: self.table.clone(),
             field,
+            line,
+            column,
         }
     }
 
@@ -583,20 +771,14 @@ fn parse_clock(s: &str) -> Option<u32> {
 
 /// The array of tables under `key` (`[[rate]]`), empty when absent.
 fn tables<'a>(
-    file: &str,
+    ctx: &Ctx<'_>,
     top: &'a toml::Table,
     key: &'static str,
 ) -> Result<Vec<&'a toml::Table>, PriceBookError> {
     let Some(v) = top.get(key) else {
         return Ok(Vec::new());
     };
-    let bad = |reason: String| PriceBookError::Invalid {
-        file: file.to_string(),
-        table: String::new(),
-        field: key,
-        value: v.to_string(),
-        reason,
-    };
+    let bad = |reason: String| ctx.invalid("", key, v.to_string(), reason);
     match v {
         toml::Value::Array(items) => items
             .iter()
@@ -644,15 +826,32 @@ impl PriceBook {
     /// keys, missing or malformed fields, a schema other than [`PRICEBOOK_SCHEMA`], a currency
     /// not in the ISO 4217 table, an invoice minimum finer than the currency's minor unit, a
     /// duplicate SKU id or match pattern, a rate naming an unknown SKU, meter or unit or a unit
-    /// of another dimension, overlapping validity of two rates for one SKU and meter, and the
-    /// rules of tiers, increments and bands.
+    /// of another dimension, overlapping validity of two rates for one SKU and meter, tiers
+    /// that are unordered, overlapping, empty or not ending in `"inf"`, fields that do not fit
+    /// the model, tier edges, increments and package sizes that are not whole canonical units
+    /// (or beyond `u128`), increments that differ between rates of one SKU and meter, flat fees
+    /// finer than the minor unit, bands that can both apply to one rate at one instant, and a
+    /// price × band multiplier a [`Decimal`] cannot hold exactly. Each error has the line and
+    /// column of the offending key ([`PriceBookError::location`]).
     pub fn from_toml_str(name: &str, text: &str) -> Result<PriceBook, PriceBookError> {
         let sha256 = hex::encode(Sha256::digest(text.as_bytes()));
-        let top: toml::Table = toml::from_str(text).map_err(|e| PriceBookError::Syntax {
-            file: name.to_string(),
-            message: e.to_string().trim_end().to_string(),
+        let top: toml::Table = toml::from_str(text).map_err(|e| {
+            let (line, column) = e
+                .span()
+                .map_or((1, 1), |span| LineIndex::new(text).place(span.start));
+            PriceBookError::Syntax {
+                file: name.to_string(),
+                line,
+                column,
+                message: e.to_string().trim_end().to_string(),
+            }
         })?;
-        let mut book = parse_book(name, &top)?;
+        let loc = Locator::new(text);
+        let ctx = Ctx {
+            file: name,
+            loc: &loc,
+        };
+        let mut book = parse_book(&ctx, &top)?;
         book.sha256 = sha256;
         Ok(book)
     }
@@ -780,9 +979,57 @@ impl PriceBook {
             .find(|r| r.sku == sku && r.meter == meter && r.valid_at(t_ns))
     }
 
+    /// For `prices check --devices`: the SKU-level checks that need the device catalog.
+    /// `names` are the catalog's device names. Returns warnings for people, one per SKU that
+    /// no name matches (`sku[0] `v100` (line 29): no device of the catalog matches it`), in
+    /// SKU order.
+    ///
+    /// # Errors
+    /// [`PriceBookError::Invalid`] at the second SKU's `match` key when two SKUs match a
+    /// name at equal rank (validation already refuses equal patterns, and two distinct
+    /// patterns cannot tie on one name, so this is a guard rather than an expected outcome).
+    pub fn check_catalog<S: AsRef<str>>(&self, names: &[S]) -> Result<Vec<String>, PriceBookError> {
+        for name in names {
+            if let Err(RatingError::AmbiguousSku { first, second, .. }) =
+                self.sku_for(name.as_ref())
+            {
+                let sku = self.skus.iter().find(|s| s.id == second);
+                let index = sku.map_or(0, |s| s.index);
+                let (line, column) = self.sku_match_at.get(index).copied().unwrap_or((1, 1));
+                return Err(PriceBookError::Invalid {
+                    file: self.name.clone(),
+                    table: format!("sku[{index}]"),
+                    field: "match",
+                    value: format!("\"{}\"", name.as_ref()),
+                    reason: format!(
+                        "the catalog device {:?} matches SKUs `{first}` and `{second}` equally \
+                         well",
+                        name.as_ref()
+                    )
+                    .into_boxed_str(),
+                    line,
+                    column,
+                });
+            }
+        }
+        let mut warnings = Vec::new();
+        for sku in &self.skus {
+            if !names.iter().any(|n| sku.rank(n.as_ref()).is_some()) {
+                let (line, _) = self.sku_match_at.get(sku.index).copied().unwrap_or((1, 1));
+                warnings.push(format!(
+                    "sku[{}] `{}` (line {line}): no device of the catalog matches it",
+                    sku.index, sku.id
+                ));
+            }
+        }
+        Ok(warnings)
+    }
+
     /// For `prices check`: lines for people describing the book (header, then each SKU with
-    /// its patterns and its rates), without trailing newlines.
+    /// its patterns and its rates with their model, tiers, increment, package size and
+    /// validity, then the bands), without trailing newlines.
     pub fn summary(&self) -> Vec<String> {
+        let code = self.currency.code();
         let mut out = vec![
             format!(
                 "price book {} (schema {PRICEBOOK_SCHEMA}, version {})",
@@ -791,7 +1038,7 @@ impl PriceBook {
             format!("  sha256 {}", self.sha256),
             format!(
                 "  currency {} ({} decimal places), rounding {} once per line, invoice minimum {}",
-                self.currency.code(),
+                code,
                 self.currency.scale(),
                 self.rounding,
                 self.invoice_minimum
@@ -806,31 +1053,97 @@ impl PriceBook {
                 out.push("  (no rates: its devices' usage is not billed)".to_string());
             }
             for r in rates {
-                let validity = match (r.valid_from, r.valid_to) {
-                    (None, None) => String::new(),
-                    (f, t) => format!(
-                        ", valid [{}, {})",
-                        f.map_or_else(|| "-∞".to_string(), rfc3339),
-                        t.map_or_else(|| "∞".to_string(), rfc3339)
-                    ),
-                };
-                out.push(format!(
-                    "  rate[{}] {}: {} {} per {}{}",
-                    r.index,
-                    r.meter,
-                    r.unit_price,
-                    self.currency.code(),
-                    r.unit.name(),
-                    validity
-                ));
+                out.extend(rate_summary(r, code));
             }
+        }
+        for b in &self.bands {
+            out.push(band_summary(b));
         }
         out
     }
 }
 
-fn parse_book(file: &str, top: &toml::Table) -> Result<PriceBook, PriceBookError> {
-    let r = Reader::new(file, String::new(), top);
+/// A rate's lines in [`PriceBook::summary`].
+fn rate_summary(r: &Rate, code: &str) -> Vec<String> {
+    let unit = r.unit.name();
+    let canonical = r.meter.canonical_unit();
+    let price = match (r.model, r.package_size, r.package_size_canonical) {
+        (RateModel::Package, Some(size), Some(c)) => format!(
+            "{} {code} per package of {size} {unit} ({c} {canonical}), whole packages rounded up",
+            r.unit_price
+        ),
+        _ => format!("{} {code} per {unit}", r.unit_price),
+    };
+    let mut head = format!("  rate[{}] {}: {price}, {}", r.index, r.meter, r.model);
+    if let (Some(inc), Some(c)) = (r.increment, r.increment_canonical) {
+        head.push_str(&format!(", increment {inc} {unit} ({c} {canonical})"));
+    }
+    if r.valid_from.is_some() || r.valid_to.is_some() {
+        head.push_str(&format!(
+            ", valid [{}, {})",
+            r.valid_from.map_or_else(|| "-∞".to_string(), rfc3339),
+            r.valid_to.map_or_else(|| "∞".to_string(), rfc3339)
+        ));
+    }
+    let mut out = vec![head];
+    for (j, t) in r.tiers.iter().enumerate() {
+        let up_to = match (t.up_to, t.up_to_canonical) {
+            (TierLimit::UpTo(d), Some(c)) => format!("up to {d} {unit} ({c} {canonical})"),
+            _ => "up to inf".to_string(),
+        };
+        let fee = t
+            .flat_fee
+            .map_or_else(String::new, |f| format!(", flat fee {f} {code}"));
+        out.push(format!(
+            "    tier[{j}] {up_to}: {} {code} per {unit}{fee}",
+            t.unit_price
+        ));
+    }
+    out
+}
+
+/// A band's line in [`PriceBook::summary`].
+fn band_summary(b: &Band) -> String {
+    let days = if b.days.is_empty() {
+        "every day".to_string()
+    } else {
+        let names: Vec<String> = b
+            .days
+            .iter()
+            .map(|d| d.to_string().to_lowercase())
+            .collect();
+        names.join(" ")
+    };
+    let clock = |m: u32| format!("{:02}:{:02}", m / 60, m % 60);
+    let wrap = if b.end_minute < b.start_minute {
+        " (wraps midnight)"
+    } else {
+        ""
+    };
+    let meters = if b.meters.is_empty() {
+        "every meter".to_string()
+    } else {
+        let names: Vec<&str> = b.meters.iter().map(|m| m.as_str()).collect();
+        format!("meters {}", names.join(", "))
+    };
+    let skus = if b.skus.is_empty() {
+        "every sku".to_string()
+    } else {
+        format!("skus {}", b.skus.join(", "))
+    };
+    format!(
+        "band[{}] {}: {}, {days}, {}-{}{wrap}, multiplier {}, {meters}, {skus}",
+        b.index,
+        b.name,
+        b.tz,
+        clock(b.start_minute),
+        clock(b.end_minute),
+        b.multiplier
+    )
+}
+
+fn parse_book(ctx: &Ctx<'_>, top: &toml::Table) -> Result<PriceBook, PriceBookError> {
+    let r = Reader::new(ctx, String::new(), top);
     r.check_keys(TOP_KEYS)?;
 
     let schema = r.required_string("schema")?;
@@ -893,12 +1206,19 @@ fn parse_book(file: &str, top: &toml::Table) -> Result<PriceBook, PriceBookError
         }
     }
 
-    let skus = parse_skus(file, top)?;
-    let rates = parse_rates(file, top, &skus)?;
-    let bands = parse_bands(file, top, &skus)?;
+    let skus = parse_skus(ctx, top)?;
+    let sku_match_at = skus
+        .iter()
+        .map(|s| ctx.loc.find(&format!("sku[{}]", s.index), "match"))
+        .collect();
+    let rate_tables = tables(ctx, top, "rate")?;
+    let rates = parse_rates(ctx, &rate_tables, &skus, currency)?;
+    let band_tables = tables(ctx, top, "band")?;
+    let bands = parse_bands(ctx, &band_tables, &skus)?;
+    check_bands(ctx, &band_tables, &bands, &rates)?;
 
     Ok(PriceBook {
-        name: file.to_string(),
+        name: ctx.file.to_string(),
         sha256: String::new(),
         version: version.to_string(),
         currency,
@@ -906,17 +1226,18 @@ fn parse_book(file: &str, top: &toml::Table) -> Result<PriceBook, PriceBookError
         invoice_minimum,
         invoice_minimum_minor,
         skus,
+        sku_match_at,
         rates,
         bands,
     })
 }
 
-fn parse_skus(file: &str, top: &toml::Table) -> Result<Vec<Sku>, PriceBookError> {
+fn parse_skus(ctx: &Ctx<'_>, top: &toml::Table) -> Result<Vec<Sku>, PriceBookError> {
     let mut skus: Vec<Sku> = Vec::new();
     let mut ids: HashMap<String, usize> = HashMap::new();
     let mut seen: HashMap<SkuPattern, usize> = HashMap::new();
-    for (i, t) in tables(file, top, "sku")?.into_iter().enumerate() {
-        let r = Reader::new(file, format!("sku[{i}]"), t);
+    for (i, t) in tables(ctx, top, "sku")?.into_iter().enumerate() {
+        let r = Reader::new(ctx, format!("sku[{i}]"), t);
         r.check_keys(SKU_KEYS)?;
         let id = r.required_string("id")?;
         let id_value = r.required("id")?;
@@ -964,9 +1285,28 @@ fn parse_skus(file: &str, top: &toml::Table) -> Result<Vec<Sku>, PriceBookError>
     Ok(skus)
 }
 
-fn parse_tiers(r: &Reader<'_>) -> Result<Vec<Tier>, PriceBookError> {
+/// A canonical-unit conversion that must succeed (tier edges, increments, package sizes),
+/// or the reason it does not, for people.
+fn whole_canonical(unit: PricingUnit, meter: MeterKind, amount: Decimal) -> Result<u128, String> {
+    unit.to_canonical(amount).ok_or_else(|| {
+        format!(
+            "must be a whole number of {canonical} (1 {unit} = {num} {canonical}) no larger than \
+             2^128 - 1 {canonical}: quantities are rated as integers in canonical units",
+            canonical = meter.canonical_unit(),
+            unit = unit.name(),
+            num = unit.factor_num(),
+        )
+    })
+}
+
+fn parse_tiers(
+    r: &Reader<'_>,
+    unit: PricingUnit,
+    meter: MeterKind,
+    currency: Currency,
+) -> Result<Option<Vec<Tier>>, PriceBookError> {
     let Some(v) = r.get("tiers") else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     let toml::Value::Array(items) = v else {
         return Err(r.invalid(
@@ -978,47 +1318,202 @@ fn parse_tiers(r: &Reader<'_>) -> Result<Vec<Tier>, PriceBookError> {
             ),
         ));
     };
-    let mut tiers = Vec::with_capacity(items.len());
+    if items.is_empty() {
+        return Err(r.invalid(
+            "tiers",
+            v,
+            "needs at least one tier; the last one has up_to = \"inf\"",
+        ));
+    }
+    let mut tiers: Vec<Tier> = Vec::with_capacity(items.len());
     for (j, item) in items.iter().enumerate() {
         let tier_table = format!("{}.tiers[{j}]", r.table);
         let toml::Value::Table(t) = item else {
-            return Err(PriceBookError::Invalid {
-                file: r.file.to_string(),
-                table: tier_table,
-                field: "",
-                value: item.to_string(),
-                reason: format!(
+            return Err(r.ctx.invalid(
+                &tier_table,
+                "",
+                item.to_string(),
+                format!(
                     "expected a {{ up_to, unit_price }} table, found {}",
                     kind(item)
                 ),
-            });
+            ));
         };
-        let tr = Reader::new(r.file, tier_table, t);
+        let tr = Reader::new(r.ctx, tier_table, t);
         tr.check_keys(TIER_KEYS)?;
         let up_v = tr.required("up_to")?;
-        let up_to = match up_v {
-            toml::Value::String(s) if s == "inf" => TierLimit::Unbounded,
-            other => TierLimit::UpTo(
-                parse_decimal(other).map_err(|reason| tr.invalid("up_to", other, reason))?,
-            ),
+        let last = j + 1 == items.len();
+        let (up_to, up_to_canonical) = match up_v {
+            toml::Value::String(s) if s == "inf" => {
+                if !last {
+                    return Err(tr.invalid(
+                        "up_to",
+                        up_v,
+                        "only the last tier may be unbounded (\"inf\"): the tiers after it \
+                         could never be reached",
+                    ));
+                }
+                (TierLimit::Unbounded, None)
+            }
+            other => {
+                let d =
+                    parse_decimal(other).map_err(|reason| tr.invalid("up_to", other, reason))?;
+                let c = whole_canonical(unit, meter, d)
+                    .map_err(|reason| tr.invalid("up_to", other, reason))?;
+                (TierLimit::UpTo(d), Some(c))
+            }
         };
+        if let Some(c) = up_to_canonical {
+            match tiers.last().and_then(|p| p.up_to_canonical) {
+                None if c == 0 => {
+                    return Err(tr.invalid(
+                        "up_to",
+                        up_v,
+                        "the first tier would hold no unit (up_to is inclusive, from 0): an \
+                         empty tier leaves a gap in the tiers",
+                    ))
+                }
+                Some(prev) if c == prev => {
+                    return Err(tr.invalid(
+                        "up_to",
+                        up_v,
+                        format!(
+                            "overlaps tiers[{}], which has the same up_to: bounds must strictly \
+                             increase",
+                            j - 1
+                        ),
+                    ))
+                }
+                Some(prev) if c < prev => {
+                    return Err(tr.invalid(
+                        "up_to",
+                        up_v,
+                        format!(
+                            "is below tiers[{}]'s up_to: tiers must be ordered by strictly \
+                             increasing up_to",
+                            j - 1
+                        ),
+                    ))
+                }
+                _ => {}
+            }
+            if last {
+                return Err(tr.invalid(
+                    "up_to",
+                    up_v,
+                    "the last tier must be unbounded (up_to = \"inf\"), so every quantity has \
+                     a price",
+                ));
+            }
+        }
         let unit_price = tr
             .decimal("unit_price")?
             .ok_or_else(|| tr.missing("unit_price"))?;
         let flat_fee = tr.decimal("flat_fee")?;
+        if let Some(fee) = flat_fee {
+            let fv = tr.required("flat_fee")?;
+            if fee.scale() > currency.scale() {
+                return Err(tr.invalid(
+                    "flat_fee",
+                    fv,
+                    format!(
+                        "has more decimal places than {}'s minor unit ({}): a flat fee is \
+                         charged as written, never rounded",
+                        currency.code(),
+                        currency.scale()
+                    ),
+                ));
+            }
+            if decimal_to_minor_units(fee, &currency).is_none() {
+                return Err(tr.invalid("flat_fee", fv, "is too large"));
+            }
+        }
         tiers.push(Tier {
             up_to,
+            up_to_canonical,
             unit_price,
             flat_fee,
         });
     }
-    Ok(tiers)
+    Ok(Some(tiers))
 }
 
-fn parse_rates(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Rate>, PriceBookError> {
+/// The rules tying a rate's model to its fields (DESIGN §5): tiers exactly for `graduated`
+/// and `volume`, `package_size` exactly for `package`, `unit_price` equal to the first
+/// tier's when both are written. Returns the rate's unit price.
+fn check_model(
+    r: &Reader<'_>,
+    model: RateModel,
+    tiers: Option<&[Tier]>,
+    unit_price: Option<Decimal>,
+    package_size: Option<u128>,
+) -> Result<Decimal, PriceBookError> {
+    let tiered = matches!(model, RateModel::Graduated | RateModel::Volume);
+    match (tiered, tiers) {
+        (true, None) => {
+            return Err(r.invalid_field(
+                "model",
+                format!(
+                    "a {model} rate needs tiers = [{{ up_to = \"…\", unit_price = \"…\" }}, …, \
+                     {{ up_to = \"inf\", … }}]"
+                ),
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(r.invalid_field(
+                "tiers",
+                format!(
+                    "tiers are only for model = \"graduated\" or \"volume\", and this rate's \
+                     model is {model}{}",
+                    if model == RateModel::Package {
+                        " (one unit_price per package)"
+                    } else {
+                        ""
+                    }
+                ),
+            ))
+        }
+        _ => {}
+    }
+    match (model == RateModel::Package, package_size) {
+        (true, None) => {
+            return Err(r.invalid_field(
+                "model",
+                "a package rate needs package_size (in `unit`) and unit_price (per package)",
+            ))
+        }
+        (false, Some(_)) => {
+            return Err(r.invalid_field(
+                "package_size",
+                format!("package_size is only for model = \"package\"; this rate's is {model}"),
+            ))
+        }
+        _ => {}
+    }
+    let first = tiers.and_then(|t| t.first()).map(|t| t.unit_price);
+    match (unit_price, first) {
+        (Some(p), Some(f)) if p != f => Err(r.invalid_field(
+            "unit_price",
+            format!(
+                "contradicts tiers[0].unit_price = \"{f}\": with tiers, unit_price is absent or \
+                 equal to the first tier's"
+            ),
+        )),
+        (Some(p), _) => Ok(p),
+        (None, Some(f)) => Ok(f),
+        (None, None) => Err(r.missing("unit_price")),
+    }
+}
+
+fn parse_rates(
+    ctx: &Ctx<'_>,
+    rate_tables: &[&toml::Table],
+    skus: &[Sku],
+    currency: Currency,
+) -> Result<Vec<Rate>, PriceBookError> {
     let mut rates: Vec<Rate> = Vec::new();
-    for (i, t) in tables(file, top, "rate")?.into_iter().enumerate() {
-        let r = Reader::new(file, format!("rate[{i}]"), t);
+    for (i, t) in rate_tables.iter().enumerate() {
+        let r = Reader::new(ctx, format!("rate[{i}]"), t);
         r.check_keys(RATE_KEYS)?;
         let sku = r.required_string("sku")?;
         if !skus.iter().any(|s| s.id == sku) {
@@ -1036,25 +1531,24 @@ fn parse_rates(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Rate>,
         })?;
         let unit_text = r.required_string("unit")?;
         let unit_value = r.required("unit")?;
-        let unit = PricingUnit::parse(unit_text).ok_or_else(|| {
-            let names: Vec<&str> = PricingUnit::all()
+        let unit_names = || -> String {
+            PricingUnit::all()
                 .filter(|u| u.dimension() == meter.dimension())
                 .map(|u| u.name())
-                .collect();
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let unit = PricingUnit::parse(unit_text).ok_or_else(|| {
             r.invalid(
                 "unit",
                 unit_value,
                 format!(
                     "not a pricing unit; units for {meter}: {} (ASCII `*` may stand for `·`)",
-                    names.join(", ")
+                    unit_names()
                 ),
             )
         })?;
         if unit.dimension() != meter.dimension() {
-            let names: Vec<&str> = PricingUnit::all()
-                .filter(|u| u.dimension() == meter.dimension())
-                .map(|u| u.name())
-                .collect();
             return Err(r.invalid(
                 "unit",
                 unit_value,
@@ -1062,7 +1556,7 @@ fn parse_rates(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Rate>,
                     "{meter} is measured in {}, which {} cannot price; use one of: {}",
                     meter.canonical_unit(),
                     unit.name(),
-                    names.join(", ")
+                    unit_names()
                 ),
             ));
         }
@@ -1073,14 +1567,45 @@ fn parse_rates(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Rate>,
                 r.invalid("model", &v, format!("expected {}", RateModel::names()))
             })?,
         };
-        let tiers = parse_tiers(&r)?;
-        let unit_price = match (r.decimal("unit_price")?, tiers.first()) {
-            (Some(p), _) => p,
-            (None, Some(first)) => first.unit_price,
-            (None, None) => return Err(r.missing("unit_price")),
-        };
+        let tiers = parse_tiers(&r, unit, meter, currency)?;
+        let written_price = r.decimal("unit_price")?;
         let increment = r.decimal("increment")?;
+        let increment_canonical = match increment {
+            None => None,
+            Some(d) => {
+                let v = r.required("increment")?;
+                let c = whole_canonical(unit, meter, d)
+                    .map_err(|reason| r.invalid("increment", v, reason))?;
+                if c == 0 {
+                    return Err(r.invalid(
+                        "increment",
+                        v,
+                        "must be above 0 (leave increment out to bill every canonical unit)",
+                    ));
+                }
+                Some(c)
+            }
+        };
         let package_size = r.decimal("package_size")?;
+        let package_size_canonical = match package_size {
+            None => None,
+            Some(d) => {
+                let v = r.required("package_size")?;
+                let c = whole_canonical(unit, meter, d)
+                    .map_err(|reason| r.invalid("package_size", v, reason))?;
+                if c == 0 {
+                    return Err(r.invalid("package_size", v, "must be above 0"));
+                }
+                Some(c)
+            }
+        };
+        let unit_price = check_model(
+            &r,
+            model,
+            tiers.as_deref(),
+            written_price,
+            package_size_canonical,
+        )?;
         let valid_from = r.time("valid_from")?;
         let valid_to = r.time("valid_to")?;
         if let (Some(f), Some(to)) = (valid_from, valid_to) {
@@ -1099,56 +1624,108 @@ fn parse_rates(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Rate>,
             unit,
             unit_price,
             model,
-            tiers,
+            tiers: tiers.unwrap_or_default(),
             increment,
+            increment_canonical,
             package_size,
+            package_size_canonical,
             valid_from,
             valid_to,
         };
-        if let Some(other) = rates
-            .iter()
-            .find(|o| o.sku == rate.sku && o.meter == rate.meter && o.overlaps(&rate))
-        {
-            let field = if rate.valid_from.is_some() {
-                "valid_from"
-            } else {
-                "meter"
-            };
-            return Err(r.invalid(
-                field,
-                r.required(field)?,
-                format!(
-                    "rate[{}] prices {} on sku `{}` over an overlapping validity span; give them \
-                     disjoint valid_from/valid_to",
-                    other.index, rate.meter, rate.sku
-                ),
-            ));
-        }
+        check_against_earlier(&r, &rate, &rates)?;
         rates.push(rate);
     }
     Ok(rates)
 }
 
-fn parse_bands(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Band>, PriceBookError> {
-    let mut bands = Vec::new();
-    for (i, t) in tables(file, top, "band")?.into_iter().enumerate() {
-        let r = Reader::new(file, format!("band[{i}]"), t);
+/// Rules between a rate and the earlier rates of its (SKU, meter): disjoint validity, and
+/// one increment in canonical units (the increment is applied once per tenant, SKU, meter and
+/// period, so the rates of one period must agree on it).
+fn check_against_earlier(
+    r: &Reader<'_>,
+    rate: &Rate,
+    earlier: &[Rate],
+) -> Result<(), PriceBookError> {
+    let same = || {
+        earlier
+            .iter()
+            .filter(|o| o.sku == rate.sku && o.meter == rate.meter)
+    };
+    if let Some(other) = same().find(|o| o.overlaps(rate)) {
+        let field = if rate.valid_from.is_some() {
+            "valid_from"
+        } else {
+            "meter"
+        };
+        return Err(r.invalid_field(
+            field,
+            format!(
+                "rate[{}] prices {} on sku `{}` over an overlapping validity span; give them \
+                 disjoint valid_from/valid_to",
+                other.index, rate.meter, rate.sku
+            ),
+        ));
+    }
+    let step = rate.increment_canonical.unwrap_or(1);
+    if let Some(other) = same().find(|o| o.increment_canonical.unwrap_or(1) != step) {
+        return Err(r.invalid_field(
+            "increment",
+            format!(
+                "rate[{}] prices {} on sku `{}` with an increment of {} {canonical}, this rate \
+                 with {step} {canonical}: the increment is applied once per (tenant, SKU, meter, \
+                 period), so every rate of one SKU and meter must have the same one",
+                other.index,
+                rate.meter,
+                rate.sku,
+                other.increment_canonical.unwrap_or(1),
+                canonical = rate.meter.canonical_unit(),
+            ),
+        ));
+    }
+    Ok(())
+}
+
+fn parse_bands(
+    ctx: &Ctx<'_>,
+    band_tables: &[&toml::Table],
+    skus: &[Sku],
+) -> Result<Vec<Band>, PriceBookError> {
+    let mut bands: Vec<Band> = Vec::new();
+    for (i, t) in band_tables.iter().enumerate() {
+        let r = Reader::new(ctx, format!("band[{i}]"), t);
         r.check_keys(BAND_KEYS)?;
         let name = r.required_string("name")?.to_string();
+        let name_value = r.required("name")?;
+        if name.trim().is_empty() {
+            return Err(r.invalid("name", name_value, "must not be empty"));
+        }
+        if let Some(other) = bands.iter().find(|b| b.name == name) {
+            return Err(r.invalid(
+                "name",
+                name_value,
+                format!(
+                    "band[{}] has the same name: invoice lines are per band name",
+                    other.index
+                ),
+            ));
+        }
         let tz_text = r.required_string("tz")?;
         let tz: chrono_tz::Tz = tz_text.parse().map_err(|_| {
-            r.invalid(
+            r.invalid_field(
                 "tz",
-                r.get("tz").unwrap_or(&toml::Value::String(String::new())),
                 "not an IANA time zone of the tz database (such as \"America/New_York\", \"UTC\")",
             )
         })?;
         let mut days = Vec::new();
         for d in r.strings("days")?.unwrap_or_default() {
             let v = toml::Value::String(d.to_string());
-            days.push(parse_weekday(d).ok_or_else(|| {
+            let day = parse_weekday(d).ok_or_else(|| {
                 r.invalid("days", &v, "expected mon, tue, wed, thu, fri, sat or sun")
-            })?);
+            })?;
+            if days.contains(&day) {
+                return Err(r.invalid("days", &v, "listed twice"));
+            }
+            days.push(day);
         }
         let hours = r.required_string("hours")?;
         let hv = r.required("hours")?;
@@ -1169,13 +1746,27 @@ fn parse_bands(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Band>,
         let mut meters = Vec::new();
         for m in r.strings("meters")?.unwrap_or_default() {
             let v = toml::Value::String(m.to_string());
-            meters.push(MeterKind::parse(m).ok_or_else(|| r.invalid("meters", &v, "not a meter"))?);
+            let names: Vec<&str> = MeterKind::ALL.iter().map(|m| m.as_str()).collect();
+            let meter = MeterKind::parse(m).ok_or_else(|| {
+                r.invalid(
+                    "meters",
+                    &v,
+                    format!("not a meter; meters: {}", names.join(", ")),
+                )
+            })?;
+            if meters.contains(&meter) {
+                return Err(r.invalid("meters", &v, "listed twice"));
+            }
+            meters.push(meter);
         }
-        let mut band_skus = Vec::new();
+        let mut band_skus: Vec<String> = Vec::new();
         for s in r.strings("skus")?.unwrap_or_default() {
+            let v = toml::Value::String(s.to_string());
             if !skus.iter().any(|k| k.id == s) {
-                let v = toml::Value::String(s.to_string());
                 return Err(r.invalid("skus", &v, "no [[sku]] has this id"));
+            }
+            if band_skus.iter().any(|b| b == s) {
+                return Err(r.invalid("skus", &v, "listed twice"));
             }
             band_skus.push(s.to_string());
         }
@@ -1192,6 +1783,232 @@ fn parse_bands(file: &str, top: &toml::Table, skus: &[Sku]) -> Result<Vec<Band>,
         });
     }
     Ok(bands)
+}
+
+impl Band {
+    /// Whether the band's filters let it apply to `rate` (its `meters` and `skus`, each
+    /// empty for every one).
+    pub fn applies_to(&self, rate: &Rate) -> bool {
+        (self.meters.is_empty() || self.meters.contains(&rate.meter))
+            && (self.skus.is_empty() || self.skus.contains(&rate.sku))
+    }
+
+    /// Whether a window starting at local weekday `day` and local minute of the day
+    /// `minute` (0..1440) is in the band: `day` is one of `days` (or `days` is empty) and
+    /// `minute` is in `[start_minute, end_minute)`, wrapping midnight when the end is below
+    /// the start. Days are local dates at window start (DESIGN §5), so the part of a wrapped
+    /// band after midnight belongs to the weekday it is on, not to the day before.
+    pub fn holds_at(&self, day: Weekday, minute: u32) -> bool {
+        let day_ok = self.days.is_empty() || self.days.contains(&day);
+        let minute_ok = if self.start_minute < self.end_minute {
+            (self.start_minute..self.end_minute).contains(&minute)
+        } else {
+            minute >= self.start_minute || minute < self.end_minute
+        };
+        day_ok && minute_ok
+    }
+
+    /// The band as a set of minutes of the local week, Monday 00:00 = 0.
+    fn week_mask(&self) -> Vec<bool> {
+        (0..WEEK_MINUTES)
+            .map(|m| {
+                let day = Weekday::try_from((m / 1440) as u8).unwrap_or(Weekday::Mon);
+                self.holds_at(day, (m % 1440) as u32)
+            })
+            .collect()
+    }
+}
+
+/// Minutes in a week.
+const WEEK_MINUTES: usize = 7 * 1440;
+/// Cross-zone band overlap is searched over [1970-01-01, 2100-01-01) UTC (seconds).
+const OVERLAP_FROM_S: i64 = 0;
+const OVERLAP_TO_S: i64 = 4_102_444_800;
+/// Offsets are sampled this often (seconds) to find each zone's transitions.
+const OFFSET_STEP_S: i64 = 6 * 3600;
+
+/// UTC offset of `tz` at `t` (seconds since the epoch), in seconds.
+fn utc_offset(tz: chrono_tz::Tz, t: i64) -> i64 {
+    use chrono::{Offset, TimeZone};
+    chrono::DateTime::from_timestamp(t, 0).map_or(0, |d| {
+        i64::from(
+            tz.offset_from_utc_datetime(&d.naive_utc())
+                .fix()
+                .local_minus_utc(),
+        )
+    })
+}
+
+/// `tz`'s offsets over the overlap search span: `(from, offset)` pairs, the first at the
+/// span's start, each transition found by sampling every [`OFFSET_STEP_S`] and bisecting to
+/// the second.
+fn transitions(tz: chrono_tz::Tz) -> Vec<(i64, i64)> {
+    let mut t = OVERLAP_FROM_S;
+    let mut cur = utc_offset(tz, t);
+    let mut out = vec![(t, cur)];
+    while t < OVERLAP_TO_S {
+        let next = (t + OFFSET_STEP_S).min(OVERLAP_TO_S);
+        if utc_offset(tz, next) == cur {
+            t = next;
+            continue;
+        }
+        let (mut lo, mut hi) = (t, next);
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if utc_offset(tz, mid) == cur {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        cur = utc_offset(tz, hi);
+        out.push((hi, cur));
+        t = hi;
+    }
+    out
+}
+
+/// Minute of the local week (Monday 00:00 = 0) of local time `local_s` (seconds since
+/// 1970-01-01T00:00 local, a Thursday).
+fn week_minute(local_s: i64) -> usize {
+    (local_s.div_euclid(60) + 3 * 1440).rem_euclid(WEEK_MINUTES as i64) as usize
+}
+
+/// The first UTC instant (seconds) in the search span at which band masks `a` (in zone
+/// `tz_a`) and `b` (in `tz_b`) both hold, `None` when they never do.
+fn cross_zone_overlap(a: (&[bool], &[(i64, i64)]), b: (&[bool], &[(i64, i64)])) -> Option<i64> {
+    let mut edges: Vec<i64> = a.1.iter().chain(b.1).map(|&(t, _)| t).collect();
+    edges.push(OVERLAP_TO_S);
+    edges.sort_unstable();
+    edges.dedup();
+    let offset_at = |list: &[(i64, i64)], t: i64| {
+        let i = list.partition_point(|&(s, _)| s <= t).max(1);
+        list.get(i - 1).map_or(0, |&(_, o)| o)
+    };
+    let mut checked: Vec<(i64, i64)> = Vec::new();
+    for pair in edges.windows(2) {
+        let (from, to) = (pair[0], pair[1]);
+        let (oa, ob) = (offset_at(a.1, from), offset_at(b.1, from));
+        let week = (WEEK_MINUTES as i64) * 60;
+        let long = to - from >= week;
+        if long && checked.contains(&(oa, ob)) {
+            continue;
+        }
+        // Every minute of the interval, or one week of them: the masks repeat weekly.
+        let first = from.div_euclid(60) * 60 + if from.rem_euclid(60) == 0 { 0 } else { 60 };
+        let mut t = first;
+        while t < to.min(first + week) {
+            if a.0[week_minute(t + oa)] && b.0[week_minute(t + ob)] {
+                return Some(t);
+            }
+            t += 60;
+        }
+        if long {
+            checked.push((oa, ob));
+        }
+    }
+    None
+}
+
+/// Rules between bands and rates: no two bands that can apply to one rate can hold at one
+/// instant (a window gets one multiplier), and every unit price × multiplier of a band that
+/// can apply to a rate is exact in a [`Decimal`].
+fn check_bands(
+    ctx: &Ctx<'_>,
+    band_tables: &[&toml::Table],
+    bands: &[Band],
+    rates: &[Rate],
+) -> Result<(), PriceBookError> {
+    let value = |i: usize, field: &str| {
+        band_tables
+            .get(i)
+            .and_then(|t| t.get(field))
+            .map_or_else(|| "(absent)".to_string(), |v| v.to_string())
+    };
+    for band in bands {
+        for rate in rates.iter().filter(|r| band.applies_to(r)) {
+            let prices = std::iter::once(("unit_price".to_string(), rate.unit_price)).chain(
+                rate.tiers
+                    .iter()
+                    .enumerate()
+                    .map(|(j, t)| (format!("tiers[{j}].unit_price"), t.unit_price)),
+            );
+            for (what, price) in prices {
+                if !product_is_exact(price, band.multiplier) {
+                    return Err(ctx.invalid(
+                        &format!("band[{}]", band.index),
+                        "multiplier",
+                        value(band.index, "multiplier"),
+                        format!(
+                            "rate[{}].{what} = \"{price}\" × {} cannot be held exactly in a \
+                             decimal (at most 28 decimal places and a 96-bit mantissa): write \
+                             fewer digits",
+                            rate.index, band.multiplier
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    let masks: Vec<Vec<bool>> = bands.iter().map(Band::week_mask).collect();
+    let mut zones: HashMap<chrono_tz::Tz, Vec<(i64, i64)>> = HashMap::new();
+    for (j, b) in bands.iter().enumerate() {
+        for (i, a) in bands.iter().enumerate().take(j) {
+            let Some(rate) = rates.iter().find(|r| a.applies_to(r) && b.applies_to(r)) else {
+                continue;
+            };
+            let when = if a.tz == b.tz {
+                masks[i]
+                    .iter()
+                    .zip(&masks[j])
+                    .position(|(x, y)| *x && *y)
+                    .map(|m| {
+                        let day = Weekday::try_from((m / 1440) as u8).unwrap_or(Weekday::Mon);
+                        format!(
+                            "both hold on {day} at {:02}:{:02} in {}",
+                            m % 1440 / 60,
+                            m % 60,
+                            a.tz
+                        )
+                    })
+            } else {
+                for tz in [a.tz, b.tz] {
+                    zones.entry(tz).or_insert_with(|| transitions(tz));
+                }
+                let offsets = |tz| zones.get(&tz).map_or(&[][..], Vec::as_slice);
+                cross_zone_overlap((&masks[i], offsets(a.tz)), (&masks[j], offsets(b.tz))).map(
+                    |t| {
+                        let ns = u64::try_from(t).unwrap_or(0).saturating_mul(1_000_000_000);
+                        format!("both hold at {}", rfc3339(ns))
+                    },
+                )
+            };
+            if let Some(when) = when {
+                return Err(ctx.invalid(
+                    &format!("band[{j}]"),
+                    "hours",
+                    value(j, "hours"),
+                    format!(
+                        "overlaps band[{i}] (`{}`) on rate[{}] ({} on sku `{}`): {when}; a \
+                         window gets at most one band, so bands that can apply to one rate \
+                         must not overlap",
+                        a.name, rate.index, rate.meter, rate.sku
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether `a × b` is exact in a [`Decimal`]: the scales sum to at most 28 and the mantissas'
+/// product fits 96 bits.
+fn product_is_exact(a: Decimal, b: Decimal) -> bool {
+    a.scale() + b.scale() <= 28
+        && a.mantissa()
+            .unsigned_abs()
+            .checked_mul(b.mantissa().unsigned_abs())
+            .is_some_and(|p| p < (1u128 << 96))
 }
 
 #[cfg(test)]

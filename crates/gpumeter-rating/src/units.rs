@@ -143,17 +143,17 @@ mod tests {
 
     #[test]
     fn canonical() {
-        let d = |s: &str| Decimal::from_str(s).unwrap();
-        let hour = PricingUnit::parse("hour").unwrap();
+        let d = |s: &str| Decimal::from_str(s).expect("a decimal literal");
+        let hour = PricingUnit::parse("hour").expect("a unit of the list");
         assert_eq!(hour.to_canonical(d("0.001")), Some(3_600_000_000));
         assert_eq!(hour.to_canonical(d("0")), Some(0));
-        let b = PricingUnit::parse("B").unwrap();
+        let b = PricingUnit::parse("B").expect("a unit of the list");
         assert_eq!(b.to_canonical(d("0.1")), None);
         assert_eq!(b.to_canonical(d("-1")), None);
-        let kib = PricingUnit::parse("KiB").unwrap();
+        let kib = PricingUnit::parse("KiB").expect("a unit of the list");
         assert_eq!(kib.to_canonical(d("0.5")), Some(512));
         assert_eq!(kib.to_canonical(d("0.0001")), None);
-        let tb = PricingUnit::parse("GiB·hour").unwrap();
+        let tb = PricingUnit::parse("GiB·hour").expect("a unit of the list");
         assert_eq!(tb.to_canonical(d("79228162514264337593543950335")), None);
     }
 }

@@ -621,7 +621,7 @@ mod validation {
                 Err(e) => e,
             };
             let msg = err.to_string();
-            assert!(msg.starts_with("test.toml: "), "{msg}");
+            assert!(msg.starts_with("test.toml:"), "{msg}");
             assert!(msg.contains(fragment), "`{fragment}` not in: {msg}");
             let (t, f) = match &err {
                 PriceBookError::Invalid { table, field, .. }
@@ -1893,5 +1893,253 @@ mod robustness {
                 let _ = rate(&u, &b, None, &CarriedFragments::new());
             }
         }
+    }
+}
+
+/// `prices check` validation (issue 10 item 2): every refusal names the table, the field and
+/// the line and column of the offending key; a book with every feature passes.
+mod book_check {
+    use super::*;
+
+    const HEAD: &str = "schema = \"gpumeter.pricebook/v1\"\nversion = \"t\"\n";
+    const USD: &str = "currency = \"USD\"\n";
+    const SKU: &str = "[[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n";
+    const RATE: &str = "[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·hour\"\n";
+    const BAND: &str = "[[band]]\nname = \"b0\"\ntz = \"UTC\"\nhours = \"00:00-01:00\"\n";
+
+    /// (book body after HEAD, table, field, a fragment of the reason). The line the error
+    /// must point at ends with `# <-`.
+    fn cases() -> Vec<(String, &'static str, &'static str, &'static str)> {
+        let tiered = |model: &str, tiers: &str| {
+            format!("{USD}{SKU}{RATE}model = \"{model}\"\ntiers = [{tiers}] # <-\n")
+        };
+        vec![
+            // 1. unknown meters, units, currencies, time zones
+            (format!("{USD}{SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_hours\" # <-\nunit = \"hour\"\nunit_price = \"1\"\n"), "rate[0]", "meter", "not a meter"),
+            (format!("{USD}{SKU}[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·minute\" # <-\nunit_price = \"1\"\n"), "rate[0]", "unit", "not a pricing unit"),
+            (format!("currency = \"XYZ\" # <-\n{SKU}"), "", "currency", "ISO 4217"),
+            (format!("{USD}{SKU}[[band]]\nname = \"n\"\ntz = \"Mars/Olympus\" # <-\nhours = \"00:00-01:00\"\nmultiplier = \"1\"\n"), "band[0]", "tz", "IANA"),
+            (format!("{USD}{SKU}{BAND}multiplier = \"1\"\nmeters = [\"sm_hours\"] # <-\n"), "band[0]", "meters", "not a meter"),
+            (format!("{USD}{SKU}{BAND}multiplier = \"1\"\nskus = [\"b200\"] # <-\n"), "band[0]", "skus", "no [[sku]]"),
+            // 2. negative prices
+            (format!("{USD}{SKU}{RATE}unit_price = \"-1\" # <-\n"), "rate[0]", "unit_price", "negative"),
+            (format!("{USD}{SKU}{RATE}model = \"graduated\"\n[[rate.tiers]]\nup_to = \"10\"\nunit_price = -2 # <-\n[[rate.tiers]]\nup_to = \"inf\"\nunit_price = \"1\"\n"), "rate[0].tiers[0]", "unit_price", "negative"),
+            (format!("{USD}{SKU}{RATE}model = \"volume\"\n[[rate.tiers]]\nup_to = \"inf\"\nunit_price = \"1\"\nflat_fee = \"-1.00\" # <-\n"), "rate[0].tiers[0]", "flat_fee", "negative"),
+            (format!("{USD}{SKU}{BAND}multiplier = \"-0.5\" # <-\n"), "band[0]", "multiplier", "negative"),
+            // 3. tiers
+            (tiered("graduated", "{ up_to = \"10\", unit_price = \"1\" }, { up_to = \"5\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }"), "rate[0].tiers[1]", "up_to", "increasing"),
+            (tiered("graduated", "{ up_to = \"10\", unit_price = \"1\" }, { up_to = \"10.0\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }"), "rate[0].tiers[1]", "up_to", "overlaps tiers[0]"),
+            (tiered("volume", "{ up_to = \"0\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }"), "rate[0].tiers[0]", "up_to", "gap"),
+            (tiered("graduated", "{ up_to = \"10\", unit_price = \"1\" }, { up_to = \"20\", unit_price = \"1\" }"), "rate[0].tiers[1]", "up_to", "must be unbounded"),
+            (tiered("graduated", "{ up_to = \"inf\", unit_price = \"1\" }, { up_to = \"20\", unit_price = \"1\" }"), "rate[0].tiers[0]", "up_to", "only the last"),
+            (tiered("graduated", "{ up_to = \"0.0000000000000001\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }"), "rate[0].tiers[0]", "up_to", "whole number of SM·ns"),
+            (tiered("graduated", "{ up_to = \"9999999999999999999999999999\", unit_price = \"1\" }, { up_to = \"inf\", unit_price = \"1\" }"), "rate[0].tiers[0]", "up_to", "2^128"),
+            (format!("{USD}{SKU}{RATE}model = \"graduated\"\ntiers = [] # <-\n"), "rate[0]", "tiers", "at least one tier"),
+            // 4. unit_price contradicting the first tier
+            (format!("{USD}{SKU}{RATE}unit_price = \"0.02\" # <-\nmodel = \"graduated\"\ntiers = [{{ up_to = \"inf\", unit_price = \"0.0175\" }}]\n"), "rate[0]", "unit_price", "contradicts tiers[0]"),
+            // 5. model and fields
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\nmodel = \"graduated\" # <-\n"), "rate[0]", "model", "needs tiers"),
+            (format!("{USD}{SKU}{RATE}tiers = [{{ up_to = \"inf\", unit_price = \"1\", flat_fee = \"1.00\" }}] # <-\n"), "rate[0]", "tiers", "only for model"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\nmodel = \"package\" # <-\n"), "rate[0]", "model", "package_size"),
+            (format!("{USD}{SKU}{RATE}model = \"package\"\npackage_size = \"10\"\ntiers = [{{ up_to = \"inf\", unit_price = \"1\" }}] # <-\n"), "rate[0]", "tiers", "per package"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\npackage_size = \"10\" # <-\n"), "rate[0]", "package_size", "only for model = \"package\""),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\nmodel = \"package\"\npackage_size = \"0\" # <-\n"), "rate[0]", "package_size", "above 0"),
+            (format!("{USD}{SKU}[[rate]]\nsku = \"h100\"\nmeter = \"memset_bytes\"\nunit = \"KiB\"\nunit_price = \"1\"\nmodel = \"package\"\npackage_size = \"0.0001\" # <-\n"), "rate[0]", "package_size", "whole number of B"),
+            (format!("{USD}{SKU}{RATE}model = \"volume\"\ntiers = [{{ up_to = \"inf\", unit_price = \"1\", flat_fee = \"0.001\" }}] # <-\n"), "rate[0].tiers[0]", "flat_fee", "minor unit"),
+            // 6. increments
+            (format!("{USD}{SKU}[[rate]]\nsku = \"h100\"\nmeter = \"memset_bytes\"\nunit = \"KB\"\nunit_price = \"1\"\nincrement = \"0.0005\" # <-\n"), "rate[0]", "increment", "whole number of B"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\nincrement = \"0\" # <-\n"), "rate[0]", "increment", "above 0"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\nincrement = \"1\"\nvalid_to = \"2027-01-01T00:00:00Z\"\n[[rate]]\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit = \"SM·s\"\nunit_price = \"1\"\nincrement = \"60\" # <-\nvalid_from = \"2027-01-01T00:00:00Z\"\n"), "rate[1]", "increment", "same one"),
+            // 7. bands
+            (format!("{USD}{SKU}{BAND}multiplier = 0.5 # <-\n"), "band[0]", "multiplier", "float"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\n[[band]]\nname = \"night\"\ntz = \"Europe/Berlin\"\ndays = [\"mon\", \"tue\", \"wed\", \"thu\", \"fri\"]\nhours = \"22:00-06:00\"\nmultiplier = \"0.5\"\n[[band]]\nname = \"friday\"\ntz = \"Europe/Berlin\"\ndays = [\"fri\"]\nhours = \"05:00-07:00\" # <-\nmultiplier = \"0.8\"\n"), "band[1]", "hours", "Fri at 05:00"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\n{BAND}multiplier = \"0.5\"\n[[band]]\nname = \"tokyo\"\ntz = \"Asia/Tokyo\"\nhours = \"09:30-10:00\" # <-\nmultiplier = \"0.8\"\n"), "band[1]", "hours", "overlaps band[0]"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\n[[band]]\nname = \"ny\"\ntz = \"America/New_York\"\nhours = \"01:00-02:00\"\nmultiplier = \"0.5\"\n[[band]]\nname = \"chicago\"\ntz = \"America/Chicago\"\nhours = \"01:00-02:00\" # <-\nmultiplier = \"0.8\"\n"), "band[1]", "hours", "1970-10-25T06:00:00"),
+            // 8. duplicate rates
+            (format!("{USD}{SKU}{RATE}unit_price = \"1\"\nvalid_from = \"2026-12-01T00:00:00Z\"\n{RATE}unit_price = \"2\"\nvalid_from = \"2026-12-15T00:00:00Z\" # <-\n"), "rate[1]", "valid_from", "overlapping validity"),
+            // 9. invoice minimum
+            ("currency = \"USD\"\ninvoice_minimum = \"0.505\" # <-\n".to_string(), "", "invoice_minimum", "minor unit"),
+            // 10. ambiguous SKUs
+            (format!("{USD}{SKU}[[sku]]\nid = \"h100b\"\nmatch = [\"NVIDIA H100*\"] # <-\n"), "sku[1]", "match", "ambiguous"),
+            // 11. exactness
+            (format!("{USD}{SKU}{RATE}unit_price = \"0.0000000000000000000001\"\n{BAND}multiplier = \"0.0000001\" # <-\n"), "band[0]", "multiplier", "exactly"),
+            (format!("{USD}{SKU}{RATE}model = \"graduated\"\ntiers = [{{ up_to = \"1\", unit_price = \"1\" }}, {{ up_to = \"inf\", unit_price = \"79228162514264337593543950\" }}]\n{BAND}multiplier = \"7922\" # <-\n"), "band[0]", "multiplier", "tiers[1].unit_price"),
+            (format!("{USD}{SKU}{RATE}unit_price = \"0.00000000000000000000000000001\" # <-\n"), "rate[0]", "unit_price", "28"),
+            // the rest: unknown keys, missing fields
+            (format!("{USD}{SKU}{RATE}unit_prize = \"1\" # <-\n"), "rate[0]", "unit_prize", "unknown key"),
+            (format!("{USD}{SKU}[[rate]] # <-\nsku = \"h100\"\nmeter = \"sm_ns\"\nunit_price = \"1\"\n"), "rate[0]", "unit", "missing"),
+        ]
+    }
+
+    fn refuse(text: &str) -> PriceBookError {
+        match PriceBook::from_toml_str("t.toml", text) {
+            Ok(_) => panic!("should be refused:\n{text}"),
+            Err(e) => e,
+        }
+    }
+
+    /// The text at `(line, column)` (1-based, column in characters).
+    fn text_at(text: &str, line: usize, column: usize) -> String {
+        let l = text.lines().nth(line - 1).unwrap_or("");
+        l.chars().skip(column - 1).collect()
+    }
+
+    #[test]
+    fn every_refusal_names_table_field_line_and_column_of_the_key() {
+        for (body, table, field, fragment) in cases() {
+            let text = format!("{HEAD}{body}");
+            let err = refuse(&text);
+            let msg = err.to_string();
+            let want_line = text
+                .lines()
+                .position(|l| l.ends_with("# <-"))
+                .map(|i| i + 1)
+                .unwrap_or(0);
+            let Some((line, column)) = err.location() else {
+                panic!("no location: {msg}");
+            };
+            let (line, column) = (line as usize, column as usize);
+            assert_eq!(line, want_line, "{msg}\n{text}");
+            assert!(
+                msg.starts_with(&format!("t.toml:{line}:{column}: ")),
+                "{msg}"
+            );
+            assert!(msg.contains(fragment), "`{fragment}` not in: {msg}");
+            let (t, f, key_written) = match &err {
+                PriceBookError::Invalid {
+                    table,
+                    field,
+                    value,
+                    ..
+                } => (table.clone(), field.to_string(), value != "(absent)"),
+                PriceBookError::Missing { table, field, .. } => {
+                    (table.clone(), field.to_string(), false)
+                }
+                PriceBookError::UnknownKey { table, key, .. } => (table.clone(), key.clone(), true),
+                other => panic!("unexpected error kind: {other:?}"),
+            };
+            assert_eq!((t.as_str(), f.as_str()), (table, field), "{msg}");
+            let here = text_at(&text, line, column);
+            if key_written {
+                // The column points at the key itself.
+                assert!(
+                    here.starts_with(field),
+                    "`{here}` is not key `{field}`: {msg}"
+                );
+            } else {
+                // A missing field: the table's header.
+                assert!(here.starts_with("[["), "`{here}` is not a header: {msg}");
+            }
+            let named = match &err {
+                PriceBookError::UnknownKey { .. } => format!("{table}: unknown key `{field}`"),
+                _ if table.is_empty() => format!("{line}:{column}: {field} = "),
+                _ => format!("{table}.{field}"),
+            };
+            assert!(msg.contains(&named), "`{named}` not in: {msg}");
+        }
+    }
+
+    #[test]
+    fn a_syntax_error_has_its_line_and_column() {
+        let text = format!("{HEAD}{USD}{SKU}[[rate]]\nsku = h100\n");
+        let err = refuse(&text);
+        assert!(matches!(err, PriceBookError::Syntax { .. }), "{err:?}");
+        let msg = err.to_string();
+        assert!(msg.starts_with("t.toml:8:7: "), "{msg}");
+    }
+
+    /// Every feature of DESIGN §5 at once (also used by the CLI tests of `prices check`).
+    const FULL: &str = include_str!("data/pricebook_full.toml");
+
+    #[test]
+    fn a_book_with_every_feature_passes_with_canonical_values() {
+        let b = match PriceBook::from_toml_str("full.toml", FULL) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        };
+        let r = &b.rates()[0];
+        assert_eq!(r.model, gpumeter_rating::RateModel::Graduated);
+        assert_eq!(r.unit_price.to_string(), "0.01750");
+        assert_eq!(r.increment_canonical, Some(3_600_000_000));
+        let edges: Vec<Option<u128>> = r.tiers.iter().map(|t| t.up_to_canonical).collect();
+        assert_eq!(
+            edges,
+            vec![
+                Some(5000 * 3_600_000_000_000),
+                Some(20000 * 3_600_000_000_000),
+                None
+            ]
+        );
+        assert_eq!(
+            r.tiers
+                .iter()
+                .map(|t| t.flat_fee.map(|f| f.to_string()))
+                .collect::<Vec<_>>(),
+            vec![None, Some("1.00".into()), Some("2.50".into())]
+        );
+        // The price change: the same increment in another unit, and its tiers' edges.
+        let r1 = &b.rates()[1];
+        assert_eq!(r1.increment_canonical, Some(3_600_000_000));
+        assert_eq!(r1.tiers[0].up_to_canonical, Some(5000 * 3_600_000_000_000));
+        assert_eq!(r1.unit_price.to_string(), "0.000004");
+        assert_eq!(r.valid_to, r1.valid_from);
+        let pkg = &b.rates()[3];
+        assert_eq!(pkg.package_size_canonical, Some(100_000_000_000));
+        assert_eq!(pkg.increment_canonical, None);
+        assert!(b.rates()[2].package_size_canonical.is_none());
+        let off = &b.bands()[0];
+        assert_eq!((off.start_minute, off.end_minute), (22 * 60, 6 * 60));
+        assert!(off.holds_at(chrono::Weekday::Fri, 5 * 60 + 59));
+        assert!(!off.holds_at(chrono::Weekday::Sat, 60));
+        assert!(off.applies_to(r) && !off.applies_to(pkg));
+        let summary = b.summary().join("\n");
+        for want in [
+            "rate[0] sm_ns: 0.01750 USD per SM·hour, graduated, increment 0.001 SM·hour (3600000000 SM·ns), valid [-∞, 2027-01-01T00:00:00Z)",
+            "    tier[1] up to 20000 SM·hour (72000000000000000 SM·ns): 0.0150 USD per SM·hour, flat fee 1.00 USD",
+            "    tier[2] up to inf: 0.0140 USD per SM·hour, flat fee 2.50 USD",
+            "rate[3] memcpy_htod_bytes: 0.50 USD per package of 100 GB (100000000000 B), whole packages rounded up, package",
+            "band[0] off-peak: America/New_York, mon tue wed thu fri, 22:00-06:00 (wraps midnight), multiplier 0.60, meters sm_ns, every sku",
+            "band[2] tokyo-night: Asia/Tokyo, every day, 00:00-06:00, multiplier 0.9, meters gpu_busy_ns, skus h100",
+        ] {
+            assert!(summary.contains(want), "`{want}` not in:\n{summary}");
+        }
+    }
+
+    #[test]
+    fn bands_that_never_meet_pass() {
+        // Same zone, adjacent; different zones, adjacent in UTC all year (no DST).
+        let ok = [
+            format!("{USD}{SKU}{RATE}unit_price = \"1\"\n{BAND}multiplier = \"0.5\"\n[[band]]\nname = \"b1\"\ntz = \"UTC\"\nhours = \"01:00-02:00\"\nmultiplier = \"0.8\"\n"),
+            format!("{USD}{SKU}{RATE}unit_price = \"1\"\n{BAND}multiplier = \"0.5\"\n[[band]]\nname = \"b1\"\ntz = \"Asia/Tokyo\"\nhours = \"10:00-11:00\"\nmultiplier = \"0.8\"\n"),
+            // Filters that share no rate.
+            format!("{USD}{SKU}{RATE}unit_price = \"1\"\n{BAND}multiplier = \"0.5\"\nmeters = [\"sm_ns\"]\n[[band]]\nname = \"b1\"\ntz = \"UTC\"\nhours = \"00:00-01:00\"\nmultiplier = \"0.8\"\nmeters = [\"kernel_ns\"]\n"),
+        ];
+        for body in ok {
+            let text = format!("{HEAD}{body}");
+            if let Err(e) = PriceBook::from_toml_str("t.toml", &text) {
+                panic!("{e}\n{text}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_catalog_check_warns_of_skus_no_device_matches() {
+        let b = match PriceBook::from_toml_str("full.toml", FULL) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        };
+        let warnings = b.check_catalog(&["NVIDIA H100 80GB HBM3", "NVIDIA L4"]);
+        assert_eq!(
+            warnings.map_err(|e| e.to_string()),
+            Ok(vec![
+                "sku[1] `a100` (line 13): no device of the catalog matches it".to_string()
+            ])
+        );
+        assert_eq!(
+            b.check_catalog(&["NVIDIA A100-SXM4-80GB", "NVIDIA H100"])
+                .map(|w| w.len())
+                .ok(),
+            Some(0)
+        );
     }
 }
