@@ -1428,3 +1428,5 @@ fn a_bad_tenant_in_an_opening_report_is_exit_1_naming_the_entry() {
         assert_names_rule(&e, rule, raw);
     }
 }
+
+mod render;
