@@ -446,36 +446,56 @@ fn invoice_section(out: &mut String, inv: &Invoice) {
     );
     out.push_str("</dl>\n");
 
+    // Band and Tier columns only when a line has one, as in the text table.
+    let cols = Columns {
+        band: inv.lines.iter().any(|l| l.band.is_some()),
+        tier: inv.lines.iter().any(|l| l.tier.is_some()),
+    };
+    let span = cols.count() - 1;
+    let _ = write!(
+        out,
+        "<table class=\"lines\">\n<thead><tr><th>SKU</th><th>Meter</th>"
+    );
+    if cols.band {
+        out.push_str("<th>Band</th>");
+    }
+    if cols.tier {
+        out.push_str("<th>Tier</th>");
+    }
     let _ = writeln!(
         out,
-        "<table class=\"lines\">\n<thead><tr><th>SKU</th><th>Meter</th><th>Band</th>\
-         <th>Tier</th><th class=\"n\">Quantity</th><th class=\"n\">Unit price</th>\
+        "<th class=\"n\">Quantity</th><th class=\"n\">Unit price</th>\
          <th class=\"n\">Amount {}</th></tr></thead>\n<tbody>",
         h(&inv.currency)
     );
     if inv.lines.is_empty() {
-        out.push_str("<tr><td colspan=\"7\">No billable usage.</td></tr>\n");
+        let _ = writeln!(
+            out,
+            "<tr><td colspan=\"{}\">No billable usage.</td></tr>",
+            cols.count()
+        );
     }
     for l in &inv.lines {
-        line_row(out, l);
+        line_row(out, l, cols);
     }
     out.push_str("</tbody>\n<tfoot>\n");
     let _ = writeln!(
         out,
-        "<tr><td colspan=\"6\" class=\"n\">Subtotal</td><td class=\"n\">{}</td></tr>",
+        "<tr><td colspan=\"{span}\" class=\"n\">Subtotal</td><td class=\"n\">{}</td></tr>",
         inv.subtotal
     );
     for c in &inv.credits_applied {
         let _ = writeln!(
             out,
-            "<tr><td colspan=\"6\" class=\"n\">Credits {}</td><td class=\"n\">-{}</td></tr>",
+            "<tr><td colspan=\"{span}\" class=\"n\">Credits {}</td>\
+             <td class=\"n\">-{}</td></tr>",
             h(&c.grant),
             c.amount
         );
     }
     let _ = writeln!(
         out,
-        "<tr class=\"total\"><td colspan=\"6\" class=\"n\">Total</td>\
+        "<tr class=\"total\"><td colspan=\"{span}\" class=\"n\">Total</td>\
          <td class=\"n\">{}</td></tr>\n</tfoot>\n</table>",
         inv.total
     );
@@ -506,7 +526,21 @@ fn invoice_section(out: &mut String, inv: &Invoice) {
     out.push_str("</section>\n");
 }
 
-fn line_row(out: &mut String, l: &Line) {
+/// Which optional columns an invoice's lines table has.
+#[derive(Clone, Copy)]
+struct Columns {
+    band: bool,
+    tier: bool,
+}
+
+impl Columns {
+    /// Columns in all: SKU, meter, [band], [tier], quantity, unit price, amount.
+    fn count(self) -> usize {
+        5 + usize::from(self.band) + usize::from(self.tier)
+    }
+}
+
+fn line_row(out: &mut String, l: &Line, cols: Columns) {
     let h = html_text;
     let opt = |s: &Option<String>| s.as_deref().map(h).unwrap_or_default();
     let amount = l.amount;
@@ -514,8 +548,9 @@ fn line_row(out: &mut String, l: &Line) {
         LineKind::Minimum => {
             let _ = writeln!(
                 out,
-                "<tr><td>minimum</td><td colspan=\"5\">top-up to the invoice minimum</td>\
-                 <td class=\"n\">{amount}</td></tr>"
+                "<tr><td>minimum</td><td colspan=\"{}\">top-up to the invoice minimum</td>\
+                 <td class=\"n\">{amount}</td></tr>",
+                cols.count() - 2
             );
         }
         _ => {
@@ -532,13 +567,17 @@ fn line_row(out: &mut String, l: &Line) {
                 _ => String::new(),
             };
             let price = l.unit_price.map(|p| p.to_string()).unwrap_or_default();
+            let _ = write!(out, "<tr><td>{}</td><td>{meter}</td>", opt(&l.sku));
+            if cols.band {
+                let _ = write!(out, "<td>{}</td>", opt(&l.band));
+            }
+            if cols.tier {
+                let _ = write!(out, "<td>{}</td>", opt(&l.tier));
+            }
             let _ = writeln!(
                 out,
-                "<tr><td>{}</td><td>{meter}</td><td>{}</td><td>{}</td><td class=\"n\">{quantity}\
-                 </td><td class=\"n\">{price}</td><td class=\"n\">{amount}</td></tr>",
-                opt(&l.sku),
-                opt(&l.band),
-                opt(&l.tier),
+                "<td class=\"n\">{quantity}</td><td class=\"n\">{price}</td>\
+                 <td class=\"n\">{amount}</td></tr>"
             );
             if let Some(carried) = l.fragment_carried.filter(|f| f.0 > 0) {
                 let unit = opt(&l.unit);
@@ -552,8 +591,9 @@ fn line_row(out: &mut String, l: &Line) {
                     .unwrap_or_default();
                 let _ = writeln!(
                     out,
-                    "<tr class=\"note\"><td></td><td colspan=\"6\">\u{21b3} carried to the next \
-                     period: {carried} {unit}{billed}{of}</td></tr>"
+                    "<tr class=\"note\"><td></td><td colspan=\"{}\">\u{21b3} carried to the \
+                     next period: {carried} {unit}{billed}{of}</td></tr>",
+                    cols.count() - 1
                 );
             }
         }

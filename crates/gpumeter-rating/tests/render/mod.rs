@@ -386,6 +386,8 @@ mod html {
             assert!(page.contains(&format!("<td class=\"n\">{}</td></tr>", inv.total)));
             assert!(page.contains(&inv.sha256));
         }
+        // No line has a band or tier: no such columns.
+        assert!(!page.contains("<th>Band</th>") && !page.contains("<th>Tier</th>"));
         assert_eq!(page.matches("<svg").count(), u.devices.len());
         assert_eq!(
             page.matches("data-series=\"busy\"").count(),
@@ -406,7 +408,10 @@ mod html {
     fn tiered_lines_show_band_tier_flat_fee_and_fragment() {
         let doc = tiered_doc();
         let page = invoice_html(&doc, &two_device_report("alice", "bob"));
+        assert!(page.contains("<th>Band</th><th>Tier</th>"), "{page}");
         assert!(page.contains("<td>peak</td><td>1: 0–5000</td>"), "{page}");
+        // The flat fee has a tier and no band: an empty band cell keeps the columns aligned.
+        assert!(page.contains("<td></td><td>2: 5000–inf</td><td class=\"n\">flat fee</td>"));
         assert!(page.contains("<td class=\"n\">flat fee</td>"), "{page}");
         assert!(page.contains("carried to the next period: 7 SM·ns; billed 993 SM·ns"));
     }
