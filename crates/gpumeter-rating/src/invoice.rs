@@ -304,38 +304,55 @@ fn invoice_text(inv: &Invoice) -> String {
     out
 }
 
+/// A row of the lines table: cells, or a note written under the previous row.
+enum Row {
+    Cells(Vec<String>),
+    Note(String),
+}
+
+/// Which optional columns an invoice's lines table has: `Band` and `Tier` when a line has one.
+#[derive(Clone, Copy)]
+struct Optional {
+    band: bool,
+    tier: bool,
+}
+
 /// The lines table of one invoice: grouped by (SKU, meter) in order of first appearance, the
 /// SKU and meter written on a group's first row only; `Band` and `Tier` columns when any line
 /// has one; a sub-row under a line whose fragment carried is non-zero; subtotal, credits and
 /// total under the amounts.
 fn lines_table(inv: &Invoice) -> String {
-    let show_band = inv.lines.iter().any(|l| l.band.is_some());
-    let show_tier = inv.lines.iter().any(|l| l.tier.is_some());
+    let opt = Optional {
+        band: inv.lines.iter().any(|l| l.band.is_some()),
+        tier: inv.lines.iter().any(|l| l.tier.is_some()),
+    };
+    let columns = table_columns(inv, opt);
+    let rows = table_rows(inv, opt, columns.len());
+    lay_out(inv, &columns, &rows)
+}
+
+fn table_columns(inv: &Invoice, opt: Optional) -> Vec<(String, Align)> {
     let mut columns: Vec<(String, Align)> =
         vec![("SKU".into(), Align::Left), ("Meter".into(), Align::Left)];
-    if show_band {
+    if opt.band {
         columns.push(("Band".into(), Align::Left));
     }
-    if show_tier {
+    if opt.tier {
         columns.push(("Tier".into(), Align::Left));
     }
     columns.push(("Quantity".into(), Align::Right));
     columns.push(("Unit price".into(), Align::Right));
     columns.push((format!("Amount {}", esc(&inv.currency)), Align::Right));
-    let n = columns.len();
+    columns
+}
 
-    // A row is either cells or a note written under the previous row.
-    enum Row {
-        Cells(Vec<String>),
-        Note(String),
-    }
+/// The rows of the lines, `n` cells each, grouped ([`grouped_lines`]).
+fn table_rows(inv: &Invoice, opt: Optional, n: usize) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
-    let mut shown_group: Option<(Option<&str>, Option<MeterKind>, LineKind)> = None;
+    let mut shown_group = None;
     for l in grouped_lines(&inv.lines) {
-        let mut cells: Vec<String> = Vec::with_capacity(n);
         if l.kind == LineKind::Minimum {
-            cells.push("minimum".into());
-            cells.push("(top-up to the invoice minimum)".into());
+            let mut cells = vec!["minimum".into(), "(top-up to the invoice minimum)".into()];
             cells.resize(n - 1, String::new());
             cells.push(l.amount.to_string());
             rows.push(Row::Cells(cells));
@@ -343,45 +360,10 @@ fn lines_table(inv: &Invoice) -> String {
             continue;
         }
         // Reservations are their own group even on a SKU and meter with usage lines.
-        let group = (
-            l.sku.as_deref(),
-            l.meter,
-            if l.kind == LineKind::Reservation {
-                LineKind::Reservation
-            } else {
-                LineKind::Usage
-            },
-        );
-        if shown_group == Some(group) {
-            cells.push(String::new());
-            cells.push(String::new());
-        } else {
-            let meter = l.meter.map_or_else(String::new, |m| m.to_string());
-            cells.push(l.sku.as_deref().map(esc).unwrap_or_default());
-            cells.push(if l.kind == LineKind::Reservation {
-                format!("reservation {meter}")
-            } else {
-                meter
-            });
-            shown_group = Some(group);
-        }
-        if show_band {
-            cells.push(l.band.as_deref().map(esc).unwrap_or_default());
-        }
-        if show_tier {
-            cells.push(l.tier.as_deref().map(esc).unwrap_or_default());
-        }
-        cells.push(
-            match (l.kind, &l.quantity_in_pricing_unit, &l.pricing_unit) {
-                (LineKind::FlatFee, _, _) => "flat fee".into(),
-                (_, Some(q), Some(u)) => format!("{} {}", esc(q), esc(u)),
-                (_, Some(q), None) => esc(q),
-                _ => String::new(),
-            },
-        );
-        cells.push(l.unit_price.map_or_else(String::new, |p| p.to_string()));
-        cells.push(l.amount.to_string());
-        rows.push(Row::Cells(cells));
+        let group = (l.sku.as_deref(), l.meter, l.kind == LineKind::Reservation);
+        let first_of_group = shown_group != Some(group);
+        shown_group = Some(group);
+        rows.push(Row::Cells(line_cells(l, opt, first_of_group)));
         if let Some(carried) = l.fragment_carried.filter(|f| f.0 > 0) {
             let unit = l.unit.as_deref().map(esc).unwrap_or_default();
             let billed = l
@@ -395,7 +377,46 @@ fn lines_table(inv: &Invoice) -> String {
             )));
         }
     }
+    rows
+}
 
+/// The cells of a line other than `minimum`; SKU and meter only on a group's first row.
+fn line_cells(l: &Line, opt: Optional, first_of_group: bool) -> Vec<String> {
+    let mut cells = Vec::with_capacity(7);
+    if first_of_group {
+        let meter = l.meter.map_or_else(String::new, |m| m.to_string());
+        cells.push(l.sku.as_deref().map(esc).unwrap_or_default());
+        cells.push(if l.kind == LineKind::Reservation {
+            format!("reservation {meter}")
+        } else {
+            meter
+        });
+    } else {
+        cells.push(String::new());
+        cells.push(String::new());
+    }
+    if opt.band {
+        cells.push(l.band.as_deref().map(esc).unwrap_or_default());
+    }
+    if opt.tier {
+        cells.push(l.tier.as_deref().map(esc).unwrap_or_default());
+    }
+    cells.push(
+        match (l.kind, &l.quantity_in_pricing_unit, &l.pricing_unit) {
+            (LineKind::FlatFee, _, _) => "flat fee".into(),
+            (_, Some(q), Some(u)) => format!("{} {}", esc(q), esc(u)),
+            (_, Some(q), None) => esc(q),
+            _ => String::new(),
+        },
+    );
+    cells.push(l.unit_price.map_or_else(String::new, |p| p.to_string()));
+    cells.push(l.amount.to_string());
+    cells
+}
+
+/// Header, rule, rows, rule and the totals under the last two columns, aligned.
+fn lay_out(inv: &Invoice, columns: &[(String, Align)], rows: &[Row]) -> String {
+    let n = columns.len();
     let subtotal = inv.subtotal.to_string();
     let total = inv.total.to_string();
     let credits: Vec<(String, String)> = inv
@@ -409,7 +430,7 @@ fn lines_table(inv: &Invoice) -> String {
         })
         .collect();
     let mut widths: Vec<usize> = columns.iter().map(|(h, _)| width(h)).collect();
-    for row in &rows {
+    for row in rows {
         if let Row::Cells(cells) = row {
             for (w, cell) in widths.iter_mut().zip(cells) {
                 *w = (*w).max(width(cell));
@@ -428,7 +449,7 @@ fn lines_table(inv: &Invoice) -> String {
         let parts: Vec<String> = cells
             .iter()
             .zip(&widths)
-            .zip(&columns)
+            .zip(columns)
             .map(|((c, &w), (_, a))| pad(c, w, *a))
             .collect();
         format!("  {}\n", parts.join("  ").trim_end())
@@ -449,7 +470,7 @@ fn lines_table(inv: &Invoice) -> String {
     if rows.is_empty() {
         out.push_str("  (no billable usage)\n");
     }
-    for row in &rows {
+    for row in rows {
         match row {
             Row::Cells(cells) => out.push_str(&render(cells)),
             Row::Note(note) => out.push_str(&format!("{note_indent}\u{21b3} {note}\n")),

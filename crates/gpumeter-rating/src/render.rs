@@ -405,13 +405,22 @@ fn window_text(seconds: u64) -> String {
     }
 }
 
+/// One invoice: header, lines table with totals, unpriced usage, warnings.
 fn invoice_section(out: &mut String, inv: &Invoice) {
-    let h = html_text;
     let _ = writeln!(
         out,
         "<section class=\"invoice\">\n<h2>Tenant {}</h2>",
-        h(&inv.tenant)
+        html_text(&inv.tenant)
     );
+    invoice_header(out, inv);
+    lines_table(out, inv);
+    invoice_notes(out, inv);
+    out.push_str("</section>\n");
+}
+
+/// Period, currency, price book and the digests.
+fn invoice_header(out: &mut String, inv: &Invoice) {
+    let h = html_text;
     out.push_str("<dl class=\"head\">\n");
     let mut row = |k: &str, v: String| {
         let _ = writeln!(out, "<dt>{k}</dt><dd>{v}</dd>");
@@ -445,7 +454,11 @@ fn invoice_section(out: &mut String, inv: &Invoice) {
         format!("<span class=\"mono\">sha256 {}</span>", h(&inv.sha256)),
     );
     out.push_str("</dl>\n");
+}
 
+/// The lines, then subtotal, credits and total.
+fn lines_table(out: &mut String, inv: &Invoice) {
+    let h = html_text;
     // Band and Tier columns only when a line has one, as in the text table.
     let cols = Columns {
         band: inv.lines.iter().any(|l| l.band.is_some()),
@@ -499,7 +512,11 @@ fn invoice_section(out: &mut String, inv: &Invoice) {
          <td class=\"n\">{}</td></tr>\n</tfoot>\n</table>",
         inv.total
     );
+}
 
+/// Unpriced usage and warnings, when there are any.
+fn invoice_notes(out: &mut String, inv: &Invoice) {
+    let h = html_text;
     if !inv.unpriced.is_empty() {
         out.push_str("<h3>Unpriced usage (listed, not billed)</h3>\n<ul>\n");
         for u in &inv.unpriced {
@@ -523,7 +540,6 @@ fn invoice_section(out: &mut String, inv: &Invoice) {
         }
         out.push_str("</ul>\n");
     }
-    out.push_str("</section>\n");
 }
 
 /// Which optional columns an invoice's lines table has.
@@ -618,6 +634,39 @@ pub fn bar_height(share: Share, plot_h: f64) -> f64 {
     share.fraction() * plot_h
 }
 
+/// The plot area of a chart with `n` bars. Drawing coordinates only (f64).
+struct Plot {
+    /// Width of the plot area.
+    w: f64,
+    /// Height of the plot area (100 %).
+    h: f64,
+    /// y of the 0 % line.
+    base: f64,
+    /// Width of one window's slot.
+    slot: f64,
+    /// Width of one bar (two per slot).
+    bar_w: f64,
+    /// Whether each bar carries its percentage as a label.
+    labelled: bool,
+}
+
+impl Plot {
+    fn new(n: usize) -> Plot {
+        let w = CHART_W - PLOT_LEFT - PLOT_RIGHT;
+        let h = CHART_H - PLOT_TOP - PLOT_BOTTOM;
+        let slot = w / n.max(1) as f64;
+        Plot {
+            w,
+            h,
+            base: PLOT_TOP + h,
+            slot,
+            bar_w: slot * 0.38,
+            labelled: n <= LABELLED_BARS,
+        }
+    }
+}
+
+/// One device's figure: caption, then an SVG bar chart of its windows.
 fn chart(out: &mut String, d: &DeviceUtilization) {
     let h = html_text;
     let sms = d
@@ -636,26 +685,32 @@ fn chart(out: &mut String, d: &DeviceUtilization) {
     }
     // Floats from here on are drawing coordinates only; the percentages written as text come
     // from `Share::percent_text` (integer arithmetic).
-    let plot_w = CHART_W - PLOT_LEFT - PLOT_RIGHT;
-    let plot_h = CHART_H - PLOT_TOP - PLOT_BOTTOM;
-    let base = PLOT_TOP + plot_h;
-    let n = d.windows.len();
-    let slot = plot_w / n as f64;
-    let bar_w = slot * 0.38;
+    let plot = Plot::new(d.windows.len());
     let _ = writeln!(
         out,
         "<svg class=\"chart\" width=\"{CHART_W}\" height=\"{CHART_H}\" viewBox=\"0 0 {CHART_W} \
          {CHART_H}\" role=\"img\" aria-label=\"utilization of {}\">",
         h(&d.device_key)
     );
-    // Legend.
+    legend(out, d.sm_count.is_some());
+    y_axis(out, &plot);
+    series(out, d, &plot, ("busy", "GPU busy"), 0.1, &|w| Some(w.busy));
+    if d.sm_count.is_some() {
+        series(out, d, &plot, ("sm", "SMs held"), 0.52, &|w| w.sm);
+    }
+    time_axis(out, d, &plot);
+    out.push_str("</svg>\n</figure>\n");
+}
+
+/// The series' colours and meanings, above the plot.
+fn legend(out: &mut String, with_sm: bool) {
     let _ = writeln!(
         out,
         "<rect class=\"busy\" x=\"{PLOT_LEFT}\" y=\"8\" width=\"12\" height=\"12\"/>\
          <text x=\"{:.1}\" y=\"18\">GPU busy (gpu_busy_ns ÷ window)</text>",
         PLOT_LEFT + 16.0
     );
-    if d.sm_count.is_some() {
+    if with_sm {
         let _ = writeln!(
             out,
             "<rect class=\"sm\" x=\"{:.1}\" y=\"8\" width=\"12\" height=\"12\"/>\
@@ -670,14 +725,17 @@ fn chart(out: &mut String, d: &DeviceUtilization) {
             PLOT_LEFT + 250.0
         );
     }
-    // Grid and y axis, 0–100 %.
+}
+
+/// Grid lines and labels at 0, 25, 50, 75 and 100 %, and the x axis line.
+fn y_axis(out: &mut String, plot: &Plot) {
     for pct in [0u32, 25, 50, 75, 100] {
-        let y = base - plot_h * f64::from(pct) / 100.0;
+        let y = plot.base - plot.h * f64::from(pct) / 100.0;
         let _ = writeln!(
             out,
             "<line class=\"grid\" x1=\"{PLOT_LEFT}\" y1=\"{y:.2}\" x2=\"{:.2}\" y2=\"{y:.2}\"/>\
              <text x=\"{:.1}\" y=\"{:.2}\" text-anchor=\"end\">{pct} %</text>",
-            PLOT_LEFT + plot_w,
+            PLOT_LEFT + plot.w,
             PLOT_LEFT - 6.0,
             y + 4.0
         );
@@ -685,60 +743,66 @@ fn chart(out: &mut String, d: &DeviceUtilization) {
     let _ = writeln!(
         out,
         "<line class=\"axis\" x1=\"{PLOT_LEFT}\" y1=\"{base:.2}\" x2=\"{:.2}\" y2=\"{base:.2}\"/>",
-        PLOT_LEFT + plot_w
+        PLOT_LEFT + plot.w,
+        base = plot.base
     );
-    // Series.
-    let labelled = n <= LABELLED_BARS;
-    let series = |out: &mut String,
-                  name: &str,
-                  label: &str,
-                  offset: f64,
-                  pick: &dyn Fn(&WindowUtilization) -> Option<Share>| {
-        let _ = writeln!(out, "<g class=\"{name}\" data-series=\"{name}\">");
-        for (i, w) in d.windows.iter().enumerate() {
-            let Some(share) = pick(w) else { continue };
-            let bh = bar_height(share, plot_h);
-            let x = PLOT_LEFT + slot * i as f64 + offset;
+}
+
+/// One series of bars (`(class, label)`), `offset` slots from each slot's left edge; windows
+/// for which `pick` gives no share are not drawn.
+fn series(
+    out: &mut String,
+    d: &DeviceUtilization,
+    plot: &Plot,
+    (name, label): (&str, &str),
+    offset: f64,
+    pick: &dyn Fn(&WindowUtilization) -> Option<Share>,
+) {
+    let _ = writeln!(out, "<g class=\"{name}\" data-series=\"{name}\">");
+    for (i, w) in d.windows.iter().enumerate() {
+        let Some(share) = pick(w) else { continue };
+        let bh = bar_height(share, plot.h);
+        let x = PLOT_LEFT + plot.slot * (i as f64 + offset);
+        let _ = writeln!(
+            out,
+            "<rect x=\"{x:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{bh:.2}\">\
+             <title>{} {label} {}</title></rect>",
+            plot.base - bh,
+            plot.bar_w,
+            rfc3339(w.start_ns),
+            share.percent_text()
+        );
+        if plot.labelled {
             let _ = writeln!(
                 out,
-                "<rect x=\"{x:.2}\" y=\"{:.2}\" width=\"{bar_w:.2}\" height=\"{bh:.2}\">\
-                 <title>{} {label} {}</title></rect>",
-                base - bh,
-                rfc3339(w.start_ns),
+                "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>",
+                x + plot.bar_w / 2.0,
+                plot.base - bh - 4.0,
                 share.percent_text()
             );
-            if labelled {
-                let _ = writeln!(
-                    out,
-                    "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>",
-                    x + bar_w / 2.0,
-                    base - bh - 4.0,
-                    share.percent_text()
-                );
-            }
         }
-        out.push_str("</g>\n");
-    };
-    series(out, "busy", "GPU busy", slot * 0.1, &|w| Some(w.busy));
-    if d.sm_count.is_some() {
-        series(out, "sm", "SMs held", slot * 0.52, &|w| w.sm);
     }
-    // Time labels (UTC) under the bars, at most TIME_LABELS of them.
+    out.push_str("</g>\n");
+}
+
+/// Window starts (UTC) under the bars, at most [`TIME_LABELS`] of them, and the axis title.
+fn time_axis(out: &mut String, d: &DeviceUtilization, plot: &Plot) {
+    let n = d.windows.len();
     let step = n.div_ceil(TIME_LABELS).max(1);
     for i in (0..n).step_by(step) {
-        let x = PLOT_LEFT + slot * i as f64 + slot / 2.0;
+        let x = PLOT_LEFT + plot.slot * (i as f64 + 0.5);
         let _ = writeln!(
             out,
             "<text x=\"{x:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>",
-            base + 16.0,
+            plot.base + 16.0,
             time_label(d.windows[i].start_ns)
         );
     }
     let _ = writeln!(
         out,
-        "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">window start (UTC)</text>\n</svg>\n</figure>",
-        PLOT_LEFT + plot_w / 2.0,
-        base + 36.0
+        "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">window start (UTC)</text>",
+        PLOT_LEFT + plot.w / 2.0,
+        plot.base + 36.0
     );
 }
 
