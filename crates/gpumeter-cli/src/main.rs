@@ -55,6 +55,8 @@ enum Command {
         /// Write the invoices as JSON instead of a text table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        render: RenderArgs,
     },
     /// Run a command with gpumeter's CUDA injection library and record its GPU activity into a
     /// .gmr; exits with the command's exit code.
@@ -69,6 +71,47 @@ enum Command {
         #[command(subcommand)]
         command: PricesCommand,
     },
+}
+
+/// `preview`'s file renderings, written besides the text or JSON on standard output.
+#[derive(Debug, Args)]
+struct RenderArgs {
+    /// Also write the invoice lines as CSV (RFC 4180, one row per line of every invoice).
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Also write the invoices as one self-contained HTML page with a utilization chart per
+    /// device (inline CSS and SVG, no script, no external resource).
+    #[arg(long, value_name = "FILE")]
+    html: Option<PathBuf>,
+}
+
+impl RenderArgs {
+    /// Writes the files asked for; a file that cannot be written is exit 1 naming its path.
+    fn write(
+        &self,
+        invoices: &gpumeter::InvoiceDocument,
+        report: &gpumeter::core::UsageReport,
+    ) -> Result<(), Failure> {
+        use gpumeter::rating::render;
+        if let Some(path) = &self.csv {
+            let text = render::invoice_csv(invoices).map_err(|e| Failure {
+                code: 1,
+                message: e.to_string(),
+            })?;
+            write_file(path, &text)?;
+        }
+        if let Some(path) = &self.html {
+            write_file(path, &render::invoice_html(invoices, report))?;
+        }
+        Ok(())
+    }
+}
+
+fn write_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {
+    std::fs::write(path, text).map_err(|e| Failure {
+        code: 1,
+        message: format!("cannot write {}: {e}", path.display()),
+    })
 }
 
 #[derive(Debug, Subcommand)]
@@ -310,6 +353,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             from,
             to,
             json,
+            render,
         } => {
             let period = match (from, to) {
                 (Some(f), Some(t)) => {
@@ -344,6 +388,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
                     say(&format!("notice: usage report: {w}"));
                 }
             }
+            render.write(&invoices, &report)?;
             if json {
                 to_json(&invoices)
             } else {

@@ -1534,3 +1534,4 @@ mod prices_check_book {
         assert!(!text.contains("`h100` (line"), "{text}");
     }
 }
+mod render;

@@ -289,9 +289,18 @@ impl InvoiceDocument {
     }
 
     /// The document as aligned text for people: per invoice a header (tenant, period,
-    /// currency, price book), a table of lines (SKU | meter | quantity in the pricing unit |
-    /// unit price | amount, numbers right-aligned), subtotal and total, then unpriced usage
-    /// and warnings. Ends with a newline; `"no invoices\n"` for an empty document.
+    /// currency, price book), a table of lines (SKU | meter | band | tier | quantity in the
+    /// pricing unit | unit price | amount, numbers right-aligned), subtotal and total, then
+    /// unpriced usage and warnings. Ends with a newline; an empty document is one line saying
+    /// there are no invoices.
+    ///
+    /// Lines are grouped by SKU and meter (in order of first appearance; the SKU and meter are
+    /// written on a group's first row only), so the rows of one meter's bands and tiers sit
+    /// together. The `Band` and `Tier` columns appear only when some line of the invoice has
+    /// one. A `flat_fee` line shows `flat fee` as its quantity and the fee as its unit price; a
+    /// `minimum` line shows `minimum (top-up to the invoice minimum)`. A line whose
+    /// `fragment_carried` is non-zero gets a `↳ carried to the next period: …` row under it with
+    /// the billed and metered quantities in the canonical unit.
     ///
     /// Text from the inputs (tenant, SKU ids, the book's version, device keys and names,
     /// reasons, warnings) is escaped with [`gpumeter_core::text::printable`], so control
@@ -352,108 +361,7 @@ fn invoice_text(inv: &Invoice) -> String {
         esc(short_hash(&inv.usage_sha256))
     ));
 
-    const ALIGN: [Align; 5] = [
-        Align::Left,
-        Align::Left,
-        Align::Right,
-        Align::Right,
-        Align::Right,
-    ];
-    let header = [
-        "SKU".to_string(),
-        "Meter".to_string(),
-        "Quantity".to_string(),
-        "Unit price".to_string(),
-        format!("Amount {}", esc(&inv.currency)),
-    ];
-    let mut rows: Vec<[String; 5]> = Vec::new();
-    for l in &inv.lines {
-        let row = match l.kind {
-            LineKind::Minimum => [
-                "minimum".to_string(),
-                "(top-up to the invoice minimum)".to_string(),
-                String::new(),
-                String::new(),
-                l.amount.to_string(),
-            ],
-            LineKind::Usage | LineKind::Reservation | LineKind::FlatFee => {
-                let mut meter = l.meter.map_or_else(String::new, |m| m.to_string());
-                if let Some(b) = &l.band {
-                    meter.push_str(&format!(", band {}", esc(b)));
-                }
-                if let Some(t) = &l.tier {
-                    meter.push_str(&format!(", tier {}", esc(t)));
-                }
-                if l.kind == LineKind::Reservation {
-                    meter = format!("reservation {meter}");
-                }
-                if l.kind == LineKind::FlatFee {
-                    meter.push_str(" (flat fee)");
-                }
-                let quantity = match (&l.quantity_in_pricing_unit, &l.pricing_unit) {
-                    (Some(q), Some(u)) => format!("{} {}", esc(q), esc(u)),
-                    (Some(q), None) => esc(q),
-                    _ => String::new(),
-                };
-                [
-                    l.sku.as_deref().map(esc).unwrap_or_default(),
-                    meter,
-                    quantity,
-                    l.unit_price.map_or_else(String::new, |p| p.to_string()),
-                    l.amount.to_string(),
-                ]
-            }
-        };
-        rows.push(row);
-    }
-    let subtotal = inv.subtotal.to_string();
-    let total = inv.total.to_string();
-    let mut widths = [0usize; 5];
-    for row in std::iter::once(&header).chain(rows.iter()) {
-        for (w, cell) in widths.iter_mut().zip(row.iter()) {
-            *w = (*w).max(width(cell));
-        }
-    }
-    widths[3] = widths[3].max(width("Subtotal"));
-    widths[4] = widths[4].max(width(&subtotal)).max(width(&total));
-
-    let render = |cells: &[String; 5]| -> String {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(widths.iter())
-            .zip(ALIGN.iter())
-            .map(|((c, &w), &a)| pad(c, w, a))
-            .collect();
-        format!("  {}\n", parts.join("  ").trim_end())
-    };
-    out.push_str(&render(&header));
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    out.push_str(&format!("  {}\n", rule.join("  ")));
-    if rows.is_empty() {
-        out.push_str("  (no billable usage)\n");
-    }
-    for row in &rows {
-        out.push_str(&render(row));
-    }
-    out.push_str(&format!("  {}\n", rule.join("  ")));
-    let totals_row = |label: &str, amount: &str| {
-        render(&[
-            String::new(),
-            String::new(),
-            String::new(),
-            label.to_string(),
-            amount.to_string(),
-        ])
-    };
-    out.push_str(&totals_row("Subtotal", &subtotal));
-    for c in &inv.credits_applied {
-        out.push_str(&totals_row(
-            &format!("Credits {}", esc(&c.grant)),
-            &format!("-{}", c.amount),
-        ));
-    }
-    out.push_str(&totals_row("Total", &total));
-
+    out.push_str(&lines_table(inv));
     if !inv.unpriced.is_empty() {
         out.push_str("\n  Unpriced usage (listed, not billed):\n");
         for u in &inv.unpriced {
@@ -475,4 +383,211 @@ fn invoice_text(inv: &Invoice) -> String {
         }
     }
     out
+}
+
+/// A row of the lines table: cells, or a note written under the previous row.
+enum Row {
+    Cells(Vec<String>),
+    Note(String),
+}
+
+/// Which optional columns an invoice's lines table has: `Band` and `Tier` when a line has one.
+#[derive(Clone, Copy)]
+struct Optional {
+    band: bool,
+    tier: bool,
+}
+
+/// The lines table of one invoice: grouped by (SKU, meter) in order of first appearance, the
+/// SKU and meter written on a group's first row only; `Band` and `Tier` columns when any line
+/// has one; a sub-row under a line whose fragment carried is non-zero; subtotal, credits and
+/// total under the amounts.
+fn lines_table(inv: &Invoice) -> String {
+    let opt = Optional {
+        band: inv.lines.iter().any(|l| l.band.is_some()),
+        tier: inv.lines.iter().any(|l| l.tier.is_some()),
+    };
+    let columns = table_columns(inv, opt);
+    let rows = table_rows(inv, opt, columns.len());
+    lay_out(inv, &columns, &rows)
+}
+
+fn table_columns(inv: &Invoice, opt: Optional) -> Vec<(String, Align)> {
+    let mut columns: Vec<(String, Align)> =
+        vec![("SKU".into(), Align::Left), ("Meter".into(), Align::Left)];
+    if opt.band {
+        columns.push(("Band".into(), Align::Left));
+    }
+    if opt.tier {
+        columns.push(("Tier".into(), Align::Left));
+    }
+    columns.push(("Quantity".into(), Align::Right));
+    columns.push(("Unit price".into(), Align::Right));
+    columns.push((format!("Amount {}", esc(&inv.currency)), Align::Right));
+    columns
+}
+
+/// The rows of the lines, `n` cells each, grouped ([`grouped_lines`]).
+fn table_rows(inv: &Invoice, opt: Optional, n: usize) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    let mut shown_group = None;
+    for l in grouped_lines(&inv.lines) {
+        if l.kind == LineKind::Minimum {
+            let mut cells = vec!["minimum".into(), "(top-up to the invoice minimum)".into()];
+            cells.resize(n - 1, String::new());
+            cells.push(l.amount.to_string());
+            rows.push(Row::Cells(cells));
+            shown_group = None;
+            continue;
+        }
+        // Reservations are their own group even on a SKU and meter with usage lines.
+        let group = (l.sku.as_deref(), l.meter, l.kind == LineKind::Reservation);
+        let first_of_group = shown_group != Some(group);
+        shown_group = Some(group);
+        rows.push(Row::Cells(line_cells(l, opt, first_of_group)));
+        if let Some(carried) = l.fragment_carried.filter(|f| f.0 > 0) {
+            let unit = l.unit.as_deref().map(esc).unwrap_or_default();
+            let billed = l
+                .billable_quantity
+                .map_or_else(String::new, |b| format!("; billed {b} {unit}"));
+            let of = l
+                .quantity
+                .map_or_else(String::new, |q| format!(" of {q} {unit}"));
+            rows.push(Row::Note(format!(
+                "carried to the next period: {carried} {unit}{billed}{of}"
+            )));
+        }
+    }
+    rows
+}
+
+/// The cells of a line other than `minimum`; SKU and meter only on a group's first row.
+fn line_cells(l: &Line, opt: Optional, first_of_group: bool) -> Vec<String> {
+    let mut cells = Vec::with_capacity(7);
+    if first_of_group {
+        let meter = l.meter.map_or_else(String::new, |m| m.to_string());
+        cells.push(l.sku.as_deref().map(esc).unwrap_or_default());
+        cells.push(if l.kind == LineKind::Reservation {
+            format!("reservation {meter}")
+        } else {
+            meter
+        });
+    } else {
+        cells.push(String::new());
+        cells.push(String::new());
+    }
+    if opt.band {
+        cells.push(l.band.as_deref().map(esc).unwrap_or_default());
+    }
+    if opt.tier {
+        cells.push(l.tier.as_deref().map(esc).unwrap_or_default());
+    }
+    cells.push(
+        match (l.kind, &l.quantity_in_pricing_unit, &l.pricing_unit) {
+            (LineKind::FlatFee, _, _) => "flat fee".into(),
+            (_, Some(q), Some(u)) => format!("{} {}", esc(q), esc(u)),
+            (_, Some(q), None) => esc(q),
+            _ => String::new(),
+        },
+    );
+    cells.push(l.unit_price.map_or_else(String::new, |p| p.to_string()));
+    cells.push(l.amount.to_string());
+    cells
+}
+
+/// Header, rule, rows, rule and the totals under the last two columns, aligned.
+fn lay_out(inv: &Invoice, columns: &[(String, Align)], rows: &[Row]) -> String {
+    let n = columns.len();
+    let subtotal = inv.subtotal.to_string();
+    let total = inv.total.to_string();
+    let credits: Vec<(String, String)> = inv
+        .credits_applied
+        .iter()
+        .map(|c| {
+            (
+                format!("Credits {}", esc(&c.grant)),
+                format!("-{}", c.amount),
+            )
+        })
+        .collect();
+    let mut widths: Vec<usize> = columns.iter().map(|(h, _)| width(h)).collect();
+    for row in rows {
+        if let Row::Cells(cells) = row {
+            for (w, cell) in widths.iter_mut().zip(cells) {
+                *w = (*w).max(width(cell));
+            }
+        }
+    }
+    let (label_col, amount_col) = (n - 2, n - 1);
+    widths[label_col] = widths[label_col].max(width("Subtotal"));
+    for (label, amount) in &credits {
+        widths[label_col] = widths[label_col].max(width(label));
+        widths[amount_col] = widths[amount_col].max(width(amount));
+    }
+    widths[amount_col] = widths[amount_col].max(width(&subtotal)).max(width(&total));
+
+    let render = |cells: &[String]| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .zip(columns)
+            .map(|((c, &w), (_, a))| pad(c, w, *a))
+            .collect();
+        format!("  {}\n", parts.join("  ").trim_end())
+    };
+    let totals_row = |label: &str, amount: &str| {
+        let mut cells = vec![String::new(); n - 2];
+        cells.push(label.to_string());
+        cells.push(amount.to_string());
+        render(&cells)
+    };
+    let header: Vec<String> = columns.iter().map(|(h, _)| h.clone()).collect();
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    let rule = format!("  {}\n", rule.join("  "));
+    let note_indent = " ".repeat(2 + widths[0] + 2);
+
+    let mut out = render(&header);
+    out.push_str(&rule);
+    if rows.is_empty() {
+        out.push_str("  (no billable usage)\n");
+    }
+    for row in rows {
+        match row {
+            Row::Cells(cells) => out.push_str(&render(cells)),
+            Row::Note(note) => out.push_str(&format!("{note_indent}\u{21b3} {note}\n")),
+        }
+    }
+    out.push_str(&rule);
+    out.push_str(&totals_row("Subtotal", &subtotal));
+    for (label, amount) in &credits {
+        out.push_str(&totals_row(label, amount));
+    }
+    out.push_str(&totals_row("Total", &total));
+    out
+}
+
+/// The lines with those of one (SKU, meter) together, groups in order of first appearance and
+/// lines in their own order within a group; `minimum` lines last. The rating already writes
+/// lines in this order; the table does not rely on it.
+fn grouped_lines(lines: &[Line]) -> Vec<&Line> {
+    // (SKU, meter, is a reservation) → the group's lines.
+    type Key<'a> = (Option<&'a str>, Option<MeterKind>, bool);
+    let mut groups: Vec<(Key<'_>, Vec<&Line>)> = Vec::new();
+    let mut minimums: Vec<&Line> = Vec::new();
+    for l in lines {
+        if l.kind == LineKind::Minimum {
+            minimums.push(l);
+            continue;
+        }
+        let key = (l.sku.as_deref(), l.meter, l.kind == LineKind::Reservation);
+        match groups.iter_mut().find(|(k, _)| *k == key) {
+            Some(g) => g.1.push(l),
+            None => groups.push((key, vec![l])),
+        }
+    }
+    groups
+        .into_iter()
+        .flat_map(|g| g.1)
+        .chain(minimums)
+        .collect()
 }

@@ -104,6 +104,7 @@ pub mod invoice;
 pub mod model;
 pub mod money;
 pub mod rating;
+pub mod render;
 pub mod units;
 
 pub use book::{

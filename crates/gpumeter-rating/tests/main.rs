@@ -118,6 +118,8 @@ fn one_line_amount(header: &str, meter: &str, unit: &str, price: &str, q: u128) 
     inv.lines[0].amount.to_string()
 }
 
+mod render;
+
 mod rounding {
     use super::*;
 

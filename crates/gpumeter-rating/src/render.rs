@@ -1,0 +1,816 @@
+//! Renderings of the invoice document beyond JSON and the text table (DESIGN §7): CSV for
+//! spreadsheets and accounting imports, and one self-contained HTML page for people, with a
+//! per-device utilization chart.
+//!
+//! ```
+//! use gpumeter_rating::render::{invoice_csv, invoice_html, CSV_COLUMNS};
+//! use gpumeter_rating::InvoiceDocument;
+//!
+//! let doc = InvoiceDocument::new(vec![]);
+//! // No invoices: the header row only.
+//! assert_eq!(invoice_csv(&doc)?, format!("{}\r\n", CSV_COLUMNS.join(",")));
+//! # Ok::<(), gpumeter_rating::render::RenderError>(())
+//! ```
+//!
+//! Both renderings are byte-stable: the same document (and usage report) gives the same
+//! bytes, with no clock, locale or hash-map order in them.
+//!
+//! Money and quantities are written from their exact decimal or integer values, never through
+//! a float. The HTML chart computes each window's share as an exact fraction ([`Share`]) and
+//! uses `f64` only for SVG drawing coordinates.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use gpumeter_core::text::printable;
+use gpumeter_core::time::{parse_rfc3339, rfc3339};
+use gpumeter_core::{MeterKind, UsageReport};
+
+use crate::invoice::{Invoice, InvoiceDocument, Line, LineKind};
+
+/// The CSV header, one column per field of an invoice line plus the invoice's identity.
+///
+/// `tenant`, `period_from`, `period_to`, `currency` and `invoice_sha256` repeat the invoice's
+/// fields on each of its lines, so every row stands alone and an auditor can tie it to the
+/// sealed invoice (`invoice_sha256` is the invoice's `sha256`). The other columns are the
+/// line's fields as in the JSON document; a `null` is an empty cell.
+pub const CSV_COLUMNS: [&str; 18] = [
+    "tenant",
+    "period_from",
+    "period_to",
+    "currency",
+    "kind",
+    "sku",
+    "meter",
+    "band",
+    "tier",
+    "quantity",
+    "unit",
+    "pricing_unit",
+    "quantity_in_pricing_unit",
+    "billable_quantity",
+    "fragment_carried",
+    "unit_price",
+    "amount",
+    "invoice_sha256",
+];
+
+/// Windows drawn per device at most: a longer period is drawn in buckets of whole windows
+/// (each bucket's share is over its whole duration), so a month of one-minute windows stays a
+/// readable chart and a small file.
+pub const MAX_CHART_BARS: usize = 240;
+
+/// Why a rendering could not be produced.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The CSV writer failed (in memory, so only on an internal fault).
+    #[error("cannot write the invoice CSV: {0}")]
+    Csv(String),
+}
+
+/// A cell of text from the inputs (tenant, SKU id, band name, tier label) made safe for
+/// spreadsheets: text starting with `=`, `+`, `-`, `@`, a tab or a carriage return, which a
+/// spreadsheet would run as a formula, gets a leading `'` (the OWASP "CSV injection" advice).
+/// Other text is unchanged. The JSON document is the exact form.
+pub fn csv_text_cell(text: &str) -> Cow<'_, str> {
+    match text.chars().next() {
+        Some('=' | '+' | '-' | '@' | '\t' | '\r') => Cow::Owned(format!("'{text}")),
+        _ => Cow::Borrowed(text),
+    }
+}
+
+/// The invoice document as CSV (RFC 4180: comma-separated, CRLF line ends, fields quoted when
+/// they hold a comma, quote, CR or LF, quotes doubled): the [`CSV_COLUMNS`] header, then one
+/// row per invoice line, invoices in document order and lines in invoice order. Subtotals and
+/// totals are not rows (they are Σ `amount` per `invoice_sha256`); unpriced usage and warnings
+/// are in the JSON, text and HTML renderings.
+///
+/// Text from the inputs goes through [`csv_text_cell`] (formula injection); it is otherwise
+/// written exactly, not escaped for terminals (a quoted field may hold a newline).
+///
+/// # Errors
+/// [`RenderError::Csv`] if the CSV writer fails (it writes to memory, so only on an internal
+/// fault).
+pub fn invoice_csv(doc: &InvoiceDocument) -> Result<String, RenderError> {
+    let mut w = csv::WriterBuilder::new()
+        .terminator(csv::Terminator::CRLF)
+        .quote_style(csv::QuoteStyle::Necessary)
+        .from_writer(Vec::new());
+    let fail = |e: csv::Error| RenderError::Csv(e.to_string());
+    w.write_record(CSV_COLUMNS).map_err(fail)?;
+    for inv in &doc.invoices {
+        for line in &inv.lines {
+            w.write_record(csv_row(inv, line)).map_err(fail)?;
+        }
+    }
+    let bytes = w
+        .into_inner()
+        .map_err(|e| RenderError::Csv(e.error().to_string()))?;
+    String::from_utf8(bytes).map_err(|e| RenderError::Csv(e.to_string()))
+}
+
+fn csv_row(inv: &Invoice, l: &Line) -> [String; 18] {
+    let text = |s: &Option<String>| s.as_deref().map(csv_text_cell).unwrap_or_default().into();
+    let num = |v: Option<String>| v.unwrap_or_default();
+    [
+        csv_text_cell(&inv.tenant).into_owned(),
+        inv.period.from.clone(),
+        inv.period.to.clone(),
+        inv.currency.clone(),
+        kind_name(l.kind).to_string(),
+        text(&l.sku),
+        l.meter.map(|m| m.to_string()).unwrap_or_default(),
+        text(&l.band),
+        text(&l.tier),
+        num(l.quantity.map(|q| q.to_string())),
+        num(l.unit.clone()),
+        num(l.pricing_unit.clone()),
+        num(l.quantity_in_pricing_unit.clone()),
+        num(l.billable_quantity.map(|q| q.to_string())),
+        num(l.fragment_carried.map(|q| q.to_string())),
+        num(l.unit_price.map(|p| p.to_string())),
+        l.amount.to_string(),
+        inv.sha256.clone(),
+    ]
+}
+
+fn kind_name(k: LineKind) -> &'static str {
+    match k {
+        LineKind::Usage => "usage",
+        LineKind::Minimum => "minimum",
+        LineKind::FlatFee => "flat_fee",
+        LineKind::Reservation => "reservation",
+    }
+}
+
+/// An exact share `part / whole` (of a window's time, or of its SM·time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Share {
+    /// The used amount (ns or SM·ns).
+    pub part: u128,
+    /// The available amount (ns or SM·ns); never zero.
+    pub whole: u128,
+}
+
+impl Share {
+    /// The share in tenths of a percent, rounded half up (`500` is 50.0 %); may exceed
+    /// `1000` if the usage exceeds what the window holds (it cannot under policy v1).
+    pub fn per_mille(self) -> u128 {
+        match self.part.checked_mul(1000) {
+            Some(p) => (p + self.whole / 2) / self.whole,
+            // A part this large is far above the whole: the exact value hardly matters.
+            None => (self.part / self.whole).saturating_mul(1000),
+        }
+    }
+
+    /// The share as text for people, one decimal: `"50.0 %"`.
+    pub fn percent_text(self) -> String {
+        let m = self.per_mille();
+        format!("{}.{} %", m / 10, m % 10)
+    }
+
+    /// The share as a drawing fraction in `[0, 1]` (clamped). Floats are used here only for
+    /// SVG coordinates, never for a number shown as text.
+    pub fn fraction(self) -> f64 {
+        if self.part >= self.whole {
+            return 1.0;
+        }
+        // Both below 2^128; the ratio of their f64 approximations is exact enough to draw.
+        self.part as f64 / self.whole as f64
+    }
+}
+
+/// One bar of a device's chart: a window (or a bucket of whole windows, see
+/// [`MAX_CHART_BARS`]) and the device's use of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowUtilization {
+    /// Start of the window, ns since the Unix epoch (UTC).
+    pub start_ns: u64,
+    /// Length, ns (`window_seconds` × the windows in the bucket).
+    pub length_ns: u128,
+    /// Σ `gpu_busy_ns` over every tenant ÷ the window's ns: the share of time the GPU had work.
+    pub busy: Share,
+    /// Σ `sm_ns` ÷ (SMs × the window's ns): the share of the device's SM·time held; `None`
+    /// when the device's SM count is unknown.
+    pub sm: Option<Share>,
+}
+
+/// A device's utilization over the chart's span.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceUtilization {
+    /// The device's key in the usage report.
+    pub device_key: String,
+    /// The device's name, when known.
+    pub name: Option<String>,
+    /// The device's SMs, when known.
+    pub sm_count: Option<u32>,
+    /// The bars, in time order, covering the span without gaps.
+    pub windows: Vec<WindowUtilization>,
+}
+
+/// The utilization of every device of `usage` over `[from, to)` (ns since the epoch), one
+/// entry per window, or per bucket of `k` whole windows when there are more than
+/// [`MAX_CHART_BARS`] windows. Usage of every tenant counts (`gpu_busy_ns` is split among
+/// tenants, so their sum is the device's busy time). `span` `None`: the usage's own span, its
+/// first window to the end of its last. Rows whose `window_start` does not parse (the rating
+/// refuses them) or lies outside the span are left out.
+pub fn utilization(usage: &UsageReport, span: Option<(u64, u64)>) -> Vec<DeviceUtilization> {
+    let window_ns = u128::from(usage.window_seconds) * 1_000_000_000;
+    let starts: Vec<(usize, u64)> = usage
+        .usage
+        .iter()
+        .enumerate()
+        .filter_map(|(i, r)| parse_rfc3339(&r.window_start).ok().map(|t| (i, t)))
+        .collect();
+    let span = span.or_else(|| {
+        let first = starts.iter().map(|&(_, t)| t).min()?;
+        let last = starts.iter().map(|&(_, t)| t).max()?;
+        let end = u128::from(last) + window_ns;
+        Some((first, u64::try_from(end).unwrap_or(u64::MAX)))
+    });
+    let Some((from, to)) = span.filter(|&(f, t)| t > f && window_ns > 0) else {
+        return usage
+            .devices
+            .iter()
+            .map(|d| DeviceUtilization {
+                device_key: d.device_key.clone(),
+                name: d.name.clone(),
+                sm_count: d.sm_count,
+                windows: vec![],
+            })
+            .collect();
+    };
+    let span_ns = u128::from(to - from);
+    let n_windows = span_ns.div_ceil(window_ns);
+    let per_bar = n_windows.div_ceil(MAX_CHART_BARS as u128).max(1);
+    let n_bars = n_windows.div_ceil(per_bar);
+    let bar_ns = per_bar * window_ns;
+
+    // (device key, bar) → (Σ gpu_busy_ns, Σ sm_ns)
+    let mut sums: BTreeMap<(&str, u128), (u128, u128)> = BTreeMap::new();
+    for (i, t) in starts {
+        let r = &usage.usage[i];
+        if t < from || t >= to || !matches!(r.meter, MeterKind::GpuBusyNs | MeterKind::SmNs) {
+            continue;
+        }
+        let bar = u128::from(t - from) / bar_ns;
+        let e = sums.entry((r.device_key.as_str(), bar)).or_default();
+        if r.meter == MeterKind::GpuBusyNs {
+            e.0 = e.0.saturating_add(r.quantity.0);
+        } else {
+            e.1 = e.1.saturating_add(r.quantity.0);
+        }
+    }
+
+    usage
+        .devices
+        .iter()
+        .map(|d| {
+            let windows = (0..n_bars)
+                .map(|bar| {
+                    let start = u128::from(from) + bar * bar_ns;
+                    let length_ns = bar_ns.min(u128::from(to) - start);
+                    let (busy, sm) = sums
+                        .get(&(d.device_key.as_str(), bar))
+                        .copied()
+                        .unwrap_or_default();
+                    WindowUtilization {
+                        start_ns: u64::try_from(start).unwrap_or(u64::MAX),
+                        length_ns,
+                        busy: Share {
+                            part: busy,
+                            whole: length_ns,
+                        },
+                        sm: d.sm_count.filter(|&c| c > 0).map(|c| Share {
+                            part: sm,
+                            whole: length_ns.saturating_mul(u128::from(c)),
+                        }),
+                    }
+                })
+                .collect();
+            DeviceUtilization {
+                device_key: d.device_key.clone(),
+                name: d.name.clone(),
+                sm_count: d.sm_count,
+                windows,
+            }
+        })
+        .collect()
+}
+
+/// Text from the inputs for HTML: escaped for terminals first ([`printable`]: control and
+/// bidirectional-override characters become visible `\u{…}` escapes, as in the text table),
+/// then `&`, `<`, `>`, `"` and `'` become character references, so it is safe in element
+/// content and in quoted attribute values.
+pub fn html_text(text: &str) -> String {
+    let text = printable(text);
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STYLE: &str = "body{font-family:'DejaVu Sans',Arial,Helvetica,sans-serif;color:#1d2430;\
+background:#fff;margin:24px 32px;font-size:14px}\
+h1{font-size:22px;margin:0 0 16px}h2{font-size:18px;margin:28px 0 8px}\
+h3{font-size:15px;margin:18px 0 6px}\
+dl.head{display:grid;grid-template-columns:max-content auto;gap:2px 16px;margin:0 0 12px}\
+dl.head dt{color:#5b6475}dl.head dd{margin:0}\
+table{border-collapse:collapse;margin:8px 0}\
+th,td{padding:4px 10px;border-bottom:1px solid #dde2ea;text-align:left;vertical-align:top}\
+th{background:#eef2f8;font-weight:600}td.n,th.n{text-align:right;\
+font-variant-numeric:tabular-nums;white-space:nowrap}\
+tr.note td{color:#5b6475;font-size:12px;border-bottom:1px dashed #dde2ea}\
+tfoot td{border-bottom:none;font-weight:600}tfoot tr.total td{border-top:2px solid #1d2430}\
+.mono{font-family:'DejaVu Sans Mono',monospace;font-size:12px}\
+ul.warn li{color:#8a4b00}figure{margin:12px 0 24px}\
+figcaption{font-weight:600;margin-bottom:4px}\
+svg text{font-family:'DejaVu Sans',Arial,sans-serif;font-size:11px;fill:#3a4250}\
+.grid{stroke:#dde2ea;stroke-width:1}.axis{stroke:#3a4250;stroke-width:1}\
+.busy{fill:#2f6fdb}.sm{fill:#f08c2e}";
+
+/// The invoice document as one self-contained HTML page: per invoice a header (tenant,
+/// period, currency, price book, digests), the lines table (SKU, meter, band, tier, quantity,
+/// unit price, amount; a sub-row for a carried fragment), subtotal, credits and total, unpriced
+/// usage and warnings; then, per device of `usage`, an SVG bar chart of its utilization over
+/// the invoices' periods (their union; the usage's span when there are no invoices): per window
+/// `gpu_busy_ns` ÷ the window and `sm_ns` ÷ (SMs × the window), 0–100 %, time in UTC
+/// ([`utilization`]).
+///
+/// The page has inline CSS and inline SVG only: no script, no external resource, no URL. All
+/// text from the inputs goes through [`html_text`]. Byte-stable: the same inputs give the same
+/// bytes.
+pub fn invoice_html(doc: &InvoiceDocument, usage: &UsageReport) -> String {
+    let mut out = String::with_capacity(16 * 1024);
+    out.push_str("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    out.push_str("<title>gpumeter invoice preview</title>\n<style>");
+    out.push_str(STYLE);
+    out.push_str("</style>\n</head>\n<body>\n<h1>Invoice preview</h1>\n");
+    if doc.invoices.is_empty() {
+        out.push_str("<p>No invoices: no usage in the period.</p>\n");
+    }
+    for inv in &doc.invoices {
+        invoice_section(&mut out, inv);
+    }
+    let span = invoices_span(doc);
+    let devices = utilization(usage, span);
+    out.push_str("<h2>Utilization</h2>\n");
+    let _ = writeln!(
+        out,
+        "<p>Per device and {} window (UTC): the share of the window the GPU was busy \
+         (gpu_busy_ns ÷ window) and the share of its SM·time held (sm_ns ÷ (SMs × window)), \
+         all tenants together.</p>",
+        html_text(&window_text(usage.window_seconds))
+    );
+    if devices.is_empty() {
+        out.push_str("<p>No devices in the usage report.</p>\n");
+    }
+    for d in &devices {
+        chart(&mut out, d);
+    }
+    out.push_str("</body>\n</html>\n");
+    out
+}
+
+/// The union of the invoices' periods, or `None` when there are none (or one does not parse).
+fn invoices_span(doc: &InvoiceDocument) -> Option<(u64, u64)> {
+    let mut span: Option<(u64, u64)> = None;
+    for inv in &doc.invoices {
+        let f = parse_rfc3339(&inv.period.from).ok()?;
+        let t = parse_rfc3339(&inv.period.to).ok()?;
+        span = Some(match span {
+            Some((a, b)) => (a.min(f), b.max(t)),
+            None => (f, t),
+        });
+    }
+    span
+}
+
+fn window_text(seconds: u64) -> String {
+    match seconds {
+        s if s > 0 && s % 86_400 == 0 => format!("{} d", s / 86_400),
+        s if s > 0 && s % 3600 == 0 => format!("{} h", s / 3600),
+        s if s > 0 && s % 60 == 0 => format!("{} min", s / 60),
+        s => format!("{s} s"),
+    }
+}
+
+/// One invoice: header, lines table with totals, unpriced usage, warnings.
+fn invoice_section(out: &mut String, inv: &Invoice) {
+    let _ = writeln!(
+        out,
+        "<section class=\"invoice\">\n<h2>Tenant {}</h2>",
+        html_text(&inv.tenant)
+    );
+    invoice_header(out, inv);
+    lines_table(out, inv);
+    invoice_notes(out, inv);
+    out.push_str("</section>\n");
+}
+
+/// Period, currency, price book and the digests.
+fn invoice_header(out: &mut String, inv: &Invoice) {
+    let h = html_text;
+    out.push_str("<dl class=\"head\">\n");
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(out, "<dt>{k}</dt><dd>{v}</dd>");
+    };
+    row(
+        "Period",
+        format!(
+            "{} to {} (end exclusive)",
+            h(&inv.period.from),
+            h(&inv.period.to)
+        ),
+    );
+    row("Currency", h(&inv.currency));
+    row(
+        "Price book",
+        format!(
+            "{} <span class=\"mono\">sha256 {}</span>",
+            h(&inv.price_book.version),
+            h(&inv.price_book.sha256)
+        ),
+    );
+    row(
+        "Usage report",
+        format!(
+            "<span class=\"mono\">sha256 {}</span>",
+            h(&inv.usage_sha256)
+        ),
+    );
+    row(
+        "Invoice",
+        format!("<span class=\"mono\">sha256 {}</span>", h(&inv.sha256)),
+    );
+    out.push_str("</dl>\n");
+}
+
+/// The lines, then subtotal, credits and total.
+fn lines_table(out: &mut String, inv: &Invoice) {
+    let h = html_text;
+    // Band and Tier columns only when a line has one, as in the text table.
+    let cols = Columns {
+        band: inv.lines.iter().any(|l| l.band.is_some()),
+        tier: inv.lines.iter().any(|l| l.tier.is_some()),
+    };
+    let span = cols.count() - 1;
+    let _ = write!(
+        out,
+        "<table class=\"lines\">\n<thead><tr><th>SKU</th><th>Meter</th>"
+    );
+    if cols.band {
+        out.push_str("<th>Band</th>");
+    }
+    if cols.tier {
+        out.push_str("<th>Tier</th>");
+    }
+    let _ = writeln!(
+        out,
+        "<th class=\"n\">Quantity</th><th class=\"n\">Unit price</th>\
+         <th class=\"n\">Amount {}</th></tr></thead>\n<tbody>",
+        h(&inv.currency)
+    );
+    if inv.lines.is_empty() {
+        let _ = writeln!(
+            out,
+            "<tr><td colspan=\"{}\">No billable usage.</td></tr>",
+            cols.count()
+        );
+    }
+    for l in &inv.lines {
+        line_row(out, l, cols);
+    }
+    out.push_str("</tbody>\n<tfoot>\n");
+    let _ = writeln!(
+        out,
+        "<tr><td colspan=\"{span}\" class=\"n\">Subtotal</td><td class=\"n\">{}</td></tr>",
+        inv.subtotal
+    );
+    for c in &inv.credits_applied {
+        let _ = writeln!(
+            out,
+            "<tr><td colspan=\"{span}\" class=\"n\">Credits {}</td>\
+             <td class=\"n\">-{}</td></tr>",
+            h(&c.grant),
+            c.amount
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<tr class=\"total\"><td colspan=\"{span}\" class=\"n\">Total</td>\
+         <td class=\"n\">{}</td></tr>\n</tfoot>\n</table>",
+        inv.total
+    );
+}
+
+/// Unpriced usage and warnings, when there are any.
+fn invoice_notes(out: &mut String, inv: &Invoice) {
+    let h = html_text;
+    if !inv.unpriced.is_empty() {
+        out.push_str("<h3>Unpriced usage (listed, not billed)</h3>\n<ul>\n");
+        for u in &inv.unpriced {
+            let _ = writeln!(
+                out,
+                "<li>{} ({}): {} {} {}: {}</li>",
+                h(&u.device_key),
+                h(u.name.as_deref().unwrap_or("no name")),
+                u.meter,
+                u.quantity,
+                u.meter.canonical_unit(),
+                h(&u.reason)
+            );
+        }
+        out.push_str("</ul>\n");
+    }
+    if !inv.warnings.is_empty() {
+        out.push_str("<h3>Warnings</h3>\n<ul class=\"warn\">\n");
+        for w in &inv.warnings {
+            let _ = writeln!(out, "<li>{}</li>", h(w));
+        }
+        out.push_str("</ul>\n");
+    }
+}
+
+/// Which optional columns an invoice's lines table has.
+#[derive(Clone, Copy)]
+struct Columns {
+    band: bool,
+    tier: bool,
+}
+
+impl Columns {
+    /// Columns in all: SKU, meter, [band], [tier], quantity, unit price, amount.
+    fn count(self) -> usize {
+        5 + usize::from(self.band) + usize::from(self.tier)
+    }
+}
+
+fn line_row(out: &mut String, l: &Line, cols: Columns) {
+    let h = html_text;
+    let opt = |s: &Option<String>| s.as_deref().map(h).unwrap_or_default();
+    let amount = l.amount;
+    match l.kind {
+        LineKind::Minimum => {
+            let _ = writeln!(
+                out,
+                "<tr><td>minimum</td><td colspan=\"{}\">top-up to the invoice minimum</td>\
+                 <td class=\"n\">{amount}</td></tr>",
+                cols.count() - 2
+            );
+        }
+        _ => {
+            let meter = l.meter.map(|m| m.to_string()).unwrap_or_default();
+            let meter = if l.kind == LineKind::Reservation {
+                format!("reservation {meter}")
+            } else {
+                meter
+            };
+            let quantity = match (l.kind, &l.quantity_in_pricing_unit, &l.pricing_unit) {
+                (LineKind::FlatFee, _, _) => "flat fee".to_string(),
+                (_, Some(q), Some(u)) => format!("{} {}", h(q), h(u)),
+                (_, Some(q), None) => h(q),
+                _ => String::new(),
+            };
+            let price = l.unit_price.map(|p| p.to_string()).unwrap_or_default();
+            let _ = write!(out, "<tr><td>{}</td><td>{meter}</td>", opt(&l.sku));
+            if cols.band {
+                let _ = write!(out, "<td>{}</td>", opt(&l.band));
+            }
+            if cols.tier {
+                let _ = write!(out, "<td>{}</td>", opt(&l.tier));
+            }
+            let _ = writeln!(
+                out,
+                "<td class=\"n\">{quantity}</td><td class=\"n\">{price}</td>\
+                 <td class=\"n\">{amount}</td></tr>"
+            );
+            if let Some(carried) = l.fragment_carried.filter(|f| f.0 > 0) {
+                let unit = opt(&l.unit);
+                let billed = l
+                    .billable_quantity
+                    .map(|b| format!("; billed {b} {unit}"))
+                    .unwrap_or_default();
+                let of = l
+                    .quantity
+                    .map(|q| format!(" of {q} {unit}"))
+                    .unwrap_or_default();
+                let _ = writeln!(
+                    out,
+                    "<tr class=\"note\"><td></td><td colspan=\"{}\">\u{21b3} carried to the \
+                     next period: {carried} {unit}{billed}{of}</td></tr>",
+                    cols.count() - 1
+                );
+            }
+        }
+    }
+}
+
+// Chart geometry, in SVG user units (pixels at scale 1).
+const CHART_W: f64 = 760.0;
+const CHART_H: f64 = 250.0;
+const PLOT_LEFT: f64 = 52.0;
+const PLOT_RIGHT: f64 = 12.0;
+const PLOT_TOP: f64 = 30.0;
+const PLOT_BOTTOM: f64 = 46.0;
+/// Bars per chart up to which each bar carries its percentage as a label.
+const LABELLED_BARS: usize = 12;
+/// Time labels on the x axis at most.
+const TIME_LABELS: usize = 8;
+
+/// The height in SVG units of a bar for `share` in a plot `plot_h` high (clamped to it).
+/// Drawing coordinates only.
+pub fn bar_height(share: Share, plot_h: f64) -> f64 {
+    share.fraction() * plot_h
+}
+
+/// The plot area of a chart with `n` bars. Drawing coordinates only (f64).
+struct Plot {
+    /// Width of the plot area.
+    w: f64,
+    /// Height of the plot area (100 %).
+    h: f64,
+    /// y of the 0 % line.
+    base: f64,
+    /// Width of one window's slot.
+    slot: f64,
+    /// Width of one bar (two per slot).
+    bar_w: f64,
+    /// Whether each bar carries its percentage as a label.
+    labelled: bool,
+}
+
+impl Plot {
+    fn new(n: usize) -> Plot {
+        let w = CHART_W - PLOT_LEFT - PLOT_RIGHT;
+        let h = CHART_H - PLOT_TOP - PLOT_BOTTOM;
+        let slot = w / n.max(1) as f64;
+        Plot {
+            w,
+            h,
+            base: PLOT_TOP + h,
+            slot,
+            bar_w: slot * 0.38,
+            labelled: n <= LABELLED_BARS,
+        }
+    }
+}
+
+/// One device's figure: caption, then an SVG bar chart of its windows.
+fn chart(out: &mut String, d: &DeviceUtilization) {
+    let h = html_text;
+    let sms = d
+        .sm_count
+        .map(|c| format!(", {c} SMs"))
+        .unwrap_or_else(|| ", SM count unknown".into());
+    let _ = writeln!(
+        out,
+        "<figure class=\"device\">\n<figcaption>{} ({}{sms})</figcaption>",
+        h(&d.device_key),
+        h(d.name.as_deref().unwrap_or("no name"))
+    );
+    if d.windows.is_empty() {
+        out.push_str("<p>No windows to draw.</p>\n</figure>\n");
+        return;
+    }
+    // Floats from here on are drawing coordinates only; the percentages written as text come
+    // from `Share::percent_text` (integer arithmetic).
+    let plot = Plot::new(d.windows.len());
+    let _ = writeln!(
+        out,
+        "<svg class=\"chart\" width=\"{CHART_W}\" height=\"{CHART_H}\" viewBox=\"0 0 {CHART_W} \
+         {CHART_H}\" role=\"img\" aria-label=\"utilization of {}\">",
+        h(&d.device_key)
+    );
+    legend(out, d.sm_count.is_some());
+    y_axis(out, &plot);
+    series(out, d, &plot, ("busy", "GPU busy"), 0.1, &|w| Some(w.busy));
+    if d.sm_count.is_some() {
+        series(out, d, &plot, ("sm", "SMs held"), 0.52, &|w| w.sm);
+    }
+    time_axis(out, d, &plot);
+    out.push_str("</svg>\n</figure>\n");
+}
+
+/// The series' colours and meanings, above the plot.
+fn legend(out: &mut String, with_sm: bool) {
+    let _ = writeln!(
+        out,
+        "<rect class=\"busy\" x=\"{PLOT_LEFT}\" y=\"8\" width=\"12\" height=\"12\"/>\
+         <text x=\"{:.1}\" y=\"18\">GPU busy (gpu_busy_ns ÷ window)</text>",
+        PLOT_LEFT + 16.0
+    );
+    if with_sm {
+        let _ = writeln!(
+            out,
+            "<rect class=\"sm\" x=\"{:.1}\" y=\"8\" width=\"12\" height=\"12\"/>\
+             <text x=\"{:.1}\" y=\"18\">SMs held (sm_ns ÷ (SMs × window))</text>",
+            PLOT_LEFT + 250.0,
+            PLOT_LEFT + 266.0
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "<text x=\"{:.1}\" y=\"18\">SM share not drawn: SM count unknown</text>",
+            PLOT_LEFT + 250.0
+        );
+    }
+}
+
+/// Grid lines and labels at 0, 25, 50, 75 and 100 %, and the x axis line.
+fn y_axis(out: &mut String, plot: &Plot) {
+    for pct in [0u32, 25, 50, 75, 100] {
+        let y = plot.base - plot.h * f64::from(pct) / 100.0;
+        let _ = writeln!(
+            out,
+            "<line class=\"grid\" x1=\"{PLOT_LEFT}\" y1=\"{y:.2}\" x2=\"{:.2}\" y2=\"{y:.2}\"/>\
+             <text x=\"{:.1}\" y=\"{:.2}\" text-anchor=\"end\">{pct} %</text>",
+            PLOT_LEFT + plot.w,
+            PLOT_LEFT - 6.0,
+            y + 4.0
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<line class=\"axis\" x1=\"{PLOT_LEFT}\" y1=\"{base:.2}\" x2=\"{:.2}\" y2=\"{base:.2}\"/>",
+        PLOT_LEFT + plot.w,
+        base = plot.base
+    );
+}
+
+/// One series of bars (`(class, label)`), `offset` slots from each slot's left edge; windows
+/// for which `pick` gives no share are not drawn.
+fn series(
+    out: &mut String,
+    d: &DeviceUtilization,
+    plot: &Plot,
+    (name, label): (&str, &str),
+    offset: f64,
+    pick: &dyn Fn(&WindowUtilization) -> Option<Share>,
+) {
+    let _ = writeln!(out, "<g class=\"{name}\" data-series=\"{name}\">");
+    for (i, w) in d.windows.iter().enumerate() {
+        let Some(share) = pick(w) else { continue };
+        let bh = bar_height(share, plot.h);
+        let x = PLOT_LEFT + plot.slot * (i as f64 + offset);
+        let _ = writeln!(
+            out,
+            "<rect x=\"{x:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{bh:.2}\">\
+             <title>{} {label} {}</title></rect>",
+            plot.base - bh,
+            plot.bar_w,
+            rfc3339(w.start_ns),
+            share.percent_text()
+        );
+        if plot.labelled {
+            let _ = writeln!(
+                out,
+                "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>",
+                x + plot.bar_w / 2.0,
+                plot.base - bh - 4.0,
+                share.percent_text()
+            );
+        }
+    }
+    out.push_str("</g>\n");
+}
+
+/// Window starts (UTC) under the bars, at most [`TIME_LABELS`] of them, and the axis title.
+fn time_axis(out: &mut String, d: &DeviceUtilization, plot: &Plot) {
+    let n = d.windows.len();
+    let step = n.div_ceil(TIME_LABELS).max(1);
+    for i in (0..n).step_by(step) {
+        let x = PLOT_LEFT + plot.slot * (i as f64 + 0.5);
+        let _ = writeln!(
+            out,
+            "<text x=\"{x:.2}\" y=\"{:.2}\" text-anchor=\"middle\">{}</text>",
+            plot.base + 16.0,
+            time_label(d.windows[i].start_ns)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "<text x=\"{:.2}\" y=\"{:.2}\" text-anchor=\"middle\">window start (UTC)</text>",
+        PLOT_LEFT + plot.w / 2.0,
+        plot.base + 36.0
+    );
+}
+
+/// `MM-DD HH:MM` in UTC, from the RFC 3339 text of `ns`.
+fn time_label(ns: u64) -> String {
+    let t = rfc3339(ns);
+    match (t.get(5..10), t.get(11..16)) {
+        (Some(d), Some(hm)) => format!("{d} {hm}"),
+        _ => t,
+    }
+}
