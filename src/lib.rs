@@ -137,12 +137,12 @@ impl From<gpumeter_core::MeterError> for Error {
 /// The format of an input (`--format`, DESIGN §8).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Format {
-    /// Detect per file from its first bytes: the `.gmr` magic, SQLite's magic, a usage report
-    /// as gpumeter writes it (`{`, then `"schema"` as the first key with the value
-    /// `"gpumeter.usage/v1"`, within the first 256 bytes; JSON whitespace and a UTF-8
-    /// byte-order mark allowed), gzip's magic or `{` (Kineto), else a raw CUPTI buffer when its
-    /// first 4 bytes are an activity kind of the selected CUPTI API version. A report whose
-    /// keys were reordered (e.g. `jq -S`) is read with [`Format::Usage`].
+    /// Detect per file from its first bytes: the `.gmr` magic, SQLite's magic, gzip's magic
+    /// (Kineto) or `{`, else a raw CUPTI buffer when its first 4 bytes are an activity kind of
+    /// the selected CUPTI API version. A `{` file is a usage report when its top-level
+    /// `schema` is `gpumeter.usage/v1`, found by reading its keys in order and skipping their
+    /// values up to `schema` (a report, whatever its key order) or `traceEvents` (a Kineto
+    /// trace, read no further); else it is Kineto.
     #[default]
     Auto,
     /// PyTorch profiler / Kineto trace JSON, plain or gzip.
@@ -158,26 +158,56 @@ pub enum Format {
     Usage,
 }
 
-/// The byte-order mark, then JSON whitespace, then `{`, then `"schema"`, `:` and
-/// `"gpumeter.usage/v1"`: the head of a usage report as gpumeter writes it. The key and value
-/// are matched as written, without escapes; anything else is not sniffed as a report.
-fn is_usage_report_head(head: &[u8]) -> bool {
-    fn skip_ws(b: &[u8]) -> &[u8] {
-        let n = b
-            .iter()
-            .take_while(|c| matches!(c, b' ' | b'\t' | b'\n' | b'\r'))
-            .count();
-        &b[n..]
-    }
-    let mut b = head.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(head);
-    let schema = format!("\"{}\"", gpumeter_core::USAGE_SCHEMA);
-    for token in [&b"{"[..], b"\"schema\"", b":", schema.as_bytes()] {
-        match skip_ws(b).strip_prefix(token) {
-            Some(rest) => b = rest,
-            None => return false,
+/// Whether a JSON file is a usage report: its top-level keys are read in order (values
+/// skipped, nothing kept) until `schema`, whose value decides, or `traceEvents` (a Kineto
+/// trace: no), so a trace is not read past its first keys and a report whose keys were
+/// reordered (`jq -S`) is still recognised. Anything unreadable is "no" (the importer that
+/// reads the file then names the fault).
+fn is_usage_report_json(path: &Path) -> bool {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Sniff<'a>(&'a std::cell::Cell<bool>);
+    impl<'de> Visitor<'de> for Sniff<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "schema" => {
+                        let v: serde_json::Value = map.next_value()?;
+                        self.0.set(v.as_str() == Some(gpumeter_core::USAGE_SCHEMA));
+                        return Ok(());
+                    }
+                    "traceEvents" => return Ok(()),
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
         }
     }
-    true
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let found = std::cell::Cell::new(false);
+    let mut reader = std::io::BufReader::new(file);
+    let mut bom = [0u8; 3];
+    {
+        use std::io::{BufRead as _, Read as _};
+        if reader
+            .fill_buf()
+            .is_ok_and(|b| b.starts_with(b"\xEF\xBB\xBF"))
+        {
+            let _ = reader.read_exact(&mut bom);
+        }
+    }
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    // Returning early leaves the object unfinished, which serde_json reports as an error after
+    // the visitor ran: the answer is in `found`, the error says nothing more.
+    let _ = de.deserialize_map(Sniff(&found));
+    found.get()
 }
 
 /// What a file that is not a usage report is, when its bytes tell it (`.gmr`, SQLite, gzip,
@@ -386,11 +416,11 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
     if gpumeter_cupti::gmr::is_gmr(&head) {
         return Ok(Format::Gmr);
     }
-    if is_usage_report_head(&head) {
-        return Ok(Format::Usage);
-    }
     match gpumeter_import::detect_format(path, &head) {
         Some(gpumeter_import::Format::Nsys) => return Ok(Format::Nsys),
+        Some(_) if head.first() != Some(&0x1f) && is_usage_report_json(path) => {
+            return Ok(Format::Usage)
+        }
         Some(_) => return Ok(Format::Kineto),
         None => {}
     }

@@ -18,9 +18,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use crate::record::LossReason;
 use crate::report::{
-    DeviceEnd, DeviceEntry, DigestError, Extensions, LossEntry, MeterKind, OpenAllocation,
-    Quantity, RecordCounts, RecordingEnds, SourceEntry, TotalRow, UsageReport, UsageRow,
-    USAGE_SCHEMA,
+    DeviceEnd, DeviceEntry, DigestError, Extensions, LossEntry, MeterKind, NotMeterable,
+    OpenAllocation, Quantity, RecordCounts, RecordingEnds, SourceEntry, TotalRow, UsageReport,
+    UsageRow, USAGE_SCHEMA,
 };
 use crate::time::{parse_rfc3339, rfc3339_ns};
 
@@ -140,7 +140,9 @@ pub enum MergeError {
 ///
 /// * `sources`: every report's sources (each still identified by its own SHA-256);
 /// * `devices`: one entry per `device_key`; fields one report knows and another does not are
-///   taken from the one that knows; `not_meterable` entries are unioned. The same key under
+///   taken from the one that knows; `not_meterable` has one entry per meter that any report
+///   could not meter there, its reason each such report's, prefixed by the report's name
+///   (`a.json: …; b.json: …`). The same key under
 ///   two device ids (one GPU seen by two processes with other `CUDA_VISIBLE_DEVICES`) takes the
 ///   smallest id everywhere, with a warning;
 /// * `usage`: rows with the same (tenant, device_key, window_start, meter) summed; `totals`
@@ -342,9 +344,13 @@ fn merge_devices(
     for &(name, r) in reports {
         for d in &r.devices {
             let Some((m, from, ids)) = by_key.get_mut(d.device_key.as_str()) else {
+                let mut first = d.clone();
+                for n in &mut first.not_meterable {
+                    n.reason = format!("{name}: {}", n.reason);
+                }
                 by_key.insert(
                     &d.device_key,
-                    (d.clone(), vec![name], BTreeSet::from([d.device])),
+                    (first, vec![name], BTreeSet::from([d.device])),
                 );
                 continue;
             };
@@ -364,8 +370,12 @@ fn merge_devices(
                 (name, &d.compute_capability),
             )?;
             for n in &d.not_meterable {
-                if !m.not_meterable.contains(n) {
-                    m.not_meterable.push(n.clone());
+                match m.not_meterable.iter_mut().find(|x| x.meter == n.meter) {
+                    None => m.not_meterable.push(NotMeterable {
+                        meter: n.meter,
+                        reason: format!("{name}: {}", n.reason),
+                    }),
+                    Some(x) => x.reason = format!("{}; {name}: {}", x.reason, n.reason),
                 }
             }
             from.push(name);
@@ -385,8 +395,7 @@ fn merge_devices(
             ));
         }
         d.device = ids.first().copied().unwrap_or(d.device);
-        d.not_meterable
-            .sort_by(|a, b| (a.meter, &a.reason).cmp(&(b.meter, &b.reason)));
+        d.not_meterable.sort_by_key(|n| n.meter);
         ids_of.insert(key.to_string(), d.device);
         devices.push(d);
     }
