@@ -90,24 +90,8 @@ pub enum MergeError {
     },
     /// Two reports describe one `device_key` differently (name, SM count or compute
     /// capability): one of them is wrong, and the price or `sm_ns` would depend on which.
-    #[error(
-        "device {device_key}: {field} is {first_value} in {first} but {second_value} in \
-         {second}: the reports describe one device differently"
-    )]
-    DeviceConflict {
-        /// The device.
-        device_key: String,
-        /// `name`, `sm_count` or `compute_capability`.
-        field: &'static str,
-        /// The first report.
-        first: String,
-        /// Its value.
-        first_value: String,
-        /// The second report.
-        second: String,
-        /// Its value.
-        second_value: String,
-    },
+    #[error("{0}")]
+    DeviceConflict(Box<DeviceConflict>),
     /// A field of a report cannot be read (a `window_start` or time that is not RFC 3339).
     #[error("{name}: {field}: {reason}")]
     BadField {
@@ -131,6 +115,27 @@ pub enum MergeError {
     /// The merged report cannot be sealed.
     #[error(transparent)]
     Seal(#[from] DigestError),
+}
+
+/// One device described two ways by two reports ([`MergeError::DeviceConflict`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "device {device_key}: {field} is {first_value} in {first} but {second_value} in {second}: \
+     the reports describe one device differently"
+)]
+pub struct DeviceConflict {
+    /// The device.
+    pub device_key: String,
+    /// `name`, `sm_count` or `compute_capability`.
+    pub field: &'static str,
+    /// The first report (in merge order).
+    pub first: String,
+    /// Its value.
+    pub first_value: String,
+    /// The second report.
+    pub second: String,
+    /// Its value.
+    pub second_value: String,
 }
 
 /// Merges usage reports into one sealed `gpumeter.usage/v1` report.
@@ -318,14 +323,14 @@ fn agree<T: PartialEq + Clone + std::fmt::Debug>(
     (second, b): (&str, &Option<T>),
 ) -> Result<(), MergeError> {
     match (a.as_ref(), b) {
-        (Some(x), Some(y)) if x != y => Err(MergeError::DeviceConflict {
+        (Some(x), Some(y)) if x != y => Err(MergeError::DeviceConflict(Box::new(DeviceConflict {
             device_key: key.to_string(),
             field,
             first: first.to_string(),
             first_value: format!("{x:?}"),
             second: second.to_string(),
             second_value: format!("{y:?}"),
-        }),
+        }))),
         (None, Some(y)) => {
             *a = Some(y.clone());
             Ok(())

@@ -182,10 +182,7 @@ fn refusals_name_the_report() {
     assert!(
         matches!(
             e,
-            MergeError::DeviceConflict {
-                field: "sm_count",
-                ..
-            }
+            MergeError::DeviceConflict(ref c) if c.field == "sm_count"
         ),
         "{e}"
     );
