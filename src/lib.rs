@@ -8,7 +8,8 @@
 //!
 //! This facade re-exports the stable API of the workspace's crates and owns the one code path
 //! that turns inputs into usage ([`meter_inputs`]) and usage into invoices ([`preview`]); the
-//! CLI and, later, the C ABI both call it.
+//! CLI and, later, the C ABI both call it. Usage reports that node agents wrote merge into one
+//! ([`merge_usage_reports`], `--format usage`), so a central biller rates them.
 //!
 //! ```no_run
 //! use std::path::PathBuf;
@@ -28,7 +29,8 @@ use std::path::{Path, PathBuf};
 
 pub use gpumeter_core as core;
 pub use gpumeter_core::{
-    ActivityRecord, DeviceInfo, Meter, MeterConfig, MeterKind, UsageReport, WindowSize,
+    merge_reports, ActivityRecord, DeviceInfo, MergeError, Meter, MeterConfig, MeterKind,
+    UsageReport, WindowSize,
 };
 pub use gpumeter_cupti as cupti;
 pub use gpumeter_cupti::{ApiVersion, CuptiSourceError};
@@ -67,6 +69,63 @@ pub enum Error {
         /// What is wrong, naming the entry and field.
         reason: String,
     },
+    /// A usage report given as an input (`--format usage`, or detected) cannot be read: not
+    /// readable, not JSON, not a `gpumeter.usage/v1` document (names the file and, from
+    /// serde_json, the line and column).
+    #[error("{}: {reason}", path.display())]
+    Report {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Usage reports cannot be merged (names the report by its file name, and the field or
+    /// source): an edited report, another window size or metering policy, a source metered by
+    /// two reports, a device described two ways.
+    #[error(transparent)]
+    Merge(#[from] MergeError),
+    /// Usage reports and inputs to meter (traces, recordings, buffers) in one call: reports
+    /// merge and inputs are metered, never both at once. Every file may be good: the call is
+    /// at fault (the CLI exits 2).
+    #[error(
+        "{} is a gpumeter.usage/v1 report and {} is a {format} input: reports are merged and \
+         inputs are metered, not both in one call; meter the inputs into a report first \
+         (`gpumeter usage --json`) and merge the reports",
+        report.display(),
+        input.display()
+    )]
+    MixedInputs {
+        /// The usage report.
+        report: PathBuf,
+        /// The input to meter.
+        input: PathBuf,
+        /// That input's format (`kineto`, `nsys`, `gmr`, `cupti`).
+        format: &'static str,
+    },
+    /// `--format usage` was given an input of another format (the call is at fault; the CLI
+    /// exits 2).
+    #[error(
+        "{}: --format usage reads gpumeter.usage/v1 reports, but this is a {format} input; \
+         meter it with --format auto (or {format}) and merge the reports",
+        path.display()
+    )]
+    NotAReport {
+        /// The file.
+        path: PathBuf,
+        /// What it is (`kineto`, `nsys`, `gmr`).
+        format: &'static str,
+    },
+    /// An option that only metering uses (`--tenant`, `--tenant-map`, `--devices`,
+    /// `--opening`) was given with usage reports, which are metered already (the CLI checks
+    /// these before reading and exits 2).
+    #[error(
+        "{option} applies when metering inputs, not to usage reports (they are metered \
+         already and merge as they are)"
+    )]
+    MeteringOption {
+        /// The option, as on the command line.
+        option: &'static str,
+    },
 }
 
 impl From<gpumeter_core::MeterError> for Error {
@@ -78,9 +137,12 @@ impl From<gpumeter_core::MeterError> for Error {
 /// The format of an input (`--format`, DESIGN §8).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Format {
-    /// Detect per file from its first bytes: the `.gmr` magic, SQLite's magic, gzip's magic or
-    /// `{` (Kineto), else a raw CUPTI buffer when its first 4 bytes are an activity kind of the
-    /// selected CUPTI API version.
+    /// Detect per file from its first bytes: the `.gmr` magic, SQLite's magic, gzip's magic
+    /// (Kineto) or `{`, else a raw CUPTI buffer when its first 4 bytes are an activity kind of
+    /// the selected CUPTI API version. A `{` file is a usage report when its top-level
+    /// `schema` is `gpumeter.usage/v1`, found by reading its keys in order and skipping their
+    /// values up to `schema` (a report, whatever its key order) or `traceEvents` (a Kineto
+    /// trace, read no further); else it is Kineto.
     #[default]
     Auto,
     /// PyTorch profiler / Kineto trace JSON, plain or gzip.
@@ -91,6 +153,172 @@ pub enum Format {
     Gmr,
     /// One raw CUPTI activity buffer, laid out by [`UsageOptions::cupti_api`].
     Cupti,
+    /// A `gpumeter.usage/v1` report (DESIGN §7) that an agent metered; several merge
+    /// ([`merge_usage_reports`]).
+    Usage,
+}
+
+/// Whether a JSON file is a usage report: its top-level keys are read in order (values
+/// skipped, nothing kept) until `schema`, whose value decides, or `traceEvents` (a Kineto
+/// trace: no), so a trace is not read past its first keys and a report whose keys were
+/// reordered (`jq -S`) is still recognised. Anything unreadable is "no" (the importer that
+/// reads the file then names the fault).
+fn is_usage_report_json(path: &Path) -> bool {
+    use serde::de::{Deserializer as _, IgnoredAny, MapAccess, Visitor};
+    struct Sniff<'a>(&'a std::cell::Cell<bool>);
+    impl<'de> Visitor<'de> for Sniff<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+            while let Some(key) = map.next_key::<String>()? {
+                match key.as_str() {
+                    "schema" => {
+                        let v: serde_json::Value = map.next_value()?;
+                        self.0.set(v.as_str() == Some(gpumeter_core::USAGE_SCHEMA));
+                        return Ok(());
+                    }
+                    "traceEvents" => return Ok(()),
+                    _ => {
+                        map.next_value::<IgnoredAny>()?;
+                    }
+                }
+            }
+            Ok(())
+        }
+    }
+    let Ok(file) = std::fs::File::open(path) else {
+        return false;
+    };
+    let found = std::cell::Cell::new(false);
+    let mut reader = std::io::BufReader::new(file);
+    let mut bom = [0u8; 3];
+    {
+        use std::io::{BufRead as _, Read as _};
+        if reader
+            .fill_buf()
+            .is_ok_and(|b| b.starts_with(b"\xEF\xBB\xBF"))
+        {
+            let _ = reader.read_exact(&mut bom);
+        }
+    }
+    let mut de = serde_json::Deserializer::from_reader(reader);
+    // Returning early leaves the object unfinished, which serde_json reports as an error after
+    // the visitor ran: the answer is in `found`, the error says nothing more.
+    let _ = de.deserialize_map(Sniff(&found));
+    found.get()
+}
+
+/// What a file that is not a usage report is, when its bytes tell it (`.gmr`, SQLite, gzip,
+/// a JSON object with `traceEvents`), for [`Error::NotAReport`].
+fn looks_like(bytes: &[u8]) -> Option<&'static str> {
+    let head = &bytes[..bytes.len().min(256)];
+    if gpumeter_cupti::gmr::is_gmr(head) {
+        return Some("gmr");
+    }
+    if head.starts_with(b"SQLite format 3\0") {
+        return Some("nsys");
+    }
+    if head.starts_with(&[0x1f, 0x8b]) {
+        return Some("kineto (gzip)");
+    }
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(m)) if m.contains_key("traceEvents") => Some("kineto"),
+        _ => None,
+    }
+}
+
+/// Reads one `gpumeter.usage/v1` report from a file. Its digest is checked where reports are
+/// merged ([`merge_usage_reports`]) or continued (`--opening`).
+///
+/// # Errors
+/// [`Error::Report`] naming the file when it cannot be read or is not a usage report (serde's
+/// message gives line and column); [`Error::NotAReport`] when its bytes are another input
+/// format (a `.gmr`, an Nsight export, a Kineto trace).
+pub fn read_usage_report(path: &Path) -> Result<UsageReport, Error> {
+    let fail = |reason: String| Error::Report {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let report: UsageReport = match serde_json::from_slice(&bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            if let Some(format) = looks_like(&bytes) {
+                return Err(Error::NotAReport {
+                    path: path.to_path_buf(),
+                    format,
+                });
+            }
+            return Err(fail(format!("not a gpumeter.usage/v1 report: {e}")));
+        }
+    };
+    if report.schema != gpumeter_core::USAGE_SCHEMA {
+        return Err(fail(format!(
+            "schema `{}` is not {}",
+            report.schema,
+            gpumeter_core::USAGE_SCHEMA
+        )));
+    }
+    Ok(report)
+}
+
+/// Reads usage reports from files and merges them into one sealed report
+/// ([`merge_reports`]: each report's digest verified, the same report twice counted once with
+/// a warning, sources, devices, usage and loss unioned and summed exactly, rows in the
+/// meter's order whatever the order of `inputs`). Each report is named by its file name (no
+/// directories, DESIGN §7) in errors, warnings and `extensions.merged_reports`.
+///
+/// # Errors
+/// [`Error::Report`] / [`Error::NotAReport`] for a file that is not a usage report (the first
+/// in argument order); [`Error::Merge`] when the reports cannot be merged.
+pub fn merge_usage_reports(inputs: &[PathBuf]) -> Result<UsageReport, Error> {
+    let mut reports = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        let report = read_usage_report(input)?;
+        let name = input
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| input.display().to_string());
+        reports.push((name, report));
+    }
+    Ok(merge_reports(&reports)?)
+}
+
+/// Whether `inputs` are usage reports to merge (`true`: every one, by `--format usage` or
+/// detected by [`Format::Auto`]) or inputs to meter (`false`: none is a report). Reads the
+/// first 256 bytes of each file under [`Format::Auto`].
+///
+/// # Errors
+/// [`Error::MixedInputs`] naming a report and an input to meter when both are given;
+/// [`Error::Import`] for a file that cannot be read or whose format is unknown.
+pub fn inputs_are_reports(inputs: &[PathBuf], options: &UsageOptions) -> Result<bool, Error> {
+    if options.format == Format::Usage {
+        return Ok(true);
+    }
+    let mut report = None;
+    let mut other = None;
+    for input in inputs {
+        match resolve(input, options)? {
+            Format::Usage => report = report.or(Some(input)),
+            f => other = other.or(Some((input, f))),
+        }
+    }
+    match (report, other) {
+        (Some(report), Some((input, f))) => Err(Error::MixedInputs {
+            report: report.clone(),
+            input: input.clone(),
+            format: match f {
+                Format::Gmr => "gmr",
+                Format::Cupti => "cupti",
+                Format::Nsys => "nsys",
+                _ => "kineto",
+            },
+        }),
+        (Some(_), None) => Ok(true),
+        _ => Ok(false),
+    }
 }
 
 /// How inputs are read and metered (the `usage` options of DESIGN §8).
@@ -173,10 +401,10 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
     if options.format != Format::Auto {
         return Ok(options.format);
     }
-    let mut head = Vec::with_capacity(32);
+    let mut head = Vec::with_capacity(256);
     let read = std::fs::File::open(path).and_then(|f| {
         use std::io::Read as _;
-        f.take(32).read_to_end(&mut head)
+        f.take(256).read_to_end(&mut head)
     });
     if let Err(source) = read {
         return Err(ImportError::Io {
@@ -190,6 +418,9 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
     }
     match gpumeter_import::detect_format(path, &head) {
         Some(gpumeter_import::Format::Nsys) => return Ok(Format::Nsys),
+        Some(_) if head.first() != Some(&0x1f) && is_usage_report_json(path) => {
+            return Ok(Format::Usage)
+        }
         Some(_) => return Ok(Format::Kineto),
         None => {}
     }
@@ -216,6 +447,11 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// Meters every input into one usage report (several inputs merge; a file given twice, or two
 /// files with the same bytes, is metered once with a warning).
 ///
+/// Usage reports (`Format::Usage`, or all inputs detected as reports) are not metered again:
+/// they are merged ([`merge_usage_reports`]); `options.meter` and `options.cupti_api` are not
+/// used then (a report keeps its window: callers that were given a window compare it with
+/// `window_seconds`, re-windowing is not supported).
+///
 /// Every input is read and validated first (traces, then recordings and raw CUPTI buffers),
 /// announced, and then all their records and memory events are metered as one stream in time
 /// order ([`gpumeter_core::push_batches`]), so neither the order of the files nor a mix of
@@ -227,8 +463,22 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// opening state) that cannot be read: a missing or truncated file, a file that is not a
 /// trace, a buffer that does not decode. Traces are checked before recordings, each kind in
 /// argument order, so with several bad inputs the first bad trace is named.
-/// Record-level faults are loss, not errors.
+/// Record-level faults are loss, not errors. For reports: [`Error::MixedInputs`] when reports
+/// and inputs to meter are mixed, [`Error::MeteringOption`] when `tenant`, `tenant_map`,
+/// `devices` or `opening` is set, and the errors of [`merge_usage_reports`].
 pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageReport, Error> {
+    if inputs_are_reports(inputs, options)? {
+        let given = [
+            ("--tenant", options.meter.tenant.is_some()),
+            ("--tenant-map", options.tenant_map.is_some()),
+            ("--devices", options.devices.is_some()),
+            ("--opening", options.opening.is_some()),
+        ];
+        if let Some((option, _)) = given.into_iter().find(|(_, set)| *set) {
+            return Err(Error::MeteringOption { option });
+        }
+        return merge_usage_reports(inputs);
+    }
     let catalog = match &options.devices {
         Some(p) => Some(DeviceCatalog::from_path(p)?),
         None => None,

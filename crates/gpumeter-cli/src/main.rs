@@ -1,9 +1,11 @@
 //! `gpumeter`: meter GPU activity and preview invoices from the command line (DESIGN §8).
 //!
 //! Exit codes: 0 ok (loss is not an error), 1 bad input file (an input, the price book, the
-//! device catalog, the tenant map or the opening state, and anything derived from them), 2 bad
-//! command line (clap's own errors, and `--from`/`--to` that do not parse or do not make a
-//! period on window edges).
+//! device catalog, the tenant map or the opening state, and anything derived from them, such
+//! as usage reports that cannot be merged), 2 bad command line (clap's own errors,
+//! `--from`/`--to` that do not parse or do not make a period on window edges, usage reports
+//! mixed with inputs to meter, `--format usage` given another format, and metering options or
+//! another `--window` given with usage reports).
 //!
 //! Text for people (tables, `error:` and `notice:` lines) goes through
 //! [`gpumeter::core::text::printable`], so control characters and bidirectional overrides
@@ -130,8 +132,9 @@ enum PricesCommand {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum FormatArg {
-    /// Detect per file (.gmr magic → gmr; SQLite → nsys; gzip or `{` → kineto; a first
-    /// 4-byte word that is a CUPTI activity kind → cupti).
+    /// Detect per file (.gmr magic → gmr; SQLite → nsys; `{"schema": "gpumeter.usage/v1"`
+    /// first → usage; gzip or `{` → kineto; a first 4-byte word that is a CUPTI activity kind
+    /// → cupti).
     Auto,
     /// PyTorch profiler / Kineto trace JSON, plain or .gz.
     Kineto,
@@ -141,20 +144,25 @@ enum FormatArg {
     Gmr,
     /// One raw CUPTI activity buffer, laid out by `--cupti-api-version`.
     Cupti,
+    /// gpumeter.usage/v1 reports (`usage --json` of node agents): merged, not metered again.
+    /// Not with inputs to meter, --tenant, --tenant-map, --devices, --cupti-api-version or
+    /// --opening; --window, if given, must be the reports' own.
+    Usage,
 }
 
 #[derive(Debug, Args)]
 struct UsageArgs {
     /// Input files (.gmr recordings, raw CUPTI buffers, Kineto JSON or .json.gz, Nsight Systems
-    /// .sqlite); several merge into one report.
+    /// .sqlite), or usage reports to merge; several merge into one report.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
     /// Input format.
     #[arg(long, value_enum, default_value = "auto")]
     format: FormatArg,
-    /// Window size: 60s, 15m, 1h, 1d (must divide one day).
-    #[arg(long, default_value = "1h", value_parser = parse_window)]
-    window: WindowSize,
+    /// Window size: 60s, 15m, 1h, 1d (must divide one day). Default: 1h; usage reports keep
+    /// their own (a different --window is refused: re-windowing is not supported).
+    #[arg(long, value_parser = parse_window)]
+    window: Option<WindowSize>,
     /// Tenant the inputs' usage is attributed to (default: unattributed). Checked after
     /// parsing ([`UsageArgs::options`]) so that the message names the rule, never the raw
     /// character (clap would quote the value as given).
@@ -169,9 +177,9 @@ struct UsageArgs {
     devices: Option<PathBuf>,
     /// CUPTI API version of the library that produced raw CUPTI buffers (`CUPTI_API_VERSION`:
     /// 26 for CUDA 12.8, 130000/130001 for CUDA 13.0, 130401 for CUDA 13.4); a .gmr records
-    /// its own.
-    #[arg(long, value_name = "N", default_value = "26", value_parser = parse_api_version)]
-    cupti_api_version: gpumeter::ApiVersion,
+    /// its own. Default: 26.
+    #[arg(long, value_name = "N", value_parser = parse_api_version)]
+    cupti_api_version: Option<gpumeter::ApiVersion>,
     /// Opening state: an earlier usage report (--json output) whose open_allocations are
     /// still held; memory_byte_ns bills them on from that report's end.
     #[arg(long, value_name = "FILE")]
@@ -208,17 +216,49 @@ impl UsageArgs {
                 FormatArg::Nsys => Format::Nsys,
                 FormatArg::Gmr => Format::Gmr,
                 FormatArg::Cupti => Format::Cupti,
+                FormatArg::Usage => Format::Usage,
             },
             meter: MeterConfig {
-                window: self.window,
+                window: self.window.unwrap_or_default(),
                 tenant,
                 ..MeterConfig::default()
             },
             devices: self.devices.clone(),
             tenant_map: self.tenant_map.clone(),
-            cupti_api: self.cupti_api_version,
+            cupti_api: self.cupti_api_version.unwrap_or_default(),
             opening: self.opening.clone(),
         })
+    }
+
+    /// The usage report of the inputs: metered, or, for usage reports, merged. With reports,
+    /// the options that only metering uses are a bad command line (exit 2), and so is a
+    /// `--window` other than the reports' own (checked once they are read).
+    fn report(&self, options: &UsageOptions) -> Result<gpumeter::UsageReport, Failure> {
+        let reports = gpumeter::inputs_are_reports(&self.inputs, options)?;
+        if reports {
+            let given = [
+                ("--tenant", self.tenant.is_some()),
+                ("--tenant-map", self.tenant_map.is_some()),
+                ("--devices", self.devices.is_some()),
+                ("--cupti-api-version", self.cupti_api_version.is_some()),
+                ("--opening", self.opening.is_some()),
+            ];
+            if let Some((option, _)) = given.into_iter().find(|(_, set)| *set) {
+                return Err(Failure::from(gpumeter::Error::MeteringOption { option }));
+            }
+        }
+        let report = gpumeter::meter_inputs(&self.inputs, options)?;
+        if let Some(w) = self.window.filter(|_| reports) {
+            if w.seconds() != report.window_seconds {
+                return Err(usage_error(format!(
+                    "--window is {} s but the usage reports have window_seconds {}: \
+                     re-windowing is not supported (omit --window)",
+                    w.seconds(),
+                    report.window_seconds
+                )));
+            }
+        }
+        Ok(report)
     }
 }
 
@@ -229,12 +269,21 @@ struct Failure {
 }
 
 impl From<gpumeter::Error> for Failure {
-    /// Every library error comes from an input file, the price book, a catalog, a tenant map
-    /// or an opening state: exit 1. The one command-line fault the library reports (a
+    /// Library errors come from an input file, the price book, a catalog, a tenant map or an
+    /// opening state: exit 1, except the mixes of usage reports and other inputs or options
+    /// (exit 2). The one command-line fault the library reports (a
     /// `--from`/`--to` period off the window edges) is mapped where the period is passed.
     fn from(e: gpumeter::Error) -> Self {
+        // A call that mixes usage reports with inputs to meter, or gives metering options to
+        // reports, is the command line's fault: every file may be good (DESIGN §8).
+        let code = match e {
+            gpumeter::Error::MixedInputs { .. }
+            | gpumeter::Error::NotAReport { .. }
+            | gpumeter::Error::MeteringOption { .. } => 2,
+            _ => 1,
+        };
         Failure {
-            code: 1,
+            code,
             message: e.to_string(),
         }
     }
@@ -340,7 +389,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
     match cli.command {
         Command::Usage { usage, json } => {
             let options = usage.options()?;
-            let report = gpumeter::meter_inputs(&usage.inputs, &options)?;
+            let report = usage.report(&options)?;
             if json {
                 to_json(&report)
             } else {
@@ -370,7 +419,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             // whatever the files hold.
             let options = usage.options()?;
             let book = gpumeter::load_price_book(&prices)?;
-            let report = gpumeter::meter_inputs(&usage.inputs, &options)?;
+            let report = usage.report(&options)?;
             let invoices = gpumeter::preview(&report, &book, period).map_err(|e| match e {
                 // Only a given period is refused so: `--from`/`--to` off the window edges. A
                 // default period that cannot be formed is the usage's fault (exit 1).

@@ -1534,4 +1534,306 @@ mod prices_check_book {
         assert!(!text.contains("`h100` (line"), "{text}");
     }
 }
+
 mod render;
+
+// --- Usage reports merge (`--format usage`, issue 10 item 3) ---------------------------------
+
+/// A one-GPU Kineto trace (modern schema) of an H100 with a UUID, so that the GPU is one
+/// device in every trace that names it; `events` are (category, name, ts µs after the base,
+/// dur µs, grid x, bytes). The base is 2026-11-02T07:00:00Z, an hour edge.
+fn kineto_h100(events: &[(&str, &str, u64, u64, u64, u64)]) -> Value {
+    let events: Vec<Value> = events
+        .iter()
+        .enumerate()
+        .map(|(i, &(cat, name, ts, dur, grid, bytes))| {
+            let mut args = serde_json::json!({"device": 0, "stream": 7 + (i % 2),
+                                              "correlation": i + 1});
+            if cat == "kernel" {
+                args["grid"] = serde_json::json!([grid, 1, 1]);
+                args["block"] = serde_json::json!([128, 1, 1]);
+            } else {
+                args["bytes"] = Value::from(bytes);
+            }
+            serde_json::json!({"ph": "X", "cat": cat, "name": name, "pid": 0, "tid": 7 + (i % 2),
+                               "ts": ts, "dur": dur, "args": args})
+        })
+        .collect();
+    serde_json::json!({
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": 1_793_602_800_000_000_000u64,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9,
+                              "computeMinor": 0, "numSms": 132,
+                              "uuid": "GPU-5b0ac4f5-0e2a-4c1e-9f31-7d3f00c0ffee"}],
+        "traceEvents": events
+    })
+}
+
+const HOUR_US: u64 = 3_600_000_000;
+
+/// The work of one job over two hours, none of it across the hour edge: the first hour's
+/// events, then the second's (kernels on two streams overlap, so the SM cap applies).
+#[allow(clippy::type_complexity)]
+fn two_hours() -> (
+    Vec<(&'static str, &'static str, u64, u64, u64, u64)>,
+    Vec<(&'static str, &'static str, u64, u64, u64, u64)>,
+) {
+    let first = vec![
+        (
+            "gpu_memcpy",
+            "Memcpy HtoD (Pageable -> Device)",
+            10,
+            40,
+            0,
+            1 << 20,
+        ),
+        ("kernel", "gemm", 100, 700, 264, 0),
+        ("kernel", "softmax", 300, 900, 100, 0),
+        ("kernel", "gemm", HOUR_US - 50, 50, 500, 0),
+    ];
+    let second = vec![
+        ("kernel", "gemm", HOUR_US, 1_000, 264, 0),
+        ("kernel", "softmax", HOUR_US + 500, 2_000, 40, 0),
+        (
+            "gpu_memcpy",
+            "Memcpy DtoH (Device -> Pageable)",
+            HOUR_US + 3_000,
+            20,
+            0,
+            4096,
+        ),
+    ];
+    (first, second)
+}
+
+/// Writes the whole trace, its two halves, and the halves' usage reports (`usage --json`)
+/// into `dir`: (whole trace, first half's trace, report of the first, report of the second).
+fn split_reports(dir: &Path) -> (PathBuf, PathBuf, PathBuf, PathBuf) {
+    let (first, second) = two_hours();
+    let all: Vec<_> = first.iter().chain(&second).copied().collect();
+    let write = |name: &str, v: &Value| {
+        let p = dir.join(name);
+        std::fs::write(&p, v.to_string()).expect("write");
+        p
+    };
+    let whole = write("whole.json", &kineto_h100(&all));
+    let a = write("node-a.json", &kineto_h100(&first));
+    let b = write("node-b.json", &kineto_h100(&second));
+    let report = |trace: &Path, name: &str| {
+        let o = gpumeter(&["usage", s(trace), "--json"]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let p = dir.join(name);
+        std::fs::write(&p, &o.stdout).expect("write report");
+        p
+    };
+    let ra = report(&a, "a.usage.json");
+    let rb = report(&b, "b.usage.json");
+    (whole, a, ra, rb)
+}
+
+#[test]
+fn reports_split_at_a_window_edge_merge_to_the_report_of_the_whole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (whole, _, ra, rb) = split_reports(dir.path());
+    let whole_report = json(&gpumeter(&["usage", s(&whole), "--json"]));
+    let merged_out = gpumeter(&["usage", "--format", "usage", s(&ra), s(&rb), "--json"]);
+    let merged = json(&merged_out);
+    validate("gpumeter.usage.v1.schema.json", &merged);
+    // Both halves have usage, in different windows.
+    assert_eq!(
+        whole_report["usage"].as_array().map(|u| {
+            u.iter()
+                .map(|r| r["window_start"].as_str().expect("window"))
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+        }),
+        Some(2)
+    );
+    // Row for row, the same usage and totals as metering the whole input at once.
+    assert_eq!(merged["usage"], whole_report["usage"]);
+    assert_eq!(merged["totals"], whole_report["totals"]);
+    assert_eq!(
+        merged["devices"][0]["device_key"],
+        whole_report["devices"][0]["device_key"]
+    );
+    assert_eq!(merged["records"], whole_report["records"]);
+    assert!(meter_total(&merged, "sm_ns") > 0);
+    // Each source keeps its own SHA-256; each report is named with its digest.
+    let names: Vec<&str> = merged["sources"]
+        .as_array()
+        .expect("sources")
+        .iter()
+        .map(|x| x["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, ["node-a.json", "node-b.json"]);
+    let merged_reports = &merged["extensions"]["merged_reports"];
+    let ra_doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&ra).expect("read")).expect("json");
+    assert_eq!(merged_reports[0]["name"], "a.usage.json");
+    assert_eq!(merged_reports[0]["sha256"], ra_doc["sha256"]);
+    assert_eq!(merged_reports[1]["name"], "b.usage.json");
+    // The merged report is sealed: its digest re-derives.
+    let recomputed = gpumeter::core::document_sha256(&merged, "sha256").expect("digest");
+    assert_eq!(merged["sha256"], recomputed.as_str());
+    // Detected without --format, in the other order: the same bytes.
+    let auto = gpumeter(&["usage", s(&rb), s(&ra), "--json"]);
+    assert!(auto.status.success(), "{}", stderr(&auto));
+    assert_eq!(auto.stdout, merged_out.stdout);
+    // The reports' own window may be given; the text table works too.
+    let t = gpumeter(&["usage", s(&ra), s(&rb), "--window", "1h"]);
+    assert!(t.status.success(), "{}", stderr(&t));
+    assert!(stdout(&t).contains("sm_ns"), "{}", stdout(&t));
+}
+
+#[test]
+fn preview_of_merged_reports_bills_the_lines_of_the_whole_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (whole, _, ra, rb) = split_reports(dir.path());
+    let whole_inv = json(&gpumeter(&[
+        "preview",
+        s(&whole),
+        "--prices",
+        s(&book()),
+        "--json",
+    ]));
+    let merged_inv = json(&gpumeter(&[
+        "preview",
+        "--format",
+        "usage",
+        s(&ra),
+        s(&rb),
+        "--prices",
+        s(&book()),
+        "--json",
+    ]));
+    validate("gpumeter.invoice.v1.schema.json", &merged_inv);
+    let invoices = |d: &Value| d["invoices"].as_array().expect("invoices").clone();
+    let (w, m) = (invoices(&whole_inv), invoices(&merged_inv));
+    assert_eq!(w.len(), 1);
+    assert_eq!(m.len(), w.len());
+    for (w, m) in w.iter().zip(&m) {
+        assert!(!w["lines"].as_array().expect("lines").is_empty());
+        assert_eq!(m["lines"], w["lines"]);
+        assert_eq!(m["total"], w["total"]);
+        assert_eq!(m["period"], w["period"]);
+    }
+}
+
+#[test]
+fn an_edited_report_is_refused_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, _, ra, rb) = split_reports(dir.path());
+    let mut doc: Value =
+        serde_json::from_str(&std::fs::read_to_string(&ra).expect("read")).expect("json");
+    let q: u128 = doc["usage"][0]["quantity"]
+        .as_str()
+        .expect("quantity")
+        .parse()
+        .expect("integer");
+    doc["usage"][0]["quantity"] = Value::from((q + 1).to_string());
+    let edited = dir.path().join("edited.usage.json");
+    std::fs::write(&edited, serde_json::to_string_pretty(&doc).expect("json")).expect("write");
+    for format in ["usage", "auto"] {
+        let o = gpumeter(&["usage", "--format", format, s(&edited), s(&rb)]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let e = stderr(&o);
+        assert!(
+            e.contains("edited.usage.json") && e.contains("sha256"),
+            "{e}"
+        );
+    }
+    // Not JSON at all, under --format usage: a bad input file, named.
+    let junk = dir.path().join("junk.usage.json");
+    std::fs::write(&junk, "{\"schema\": \"gpumeter.usage/v1\", ").expect("write");
+    let o = gpumeter(&["usage", "--format", "usage", s(&junk), s(&rb)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("junk.usage.json"), "{}", stderr(&o));
+}
+
+#[test]
+fn the_same_report_twice_counts_once_and_reports_sharing_a_source_are_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, a, ra, rb) = split_reports(dir.path());
+    let alone = json(&gpumeter(&["usage", s(&ra), s(&rb), "--json"]));
+    // The same bytes under another name, and the same path again.
+    let copy = dir.path().join("a-copy.usage.json");
+    std::fs::copy(&ra, &copy).expect("copy");
+    let twice = json(&gpumeter(&[
+        "usage",
+        s(&ra),
+        s(&copy),
+        s(&rb),
+        s(&ra),
+        "--json",
+    ]));
+    assert_eq!(twice["usage"], alone["usage"]);
+    assert_eq!(twice["totals"], alone["totals"]);
+    assert_eq!(twice["sources"], alone["sources"]);
+    let warnings: Vec<&str> = twice["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .map(|w| w.as_str().expect("warning"))
+        .collect();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("a.usage.json") && w.contains("counted once")),
+        "{warnings:?}"
+    );
+    // Another report of the same trace (another tenant): the trace would be billed twice.
+    let o = gpumeter(&["usage", s(&a), "--tenant", "team-a", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let other = dir.path().join("a-team.usage.json");
+    std::fs::write(&other, &o.stdout).expect("write");
+    let o = gpumeter(&["usage", s(&ra), s(&other), s(&rb)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("node-a.json") && e.contains("twice"),
+        "the source is named: {e}"
+    );
+}
+
+#[test]
+fn reports_are_not_mixed_with_traces_nor_merged_across_window_sizes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, a, ra, rb) = split_reports(dir.path());
+    // A report among traces (detected) and a trace under --format usage: bad command lines.
+    let o = gpumeter(&["usage", s(&ra), s(&a)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("a.usage.json") && e.contains("node-a.json"),
+        "{e}"
+    );
+    let o = gpumeter(&["usage", "--format", "usage", s(&ra), s(&a)]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("node-a.json"), "{}", stderr(&o));
+    // Options that only metering uses, and another window: bad command lines.
+    let book = book();
+    for extra in [
+        &["--tenant", "team-a"][..],
+        &["--cupti-api-version", "26"],
+        &["--window", "15m"],
+    ] {
+        let mut args = vec!["preview", s(&ra), s(&rb), "--prices", s(&book)];
+        args.extend_from_slice(extra);
+        let o = gpumeter(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(extra[0]), "{}", stderr(&o));
+    }
+    // A report of another window size: refused naming it.
+    let b15 = dir.path().join("b15.usage.json");
+    let node_b = dir.path().join("node-b.json");
+    let o = gpumeter(&["usage", s(&node_b), "--window", "15m", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::write(&b15, &o.stdout).expect("write");
+    let o = gpumeter(&["usage", s(&ra), s(&b15)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(
+        e.contains("b15.usage.json") && e.contains("window_seconds"),
+        "{e}"
+    );
+}

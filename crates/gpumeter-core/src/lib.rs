@@ -25,6 +25,7 @@
 
 pub mod device;
 pub mod ingest;
+pub mod merge;
 pub mod meter;
 pub mod occupancy;
 pub mod record;
@@ -35,6 +36,7 @@ pub mod time;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
 pub use ingest::{push_batches, Batch};
+pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};
 pub use meter::{
     Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_CELLS,
     DEFAULT_REORDER_HORIZON_NS,
