@@ -540,6 +540,9 @@ pub struct PriceBook {
     sku_match_at: Vec<(u32, u32)>,
     rates: Vec<Rate>,
     bands: Vec<Band>,
+    /// `(line, column)` of the keys that rating checks against the usage's windows
+    /// (`rate[i].valid_from`, `rate[i].valid_to`, `band[i].hours`), for its errors.
+    window_keys_at: std::collections::BTreeMap<String, (u32, u32)>,
 }
 
 /// Reads the fields of one TOML table and turns bad ones into [`PriceBookError`]s.
@@ -853,6 +856,18 @@ impl PriceBook {
         };
         let mut book = parse_book(&ctx, &top)?;
         book.sha256 = sha256;
+        for r in &book.rates {
+            for field in ["valid_from", "valid_to"] {
+                let table = format!("rate[{}]", r.index);
+                book.window_keys_at
+                    .insert(at(&table, field), loc.find(&table, field));
+            }
+        }
+        for b in &book.bands {
+            let table = format!("band[{}]", b.index);
+            book.window_keys_at
+                .insert(at(&table, "hours"), loc.find(&table, "hours"));
+        }
         Ok(book)
     }
 
@@ -914,6 +929,13 @@ impl PriceBook {
     /// The SKUs, in file order.
     pub fn skus(&self) -> &[Sku] {
         &self.skus
+    }
+
+    /// `(line, column)` from 1 of `rate[i].valid_from`, `rate[i].valid_to` or
+    /// `band[i].hours` in the book's text (`table` = `"rate[3]"`, `field` = `"valid_to"`),
+    /// for errors that rating finds against the usage's windows; `None` for other keys.
+    pub fn place_of(&self, table: &str, field: &str) -> Option<(u32, u32)> {
+        self.window_keys_at.get(&at(table, field)).copied()
     }
 
     /// The rates, in file order.
@@ -1229,6 +1251,7 @@ fn parse_book(ctx: &Ctx<'_>, top: &toml::Table) -> Result<PriceBook, PriceBookEr
         sku_match_at,
         rates,
         bands,
+        window_keys_at: std::collections::BTreeMap::new(),
     })
 }
 

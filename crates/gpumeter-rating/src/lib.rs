@@ -64,13 +64,18 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! ## Rating v0
-//! Per-unit prices with effective dating, SKU matching, the invoice minimum and the four
-//! rounding modes. Tiers, bands, increments and the credit bank are parsed where the price
-//! book has them ([`RateModel`], [`Tier`], [`Band`], [`Rate::increment`]) and refused with
-//! [`PriceBookError::NotSupported`] until their issues land; invoice fields they will fill
-//! (`band`, `tier`, `fragment_carried`, `credits_applied`, `ledger_head`) are present and
-//! empty.
+//! ## Pricing rules
+//! Every DESIGN §5 rule is rated by [`rate`], the one function that preview and finalization
+//! share: the models ([`RateModel`], in [`model`]: `per_unit`, `graduated`, `volume`,
+//! `package`) with per-tier flat fees as lines of their own, time-of-use bands in IANA zones
+//! ([`Band`], `chrono-tz`), effective-dated rates, billing increments whose fragments are the
+//! tail of the period's time-ordered usage ([`CarriedFragments`] in, `fragments_out` of
+//! [`InvoiceDocument`] out), the invoice minimum and the four rounding modes. The book's
+//! validation ([`PriceBook::from_toml_str`], `gpumeter prices check`) refuses every book
+//! rating could not price exactly, with the TOML line and column; the edges that depend on
+//! the usage's windows are checked by rating. Renderings: [`render`] (CSV, HTML) and
+//! [`InvoiceDocument::to_text_table`]. Credits come with the bank (`credits_applied` is empty,
+//! `ledger_head` null).
 //!
 //! ## Decisions where DESIGN §5 and §7 are silent
 //! - Price-book errors name tables by their position counted from 0 in file order
@@ -117,5 +122,7 @@ pub use invoice::{
     LineKind, Period, PriceBookRef, Unpriced, INVOICE_SCHEMA,
 };
 pub use money::{line_amount, Rounding};
-pub use rating::{rate, CarriedFragments, FragmentKey, RatingError, PRICING_UNIT_DECIMALS};
+pub use rating::{
+    rate, BandEdge, CarriedFragments, FragmentKey, RatingError, PRICING_UNIT_DECIMALS,
+};
 pub use units::PricingUnit;

@@ -11,7 +11,7 @@ use num_bigint::BigUint;
 use num_traits::Zero;
 use rust_decimal::Decimal;
 
-use crate::book::{Band, PriceBook, Rate, TierLimit};
+use crate::book::{Band, PriceBook, Rate};
 use crate::invoice::{
     Fragment, Invoice, InvoiceDocument, InvoiceExtensions, Line, LineExtensions, LineKind, Period,
     PriceBookRef, Unpriced,
@@ -50,12 +50,16 @@ pub enum RatingError {
     /// A rate's validity edge lies inside a usage window, so that window would have two
     /// prices (DESIGN §5: rate validity edges must fall on window edges).
     #[error(
-        "{book}: rate[{rate}].{field} = {value} is not on an edge of the usage's {window_seconds} s \
-         windows (UTC multiples of the window size from the epoch)"
+        "{book}:{line}:{column}: rate[{rate}].{field} = {value} is not on an edge of the usage's \
+         {window_seconds} s windows (UTC multiples of the window size from the epoch)"
     )]
     EdgeNotOnWindow {
         /// The price book's file name.
         book: String,
+        /// Line of the key in the book, from 1.
+        line: u32,
+        /// Column of the key in the book, from 1 (characters).
+        column: u32,
         /// The rate's index among `[[rate]]`, from 0.
         rate: usize,
         /// `valid_from` or `valid_to`.
@@ -67,27 +71,8 @@ pub enum RatingError {
     },
     /// A band's edge lies inside a usage window, so that window would be partly in the band
     /// (DESIGN §5: band edges must fall on window edges).
-    #[error(
-        "{book}: band[{band}].hours (`{name}`, {tz}): the band begins or ends at {edge}, inside \
-         the {window_seconds} s window starting {window_start}; band edges must fall on window \
-         edges (use a window that divides the band's hours, or move the band's edge)"
-    )]
-    BandEdgeNotOnWindow {
-        /// The price book's file name.
-        book: String,
-        /// The band's index among `[[band]]`, from 0.
-        band: usize,
-        /// The band's name.
-        name: String,
-        /// The band's time zone.
-        tz: String,
-        /// The instant inside the window where the band changes, RFC 3339 UTC.
-        edge: String,
-        /// The window's start, RFC 3339 UTC.
-        window_start: String,
-        /// The usage report's window size, seconds.
-        window_seconds: u64,
-    },
+    #[error(transparent)]
+    BandEdgeNotOnWindow(Box<BandEdge>),
     /// Two bands apply to one window of one rate (the price book's validation refuses books
     /// where this can happen; this is the rater's own guard).
     #[error(
@@ -108,10 +93,9 @@ pub enum RatingError {
         /// The window's start, RFC 3339 UTC.
         window_start: String,
     },
-    /// A number of the book that exact rating cannot carry (a tier edge, increment or package
-    /// size that is not a whole number of canonical units within `u128`, or a banded unit
-    /// price a decimal cannot hold exactly). The price book's validation refuses these; this
-    /// is the rater's own guard.
+    /// A banded unit price (unit price × the band's multiplier) that a decimal cannot hold
+    /// exactly. The price book's validation refuses such books; this is the rater's own
+    /// guard.
     #[error("{book}: {table}.{field}: {reason}")]
     Unrateable {
         /// The price book's file name.
@@ -172,6 +156,35 @@ pub enum RatingError {
     /// The invoice could not be serialized for its digest.
     #[error("cannot compute the invoice digest: {0}")]
     Digest(String),
+}
+
+/// A band edge inside a usage window ([`RatingError::BandEdgeNotOnWindow`]).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{book}:{line}:{column}: band[{band}].hours (`{name}`, {tz}): the band begins or ends at \
+     {edge}, inside the {window_seconds} s window starting {window_start}; band edges must \
+     fall on window edges (use a window that divides the band's hours, or move the band's \
+     edge)"
+)]
+pub struct BandEdge {
+    /// The price book's file name.
+    pub book: String,
+    /// Line of the band's `hours` in the book, from 1.
+    pub line: u32,
+    /// Column of the band's `hours` in the book, from 1 (characters).
+    pub column: u32,
+    /// The band's index among `[[band]]`, from 0.
+    pub band: usize,
+    /// The band's name.
+    pub name: String,
+    /// The band's time zone.
+    pub tz: String,
+    /// The instant inside the window where the band changes, RFC 3339 UTC.
+    pub edge: String,
+    /// The window's start, RFC 3339 UTC.
+    pub window_start: String,
+    /// The usage report's window size, seconds.
+    pub window_seconds: u64,
 }
 
 /// Where a device's usage goes.
@@ -440,7 +453,7 @@ pub fn rate(
     let ctx = Context {
         usage,
         book,
-        terms: rate_terms(book)?,
+        terms: rate_terms(book),
         rates_of,
         bands: BandCache::new(book, window),
         period: (from, to),
@@ -471,52 +484,17 @@ struct Context<'a> {
     usage_sha256: String,
 }
 
-/// Each rate's tier edges and package size in canonical units.
-fn rate_terms(book: &PriceBook) -> Result<Vec<Terms<'_>>, RatingError> {
-    let unrateable = |r: &Rate, field: &str, reason: String| RatingError::Unrateable {
-        book: book.name().to_string(),
-        table: format!("rate[{}]", r.index),
-        field: field.to_string(),
-        reason,
-    };
-    let mut out = Vec::with_capacity(book.rates().len());
-    for r in book.rates() {
-        let mut edges = Vec::with_capacity(r.tiers.len());
-        for t in &r.tiers {
-            edges.push(match t.up_to {
-                TierLimit::Unbounded => None,
-                TierLimit::UpTo(d) => Some(r.unit.to_canonical(d).ok_or_else(|| {
-                    unrateable(
-                        r,
-                        "tiers",
-                        format!(
-                            "up_to = {d} {} is not a whole number of canonical units",
-                            r.unit
-                        ),
-                    )
-                })?),
-            });
-        }
-        let package = match r.package_size {
-            None => None,
-            Some(d) => Some(r.unit.to_canonical(d).filter(|&p| p > 0).ok_or_else(|| {
-                unrateable(
-                    r,
-                    "package_size",
-                    format!(
-                        "{d} {} is not a positive whole number of canonical units",
-                        r.unit
-                    ),
-                )
-            })?),
-        };
-        out.push(Terms {
+/// Each rate's tier edges and package size in canonical units, as the price book's
+/// validation computed them.
+fn rate_terms(book: &PriceBook) -> Vec<Terms<'_>> {
+    book.rates()
+        .iter()
+        .map(|r| Terms {
             rate: r,
-            edges,
-            package,
-        });
-    }
-    Ok(out)
+            edges: r.tiers.iter().map(|t| t.up_to_canonical).collect(),
+            package: r.package_size_canonical,
+        })
+        .collect()
 }
 
 /// Which bands hold in which windows, checked to hold for whole windows (DESIGN §5: band
@@ -553,13 +531,7 @@ impl<'a> BandCache<'a> {
         }
         let local = utc.with_timezone(&band.tz);
         let minute = local.hour() * 60 + local.minute();
-        let on_day = band.days.is_empty() || band.days.contains(&local.weekday());
-        let in_hours = if band.start_minute < band.end_minute {
-            band.start_minute <= minute && minute < band.end_minute
-        } else {
-            minute >= band.start_minute || minute < band.end_minute
-        };
-        Some(on_day && in_hours)
+        Some(band.holds_at(local.weekday(), minute))
     }
 
     /// Whether band `b` holds over the window starting `ws`; an error when it begins or ends
@@ -572,14 +544,22 @@ impl<'a> BandCache<'a> {
         let Some(band) = self.book.bands().get(b) else {
             return Ok(false);
         };
-        let edge_err = |edge: u64| RatingError::BandEdgeNotOnWindow {
-            book: self.book.name().to_string(),
-            band: b,
-            name: band.name.clone(),
-            tz: band.tz.name().to_string(),
-            edge: rfc3339(edge),
-            window_start: rfc3339(ws),
-            window_seconds: self.window.seconds(),
+        let (line, column) = self
+            .book
+            .place_of(&format!("band[{b}]"), "hours")
+            .unwrap_or((1, 1));
+        let edge_err = |edge: u64| {
+            RatingError::BandEdgeNotOnWindow(Box::new(BandEdge {
+                book: self.book.name().to_string(),
+                line,
+                column,
+                band: b,
+                name: band.name.clone(),
+                tz: band.tz.name().to_string(),
+                edge: rfc3339(edge),
+                window_start: rfc3339(ws),
+                window_seconds: self.window.seconds(),
+            }))
         };
         let at_start = Self::holds_at(band, ws).ok_or_else(|| edge_err(ws))?;
         let end = ws.saturating_add(self.window.ns());
@@ -651,8 +631,13 @@ fn check_rate_edges(book: &PriceBook, window: WindowSize) -> Result<(), RatingEr
         for (field, edge) in [("valid_from", r.valid_from), ("valid_to", r.valid_to)] {
             if let Some(t) = edge {
                 if t % window.ns() != 0 {
+                    let (line, column) = book
+                        .place_of(&format!("rate[{}]", r.index), field)
+                        .unwrap_or((1, 1));
                     return Err(RatingError::EdgeNotOnWindow {
                         book: book.name().to_string(),
+                        line,
+                        column,
                         rate: r.index,
                         field: field.into(),
                         value: rfc3339(t),
@@ -894,25 +879,12 @@ fn rate_series(
         pieces.push((r.index, band, q));
     }
 
+    // One increment per SKU and meter (the price book refuses rates that differ).
     let increment = candidates
         .iter()
-        .find_map(|r| r.increment.map(|d| (r, d)))
-        .map(|(r, d)| {
-            r.unit
-                .to_canonical(d)
-                .filter(|&i| i > 0)
-                .ok_or_else(|| RatingError::Unrateable {
-                    book: book.name().to_string(),
-                    table: format!("rate[{}]", r.index),
-                    field: "increment".into(),
-                    reason: format!(
-                        "{d} {} is not a positive whole number of canonical units",
-                        r.unit
-                    ),
-                })
-        })
-        .transpose()?
-        .unwrap_or(1);
+        .find_map(|r| r.increment_canonical)
+        .unwrap_or(1)
+        .max(1);
     let mut total = 0u128;
     for &(_, _, q) in &pieces {
         total = total.checked_add(q).ok_or_else(overflow)?;

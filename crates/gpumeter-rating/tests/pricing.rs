@@ -361,7 +361,8 @@ fn a_band_edge_inside_a_window_is_refused_naming_band_and_instant() {
         Ok(d) => panic!("should be refused: {d:?}"),
         Err(e) => e.to_string(),
     };
-    assert!(err.contains("band[0].hours"), "{err}");
+    // The book's line and column of the band's `hours`, as `prices check` gives them.
+    assert!(err.starts_with("t.toml:16:1: band[0].hours"), "{err}");
     assert!(err.contains("2026-12-01T18:30:00Z"), "{err}");
     assert!(err.contains("Asia/Kolkata"), "{err}");
 }
@@ -764,4 +765,23 @@ mod properties {
             prop_assert_eq!(second.fragments_out(), whole.fragments_out());
         }
     }
+}
+
+#[test]
+fn a_validity_edge_inside_a_window_is_refused_with_its_line_and_column() {
+    let b = book(
+        "USD",
+        "half_even",
+        &launches_rate("unit_price = \"1.00\"\nvalid_from = \"2026-12-01T00:30:00Z\""),
+    );
+    let u = launches(&[("a", t(DEC1), 1)]);
+    let err = match rate(&u, &b, None, &CarriedFragments::new()) {
+        Ok(d) => panic!("should be refused: {d:?}"),
+        Err(e) => e.to_string(),
+    };
+    // [[rate]] is line 8; its valid_from is line 13.
+    assert!(
+        err.starts_with("t.toml:13:1: rate[0].valid_from = 2026-12-01T00:30:00Z"),
+        "{err}"
+    );
 }

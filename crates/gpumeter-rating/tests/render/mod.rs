@@ -93,6 +93,7 @@ fn line(
         fragment_carried: usage.then_some(Quantity(0)),
         unit_price: Some(dec("0.0175")),
         amount: dec(amount),
+        extensions: Default::default(),
     }
 }
 
@@ -398,7 +399,10 @@ mod html {
             assert!(page.contains(&format!("<figcaption>{} (", d.device_key)));
         }
         assert!(page.contains("window start (UTC)") && page.contains(">100 %<"));
-        assert!(page.contains(">12-01 00:00<") && page.contains(">12-01 01:00<"), "{page}");
+        assert!(
+            page.contains(">12-01 00:00<") && page.contains(">12-01 01:00<"),
+            "{page}"
+        );
         assert!(page.contains("Per device and 1 h window (UTC)"), "{page}");
         // GPU-0's first window at 50.0 % busy, 25.0 % SM; GPU-1's second at 100.0 %.
         assert!(page.contains("GPU busy 50.0 %"), "{page}");
