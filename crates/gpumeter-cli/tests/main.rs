@@ -1837,3 +1837,111 @@ fn reports_are_not_mixed_with_traces_nor_merged_across_window_sizes() {
         "{e}"
     );
 }
+
+// --- The README's example invoice, line by line (examples/README.md) -------------------------
+
+/// The example's invoice as examples/README.md derives it with a pocket calculator: per-window
+/// usage from `usage --json`, then each line's quantity and amount by hand.
+#[test]
+fn the_example_invoice_is_what_the_walkthrough_computes() {
+    let u = json(&gpumeter(&["usage", s(&example()), "--json"]));
+    let per_window = |window: &str, meter: &str| -> u128 {
+        u["usage"]
+            .as_array()
+            .expect("usage")
+            .iter()
+            .filter(|r| r["window_start"] == window && r["meter"] == meter)
+            .map(|r| {
+                r["quantity"]
+                    .as_str()
+                    .expect("q")
+                    .parse::<u128>()
+                    .expect("int")
+            })
+            .sum()
+    };
+    let (nov, dec) = ("2026-11-30T23:00:00Z", "2026-12-01T00:00:00Z");
+    let o = gpumeter(&["preview", s(&example()), "--prices", s(&book()), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc = json(&o);
+    validate("gpumeter.invoice.v1.schema.json", &doc);
+    let inv = &doc["invoices"][0];
+    let lines = inv["lines"].as_array().expect("lines");
+    let q = |l: &Value, k: &str| l[k].as_str().expect(k).parse::<u128>().expect("int");
+    let fields = |l: &Value| {
+        (
+            l["meter"].as_str().unwrap_or("").to_string(),
+            l["band"].as_str().unwrap_or("").to_string(),
+            l["tier"].as_str().unwrap_or("").to_string(),
+            l["unit_price"].as_str().unwrap_or("").to_string(),
+            l["amount"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let f = |m: &str, b: &str, t: &str, p: &str, a: &str| {
+        (m.into(), b.into(), t.into(), p.into(), a.into())
+    };
+    let got: Vec<(String, String, String, String, String)> = lines.iter().map(fields).collect();
+    assert_eq!(
+        got,
+        vec![
+            f("gpu_busy_ns", "", "", "0.10", "0.01"),
+            f("gpu_busy_ns", "", "", "0.12", "0.01"),
+            f("sm_ns", "", "1: 0–20", "0.022652", "0.39"),
+            f("sm_ns", "off-peak", "1: 0–20", "0.0135912", "0.04"),
+            f("sm_ns", "off-peak", "2: 20–inf", "0.011400", "0.07"),
+            f("memcpy_htod_bytes", "", "", "0.01", "0.16"),
+        ]
+    );
+    assert_eq!(inv["subtotal"], "0.68");
+    // Busy time: the price changes at the month edge; the 0.01-hour increment (36 s) leaves
+    // the tail of December's busy time unbilled and carried.
+    let busy = per_window(nov, "gpu_busy_ns") + per_window(dec, "gpu_busy_ns");
+    let step = 36_000_000_000u128;
+    let fragment = busy % step;
+    assert_eq!(q(&lines[0], "quantity"), per_window(nov, "gpu_busy_ns"));
+    assert_eq!(q(&lines[0], "fragment_carried"), 0);
+    assert_eq!(q(&lines[1], "quantity"), per_window(dec, "gpu_busy_ns"));
+    assert_eq!(q(&lines[1], "fragment_carried"), fragment);
+    assert_eq!(
+        q(&lines[1], "billable_quantity"),
+        per_window(dec, "gpu_busy_ns") - fragment
+    );
+    assert_eq!(
+        inv["extensions"]["fragments_out"][0]["quantity"],
+        fragment.to_string()
+    );
+    // SM time: tier 1 ends at 20 SM·hours = 72 × 10^12 SM·ns, inside December's window,
+    // which is also in the New York off-peak band (19:00 EST on Monday 30 November).
+    let edge = 20 * 3_600_000_000_000u128;
+    assert_eq!(q(&lines[2], "quantity"), per_window(nov, "sm_ns"));
+    assert_eq!(q(&lines[3], "quantity"), edge - per_window(nov, "sm_ns"));
+    assert_eq!(
+        q(&lines[4], "quantity"),
+        per_window(nov, "sm_ns") + per_window(dec, "sm_ns") - edge
+    );
+    // Each amount: round(billable × price ÷ factor) half-even to the cent, in integers.
+    let cents = |billable: u128, price_num: u128, price_scale: u32, factor: u128| {
+        let num = billable * price_num * 100;
+        let den = 10u128.pow(price_scale) * factor;
+        let (quot, rem) = (num / den, num % den);
+        let up = 2 * rem > den || (2 * rem == den && quot % 2 == 1);
+        quot + u128::from(up)
+    };
+    let hour = 3_600_000_000_000u128;
+    let want = [
+        cents(q(&lines[0], "billable_quantity"), 10, 2, hour),
+        cents(q(&lines[1], "billable_quantity"), 12, 2, hour),
+        cents(q(&lines[2], "billable_quantity"), 22_652, 6, hour),
+        cents(q(&lines[3], "billable_quantity"), 135_912, 7, hour),
+        cents(q(&lines[4], "billable_quantity"), 11_400, 6, hour),
+        cents(q(&lines[5], "billable_quantity"), 1, 2, 1_000_000_000),
+    ];
+    let amounts: Vec<u128> = lines
+        .iter()
+        .map(|l| {
+            let a = l["amount"].as_str().expect("amount").replace('.', "");
+            a.parse::<u128>().expect("cents")
+        })
+        .collect();
+    assert_eq!(amounts, want);
+}

@@ -906,15 +906,25 @@ fn rate_series(
             let unit_price = match multiplier {
                 None => part.unit_price,
                 Some(m) => {
-                    exact_product(part.unit_price, m).ok_or_else(|| RatingError::Unrateable {
-                        book: book.name().to_string(),
-                        table: format!("band[{}]", band.unwrap_or_default()),
-                        field: "multiplier".into(),
-                        reason: format!(
-                            "{m} × {} (rate[{}]) cannot be held exactly in a decimal",
-                            part.unit_price, r.index
-                        ),
-                    })?
+                    let exact = exact_product(part.unit_price, m).ok_or_else(|| {
+                        RatingError::Unrateable {
+                            book: book.name().to_string(),
+                            table: format!("band[{}]", band.unwrap_or_default()),
+                            field: "multiplier".into(),
+                            reason: format!(
+                                "{m} × {} (rate[{}]) cannot be held exactly in a decimal",
+                                part.unit_price, r.index
+                            ),
+                        }
+                    })?;
+                    // Shown without the multiplier's trailing zeros, never with fewer
+                    // decimals than the book wrote the price with (0.019000 × 0.60 shows
+                    // 0.011400); the value is the same exact product.
+                    let mut shown = exact.normalize();
+                    if shown.scale() < part.unit_price.scale() {
+                        shown.rescale(part.unit_price.scale());
+                    }
+                    shown
                 }
             };
             let key = (r.valid_from.unwrap_or(0), r.index, part.tier, band);

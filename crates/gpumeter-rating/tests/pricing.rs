@@ -305,7 +305,7 @@ fn a_band_in_new_york_follows_the_march_dst_change() {
         summary(&inv),
         [
             "Usage band=- tier=- q=51 billable=51 frag=0 price=1.00 amount=51.00",
-            "Usage band=night tier=- q=20 billable=20 frag=0 price=0.500 amount=10.00",
+            "Usage band=night tier=- q=20 billable=20 frag=0 price=0.50 amount=10.00",
         ]
     );
 }
@@ -413,7 +413,7 @@ fn an_increment_carries_the_tail_of_the_period_as_its_fragment() {
         summary(inv),
         [
             "Usage band=- tier=- q=100 billable=100 frag=0 price=1.00 amount=100.00",
-            "Usage band=off-peak tier=- q=23 billable=20 frag=3 price=0.500 amount=10.00",
+            "Usage band=off-peak tier=- q=23 billable=20 frag=3 price=0.50 amount=10.00",
         ]
     );
     let key = FragmentKey {
@@ -437,7 +437,7 @@ fn an_increment_carries_the_tail_of_the_period_as_its_fragment() {
         summary(inv),
         [
             "Usage band=- tier=- q=108 billable=108 frag=0 price=1.00 amount=108.00",
-            "Usage band=off-peak tier=- q=23 billable=22 frag=1 price=0.500 amount=11.00",
+            "Usage band=off-peak tier=- q=23 billable=22 frag=1 price=0.50 amount=11.00",
         ]
     );
     assert_eq!(inv.extensions.fragments_in.len(), 1);
