@@ -108,10 +108,12 @@ fuzz_target!(|data: &[u8]| {
     let report = &*REPORT;
     let period = (time("2026-12-01T07:00:00Z"), time("2026-12-01T09:00:00Z"));
     for p in [None, Some(period)] {
-        if let Ok(doc) = rate(report, &book, p) {
+        if let Ok(doc) = rate(report, &book, p, &Default::default()) {
             let _ = doc.verify_digests();
             let _ = doc.to_text_table();
             let _ = serde_json::to_string(&doc);
+            let _ = gpumeter_rating::render::invoice_csv(&doc);
+            let _ = gpumeter_rating::render::invoice_html(&doc, report);
         }
     }
 });
