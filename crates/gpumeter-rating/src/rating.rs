@@ -323,7 +323,7 @@ struct TenantUsage<'a> {
 /// [`RatingError::EdgeNotOnWindow`] for a rate validity edge inside a window;
 /// [`RatingError::BandEdgeNotOnWindow`] for a band edge inside a window that has usage;
 /// [`RatingError::AmbiguousSku`]; [`RatingError::Fragment`] for a carried-in fragment of an
-/// unknown SKU; [`RatingError::QuantityOverflow`] and [`RatingError::AmountOverflow`] when a
+/// unknown SKU, or carried-in fragments without a period when the report has no usage; [`RatingError::QuantityOverflow`] and [`RatingError::AmountOverflow`] when a
 /// quantity or an amount exceeds what the invoice can hold; [`RatingError::Unrateable`],
 /// [`RatingError::BandOverlap`] (guards the price book's validation already enforces);
 /// [`RatingError::Digest`].
@@ -350,7 +350,21 @@ pub fn rate(
         }
         None => match default_period(usage, &starts, window)? {
             Some(p) => p,
-            None => return Ok(InvoiceDocument::new(Vec::new())),
+            None => {
+                // No usage, so no period to derive. Carried-in fragments cannot be dropped
+                // silently: they need a period to be billed in or carried on from.
+                if let Some((key, q)) = carried_in.iter().find(|(_, &q)| q > 0) {
+                    return Err(RatingError::Fragment {
+                        tenant: key.tenant.clone(),
+                        reason: format!(
+                            "{q} units of {} on sku `{}` are carried in, but the usage report \
+                             has no usage to derive a period from; give the period",
+                            key.meter, key.sku
+                        ),
+                    });
+                }
+                return Ok(InvoiceDocument::new(Vec::new()));
+            }
         },
     };
 

@@ -785,3 +785,30 @@ fn a_validity_edge_inside_a_window_is_refused_with_its_line_and_column() {
         "{err}"
     );
 }
+
+#[test]
+fn carried_in_fragments_without_usage_need_a_period_and_are_carried_on_in_it() {
+    let b = book(
+        "USD",
+        "half_even",
+        &launches_rate("unit_price = \"1.00\"\nincrement = \"10\""),
+    );
+    let key = FragmentKey {
+        tenant: "a".into(),
+        sku: "h100".into(),
+        meter: MeterKind::KernelLaunches,
+    };
+    let carried: CarriedFragments = [(key.clone(), 7u128)].into_iter().collect();
+    let empty = launches(&[]);
+    // No usage and no period: nothing to derive a period from, and 7 launches must not vanish.
+    let err = match rate(&empty, &b, None, &carried) {
+        Ok(d) => panic!("should be refused: {d:?}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("give the period"), "{err}");
+    // With a period: the fragment stays below one increment and is carried on whole.
+    let d = t(DEC1);
+    let doc = rated_with(&empty, &b, Some((d, d + HOUR)), &carried);
+    assert_eq!(doc.fragments_out().get(&key), Some(&7));
+    assert_eq!(doc.invoices[0].subtotal, dec("0.00"));
+}
