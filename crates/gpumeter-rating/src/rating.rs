@@ -1038,17 +1038,10 @@ fn rate_series(
             kind: LineKind::FlatFee,
             sku: Some(r.sku.clone()),
             meter: Some(meter),
-            band: None,
             tier: Some(terms.tier_label(k)),
-            quantity: None,
-            unit: None,
-            pricing_unit: None,
-            quantity_in_pricing_unit: None,
-            billable_quantity: None,
-            fragment_carried: None,
             unit_price: Some(fee),
-            amount,
-            extensions: LineExtensions::default(),
+            // Every other field null, as on a minimum line.
+            ..Line::minimum(amount)
         });
     }
     Ok(SeriesLines {
