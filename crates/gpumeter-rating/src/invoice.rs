@@ -40,7 +40,7 @@ pub struct Invoice {
     pub unpriced: Vec<Unpriced>,
     /// Σ `lines[].amount`, at the currency's scale.
     pub subtotal: Decimal,
-    /// Credits burned against the subtotal (always empty in rating v0: no bank).
+    /// Credits burned against the subtotal (empty until the credit bank applies grants).
     pub credits_applied: Vec<CreditApplied>,
     /// `subtotal` − credits applied, never below zero.
     pub total: Decimal,
@@ -218,7 +218,7 @@ pub struct Unpriced {
     pub reason: String,
 }
 
-/// Credits burned against an invoice (filled by the bank; empty in rating v0).
+/// Credits burned against an invoice (filled by the credit bank; empty in a preview).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CreditApplied {
     /// The grant's id.

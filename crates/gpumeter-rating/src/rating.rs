@@ -634,7 +634,7 @@ fn check_report(usage: &UsageReport) -> Result<(), RatingError> {
         return Err(RatingError::Usage {
             field: "metering_policy".into(),
             value: format!("\"{}\"", usage.metering_policy),
-            reason: format!("rating v0 rates metering policy \"{METERING_POLICY}\" only"),
+            reason: format!("rating rates metering policy \"{METERING_POLICY}\" only"),
         });
     }
     Ok(())
