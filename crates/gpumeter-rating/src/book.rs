@@ -1705,6 +1705,29 @@ fn check_against_earlier(
             ),
         ));
     }
+    // Packages are counted from the period's start across price changes (a package begins
+    // where the period's consumption enters it), so every package rate of one SKU and meter
+    // must cut the same packages.
+    if let Some(size) = rate.package_size_canonical {
+        if let Some(other) = same().find(|o| {
+            o.package_size_canonical
+                .is_some_and(|other_size| other_size != size)
+        }) {
+            return Err(r.invalid_field(
+                "package_size",
+                format!(
+                    "rate[{}] prices {} on sku `{}` in packages of {} {canonical}, this rate in \
+                     packages of {size} {canonical}: packages are counted across the period, \
+                     so every package rate of one SKU and meter must have the same size",
+                    other.index,
+                    rate.meter,
+                    rate.sku,
+                    other.package_size_canonical.unwrap_or(0),
+                    canonical = rate.meter.canonical_unit(),
+                ),
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -1740,7 +1763,15 @@ fn parse_bands(
             )
         })?;
         let mut days = Vec::new();
-        for d in r.strings("days")?.unwrap_or_default() {
+        let days_list = r.strings("days")?;
+        if days_list.as_ref().is_some_and(Vec::is_empty) {
+            return Err(r.invalid_field(
+                "days",
+                "an empty list would read as none, but a band without `days` means every one: \
+                 omit the key, or list at least one",
+            ));
+        }
+        for d in days_list.unwrap_or_default() {
             let v = toml::Value::String(d.to_string());
             let day = parse_weekday(d).ok_or_else(|| {
                 r.invalid("days", &v, "expected mon, tue, wed, thu, fri, sat or sun")
@@ -1767,7 +1798,15 @@ fn parse_bands(
             .decimal("multiplier")?
             .ok_or_else(|| r.missing("multiplier"))?;
         let mut meters = Vec::new();
-        for m in r.strings("meters")?.unwrap_or_default() {
+        let meters_list = r.strings("meters")?;
+        if meters_list.as_ref().is_some_and(Vec::is_empty) {
+            return Err(r.invalid_field(
+                "meters",
+                "an empty list would read as none, but a band without `meters` means every one: \
+                 omit the key, or list at least one",
+            ));
+        }
+        for m in meters_list.unwrap_or_default() {
             let v = toml::Value::String(m.to_string());
             let names: Vec<&str> = MeterKind::ALL.iter().map(|m| m.as_str()).collect();
             let meter = MeterKind::parse(m).ok_or_else(|| {
@@ -1783,7 +1822,15 @@ fn parse_bands(
             meters.push(meter);
         }
         let mut band_skus: Vec<String> = Vec::new();
-        for s in r.strings("skus")?.unwrap_or_default() {
+        let skus_list = r.strings("skus")?;
+        if skus_list.as_ref().is_some_and(Vec::is_empty) {
+            return Err(r.invalid_field(
+                "skus",
+                "an empty list would read as none, but a band without `skus` means every one: \
+                 omit the key, or list at least one",
+            ));
+        }
+        for s in skus_list.unwrap_or_default() {
             let v = toml::Value::String(s.to_string());
             if !skus.iter().any(|k| k.id == s) {
                 return Err(r.invalid("skus", &v, "no [[sku]] has this id"));

@@ -340,7 +340,6 @@ pub fn rate(
             value: usage.window_seconds.to_string(),
             reason,
         })?;
-    check_rate_edges(book, window)?;
     let starts = window_starts(usage, window)?;
 
     let (from, to) = match period {
@@ -406,6 +405,7 @@ pub fn rate(
                     acc.unrated.insert(row.meter);
                     continue;
                 };
+                check_rate_edges(book, candidates, ws, window)?;
                 if candidates.iter().any(|r| r.valid_at(ws)) {
                     let slot = acc
                         .series
@@ -640,24 +640,32 @@ fn check_report(usage: &UsageReport) -> Result<(), RatingError> {
     Ok(())
 }
 
-fn check_rate_edges(book: &PriceBook, window: WindowSize) -> Result<(), RatingError> {
-    for r in book.rates() {
+/// Refuses a validity edge of `rates` strictly inside the window starting `ws` (DESIGN §5:
+/// validity edges fall on window edges), so no window with usage has two prices. Only the
+/// rates of a SKU and meter that have usage in the window are asked: an edge elsewhere in the
+/// book does not concern this usage.
+fn check_rate_edges(
+    book: &PriceBook,
+    rates: &[&Rate],
+    ws: u64,
+    window: WindowSize,
+) -> Result<(), RatingError> {
+    let end = ws.saturating_add(window.ns());
+    for r in rates {
         for (field, edge) in [("valid_from", r.valid_from), ("valid_to", r.valid_to)] {
-            if let Some(t) = edge {
-                if t % window.ns() != 0 {
-                    let (line, column) = book
-                        .place_of(&format!("rate[{}]", r.index), field)
-                        .unwrap_or((1, 1));
-                    return Err(RatingError::EdgeNotOnWindow {
-                        book: book.name().to_string(),
-                        line,
-                        column,
-                        rate: r.index,
-                        field: field.into(),
-                        value: rfc3339(t),
-                        window_seconds: window.seconds(),
-                    });
-                }
+            if let Some(t) = edge.filter(|&t| ws < t && t < end) {
+                let (line, column) = book
+                    .place_of(&format!("rate[{}]", r.index), field)
+                    .unwrap_or((1, 1));
+                return Err(RatingError::EdgeNotOnWindow {
+                    book: book.name().to_string(),
+                    line,
+                    column,
+                    rate: r.index,
+                    field: field.into(),
+                    value: rfc3339(t),
+                    window_seconds: window.seconds(),
+                });
             }
         }
     }
@@ -871,6 +879,7 @@ fn rate_series(
         });
         match at_start.or(first_used) {
             Some((r, ws)) => {
+                check_rate_edges(book, &candidates, ws, ctx.bands.window)?;
                 let band = ctx.bands.band_for(sku, meter, ws)?;
                 pieces.push((r, band, fragment_in));
             }
@@ -908,7 +917,11 @@ fn rate_series(
     // Lines keyed by (validity start, rate index, tier, band), so they print in time order.
     let mut accs: BTreeMap<(u64, usize, Option<usize>, Option<usize>), LineAcc> = BTreeMap::new();
     // Flat fees: tier → rate index where first reached.
-    let mut fees: BTreeMap<usize, usize> = BTreeMap::new();
+    // Flat fees, by (validity start, rate index, tier) of the rate where each was charged.
+    // Graduated: once per tier reached; volume: once, for the tier chosen (DESIGN §5).
+    let mut fees: BTreeSet<(u64, usize, usize)> = BTreeSet::new();
+    let mut tiers_reached: BTreeSet<usize> = BTreeSet::new();
+    let mut volume_fee_charged = false;
     let mut cum = 0u128;
     for &(ri, band, q) in &pieces {
         let Some(terms) = ctx.terms.get(ri) else {
@@ -958,10 +971,14 @@ fn rate_series(
                 .checked_add(part.billable)
                 .ok_or_else(overflow)?;
             acc.count = acc.count.checked_add(part.count).ok_or_else(overflow)?;
-            if let Some(k) = part.tier {
+            if let (Some(k), true) = (part.tier, part.billable > 0) {
+                let first = match r.model {
+                    RateModel::Volume => !std::mem::replace(&mut volume_fee_charged, true),
+                    _ => tiers_reached.insert(k),
+                };
                 let has_fee = r.tiers.get(k).is_some_and(|t| t.flat_fee.is_some());
-                if part.billable > 0 && has_fee {
-                    fees.entry(k).or_insert(r.index);
+                if first && has_fee {
+                    fees.insert((r.valid_from.unwrap_or(0), r.index, k));
                 }
             }
         }
@@ -1020,7 +1037,7 @@ fn rate_series(
             extensions: LineExtensions { packages },
         });
     }
-    for (k, ri) in fees {
+    for (_, ri, k) in fees {
         let Some(terms) = ctx.terms.get(ri) else {
             continue;
         };

@@ -845,13 +845,14 @@ valid_to = "2026-12-01T12:00:00Z"
             "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"1\"\nvalid_from = \"2026-12-01T10:30:00Z\"\n"
         );
         let b = book("currency = \"USD\"", &body);
+        // Usage in the 10:00 window, which the 10:30 edge cuts.
         let hourly = report(
             3600,
             vec![device("GPU-0", Some("NVIDIA H100"))],
             vec![row(
                 "alice",
                 "GPU-0",
-                DEC1 + 11 * HOUR_NS,
+                DEC1 + 10 * HOUR_NS,
                 MeterKind::KernelLaunches,
                 1,
             )],
@@ -867,6 +868,23 @@ valid_to = "2026-12-01T12:00:00Z"
             }
             other => panic!("expected EdgeNotOnWindow, got {other:?}"),
         }
+        // Usage only in windows the edge does not cut (11:00) rates: the edge concerns no
+        // window with usage.
+        let later = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100"))],
+            vec![row(
+                "alice",
+                "GPU-0",
+                DEC1 + 11 * HOUR_NS,
+                MeterKind::KernelLaunches,
+                1,
+            )],
+        );
+        assert_eq!(
+            rated(&later, &b, None).invoices[0].total.to_string(),
+            "1.00"
+        );
         // With 15-minute windows the same book rates.
         let quarter = report(
             900,

@@ -812,3 +812,76 @@ fn carried_in_fragments_without_usage_need_a_period_and_are_carried_on_in_it() {
     assert_eq!(doc.fragments_out().get(&key), Some(&7));
     assert_eq!(doc.invoices[0].subtotal, dec("0.00"));
 }
+
+#[test]
+fn volume_charges_one_flat_fee_for_the_period_across_a_price_change() {
+    let tiers = |p1: &str, f1: &str, p2: &str, f2: &str| {
+        format!("model = \"volume\"\ntiers = [ {{ up_to = \"1\", unit_price = \"{p1}\", flat_fee = \"{f1}\" }}, {{ up_to = \"inf\", unit_price = \"{p2}\", flat_fee = \"{f2}\" }} ]")
+    };
+    let tables = format!(
+        "{}{}",
+        launches_rate(&format!(
+            "{}\nvalid_to = \"{DEC1}\"",
+            tiers("1.00", "10.00", "0.50", "20.00")
+        )),
+        launches_rate(&format!(
+            "{}\nvalid_from = \"{DEC1}\"",
+            tiers("2.00", "30.00", "0.10", "40.00")
+        ))
+    );
+    let b = book("USD", "half_even", &tables);
+    let d = t(DEC1);
+    // 5 launches: tier 2 of each rate prices its units; one fee, that of the tier chosen where
+    // the period's billable usage begins (November's rate: 20.00).
+    let inv = rated(&launches(&[("a", d - HOUR, 2), ("a", d, 3)]), &b);
+    let fees: Vec<String> = inv
+        .lines
+        .iter()
+        .filter(|l| l.kind == LineKind::FlatFee)
+        .map(line_text)
+        .collect();
+    assert_eq!(
+        fees,
+        ["FlatFee band=- tier=2: 1–inf q=- billable=- frag=- price=20.00 amount=20.00"]
+    );
+    // 2 × 0.50 + 3 × 0.10 + 20.00
+    assert_eq!(inv.subtotal, dec("21.30"));
+}
+
+#[test]
+fn package_rates_of_one_sku_and_meter_must_cut_the_same_packages() {
+    let tables = format!(
+        "{}{}",
+        launches_rate(&format!(
+            "model = \"package\"\npackage_size = \"1\"\nunit_price = \"1.00\"\nvalid_to = \"{DEC1}\""
+        )),
+        launches_rate(&format!(
+            "model = \"package\"\npackage_size = \"10\"\nunit_price = \"5.00\"\nvalid_from = \"{DEC1}\""
+        ))
+    );
+    let text = format!(
+        "schema = \"gpumeter.pricebook/v1\"\nversion = \"t\"\ncurrency = \"USD\"\n[[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n{tables}"
+    );
+    let err = match PriceBook::from_toml_str("t.toml", &text) {
+        Ok(_) => panic!("two package sizes for one SKU and meter must be refused"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("rate[1].package_size"), "{err}");
+    assert!(err.contains("same size"), "{err}");
+}
+
+#[test]
+fn empty_band_lists_are_refused_rather_than_read_as_every_one() {
+    for key in ["days", "meters", "skus"] {
+        let text = format!(
+            "schema = \"gpumeter.pricebook/v1\"\nversion = \"t\"\ncurrency = \"USD\"\n[[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n{}\
+             [[band]]\nname = \"b\"\ntz = \"UTC\"\nhours = \"00:00-06:00\"\nmultiplier = \"0.5\"\n{key} = []\n",
+            launches_rate("unit_price = \"1\"")
+        );
+        let err = match PriceBook::from_toml_str("t.toml", &text) {
+            Ok(_) => panic!("`{key} = []` must be refused"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains(&format!("band[0].{key}")), "{err}");
+    }
+}
