@@ -201,6 +201,30 @@ impl Line {
     }
 }
 
+impl Line {
+    /// The quantity column of the text and HTML renderings: the billable quantity in the
+    /// pricing unit (`"2.663540640 SM·hour"`), `"flat fee"` for a flat-fee line, and for a
+    /// `package` line the packages its amount multiplies (`"8.000000000 SM·hour = 1 package"`).
+    /// Input text goes through `escape` (the rendering's own escaping).
+    pub fn quantity_label(&self, escape: impl Fn(&str) -> String) -> String {
+        let base = match (
+            self.kind,
+            &self.quantity_in_pricing_unit,
+            &self.pricing_unit,
+        ) {
+            (LineKind::FlatFee, _, _) => return "flat fee".to_string(),
+            (_, Some(q), Some(u)) => format!("{} {}", escape(q), escape(u)),
+            (_, Some(q), None) => escape(q),
+            _ => String::new(),
+        };
+        match self.extensions.packages {
+            Some(Quantity(1)) => format!("{base} = 1 package"),
+            Some(p) => format!("{base} = {p} packages"),
+            None => base,
+        }
+    }
+}
+
 /// Usage that no rate priced, listed so it is never silently dropped.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Unpriced {
@@ -482,14 +506,7 @@ fn line_cells(l: &Line, opt: Optional, first_of_group: bool) -> Vec<String> {
     if opt.tier {
         cells.push(l.tier.as_deref().map(esc).unwrap_or_default());
     }
-    cells.push(
-        match (l.kind, &l.quantity_in_pricing_unit, &l.pricing_unit) {
-            (LineKind::FlatFee, _, _) => "flat fee".into(),
-            (_, Some(q), Some(u)) => format!("{} {}", esc(q), esc(u)),
-            (_, Some(q), None) => esc(q),
-            _ => String::new(),
-        },
-    );
+    cells.push(l.quantity_label(esc));
     cells.push(l.unit_price.map_or_else(String::new, |p| p.to_string()));
     cells.push(l.amount.to_string());
     cells

@@ -34,8 +34,9 @@ use crate::invoice::{Invoice, InvoiceDocument, Line, LineKind};
 /// `tenant`, `period_from`, `period_to`, `currency` and `invoice_sha256` repeat the invoice's
 /// fields on each of its lines, so every row stands alone and an auditor can tie it to the
 /// sealed invoice (`invoice_sha256` is the invoice's `sha256`). The other columns are the
-/// line's fields as in the JSON document; a `null` is an empty cell.
-pub const CSV_COLUMNS: [&str; 18] = [
+/// line's fields as in the JSON document (`packages` is the line's `extensions.packages`, the
+/// whole packages a `package` line bills); a `null` is an empty cell.
+pub const CSV_COLUMNS: [&str; 19] = [
     "tenant",
     "period_from",
     "period_to",
@@ -51,6 +52,7 @@ pub const CSV_COLUMNS: [&str; 18] = [
     "quantity_in_pricing_unit",
     "billable_quantity",
     "fragment_carried",
+    "packages",
     "unit_price",
     "amount",
     "invoice_sha256",
@@ -111,7 +113,7 @@ pub fn invoice_csv(doc: &InvoiceDocument) -> Result<String, RenderError> {
     String::from_utf8(bytes).map_err(|e| RenderError::Csv(e.to_string()))
 }
 
-fn csv_row(inv: &Invoice, l: &Line) -> [String; 18] {
+fn csv_row(inv: &Invoice, l: &Line) -> [String; 19] {
     let text = |s: &Option<String>| s.as_deref().map(csv_text_cell).unwrap_or_default().into();
     let num = |v: Option<String>| v.unwrap_or_default();
     [
@@ -130,6 +132,7 @@ fn csv_row(inv: &Invoice, l: &Line) -> [String; 18] {
         num(l.quantity_in_pricing_unit.clone()),
         num(l.billable_quantity.map(|q| q.to_string())),
         num(l.fragment_carried.map(|q| q.to_string())),
+        num(l.extensions.packages.map(|q| q.to_string())),
         num(l.unit_price.map(|p| p.to_string())),
         l.amount.to_string(),
         inv.sha256.clone(),
@@ -576,12 +579,7 @@ fn line_row(out: &mut String, l: &Line, cols: Columns) {
             } else {
                 meter
             };
-            let quantity = match (l.kind, &l.quantity_in_pricing_unit, &l.pricing_unit) {
-                (LineKind::FlatFee, _, _) => "flat fee".to_string(),
-                (_, Some(q), Some(u)) => format!("{} {}", h(q), h(u)),
-                (_, Some(q), None) => h(q),
-                _ => String::new(),
-            };
+            let quantity = l.quantity_label(h);
             let price = l.unit_price.map(|p| p.to_string()).unwrap_or_default();
             let _ = write!(out, "<tr><td>{}</td><td>{meter}</td>", opt(&l.sku));
             if cols.band {

@@ -885,3 +885,39 @@ fn empty_band_lists_are_refused_rather_than_read_as_every_one() {
         assert!(err.contains(&format!("band[0].{key}")), "{err}");
     }
 }
+
+#[test]
+fn package_lines_show_their_packages_in_every_rendering() {
+    let d = t(DEC1);
+    let package = "model = \"package\"\npackage_size = \"50\"\nunit_price = \"2.00\"";
+    let b = book("USD", "half_even", &launches_rate(package));
+    let doc = rated_with(
+        &launches(&[("a", d, 60)]),
+        &b,
+        None,
+        &CarriedFragments::new(),
+    );
+    // 60 launches = 2 packages of 50 at 2.00 = 4.00: the reader sees the 2.
+    assert!(
+        doc.to_text_table().contains("60.000000000 1 = 2 packages"),
+        "{}",
+        doc.to_text_table()
+    );
+    let csv = match gpumeter_rating::render::invoice_csv(&doc) {
+        Ok(c) => c,
+        Err(e) => panic!("csv: {e}"),
+    };
+    let mut rows = csv::Reader::from_reader(csv.as_bytes());
+    let header = match rows.headers() {
+        Ok(h) => h.clone(),
+        Err(e) => panic!("header: {e}"),
+    };
+    let col = header.iter().position(|h| h == "packages");
+    let row = match rows.records().next() {
+        Some(Ok(r)) => r,
+        other => panic!("one row: {other:?}"),
+    };
+    assert_eq!(col.and_then(|c| row.get(c)), Some("2"));
+    let html = gpumeter_rating::render::invoice_html(&doc, &launches(&[("a", d, 60)]));
+    assert!(html.contains("= 2 packages"));
+}
