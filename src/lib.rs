@@ -261,7 +261,47 @@ pub fn read_usage_report(path: &Path) -> Result<UsageReport, Error> {
             gpumeter_core::USAGE_SCHEMA
         )));
     }
+    check_report_tenants(&report).map_err(fail)?;
     Ok(report)
+}
+
+/// Every tenant a report names (usage rows, totals, open allocations) is one gpumeter itself
+/// writes (`unattributed`, `idle`) or a valid tenant name ([`gpumeter_core::TenantName::parse`],
+/// the rule of `--tenant`, tenant maps and `--opening`), so a report from elsewhere cannot bring
+/// a name a command line or tenant map would refuse (control characters, look-alikes of
+/// `idle`). The reason names the entry and quotes the name escaped.
+fn check_report_tenants(report: &UsageReport) -> Result<(), String> {
+    let named = report
+        .usage
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (format!("usage[{i}]"), r.tenant.as_str()))
+        .chain(
+            report
+                .totals
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("totals[{i}]"), r.tenant.as_str())),
+        )
+        .chain(
+            report
+                .open_allocations
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (format!("open_allocations[{i}]"), r.tenant.as_str())),
+        );
+    for (place, tenant) in named {
+        if tenant == gpumeter_core::UNATTRIBUTED || tenant == gpumeter_core::IDLE {
+            continue;
+        }
+        if let Err(e) = gpumeter_core::TenantName::parse(tenant) {
+            return Err(format!(
+                "{place}.tenant = \"{}\": {e}",
+                gpumeter_core::text::printable(tenant)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Reads usage reports from files and merges them into one sealed report

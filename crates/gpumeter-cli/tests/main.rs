@@ -1945,3 +1945,26 @@ fn the_example_invoice_is_what_the_walkthrough_computes() {
         .collect();
     assert_eq!(amounts, want);
 }
+
+/// A report read with `--format usage` brings only tenant names the command line would take:
+/// a resealed report with a control character or a look-alike of `idle` is refused (exit 1).
+#[test]
+fn a_report_with_a_tenant_name_the_rule_refuses_is_bad_input() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let o = gpumeter(&["usage", s(&example()), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    for bad in ["evil\u{1b}[2J", "\u{456}dle", " padded"] {
+        let mut report: gpumeter::UsageReport =
+            serde_json::from_slice(&o.stdout).expect("a usage report");
+        report.usage[0].tenant = bad.to_string();
+        report.seal().expect("seal");
+        let path = dir.path().join("agent.json");
+        std::fs::write(&path, serde_json::to_vec(&report).expect("json")).expect("write");
+        let r = gpumeter(&["usage", "--format", "usage", s(&path)]);
+        assert_eq!(r.status.code(), Some(1), "{bad:?}: {}", stderr(&r));
+        let err = stderr(&r);
+        assert!(err.contains("agent.json"), "{err}");
+        assert!(err.contains("usage[0].tenant"), "{err}");
+        assert!(!err.contains('\u{1b}'), "the name is escaped: {err:?}");
+    }
+}

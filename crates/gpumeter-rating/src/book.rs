@@ -654,7 +654,7 @@ impl<'a> Reader<'a> {
         };
         parse_rfc3339(&text)
             .map(Some)
-            .map_err(|e| self.invalid(field, v, format!("{e} (write a UTC offset, e.g. `Z`)")))
+            .map_err(|e| self.invalid(field, v, format!("{e} (an RFC 3339 time with a UTC offset between 1970 and 2554, e.g. \"2026-12-01T00:00:00Z\")")))
     }
 
     /// A list of strings; a single string counts as a list of one.
