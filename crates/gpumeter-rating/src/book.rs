@@ -657,6 +657,22 @@ impl<'a> Reader<'a> {
             .map_err(|e| self.invalid(field, v, format!("{e} (an RFC 3339 time with a UTC offset between 1970 and 2554, e.g. \"2026-12-01T00:00:00Z\")")))
     }
 
+    /// A band filter (`days`, `meters`, `skus`): a list of strings, empty when the key is
+    /// absent (every one). An empty list is refused: it would read as "none", but a band
+    /// without the key applies to every one.
+    fn filter_list(&self, field: &'static str) -> Result<Vec<&'a str>, PriceBookError> {
+        match self.strings(field)? {
+            Some(list) if list.is_empty() => Err(self.invalid_field(
+                field,
+                format!(
+                    "an empty list would read as none, but a band without `{field}` means \
+                     every one: omit the key, or list at least one"
+                ),
+            )),
+            list => Ok(list.unwrap_or_default()),
+        }
+    }
+
     /// A list of strings; a single string counts as a list of one.
     fn strings(&self, field: &'static str) -> Result<Option<Vec<&'a str>>, PriceBookError> {
         match self.get(field) {
@@ -1763,15 +1779,7 @@ fn parse_bands(
             )
         })?;
         let mut days = Vec::new();
-        let days_list = r.strings("days")?;
-        if days_list.as_ref().is_some_and(Vec::is_empty) {
-            return Err(r.invalid_field(
-                "days",
-                "an empty list would read as none, but a band without `days` means every one: \
-                 omit the key, or list at least one",
-            ));
-        }
-        for d in days_list.unwrap_or_default() {
+        for d in r.filter_list("days")? {
             let v = toml::Value::String(d.to_string());
             let day = parse_weekday(d).ok_or_else(|| {
                 r.invalid("days", &v, "expected mon, tue, wed, thu, fri, sat or sun")
@@ -1798,15 +1806,7 @@ fn parse_bands(
             .decimal("multiplier")?
             .ok_or_else(|| r.missing("multiplier"))?;
         let mut meters = Vec::new();
-        let meters_list = r.strings("meters")?;
-        if meters_list.as_ref().is_some_and(Vec::is_empty) {
-            return Err(r.invalid_field(
-                "meters",
-                "an empty list would read as none, but a band without `meters` means every one: \
-                 omit the key, or list at least one",
-            ));
-        }
-        for m in meters_list.unwrap_or_default() {
+        for m in r.filter_list("meters")? {
             let v = toml::Value::String(m.to_string());
             let names: Vec<&str> = MeterKind::ALL.iter().map(|m| m.as_str()).collect();
             let meter = MeterKind::parse(m).ok_or_else(|| {
@@ -1822,15 +1822,7 @@ fn parse_bands(
             meters.push(meter);
         }
         let mut band_skus: Vec<String> = Vec::new();
-        let skus_list = r.strings("skus")?;
-        if skus_list.as_ref().is_some_and(Vec::is_empty) {
-            return Err(r.invalid_field(
-                "skus",
-                "an empty list would read as none, but a band without `skus` means every one: \
-                 omit the key, or list at least one",
-            ));
-        }
-        for s in skus_list.unwrap_or_default() {
+        for s in r.filter_list("skus")? {
             let v = toml::Value::String(s.to_string());
             if !skus.iter().any(|k| k.id == s) {
                 return Err(r.invalid("skus", &v, "no [[sku]] has this id"));

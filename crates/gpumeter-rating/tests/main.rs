@@ -845,19 +845,22 @@ valid_to = "2026-12-01T12:00:00Z"
             "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1\"\nunit_price = \"1\"\nvalid_from = \"2026-12-01T10:30:00Z\"\n"
         );
         let b = book("currency = \"USD\"", &body);
+        // One launch in the window of `window_seconds` starting at `hour` o'clock.
+        let one_launch = |window_seconds: u64, hour: u64| {
+            report(
+                window_seconds,
+                vec![device("GPU-0", Some("NVIDIA H100"))],
+                vec![row(
+                    "alice",
+                    "GPU-0",
+                    DEC1 + hour * HOUR_NS,
+                    MeterKind::KernelLaunches,
+                    1,
+                )],
+            )
+        };
         // Usage in the 10:00 window, which the 10:30 edge cuts.
-        let hourly = report(
-            3600,
-            vec![device("GPU-0", Some("NVIDIA H100"))],
-            vec![row(
-                "alice",
-                "GPU-0",
-                DEC1 + 10 * HOUR_NS,
-                MeterKind::KernelLaunches,
-                1,
-            )],
-        );
-        match rate(&hourly, &b, None, &CarriedFragments::new()) {
+        match rate(&one_launch(3600, 10), &b, None, &CarriedFragments::new()) {
             Err(e @ gpumeter_rating::RatingError::EdgeNotOnWindow { .. }) => {
                 let msg = e.to_string();
                 assert!(
@@ -870,35 +873,11 @@ valid_to = "2026-12-01T12:00:00Z"
         }
         // Usage only in windows the edge does not cut (11:00) rates: the edge concerns no
         // window with usage.
-        let later = report(
-            3600,
-            vec![device("GPU-0", Some("NVIDIA H100"))],
-            vec![row(
-                "alice",
-                "GPU-0",
-                DEC1 + 11 * HOUR_NS,
-                MeterKind::KernelLaunches,
-                1,
-            )],
-        );
-        assert_eq!(
-            rated(&later, &b, None).invoices[0].total.to_string(),
-            "1.00"
-        );
+        let later = rated(&one_launch(3600, 11), &b, None);
+        assert_eq!(later.invoices[0].total.to_string(), "1.00");
         // With 15-minute windows the same book rates.
-        let quarter = report(
-            900,
-            vec![device("GPU-0", Some("NVIDIA H100"))],
-            vec![row(
-                "alice",
-                "GPU-0",
-                DEC1 + 11 * HOUR_NS,
-                MeterKind::KernelLaunches,
-                1,
-            )],
-        );
-        let doc = rated(&quarter, &b, None);
-        assert_eq!(doc.invoices[0].total.to_string(), "1.00");
+        let quarter = rated(&one_launch(900, 11), &b, None);
+        assert_eq!(quarter.invoices[0].total.to_string(), "1.00");
     }
 }
 
