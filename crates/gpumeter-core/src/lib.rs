@@ -46,7 +46,7 @@ pub use record::{
     LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
 };
 pub use report::{
-    document_sha256, DeviceEnd, DeviceEntry, DigestError, Dimension, Extensions, LossEntry,
+    canonical_json, document_sha256, DeviceEnd, DeviceEntry, DigestError, Dimension, Extensions, LossEntry,
     MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts, RecordingEnds, SourceEntry,
     TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
 };

@@ -408,6 +408,15 @@ pub enum DigestError {
     Canonical(String),
 }
 
+/// The RFC 8785 (JCS) canonical JSON bytes of `value`: what every digest of DESIGN §7 and the
+/// credit bank's hash chain are computed over.
+///
+/// # Errors
+/// [`DigestError::Canonical`] when the value cannot be canonicalized.
+pub fn canonical_json(value: &serde_json::Value) -> Result<Vec<u8>, DigestError> {
+    serde_json_canonicalizer::to_vec(value).map_err(|e| DigestError::Canonical(e.to_string()))
+}
+
 /// SHA-256 (lowercase hex) over the RFC 8785 (JCS) canonical JSON of `value` with the
 /// top-level key `digest_field` removed (DESIGN §7).
 ///
@@ -421,8 +430,7 @@ pub fn document_sha256(
     if let serde_json::Value::Object(map) = &mut v {
         map.remove(digest_field);
     }
-    let bytes =
-        serde_json_canonicalizer::to_vec(&v).map_err(|e| DigestError::Canonical(e.to_string()))?;
+    let bytes = canonical_json(&v)?;
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 
