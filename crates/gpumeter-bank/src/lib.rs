@@ -5,11 +5,19 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod accounts;
+pub mod bank;
+pub mod grants;
 pub mod ledger;
 pub mod memory;
 
+pub use bank::{
+    balance, close, expire, finalization_key, finalize, grant, reserve, Balance, Closed, Finalized,
+    GrantRequest, Outcome, ReserveRequest,
+};
+pub use grants::{Grant, GrantKind, Reservation};
 pub use ledger::{
-    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting,
-    StoredTransaction, CREDITS,
+    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction,
+    CREDITS,
 };
 pub use memory::MemoryLedger;

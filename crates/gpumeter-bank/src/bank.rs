@@ -1,0 +1,904 @@
+//! The bank's operations (DESIGN §6): grants, reservations, expiry, balances, finalization
+//! (preview = finalize, rolled back) and contract close, each one ledger transaction.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpumeter_core::time::{parse_rfc3339, rfc3339};
+use gpumeter_core::{MeterKind, Quantity, UsageReport};
+use gpumeter_rating::money::{amount_minor_units, minor_units_to_decimal};
+use gpumeter_rating::{
+    rate, CarriedFragments, CreditApplied, FragmentKey, Invoice, InvoiceDocument, Line, LineKind,
+    PriceBook, PricingUnit,
+};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::accounts;
+use crate::grants::{
+    credits_for, grants, reservations, value_minor, Grant, GrantBalance, GrantKind, Reservation,
+};
+use crate::ledger::{Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, CREDITS};
+
+fn sha(v: &serde_json::Value) -> Result<String, BankError> {
+    let bytes = gpumeter_core::canonical_json(v).map_err(|e| BankError::Refused(e.to_string()))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+fn refused(msg: impl Into<String>) -> BankError {
+    BankError::Refused(msg.into())
+}
+
+/// A request for a grant (`gpumeter bank grant`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// Credits (positive).
+    pub credits: Decimal,
+    /// Value of one credit in the invoice currency (positive).
+    pub rate: Decimal,
+    /// Lower burns first (default 0).
+    pub priority: i64,
+    /// Usable from, ns (default: `at`).
+    pub effective: u64,
+    /// Usable until (exclusive), ns.
+    pub expires: Option<u64>,
+    /// Purchased or promotional.
+    pub kind: GrantKind,
+    /// SKU scope; empty: every SKU.
+    pub skus: Vec<String>,
+    /// Meter scope; empty: every meter.
+    pub meters: Vec<MeterKind>,
+    /// Idempotency key; `None`: derived from the terms and `at`, so a retry of the same
+    /// command at another instant is a new grant (give a key to retry safely).
+    pub key: Option<String>,
+    /// When the grant is recorded, ns.
+    pub at: u64,
+}
+
+/// Records a grant: `credits` on the tenant's new credits account, from the provider's
+/// `credit_sales` or `promotions`. Returns the grant and whether it was applied now or
+/// already (same key).
+///
+/// # Errors
+/// [`BankError::Refused`] for non-positive credits or rate, an expiry not after the start;
+/// [`BankError::Storage`].
+pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bool), BankError> {
+    if req.credits <= Decimal::ZERO {
+        return Err(refused(format!(
+            "--credits {}: a grant needs a positive number of credits",
+            req.credits
+        )));
+    }
+    if req.rate <= Decimal::ZERO {
+        return Err(refused(format!(
+            "--rate {}: a credit needs a positive value",
+            req.rate
+        )));
+    }
+    if req.expires.is_some_and(|e| e <= req.effective) {
+        return Err(refused("--expires must be after --from".to_string()));
+    }
+    let terms = serde_json::json!({
+        "tenant": req.tenant, "credits": req.credits.to_string(), "rate": req.rate.to_string(),
+        "priority": req.priority, "effective": rfc3339(req.effective),
+        "expires": req.expires.map(rfc3339), "kind": req.kind.as_str(),
+        "skus": req.skus, "meters": req.meters,
+    });
+    let key = match &req.key {
+        Some(k) => format!("grant:{k}"),
+        None => format!(
+            "grant:{}",
+            sha(&serde_json::json!({"terms": terms, "at": rfc3339(req.at)}))?
+        ),
+    };
+    let id = format!("g-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..12]);
+    let g = Grant {
+        grant: id.clone(),
+        tenant: req.tenant.clone(),
+        credits: req.credits,
+        rate: req.rate,
+        priority: req.priority,
+        effective: rfc3339(req.effective),
+        expires: req.expires.map(rfc3339),
+        kind: req.kind,
+        skus: req.skus.clone(),
+        meters: req.meters.clone(),
+    };
+    let tx = NewTransaction {
+        key,
+        kind: "grant".into(),
+        at: rfc3339(req.at),
+        tenant: Some(req.tenant.clone()),
+        postings: vec![
+            Posting::new(accounts::credits(&req.tenant, &id), CREDITS, req.credits),
+            Posting::new(req.kind.source_account(), CREDITS, -req.credits),
+        ],
+        memo: serde_json::to_value(&g).map_err(|e| refused(e.to_string()))?,
+    };
+    let applied = ledger.atomically(true, |t| t.append(tx))?;
+    let stored: Grant = serde_json::from_value(applied.stored().tx.memo.clone())
+        .map_err(|e| refused(e.to_string()))?;
+    Ok((stored, matches!(applied, Appended::Applied(_))))
+}
+
+/// A request for a reservation (`gpumeter bank reserve`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveRequest {
+    /// The reservation's terms (its id is derived from them).
+    pub terms: Reservation,
+    /// When it is recorded, ns.
+    pub at: u64,
+}
+
+/// Records a reservation (no postings: its fee is billed on each period's invoice, and its
+/// unused capacity converts to credits at finalization).
+///
+/// # Errors
+/// [`BankError::Refused`] for a non-positive capacity or rate, a negative fee, an unknown
+/// unit, an empty span; [`BankError::Storage`].
+pub fn reserve<L: Ledger>(
+    ledger: &mut L,
+    req: &ReserveRequest,
+) -> Result<(Reservation, bool), BankError> {
+    let r = &req.terms;
+    if r.capacity <= Decimal::ZERO || r.rate <= Decimal::ZERO || r.fee < Decimal::ZERO {
+        return Err(refused(
+            "a reservation needs a positive --capacity and --rate and a fee of at least 0",
+        ));
+    }
+    let unit = PricingUnit::parse(&r.unit)
+        .ok_or_else(|| refused(format!("--unit {}: not a pricing unit", r.unit)))?;
+    if unit.dimension() != r.meter.dimension() {
+        return Err(refused(format!(
+            "--unit {}: {} is measured in {}",
+            r.unit,
+            r.meter,
+            r.meter.canonical_unit()
+        )));
+    }
+    if unit.to_canonical(r.capacity).is_none() {
+        return Err(refused(format!(
+            "--capacity {} {}: not a whole number of {}",
+            r.capacity,
+            r.unit,
+            r.meter.canonical_unit()
+        )));
+    }
+    let (from, to) = (parse_time(&r.from)?, parse_time(&r.to)?);
+    if to <= from {
+        return Err(refused("--to must be after --from"));
+    }
+    let mut terms = r.clone();
+    terms.unit = unit.name().to_string();
+    terms.reservation = String::new();
+    let key = format!(
+        "reserve:{}",
+        sha(&serde_json::to_value(&terms).map_err(|e| refused(e.to_string()))?)?
+    );
+    terms.reservation = format!("r-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..12]);
+    let tx = NewTransaction {
+        key,
+        kind: "reserve".into(),
+        at: rfc3339(req.at),
+        tenant: Some(terms.tenant.clone()),
+        postings: vec![],
+        memo: serde_json::to_value(&terms).map_err(|e| refused(e.to_string()))?,
+    };
+    let applied = ledger.atomically(true, |t| t.append(tx))?;
+    Ok((terms, matches!(applied, Appended::Applied(_))))
+}
+
+fn parse_time(s: &str) -> Result<u64, BankError> {
+    parse_rfc3339(s).map_err(|e| refused(format!("{s}: {e}")))
+}
+
+/// Moves every credit of grants expired at `at` to `breakage` (one transaction, key
+/// `expire:<at>`). Returns `(grant, credits)` moved.
+///
+/// # Errors
+/// [`BankError::Storage`].
+pub fn expire<L: Ledger>(ledger: &mut L, at: u64) -> Result<Vec<(String, Decimal)>, BankError> {
+    ledger.atomically(true, |t| {
+        let mut moved = Vec::new();
+        let mut postings = Vec::new();
+        for g in grants(t, None)? {
+            let expired = g.grant.expires_ns().is_some_and(|e| e <= at);
+            if expired && g.remaining > Decimal::ZERO {
+                postings.push(Posting::new(
+                    accounts::credits(&g.grant.tenant, &g.grant.grant),
+                    CREDITS,
+                    -g.remaining,
+                ));
+                postings.push(Posting::new(accounts::BREAKAGE, CREDITS, g.remaining));
+                moved.push((g.grant.grant.clone(), g.remaining));
+            }
+        }
+        if !postings.is_empty() {
+            t.append(NewTransaction {
+                key: format!("expire:{}:{}", rfc3339(at), t.head()?.unwrap_or_default()),
+                kind: "expire".into(),
+                at: rfc3339(at),
+                tenant: None,
+                postings,
+                memo: serde_json::json!({ "expired": moved.iter().map(|(g, c)| serde_json::json!({"grant": g, "credits": c.to_string()})).collect::<Vec<_>>() }),
+            })?;
+        }
+        Ok(moved)
+    })
+}
+
+/// One grant in a balance (`balance --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreditBalance {
+    /// The grant's id.
+    pub grant: String,
+    /// Purchased, promotional or reservation.
+    pub kind: GrantKind,
+    /// Its priority.
+    pub priority: i64,
+    /// Its expiry, RFC 3339 UTC, `null` for never.
+    pub expires: Option<String>,
+    /// Credits left, usable at the balance's instant.
+    pub remaining: Decimal,
+}
+
+/// A fragment in a balance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FragmentBalance {
+    /// The SKU.
+    pub sku: String,
+    /// The meter.
+    pub meter: MeterKind,
+    /// Canonical units carried.
+    pub quantity: Quantity,
+}
+
+/// A tenant's balance at an instant (`gpumeter bank balance --json`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Balance {
+    /// The tenant.
+    pub tenant: String,
+    /// The instant, RFC 3339 UTC.
+    pub at: String,
+    /// Grants in force at `at` with credits left, in burn order.
+    pub credits: Vec<CreditBalance>,
+    /// Fragments carried, by SKU and meter.
+    pub fragments: Vec<FragmentBalance>,
+    /// What the finalized invoices leave to pay, per currency (`{"USD": "12.30"}`).
+    pub receivable: BTreeMap<String, Decimal>,
+}
+
+/// `tenant`'s balance at `at` (ns).
+///
+/// # Errors
+/// [`BankError::Storage`]; [`BankError::Refused`] for a fragment balance that is negative or
+/// not whole (a damaged ledger).
+pub fn balance<L: Ledger>(ledger: &mut L, tenant: &str, at: u64) -> Result<Balance, BankError> {
+    ledger.atomically(false, |t| {
+        let credits = grants(t, Some(tenant))?
+            .into_iter()
+            .filter(|g| g.grant.in_force_at(at) && g.remaining > Decimal::ZERO)
+            .map(|g| CreditBalance {
+                grant: g.grant.grant,
+                kind: g.grant.kind,
+                priority: g.grant.priority,
+                expires: g.grant.expires,
+                remaining: g.remaining,
+            })
+            .collect();
+        let fragments = fragment_balances(t, tenant)?
+            .into_iter()
+            .map(|((sku, meter), q)| FragmentBalance {
+                sku,
+                meter,
+                quantity: Quantity(q),
+            })
+            .collect();
+        let mut receivable = BTreeMap::new();
+        for (account, commodity, amount) in t.balances(&accounts::receivable(tenant))? {
+            if account == accounts::receivable(tenant) {
+                receivable.insert(commodity, amount);
+            }
+        }
+        Ok(Balance {
+            tenant: tenant.to_string(),
+            at: rfc3339(at),
+            credits,
+            fragments,
+            receivable,
+        })
+    })
+}
+
+/// A tenant's fragment balances by (SKU, meter), canonical units.
+fn fragment_balances(
+    t: &dyn LedgerTx,
+    tenant: &str,
+) -> Result<BTreeMap<(String, MeterKind), u128>, BankError> {
+    let mut out = BTreeMap::new();
+    for (account, _, amount) in t.balances(&accounts::tenant_prefix(tenant))? {
+        if let Some(key) = accounts::parse_fragments(tenant, &account) {
+            let q = u128::try_from(amount.mantissa())
+                .ok()
+                .filter(|_| amount.scale() == 0 || amount.fract().is_zero())
+                .ok_or_else(|| {
+                    refused(format!(
+                        "{account}: a fragment balance of {amount} is not a whole, non-negative \
+                         quantity"
+                    ))
+                })?;
+            let q = q / 10u128.pow(amount.scale());
+            out.insert(key, q);
+        }
+    }
+    Ok(out)
+}
+
+/// The finalization key of DESIGN §6: SHA-256 over the RFC 8785 canonical JSON of
+/// `{tenant, period: {from, to}, usage_sha256, price_book_sha256}`: independent of the bank's
+/// state, so a retry or a concurrent finalizer applies an invoice at most once.
+///
+/// # Errors
+/// [`BankError::Refused`] when the JSON cannot be canonicalized.
+pub fn finalization_key(
+    tenant: &str,
+    (from, to): (&str, &str),
+    usage_sha256: &str,
+    book_sha256: &str,
+) -> Result<String, BankError> {
+    sha(&serde_json::json!({
+        "tenant": tenant,
+        "period": {"from": from, "to": to},
+        "usage_sha256": usage_sha256,
+        "price_book_sha256": book_sha256,
+    }))
+}
+
+/// What [`finalize`] did for each invoice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Applied now (or, in a preview, would be).
+    Applied,
+    /// Its finalization key was already in the ledger: nothing changed; the invoice is the one
+    /// finalized then.
+    AlreadyFinalized,
+}
+
+/// The invoices of a finalization (or preview) and what happened to each.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finalized {
+    /// The invoices, by tenant, with credits applied and (when committed) `ledger_head`.
+    pub document: InvoiceDocument,
+    /// Per invoice, in the same order.
+    pub outcomes: Vec<Outcome>,
+}
+
+/// Usage rows of `tenant` in windows whose source was billed before under another key.
+type BilledBefore = BTreeMap<String, BTreeSet<(String, String)>>;
+
+/// Rates `usage` with `book` for `period` against the bank, applying each tenant's carried
+/// fragments, reservations and credits (DESIGN §6): preview and finalization are this one
+/// function; `commit = false` (a preview) rolls everything back.
+///
+/// Per tenant with usage in the period: if its finalization key ([`finalization_key`]) is in
+/// the ledger, the invoice finalized then is returned unchanged ([`Outcome::AlreadyFinalized`]).
+/// Otherwise, inside one ledger transaction: windows of the tenant's usage whose source was
+/// already billed under another key (same source SHA-256 and window) are left out with a
+/// warning that lists them; the usage is rated with the tenant's carried-in fragments
+/// ([`gpumeter_rating::rate`]); each reservation whose span holds the period adds its fee as a
+/// `reservation` line; credits in force at the period's end burn against the lines they may
+/// pay for, in burn order, whole minor units at a time, the credits rounded down (the
+/// tenant's favour); the new fragments replace the carried-in ones; unused capacity of each
+/// reservation billed here converts to a grant at its rate; and one `finalize` transaction
+/// records it all with the invoice in its memo. The invoice's `ledger_head` is that
+/// transaction's hash when committed.
+///
+/// # Errors
+/// [`BankError::Rating`] when rating fails, [`BankError::Storage`], [`BankError::Refused`] for
+/// amounts beyond a decimal.
+pub fn finalize<L: Ledger>(
+    ledger: &mut L,
+    usage: &UsageReport,
+    book: &PriceBook,
+    period: Option<(u64, u64)>,
+    commit: bool,
+) -> Result<Finalized, BankError> {
+    // The period and the tenants come from rating the report once, bank-free.
+    let plain = rate(usage, book, period, &CarriedFragments::new())?;
+    ledger.atomically(commit, |t| {
+        let mut invoices = Vec::with_capacity(plain.invoices.len());
+        let mut outcomes = Vec::with_capacity(plain.invoices.len());
+        for inv in &plain.invoices {
+            let key = finalization_key(
+                &inv.tenant,
+                (&inv.period.from, &inv.period.to),
+                &inv.usage_sha256,
+                &inv.price_book.sha256,
+            )?;
+            if let Some(done) = t.find(&format!("finalize:{key}"))? {
+                invoices.push(stored_invoice(&done)?);
+                outcomes.push(Outcome::AlreadyFinalized);
+                continue;
+            }
+            let inv = finalize_tenant(t, usage, book, inv, &key, commit)?;
+            invoices.push(inv);
+            outcomes.push(Outcome::Applied);
+        }
+        Ok(Finalized {
+            document: InvoiceDocument::new(invoices),
+            outcomes,
+        })
+    })
+}
+
+/// The invoice a `finalize` transaction recorded, with its `ledger_head` and digest.
+fn stored_invoice(t: &crate::ledger::StoredTransaction) -> Result<Invoice, BankError> {
+    let mut inv: Invoice =
+        serde_json::from_value(t.tx.memo["invoice"].clone()).map_err(|e| BankError::Corrupt {
+            seq: t.seq,
+            key: t.tx.key.clone(),
+            reason: format!("the memo of a finalization is not an invoice: {e}"),
+        })?;
+    inv.ledger_head = Some(t.hash.clone());
+    inv.seal()?;
+    Ok(inv)
+}
+
+/// `(source sha256, window start)` pairs each earlier finalization of `tenant` billed, with
+/// its key.
+fn billed_before(t: &dyn LedgerTx, tenant: &str) -> Result<BilledBefore, BankError> {
+    let mut out: BilledBefore = BTreeMap::new();
+    for done in t.transactions(Some("finalize"))? {
+        if done.tx.tenant.as_deref() != Some(tenant) {
+            continue;
+        }
+        let pairs: Vec<(String, String)> =
+            serde_json::from_value(done.tx.memo["billed"].clone()).unwrap_or_default();
+        for (source, window) in pairs {
+            out.entry(source)
+                .or_default()
+                .insert((window, done.tx.key.clone()));
+        }
+    }
+    Ok(out)
+}
+
+#[allow(clippy::too_many_lines)]
+fn finalize_tenant(
+    t: &mut dyn LedgerTx,
+    usage: &UsageReport,
+    book: &PriceBook,
+    plain: &Invoice,
+    key: &str,
+    commit: bool,
+) -> Result<Invoice, BankError> {
+    let tenant = plain.tenant.as_str();
+    let from = parse_time(&plain.period.from)?;
+    let to = parse_time(&plain.period.to)?;
+    let currency = book.currency();
+    let scale = currency.scale();
+
+    // 1. The tenant's usage, less windows a source of this report was billed for already.
+    let before = billed_before(t, tenant)?;
+    let mut left_out: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut mine = usage.clone();
+    mine.usage.retain(|r| r.tenant == tenant);
+    mine.usage.retain(|r| {
+        let mut keep = true;
+        for s in &usage.sources {
+            if let Some(done) = before.get(&s.sha256) {
+                if let Some((_, k)) = done.iter().find(|(w, _)| *w == r.window_start) {
+                    left_out.insert((s.name.clone(), r.window_start.clone(), k.clone()));
+                    keep = false;
+                }
+            }
+        }
+        keep
+    });
+    let billed: BTreeSet<(String, String)> = mine
+        .usage
+        .iter()
+        .flat_map(|r| {
+            usage
+                .sources
+                .iter()
+                .map(move |s| (s.sha256.clone(), r.window_start.clone()))
+        })
+        .collect();
+
+    // 2. Rate with the carried-in fragments.
+    let carried: CarriedFragments = fragment_balances(t, tenant)?
+        .into_iter()
+        .map(|((sku, meter), q)| {
+            (
+                FragmentKey {
+                    tenant: tenant.to_string(),
+                    sku,
+                    meter,
+                },
+                q,
+            )
+        })
+        .collect();
+    let doc = rate(&mine, book, Some((from, to)), &carried)?;
+    let mut inv = match doc.invoices.into_iter().find(|i| i.tenant == tenant) {
+        Some(i) => i,
+        // Nothing left to rate (all of it billed before): an invoice of no lines.
+        None => {
+            let mut i = plain.clone();
+            i.lines.clear();
+            i.unpriced.clear();
+            i.extensions = Default::default();
+            i
+        }
+    };
+    for (name, window, k) in &left_out {
+        inv.warnings.push(format!(
+            "usage of source {name} in the window starting {window} was billed before \
+             (finalization {}…) and is not billed again",
+            k.get(..21).unwrap_or(k)
+        ));
+    }
+
+    // 3. Reservations whose span holds the period: their fee is a line.
+    let mut reserved = Vec::new();
+    for r in reservations(t, tenant)? {
+        let (rf, rt) = (parse_time(&r.from)?, parse_time(&r.to)?);
+        if rf <= from && to <= rt {
+            let mut fee = r.fee;
+            fee.rescale(scale);
+            inv.lines.push(Line {
+                kind: LineKind::Reservation,
+                sku: Some(r.sku.clone()),
+                meter: Some(r.meter),
+                unit_price: Some(fee),
+                pricing_unit: Some(r.unit.clone()),
+                quantity_in_pricing_unit: Some(r.capacity.to_string()),
+                ..Line::minimum(fee)
+            });
+            reserved.push(r);
+        }
+    }
+    let subtotal_minor = minor(inv.lines.iter().map(|l| l.amount), scale)?;
+
+    // 4. Credits in force at the period's end burn against the lines they may pay for.
+    let at_end = to.saturating_sub(1);
+    let mut left: Vec<u128> = inv
+        .lines
+        .iter()
+        .map(|l| minor(std::iter::once(l.amount), scale))
+        .collect::<Result<_, _>>()?;
+    let mut postings: Vec<Posting> = Vec::new();
+    let mut applied: Vec<CreditApplied> = Vec::new();
+    let mut covered_total: u128 = 0;
+    for g in grants(t, Some(tenant))? {
+        if !g.grant.in_force_at(at_end) || g.remaining <= Decimal::ZERO {
+            continue;
+        }
+        let (burned_credits, covered) = burn(&g, &inv.lines, &mut left, scale)?;
+        if covered == 0 {
+            continue;
+        }
+        let amount = minor_units_to_decimal(&covered.into(), &currency)
+            .ok_or_else(|| refused("a credit amount exceeds a decimal"))?;
+        let source = g.grant.kind.source_account();
+        postings.push(Posting::new(
+            accounts::credits(tenant, &g.grant.grant),
+            CREDITS,
+            -burned_credits,
+        ));
+        postings.push(Posting::new(source, CREDITS, burned_credits));
+        postings.push(Posting::new(source, currency.code(), amount));
+        applied.push(CreditApplied {
+            grant: g.grant.grant.clone(),
+            credits: burned_credits.normalize(),
+            amount,
+        });
+        covered_total += covered;
+    }
+    let subtotal = minor_units_to_decimal(&subtotal_minor.into(), &currency)
+        .ok_or_else(|| refused("the subtotal exceeds a decimal"))?;
+    let total_minor = subtotal_minor - covered_total;
+    let total = minor_units_to_decimal(&total_minor.into(), &currency)
+        .ok_or_else(|| refused("the total exceeds a decimal"))?;
+    inv.subtotal = subtotal;
+    inv.credits_applied = applied;
+    inv.total = total;
+    postings.push(Posting::new(
+        accounts::receivable(tenant),
+        currency.code(),
+        total,
+    ));
+    postings.push(Posting::new(accounts::REVENUE, currency.code(), -subtotal));
+
+    // 5. Fragments: draw the carried-in ones, deposit the new ones.
+    let out = inv.extensions.fragments_out.clone();
+    let mut delta: BTreeMap<(String, MeterKind), i128> = BTreeMap::new();
+    for (k, q) in &carried {
+        *delta.entry((k.sku.clone(), k.meter)).or_insert(0) -= to_i128(*q)?;
+    }
+    for f in &out {
+        *delta.entry((f.sku.clone(), f.meter)).or_insert(0) += to_i128(f.quantity.0)?;
+    }
+    for ((sku, meter), d) in delta {
+        if d == 0 {
+            continue;
+        }
+        let amount = Decimal::try_from_i128_with_scale(d, 0)
+            .map_err(|_| refused("a fragment exceeds a decimal"))?;
+        postings.push(Posting::new(
+            accounts::fragments(tenant, &sku, meter),
+            meter.canonical_unit(),
+            amount,
+        ));
+        postings.push(Posting::new(
+            accounts::FRAGMENTS,
+            meter.canonical_unit(),
+            -amount,
+        ));
+    }
+
+    // 6. Unused reserved capacity converts to credits (a grant) at the reservation's rate.
+    let mut conversions = Vec::new();
+    for r in &reserved {
+        let unit = PricingUnit::parse(&r.unit)
+            .ok_or_else(|| refused(format!("reservation {}: unit {}", r.reservation, r.unit)))?;
+        let capacity = unit.to_canonical(r.capacity).unwrap_or(0);
+        let measured: u128 = inv
+            .lines
+            .iter()
+            .filter(|l| {
+                l.kind == LineKind::Usage
+                    && l.sku.as_deref() == Some(r.sku.as_str())
+                    && l.meter == Some(r.meter)
+            })
+            .map(|l| l.quantity.map_or(0, |q| q.0))
+            .sum();
+        let unused = capacity.saturating_sub(measured);
+        if unused == 0 {
+            continue;
+        }
+        // Credits = unused capacity in the pricing unit, to 9 decimals, rounded down.
+        let scaled = unused
+            .checked_mul(10u128.pow(crate::grants::CREDIT_DECIMALS))
+            .map(|n| n / unit.factor_num())
+            .and_then(|n| i128::try_from(n).ok())
+            .ok_or_else(|| refused("unused capacity exceeds a decimal"))?;
+        let credits = Decimal::try_from_i128_with_scale(scaled, crate::grants::CREDIT_DECIMALS)
+            .map_err(|_| refused("unused capacity exceeds a decimal"))?
+            .normalize();
+        if credits.is_zero() {
+            continue;
+        }
+        let id = format!(
+            "g-{}",
+            &hex::encode(Sha256::digest(
+                format!("{key}:{}", r.reservation).as_bytes()
+            ))[..12]
+        );
+        let g = Grant {
+            grant: id.clone(),
+            tenant: tenant.to_string(),
+            credits,
+            rate: r.rate,
+            priority: 0,
+            effective: rfc3339(to),
+            expires: r.credit_expiry.clone(),
+            kind: GrantKind::Reservation,
+            skus: vec![],
+            meters: vec![],
+        };
+        conversions.push(g);
+    }
+
+    // 7. One transaction for the invoice; conversions as grants after it.
+    let memo_invoice = {
+        let mut i = inv.clone();
+        i.ledger_head = None;
+        i.sha256 = String::new();
+        i
+    };
+    let tx = NewTransaction {
+        key: format!("finalize:{key}"),
+        kind: "finalize".into(),
+        at: rfc3339(to),
+        tenant: Some(tenant.to_string()),
+        postings,
+        memo: serde_json::json!({
+            "invoice": memo_invoice,
+            "billed": billed,
+        }),
+    };
+    let stored = t.append(tx)?;
+    for g in conversions {
+        t.append(NewTransaction {
+            key: format!("grant:{key}:{}", g.grant),
+            kind: "grant".into(),
+            at: rfc3339(to),
+            tenant: Some(tenant.to_string()),
+            postings: vec![
+                Posting::new(accounts::credits(tenant, &g.grant), CREDITS, g.credits),
+                Posting::new(GrantKind::Reservation.source_account(), CREDITS, -g.credits),
+            ],
+            memo: serde_json::to_value(&g).map_err(|e| refused(e.to_string()))?,
+        })?;
+    }
+    if commit {
+        stored_invoice(stored.stored())
+    } else {
+        inv.ledger_head = None;
+        inv.seal()?;
+        Ok(inv)
+    }
+}
+
+fn to_i128(q: u128) -> Result<i128, BankError> {
+    i128::try_from(q).map_err(|_| refused("a fragment exceeds 2^127 canonical units"))
+}
+
+/// Σ amounts in minor units of a currency of `scale` decimals.
+fn minor(amounts: impl Iterator<Item = Decimal>, scale: u32) -> Result<u128, BankError> {
+    let mut sum: u128 = 0;
+    for a in amounts {
+        let mut a = a;
+        a.rescale(scale);
+        let m = u128::try_from(a.mantissa()).map_err(|_| refused("a negative amount"))?;
+        sum = sum
+            .checked_add(m)
+            .ok_or_else(|| refused("amounts exceed 2^128 minor units"))?;
+    }
+    Ok(sum)
+}
+
+/// Burns grant `g` against the lines it may pay for, in line order: returns the credits
+/// burned and the minor units covered, and lowers `left` (minor units left per line).
+fn burn(
+    g: &GrantBalance,
+    lines: &[Line],
+    left: &mut [u128],
+    scale: u32,
+) -> Result<(Decimal, u128), BankError> {
+    let mut remaining = g.remaining;
+    let mut burned = Decimal::ZERO;
+    let mut covered_total = 0u128;
+    for (l, rest) in lines.iter().zip(left.iter_mut()) {
+        if *rest == 0 || !g.grant.covers(l.sku.as_deref(), l.meter) {
+            continue;
+        }
+        let worth = value_minor(remaining, g.grant.rate, scale).unwrap_or(0);
+        let covered = (*rest).min(worth);
+        if covered == 0 {
+            continue;
+        }
+        let credits = credits_for(covered, g.grant.rate, scale, remaining)
+            .ok_or_else(|| refused(format!("grant {}: its rate is not positive", g.grant.grant)))?;
+        remaining -= credits;
+        burned += credits;
+        *rest -= covered;
+        covered_total += covered;
+    }
+    Ok((burned, covered_total))
+}
+
+/// What `close` billed: one line per fragment, and the transaction.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Closed {
+    /// The tenant.
+    pub tenant: String,
+    /// The currency.
+    pub currency: String,
+    /// `(sku, meter, quantity, unit_price, amount)` per fragment billed.
+    pub lines: Vec<ClosedLine>,
+    /// Σ amounts.
+    pub total: Decimal,
+}
+
+/// One fragment billed at contract close.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClosedLine {
+    /// The SKU.
+    pub sku: String,
+    /// The meter.
+    pub meter: MeterKind,
+    /// Canonical units billed (the whole fragment).
+    pub quantity: Quantity,
+    /// The last unit price of the SKU and meter (the rate with the latest validity).
+    pub unit_price: Decimal,
+    /// The pricing unit.
+    pub pricing_unit: String,
+    /// round(quantity × unit_price ÷ unit), once.
+    pub amount: Decimal,
+}
+
+/// Contract close (DESIGN §6): bills each of `tenant`'s remaining fragments at the last unit
+/// price of its SKU and meter in `book` (the rate with the latest `valid_from`; its
+/// `unit_price`), rounded once per fragment, and empties them.
+///
+/// # Errors
+/// [`BankError::Refused`] for a fragment whose SKU and meter the book has no rate for;
+/// [`BankError::Storage`].
+pub fn close<L: Ledger>(
+    ledger: &mut L,
+    tenant: &str,
+    book: &PriceBook,
+    at: u64,
+) -> Result<Closed, BankError> {
+    let currency = book.currency();
+    ledger.atomically(true, |t| {
+        let mut lines = Vec::new();
+        let mut postings = Vec::new();
+        let mut total = Decimal::ZERO;
+        for ((sku, meter), q) in fragment_balances(t, tenant)? {
+            if q == 0 {
+                continue;
+            }
+            let last = book
+                .rates()
+                .iter()
+                .filter(|r| r.sku == sku && r.meter == meter)
+                .max_by_key(|r| (r.valid_from.unwrap_or(0), r.index))
+                .ok_or_else(|| {
+                    refused(format!(
+                        "{}: no rate of sku `{sku}` for {meter} to bill the fragment with",
+                        book.name()
+                    ))
+                })?;
+            let m = amount_minor_units(
+                q,
+                last.unit_price,
+                (last.unit.factor_num(), last.unit.factor_den()),
+                &currency,
+                book.rounding(),
+            )
+            .ok_or_else(|| refused("the fragment's amount cannot be computed"))?;
+            let amount = minor_units_to_decimal(&m, &currency)
+                .ok_or_else(|| refused("the fragment's amount exceeds a decimal"))?;
+            let qd = Decimal::try_from_i128_with_scale(to_i128(q)?, 0)
+                .map_err(|_| refused("a fragment exceeds a decimal"))?;
+            postings.push(Posting::new(
+                accounts::fragments(tenant, &sku, meter),
+                meter.canonical_unit(),
+                -qd,
+            ));
+            postings.push(Posting::new(
+                accounts::FRAGMENTS,
+                meter.canonical_unit(),
+                qd,
+            ));
+            total += amount;
+            lines.push(ClosedLine {
+                sku,
+                meter,
+                quantity: Quantity(q),
+                unit_price: last.unit_price,
+                pricing_unit: last.unit.name().to_string(),
+                amount,
+            });
+        }
+        let closed = Closed {
+            tenant: tenant.to_string(),
+            currency: currency.code().to_string(),
+            lines,
+            total,
+        };
+        if !postings.is_empty() {
+            postings.push(Posting::new(
+                accounts::receivable(tenant),
+                currency.code(),
+                total,
+            ));
+            postings.push(Posting::new(accounts::REVENUE, currency.code(), -total));
+            t.append(NewTransaction {
+                key: format!("close:{tenant}:{}", t.head()?.unwrap_or_default()),
+                kind: "close".into(),
+                at: rfc3339(at),
+                tenant: Some(tenant.to_string()),
+                postings,
+                memo: serde_json::to_value(&closed).map_err(|e| refused(e.to_string()))?,
+            })?;
+        }
+        Ok(closed)
+    })
+}
