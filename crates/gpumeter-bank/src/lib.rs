@@ -7,9 +7,13 @@
 
 pub mod ledger;
 pub mod memory;
+pub mod sqlite;
+pub mod verify;
 
 pub use ledger::{
-    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting,
-    StoredTransaction, CREDITS,
+    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction,
+    CREDITS,
 };
 pub use memory::MemoryLedger;
+pub use sqlite::SqliteLedger;
+pub use verify::{verify, VerifyReport};
