@@ -10,6 +10,8 @@ pub mod bank;
 pub mod grants;
 pub mod ledger;
 pub mod memory;
+pub mod sqlite;
+pub mod verify;
 
 pub use bank::{
     balance, close, expire, finalization_key, finalize, grant, reserve, Balance, Closed, Finalized,
@@ -21,3 +23,5 @@ pub use ledger::{
     CREDITS,
 };
 pub use memory::MemoryLedger;
+pub use sqlite::SqliteLedger;
+pub use verify::{verify, VerifyReport};
