@@ -27,6 +27,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub use gpumeter_bank as bank;
 pub use gpumeter_core as core;
 pub use gpumeter_core::{
     merge_reports, ActivityRecord, DeviceInfo, MergeError, Meter, MeterConfig, MeterKind,
@@ -56,6 +57,9 @@ pub enum Error {
     /// Rating failed.
     #[error(transparent)]
     Rating(#[from] RatingError),
+    /// The credit bank failed or refused (names the bank file, the transaction or the account).
+    #[error(transparent)]
+    Bank(gpumeter_bank::BankError),
     /// The report cannot be built: a quantity beyond `u128` (never clamped), memory held over
     /// more windows than a report holds, or a digest failure (names the device and meter).
     #[error(transparent)]
@@ -621,6 +625,37 @@ pub fn preview(
         book,
         period,
         &gpumeter_rating::CarriedFragments::new(),
+    )?)
+}
+
+impl From<gpumeter_bank::BankError> for Error {
+    /// A rating failure inside the bank is a rating error, so it maps as one.
+    fn from(e: gpumeter_bank::BankError) -> Self {
+        match e {
+            gpumeter_bank::BankError::Rating(r) => Error::Rating(r),
+            other => Error::Bank(other),
+        }
+    }
+}
+
+/// Rates a usage report with a price book against the credit bank (DESIGN §6): preview and
+/// finalization are this one function ([`gpumeter_bank::finalize`]). With `commit = false`
+/// (`preview --bank`) everything is rolled back and the invoices show the credits that would
+/// apply; with `commit = true` (`invoice finalize`) each invoice is applied once, keyed by
+/// (tenant, period, usage SHA-256, price-book SHA-256), and a retry changes nothing.
+///
+/// # Errors
+/// [`Error::Rating`] when the usage cannot be rated; [`Error::Bank`] when the ledger cannot be
+/// read or written.
+pub fn bill<L: gpumeter_bank::Ledger>(
+    ledger: &mut L,
+    usage: &UsageReport,
+    book: &PriceBook,
+    period: Option<(u64, u64)>,
+    commit: bool,
+) -> Result<gpumeter_bank::Finalized, Error> {
+    Ok(gpumeter_bank::finalize(
+        ledger, usage, book, period, commit,
     )?)
 }
 

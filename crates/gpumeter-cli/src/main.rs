@@ -20,6 +20,7 @@ use gpumeter::core::time::parse_rfc3339;
 use gpumeter::core::TenantName;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 
+mod bank;
 mod record;
 mod table;
 
@@ -59,6 +60,20 @@ enum Command {
         json: bool,
         #[command(flatten)]
         render: RenderArgs,
+        /// Credit bank (SQLite file): show the credits, carried fragments and reservations
+        /// that would apply; nothing is written (the bank's transaction is rolled back).
+        #[arg(long, value_name = "FILE")]
+        bank: Option<PathBuf>,
+    },
+    /// Finalized invoices (DESIGN §6).
+    Invoice {
+        #[command(subcommand)]
+        command: InvoiceCommand,
+    },
+    /// The credit bank: grants, reservations, balances, history, expiry, close, verify.
+    Bank {
+        #[command(subcommand)]
+        command: bank::BankCommand,
     },
     /// Run a command with gpumeter's CUDA injection library and record its GPU activity into a
     /// .gmr; exits with the command's exit code.
@@ -114,6 +129,34 @@ fn write_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {
         code: 1,
         message: format!("cannot write {}: {e}", path.display()),
     })
+}
+
+#[derive(Debug, Subcommand)]
+enum InvoiceCommand {
+    /// Rate the inputs against the bank and commit: credits burn, fragments carry, each
+    /// invoice is applied once (a retry changes nothing and says so).
+    ///
+    /// Example: gpumeter invoice finalize trace.json.gz --prices pricebook.toml --bank bank.db
+    /// --from 2026-12-01T00:00:00Z --to 2027-01-01T00:00:00Z
+    Finalize {
+        #[command(flatten)]
+        usage: UsageArgs,
+        /// Price book (TOML, gpumeter.pricebook/v1).
+        #[arg(long, value_name = "BOOK.toml")]
+        prices: PathBuf,
+        /// Credit bank (SQLite file; created when it does not exist).
+        #[arg(long, value_name = "FILE")]
+        bank: PathBuf,
+        /// Period start, RFC 3339 (inclusive). Default: the usage's first window.
+        #[arg(long, value_name = "T", requires = "to")]
+        from: Option<String>,
+        /// Period end, RFC 3339 (exclusive). Default: the end of the usage's last window.
+        #[arg(long, value_name = "T", requires = "from")]
+        to: Option<String>,
+        /// Write the invoices as JSON instead of a text table.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -263,7 +306,7 @@ impl UsageArgs {
 }
 
 /// A failure and the exit code it maps to.
-struct Failure {
+pub(crate) struct Failure {
     code: u8,
     message: String,
 }
@@ -289,7 +332,7 @@ impl From<gpumeter::Error> for Failure {
     }
 }
 
-fn usage_error(message: String) -> Failure {
+pub(crate) fn usage_error(message: String) -> Failure {
     Failure { code: 2, message }
 }
 
@@ -403,33 +446,22 @@ fn run(cli: Cli) -> Result<String, Failure> {
             to,
             json,
             render,
+            bank,
         } => {
-            let period = match (from, to) {
-                (Some(f), Some(t)) => {
-                    let f = parse_rfc3339(&f).map_err(|e| usage_error(format!("--from: {e}")))?;
-                    let t = parse_rfc3339(&t).map_err(|e| usage_error(format!("--to: {e}")))?;
-                    if t <= f {
-                        return Err(usage_error("--to must be after --from".into()));
-                    }
-                    Some((f, t))
-                }
-                _ => None,
-            };
+            let period = period(from, to)?;
             // The command line is checked whole before any file is read: a bad one is exit 2
             // whatever the files hold.
             let options = usage.options()?;
             let book = gpumeter::load_price_book(&prices)?;
             let report = usage.report(&options)?;
-            let invoices = gpumeter::preview(&report, &book, period).map_err(|e| match e {
-                // Only a given period is refused so: `--from`/`--to` off the window edges. A
-                // default period that cannot be formed is the usage's fault (exit 1).
-                gpumeter::Error::Rating(gpumeter::RatingError::Period { .. })
-                    if period.is_some() =>
-                {
-                    usage_error(format!("--from/--to: {e}"))
+            let invoices = match bank {
+                None => gpumeter::preview(&report, &book, period),
+                Some(path) => {
+                    let mut ledger = bank::open(&path)?;
+                    gpumeter::bill(&mut ledger, &report, &book, period, false).map(|f| f.document)
                 }
-                e => Failure::from(e),
-            })?;
+            }
+            .map_err(|e| period_failure(e, period))?;
             if invoices.invoices.is_empty() {
                 // Nothing to bill: say why on stderr, so loss or an empty period is not silent.
                 say("notice: no usage to invoice in the period");
@@ -444,6 +476,43 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 Ok(text_out(&invoices.to_text_table()))
             }
         }
+        Command::Invoice {
+            command:
+                InvoiceCommand::Finalize {
+                    usage,
+                    prices,
+                    bank,
+                    from,
+                    to,
+                    json,
+                },
+        } => {
+            let period = period(from, to)?;
+            let options = usage.options()?;
+            let book = gpumeter::load_price_book(&prices)?;
+            let report = usage.report(&options)?;
+            let mut ledger = bank::open(&bank)?;
+            let done = gpumeter::bill(&mut ledger, &report, &book, period, true)
+                .map_err(|e| period_failure(e, period))?;
+            if done.document.invoices.is_empty() {
+                say("notice: no usage to invoice in the period");
+            }
+            for (inv, outcome) in done.document.invoices.iter().zip(&done.outcomes) {
+                if *outcome == gpumeter::bank::Outcome::AlreadyFinalized {
+                    say(&format!(
+                        "notice: the invoice of tenant {} for {} to {} was finalized before \
+                         (same tenant, period, usage and price book): nothing changed",
+                        inv.tenant, inv.period.from, inv.period.to
+                    ));
+                }
+            }
+            if json {
+                to_json(&done.document)
+            } else {
+                Ok(text_out(&done.document.to_text_table()))
+            }
+        }
+        Command::Bank { command } => bank::run(command),
         Command::Record(args) => record::run(args),
         Command::Recording { command } => record::recording(command),
         Command::Prices {
@@ -460,6 +529,33 @@ fn run(cli: Cli) -> Result<String, Failure> {
                 table::prices_check(&book, catalog.as_ref()).map_err(gpumeter::Error::from)?;
             Ok(text_out(&text))
         }
+    }
+}
+
+/// `--from`/`--to` as a period in ns, both or neither (clap requires the pair); a bad time
+/// or an empty period is a bad command line.
+fn period(from: Option<String>, to: Option<String>) -> Result<Option<(u64, u64)>, Failure> {
+    match (from, to) {
+        (Some(f), Some(t)) => {
+            let f = parse_rfc3339(&f).map_err(|e| usage_error(format!("--from: {e}")))?;
+            let t = parse_rfc3339(&t).map_err(|e| usage_error(format!("--to: {e}")))?;
+            if t <= f {
+                return Err(usage_error("--to must be after --from".into()));
+            }
+            Ok(Some((f, t)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A rating failure: a given period off the window edges is the command line's fault (exit
+/// 2); a default period that cannot be formed, and everything else, is the files' (exit 1).
+fn period_failure(e: gpumeter::Error, period: Option<(u64, u64)>) -> Failure {
+    match e {
+        gpumeter::Error::Rating(gpumeter::RatingError::Period { .. }) if period.is_some() => {
+            usage_error(format!("--from/--to: {e}"))
+        }
+        e => Failure::from(e),
     }
 }
 

@@ -381,9 +381,13 @@ fn invoice_text(inv: &Invoice) -> String {
         esc(short_hash(&inv.price_book.sha256))
     ));
     out.push_str(&format!(
-        "  usage       sha256 {}…\n\n",
+        "  usage       sha256 {}…\n",
         esc(short_hash(&inv.usage_sha256))
     ));
+    if let Some(head) = &inv.ledger_head {
+        out.push_str(&format!("  ledger head {} (finalized)\n", esc(head)));
+    }
+    out.push('\n');
 
     out.push_str(&lines_table(inv));
     if !inv.unpriced.is_empty() {

@@ -1,0 +1,466 @@
+//! `gpumeter bank …`: the credit bank's commands (DESIGN §6, docs/BANK.md).
+
+use std::path::{Path, PathBuf};
+
+use clap::{Args, Subcommand, ValueEnum};
+use gpumeter::bank::{GrantKind, Ledger, SqliteLedger};
+use gpumeter::core::time::{parse_rfc3339, rfc3339};
+use gpumeter::core::{MeterKind, TenantName};
+use rust_decimal::Decimal;
+
+use crate::{text_out, to_json, usage_error, Failure};
+
+/// The bank's subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum BankCommand {
+    /// Grant credits to a tenant.
+    ///
+    /// Example: gpumeter bank grant --bank bank.db --tenant acme --credits 500 --rate 0.01
+    /// --priority 1 --expires 2027-06-01T00:00:00Z --kind promotional --key promo-2026-12
+    Grant(GrantArgs),
+    /// Reserve capacity for a tenant: a fee per period, unused capacity converts to credits.
+    ///
+    /// Example: gpumeter bank reserve --bank bank.db --tenant acme --sku h100-sxm --meter sm_ns
+    /// --capacity 500 --unit SM·hour --fee 9.00 --rate 0.02 --from 2026-12-01T00:00:00Z
+    /// --to 2027-12-01T00:00:00Z --credit-expiry 2028-01-01T00:00:00Z
+    Reserve(ReserveArgs),
+    /// A tenant's credits, fragments and receivable at an instant.
+    ///
+    /// Example: gpumeter bank balance --bank bank.db --tenant acme --json
+    Balance {
+        #[command(flatten)]
+        bank: BankFile,
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// The instant, RFC 3339 (default: now).
+        #[arg(long, value_name = "T")]
+        at: Option<String>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The ledger's transactions, oldest first.
+    ///
+    /// Example: gpumeter bank history --bank bank.db --tenant acme
+    History {
+        #[command(flatten)]
+        bank: BankFile,
+        /// Only this tenant's transactions.
+        #[arg(long)]
+        tenant: Option<String>,
+        /// JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move the credits of grants expired at T to breakage.
+    ///
+    /// Example: gpumeter bank expire --bank bank.db --at 2027-01-15T00:00:00Z
+    Expire {
+        #[command(flatten)]
+        bank: BankFile,
+        /// The instant, RFC 3339.
+        #[arg(long, value_name = "T")]
+        at: String,
+    },
+    /// Close a tenant's contract: bill its remaining fragments at the last unit price.
+    ///
+    /// Example: gpumeter bank close --bank bank.db --tenant acme --prices pricebook.toml
+    Close {
+        #[command(flatten)]
+        bank: BankFile,
+        /// The tenant.
+        #[arg(long)]
+        tenant: String,
+        /// Price book (TOML).
+        #[arg(long, value_name = "BOOK.toml")]
+        prices: PathBuf,
+    },
+    /// Walk the hash chain and the invariants; exit 1 naming the first bad transaction.
+    ///
+    /// Example: gpumeter bank verify --bank bank.db
+    Verify {
+        #[command(flatten)]
+        bank: BankFile,
+    },
+}
+
+/// `--bank FILE`.
+#[derive(Debug, Args)]
+pub(crate) struct BankFile {
+    /// The bank (an SQLite file; created when it does not exist).
+    #[arg(long, value_name = "FILE")]
+    bank: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum KindArg {
+    /// Bought by the tenant.
+    Purchased,
+    /// Given by the provider.
+    Promotional,
+}
+
+/// `bank grant`.
+#[derive(Debug, Args)]
+pub(crate) struct GrantArgs {
+    #[command(flatten)]
+    bank: BankFile,
+    /// The tenant.
+    #[arg(long)]
+    tenant: String,
+    /// Credits granted (a positive decimal).
+    #[arg(long, value_name = "N")]
+    credits: String,
+    /// Value of one credit in the invoice currency (a positive decimal).
+    #[arg(long, value_name = "AMOUNT")]
+    rate: String,
+    /// Lower burns first.
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
+    priority: i64,
+    /// Usable from, RFC 3339 (default: now).
+    #[arg(long, value_name = "T")]
+    from: Option<String>,
+    /// Usable until (exclusive), RFC 3339 (default: never).
+    #[arg(long, value_name = "T")]
+    expires: Option<String>,
+    /// Purchased or promotional.
+    #[arg(long, value_enum, default_value = "purchased")]
+    kind: KindArg,
+    /// Only for this SKU (repeatable).
+    #[arg(long, value_name = "ID")]
+    sku: Vec<String>,
+    /// Only for this meter (repeatable).
+    #[arg(long, value_name = "M")]
+    meter: Vec<String>,
+    /// Idempotency key: the same key grants once, however often the command runs.
+    #[arg(long, value_name = "KEY")]
+    key: Option<String>,
+}
+
+/// `bank reserve`.
+#[derive(Debug, Args)]
+pub(crate) struct ReserveArgs {
+    #[command(flatten)]
+    bank: BankFile,
+    /// The tenant.
+    #[arg(long)]
+    tenant: String,
+    /// The SKU reserved.
+    #[arg(long, value_name = "ID")]
+    sku: String,
+    /// The meter reserved.
+    #[arg(long, value_name = "M")]
+    meter: String,
+    /// Capacity per period, in --unit.
+    #[arg(long, value_name = "Q")]
+    capacity: String,
+    /// The pricing unit of the capacity (SM·hour, hour, GB, …).
+    #[arg(long)]
+    unit: String,
+    /// Fee per period, in the invoice currency.
+    #[arg(long, value_name = "AMOUNT")]
+    fee: String,
+    /// Value of one credit converted from unused capacity.
+    #[arg(long, value_name = "AMOUNT")]
+    rate: String,
+    /// Start, RFC 3339.
+    #[arg(long, value_name = "T")]
+    from: String,
+    /// End (exclusive), RFC 3339.
+    #[arg(long, value_name = "T")]
+    to: String,
+    /// Expiry of the credits converted from unused capacity.
+    #[arg(long, value_name = "T")]
+    credit_expiry: Option<String>,
+}
+
+/// Opens (or creates) the bank file; a file that is not a gpumeter ledger is exit 1.
+pub(crate) fn open(path: &Path) -> Result<SqliteLedger, Failure> {
+    SqliteLedger::open(path).map_err(|e| Failure::from(gpumeter::Error::from(e)))
+}
+
+fn bank_err(e: gpumeter::bank::BankError) -> Failure {
+    Failure::from(gpumeter::Error::from(e))
+}
+
+fn time(flag: &str, s: &str) -> Result<u64, Failure> {
+    parse_rfc3339(s).map_err(|e| usage_error(format!("{flag}: {e}")))
+}
+
+fn decimal(flag: &str, s: &str) -> Result<Decimal, Failure> {
+    Decimal::from_str_exact(s).map_err(|e| usage_error(format!("{flag} {s}: not a decimal ({e})")))
+}
+
+/// A tenant of the bank: a tenant name, or `unattributed` (a preview without `--tenant` bills
+/// `unattributed`, so a provider may keep its credits and fragments too; `idle` is never
+/// billed).
+fn tenant(s: &str) -> Result<String, Failure> {
+    if s == gpumeter::core::UNATTRIBUTED {
+        return Ok(s.to_string());
+    }
+    TenantName::parse(s)
+        .map(|t| t.as_str().to_string())
+        .map_err(|e| usage_error(format!("--tenant: {e}")))
+}
+
+fn meter(s: &str) -> Result<MeterKind, Failure> {
+    MeterKind::parse(s).ok_or_else(|| usage_error(format!("--meter {s}: not a meter")))
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Runs a bank subcommand.
+pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
+    match cmd {
+        BankCommand::Grant(a) => grant(a),
+        BankCommand::Reserve(a) => reserve(a),
+        BankCommand::Balance {
+            bank,
+            tenant: t,
+            at,
+            json,
+        } => {
+            let t = tenant(&t)?;
+            let at = match at {
+                Some(s) => time("--at", &s)?,
+                None => now(),
+            };
+            let mut ledger = open(&bank.bank)?;
+            let b = gpumeter::bank::balance(&mut ledger, &t, at).map_err(bank_err)?;
+            if json {
+                return to_json(&b);
+            }
+            let mut out = format!("tenant {} at {}\n", b.tenant, b.at);
+            out.push_str("  credits (in burn order):\n");
+            if b.credits.is_empty() {
+                out.push_str("    none\n");
+            }
+            for c in &b.credits {
+                out.push_str(&format!(
+                    "    {}  {}  priority {}  expires {}  remaining {}\n",
+                    c.grant,
+                    c.kind.as_str(),
+                    c.priority,
+                    c.expires.as_deref().unwrap_or("never"),
+                    c.remaining
+                ));
+            }
+            out.push_str("  fragments carried:\n");
+            if b.fragments.is_empty() {
+                out.push_str("    none\n");
+            }
+            for f in &b.fragments {
+                out.push_str(&format!(
+                    "    {} {}: {} {}\n",
+                    f.sku,
+                    f.meter,
+                    f.quantity,
+                    f.meter.canonical_unit()
+                ));
+            }
+            out.push_str("  receivable:\n");
+            if b.receivable.is_empty() {
+                out.push_str("    none\n");
+            }
+            for (currency, amount) in &b.receivable {
+                out.push_str(&format!("    {amount} {currency}\n"));
+            }
+            Ok(text_out(&out))
+        }
+        BankCommand::History { bank, tenant, json } => {
+            let mut ledger = open(&bank.bank)?;
+            let all = ledger
+                .atomically(false, |t| t.transactions(None))
+                .map_err(bank_err)?;
+            let txs: Vec<_> = all
+                .into_iter()
+                .filter(|t| tenant.is_none() || t.tx.tenant == tenant)
+                .collect();
+            if json {
+                return to_json(&txs);
+            }
+            let mut out = String::new();
+            for t in &txs {
+                out.push_str(&format!(
+                    "#{} {} {} {} {}\n",
+                    t.seq,
+                    t.tx.at,
+                    t.tx.kind,
+                    t.tx.tenant.as_deref().unwrap_or("-"),
+                    t.tx.key
+                ));
+                for p in &t.tx.postings {
+                    out.push_str(&format!(
+                        "    {:>24} {} {}\n",
+                        p.amount, p.commodity, p.account
+                    ));
+                }
+                out.push_str(&format!("    hash {}\n", t.hash));
+            }
+            if txs.is_empty() {
+                out.push_str("no transactions\n");
+            }
+            Ok(text_out(&out))
+        }
+        BankCommand::Expire { bank, at } => {
+            let at = time("--at", &at)?;
+            let mut ledger = open(&bank.bank)?;
+            let moved = gpumeter::bank::expire(&mut ledger, at).map_err(bank_err)?;
+            let mut out = String::new();
+            for (g, c) in &moved {
+                out.push_str(&format!("expired {g}: {c} credits to breakage\n"));
+            }
+            if moved.is_empty() {
+                out.push_str(&format!("nothing expired at {}\n", rfc3339(at)));
+            }
+            Ok(text_out(&out))
+        }
+        BankCommand::Close {
+            bank,
+            tenant: t,
+            prices,
+        } => {
+            let t = tenant(&t)?;
+            let book = gpumeter::load_price_book(&prices)?;
+            let mut ledger = open(&bank.bank)?;
+            let closed = gpumeter::bank::close(&mut ledger, &t, &book, now()).map_err(bank_err)?;
+            let mut out = String::new();
+            for l in &closed.lines {
+                out.push_str(&format!(
+                    "{} {}: {} {} at {} per {} = {} {}\n",
+                    l.sku,
+                    l.meter,
+                    l.quantity,
+                    l.meter.canonical_unit(),
+                    l.unit_price,
+                    l.pricing_unit,
+                    l.amount,
+                    closed.currency
+                ));
+            }
+            if closed.lines.is_empty() {
+                out.push_str(&format!("tenant {t} has no fragments to bill\n"));
+            } else {
+                out.push_str(&format!("total {} {}\n", closed.total, closed.currency));
+            }
+            Ok(text_out(&out))
+        }
+        BankCommand::Verify { bank } => {
+            let mut ledger = open(&bank.bank)?;
+            let report = ledger
+                .atomically(false, |t| gpumeter::bank::verify::verify(t))
+                .map_err(bank_err)?;
+            Ok(text_out(&format!(
+                "ok: {} transactions, {} postings, head {}\n",
+                report.transactions,
+                report.postings,
+                report.head.as_deref().unwrap_or("(empty ledger)")
+            )))
+        }
+    }
+}
+
+fn grant(a: GrantArgs) -> Result<String, Failure> {
+    let credits = decimal("--credits", &a.credits)?;
+    let rate = decimal("--rate", &a.rate)?;
+    if credits <= Decimal::ZERO || rate <= Decimal::ZERO {
+        return Err(usage_error(
+            "--credits and --rate must be positive decimals".into(),
+        ));
+    }
+    let at = now();
+    let effective = match &a.from {
+        Some(s) => time("--from", s)?,
+        None => at,
+    };
+    let expires = a
+        .expires
+        .as_deref()
+        .map(|s| time("--expires", s))
+        .transpose()?;
+    if expires.is_some_and(|e| e <= effective) {
+        return Err(usage_error("--expires must be after --from".into()));
+    }
+    let meters = a
+        .meter
+        .iter()
+        .map(|m| meter(m))
+        .collect::<Result<Vec<_>, _>>()?;
+    let req = gpumeter::bank::GrantRequest {
+        tenant: tenant(&a.tenant)?,
+        credits,
+        rate,
+        priority: a.priority,
+        effective,
+        expires,
+        kind: match a.kind {
+            KindArg::Purchased => GrantKind::Purchased,
+            KindArg::Promotional => GrantKind::Promotional,
+        },
+        skus: a.sku.clone(),
+        meters,
+        key: a.key.clone(),
+        at,
+    };
+    let mut ledger = open(&a.bank.bank)?;
+    let (g, new) = gpumeter::bank::grant(&mut ledger, &req).map_err(bank_err)?;
+    let what = format!(
+        "{}: {} credits at {} each for tenant {} ({}, priority {}, from {}, expires {})",
+        g.grant,
+        g.credits,
+        g.rate,
+        g.tenant,
+        g.kind.as_str(),
+        g.priority,
+        g.effective,
+        g.expires.as_deref().unwrap_or("never")
+    );
+    Ok(text_out(&if new {
+        format!("granted {what}\n")
+    } else {
+        format!("already granted (same key), nothing changed: {what}\n")
+    }))
+}
+
+fn reserve(a: ReserveArgs) -> Result<String, Failure> {
+    let terms = gpumeter::bank::Reservation {
+        reservation: String::new(),
+        tenant: tenant(&a.tenant)?,
+        sku: a.sku.clone(),
+        meter: meter(&a.meter)?,
+        capacity: decimal("--capacity", &a.capacity)?,
+        unit: a.unit.clone(),
+        fee: decimal("--fee", &a.fee)?,
+        rate: decimal("--rate", &a.rate)?,
+        from: rfc3339(time("--from", &a.from)?),
+        to: rfc3339(time("--to", &a.to)?),
+        credit_expiry: a
+            .credit_expiry
+            .as_deref()
+            .map(|s| time("--credit-expiry", s).map(rfc3339))
+            .transpose()?,
+    };
+    let mut ledger = open(&a.bank.bank)?;
+    let (r, new) = gpumeter::bank::reserve(
+        &mut ledger,
+        &gpumeter::bank::ReserveRequest { terms, at: now() },
+    )
+    .map_err(|e| match e {
+        gpumeter::bank::BankError::Refused(m) => usage_error(m),
+        e => bank_err(e),
+    })?;
+    let what = format!(
+        "{}: {} {} of {} on {} per period for tenant {}, fee {}, from {} to {}",
+        r.reservation, r.capacity, r.unit, r.meter, r.sku, r.tenant, r.fee, r.from, r.to
+    );
+    Ok(text_out(&if new {
+        format!("reserved {what}\n")
+    } else {
+        format!("already reserved, nothing changed: {what}\n")
+    }))
+}
