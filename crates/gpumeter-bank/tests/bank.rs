@@ -228,6 +228,23 @@ fn the_worked_example_on_a_memory_ledger() {
 }
 
 #[test]
+fn the_worked_example_on_an_sqlite_ledger_survives_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("bank.db");
+    let mut bank = gpumeter_bank::SqliteLedger::open(&path).expect("a new ledger");
+    worked_example(&mut bank).expect("the worked example");
+    drop(bank);
+    let mut again = gpumeter_bank::SqliteLedger::open(&path).expect("reopen");
+    let report = again
+        .atomically(false, |t| gpumeter_bank::verify(t))
+        .expect("verify");
+    // 2 grants, a reservation, 2 finalizations each with its converted grant, 1 expiry, 1 close.
+    assert_eq!(report.transactions, 9);
+    let bal = balance(&mut again, "acme", t("2027-02-01T00:00:00Z")).expect("balance");
+    assert_eq!(bal.receivable.get("USD"), Some(&d("0.85")));
+}
+
+#[test]
 fn a_preview_changes_nothing() {
     let mut bank = MemoryLedger::new();
     grant(
