@@ -367,6 +367,10 @@ mod properties {
             for g in &all {
                 prop_assert!(g.remaining >= Decimal::ZERO);
             }
+            // Every transaction balances per commodity and the chain holds.
+            let report = bank.atomically(false, |t| gpumeter_bank::verify(t))
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert!(report.transactions >= grants.len() as u64);
         }
 
         /// Burn order under random grants: a grant burns only when every grant before it in
