@@ -433,3 +433,214 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
     );
     assert!(v.contains("2 transactions"), "{v}");
 }
+
+// --- 2. Tamper ----------------------------------------------------------------------------------
+
+/// A small bank after a grant and a finalize that applied credits and carried a fragment.
+fn small_bank(dir: &Path) -> PathBuf {
+    let bank = dir.join("bank.db");
+    let traces = small_traces(dir, 1);
+    grant(
+        &bank,
+        &[
+            "--tenant",
+            "acme",
+            "--credits",
+            "3",
+            "--rate",
+            "0.07",
+            "--from",
+            "2026-01-01T00:00:00Z",
+            "--key",
+            "k1",
+        ],
+    );
+    let o = ok(
+        finalize_cmd(&traces[0], "acme", &bank)
+            .output()
+            .expect("run"),
+        "finalize",
+    );
+    let inv = &json(&o)["invoices"][0];
+    assert!(!inv["credits_applied"].as_array().expect("credits").is_empty());
+    bank
+}
+
+/// Whether the `sqlite3` tool runs; under CI=true its absence fails the test.
+fn have_sqlite3() -> bool {
+    let found = Command::new("sqlite3")
+        .arg("-version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        assert!(
+            !in_ci(),
+            "CI=true but the sqlite3 command-line tool is missing (the tamper test edits the \
+             bank with it)"
+        );
+        eprintln!(
+            "\n*** NOTICE: the sqlite3 command-line tool is missing: the tamper test edits the \
+             bank through rusqlite instead (install sqlite3 to test what the issue asks) ***\n"
+        );
+    }
+    found
+}
+
+/// Sets the stored text of posting (`seq`, `idx`) to `amount`, in place.
+fn edit_amount(bank: &Path, tool: bool, seq: u64, idx: u64, amount: &str) {
+    let sql = format!("UPDATE postings SET amount = '{amount}' WHERE seq = {seq} AND idx = {idx}");
+    if tool {
+        let o = Command::new("sqlite3")
+            .arg(bank)
+            .arg(format!("{sql}; SELECT changes();"))
+            .output()
+            .expect("run sqlite3");
+        assert!(o.status.success(), "sqlite3: {}", stderr(&o));
+        assert_eq!(stdout(&o).trim(), "1", "one posting edited");
+    } else {
+        let conn = rusqlite::Connection::open(bank).expect("open with rusqlite");
+        assert_eq!(conn.execute(&sql, []).expect("update"), 1);
+    }
+}
+
+#[test]
+fn editing_any_stored_posting_amount_makes_verify_fail_naming_its_transaction() {
+    let tool = have_sqlite3();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bank = small_bank(dir.path());
+    verify_ok(&bank);
+    let txs = history(&bank);
+    let mut edited = 0;
+    for t in &txs {
+        let seq = t["seq"].as_u64().expect("seq");
+        let key = t["key"].as_str().expect("key");
+        for (idx, p) in t["postings"].as_array().expect("postings").iter().enumerate() {
+            let idx = idx as u64;
+            let original = p["amount"].as_str().expect("amount").to_string();
+            let value = d(&p["amount"]);
+            // Another value at the same scale, and the same value at another scale.
+            let mut plus = value + Decimal::new(1, value.scale());
+            plus.rescale(value.scale());
+            let mut wider = value;
+            wider.rescale(value.scale() + 1);
+            for new in [plus.to_string(), wider.to_string()] {
+                assert_ne!(new, original);
+                edit_amount(&bank, tool, seq, idx, &new);
+                let o = gpumeter(&["bank", "verify", "--bank", s(&bank)]);
+                assert_eq!(
+                    o.status.code(),
+                    Some(1),
+                    "verify after posting {seq}/{idx}: {original} -> {new}: {}{}",
+                    stdout(&o),
+                    stderr(&o)
+                );
+                let e = stderr(&o);
+                assert!(
+                    e.contains(&format!("transaction {seq} (`{key}`)")),
+                    "posting {seq}/{idx} {original} -> {new}: {e}"
+                );
+                edit_amount(&bank, tool, seq, idx, &original);
+                verify_ok(&bank);
+                edited += 1;
+            }
+        }
+    }
+    assert!(edited >= 8, "{edited} edits");
+    assert_eq!(history(&bank), txs, "restored");
+}
+
+// --- 3. Not a ledger ---------------------------------------------------------------------------
+
+/// Every command that opens the bank refuses `file` with exit 1, naming it, and leaves it
+/// byte for byte as it was.
+fn refused_everywhere(file: &Path, reason: &str) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = &small_traces(dir.path(), 1)[0];
+    let before = std::fs::read(file).expect("read");
+    let book = example_book();
+    let cmds: Vec<Vec<&str>> = vec![
+        vec!["bank", "verify", "--bank", s(file)],
+        vec!["bank", "balance", "--bank", s(file), "--tenant", "acme"],
+        vec!["bank", "history", "--bank", s(file)],
+        vec![
+            "bank",
+            "grant",
+            "--bank",
+            s(file),
+            "--tenant",
+            "acme",
+            "--credits",
+            "1",
+            "--rate",
+            "1",
+        ],
+        vec!["bank", "expire", "--bank", s(file), "--at", "2027-01-01T00:00:00Z"],
+        vec![
+            "preview",
+            s(trace),
+            "--prices",
+            s(&book),
+            "--bank",
+            s(file),
+        ],
+        vec![
+            "invoice",
+            "finalize",
+            s(trace),
+            "--prices",
+            s(&book),
+            "--bank",
+            s(file),
+        ],
+    ];
+    for args in cmds {
+        let o = gpumeter(&args);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {e}");
+        assert!(e.contains(s(file)), "{args:?} names the file: {e}");
+        assert!(e.contains("not a gpumeter ledger"), "{args:?}: {e}");
+        assert!(e.contains(reason), "{args:?}: {e}");
+        assert_eq!(
+            std::fs::read(file).expect("read"),
+            before,
+            "{args:?} changed the file"
+        );
+    }
+    let name = file.file_name().and_then(|n| n.to_str()).expect("name");
+    for side in ["-wal", "-shm", "-journal"] {
+        assert!(
+            !file.with_file_name(format!("{name}{side}")).exists(),
+            "{side} left beside a refused file"
+        );
+    }
+}
+
+#[test]
+fn a_text_file_or_another_sqlite_database_is_not_a_ledger() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "these are not the books you are looking for\n").expect("write");
+    refused_everywhere(&text, "not an SQLite database");
+
+    let other = dir.path().join("inventory.sqlite");
+    {
+        let conn = rusqlite::Connection::open(&other).expect("create");
+        conn.execute_batch(
+            "CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT);
+             INSERT INTO items (name) VALUES ('widget');",
+        )
+        .expect("fill");
+    }
+    refused_everywhere(&other, "without a `meta` table");
+
+    let lookalike = dir.path().join("lookalike.db");
+    {
+        let conn = rusqlite::Connection::open(&lookalike).expect("create");
+        conn.execute_batch(
+            "CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT);
+             INSERT INTO meta VALUES ('application', 'someone-elses-ledger');",
+        )
+        .expect("fill");
+    }
+    refused_everywhere(&lookalike, "someone-elses-ledger");
+}
