@@ -644,3 +644,133 @@ fn a_text_file_or_another_sqlite_database_is_not_a_ledger() {
     }
     refused_everywhere(&lookalike, "someone-elses-ledger");
 }
+
+// --- 4. Crash -------------------------------------------------------------------------------------
+
+/// Runs a finalization to the end: its invoice (the one of the JSON), stdout bytes, stderr.
+fn finalize_to_end(trace: &Path, tenant: &str, bank: &Path) -> (Value, Vec<u8>, String) {
+    let o = ok(
+        finalize_cmd(trace, tenant, bank).output().expect("run"),
+        "finalize",
+    );
+    let doc = json(&o);
+    let inv = doc["invoices"][0].clone();
+    assert_eq!(inv["tenant"], tenant);
+    (inv, o.stdout.clone(), stderr(&o))
+}
+
+/// `invoice finalize` killed with SIGKILL at random instants (at least 50 kills of a running
+/// process): after each, the ledger verifies, holds its earlier transactions unchanged plus
+/// at most the one finalization, and the same finalization run again applies exactly once.
+#[test]
+fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_retry() {
+    const KILLS: usize = 50;
+    const TENANTS: usize = 10;
+    const TRACES: u64 = 5;
+    let started = Instant::now();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = small_traces(dir.path(), TRACES);
+    let bank = dir.path().join("bank.db");
+    let tenants: Vec<String> = (0..TENANTS).map(|i| format!("crash-{i}")).collect();
+    for t in &tenants {
+        grant(
+            &bank,
+            &[
+                "--tenant",
+                t,
+                "--credits",
+                "3",
+                "--rate",
+                "0.07",
+                "--from",
+                "2026-01-01T00:00:00Z",
+            ],
+        );
+    }
+    // How long one finalization takes here: the kill instants spread over it.
+    let scratch = dir.path().join("scratch.db");
+    let t0 = Instant::now();
+    for (i, trace) in traces.iter().enumerate() {
+        finalize_to_end(trace, &format!("calibrate-{i}"), &scratch);
+    }
+    let span_us = u64::try_from(t0.elapsed().as_micros()).expect("µs") / TRACES * 3 / 2;
+    let mut rng = SplitMix(0x6770_756d_6574_6572);
+    let (mut kills, mut finished_first, mut committed_before_kill) = (0usize, 0usize, 0usize);
+    let mut attempt = 0usize;
+    while kills < KILLS {
+        assert!(
+            attempt < KILLS * 8,
+            "only {kills} kills of a running process in {attempt} attempts (span {span_us} µs)"
+        );
+        // Attempt i finalizes (tenant, trace) pair i mod 50: new invoices first, then retries.
+        let pair = attempt % (TENANTS * TRACES as usize);
+        let tenant = &tenants[pair % TENANTS];
+        let trace = &traces[pair / TENANTS];
+        attempt += 1;
+        let before = history(&bank);
+        let delay = Duration::from_micros(rng.next() % span_us.max(1));
+        let mut child: Child = finalize_cmd(trace, tenant, &bank)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn finalize");
+        std::thread::sleep(delay);
+        let killed = match child.try_wait().expect("try_wait") {
+            Some(status) => {
+                assert!(status.success(), "an unkilled finalize failed: {status}");
+                finished_first += 1;
+                false
+            }
+            None => {
+                child.kill().expect("SIGKILL");
+                child.wait().expect("reap");
+                kills += 1;
+                true
+            }
+        };
+        // The database opens and verifies; nothing earlier changed; nothing half-applied.
+        verify_ok(&bank);
+        let after = history(&bank);
+        assert_eq!(
+            after.get(..before.len()),
+            Some(&before[..]),
+            "earlier transactions changed (attempt {attempt})"
+        );
+        let new = &after[before.len()..];
+        assert!(new.len() <= 1, "{} new transactions: {new:#?}", new.len());
+        for t in new {
+            assert_eq!(t["kind"], "finalize");
+            assert_eq!(t["tenant"], tenant.as_str());
+        }
+        // The same finalization, to the end: applied once, whether the killed one committed.
+        let (inv, out, err) = finalize_to_end(trace, tenant, &bank);
+        let was_done = finalizations_of(&before, &inv) == 1;
+        if killed && !new.is_empty() && !was_done {
+            committed_before_kill += 1;
+        }
+        assert_eq!(
+            err.contains(SAID_BEFORE),
+            was_done || !new.is_empty(),
+            "attempt {attempt}: the retry says it was finalized before exactly when it was: {err}"
+        );
+        let (_, out2, err2) = finalize_to_end(trace, tenant, &bank);
+        assert!(err2.contains(SAID_BEFORE), "{err2}");
+        assert_eq!(out2, out, "the retry prints the finalized invoice");
+        let hist = history(&bank);
+        assert_eq!(finalizations_of(&hist, &inv), 1, "attempt {attempt}");
+        assert_eq!(key_of_head(&hist, &inv).1, 1, "attempt {attempt}");
+        verify_ok(&bank);
+    }
+    eprintln!(
+        "{kills} kills in {attempt} attempts ({finished_first} finished before the kill, \
+         {committed_before_kill} killed after committing), span {span_us} µs, {:?}",
+        started.elapsed()
+    );
+    // Every (tenant, trace) pair that was attempted is finalized once.
+    let hist = history(&bank);
+    let pairs = attempt.min(TENANTS * TRACES as usize);
+    assert_eq!(
+        hist.iter().filter(|t| t["kind"] == "finalize").count(),
+        pairs
+    );
+}
