@@ -774,3 +774,371 @@ fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_
         pairs
     );
 }
+
+// --- 5. Concurrency ---------------------------------------------------------------------------
+
+/// Starts every (trace, tenant) finalization at once and waits for all: their outputs.
+fn all_at_once(jobs: &[(&Path, &str)], bank: &Path) -> Vec<Output> {
+    let children: Vec<Child> = jobs
+        .iter()
+        .map(|(trace, tenant)| {
+            finalize_cmd(trace, tenant, bank)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn finalize")
+        })
+        .collect();
+    children
+        .into_iter()
+        .map(|c| c.wait_with_output().expect("wait"))
+        .collect()
+}
+
+/// Several finalizers at once, some of the same invoice: every one exits 0, each invoice is
+/// applied once (the others print the same invoice and say it was finalized before), credits
+/// one tenant's two invoices share burn once, and the chain verifies. Once on a bank file
+/// that does not exist yet (the finalizers race to create it), once on an existing one.
+#[test]
+fn concurrent_finalizers_apply_each_invoice_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = small_traces(dir.path(), 4);
+    for fresh in [true, false] {
+        let bank = dir.path().join(if fresh { "new.db" } else { "existing.db" });
+        if !fresh {
+            grant(
+                &bank,
+                &[
+                    "--tenant",
+                    "c1",
+                    "--credits",
+                    "10",
+                    "--rate",
+                    "0.07",
+                    "--from",
+                    "2026-01-01T00:00:00Z",
+                ],
+            );
+        }
+        // (trace, tenant): A three times, B twice, C and D once; A and C are one tenant's.
+        let jobs: Vec<(&Path, &str)> = vec![
+            (&traces[0], "c1"),
+            (&traces[1], "c2"),
+            (&traces[0], "c1"),
+            (&traces[2], "c1"),
+            (&traces[1], "c2"),
+            (&traces[3], "c3"),
+            (&traces[0], "c1"),
+        ];
+        let outs = all_at_once(&jobs, &bank);
+        let mut by_job: BTreeMap<(PathBuf, &str), Vec<&Output>> = BTreeMap::new();
+        for (o, (trace, tenant)) in outs.iter().zip(&jobs) {
+            assert!(
+                o.status.success(),
+                "fresh={fresh}: a concurrent finalize failed: {}",
+                stderr(o)
+            );
+            by_job
+                .entry((trace.to_path_buf(), tenant))
+                .or_default()
+                .push(o);
+        }
+        let hist = history(&bank);
+        let mut burned = Decimal::ZERO;
+        for ((trace, tenant), outs) in &by_job {
+            let inv = json(outs[0])["invoices"][0].clone();
+            assert_eq!(inv["tenant"], *tenant);
+            for o in outs {
+                assert_eq!(o.stdout, outs[0].stdout, "{trace:?} {tenant}: one invoice");
+            }
+            let said = outs
+                .iter()
+                .filter(|o| stderr(o).contains(SAID_BEFORE))
+                .count();
+            assert_eq!(said, outs.len() - 1, "{trace:?} {tenant}: all but one retried");
+            assert_eq!(finalizations_of(&hist, &inv), 1, "{trace:?} {tenant}");
+            assert_eq!(key_of_head(&hist, &inv).1, 1, "{trace:?} {tenant}");
+            for c in inv["credits_applied"].as_array().expect("credits") {
+                burned += d(&c["credits"]);
+            }
+        }
+        assert_eq!(
+            hist.iter().filter(|t| t["kind"] == "finalize").count(),
+            by_job.len()
+        );
+        if !fresh {
+            // c1's two invoices burned its one grant at most once over.
+            assert!(burned > Decimal::ZERO && burned <= Decimal::from(10), "{burned}");
+            let bal = balance(&bank, "c1", "2026-11-02T09:00:00Z");
+            let remaining: Decimal = bal["credits"]
+                .as_array()
+                .expect("credits")
+                .iter()
+                .map(|c| d(&c["remaining"]))
+                .sum();
+            assert_eq!(remaining, Decimal::from(10) - burned, "{bal:#}");
+        }
+        verify_ok(&bank);
+    }
+}
+
+// --- 6. Expire and close ------------------------------------------------------------------------
+
+/// A price book with one rate in whole 0.001-hour increments (3.6 s) whose price changed
+/// before the usage; rounding up, so that a rounding at close shows.
+const TINY_BOOK: &str = r#"
+schema = "gpumeter.pricebook/v1"
+version = "tiny-1"
+currency = "USD"
+rounding = "up"
+
+[[sku]]
+id = "h100"
+match = ["NVIDIA H100*"]
+
+[[rate]]
+sku = "h100"
+meter = "gpu_busy_ns"
+unit = "hour"
+unit_price = "500.00"
+increment = "0.001"
+valid_to = "2026-11-01T00:00:00Z"
+
+[[rate]]
+sku = "h100"
+meter = "gpu_busy_ns"
+unit = "hour"
+unit_price = "1000.00"
+increment = "0.001"
+valid_from = "2026-11-01T00:00:00Z"
+"#;
+
+#[test]
+fn expire_moves_what_expired_to_breakage_and_close_bills_the_fragment_once() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bank = dir.path().join("bank.db");
+    let book = dir.path().join("tiny.toml");
+    std::fs::write(&book, TINY_BOOK).expect("write book");
+    // One kernel of 4 834 567 µs: 4 834 567 000 ns busy = one 3.6 s increment billed
+    // (0.001 hour × 1000.00 = 1.00) and 1 234 567 000 ns carried.
+    let trace = dir.path().join("one.json");
+    std::fs::write(&trace, kineto(&[(100, 4_834_567, 264)])).expect("write trace");
+    let g = |args: &[&str]| {
+        let mut all = vec![
+            "--tenant",
+            "acme",
+            "--rate",
+            "0.10",
+            "--from",
+            "2026-01-01T00:00:00Z",
+        ];
+        all.extend_from_slice(args);
+        grant(&bank, &all)
+    };
+    let forever = g(&["--credits", "8", "--priority", "0", "--key", "forever"]);
+    let expiring = g(&[
+        "--credits",
+        "10",
+        "--priority",
+        "1",
+        "--expires",
+        "2026-12-01T00:00:00Z",
+        "--key",
+        "expiring",
+        "--kind",
+        "promotional",
+    ]);
+    let later = g(&[
+        "--credits",
+        "4",
+        "--priority",
+        "2",
+        "--expires",
+        "2027-06-01T00:00:00Z",
+        "--key",
+        "later",
+    ]);
+    let o = ok(
+        gpumeter(&[
+            "invoice",
+            "finalize",
+            s(&trace),
+            "--tenant",
+            "acme",
+            "--prices",
+            s(&book),
+            "--bank",
+            s(&bank),
+            "--json",
+        ]),
+        "finalize",
+    );
+    let inv = json(&o)["invoices"][0].clone();
+    let line = inv["lines"]
+        .as_array()
+        .expect("lines")
+        .iter()
+        .find(|l| l["meter"] == "gpu_busy_ns")
+        .expect("a gpu_busy_ns line")
+        .clone();
+    assert_eq!(line["quantity"], "4834567000");
+    assert_eq!(line["billable_quantity"], "3600000000");
+    assert_eq!(line["fragment_carried"], "1234567000");
+    assert_eq!(line["amount"], "1.00");
+    assert_eq!(inv["subtotal"], "1.00");
+    // Burn order: priority 0 first (8 credits = 0.80), then priority 1 (2 credits = 0.20).
+    let applied: Vec<(String, Decimal, Decimal)> = inv["credits_applied"]
+        .as_array()
+        .expect("credits")
+        .iter()
+        .map(|c| {
+            (
+                c["grant"].as_str().expect("grant").to_string(),
+                d(&c["credits"]),
+                d(&c["amount"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        applied,
+        vec![
+            (forever.clone(), Decimal::from(8), Decimal::new(80, 2)),
+            (expiring.clone(), Decimal::from(2), Decimal::new(20, 2)),
+        ]
+    );
+    assert_eq!(inv["total"], "0.00");
+    let remaining = |at: &str| -> BTreeMap<String, Decimal> {
+        balance(&bank, "acme", at)["credits"]
+            .as_array()
+            .expect("credits")
+            .iter()
+            .map(|c| {
+                (
+                    c["grant"].as_str().expect("grant").to_string(),
+                    d(&c["remaining"]),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        remaining("2026-11-15T00:00:00Z"),
+        BTreeMap::from([
+            (expiring.clone(), Decimal::from(8)),
+            (later.clone(), Decimal::from(4))
+        ])
+    );
+
+    // Expire: nothing a second before the expiry; at it, the 8 credits left go to breakage.
+    let expire = |at: &str| {
+        stdout(&ok(
+            gpumeter(&["bank", "expire", "--bank", s(&bank), "--at", at]),
+            "expire",
+        ))
+    };
+    let n = history(&bank).len();
+    let out = expire("2026-11-30T23:59:59Z");
+    assert!(out.contains("nothing expired"), "{out}");
+    assert_eq!(history(&bank).len(), n);
+    let out = expire("2026-12-01T00:00:00Z");
+    assert_eq!(
+        out.trim(),
+        format!("expired {expiring}: 8 credits to breakage"),
+        "{out}"
+    );
+    let hist = history(&bank);
+    assert_eq!(hist.len(), n + 1);
+    let tx = hist.last().expect("the expiry");
+    assert_eq!(tx["kind"], "expire");
+    let postings: Vec<(String, String, Decimal)> = tx["postings"]
+        .as_array()
+        .expect("postings")
+        .iter()
+        .map(|p| {
+            (
+                p["account"].as_str().expect("account").to_string(),
+                p["commodity"].as_str().expect("commodity").to_string(),
+                d(&p["amount"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        postings,
+        vec![
+            (
+                format!("tenant:acme:credits:{expiring}"),
+                "credits".to_string(),
+                Decimal::from(-8)
+            ),
+            (
+                "provider:breakage".to_string(),
+                "credits".to_string(),
+                Decimal::from(8)
+            ),
+        ]
+    );
+    let out = expire("2026-12-01T00:00:00Z");
+    assert!(out.contains("nothing expired"), "expiring twice: {out}");
+    assert_eq!(history(&bank).len(), n + 1);
+    assert_eq!(
+        remaining("2026-12-15T00:00:00Z"),
+        BTreeMap::from([(later.clone(), Decimal::from(4))])
+    );
+
+    // Close: the fragment at the last unit price, rounded once (up, per the book):
+    // 1 234 567 000 ns × 1000.00 / 3 600 000 000 000 ns = 0.3429352… → 0.35.
+    let close = || {
+        stdout(&ok(
+            gpumeter(&[
+                "bank",
+                "close",
+                "--bank",
+                s(&bank),
+                "--tenant",
+                "acme",
+                "--prices",
+                s(&book),
+            ]),
+            "close",
+        ))
+    };
+    let out = close();
+    assert!(
+        out.contains("h100 gpu_busy_ns: 1234567000 ns at 1000.00 per hour = 0.35 USD"),
+        "{out}"
+    );
+    assert!(out.contains("total 0.35 USD"), "{out}");
+    let hist = history(&bank);
+    let tx = hist.last().expect("the close");
+    assert_eq!(tx["kind"], "close");
+    let amounts: BTreeMap<String, Decimal> = tx["postings"]
+        .as_array()
+        .expect("postings")
+        .iter()
+        .map(|p| {
+            (
+                p["account"].as_str().expect("account").to_string(),
+                d(&p["amount"]),
+            )
+        })
+        .collect();
+    assert_eq!(
+        amounts,
+        BTreeMap::from([
+            (
+                "tenant:acme:fragments:h100:gpu_busy_ns".to_string(),
+                Decimal::from(-1_234_567_000i64)
+            ),
+            ("provider:fragments".to_string(), Decimal::from(1_234_567_000i64)),
+            ("tenant:acme:receivable".to_string(), Decimal::new(35, 2)),
+            ("provider:revenue".to_string(), Decimal::new(-35, 2)),
+        ])
+    );
+    let bal = balance(&bank, "acme", "2026-12-15T00:00:00Z");
+    assert_eq!(bal["fragments"], serde_json::json!([]));
+    assert_eq!(bal["receivable"], serde_json::json!({"USD": "0.35"}));
+    let n = hist.len();
+    let out = close();
+    assert!(out.contains("no fragments to bill"), "closing twice: {out}");
+    assert_eq!(history(&bank).len(), n);
+    verify_ok(&bank);
+}
