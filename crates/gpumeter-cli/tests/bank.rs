@@ -281,7 +281,11 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
         ]),
         "grant again",
     );
-    assert!(stdout(&again).contains("already granted"), "{}", stdout(&again));
+    assert!(
+        stdout(&again).contains("already granted"),
+        "{}",
+        stdout(&again)
+    );
     let at = "2025-07-18T10:00:00Z";
     let history0 = history(&bank);
     let balance0 = balance(&bank, "acme", at);
@@ -306,7 +310,11 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
     );
     assert_eq!(pinv["credits_applied"][0]["grant"], g.as_str());
     assert!(pinv["ledger_head"].is_null(), "a preview anchors nothing");
-    assert_eq!(history(&bank), history0, "preview --bank wrote to the ledger");
+    assert_eq!(
+        history(&bank),
+        history0,
+        "preview --bank wrote to the ledger"
+    );
     assert_eq!(balance(&bank, "acme", at), balance0);
 
     // invoice finalize: credits applied, the total by hand.
@@ -414,7 +422,10 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
 
     // The same finalize again: exit 0, the same bytes, says so, nothing changes.
     let second = ok(run(finalize_cmd), "finalize again");
-    assert_eq!(second.stdout, first.stdout, "the same invoice, byte for byte");
+    assert_eq!(
+        second.stdout, first.stdout,
+        "the same invoice, byte for byte"
+    );
     assert!(stderr(&second).contains(SAID_BEFORE), "{}", stderr(&second));
     assert_eq!(history(&bank), hist1);
     assert_eq!(balance(&bank, "acme", at), bal1);
@@ -462,7 +473,10 @@ fn small_bank(dir: &Path) -> PathBuf {
         "finalize",
     );
     let inv = &json(&o)["invoices"][0];
-    assert!(!inv["credits_applied"].as_array().expect("credits").is_empty());
+    assert!(!inv["credits_applied"]
+        .as_array()
+        .expect("credits")
+        .is_empty());
     bank
 }
 
@@ -514,7 +528,12 @@ fn editing_any_stored_posting_amount_makes_verify_fail_naming_its_transaction() 
     for t in &txs {
         let seq = t["seq"].as_u64().expect("seq");
         let key = t["key"].as_str().expect("key");
-        for (idx, p) in t["postings"].as_array().expect("postings").iter().enumerate() {
+        for (idx, p) in t["postings"]
+            .as_array()
+            .expect("postings")
+            .iter()
+            .enumerate()
+        {
             let idx = idx as u64;
             let original = p["amount"].as_str().expect("amount").to_string();
             let value = d(&p["amount"]);
@@ -574,15 +593,15 @@ fn refused_everywhere(file: &Path, reason: &str) {
             "--rate",
             "1",
         ],
-        vec!["bank", "expire", "--bank", s(file), "--at", "2027-01-01T00:00:00Z"],
         vec![
-            "preview",
-            s(trace),
-            "--prices",
-            s(&book),
+            "bank",
+            "expire",
             "--bank",
             s(file),
+            "--at",
+            "2027-01-01T00:00:00Z",
         ],
+        vec!["preview", s(trace), "--prices", s(&book), "--bank", s(file)],
         vec![
             "invoice",
             "finalize",
@@ -804,7 +823,9 @@ fn concurrent_finalizers_apply_each_invoice_once() {
     let dir = tempfile::tempdir().expect("tempdir");
     let traces = small_traces(dir.path(), 4);
     for fresh in [true, false] {
-        let bank = dir.path().join(if fresh { "new.db" } else { "existing.db" });
+        let bank = dir
+            .path()
+            .join(if fresh { "new.db" } else { "existing.db" });
         if !fresh {
             grant(
                 &bank,
@@ -855,7 +876,11 @@ fn concurrent_finalizers_apply_each_invoice_once() {
                 .iter()
                 .filter(|o| stderr(o).contains(SAID_BEFORE))
                 .count();
-            assert_eq!(said, outs.len() - 1, "{trace:?} {tenant}: all but one retried");
+            assert_eq!(
+                said,
+                outs.len() - 1,
+                "{trace:?} {tenant}: all but one retried"
+            );
             assert_eq!(finalizations_of(&hist, &inv), 1, "{trace:?} {tenant}");
             assert_eq!(key_of_head(&hist, &inv).1, 1, "{trace:?} {tenant}");
             for c in inv["credits_applied"].as_array().expect("credits") {
@@ -868,7 +893,10 @@ fn concurrent_finalizers_apply_each_invoice_once() {
         );
         if !fresh {
             // c1's two invoices burned its one grant at most once over.
-            assert!(burned > Decimal::ZERO && burned <= Decimal::from(10), "{burned}");
+            assert!(
+                burned > Decimal::ZERO && burned <= Decimal::from(10),
+                "{burned}"
+            );
             let bal = balance(&bank, "c1", "2026-11-02T09:00:00Z");
             let remaining: Decimal = bal["credits"]
                 .as_array()
@@ -1128,7 +1156,10 @@ fn expire_moves_what_expired_to_breakage_and_close_bills_the_fragment_once() {
                 "tenant:acme:fragments:h100:gpu_busy_ns".to_string(),
                 Decimal::from(-1_234_567_000i64)
             ),
-            ("provider:fragments".to_string(), Decimal::from(1_234_567_000i64)),
+            (
+                "provider:fragments".to_string(),
+                Decimal::from(1_234_567_000i64)
+            ),
             ("tenant:acme:receivable".to_string(), Decimal::new(35, 2)),
             ("provider:revenue".to_string(), Decimal::new(-35, 2)),
         ])
