@@ -203,11 +203,32 @@ fn contents(conn: &Connection, file: &str) -> Result<Contents, BankError> {
 
 impl SqliteLedger {
     /// WAL, `synchronous = FULL`, foreign keys.
+    ///
+    /// Switching a new file to WAL takes an exclusive lock for which SQLite does not call the
+    /// busy handler: a process that finds another one switching the same new file at that
+    /// instant gets `database is locked` at once. It waits and retries instead, as a writer
+    /// waits for another (up to [`BUSY_TIMEOUT`]).
     fn configure(&self) -> Result<(), BankError> {
-        let mode: String = self
-            .conn
-            .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
-            .map_err(|e| storage(&self.file, "cannot switch to WAL", &e))?;
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        let mode: String = loop {
+            match self
+                .conn
+                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+            {
+                Ok(mode) => break mode,
+                Err(e)
+                    if matches!(
+                        e.sqlite_error_code(),
+                        Some(
+                            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
+                        )
+                    ) && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => return Err(storage(&self.file, "cannot switch to WAL", &e)),
+            }
+        };
         if !mode.eq_ignore_ascii_case("wal") {
             return Err(BankError::Storage {
                 file: self.file.clone(),
