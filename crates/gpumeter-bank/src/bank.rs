@@ -109,7 +109,9 @@ pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bo
     let tx = NewTransaction {
         key,
         kind: "grant".into(),
-        at: rfc3339(req.at),
+        // The business time of a grant is when its credits become usable, so a balance as of
+        // an instant shows the grants in force then, whenever they were recorded.
+        at: rfc3339(req.effective),
         tenant: Some(req.tenant.clone()),
         postings: vec![
             Posting::new(accounts::credits(&req.tenant, &id), CREDITS, req.credits),
@@ -270,36 +272,73 @@ pub struct Balance {
     pub receivable: BTreeMap<String, Decimal>,
 }
 
-/// `tenant`'s balance at `at` (ns).
+/// `tenant`'s balance as of `at` (ns): the postings of transactions whose business time
+/// (`at` of the grant, the period's end of a finalization, the instant of an expiry) is at
+/// most `at`; the credits of grants in force at `at` that have credits left then.
 ///
 /// # Errors
 /// [`BankError::Storage`]; [`BankError::Refused`] for a fragment balance that is negative or
 /// not whole (a damaged ledger).
 pub fn balance<L: Ledger>(ledger: &mut L, tenant: &str, at: u64) -> Result<Balance, BankError> {
     ledger.atomically(false, |t| {
+        // Balances as of `at`: the postings of the tenant's accounts in transactions whose
+        // business time is at most `at`.
+        let prefix = accounts::tenant_prefix(tenant);
+        let mut as_of: BTreeMap<(String, String), Decimal> = BTreeMap::new();
+        for tx in t.transactions(None)? {
+            if parse_rfc3339(&tx.tx.at).map_or(true, |when| when > at) {
+                continue;
+            }
+            for p in tx
+                .tx
+                .postings
+                .iter()
+                .filter(|p| p.account.starts_with(&prefix))
+            {
+                let slot = as_of
+                    .entry((p.account.clone(), p.commodity.clone()))
+                    .or_insert(Decimal::ZERO);
+                *slot = slot
+                    .checked_add(p.amount)
+                    .ok_or_else(|| refused(format!("the balance of {} overflows", p.account)))?;
+            }
+        }
+        let get = |account: &str, commodity: &str| {
+            as_of
+                .get(&(account.to_string(), commodity.to_string()))
+                .copied()
+                .unwrap_or(Decimal::ZERO)
+        };
         let credits = grants(t, Some(tenant))?
             .into_iter()
-            .filter(|g| g.grant.in_force_at(at) && g.remaining > Decimal::ZERO)
-            .map(|g| CreditBalance {
+            .map(|g| {
+                let remaining = get(&accounts::credits(tenant, &g.grant.grant), CREDITS);
+                (g, remaining)
+            })
+            .filter(|(g, remaining)| g.grant.in_force_at(at) && *remaining > Decimal::ZERO)
+            .map(|(g, remaining)| CreditBalance {
                 grant: g.grant.grant,
                 kind: g.grant.kind,
                 priority: g.grant.priority,
                 expires: g.grant.expires,
-                remaining: g.remaining,
+                remaining,
             })
             .collect();
-        let fragments = fragment_balances(t, tenant)?
-            .into_iter()
-            .map(|((sku, meter), q)| FragmentBalance {
-                sku,
-                meter,
-                quantity: Quantity(q),
-            })
-            .collect();
+        let mut fragments = Vec::new();
         let mut receivable = BTreeMap::new();
-        for (account, commodity, amount) in t.balances(&accounts::receivable(tenant))? {
-            if account == accounts::receivable(tenant) {
-                receivable.insert(commodity, amount);
+        for ((account, commodity), amount) in &as_of {
+            if amount.is_zero() {
+                continue;
+            }
+            if let Some((sku, meter)) = accounts::parse_fragments(tenant, account) {
+                let q = whole(account, *amount)?;
+                fragments.push(FragmentBalance {
+                    sku,
+                    meter,
+                    quantity: Quantity(q),
+                });
+            } else if *account == accounts::receivable(tenant) {
+                receivable.insert(commodity.clone(), *amount);
             }
         }
         Ok(Balance {
@@ -312,6 +351,17 @@ pub fn balance<L: Ledger>(ledger: &mut L, tenant: &str, at: u64) -> Result<Balan
     })
 }
 
+/// A fragment balance as a whole, non-negative number of canonical units.
+fn whole(account: &str, amount: Decimal) -> Result<u128, BankError> {
+    let n = amount.normalize();
+    if n.scale() != 0 || n.is_sign_negative() {
+        return Err(refused(format!(
+            "{account}: a fragment balance of {amount} is not a whole, non-negative quantity"
+        )));
+    }
+    u128::try_from(n.mantissa()).map_err(|_| refused(format!("{account}: {amount} is negative")))
+}
+
 /// A tenant's fragment balances by (SKU, meter), canonical units.
 fn fragment_balances(
     t: &dyn LedgerTx,
@@ -320,17 +370,7 @@ fn fragment_balances(
     let mut out = BTreeMap::new();
     for (account, _, amount) in t.balances(&accounts::tenant_prefix(tenant))? {
         if let Some(key) = accounts::parse_fragments(tenant, &account) {
-            let q = u128::try_from(amount.mantissa())
-                .ok()
-                .filter(|_| amount.scale() == 0 || amount.fract().is_zero())
-                .ok_or_else(|| {
-                    refused(format!(
-                        "{account}: a fragment balance of {amount} is not a whole, non-negative \
-                         quantity"
-                    ))
-                })?;
-            let q = q / 10u128.pow(amount.scale());
-            out.insert(key, q);
+            out.insert(key, whole(&account, amount)?);
         }
     }
     Ok(out)
@@ -574,7 +614,18 @@ fn finalize_tenant(
     let mut applied: Vec<CreditApplied> = Vec::new();
     let mut covered_total: u128 = 0;
     for g in grants(t, Some(tenant))? {
-        if !g.grant.in_force_at(at_end) || g.remaining <= Decimal::ZERO {
+        if g.remaining <= Decimal::ZERO {
+            continue;
+        }
+        if !g.grant.in_force_at(at_end) {
+            inv.warnings.push(format!(
+                "grant {} ({} credits left, usable from {} until {}) is not in force at the end \
+                 of the period and pays nothing on this invoice",
+                g.grant.grant,
+                g.remaining,
+                g.grant.effective,
+                g.grant.expires.as_deref().unwrap_or("never")
+            ));
             continue;
         }
         let (burned_credits, covered) = burn(&g, &inv.lines, &mut left, scale)?;

@@ -33,7 +33,8 @@ pub(crate) enum BankCommand {
         /// The tenant.
         #[arg(long)]
         tenant: String,
-        /// The instant, RFC 3339 (default: now).
+        /// The balance as of this instant, RFC 3339 (default: now): transactions whose
+        /// business time (a grant's recording, a period's end, an expiry) is at most T.
         #[arg(long, value_name = "T")]
         at: Option<String>,
         /// JSON instead of text.
@@ -118,7 +119,8 @@ pub(crate) struct GrantArgs {
     /// Lower burns first.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     priority: i64,
-    /// Usable from, RFC 3339 (default: now).
+    /// Usable from, RFC 3339 (default: now). Credits pay an invoice when they are in force
+    /// at its period's end, so give an earlier --from to pay for a period already past.
     #[arg(long, value_name = "T")]
     from: Option<String>,
     /// Usable until (exclusive), RFC 3339 (default: never).
