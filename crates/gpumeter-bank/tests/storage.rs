@@ -19,7 +19,8 @@ use gpumeter_bank::{
 use proptest::prelude::*;
 use rust_decimal::Decimal;
 
-/// Set in a re-executed test binary: `crash FILE` or `concurrent ID FILE`.
+/// Set in a re-executed test binary: `crash START FILE` (append transactions START, START + 1,
+/// … forever) or `concurrent ID FILE`.
 const CHILD_ENV: &str = "GPUMETER_BANK_TEST_CHILD";
 
 fn dec(s: &str) -> Decimal {
@@ -445,7 +446,7 @@ fn child_process() {
     };
     let words: Vec<&str> = role.splitn(3, ' ').collect();
     match words.as_slice() {
-        ["crash", path] => crash_child(Path::new(path)),
+        ["crash", start, path] => crash_child(start.parse().expect("a start"), Path::new(path)),
         ["concurrent", id, path] => {
             concurrent_child(id.parse().expect("a child id"), Path::new(path))
         }
@@ -513,7 +514,12 @@ fn crash_tx(i: u64) -> NewTransaction {
     };
     NewTransaction {
         key: crash_key(i),
-        kind: if i.is_multiple_of(3) { "grant" } else { "finalize" }.to_string(),
+        kind: if i.is_multiple_of(3) {
+            "grant"
+        } else {
+            "finalize"
+        }
+        .to_string(),
         at: format!("2025-01-01T00:00:{:02}Z", i % 60),
         tenant: Some(tenant),
         postings,
@@ -524,14 +530,12 @@ fn crash_tx(i: u64) -> NewTransaction {
 /// What the crash child prints once it has opened the file and starts appending.
 const READY: &str = "gpumeter-bank-crash-child-ready";
 
-fn crash_child(path: &Path) {
+fn crash_child(start: u64, path: &Path) {
     let mut l = open(path);
-    let mut i = read(&mut l, |t| t.transactions(None)).len() as u64;
     // On a line of its own: libtest has written `test child_process ... ` without a newline.
     println!("\n{READY}");
-    loop {
+    for i in start.. {
         append(&mut l, crash_tx(i)).expect("appending in the crash child");
-        i += 1;
     }
 }
 
@@ -605,13 +609,19 @@ fn check_after_kill(path: &Path) -> u64 {
         append(&mut l, next.clone()).expect("retrying it again"),
         Appended::AlreadyApplied(_)
     ));
-    let with_key = read(&mut l, |t| t.transactions(None))
-        .iter()
-        .filter(|t| t.tx.key == next.key)
-        .count();
+    drop(l);
+    let with_key: i64 = rusqlite::Connection::open(path)
+        .and_then(|c| {
+            c.query_row(
+                "SELECT count(*) FROM transactions WHERE key = ?1",
+                [&next.key],
+                |r| r.get(0),
+            )
+        })
+        .expect("counting a key");
     assert_eq!(with_key, 1);
+    let mut l = open(path);
     assert_eq!(balance_map(balances(&mut l)), plus(sums, &next));
-    read(&mut l, |t| verify(&*t));
     n + 1
 }
 
@@ -630,7 +640,7 @@ fn sigkill_at_random_instants_leaves_a_valid_ledger() {
     let mut during_writes = 0;
     let mut count = 0;
     for round in 0..KILLS {
-        let mut child = spawn_child(&format!("crash {}", path.display()), Stdio::piped());
+        let mut child = spawn_child(&format!("crash {count} {}", path.display()), Stdio::piped());
         // Most kills land while the child appends (after it says `ready`); every fourth
         // lands early, during start-up, opening or creating the file.
         let delay = if round % 4 == 3 {
@@ -660,6 +670,8 @@ fn sigkill_at_random_instants_leaves_a_valid_ledger() {
         assert!(n > count, "round {round}: nothing appended");
         count = n;
     }
+    let report = read(&mut open(&path), |t| verify(&*t));
+    assert_eq!(report.transactions, count);
     eprintln!(
         "{KILLS} kills ({during_writes} while appending), {count} transactions, {:.1} s",
         t0.elapsed().as_secs_f64()
@@ -675,7 +687,7 @@ fn sigkill_at_random_instants_leaves_a_valid_ledger() {
 // Concurrency.
 
 const CHILDREN: u32 = 4;
-const PER_CHILD: u32 = 12;
+const PER_CHILD: u32 = 30;
 
 fn shared_tx(j: u32) -> NewTransaction {
     new_tx(
@@ -703,7 +715,12 @@ fn own_tx(id: u32, j: u32) -> NewTransaction {
 }
 
 fn concurrent_child(id: u32, path: &Path) {
-    // Every child opens (and may create) the file at the same time.
+    // Every child opens (and may create) the file at the same time: once the parent has
+    // started them all and created `go` beside it.
+    let go = path.with_file_name("go");
+    while !go.exists() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let mut l = open(path);
     // Its lines start on a line of their own: libtest wrote `test child_process ... `.
     println!();
@@ -716,6 +733,8 @@ fn concurrent_child(id: u32, path: &Path) {
                 Appended::Applied(_) => println!("applied {key}"),
                 Appended::AlreadyApplied(_) => println!("already {key}"),
             }
+            // Between two appends a finalizer rates usage: let the others take the lock.
+            std::thread::sleep(Duration::from_millis(2));
         }
     }
 }
@@ -733,7 +752,9 @@ fn concurrent_processes_apply_each_key_once() {
             )
         })
         .collect();
+    std::fs::write(dir.path().join("go"), b"").expect("starting the children");
     let mut applied: BTreeMap<String, u32> = BTreeMap::new();
+    let mut shared_by_child = Vec::new();
     let mut seen = 0;
     for child in children {
         let out = child.wait_with_output().expect("waiting for a child");
@@ -742,7 +763,9 @@ fn concurrent_processes_apply_each_key_once() {
             "a concurrent child failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        shared_by_child.push(stdout.matches("applied shared-").count());
+        for line in stdout.lines() {
             if let Some(key) = line.strip_prefix("applied ") {
                 *applied.entry(key.to_string()).or_insert(0) += 1;
                 seen += 1;
@@ -776,8 +799,8 @@ fn concurrent_processes_apply_each_key_once() {
     let sums = expected.iter().fold(BTreeMap::new(), plus);
     assert_eq!(balance_map(balances(&mut l)), sums);
     eprintln!(
-        "{CHILDREN} processes, {} appends, {:.1} s",
-        seen,
+        "{CHILDREN} processes, {seen} appends, shared keys applied per process {shared_by_child:?}, \
+         {:.1} s",
         t0.elapsed().as_secs_f64()
     );
 }
@@ -855,7 +878,12 @@ fn step_tx(s: &Step) -> NewTransaction {
     }
     NewTransaction {
         key: format!("k{}", s.key),
-        kind: if s.key.is_multiple_of(2) { "grant" } else { "finalize" }.to_string(),
+        kind: if s.key.is_multiple_of(2) {
+            "grant"
+        } else {
+            "finalize"
+        }
+        .to_string(),
         at: "2025-02-01T00:00:00Z".to_string(),
         tenant: (!s.key.is_multiple_of(3)).then(|| format!("tenant-{}", s.key % 3)),
         postings,
