@@ -631,3 +631,13 @@ impl LedgerTx for SqliteTx<'_> {
             .map_err(|e| self.err("cannot read the chain head", &e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{MIGRATIONS, SCHEMA_VERSION};
+
+    #[test]
+    fn one_migration_per_schema_version() {
+        assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
+    }
+}
