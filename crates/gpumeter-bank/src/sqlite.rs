@@ -126,6 +126,29 @@ impl SqliteLedger {
         Ok(ledger)
     }
 
+    /// Opens the ledger in `path` like [`SqliteLedger::open`], but never creates one: for the
+    /// commands that only read a bank or change an existing one (`balance`, `history`,
+    /// `verify`, `expire`, `close`, `preview --bank`), where a mistyped path must not pass as
+    /// an empty ledger.
+    ///
+    /// # Errors
+    /// [`BankError::NotALedger`] naming the file when it does not exist or is empty, and every
+    /// error of [`SqliteLedger::open`].
+    pub fn open_existing(path: &Path) -> Result<SqliteLedger, BankError> {
+        let file = path.display().to_string();
+        let len = std::fs::metadata(path).map(|m| m.len()).map_err(|e| BankError::NotALedger {
+            file: file.clone(),
+            reason: format!("there is no bank here ({e}); `bank grant`, `bank reserve` and `invoice finalize` create one"),
+        })?;
+        if len == 0 {
+            return Err(BankError::NotALedger {
+                file,
+                reason: "the file is empty, not a bank; `bank grant`, `bank reserve` and `invoice finalize` create one".into(),
+            });
+        }
+        Self::open(path)
+    }
+
     /// The file this ledger lives in, as given to [`SqliteLedger::open`].
     pub fn file(&self) -> &str {
         &self.file

@@ -89,7 +89,8 @@ pub(crate) enum BankCommand {
 /// `--bank FILE`.
 #[derive(Debug, Args)]
 pub(crate) struct BankFile {
-    /// The bank (an SQLite file; created when it does not exist).
+    /// The bank (an SQLite file). `grant` and `reserve` create it when it does not exist;
+    /// the other commands need an existing one.
     #[arg(long, value_name = "FILE")]
     bank: PathBuf,
 }
@@ -182,6 +183,12 @@ pub(crate) fn open(path: &Path) -> Result<SqliteLedger, Failure> {
     SqliteLedger::open(path).map_err(|e| Failure::from(gpumeter::Error::from(e)))
 }
 
+/// Opens an existing bank file: a missing or empty one is exit 1 (a mistyped path is never
+/// read as an empty ledger, and reading never creates a file).
+pub(crate) fn open_existing(path: &Path) -> Result<SqliteLedger, Failure> {
+    SqliteLedger::open_existing(path).map_err(|e| Failure::from(gpumeter::Error::from(e)))
+}
+
 fn bank_err(e: gpumeter::bank::BankError) -> Failure {
     Failure::from(gpumeter::Error::from(e))
 }
@@ -232,7 +239,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
                 Some(s) => time("--at", &s)?,
                 None => now(),
             };
-            let mut ledger = open(&bank.bank)?;
+            let mut ledger = open_existing(&bank.bank)?;
             let b = gpumeter::bank::balance(&mut ledger, &t, at).map_err(bank_err)?;
             if json {
                 return to_json(&b);
@@ -275,7 +282,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             Ok(text_out(&out))
         }
         BankCommand::History { bank, tenant, json } => {
-            let mut ledger = open(&bank.bank)?;
+            let mut ledger = open_existing(&bank.bank)?;
             let all = ledger
                 .atomically(false, |t| t.transactions(None))
                 .map_err(bank_err)?;
@@ -311,7 +318,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
         }
         BankCommand::Expire { bank, at } => {
             let at = time("--at", &at)?;
-            let mut ledger = open(&bank.bank)?;
+            let mut ledger = open_existing(&bank.bank)?;
             let moved = gpumeter::bank::expire(&mut ledger, at).map_err(bank_err)?;
             let mut out = String::new();
             for (g, c) in &moved {
@@ -329,7 +336,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
         } => {
             let t = tenant(&t)?;
             let book = gpumeter::load_price_book(&prices)?;
-            let mut ledger = open(&bank.bank)?;
+            let mut ledger = open_existing(&bank.bank)?;
             let closed = gpumeter::bank::close(&mut ledger, &t, &book, now()).map_err(bank_err)?;
             let mut out = String::new();
             for l in &closed.lines {
@@ -353,7 +360,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             Ok(text_out(&out))
         }
         BankCommand::Verify { bank } => {
-            let mut ledger = open(&bank.bank)?;
+            let mut ledger = open_existing(&bank.bank)?;
             let report = ledger
                 .atomically(false, |t| gpumeter::bank::verify::verify(t))
                 .map_err(bank_err)?;

@@ -60,8 +60,9 @@ enum Command {
         json: bool,
         #[command(flatten)]
         render: RenderArgs,
-        /// Credit bank (SQLite file): show the credits, carried fragments and reservations
-        /// that would apply; nothing is written (the bank's transaction is rolled back).
+        /// Credit bank (an existing SQLite file): show the credits, carried fragments and
+        /// reservations that would apply; nothing is written (the bank's transaction is rolled
+        /// back).
         #[arg(long, value_name = "FILE")]
         bank: Option<PathBuf>,
     },
@@ -457,7 +458,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             let invoices = match bank {
                 None => gpumeter::preview(&report, &book, period),
                 Some(path) => {
-                    let mut ledger = bank::open(&path)?;
+                    let mut ledger = bank::open_existing(&path)?;
                     gpumeter::bill(&mut ledger, &report, &book, period, false).map(|f| f.document)
                 }
             }

@@ -664,6 +664,36 @@ fn a_text_file_or_another_sqlite_database_is_not_a_ledger() {
     refused_everywhere(&lookalike, "someone-elses-ledger");
 }
 
+/// Reading a bank never creates one: a mistyped `--bank` of `verify`, `balance`, `history`,
+/// `expire`, `close` or `preview` is exit 1 naming the file, and no file appears.
+#[test]
+fn reading_commands_refuse_a_missing_bank_and_create_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let typo = dir.path().join("bnak.db");
+    let t = s(&typo);
+    let book = example_book();
+    let trace = small_traces(dir.path(), 1).remove(0);
+    let commands: Vec<Vec<&str>> = vec![
+        vec!["bank", "verify", "--bank", t],
+        vec!["bank", "balance", "--bank", t, "--tenant", "acme"],
+        vec!["bank", "history", "--bank", t],
+        vec!["bank", "expire", "--bank", t, "--at", "2027-01-01T00:00:00Z"],
+        vec!["bank", "close", "--bank", t, "--tenant", "acme", "--prices", s(&book)],
+        vec!["preview", s(&trace), "--prices", s(&book), "--bank", t],
+    ];
+    for args in commands {
+        let o = gpumeter(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("bnak.db"), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("there is no bank here"), "{}", stderr(&o));
+        assert!(!typo.exists(), "{args:?} created {t}");
+    }
+    // A grant creates it.
+    grant(&typo, &["--tenant", "acme", "--credits", "1", "--rate", "1", "--key", "k"]);
+    assert!(typo.exists());
+    verify_ok(&typo);
+}
+
 // --- 4. Crash -------------------------------------------------------------------------------------
 
 /// Runs a finalization to the end: its invoice (the one of the JSON), stdout bytes, stderr.
