@@ -80,6 +80,13 @@ pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bo
     if req.expires.is_some_and(|e| e <= req.effective) {
         return Err(refused("--expires must be after --from".to_string()));
     }
+    let most = crate::grants::CREDIT_DECIMALS;
+    if req.credits.scale() > most || req.rate.scale() > most {
+        return Err(refused(format!(
+            "--credits {} --rate {}: the bank keeps credits and rates to {most} decimals",
+            req.credits, req.rate
+        )));
+    }
     let terms = serde_json::json!({
         "tenant": req.tenant, "credits": req.credits.to_string(), "rate": req.rate.to_string(),
         "priority": req.priority, "effective": rfc3339(req.effective),
@@ -172,6 +179,22 @@ pub fn reserve<L: Ledger>(
     if to <= from {
         return Err(refused("--to must be after --from"));
     }
+    if let Some(e) = &r.credit_expiry {
+        if parse_time(e)? <= to {
+            return Err(refused(format!(
+                "--credit-expiry {e}: credits converted at the end of each period would expire \
+                 before the reservation ends ({}); give an expiry after it",
+                r.to
+            )));
+        }
+    }
+    if r.rate.scale() > crate::grants::CREDIT_DECIMALS {
+        return Err(refused(format!(
+            "--rate {}: the bank keeps rates to {} decimals",
+            r.rate,
+            crate::grants::CREDIT_DECIMALS
+        )));
+    }
     let mut terms = r.clone();
     terms.unit = unit.name().to_string();
     terms.reservation = String::new();
@@ -197,7 +220,9 @@ fn parse_time(s: &str) -> Result<u64, BankError> {
 }
 
 /// Moves every credit of grants expired at `at` to `breakage` (one transaction, key
-/// `expire:<at>`). Returns `(grant, credits)` moved.
+/// `expire:<at>:<head>`). Returns `(grant, credits)` moved. `at` should not be in the future
+/// (the CLI refuses it): credits still in force would be lost; and periods ending before an
+/// expiry should be finalized before it runs, since expired credits are gone.
 ///
 /// # Errors
 /// [`BankError::Storage`].
@@ -448,9 +473,32 @@ pub fn finalize<L: Ledger>(
     // The period and the tenants come from rating the report once, bank-free.
     let plain = rate(usage, book, period, &CarriedFragments::new())?;
     ledger.atomically(commit, |t| {
-        let mut invoices = Vec::with_capacity(plain.invoices.len());
-        let mut outcomes = Vec::with_capacity(plain.invoices.len());
-        for inv in &plain.invoices {
+        check_currency(t, book)?;
+        let mut tenants: Vec<Invoice> = plain.invoices.clone();
+        // Tenants with a reservation whose span holds the period owe its fee even without
+        // usage in this report (the period must be known: given, or the report's).
+        if let Some(first) = plain.invoices.first() {
+            let (from, to) = (
+                parse_time(&first.period.from)?,
+                parse_time(&first.period.to)?,
+            );
+            for r in all_reservations(t)? {
+                let holds = parse_time(&r.from)? <= from && to <= parse_time(&r.to)?;
+                if holds && !tenants.iter().any(|i| i.tenant == r.tenant) {
+                    let mut empty = first.clone();
+                    empty.tenant = r.tenant.clone();
+                    empty.lines.clear();
+                    empty.unpriced.clear();
+                    empty.warnings.clear();
+                    empty.extensions = Default::default();
+                    tenants.push(empty);
+                }
+            }
+            tenants.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+        }
+        let mut invoices = Vec::with_capacity(tenants.len());
+        let mut outcomes = Vec::with_capacity(tenants.len());
+        for inv in &tenants {
             let key = finalization_key(
                 &inv.tenant,
                 (&inv.period.from, &inv.period.to),
@@ -471,6 +519,60 @@ pub fn finalize<L: Ledger>(
             outcomes,
         })
     })
+}
+
+/// One bank bills in one currency: its grants' rates and reservations' fees are in it. The
+/// first finalization or close fixes it; a book of another currency is refused.
+fn check_currency(t: &dyn LedgerTx, book: &PriceBook) -> Result<(), BankError> {
+    let code = book.currency().code();
+    for tx in t.transactions(None)? {
+        let used = match tx.tx.kind.as_str() {
+            "finalize" => tx.tx.memo["invoice"]["currency"]
+                .as_str()
+                .map(str::to_string),
+            "close" => tx.tx.memo["currency"].as_str().map(str::to_string),
+            _ => None,
+        };
+        if let Some(used) = used.filter(|u| u != code) {
+            return Err(refused(format!(
+                "{}: the price book bills in {code}, but this bank bills in {used} (transaction \
+                 {}): grants and reservations are valued in the bank's currency",
+                book.name(),
+                tx.seq
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Every reservation in the ledger, in ledger order.
+fn all_reservations(t: &dyn LedgerTx) -> Result<Vec<Reservation>, BankError> {
+    let mut out = Vec::new();
+    for tx in t.transactions(Some("reserve"))? {
+        let r: Reservation =
+            serde_json::from_value(tx.tx.memo.clone()).map_err(|e| BankError::Corrupt {
+                seq: tx.seq,
+                key: tx.tx.key.clone(),
+                reason: format!("the memo of a reservation is not a reservation: {e}"),
+            })?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
+/// Periods of `reservation` that earlier finalizations billed (its fee and conversion).
+fn reservation_periods(t: &dyn LedgerTx, reservation: &str) -> Result<Vec<(u64, u64)>, BankError> {
+    let mut out = Vec::new();
+    for done in t.transactions(Some("finalize"))? {
+        let billed: Vec<(String, String, String)> =
+            serde_json::from_value(done.tx.memo["reservations"].clone()).unwrap_or_default();
+        for (id, from, to) in billed {
+            if id == reservation {
+                out.push((parse_time(&from)?, parse_time(&to)?));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// The invoice a `finalize` transaction recorded, with its `ledger_head` and digest.
@@ -520,23 +622,46 @@ fn finalize_tenant(
     let currency = book.currency();
     let scale = currency.scale();
 
-    // 1. The tenant's usage, less windows a source of this report was billed for already.
+    // 1. The tenant's usage in the period, less windows this report's sources were all billed
+    //    for already (usage rows do not name their source: a window some of whose sources
+    //    were billed before and others not cannot be split, and is refused).
     let before = billed_before(t, tenant)?;
-    let mut left_out: BTreeSet<(String, String, String)> = BTreeSet::new();
+    let mut left_out: BTreeSet<(String, String)> = BTreeSet::new();
     let mut mine = usage.clone();
-    mine.usage.retain(|r| r.tenant == tenant);
     mine.usage.retain(|r| {
-        let mut keep = true;
-        for s in &usage.sources {
-            if let Some(done) = before.get(&s.sha256) {
-                if let Some((_, k)) = done.iter().find(|(w, _)| *w == r.window_start) {
-                    left_out.insert((s.name.clone(), r.window_start.clone(), k.clone()));
-                    keep = false;
-                }
-            }
-        }
-        keep
+        r.tenant == tenant && parse_rfc3339(&r.window_start).is_ok_and(|w| from <= w && w < to)
     });
+    let windows: BTreeSet<String> = mine.usage.iter().map(|r| r.window_start.clone()).collect();
+    let mut drop_windows = BTreeSet::new();
+    for w in &windows {
+        let billed: Vec<&gpumeter_core::SourceEntry> = usage
+            .sources
+            .iter()
+            .filter(|s| {
+                before
+                    .get(&s.sha256)
+                    .is_some_and(|done| done.iter().any(|(bw, _)| bw == w))
+            })
+            .collect();
+        if billed.is_empty() {
+            continue;
+        }
+        if billed.len() < usage.sources.len() {
+            let names: Vec<&str> = billed.iter().map(|s| s.name.as_str()).collect();
+            return Err(refused(format!(
+                "tenant `{tenant}`, window starting {w}: source(s) {} of this report were billed \
+                 for it before and the others were not; usage rows do not say which source they \
+                 came from, so finalize a report of the new sources alone",
+                names.join(", ")
+            )));
+        }
+        for s in &billed {
+            left_out.insert((s.name.clone(), w.clone()));
+        }
+        drop_windows.insert(w.clone());
+    }
+    mine.usage
+        .retain(|r| !drop_windows.contains(&r.window_start));
     let billed: BTreeSet<(String, String)> = mine
         .usage
         .iter()
@@ -548,24 +673,36 @@ fn finalize_tenant(
         })
         .collect();
 
-    // 2. Rate with the carried-in fragments.
-    let carried: CarriedFragments = fragment_balances(t, tenant)?
-        .into_iter()
-        .map(|((sku, meter), q)| {
-            (
-                FragmentKey {
-                    tenant: tenant.to_string(),
-                    sku,
-                    meter,
-                },
-                q,
-            )
-        })
-        .collect();
-    let doc = rate(&mine, book, Some((from, to)), &carried)?;
-    let mut inv = match doc.invoices.into_iter().find(|i| i.tenant == tenant) {
+    // 2. Rate with the carried-in fragments; with no usage left to bill, nothing is rated and
+    //    the fragments stay as they are (a re-submission bills nothing, not even a minimum).
+    let carried: CarriedFragments = if mine.usage.is_empty() {
+        CarriedFragments::new()
+    } else {
+        fragment_balances(t, tenant)?
+            .into_iter()
+            .map(|((sku, meter), q)| {
+                (
+                    FragmentKey {
+                        tenant: tenant.to_string(),
+                        sku,
+                        meter,
+                    },
+                    q,
+                )
+            })
+            .collect()
+    };
+    let rated = if mine.usage.is_empty() {
+        None
+    } else {
+        rate(&mine, book, Some((from, to)), &carried)?
+            .invoices
+            .into_iter()
+            .find(|i| i.tenant == tenant)
+    };
+    let mut inv = match rated {
         Some(i) => i,
-        // Nothing left to rate (all of it billed before): an invoice of no lines.
+        // Nothing left to rate: an invoice of no lines.
         None => {
             let mut i = plain.clone();
             i.lines.clear();
@@ -574,32 +711,60 @@ fn finalize_tenant(
             i
         }
     };
-    for (name, window, k) in &left_out {
+    for (name, window) in &left_out {
         inv.warnings.push(format!(
-            "usage of source {name} in the window starting {window} was billed before \
-             (finalization {}…) and is not billed again",
-            k.get(..21).unwrap_or(k)
+            "usage of source {name} in the window starting {window} was billed before and is \
+             not billed again"
         ));
     }
 
-    // 3. Reservations whose span holds the period: their fee is a line.
+    // 3. Reservations whose span holds the period: their fee is a line, once per period.
     let mut reserved = Vec::new();
     for r in reservations(t, tenant)? {
         let (rf, rt) = (parse_time(&r.from)?, parse_time(&r.to)?);
-        if rf <= from && to <= rt {
-            let mut fee = r.fee;
-            fee.rescale(scale);
-            inv.lines.push(Line {
-                kind: LineKind::Reservation,
-                sku: Some(r.sku.clone()),
-                meter: Some(r.meter),
-                unit_price: Some(fee),
-                pricing_unit: Some(r.unit.clone()),
-                quantity_in_pricing_unit: Some(r.capacity.to_string()),
-                ..Line::minimum(fee)
-            });
-            reserved.push(r);
+        if !(rf <= from && to <= rt) {
+            if rf < to && from < rt {
+                inv.warnings.push(format!(
+                    "reservation {} ({} to {}) covers only part of the period: its fee and \
+                     unused capacity are billed for periods inside its span",
+                    r.reservation, r.from, r.to
+                ));
+            }
+            continue;
         }
+        if let Some((a, b)) = reservation_periods(t, &r.reservation)?
+            .into_iter()
+            .find(|&(a, b)| a < to && from < b)
+        {
+            inv.warnings.push(format!(
+                "reservation {} was billed for {} to {} already, which overlaps this period: its \
+                 fee is not billed again",
+                r.reservation,
+                rfc3339(a),
+                rfc3339(b)
+            ));
+            continue;
+        }
+        if r.fee.scale() > scale {
+            return Err(refused(format!(
+                "reservation {}: its fee {} has more decimals than {} has ({scale})",
+                r.reservation,
+                r.fee,
+                currency.code()
+            )));
+        }
+        let mut fee = r.fee;
+        fee.rescale(scale);
+        inv.lines.push(Line {
+            kind: LineKind::Reservation,
+            sku: Some(r.sku.clone()),
+            meter: Some(r.meter),
+            unit_price: Some(fee),
+            pricing_unit: Some(r.unit.clone()),
+            quantity_in_pricing_unit: Some(r.capacity.to_string()),
+            ..Line::minimum(fee)
+        });
+        reserved.push(r);
     }
     let subtotal_minor = minor(inv.lines.iter().map(|l| l.amount), scale)?;
 
@@ -707,7 +872,15 @@ fn finalize_tenant(
             })
             .map(|l| l.quantity.map_or(0, |q| q.0))
             .sum();
-        let unused = capacity.saturating_sub(measured);
+        // The carried-in fragment was measured in an earlier period.
+        let carried_in: u128 = inv
+            .extensions
+            .fragments_in
+            .iter()
+            .filter(|f| f.sku == r.sku && f.meter == r.meter)
+            .map(|f| f.quantity.0)
+            .sum();
+        let unused = capacity.saturating_sub(measured.saturating_sub(carried_in));
         if unused == 0 {
             continue;
         }
@@ -760,6 +933,10 @@ fn finalize_tenant(
         memo: serde_json::json!({
             "invoice": memo_invoice,
             "billed": billed,
+            "reservations": reserved
+                .iter()
+                .map(|r| (r.reservation.clone(), rfc3339(from), rfc3339(to)))
+                .collect::<Vec<_>>(),
         }),
     };
     let stored = t.append(tx)?;
@@ -823,8 +1000,16 @@ fn burn(
         if covered == 0 {
             continue;
         }
-        let credits = credits_for(covered, g.grant.rate, scale, remaining)
-            .ok_or_else(|| refused(format!("grant {}: its rate is not positive", g.grant.grant)))?;
+        let credits = credits_for(covered, g.grant.rate, scale, remaining).ok_or_else(|| {
+            refused(format!(
+                "grant {}: {covered} minor units at a rate of {} cannot be expressed in credits",
+                g.grant.grant, g.grant.rate
+            ))
+        })?;
+        if credits.is_zero() {
+            // Worth less than one credit at 9 decimals: a burn of nothing pays nothing.
+            continue;
+        }
         remaining -= credits;
         burned += credits;
         *rest -= covered;

@@ -77,14 +77,26 @@ pub struct Posting {
 }
 
 impl Posting {
-    /// A posting.
+    /// A posting. A zero amount is stored without a sign (`0.00`, never `-0.00`), so its text
+    /// reads back as the same decimal and hashes the same ([`canonical_amount`]).
     pub fn new(account: impl Into<String>, commodity: impl Into<String>, amount: Decimal) -> Self {
         Posting {
             account: account.into(),
             commodity: commodity.into(),
-            amount,
+            amount: canonical_amount(amount),
         }
     }
+}
+
+/// `amount` with a zero's sign cleared: `-0.00` becomes `0.00` (the scale is kept). Decimal
+/// text `-0.00` parses back as an unsigned zero, so a negative zero would hash differently
+/// once stored and read: every ledger applies this before hashing and storing.
+pub fn canonical_amount(amount: Decimal) -> Decimal {
+    let mut a = amount;
+    if a.is_zero() {
+        a.set_sign_positive(true);
+    }
+    a
 }
 
 /// A transaction to append.
@@ -106,6 +118,14 @@ pub struct NewTransaction {
 }
 
 impl NewTransaction {
+    /// Clears the sign of every zero amount ([`canonical_amount`]); ledgers call it before
+    /// hashing and storing a transaction.
+    pub fn canonicalize(&mut self) {
+        for p in &mut self.postings {
+            p.amount = canonical_amount(p.amount);
+        }
+    }
+
     /// Refuses postings that do not sum to zero per commodity.
     ///
     /// # Errors

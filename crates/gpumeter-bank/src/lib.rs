@@ -19,8 +19,8 @@ pub use bank::{
 };
 pub use grants::{Grant, GrantKind, Reservation};
 pub use ledger::{
-    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction,
-    CREDITS,
+    canonical_amount, chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting,
+    StoredTransaction, CREDITS,
 };
 pub use memory::MemoryLedger;
 pub use sqlite::SqliteLedger;

@@ -49,10 +49,11 @@ impl LedgerTx for State {
         Ok(self.transactions.iter().find(|t| t.tx.key == key).cloned())
     }
 
-    fn append(&mut self, tx: NewTransaction) -> Result<Appended, BankError> {
+    fn append(&mut self, mut tx: NewTransaction) -> Result<Appended, BankError> {
         if let Some(t) = self.find(&tx.key)? {
             return Ok(Appended::AlreadyApplied(t));
         }
+        tx.canonicalize();
         tx.check_balanced()?;
         let prev_hash = self
             .transactions

@@ -527,10 +527,11 @@ impl LedgerTx for SqliteTx<'_> {
         Ok(self.load("key = ?1", Some(key))?.into_iter().next())
     }
 
-    fn append(&mut self, tx: NewTransaction) -> Result<Appended, BankError> {
+    fn append(&mut self, mut tx: NewTransaction) -> Result<Appended, BankError> {
         if let Some(t) = self.find(&tx.key)? {
             return Ok(Appended::AlreadyApplied(t));
         }
+        tx.canonicalize();
         tx.check_balanced()?;
         let last: Option<(i64, String)> = self
             .conn

@@ -211,9 +211,11 @@ pub fn worked_example<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
     let bal = balance(bank, "acme", t("2027-02-01T00:00:00Z"))?;
     assert!(bal.fragments.is_empty());
     assert_eq!(bal.receivable.get("USD"), Some(&d("0.85")));
-    // Credits: granted 50 + 15 + 2.5 + 2.8 = burned 30 + 2.5 + 20 + expired 15 + left 2.8.
+    // January's unused capacity: 5000 − 1700 launches measured in January (the 500 carried in
+    // were measured in December) = 3.3 credits.
+    // Credits: granted 50 + 15 + 2.5 + 3.3 = burned 30 + 2.5 + 20 + expired 15 + left 3.3.
     let left: Decimal = bal.credits.iter().map(|c| c.remaining).sum();
-    assert_eq!(left, d("2.8"));
+    assert_eq!(left, d("3.3"));
     let breakage = bank.atomically(false, |t| {
         t.balance(gpumeter_bank::accounts::BREAKAGE, CREDITS)
     })?;
@@ -406,4 +408,294 @@ mod properties {
             let _ = rfc3339(0);
         }
     }
+}
+
+// --- Regressions of the review (issue 11) --------------------------------------------------------
+
+fn book_in(currency: &str, version: &str, extra: &str) -> PriceBook {
+    PriceBook::from_toml_str(
+        "b.toml",
+        &format!(
+            "schema = \"gpumeter.pricebook/v1\"\nversion = \"{version}\"\ncurrency = \"{currency}\"\n{extra}\n\
+             [[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n\
+             [[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1K\"\nunit_price = \"0.50\"\nincrement = \"1\"\n"
+        ),
+    )
+    .expect("a book")
+}
+
+fn report_of(rows: &[(&str, &str, u128)], source: &str) -> UsageReport {
+    let mut r = usage(rows[0].0, rows[0].1, rows[0].2);
+    r.sources[0].name = format!("{source}.json");
+    r.sources[0].sha256 = hex_of(source);
+    r.usage = rows
+        .iter()
+        .map(|&(tenant, window, q)| UsageRow {
+            tenant: tenant.into(),
+            device: 0,
+            device_key: "GPU-0".into(),
+            window_start: window.into(),
+            meter: MeterKind::KernelLaunches,
+            quantity: Quantity(q),
+        })
+        .collect();
+    r.seal().expect("seal");
+    r
+}
+
+fn hex_of(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for b in s.bytes().chain(std::iter::repeat(0)).take(32) {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+fn hour(h: u32) -> String {
+    format!("2026-12-01T{h:02}:00:00Z")
+}
+
+#[test]
+fn zero_amounts_store_and_verify_on_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut bank = gpumeter_bank::SqliteLedger::open(&dir.path().join("b.db")).expect("open");
+    let b = book();
+    // 500 launches: below one increment, a 0.00 invoice (its revenue posting was −0.00,
+    // stored as text that reads back unsigned, so the chain hash broke).
+    let zero = Some((t(&hour(0)), t(&hour(1))));
+    let f = finalize(&mut bank, &usage("beta", &hour(0), 500), &b, zero, true).expect("0.00");
+    assert_eq!(f.document.invoices[0].subtotal, d("0.00"));
+    // 2001 launches leave a fragment of 1 launch, which closes at 0.00.
+    finalize(&mut bank, &usage("acme", &hour(0), 2001), &b, zero, true).expect("finalize");
+    close(&mut bank, "acme", &b, t(&hour(2))).expect("close a 1-launch fragment: 0.00");
+    drop(bank);
+    let mut again = gpumeter_bank::SqliteLedger::open(&dir.path().join("b.db")).expect("reopen");
+    again
+        .atomically(false, |t| gpumeter_bank::verify(t))
+        .expect("an untouched ledger verifies");
+}
+
+#[test]
+fn a_narrower_period_marks_only_its_own_windows_billed() {
+    let mut bank = MemoryLedger::new();
+    let b = book();
+    let u = report_of(
+        &[("acme", &hour(0), 3000), ("acme", &hour(1), 4000)],
+        "two-hours",
+    );
+    finalize(&mut bank, &u, &b, Some((t(&hour(0)), t(&hour(1)))), true).expect("first hour");
+    let f = finalize(&mut bank, &u, &b, Some((t(&hour(1)), t(&hour(2)))), true).expect("second");
+    assert_eq!(
+        f.document.invoices[0].subtotal,
+        d("2.00"),
+        "{:?}",
+        f.document.invoices[0]
+    );
+}
+
+#[test]
+fn a_window_some_of_whose_sources_were_billed_before_is_refused_not_dropped() {
+    let mut bank = MemoryLedger::new();
+    let b = book();
+    let a = report_of(&[("acme", &hour(0), 1000)], "a");
+    finalize(&mut bank, &a, &b, None, true).expect("a");
+    let mut both = report_of(&[("acme", &hour(0), 4000)], "a");
+    both.sources.push(gpumeter_core::SourceEntry {
+        name: "b.json".into(),
+        format: "kineto".into(),
+        sha256: hex_of("b"),
+    });
+    both.seal().expect("seal");
+    let err = finalize(&mut bank, &both, &b, None, true).expect_err("mixed sources");
+    assert!(
+        err.to_string()
+            .contains("finalize a report of the new sources alone"),
+        "{err}"
+    );
+    // The new source alone is billed.
+    let only_b = report_of(&[("acme", &hour(0), 3000)], "b");
+    let f = finalize(&mut bank, &only_b, &b, None, true).expect("b");
+    assert_eq!(f.document.invoices[0].subtotal, d("1.50"));
+}
+
+#[test]
+fn the_same_usage_under_another_book_charges_nothing_not_even_a_minimum() {
+    let mut bank = MemoryLedger::new();
+    let u = usage("acme", &hour(0), 1500);
+    let first = finalize(
+        &mut bank,
+        &u,
+        &book_in("USD", "m1", "invoice_minimum = \"0.50\""),
+        None,
+        true,
+    )
+    .expect("first");
+    assert_eq!(first.document.invoices[0].total, d("0.50"));
+    let again = finalize(
+        &mut bank,
+        &u,
+        &book_in("USD", "m2", "invoice_minimum = \"0.50\""),
+        None,
+        true,
+    )
+    .expect("again");
+    assert_eq!(again.outcomes, vec![Outcome::Applied]);
+    assert_eq!(again.document.invoices[0].total, d("0"));
+    assert!(again.document.invoices[0].lines.is_empty());
+    let bal = balance(&mut bank, "acme", t("2027-01-01T00:00:00Z")).expect("balance");
+    assert_eq!(bal.receivable.get("USD"), Some(&d("0.50")));
+    assert_eq!(
+        bal.fragments[0].quantity,
+        Quantity(500),
+        "the fragment stays"
+    );
+}
+
+fn reservation(tenant: &str, fee: &str, expiry: Option<&str>) -> ReserveRequest {
+    ReserveRequest {
+        terms: Reservation {
+            reservation: String::new(),
+            tenant: tenant.into(),
+            sku: "h100".into(),
+            meter: MeterKind::KernelLaunches,
+            capacity: d("5"),
+            unit: "1K".into(),
+            fee: d(fee),
+            rate: d("0.10"),
+            from: "2026-12-01T00:00:00Z".into(),
+            to: "2027-02-01T00:00:00Z".into(),
+            credit_expiry: expiry.map(str::to_string),
+        },
+        at: t("2026-11-01T00:00:00Z"),
+    }
+}
+
+#[test]
+fn a_reservation_is_billed_once_per_period_and_without_usage_too() {
+    let mut bank = MemoryLedger::new();
+    reserve(&mut bank, &reservation("acme", "2.00", None)).expect("reserve");
+    let dec = Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
+    // A report of another tenant: acme still owes its fee.
+    let f = finalize(
+        &mut bank,
+        &usage("beta", &hour(0), 1000),
+        &book(),
+        dec,
+        true,
+    )
+    .expect("beta");
+    let acme = f
+        .document
+        .invoices
+        .iter()
+        .find(|i| i.tenant == "acme")
+        .expect("acme's invoice");
+    assert_eq!(acme.subtotal, d("2.00"));
+    // The same period under another book: no second fee, no second conversion.
+    let g = finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 1000),
+        &book_in("USD", "v2", ""),
+        dec,
+        true,
+    )
+    .expect("again");
+    let acme = g
+        .document
+        .invoices
+        .iter()
+        .find(|i| i.tenant == "acme")
+        .expect("acme");
+    assert!(
+        acme.lines.iter().all(|l| l.kind != LineKind::Reservation),
+        "{acme:?}"
+    );
+    assert!(
+        acme.warnings.iter().any(|w| w.contains("billed for")),
+        "{:?}",
+        acme.warnings
+    );
+    let grants = bank
+        .atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
+        .expect("grants");
+    assert_eq!(grants.len(), 1, "one conversion for the period");
+}
+
+#[test]
+fn a_fee_finer_than_the_currency_is_refused_not_rounded() {
+    let mut bank = MemoryLedger::new();
+    reserve(&mut bank, &reservation("acme", "2.005", None)).expect("reserve");
+    let dec = Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
+    let err = finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 1000),
+        &book(),
+        dec,
+        true,
+    )
+    .expect_err("2.005 USD");
+    assert!(err.to_string().contains("more decimals than USD"), "{err}");
+}
+
+#[test]
+fn a_bank_bills_in_one_currency() {
+    let mut bank = MemoryLedger::new();
+    finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 1000),
+        &book(),
+        None,
+        true,
+    )
+    .expect("USD");
+    let err = finalize(
+        &mut bank,
+        &usage("acme", &hour(1), 1000),
+        &book_in("JPY", "j", ""),
+        None,
+        true,
+    )
+    .expect_err("JPY");
+    assert!(err.to_string().contains("this bank bills in USD"), "{err}");
+}
+
+#[test]
+fn credits_worth_less_than_a_nano_credit_per_cent_pay_nothing() {
+    let mut bank = MemoryLedger::new();
+    let mut req = grant_req("acme", "0.000000001", 0, GrantKind::Purchased, None, "tiny");
+    req.rate = d("30000000");
+    grant(&mut bank, &req).expect("grant");
+    let f = finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 1000),
+        &book(),
+        None,
+        true,
+    )
+    .expect("fin");
+    let inv = &f.document.invoices[0];
+    for c in &inv.credits_applied {
+        assert!(
+            c.credits > Decimal::ZERO,
+            "a burn of 0 credits paid {}",
+            c.amount
+        );
+    }
+}
+
+#[test]
+fn grants_and_reservations_refuse_terms_the_bank_cannot_keep() {
+    let mut bank = MemoryLedger::new();
+    let mut req = grant_req("acme", "1", 0, GrantKind::Purchased, None, "r");
+    req.rate = d("0.0000000001");
+    assert!(grant(&mut bank, &req).is_err(), "10 decimals of rate");
+    let req = grant_req("acme", "0.0000000001", 0, GrantKind::Purchased, None, "c");
+    assert!(grant(&mut bank, &req).is_err(), "10 decimals of credits");
+    let err = reserve(
+        &mut bank,
+        &reservation("acme", "2.00", Some("2020-01-01T00:00:00Z")),
+    )
+    .expect_err("credits expiring before the reservation ends");
+    assert!(err.to_string().contains("--credit-expiry"), "{err}");
 }

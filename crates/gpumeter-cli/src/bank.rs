@@ -318,6 +318,12 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
         }
         BankCommand::Expire { bank, at } => {
             let at = time("--at", &at)?;
+            if at > now() {
+                return Err(usage_error(format!(
+                    "--at {}: in the future; expiring credits still in force would lose them",
+                    rfc3339(at)
+                )));
+            }
             let mut ledger = open_existing(&bank.bank)?;
             let moved = gpumeter::bank::expire(&mut ledger, at).map_err(bank_err)?;
             let mut out = String::new();
@@ -417,7 +423,10 @@ fn grant(a: GrantArgs) -> Result<String, Failure> {
         at,
     };
     let mut ledger = open(&a.bank.bank)?;
-    let (g, new) = gpumeter::bank::grant(&mut ledger, &req).map_err(bank_err)?;
+    let (g, new) = gpumeter::bank::grant(&mut ledger, &req).map_err(|e| match e {
+        gpumeter::bank::BankError::Refused(m) => usage_error(m),
+        e => bank_err(e),
+    })?;
     let what = format!(
         "{}: {} credits at {} each for tenant {} ({}, priority {}, from {}, expires {})",
         g.grant,

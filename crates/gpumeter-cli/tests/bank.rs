@@ -599,7 +599,7 @@ fn refused_everywhere(file: &Path, reason: &str) {
             "--bank",
             s(file),
             "--at",
-            "2027-01-01T00:00:00Z",
+            "2026-01-01T00:00:00Z",
         ],
         vec!["preview", s(trace), "--prices", s(&book), "--bank", s(file)],
         vec![
@@ -677,19 +677,51 @@ fn reading_commands_refuse_a_missing_bank_and_create_nothing() {
         vec!["bank", "verify", "--bank", t],
         vec!["bank", "balance", "--bank", t, "--tenant", "acme"],
         vec!["bank", "history", "--bank", t],
-        vec!["bank", "expire", "--bank", t, "--at", "2027-01-01T00:00:00Z"],
-        vec!["bank", "close", "--bank", t, "--tenant", "acme", "--prices", s(&book)],
+        vec![
+            "bank",
+            "expire",
+            "--bank",
+            t,
+            "--at",
+            "2026-01-01T00:00:00Z",
+        ],
+        vec![
+            "bank",
+            "close",
+            "--bank",
+            t,
+            "--tenant",
+            "acme",
+            "--prices",
+            s(&book),
+        ],
         vec!["preview", s(&trace), "--prices", s(&book), "--bank", t],
     ];
     for args in commands {
         let o = gpumeter(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
         assert!(stderr(&o).contains("bnak.db"), "{args:?}: {}", stderr(&o));
-        assert!(stderr(&o).contains("there is no bank here"), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("there is no bank here"),
+            "{}",
+            stderr(&o)
+        );
         assert!(!typo.exists(), "{args:?} created {t}");
     }
     // A grant creates it.
-    grant(&typo, &["--tenant", "acme", "--credits", "1", "--rate", "1", "--key", "k"]);
+    grant(
+        &typo,
+        &[
+            "--tenant",
+            "acme",
+            "--credits",
+            "1",
+            "--rate",
+            "1",
+            "--key",
+            "k",
+        ],
+    );
     assert!(typo.exists());
     verify_ok(&typo);
 }
@@ -1202,4 +1234,38 @@ fn expire_moves_what_expired_to_breakage_and_close_bills_the_fragment_once() {
     assert!(out.contains("no fragments to bill"), "closing twice: {out}");
     assert_eq!(history(&bank).len(), n);
     verify_ok(&bank);
+}
+
+/// `bank expire --at` in the future would destroy credits still in force: a bad command line.
+#[test]
+fn expiring_in_the_future_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let b = dir.path().join("b.db");
+    grant(
+        &b,
+        &[
+            "--tenant",
+            "acme",
+            "--credits",
+            "5",
+            "--rate",
+            "1",
+            "--key",
+            "k",
+            "--expires",
+            "2499-01-01T00:00:00Z",
+        ],
+    );
+    let o = gpumeter(&[
+        "bank",
+        "expire",
+        "--bank",
+        s(&b),
+        "--at",
+        "2499-01-01T00:00:00Z",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("in the future"), "{}", stderr(&o));
+    let bal = balance(&b, "acme", "2498-01-01T00:00:00Z");
+    assert_eq!(bal["credits"][0]["remaining"], "5");
 }
