@@ -81,7 +81,7 @@ pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bo
         return Err(refused("--expires must be after --from".to_string()));
     }
     let most = crate::grants::CREDIT_DECIMALS;
-    if req.credits.scale() > most || req.rate.scale() > most {
+    if req.credits.normalize().scale() > most || req.rate.normalize().scale() > most {
         return Err(refused(format!(
             "--credits {} --rate {}: the bank keeps credits and rates to {most} decimals",
             req.credits, req.rate
@@ -112,6 +112,7 @@ pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bo
         kind: req.kind,
         skus: req.skus.clone(),
         meters: req.meters.clone(),
+        reservation: None,
     };
     let tx = NewTransaction {
         key,
@@ -188,7 +189,7 @@ pub fn reserve<L: Ledger>(
             )));
         }
     }
-    if r.rate.scale() > crate::grants::CREDIT_DECIMALS {
+    if r.rate.normalize().scale() > crate::grants::CREDIT_DECIMALS {
         return Err(refused(format!(
             "--rate {}: the bank keeps rates to {} decimals",
             r.rate,
@@ -211,7 +212,19 @@ pub fn reserve<L: Ledger>(
         postings: vec![],
         memo: serde_json::to_value(&terms).map_err(|e| refused(e.to_string()))?,
     };
-    let applied = ledger.atomically(true, |t| t.append(tx))?;
+    let applied = ledger.atomically(true, |t| {
+        if let Some((code, _)) = bank_currency(t)? {
+            let scale = gpumeter_rating::Currency::from_code(&code).map_or(0, |c| c.scale());
+            if terms.fee.normalize().scale() > scale {
+                return Err(refused(format!(
+                    "--fee {}: finer than {code}'s minor unit ({scale} decimals), the bank's \
+                     currency",
+                    terms.fee
+                )));
+            }
+        }
+        t.append(tx)
+    })?;
     Ok((terms, matches!(applied, Appended::Applied(_))))
 }
 
@@ -476,16 +489,25 @@ pub fn finalize<L: Ledger>(
         check_currency(t, book)?;
         let mut tenants: Vec<Invoice> = plain.invoices.clone();
         // Tenants with a reservation whose span holds the period owe its fee even without
-        // usage in this report (the period must be known: given, or the report's).
-        if let Some(first) = plain.invoices.first() {
-            let (from, to) = (
+        // usage in this report (the period must be known: given, or the report's), unless the
+        // fee of that period was billed already.
+        let known = match (plain.invoices.first(), period) {
+            (Some(first), _) => Some((
+                first.clone(),
                 parse_time(&first.period.from)?,
                 parse_time(&first.period.to)?,
-            );
+            )),
+            (None, Some((from, to))) => Some((empty_invoice(usage, book, (from, to))?, from, to)),
+            (None, None) => None,
+        };
+        if let Some((template, from, to)) = known {
             for r in all_reservations(t)? {
                 let holds = parse_time(&r.from)? <= from && to <= parse_time(&r.to)?;
-                if holds && !tenants.iter().any(|i| i.tenant == r.tenant) {
-                    let mut empty = first.clone();
+                let billed = reservation_periods(t, &r.reservation)?
+                    .into_iter()
+                    .any(|(a, b)| a < to && from < b);
+                if holds && !billed && !tenants.iter().any(|i| i.tenant == r.tenant) {
+                    let mut empty = template.clone();
                     empty.tenant = r.tenant.clone();
                     empty.lines.clear();
                     empty.unpriced.clear();
@@ -510,7 +532,7 @@ pub fn finalize<L: Ledger>(
                 outcomes.push(Outcome::AlreadyFinalized);
                 continue;
             }
-            let inv = finalize_tenant(t, usage, book, inv, &key, commit)?;
+            let inv = finalize_tenant(t, usage, book, inv, &key, commit, period.is_none())?;
             invoices.push(inv);
             outcomes.push(Outcome::Applied);
         }
@@ -525,24 +547,72 @@ pub fn finalize<L: Ledger>(
 /// first finalization or close fixes it; a book of another currency is refused.
 fn check_currency(t: &dyn LedgerTx, book: &PriceBook) -> Result<(), BankError> {
     let code = book.currency().code();
+    match bank_currency(t)? {
+        Some((used, seq)) if used != code => Err(refused(format!(
+            "{}: the price book bills in {code}, but this bank bills in {used} (fixed by \
+             transaction {seq}): grants and reservations are valued in the bank's currency",
+            book.name()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The bank's currency and the transaction that fixed it (the first finalization or close),
+/// `None` for a bank that has billed nothing yet.
+///
+/// # Errors
+/// [`BankError::Storage`].
+pub fn bank_currency(t: &dyn LedgerTx) -> Result<Option<(String, u64)>, BankError> {
     for tx in t.transactions(None)? {
         let used = match tx.tx.kind.as_str() {
-            "finalize" => tx.tx.memo["invoice"]["currency"]
-                .as_str()
-                .map(str::to_string),
-            "close" => tx.tx.memo["currency"].as_str().map(str::to_string),
+            "finalize" => tx.tx.memo["invoice"]["currency"].as_str(),
+            "close" => tx.tx.memo["currency"].as_str(),
             _ => None,
         };
-        if let Some(used) = used.filter(|u| u != code) {
-            return Err(refused(format!(
-                "{}: the price book bills in {code}, but this bank bills in {used} (transaction \
-                 {}): grants and reservations are valued in the bank's currency",
-                book.name(),
-                tx.seq
-            )));
+        if let Some(used) = used {
+            return Ok(Some((used.to_string(), tx.seq)));
         }
     }
-    Ok(())
+    Ok(None)
+}
+
+/// An invoice of no lines for `period`: the template of a tenant billed only a reservation
+/// fee when the report has no usage in the period.
+fn empty_invoice(
+    usage: &UsageReport,
+    book: &PriceBook,
+    (from, to): (u64, u64),
+) -> Result<Invoice, BankError> {
+    let currency = book.currency();
+    let zero = Decimal::new(0, currency.scale());
+    let usage_sha256 = if usage.sha256.is_empty() {
+        let v = serde_json::to_value(usage).map_err(|e| refused(e.to_string()))?;
+        gpumeter_core::document_sha256(&v, "sha256").map_err(|e| refused(e.to_string()))?
+    } else {
+        usage.sha256.clone()
+    };
+    Ok(Invoice {
+        tenant: String::new(),
+        currency: currency.code().to_string(),
+        period: gpumeter_rating::Period {
+            from: rfc3339(from),
+            to: rfc3339(to),
+        },
+        price_book: gpumeter_rating::PriceBookRef {
+            version: book.version().to_string(),
+            sha256: book.sha256().to_string(),
+        },
+        lines: vec![],
+        unpriced: vec![],
+        subtotal: zero,
+        credits_applied: vec![],
+        total: zero,
+        warnings: vec![],
+        usage_sha256,
+        ledger_head: None,
+        sha256: String::new(),
+        extensions: Default::default(),
+    })
 }
 
 /// Every reservation in the ledger, in ledger order.
@@ -615,6 +685,7 @@ fn finalize_tenant(
     plain: &Invoice,
     key: &str,
     commit: bool,
+    default_period: bool,
 ) -> Result<Invoice, BankError> {
     let tenant = plain.tenant.as_str();
     let from = parse_time(&plain.period.from)?;
@@ -720,6 +791,7 @@ fn finalize_tenant(
 
     // 3. Reservations whose span holds the period: their fee is a line, once per period.
     let mut reserved = Vec::new();
+    let mut clawbacks = Vec::new();
     for r in reservations(t, tenant)? {
         let (rf, rt) = (parse_time(&r.from)?, parse_time(&r.to)?);
         if !(rf <= from && to <= rt) {
@@ -743,15 +815,25 @@ fn finalize_tenant(
                 rfc3339(a),
                 rfc3339(b)
             ));
+            clawbacks.push(r);
             continue;
         }
-        if r.fee.scale() > scale {
-            return Err(refused(format!(
-                "reservation {}: its fee {} has more decimals than {} has ({scale})",
+        if r.fee.normalize().scale() > scale {
+            inv.warnings.push(format!(
+                "reservation {}: its fee {} is finer than {}'s minor unit, so it is not billed \
+                 (a fee is never rounded)",
                 r.reservation,
                 r.fee,
                 currency.code()
-            )));
+            ));
+            continue;
+        }
+        if default_period {
+            inv.warnings.push(format!(
+                "reservation {}: its fee is billed per invoice period, and this period is the \
+                 usage's span, not a billing period given with --from/--to",
+                r.reservation
+            ));
         }
         let mut fee = r.fee;
         fee.rescale(scale);
@@ -884,15 +966,7 @@ fn finalize_tenant(
         if unused == 0 {
             continue;
         }
-        // Credits = unused capacity in the pricing unit, to 9 decimals, rounded down.
-        let scaled = unused
-            .checked_mul(10u128.pow(crate::grants::CREDIT_DECIMALS))
-            .map(|n| n / unit.factor_num())
-            .and_then(|n| i128::try_from(n).ok())
-            .ok_or_else(|| refused("unused capacity exceeds a decimal"))?;
-        let credits = Decimal::try_from_i128_with_scale(scaled, crate::grants::CREDIT_DECIMALS)
-            .map_err(|_| refused("unused capacity exceeds a decimal"))?
-            .normalize();
+        let credits = credits_of(unused, &unit)?;
         if credits.is_zero() {
             continue;
         }
@@ -913,8 +987,62 @@ fn finalize_tenant(
             kind: GrantKind::Reservation,
             skus: vec![],
             meters: vec![],
+            reservation: Some(r.reservation.clone()),
         };
         conversions.push(g);
+    }
+
+    // 6b. A reservation already billed for an overlapping period converted capacity that this
+    //     usage (of the same period, in another report) consumed: take those credits back
+    //     from its conversion grants, in the tenant's favour (rounded down).
+    let mut clawed = Vec::new();
+    for r in &clawbacks {
+        let Some(unit) = PricingUnit::parse(&r.unit) else {
+            continue;
+        };
+        let carried_in: u128 = inv
+            .extensions
+            .fragments_in
+            .iter()
+            .filter(|f| f.sku == r.sku && f.meter == r.meter)
+            .map(|f| f.quantity.0)
+            .sum();
+        let measured: u128 = inv
+            .lines
+            .iter()
+            .filter(|l| {
+                l.kind == LineKind::Usage
+                    && l.sku.as_deref() == Some(r.sku.as_str())
+                    && l.meter == Some(r.meter)
+            })
+            .map(|l| l.quantity.map_or(0, |q| q.0))
+            .sum::<u128>()
+            .saturating_sub(carried_in);
+        let mut owed = credits_of(measured, &unit)?;
+        for g in grants(t, Some(tenant))? {
+            if owed.is_zero() {
+                break;
+            }
+            let converted_after_start = g.grant.reservation.as_deref() == Some(&r.reservation)
+                && parse_time(&g.grant.effective).is_ok_and(|e| e > from);
+            if !converted_after_start || g.remaining <= Decimal::ZERO {
+                continue;
+            }
+            let back = owed.min(g.remaining);
+            postings.push(Posting::new(
+                accounts::credits(tenant, &g.grant.grant),
+                CREDITS,
+                -back,
+            ));
+            postings.push(Posting::new(accounts::RESERVATIONS, CREDITS, back));
+            owed -= back;
+            clawed.push((g.grant.grant.clone(), back.to_string()));
+            inv.warnings.push(format!(
+                "{back} credits converted from reservation {} for capacity this usage consumed \
+                 are taken back from grant {}",
+                r.reservation, g.grant.grant
+            ));
+        }
     }
 
     // 7. One transaction for the invoice; conversions as grants after it.
@@ -937,6 +1065,7 @@ fn finalize_tenant(
                 .iter()
                 .map(|r| (r.reservation.clone(), rfc3339(from), rfc3339(to)))
                 .collect::<Vec<_>>(),
+            "clawed_back": clawed,
         }),
     };
     let stored = t.append(tx)?;
@@ -960,6 +1089,20 @@ fn finalize_tenant(
         inv.seal()?;
         Ok(inv)
     }
+}
+
+/// `quantity` canonical units as credits: the quantity in `unit`, to 9 decimals, rounded down.
+fn credits_of(quantity: u128, unit: &PricingUnit) -> Result<Decimal, BankError> {
+    let scaled = quantity
+        .checked_mul(10u128.pow(crate::grants::CREDIT_DECIMALS))
+        .map(|n| n / unit.factor_num())
+        .and_then(|n| i128::try_from(n).ok())
+        .ok_or_else(|| refused("a capacity exceeds a decimal"))?;
+    Ok(
+        Decimal::try_from_i128_with_scale(scaled, crate::grants::CREDIT_DECIMALS)
+            .map_err(|_| refused("a capacity exceeds a decimal"))?
+            .normalize(),
+    )
 }
 
 fn to_i128(q: u128) -> Result<i128, BankError> {
@@ -1063,6 +1206,7 @@ pub fn close<L: Ledger>(
 ) -> Result<Closed, BankError> {
     let currency = book.currency();
     ledger.atomically(true, |t| {
+        check_currency(t, book)?;
         let mut lines = Vec::new();
         let mut postings = Vec::new();
         let mut total = Decimal::ZERO;

@@ -74,6 +74,9 @@ pub struct Grant {
     /// Meters the credits may pay for; empty: every meter.
     #[serde(default)]
     pub meters: Vec<MeterKind>,
+    /// For credits converted from a reservation: its id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 impl Grant {

@@ -620,22 +620,108 @@ fn a_reservation_is_billed_once_per_period_and_without_usage_too() {
         .atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
         .expect("grants");
     assert_eq!(grants.len(), 1, "one conversion for the period");
+    // The first finalization converted all 5 (thousand) launches of capacity (acme had no usage
+    // in that report); the second report's 1000 launches of the same period take 1 credit back.
+    assert_eq!(grants[0].remaining, d("4"));
+    assert!(
+        acme.warnings.iter().any(|w| w.contains("taken back")),
+        "{:?}",
+        acme.warnings
+    );
 }
 
 #[test]
-fn a_fee_finer_than_the_currency_is_refused_not_rounded() {
+fn a_report_without_usage_in_a_given_period_still_bills_the_reservation_fee() {
     let mut bank = MemoryLedger::new();
-    reserve(&mut bank, &reservation("acme", "2.005", None)).expect("reserve");
+    reserve(&mut bank, &reservation("acme", "2.00", None)).expect("reserve");
+    // Usage only outside the period.
+    let u = usage("beta", "2026-11-30T00:00:00Z", 1000);
+    let jan = Some((t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z")));
+    let f = finalize(&mut bank, &u, &book(), jan, true).expect("finalize");
+    let acme = f
+        .document
+        .invoices
+        .iter()
+        .find(|i| i.tenant == "acme")
+        .expect("acme");
+    assert_eq!(acme.subtotal, d("2.00"));
+    // Again for the same period: nothing new (no second fee, no empty invoice).
+    let g = finalize(
+        &mut bank,
+        &usage("beta", "2026-11-30T01:00:00Z", 1000),
+        &book(),
+        jan,
+        true,
+    )
+    .expect("again");
+    assert!(
+        g.document.invoices.iter().all(|i| i.tenant != "acme"),
+        "{:?}",
+        g.document
+    );
+}
+
+#[test]
+fn close_with_a_book_of_another_currency_is_refused() {
+    let mut bank = MemoryLedger::new();
+    finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 2500),
+        &book(),
+        None,
+        true,
+    )
+    .expect("USD");
+    let err = close(&mut bank, "acme", &book_in("JPY", "j", ""), t(&hour(3))).expect_err("JPY");
+    assert!(err.to_string().contains("this bank bills in USD"), "{err}");
+    // The bank still finalizes in USD.
+    finalize(
+        &mut bank,
+        &usage("acme", &hour(1), 1000),
+        &book(),
+        None,
+        true,
+    )
+    .expect("USD again");
+}
+
+#[test]
+fn decimals_are_counted_on_the_value_not_as_written() {
+    let mut bank = MemoryLedger::new();
+    let req = grant_req("acme", "1.0000000000", 0, GrantKind::Purchased, None, "z");
+    grant(&mut bank, &req).expect("1.0000000000 is 1");
+}
+
+#[test]
+fn a_fee_finer_than_the_currency_is_never_rounded() {
+    let mut bank = MemoryLedger::new();
+    reserve(&mut bank, &reservation("acme", "2.005", None)).expect("no currency known yet");
     let dec = Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
-    let err = finalize(
+    // Finalizing bills the usage, not the fee, and says why (other tenants are not blocked).
+    let f = finalize(
         &mut bank,
         &usage("acme", &hour(0), 1000),
         &book(),
         dec,
         true,
     )
-    .expect_err("2.005 USD");
-    assert!(err.to_string().contains("more decimals than USD"), "{err}");
+    .expect("fin");
+    let inv = &f.document.invoices[0];
+    assert!(inv.lines.iter().all(|l| l.kind != LineKind::Reservation));
+    assert!(
+        inv.warnings.iter().any(|w| w.contains("never rounded")),
+        "{:?}",
+        inv.warnings
+    );
+    // Once the bank's currency is known, such a reservation is refused when it is made.
+    let mut r = reservation("beta", "2.005", None);
+    r.terms.from = "2027-01-01T00:00:00Z".into();
+    let err = reserve(&mut bank, &r).expect_err("2.005 USD");
+    assert!(err.to_string().contains("finer than USD"), "{err}");
+    // A fee of 2.000 is 2 cents-exact, whatever is written.
+    let mut r = reservation("beta", "2.000", None);
+    r.terms.from = "2027-01-01T00:00:00Z".into();
+    reserve(&mut bank, &r).expect("2.000 USD");
 }
 
 #[test]
