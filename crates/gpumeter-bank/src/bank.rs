@@ -944,25 +944,7 @@ fn finalize_tenant(
         let unit = PricingUnit::parse(&r.unit)
             .ok_or_else(|| refused(format!("reservation {}: unit {}", r.reservation, r.unit)))?;
         let capacity = unit.to_canonical(r.capacity).unwrap_or(0);
-        let measured: u128 = inv
-            .lines
-            .iter()
-            .filter(|l| {
-                l.kind == LineKind::Usage
-                    && l.sku.as_deref() == Some(r.sku.as_str())
-                    && l.meter == Some(r.meter)
-            })
-            .map(|l| l.quantity.map_or(0, |q| q.0))
-            .sum();
-        // The carried-in fragment was measured in an earlier period.
-        let carried_in: u128 = inv
-            .extensions
-            .fragments_in
-            .iter()
-            .filter(|f| f.sku == r.sku && f.meter == r.meter)
-            .map(|f| f.quantity.0)
-            .sum();
-        let unused = capacity.saturating_sub(measured.saturating_sub(carried_in));
+        let unused = capacity.saturating_sub(measured_in(&inv, r));
         if unused == 0 {
             continue;
         }
@@ -1000,25 +982,7 @@ fn finalize_tenant(
         let Some(unit) = PricingUnit::parse(&r.unit) else {
             continue;
         };
-        let carried_in: u128 = inv
-            .extensions
-            .fragments_in
-            .iter()
-            .filter(|f| f.sku == r.sku && f.meter == r.meter)
-            .map(|f| f.quantity.0)
-            .sum();
-        let measured: u128 = inv
-            .lines
-            .iter()
-            .filter(|l| {
-                l.kind == LineKind::Usage
-                    && l.sku.as_deref() == Some(r.sku.as_str())
-                    && l.meter == Some(r.meter)
-            })
-            .map(|l| l.quantity.map_or(0, |q| q.0))
-            .sum::<u128>()
-            .saturating_sub(carried_in);
-        let mut owed = credits_of(measured, &unit)?;
+        let mut owed = credits_of(measured_in(&inv, r), &unit)?;
         for g in grants(t, Some(tenant))? {
             if owed.is_zero() {
                 break;
@@ -1089,6 +1053,30 @@ fn finalize_tenant(
         inv.seal()?;
         Ok(inv)
     }
+}
+
+/// The usage of a reservation's SKU and meter measured in this invoice's period, canonical
+/// units: its usage lines' quantities less the carried-in fragment (measured in an earlier
+/// period).
+fn measured_in(inv: &Invoice, r: &Reservation) -> u128 {
+    let lines: u128 = inv
+        .lines
+        .iter()
+        .filter(|l| {
+            l.kind == LineKind::Usage
+                && l.sku.as_deref() == Some(r.sku.as_str())
+                && l.meter == Some(r.meter)
+        })
+        .map(|l| l.quantity.map_or(0, |q| q.0))
+        .sum();
+    let carried_in: u128 = inv
+        .extensions
+        .fragments_in
+        .iter()
+        .filter(|f| f.sku == r.sku && f.meter == r.meter)
+        .map(|f| f.quantity.0)
+        .sum();
+    lines.saturating_sub(carried_in)
 }
 
 /// `quantity` canonical units as credits: the quantity in `unit`, to 9 decimals, rounded down.

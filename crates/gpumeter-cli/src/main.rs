@@ -449,12 +449,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
             render,
             bank,
         } => {
-            let period = period(from, to)?;
-            // The command line is checked whole before any file is read: a bad one is exit 2
-            // whatever the files hold.
-            let options = usage.options()?;
-            let book = gpumeter::load_price_book(&prices)?;
-            let report = usage.report(&options)?;
+            let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let invoices = match bank {
                 None => gpumeter::preview(&report, &book, period),
                 Some(path) => {
@@ -488,10 +483,7 @@ fn run(cli: Cli) -> Result<String, Failure> {
                     json,
                 },
         } => {
-            let period = period(from, to)?;
-            let options = usage.options()?;
-            let book = gpumeter::load_price_book(&prices)?;
-            let report = usage.report(&options)?;
+            let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let mut ledger = bank::open(&bank)?;
             let done = gpumeter::bill(&mut ledger, &report, &book, period, true)
                 .map_err(|e| period_failure(e, period))?;
@@ -531,6 +523,29 @@ fn run(cli: Cli) -> Result<String, Failure> {
             Ok(text_out(&text))
         }
     }
+}
+
+/// The period (ns, half-open; `None`: the usage's span), the price book and the usage report.
+type RatingInputs = (
+    Option<(u64, u64)>,
+    gpumeter::PriceBook,
+    gpumeter::UsageReport,
+);
+
+/// What `preview` and `invoice finalize` rate: the period, the price book and the usage
+/// report. The command line is checked whole before any file is read: a bad one is exit 2
+/// whatever the files hold.
+fn rating_inputs(
+    usage: &UsageArgs,
+    prices: &std::path::Path,
+    from: Option<String>,
+    to: Option<String>,
+) -> Result<RatingInputs, Failure> {
+    let period = period(from, to)?;
+    let options = usage.options()?;
+    let book = gpumeter::load_price_book(prices)?;
+    let report = usage.report(&options)?;
+    Ok((period, book, report))
 }
 
 /// `--from`/`--to` as a period in ns, both or neither (clap requires the pair); a bad time
