@@ -168,12 +168,18 @@ pub fn reserve<L: Ledger>(
             r.meter.canonical_unit()
         )));
     }
-    if unit.to_canonical(r.capacity).is_none() {
+    let Some(capacity) = unit.to_canonical(r.capacity) else {
         return Err(refused(format!(
             "--capacity {} {}: not a whole number of {}",
             r.capacity,
             r.unit,
             r.meter.canonical_unit()
+        )));
+    };
+    if credits_of(capacity, &unit).is_err() {
+        return Err(refused(format!(
+            "--capacity {} {}: too large for the bank to convert to credits",
+            r.capacity, r.unit
         )));
     }
     let (from, to) = (parse_time(&r.from)?, parse_time(&r.to)?);
@@ -505,7 +511,20 @@ pub fn finalize<L: Ledger>(
                 let holds = parse_time(&r.from)? <= from && to <= parse_time(&r.to)?;
                 let billed = reservation_periods(t, &r.reservation)?
                     .into_iter()
-                    .any(|(a, b)| a < to && from < b);
+                    .any(|(a, b, _)| a < to && from < b);
+                // A rerun returns the fee-only invoice finalized then.
+                let done = t
+                    .find(&format!(
+                        "finalize:{}",
+                        finalization_key(
+                            &r.tenant,
+                            (&template.period.from, &template.period.to),
+                            &template.usage_sha256,
+                            &template.price_book.sha256,
+                        )?
+                    ))?
+                    .is_some();
+                let billed = billed && !done;
                 if holds && !billed && !tenants.iter().any(|i| i.tenant == r.tenant) {
                     let mut empty = template.clone();
                     empty.tenant = r.tenant.clone();
@@ -631,18 +650,31 @@ fn all_reservations(t: &dyn LedgerTx) -> Result<Vec<Reservation>, BankError> {
 }
 
 /// Periods of `reservation` that earlier finalizations billed (its fee and conversion).
-fn reservation_periods(t: &dyn LedgerTx, reservation: &str) -> Result<Vec<(u64, u64)>, BankError> {
+fn reservation_periods(
+    t: &dyn LedgerTx,
+    reservation: &str,
+) -> Result<Vec<(u64, u64, Option<String>)>, BankError> {
     let mut out = Vec::new();
     for done in t.transactions(Some("finalize"))? {
-        let billed: Vec<(String, String, String)> =
+        let billed: Vec<BilledReservation> =
             serde_json::from_value(done.tx.memo["reservations"].clone()).unwrap_or_default();
-        for (id, from, to) in billed {
-            if id == reservation {
-                out.push((parse_time(&from)?, parse_time(&to)?));
+        for b in billed {
+            if b.reservation == reservation {
+                out.push((parse_time(&b.from)?, parse_time(&b.to)?, b.conversion));
             }
         }
     }
     Ok(out)
+}
+
+/// A reservation's period as a finalization records it: billed (its fee, or noted as not
+/// billable), and the grant its unused capacity converted to, if any.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct BilledReservation {
+    reservation: String,
+    from: String,
+    to: String,
+    conversion: Option<String>,
 }
 
 /// The invoice a `finalize` transaction recorded, with its `ledger_head` and digest.
@@ -791,7 +823,8 @@ fn finalize_tenant(
 
     // 3. Reservations whose span holds the period: their fee is a line, once per period.
     let mut reserved = Vec::new();
-    let mut clawbacks = Vec::new();
+    let mut clawbacks: Vec<(Reservation, Vec<String>)> = Vec::new();
+    let mut unbillable: Vec<Reservation> = Vec::new();
     for r in reservations(t, tenant)? {
         let (rf, rt) = (parse_time(&r.from)?, parse_time(&r.to)?);
         if !(rf <= from && to <= rt) {
@@ -804,18 +837,20 @@ fn finalize_tenant(
             }
             continue;
         }
-        if let Some((a, b)) = reservation_periods(t, &r.reservation)?
+        let overlapping: Vec<(u64, u64, Option<String>)> = reservation_periods(t, &r.reservation)?
             .into_iter()
-            .find(|&(a, b)| a < to && from < b)
-        {
+            .filter(|&(a, b, _)| a < to && from < b)
+            .collect();
+        if let Some((a, b, _)) = overlapping.first() {
             inv.warnings.push(format!(
                 "reservation {} was billed for {} to {} already, which overlaps this period: its \
                  fee is not billed again",
                 r.reservation,
-                rfc3339(a),
-                rfc3339(b)
+                rfc3339(*a),
+                rfc3339(*b)
             ));
-            clawbacks.push(r);
+            let grants: Vec<String> = overlapping.into_iter().filter_map(|(_, _, g)| g).collect();
+            clawbacks.push((r, grants));
             continue;
         }
         if r.fee.normalize().scale() > scale {
@@ -826,6 +861,8 @@ fn finalize_tenant(
                 r.fee,
                 currency.code()
             ));
+            // Recorded as this period's, so later reports do not bill its tenant again.
+            unbillable.push(r);
             continue;
         }
         if default_period {
@@ -940,11 +977,23 @@ fn finalize_tenant(
 
     // 6. Unused reserved capacity converts to credits (a grant) at the reservation's rate.
     let mut conversions = Vec::new();
+    // Usage is consumed by the reservations of a SKU and meter in ledger order, so two
+    // reservations never both count the same usage.
+    let mut consumed: BTreeMap<(String, MeterKind), u128> = BTreeMap::new();
     for r in &reserved {
         let unit = PricingUnit::parse(&r.unit)
             .ok_or_else(|| refused(format!("reservation {}: unit {}", r.reservation, r.unit)))?;
-        let capacity = unit.to_canonical(r.capacity).unwrap_or(0);
-        let unused = capacity.saturating_sub(measured_in(&inv, r));
+        let capacity = unit.to_canonical(r.capacity).ok_or_else(|| {
+            refused(format!(
+                "reservation {}: capacity {} {} is not a whole number of canonical units",
+                r.reservation, r.capacity, r.unit
+            ))
+        })?;
+        let before = consumed.entry((r.sku.clone(), r.meter)).or_insert(0);
+        let available = measured_in(&inv, r).saturating_sub(*before);
+        let used = available.min(capacity);
+        *before += used;
+        let unused = capacity - used;
         if unused == 0 {
             continue;
         }
@@ -978,7 +1027,7 @@ fn finalize_tenant(
     //     usage (of the same period, in another report) consumed: take those credits back
     //     from its conversion grants, in the tenant's favour (rounded down).
     let mut clawed = Vec::new();
-    for r in &clawbacks {
+    for (r, conversion_grants) in &clawbacks {
         let Some(unit) = PricingUnit::parse(&r.unit) else {
             continue;
         };
@@ -987,9 +1036,7 @@ fn finalize_tenant(
             if owed.is_zero() {
                 break;
             }
-            let converted_after_start = g.grant.reservation.as_deref() == Some(&r.reservation)
-                && parse_time(&g.grant.effective).is_ok_and(|e| e > from);
-            if !converted_after_start || g.remaining <= Decimal::ZERO {
+            if !conversion_grants.contains(&g.grant.grant) || g.remaining <= Decimal::ZERO {
                 continue;
             }
             let back = owed.min(g.remaining);
@@ -1005,6 +1052,13 @@ fn finalize_tenant(
                 "{back} credits converted from reservation {} for capacity this usage consumed \
                  are taken back from grant {}",
                 r.reservation, g.grant.grant
+            ));
+        }
+        if !owed.is_zero() && !conversion_grants.is_empty() {
+            inv.warnings.push(format!(
+                "{owed} more credits converted from reservation {} for capacity this usage \
+                 consumed cannot be taken back: they were used or have expired",
+                r.reservation
             ));
         }
     }
@@ -1027,7 +1081,16 @@ fn finalize_tenant(
             "billed": billed,
             "reservations": reserved
                 .iter()
-                .map(|r| (r.reservation.clone(), rfc3339(from), rfc3339(to)))
+                .chain(unbillable.iter())
+                .map(|r| BilledReservation {
+                    reservation: r.reservation.clone(),
+                    from: rfc3339(from),
+                    to: rfc3339(to),
+                    conversion: conversions
+                        .iter()
+                        .find(|g| g.reservation.as_deref() == Some(r.reservation.as_str()))
+                        .map(|g| g.grant.clone()),
+                })
                 .collect::<Vec<_>>(),
             "clawed_back": clawed,
         }),

@@ -785,3 +785,96 @@ fn grants_and_reservations_refuse_terms_the_bank_cannot_keep() {
     .expect_err("credits expiring before the reservation ends");
     assert!(err.to_string().contains("--credit-expiry"), "{err}");
 }
+
+#[test]
+fn a_take_back_touches_only_the_conversion_of_the_period_it_concerns() {
+    let mut bank = MemoryLedger::new();
+    let mut r = reservation("acme", "2.00", Some("2027-06-01T00:00:00Z"));
+    r.terms.to = "2027-03-01T00:00:00Z".into();
+    reserve(&mut bank, &r).expect("reserve");
+    let b = book();
+    let dec = Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
+    let jan = Some((t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z")));
+    // December converts 3 credits; January burns them and converts 4.
+    finalize(
+        &mut bank,
+        &report_of(&[("acme", &hour(0), 2000)], "dec-a"),
+        &b,
+        dec,
+        true,
+    )
+    .expect("dec");
+    finalize(
+        &mut bank,
+        &report_of(&[("acme", "2027-01-01T00:00:00Z", 1000)], "jan"),
+        &b,
+        jan,
+        true,
+    )
+    .expect("jan");
+    // A late December report: December's conversion is used up, so nothing is taken back, and
+    // January's conversion is untouched.
+    let late = finalize(
+        &mut bank,
+        &report_of(&[("acme", &hour(1), 4000)], "dec-b"),
+        &b,
+        dec,
+        true,
+    )
+    .expect("late dec");
+    let inv = &late.document.invoices[0];
+    assert!(
+        inv.warnings
+            .iter()
+            .any(|w| w.contains("cannot be taken back")),
+        "{:?}",
+        inv.warnings
+    );
+    let all = bank
+        .atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
+        .expect("grants");
+    let left: Decimal = all.iter().map(|g| g.remaining).sum();
+    assert_eq!(left, d("4"), "January's 4 converted credits stay");
+}
+
+#[test]
+fn two_reservations_of_one_meter_share_the_usage() {
+    let mut bank = MemoryLedger::new();
+    let mut six = reservation("acme", "2.00", None);
+    six.terms.capacity = d("6");
+    reserve(&mut bank, &reservation("acme", "2.00", None)).expect("5");
+    reserve(&mut bank, &six).expect("6");
+    let dec = Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
+    finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 2000),
+        &book(),
+        dec,
+        true,
+    )
+    .expect("dec");
+    let all = bank
+        .atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
+        .expect("grants");
+    let converted: Decimal = all.iter().map(|g| g.remaining).sum();
+    assert_eq!(converted, d("9"), "11 reserved − 2 used");
+}
+
+#[test]
+fn a_rerun_returns_the_fee_only_invoice_it_finalized() {
+    let mut bank = MemoryLedger::new();
+    reserve(&mut bank, &reservation("bob", "2.00", None)).expect("reserve");
+    let dec = Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
+    let u = usage("acme", &hour(0), 1000);
+    let first = finalize(&mut bank, &u, &book(), dec, true).expect("first");
+    let again = finalize(&mut bank, &u, &book(), dec, true).expect("again");
+    assert_eq!(first.document, again.document);
+    assert_eq!(
+        again.outcomes,
+        vec![Outcome::AlreadyFinalized, Outcome::AlreadyFinalized]
+    );
+    // A capacity the bank cannot convert is refused when reserved.
+    let mut huge = reservation("acme", "2.00", None);
+    huge.terms.capacity = d("99999999999999999999999");
+    assert!(reserve(&mut bank, &huge).is_err());
+}
