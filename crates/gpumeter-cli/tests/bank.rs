@@ -17,52 +17,11 @@ use serde_json::Value;
 
 // --- Helpers ----------------------------------------------------------------------------------
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn in_ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
-
-/// A shared trace, or `None` (with a notice) when ../shared/data lacks it outside CI.
-fn shared(name: &str) -> Option<PathBuf> {
-    let p = root().join("../shared/data").join(name);
-    if p.exists() {
-        return Some(p);
-    }
-    if in_ci() {
-        panic!("CI=true but the shared trace {} is missing", p.display());
-    }
-    eprintln!(
-        "notice: {} missing; test body not run (outside CI)",
-        p.display()
-    );
-    None
-}
+mod common;
+use common::*;
 
 fn example_book() -> PathBuf {
     root().join("examples/pricebook.toml")
-}
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_gpumeter"))
-}
-
-fn gpumeter(args: &[&str]) -> Output {
-    bin().args(args).output().expect("run gpumeter")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Exit 0, or a failure showing what the command said.
@@ -75,24 +34,6 @@ fn ok(o: Output, what: &str) -> Output {
         stderr(&o)
     );
     o
-}
-
-fn json(o: &Output) -> Value {
-    assert!(o.status.success(), "gpumeter failed: {}", stderr(o));
-    serde_json::from_slice(&o.stdout).expect("JSON output")
-}
-
-fn validate(schema_file: &str, doc: &Value) {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("schemas").join(schema_file)).expect("schema"),
-    )
-    .expect("schema JSON");
-    let v = jsonschema::validator_for(&schema).expect("valid schema");
-    let errors: Vec<String> = v
-        .iter_errors(doc)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
-    assert!(errors.is_empty(), "{schema_file}: {errors:#?}");
 }
 
 fn d(v: &Value) -> Decimal {

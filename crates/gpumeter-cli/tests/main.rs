@@ -8,70 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A shared trace, or `None` (with a notice) when ../shared/data is absent outside CI.
-fn shared(name: &str) -> Option<PathBuf> {
-    let p = root().join("../shared/data").join(name);
-    if p.exists() {
-        return Some(p);
-    }
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("CI=true but the shared trace {} is missing", p.display());
-    }
-    eprintln!(
-        "notice: {} missing; test body not run (outside CI)",
-        p.display()
-    );
-    None
-}
-
-fn example() -> PathBuf {
-    root().join("examples/data/finetune-2xh100.json.gz")
-}
-
-fn book() -> PathBuf {
-    root().join("examples/pricebook.toml")
-}
-
-fn gpumeter(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gpumeter"))
-        .args(args)
-        .output()
-        .expect("run gpumeter")
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().expect("utf-8 path")
-}
-
-fn stdout(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-fn json(o: &Output) -> Value {
-    assert!(o.status.success(), "gpumeter failed: {}", stderr(o));
-    serde_json::from_slice(&o.stdout).expect("JSON output")
-}
-
-fn validate(schema_file: &str, doc: &Value) {
-    let schema: Value = serde_json::from_str(
-        &std::fs::read_to_string(root().join("schemas").join(schema_file)).expect("schema"),
-    )
-    .expect("schema JSON");
-    let v = jsonschema::validator_for(&schema).expect("valid schema");
-    let errors: Vec<String> = v
-        .iter_errors(doc)
-        .map(|e| format!("{e} at {}", e.instance_path))
-        .collect();
-    assert!(errors.is_empty(), "{schema_file}: {errors:#?}");
-}
+mod common;
+use common::*;
 
 /// Σ of a meter's `totals` rows of a usage report (all tenants and devices).
 fn meter_total(usage: &Value, meter: &str) -> u128 {
