@@ -115,6 +115,13 @@ pub enum MeterError {
         /// The window, RFC 3339, or `None` for a total over windows.
         window_start: Option<String>,
     },
+    /// [`Meter::drain`] was asked of a meter that holds energy samples: energy is apportioned
+    /// over whole runs of samples, which a drain cannot cut yet.
+    #[error(
+        "this meter holds energy samples: energy_mj is apportioned over whole runs of samples, \
+         so its windows cannot be drained; build one report with finish or snapshot instead"
+    )]
+    DrainWithEnergy,
     /// Memory held, an energy run or work over a span that would take the report past
     /// [`MeterConfig::max_cells`] (device, window) cells.
     #[error(
@@ -311,7 +318,7 @@ type HeldAt = (Option<u32>, u64);
 /// so that the sweep can forget what it has passed.
 type DupKey = (u64, Dup);
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Cell {
     /// Integer meters per (key, meter): counts, bytes, kernel_ns.
     ints: HashMap<(u32, MeterKind), u128>,
@@ -333,13 +340,13 @@ struct Cell {
 /// Σ SMs held and Σ held × resident warps (non-zero only). The factor is `None` when nothing
 /// is capped, else the reduced `num / den` by which the partition cap and then the device cap
 /// scale the SMs held (DESIGN §4 "Cap").
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct ActiveSummary {
     keys: Vec<u32>,
     held: Vec<(u32, Option<Factor>, u64, u128)>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct DeviceState {
     info: DeviceInfo,
     /// Every description of the device with the SHA-256 of the source that gave it.
@@ -430,6 +437,9 @@ pub struct Meter {
     recording_ends: BTreeMap<String, BTreeMap<String, u64>>,
     /// (device, window) cells made so far, against [`MeterConfig::max_cells`].
     budget: Arc<CellBudget>,
+    /// Windows before this time (ns) were handed over by [`Meter::drain`]: every device's
+    /// sweep starts here at the earliest, so a record that would touch them is `late`.
+    drained_to: u64,
 }
 
 /// What the reports continued by [`Meter::continue_from`] had already metered.
@@ -468,6 +478,7 @@ impl Meter {
                 used: AtomicU64::new(0),
                 limit,
             }),
+            drained_to: 0,
         }
     }
 
@@ -552,8 +563,9 @@ impl Meter {
             descriptions,
             pending: BinaryHeap::new(),
             active: Vec::new(),
-            swept_to: 0,
-            started: false,
+            // After a drain the handed-over windows are closed on new devices too.
+            swept_to: self.drained_to,
+            started: self.drained_to > 0,
             max_start: 0,
             dups: BTreeMap::new(),
             cells: BTreeMap::new(),
@@ -1127,6 +1139,178 @@ impl Meter {
         }
     }
 
+    /// A copy of the meter's whole state with its own cell budget (the devices of one meter
+    /// share one).
+    fn deep_clone(&self) -> Meter {
+        let budget = Arc::new(CellBudget {
+            used: AtomicU64::new(self.budget.used()),
+            limit: self.budget.limit,
+        });
+        let mut devices = self.devices.clone();
+        for d in &mut devices {
+            d.budget = Arc::clone(&budget);
+        }
+        Meter {
+            config: self.config.clone(),
+            tenant_map: self.tenant_map.clone(),
+            devices,
+            device_index: self.device_index.clone(),
+            keys: self.keys.clone(),
+            key_index: self.key_index.clone(),
+            sources: self.sources.clone(),
+            source_tenant: self.source_tenant.clone(),
+            counts: self.counts.clone(),
+            unplaced: self.unplaced.clone(),
+            warnings: self.warnings.clone(),
+            seq: self.seq,
+            opening: self.opening.clone(),
+            opening_ids: self.opening_ids.clone(),
+            earlier: self.earlier.clone(),
+            before_earlier_end: self.before_earlier_end,
+            recording_ends: self.recording_ends.clone(),
+            budget,
+            drained_to: self.drained_to,
+        }
+    }
+
+    /// The report [`Meter::finish`] would build now, leaving the meter as it is: records still
+    /// inside the reordering horizon are booked in a copy, allocations still held are billed
+    /// to the copy's end. A streaming meter (the C ABI's `gm_meter_usage_json`) answers "what
+    /// so far" with it and goes on metering.
+    ///
+    /// Cost: a copy of the meter's state (the records within the horizon, the cells not yet
+    /// drained), then [`Meter::finish`] on it.
+    ///
+    /// # Errors
+    /// As [`Meter::finish`].
+    pub fn snapshot(&self) -> Result<UsageReport, MeterError> {
+        self.deep_clone().finish()
+    }
+
+    /// The time before which every device's records are booked, in ns since the epoch: the
+    /// sweep of the device furthest behind (each device sweeps up to its latest record start
+    /// minus [`MeterConfig::reorder_horizon_ns`]), or the last drain's edge if later; 0 before
+    /// any record. A record starting before it is `late`, so [`Meter::drain`] with
+    /// `before_ns` at or below it loses nothing that the reordering horizon would have kept.
+    pub fn watermark_ns(&self) -> u64 {
+        self.devices
+            .iter()
+            .filter(|d| d.started)
+            .map(|d| d.swept_to)
+            .min()
+            .unwrap_or(0)
+            .max(self.drained_to)
+    }
+
+    /// Hands over and forgets the windows that end at or before `before_ns` (DESIGN §9): the
+    /// returned report holds their usage; the meter keeps the later windows, the records
+    /// still inside the reordering horizon and the allocations still held.
+    ///
+    /// Windows are those of [`MeterConfig::window`]; the edge is `before_ns` rounded down to a
+    /// window boundary. What the drain does, in order:
+    /// - every device's sweep moves to the edge (at least): the records buffered before it are
+    ///   booked, and from now on a record starting before it — on any device, also one
+    ///   registered later — is loss `late` (it would change a window already handed over);
+    /// - allocations still held are billed up to the edge, or up to the report's end (the
+    ///   latest end of work seen) when that is earlier, and stay held from there;
+    /// - the report is built from the windows before the edge, with the loss, skipped counts,
+    ///   record counts and warnings gathered since the last drain, which the meter then
+    ///   forgets; a device's meterability (`not_meterable`) is not forgotten.
+    ///
+    /// So the drained reports of a meter and its final report sum, row by row, to the report
+    /// the meter would have built without draining (when no record arrives late because of a
+    /// drain), and no quantity is handed over twice. The report has no `open_allocations`
+    /// (the meter still holds them). Drained windows free their cells in the
+    /// [`MeterConfig::max_cells`] budget.
+    ///
+    /// # Errors
+    /// [`MeterError::DrainWithEnergy`] when the meter holds energy samples (energy is
+    /// apportioned over whole runs of samples and cannot be drained yet); otherwise as
+    /// [`Meter::finish`]. On an error nothing is handed over and nothing is forgotten.
+    pub fn drain(&mut self, before_ns: u64) -> Result<UsageReport, MeterError> {
+        if self.devices.iter().any(|d| !d.energy.is_empty()) {
+            return Err(MeterError::DrainWithEnergy);
+        }
+        let window = self.config.window;
+        let edge = window.start_of(before_ns);
+        for d in &mut self.devices {
+            if !d.started || d.swept_to < edge {
+                d.started = true;
+                d.advance(edge, window);
+            }
+        }
+        self.drained_to = self.drained_to.max(edge);
+        // Memory held: billed up to the edge, not past the latest work (as `finish` does).
+        let report_end = match self.devices.iter().map(|d| d.work_end).max() {
+            Some(w) if w > 0 => w,
+            _ => self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0),
+        };
+        let bill_to = edge.min(report_end);
+        for d in &mut self.devices {
+            let held: Vec<HeldAt> = d
+                .open
+                .iter()
+                .filter(|(_, a)| a.since < bill_to)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in held {
+                if let Some(a) = d.open.get(&k).copied() {
+                    if d.hold(a, bill_to, window) {
+                        if let Some(open) = d.open.get_mut(&k) {
+                            open.since = bill_to;
+                        }
+                    }
+                }
+            }
+        }
+        // The handed-over part: the windows before the edge and what was gathered since the
+        // last drain, nothing buffered or held.
+        let mut part = self.deep_clone();
+        for d in &mut part.devices {
+            let later = d.cells.split_off(&edge);
+            drop(later);
+            d.pending.clear();
+            d.active.clear();
+            d.summary = None;
+            d.mem_pending.clear();
+            d.open.clear();
+            d.dups.clear();
+        }
+        part.opening.clear();
+        let report = part.finish()?;
+        // Forget what was handed over.
+        let mut freed = 0u64;
+        for d in &mut self.devices {
+            let later = d.cells.split_off(&edge);
+            freed += d.cells.len() as u64;
+            d.cells = later;
+            d.loss.clear();
+            d.records = 0;
+            d.kernels = 0;
+            d.memory_events = 0;
+            d.reallocations = 0;
+        }
+        self.budget
+            .used
+            .fetch_sub(freed.min(self.budget.used()), AtomicOrdering::Relaxed);
+        self.counts = RecordCounts::default();
+        self.unplaced.clear();
+        self.warnings.clear();
+        Ok(report)
+    }
+
+    /// Sets the SHA-256 of the last source announced as `name` (a stream's running digest:
+    /// the bytes it has been given so far). Returns `false` when no source has that name.
+    pub fn set_source_sha256(&mut self, name: &str, sha256: &str) -> bool {
+        match self.sources.iter_mut().rev().find(|s| s.name == name) {
+            Some(s) => {
+                s.sha256 = sha256.to_string();
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Books everything still buffered and builds the report, digest included.
     ///
     /// Allocations still held are billed to the report's end (the latest end of accepted work
@@ -1199,7 +1383,12 @@ impl Meter {
                 .loss
                 .values()
                 .fold(0u64, |a, l| a.saturating_add(l.records));
-            if d.records == 0 && lost == 0 && d.memory_events == 0 && d.energy.is_empty() {
+            if d.records == 0
+                && lost == 0
+                && d.memory_events == 0
+                && d.energy.is_empty()
+                && d.cells.is_empty()
+            {
                 continue;
             }
             let info = &d.info;

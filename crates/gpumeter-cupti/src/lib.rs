@@ -56,9 +56,11 @@
 pub mod collector;
 pub mod decode;
 pub mod gmr;
+mod join;
 pub mod kind;
 pub mod layout;
 mod source;
+pub mod stream;
 
 pub use collector::{Collector, CollectorConfig, CollectorError};
 pub use decode::{

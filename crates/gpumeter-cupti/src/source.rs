@@ -49,19 +49,18 @@ use std::path::Path;
 use std::sync::Arc;
 
 use gpumeter_core::{
-    push_batches, ActivityRecord, Batch, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot,
-    KernelLaunch, LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SmLimits, SourceInfo,
-    Work,
+    push_batches, ActivityRecord, Batch, ComputeCapability, DeviceInfo, DeviceSlot, LossReason,
+    MemoryEvent, MemoryOp, Meter, PartitionId, SmLimits, SourceInfo, Work,
 };
 use sha2::{Digest, Sha256};
 
 use crate::decode::{
-    decode, decode_prefix, DecodeError, Decoded, DeviceRecord, KernelRecord, MemoryOperation,
-    Record, Walk, EXTERNAL_KIND_CUSTOM0, EXTERNAL_KIND_CUSTOM2,
+    decode, decode_prefix, DecodeError, Decoded, DeviceRecord, MemoryOperation, Record, Walk,
 };
 use crate::gmr::{
     read_gmr, Damage, DamagedFrame, Frame, GmrDevice, GmrError, StringTable, TornFrame, TornReason,
 };
+use crate::join::{convert, nonzero, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
 use crate::kind::ActivityKind;
 use crate::layout::ApiVersion;
 
@@ -508,53 +507,18 @@ impl<'n> Input<'n> {
 
     fn plan(self) -> Result<Plan, CuptiSourceError> {
         // Pass 1: joins, devices and contexts over the whole source.
-        let mut pid_of: HashMap<u32, u32> = HashMap::new();
-        let mut ext_of: HashMap<u32, (u32, u64)> = HashMap::new();
-        let mut device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)> = BTreeMap::new();
-        let mut device_of_context: HashMap<u32, u32> = HashMap::new();
-        let mut green: BTreeMap<(u32, u32), u32> = BTreeMap::new();
-        let mut instructions_of: HashMap<u32, Option<u64>> = HashMap::new();
+        let mut joins = Joins::default();
         for b in &self.buffers {
-            for r in &b.decoded.records {
-                match &r.record {
-                    Record::Api(a) if a.correlation_id != 0 => {
-                        pid_of.entry(a.correlation_id).or_insert(a.process_id);
-                    }
-                    Record::ExternalCorrelation(e)
-                        if e.correlation_id != 0
-                            && (EXTERNAL_KIND_CUSTOM0..=EXTERNAL_KIND_CUSTOM2)
-                                .contains(&e.external_kind) =>
-                    {
-                        let slot = ext_of
-                            .entry(e.correlation_id)
-                            .or_insert((e.external_kind, e.external_id));
-                        if e.external_kind < slot.0 {
-                            *slot = (e.external_kind, e.external_id);
-                        }
-                    }
-                    Record::Device(d) => {
-                        let name = b.names.get(&d.name_ptr).cloned();
-                        device_recs.entry(d.id).or_insert(((**d).clone(), name));
-                    }
-                    Record::Context(c) => {
-                        device_of_context.entry(c.context_id).or_insert(c.device_id);
-                        if c.is_green_context && c.num_multiprocessors > 0 {
-                            green.insert(
-                                (c.device_id, c.context_id),
-                                u32::from(c.num_multiprocessors),
-                            );
-                        }
-                    }
-                    Record::InstructionExecution(i) if i.correlation_id != 0 => {
-                        // `None` once the sum passes 64 bits: never a clamped count.
-                        let n = instructions_of.entry(i.correlation_id).or_insert(Some(0));
-                        *n = n.and_then(|n| n.checked_add(u64::from(i.executed)));
-                    }
-                    _ => {}
-                }
-            }
+            joins.learn(&b.decoded.records, &b.names);
         }
-
+        let Joins {
+            pid_of,
+            ext_of,
+            device_recs,
+            device_of_context,
+            green,
+            instructions_of,
+        } = joins;
         let mut devs = Devices {
             source: &self.key_label,
             inventory: &self.inventory,
@@ -593,162 +557,59 @@ impl<'n> Input<'n> {
         let mut memory = Vec::new();
         let mut invalid: BTreeMap<u32, u64> = BTreeMap::new();
         let mut faults: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
+        let joins = JoinsRef {
+            pid_of: &pid_of,
+            ext_of: &ext_of,
+            default_pid: self.default_pid,
+        };
         for b in &self.buffers {
             for (cat, n) in &b.decoded.skipped {
                 *skipped.entry(cat).or_insert(0) += n;
             }
             for r in &b.decoded.records {
-                let fault = |field: &'static str, value: i64, reason: &'static str| {
-                    CuptiSourceError::Decode {
-                        name: self.name.to_string(),
-                        frame: b.frame,
-                        error: DecodeError::BadField {
-                            offset: r.offset,
-                            kind: r.kind,
-                            field,
-                            value,
-                            reason,
-                        },
+                match convert(r, &b.names, &joins) {
+                    Converted::Work {
+                        device_id,
+                        mut rec,
+                        pid_joined,
+                        ext_joined,
+                    } => {
+                        rec.device = devs.slot(device_id);
+                        summary.process_ids_joined += u64::from(pid_joined);
+                        summary.external_ids_joined += u64::from(ext_joined);
+                        records.push(rec);
                     }
-                };
-                let (device_id, start, end, ctx, stream, corr, node, work) = match &r.record {
-                    Record::Kernel(k) => {
-                        let mut launch = match kernel_launch(k, &b.names) {
-                            Ok(l) => l,
-                            Err((f, v)) => {
-                                let e = fault(
-                                    f,
-                                    v,
-                                    "a kernel dimension or shared-memory size is negative",
-                                );
-                                let n = invalid.entry(k.device_id).or_insert(0);
-                                *n += 1;
-                                let slot = faults.entry(f).or_insert_with(|| (0, e.to_string()));
-                                slot.0 += 1;
-                                // Registered so that its loss has a device entry.
-                                devs.slot(k.device_id);
-                                continue;
-                            }
-                        };
-                        launch.warp_instructions = None;
-                        (
-                            k.device_id,
-                            k.start,
-                            k.end,
-                            k.context_id,
-                            k.stream_id,
-                            k.correlation_id,
-                            k.graph_node_id,
-                            Work::Kernel(launch),
-                        )
-                    }
-                    Record::Memcpy(m) => (
-                        m.device_id,
-                        m.start,
-                        m.end,
-                        m.context_id,
-                        m.stream_id,
-                        m.correlation_id,
-                        m.graph_node_id,
-                        Work::Memcpy {
-                            bytes: m.bytes,
-                            direction: direction(m.copy_kind),
-                        },
-                    ),
-                    Record::PeerCopy(p) => (
-                        p.device_id,
-                        p.start,
-                        p.end,
-                        p.context_id,
-                        p.stream_id,
-                        p.correlation_id,
-                        p.graph_node_id,
-                        Work::Memcpy {
-                            bytes: p.bytes,
-                            direction: CopyDirection::Peer,
-                        },
-                    ),
-                    Record::Memset(m) => (
-                        m.device_id,
-                        m.start,
-                        m.end,
-                        m.context_id,
-                        m.stream_id,
-                        m.correlation_id,
-                        m.graph_node_id,
-                        Work::Memset { bytes: m.bytes },
-                    ),
-                    Record::GraphTrace(g) => (
-                        g.device_id,
-                        g.start,
-                        g.end,
-                        g.context_id,
-                        g.stream_id,
-                        g.correlation_id,
-                        0,
-                        Work::GraphLaunch,
-                    ),
-                    Record::Overhead(_) => {
-                        *skipped.entry("overhead").or_insert(0) += 1;
-                        continue;
-                    }
-                    Record::Memory(m) => {
-                        let op = match m.operation {
-                            MemoryOperation::Allocation => MemoryOp::Allocation,
-                            MemoryOperation::Release => MemoryOp::Release,
-                            MemoryOperation::Other(_) => {
-                                *skipped.entry("memory2_other_operation").or_insert(0) += 1;
-                                continue;
-                            }
-                        };
-                        if !DEVICE_MEMORY_KINDS.contains(&m.memory_kind) {
-                            *skipped.entry("memory2_host").or_insert(0) += 1;
-                            continue;
-                        }
-                        let mut ev = MemoryEvent::new(
-                            devs.slot(m.device_id),
-                            m.timestamp,
-                            m.address,
-                            m.bytes,
-                            op,
-                        );
-                        ev.context_id = m.context_id;
-                        ev.correlation_id = m.correlation_id;
-                        ev.process_id = nonzero(m.process_id)
-                            .or_else(|| pid_of.get(&m.correlation_id).copied())
-                            .or(self.default_pid);
-                        if m.correlation_id != 0 {
-                            ev.external_id = ext_of.get(&m.correlation_id).map(|&(_, e)| e);
-                        }
+                    Converted::Memory { device_id, mut ev } => {
+                        ev.device = devs.slot(device_id);
                         memory.push(ev);
-                        continue;
                     }
-                    Record::InstructionExecution(_) => continue,
-                    _ => continue,
-                };
-                let slot = devs.slot(device_id);
-                let mut rec = ActivityRecord::new(slot, start, end, work);
-                rec.context_id = ctx;
-                rec.stream_id = stream;
-                rec.correlation_id = corr;
-                rec.graph_node_id = node;
-                if corr != 0 {
-                    if let Some(&pid) = pid_of.get(&corr) {
-                        rec.process_id = Some(pid);
-                        summary.process_ids_joined += 1;
+                    Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
+                    Converted::Invalid {
+                        device_id,
+                        field,
+                        value,
+                    } => {
+                        let e = CuptiSourceError::Decode {
+                            name: self.name.to_string(),
+                            frame: b.frame,
+                            error: DecodeError::BadField {
+                                offset: r.offset,
+                                kind: r.kind,
+                                field,
+                                value,
+                                reason: INVALID_KERNEL_FIELD,
+                            },
+                        };
+                        *invalid.entry(device_id).or_insert(0) += 1;
+                        let slot = faults.entry(field).or_insert_with(|| (0, e.to_string()));
+                        slot.0 += 1;
+                        // Registered so that its loss has a device entry.
+                        devs.slot(device_id);
                     }
-                    if let Some(&(_, ext)) = ext_of.get(&corr) {
-                        rec.external_id = Some(ext);
-                        summary.external_ids_joined += 1;
-                    }
+                    Converted::Consumed => {}
                 }
-                if rec.process_id.is_none() {
-                    rec.process_id = self.default_pid;
-                }
-                records.push(rec);
             }
         }
-
         let mut warnings: Vec<String> = faults
             .into_values()
             .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
@@ -1098,10 +959,6 @@ fn damaged_records(
     (per, exact, what)
 }
 
-fn nonzero(v: u32) -> Option<u32> {
-    (v != 0).then_some(v)
-}
-
 /// A DEVICE record as a [`DeviceInfo`]: zero values are "unknown".
 pub(crate) fn device_info(source: &str, d: &DeviceRecord, name: Option<&str>) -> DeviceInfo {
     let uuid = d.uuid_key();
@@ -1155,47 +1012,6 @@ fn inventory_info(source: &str, d: &GmrDevice) -> DeviceInfo {
         .as_deref()
         .and_then(|c| c.parse::<ComputeCapability>().ok());
     info
-}
-
-/// `CUpti_ActivityMemcpyKind` to a billing direction (DESIGN §4): 1 HTOD, 2 DTOH, 8 DTOD, 10
-/// PTOP; array copies, host-to-host and unknown values are "other".
-fn direction(copy_kind: u8) -> CopyDirection {
-    match copy_kind {
-        1 => CopyDirection::HostToDevice,
-        2 => CopyDirection::DeviceToHost,
-        8 => CopyDirection::DeviceToDevice,
-        10 => CopyDirection::Peer,
-        _ => CopyDirection::Other,
-    }
-}
-
-/// A kernel record's launch configuration; `Err((field, value))` for a negative dimension or
-/// shared-memory size.
-fn kernel_launch(
-    k: &KernelRecord,
-    names: &HashMap<u64, Arc<str>>,
-) -> Result<KernelLaunch, (&'static str, i64)> {
-    fn dims(v: [i32; 3], names: [&'static str; 3]) -> Result<[u32; 3], (&'static str, i64)> {
-        let mut out = [0u32; 3];
-        for ((o, x), n) in out.iter_mut().zip(v).zip(names) {
-            *o = u32::try_from(x).map_err(|_| (n, i64::from(x)))?;
-        }
-        Ok(out)
-    }
-    let grid = dims(k.grid, ["gridX", "gridY", "gridZ"])?;
-    let block = dims(k.block, ["blockX", "blockY", "blockZ"])?;
-    let s = u64::try_from(k.static_shared_memory)
-        .map_err(|_| ("staticSharedMemory", i64::from(k.static_shared_memory)))?;
-    let d = u64::try_from(k.dynamic_shared_memory)
-        .map_err(|_| ("dynamicSharedMemory", i64::from(k.dynamic_shared_memory)))?;
-    Ok(KernelLaunch {
-        grid: Some(grid),
-        block: Some(block),
-        registers_per_thread: Some(u32::from(k.registers_per_thread)),
-        shared_mem_bytes: Some(s + d),
-        name: names.get(&k.name_ptr).cloned(),
-        warp_instructions: None,
-    })
 }
 
 /// Hands a plan to the meter: source, devices (hook applied), losses, records.
@@ -1364,7 +1180,7 @@ pub fn announce_sources(
 /// call gets a count (possibly 0), unless a kernel's count would pass 64 bits (or the call's
 /// INSTRUCTION_EXECUTION sum did): then none of the call's kernels gets one. Returns how many
 /// kernels got one and how many calls' counts passed 64 bits.
-fn assign_instructions(
+pub(crate) fn assign_instructions(
     records: &mut [ActivityRecord],
     sass_of: &HashMap<u32, Vec<(String, u64)>>,
     instructions_of: &HashMap<u32, Option<u64>>,
@@ -1466,11 +1282,7 @@ fn close_at_end(
     held.len() as u64
 }
 
-/// `CUpti_ActivityMemoryKind` values of GPU memory, metered as `memory_byte_ns`: DEVICE (3),
-/// ARRAY (4), MANAGED (5), DEVICE_STATIC (6), MANAGED_STATIC (7). PAGEABLE (1) and PINNED (2)
-/// are host memory and UNKNOWN (0) is not known to be the GPU's: counted as skipped
-/// (`memory2_host`).
-pub const DEVICE_MEMORY_KINDS: [u32; 5] = [3, 4, 5, 6, 7];
+pub use crate::join::DEVICE_MEMORY_KINDS;
 
 /// Kinds whose records [`meter_buffer`] turns into work (the rest are joined or skipped).
 pub const WORK_KINDS: [ActivityKind; 6] = [

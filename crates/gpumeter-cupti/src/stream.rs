@@ -1,0 +1,450 @@
+//! A stream of CUPTI activity buffers, metered one by one as CUPTI completes them: the node
+//! agent's hot path (DESIGN §9, the C ABI's `gm_meter_ingest_cupti_buffer`).
+//!
+//! A whole source ([`crate::meter_buffer`], [`crate::meter_gmr`]) is joined over all its
+//! records before the meter sees any; a stream cannot wait for its end. A [`CuptiStream`]
+//! keeps the facts that join records across buffers (API records' process ids and
+//! EXTERNAL_CORRELATION external ids by correlation id, DEVICE and CONTEXT records, green
+//! contexts) and hands each buffer's records to the meter at once, sorted by start; the
+//! meter's reordering horizon absorbs the disorder between buffers.
+//!
+//! * **Joins** see the records of the buffer itself and of the buffers before it. CUPTI writes
+//!   a launch's API record when the call returns, before its kernel completes, and an
+//!   EXTERNAL_CORRELATION record before the API record; a kernel whose API record comes in a
+//!   *later* buffer is metered without that process id or external id (attributed to the
+//!   stream's tenant, else `unattributed`). INSTRUCTION_EXECUTION counts join kernels of the
+//!   same buffer or a later one; each count is used once. The join tables keep the last
+//!   [`JOIN_WINDOW`] correlation ids.
+//! * **Devices** are keyed as in a whole source: `GPU-<uuid>` from a DEVICE record or from a
+//!   description the agent registered ([`CuptiStream::register_device`]), else
+//!   `<stream name>#<device id>` with nothing known. A description that arrives after the
+//!   device's first record fills what is unknown but keeps the key.
+//! * **Identity**: the stream is one source of the report, format `cupti-stream`, whose
+//!   `sha256` is a chain over the buffers in the order they were applied:
+//!   `h₀ = SHA-256("")`, `hₙ = SHA-256(hₙ₋₁ ‖ SHA-256(bufferₙ))` ([`CuptiStream::sha256`]).
+//!   The same buffer given twice within the reordering horizon is booked once: its records
+//!   are duplicates (loss `duplicate`), never billed twice.
+//! * **Loss**: dropped-record deltas ([`CuptiStream::report_dropped`]), kernels with fields
+//!   that cannot be represented (`invalid_field`), and everything the meter counts.
+//! * **Two steps**: [`CuptiStream::prepare`] decodes and hashes a buffer without the meter
+//!   (so threads can decode side by side), [`CuptiStream::apply`] books it; an error in
+//!   `prepare` leaves the meter and the stream untouched.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use gpumeter_core::{
+    DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SourceInfo, Work,
+};
+use sha2::{Digest, Sha256};
+
+use crate::decode::{decode, DecodeError, Decoded};
+use crate::join::{convert, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
+use crate::layout::ApiVersion;
+use crate::source::{assign_instructions, device_info};
+
+/// Correlation ids the join tables keep: when a table holds more, ids further than this below
+/// the latest one are forgotten (CUPTI numbers correlation ids upwards per process).
+pub const JOIN_WINDOW: u32 = 1 << 20;
+
+/// The report format name of a stream's source.
+pub const STREAM_FORMAT: &str = "cupti-stream";
+
+/// A buffer decoded and hashed, not yet booked ([`CuptiStream::prepare`]).
+#[derive(Debug)]
+pub struct PreparedBuffer {
+    decoded: Decoded,
+    digest: [u8; 32],
+}
+
+impl PreparedBuffer {
+    /// Records the buffer holds (all kinds, skipped ones included).
+    pub fn records(&self) -> usize {
+        self.decoded.records.len()
+    }
+}
+
+/// What booking one buffer did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct BufferSummary {
+    /// Work records handed to the meter (kernels, copies, memsets, graph launches), including
+    /// those the meter counts as loss (late, duplicate, …).
+    pub work_records: u64,
+    /// Device-memory events handed to the meter.
+    pub memory_events: u64,
+    /// Records counted as skipped (not work).
+    pub skipped: u64,
+    /// Kernels lost with a field that cannot be represented (`invalid_field`).
+    pub invalid: u64,
+}
+
+/// The join and device state of a stream of CUPTI activity buffers feeding one [`Meter`].
+#[derive(Debug)]
+pub struct CuptiStream {
+    name: String,
+    api: ApiVersion,
+    chain: [u8; 32],
+    buffers: u64,
+    announced: bool,
+    joins: Joins,
+    latest_correlation: u32,
+    /// Device id → the meter's slot.
+    slots: HashMap<u32, DeviceSlot>,
+    /// Device ids whose DEVICE record has been given to the meter.
+    described: BTreeSet<u32>,
+    /// Descriptions the agent registered, by device id.
+    registered: HashMap<u32, DeviceInfo>,
+    /// (device id, context id) → the meter's partition of a green context.
+    partitions: HashMap<(u32, u32), PartitionId>,
+    /// Fields of invalid kernels already named in a warning.
+    warned_fields: BTreeSet<&'static str>,
+    instrumented_warned: bool,
+}
+
+impl CuptiStream {
+    /// A stream named `name` (the source name in the report, and the label of device keys
+    /// without a UUID) of buffers laid out by `api` (the producer's CUPTI API version).
+    pub fn new(name: &str, api: ApiVersion) -> Self {
+        CuptiStream {
+            name: name.to_string(),
+            api,
+            chain: Sha256::digest(b"").into(),
+            buffers: 0,
+            announced: false,
+            joins: Joins::default(),
+            latest_correlation: 0,
+            slots: HashMap::new(),
+            described: BTreeSet::new(),
+            registered: HashMap::new(),
+            partitions: HashMap::new(),
+            warned_fields: BTreeSet::new(),
+            instrumented_warned: false,
+        }
+    }
+
+    /// The stream's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The layouts buffers are decoded with.
+    pub fn api(&self) -> ApiVersion {
+        self.api
+    }
+
+    /// Buffers applied so far.
+    pub fn buffers(&self) -> u64 {
+        self.buffers
+    }
+
+    /// The stream's identity so far, lowercase hex: the chain of the SHA-256 of each buffer
+    /// applied, in order (module docs).
+    pub fn sha256(&self) -> String {
+        hex::encode(self.chain)
+    }
+
+    /// Announces the stream as a source of `meter` (once), and brings the source's `sha256`
+    /// up to date: call it before building a report.
+    pub fn seal(&mut self, meter: &mut Meter) {
+        if !self.announced {
+            self.announced = true;
+            meter.begin_source(SourceInfo {
+                name: self.name.clone(),
+                format: STREAM_FORMAT.to_string(),
+                sha256: self.sha256(),
+            });
+        } else {
+            meter.set_source_sha256(&self.name, &self.sha256());
+        }
+    }
+
+    /// Decodes and hashes one buffer (`bytes`: the `validSize` bytes CUPTI completed; any
+    /// alignment; empty is an empty buffer). Needs no meter: threads may prepare side by side.
+    ///
+    /// # Errors
+    /// [`DecodeError`] (with the byte offset) when the buffer does not decode; nothing is
+    /// booked.
+    pub fn prepare(api: ApiVersion, bytes: &[u8]) -> Result<PreparedBuffer, DecodeError> {
+        let decoded = decode(bytes, api)?;
+        Ok(PreparedBuffer {
+            decoded,
+            digest: Sha256::digest(bytes).into(),
+        })
+    }
+
+    /// [`CuptiStream::prepare`] then [`CuptiStream::apply`].
+    ///
+    /// # Errors
+    /// As [`CuptiStream::prepare`]; the meter is then untouched.
+    pub fn ingest(
+        &mut self,
+        meter: &mut Meter,
+        bytes: &[u8],
+    ) -> Result<BufferSummary, DecodeError> {
+        let prepared = Self::prepare(self.api, bytes)?;
+        Ok(self.apply(meter, prepared))
+    }
+
+    /// Books a prepared buffer: learns its joins, places its records on devices and hands
+    /// them to the meter sorted by start.
+    pub fn apply(&mut self, meter: &mut Meter, buffer: PreparedBuffer) -> BufferSummary {
+        self.seal(meter);
+        let mut next = Sha256::new();
+        next.update(self.chain);
+        next.update(buffer.digest);
+        self.chain = next.finalize().into();
+        self.buffers += 1;
+        let decoded = buffer.decoded;
+        let names: HashMap<u64, Arc<str>> = HashMap::new();
+        self.joins.learn(&decoded.records, &names);
+        self.note_correlations(&decoded);
+        // DEVICE records of devices already placed fill what is unknown.
+        let newly: Vec<u32> = self
+            .joins
+            .device_recs
+            .keys()
+            .copied()
+            .filter(|id| !self.described.contains(id))
+            .collect();
+        for id in newly {
+            self.described.insert(id);
+            if let Some(&slot) = self.slots.get(&id) {
+                let info = self.info(id);
+                meter.fill_device(slot, &info);
+            }
+        }
+        let mut summary = BufferSummary::default();
+        let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();
+        for (cat, n) in &decoded.skipped {
+            *skipped.entry(cat).or_insert(0) += n;
+        }
+        let mut records = Vec::new();
+        let mut memory = Vec::new();
+        let joins = JoinsRef {
+            pid_of: &self.joins.pid_of,
+            ext_of: &self.joins.ext_of,
+            default_pid: None,
+        };
+        let mut placed: Vec<(u32, Converted)> = Vec::new();
+        for r in &decoded.records {
+            match convert(r, &names, &joins) {
+                Converted::Consumed => {}
+                Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
+                c @ Converted::Work { device_id, .. } => placed.push((device_id, c)),
+                c @ Converted::Memory { device_id, .. } => placed.push((device_id, c)),
+                c @ Converted::Invalid { device_id, .. } => placed.push((device_id, c)),
+            }
+        }
+        for (device_id, c) in placed {
+            let slot = self.slot(meter, device_id);
+            match c {
+                Converted::Work { mut rec, .. } => {
+                    rec.device = slot;
+                    records.push((device_id, rec));
+                }
+                Converted::Memory { mut ev, .. } => {
+                    ev.device = slot;
+                    memory.push(ev);
+                }
+                Converted::Invalid { field, value, .. } => {
+                    summary.invalid += 1;
+                    meter.record_loss(slot, LossReason::InvalidField, 1);
+                    if self.warned_fields.insert(field) {
+                        meter.warn(format!(
+                            "{}: a kernel record's {field} is {value}: {INVALID_KERNEL_FIELD}; \
+                             such records are lost as invalid_field (counted in `loss`)",
+                            self.name
+                        ));
+                    }
+                }
+                Converted::Skipped(_) | Converted::Consumed => {}
+            }
+        }
+        // Green contexts of placed devices, before their records.
+        let green: Vec<((u32, u32), u32)> = self
+            .joins
+            .green
+            .iter()
+            .filter(|(k, _)| !self.partitions.contains_key(k) && self.slots.contains_key(&k.0))
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        for ((device, context), sms) in green {
+            if let Some(p) = self
+                .slots
+                .get(&device)
+                .and_then(|&slot| meter.register_partition(slot, sms))
+            {
+                self.partitions.insert((device, context), p);
+            }
+        }
+        let mut recs: Vec<_> = records
+            .into_iter()
+            .map(|(device_id, mut rec)| {
+                rec.partition = self.partitions.get(&(device_id, rec.context_id)).copied();
+                rec
+            })
+            .collect();
+        recs.sort_by_key(|r| r.start_ns);
+        if !self.joins.instructions_of.is_empty() {
+            let (_, overflowed) =
+                assign_instructions(&mut recs, &HashMap::new(), &self.joins.instructions_of);
+            // Each count is used once.
+            for r in &recs {
+                if matches!(r.work, Work::Kernel(_)) {
+                    self.joins.instructions_of.remove(&r.correlation_id);
+                }
+            }
+            if !self.instrumented_warned {
+                self.instrumented_warned = true;
+                meter.warn(format!(
+                    "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
+                     records): kernels ran slower than they would uninstrumented, so this \
+                     report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
+                     memory_byte_ns) overstate the work (DESIGN §4 \"Instrumentation\")",
+                    self.name
+                ));
+            }
+            if overflowed > 0 {
+                meter.warn(format!(
+                    "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
+                     kernels have no count, so warp_instructions is not meterable on their \
+                     device (never a clamped count)",
+                    self.name
+                ));
+            }
+        }
+        summary.work_records = recs.len() as u64;
+        summary.memory_events = memory.len() as u64;
+        summary.skipped = skipped.values().sum();
+        for rec in recs {
+            meter.push(rec);
+        }
+        memory.sort_by_key(|m| m.timestamp_ns);
+        for ev in memory {
+            meter.push_memory(ev);
+        }
+        for (cat, n) in skipped {
+            meter.record_skipped(cat, n);
+        }
+        summary
+    }
+
+    /// Registers a device's description for buffers without a DEVICE record (or to add what
+    /// they lack: name, UUID). `info.id` is CUPTI's device id; `info.key` is replaced by the
+    /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, else `<name>#<id>`). A DEVICE
+    /// record of the same id, earlier or later, wins where both know a field. Returns the
+    /// meter's slot.
+    pub fn register_device(&mut self, meter: &mut Meter, mut info: DeviceInfo) -> DeviceSlot {
+        self.seal(meter);
+        info.key = match &info.uuid {
+            Some(u) => DeviceInfo::uuid_key(u),
+            None => DeviceInfo::source_key(&self.name, info.id),
+        };
+        info.uuid = info.uuid.as_deref().map(DeviceInfo::uuid_key);
+        let id = info.id;
+        self.registered.insert(id, info.clone());
+        match self.slots.get(&id) {
+            Some(&slot) => {
+                meter.fill_device(slot, &info);
+                slot
+            }
+            None => self.slot(meter, id),
+        }
+    }
+
+    /// Books `count` records CUPTI dropped (a delta, `cuptiActivityGetNumDroppedRecords`) on
+    /// device `device_id` as loss `dropped`; on the stream as a whole (a loss with no device)
+    /// when the device is `None` or one the stream has never heard of.
+    pub fn report_dropped(&mut self, meter: &mut Meter, device_id: Option<u32>, count: u64) {
+        self.seal(meter);
+        if count == 0 {
+            return;
+        }
+        let known = device_id.filter(|id| {
+            self.slots.contains_key(id)
+                || self.registered.contains_key(id)
+                || self.joins.device_recs.contains_key(id)
+        });
+        match known {
+            Some(id) => {
+                let slot = self.slot(meter, id);
+                meter.record_loss(slot, LossReason::Dropped, count);
+            }
+            None => meter.record_source_loss(&self.name, LossReason::Dropped, count, false),
+        }
+    }
+
+    /// A process ended at `timestamp_ns`: the driver frees its device memory, so every
+    /// allocation it still holds on any of the stream's devices ends there (DESIGN §4
+    /// "Memory").
+    pub fn process_exited(&mut self, meter: &mut Meter, pid: u32, timestamp_ns: u64) {
+        self.seal(meter);
+        let mut slots: Vec<DeviceSlot> = self.slots.values().copied().collect();
+        slots.sort();
+        for slot in slots {
+            let mut exit = MemoryEvent::new(slot, timestamp_ns, 0, 0, MemoryOp::ProcessExit);
+            exit.process_id = Some(pid);
+            meter.push_memory(exit);
+        }
+    }
+
+    /// Forgets correlation ids far below the latest one when the tables grow past
+    /// [`JOIN_WINDOW`].
+    fn note_correlations(&mut self, decoded: &Decoded) {
+        use crate::decode::Record;
+        for r in &decoded.records {
+            let c = match &r.record {
+                Record::Api(a) => a.correlation_id,
+                Record::ExternalCorrelation(e) => e.correlation_id,
+                _ => continue,
+            };
+            if c.wrapping_sub(self.latest_correlation) < u32::MAX / 2 {
+                self.latest_correlation = c;
+            }
+        }
+        let latest = self.latest_correlation;
+        let keep = |c: &u32| latest.wrapping_sub(*c) < JOIN_WINDOW;
+        if self.joins.pid_of.len() > JOIN_WINDOW as usize {
+            self.joins.pid_of.retain(|c, _| keep(c));
+        }
+        if self.joins.ext_of.len() > JOIN_WINDOW as usize {
+            self.joins.ext_of.retain(|c, _| keep(c));
+        }
+        if self.joins.instructions_of.len() > JOIN_WINDOW as usize {
+            self.joins.instructions_of.retain(|c, _| keep(c));
+        }
+    }
+
+    /// The meter's slot of device `id`, registering it on first sight.
+    fn slot(&mut self, meter: &mut Meter, id: u32) -> DeviceSlot {
+        if let Some(&s) = self.slots.get(&id) {
+            return s;
+        }
+        let info = self.info(id);
+        let s = meter.register_device(info);
+        self.slots.insert(id, s);
+        s
+    }
+
+    /// What the stream knows of device `id`: its DEVICE record, filled from the agent's
+    /// description (whose UUID gives the key when the record has none).
+    fn info(&self, id: u32) -> DeviceInfo {
+        let from_record = self
+            .joins
+            .device_recs
+            .get(&id)
+            .map(|(d, name)| device_info(&self.name, d, name.as_deref()));
+        match (from_record, self.registered.get(&id)) {
+            (Some(mut r), Some(i)) => {
+                if r.uuid.is_none() && i.uuid.is_some() {
+                    r.key.clone_from(&i.key);
+                }
+                r.fill_from(i);
+                r
+            }
+            (Some(r), None) => r,
+            (None, Some(i)) => i.clone(),
+            (None, None) => DeviceInfo::bare(DeviceInfo::source_key(&self.name, id), id),
+        }
+    }
+}
