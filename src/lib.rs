@@ -241,15 +241,29 @@ fn looks_like(bytes: &[u8]) -> Option<&'static str> {
 /// message gives line and column); [`Error::NotAReport`] when its bytes are another input
 /// format (a `.gmr`, an Nsight export, a Kineto trace).
 pub fn read_usage_report(path: &Path) -> Result<UsageReport, Error> {
+    let bytes = std::fs::read(path).map_err(|e| Error::Report {
+        path: path.to_path_buf(),
+        reason: format!("cannot read: {e}"),
+    })?;
+    parse_usage_report(&bytes, path)
+}
+
+/// Parses one `gpumeter.usage/v1` report from its bytes; `path` names it in errors (a file
+/// name, or a label such as `usage_json` for a report handed over in memory). Checks what
+/// [`read_usage_report`] checks: the schema and every tenant name; not the digest
+/// ([`UsageReport::verify_digest`]).
+///
+/// # Errors
+/// As [`read_usage_report`].
+pub fn parse_usage_report(bytes: &[u8], path: &Path) -> Result<UsageReport, Error> {
     let fail = |reason: String| Error::Report {
         path: path.to_path_buf(),
         reason,
     };
-    let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-    let report: UsageReport = match serde_json::from_slice(&bytes) {
+    let report: UsageReport = match serde_json::from_slice(bytes) {
         Ok(r) => r,
         Err(e) => {
-            if let Some(format) = looks_like(&bytes) {
+            if let Some(format) = looks_like(bytes) {
                 return Err(Error::NotAReport {
                     path: path.to_path_buf(),
                     format,

@@ -59,6 +59,7 @@ pub mod gmr;
 mod join;
 pub mod kind;
 pub mod layout;
+pub mod replay;
 mod source;
 pub mod stream;
 

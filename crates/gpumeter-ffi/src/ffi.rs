@@ -1,0 +1,211 @@
+//! The one place where C pointers become Rust references, and the panic boundary every
+//! exported function runs inside (STYLE "FFI: our C ABI").
+//!
+//! Ownership, as the header states it per function:
+//! - handles (`gm_meter`, `gm_bank`, `gm_recording`) are `Box`es the caller owns between
+//!   `_new`/`_open` and `_free`; every function borrows them;
+//! - strings the library returns are `CString`s the caller owns and frees with
+//!   `gm_string_free`;
+//! - every other pointer is borrowed for the call only.
+
+use std::any::Any;
+use std::ffi::{c_char, CStr, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe, UnwindSafe};
+
+use crate::status::{gm_status, gm_status_code, set_last_error, Failure};
+
+/// Runs an exported function's body: `Ok` is `GM_OK`; a failure sets this thread's last
+/// error and returns its status; a panic is caught here, never crosses into C, and becomes
+/// `GM_ERR_PANIC` with its message as the last error.
+pub(crate) fn boundary<F>(body: F) -> gm_status
+where
+    F: FnOnce() -> Result<(), Failure> + UnwindSafe,
+{
+    match catch_unwind(body) {
+        Ok(Ok(())) => gm_status_code::GM_OK as gm_status,
+        Ok(Err(f)) => {
+            set_last_error(f.message);
+            f.status as gm_status
+        }
+        Err(payload) => {
+            set_last_error(format!(
+                "internal error (a panic, caught at the C ABI boundary): {}",
+                panic_message(payload.as_ref())
+            ));
+            gm_status_code::GM_ERR_PANIC as gm_status
+        }
+    }
+}
+
+/// Runs a body that cannot fail (a `_free`, a getter): a panic is caught, becomes the last
+/// error, and `fallback` is returned.
+pub(crate) fn infallible<T, F: FnOnce() -> T>(fallback: T, body: F) -> T {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(v) => v,
+        Err(payload) => {
+            set_last_error(format!(
+                "internal error (a panic, caught at the C ABI boundary): {}",
+                panic_message(payload.as_ref())
+            ));
+            fallback
+        }
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> &str {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        s
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s
+    } else {
+        "no message"
+    }
+}
+
+fn null(name: &str) -> Failure {
+    Failure::new(
+        gm_status_code::GM_ERR_NULL_ARGUMENT,
+        format!("{name} is NULL"),
+    )
+}
+
+/// Borrows the object behind `p` for the call.
+///
+/// # Safety
+/// `p` is NULL or points to a live `T` that no other thread mutates during the call (handles
+/// synchronize inside).
+pub(crate) unsafe fn borrow<'a, T>(p: *const T, name: &str) -> Result<&'a T, Failure> {
+    // SAFETY: the caller's contract: NULL or a live, properly aligned `T` for the call.
+    unsafe { p.as_ref() }.ok_or_else(|| null(name))
+}
+
+/// A C string argument as UTF-8.
+///
+/// # Safety
+/// `p` is NULL or points to a NUL-terminated string that lives for the call.
+pub(crate) unsafe fn str_arg<'a>(p: *const c_char, name: &str) -> Result<&'a str, Failure> {
+    if p.is_null() {
+        return Err(null(name));
+    }
+    // SAFETY: non-NULL and NUL-terminated, alive for the call (the caller's contract).
+    let c = unsafe { CStr::from_ptr(p) };
+    c.to_str().map_err(|e| {
+        Failure::new(
+            gm_status_code::GM_ERR_INVALID_UTF8,
+            format!(
+                "{name} is not UTF-8 (invalid byte at offset {})",
+                e.valid_up_to()
+            ),
+        )
+    })
+}
+
+/// An optional C string argument (NULL = `None`) as UTF-8.
+///
+/// # Safety
+/// As [`str_arg`].
+pub(crate) unsafe fn opt_str_arg<'a>(
+    p: *const c_char,
+    name: &str,
+) -> Result<Option<&'a str>, Failure> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: as `str_arg`, whose contract the caller keeps.
+    unsafe { str_arg(p, name) }.map(Some)
+}
+
+/// A byte buffer argument: `(NULL, 0)` is empty; NULL with a length is an error. Any
+/// alignment.
+///
+/// # Safety
+/// `p` is NULL or points to `len` readable bytes that no one writes during the call.
+pub(crate) unsafe fn bytes_arg<'a>(
+    p: *const u8,
+    len: usize,
+    name: &str,
+) -> Result<&'a [u8], Failure> {
+    if p.is_null() {
+        if len == 0 {
+            return Ok(&[]);
+        }
+        return Err(null(name));
+    }
+    if len > isize::MAX as usize {
+        return Err(Failure::new(
+            gm_status_code::GM_ERR_INVALID_ARGUMENT,
+            format!("{name}: a length of {len} bytes cannot be a buffer"),
+        ));
+    }
+    // SAFETY: non-NULL, `len` readable bytes (u8 has no alignment), not written during the
+    // call: the caller's contract; the length fits an isize (checked above).
+    Ok(unsafe { std::slice::from_raw_parts(p, len) })
+}
+
+/// Checks an output pointer before any work is done, so that a NULL one fails early.
+pub(crate) fn out_arg<T>(p: *mut T, name: &str) -> Result<OutPtr<T>, Failure> {
+    if p.is_null() {
+        Err(null(name))
+    } else {
+        Ok(OutPtr(p))
+    }
+}
+
+/// An output pointer known not to be NULL; written once, on success.
+pub(crate) struct OutPtr<T>(*mut T);
+
+impl<T> OutPtr<T> {
+    /// Writes the output.
+    ///
+    /// # Safety
+    /// The pointer given to [`out_arg`] points to writable, aligned storage for a `T` (the
+    /// caller's contract); the old value is not dropped (it is C's).
+    pub(crate) unsafe fn write(self, v: T) {
+        // SAFETY: non-NULL (checked by `out_arg`), writable and aligned: the caller's contract.
+        unsafe { self.0.write(v) }
+    }
+}
+
+/// A string for C (caller frees it with `gm_string_free`).
+pub(crate) fn c_string(s: String, what: &str) -> Result<*mut c_char, Failure> {
+    CString::new(s).map(CString::into_raw).map_err(|_| {
+        Failure::new(
+            gm_status_code::GM_ERR_PANIC,
+            format!("{what} holds a NUL byte and cannot be a C string"),
+        )
+    })
+}
+
+/// Takes back a string made by [`c_string`] and frees it.
+///
+/// # Safety
+/// `s` is NULL or a pointer [`c_string`] returned, not freed before.
+pub(crate) unsafe fn free_c_string(s: *mut c_char) {
+    if !s.is_null() {
+        // SAFETY: made by `CString::into_raw` in `c_string`, freed once: the caller's contract.
+        drop(unsafe { CString::from_raw(s) });
+    }
+}
+
+/// Takes back a handle made by `Box::into_raw` and drops it.
+///
+/// # Safety
+/// `p` is NULL or a pointer `Box::<T>::into_raw` returned, not freed before, used by no
+/// other thread.
+pub(crate) unsafe fn free_box<T>(p: *mut T) {
+    if !p.is_null() {
+        // SAFETY: made by `Box::into_raw`, freed once, unused elsewhere: the caller's contract.
+        drop(unsafe { Box::from_raw(p) });
+    }
+}
+
+/// Moves a handle to C.
+pub(crate) fn into_handle<T>(v: T) -> *mut T {
+    Box::into_raw(Box::new(v))
+}
+
+/// Makes a body that captures raw pointers usable in [`boundary`]: pointers are plain data,
+/// and every handle's state sits behind a `Mutex` that a panic poisons.
+pub(crate) fn unwind_safe<F: FnOnce() -> Result<(), Failure>>(f: F) -> AssertUnwindSafe<F> {
+    AssertUnwindSafe(f)
+}

@@ -1,0 +1,54 @@
+//! # gpumeter-ffi
+//!
+//! gpumeter's C ABI (DESIGN §9), for node agents written in C, C++, Go or Python that own a
+//! CUPTI subscription: hand each completed activity buffer to a `gm_meter`, read usage as
+//! `gpumeter.usage/v1` JSON (a snapshot, or drained window by window), rate it with a price
+//! book, and keep the credit bank. The header is `bindings/c/gpumeter.h`, generated from this
+//! crate by cbindgen (`bindings/c/cbindgen.toml`); the library is `libgpumeter_ffi.so` /
+//! `libgpumeter_ffi.a`.
+//!
+//! ```c
+//! gm_meter *m = NULL;
+//! if (gm_abi_version() != GM_ABI_VERSION) abort();
+//! if (gm_meter_new("{\"window_seconds\": 60, \"cupti_api_version\": 26}", &m) != GM_OK) {
+//!   char msg[512]; gm_last_error_message(msg, sizeof msg); fprintf(stderr, "%s\n", msg);
+//! }
+//! // in CUPTI's buffer-completed callback:
+//! gm_meter_ingest_cupti_buffer(m, buffer, valid_size);
+//! // now and then:
+//! char *usage = NULL;
+//! uint64_t closed = 0;
+//! gm_meter_watermark_ns(m, &closed);
+//! if (gm_meter_drain_usage_json(m, closed, &usage) == GM_OK) { send(usage); gm_string_free(usage); }
+//! gm_meter_free(m);
+//! ```
+//!
+//! Conventions (STYLE "FFI: our C ABI"): every fallible function returns a `gm_status`
+//! (`GM_OK` = 0) and writes its outputs only on success; `gm_last_error_message` gives this
+//! thread's last failure; every exported body runs inside one panic boundary (a panic becomes
+//! `GM_ERR_PANIC`, never an abort or unwinding into C); every pointer is checked for NULL;
+//! `(NULL, 0)` is an empty buffer; buffers of any alignment are accepted; strings the library
+//! returns are freed with `gm_string_free`; handles are freed with their `_free`, which
+//! accepts NULL.
+#![deny(missing_docs)]
+// The C ABI is an FFI edge: `#[no_mangle]` and raw pointers. Every `unsafe` block says why it
+// holds (`// SAFETY:`); pointer conversions live in `ffi.rs`.
+#![allow(unsafe_code)]
+
+mod bank;
+mod ffi;
+mod meter;
+mod rate;
+mod recording;
+mod status;
+
+#[allow(unused_imports)] // filled by the bank calls
+pub use bank::*;
+pub use meter::*;
+pub use rate::gm_rate_json;
+pub use recording::*;
+pub use status::{gm_status, gm_status_code};
+
+/// The C ABI version of this library ([`gm_abi_version`]). It changes only when a function,
+/// type or code changes meaning; additions keep it.
+pub const GM_ABI_VERSION: u32 = 1;

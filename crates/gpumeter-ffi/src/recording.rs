@@ -1,0 +1,254 @@
+//! `gm_recording`: a `.gmr` recording or raw buffer file replayed as the events a CUPTI
+//! subscription gives an agent, so agents (and their tests) can drive the hot path exactly as
+//! a live subscription would.
+
+use std::ffi::{c_char, CString};
+use std::path::Path;
+
+use gpumeter::cupti::replay::{Replay, ReplayItem};
+use gpumeter::ApiVersion;
+
+use crate::ffi::{
+    borrow, boundary, free_box, infallible, into_handle, out_arg, str_arg, unwind_safe,
+};
+use crate::meter::{gm_device_info, GM_UNKNOWN_DEVICE};
+use crate::status::{gm_status, gm_status_code, Failure};
+
+/// What a [`gm_recording_item`] is.
+#[allow(non_camel_case_types)]
+#[repr(u32)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum gm_recording_item_kind {
+    /// No more items.
+    GM_ITEM_END = 0,
+    /// `device`: a device of the recording's inventory; give it to `gm_meter_register_device`.
+    GM_ITEM_DEVICE = 1,
+    /// `buffer`, `buffer_size`: a completed activity buffer; give it to
+    /// `gm_meter_ingest_cupti_buffer`.
+    GM_ITEM_BUFFER = 2,
+    /// `device_id`, `dropped`: records CUPTI dropped (a delta); give them to
+    /// `gm_meter_report_dropped`.
+    GM_ITEM_DROPPED = 3,
+    /// `pid`, `timestamp_ns`: the recorded process ended; give it to `gm_meter_process_exited`.
+    GM_ITEM_PROCESS_EXIT = 4,
+}
+
+/// One replayed event. Only the fields of its `kind` are set; the others are zero/NULL.
+/// Pointers stay valid until the next [`gm_recording_next`] or [`gm_recording_free`].
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct gm_recording_item {
+    /// A [`gm_recording_item_kind`] number.
+    pub kind: u32,
+    /// `GM_ITEM_DEVICE`: the device (strings owned by the recording).
+    pub device: gm_device_info,
+    /// `GM_ITEM_BUFFER`: the buffer's bytes (owned by the recording).
+    pub buffer: *const u8,
+    /// `GM_ITEM_BUFFER`: its size in bytes.
+    pub buffer_size: usize,
+    /// `GM_ITEM_DROPPED`: the device, or `GM_UNKNOWN_DEVICE`.
+    pub device_id: u32,
+    /// `GM_ITEM_DROPPED`: records dropped since the last count.
+    pub dropped: u64,
+    /// `GM_ITEM_PROCESS_EXIT`: the process.
+    pub pid: u32,
+    /// `GM_ITEM_PROCESS_EXIT`: when it ended, ns since the epoch.
+    pub timestamp_ns: u64,
+}
+
+/// A recording being replayed. Opaque; made by [`gm_recording_open`], freed by
+/// [`gm_recording_free`]; one thread at a time.
+#[allow(non_camel_case_types)]
+pub struct gm_recording {
+    replay: Replay,
+    next: usize,
+    /// Per item, the device strings it points to.
+    strings: Vec<Option<(Option<CString>, Option<CString>)>>,
+}
+
+fn item_default() -> gm_recording_item {
+    gm_recording_item {
+        kind: gm_recording_item_kind::GM_ITEM_END as u32,
+        device: gm_device_info {
+            device_id: 0,
+            name: std::ptr::null(),
+            uuid: std::ptr::null(),
+            sm_count: 0,
+            cc_major: 0,
+            cc_minor: 0,
+        },
+        buffer: std::ptr::null(),
+        buffer_size: 0,
+        device_id: 0,
+        dropped: 0,
+        pid: 0,
+        timestamp_ns: 0,
+    }
+}
+
+/// Opens a recording: a `.gmr` (recognized by its magic; its header gives the API version),
+/// or else a raw activity buffer file laid out by `raw_cupti_api_version` (0 = 26, CUDA
+/// 12.8's), replayed as one buffer. The whole file is read now.
+///
+/// On success `*out` is a new recording the caller owns and frees with
+/// [`gm_recording_free`]; on failure it is not written.
+///
+/// # Errors
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
+/// `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read, or is a `.gmr` that
+/// cannot be).
+///
+/// # Safety
+/// `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn gm_recording_open(
+    path: *const c_char,
+    raw_cupti_api_version: u32,
+    out: *mut *mut gm_recording,
+) -> gm_status {
+    boundary(unwind_safe(|| {
+        let out = out_arg(out, "out")?;
+        // SAFETY: NULL or NUL-terminated (the contract above).
+        let path = Path::new(unsafe { str_arg(path, "path") }?);
+        let api = match raw_cupti_api_version {
+            0 => ApiVersion::default(),
+            v => ApiVersion::from_cupti(v).map_err(|e| {
+                Failure::new(
+                    gm_status_code::GM_ERR_INVALID_ARGUMENT,
+                    format!("raw_cupti_api_version: {e}"),
+                )
+            })?,
+        };
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        let bytes = std::fs::read(path).map_err(|e| {
+            Failure::new(
+                gm_status_code::GM_ERR_IO,
+                format!("{name}: cannot read: {e}"),
+            )
+        })?;
+        let replay = Replay::from_bytes(&name, &bytes, api)
+            .map_err(|e| Failure::new(gm_status_code::GM_ERR_IO, e.to_string()))?;
+        let c = |s: &Option<String>| s.as_deref().and_then(|s| CString::new(s).ok());
+        let strings = replay
+            .items
+            .iter()
+            .map(|i| match i {
+                ReplayItem::Device(d) => Some((c(&d.name), c(&d.uuid))),
+                _ => None,
+            })
+            .collect();
+        let rec = gm_recording {
+            replay,
+            next: 0,
+            strings,
+        };
+        // SAFETY: writable storage for a pointer (the contract above).
+        unsafe { out.write(into_handle(rec)) };
+        Ok(())
+    }))
+}
+
+/// The CUPTI API version the recording's buffers are laid out by (the `.gmr` header's, or
+/// the one given for a raw buffer): pass it as `cupti_api_version` in `gm_meter_new`'s
+/// configuration. 0 when `recording` is NULL.
+///
+/// # Safety
+/// `recording` is NULL or a live recording.
+#[no_mangle]
+pub unsafe extern "C" fn gm_recording_cupti_api_version(recording: *const gm_recording) -> u32 {
+    infallible(0, || {
+        // SAFETY: NULL or a live recording (the contract above).
+        unsafe { borrow(recording, "recording") }
+            .map(|r| r.replay.api.cupti_api_version())
+            .unwrap_or(0)
+    })
+}
+
+/// Writes the next event into `*item` (kind `GM_ITEM_END` when there are no more, and again
+/// on every later call).
+///
+/// # Errors
+/// `GM_ERR_NULL_ARGUMENT`.
+///
+/// # Safety
+/// `recording` is a live recording used by no other thread; `item` points to writable
+/// storage for a `gm_recording_item`.
+#[no_mangle]
+pub unsafe extern "C" fn gm_recording_next(
+    recording: *mut gm_recording,
+    item: *mut gm_recording_item,
+) -> gm_status {
+    boundary(unwind_safe(|| {
+        let out = out_arg(item, "item")?;
+        // SAFETY: NULL or a live recording, used by this thread only (the contract above).
+        let rec = unsafe { recording.as_mut() }.ok_or_else(|| {
+            Failure::new(gm_status_code::GM_ERR_NULL_ARGUMENT, "recording is NULL")
+        })?;
+        let mut it = item_default();
+        if let Some(i) = rec.replay.items.get(rec.next) {
+            match i {
+                ReplayItem::Device(d) => {
+                    it.kind = gm_recording_item_kind::GM_ITEM_DEVICE as u32;
+                    let (name, uuid) = rec
+                        .strings
+                        .get(rec.next)
+                        .and_then(Option::as_ref)
+                        .map(|(n, u)| {
+                            (
+                                n.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+                                u.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
+                            )
+                        })
+                        .unwrap_or((std::ptr::null(), std::ptr::null()));
+                    let (cc_major, cc_minor) = d
+                        .compute_capability
+                        .as_deref()
+                        .and_then(|c| c.split_once('.'))
+                        .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                        .unwrap_or((0, 0));
+                    it.device = gm_device_info {
+                        device_id: d.id,
+                        name,
+                        uuid,
+                        sm_count: d.sm_count.unwrap_or(0),
+                        cc_major,
+                        cc_minor,
+                    };
+                }
+                ReplayItem::Buffer(b) => {
+                    it.kind = gm_recording_item_kind::GM_ITEM_BUFFER as u32;
+                    it.buffer = b.as_ptr();
+                    it.buffer_size = b.len();
+                }
+                ReplayItem::Dropped { device_id, count } => {
+                    it.kind = gm_recording_item_kind::GM_ITEM_DROPPED as u32;
+                    it.device_id = device_id.unwrap_or(GM_UNKNOWN_DEVICE);
+                    it.dropped = *count;
+                }
+                ReplayItem::ProcessExit { pid, timestamp_ns } => {
+                    it.kind = gm_recording_item_kind::GM_ITEM_PROCESS_EXIT as u32;
+                    it.pid = *pid;
+                    it.timestamp_ns = *timestamp_ns;
+                }
+            }
+            rec.next += 1;
+        }
+        // SAFETY: writable storage for a gm_recording_item (the contract above).
+        unsafe { out.write(it) };
+        Ok(())
+    }))
+}
+
+/// Frees a recording (and the buffers and strings its items pointed to). NULL is fine.
+///
+/// # Safety
+/// `recording` is NULL or a recording from [`gm_recording_open`] not freed before.
+#[no_mangle]
+pub unsafe extern "C" fn gm_recording_free(recording: *mut gm_recording) {
+    // SAFETY: NULL or a live recording, freed once (the contract above).
+    infallible((), || unsafe { free_box(recording) })
+}
