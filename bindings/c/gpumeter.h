@@ -13,15 +13,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
-// The C ABI version of this library ([`gm_abi_version`]). It changes only when a function,
+// The C ABI version of this library (`gm_abi_version`). It changes only when a function,
 // type or code changes meaning; additions keep it.
 #define GM_ABI_VERSION 1
 
-// `device_id` of [`gm_meter_report_dropped`] when CUPTI does not say which device dropped
+// `device_id` of `gm_meter_report_dropped` when CUPTI does not say which device dropped
 // the records: the loss is booked on the meter's stream as a whole.
 #define GM_UNKNOWN_DEVICE UINT32_MAX
 
-// The numbers a [`gm_status`] takes. Numbers are never reused: a code that is retired stays
+// The numbers a `gm_status` takes. Numbers are never reused: a code that is retired stays
 // reserved.
 enum gm_status_code
 #ifdef __cplusplus
@@ -65,7 +65,7 @@ enum gm_status_code
 typedef uint32_t gm_status_code;
 #endif // __cplusplus
 
-// What a [`gm_recording_item`] is.
+// What a `gm_recording_item` is.
 enum gm_recording_item_kind
 #ifdef __cplusplus
   : uint32_t
@@ -89,22 +89,22 @@ typedef uint32_t gm_recording_item_kind;
 #endif // __cplusplus
 
 // A streaming meter: one CUPTI subscription's activity buffers, metered into usage per
-// tenant, device, window and meter (DESIGN §4). Opaque; made by [`gm_meter_new`], freed by
-// [`gm_meter_free`]. Every function may be called from any thread, also at once: calls on
+// tenant, device, window and meter (DESIGN §4). Opaque; made by `gm_meter_new`, freed by
+// `gm_meter_free`. Every function may be called from any thread, also at once: calls on
 // one meter take turns (decoding a buffer happens before the turn, side by side).
 typedef struct gm_meter gm_meter;
 
-// A recording being replayed. Opaque; made by [`gm_recording_open`], freed by
-// [`gm_recording_free`]; one thread at a time.
+// A recording being replayed. Opaque; made by `gm_recording_open`, freed by
+// `gm_recording_free`; one thread at a time.
 typedef struct gm_recording gm_recording;
 
-// What a fallible `gm_*` function returns: [`gm_status_code::GM_OK`] (0) or one of the
-// other [`gm_status_code`] numbers. Read it as an integer: a later library may return a
+// What a fallible `gm_*` function returns: `gm_status_code::GM_OK` (0) or one of the
+// other `gm_status_code` numbers. Read it as an integer: a later library may return a
 // number this header does not name (treat it as an error).
 typedef uint32_t gm_status;
 
 // A CUDA device described by the agent, for buffers that carry no DEVICE record
-// ([`gm_meter_register_device`]). Strings are borrowed for the call.
+// (`gm_meter_register_device`). Strings are borrowed for the call.
 typedef struct gm_device_info {
   // CUPTI's `deviceId` (the CUDA device ordinal) of the device's records.
   uint32_t device_id;
@@ -123,9 +123,9 @@ typedef struct gm_device_info {
 } gm_device_info;
 
 // One replayed event. Only the fields of its `kind` are set; the others are zero/NULL.
-// Pointers stay valid until the next [`gm_recording_next`] or [`gm_recording_free`].
+// Pointers stay valid until the next `gm_recording_next` or `gm_recording_free`.
 typedef struct gm_recording_item {
-  // A [`gm_recording_item_kind`] number.
+  // A `gm_recording_item_kind` number.
   uint32_t kind;
   // `GM_ITEM_DEVICE`: the device (strings owned by the recording).
   struct gm_device_info device;
@@ -147,7 +147,7 @@ typedef struct gm_recording_item {
 extern "C" {
 #endif // __cplusplus
 
-// The version of the C ABI this library implements: [`GM_ABI_VERSION`](crate::GM_ABI_VERSION).
+// The version of the C ABI this library implements: `GM_ABI_VERSION`.
 // An agent compiled against another version should refuse to run. Never fails; any thread.
 uint32_t gm_abi_version(void);
 
@@ -162,7 +162,7 @@ uint32_t gm_abi_version(void);
 // `source_name` (the meter's source in reports and the label of devices without a UUID;
 // default `gm_meter`). Unknown keys are refused.
 //
-// On success `*out` is a new meter the caller owns and frees with [`gm_meter_free`]; on
+// On success `*out` is a new meter the caller owns and frees with `gm_meter_free`; on
 // failure `*out` is not written.
 //
 // # Errors
@@ -177,7 +177,7 @@ gm_status gm_meter_new(const char *config_json, struct gm_meter **out);
 // during or after this one.
 //
 // # Safety
-// `meter` is NULL or a meter from [`gm_meter_new`] not freed before.
+// `meter` is NULL or a meter from `gm_meter_new` not freed before.
 void gm_meter_free(struct gm_meter *meter);
 
 // Describes a device for buffers without a DEVICE record, or adds what its DEVICE record
@@ -229,17 +229,17 @@ gm_status gm_meter_set_tenant_for_external_id(struct gm_meter *meter,
                                               const char *tenant);
 
 // Attributes work of process `pid` to `tenant` (after external-id rules). As
-// [`gm_meter_set_tenant_for_external_id`] otherwise.
+// `gm_meter_set_tenant_for_external_id` otherwise.
 //
 // # Errors
-// As [`gm_meter_set_tenant_for_external_id`].
+// As `gm_meter_set_tenant_for_external_id`.
 //
 // # Safety
-// As [`gm_meter_set_tenant_for_external_id`].
+// As `gm_meter_set_tenant_for_external_id`.
 gm_status gm_meter_set_tenant_for_pid(struct gm_meter *meter, uint32_t pid, const char *tenant);
 
 // Books records CUPTI dropped as loss `dropped` on `device_id` (a delta since the last call:
-// what `cuptiActivityGetNumDroppedRecords` returned). [`GM_UNKNOWN_DEVICE`], or a device the
+// what `cuptiActivityGetNumDroppedRecords` returned). `GM_UNKNOWN_DEVICE`, or a device the
 // meter has never heard of, books it on the meter's source as a whole. 0 does nothing.
 //
 // # Errors
@@ -278,7 +278,7 @@ gm_status gm_meter_watermark_ns(const struct gm_meter *meter, uint64_t *out_ns);
 // not drained yet, with the records still inside the reordering horizon booked in a copy
 // and allocations still held billed to the latest work. The meter goes on unchanged.
 //
-// On success `*out_json` is a new string the caller owns and frees with [`gm_string_free`];
+// On success `*out_json` is a new string the caller owns and frees with `gm_string_free`;
 // on failure it is not written.
 //
 // # Errors
@@ -293,10 +293,13 @@ gm_status gm_meter_usage_json(const struct gm_meter *meter, char **out_json);
 // loss, record counts and warnings gathered since the last drain. Drained reports never
 // repeat a quantity: together with a final drain (`UINT64_MAX`) they sum to the report the
 // meter would have built without draining. Afterwards a record starting before the edge is
-// `late`; drain at or before [`gm_meter_watermark_ns`] to lose nothing. Allocations still
-// held are billed up to the edge (at most up to the latest work) and stay held.
+// `late`; drain at or before `gm_meter_watermark_ns` to lose nothing. Allocations still
+// held are billed up to the edge (at most up to the latest work) and stay held. Each drained
+// report's source (`source_name`, format `cupti-stream`) has a `sha256` of its own, so a
+// biller can merge a meter's drained reports (`gpumeter usage --format usage`); never merge
+// them with a snapshot of the same meter, whose windows overlap theirs.
 //
-// On success `*out_json` is a new string the caller owns and frees with [`gm_string_free`];
+// On success `*out_json` is a new string the caller owns and frees with `gm_string_free`;
 // on failure it is not written and nothing is forgotten.
 //
 // # Errors
@@ -326,12 +329,12 @@ size_t gm_last_error_message(char *buf, size_t len);
 // `gpumeter preview --json` on the same usage. No bank: carried fragments and credits are
 // not applied (see `gm_bank_preview_json`).
 //
-// `usage_json`: a `gpumeter.usage/v1` report (from [`gm_meter_usage_json`](crate::gm_meter_usage_json),
+// `usage_json`: a `gpumeter.usage/v1` report (from `gm_meter_usage_json`,
 // a drain, or `gpumeter usage --json`), its `sha256` checked; `price_book_toml`: the text of
 // a `gpumeter.pricebook/v1` file. Both are read during the call only.
 //
 // On success `*out_invoice_json` is a new string the caller owns and frees with
-// [`gm_string_free`](crate::gm_string_free); on failure it is not written. Any thread.
+// `gm_string_free`; on failure it is not written. Any thread.
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
@@ -349,7 +352,7 @@ gm_status gm_rate_json(const char *usage_json,
 // 12.8's), replayed as one buffer. The whole file is read now.
 //
 // On success `*out` is a new recording the caller owns and frees with
-// [`gm_recording_free`]; on failure it is not written.
+// `gm_recording_free`; on failure it is not written.
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
@@ -384,7 +387,7 @@ gm_status gm_recording_next(struct gm_recording *recording, struct gm_recording_
 // Frees a recording (and the buffers and strings its items pointed to). NULL is fine.
 //
 // # Safety
-// `recording` is NULL or a recording from [`gm_recording_open`] not freed before.
+// `recording` is NULL or a recording from `gm_recording_open` not freed before.
 void gm_recording_free(struct gm_recording *recording);
 
 #ifdef __cplusplus

@@ -22,6 +22,7 @@
 //! * **Identity**: the stream is one source of the report, format `cupti-stream`, whose
 //!   `sha256` is a chain over the buffers in the order they were applied:
 //!   `h₀ = SHA-256("")`, `hₙ = SHA-256(hₙ₋₁ ‖ SHA-256(bufferₙ))` ([`CuptiStream::sha256`]).
+//!   A drained report's source gets an identity of its own ([`CuptiStream::seal_drain`]).
 //!   The same buffer given twice within the reordering horizon is booked once: its records
 //!   are duplicates (loss `duplicate`), never billed twice.
 //! * **Loss**: dropped-record deltas ([`CuptiStream::report_dropped`]), kernels with fields
@@ -85,6 +86,8 @@ pub struct CuptiStream {
     api: ApiVersion,
     chain: [u8; 32],
     buffers: u64,
+    /// Drains sealed so far ([`CuptiStream::seal_drain`]).
+    drains: u64,
     announced: bool,
     joins: Joins,
     latest_correlation: u32,
@@ -110,6 +113,7 @@ impl CuptiStream {
             api,
             chain: Sha256::digest(b"").into(),
             buffers: 0,
+            drains: 0,
             announced: false,
             joins: Joins::default(),
             latest_correlation: 0,
@@ -156,6 +160,23 @@ impl CuptiStream {
         } else {
             meter.set_source_sha256(&self.name, &self.sha256());
         }
+    }
+
+    /// Gives the stream's source, for the report a [`Meter::drain`] at `before_ns` is about
+    /// to build, an identity of its own: `SHA-256(chain ‖ n ‖ before_ns)` (n = drains so far,
+    /// both as 8 big-endian bytes). Each drained report of a stream covers windows no other
+    /// covers, so the reports merge (`gpumeter usage --format usage`) without being taken for
+    /// one source metered twice; a snapshot ([`CuptiStream::seal`]) keeps the chain itself
+    /// and must not be merged with drained reports of the same stream (its windows overlap
+    /// theirs).
+    pub fn seal_drain(&mut self, meter: &mut Meter, before_ns: u64) {
+        self.seal(meter);
+        let mut h = Sha256::new();
+        h.update(self.chain);
+        h.update(self.drains.to_be_bytes());
+        h.update(before_ns.to_be_bytes());
+        self.drains += 1;
+        meter.set_source_sha256(&self.name, &hex::encode(h.finalize()));
     }
 
     /// Decodes and hashes one buffer (`bytes`: the `validSize` bytes CUPTI completed; any

@@ -49,6 +49,6 @@ pub use rate::gm_rate_json;
 pub use recording::*;
 pub use status::{gm_status, gm_status_code};
 
-/// The C ABI version of this library ([`gm_abi_version`]). It changes only when a function,
+/// The C ABI version of this library (`gm_abi_version`). It changes only when a function,
 /// type or code changes meaning; additions keep it.
 pub const GM_ABI_VERSION: u32 = 1;

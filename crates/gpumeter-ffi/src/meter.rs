@@ -14,7 +14,7 @@ use crate::ffi::{
 };
 use crate::status::{gm_status, gm_status_code, Failure};
 
-/// `device_id` of [`gm_meter_report_dropped`] when CUPTI does not say which device dropped
+/// `device_id` of `gm_meter_report_dropped` when CUPTI does not say which device dropped
 /// the records: the loss is booked on the meter's stream as a whole.
 pub const GM_UNKNOWN_DEVICE: u32 = u32::MAX;
 
@@ -22,8 +22,8 @@ pub const GM_UNKNOWN_DEVICE: u32 = u32::MAX;
 pub const GM_DEFAULT_SOURCE_NAME: &str = "gm_meter";
 
 /// A streaming meter: one CUPTI subscription's activity buffers, metered into usage per
-/// tenant, device, window and meter (DESIGN §4). Opaque; made by [`gm_meter_new`], freed by
-/// [`gm_meter_free`]. Every function may be called from any thread, also at once: calls on
+/// tenant, device, window and meter (DESIGN §4). Opaque; made by `gm_meter_new`, freed by
+/// `gm_meter_free`. Every function may be called from any thread, also at once: calls on
 /// one meter take turns (decoding a buffer happens before the turn, side by side).
 #[allow(non_camel_case_types)]
 pub struct gm_meter {
@@ -50,7 +50,7 @@ impl gm_meter {
 }
 
 /// A CUDA device described by the agent, for buffers that carry no DEVICE record
-/// ([`gm_meter_register_device`]). Strings are borrowed for the call.
+/// (`gm_meter_register_device`). Strings are borrowed for the call.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +71,7 @@ pub struct gm_device_info {
     pub cc_minor: u32,
 }
 
-/// `config_json` of [`gm_meter_new`].
+/// `config_json` of `gm_meter_new`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
@@ -141,7 +141,7 @@ fn report_json(report: Result<UsageReport, gpumeter::core::MeterError>) -> Resul
     })
 }
 
-/// The version of the C ABI this library implements: [`GM_ABI_VERSION`](crate::GM_ABI_VERSION).
+/// The version of the C ABI this library implements: `GM_ABI_VERSION`.
 /// An agent compiled against another version should refuse to run. Never fails; any thread.
 #[no_mangle]
 pub extern "C" fn gm_abi_version() -> u32 {
@@ -159,7 +159,7 @@ pub extern "C" fn gm_abi_version() -> u32 {
 /// `source_name` (the meter's source in reports and the label of devices without a UUID;
 /// default `gm_meter`). Unknown keys are refused.
 ///
-/// On success `*out` is a new meter the caller owns and frees with [`gm_meter_free`]; on
+/// On success `*out` is a new meter the caller owns and frees with `gm_meter_free`; on
 /// failure `*out` is not written.
 ///
 /// # Errors
@@ -196,7 +196,7 @@ pub unsafe extern "C" fn gm_meter_new(
 /// during or after this one.
 ///
 /// # Safety
-/// `meter` is NULL or a meter from [`gm_meter_new`] not freed before.
+/// `meter` is NULL or a meter from `gm_meter_new` not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
     // SAFETY: NULL or a live meter from `gm_meter_new`, freed once (the contract above).
@@ -316,13 +316,13 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_external_id(
 }
 
 /// Attributes work of process `pid` to `tenant` (after external-id rules). As
-/// [`gm_meter_set_tenant_for_external_id`] otherwise.
+/// `gm_meter_set_tenant_for_external_id` otherwise.
 ///
 /// # Errors
-/// As [`gm_meter_set_tenant_for_external_id`].
+/// As `gm_meter_set_tenant_for_external_id`.
 ///
 /// # Safety
-/// As [`gm_meter_set_tenant_for_external_id`].
+/// As `gm_meter_set_tenant_for_external_id`.
 #[no_mangle]
 pub unsafe extern "C" fn gm_meter_set_tenant_for_pid(
     meter: *mut gm_meter,
@@ -343,7 +343,7 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_pid(
 }
 
 /// Books records CUPTI dropped as loss `dropped` on `device_id` (a delta since the last call:
-/// what `cuptiActivityGetNumDroppedRecords` returned). [`GM_UNKNOWN_DEVICE`], or a device the
+/// what `cuptiActivityGetNumDroppedRecords` returned). `GM_UNKNOWN_DEVICE`, or a device the
 /// meter has never heard of, books it on the meter's source as a whole. 0 does nothing.
 ///
 /// # Errors
@@ -423,7 +423,7 @@ pub unsafe extern "C" fn gm_meter_watermark_ns(
 /// not drained yet, with the records still inside the reordering horizon booked in a copy
 /// and allocations still held billed to the latest work. The meter goes on unchanged.
 ///
-/// On success `*out_json` is a new string the caller owns and frees with [`gm_string_free`];
+/// On success `*out_json` is a new string the caller owns and frees with `gm_string_free`;
 /// on failure it is not written.
 ///
 /// # Errors
@@ -458,10 +458,13 @@ pub unsafe extern "C" fn gm_meter_usage_json(
 /// loss, record counts and warnings gathered since the last drain. Drained reports never
 /// repeat a quantity: together with a final drain (`UINT64_MAX`) they sum to the report the
 /// meter would have built without draining. Afterwards a record starting before the edge is
-/// `late`; drain at or before [`gm_meter_watermark_ns`] to lose nothing. Allocations still
-/// held are billed up to the edge (at most up to the latest work) and stay held.
+/// `late`; drain at or before `gm_meter_watermark_ns` to lose nothing. Allocations still
+/// held are billed up to the edge (at most up to the latest work) and stay held. Each drained
+/// report's source (`source_name`, format `cupti-stream`) has a `sha256` of its own, so a
+/// biller can merge a meter's drained reports (`gpumeter usage --format usage`); never merge
+/// them with a snapshot of the same meter, whose windows overlap theirs.
 ///
-/// On success `*out_json` is a new string the caller owns and frees with [`gm_string_free`];
+/// On success `*out_json` is a new string the caller owns and frees with `gm_string_free`;
 /// on failure it is not written and nothing is forgotten.
 ///
 /// # Errors
@@ -482,7 +485,7 @@ pub unsafe extern "C" fn gm_meter_drain_usage_json(
         let json = {
             let mut s = meter.lock()?;
             let State { meter, stream, .. } = &mut *s;
-            stream.seal(meter);
+            stream.seal_drain(meter, before_ns);
             report_json(meter.drain(before_ns))?
         };
         let c = c_string(json, "the usage report")?;

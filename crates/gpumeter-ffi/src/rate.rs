@@ -44,12 +44,12 @@ pub(crate) fn json_out<T: serde::Serialize>(v: &T, what: &str) -> Result<*mut c_
 /// `gpumeter preview --json` on the same usage. No bank: carried fragments and credits are
 /// not applied (see `gm_bank_preview_json`).
 ///
-/// `usage_json`: a `gpumeter.usage/v1` report (from [`gm_meter_usage_json`](crate::gm_meter_usage_json),
+/// `usage_json`: a `gpumeter.usage/v1` report (from `gm_meter_usage_json`,
 /// a drain, or `gpumeter usage --json`), its `sha256` checked; `price_book_toml`: the text of
 /// a `gpumeter.pricebook/v1` file. Both are read during the call only.
 ///
 /// On success `*out_invoice_json` is a new string the caller owns and frees with
-/// [`gm_string_free`](crate::gm_string_free); on failure it is not written. Any thread.
+/// `gm_string_free`; on failure it is not written. Any thread.
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,

@@ -14,7 +14,7 @@ use crate::ffi::{
 use crate::meter::{gm_device_info, GM_UNKNOWN_DEVICE};
 use crate::status::{gm_status, gm_status_code, Failure};
 
-/// What a [`gm_recording_item`] is.
+/// What a `gm_recording_item` is.
 #[allow(non_camel_case_types)]
 #[repr(u32)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,12 +34,12 @@ pub enum gm_recording_item_kind {
 }
 
 /// One replayed event. Only the fields of its `kind` are set; the others are zero/NULL.
-/// Pointers stay valid until the next [`gm_recording_next`] or [`gm_recording_free`].
+/// Pointers stay valid until the next `gm_recording_next` or `gm_recording_free`.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct gm_recording_item {
-    /// A [`gm_recording_item_kind`] number.
+    /// A `gm_recording_item_kind` number.
     pub kind: u32,
     /// `GM_ITEM_DEVICE`: the device (strings owned by the recording).
     pub device: gm_device_info,
@@ -57,8 +57,8 @@ pub struct gm_recording_item {
     pub timestamp_ns: u64,
 }
 
-/// A recording being replayed. Opaque; made by [`gm_recording_open`], freed by
-/// [`gm_recording_free`]; one thread at a time.
+/// A recording being replayed. Opaque; made by `gm_recording_open`, freed by
+/// `gm_recording_free`; one thread at a time.
 #[allow(non_camel_case_types)]
 pub struct gm_recording {
     replay: Replay,
@@ -92,7 +92,7 @@ fn item_default() -> gm_recording_item {
 /// 12.8's), replayed as one buffer. The whole file is read now.
 ///
 /// On success `*out` is a new recording the caller owns and frees with
-/// [`gm_recording_free`]; on failure it is not written.
+/// `gm_recording_free`; on failure it is not written.
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
@@ -246,7 +246,7 @@ pub unsafe extern "C" fn gm_recording_next(
 /// Frees a recording (and the buffers and strings its items pointed to). NULL is fine.
 ///
 /// # Safety
-/// `recording` is NULL or a recording from [`gm_recording_open`] not freed before.
+/// `recording` is NULL or a recording from `gm_recording_open` not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn gm_recording_free(recording: *mut gm_recording) {
     // SAFETY: NULL or a live recording, freed once (the contract above).

@@ -2,13 +2,13 @@
 
 use std::cell::RefCell;
 
-/// What a fallible `gm_*` function returns: [`gm_status_code::GM_OK`] (0) or one of the
-/// other [`gm_status_code`] numbers. Read it as an integer: a later library may return a
+/// What a fallible `gm_*` function returns: `gm_status_code::GM_OK` (0) or one of the
+/// other `gm_status_code` numbers. Read it as an integer: a later library may return a
 /// number this header does not name (treat it as an error).
 #[allow(non_camel_case_types)]
 pub type gm_status = u32;
 
-/// The numbers a [`gm_status`] takes. Numbers are never reused: a code that is retired stays
+/// The numbers a `gm_status` takes. Numbers are never reused: a code that is retired stays
 /// reserved.
 #[allow(non_camel_case_types)]
 #[repr(u32)]
