@@ -68,13 +68,14 @@ fn replayed_recordings_meter_as_the_whole_file() {
             assert_eq!(totals(&snap), want, "{name} at {window} s");
             // Drained in pieces, then the rest: the same rows.
             let mut drained = Meter::new(config);
-            replay_into(&mut drained, &path);
+            let mut stream = replay_into(&mut drained, &path);
             let mut sum: BTreeMap<(String, String, String), u128> = BTreeMap::new();
-            let first = snap.usage.iter().map(|r| r.window_start.clone()).min();
-            let _ = first;
+            let mut parts = Vec::new();
             let w = drained.watermark_ns();
             for edge in [w / 2, w, w + 1_000_000_000, u64::MAX] {
+                stream.seal_drain(&mut drained, edge);
                 let part = drained.drain(edge).expect("drain");
+                parts.push((format!("drain-{edge}"), part.clone()));
                 for r in &part.usage {
                     *sum.entry((
                         r.window_start.clone(),
@@ -97,6 +98,23 @@ fn replayed_recordings_meter_as_the_whole_file() {
                     .or_insert(0) += r.quantity.0;
             }
             assert_eq!(sum, want_rows, "{name} at {window} s: drained rows");
+            // The drained reports of one stream merge (each has a source identity of its own)
+            // into the rows of the snapshot.
+            let merged = gpumeter_core::merge_reports(&parts).expect("drained reports merge");
+            let mut merged_rows: BTreeMap<(String, String, String), u128> = BTreeMap::new();
+            for r in &merged.usage {
+                *merged_rows
+                    .entry((
+                        r.window_start.clone(),
+                        r.device_key.clone(),
+                        r.meter.as_str().to_string(),
+                    ))
+                    .or_insert(0) += r.quantity.0;
+            }
+            assert_eq!(
+                merged_rows, want_rows,
+                "{name} at {window} s: merged drains"
+            );
         }
     }
 }
