@@ -324,8 +324,8 @@ unsafe fn bill(
 /// --json`): the `gpumeter.invoice/v1` document (JSON) with one invoice per tenant with usage,
 /// for the period the usage spans (whole windows), with the carried fragments, reservation
 /// fees and credits that would apply. The ledger transaction is rolled back: nothing is
-/// written, and `ledger_head` is not set. An invoice finalized before (same tenant, period,
-/// usage and price book) is shown as it was finalized.
+/// written, and `ledger_head` is null, except on an invoice finalized before (same tenant,
+/// period, usage and price book), which is shown as it was finalized.
 ///
 /// `usage_json`: a `gpumeter.usage/v1` report, its `sha256` checked; `price_book_toml`: the
 /// text of a `gpumeter.pricebook/v1` file whose currency is the bank's. Both are read during
@@ -354,9 +354,9 @@ pub unsafe extern "C" fn gm_bank_preview_json(
 }
 
 /// Rates a usage report against the bank and commits it (`gpumeter invoice finalize
-/// --json`): per tenant, in one ledger transaction, credits burn, fragments carry, reservation
-/// fees are billed and unused capacity converts, and the invoice is recorded under its
-/// finalization key (tenant, period, usage SHA-256, price-book SHA-256). The
+/// --json`): in one ledger transaction for all tenants, each tenant's credits burn, fragments
+/// carry, reservation fees are billed and unused capacity converts, and its invoice is
+/// recorded under its finalization key (tenant, period, usage SHA-256, price-book SHA-256). The
 /// `gpumeter.invoice/v1` document is returned, each invoice with `ledger_head` set.
 ///
 /// Idempotent: an invoice whose key is in the ledger already is returned as finalized then,

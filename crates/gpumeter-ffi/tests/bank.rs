@@ -261,6 +261,11 @@ fn grant_preview_finalize_balance_verify() {
         .call(gm_bank_finalize_json, &usage, &book)
         .expect("finalize again");
     assert_eq!(second, first);
+    // A preview now shows the invoice as finalized.
+    let (third, _) = bank
+        .call(gm_bank_preview_json, &usage, &book)
+        .expect("preview after finalize");
+    assert_eq!(third, first);
     assert_eq!(bank.balance(&tenant, LATER).0, after);
     assert_eq!(bank.verify(), v);
 
