@@ -557,3 +557,47 @@ fn a_file_that_is_not_a_bank_is_refused_untouched() {
     assert_eq!(v["transactions"], 0);
     assert_eq!(v["head"], Value::Null);
 }
+
+#[test]
+fn finalizations_at_once_apply_once() {
+    let bank = Bank::new();
+    let usage = usage_json();
+    let book = price_book();
+    let tenant = tenant_of(&usage);
+    bank.grant(&format!(
+        r#"{{"tenant": "{tenant}", "credits": "100", "rate": "0.01", "effective_ns": 0}}"#
+    ))
+    .expect("granted");
+    // Four threads share the bank's handle, four open the file themselves.
+    let shared = bank.handle as usize;
+    let path = bank.path.clone();
+    let answers: Vec<String> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..8)
+            .map(|i| {
+                let (usage, book, path) = (&usage, &book, &path);
+                scope.spawn(move || {
+                    let own = (i % 2 == 1).then(|| open(path).expect("opens"));
+                    let h = own.unwrap_or(shared as *mut gm_bank);
+                    let mut out: *mut c_char = ptr::null_mut();
+                    // SAFETY: a live bank (shared: it synchronizes inside), NUL-terminated
+                    // strings, a writable pointer.
+                    let s = unsafe {
+                        gm_bank_finalize_json(h, usage.as_ptr(), book.as_ptr(), &mut out)
+                    };
+                    assert_eq!(s, OK, "{}", last_error());
+                    if let Some(own) = own {
+                        // SAFETY: this thread's bank, freed once.
+                        unsafe { gm_bank_free(own) };
+                    }
+                    take_json(out).0
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("no panic"))
+            .collect()
+    });
+    assert!(answers.iter().all(|a| *a == answers[0]));
+    assert_eq!(bank.verify()["transactions"], 2);
+}
