@@ -559,6 +559,34 @@ fn a_file_that_is_not_a_bank_is_refused_untouched() {
 }
 
 #[test]
+fn a_tampered_ledger_fails_verification_naming_the_transaction() {
+    let bank = Bank::new();
+    bank.grant(r#"{"tenant": "acme", "credits": "10", "rate": "1", "key": "k"}"#)
+        .expect("granted");
+    let good = bank.verify();
+    assert_eq!(good["transactions"], 1);
+    assert_eq!(good["postings"], 2);
+    assert_eq!(good["accounts"], 2);
+    let conn = rusqlite::Connection::open(&bank.path).expect("open with rusqlite");
+    let edited = conn
+        .execute(
+            "UPDATE postings SET amount = '11' WHERE seq = 1 AND idx = 0",
+            [],
+        )
+        .expect("update");
+    assert_eq!(edited, 1);
+    drop(conn);
+    let sentinel = ptr::dangling_mut::<c_char>();
+    let mut out = sentinel;
+    // SAFETY: a live bank, a writable pointer.
+    let s = unsafe { gm_bank_verify_json(bank.handle, &mut out) };
+    assert_eq!(s, code(gm_status_code::GM_ERR_BANK));
+    let msg = last_error();
+    assert!(msg.contains("transaction 1 (`grant:k`)"), "{msg}");
+    assert_eq!(out, sentinel);
+}
+
+#[test]
 fn finalizations_at_once_apply_once() {
     let bank = Bank::new();
     let usage = usage_json();
