@@ -88,6 +88,13 @@ enum gm_recording_item_kind
 typedef uint32_t gm_recording_item_kind;
 #endif // __cplusplus
 
+// A credit bank: an SQLite ledger file held open (DESIGN §6). Opaque; made by
+// `gm_bank_open`, freed by `gm_bank_free`. Every function may be called from any thread,
+// also at once: calls on one bank take turns. Several banks (in this process or others) may
+// open the same file: writes are serialized by SQLite, and a finalization is applied once
+// whoever runs it.
+typedef struct gm_bank gm_bank;
+
 // A streaming meter: one CUPTI subscription's activity buffers, metered into usage per
 // tenant, device, window and meter (DESIGN §4). Opaque; made by `gm_meter_new`, freed by
 // `gm_meter_free`. Every function may be called from any thread, also at once: calls on
@@ -146,6 +153,159 @@ typedef struct gm_recording_item {
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
+
+// Opens the credit bank in the SQLite file `path`, creating it when the file does not exist
+// or is empty (as `gpumeter bank grant` and `gpumeter invoice finalize` do), and migrating an
+// older ledger. A file that is not a gpumeter ledger is refused before anything is written to
+// it. `path` is read during the call only (UTF-8; relative to the working directory).
+//
+// On success `*out` is a new bank the caller owns and frees with `gm_bank_free`; on failure
+// `*out` is not written. Any thread.
+//
+// # Errors
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_BANK` (the file cannot be opened or
+// created, is not an SQLite database or not a gpumeter ledger, or is a ledger of a newer
+// version; the message names the file).
+//
+// # Safety
+// `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
+gm_status gm_bank_open(const char *path, struct gm_bank **out);
+
+// Closes a bank and frees it (the file stays; everything committed is in it). NULL is fine.
+// No other call may use the bank during or after this one.
+//
+// # Safety
+// `bank` is NULL or a bank from `gm_bank_open` not freed before.
+void gm_bank_free(struct gm_bank *bank);
+
+// Grants credits to a tenant (`gpumeter bank grant`), in one ledger transaction.
+//
+// `grant_json`: a JSON object with
+// `tenant` (required: a tenant name, or `unattributed`),
+// `credits` and `rate` (required: positive decimals **as JSON strings**, e.g. `"500"`,
+// `"0.01"`, at most 9 decimals; `rate` is the value of one credit in the invoice currency;
+// JSON numbers are refused so that no amount passes through a float),
+// `priority` (integer, lower burns first; default 0),
+// `effective_ns` (usable from, ns since the epoch; default `at_ns`; credits pay an invoice
+// when in force at its period's end, so give an earlier one to pay for a period already past),
+// `expires_ns` (usable until, exclusive; default never),
+// `kind` (`"purchased"`, the default, or `"promotional"`),
+// `skus` and `meters` (arrays of SKU ids and meter names the credits may pay for; default
+// empty: all),
+// `key` (idempotency key: the same key grants once, however often the call is made; default:
+// derived from the terms and `at_ns`, so a retry at another instant is a new grant) and
+// `at_ns` (when the grant is recorded; default now). Unknown keys are refused.
+//
+// On success `*out_json` is a new string the caller owns and frees with
+// `gm_string_free`: `{"grant": {"grant": "g-…", "tenant",
+// "credits", "rate", "priority", "effective", "expires", "kind", "skus", "meters"},
+// "applied": true}`, times RFC 3339 UTC (`expires` null for never), decimals as strings;
+// `applied` is false when a grant with the same key was recorded before (nothing changed;
+// the grant shown is that one). On failure `*out_json` is not written and the bank is
+// unchanged. Any thread.
+//
+// # Errors
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (`grant_json` is
+// not JSON, has an unknown key or a bad field, or the bank refuses the terms: credits or rate
+// not positive, too many decimals, an expiry not after the start), `GM_ERR_BANK` (the ledger
+// cannot be read or written), `GM_ERR_POISONED`.
+//
+// # Safety
+// `bank` is NULL or a live bank; `grant_json` is NULL or NUL-terminated; `out_json` points to
+// writable storage for a pointer.
+gm_status gm_bank_grant_json(struct gm_bank *bank, const char *grant_json, char **out_json);
+
+// Rates a usage report against the bank without changing it (`gpumeter preview --bank
+// --json`): the `gpumeter.invoice/v1` document (JSON) with one invoice per tenant with usage,
+// for the period the usage spans (whole windows), with the carried fragments, reservation
+// fees and credits that would apply. The ledger transaction is rolled back: nothing is
+// written, and `ledger_head` is null, except on an invoice finalized before (same tenant,
+// period, usage and price book), which is shown as it was finalized.
+//
+// `usage_json`: a `gpumeter.usage/v1` report, its `sha256` checked; `price_book_toml`: the
+// text of a `gpumeter.pricebook/v1` file whose currency is the bank's. Both are read during
+// the call only.
+//
+// On success `*out_invoice_json` is a new string the caller owns and frees with
+// `gm_string_free`; on failure it is not written. Any thread.
+//
+// # Errors
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
+// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the ledger cannot be read,
+// or keeps another currency than the book's), `GM_ERR_POISONED`.
+//
+// # Safety
+// `bank` is NULL or a live bank; `usage_json` and `price_book_toml` are NULL or
+// NUL-terminated; `out_invoice_json` points to writable storage for a pointer.
+gm_status gm_bank_preview_json(struct gm_bank *bank,
+                               const char *usage_json,
+                               const char *price_book_toml,
+                               char **out_invoice_json);
+
+// Rates a usage report against the bank and commits it (`gpumeter invoice finalize
+// --json`): in one ledger transaction for all tenants, each tenant's credits burn, fragments
+// carry, reservation fees are billed and unused capacity converts, and its invoice is
+// recorded under its finalization key (tenant, period, usage SHA-256, price-book SHA-256). The
+// `gpumeter.invoice/v1` document is returned, each invoice with `ledger_head` set.
+//
+// Idempotent: an invoice whose key is in the ledger already is returned as finalized then,
+// and nothing changes, so a retry after a failure or a crash is safe (also from another
+// process). Arguments, ownership and threads as `gm_bank_preview_json`. On failure nothing
+// is committed.
+//
+// # Errors
+// As `gm_bank_preview_json` (`GM_ERR_BANK` also when the ledger cannot be written).
+//
+// # Safety
+// As `gm_bank_preview_json`.
+gm_status gm_bank_finalize_json(struct gm_bank *bank,
+                                const char *usage_json,
+                                const char *price_book_toml,
+                                char **out_invoice_json);
+
+// A tenant's balance as of `at_ns` (ns since the epoch; 0 = now), as `gpumeter bank balance
+// --json`: `{"tenant", "at" (RFC 3339 UTC), "credits": [{"grant", "kind", "priority",
+// "expires", "remaining"}] (grants in force at `at` with credits left, in burn order),
+// "fragments": [{"sku", "meter", "quantity"}] (canonical units carried), "receivable":
+// {"USD": "12.30"} (what finalized invoices leave to pay, per currency)}`; decimals as
+// strings. Counts the transactions whose business time (a grant's start, a period's end, an
+// expiry) is at most `at`. A tenant the bank has never seen has an empty balance. `tenant` is
+// read during the call only.
+//
+// On success `*out_json` is a new string the caller owns and frees with
+// `gm_string_free`; on failure it is not written. Any thread.
+//
+// # Errors
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (not a tenant
+// name), `GM_ERR_BANK` (the ledger cannot be read, or is damaged), `GM_ERR_POISONED`.
+//
+// # Safety
+// `bank` is NULL or a live bank; `tenant` is NULL or NUL-terminated; `out_json` points to
+// writable storage for a pointer.
+gm_status gm_bank_balance_json(struct gm_bank *bank,
+                               const char *tenant,
+                               uint64_t at_ns,
+                               char **out_json);
+
+// Checks the books (`gpumeter bank verify`): walks the hash chain and the ledger's
+// invariants (sequence without gaps, unique keys, each hash recomputed, postings summing to
+// zero per commodity, stored balances equal to their postings) inside a transaction that is
+// rolled back.
+//
+// When everything holds, `GM_OK` and `*out_json` is `{"transactions", "postings",
+// "accounts", "head"}` (counts; `head` the chain head, SHA-256 lowercase hex, null for an
+// empty ledger), a new string the caller owns and frees with
+// `gm_string_free`. A ledger that fails verification is an error,
+// as the CLI exits 1: `GM_ERR_BANK`, the message naming the first bad transaction (sequence
+// number and key) and what is wrong, and `*out_json` is not written. Any thread.
+//
+// # Errors
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_BANK` (verification failed, or the ledger cannot be read),
+// `GM_ERR_POISONED`.
+//
+// # Safety
+// `bank` is NULL or a live bank; `out_json` points to writable storage for a pointer.
+gm_status gm_bank_verify_json(struct gm_bank *bank, char **out_json);
 
 // The version of the C ABI this library implements: `GM_ABI_VERSION`.
 // An agent compiled against another version should refuse to run. Never fails; any thread.

@@ -42,7 +42,6 @@ mod rate;
 mod recording;
 mod status;
 
-#[allow(unused_imports)] // filled by the bank calls
 pub use bank::*;
 pub use meter::*;
 pub use rate::gm_rate_json;
