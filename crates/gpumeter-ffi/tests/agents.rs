@@ -1,0 +1,485 @@
+//! The example agents of `examples/` (examples/README.md, "Agents"), run on committed
+//! inputs: the C agent compiled with `gcc -std=c11 -Wall -Wextra -Werror` against the shared
+//! library, once against the static one and once under AddressSanitizer (leaks included) and
+//! UndefinedBehaviorSanitizer; the Go agent through `go run ./examples/go`; the Python agent
+//! with `python3`.
+//!
+//! Every agent prints, one JSON document per line, each drained usage report and then its
+//! invoice. Summed over the drained reports, the usage rows (and totals, record counts, loss
+//! and devices) equal `gpumeter usage --json` on the same recording, and the invoices equal
+//! `gpumeter preview --json`'s, except the digests: the agents' source is a stream, so their
+//! reports' `sources` and `sha256` differ, and with them each invoice's `usage_sha256` and
+//! `sha256`.
+//!
+//! A tool that is missing (gcc, go, python3) fails the test under `CI=true` and skips its
+//! agent with a notice otherwise.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const RECORDING: &str = "examples/data/h200-cuda13-smoke.gmr";
+const PRICES: &str = "examples/pricebook.toml";
+
+/// The repository root (agents and the CLI run there).
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+/// `target/debug` (or `$CARGO_TARGET_DIR/debug`): this test binary lives in its `deps/`, and
+/// `cargo test -p gpumeter-ffi` builds the crate's cdylib and staticlib there.
+fn lib_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/debug above deps/")
+        .to_path_buf();
+    for lib in ["libgpumeter_ffi.so", "libgpumeter_ffi.a"] {
+        assert!(
+            dir.join(lib).is_file(),
+            "{} is missing: `cargo test -p gpumeter-ffi` builds it",
+            dir.join(lib).display()
+        );
+    }
+    dir
+}
+
+/// The `gpumeter` binary of this target directory. `cargo test --workspace` has just built it
+/// with the library; when it is missing or older than the library (`cargo test -p
+/// gpumeter-ffi` after a change), `cargo build -p gpumeter-cli` brings it up to date.
+fn cli(lib_dir: &Path) -> PathBuf {
+    let bin = lib_dir.join("gpumeter");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let library = modified(&lib_dir.join("libgpumeter_ffi.so"));
+    if modified(&bin).is_none() || modified(&bin) < library {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "--quiet", "-p", "gpumeter-cli"])
+            .current_dir(root())
+            .status()
+            .expect("run cargo build -p gpumeter-cli");
+        assert!(status.success(), "cargo build -p gpumeter-cli failed");
+    }
+    assert!(bin.is_file(), "{} was not built", bin.display());
+    bin
+}
+
+/// Whether `tool` runs (`tool <version_arg>`). Missing under `CI=true`: a failure; otherwise
+/// a notice and `false`.
+fn have(tool: &str, version_arg: &str) -> bool {
+    let ok = Command::new(tool)
+        .arg(version_arg)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "CI=true: {tool} not found (`.ci/run` installs it)"
+        );
+        // Straight to stderr, past the test harness's capture: a skip is never silent.
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: {tool} not found; its agent was not run (CI=true makes this a failure)"
+        );
+    }
+    ok
+}
+
+/// Runs a command and returns its output, failing with its stderr unless it succeeded.
+fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// One run: an input and options, as agent flags and as the CLI's.
+#[derive(Clone, Copy)]
+struct Case {
+    input: &'static str,
+    /// The CUPTI API version of a raw buffer file (a `.gmr` says its own).
+    raw_cupti_api_version: Option<u32>,
+    window_seconds: u64,
+    tenant: Option<&'static str>,
+    /// Whether the price book prices the input's GPU (a raw buffer names none).
+    priced: bool,
+}
+
+const CASES: [Case; 4] = [
+    Case {
+        input: RECORDING,
+        raw_cupti_api_version: None,
+        window_seconds: 3600,
+        tenant: None,
+        priced: true,
+    },
+    Case {
+        input: RECORDING,
+        raw_cupti_api_version: None,
+        window_seconds: 1,
+        tenant: None,
+        priced: true,
+    },
+    Case {
+        input: RECORDING,
+        raw_cupti_api_version: None,
+        window_seconds: 60,
+        tenant: Some("acme"),
+        priced: true,
+    },
+    // One raw activity buffer of CUPTI 13.0 (a live capture on the same H200).
+    Case {
+        input: "crates/gpumeter-cupti/tests/c/live/h200_r580_cupti_130001.bin",
+        raw_cupti_api_version: Some(130001),
+        window_seconds: 3600,
+        tenant: None,
+        priced: false,
+    },
+];
+
+impl Case {
+    fn agent_args(&self) -> Vec<String> {
+        let mut args = vec![
+            "--window-seconds".to_string(),
+            self.window_seconds.to_string(),
+            "--prices".to_string(),
+            PRICES.to_string(),
+        ];
+        if let Some(t) = self.tenant {
+            args.extend(["--tenant".to_string(), t.to_string()]);
+        }
+        if let Some(v) = self.raw_cupti_api_version {
+            args.extend(["--raw-cupti-api-version".to_string(), v.to_string()]);
+        }
+        args.push(self.input.to_string());
+        args
+    }
+
+    fn cli_args(&self) -> Vec<String> {
+        let mut args = vec![
+            self.input.to_string(),
+            "--json".to_string(),
+            "--window".to_string(),
+            format!("{}s", self.window_seconds),
+        ];
+        if let Some(t) = self.tenant {
+            args.extend(["--tenant".to_string(), t.to_string()]);
+        }
+        if let Some(v) = self.raw_cupti_api_version {
+            args.extend(["--cupti-api-version".to_string(), v.to_string()]);
+        }
+        args
+    }
+
+    fn name(&self, agent: &str) -> String {
+        format!(
+            "{agent} on {} (window {} s, tenant {})",
+            self.input,
+            self.window_seconds,
+            self.tenant.unwrap_or("-")
+        )
+    }
+}
+
+/// What `gpumeter usage --json` and `gpumeter preview --json` say about a case.
+struct Expected {
+    usage: Value,
+    invoice: Value,
+}
+
+fn expected(cli: &Path, case: Case) -> Expected {
+    let json = |args: Vec<String>| -> Value {
+        let out = run(Command::new(cli).args(args).current_dir(root()));
+        serde_json::from_slice(&out.stdout).expect("the CLI's JSON")
+    };
+    let mut usage = vec!["usage".to_string()];
+    usage.extend(case.cli_args());
+    let mut preview = vec!["preview".to_string()];
+    preview.extend(case.cli_args());
+    preview.extend(["--prices".to_string(), PRICES.to_string()]);
+    Expected {
+        usage: json(usage),
+        invoice: json(preview),
+    }
+}
+
+/// Quantities (decimal strings) summed per key.
+fn add(map: &mut BTreeMap<String, u128>, key: String, quantity: &Value) {
+    let q: u128 = quantity
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("a quantity: {quantity}"));
+    *map.entry(key).or_insert(0) += q;
+}
+
+/// The rows of `field` (`usage` or `totals`) of reports, summed per their other fields.
+fn rows(reports: &[&Value], field: &str) -> BTreeMap<String, u128> {
+    let mut sum = BTreeMap::new();
+    for r in reports {
+        for row in r[field].as_array().expect("rows") {
+            let mut key = row.clone();
+            let q = key
+                .as_object_mut()
+                .and_then(|o| o.remove("quantity"))
+                .expect("a row's quantity");
+            add(&mut sum, key.to_string(), &q);
+        }
+    }
+    sum
+}
+
+/// Record counts of reports, summed per kind (`skipped` per reason).
+fn records(reports: &[&Value]) -> BTreeMap<String, u128> {
+    let mut sum = BTreeMap::new();
+    for r in reports {
+        for (kind, n) in r["records"].as_object().expect("records") {
+            if let Some(skipped) = n.as_object() {
+                for (why, n) in skipped {
+                    add(
+                        &mut sum,
+                        format!("skipped.{why}"),
+                        &Value::String(n.to_string()),
+                    );
+                }
+            } else {
+                add(&mut sum, kind.clone(), &Value::String(n.to_string()));
+            }
+        }
+    }
+    sum
+}
+
+/// Every element of the arrays `field` of `docs`, as sorted JSON text (`dedup`: once each).
+fn elements(docs: &[&Value], field: &str, dedup: bool) -> Vec<String> {
+    let mut all: Vec<String> = docs
+        .iter()
+        .flat_map(|d| d[field].as_array().expect("an array").iter())
+        .map(Value::to_string)
+        .collect();
+    all.sort();
+    if dedup {
+        all.dedup();
+    }
+    all
+}
+
+/// An invoice without what depends on the usage report's bytes (its digest, and so its own).
+fn without_digests(invoice: &Value) -> Value {
+    let mut v = invoice.clone();
+    let o = v.as_object_mut().expect("an invoice");
+    o.remove("usage_sha256");
+    o.remove("sha256");
+    v
+}
+
+/// Checks an agent's stdout against the CLI's answers for the same case.
+fn compare(agent: &str, stdout: &[u8], want: &Expected, priced: bool) {
+    let text = std::str::from_utf8(stdout).expect("UTF-8 output");
+    let docs: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{agent}: a JSON line: {e}")))
+        .collect();
+    assert!(
+        !docs.is_empty() && docs.len().is_multiple_of(2),
+        "{agent}: pairs of usage report and invoice, got {} documents",
+        docs.len()
+    );
+    let usage: Vec<&Value> = docs.iter().step_by(2).collect();
+    let invoices: Vec<&Value> = docs.iter().skip(1).step_by(2).collect();
+    for u in &usage {
+        assert_eq!(u["schema"], "gpumeter.usage/v1", "{agent}");
+        assert_eq!(u["window_seconds"], want.usage["window_seconds"], "{agent}");
+    }
+    for i in &invoices {
+        assert_eq!(i["schema"], "gpumeter.invoice/v1", "{agent}");
+    }
+
+    let cli = [&want.usage];
+    assert!(
+        !rows(&cli, "usage").is_empty(),
+        "{agent}: the input has usage"
+    );
+    assert_eq!(
+        rows(&usage, "usage"),
+        rows(&cli, "usage"),
+        "{agent}: usage rows"
+    );
+    assert_eq!(
+        rows(&usage, "totals"),
+        rows(&cli, "totals"),
+        "{agent}: totals"
+    );
+    assert_eq!(records(&usage), records(&cli), "{agent}: record counts");
+    assert_eq!(
+        elements(&usage, "loss", false),
+        elements(&cli, "loss", false),
+        "{agent}: loss"
+    );
+    assert_eq!(
+        elements(&usage, "devices", true),
+        elements(&cli, "devices", true),
+        "{agent}: devices"
+    );
+
+    // One invoice per tenant with usage: the drained reports' invoices, together, are the
+    // CLI's (these inputs' usage falls in one drained report; the others rate to none).
+    let got: Vec<Value> = invoices
+        .iter()
+        .flat_map(|d| d["invoices"].as_array().expect("invoices").iter())
+        .map(without_digests)
+        .collect();
+    let cli_invoices: Vec<Value> = want.invoice["invoices"]
+        .as_array()
+        .expect("the CLI's invoices")
+        .iter()
+        .map(without_digests)
+        .collect();
+    assert_eq!(got, cli_invoices, "{agent}: invoices");
+    // The price book prices the recording's GPU: the comparison covers priced lines.
+    if priced {
+        let lines = cli_invoices
+            .iter()
+            .flat_map(|inv| inv["lines"].as_array().expect("lines"));
+        assert!(
+            lines
+                .filter(|l| l["kind"] == "usage" && l["sku"] == "h200")
+                .count()
+                > 0,
+            "{PRICES} prices the recording's H200"
+        );
+    }
+}
+
+/// Runs an agent command for every case and compares.
+fn check_agent(agent: &str, cli: &Path, command: impl Fn() -> Command) {
+    for case in CASES {
+        let want = expected(cli, case);
+        let mut cmd = command();
+        cmd.args(case.agent_args()).current_dir(root());
+        let out = run(&mut cmd);
+        compare(&case.name(agent), &out.stdout, &want, case.priced);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("runtime error") && !stderr.contains("Sanitizer"),
+            "{agent}: {stderr}"
+        );
+    }
+    eprintln!("{agent}: matches `gpumeter usage --json` and `gpumeter preview --json`");
+}
+
+/// Compiles examples/c/agent.c with `extra` flags (and after the source, `libs`).
+fn compile_c(out: &Path, extra: &[&str], libs: &[&str]) {
+    let root = root();
+    run(Command::new("gcc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
+        .args(extra)
+        .arg("-I")
+        .arg(root.join("bindings/c"))
+        .arg(root.join("examples/c/agent.c"))
+        .arg("-o")
+        .arg(out)
+        .args(libs));
+}
+
+#[test]
+fn c_agent() {
+    if !have("gcc", "--version") {
+        return;
+    }
+    let lib = lib_dir();
+    let cli = cli(&lib);
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let l = lib.to_str().expect("UTF-8 target path");
+    let dynamic = [format!("-L{l}"), format!("-Wl,-rpath,{l}")];
+    let dynamic: Vec<&str> = dynamic
+        .iter()
+        .map(String::as_str)
+        .chain(["-lgpumeter_ffi"])
+        .collect();
+
+    let shared = tmp.path().join("agent");
+    compile_c(&shared, &[], &dynamic);
+    check_agent("C agent (shared library)", &cli, || Command::new(&shared));
+
+    let static_lib = lib.join("libgpumeter_ffi.a");
+    let linked = tmp.path().join("agent-static");
+    compile_c(
+        &linked,
+        &[],
+        &[
+            static_lib.to_str().expect("UTF-8 path"),
+            "-lpthread",
+            "-ldl",
+            "-lm",
+        ],
+    );
+    check_agent("C agent (static library)", &cli, || Command::new(&linked));
+
+    let sanitized = tmp.path().join("agent-sanitized");
+    compile_c(
+        &sanitized,
+        &[
+            "-fsanitize=address,undefined",
+            "-fno-sanitize-recover=all",
+            "-fno-omit-frame-pointer",
+        ],
+        &dynamic,
+    );
+    check_agent("C agent (ASan, UBSan)", &cli, || {
+        let mut c = Command::new(&sanitized);
+        c.env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
+            .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1");
+        c
+    });
+}
+
+#[test]
+fn python_agent() {
+    if !have("python3", "--version") {
+        return;
+    }
+    let lib = lib_dir();
+    let cli = cli(&lib);
+    let so = lib.join("libgpumeter_ffi.so");
+    check_agent("Python agent", &cli, || {
+        let mut c = Command::new("python3");
+        c.arg("examples/python/agent.py")
+            .env("GPUMETER_FFI_LIB", &so);
+        c
+    });
+}
+
+#[test]
+fn go_agent() {
+    if !have("go", "version") {
+        return;
+    }
+    let lib = lib_dir();
+    let cli = cli(&lib);
+    let l = lib.to_str().expect("UTF-8 target path");
+    // Go's caches in the target directory: HOME may be read-only, and nothing is downloaded
+    // (the module has no dependencies).
+    let target = lib.parent().expect("the target directory");
+    check_agent("Go agent", &cli, || {
+        let mut c = Command::new("go");
+        c.args(["run", "./examples/go"])
+            .env("CGO_ENABLED", "1")
+            .env("CGO_LDFLAGS", format!("-L{l} -Wl,-rpath,{l}"))
+            .env("GOCACHE", target.join("go-build"))
+            .env("GOPATH", target.join("go-path"))
+            .env("GOPROXY", "off");
+        c
+    });
+}
