@@ -118,3 +118,193 @@ fn replayed_recordings_meter_as_the_whole_file() {
         }
     }
 }
+
+/// Appends a zeroed record of `kind` with `fields` (CUPTI header names) laid out by `api`.
+fn put(
+    buf: &mut Vec<u8>,
+    api: ApiVersion,
+    kind: gpumeter_cupti::ActivityKind,
+    fields: &[(&str, u64)],
+) {
+    let layout = api
+        .layouts()
+        .into_iter()
+        .find(|l| l.kind == kind)
+        .expect("layout of the kind");
+    let at = buf.len();
+    buf.resize(at + layout.size, 0);
+    buf[at..at + 4].copy_from_slice(&kind.0.to_le_bytes());
+    for (name, value) in fields {
+        let f = layout
+            .fields
+            .iter()
+            .find(|f| f.name == *name)
+            .expect("field of the layout");
+        buf[at + f.offset..at + f.offset + f.width]
+            .copy_from_slice(&value.to_le_bytes()[..f.width]);
+    }
+}
+
+/// Ten minutes of kernels and copies on two devices from three processes, in 40 buffers whose
+/// records overlap the next buffer's in time; each launch's RUNTIME record (its process id)
+/// sits in the same buffer.
+fn synthetic_buffers(api: ApiVersion) -> Vec<Vec<u8>> {
+    use gpumeter_cupti::ActivityKind;
+    let t0: u64 = 1_793_606_160_000_000_000; // 2026-11-02T09:16:00Z
+    let mut buffers = Vec::new();
+    let mut corr = 0u64;
+    for b in 0..40u64 {
+        let mut buf = Vec::new();
+        for i in 0..25u64 {
+            corr += 1;
+            // 15 s per buffer; records reach 4 s into the next buffer's span.
+            let start = t0 + b * 15_000_000_000 + i * 600_000_000 + (corr * 7_919 % 1_000) * 1_000;
+            let end = start + 4_000_000_000 + (corr % 5) * 1_000_000;
+            let device = corr % 2;
+            put(
+                &mut buf,
+                api,
+                ActivityKind::RUNTIME,
+                &[
+                    ("correlationId", corr),
+                    ("processId", 4_000 + corr % 3),
+                    ("start", start - 5_000),
+                    ("end", start - 1_000),
+                ],
+            );
+            if corr % 4 == 0 {
+                put(
+                    &mut buf,
+                    api,
+                    ActivityKind::MEMCPY,
+                    &[
+                        ("copyKind", 1),
+                        ("bytes", 1 << 20),
+                        ("start", start),
+                        ("end", start + 80_000),
+                        ("deviceId", device),
+                        ("contextId", 1),
+                        ("streamId", 7),
+                        ("correlationId", corr),
+                    ],
+                );
+            } else {
+                put(
+                    &mut buf,
+                    api,
+                    ActivityKind::CONCURRENT_KERNEL,
+                    &[
+                        ("start", start),
+                        ("end", end),
+                        ("gridX", 1 + corr % 200),
+                        ("gridY", 1),
+                        ("gridZ", 1),
+                        ("blockX", 128),
+                        ("blockY", 1),
+                        ("blockZ", 1),
+                        ("deviceId", device),
+                        ("contextId", 1),
+                        ("streamId", 7 + corr % 3),
+                        ("correlationId", corr),
+                    ],
+                );
+            }
+        }
+        buffers.push(buf);
+    }
+    buffers
+}
+
+type Rows = BTreeMap<(String, u32, String, String), u128>;
+
+fn rows(r: &UsageReport, into: &mut Rows) {
+    for row in &r.usage {
+        *into
+            .entry((
+                row.tenant.clone(),
+                row.device,
+                row.window_start.clone(),
+                row.meter.as_str().to_string(),
+            ))
+            .or_insert(0) += row.quantity.0;
+    }
+}
+
+#[test]
+fn drains_mid_stream_hold_usage_and_sum_to_the_whole_source() {
+    let api = ApiVersion::default();
+    let buffers = synthetic_buffers(api);
+    let config = MeterConfig {
+        window: WindowSize::from_seconds(60).expect("window"),
+        ..MeterConfig::default()
+    };
+    let mut tenants = gpumeter_core::TenantMap::default();
+    tenants.pid.insert(
+        4_000,
+        gpumeter_core::TenantName::parse("alice").expect("tenant"),
+    );
+    tenants.pid.insert(
+        4_001,
+        gpumeter_core::TenantName::parse("bob").expect("tenant"),
+    );
+    // The whole source at once (the buffers concatenated: one raw buffer file).
+    let mut whole = Meter::new(config.clone());
+    whole.set_tenant_map(tenants.clone());
+    let all: Vec<u8> = buffers.concat();
+    gpumeter_cupti::meter_buffer(&mut whole, "all.bin", &all, &CuptiOptions::default())
+        .expect("meter");
+    let whole = whole.finish().expect("report");
+    let mut want = Rows::new();
+    rows(&whole, &mut want);
+    assert!(want.keys().any(|k| k.0 == "alice") && want.keys().any(|k| k.0 == "bob"));
+    // The stream, drained at the watermark after every buffer.
+    let mut meter = Meter::new(config);
+    meter.set_tenant_map(tenants);
+    let mut stream = CuptiStream::new("agent", api);
+    let mut got = Rows::new();
+    let mut drained_with_usage = 0;
+    let mut seen: std::collections::BTreeSet<(String, u32, String, String)> = Default::default();
+    for b in &buffers {
+        stream.ingest(&mut meter, b).expect("buffer decodes");
+        let w = meter.watermark_ns();
+        stream.seal_drain(&mut meter, w);
+        let part = meter.drain(w).expect("drain");
+        assert!(
+            part.loss.is_empty(),
+            "nothing is late when draining at the watermark"
+        );
+        if !part.usage.is_empty() {
+            drained_with_usage += 1;
+        }
+        let mut r = Rows::new();
+        rows(&part, &mut r);
+        for k in r.keys() {
+            assert!(seen.insert(k.clone()), "row {k:?} handed over twice");
+        }
+        for (k, v) in r {
+            *got.entry(k).or_insert(0) += v;
+        }
+    }
+    stream.seal_drain(&mut meter, u64::MAX);
+    let last = meter.drain(u64::MAX).expect("drain");
+    rows(&last, &mut got);
+    assert!(
+        drained_with_usage > 5,
+        "windows were handed over while the stream ran"
+    );
+    assert_eq!(got, want);
+    // Records counted once over all drains.
+    assert_eq!(meter.snapshot().expect("snapshot").usage.len(), 0);
+    // A record that starts before a drained edge is late, never billed again.
+    let late = synthetic_buffers(api).remove(0);
+    stream.ingest(&mut meter, &late).expect("decodes");
+    let after = meter.snapshot().expect("snapshot");
+    assert!(after.usage.is_empty());
+    let lost: u64 = after
+        .loss
+        .iter()
+        .filter(|l| l.reason == "late")
+        .map(|l| l.records)
+        .sum();
+    assert_eq!(lost, 25);
+}
