@@ -172,7 +172,7 @@ fn synthetic_buffers(api: ApiVersion) -> Vec<Vec<u8>> {
                     ("end", start - 1_000),
                 ],
             );
-            if corr % 4 == 0 {
+            if corr.is_multiple_of(4) {
                 put(
                     &mut buf,
                     api,
