@@ -454,7 +454,7 @@ gm_status gm_meter_usage_json(const struct gm_meter *meter, char **out_json);
 // repeat a quantity: together with a final drain (`UINT64_MAX`) they sum to the report the
 // meter would have built without draining. Afterwards a record starting before the edge is
 // `late`; drain at or before `gm_meter_watermark_ns` to lose nothing. Allocations still
-// held are billed up to the edge (at most up to the latest work) and stay held. Each drained
+// held are billed up to the edge (with `UINT64_MAX`, up to the latest work) and stay held. Each drained
 // report's source (`source_name`, format `cupti-stream`) has a `sha256` of its own, so a
 // biller can merge a meter's drained reports (`gpumeter usage --format usage`); never merge
 // them with a snapshot of the same meter, whose windows overlap theirs.
@@ -467,7 +467,9 @@ gm_status gm_meter_usage_json(const struct gm_meter *meter, char **out_json);
 //
 // # Safety
 // `meter` is a live meter; `out_json` points to writable storage for a pointer.
-gm_status gm_meter_drain_usage_json(struct gm_meter *meter, uint64_t before_ns, char **out_json);
+gm_status gm_meter_drain_usage_json(struct gm_meter *meter,
+                                    uint64_t before_ns,
+                                    char **out_json);
 
 // Frees a string the library returned (usage, invoices, bank answers). NULL is fine.
 //

@@ -1211,15 +1211,19 @@ impl Meter {
     /// - every device's sweep moves to the edge (at least): the records buffered before it are
     ///   booked, and from now on a record starting before it — on any device, also one
     ///   registered later — is loss `late` (it would change a window already handed over);
-    /// - allocations still held are billed up to the edge, or up to the report's end (the
-    ///   latest end of work seen) when that is earlier, and stay held from there;
+    /// - allocations still held are billed up to the edge (they are held at least that long:
+    ///   a release before it would now be late) and stay held from there; with `before_ns =
+    ///   u64::MAX` (everything: the meter's end) up to the report's end, as [`Meter::finish`]
+    ///   bills them;
     /// - the report is built from the windows before the edge, with the loss, skipped counts,
     ///   record counts and warnings gathered since the last drain, which the meter then
     ///   forgets; a device's meterability (`not_meterable`) is not forgotten.
     ///
     /// So the drained reports of a meter and its final report sum, row by row, to the report
     /// the meter would have built without draining (when no record arrives late because of a
-    /// drain), and no quantity is handed over twice. The report has no `open_allocations`
+    /// drain, and no allocation is still held past the latest work at a drain: such memory
+    /// is billed up to the drain's edge, which an undrained report does not know of), and no
+    /// quantity is handed over twice. The report has no `open_allocations`
     /// (the meter still holds them). Drained windows free their cells in the
     /// [`MeterConfig::max_cells`] budget.
     ///
@@ -1240,12 +1244,19 @@ impl Meter {
             }
         }
         self.drained_to = self.drained_to.max(edge);
-        // Memory held: billed up to the edge, not past the latest work (as `finish` does).
-        let report_end = match self.devices.iter().map(|d| d.work_end).max() {
-            Some(w) if w > 0 => w,
-            _ => self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0),
+        // Memory held across the edge is held up to it: no release before the edge can be
+        // accepted any more (it would be late), and the windows before it are handed over
+        // now, so a later release must not book into them. Draining everything
+        // (`u64::MAX`) is the end: held memory is billed to the report's end as `finish`
+        // bills it, and nothing can follow (every later record is late).
+        let bill_to = if before_ns == u64::MAX {
+            match self.devices.iter().map(|d| d.work_end).max() {
+                Some(w) if w > 0 => w,
+                _ => self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0),
+            }
+        } else {
+            edge
         };
-        let bill_to = edge.min(report_end);
         for d in &mut self.devices {
             let held: Vec<HeldAt> = d
                 .open
