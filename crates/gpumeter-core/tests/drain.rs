@@ -11,6 +11,8 @@ use gpumeter_core::{
 };
 use proptest::prelude::*;
 
+// Shared with the other meter tests; this one uses a few of the helpers.
+#[allow(dead_code)]
 mod common;
 use common::{device, kernel, BASE, S};
 
