@@ -209,3 +209,90 @@ pub(crate) fn into_handle<T>(v: T) -> *mut T {
 pub(crate) fn unwind_safe<F: FnOnce() -> Result<(), Failure>>(f: F) -> AssertUnwindSafe<F> {
     AssertUnwindSafe(f)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meter::test_hooks::panic_in_next_ingest;
+    use crate::{
+        gm_meter, gm_meter_free, gm_meter_ingest_cupti_buffer, gm_meter_new, gm_meter_usage_json,
+        gm_meter_watermark_ns,
+    };
+
+    fn last_error() -> String {
+        let mut buf = vec![0u8; crate::status::copy_last_error(None) + 1];
+        let n = crate::status::copy_last_error(Some(&mut buf));
+        buf.truncate(n);
+        String::from_utf8(buf).expect("UTF-8")
+    }
+
+    const PANIC: gm_status = gm_status_code::GM_ERR_PANIC as gm_status;
+
+    #[test]
+    fn boundary_turns_a_panic_into_a_status() {
+        let s = boundary(|| -> Result<(), Failure> { panic!("boom {}", 42) });
+        assert_eq!(s, PANIC);
+        let msg = last_error();
+        assert!(msg.contains("panic") && msg.ends_with("boom 42"), "{msg}");
+        let s = boundary(|| -> Result<(), Failure> { panic!("static boom") });
+        assert_eq!(s, PANIC);
+        assert!(last_error().ends_with("static boom"));
+        let s = boundary(|| -> Result<(), Failure> { std::panic::panic_any(7_u8) });
+        assert_eq!(s, PANIC);
+        assert!(last_error().ends_with("no message"));
+        // A failure and a success, for comparison.
+        let s = boundary(|| Err(Failure::new(gm_status_code::GM_ERR_DECODE, "nope")));
+        assert_eq!(s, gm_status_code::GM_ERR_DECODE as gm_status);
+        assert_eq!(last_error(), "nope");
+        assert_eq!(boundary(|| Ok(())), gm_status_code::GM_OK as gm_status);
+        assert_eq!(last_error(), "nope", "success leaves the message");
+    }
+
+    #[test]
+    fn infallible_returns_its_fallback_on_a_panic() {
+        let v: usize = infallible(17, || panic!("inside a getter"));
+        assert_eq!(v, 17);
+        assert!(last_error().ends_with("inside a getter"));
+        assert_eq!(infallible(0, || 5), 5);
+    }
+
+    /// The inside of a real exported function panics on purpose (a test-only hook in
+    /// `gm_meter_ingest_cupti_buffer`, while the meter's lock is held): C sees GM_ERR_PANIC,
+    /// not an abort; the meter is then poisoned and says so, and can still be freed.
+    #[test]
+    fn a_panic_inside_an_exported_function_is_a_status_then_the_meter_is_poisoned() {
+        let mut m: *mut gm_meter = std::ptr::null_mut();
+        // SAFETY: NULL config (defaults) and a writable out-pointer.
+        assert_eq!(unsafe { gm_meter_new(std::ptr::null(), &mut m) }, 0);
+        // SAFETY: a live meter and (NULL, 0), the empty buffer.
+        assert_eq!(
+            unsafe { gm_meter_ingest_cupti_buffer(m, std::ptr::null(), 0) },
+            0
+        );
+        panic_in_next_ingest();
+        // SAFETY: as above.
+        let s = unsafe { gm_meter_ingest_cupti_buffer(m, std::ptr::null(), 0) };
+        assert_eq!(s, PANIC);
+        let msg = last_error();
+        assert!(
+            msg.contains("caught at the C ABI boundary") && msg.contains("the test asked for"),
+            "{msg}"
+        );
+        // The panic happened while the lock was held: every later call is refused.
+        let poisoned = gm_status_code::GM_ERR_POISONED as gm_status;
+        // SAFETY: as above.
+        let s = unsafe { gm_meter_ingest_cupti_buffer(m, std::ptr::null(), 0) };
+        assert_eq!(s, poisoned);
+        assert!(last_error().contains("gm_meter_free"));
+        let mut out: *mut std::ffi::c_char = std::ptr::null_mut();
+        // SAFETY: a live meter and a writable out-pointer.
+        assert_eq!(unsafe { gm_meter_usage_json(m, &mut out) }, poisoned);
+        assert!(out.is_null(), "no output on failure");
+        let mut w = 7u64;
+        // SAFETY: a live meter and a writable u64.
+        assert_eq!(unsafe { gm_meter_watermark_ns(m, &mut w) }, poisoned);
+        assert_eq!(w, 7);
+        // SAFETY: the meter from `gm_meter_new`, freed once.
+        unsafe { gm_meter_free(m) };
+    }
+}

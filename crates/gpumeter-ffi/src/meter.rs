@@ -279,6 +279,8 @@ pub unsafe extern "C" fn gm_meter_ingest_cupti_buffer(
         let prepared = CuptiStream::prepare(meter.api, bytes)
             .map_err(|e| Failure::new(gm_status_code::GM_ERR_DECODE, format!("buffer: {e}")))?;
         let mut s = meter.lock()?;
+        #[cfg(test)]
+        test_hooks::maybe_panic();
         let State { meter, stream, .. } = &mut *s;
         stream.apply(meter, prepared);
         Ok(())
@@ -524,4 +526,29 @@ pub unsafe extern "C" fn gm_last_error_message(buf: *mut c_char, len: usize) -> 
         };
         crate::status::copy_last_error(out)
     })
+}
+
+/// Test-only: makes the inside of an exported function panic on purpose, to show that the
+/// panic boundary turns it into a status (issue 12). Compiled into this crate's unit tests
+/// only (`#[cfg(test)]`): the library that C links, and the integration tests, have no way to
+/// reach it.
+#[cfg(test)]
+pub(crate) mod test_hooks {
+    use std::cell::Cell;
+
+    thread_local! {
+        static PANIC_IN_INGEST: Cell<bool> = const { Cell::new(false) };
+    }
+
+    /// The next `gm_meter_ingest_cupti_buffer` on this thread panics while it holds the
+    /// meter's lock (once).
+    pub(crate) fn panic_in_next_ingest() {
+        PANIC_IN_INGEST.with(|p| p.set(true));
+    }
+
+    pub(super) fn maybe_panic() {
+        if PANIC_IN_INGEST.with(|p| p.replace(false)) {
+            panic!("a panic the test asked for");
+        }
+    }
 }
