@@ -492,6 +492,12 @@ impl Meter {
         self.tenant_map = map;
     }
 
+    /// The tenant-map rules, to add or change rules one at a time (applied when the report is
+    /// built).
+    pub fn tenant_map_mut(&mut self) -> &mut TenantMap {
+        &mut self.tenant_map
+    }
+
     /// Announces a source. Returns `false`, and records a warning, when a source with the same
     /// SHA-256 was already metered: the caller must not push its records again (DESIGN §4
     /// "Idempotency").

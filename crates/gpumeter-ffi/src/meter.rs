@@ -34,7 +34,6 @@ pub struct gm_meter {
 struct State {
     meter: Meter,
     stream: CuptiStream,
-    tenants: TenantMap,
 }
 
 impl gm_meter {
@@ -131,6 +130,25 @@ fn tenant_arg(text: &str) -> Result<TenantName, Failure> {
     })
 }
 
+/// Adds one attribution rule to the meter's tenant map: the body of both `set_tenant_for_*`.
+///
+/// # Safety
+/// `meter` is NULL or a live meter; `tenant` is NULL or NUL-terminated.
+unsafe fn set_tenant_rule(
+    meter: *mut gm_meter,
+    tenant: *const c_char,
+    add: impl FnOnce(&mut TenantMap, TenantName),
+) -> gm_status {
+    boundary(unwind_safe(|| {
+        // SAFETY: a live meter or NULL (the contract above).
+        let meter = unsafe { borrow(meter, "meter") }?;
+        // SAFETY: NULL or NUL-terminated (the contract above).
+        let t = tenant_arg(unsafe { str_arg(tenant, "tenant") }?)?;
+        add(meter.lock()?.meter.tenant_map_mut(), t);
+        Ok(())
+    }))
+}
+
 fn report_json(report: Result<UsageReport, gpumeter::core::MeterError>) -> Result<String, Failure> {
     let report = report.map_err(|e| Failure::new(gm_status_code::GM_ERR_METER, e.to_string()))?;
     serde_json::to_string(&report).map_err(|e| {
@@ -183,7 +201,6 @@ pub unsafe extern "C" fn gm_meter_new(
             state: Mutex::new(State {
                 meter: Meter::new(config),
                 stream: CuptiStream::new(&name, api),
-                tenants: TenantMap::default(),
             }),
         };
         // SAFETY: `out` is writable storage for a pointer (the contract above).
@@ -304,17 +321,12 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_external_id(
     external_id: u64,
     tenant: *const c_char,
 ) -> gm_status {
-    boundary(unwind_safe(|| {
-        // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
-        // SAFETY: NULL or NUL-terminated (the contract above).
-        let t = tenant_arg(unsafe { str_arg(tenant, "tenant") }?)?;
-        let mut s = meter.lock()?;
-        s.tenants.external.insert(external_id, t);
-        let map = s.tenants.clone();
-        s.meter.set_tenant_map(map);
-        Ok(())
-    }))
+    // SAFETY: the contract above is `set_tenant_rule`'s.
+    unsafe {
+        set_tenant_rule(meter, tenant, |map, t| {
+            map.external.insert(external_id, t);
+        })
+    }
 }
 
 /// Attributes work of process `pid` to `tenant` (after external-id rules). As
@@ -331,17 +343,12 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_pid(
     pid: u32,
     tenant: *const c_char,
 ) -> gm_status {
-    boundary(unwind_safe(|| {
-        // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
-        // SAFETY: NULL or NUL-terminated (the contract above).
-        let t = tenant_arg(unsafe { str_arg(tenant, "tenant") }?)?;
-        let mut s = meter.lock()?;
-        s.tenants.pid.insert(pid, t);
-        let map = s.tenants.clone();
-        s.meter.set_tenant_map(map);
-        Ok(())
-    }))
+    // SAFETY: the contract above is `set_tenant_rule`'s.
+    unsafe {
+        set_tenant_rule(meter, tenant, |map, t| {
+            map.pid.insert(pid, t);
+        })
+    }
 }
 
 /// Books records CUPTI dropped as loss `dropped` on `device_id` (a delta since the last call:
