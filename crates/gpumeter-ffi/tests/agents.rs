@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 
@@ -32,43 +33,57 @@ fn root() -> PathBuf {
         .expect("repository root")
 }
 
-/// `target/debug` (or `$CARGO_TARGET_DIR/debug`): this test binary lives in its `deps/`, and
-/// `cargo test -p gpumeter-ffi` builds the crate's cdylib and staticlib there.
+/// `target/debug` (or `$CARGO_TARGET_DIR/debug`, or `release`): this test binary lives in its
+/// `deps/`. `cargo test` builds only the crate's rlib for its tests, not the cdylib and
+/// staticlib the agents link, so the first call runs `cargo build -p gpumeter-ffi -p
+/// gpumeter-cli` (in this profile) once: the libraries and the `gpumeter` binary the agents
+/// are compared with are then those of the code under test, never stale ones.
 fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test binary path");
-    let dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/debug above deps/")
-        .to_path_buf();
-    for lib in ["libgpumeter_ffi.so", "libgpumeter_ffi.a"] {
-        assert!(
-            dir.join(lib).is_file(),
-            "{} is missing: `cargo test -p gpumeter-ffi` builds it",
-            dir.join(lib).display()
-        );
-    }
-    dir
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let exe = std::env::current_exe().expect("test binary path");
+            let dir = exe
+                .parent()
+                .and_then(Path::parent)
+                .expect("target/<profile> above deps/")
+                .to_path_buf();
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            let mut build = Command::new(cargo);
+            build.args([
+                "build",
+                "--quiet",
+                "-p",
+                "gpumeter-ffi",
+                "-p",
+                "gpumeter-cli",
+            ]);
+            if dir.file_name().is_some_and(|n| n == "release") {
+                build.arg("--release");
+            }
+            let status = build
+                .current_dir(root())
+                .status()
+                .expect("run cargo build -p gpumeter-ffi -p gpumeter-cli");
+            assert!(
+                status.success(),
+                "cargo build -p gpumeter-ffi -p gpumeter-cli failed"
+            );
+            for f in ["libgpumeter_ffi.so", "libgpumeter_ffi.a", "gpumeter"] {
+                assert!(
+                    dir.join(f).is_file(),
+                    "{} was not built",
+                    dir.join(f).display()
+                );
+            }
+            dir
+        })
+        .clone()
 }
 
-/// The `gpumeter` binary of this target directory. `cargo test --workspace` has just built it
-/// with the library; when it is missing or older than the library (`cargo test -p
-/// gpumeter-ffi` after a change), `cargo build -p gpumeter-cli` brings it up to date.
+/// The `gpumeter` binary of the library's target directory ([`lib_dir`] built it).
 fn cli(lib_dir: &Path) -> PathBuf {
-    let bin = lib_dir.join("gpumeter");
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let library = modified(&lib_dir.join("libgpumeter_ffi.so"));
-    if modified(&bin).is_none() || modified(&bin) < library {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "--quiet", "-p", "gpumeter-cli"])
-            .current_dir(root())
-            .status()
-            .expect("run cargo build -p gpumeter-cli");
-        assert!(status.success(), "cargo build -p gpumeter-cli failed");
-    }
-    assert!(bin.is_file(), "{} was not built", bin.display());
-    bin
+    lib_dir.join("gpumeter")
 }
 
 /// Whether `tool` runs (`tool <version_arg>`). Missing under `CI=true`: a failure; otherwise
