@@ -341,10 +341,13 @@ gm_status gm_meter_new(const char *config_json, struct gm_meter **out);
 void gm_meter_free(struct gm_meter *meter);
 
 // Describes a device for buffers without a DEVICE record, or adds what its DEVICE record
-// lacks (name, UUID). The device is keyed `GPU-<uuid>` when `uuid` is given, else
-// `<source_name>#<device_id>`; where a DEVICE record and this description both know a
-// field, the record wins. Register before the device's first buffer: the key of a device
-// is fixed when its first record arrives. `info`'s strings are copied.
+// lacks (name, UUID). Without a DEVICE record the device is keyed `GPU-<uuid>` when `uuid`
+// is given, else `<source_name>@<meter instance>#<device_id>` (unique to this meter, so give
+// the UUID for a key that is stable across agent restarts and nodes). Where a DEVICE record
+// (in the same buffer as the device's first record, or earlier) and this description both
+// know a field, the record wins. Register before the device's first buffer: a device is
+// placed, and its key fixed, when its first record arrives; afterwards a description only
+// fills what is still unknown. `info`'s strings are copied.
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
@@ -518,8 +521,10 @@ gm_status gm_rate_json(const char *usage_json,
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
-// `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read, or is a `.gmr` that
-// cannot be).
+// `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read; a `.gmr` that cannot be
+// read, that has damaged frames — their records are loss the events cannot carry — or
+// SASS instruction-count frames, or a device string holding a NUL byte: meter those whole
+// with `gpumeter usage`).
 //
 // # Safety
 // `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.

@@ -63,7 +63,13 @@ class GpumeterError(Exception):
 
 def load(path):
     """Loads the library and declares the functions the agent calls."""
-    lib = ctypes.CDLL(path)
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise GpumeterError(
+            f"cannot load {path} ({e}): build it with `cargo build -p gpumeter-ffi`, "
+            "or give its path with --lib or GPUMETER_FFI_LIB"
+        ) from None
     P = ctypes.POINTER
     status = ctypes.c_uint32
     # Strings the library returns stay c_void_p: they must go back to gm_string_free.

@@ -226,9 +226,12 @@ struct LossCount {
 }
 
 impl LossCount {
+    /// Adds `n` records; a sum past `u64::MAX` stays at the maximum and becomes a lower bound
+    /// (never a clamped count that claims to be exact).
     fn add(&mut self, n: u64, lower_bound: bool) {
-        self.records = self.records.saturating_add(n);
-        self.lower_bound |= lower_bound;
+        let sum = self.records.checked_add(n);
+        self.records = sum.unwrap_or(u64::MAX);
+        self.lower_bound |= lower_bound || sum.is_none();
     }
 }
 
@@ -1236,7 +1239,9 @@ impl Meter {
     /// # Errors
     /// [`MeterError::DrainWithEnergy`] when the meter holds energy samples (energy is
     /// apportioned over whole runs of samples and cannot be drained yet); otherwise as
-    /// [`Meter::finish`]. On an error nothing is handed over and nothing is forgotten.
+    /// [`Meter::finish`]. On an error nothing is handed over and nothing is forgotten (the
+    /// sweep has moved to the edge and held memory is booked up to it: the windows stay in
+    /// the meter for the next drain or report).
     pub fn drain(&mut self, before_ns: u64) -> Result<UsageReport, MeterError> {
         if self.devices.iter().any(|d| !d.energy.is_empty()) {
             return Err(MeterError::DrainWithEnergy);

@@ -58,12 +58,14 @@ impl Replay {
     /// Reads a `.gmr` recording (by its magic) or a raw activity buffer laid out by `raw_api`
     /// (one buffer). `name` names the file in errors.
     ///
-    /// A `.gmr`'s damaged frames are left out (`gpumeter usage` counts their records as
-    /// loss; a replay has no way to say so but to skip them).
+    /// String tables (kernel names) and energy frames are not replayed: names are not usage,
+    /// and the buffer stream takes no energy samples (its usage lacks `energy_mj`).
     ///
     /// # Errors
     /// [`CuptiSourceError::Gmr`] when the `.gmr` cannot be read, [`CuptiSourceError::Decode`]
-    /// when its API version is not supported.
+    /// when its API version is not supported, [`CuptiSourceError::NotReplayable`] when it has
+    /// damaged frames (their records are loss the events cannot carry) or is instrumented
+    /// (SASS instruction-count frames).
     pub fn from_bytes(
         name: &str,
         bytes: &[u8],
@@ -80,6 +82,29 @@ impl Replay {
             name: name.to_string(),
             error,
         })?;
+        // What the events of a live subscription cannot carry is refused, never skipped: the
+        // records of damaged frames are loss that `gpumeter usage` counts, and SASS
+        // instruction counts come in frames of their own.
+        let refuse = |reason: String| CuptiSourceError::NotReplayable {
+            name: name.to_string(),
+            reason,
+        };
+        if let Some(d) = file.damaged.first() {
+            return Err(refuse(format!(
+                "{} damaged frames (the first: {d}), whose records are loss",
+                file.damaged.len()
+            )));
+        }
+        if file.header.instrumented
+            || file
+                .frames
+                .iter()
+                .any(|f| matches!(f.frame, Frame::Instructions(_)))
+        {
+            return Err(refuse(
+                "an instrumented recording (SASS instruction-count frames)".to_string(),
+            ));
+        }
         let api = ApiVersion::from_cupti(file.header.cupti_api_version).map_err(|error| {
             CuptiSourceError::Decode {
                 name: name.to_string(),

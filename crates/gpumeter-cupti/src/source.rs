@@ -89,6 +89,15 @@ pub enum CuptiSourceError {
         #[source]
         error: GmrError,
     },
+    /// A recording holds what a replay through the buffer stream cannot reproduce
+    /// ([`crate::replay::Replay::from_bytes`]): damaged frames, instruction-count frames.
+    #[error("{name}: cannot be replayed through the buffer stream: {reason}; meter it whole with `gpumeter usage`")]
+    NotReplayable {
+        /// The source.
+        name: String,
+        /// What it holds.
+        reason: String,
+    },
     /// A file could not be read ([`meter_path`]).
     #[error("{name}: cannot read: {error}")]
     Io {

@@ -17,11 +17,14 @@
 //!   [`JOIN_WINDOW`] correlation ids.
 //! * **Devices** are keyed as in a whole source: `GPU-<uuid>` from a DEVICE record or from a
 //!   description the agent registered ([`CuptiStream::register_device`]), else
-//!   `<stream name>#<device id>` with nothing known. A description that arrives after the
+//!   `<stream name>@<8 hex digits of the stream's instance id>#<device id>` with nothing
+//!   known (two streams never share such a key). A description that arrives after the
 //!   device's first record fills what is unknown but keeps the key.
 //! * **Identity**: the stream is one source of the report, format `cupti-stream`, whose
 //!   `sha256` is a chain over the buffers in the order they were applied:
-//!   `h₀ = SHA-256("")`, `hₙ = SHA-256(hₙ₋₁ ‖ SHA-256(bufferₙ))` ([`CuptiStream::sha256`]).
+//!   `h₀ = SHA-256(instance id)`, `hₙ = SHA-256(hₙ₋₁ ‖ SHA-256(bufferₙ))`
+//!   ([`CuptiStream::sha256`]); the instance id (of the name, the wall clock, the process id
+//!   and a counter) makes every stream's identity its own, also of two idle streams.
 //!   A drained report's source gets an identity of its own ([`CuptiStream::seal_drain`]).
 //!   The same buffer given twice within the reordering horizon is booked once: its records
 //!   are duplicates (loss `duplicate`), never billed twice.
@@ -50,6 +53,24 @@ pub const JOIN_WINDOW: u32 = 1 << 20;
 
 /// The report format name of a stream's source.
 pub const STREAM_FORMAT: &str = "cupti-stream";
+
+/// A stream's instance id: SHA-256 of its name, the wall clock, the process id and a
+/// per-process counter. Two streams — on two nodes, or one agent restarted — never share it,
+/// so their sources and their devices without a UUID never collide in a merge.
+fn instance_id(name: &str) -> [u8; 32] {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static STREAMS: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let mut h = Sha256::new();
+    h.update(name.as_bytes());
+    h.update([0]);
+    h.update(now.to_le_bytes());
+    h.update(std::process::id().to_le_bytes());
+    h.update(STREAMS.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+    h.finalize().into()
+}
 
 /// A buffer decoded and hashed, not yet booked ([`CuptiStream::prepare`]).
 #[derive(Debug)]
@@ -83,6 +104,9 @@ pub struct BufferSummary {
 #[derive(Debug)]
 pub struct CuptiStream {
     name: String,
+    /// `<name>@<8 hex digits of the instance id>`: the label of device keys without a UUID,
+    /// so that two streams (two nodes) never share a device they cannot tell apart.
+    key_label: String,
     api: ApiVersion,
     chain: [u8; 32],
     buffers: u64,
@@ -102,16 +126,20 @@ pub struct CuptiStream {
     /// Fields of invalid kernels already named in a warning.
     warned_fields: BTreeSet<&'static str>,
     instrumented_warned: bool,
+    /// The highest correlation id of a kernel booked so far.
+    latest_kernel_correlation: u32,
 }
 
 impl CuptiStream {
     /// A stream named `name` (the source name in the report, and the label of device keys
     /// without a UUID) of buffers laid out by `api` (the producer's CUPTI API version).
     pub fn new(name: &str, api: ApiVersion) -> Self {
+        let instance = instance_id(name);
         CuptiStream {
             name: name.to_string(),
             api,
-            chain: Sha256::digest(b"").into(),
+            chain: Sha256::digest(instance).into(),
+            key_label: format!("{name}@{}", hex::encode(&instance[..4])),
             buffers: 0,
             drains: 0,
             announced: false,
@@ -123,6 +151,7 @@ impl CuptiStream {
             partitions: HashMap::new(),
             warned_fields: BTreeSet::new(),
             instrumented_warned: false,
+            latest_kernel_correlation: 0,
         }
     }
 
@@ -177,6 +206,10 @@ impl CuptiStream {
         h.update(before_ns.to_be_bytes());
         self.drains += 1;
         meter.set_source_sha256(&self.name, &hex::encode(h.finalize()));
+        // The drain hands the meter's warnings over: the next period's reports say again
+        // what applies to them (an instrumented run, invalid fields).
+        self.instrumented_warned = false;
+        self.warned_fields.clear();
     }
 
     /// Decodes and hashes one buffer (`bytes`: the `validSize` bytes CUPTI completed; any
@@ -306,6 +339,13 @@ impl CuptiStream {
             })
             .collect();
         recs.sort_by_key(|r| r.start_ns);
+        let earlier_kernels = self.latest_kernel_correlation;
+        for r in &recs {
+            if matches!(r.work, Work::Kernel(_)) {
+                self.latest_kernel_correlation =
+                    self.latest_kernel_correlation.max(r.correlation_id);
+            }
+        }
         if !self.joins.instructions_of.is_empty() {
             let (_, overflowed) =
                 assign_instructions(&mut recs, &HashMap::new(), &self.joins.instructions_of);
@@ -314,6 +354,29 @@ impl CuptiStream {
                 if matches!(r.work, Work::Kernel(_)) {
                     self.joins.instructions_of.remove(&r.correlation_id);
                 }
+            }
+            // A count whose launch is older than every kernel of this buffer and that no
+            // kernel took came after its kernels (CUPTI numbers launches upwards): it can no
+            // longer be metered. Said, never dropped silently.
+            let late: Vec<u32> = self
+                .joins
+                .instructions_of
+                .keys()
+                .copied()
+                .filter(|&c| c <= earlier_kernels)
+                .collect();
+            if !late.is_empty() {
+                for c in &late {
+                    self.joins.instructions_of.remove(c);
+                }
+                meter.warn(format!(
+                    "{}: {} INSTRUCTION_EXECUTION counts (launch correlation ids from {}) came \
+                     in a buffer after their kernels' and were not metered: those kernels have \
+                     no warp-instruction count",
+                    self.name,
+                    late.len(),
+                    late.iter().min().copied().unwrap_or(0)
+                ));
             }
             if !self.instrumented_warned {
                 self.instrumented_warned = true;
@@ -337,12 +400,20 @@ impl CuptiStream {
         summary.work_records = recs.len() as u64;
         summary.memory_events = memory.len() as u64;
         summary.skipped = skipped.values().sum();
+        // One stream in time order, as `push_batches` pushes a file's (equal times: work,
+        // then releases, then allocations): an allocation made long before the buffer's
+        // first kernel must reach the meter before that kernel moves the sweep past it.
+        let class = |m: &MemoryEvent| u8::from(m.op == MemoryOp::Allocation) + 1;
+        memory.sort_by_key(|m| (m.timestamp_ns, class(m)));
+        let mut memory = memory.into_iter().peekable();
         for rec in recs {
+            while let Some(m) = memory.next_if(|m| m.timestamp_ns < rec.start_ns) {
+                meter.push_memory(m);
+            }
             meter.push(rec);
         }
-        memory.sort_by_key(|m| m.timestamp_ns);
-        for ev in memory {
-            meter.push_memory(ev);
+        for m in memory {
+            meter.push_memory(m);
         }
         for (cat, n) in skipped {
             meter.record_skipped(cat, n);
@@ -352,25 +423,25 @@ impl CuptiStream {
 
     /// Registers a device's description for buffers without a DEVICE record (or to add what
     /// they lack: name, UUID). `info.id` is CUPTI's device id; `info.key` is replaced by the
-    /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, else `<name>#<id>`). A DEVICE
-    /// record of the same id, earlier or later, wins where both know a field. Returns the
-    /// meter's slot.
-    pub fn register_device(&mut self, meter: &mut Meter, mut info: DeviceInfo) -> DeviceSlot {
+    /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, else
+    /// `<name>@<instance>#<id>`). The device is placed when its first record (or dropped
+    /// count) arrives, from its DEVICE record if one has been seen — which wins where both
+    /// know a field, the key included unless the record has no UUID — filled from this
+    /// description. Once the device is placed, a description (a later call, or a DEVICE record
+    /// in a later buffer) only fills what is still unknown; a later call replaces what the
+    /// stream remembers for devices not yet placed.
+    pub fn register_device(&mut self, meter: &mut Meter, mut info: DeviceInfo) {
         self.seal(meter);
         info.key = match &info.uuid {
             Some(u) => DeviceInfo::uuid_key(u),
-            None => DeviceInfo::source_key(&self.name, info.id),
+            None => DeviceInfo::source_key(&self.key_label, info.id),
         };
         info.uuid = info.uuid.as_deref().map(DeviceInfo::uuid_key);
         let id = info.id;
-        self.registered.insert(id, info.clone());
-        match self.slots.get(&id) {
-            Some(&slot) => {
-                meter.fill_device(slot, &info);
-                slot
-            }
-            None => self.slot(meter, id),
+        if let Some(&slot) = self.slots.get(&id) {
+            meter.fill_device(slot, &info);
         }
+        self.registered.insert(id, info);
     }
 
     /// Books `count` records CUPTI dropped (a delta, `cuptiActivityGetNumDroppedRecords`) on
@@ -454,7 +525,7 @@ impl CuptiStream {
             .joins
             .device_recs
             .get(&id)
-            .map(|(d, name)| device_info(&self.name, d, name.as_deref()));
+            .map(|(d, name)| device_info(&self.key_label, d, name.as_deref()));
         match (from_record, self.registered.get(&id)) {
             (Some(mut r), Some(i)) => {
                 if r.uuid.is_none() && i.uuid.is_some() {
@@ -465,7 +536,7 @@ impl CuptiStream {
             }
             (Some(r), None) => r,
             (None, Some(i)) => i.clone(),
-            (None, None) => DeviceInfo::bare(DeviceInfo::source_key(&self.name, id), id),
+            (None, None) => DeviceInfo::bare(DeviceInfo::source_key(&self.key_label, id), id),
         }
     }
 }

@@ -308,3 +308,226 @@ fn drains_mid_stream_hold_usage_and_sum_to_the_whole_source() {
         .sum();
     assert_eq!(lost, 25);
 }
+
+/// A model loaded long before its first kernel, in one buffer: the allocation (T0), the
+/// kernel (T0 + 90 s) and the release (T0 + 100 s) meter as the whole file does, with no
+/// allocation lost as late (the stream pushes a buffer's work and memory in time order).
+#[test]
+fn an_allocation_long_before_the_first_kernel_of_its_buffer_is_metered() {
+    use gpumeter_cupti::ActivityKind;
+    let api = ApiVersion::default();
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let mut buf = Vec::new();
+    let mem = |op: u64, at: u64| {
+        [
+            ("memoryOperationType", op),
+            ("memoryKind", 3),
+            ("address", 0x7f00_0000_0000),
+            ("bytes", 1 << 30),
+            ("timestamp", at),
+            ("processId", 77),
+            ("deviceId", 0),
+            ("contextId", 1),
+        ]
+    };
+    put(&mut buf, api, ActivityKind::MEMORY2, &mem(1, t0));
+    put(
+        &mut buf,
+        api,
+        ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", t0 + 90_000_000_000),
+            ("end", t0 + 91_000_000_000),
+            ("gridX", 4),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("blockX", 128),
+            ("blockY", 1),
+            ("blockZ", 1),
+            ("deviceId", 0),
+            ("contextId", 1),
+            ("streamId", 7),
+            ("correlationId", 1),
+        ],
+    );
+    put(
+        &mut buf,
+        api,
+        ActivityKind::MEMORY2,
+        &mem(2, t0 + 100_000_000_000),
+    );
+    let mut whole = Meter::new(MeterConfig::default());
+    gpumeter_cupti::meter_buffer(&mut whole, "b.bin", &buf, &CuptiOptions::default())
+        .expect("meter");
+    let whole = whole.finish().expect("report");
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut stream = CuptiStream::new("agent", api);
+    stream.ingest(&mut meter, &buf).expect("decodes");
+    let streamed = meter.snapshot().expect("snapshot");
+    assert!(streamed.loss.is_empty(), "{:?}", streamed.loss);
+    assert_eq!(totals(&streamed), totals(&whole));
+    assert_eq!(
+        totals(&streamed).get("memory_byte_ns"),
+        Some(&((1u128 << 30) * 100_000_000_000))
+    );
+}
+
+/// Two streams of the same name (two idle nodes with the default source name): their drained
+/// reports have sources of their own and merge; their devices without a UUID stay two.
+#[test]
+fn two_streams_never_share_a_source_or_a_device_without_uuid() {
+    let api = ApiVersion::default();
+    let buffers = synthetic_buffers(api);
+    let mut parts = Vec::new();
+    let mut keys = Vec::new();
+    for node in 0..2 {
+        let mut meter = Meter::new(MeterConfig::default());
+        let mut stream = CuptiStream::new("gm_meter", api);
+        // Idle, but for a dropped count of a device it cannot name: the same as the other's.
+        stream.report_dropped(&mut meter, None, 5);
+        stream.seal_drain(&mut meter, 1_000);
+        parts.push((format!("idle-{node}"), meter.drain(1_000).expect("drain")));
+        stream.ingest(&mut meter, &buffers[0]).expect("decodes");
+        stream.seal_drain(&mut meter, u64::MAX);
+        let r = meter.drain(u64::MAX).expect("drain");
+        keys.push(
+            r.devices
+                .iter()
+                .map(|d| d.device_key.clone())
+                .collect::<Vec<_>>(),
+        );
+        parts.push((format!("work-{node}"), r));
+    }
+    assert_ne!(parts[0].1.sources, parts[2].1.sources);
+    assert_ne!(
+        keys[0], keys[1],
+        "devices without a UUID on two nodes are two devices"
+    );
+    let merged = gpumeter_core::merge_reports(&parts).expect("the pieces of two nodes merge");
+    assert_eq!(merged.devices.len(), 4, "two devices per node");
+}
+
+/// A replay refuses what a buffer stream cannot carry instead of skipping it: damaged
+/// frames (their records are loss) and instrumented recordings (SASS instruction frames).
+#[test]
+fn replay_refuses_damaged_and_instrumented_recordings() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/data");
+    let smoke = std::fs::read(root.join("h200-cuda13-smoke.gmr")).expect("read");
+    let torn = &smoke[..smoke.len() - 100];
+    let e = Replay::from_bytes("torn.gmr", torn, ApiVersion::default()).expect_err("torn");
+    assert!(e.to_string().contains("damaged frames"), "{e}");
+    let mut corrupt = smoke.clone();
+    let mid = corrupt.len() / 2;
+    corrupt[mid] ^= 0xff;
+    let e =
+        Replay::from_bytes("corrupt.gmr", &corrupt, ApiVersion::default()).expect_err("corrupt");
+    assert!(e.to_string().contains("damaged frames"), "{e}");
+    let instr = std::fs::read(root.join("h200-cuda13-instructions.gmr")).expect("read");
+    let e = Replay::from_bytes("i.gmr", &instr, ApiVersion::default()).expect_err("instrumented");
+    assert!(e.to_string().contains("instrumented"), "{e}");
+    assert!(Replay::from_bytes("s.gmr", &smoke, ApiVersion::default()).is_ok());
+}
+
+/// A description the agent registers before a buffer whose DEVICE record says otherwise:
+/// the record wins (key, SM count); the description fills only what the record lacks.
+#[test]
+fn a_device_record_wins_over_the_agents_description() {
+    let live =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/live/h200_r580_cupti_130001.bin");
+    let buf = std::fs::read(live).expect("read");
+    let api = ApiVersion::from_cupti(130_001).expect("api");
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut stream = CuptiStream::new("agent", api);
+    let mut fake = gpumeter_core::DeviceInfo::bare("", 0);
+    fake.name = Some("Fake GPU".to_string());
+    fake.sm_count = Some(16);
+    stream.register_device(&mut meter, fake);
+    stream.ingest(&mut meter, &buf).expect("decodes");
+    let r = meter.snapshot().expect("snapshot");
+    let d = &r.devices[0];
+    assert!(d.device_key.starts_with("GPU-7251c3cc"), "{}", d.device_key);
+    assert_eq!(d.sm_count, Some(132));
+    assert_eq!(
+        d.name.as_deref(),
+        Some("Fake GPU"),
+        "the record has no name: the description's"
+    );
+}
+
+/// INSTRUCTION_EXECUTION counts: a count in the kernel's buffer is metered, a count that comes
+/// a buffer after its kernel is said in a warning (never dropped silently), and every drained
+/// report of an instrumented period carries the instrumented-run warning.
+#[test]
+fn instruction_counts_late_are_said_and_each_piece_is_marked_instrumented() {
+    use gpumeter_cupti::ActivityKind;
+    let api = ApiVersion::default();
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let kernel = |buf: &mut Vec<u8>, corr: u64, at: u64| {
+        put(
+            buf,
+            api,
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", at),
+                ("end", at + 1_000),
+                ("gridX", 4),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("blockX", 128),
+                ("blockY", 1),
+                ("blockZ", 1),
+                ("deviceId", 0),
+                ("contextId", 1),
+                ("streamId", 7),
+                ("correlationId", corr),
+            ],
+        );
+    };
+    let count = |buf: &mut Vec<u8>, corr: u64| {
+        put(
+            buf,
+            api,
+            ActivityKind::INSTRUCTION_EXECUTION,
+            &[("correlationId", corr), ("executed", 1234)],
+        );
+    };
+    let config = MeterConfig {
+        window: WindowSize::from_seconds(60).expect("window"),
+        reorder_horizon_ns: 0,
+        ..MeterConfig::default()
+    };
+    let mut meter = Meter::new(config);
+    let mut stream = CuptiStream::new("agent", api);
+    // Piece 1: kernel 1 with its count.
+    let mut b1 = Vec::new();
+    kernel(&mut b1, 1, t0);
+    count(&mut b1, 1);
+    stream.ingest(&mut meter, &b1).expect("decodes");
+    let mut b2 = Vec::new();
+    kernel(&mut b2, 2, t0 + 61_000_000_000);
+    count(&mut b2, 2);
+    stream.ingest(&mut meter, &b2).expect("decodes");
+    stream.seal_drain(&mut meter, t0 + 60_000_000_000);
+    let p1 = meter.drain(t0 + 60_000_000_000).expect("drain");
+    let instrumented = |r: &UsageReport| r.warnings.iter().any(|w| w.contains("instrumented run"));
+    assert!(instrumented(&p1));
+    // Piece 2: kernel 2's count was in its buffer; kernel 3's count comes a buffer later.
+    let mut b3 = Vec::new();
+    kernel(&mut b3, 3, t0 + 62_000_000_000);
+    stream.ingest(&mut meter, &b3).expect("decodes");
+    let mut b4 = Vec::new();
+    count(&mut b4, 3);
+    kernel(&mut b4, 4, t0 + 63_000_000_000);
+    stream.ingest(&mut meter, &b4).expect("decodes");
+    stream.seal_drain(&mut meter, u64::MAX);
+    let p2 = meter.drain(u64::MAX).expect("drain");
+    assert!(instrumented(&p2), "{:?}", p2.warnings);
+    assert!(
+        p2.warnings
+            .iter()
+            .any(|w| w.contains("1 INSTRUCTION_EXECUTION counts")
+                && w.contains("after their kernels")),
+        "{:?}",
+        p2.warnings
+    );
+}

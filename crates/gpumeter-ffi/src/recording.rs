@@ -96,8 +96,10 @@ fn item_default() -> gm_recording_item {
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
-/// `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read, or is a `.gmr` that
-/// cannot be).
+/// `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read; a `.gmr` that cannot be
+/// read, that has damaged frames — their records are loss the events cannot carry — or
+/// SASS instruction-count frames, or a device string holding a NUL byte: meter those whole
+/// with `gpumeter usage`).
 ///
 /// # Safety
 /// `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
@@ -132,15 +134,29 @@ pub unsafe extern "C" fn gm_recording_open(
         })?;
         let replay = Replay::from_bytes(&name, &bytes, api)
             .map_err(|e| Failure::new(gm_status_code::GM_ERR_IO, e.to_string()))?;
-        let c = |s: &Option<String>| s.as_deref().and_then(|s| CString::new(s).ok());
-        let strings = replay
-            .items
-            .iter()
-            .map(|i| match i {
-                ReplayItem::Device(d) => Some((c(&d.name), c(&d.uuid))),
+        // A name or UUID holding a NUL byte cannot be a C string: refused, never cut or
+        // dropped (the device's key would change).
+        let c = |s: &Option<String>, what: &str, id: u32| -> Result<Option<CString>, Failure> {
+            s.as_deref()
+                .map(|s| {
+                    CString::new(s).map_err(|_| {
+                        Failure::new(
+                            gm_status_code::GM_ERR_IO,
+                            format!("{name}: device {id}'s {what} holds a NUL byte"),
+                        )
+                    })
+                })
+                .transpose()
+        };
+        let mut strings = Vec::with_capacity(replay.items.len());
+        for i in &replay.items {
+            strings.push(match i {
+                ReplayItem::Device(d) => {
+                    Some((c(&d.name, "name", d.id)?, c(&d.uuid, "uuid", d.id)?))
+                }
                 _ => None,
-            })
-            .collect();
+            });
+        }
         let rec = gm_recording {
             replay,
             next: 0,

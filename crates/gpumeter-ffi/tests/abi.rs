@@ -300,6 +300,17 @@ fn pieces(path: &std::path::Path) -> (u32, Vec<Event>) {
 /// How many buffers the smoke recording's one buffer becomes.
 const PIECES: usize = 48;
 
+/// A report without what names its meter instance (the stream's source digest, and so the
+/// report's own digest), for comparing the reports of two meters fed the same buffers.
+fn without_identity(json: &str) -> UsageReport {
+    let mut r = report(json);
+    for s in &mut r.sources {
+        s.sha256.clear();
+    }
+    r.sha256.clear();
+    r
+}
+
 fn report(json: &str) -> UsageReport {
     serde_json::from_str(json).expect("a usage report")
 }
@@ -744,7 +755,12 @@ fn odd_alignments_meter_as_aligned() {
                 assert!(!report(&got).usage.is_empty());
                 want = Some(got);
             }
-            Some(w) => assert_eq!(&got, w, "offset {offset}"),
+            // Each meter is a stream of its own (its source digest), the rest is equal.
+            Some(w) => assert_eq!(
+                without_identity(&got),
+                without_identity(w),
+                "offset {offset}"
+            ),
         }
     }
 }
@@ -876,16 +892,12 @@ fn eight_threads_ingesting_at_once_equal_one_thread() {
     assert_eq!(b.loss, a.loss);
 }
 
-/// The four recordings of `examples/data` (one H200, CUDA 13.0, made minutes apart) one
-/// after the other, in time order, as one agent would have seen them.
+/// The replayable recordings of `examples/data` (one H200, CUDA 13.0, made minutes apart;
+/// the instrumented ones are refused by `gm_recording_open`) one after the other, in time
+/// order, as one agent would have seen them.
 fn session() -> (u32, Vec<Event>) {
     let mut all = Vec::new();
-    for name in [
-        "h200-cuda13-smoke.gmr",
-        "h200-cuda13-instructions.gmr",
-        "h200-cuda13-green-context.gmr",
-        "h200-cuda13-instructions-2threads.gmr",
-    ] {
+    for name in ["h200-cuda13-smoke.gmr", "h200-cuda13-green-context.gmr"] {
         let (api, events) = pieces(&root().join("examples/data").join(name));
         assert_eq!(api, 130_001);
         all.extend(events);
@@ -942,7 +954,7 @@ fn drain_then_snapshot_never_double_counts() {
     let snap = drained.usage();
     merge(&snap, &mut got);
     assert!(
-        nonempty >= 3,
+        nonempty >= 2,
         "drains handed over usage ({nonempty} of {reports})"
     );
     assert_eq!(got, want, "drained + snapshot = never drained");
