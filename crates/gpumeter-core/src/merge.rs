@@ -3,7 +3,9 @@
 //!
 //! [`merge_reports`] checks every report (schema, its own `sha256`, one metering policy and
 //! window size), refuses a source that two different reports metered (it would be billed
-//! twice), counts a report given twice once, and sums usage exactly (`u128`, checked). The
+//! twice) — except the drained pieces of one stream of CUPTI buffers (format
+//! [`crate::STREAM_FORMAT`], one source SHA-256) whose (device, window) cells are disjoint —,
+//! counts a report given twice once, and sums usage exactly (`u128`, checked). The
 //! result does not depend on the order of the inputs: reports are taken in the order of their
 //! names (then digests), rows are sorted as [`crate::Meter::finish`] sorts them, and the merged
 //! report is sealed with its own digest. Each input is recorded under
@@ -16,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::meter::STREAM_FORMAT;
 use crate::record::LossReason;
 use crate::report::{
     DeviceEnd, DeviceEntry, DigestError, Extensions, LossEntry, MeterKind, NotMeterable,
@@ -73,7 +76,8 @@ pub enum MergeError {
         expected: String,
     },
     /// One source (by SHA-256) was metered by two different reports: merging them would bill
-    /// it twice.
+    /// it twice (for drained pieces of one stream: two pieces hold one device's window, or a
+    /// snapshot is among them).
     #[error(
         "source {source_name} (sha256 {sha256}) was metered by two different reports, {first} \
          and {second}: merging them would bill it twice"
@@ -143,7 +147,8 @@ pub struct DeviceConflict {
 /// `inputs` are `(name, report)` pairs; the name (a file name, no directories) appears in
 /// errors, warnings and `extensions.merged_reports`. The result:
 ///
-/// * `sources`: every report's sources (each still identified by its own SHA-256);
+/// * `sources`: every report's sources (each still identified by its own SHA-256), a
+///   stream's drained pieces as one source;
 /// * `devices`: one entry per `device_key`; fields one report knows and another does not are
 ///   taken from the one that knows; `not_meterable` has one entry per meter that any report
 ///   could not meter there, its reason each such report's, prefixed by the report's name
@@ -290,23 +295,46 @@ fn distinct_reports<'a>(
 }
 
 fn merge_sources(reports: &[(&str, &UsageReport)]) -> Result<Vec<SourceEntry>, MergeError> {
+    // Per source: the first report that has it, and the (device, window) cells of every
+    // report that has it so far.
     let mut seen: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    let mut cells: BTreeMap<&str, BTreeSet<(&str, &str)>> = BTreeMap::new();
     let mut out = Vec::new();
     for &(name, r) in reports {
+        let mine: BTreeSet<(&str, &str)> = r
+            .usage
+            .iter()
+            .map(|u| (u.device_key.as_str(), u.window_start.as_str()))
+            .collect();
         for s in &r.sources {
             match seen.get(s.sha256.as_str()) {
                 Some(&(other, source_name)) if other != name => {
-                    return Err(MergeError::SharedSource {
-                        source_name: source_name.to_string(),
-                        sha256: s.sha256.clone(),
-                        first: other.to_string(),
-                        second: name.to_string(),
-                    });
+                    // Drained pieces of one stream of CUPTI buffers: each holds windows no
+                    // other piece holds. Any other source, or pieces that overlap, would be
+                    // billed twice.
+                    let taken = cells.entry(&s.sha256).or_default();
+                    let piece = s.format == STREAM_FORMAT
+                        && out.iter().any(|o: &SourceEntry| {
+                            o.sha256 == s.sha256 && o.format == STREAM_FORMAT
+                        });
+                    if !piece || !taken.is_disjoint(&mine) {
+                        return Err(MergeError::SharedSource {
+                            source_name: source_name.to_string(),
+                            sha256: s.sha256.clone(),
+                            first: other.to_string(),
+                            second: name.to_string(),
+                        });
+                    }
+                    taken.extend(mine.iter().copied());
                 }
                 // Listed twice by one report: it was metered once there.
                 Some(_) => continue,
                 None => {
                     seen.insert(&s.sha256, (name, &s.name));
+                    cells
+                        .entry(&s.sha256)
+                        .or_default()
+                        .extend(mine.iter().copied());
                     out.push(s.clone());
                 }
             }

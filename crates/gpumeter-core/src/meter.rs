@@ -41,6 +41,17 @@ use crate::report::{
 use crate::tenant::{TenantName, IDLE, UNATTRIBUTED};
 use crate::time::{parse_rfc3339, rfc3339, rfc3339_ns, WindowSize, MAX_RECORD_NS, NS_PER_SECOND};
 
+/// The format of a stream of CUPTI buffers metered one by one (the C ABI's meter) in a drained
+/// report: the report holds windows no other report of the stream holds, so
+/// [`crate::merge_reports`] merges the drained reports of one stream (same source SHA-256)
+/// when their windows are disjoint.
+pub const STREAM_FORMAT: &str = "cupti-stream";
+
+/// The format of a stream's source in a snapshot ([`Meter::snapshot`] of a meter still
+/// running): its windows may be handed over again later, so a snapshot never merges with
+/// another report of the same stream.
+pub const STREAM_SNAPSHOT_FORMAT: &str = "cupti-stream-snapshot";
+
 /// Default reordering horizon: 60 s of record time (DESIGN §3).
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
 
@@ -1321,12 +1332,13 @@ impl Meter {
         Ok(report)
     }
 
-    /// Sets the SHA-256 of the last source announced as `name` (a stream's running digest:
-    /// the bytes it has been given so far). Returns `false` when no source has that name.
-    pub fn set_source_sha256(&mut self, name: &str, sha256: &str) -> bool {
+    /// Sets the format of the last source announced as `name` (a stream's reports say
+    /// whether they are a snapshot, [`STREAM_SNAPSHOT_FORMAT`], or a drained piece,
+    /// [`STREAM_FORMAT`]). Returns `false` when no source has that name.
+    pub fn set_source_format(&mut self, name: &str, format: &str) -> bool {
         match self.sources.iter_mut().rev().find(|s| s.name == name) {
             Some(s) => {
-                s.sha256 = sha256.to_string();
+                s.format = format.to_string();
                 true
             }
             None => false,

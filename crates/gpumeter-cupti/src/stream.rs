@@ -21,16 +21,18 @@
 //!   known (two streams never share such a key). A description that arrives after the
 //!   device's first record fills what is unknown but keeps the key.
 //! * **Identity**: the stream is one source of the report, format `cupti-stream`, whose
-//!   `sha256` is a chain over the buffers in the order they were applied:
-//!   `h₀ = SHA-256(instance id)`, `hₙ = SHA-256(hₙ₋₁ ‖ SHA-256(bufferₙ))`
-//!   ([`CuptiStream::sha256`]); the instance id (of the name, the wall clock, the process id
-//!   and a counter) makes every stream's identity its own, also of two idle streams.
-//!   A drained report's source gets an identity of its own ([`CuptiStream::seal_drain`]).
-//!   The same buffer given twice within the reordering horizon is booked once: its records
-//!   are duplicates (loss `duplicate`), never billed twice.
+//!   `sha256` is the stream's instance id ([`CuptiStream::sha256`]: SHA-256 of its name, the
+//!   wall clock, the process id and a counter when it was made), the same in every report of
+//!   the stream — snapshots and drained pieces alike — and never another stream's. So the
+//!   credit bank, which bills each (source, window) once, never bills a window of a stream
+//!   twice through two reports (two snapshots, or a snapshot and a drain), and the merge of a
+//!   stream's reports accepts pieces with disjoint windows and refuses overlapping ones. A
+//!   stream has no file whose bytes could be its identity; its buffers are gone when a report
+//!   is built. The same buffer given twice within the reordering horizon is booked once: its
+//!   records are duplicates (loss `duplicate`), never billed twice.
 //! * **Loss**: dropped-record deltas ([`CuptiStream::report_dropped`]), kernels with fields
 //!   that cannot be represented (`invalid_field`), and everything the meter counts.
-//! * **Two steps**: [`CuptiStream::prepare`] decodes and hashes a buffer without the meter
+//! * **Two steps**: [`CuptiStream::prepare`] decodes a buffer without the meter
 //!   (so threads can decode side by side), [`CuptiStream::apply`] books it; an error in
 //!   `prepare` leaves the meter and the stream untouched.
 
@@ -38,7 +40,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use gpumeter_core::{
-    DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SourceInfo, Work,
+    DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, MeterError, PartitionId,
+    SourceInfo, UsageReport, Work,
 };
 use sha2::{Digest, Sha256};
 
@@ -51,8 +54,7 @@ use crate::source::{assign_instructions, device_info};
 /// the latest one are forgotten (CUPTI numbers correlation ids upwards per process).
 pub const JOIN_WINDOW: u32 = 1 << 20;
 
-/// The report format name of a stream's source.
-pub const STREAM_FORMAT: &str = "cupti-stream";
+pub use gpumeter_core::{STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT};
 
 /// A stream's instance id: SHA-256 of its name, the wall clock, the process id and a
 /// per-process counter. Two streams — on two nodes, or one agent restarted — never share it,
@@ -72,11 +74,10 @@ fn instance_id(name: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// A buffer decoded and hashed, not yet booked ([`CuptiStream::prepare`]).
+/// A buffer decoded, not yet booked ([`CuptiStream::prepare`]).
 #[derive(Debug)]
 pub struct PreparedBuffer {
     decoded: Decoded,
-    digest: [u8; 32],
 }
 
 impl PreparedBuffer {
@@ -108,10 +109,9 @@ pub struct CuptiStream {
     /// so that two streams (two nodes) never share a device they cannot tell apart.
     key_label: String,
     api: ApiVersion,
-    chain: [u8; 32],
+    /// The instance id ([`instance_id`]).
+    instance: [u8; 32],
     buffers: u64,
-    /// Drains sealed so far ([`CuptiStream::seal_drain`]).
-    drains: u64,
     announced: bool,
     joins: Joins,
     latest_correlation: u32,
@@ -138,10 +138,9 @@ impl CuptiStream {
         CuptiStream {
             name: name.to_string(),
             api,
-            chain: Sha256::digest(instance).into(),
+            instance,
             key_label: format!("{name}@{}", hex::encode(&instance[..4])),
             buffers: 0,
-            drains: 0,
             announced: false,
             joins: Joins::default(),
             latest_correlation: 0,
@@ -170,14 +169,14 @@ impl CuptiStream {
         self.buffers
     }
 
-    /// The stream's identity so far, lowercase hex: the chain of the SHA-256 of each buffer
-    /// applied, in order (module docs).
+    /// The stream's identity, lowercase hex: its instance id (module docs), the `sha256` of
+    /// its source in every report.
     pub fn sha256(&self) -> String {
-        hex::encode(self.chain)
+        hex::encode(self.instance)
     }
 
-    /// Announces the stream as a source of `meter` (once), and brings the source's `sha256`
-    /// up to date: call it before building a report.
+    /// Announces the stream as a source of `meter` (once; every call that books something
+    /// does it first).
     pub fn seal(&mut self, meter: &mut Meter) {
         if !self.announced {
             self.announced = true;
@@ -186,33 +185,40 @@ impl CuptiStream {
                 format: STREAM_FORMAT.to_string(),
                 sha256: self.sha256(),
             });
-        } else {
-            meter.set_source_sha256(&self.name, &self.sha256());
         }
     }
 
-    /// Gives the stream's source, for the report a [`Meter::drain`] at `before_ns` is about
-    /// to build, an identity of its own: `SHA-256(chain ‖ n ‖ before_ns)` (n = drains so far,
-    /// both as 8 big-endian bytes). Each drained report of a stream covers windows no other
-    /// covers, so the reports merge (`gpumeter usage --format usage`) without being taken for
-    /// one source metered twice; a snapshot ([`CuptiStream::seal`]) keeps the chain itself
-    /// and must not be merged with drained reports of the same stream (its windows overlap
-    /// theirs).
-    pub fn seal_drain(&mut self, meter: &mut Meter, before_ns: u64) {
+    /// A snapshot of the meter ([`Meter::snapshot`]) whose stream source says so (format
+    /// [`STREAM_SNAPSHOT_FORMAT`]): never merged with another report of the stream, since its
+    /// windows may be handed over again.
+    ///
+    /// # Errors
+    /// As [`Meter::snapshot`].
+    pub fn snapshot(&mut self, meter: &mut Meter) -> Result<UsageReport, MeterError> {
         self.seal(meter);
-        let mut h = Sha256::new();
-        h.update(self.chain);
-        h.update(self.drains.to_be_bytes());
-        h.update(before_ns.to_be_bytes());
-        self.drains += 1;
-        meter.set_source_sha256(&self.name, &hex::encode(h.finalize()));
-        // The drain hands the meter's warnings over: the next period's reports say again
-        // what applies to them (an instrumented run, invalid fields).
-        self.instrumented_warned = false;
-        self.warned_fields.clear();
+        meter.set_source_format(&self.name, STREAM_SNAPSHOT_FORMAT);
+        let report = meter.snapshot();
+        meter.set_source_format(&self.name, STREAM_FORMAT);
+        report
     }
 
-    /// Decodes and hashes one buffer (`bytes`: the `validSize` bytes CUPTI completed; any
+    /// Drains the meter ([`Meter::drain`]): the windows that end at or before `before_ns`,
+    /// as a report whose stream source has format [`STREAM_FORMAT`] (a piece that merges with
+    /// the stream's other drained pieces). The drain hands the meter's warnings over, so the
+    /// next period's reports say again what applies to them (an instrumented run, invalid
+    /// fields).
+    ///
+    /// # Errors
+    /// As [`Meter::drain`].
+    pub fn drain(&mut self, meter: &mut Meter, before_ns: u64) -> Result<UsageReport, MeterError> {
+        self.seal(meter);
+        let report = meter.drain(before_ns)?;
+        self.instrumented_warned = false;
+        self.warned_fields.clear();
+        Ok(report)
+    }
+
+    /// Decodes one buffer (`bytes`: the `validSize` bytes CUPTI completed; any
     /// alignment; empty is an empty buffer). Needs no meter: threads may prepare side by side.
     ///
     /// # Errors
@@ -220,10 +226,7 @@ impl CuptiStream {
     /// booked.
     pub fn prepare(api: ApiVersion, bytes: &[u8]) -> Result<PreparedBuffer, DecodeError> {
         let decoded = decode(bytes, api)?;
-        Ok(PreparedBuffer {
-            decoded,
-            digest: Sha256::digest(bytes).into(),
-        })
+        Ok(PreparedBuffer { decoded })
     }
 
     /// [`CuptiStream::prepare`] then [`CuptiStream::apply`].
@@ -243,10 +246,6 @@ impl CuptiStream {
     /// them to the meter sorted by start.
     pub fn apply(&mut self, meter: &mut Meter, buffer: PreparedBuffer) -> BufferSummary {
         self.seal(meter);
-        let mut next = Sha256::new();
-        next.update(self.chain);
-        next.update(buffer.digest);
-        self.chain = next.finalize().into();
         self.buffers += 1;
         let decoded = buffer.decoded;
         let names: HashMap<u64, Arc<str>> = HashMap::new();

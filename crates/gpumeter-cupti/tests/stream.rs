@@ -73,8 +73,7 @@ fn replayed_recordings_meter_as_the_whole_file() {
             let mut parts = Vec::new();
             let w = drained.watermark_ns();
             for edge in [w / 2, w, w + 1_000_000_000, u64::MAX] {
-                stream.seal_drain(&mut drained, edge);
-                let part = drained.drain(edge).expect("drain");
+                let part = stream.drain(&mut drained, edge).expect("drain");
                 parts.push((format!("drain-{edge}"), part.clone()));
                 for r in &part.usage {
                     *sum.entry((
@@ -267,8 +266,7 @@ fn drains_mid_stream_hold_usage_and_sum_to_the_whole_source() {
     for b in &buffers {
         stream.ingest(&mut meter, b).expect("buffer decodes");
         let w = meter.watermark_ns();
-        stream.seal_drain(&mut meter, w);
-        let part = meter.drain(w).expect("drain");
+        let part = stream.drain(&mut meter, w).expect("drain");
         assert!(
             part.loss.is_empty(),
             "nothing is late when draining at the watermark"
@@ -285,8 +283,7 @@ fn drains_mid_stream_hold_usage_and_sum_to_the_whole_source() {
             *got.entry(k).or_insert(0) += v;
         }
     }
-    stream.seal_drain(&mut meter, u64::MAX);
-    let last = meter.drain(u64::MAX).expect("drain");
+    let last = stream.drain(&mut meter, u64::MAX).expect("drain");
     rows(&last, &mut got);
     assert!(
         drained_with_usage > 5,
@@ -385,11 +382,12 @@ fn two_streams_never_share_a_source_or_a_device_without_uuid() {
         let mut stream = CuptiStream::new("gm_meter", api);
         // Idle, but for a dropped count of a device it cannot name: the same as the other's.
         stream.report_dropped(&mut meter, None, 5);
-        stream.seal_drain(&mut meter, 1_000);
-        parts.push((format!("idle-{node}"), meter.drain(1_000).expect("drain")));
+        parts.push((
+            format!("idle-{node}"),
+            stream.drain(&mut meter, 1_000).expect("drain"),
+        ));
         stream.ingest(&mut meter, &buffers[0]).expect("decodes");
-        stream.seal_drain(&mut meter, u64::MAX);
-        let r = meter.drain(u64::MAX).expect("drain");
+        let r = stream.drain(&mut meter, u64::MAX).expect("drain");
         keys.push(
             r.devices
                 .iter()
@@ -507,8 +505,9 @@ fn instruction_counts_late_are_said_and_each_piece_is_marked_instrumented() {
     kernel(&mut b2, 2, t0 + 61_000_000_000);
     count(&mut b2, 2);
     stream.ingest(&mut meter, &b2).expect("decodes");
-    stream.seal_drain(&mut meter, t0 + 60_000_000_000);
-    let p1 = meter.drain(t0 + 60_000_000_000).expect("drain");
+    let p1 = stream
+        .drain(&mut meter, t0 + 60_000_000_000)
+        .expect("drain");
     let instrumented = |r: &UsageReport| r.warnings.iter().any(|w| w.contains("instrumented run"));
     assert!(instrumented(&p1));
     // Piece 2: kernel 2's count was in its buffer; kernel 3's count comes a buffer later.
@@ -519,8 +518,7 @@ fn instruction_counts_late_are_said_and_each_piece_is_marked_instrumented() {
     count(&mut b4, 3);
     kernel(&mut b4, 4, t0 + 63_000_000_000);
     stream.ingest(&mut meter, &b4).expect("decodes");
-    stream.seal_drain(&mut meter, u64::MAX);
-    let p2 = meter.drain(u64::MAX).expect("drain");
+    let p2 = stream.drain(&mut meter, u64::MAX).expect("drain");
     assert!(instrumented(&p2), "{:?}", p2.warnings);
     assert!(
         p2.warnings
@@ -530,4 +528,61 @@ fn instruction_counts_late_are_said_and_each_piece_is_marked_instrumented() {
         "{:?}",
         p2.warnings
     );
+}
+
+/// A stream's reports share one source identity: its drained pieces merge (disjoint
+/// windows), a snapshot never merges with another report of the stream (its windows may be
+/// handed over again), and two snapshots do not merge either.
+#[test]
+fn a_snapshot_never_merges_with_other_reports_of_its_stream() {
+    let api = ApiVersion::default();
+    let buffers = synthetic_buffers(api);
+    let config = MeterConfig {
+        window: WindowSize::from_seconds(60).expect("window"),
+        ..MeterConfig::default()
+    };
+    let mut meter = Meter::new(config);
+    let mut stream = CuptiStream::new("agent", api);
+    for b in &buffers[..20] {
+        stream.ingest(&mut meter, b).expect("decodes");
+    }
+    let snap1 = stream.snapshot(&mut meter).expect("snapshot");
+    assert_eq!(
+        snap1.sources[0].format,
+        gpumeter_cupti::stream::STREAM_SNAPSHOT_FORMAT
+    );
+    let w = meter.watermark_ns();
+    let piece1 = stream.drain(&mut meter, w).expect("drain");
+    assert_eq!(
+        piece1.sources[0].format,
+        gpumeter_cupti::stream::STREAM_FORMAT
+    );
+    assert_eq!(
+        piece1.sources[0].sha256, snap1.sources[0].sha256,
+        "one identity"
+    );
+    for b in &buffers[20..] {
+        stream.ingest(&mut meter, b).expect("decodes");
+    }
+    let snap2 = stream.snapshot(&mut meter).expect("snapshot");
+    let piece2 = stream.drain(&mut meter, u64::MAX).expect("drain");
+    let merge = |a: &UsageReport, b: &UsageReport| {
+        gpumeter_core::merge_reports(&[
+            ("a.json".to_string(), a.clone()),
+            ("b.json".to_string(), b.clone()),
+        ])
+    };
+    assert!(merge(&piece1, &piece2).is_ok(), "drained pieces merge");
+    for (a, b) in [
+        (&snap1, &piece1),
+        (&snap1, &piece2),
+        (&snap2, &piece2),
+        (&snap1, &snap2),
+    ] {
+        let e = merge(a, b).expect_err("a snapshot does not merge with its stream's reports");
+        assert!(
+            matches!(e, gpumeter_core::MergeError::SharedSource { .. }),
+            "{e}"
+        );
+    }
 }

@@ -455,8 +455,7 @@ pub unsafe extern "C" fn gm_meter_usage_json(
         let json = {
             let mut s = meter.lock()?;
             let State { meter, stream, .. } = &mut *s;
-            stream.seal(meter);
-            report_json(meter.snapshot())?
+            report_json(stream.snapshot(meter))?
         };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).
@@ -497,8 +496,7 @@ pub unsafe extern "C" fn gm_meter_drain_usage_json(
         let json = {
             let mut s = meter.lock()?;
             let State { meter, stream, .. } = &mut *s;
-            stream.seal_drain(meter, before_ns);
-            report_json(meter.drain(before_ns))?
+            report_json(stream.drain(meter, before_ns))?
         };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).

@@ -629,3 +629,89 @@ fn finalizations_at_once_apply_once() {
     assert!(answers.iter().all(|a| *a == answers[0]));
     assert_eq!(bank.verify()["transactions"], 2);
 }
+
+/// The usage of the smoke recording through a C ABI meter: (snapshot, then drain of
+/// everything), both reports of one stream.
+fn stream_reports() -> (CString, CString) {
+    let path = c(root()
+        .join("examples/data/h200-cuda13-smoke.gmr")
+        .to_str()
+        .expect("UTF-8 path"));
+    let mut rec = ptr::null_mut();
+    // SAFETY: a NUL-terminated path, a writable pointer.
+    assert_eq!(unsafe { gm_recording_open(path.as_ptr(), 0, &mut rec) }, OK);
+    // SAFETY: a live recording.
+    let api = unsafe { gm_recording_cupti_api_version(rec) };
+    let config = c(&format!(r#"{{"cupti_api_version": {api}}}"#));
+    let mut m = ptr::null_mut();
+    // SAFETY: a NUL-terminated config, a writable pointer.
+    assert_eq!(unsafe { gm_meter_new(config.as_ptr(), &mut m) }, OK);
+    loop {
+        let mut it = std::mem::MaybeUninit::<gm_recording_item>::uninit();
+        // SAFETY: a live recording, storage for an item.
+        assert_eq!(unsafe { gm_recording_next(rec, it.as_mut_ptr()) }, OK);
+        // SAFETY: written on success.
+        let it = unsafe { it.assume_init() };
+        let kind = it.kind;
+        // SAFETY (each call): a live meter and what the recording's item points to.
+        let s = if kind == gm_recording_item_kind::GM_ITEM_END as u32 {
+            break;
+        } else if kind == gm_recording_item_kind::GM_ITEM_DEVICE as u32 {
+            unsafe { gm_meter_register_device(m, &it.device) }
+        } else if kind == gm_recording_item_kind::GM_ITEM_BUFFER as u32 {
+            unsafe { gm_meter_ingest_cupti_buffer(m, it.buffer, it.buffer_size) }
+        } else if kind == gm_recording_item_kind::GM_ITEM_PROCESS_EXIT as u32 {
+            unsafe { gm_meter_process_exited(m, it.pid, it.timestamp_ns) }
+        } else {
+            unsafe { gm_meter_report_dropped(m, it.device_id, it.dropped) }
+        };
+        assert_eq!(s, OK, "{}", last_error());
+    }
+    let mut out = ptr::null_mut();
+    // SAFETY: a live meter, a writable pointer.
+    assert_eq!(unsafe { gm_meter_usage_json(m, &mut out) }, OK);
+    let snapshot = c(&take_json(out).0);
+    let mut out = ptr::null_mut();
+    // SAFETY: a live meter, a writable pointer.
+    assert_eq!(
+        unsafe { gm_meter_drain_usage_json(m, u64::MAX, &mut out) },
+        OK
+    );
+    let drained = c(&take_json(out).0);
+    // SAFETY: handles made above, freed once.
+    unsafe {
+        gm_meter_free(m);
+        gm_recording_free(rec);
+    }
+    (snapshot, drained)
+}
+
+/// Σ of the quantities of an invoice document's usage lines (all tenants).
+fn usage_lines(doc: &Value) -> usize {
+    doc["invoices"]
+        .as_array()
+        .map(|inv| {
+            inv.iter()
+                .flat_map(|i| i["lines"].as_array().cloned().unwrap_or_default())
+                .filter(|l| l["meter"].is_string())
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A snapshot finalized, then a drained report of the same stream and windows: the windows
+/// are billed once (the stream's source has one identity in all its reports, and the bank
+/// bills each source and window once).
+#[test]
+fn a_streams_window_is_billed_once_through_a_snapshot_and_a_drain() {
+    let bank = Bank::new();
+    let (snapshot, drained) = stream_reports();
+    let (_, first) = bank
+        .call(gm_bank_finalize_json, &snapshot, &price_book())
+        .expect("the snapshot finalizes");
+    assert!(usage_lines(&first) > 0, "{first}");
+    let (_, second) = bank
+        .call(gm_bank_finalize_json, &drained, &price_book())
+        .expect("the drained report finalizes");
+    assert_eq!(usage_lines(&second), 0, "billed once: {second}");
+}
