@@ -1244,20 +1244,36 @@ impl Meter {
     /// drain, and no allocation is still held past the latest work at a drain: such memory
     /// is billed up to the drain's edge, which an undrained report does not know of), and no
     /// quantity is handed over twice. The report has no `open_allocations`
-    /// (the meter still holds them). Drained windows free their cells in the
+    /// (the meter still holds them), except the drain of everything (`u64::MAX`), which lists
+    /// them as [`Meter::finish`] does (billed to the report's end) and forgets them: the next
+    /// report takes them as opening state. Drained windows free their cells in the
     /// [`MeterConfig::max_cells`] budget.
     ///
     /// # Errors
     /// [`MeterError::DrainWithEnergy`] when the meter holds energy samples (energy is
     /// apportioned over whole runs of samples and cannot be drained yet); otherwise as
-    /// [`Meter::finish`]. On an error nothing is handed over and nothing is forgotten (the
-    /// sweep has moved to the edge and held memory is booked up to it: the windows stay in
-    /// the meter for the next drain or report).
+    /// [`Meter::finish`]. On an error the meter is left exactly as it was (nothing handed
+    /// over, forgotten or moved).
     pub fn drain(&mut self, before_ns: u64) -> Result<UsageReport, MeterError> {
         if self.devices.iter().any(|d| !d.energy.is_empty()) {
             return Err(MeterError::DrainWithEnergy);
         }
+        // A drain that fails (memory held up to an edge past the cell budget, a quantity past
+        // 128 bits) leaves the meter exactly as it was: usable, nothing moved.
+        let before = self.deep_clone();
+        match self.drain_now(before_ns) {
+            Ok(report) => Ok(report),
+            Err(e) => {
+                *self = before;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Meter::drain`]'s work; on an error the meter is half-changed (the caller restores it).
+    fn drain_now(&mut self, before_ns: u64) -> Result<UsageReport, MeterError> {
         let window = self.config.window;
+        let end = before_ns == u64::MAX;
         let edge = window.start_of(before_ns);
         for d in &mut self.devices {
             if !d.started || d.swept_to < edge {
@@ -1271,7 +1287,7 @@ impl Meter {
         // now, so a later release must not book into them. Draining everything
         // (`u64::MAX`) is the end: held memory is billed to the report's end as `finish`
         // bills it, and nothing can follow (every later record is late).
-        let bill_to = if before_ns == u64::MAX {
+        let bill_to = if end {
             match self.devices.iter().map(|d| d.work_end).max() {
                 Some(w) if w > 0 => w,
                 _ => self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0),
@@ -1297,7 +1313,8 @@ impl Meter {
             }
         }
         // The handed-over part: the windows before the edge and what was gathered since the
-        // last drain, nothing buffered or held.
+        // last drain, nothing buffered; at the end (`u64::MAX`) the allocations still held,
+        // listed in `open_allocations` for the next report's opening state.
         let mut part = self.deep_clone();
         for d in &mut part.devices {
             let later = d.cells.split_off(&edge);
@@ -1306,7 +1323,9 @@ impl Meter {
             d.active.clear();
             d.summary = None;
             d.mem_pending.clear();
-            d.open.clear();
+            if !end {
+                d.open.clear();
+            }
             d.dups.clear();
         }
         part.opening.clear();
@@ -1322,6 +1341,9 @@ impl Meter {
             d.kernels = 0;
             d.memory_events = 0;
             d.reallocations = 0;
+            if end {
+                d.open.clear();
+            }
         }
         self.budget
             .used

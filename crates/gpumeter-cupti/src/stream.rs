@@ -36,7 +36,7 @@
 //!   (so threads can decode side by side), [`CuptiStream::apply`] books it; an error in
 //!   `prepare` leaves the meter and the stream untouched.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use gpumeter_core::{
@@ -72,6 +72,13 @@ fn instance_id(name: &str) -> [u8; 32] {
     h.update(std::process::id().to_le_bytes());
     h.update(STREAMS.fetch_add(1, Ordering::Relaxed).to_le_bytes());
     h.finalize().into()
+}
+
+/// Pushes the end of process `pid` at `t` on one device (DESIGN §4 "Memory").
+fn push_exit(meter: &mut Meter, slot: DeviceSlot, pid: u32, t: u64) {
+    let mut exit = MemoryEvent::new(slot, t, 0, 0, MemoryOp::ProcessExit);
+    exit.process_id = Some(pid);
+    meter.push_memory(exit);
 }
 
 /// A buffer decoded, not yet booked ([`CuptiStream::prepare`]).
@@ -125,9 +132,14 @@ pub struct CuptiStream {
     partitions: HashMap<(u32, u32), PartitionId>,
     /// Fields of invalid kernels already named in a warning.
     warned_fields: BTreeSet<&'static str>,
-    instrumented_warned: bool,
-    /// The highest correlation id of a kernel booked so far.
-    latest_kernel_correlation: u32,
+    /// INSTRUCTION_EXECUTION records were seen: the run is instrumented.
+    instrumented: bool,
+    /// Correlation ids of the kernels booked so far (the last [`JOIN_WINDOW`] of them): an
+    /// INSTRUCTION_EXECUTION count for one of them came after its kernel.
+    booked_kernels: HashSet<u32>,
+    /// Processes that ended: pid → when. Devices placed later get the exits too (an
+    /// allocation of an ended process is closed wherever it shows up).
+    exits: BTreeMap<u32, u64>,
 }
 
 impl CuptiStream {
@@ -149,8 +161,9 @@ impl CuptiStream {
             registered: HashMap::new(),
             partitions: HashMap::new(),
             warned_fields: BTreeSet::new(),
-            instrumented_warned: false,
-            latest_kernel_correlation: 0,
+            instrumented: false,
+            booked_kernels: HashSet::new(),
+            exits: BTreeMap::new(),
         }
     }
 
@@ -199,22 +212,41 @@ impl CuptiStream {
         meter.set_source_format(&self.name, STREAM_SNAPSHOT_FORMAT);
         let report = meter.snapshot();
         meter.set_source_format(&self.name, STREAM_FORMAT);
-        report
+        self.mark_instrumented(report?)
     }
 
     /// Drains the meter ([`Meter::drain`]): the windows that end at or before `before_ns`,
     /// as a report whose stream source has format [`STREAM_FORMAT`] (a piece that merges with
     /// the stream's other drained pieces). The drain hands the meter's warnings over, so the
-    /// next period's reports say again what applies to them (an instrumented run, invalid
-    /// fields).
+    /// next period's reports say again what applies to them (invalid fields). Processes that
+    /// ended before the drained edge are forgotten (their later events are late anyway).
     ///
     /// # Errors
     /// As [`Meter::drain`].
     pub fn drain(&mut self, meter: &mut Meter, before_ns: u64) -> Result<UsageReport, MeterError> {
         self.seal(meter);
         let report = meter.drain(before_ns)?;
-        self.instrumented_warned = false;
         self.warned_fields.clear();
+        let edge = meter.watermark_ns();
+        self.exits.retain(|_, t| *t >= edge);
+        self.mark_instrumented(report)
+    }
+
+    /// Once the stream has seen INSTRUCTION_EXECUTION records, every report with usage says
+    /// that its time meters come from an instrumented run (DESIGN §4 "Instrumentation"),
+    /// whichever report the records' buffers went to (a drain can hand over windows whose
+    /// counts came in an earlier period, or keep them for a later one).
+    fn mark_instrumented(&self, mut report: UsageReport) -> Result<UsageReport, MeterError> {
+        if self.instrumented && !report.usage.is_empty() {
+            report.warnings.push(format!(
+                "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
+                 records): kernels ran slower than they would uninstrumented, so this \
+                 report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
+                 memory_byte_ns) overstate the work (DESIGN §4 \"Instrumentation\")",
+                self.name
+            ));
+            report.seal()?;
+        }
         Ok(report)
     }
 
@@ -338,14 +370,8 @@ impl CuptiStream {
             })
             .collect();
         recs.sort_by_key(|r| r.start_ns);
-        let earlier_kernels = self.latest_kernel_correlation;
-        for r in &recs {
-            if matches!(r.work, Work::Kernel(_)) {
-                self.latest_kernel_correlation =
-                    self.latest_kernel_correlation.max(r.correlation_id);
-            }
-        }
         if !self.joins.instructions_of.is_empty() {
+            self.instrumented = true;
             let (_, overflowed) =
                 assign_instructions(&mut recs, &HashMap::new(), &self.joins.instructions_of);
             // Each count is used once.
@@ -354,15 +380,15 @@ impl CuptiStream {
                     self.joins.instructions_of.remove(&r.correlation_id);
                 }
             }
-            // A count whose launch is older than every kernel of this buffer and that no
-            // kernel took came after its kernels (CUPTI numbers launches upwards): it can no
-            // longer be metered. Said, never dropped silently.
+            // A count for a kernel booked from an earlier buffer came after its kernel: it
+            // can no longer be metered. Said, never dropped silently. (A count whose kernel
+            // has not come yet waits for it.)
             let late: Vec<u32> = self
                 .joins
                 .instructions_of
                 .keys()
                 .copied()
-                .filter(|&c| c <= earlier_kernels)
+                .filter(|c| self.booked_kernels.contains(c))
                 .collect();
             if !late.is_empty() {
                 for c in &late {
@@ -377,16 +403,6 @@ impl CuptiStream {
                     late.iter().min().copied().unwrap_or(0)
                 ));
             }
-            if !self.instrumented_warned {
-                self.instrumented_warned = true;
-                meter.warn(format!(
-                    "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
-                     records): kernels ran slower than they would uninstrumented, so this \
-                     report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
-                     memory_byte_ns) overstate the work (DESIGN §4 \"Instrumentation\")",
-                    self.name
-                ));
-            }
             if overflowed > 0 {
                 meter.warn(format!(
                     "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
@@ -394,6 +410,11 @@ impl CuptiStream {
                      device (never a clamped count)",
                     self.name
                 ));
+            }
+        }
+        for r in &recs {
+            if matches!(r.work, Work::Kernel(_)) && r.correlation_id != 0 {
+                self.booked_kernels.insert(r.correlation_id);
             }
         }
         summary.work_records = recs.len() as u64;
@@ -468,14 +489,16 @@ impl CuptiStream {
     /// A process ended at `timestamp_ns`: the driver frees its device memory, so every
     /// allocation it still holds on any of the stream's devices ends there (DESIGN §4
     /// "Memory").
+    ///
+    /// A device first seen after the exit gets it too, when it is placed; the stream
+    /// remembers the exit until a drain passes it.
     pub fn process_exited(&mut self, meter: &mut Meter, pid: u32, timestamp_ns: u64) {
         self.seal(meter);
+        self.exits.insert(pid, timestamp_ns);
         let mut slots: Vec<DeviceSlot> = self.slots.values().copied().collect();
         slots.sort();
         for slot in slots {
-            let mut exit = MemoryEvent::new(slot, timestamp_ns, 0, 0, MemoryOp::ProcessExit);
-            exit.process_id = Some(pid);
-            meter.push_memory(exit);
+            push_exit(meter, slot, pid, timestamp_ns);
         }
     }
 
@@ -504,6 +527,9 @@ impl CuptiStream {
         if self.joins.instructions_of.len() > JOIN_WINDOW as usize {
             self.joins.instructions_of.retain(|c, _| keep(c));
         }
+        if self.booked_kernels.len() > JOIN_WINDOW as usize {
+            self.booked_kernels.retain(|c| keep(c));
+        }
     }
 
     /// The meter's slot of device `id`, registering it on first sight.
@@ -514,6 +540,9 @@ impl CuptiStream {
         let info = self.info(id);
         let s = meter.register_device(info);
         self.slots.insert(id, s);
+        for (&pid, &t) in &self.exits {
+            push_exit(meter, s, pid, t);
+        }
         s
     }
 

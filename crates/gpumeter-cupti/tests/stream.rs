@@ -586,3 +586,158 @@ fn a_snapshot_never_merges_with_other_reports_of_its_stream() {
         );
     }
 }
+
+fn kernel_at(buf: &mut Vec<u8>, api: ApiVersion, corr: u64, at: u64) {
+    put(
+        buf,
+        api,
+        gpumeter_cupti::ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", at),
+            ("end", at + 1_000),
+            ("gridX", 4),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("blockX", 128),
+            ("blockY", 1),
+            ("blockZ", 1),
+            ("deviceId", 0),
+            ("contextId", 1),
+            ("streamId", 7),
+            ("correlationId", corr),
+        ],
+    );
+}
+
+fn memory_at(buf: &mut Vec<u8>, api: ApiVersion, op: u64, at: u64, pid: u64) {
+    put(
+        buf,
+        api,
+        gpumeter_cupti::ActivityKind::MEMORY2,
+        &[
+            ("memoryOperationType", op),
+            ("memoryKind", 3),
+            ("address", 0x7f00_0000_0000 + pid),
+            ("bytes", 1 << 30),
+            ("timestamp", at),
+            ("processId", pid),
+            ("deviceId", 0),
+            ("contextId", 1),
+        ],
+    );
+}
+
+/// One memory event dated ten years ahead moves the watermark; a drain there would hold an
+/// allocation over more windows than the meter's budget: it fails, and leaves the meter as it
+/// was (snapshots and a drain at a sane edge still work).
+#[test]
+fn a_failed_drain_leaves_the_meter_usable() {
+    let api = ApiVersion::default();
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let mut buf = Vec::new();
+    memory_at(&mut buf, api, 1, t0, 77);
+    kernel_at(&mut buf, api, 1, t0 + 1_000_000_000);
+    memory_at(&mut buf, api, 1, t0 + 10 * 365 * 86_400_000_000_000, 78);
+    let config = MeterConfig {
+        max_cells: 1_000,
+        ..MeterConfig::default()
+    };
+    let mut meter = Meter::new(config);
+    let mut stream = CuptiStream::new("agent", api);
+    stream.ingest(&mut meter, &buf).expect("decodes");
+    let before = stream.snapshot(&mut meter).expect("snapshot");
+    let w = meter.watermark_ns();
+    assert!(
+        stream.drain(&mut meter, w).is_err(),
+        "ten years of 1 h windows pass 1 000 cells"
+    );
+    assert_eq!(meter.watermark_ns(), w, "nothing moved");
+    let after = stream
+        .snapshot(&mut meter)
+        .expect("the meter still builds reports");
+    assert_eq!(totals(&after), totals(&before));
+    let piece = stream
+        .drain(&mut meter, t0 + 7_200_000_000_000)
+        .expect("a sane drain");
+    assert!(totals(&piece).contains_key("kernel_ns"));
+}
+
+/// A count that comes before its kernel, in a buffer after a later launch's kernel (kernels
+/// of concurrent streams complete out of launch order), waits for its kernel.
+#[test]
+fn a_count_before_its_kernel_waits_for_it() {
+    let api = ApiVersion::default();
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let count = |buf: &mut Vec<u8>, corr: u64| {
+        put(
+            buf,
+            api,
+            gpumeter_cupti::ActivityKind::INSTRUCTION_EXECUTION,
+            &[("correlationId", corr), ("executed", 1234)],
+        );
+    };
+    let mut b1 = Vec::new();
+    kernel_at(&mut b1, api, 5, t0 + 2_000);
+    count(&mut b1, 5);
+    let mut b2 = Vec::new();
+    count(&mut b2, 3);
+    let mut b3 = Vec::new();
+    kernel_at(&mut b3, api, 3, t0);
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut stream = CuptiStream::new("agent", api);
+    for b in [&b1, &b2, &b3] {
+        stream.ingest(&mut meter, b).expect("decodes");
+    }
+    let r = stream.snapshot(&mut meter).expect("snapshot");
+    assert_eq!(
+        totals(&r).get("warp_instructions"),
+        Some(&2468),
+        "{:?}",
+        r.warnings
+    );
+    assert!(!r.warnings.iter().any(|w| w.contains("after their kernels")));
+    assert!(r.warnings.iter().any(|w| w.contains("instrumented run")));
+}
+
+/// A process exit said before the stream has placed any device still closes the process's
+/// allocations on devices placed later.
+#[test]
+fn an_exit_before_its_device_is_placed_still_closes_its_memory() {
+    let api = ApiVersion::default();
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut stream = CuptiStream::new("agent", api);
+    stream.process_exited(&mut meter, 77, t0 + 9_000_000_000);
+    let mut buf = Vec::new();
+    memory_at(&mut buf, api, 1, t0, 77);
+    kernel_at(&mut buf, api, 1, t0 + 19_000_000_000);
+    stream.ingest(&mut meter, &buf).expect("decodes");
+    let r = stream.snapshot(&mut meter).expect("snapshot");
+    assert_eq!(
+        totals(&r).get("memory_byte_ns"),
+        Some(&((1u128 << 30) * 9_000_000_000))
+    );
+    assert!(r.open_allocations.is_empty());
+}
+
+/// The drain of everything lists the allocations still held (billed to the latest work) as
+/// `open_allocations`, for the next report's opening state, and the meter forgets them.
+#[test]
+fn the_final_drain_hands_over_the_allocations_still_held() {
+    let api = ApiVersion::default();
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let mut buf = Vec::new();
+    memory_at(&mut buf, api, 1, t0, 77);
+    kernel_at(&mut buf, api, 1, t0 + 5_000_000_000);
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut stream = CuptiStream::new("agent", api);
+    stream.ingest(&mut meter, &buf).expect("decodes");
+    let last = stream.drain(&mut meter, u64::MAX).expect("drain");
+    assert_eq!(last.open_allocations.len(), 1);
+    assert_eq!(
+        totals(&last).get("memory_byte_ns"),
+        Some(&((1u128 << 30) * 5_000_001_000))
+    );
+    let after = stream.snapshot(&mut meter).expect("snapshot");
+    assert!(after.open_allocations.is_empty() && after.usage.is_empty());
+}

@@ -59,7 +59,8 @@ pub struct gm_device_info {
     /// Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
     pub name: *const c_char,
     /// UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
-    /// UTF-8; NULL = unknown (then the device is keyed `<source_name>#<device_id>`).
+    /// UTF-8; NULL = unknown (then the device is keyed
+    /// `<source_name>@<meter instance>#<device_id>`, unique to the meter).
     pub uuid: *const c_char,
     /// Streaming multiprocessors; 0 = unknown (then `sm_ns` and `warp_ns` are not
     /// meterable).
@@ -433,7 +434,9 @@ pub unsafe extern "C" fn gm_meter_watermark_ns(
 
 /// A snapshot of the usage so far as a `gpumeter.usage/v1` report (JSON, UTF-8): every window
 /// not drained yet, with the records still inside the reordering horizon booked in a copy
-/// and allocations still held billed to the latest work. The meter goes on unchanged.
+/// and allocations still held billed to the latest work. The meter goes on unchanged. Its
+/// source has format `cupti-stream-snapshot`: a preview, never merged with the meter's other
+/// reports; bill drained reports (the bank bills a window of the meter once in any case).
 ///
 /// On success `*out_json` is a new string the caller owns and frees with `gm_string_free`;
 /// on failure it is not written.
@@ -470,13 +473,15 @@ pub unsafe extern "C" fn gm_meter_usage_json(
 /// repeat a quantity: together with a final drain (`UINT64_MAX`) they sum to the report the
 /// meter would have built without draining. Afterwards a record starting before the edge is
 /// `late`; drain at or before `gm_meter_watermark_ns` to lose nothing. Allocations still
-/// held are billed up to the edge (with `UINT64_MAX`, up to the latest work) and stay held. Each drained
-/// report's source (`source_name`, format `cupti-stream`) has a `sha256` of its own, so a
-/// biller can merge a meter's drained reports (`gpumeter usage --format usage`); never merge
-/// them with a snapshot of the same meter, whose windows overlap theirs.
+/// held are billed up to the edge and stay held; with `UINT64_MAX` they are billed up to the
+/// latest work and listed in `open_allocations` (the next report's opening state). A live
+/// agent drains at `min(watermark, now)`: one record dated far ahead moves the watermark. The
+/// report's source (`source_name`, format `cupti-stream`) has the meter's one identity, so a
+/// biller merges a meter's drained reports (`gpumeter usage --format usage`) and the bank
+/// bills each window of the meter once.
 ///
 /// On success `*out_json` is a new string the caller owns and frees with `gm_string_free`;
-/// on failure it is not written and nothing is forgotten.
+/// on failure it is not written and the meter is left exactly as it was.
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER`.
