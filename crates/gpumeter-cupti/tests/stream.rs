@@ -460,27 +460,7 @@ fn instruction_counts_late_are_said_and_each_piece_is_marked_instrumented() {
     use gpumeter_cupti::ActivityKind;
     let api = ApiVersion::default();
     let t0: u64 = 1_793_606_160_000_000_000;
-    let kernel = |buf: &mut Vec<u8>, corr: u64, at: u64| {
-        put(
-            buf,
-            api,
-            ActivityKind::CONCURRENT_KERNEL,
-            &[
-                ("start", at),
-                ("end", at + 1_000),
-                ("gridX", 4),
-                ("gridY", 1),
-                ("gridZ", 1),
-                ("blockX", 128),
-                ("blockY", 1),
-                ("blockZ", 1),
-                ("deviceId", 0),
-                ("contextId", 1),
-                ("streamId", 7),
-                ("correlationId", corr),
-            ],
-        );
-    };
+    let kernel = |buf: &mut Vec<u8>, corr: u64, at: u64| kernel_at(buf, api, corr, at);
     let count = |buf: &mut Vec<u8>, corr: u64| {
         put(
             buf,
