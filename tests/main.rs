@@ -99,3 +99,69 @@ fn validate(schema_file: &str, doc: &UsageReport) {
 fn tn(name: &str) -> TenantName {
     ok(TenantName::parse(name))
 }
+
+/// The meters the JSON Schemas allow are the meter registry's, `MeterKind::ALL`, in its
+/// order; and `ALL` holds every `MeterKind` once (the match below has no wildcard, so a new
+/// meter does not compile until it is placed here, and then this test asks for it in `ALL`
+/// and in both schemas).
+#[test]
+fn the_schemas_meter_lists_are_the_meter_registry() {
+    fn position(m: MeterKind) -> usize {
+        match m {
+            MeterKind::GpuBusyNs => 0,
+            MeterKind::KernelNs => 1,
+            MeterKind::KernelLaunches => 2,
+            MeterKind::SmNs => 3,
+            MeterKind::WarpNs => 4,
+            MeterKind::MemcpyHtodBytes => 5,
+            MeterKind::MemcpyDtohBytes => 6,
+            MeterKind::MemcpyDtodBytes => 7,
+            MeterKind::MemcpyPeerBytes => 8,
+            MeterKind::MemcpyOtherBytes => 9,
+            MeterKind::MemsetBytes => 10,
+            MeterKind::MemoryByteNs => 11,
+            MeterKind::WarpInstructions => 12,
+            MeterKind::EnergyMj => 13,
+        }
+    }
+    for (i, m) in MeterKind::ALL.into_iter().enumerate() {
+        assert_eq!(position(m), i, "{m} in MeterKind::ALL");
+        assert_eq!(MeterKind::parse(m.as_str()), Some(m));
+    }
+    let names: Vec<String> = MeterKind::ALL
+        .iter()
+        .map(|m| m.as_str().to_string())
+        .collect();
+    let schemas = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
+    for file in [
+        "gpumeter.usage.v1.schema.json",
+        "gpumeter.invoice.v1.schema.json",
+    ] {
+        let text = std::fs::read_to_string(schemas.join(file)).expect("schema");
+        let v: serde_json::Value = serde_json::from_str(&text).expect("schema JSON");
+        let found = find_meter_enum(&v).unwrap_or_else(|| panic!("{file}: no meter enum"));
+        assert_eq!(found, names, "{file}");
+    }
+}
+
+/// The first `"meter": {"enum": [...]}` in a schema.
+fn find_meter_enum(v: &serde_json::Value) -> Option<Vec<String>> {
+    match v {
+        serde_json::Value::Object(m) => {
+            if let Some(e) = m
+                .get("meter")
+                .and_then(|x| x.get("enum"))
+                .and_then(|e| e.as_array())
+            {
+                return Some(
+                    e.iter()
+                        .filter_map(|s| s.as_str().map(str::to_string))
+                        .collect(),
+                );
+            }
+            m.values().find_map(find_meter_enum)
+        }
+        serde_json::Value::Array(a) => a.iter().find_map(find_meter_enum),
+        _ => None,
+    }
+}

@@ -148,7 +148,14 @@ impl MeterKind {
             MeterKind::MemoryByteNs => Dimension::ByteTime,
             MeterKind::KernelLaunches | MeterKind::WarpInstructions => Dimension::Count,
             MeterKind::EnergyMj => Dimension::Energy,
-            _ => Dimension::Bytes,
+            // Named one by one (no wildcard): a new meter must be given its dimension, or it
+            // would be priced in another meter's unit without a word.
+            MeterKind::MemcpyHtodBytes
+            | MeterKind::MemcpyDtohBytes
+            | MeterKind::MemcpyDtodBytes
+            | MeterKind::MemcpyPeerBytes
+            | MeterKind::MemcpyOtherBytes
+            | MeterKind::MemsetBytes => Dimension::Bytes,
         }
     }
 
