@@ -46,6 +46,13 @@ impl gm_meter {
             )
         })
     }
+
+    /// Runs `f` on the meter and its stream, holding the lock (calls on one meter take turns).
+    fn with<T>(&self, f: impl FnOnce(&mut Meter, &mut CuptiStream) -> T) -> Result<T, Failure> {
+        let mut s = self.lock()?;
+        let State { meter, stream } = &mut *s;
+        Ok(f(meter, stream))
+    }
 }
 
 /// A CUDA device described by the agent, for buffers that carry no DEVICE record
@@ -145,7 +152,7 @@ unsafe fn set_tenant_rule(
         let meter = unsafe { borrow(meter, "meter") }?;
         // SAFETY: NULL or NUL-terminated (the contract above).
         let t = tenant_arg(unsafe { str_arg(tenant, "tenant") }?)?;
-        add(meter.lock()?.meter.tenant_map_mut(), t);
+        meter.with(|meter, _| add(meter.tenant_map_mut(), t))?;
         Ok(())
     }))
 }
@@ -265,10 +272,9 @@ pub unsafe extern "C" fn gm_meter_register_device(
             major: info.cc_major,
             minor: info.cc_minor,
         });
-        let mut s = meter.lock()?;
-        let State { meter, stream, .. } = &mut *s;
-        stream.register_device(meter, d);
-        Ok(())
+        meter.with(|meter, stream| {
+            stream.register_device(meter, d);
+        })
     }))
 }
 
@@ -299,12 +305,11 @@ pub unsafe extern "C" fn gm_meter_ingest_cupti_buffer(
         let bytes = unsafe { bytes_arg(buffer, valid_size, "buffer") }?;
         let prepared = CuptiStream::prepare(meter.api, bytes)
             .map_err(|e| Failure::new(gm_status_code::GM_ERR_DECODE, format!("buffer: {e}")))?;
-        let mut s = meter.lock()?;
-        #[cfg(test)]
-        test_hooks::maybe_panic();
-        let State { meter, stream, .. } = &mut *s;
-        stream.apply(meter, prepared);
-        Ok(())
+        meter.with(|meter, stream| {
+            #[cfg(test)]
+            test_hooks::maybe_panic();
+            stream.apply(meter, prepared);
+        })
     }))
 }
 
@@ -373,11 +378,10 @@ pub unsafe extern "C" fn gm_meter_report_dropped(
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
         let meter = unsafe { borrow(meter, "meter") }?;
-        let mut s = meter.lock()?;
-        let State { meter, stream, .. } = &mut *s;
-        let device = (device_id != GM_UNKNOWN_DEVICE).then_some(device_id);
-        stream.report_dropped(meter, device, dropped_delta);
-        Ok(())
+        meter.with(|meter, stream| {
+            let device = (device_id != GM_UNKNOWN_DEVICE).then_some(device_id);
+            stream.report_dropped(meter, device, dropped_delta);
+        })
     }))
 }
 
@@ -399,10 +403,9 @@ pub unsafe extern "C" fn gm_meter_process_exited(
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
         let meter = unsafe { borrow(meter, "meter") }?;
-        let mut s = meter.lock()?;
-        let State { meter, stream, .. } = &mut *s;
-        stream.process_exited(meter, pid, timestamp_ns);
-        Ok(())
+        meter.with(|meter, stream| {
+            stream.process_exited(meter, pid, timestamp_ns);
+        })
     }))
 }
 
@@ -425,7 +428,7 @@ pub unsafe extern "C" fn gm_meter_watermark_ns(
         let out = out_arg(out_ns, "out_ns")?;
         // SAFETY: a live meter or NULL (the contract above).
         let meter = unsafe { borrow(meter, "meter") }?;
-        let w = meter.lock()?.meter.watermark_ns();
+        let w = meter.with(|meter, _| meter.watermark_ns())?;
         // SAFETY: writable storage for a u64 (the contract above).
         unsafe { out.write(w) };
         Ok(())
@@ -455,11 +458,7 @@ pub unsafe extern "C" fn gm_meter_usage_json(
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: a live meter or NULL (the contract above).
         let meter = unsafe { borrow(meter, "meter") }?;
-        let json = {
-            let mut s = meter.lock()?;
-            let State { meter, stream, .. } = &mut *s;
-            report_json(stream.snapshot(meter))?
-        };
+        let json = { meter.with(|meter, stream| report_json(stream.snapshot(meter)))?? };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).
         unsafe { out.write(c) };
@@ -498,11 +497,7 @@ pub unsafe extern "C" fn gm_meter_drain_usage_json(
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: a live meter or NULL (the contract above).
         let meter = unsafe { borrow(meter, "meter") }?;
-        let json = {
-            let mut s = meter.lock()?;
-            let State { meter, stream, .. } = &mut *s;
-            report_json(stream.drain(meter, before_ns))?
-        };
+        let json = { meter.with(|meter, stream| report_json(stream.drain(meter, before_ns)))?? };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).
         unsafe { out.write(c) };
