@@ -1,4 +1,5 @@
 //! The test modules of `tests/main.rs` (one test binary for the facade).
 
 mod conservation;
+mod golden;
 mod hostile;
