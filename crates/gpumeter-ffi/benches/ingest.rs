@@ -18,71 +18,31 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpumeter::core::{DeviceInfo, MeterConfig};
 use gpumeter::cupti::replay::{Replay, ReplayItem};
 use gpumeter::cupti::stream::CuptiStream;
-use gpumeter::cupti::{decode, ActivityKind, ApiVersion};
+use gpumeter::cupti::{decode, ApiVersion};
 use gpumeter::Meter;
 use gpumeter_ffi::{
     gm_device_info, gm_meter_free, gm_meter_ingest_cupti_buffer, gm_meter_new,
     gm_meter_register_device, gm_status_code,
 };
 
-/// Synthetic: 200 buffers of 1 000 CUPTI 12.8 kernel records (208 KB each), 4 streams, 1 µs
-/// apart, 3 µs long, grids of 1..=300 blocks (the records of `benches/decode_cupti.rs`).
+/// Synthetic: 200 buffers of 1 000 CUPTI 12.8 kernel records (208 KB each) of `gpumeter-synth`
+/// (kernels only, one device's 4 streams, overlapping; the first buffer opens with the DEVICE
+/// record).
 const SYN_BUFFERS: usize = 200;
 const SYN_RECORDS: usize = 1_000;
 
 fn synthetic() -> Vec<Vec<u8>> {
-    let api = ApiVersion::Cupti12_8;
-    let layout = api
-        .layouts()
-        .into_iter()
-        .find(|l| l.kind == ActivityKind::CONCURRENT_KERNEL)
-        .expect("kernel layout");
-    let field = |name: &str| {
-        layout
-            .fields
-            .iter()
-            .find(|f| f.name == name)
-            .map(|f| (f.offset, f.width))
-            .expect("field")
-    };
-    let fields = [
-        "start",
-        "end",
-        "gridX",
-        "gridY",
-        "gridZ",
-        "blockX",
-        "correlationId",
-        "streamId",
-        "contextId",
-    ]
-    .map(field);
-    let t0: u64 = 1_793_606_160_000_000_000;
-    (0..SYN_BUFFERS)
-        .map(|b| {
-            let mut buf = vec![0u8; SYN_RECORDS * layout.size];
-            for (j, rec) in buf.chunks_exact_mut(layout.size).enumerate() {
-                let i = b * SYN_RECORDS + j;
-                rec[..4].copy_from_slice(&ActivityKind::CONCURRENT_KERNEL.0.to_le_bytes());
-                let start = t0 + i as u64 * 1_000;
-                let values: [u64; 9] = [
-                    start,
-                    start + 3_000,
-                    1 + (i as u64 % 300),
-                    1,
-                    1,
-                    128,
-                    i as u64 + 1,
-                    7 + (i as u64 % 4),
-                    1,
-                ];
-                for ((off, width), v) in fields.iter().zip(values) {
-                    rec[*off..off + width].copy_from_slice(&v.to_le_bytes()[..*width]);
-                }
-            }
-            buf
-        })
-        .collect()
+    let buffers = gpumeter_synth::buffers(&gpumeter_synth::SynthConfig {
+        kernels: (SYN_BUFFERS * SYN_RECORDS) as u64,
+        kernels_per_buffer: SYN_RECORDS as u64,
+        devices: 1,
+        external_correlation: false,
+        api_records: false,
+        ..gpumeter_synth::SynthConfig::default()
+    })
+    .expect("the workload generates");
+    assert_eq!(buffers.len(), SYN_BUFFERS);
+    buffers
 }
 
 /// The smoke recording's one buffer (628 KB, 13.0) cut at record boundaries into 48

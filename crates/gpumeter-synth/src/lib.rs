@@ -765,3 +765,18 @@ pub fn write_gmr<W: Write>(cfg: &SynthConfig, out: W) -> Result<Summary, SynthEr
     w.finish()?;
     Ok(g.summary().clone())
 }
+
+/// Where libcupti 12.8 is expected, for the cross-checks and benches that walk a generated
+/// buffer with `cuptiActivityGetNextRecord`: `GPUMETER_CUPTI_LIB`, else
+/// `$CUPTI12_LIB/libcupti.so.12` (`bindings/cupti/.wheels/env.sh`), else the wheel that
+/// `bindings/cupti/fetch-wheels.sh` unpacks in this checkout.
+pub fn libcupti12_path() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("GPUMETER_CUPTI_LIB") {
+        return p.into();
+    }
+    if let Some(d) = std::env::var_os("CUPTI12_LIB") {
+        return std::path::PathBuf::from(d).join("libcupti.so.12");
+    }
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../bindings/cupti/.wheels/cu12/nvidia/cuda_cupti/lib/libcupti.so.12")
+}

@@ -4,7 +4,6 @@
 //! multi-device, multi-stream and multi-tenant, and it meters with `sm_ns` and `warp_ns`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use gpumeter_core::{Meter, MeterConfig, MeterKind};
 use gpumeter_cupti::gmr::{read_gmr, Frame};
@@ -251,24 +250,11 @@ fn bad_configs_are_refused() {
     }
 }
 
-/// libcupti 12.8's path: `GPUMETER_CUPTI_LIB`, else `$CUPTI12_LIB/libcupti.so.12`, else the
-/// wheel that `bindings/cupti/fetch-wheels.sh` unpacks.
-fn libcupti_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("GPUMETER_CUPTI_LIB") {
-        return PathBuf::from(p);
-    }
-    if let Some(d) = std::env::var_os("CUPTI12_LIB") {
-        return PathBuf::from(d).join("libcupti.so.12");
-    }
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../bindings/cupti/.wheels/cu12/nvidia/cuda_cupti/lib/libcupti.so.12")
-}
-
 /// libcupti's own walk steps over exactly the records the decoder finds, kind by kind. Without
 /// libcupti 12.8 a notice; under `CI=true` a failure.
 #[test]
 fn libcupti_walks_the_same_records() {
-    let path = libcupti_path();
+    let path = gpumeter_synth::libcupti12_path();
     let cupti = match cupti_sys::Cupti::load_from(&path) {
         Ok(c) => c,
         Err(e) => {
