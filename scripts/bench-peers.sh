@@ -31,6 +31,7 @@
 #   BENCH_SMALL=1000000 BENCH_LARGE=10000000   records of the two synthetic sizes
 #   BENCH_TRACES="a.json.gz b.json.gz"         Kineto traces to time against HTA
 #   BENCH_SKIP_HTA=1     skip HTA (no venv, no network)
+#   BENCH_PARTS="kineto sha rss"   which of the three parts to run (default all)
 #   BENCH_VENV=DIR       the venv (default: $CARGO_TARGET_DIR or target/, bench-peers-venv)
 #   BENCH_TMP=DIR        where the work dir goes (default $TMPDIR or /tmp; needs ≈ 4.5 GB
 #                        for the 10 M-record files of the `kernels` mix)
@@ -47,6 +48,9 @@ LARGE="${BENCH_LARGE:-10000000}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="${BENCH_VENV:-$TARGET/bench-peers-venv}"
 HTA_VERSION=0.5.0
+PARTS=" ${BENCH_PARTS:-kineto sha rss} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
+FAILED=""
 
 say() { printf '%s\n' "$*"; }
 cannot() { say "bench-peers: CANNOT RUN: $*" >&2; exit 2; }
@@ -92,7 +96,7 @@ timed() {
   done
   median "$WORK/times" >"$out"
 }
-# rss CMD...: peak RSS of one run of CMD in MB (GNU time -v, "Maximum resident set size").
+# rss CMD...: peak RSS of one run of CMD in MiB (GNU time -v, "Maximum resident set size").
 rss() {
   /usr/bin/time -v -o "$WORK/timev" "$@" >/dev/null 2>"$WORK/stderr" || { cat "$WORK/stderr" >&2; fail "$*"; }
   awk -F: '/Maximum resident set size/ {printf "%.1f\n", $2/1024}' "$WORK/timev"
@@ -129,13 +133,15 @@ for _ in range(runs + 1):
     by_type, by_kernel = analyzer.get_gpu_kernel_breakdown(visualize=False)
     times.append(time.perf_counter() - t0)
     kernels = len(by_kernel)
-times = times[1:]
     shutil.rmtree(d)
+times = times[1:]
 print(f"{statistics.median(times):.6f} {kernels}")
 EOF
 
 SUMMARY=()
-if [ "${BENCH_SKIP_HTA:-0}" = 1 ]; then
+if ! part kineto; then
+  :
+elif [ "${BENCH_SKIP_HTA:-0}" = 1 ]; then
   say "-- HTA skipped (BENCH_SKIP_HTA=1)"
 elif [ "${#TRACES[@]}" -eq 0 ]; then
   fail "no Kineto traces (../shared/data/*.json.gz, examples/data/*.json.gz; or set BENCH_TRACES)"
@@ -147,10 +153,11 @@ else
       cannot "pip install HolisticTraceAnalysis==$HTA_VERSION failed (network?); BENCH_SKIP_HTA=1 skips it"
   fi
   say "-- Kineto: HTA $HTA_VERSION load + get_gpu_kernel_breakdown (in-process) vs gpumeter usage (whole process), median of $RUNS"
-  printf '%-62s %9s %10s %10s %9s\n' trace MB "HTA s" "gpumeter s" speed-up
+  printf '%-62s %9s %10s %10s %9s\n' trace MiB "HTA s" "gpumeter s" speed-up
   for f in "${TRACES[@]}"; do
     if ! out="$("$VENV/bin/python" "$WORK/hta_time.py" "$f" "$RUNS" "$WORK" 2>"$WORK/hta.log")"; then
       printf '%-62s HTA failed: %s\n' "$(basename "$f")" "$(tail -n 1 "$WORK/hta.log")"
+      [ "$f" = "$B200" ] && FAILED="HTA failed on the B200 trace ($WORK/hta.log is removed at exit: rerun with BENCH_TRACES=$f)"
       continue
     fi
     hta_s="${out%% *}"
@@ -171,33 +178,38 @@ gen() { # gen RECORDS FORMAT FILE
   "$SYNTH" --kernels $(($1 / per_launch)) --format "$2" -o "$3" "${SYNTH_ARGS[@]}" 2>"$WORK/synth.log" ||
     { cat "$WORK/synth.log" >&2; fail "gpumeter-synth $*"; }
 }
-say "-- synthetic CUPTI 12.8 workloads (gpumeter-synth, mix: $MIX)"
-for n in "$SMALL" "$LARGE"; do
-  gen "$n" cupti "$WORK/$n.cupti"
-  gen "$n" gmr "$WORK/$n.gmr"
-  say "   $n records: raw $(mb "$WORK/$n.cupti") MB, .gmr $(mb "$WORK/$n.gmr") MB"
-done
+if part sha || part rss; then
+  say "-- synthetic CUPTI 12.8 workloads (gpumeter-synth, mix: $MIX)"
+  for n in "$SMALL" "$LARGE"; do
+    gen "$n" cupti "$WORK/$n.cupti"
+    gen "$n" gmr "$WORK/$n.gmr"
+    say "   $n records: raw $(mb "$WORK/$n.cupti") MiB, .gmr $(mb "$WORK/$n.gmr") MiB"
+  done
+fi
 
-say "-- $LARGE-record raw buffer: openssl dgst -sha256 vs gpumeter usage, median of $RUNS"
-timed "$WORK/ossl" openssl dgst -sha256 "$WORK/$LARGE.cupti"
-timed "$WORK/gmu" "$GM" usage "$WORK/$LARGE.cupti"
-ossl_s="$(cat "$WORK/ossl")"; gmu_s="$(cat "$WORK/gmu")"
-say "   openssl dgst -sha256: $ossl_s s; gpumeter usage: $gmu_s s ($(awk -v n="$LARGE" -v s="$gmu_s" 'BEGIN {printf "%.2f", n/s/1e6}') M records/s)"
-SUMMARY+=("$LARGE-record raw buffer: gpumeter usage ÷ openssl dgst -sha256 = $(ratio "$gmu_s" "$ossl_s") (target ≤ 1.5)")
+if part sha; then
+  say "-- $LARGE-record raw buffer: openssl dgst -sha256 vs gpumeter usage, median of $RUNS"
+  timed "$WORK/ossl" openssl dgst -sha256 "$WORK/$LARGE.cupti"
+  timed "$WORK/gmu" "$GM" usage "$WORK/$LARGE.cupti"
+  ossl_s="$(cat "$WORK/ossl")"; gmu_s="$(cat "$WORK/gmu")"
+  say "   openssl dgst -sha256: $ossl_s s; gpumeter usage: $gmu_s s ($(awk -v n="$LARGE" -v s="$gmu_s" 'BEGIN {printf "%.2f", n/s/1e6}') M records/s)"
+  SUMMARY+=("$LARGE-record raw buffer: gpumeter usage ÷ openssl dgst -sha256 = $(ratio "$gmu_s" "$ossl_s") (target ≤ 1.5)")
+fi
 
 # -------------------------------------------------------------------------- 3. peak RSS
-say "-- peak RSS of gpumeter usage (MB)"
-declare -A R
-for n in "$SMALL" "$LARGE"; do
-  for fmt in cupti gmr; do
-    R[$n.$fmt]="$(rss "$GM" usage "$WORK/$n.$fmt")"
-    say "   $n records, $fmt: ${R[$n.$fmt]} MB (file $(mb "$WORK/$n.$fmt") MB)"
+if part rss; then
+  say "-- peak RSS of gpumeter usage (MiB)"
+  declare -A R
+  for n in "$SMALL" "$LARGE"; do
+    for fmt in cupti gmr; do
+      R[$n.$fmt]="$(rss "$GM" usage "$WORK/$n.$fmt")"
+      say "   $n records, $fmt: ${R[$n.$fmt]} MiB (file $(mb "$WORK/$n.$fmt") MiB)"
+    done
   done
-done
-SUMMARY+=("peak RSS $LARGE ÷ $SMALL records: raw $(ratio "${R[$LARGE.cupti]}" "${R[$SMALL.cupti]}"), .gmr $(ratio "${R[$LARGE.gmr]}" "${R[$SMALL.gmr]}") (target ≤ 1.1)")
+  SUMMARY+=("peak RSS $LARGE ÷ $SMALL records: raw $(ratio "${R[$LARGE.cupti]}" "${R[$SMALL.cupti]}"), .gmr $(ratio "${R[$LARGE.gmr]}" "${R[$SMALL.gmr]}") (target ≤ 1.1)")
 
-if [ -n "$B200" ]; then
-  python3 - "$B200" "$WORK/b200x10.json.gz" <<'EOF'
+  if [ -n "$B200" ]; then
+    python3 - "$B200" "$WORK/b200x10.json.gz" <<'EOF'
 """Writes the trace repeated to 10x its events: copy k of traceEvents shifted by k spans
 (plus 1 ms) in time, its correlation, External id and flow ids shifted past the original's."""
 import gzip, json, sys
@@ -230,13 +242,15 @@ doc["traceEvents"] = out
 with gzip.open(dst, "wt") as f:
     json.dump(doc, f)
 EOF
-  r1="$(rss "$GM" usage "$B200")"
-  r10="$(rss "$GM" usage "$WORK/b200x10.json.gz")"
-  say "   Kineto B200: $r1 MB (file $(mb "$B200") MB); repeated 10×: $r10 MB (file $(mb "$WORK/b200x10.json.gz") MB)"
-  SUMMARY+=("peak RSS Kineto B200 10× ÷ 1×: $(ratio "$r10" "$r1") (target ≤ 1.1)")
-else
-  say "   (no tracelens_b200_eager_trace.json.gz among the traces: no Kineto RSS figure)"
+    r1="$(rss "$GM" usage "$B200")"
+    r10="$(rss "$GM" usage "$WORK/b200x10.json.gz")"
+    say "   Kineto B200: $r1 MiB (file $(mb "$B200") MiB); repeated 10×: $r10 MiB (file $(mb "$WORK/b200x10.json.gz") MiB)"
+    SUMMARY+=("peak RSS Kineto B200 10× ÷ 1×: $(ratio "$r10" "$r1") (target ≤ 1.1)")
+  else
+    say "   (no tracelens_b200_eager_trace.json.gz among the traces: no Kineto RSS figure)"
+  fi
 fi
 
 say "== ratios"
 for s in "${SUMMARY[@]}"; do say "   $s"; done
+[ -z "$FAILED" ] || fail "$FAILED"

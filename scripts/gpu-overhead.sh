@@ -104,7 +104,7 @@ int main(int argc, char **argv) {
   long every = large > 0 ? small / large : 0;
   for (long i = 0; i < small; i++, launches++) {
     gm_ovh_small<<<n_small / 256, 256, 0, s[i % 4]>>>(a, n_small);
-    if (every > 0 && i % every == 0) { gm_ovh_large<<<n_large / 256, 256, 0, s[(i / every) % 4]>>>(b, n_large, 2000); launches++; }
+    if (every > 0 && i % every == 0) { gm_ovh_large<<<n_large / 256, 256, 0, s[(i / every) % 4]>>>(b, n_large, 20000); launches++; }
   }
   cudaError_t e = cudaDeviceSynchronize();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
