@@ -286,3 +286,50 @@ fn libcupti_walks_the_same_records() {
         .collect();
     assert_eq!(walk.records, ours);
 }
+
+/// The binary writes what the library writes, in both formats.
+#[test]
+fn binary_writes_the_library_output() {
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let cfg = SynthConfig {
+        kernels: 2_000,
+        kernels_per_buffer: 500,
+        seed: 7,
+        ..SynthConfig::default()
+    };
+    for (format, want) in [
+        ("cupti", {
+            let mut v = Vec::new();
+            write_raw(&cfg, &mut v).expect("writes");
+            v
+        }),
+        ("gmr", {
+            let mut v = Vec::new();
+            write_gmr(&cfg, &mut v).expect("writes");
+            v
+        }),
+    ] {
+        let out = dir.path().join(format!("w.{format}"));
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_gpumeter-synth"))
+            .args([
+                "--kernels",
+                "2000",
+                "--kernels-per-buffer",
+                "500",
+                "--seed",
+                "7",
+            ])
+            .args(["--format", format, "-o"])
+            .arg(&out)
+            .status()
+            .expect("runs");
+        assert!(status.success());
+        assert_eq!(std::fs::read(&out).expect("written"), want, "{format}");
+    }
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_gpumeter-synth"))
+        .args(["--devices", "0", "-o"])
+        .arg(dir.path().join("bad"))
+        .status()
+        .expect("runs");
+    assert!(!status.success());
+}
