@@ -1815,6 +1815,60 @@ mod tests {
         assert_eq!(t("\"stream -2\""), Some(Err(-2)));
     }
 
+    /// `text` read through [`StringCap`]: what comes out, and how many strings were cut.
+    fn capped(text: &[u8]) -> (Vec<u8>, u64) {
+        let mut cap = StringCap::new(text);
+        let mut out = Vec::new();
+        // Small reads, so that states cross read boundaries.
+        let mut buf = [0u8; 7];
+        loop {
+            match cap.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        (out, cap.cut)
+    }
+
+    fn decoded(json: &[u8]) -> Vec<String> {
+        match serde_json::from_slice(json) {
+            Ok(v) => v,
+            Err(e) => panic!("not JSON after the cap: {e}"),
+        }
+    }
+
+    #[test]
+    fn string_cap() {
+        const M: usize = MAX_STRING_BYTES;
+        // Short strings, escaped quotes and backslashes pass untouched.
+        let short = br#"{"a\"b": ["c\\", "\u00e9\ud83d\ude00", 1.5, "]"]}"#;
+        assert_eq!(capped(short), (short.to_vec(), 0));
+        // A long string is cut at MAX_STRING_BYTES, the next one is read whole.
+        let text = format!(r#"["{}", "{}", "z"]"#, "a".repeat(M + 10), "b".repeat(M));
+        let (out, cut) = capped(text.as_bytes());
+        assert_eq!(cut, 1);
+        let v = decoded(&out);
+        assert_eq!(v, ["a".repeat(M), "b".repeat(M), "z".to_string()]);
+        // Never inside a character: 2-byte `é`s cut at M bytes (M is even)...
+        let text = format!(r#"["x{}"]"#, "é".repeat(M));
+        let v = decoded(&capped(text.as_bytes()).0);
+        assert_eq!(v[0].len(), M + 1, "the character under way is finished");
+        // ... nor inside an escape, nor between the halves of a surrogate pair.
+        for prefix in [M - 1, M - 6, M - 7] {
+            let text = format!(r#"["{}\ud83d\ude00\n\"rest"]"#, "a".repeat(prefix));
+            let (out, cut) = capped(text.as_bytes());
+            assert_eq!(cut, 1);
+            let v = decoded(&out);
+            assert!(v[0].starts_with(&"a".repeat(prefix)), "{prefix}");
+            assert!(v[0].ends_with('😀') || v[0].ends_with('\n'), "{prefix}");
+        }
+        // The dropped part's escapes are followed: an escaped quote does not end the string.
+        let text = format!(r#"["{}\"], [\"", "after"]"#, "a".repeat(M + 3));
+        let v = decoded(&capped(text.as_bytes()).0);
+        assert_eq!(v, ["a".repeat(M), "after".to_string()]);
+    }
+
     #[test]
     fn zero_text() {
         assert!(text_is_zero("0"));
