@@ -270,6 +270,21 @@ fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format,
 /// smaller.
 pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
 
+/// Cuts `s` to at most [`MAX_STRING_BYTES`] bytes, at a character boundary; whether it was
+/// cut. For names an importer keeps (Nsight kernel and device names; Kineto's are cut as they
+/// are read).
+pub(crate) fn cut_string(s: &mut String) -> bool {
+    if s.len() <= MAX_STRING_BYTES {
+        return false;
+    }
+    let mut end = MAX_STRING_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    true
+}
+
 /// The label that device keys without a UUID are built from (DESIGN §3: such devices are
 /// identified by their source, and a source by the SHA-256 of its bytes, §4):
 /// `<file name>@<first 8 hex digits of the SHA-256>`, so that two different files with the

@@ -179,3 +179,51 @@ fn hostile_sizes_stream_in_bounded_memory() {
         ok(std::fs::remove_file(&path));
     }
 }
+
+/// Names longer than [`MAX_STRING_BYTES`] are kept cut there, at a character boundary, with
+/// one warning per source saying how many: a Kineto device name (cut as it is read) and an
+/// Nsight device name.
+#[test]
+fn long_names_are_cut_with_one_warning() {
+    let dir = ok(tempfile::tempdir());
+    let kineto = dir.path().join("long.json");
+    ok(std::fs::write(
+        &kineto,
+        format!(
+            r#"{{"deviceProperties": [{{"id": 0, "name": "{}"}}], "traceEvents": [
+                {{"ph": "X", "cat": "kernel", "name": "{}", "pid": 0, "tid": 7, "ts": 10, "dur": 5}}]}}"#,
+            "é".repeat(40_000),
+            "k".repeat(MAX_STRING_BYTES + 1),
+        ),
+    ));
+    let nsys = dir.path().join("long.sqlite");
+    let conn = ok(rusqlite::Connection::open(&nsys));
+    ok(conn.execute_batch(
+        r#"CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER);
+           INSERT INTO TARGET_INFO_GPU VALUES (0, replace(hex(zeroblob(40000)), '00', 'é'), 10);
+           CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
+           INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1700000000000000000, 1700000000000000050, 0, 4);"#,
+    ));
+    drop(conn);
+    for (path, warning) in [
+        (&kineto, ": 2 strings are longer than 65536 bytes"),
+        (
+            &nsys,
+            ": 1 kernel or device names are longer than 65536 bytes",
+        ),
+    ] {
+        let mut meter = Meter::new(MeterConfig::default());
+        let s = ok(import_path(&mut meter, path, &ImportOptions::default()));
+        assert_eq!(s.records, 1);
+        let report = ok(meter.finish());
+        let name = report.devices[0].name.as_deref().unwrap_or("");
+        assert_eq!(name.len(), MAX_STRING_BYTES, "{}", path.display());
+        assert!(name.chars().all(|c| c == 'é'));
+        let w: Vec<&String> = report
+            .warnings
+            .iter()
+            .filter(|w| w.contains(warning))
+            .collect();
+        assert_eq!(w.len(), 1, "{warning:?} in {:?}", report.warnings);
+    }
+}
