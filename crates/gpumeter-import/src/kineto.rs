@@ -160,7 +160,7 @@ impl OwnedEvent {
     /// Whether nothing but `ph` and `cat` can matter any more: `ph` is a string other than `B`
     /// and `E`, and `cat` a string whose class is neither work nor a CUDA API call. Such an
     /// event (most CPU-side events) is only counted (or not) by its category, whatever its
-    /// other fields hold, so they are skipped unread ([`IgnoredAny`]) instead of kept.
+    /// other fields hold, so they are checked ([`Checked`]) and dropped instead of kept.
     fn settled(&self) -> bool {
         let (Some(ph), Some(cat)) = (self.fields[0].as_deref(), self.fields[1].as_deref()) else {
             return false;
@@ -168,6 +168,50 @@ impl OwnedEvent {
         let ph_done = raw_str(ph).is_ok_and(|p| p != "B" && p != "E");
         ph_done
             && raw_str(cat).is_ok_and(|c| matches!(classify(&c).0, Class::Ignored | Class::Skipped))
+    }
+}
+
+/// A JSON value read and dropped, as [`IgnoredAny`] but with every string in it decoded (into
+/// serde_json's reused scratch buffer, nothing allocated), so that a string that is not valid
+/// UTF-8 is still the JSON error it was when the field was kept as a raw value.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Checked)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Checked;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
     }
 }
 
@@ -211,10 +255,14 @@ impl<'de> Deserialize<'de> for Element {
                 let mut ev = OwnedEvent::default();
                 let mut settled = false;
                 while let Some(key) = map.next_key_seed(KeyIndex(&EVENT_KEYS))? {
-                    let Some(i) = key.filter(|_| !settled) else {
+                    let Some(i) = key else {
                         map.next_value::<IgnoredAny>()?;
                         continue;
                     };
+                    if settled {
+                        map.next_value::<Checked>()?;
+                        continue;
+                    }
                     let value: Box<RawValue> = map.next_value()?;
                     match ev.fields.get_mut(i) {
                         Some(slot @ None) => {
@@ -1867,6 +1915,25 @@ mod tests {
         let text = format!(r#"["{}\"], [\"", "after"]"#, "a".repeat(M + 3));
         let v = decoded(&capped(text.as_bytes()).0);
         assert_eq!(v, ["a".repeat(M), "after".to_string()]);
+    }
+
+    /// The fields of an event settled as ignorable are dropped, not kept, but still checked:
+    /// a string that is not UTF-8 in one is a JSON error, as when it was kept raw.
+    #[test]
+    fn settled_events_are_still_checked() {
+        let path = Path::new("t.json");
+        let ok = br#"{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "args": {"k": ["b"]}}]}"#;
+        assert!(read_events(path, &ok[..]).is_ok());
+        for bad in [
+            &b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"\xff\"}]}"[..],
+            &b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"args\": {\"k\": [\"\xff\"]}}]}"[..],
+        ] {
+            match read_events(path, bad) {
+                Err(ImportError::Json { .. }) => {}
+                Err(e) => panic!("expected a JSON error, got {e}"),
+                Ok(_) => panic!("expected a JSON error"),
+            }
+        }
     }
 
     #[test]
