@@ -32,6 +32,13 @@
 //!   attribution key per operator in the meter.
 //! * Devices without a UUID are keyed `<label>#<id>`, the label being given by the caller
 //!   (`<file name>@<sha8>`, see the crate docs).
+//! * Reading: a stream ([`read_events`], serde's visitors over `traceEvents`, through
+//!   `serde_json::from_reader` on a 64 KiB buffer; the caller decompresses gzip as a stream and
+//!   hashes in the same pass). Memory holds the GPU work events kept and open `B` events, never
+//!   the document: an event is read into owned raw fields (nothing can borrow from a stream),
+//!   and one whose `ph` and `cat` settle it as ignorable (most CPU-side events) has its other
+//!   fields checked and dropped, not kept. Strings are cut at [`MAX_STRING_BYTES`] as they are
+//!   read ([`StringCap`]), since serde_json reads a string whole.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -1272,6 +1279,51 @@ impl<R: Read> StringCap<R> {
     }
 }
 
+impl<R: Read> StringCap<R> {
+    /// Filters `buf` in place; returns how many bytes are kept (at its start). Runs of bytes
+    /// that change nothing but a string's length are passed over whole; the rest goes through
+    /// [`StringCap::step`] byte by byte.
+    fn filter(&mut self, buf: &mut [u8]) -> usize {
+        let n = buf.len();
+        let (mut i, mut kept) = (0, 0);
+        while i < n {
+            let run = match self.lex {
+                Lex::Out => buf[i..].iter().position(|&b| b == b'"').unwrap_or(n - i),
+                Lex::In { len, .. } if len < MAX_STRING_BYTES => {
+                    let lim = (n - i).min(MAX_STRING_BYTES - len);
+                    let run = buf[i..i + lim]
+                        .iter()
+                        .position(|&b| b == b'"' || b == b'\\')
+                        .unwrap_or(lim);
+                    if run > 0 {
+                        self.lex = Lex::In {
+                            len: len + run,
+                            high: false,
+                        };
+                    }
+                    run
+                }
+                _ => 0,
+            };
+            if run > 0 {
+                if kept != i {
+                    buf.copy_within(i..i + run, kept);
+                }
+                i += run;
+                kept += run;
+                continue;
+            }
+            let b = buf[i];
+            if self.step(b) {
+                buf[kept] = b;
+                kept += 1;
+            }
+            i += 1;
+        }
+        kept
+    }
+}
+
 impl<R: Read> Read for StringCap<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
@@ -1279,15 +1331,8 @@ impl<R: Read> Read for StringCap<R> {
             if n == 0 {
                 return Ok(0);
             }
-            let mut kept = 0;
-            for i in 0..n {
-                let b = buf[i];
-                if self.step(b) {
-                    buf[kept] = b;
-                    kept += 1;
-                }
-            }
             // All dropped (inside a string being cut): read on rather than report the end.
+            let kept = self.filter(&mut buf[..n]);
             if kept > 0 {
                 return Ok(kept);
             }
