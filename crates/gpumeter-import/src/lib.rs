@@ -266,8 +266,8 @@ fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format,
 /// The largest decompressed size of a gzip-compressed Kineto input: 8 GiB. A file that
 /// decompresses to more is refused with [`ImportError::DecompressedTooLarge`]. Memory does not
 /// need it (the text is parsed as a stream, never held): it bounds the time a small "gzip bomb"
-/// can cost (about a minute of decompressing and parsing on one core); real traces are far
-/// smaller.
+/// can cost (a 9.7 MB gzip of 9 GiB of whitespace is refused after 34 s, at 8 MB peak RSS, in
+/// a release build); real traces are far smaller.
 pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
 
 /// Cuts `s` to at most [`MAX_STRING_BYTES`] bytes, at a character boundary; whether it was
