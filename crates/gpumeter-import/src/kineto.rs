@@ -32,10 +32,18 @@
 //!   attribution key per operator in the meter.
 //! * Devices without a UUID are keyed `<label>#<id>`, the label being given by the caller
 //!   (`<file name>@<sha8>`, see the crate docs).
+//! * Reading: a stream ([`read_events`], serde's visitors over `traceEvents`, through
+//!   `serde_json::from_reader` on a 64 KiB buffer; the caller decompresses gzip as a stream and
+//!   hashes in the same pass). Memory holds the GPU work events kept and open `B` events, never
+//!   the document: an event is read into owned raw fields (nothing can borrow from a stream),
+//!   and one whose `ph` and `cat` settle it as ignorable (most CPU-side events) has its other
+//!   fields checked and dropped, not kept. Strings are cut at [`MAX_STRING_BYTES`] as they are
+//!   read ([`StringCap`]), since serde_json reads a string whole.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
+use std::io::{BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -81,8 +89,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for JStr<'a> {
 /// wrong type is a fault of that record, found when the record is read, never a parse error of
 /// the whole file. A key given twice is noted in `duplicate` with both values (the first is
 /// kept): such an event is ambiguous, and a GPU work event that has one is lost
-/// (`invalid_field`).
-#[derive(Default)]
+/// (`invalid_field`). A view of an [`OwnedEvent`].
 struct Event<'a> {
     ph: Option<&'a RawValue>,
     cat: Option<&'a RawValue>,
@@ -125,80 +132,178 @@ impl Duplicate<'_> {
 /// The keys of [`Event`], in the order of its fields.
 const EVENT_KEYS: [&str; 8] = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"];
 
-impl<'a> Event<'a> {
-    fn slot(&mut self, i: usize) -> Option<&mut Option<&'a RawValue>> {
-        Some(match i {
-            0 => &mut self.ph,
-            1 => &mut self.cat,
-            2 => &mut self.name,
-            3 => &mut self.pid,
-            4 => &mut self.tid,
-            5 => &mut self.ts,
-            6 => &mut self.dur,
-            7 => &mut self.args,
-            _ => return None,
-        })
+/// A trace event as read from the stream: each field the JSON text written, owned (the input
+/// is read as a stream, never held whole, so nothing can borrow from it). A key given twice is
+/// noted in `duplicate` (its index in [`EVENT_KEYS`] and the second value; the first is kept).
+#[derive(Default)]
+struct OwnedEvent {
+    fields: [Option<Box<RawValue>>; 8],
+    duplicate: Option<(usize, Box<RawValue>)>,
+}
+
+impl OwnedEvent {
+    /// The event's fields, borrowed.
+    fn view(&self) -> Event<'_> {
+        let f = |i: usize| self.fields[i].as_deref();
+        Event {
+            ph: f(0),
+            cat: f(1),
+            name: f(2),
+            pid: f(3),
+            tid: f(4),
+            ts: f(5),
+            dur: f(6),
+            args: f(7),
+            duplicate: self.duplicate.as_ref().and_then(|(i, second)| {
+                Some(Duplicate {
+                    field: EVENT_KEYS[*i],
+                    first: self.fields[*i].as_deref()?,
+                    second,
+                })
+            }),
+        }
+    }
+
+    /// Whether nothing but `ph` and `cat` can matter any more: `ph` is a string other than `B`
+    /// and `E`, and `cat` a string whose class is neither work nor a CUDA API call. Such an
+    /// event (most CPU-side events) is only counted (or not) by its category, whatever its
+    /// other fields hold, so they are checked ([`Checked`]) and dropped instead of kept.
+    fn settled(&self) -> bool {
+        let (Some(ph), Some(cat)) = (self.fields[0].as_deref(), self.fields[1].as_deref()) else {
+            return false;
+        };
+        let ph_done = raw_str(ph).is_ok_and(|p| p != "B" && p != "E");
+        ph_done
+            && raw_str(cat).is_ok_and(|c| matches!(classify(&c).0, Class::Ignored | Class::Skipped))
+    }
+}
+
+/// A JSON value read and dropped, as [`IgnoredAny`] but with every string in it decoded (into
+/// serde_json's reused scratch buffer, nothing allocated), so that a string that is not valid
+/// UTF-8 is still the JSON error it was when the field was kept as a raw value.
+struct Checked;
+
+impl<'de> Deserialize<'de> for Checked {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(Checked)
+    }
+}
+
+impl<'de> Visitor<'de> for Checked {
+    type Value = Checked;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_entry::<Checked, Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+}
+
+/// The index of a key in a list of known keys (`None`: a key not read), matched without
+/// keeping the key.
+struct KeyIndex(&'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for KeyIndex {
+    type Value = Option<usize>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Option<usize>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for KeyIndex {
+    type Value = Option<usize>;
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<Option<usize>, E> {
+        Ok(self.0.iter().position(|k| *k == v))
     }
 }
 
 /// An element of `traceEvents`: a trace event (a JSON object), or some other JSON value,
 /// which is no event (its kind is kept for the warning).
-enum Element<'a> {
-    Event(Event<'a>),
+enum Element {
+    Event(OwnedEvent),
     NotAnObject(&'static str),
 }
 
-impl<'de> Deserialize<'de> for Element<'de> {
+impl<'de> Deserialize<'de> for Element {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
         impl<'de> Visitor<'de> for V {
-            type Value = Element<'de>;
+            type Value = Element;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a trace event (a JSON object) or another JSON value")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Element<'de>, A::Error> {
-                let mut ev = Event::default();
-                while let Some(key) = map.next_key::<JStr<'de>>()? {
-                    let Some(i) = EVENT_KEYS.iter().position(|k| *k == key.0.as_ref()) else {
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Element, A::Error> {
+                let mut ev = OwnedEvent::default();
+                let mut settled = false;
+                while let Some(key) = map.next_key_seed(KeyIndex(&EVENT_KEYS))? {
+                    let Some(i) = key else {
                         map.next_value::<IgnoredAny>()?;
                         continue;
                     };
-                    let value: &'de RawValue = map.next_value()?;
-                    if let Some(slot) = ev.slot(i) {
-                        match *slot {
-                            None => *slot = Some(value),
-                            Some(first) => {
-                                ev.duplicate.get_or_insert(Duplicate {
-                                    field: EVENT_KEYS[i],
-                                    first,
-                                    second: value,
-                                });
-                            }
+                    if settled {
+                        map.next_value::<Checked>()?;
+                        continue;
+                    }
+                    let value: Box<RawValue> = map.next_value()?;
+                    match ev.fields.get_mut(i) {
+                        Some(slot @ None) => {
+                            *slot = Some(value);
+                            settled = i <= 1 && ev.settled();
                         }
+                        Some(Some(_)) => {
+                            ev.duplicate.get_or_insert((i, value));
+                        }
+                        None => {}
                     }
                 }
                 Ok(Element::Event(ev))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element<'de>, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Element::NotAnObject("an array"))
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Element<'de>, E> {
+            fn visit_unit<E: de::Error>(self) -> Result<Element, E> {
                 Ok(Element::NotAnObject("null"))
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Element<'de>, E> {
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Element, E> {
                 Ok(Element::NotAnObject("a boolean"))
             }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Element<'de>, E> {
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Element, E> {
                 Ok(Element::NotAnObject("a number"))
             }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Element<'de>, E> {
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Element, E> {
                 Ok(Element::NotAnObject("a number"))
             }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Element<'de>, E> {
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Element, E> {
                 Ok(Element::NotAnObject("a number"))
             }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Element<'de>, E> {
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Element, E> {
                 Ok(Element::NotAnObject("a string"))
             }
         }
@@ -389,17 +494,20 @@ fn class_of(ev: &Event<'_>) -> Option<Class> {
 /// number's text are the same key (`"0"` and `0`), as Chrome trace viewers pair them; any
 /// other value (`null`, an array, a string that is not valid Unicode) by its JSON text.
 #[derive(Hash, PartialEq, Eq)]
-enum PairKey<'de> {
-    Text(Cow<'de, str>),
-    Json(&'de str),
+enum PairKey {
+    Text(String),
+    Json(String),
 }
 
-fn pair_key(raw: &RawValue) -> PairKey<'_> {
+fn pair_key(raw: &RawValue) -> PairKey {
     let t = raw.get();
     match t.as_bytes().first() {
-        Some(b'"') => raw_str(raw).map_or(PairKey::Json(t), PairKey::Text),
-        Some(b'-' | b'0'..=b'9') => PairKey::Text(Cow::Borrowed(t)),
-        _ => PairKey::Json(t),
+        Some(b'"') => raw_str(raw).map_or_else(
+            |_| PairKey::Json(t.to_string()),
+            |s| PairKey::Text(s.into_owned()),
+        ),
+        Some(b'-' | b'0'..=b'9') => PairKey::Text(t.to_string()),
+        _ => PairKey::Json(t.to_string()),
     }
 }
 
@@ -613,6 +721,24 @@ struct Pending<'de> {
     rec: ActivityRecord,
 }
 
+impl Pending<'_> {
+    /// The same, owning its texts (kept past the event they were read from).
+    fn into_owned(self) -> Pending<'static> {
+        Pending {
+            ts_text: Cow::Owned(self.ts_text.into_owned()),
+            dur_text: Cow::Owned(self.dur_text.into_owned()),
+            index: self.index,
+            device_id: self.device_id,
+            correlation: self.correlation,
+            ts_field: self.ts_field,
+            dur_field: self.dur_field,
+            ts_ns: self.ts_ns,
+            dur_ns: self.dur_ns,
+            rec: self.rec,
+        }
+    }
+}
+
 /// Where the parser is, to tell "not a trace" from "bad JSON" when serde reports a type error.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stage {
@@ -627,26 +753,27 @@ enum Stage {
 }
 
 /// A `B` (begin) event waiting for its `E` on the same `pid` and `tid`.
-struct Open<'de> {
+struct Open {
     index: usize,
     class: Class,
-    event: Event<'de>,
+    event: OwnedEvent,
 }
 
 /// Receives the top-level keys and the trace events as the JSON parser meets them, so a trace
-/// is read in one pass without holding its events.
-struct Collector<'de, 'p> {
+/// is read in one pass, as a stream, holding only the GPU work events it keeps (and open `B`
+/// events). Built by [`read_events`], turned into records by [`finish`].
+pub(crate) struct Collector<'p> {
     path: &'p Path,
     stage: Stage,
     saw_events: bool,
     /// Top-level keys seen, to refuse one given twice.
     top_keys: HashSet<String>,
-    base: Option<&'de RawValue>,
-    device_properties: Option<&'de RawValue>,
+    base: Option<Box<RawValue>>,
+    device_properties: Option<Box<RawValue>>,
     /// The first file-level fault met inside an event; the parse is then aborted.
     failure: Option<ImportError>,
     next_index: usize,
-    pending: Vec<Pending<'de>>,
+    pending: Vec<Pending<'static>>,
     /// GPU work events lost to a field that cannot be represented: (device id when the event
     /// tells it, the fault).
     invalid: Vec<(Option<u32>, ImportError)>,
@@ -654,7 +781,7 @@ struct Collector<'de, 'p> {
     pid_of_correlation: HashMap<u32, u32>,
     names: HashMap<String, Arc<str>>,
     /// Open `B` events per (`pid`, `tid`) ([`pair_key`]), innermost last.
-    open: HashMap<(PairKey<'de>, PairKey<'de>), Vec<Open<'de>>>,
+    open: HashMap<(PairKey, PairKey), Vec<Open>>,
     /// CPU-side launch events whose correlation id cannot be read (their kernels get no
     /// process id from them).
     bad_api_events: u64,
@@ -662,9 +789,11 @@ struct Collector<'de, 'p> {
     bad_names: u64,
     /// The first element of `traceEvents` that is not an object: (index, its JSON type).
     not_objects: Option<(usize, &'static str)>,
+    /// Strings cut by [`StringCap`] (set once the stream is read).
+    cut_strings: u64,
 }
 
-impl<'de> Collector<'de, '_> {
+impl Collector<'_> {
     fn fault(&self, index: usize) -> Fault<'_> {
         Fault {
             path: self.path,
@@ -684,7 +813,8 @@ impl<'de> Collector<'de, '_> {
 
     /// Reads one event. Only file-level faults are errors; a GPU work event that cannot be
     /// read is lost (`invalid_field`).
-    fn event(&mut self, index: usize, ev: Event<'de>) -> Result<(), ImportError> {
+    fn event(&mut self, index: usize, owned: OwnedEvent) -> Result<(), ImportError> {
+        let ev = owned.view();
         let ph = match ev.ph.map(raw_str) {
             None => Cow::Borrowed("X"),
             Some(Ok(p)) => p,
@@ -731,14 +861,12 @@ impl<'de> Collector<'de, '_> {
                 if class == Class::Api {
                     self.api(index, &ev);
                 }
-                self.open
-                    .entry((pair_key(pid), pair_key(tid)))
-                    .or_default()
-                    .push(Open {
-                        index,
-                        class,
-                        event: ev,
-                    });
+                let key = (pair_key(pid), pair_key(tid));
+                self.open.entry(key).or_default().push(Open {
+                    index,
+                    class,
+                    event: owned,
+                });
                 return Ok(());
             }
             if is_work(class) {
@@ -781,11 +909,13 @@ impl<'de> Collector<'de, '_> {
 
     /// An `E` (end) event: closes the innermost open `B` of its `pid` and `tid`; a work `B`
     /// becomes one record from the `B`'s `ts` to the `E`'s.
-    fn end(&mut self, index: usize, ev: Event<'de>) -> Result<(), ImportError> {
+    fn end(&mut self, index: usize, ev: Event<'_>) -> Result<(), ImportError> {
         let key = ev.pid.zip(ev.tid).map(|(p, t)| (pair_key(p), pair_key(t)));
         let begin = key.and_then(|k| self.open.get_mut(&k)).and_then(Vec::pop);
         match begin {
-            Some(b) if is_work(b.class) => self.work(b.index, b.class, &b.event, Some(&ev)),
+            Some(b) if is_work(b.class) => {
+                self.work(b.index, b.class, &b.event.view(), Some(&ev));
+            }
             Some(_) => {}
             None => {
                 if class_of(&ev).is_some_and(is_work) {
@@ -802,7 +932,7 @@ impl<'de> Collector<'de, '_> {
     }
 
     /// A CPU-side CUDA API event: its correlation id → its OS process id.
-    fn api(&mut self, index: usize, ev: &Event<'de>) {
+    fn api(&mut self, index: usize, ev: &Event<'_>) {
         let f = self.fault(index);
         let args = match parse_args(&f, ev.args) {
             Ok(a) => a,
@@ -829,7 +959,7 @@ impl<'de> Collector<'de, '_> {
 
     /// A GPU work event (`ev`, closed by `end` for a B/E pair) to a pending record, or a lost
     /// record when a field cannot be represented.
-    fn work(&mut self, index: usize, class: Class, ev: &Event<'de>, end: Option<&Event<'de>>) {
+    fn work(&mut self, index: usize, class: Class, ev: &Event<'_>, end: Option<&Event<'_>>) {
         let f = Fault {
             path: self.path,
             record: RecordLocation::TraceEvent(index),
@@ -858,13 +988,13 @@ impl<'de> Collector<'de, '_> {
             ),
         };
         match result {
-            Ok(p) => self.pending.push(p),
+            Ok(p) => self.pending.push(p.into_owned()),
             Err(e) => self.invalid.push((device_hint(ev, &args), e)),
         }
     }
 
     /// Loses a work event that cannot be read at all, on the device it names if it does.
-    fn lose(&mut self, ev: &Event<'de>, fault: ImportError) {
+    fn lose(&mut self, ev: &Event<'_>, fault: ImportError) {
         let f = Fault {
             path: self.path,
             record: RecordLocation::TopLevel,
@@ -935,16 +1065,16 @@ fn device_hint(ev: &Event<'_>, args: &Args<'_>) -> Option<u32> {
     }
 }
 
-struct TopSeed<'c, 'de, 'p>(&'c mut Collector<'de, 'p>);
+struct TopSeed<'c, 'p>(&'c mut Collector<'p>);
 
-impl<'de> DeserializeSeed<'de> for TopSeed<'_, 'de, '_> {
+impl<'de> DeserializeSeed<'de> for TopSeed<'_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for TopSeed<'_, 'de, '_> {
+impl<'de> Visitor<'de> for TopSeed<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object with a `traceEvents` array")
@@ -978,16 +1108,16 @@ impl<'de> Visitor<'de> for TopSeed<'_, 'de, '_> {
     }
 }
 
-struct EventsSeed<'c, 'de, 'p>(&'c mut Collector<'de, 'p>);
+struct EventsSeed<'c, 'p>(&'c mut Collector<'p>);
 
-impl<'de> DeserializeSeed<'de> for EventsSeed<'_, 'de, '_> {
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_seq(self)
     }
 }
 
-impl<'de> Visitor<'de> for EventsSeed<'_, 'de, '_> {
+impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of trace events")
@@ -995,7 +1125,7 @@ impl<'de> Visitor<'de> for EventsSeed<'_, 'de, '_> {
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
         let c = self.0;
         c.stage = Stage::InEvents;
-        while let Some(element) = seq.next_element::<Element<'de>>()? {
+        while let Some(element) = seq.next_element::<Element>()? {
             let index = c.next_index;
             c.next_index += 1;
             let ev = match element {
@@ -1015,12 +1145,237 @@ impl<'de> Visitor<'de> for EventsSeed<'_, 'de, '_> {
     }
 }
 
-/// Parses a whole Kineto trace (already decompressed) without touching any meter. `path`
-/// names the file in errors; `key_label` is what keys of devices without a UUID are built
-/// from ([`DeviceInfo::source_key`]).
-pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed, ImportError> {
+/// The longest a JSON string of a Kineto trace is read: 65,536 bytes of its JSON text. A
+/// longer string is cut at the first character boundary at or after this many bytes (never
+/// inside an escape, nor between the two escapes of a surrogate pair), before the JSON parser
+/// sees it, so that a string of any length costs at most this much memory; the rest of it is
+/// not read (nor validated). Not 4 KiB: real C++ template kernel names pass it (one of 5,123
+/// bytes in the HTA AlexNet trace of `shared/data`), and a kernel name is never cut in a real
+/// trace. Each source with a cut string gets one warning saying how many.
+pub const MAX_STRING_BYTES: usize = 64 * 1024;
+
+/// Where [`StringCap`] is in the JSON text.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Lex {
+    /// Outside any string.
+    Out,
+    /// Inside a string, after `len` bytes of its text; `high` when the last thing read was the
+    /// escape of a high surrogate (its low half must follow, uncut).
+    In { len: usize, high: bool },
+    /// After a `\` inside a string.
+    Escape { len: usize },
+    /// Inside a `\u` escape: `left` hex digits to come, `value` of those read.
+    Unicode { len: usize, left: u8, value: u32 },
+    /// Inside a string being cut: its bytes are dropped up to its closing quote.
+    Drop,
+    /// After a `\` inside a string being cut.
+    DropEscape,
+}
+
+/// A reader of JSON text that cuts every string longer than [`MAX_STRING_BYTES`] (counted in
+/// `cut`): only a lexer of strings (quotes and escapes), the JSON parser above it validates
+/// everything else. serde_json reads a string whole before handing it over (there is no
+/// streaming string API), so without this a 1 GB kernel name would cost its size (three times,
+/// measured).
+struct StringCap<R> {
+    inner: R,
+    lex: Lex,
+    cut: u64,
+}
+
+impl<R: Read> StringCap<R> {
+    fn new(inner: R) -> Self {
+        StringCap {
+            inner,
+            lex: Lex::Out,
+            cut: 0,
+        }
+    }
+
+    /// The next state after `b`, and whether `b` is kept.
+    fn step(&mut self, b: u8) -> bool {
+        let (next, keep) = match self.lex {
+            Lex::Out => (
+                if b == b'"' {
+                    Lex::In {
+                        len: 0,
+                        high: false,
+                    }
+                } else {
+                    Lex::Out
+                },
+                true,
+            ),
+            Lex::In { len, high } => match b {
+                b'"' => (Lex::Out, true),
+                // A continuation byte ends the character under way: never cut.
+                0x80..=0xBF => (
+                    Lex::In {
+                        len: len + 1,
+                        high: false,
+                    },
+                    true,
+                ),
+                b'\\' if high || len < MAX_STRING_BYTES => (Lex::Escape { len: len + 1 }, true),
+                _ if len < MAX_STRING_BYTES => (
+                    Lex::In {
+                        len: len + 1,
+                        high: false,
+                    },
+                    true,
+                ),
+                _ => {
+                    self.cut += 1;
+                    (
+                        if b == b'\\' {
+                            Lex::DropEscape
+                        } else {
+                            Lex::Drop
+                        },
+                        false,
+                    )
+                }
+            },
+            Lex::Escape { len } if b == b'u' => (
+                Lex::Unicode {
+                    len: len + 1,
+                    left: 4,
+                    value: 0,
+                },
+                true,
+            ),
+            Lex::Escape { len } => (
+                Lex::In {
+                    len: len + 1,
+                    high: false,
+                },
+                true,
+            ),
+            Lex::Unicode { len, left, value } => {
+                let value = value * 16 + char::from(b).to_digit(16).unwrap_or(0);
+                let next = if left > 1 {
+                    Lex::Unicode {
+                        len: len + 1,
+                        left: left - 1,
+                        value,
+                    }
+                } else {
+                    Lex::In {
+                        len: len + 1,
+                        high: (0xD800..0xDC00).contains(&value),
+                    }
+                };
+                (next, true)
+            }
+            Lex::Drop => match b {
+                b'"' => (Lex::Out, true),
+                b'\\' => (Lex::DropEscape, false),
+                _ => (Lex::Drop, false),
+            },
+            Lex::DropEscape => (Lex::Drop, false),
+        };
+        self.lex = next;
+        keep
+    }
+}
+
+impl<R: Read> StringCap<R> {
+    /// Filters `buf` in place; returns how many bytes are kept (at its start). Runs of bytes
+    /// that change nothing but a string's length are passed over whole; the rest goes through
+    /// [`StringCap::step`] byte by byte.
+    fn filter(&mut self, buf: &mut [u8]) -> usize {
+        let n = buf.len();
+        let (mut i, mut kept) = (0, 0);
+        while i < n {
+            let run = match self.lex {
+                Lex::Out => buf[i..].iter().position(|&b| b == b'"').unwrap_or(n - i),
+                Lex::In { len, .. } if len < MAX_STRING_BYTES => {
+                    let lim = (n - i).min(MAX_STRING_BYTES - len);
+                    let run = buf[i..i + lim]
+                        .iter()
+                        .position(|&b| b == b'"' || b == b'\\')
+                        .unwrap_or(lim);
+                    if run > 0 {
+                        self.lex = Lex::In {
+                            len: len + run,
+                            high: false,
+                        };
+                    }
+                    run
+                }
+                _ => 0,
+            };
+            if run > 0 {
+                if kept != i {
+                    buf.copy_within(i..i + run, kept);
+                }
+                i += run;
+                kept += run;
+                continue;
+            }
+            let b = buf[i];
+            if self.step(b) {
+                buf[kept] = b;
+                kept += 1;
+            }
+            i += 1;
+        }
+        kept
+    }
+}
+
+impl<R: Read> Read for StringCap<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        loop {
+            let n = self.inner.read(buf)?;
+            if n == 0 {
+                return Ok(0);
+            }
+            // All dropped (inside a string being cut): read on rather than report the end.
+            let kept = self.filter(&mut buf[..n]);
+            if kept > 0 {
+                return Ok(kept);
+            }
+        }
+    }
+}
+
+/// Reads the trace events of a Kineto trace (already decompressed) from a stream, without
+/// touching any meter: memory holds the GPU work events kept (and open `B` events), not the
+/// document. `path` names the file in errors. A UTF-8 byte-order mark is skipped.
+///
+/// `from_reader`, not `from_slice` over the text read into memory: measured on the shared
+/// B200 trace repeated to 10× (24,656 × 10 events, 68 MB of JSON, 6.5 MB gzipped; release
+/// `gpumeter usage`), it costs about twice the CPU time (0.48 s user against 0.22 s, gzip;
+/// 0.40 s against 0.16 s plain), serde_json's reader going byte by byte, for memory flat in
+/// the input's size (16 MB peak RSS against 86 MB; a gzip of 1 GiB of CPU-side events 9 MB
+/// against 1.06 GB, a 1 GB kernel name 9 MB against 3.2 GB).
+///
+/// # Errors
+/// A file-level [`ImportError`]: bad JSON (with line and column), not a trace, a top-level key
+/// given twice, a file-level fault found in an event. A read error of `reader` is reported as
+/// JSON error of category I/O: the caller, who knows what it reads, says what it was.
+pub(crate) fn read_events<'p>(
+    path: &'p Path,
+    mut reader: impl Read,
+) -> Result<Collector<'p>, ImportError> {
     // A UTF-8 byte-order mark is not JSON; skip it (positions then count from after it).
-    let body = text.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(text);
+    let mut head = [0u8; 3];
+    let mut got = 0;
+    while got < head.len() {
+        match reader.read(&mut head[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(json_error(path, serde_json::Error::io(e))),
+        }
+    }
+    let head = &head[..got];
+    let head = if head == b"\xEF\xBB\xBF" {
+        &[][..]
+    } else {
+        head
+    };
     let mut c = Collector {
         path,
         stage: Stage::Top,
@@ -1039,9 +1394,14 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
         bad_api_events: 0,
         bad_names: 0,
         not_objects: None,
+        cut_strings: 0,
     };
-    let mut de = serde_json::Deserializer::from_slice(body);
+    let mut cap = StringCap::new(head.chain(reader));
+    // serde_json reads a reader byte by byte: a buffer under it is what makes it fast.
+    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 16, &mut cap));
     let result = TopSeed(&mut c).deserialize(&mut de).and_then(|()| de.end());
+    drop(de);
+    c.cut_strings = cap.cut;
     let not_a_trace = |reason: String| ImportError::NotATrace {
         path: path.to_path_buf(),
         reason,
@@ -1068,9 +1428,19 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
     if !c.saw_events {
         return Err(not_a_trace("no `traceEvents` array".to_string()));
     }
+    Ok(c)
+}
 
+/// Turns the events read by [`read_events`] into records, devices and warnings.
+/// `key_label` is what keys of devices without a UUID are built from
+/// ([`DeviceInfo::source_key`]).
+///
+/// # Errors
+/// A file-level [`ImportError`] in `baseTimeNanoseconds` or `deviceProperties`.
+pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, ImportError> {
+    let path = c.path;
     // B events never closed by their E.
-    let mut unclosed: Vec<Open<'_>> = c.open.drain().flat_map(|(_, v)| v).collect();
+    let mut unclosed: Vec<Open> = c.open.drain().flat_map(|(_, v)| v).collect();
     unclosed.sort_by_key(|o| o.index);
     for o in unclosed.into_iter().filter(|o| is_work(o.class)) {
         let e = c.fault(o.index).err(
@@ -1078,14 +1448,14 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
             "B",
             "a B (begin) event whose E (end) never comes on its pid and tid",
         );
-        c.lose(&o.event, e);
+        c.lose(&o.event.view(), e);
     }
 
     let top = Fault {
         path,
         record: RecordLocation::TopLevel,
     };
-    let base_ns: i128 = match top.int_opt("baseTimeNanoseconds", c.base)? {
+    let base_ns: i128 = match top.int_opt("baseTimeNanoseconds", c.base.as_deref())? {
         None => 0,
         Some(v) if v < 0 => {
             return Err(top.err(
@@ -1103,7 +1473,7 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
         }
         Some(v) => v,
     };
-    let props = parse_device_properties(path, key_label, c.device_properties)?;
+    let props = parse_device_properties(path, key_label, c.device_properties.as_deref())?;
     let pids = c.pid_of_correlation;
 
     // Devices in order of first activity; records carry local indices until committed.
@@ -1166,6 +1536,14 @@ pub(crate) fn parse(path: &Path, key_label: &str, text: &[u8]) -> Result<Parsed,
             "{name}: {n} elements of `traceEvents` are not JSON objects, so not trace events \
              (the first: traceEvents[{first}], {kind}): counted in records.skipped as \
              `{NOT_AN_EVENT_OBJECT}`"
+        ));
+    }
+    if c.cut_strings > 0 {
+        parsed.warnings.push(format!(
+            "{name}: {} strings are longer than {MAX_STRING_BYTES} bytes of JSON text: each was \
+             cut there (at a character boundary) and the rest of it not read, so a kernel or \
+             device name among them is kept cut",
+            c.cut_strings
         ));
     }
     if let Some(n) = c.skipped.get(NO_CATEGORY_WITH_DEVICE) {
@@ -1311,12 +1689,13 @@ fn work_event<'de>(
     let work = match class {
         Class::Kernel => {
             let name = match ev.name.map(raw_str) {
-                Some(Ok(n)) => Some(
-                    names
+                Some(Ok(n)) => Some(match names.get(n.as_ref()) {
+                    Some(known) => known.clone(),
+                    None => names
                         .entry(n.into_owned())
                         .or_insert_with_key(|k| Arc::from(k.as_str()))
                         .clone(),
-                ),
+                }),
                 // A name is informational, never metered: a kernel whose name is not valid
                 // Unicode is metered without one (and counted in a warning).
                 Some(Err(_)) if ev.name.is_some_and(|r| r.get().starts_with('"')) => {
@@ -1534,6 +1913,79 @@ mod tests {
         // A stream id outside u32 is not truncated into another stream.
         assert_eq!(t("4294967303"), Some(Err(4_294_967_303)));
         assert_eq!(t("\"stream -2\""), Some(Err(-2)));
+    }
+
+    /// `text` read through [`StringCap`]: what comes out, and how many strings were cut.
+    fn capped(text: &[u8]) -> (Vec<u8>, u64) {
+        let mut cap = StringCap::new(text);
+        let mut out = Vec::new();
+        // Small reads, so that states cross read boundaries.
+        let mut buf = [0u8; 7];
+        loop {
+            match cap.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+                Err(e) => panic!("read: {e}"),
+            }
+        }
+        (out, cap.cut)
+    }
+
+    fn decoded(json: &[u8]) -> Vec<String> {
+        match serde_json::from_slice(json) {
+            Ok(v) => v,
+            Err(e) => panic!("not JSON after the cap: {e}"),
+        }
+    }
+
+    #[test]
+    fn string_cap() {
+        const M: usize = MAX_STRING_BYTES;
+        // Short strings, escaped quotes and backslashes pass untouched.
+        let short = br#"{"a\"b": ["c\\", "\u00e9\ud83d\ude00", 1.5, "]"]}"#;
+        assert_eq!(capped(short), (short.to_vec(), 0));
+        // A long string is cut at MAX_STRING_BYTES, the next one is read whole.
+        let text = format!(r#"["{}", "{}", "z"]"#, "a".repeat(M + 10), "b".repeat(M));
+        let (out, cut) = capped(text.as_bytes());
+        assert_eq!(cut, 1);
+        let v = decoded(&out);
+        assert_eq!(v, ["a".repeat(M), "b".repeat(M), "z".to_string()]);
+        // Never inside a character: 2-byte `é`s cut at M bytes (M is even)...
+        let text = format!(r#"["x{}"]"#, "é".repeat(M));
+        let v = decoded(&capped(text.as_bytes()).0);
+        assert_eq!(v[0].len(), M + 1, "the character under way is finished");
+        // ... nor inside an escape, nor between the halves of a surrogate pair.
+        for prefix in [M - 1, M - 6, M - 7] {
+            let text = format!(r#"["{}\ud83d\ude00\n\"rest"]"#, "a".repeat(prefix));
+            let (out, cut) = capped(text.as_bytes());
+            assert_eq!(cut, 1);
+            let v = decoded(&out);
+            assert!(v[0].starts_with(&"a".repeat(prefix)), "{prefix}");
+            assert!(v[0].ends_with('😀') || v[0].ends_with('\n'), "{prefix}");
+        }
+        // The dropped part's escapes are followed: an escaped quote does not end the string.
+        let text = format!(r#"["{}\"], [\"", "after"]"#, "a".repeat(M + 3));
+        let v = decoded(&capped(text.as_bytes()).0);
+        assert_eq!(v, ["a".repeat(M), "after".to_string()]);
+    }
+
+    /// The fields of an event settled as ignorable are dropped, not kept, but still checked:
+    /// a string that is not UTF-8 in one is a JSON error, as when it was kept raw.
+    #[test]
+    fn settled_events_are_still_checked() {
+        let path = Path::new("t.json");
+        let ok = br#"{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "a", "args": {"k": ["b"]}}]}"#;
+        assert!(read_events(path, &ok[..]).is_ok());
+        for bad in [
+            &b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"name\": \"\xff\"}]}"[..],
+            &b"{\"traceEvents\": [{\"ph\": \"X\", \"cat\": \"cpu_op\", \"args\": {\"k\": [\"\xff\"]}}]}"[..],
+        ] {
+            match read_events(path, bad) {
+                Err(ImportError::Json { .. }) => {}
+                Err(e) => panic!("expected a JSON error, got {e}"),
+                Ok(_) => panic!("expected a JSON error"),
+            }
+        }
     }
 
     #[test]

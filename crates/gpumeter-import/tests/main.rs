@@ -1687,3 +1687,4 @@ mod review {
 }
 
 mod kineto_review;
+mod sizes;
