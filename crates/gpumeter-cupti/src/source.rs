@@ -839,16 +839,16 @@ impl<'n> Input<'n> {
 }
 
 /// The devices of a source, registered locally in order of first activity.
-struct Devices<'a> {
-    source: &'a str,
-    inventory: &'a [GmrDevice],
-    device_recs: &'a BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
-    devices: Vec<DeviceInfo>,
-    index: HashMap<u32, DeviceSlot>,
+pub(crate) struct Devices<'a> {
+    pub(crate) source: &'a str,
+    pub(crate) inventory: &'a [GmrDevice],
+    pub(crate) device_recs: &'a BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
+    pub(crate) devices: Vec<DeviceInfo>,
+    pub(crate) index: HashMap<u32, DeviceSlot>,
 }
 
 impl Devices<'_> {
-    fn slot(&mut self, id: u32) -> DeviceSlot {
+    pub(crate) fn slot(&mut self, id: u32) -> DeviceSlot {
         if let Some(&s) = self.index.get(&id) {
             return s;
         }
@@ -860,7 +860,7 @@ impl Devices<'_> {
     }
 
     /// The one device id the source knows of, if exactly one.
-    fn only_device(&self) -> Option<u32> {
+    pub(crate) fn only_device(&self) -> Option<u32> {
         let mut ids: Vec<u32> = self.index.keys().copied().collect();
         ids.extend(self.device_recs.keys().copied());
         ids.extend(self.inventory.iter().map(|d| d.id));
