@@ -36,6 +36,9 @@
 //!   correlation id to its kernels, split equally among several (`warp_instructions`).
 //! * **Several sources** ([`meter_sources`]) are validated whole first, then merged in time
 //!   order.
+//! * **One file as a stream**: [`crate::meter_buffer_file`] and [`crate::meter_gmr_file`] meter
+//!   one raw buffer or one well-formed recording exactly as this module does, in two chunked
+//!   passes over the file, without holding it or its records (issue 13).
 //! * **Energy**: `.gmr` energy frames of a device the recording describes (by CUDA ordinal)
 //!   are handed to the meter (`energy_mj`).
 //! * **Skipped** (not work, counted by category in the report): OVERHEAD (`overhead`) and
