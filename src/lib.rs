@@ -585,6 +585,20 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         strings: None,
         on_device: Some(&hook),
     };
+    // One raw buffer or recording alone: streamed, read in chunks twice (validate, hash and
+    // join; then push in order), never held whole (issue 13; `meter_buffer_file`,
+    // `meter_gmr_file`).
+    match (traces.as_slice(), recordings.as_slice()) {
+        ([], [(input, Format::Cupti)]) => {
+            gpumeter_cupti::meter_buffer_file(&mut meter, input, &copts)?;
+            return Ok(meter.finish()?);
+        }
+        ([], [(input, Format::Gmr)]) => {
+            gpumeter_cupti::meter_gmr_file(&mut meter, input, &copts)?;
+            return Ok(meter.finish()?);
+        }
+        _ => {}
+    }
     // Recordings and raw buffers: all read and validated, then announced; their batches are
     // pushed with the traces' as one stream in time order, so no input, of any format, makes
     // another's records late.

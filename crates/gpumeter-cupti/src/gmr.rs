@@ -63,14 +63,14 @@ pub const FRAME_OVERHEAD: usize = 16;
 /// `device` value of a [`DroppedRecords`] frame whose device is unknown.
 pub const UNKNOWN_DEVICE: u32 = u32::MAX;
 
-const T_HEADER: u32 = 1;
-const T_BUFFER: u32 = 2;
-const T_STRINGS: u32 = 3;
-const T_DROPPED: u32 = 4;
-const T_ATTRIBUTION: u32 = 5;
-const T_ENERGY: u32 = 6;
-const T_END: u32 = 7;
-const T_INSTRUCTIONS: u32 = 8;
+pub(crate) const T_HEADER: u32 = 1;
+pub(crate) const T_BUFFER: u32 = 2;
+pub(crate) const T_STRINGS: u32 = 3;
+pub(crate) const T_DROPPED: u32 = 4;
+pub(crate) const T_ATTRIBUTION: u32 = 5;
+pub(crate) const T_ENERGY: u32 = 6;
+pub(crate) const T_END: u32 = 7;
+pub(crate) const T_INSTRUCTIONS: u32 = 8;
 
 /// A `.gmr` that cannot be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -830,7 +830,7 @@ fn parse_strings(p: &[u8]) -> Result<StringTable, String> {
     Ok(t)
 }
 
-fn parse_payload(frame_type: u32, p: &[u8]) -> Result<Option<Frame>, String> {
+pub(crate) fn parse_payload(frame_type: u32, p: &[u8]) -> Result<Option<Frame>, String> {
     let short = |what: &str| format!("{what} payload of {} bytes is too short", p.len());
     let mut f = Fields { b: p, at: 0 };
     Ok(Some(match frame_type {
@@ -922,7 +922,7 @@ fn parse_instructions(p: &[u8]) -> Result<InstructionCounts, String> {
 }
 
 /// One frame as cut from the bytes, before its payload is parsed.
-enum Cut<'a> {
+pub(crate) enum Cut<'a> {
     Whole {
         frame_type: u32,
         payload: &'a [u8],
@@ -936,7 +936,7 @@ enum Cut<'a> {
     },
 }
 
-fn cut(bytes: &[u8], at: usize) -> Cut<'_> {
+pub(crate) fn cut(bytes: &[u8], at: usize) -> Cut<'_> {
     let rest = bytes.get(at..).unwrap_or(&[]);
     let t = |reason| TornFrame {
         offset: at as u64,

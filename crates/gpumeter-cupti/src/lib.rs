@@ -55,7 +55,9 @@
 
 pub mod collector;
 pub mod decode;
+mod file;
 pub mod gmr;
+mod gmr_file;
 mod join;
 pub mod kind;
 pub mod layout;
@@ -70,7 +72,9 @@ pub use decode::{
     KernelRecord, LocatedRecord, MemcpyRecord, MemoryOperation, MemoryRecord, MemsetRecord,
     OverheadRecord, PeerCopyRecord, Record, Walk,
 };
+pub use file::{meter_buffer_file, BufferFile, SourceItem, CHUNK_BYTES};
 pub use gmr::{GmrError, StringTable, TornFrame};
+pub use gmr_file::meter_gmr_file;
 pub use kind::ActivityKind;
 pub use layout::{ApiVersion, FieldInfo, KindLayout};
 pub use source::{

@@ -36,6 +36,9 @@
 //!   correlation id to its kernels, split equally among several (`warp_instructions`).
 //! * **Several sources** ([`meter_sources`]) are validated whole first, then merged in time
 //!   order.
+//! * **One file as a stream**: [`crate::meter_buffer_file`] and [`crate::meter_gmr_file`] meter
+//!   one raw buffer or one well-formed recording exactly as this module does, in two chunked
+//!   passes over the file, without holding it or its records (issue 13).
 //! * **Energy**: `.gmr` energy frames of a device the recording describes (by CUDA ordinal)
 //!   are handed to the meter (`energy_mj`).
 //! * **Skipped** (not work, counted by category in the report): OVERHEAD (`overhead`) and
@@ -839,16 +842,16 @@ impl<'n> Input<'n> {
 }
 
 /// The devices of a source, registered locally in order of first activity.
-struct Devices<'a> {
-    source: &'a str,
-    inventory: &'a [GmrDevice],
-    device_recs: &'a BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
-    devices: Vec<DeviceInfo>,
-    index: HashMap<u32, DeviceSlot>,
+pub(crate) struct Devices<'a> {
+    pub(crate) source: &'a str,
+    pub(crate) inventory: &'a [GmrDevice],
+    pub(crate) device_recs: &'a BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
+    pub(crate) devices: Vec<DeviceInfo>,
+    pub(crate) index: HashMap<u32, DeviceSlot>,
 }
 
 impl Devices<'_> {
-    fn slot(&mut self, id: u32) -> DeviceSlot {
+    pub(crate) fn slot(&mut self, id: u32) -> DeviceSlot {
         if let Some(&s) = self.index.get(&id) {
             return s;
         }
@@ -860,7 +863,7 @@ impl Devices<'_> {
     }
 
     /// The one device id the source knows of, if exactly one.
-    fn only_device(&self) -> Option<u32> {
+    pub(crate) fn only_device(&self) -> Option<u32> {
         let mut ids: Vec<u32> = self.index.keys().copied().collect();
         ids.extend(self.device_recs.keys().copied());
         ids.extend(self.inventory.iter().map(|d| d.id));

@@ -1,0 +1,768 @@
+//! Metering a raw CUPTI activity buffer file as a stream (issue 13): memory flat in the file's
+//! size, the file read in chunks, never held whole, and no `Vec` of its records.
+//!
+//! [`meter_buffer`](crate::meter_buffer) decodes a buffer whole, joins, sorts and pushes; on a
+//! file of 10 M records that is ≈ 330 bytes per record on top of the file. [`BufferFile`] does
+//! the same work in two passes over the file, each a sequential read in chunks of
+//! [`CHUNK_BYTES`]:
+//!
+//! 1. **Scan** ([`BufferFile::scan`]): every record is decoded and validated (a fault is an
+//!    error before any meter is touched, as for `meter_buffer`), the joins are learned (API,
+//!    EXTERNAL_CORRELATION, DEVICE, CONTEXT records may come after the work they describe), the
+//!    devices are listed in order of first activity, losses and skipped kinds are counted, and
+//!    the SHA-256 is computed by the reading thread while this one decodes: the file is hashed
+//!    once, in this pass. The scan also measures how far back in time the file's records go
+//!    ([`BufferFile::displacement_ns`]): the largest gap between the latest start seen so far
+//!    and a later record's start.
+//! 2. **Replay** ([`BufferFile::replay`]): the file is read again and each record is converted
+//!    with the joins and handed on in exactly the order the whole-file path pushes (by start,
+//!    work records before memory events at equal times, equal keys in file order), through a
+//!    reorder buffer that holds only the records within the measured displacement of the
+//!    latest start: a file in time order holds almost nothing; a file out of order by more than
+//!    the meter's reordering horizon is still pushed exactly as the whole-file path pushes it,
+//!    holding what the disorder demands.
+//!
+//! A file with INSTRUCTION_EXECUTION records (rare: instrumented runs) is metered whole by
+//! [`meter_buffer`](crate::meter_buffer): splitting a launch's instruction count among its
+//! kernels needs all of them.
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use gpumeter_core::{
+    ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter, PartitionId, SourceInfo,
+};
+use sha2::{Digest, Sha256};
+
+use crate::decode::{DecodeError, LocatedRecord, Record, Walk};
+use crate::gmr::StringTable;
+use crate::join::{convert, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
+use crate::layout::ApiVersion;
+use crate::source::{
+    meter_buffer, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary, Devices,
+};
+
+/// Bytes read from the file at a time (a few such chunks are in flight at once).
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// Why a walk over a file stopped.
+enum WalkError {
+    Io(io::Error),
+    Decode(DecodeError),
+}
+
+/// `e` with its offsets moved by `by` bytes (a walk of a slice that starts at `by` in the file).
+fn rebase(e: DecodeError, by: usize) -> DecodeError {
+    match e {
+        DecodeError::Truncated {
+            offset,
+            kind,
+            needed,
+            available,
+        } => DecodeError::Truncated {
+            offset: offset + by,
+            kind,
+            needed,
+            available,
+        },
+        DecodeError::UnknownKind { offset, kind, api } => DecodeError::UnknownKind {
+            offset: offset + by,
+            kind,
+            api,
+        },
+        DecodeError::InvalidKind { offset } => DecodeError::InvalidKind {
+            offset: offset + by,
+        },
+        DecodeError::BadField {
+            offset,
+            kind,
+            field,
+            value,
+            reason,
+        } => DecodeError::BadField {
+            offset: offset + by,
+            kind,
+            field,
+            value,
+            reason,
+        },
+        other => other,
+    }
+}
+
+/// A file being read in chunks by another thread ([`with_chunks`]): `buf` holds the file's
+/// bytes from offset `base`, read up to `pos`.
+pub(crate) struct Chunks<'a> {
+    rx: &'a mpsc::Receiver<io::Result<Vec<u8>>>,
+    back: &'a mpsc::SyncSender<Vec<u8>>,
+    buf: Vec<u8>,
+    base: usize,
+    pos: usize,
+    eof: bool,
+}
+
+impl Chunks<'_> {
+    /// The bytes read and not yet consumed.
+    pub(crate) fn rest(&self) -> &[u8] {
+        self.buf.get(self.pos..).unwrap_or(&[])
+    }
+
+    /// The file offset of [`Chunks::rest`]'s first byte.
+    pub(crate) fn offset(&self) -> usize {
+        self.base + self.pos
+    }
+
+    /// Consumes `n` bytes of [`Chunks::rest`].
+    pub(crate) fn consume(&mut self, n: usize) {
+        self.pos = (self.pos + n).min(self.buf.len());
+    }
+
+    /// Whether the whole file has been read into `buf`.
+    pub(crate) fn at_eof(&self) -> bool {
+        self.eof
+    }
+
+    /// Drops what was consumed and reads one more chunk; `false` at the end of the file.
+    pub(crate) fn more(&mut self) -> io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        self.buf.drain(..self.pos);
+        self.base += self.pos;
+        self.pos = 0;
+        match self.rx.recv() {
+            Ok(Ok(chunk)) => {
+                self.buf.extend_from_slice(&chunk);
+                let _ = self.back.try_send(chunk);
+                Ok(true)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_) => {
+                self.eof = true;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Reads until [`Chunks::rest`] holds `n` bytes or the file ends; whether it does.
+    pub(crate) fn ensure(&mut self, n: usize) -> io::Result<bool> {
+        while self.rest().len() < n {
+            if !self.more()? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Runs `f` over `file` read in chunks of [`CHUNK_BYTES`] by another thread, which also
+/// computes the SHA-256 of every byte it reads when `hash` is set (the file is hashed in the
+/// pass that reads it, while this thread decodes). Returns `f`'s result and the SHA-256 (when
+/// asked and the whole file was read).
+///
+/// Memory: a few chunks (plus what `f` keeps in [`Chunks`]), whatever the file's size.
+/// Allocations: a few chunks, recycled between the threads, not one per chunk.
+pub(crate) fn with_chunks<T>(
+    file: File,
+    hash: bool,
+    f: impl FnOnce(&mut Chunks<'_>) -> T,
+) -> (T, Option<[u8; 32]>) {
+    std::thread::scope(|s| {
+        let (tx, rx) = mpsc::sync_channel::<io::Result<Vec<u8>>>(2);
+        let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(4);
+        let reader = s.spawn(move || {
+            let mut file = file;
+            let mut hasher = hash.then(Sha256::new);
+            loop {
+                let mut chunk = back_rx
+                    .try_recv()
+                    .unwrap_or_else(|_| Vec::with_capacity(CHUNK_BYTES));
+                chunk.clear();
+                match (&mut file).take(CHUNK_BYTES as u64).read_to_end(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        if let Some(h) = hasher.as_mut() {
+                            h.update(&chunk);
+                        }
+                        if tx.send(Ok(chunk)).is_err() {
+                            // The reader stopped early: the digest would not be the file's.
+                            hasher = None;
+                            break;
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        hasher = None;
+                        break;
+                    }
+                }
+            }
+            hasher.map(|h| <[u8; 32]>::from(h.finalize()))
+        });
+        let out = {
+            let mut chunks = Chunks {
+                rx: &rx,
+                back: &back_tx,
+                buf: Vec::with_capacity(2 * CHUNK_BYTES),
+                base: 0,
+                pos: 0,
+                eof: false,
+            };
+            f(&mut chunks)
+        };
+        drop(rx);
+        let digest = reader.join().unwrap_or(None);
+        (out, digest)
+    })
+}
+
+/// Walks the records of the raw buffer read by `chunks` as [`Walk`] walks a buffer in memory
+/// (the same records, offsets from the file's start, the same errors); calls `each` per
+/// record. Allocates nothing per record.
+fn walk_records(
+    chunks: &mut Chunks<'_>,
+    api: ApiVersion,
+    mut each: impl FnMut(LocatedRecord),
+) -> Result<(), WalkError> {
+    // The offset of a record of kind 0 whose bytes were all zero so far: the buffer's zeroed
+    // tail if the rest of the file is zeros, else an invalid kind.
+    let mut zeros_from: Option<usize> = None;
+    loop {
+        let rest = chunks.rest();
+        if let Some(z) = zeros_from {
+            if rest.iter().any(|&b| b != 0) {
+                return Err(WalkError::Decode(DecodeError::InvalidKind { offset: z }));
+            }
+            let n = rest.len();
+            chunks.consume(n);
+        } else {
+            match Walk::new(rest, api).next() {
+                Some(Ok(mut r)) => {
+                    r.offset += chunks.offset();
+                    chunks.consume(r.size);
+                    each(r);
+                    continue;
+                }
+                Some(Err(e)) => {
+                    let more = matches!(e, DecodeError::Truncated { .. });
+                    if chunks.at_eof() || !more {
+                        return Err(WalkError::Decode(rebase(e, chunks.offset())));
+                    }
+                }
+                None if rest.len() >= 4 => {
+                    // Zeros to the end of what is read: a tail, or a fault further on.
+                    zeros_from = Some(chunks.offset());
+                    let n = rest.len();
+                    chunks.consume(n);
+                }
+                None => {}
+            }
+        }
+        if chunks.at_eof() {
+            return Ok(());
+        }
+        // At the end of the file, the next turn walks what is left once more, knowing so.
+        chunks.more().map_err(WalkError::Io)?;
+    }
+}
+
+/// [`walk_records`] over `file`, hashed when `hash` is set (see [`with_chunks`]).
+fn walk_file(
+    file: File,
+    api: ApiVersion,
+    hash: bool,
+    each: impl FnMut(LocatedRecord),
+) -> Result<Option<[u8; 32]>, WalkError> {
+    let (walked, digest) = with_chunks(file, hash, |chunks| walk_records(chunks, api, each));
+    walked.map(|()| digest)
+}
+
+/// One item of a replay, on the source's own device slots ([`BufferFile::devices`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceItem {
+    /// A work record (its `partition` unset; its `context_id` names a green context of
+    /// [`BufferFile::partitions`] if any).
+    Work(ActivityRecord),
+    /// A device-memory allocation or release.
+    Memory(MemoryEvent),
+}
+
+/// A bounded reorder buffer that hands items on in the whole-file path's order: by time, work
+/// before memory at equal times, equal keys in arrival order. It holds an item until no later
+/// arrival can precede it: every later arrival's time is at least the latest time seen less the
+/// displacement measured by the scan.
+pub(crate) struct Reorder {
+    heap: BinaryHeap<Reverse<(u64, u8, u64, u32)>>,
+    slab: Vec<Option<SourceItem>>,
+    free: Vec<u32>,
+    seq: u64,
+    latest: u64,
+    displacement: u64,
+}
+
+impl Reorder {
+    pub(crate) fn new(displacement: u64) -> Self {
+        Reorder {
+            heap: BinaryHeap::new(),
+            slab: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+            latest: 0,
+            displacement,
+        }
+    }
+
+    pub(crate) fn push(&mut self, t: u64, item: SourceItem, sink: &mut impl FnMut(SourceItem)) {
+        let class = u8::from(matches!(item, SourceItem::Memory(_)));
+        let idx = match self.free.pop() {
+            Some(i) => {
+                if let Some(slot) = self.slab.get_mut(i as usize) {
+                    *slot = Some(item);
+                }
+                i
+            }
+            None => {
+                self.slab.push(Some(item));
+                (self.slab.len() - 1) as u32
+            }
+        };
+        self.heap.push(Reverse((t, class, self.seq, idx)));
+        self.seq += 1;
+        self.latest = self.latest.max(t);
+        let bound = self.latest.saturating_sub(self.displacement);
+        while let Some(&Reverse((t0, ..))) = self.heap.peek() {
+            if t0 >= bound {
+                break;
+            }
+            self.pop(sink);
+        }
+    }
+
+    fn pop(&mut self, sink: &mut impl FnMut(SourceItem)) -> bool {
+        let Some(Reverse((_, _, _, idx))) = self.heap.pop() else {
+            return false;
+        };
+        if let Some(item) = self.slab.get_mut(idx as usize).and_then(Option::take) {
+            self.free.push(idx);
+            sink(item);
+        }
+        true
+    }
+
+    pub(crate) fn drain(&mut self, sink: &mut impl FnMut(SourceItem)) {
+        while self.pop(sink) {}
+    }
+}
+
+/// A raw CUPTI buffer file, scanned (pass 1, module docs): validated, hashed, joined, its
+/// devices, losses and skipped kinds known; its records are handed on by
+/// [`BufferFile::replay`] (pass 2).
+#[derive(Debug)]
+pub struct BufferFile {
+    name: String,
+    path: std::path::PathBuf,
+    api: ApiVersion,
+    sha256: String,
+    joins: Joins,
+    names: HashMap<u64, Arc<str>>,
+    devices: Vec<DeviceInfo>,
+    index: HashMap<u32, DeviceSlot>,
+    losses: Vec<(DeviceSlot, LossReason, u64, bool)>,
+    partitions: Vec<(DeviceSlot, u32, u32)>,
+    skipped: BTreeMap<&'static str, u64>,
+    warnings: Vec<String>,
+    records: u64,
+    invalid_records: u64,
+    memory_events: u64,
+    displacement_ns: u64,
+}
+
+/// What [`BufferFile::scan`] found that needs the whole-file path.
+enum Scan {
+    Streamable(Box<BufferFile>),
+    /// INSTRUCTION_EXECUTION records: counts are split among all of a launch's kernels.
+    Whole,
+}
+
+impl BufferFile {
+    /// Pass 1 over the file at `path` (module docs): decodes and validates every record with
+    /// the layouts of [`CuptiOptions::api`], learns the joins, computes the SHA-256 on the
+    /// reading thread. Names come from [`CuptiOptions::strings`]. `Ok(None)` when the file has
+    /// INSTRUCTION_EXECUTION records (meter it whole with [`meter_buffer`]).
+    ///
+    /// # Errors
+    /// [`CuptiSourceError::Io`] when the file cannot be read; [`CuptiSourceError::Decode`] when
+    /// it does not decode (as [`meter_buffer`], with the same offsets).
+    pub fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Self>, CuptiSourceError> {
+        match scan(path, opts)? {
+            Scan::Streamable(b) => Ok(Some(*b)),
+            Scan::Whole => Ok(None),
+        }
+    }
+
+    /// The file's name in the report (its file name, no directories).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The SHA-256 of the file's bytes, lowercase hex.
+    pub fn sha256(&self) -> &str {
+        &self.sha256
+    }
+
+    /// The devices with activity, in order of first activity: the replay's device slots.
+    pub fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    /// Green contexts of devices with activity: (device slot, context id, SMs).
+    pub fn partitions(&self) -> &[(DeviceSlot, u32, u32)] {
+        &self.partitions
+    }
+
+    /// How far back in time (ns) a record's start goes behind the latest start before it in
+    /// the file: what the replay's reorder buffer spans (0 for a file in time order).
+    pub fn displacement_ns(&self) -> u64 {
+        self.displacement_ns
+    }
+
+    /// Pass 2: reads the file again and hands every work record and device-memory event, with
+    /// its joined process and external ids and its device slot ([`BufferFile::devices`]), to
+    /// `sink`, sorted as the whole-file path sorts them (by start; at equal times work before
+    /// memory; equal keys in file order). Returns how many work records had their process id
+    /// and their external id joined.
+    ///
+    /// # Errors
+    /// [`CuptiSourceError::Io`] / [`CuptiSourceError::Decode`] when the file cannot be read
+    /// again or no longer decodes (it changed since the scan); what was handed on before stays.
+    pub fn replay(&self, mut sink: impl FnMut(SourceItem)) -> Result<(u64, u64), CuptiSourceError> {
+        let joins = JoinsRef {
+            pid_of: &self.joins.pid_of,
+            ext_of: &self.joins.ext_of,
+            default_pid: None,
+        };
+        let mut reorder = Reorder::new(self.displacement_ns);
+        let (mut pids, mut exts) = (0u64, 0u64);
+        let file = File::open(&self.path).map_err(|error| CuptiSourceError::Io {
+            name: self.name.clone(),
+            error,
+        })?;
+        let walked = walk_file(file, self.api, false, |r| {
+            match convert(&r, &self.names, &joins) {
+                Converted::Work {
+                    device_id,
+                    mut rec,
+                    pid_joined,
+                    ext_joined,
+                } => {
+                    let Some(&slot) = self.index.get(&device_id) else {
+                        return;
+                    };
+                    rec.device = slot;
+                    pids += u64::from(pid_joined);
+                    exts += u64::from(ext_joined);
+                    reorder.push(rec.start_ns, SourceItem::Work(rec), &mut sink);
+                }
+                Converted::Memory { device_id, mut ev } => {
+                    let Some(&slot) = self.index.get(&device_id) else {
+                        return;
+                    };
+                    ev.device = slot;
+                    reorder.push(ev.timestamp_ns, SourceItem::Memory(ev), &mut sink);
+                }
+                _ => {}
+            }
+        });
+        reorder.drain(&mut sink);
+        walked.map_err(|e| self.error(e))?;
+        Ok((pids, exts))
+    }
+
+    fn error(&self, e: WalkError) -> CuptiSourceError {
+        match e {
+            WalkError::Io(error) => CuptiSourceError::Io {
+                name: self.name.clone(),
+                error,
+            },
+            WalkError::Decode(error) => CuptiSourceError::Decode {
+                name: self.name.clone(),
+                frame: None,
+                error,
+            },
+        }
+    }
+}
+
+fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    let io = |error| CuptiSourceError::Io {
+        name: name.clone(),
+        error,
+    };
+    let file = File::open(path).map_err(io)?;
+    let mut strings = StringTable::new();
+    if let Some(s) = opts.strings {
+        strings.extend_from(s);
+    }
+    let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+    let mut joins = Joins::default();
+    let (no_pids, no_exts) = (HashMap::new(), HashMap::new());
+    let no_joins = JoinsRef {
+        pid_of: &no_pids,
+        ext_of: &no_exts,
+        default_pid: None,
+    };
+    let mut order: Vec<u32> = Vec::new();
+    let mut seen: HashMap<u32, ()> = HashMap::new();
+    let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();
+    let mut invalid: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut faults: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
+    let (mut records, mut memory_events) = (0u64, 0u64);
+    let (mut latest, mut displacement) = (0u64, 0u64);
+    let mut item = |t: u64| {
+        latest = latest.max(t);
+        displacement = displacement.max(latest - t);
+    };
+    let mut note = |id: u32| {
+        if seen.insert(id, ()).is_none() {
+            order.push(id);
+        }
+    };
+    let walked = walk_file(file, opts.api, true, |r| {
+        let ptr = match &r.record {
+            Record::Kernel(k) => k.name_ptr,
+            Record::Device(d) => d.name_ptr,
+            _ => 0,
+        };
+        if ptr != 0 && !names.contains_key(&ptr) {
+            if let Some(s) = strings.get(ptr) {
+                names.insert(ptr, Arc::from(s));
+            }
+        }
+        if let Record::Other(k) = r.record {
+            if let Some(cat) = k.category() {
+                *skipped.entry(cat).or_insert(0) += 1;
+            }
+        }
+        joins.learn(std::slice::from_ref(&r), &names);
+        match convert(&r, &names, &no_joins) {
+            Converted::Work { device_id, rec, .. } => {
+                note(device_id);
+                item(rec.start_ns);
+                records += 1;
+            }
+            Converted::Memory { device_id, ev } => {
+                note(device_id);
+                item(ev.timestamp_ns);
+                memory_events += 1;
+            }
+            Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
+            Converted::Invalid {
+                device_id,
+                field,
+                value,
+            } => {
+                *invalid.entry(device_id).or_insert(0) += 1;
+                let slot = faults.entry(field).or_insert_with(|| {
+                    let e = CuptiSourceError::Decode {
+                        name: name.clone(),
+                        frame: None,
+                        error: DecodeError::BadField {
+                            offset: r.offset,
+                            kind: r.kind,
+                            field,
+                            value,
+                            reason: INVALID_KERNEL_FIELD,
+                        },
+                    };
+                    (0, e.to_string())
+                });
+                slot.0 += 1;
+                note(device_id);
+            }
+            Converted::Consumed => {}
+        }
+    });
+    let digest = match walked {
+        Ok(d) => d,
+        Err(WalkError::Io(e)) => return Err(io(e)),
+        Err(WalkError::Decode(error)) => {
+            return Err(CuptiSourceError::Decode {
+                name,
+                frame: None,
+                error,
+            })
+        }
+    };
+    if !joins.instructions_of.is_empty() {
+        return Ok(Scan::Whole);
+    }
+    let sha256 = digest.map(hex::encode).unwrap_or_default();
+    let key_label = format!("{name}@{}", sha256.get(..8).unwrap_or(&sha256));
+    let (devices, index, losses, partitions) = {
+        let mut devs = Devices {
+            source: &key_label,
+            inventory: &[],
+            device_recs: &joins.device_recs,
+            devices: Vec::new(),
+            index: HashMap::new(),
+        };
+        for id in order {
+            devs.slot(id);
+        }
+        let losses: Vec<(DeviceSlot, LossReason, u64, bool)> = invalid
+            .iter()
+            .map(|(&id, &n)| (devs.slot(id), LossReason::InvalidField, n, false))
+            .collect();
+        let mut partitions = Vec::new();
+        for (&(device, context), &sms) in &joins.green {
+            if let Some(&slot) = devs.index.get(&device) {
+                partitions.push((slot, context, sms));
+            }
+        }
+        (devs.devices, devs.index, losses, partitions)
+    };
+    let warnings: Vec<String> = faults
+        .into_values()
+        .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
+        .collect();
+    Ok(Scan::Streamable(Box::new(BufferFile {
+        name,
+        path: path.to_path_buf(),
+        api: opts.api,
+        sha256,
+        joins,
+        names,
+        devices,
+        index,
+        losses,
+        partitions,
+        skipped,
+        warnings,
+        records,
+        invalid_records: invalid.values().sum(),
+        memory_events,
+        displacement_ns: displacement,
+    })))
+}
+
+/// Meters the raw CUPTI buffer file at `path` as a stream (module docs): the same report as
+/// reading it and calling [`meter_buffer`], in memory flat in the file's size. The report
+/// names it by its file name.
+///
+/// # Errors
+/// [`CuptiSourceError::Io`] when the file cannot be read, [`CuptiSourceError::Decode`] when it
+/// does not decode: then the meter is untouched (the whole file is validated first). An error
+/// of the second pass (the file changed between the passes) leaves what was pushed.
+pub fn meter_buffer_file(
+    meter: &mut Meter,
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let Some(file) = BufferFile::scan(path, opts)? else {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| path.display().to_string());
+        let bytes = std::fs::read(path).map_err(|error| CuptiSourceError::Io {
+            name: name.clone(),
+            error,
+        })?;
+        return meter_buffer(meter, &name, &bytes, opts);
+    };
+    let mut summary = CuptiSummary {
+        source_name: file.name.clone(),
+        format: CuptiFormat::Cupti,
+        api: file.api,
+        records: file.records + file.invalid_records,
+        skipped: file.skipped.values().sum(),
+        duplicate_source: false,
+        sha256: file.sha256.clone(),
+        device_keys: file.devices.iter().map(|d| d.key.clone()).collect(),
+        process_ids_joined: 0,
+        external_ids_joined: 0,
+        dropped: 0,
+        buffers: 1,
+        energy_samples: 0,
+        memory_events: file.memory_events,
+        green_contexts: file.partitions.len() as u64,
+        kernels_with_instructions: 0,
+        allocations_closed_at_end: 0,
+        attribution_events: 0,
+        unknown_frames: 0,
+        torn: None,
+        finished: true,
+    };
+    // As `announce` and `push_batches` do for one source: the source, its devices (the hook
+    // applied), warnings, partitions, losses and skipped counts, then its items in order.
+    let fresh = meter.begin_source(SourceInfo {
+        name: summary.source_name.clone(),
+        format: CuptiFormat::Cupti.as_str().to_string(),
+        sha256: summary.sha256.clone(),
+    });
+    if !fresh {
+        summary.duplicate_source = true;
+        summary.records = 0;
+        summary.skipped = 0;
+        return Ok(summary);
+    }
+    let slots: Vec<DeviceSlot> = file
+        .devices
+        .iter()
+        .map(|info| {
+            let slot = meter.register_device(info.clone());
+            if let Some(hook) = opts.on_device {
+                hook(meter, slot);
+            }
+            slot
+        })
+        .collect();
+    let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
+    for w in &file.warnings {
+        meter.warn(w.clone());
+    }
+    let mut partition_of: HashMap<(DeviceSlot, u32), PartitionId> = HashMap::new();
+    for &(local, context, sms) in &file.partitions {
+        if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
+            partition_of.insert((local, context), p);
+        }
+    }
+    for &(local, reason, n, lower) in &file.losses {
+        let Some(slot) = slot_of(local) else { continue };
+        if lower {
+            meter.record_loss_at_least(slot, reason, n);
+        } else {
+            meter.record_loss(slot, reason, n);
+        }
+    }
+    for (category, n) in &file.skipped {
+        meter.record_skipped(category, *n);
+    }
+    let (pids, exts) = file.replay(|item| match item {
+        SourceItem::Work(mut rec) => {
+            rec.partition = partition_of.get(&(rec.device, rec.context_id)).copied();
+            if let Some(slot) = slot_of(rec.device) {
+                rec.device = slot;
+                meter.push(rec);
+            }
+        }
+        SourceItem::Memory(mut ev) => {
+            if let Some(slot) = slot_of(ev.device) {
+                ev.device = slot;
+                meter.push_memory(ev);
+            }
+        }
+    })?;
+    summary.process_ids_joined = pids;
+    summary.external_ids_joined = exts;
+    Ok(summary)
+}

@@ -1,0 +1,805 @@
+//! Metering a `.gmr` recording file as a stream (issue 13), as [`crate::file`] meters a raw
+//! buffer: two passes over the file read in chunks, frame by frame, the SHA-256 computed by
+//! the reading thread of the first, the records handed to the meter in the whole-file path's
+//! order through a reorder buffer as wide as the file's disorder.
+//!
+//! Only well-formed recordings stream: a file whose every frame reads whole (checksum right,
+//! payload parses) after a valid header, with or without an end frame, and without
+//! instruction counts (SASS-metrics frames or INSTRUCTION_EXECUTION records, whose split among
+//! a launch's kernels needs all of them). Anything else — a torn or corrupt frame, data after
+//! the end frame, a second header, a malformed payload, an unsupported version — is metered by
+//! the whole-file path ([`meter_gmr`]), which reports, resynchronizes and books the damage:
+//! those files are the exception, and their error messages stay exactly as they were.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+
+use gpumeter_core::{
+    DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SourceInfo,
+};
+
+use crate::decode::{DecodeError, Record, Walk};
+use crate::file::{with_chunks, Chunks, Reorder, SourceItem};
+use crate::gmr::{
+    cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame, StringTable,
+    FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
+    T_INSTRUCTIONS, T_STRINGS, UNKNOWN_DEVICE,
+};
+use crate::join::{convert, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
+use crate::layout::ApiVersion;
+use crate::source::{
+    meter_gmr, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary, Devices, FrameRef,
+};
+
+/// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
+/// bytes): its place, type and payload; `each` returns `false` to stop. Returns the header and
+/// whether the file has an end frame, or `None` when the file is not a well-formed recording
+/// (module docs) or `each` stopped: then the whole-file path meters it.
+fn frames(
+    chunks: &mut Chunks<'_>,
+    len: u64,
+    mut each: impl FnMut(&GmrHeader, FrameRef, u32, &[u8]) -> bool,
+) -> std::io::Result<Option<(GmrHeader, bool)>> {
+    if !chunks.ensure(GMR_PREAMBLE_LEN)? {
+        return Ok(None);
+    }
+    let rest = chunks.rest();
+    let version = rest
+        .get(16..20)
+        .map(|v| u32::from_le_bytes([v[0], v[1], v[2], v[3]]));
+    if rest.get(..16) != Some(&GMR_MAGIC[..]) || version != Some(GMR_FORMAT_VERSION) {
+        return Ok(None);
+    }
+    chunks.consume(GMR_PREAMBLE_LEN);
+    let mut header: Option<GmrHeader> = None;
+    let (mut index, mut finished) = (0usize, false);
+    while chunks.ensure(1)? {
+        let offset = chunks.offset();
+        if finished || !chunks.ensure(12)? {
+            return Ok(None);
+        }
+        let r = chunks.rest();
+        let size = r
+            .get(4..12)
+            .and_then(|b| <[u8; 8]>::try_from(b).ok())
+            .map(u64::from_le_bytes)
+            .and_then(|n| n.checked_add(FRAME_OVERHEAD as u64));
+        // A frame longer than the rest of the file is torn: not read into memory here.
+        let Some(size) = size.filter(|&n| n <= len.saturating_sub(offset as u64)) else {
+            return Ok(None);
+        };
+        let Ok(size) = usize::try_from(size) else {
+            return Ok(None);
+        };
+        if !chunks.ensure(size)? {
+            return Ok(None);
+        }
+        let next = match cut(chunks.rest(), 0) {
+            Cut::Whole {
+                frame_type,
+                payload,
+                next,
+            } => {
+                match &header {
+                    None if frame_type == T_HEADER => match serde_json::from_slice(payload) {
+                        Ok(h) => header = Some(h),
+                        Err(_) => return Ok(None),
+                    },
+                    None => return Ok(None),
+                    Some(h) => {
+                        index += 1;
+                        if frame_type == T_END {
+                            finished = true;
+                        } else if frame_type == T_HEADER {
+                            return Ok(None);
+                        } else {
+                            let at = FrameRef {
+                                index,
+                                offset: offset as u64,
+                            };
+                            if !each(h, at, frame_type, payload) {
+                                return Ok(None);
+                            }
+                        }
+                    }
+                }
+                next
+            }
+            _ => return Ok(None),
+        };
+        chunks.consume(next);
+    }
+    Ok(header.map(|h| (h, finished)))
+}
+
+/// What the first pass learned of a well-formed recording.
+struct Scanned {
+    name: String,
+    sha256: String,
+    header: GmrHeader,
+    api: ApiVersion,
+    finished: bool,
+    joins: Joins,
+    /// Device ids in order of first activity.
+    order: Vec<u32>,
+    skipped: BTreeMap<&'static str, u64>,
+    invalid: BTreeMap<u32, u64>,
+    faults: BTreeMap<&'static str, (u64, String)>,
+    records: u64,
+    memory_events: u64,
+    /// Per device id: the latest time of its records (end, or start when later) and memory
+    /// events, for the report's `extensions.recordings`.
+    ends: BTreeMap<u32, u64>,
+    /// The latest end of a valid work record or time of a memory event: a finished
+    /// recording's end.
+    end: u64,
+    latest: u64,
+    displacement: u64,
+    buffers: u64,
+    dropped: Vec<DroppedRecords>,
+    energy_frames: Vec<LocatedFrame>,
+    attribution_events: u64,
+    unknown_frames: u64,
+    undecodable: Vec<(FrameRef, DecodeError)>,
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Pass 1: `None` when the whole-file path must meter the file.
+fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSourceError> {
+    let name = file_name(path);
+    let io = |error| CuptiSourceError::Io {
+        name: name.clone(),
+        error,
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut strings = StringTable::new();
+    if let Some(s) = opts.strings {
+        strings.extend_from(s);
+    }
+    let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+    let (no_pids, no_exts) = (HashMap::new(), HashMap::new());
+    let no_joins = JoinsRef {
+        pid_of: &no_pids,
+        ext_of: &no_exts,
+        default_pid: None,
+    };
+    let mut seen: HashSet<u32> = HashSet::new();
+    let mut s = Scanned {
+        name: name.clone(),
+        sha256: String::new(),
+        header: GmrHeader::default(),
+        api: ApiVersion::default(),
+        finished: false,
+        joins: Joins::default(),
+        order: Vec::new(),
+        skipped: BTreeMap::new(),
+        invalid: BTreeMap::new(),
+        faults: BTreeMap::new(),
+        records: 0,
+        memory_events: 0,
+        ends: BTreeMap::new(),
+        end: 0,
+        latest: 0,
+        displacement: 0,
+        buffers: 0,
+        dropped: Vec::new(),
+        energy_frames: Vec::new(),
+        attribution_events: 0,
+        unknown_frames: 0,
+        undecodable: Vec::new(),
+    };
+    let mut api: Option<ApiVersion> = None;
+    let (framed, digest) = with_chunks(file, true, |chunks| {
+        frames(chunks, len, |h, at, frame_type, payload| {
+            let api = match api {
+                Some(a) => a,
+                None => match ApiVersion::from_cupti(h.cupti_api_version) {
+                    Ok(a) => *api.insert(a),
+                    Err(_) => return false,
+                },
+            };
+            match frame_type {
+                T_BUFFER => {
+                    s.buffers += 1;
+                    names.clear();
+                    for r in Walk::new(payload, api) {
+                        let r = match r {
+                            Ok(r) => r,
+                            Err(e) => {
+                                s.undecodable.push((at, e));
+                                break;
+                            }
+                        };
+                        let ptr = match &r.record {
+                            Record::Kernel(k) => k.name_ptr,
+                            Record::Device(d) => d.name_ptr,
+                            _ => 0,
+                        };
+                        if ptr != 0 && !names.contains_key(&ptr) {
+                            if let Some(t) = strings.get(ptr) {
+                                names.insert(ptr, Arc::from(t));
+                            }
+                        }
+                        if let Record::Other(k) = r.record {
+                            if let Some(cat) = k.category() {
+                                *s.skipped.entry(cat).or_insert(0) += 1;
+                            }
+                        }
+                        s.joins.learn(std::slice::from_ref(&r), &names);
+                        let mut note = |id: u32, t: u64, s: &mut Scanned| {
+                            if seen.insert(id) {
+                                s.order.push(id);
+                            }
+                            let e = s.ends.entry(id).or_insert(t);
+                            *e = (*e).max(t);
+                        };
+                        match convert(&r, &names, &no_joins) {
+                            Converted::Work { device_id, rec, .. } => {
+                                note(device_id, rec.end_ns.max(rec.start_ns), &mut s);
+                                s.latest = s.latest.max(rec.start_ns);
+                                s.displacement = s.displacement.max(s.latest - rec.start_ns);
+                                let valid = rec.start_ns != 0
+                                    && rec.end_ns >= rec.start_ns
+                                    && rec.end_ns - rec.start_ns
+                                        <= gpumeter_core::time::MAX_RECORD_NS;
+                                if valid {
+                                    s.end = s.end.max(rec.end_ns);
+                                }
+                                s.records += 1;
+                            }
+                            Converted::Memory { device_id, ev } => {
+                                let t = ev.timestamp_ns;
+                                note(device_id, t, &mut s);
+                                s.latest = s.latest.max(t);
+                                s.displacement = s.displacement.max(s.latest - t);
+                                s.end = s.end.max(t);
+                                s.memory_events += 1;
+                            }
+                            Converted::Skipped(cat) => *s.skipped.entry(cat).or_insert(0) += 1,
+                            Converted::Invalid {
+                                device_id,
+                                field,
+                                value,
+                            } => {
+                                *s.invalid.entry(device_id).or_insert(0) += 1;
+                                let slot = s.faults.entry(field).or_insert_with(|| {
+                                    let e = CuptiSourceError::Decode {
+                                        name: name.clone(),
+                                        frame: Some(at),
+                                        error: DecodeError::BadField {
+                                            offset: r.offset,
+                                            kind: r.kind,
+                                            field,
+                                            value,
+                                            reason: INVALID_KERNEL_FIELD,
+                                        },
+                                    };
+                                    (0, e.to_string())
+                                });
+                                slot.0 += 1;
+                                if seen.insert(device_id) {
+                                    s.order.push(device_id);
+                                }
+                            }
+                            Converted::Consumed => {}
+                        }
+                    }
+                    true
+                }
+                T_INSTRUCTIONS => false,
+                _ => match parse_payload(frame_type, payload) {
+                    Ok(Some(Frame::StringTable(t))) => {
+                        strings.extend_from(&t);
+                        true
+                    }
+                    Ok(Some(Frame::Dropped(d))) => {
+                        s.dropped.push(d);
+                        true
+                    }
+                    Ok(Some(Frame::Attribution(_))) => {
+                        s.attribution_events += 1;
+                        true
+                    }
+                    Ok(Some(frame @ Frame::Energy(_))) => {
+                        s.energy_frames.push(LocatedFrame {
+                            offset: at.offset,
+                            index: at.index,
+                            frame,
+                        });
+                        true
+                    }
+                    Ok(Some(_)) => false,
+                    Ok(None) => {
+                        s.unknown_frames += 1;
+                        true
+                    }
+                    Err(_) => false,
+                },
+            }
+        })
+    });
+    let Some((header, finished)) = framed.map_err(io)? else {
+        return Ok(None);
+    };
+    if !s.joins.instructions_of.is_empty() {
+        return Ok(None);
+    }
+    let Some(digest) = digest else {
+        return Ok(None);
+    };
+    s.api = match api {
+        Some(a) => a,
+        None => match ApiVersion::from_cupti(header.cupti_api_version) {
+            Ok(a) => a,
+            Err(_) => return Ok(None),
+        },
+    };
+    s.sha256 = hex::encode(digest);
+    s.header = header;
+    s.finished = finished;
+    Ok(Some(s))
+}
+
+/// Meters the `.gmr` recording at `path` as a stream (module docs): the same report as
+/// reading it and calling [`meter_gmr`], in memory flat in the file's size for a
+/// well-formed recording; any other is metered by [`meter_gmr`] itself. The report names it
+/// by its file name.
+///
+/// # Errors
+/// As [`meter_gmr`] (the file is validated whole before the meter is touched), and
+/// [`CuptiSourceError::Io`] when it cannot be read; an error of the second pass (the file
+/// changed between the passes) leaves what was pushed.
+pub fn meter_gmr_file(
+    meter: &mut Meter,
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let Some(s) = scan(path, opts)? else {
+        let name = file_name(path);
+        let bytes = std::fs::read(path).map_err(|error| CuptiSourceError::Io {
+            name: name.clone(),
+            error,
+        })?;
+        return meter_gmr(meter, &name, &bytes, opts);
+    };
+    let h = &s.header;
+    let recording = format!(
+        "{}/{}/{}/{}",
+        h.host, h.process_id, h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
+    );
+    let default_pid = (h.process_id != 0).then_some(h.process_id);
+    let key_label = format!("{}@{}", s.name, s.sha256.get(..8).unwrap_or(&s.sha256));
+    let mut devs = Devices {
+        source: &key_label,
+        inventory: &h.devices,
+        device_recs: &s.joins.device_recs,
+        devices: Vec::new(),
+        index: HashMap::new(),
+    };
+    for &id in &s.order {
+        devs.slot(id);
+    }
+    // From here as `Input::plan` orders it, so that devices get the same slots.
+    let mut warnings: Vec<String> = s
+        .faults
+        .values()
+        .map(|(n, first)| gpumeter_core::invalid_field_warning(first, *n))
+        .collect();
+    let invalid_records: u64 = s.invalid.values().sum();
+    let mut losses: Vec<(DeviceSlot, LossReason, u64, bool)> = s
+        .invalid
+        .iter()
+        .map(|(&id, &n)| (devs.slot(id), LossReason::InvalidField, n, false))
+        .collect();
+    let mut source_losses: Vec<(LossReason, u64, bool)> = Vec::new();
+    let mut dropped_total = 0u64;
+    let mut dropped: BTreeMap<Option<DeviceSlot>, (u64, bool)> = BTreeMap::new();
+    for d in &s.dropped {
+        if d.count == 0 {
+            continue;
+        }
+        let described = |id: &u32| {
+            devs.index.contains_key(id)
+                || s.joins.device_recs.contains_key(id)
+                || h.devices.iter().any(|i| i.id == *id)
+        };
+        let device = match d.device_id {
+            Some(id) if described(&id) => Some(id),
+            Some(_) => None,
+            None => s
+                .joins
+                .device_of_context
+                .get(&d.context_id)
+                .copied()
+                .or_else(|| devs.only_device()),
+        };
+        let slot = device.map(|id| devs.slot(id));
+        let n = dropped.entry(slot).or_insert((0, false));
+        *n = match n.0.checked_add(d.count) {
+            Some(v) => (v, n.1),
+            None => (u64::MAX, true),
+        };
+        dropped_total = dropped_total.saturating_add(d.count);
+        if slot.is_none() {
+            warnings.push(format!(
+                "{}: {} records dropped by CUPTI in context {} stream {} belong to a device \
+                 the recording does not tell: booked as loss on the source",
+                s.name, d.count, d.context_id, d.stream_id
+            ));
+        }
+    }
+    for (slot, (n, overflowed)) in dropped {
+        match slot {
+            Some(slot) => losses.push((slot, LossReason::Dropped, n, overflowed)),
+            None => source_losses.push((LossReason::Dropped, n, overflowed)),
+        }
+    }
+    for (at, error) in &s.undecodable {
+        source_losses.push((LossReason::CorruptFrame, 0, true));
+        warnings.push(format!(
+            "{}: {at}: the activity buffer stops decoding ({error}): the records before \
+             that were metered, what follows is lost (corrupt_frame, how many is unknown)",
+            s.name
+        ));
+    }
+    if !s.finished {
+        warnings.push(format!(
+            "{}: the recording has no end frame (its producer stopped before closing it)",
+            s.name
+        ));
+    }
+    if h.instrumented {
+        warnings.push(format!(
+            "{}: instrumented run (instruction-level collection: SASS metrics): kernels ran \
+             slower than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
+             kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work (DESIGN §4 \
+             \"Instrumentation\")",
+            s.name
+        ));
+    }
+    if s.unknown_frames > 0 {
+        warnings.push(format!(
+            "{}: {} frames of unknown types were skipped (written by a newer producer?)",
+            s.name, s.unknown_frames
+        ));
+    }
+    // A finished recording's end: one process exit per device known so far and process id.
+    let exit_devices = if s.finished && s.end != 0 {
+        devs.devices.len()
+    } else {
+        0
+    };
+    // Energy, through the recorded telemetry as the whole-file path reads it.
+    let mut energy: Vec<(DeviceSlot, u64, u64)> = Vec::new();
+    let mut unplaced = 0u64;
+    {
+        use gpumeter_nvml::Telemetry as _;
+        let telemetry = GmrFile {
+            header: h.clone(),
+            frames: s.energy_frames.clone(),
+            unknown_frames: 0,
+            finished: s.finished,
+            torn: None,
+            damaged: Vec::new(),
+        }
+        .telemetry();
+        for gpu in telemetry.gpus().unwrap_or_default() {
+            while let Ok(r) = telemetry.energy(gpu.index) {
+                let known = devs.index.contains_key(&r.index)
+                    || s.joins.device_recs.contains_key(&r.index)
+                    || h.devices.iter().any(|d| d.id == r.index);
+                if known && r.index != UNKNOWN_DEVICE {
+                    energy.push((devs.slot(r.index), r.timestamp_ns, r.energy_mj));
+                } else {
+                    unplaced += 1;
+                }
+            }
+        }
+    }
+    if unplaced > 0 {
+        warnings.push(format!(
+            "{}: {unplaced} energy samples name a device the recording does not describe; \
+             not metered",
+            s.name
+        ));
+    }
+    let mut partitions = Vec::new();
+    for (&(device, context), &sms) in &s.joins.green {
+        if let Some(&slot) = devs.index.get(&device) {
+            partitions.push((slot, context, sms));
+        }
+    }
+    let Devices { devices, index, .. } = devs;
+    let mut summary = CuptiSummary {
+        source_name: s.name.clone(),
+        format: CuptiFormat::Gmr,
+        api: s.api,
+        records: s.records + invalid_records,
+        skipped: s.skipped.values().sum(),
+        duplicate_source: false,
+        sha256: s.sha256.clone(),
+        device_keys: devices.iter().map(|d| d.key.clone()).collect(),
+        process_ids_joined: 0,
+        external_ids_joined: 0,
+        dropped: dropped_total,
+        buffers: s.buffers,
+        energy_samples: s.energy_frames.len() as u64,
+        // Counted as pushed, process exits at the end included (as `close_at_end` adds them).
+        memory_events: 0,
+        green_contexts: partitions.len() as u64,
+        kernels_with_instructions: 0,
+        allocations_closed_at_end: 0,
+        attribution_events: s.attribution_events,
+        unknown_frames: s.unknown_frames,
+        torn: None,
+        finished: s.finished,
+    };
+
+    // As `announce`, then `push_batches` for one batch.
+    let fresh = meter.begin_source(SourceInfo {
+        name: summary.source_name.clone(),
+        format: CuptiFormat::Gmr.as_str().to_string(),
+        sha256: summary.sha256.clone(),
+    });
+    if !fresh {
+        summary.duplicate_source = true;
+        summary.records = 0;
+        summary.skipped = 0;
+        summary.dropped = 0;
+        return Ok(summary);
+    }
+    let slots: Vec<DeviceSlot> = devices
+        .iter()
+        .map(|info| {
+            let slot = meter.register_device(info.clone());
+            if let Some(hook) = opts.on_device {
+                hook(meter, slot);
+            }
+            slot
+        })
+        .collect();
+    let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
+    for w in warnings {
+        meter.warn(w);
+    }
+    let mut partition_of: HashMap<(DeviceSlot, u32), PartitionId> = HashMap::new();
+    for &(local, context, sms) in &partitions {
+        if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
+            partition_of.insert((local, context), p);
+        }
+    }
+    let mut energy: Vec<(DeviceSlot, u64, u64)> = energy
+        .into_iter()
+        .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
+        .collect();
+    let mut spans: BTreeMap<DeviceSlot, (u64, u64)> = BTreeMap::new();
+    for &(slot, t, _) in &energy {
+        let sp = spans.entry(slot).or_insert((t, t));
+        *sp = (sp.0.min(t), sp.1.max(t));
+    }
+    let mut energy_spans: Vec<(DeviceSlot, u64, u64)> =
+        spans.into_iter().map(|(d, (a, b))| (d, a, b)).collect();
+    // `continue_recording`: how far this report reads the recording on each device, and what
+    // an earlier report of the chain read of it.
+    let mut ends: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+    let mut note = |slot: DeviceSlot, t: u64| {
+        let e = ends.entry(slot).or_insert(t);
+        *e = (*e).max(t);
+    };
+    for (&id, &t) in &s.ends {
+        if let Some(slot) = index.get(&id).and_then(|&l| slot_of(l)) {
+            note(slot, t);
+        }
+    }
+    for d in 0..exit_devices {
+        if let Some(slot) = slot_of(DeviceSlot(d as u32)) {
+            note(slot, s.end);
+        }
+    }
+    for &(slot, t, _) in &energy {
+        note(slot, t);
+    }
+    let mut cut_at: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+    for (&slot, &end) in &ends {
+        meter.note_recording(&recording, slot, end);
+        if let Some(t) = meter.recording_read_to(&recording, slot) {
+            cut_at.insert(slot, t);
+        }
+    }
+    let read = |slot: DeviceSlot, t: u64| cut_at.get(&slot).is_some_and(|&c| t != 0 && t <= c);
+    if !cut_at.is_empty() {
+        let mut anchor: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+        for &(slot, t, _) in &energy {
+            if read(slot, t) {
+                let a = anchor.entry(slot).or_insert(t);
+                *a = (*a).max(t);
+            }
+        }
+        energy.retain(|&(slot, t, _)| anchor.get(&slot).is_none_or(|&a| t >= a));
+        for span in &mut energy_spans {
+            if let Some(&a) = anchor.get(&span.0) {
+                span.1 = span.1.max(a);
+            }
+        }
+    }
+    for &(local, reason, n, lower) in &losses {
+        let Some(slot) = slot_of(local) else { continue };
+        if lower {
+            meter.record_loss_at_least(slot, reason, n);
+        } else {
+            meter.record_loss(slot, reason, n);
+        }
+    }
+    let label = format!("{}@{}", s.name, s.sha256.get(..8).unwrap_or(&s.sha256));
+    for (reason, n, lower) in source_losses {
+        meter.record_source_loss(&label, reason, n, lower);
+    }
+    for (category, n) in &s.skipped {
+        meter.record_skipped(category, *n);
+    }
+    for &(slot, from, to) in &energy_spans {
+        meter.observe_energy_span(slot, from, to);
+    }
+
+    // Pass 2.
+    let name = s.name.clone();
+    let io = |error| CuptiSourceError::Io {
+        name: name.clone(),
+        error,
+    };
+    let file = File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let joins = JoinsRef {
+        pid_of: &s.joins.pid_of,
+        ext_of: &s.joins.ext_of,
+        default_pid,
+    };
+    let mut strings = StringTable::new();
+    if let Some(t) = opts.strings {
+        strings.extend_from(t);
+    }
+    let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+    let mut reorder = Reorder::new(if exit_devices > 0 {
+        s.displacement.max(s.latest.saturating_sub(s.end))
+    } else {
+        s.displacement
+    });
+    let mut pids: BTreeSet<Option<u32>> = BTreeSet::new();
+    let (mut pid_joined_n, mut ext_joined_n) = (0u64, 0u64);
+    let mut held: HashSet<(u32, Option<u32>, u64)> = HashSet::new();
+    let (mut billed_rec, mut billed_mem) = (0u64, 0u64);
+    let mut memory_events = 0u64;
+    let mut sink = |item: SourceItem| match item {
+        SourceItem::Work(mut rec) => {
+            rec.partition = partition_of.get(&(rec.device, rec.context_id)).copied();
+            let Some(slot) = slot_of(rec.device) else {
+                return;
+            };
+            rec.device = slot;
+            if rec.start_ns != 0 && read(slot, rec.end_ns.max(rec.start_ns)) {
+                billed_rec += 1;
+                return;
+            }
+            meter.push(rec);
+        }
+        SourceItem::Memory(mut ev) => {
+            memory_events += 1;
+            let key = (ev.device.0, ev.process_id, ev.address);
+            match ev.op {
+                MemoryOp::Allocation => {
+                    held.insert(key);
+                }
+                MemoryOp::Release => {
+                    held.remove(&key);
+                }
+                MemoryOp::ProcessExit => {}
+            }
+            let Some(slot) = slot_of(ev.device) else {
+                return;
+            };
+            ev.device = slot;
+            if read(slot, ev.timestamp_ns) {
+                billed_mem += 1;
+                return;
+            }
+            meter.push_memory(ev);
+        }
+    };
+    let (framed, _) = with_chunks(file, false, |chunks| {
+        frames(chunks, len, |_, _, frame_type, payload| {
+            match frame_type {
+                T_BUFFER => {
+                    names.clear();
+                    for r in Walk::new(payload, s.api) {
+                        let Ok(r) = r else { break };
+                        let ptr = match &r.record {
+                            Record::Kernel(k) => k.name_ptr,
+                            Record::Device(d) => d.name_ptr,
+                            _ => 0,
+                        };
+                        if ptr != 0 && !names.contains_key(&ptr) {
+                            if let Some(t) = strings.get(ptr) {
+                                names.insert(ptr, Arc::from(t));
+                            }
+                        }
+                        match convert(&r, &names, &joins) {
+                            Converted::Work {
+                                device_id,
+                                mut rec,
+                                pid_joined,
+                                ext_joined,
+                            } => {
+                                let Some(&local) = index.get(&device_id) else {
+                                    continue;
+                                };
+                                rec.device = local;
+                                pid_joined_n += u64::from(pid_joined);
+                                ext_joined_n += u64::from(ext_joined);
+                                reorder.push(rec.start_ns, SourceItem::Work(rec), &mut sink);
+                            }
+                            Converted::Memory { device_id, mut ev } => {
+                                let Some(&local) = index.get(&device_id) else {
+                                    continue;
+                                };
+                                ev.device = local;
+                                pids.insert(ev.process_id);
+                                reorder.push(ev.timestamp_ns, SourceItem::Memory(ev), &mut sink);
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                T_STRINGS => {
+                    if let Ok(Some(Frame::StringTable(t))) = parse_payload(frame_type, payload) {
+                        strings.extend_from(&t);
+                    }
+                }
+                _ => {}
+            }
+            true
+        })
+    });
+    let complete = framed.map_err(io)?.is_some();
+    if exit_devices > 0 {
+        pids.insert(default_pid);
+        for device in 0..exit_devices {
+            for &pid in &pids {
+                let mut exit = MemoryEvent::new(
+                    DeviceSlot(device as u32),
+                    s.end,
+                    0,
+                    0,
+                    MemoryOp::ProcessExit,
+                );
+                exit.process_id = pid;
+                reorder.push(s.end, SourceItem::Memory(exit), &mut sink);
+            }
+        }
+    }
+    reorder.drain(&mut sink);
+    if !complete {
+        return Err(CuptiSourceError::Io {
+            name: s.name.clone(),
+            error: std::io::Error::other("the file changed while it was metered"),
+        });
+    }
+    for (slot, t, e) in energy {
+        meter.push_energy(slot, t, e);
+    }
+    if billed_rec > 0 || billed_mem > 0 {
+        meter.record_billed_earlier(billed_rec, billed_mem);
+    }
+    summary.memory_events = memory_events;
+    summary.allocations_closed_at_end = if s.finished { held.len() as u64 } else { 0 };
+    summary.process_ids_joined = pid_joined_n;
+    summary.external_ids_joined = ext_joined_n;
+    Ok(summary)
+}

@@ -1,0 +1,436 @@
+//! Streaming a raw buffer file ([`meter_buffer_file`], [`BufferFile`]) and a `.gmr`
+//! ([`meter_gmr_file`]) against the whole-file paths ([`meter_buffer`], [`meter_gmr`]): the same report, the same errors with the same offsets, across
+//! chunk boundaries, for files out of time order, and no allocation per record.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gpumeter_core::{Meter, MeterConfig};
+use gpumeter_cupti::{
+    decode, meter_buffer, meter_buffer_file, meter_gmr, meter_gmr_file, ActivityKind, ApiVersion,
+    BufferFile, CuptiOptions, CuptiSourceError, SourceItem, CHUNK_BYTES,
+};
+
+/// Counts allocations (of every thread), to show the replay allocates nothing per record.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+#[allow(unsafe_code)]
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller upholds `GlobalAlloc::alloc`'s contract, passed on as is.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` was allocated by `System` with `layout` (every allocation goes there).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: as `dealloc`; the caller upholds `GlobalAlloc::realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+const API: ApiVersion = ApiVersion::Cupti12_8;
+
+/// `n` CONCURRENT_KERNEL records of 12.8 on 4 streams, 3 µs long; record `i` starts at
+/// `start(i)` ns after a base.
+fn kernels(n: usize, start: impl Fn(usize) -> u64) -> Vec<u8> {
+    let layout = API
+        .layouts()
+        .into_iter()
+        .find(|l| l.kind == ActivityKind::CONCURRENT_KERNEL)
+        .expect("kernel layout");
+    let field = |name: &str| {
+        layout
+            .fields
+            .iter()
+            .find(|f| f.name == name)
+            .map(|f| (f.offset, f.width))
+            .expect("field")
+    };
+    let fields = [
+        "start",
+        "end",
+        "gridX",
+        "gridY",
+        "gridZ",
+        "blockX",
+        "correlationId",
+        "streamId",
+        "contextId",
+    ]
+    .map(field);
+    let mut buf = vec![0u8; n * layout.size];
+    let t0: u64 = 1_793_606_160_000_000_000;
+    for (i, rec) in buf.chunks_exact_mut(layout.size).enumerate() {
+        rec[..4].copy_from_slice(&ActivityKind::CONCURRENT_KERNEL.0.to_le_bytes());
+        let s = t0 + start(i);
+        let values: [u64; 9] = [
+            s,
+            s + 3_000,
+            1 + (i as u64 % 300),
+            1,
+            1,
+            128,
+            i as u64 + 1,
+            7 + (i as u64 % 4),
+            1,
+        ];
+        for ((off, width), v) in fields.iter().zip(values) {
+            rec[*off..off + width].copy_from_slice(&v.to_le_bytes()[..*width]);
+        }
+    }
+    buf
+}
+
+fn whole(name: &str, bytes: &[u8]) -> Result<String, CuptiSourceError> {
+    let mut meter = Meter::new(MeterConfig::default());
+    meter_buffer(&mut meter, name, bytes, &CuptiOptions::default())?;
+    Ok(serde_json::to_string(&meter.finish().expect("report")).expect("json"))
+}
+
+fn streamed(path: &Path) -> Result<String, CuptiSourceError> {
+    let mut meter = Meter::new(MeterConfig::default());
+    meter_buffer_file(&mut meter, path, &CuptiOptions::default())?;
+    Ok(serde_json::to_string(&meter.finish().expect("report")).expect("json"))
+}
+
+fn same_report(bytes: &[u8]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("buf.bin");
+    std::fs::write(&path, bytes).expect("write");
+    let a = whole("buf.bin", bytes).expect("whole-file path");
+    let b = streamed(&path).expect("streamed path");
+    assert_eq!(a, b);
+}
+
+#[test]
+fn in_order_across_chunks_meters_as_whole() {
+    // Records span several chunks, and records straddle chunk boundaries (208 ∤ 1 MiB).
+    let n = 3 * CHUNK_BYTES / 208 + 17;
+    same_report(&kernels(n, |i| i as u64 * 1_000));
+}
+
+#[test]
+fn out_of_order_beyond_the_horizon_meters_as_whole() {
+    // Every 1000th record starts an hour before its neighbours (far past the meter's
+    // reordering horizon), some records share a start: the whole-file path sorts them all,
+    // and so must the stream.
+    let n = 20_000;
+    let hour = 3_600_000_000_000u64;
+    let bytes = kernels(n, |i| {
+        let t = hour + (i as u64 / 3) * 1_000;
+        if i % 1000 == 999 {
+            t - hour
+        } else {
+            t
+        }
+    });
+    same_report(&bytes);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("buf.bin");
+    std::fs::write(&path, &bytes).expect("write");
+    let file = BufferFile::scan(&path, &CuptiOptions::default())
+        .expect("scan")
+        .expect("streamable");
+    assert!(file.displacement_ns() > 1_000_000_000_000);
+}
+
+#[test]
+fn committed_raw_buffers_meter_as_whole() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/live");
+    for (name, api) in [
+        ("h200_r580_cupti_26.bin", ApiVersion::Cupti12_8),
+        ("h200_r580_cupti_130001.bin", ApiVersion::Cupti13_0),
+        ("h200_r580_cupti_130401.bin", ApiVersion::Cupti13_4),
+    ] {
+        let path = dir.join(name);
+        let bytes = std::fs::read(&path).expect("committed buffer");
+        let opts = CuptiOptions {
+            api,
+            ..CuptiOptions::default()
+        };
+        let mut a = Meter::new(MeterConfig::default());
+        let sa = meter_buffer(&mut a, name, &bytes, &opts).expect("whole");
+        let mut b = Meter::new(MeterConfig::default());
+        let sb = meter_buffer_file(&mut b, &path, &opts).expect("streamed");
+        assert_eq!(format!("{sa:?}"), format!("{sb:?}"), "{name}");
+        let (a, b) = (a.finish().expect("report"), b.finish().expect("report"));
+        assert_eq!(
+            serde_json::to_string(&a).expect("json"),
+            serde_json::to_string(&b).expect("json"),
+            "{name}"
+        );
+    }
+}
+
+/// The error of the whole-file decode and of the stream, as text (offsets included).
+fn same_error(bytes: &[u8]) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("buf.bin");
+    std::fs::write(&path, bytes).expect("write");
+    let a = whole("buf.bin", bytes).expect_err("whole-file path refuses");
+    let b = streamed(&path).expect_err("streamed path refuses");
+    assert_eq!(a.to_string(), b.to_string());
+    assert!(decode(bytes, API).is_err());
+}
+
+#[test]
+fn faults_past_the_first_chunk_are_the_same_errors() {
+    let n = CHUNK_BYTES / 208 + 100;
+    let good = kernels(n, |i| i as u64 * 1_000);
+    // Truncated last record.
+    same_error(&good[..good.len() - 5]);
+    // An unknown kind in the second chunk.
+    let mut unknown = good.clone();
+    let at = (CHUNK_BYTES / 208 + 3) * 208;
+    unknown[at..at + 4].copy_from_slice(&0xdead_u32.to_le_bytes());
+    same_error(&unknown);
+    // Zeros over a chunk boundary, then a non-zero byte: an invalid kind at the zeros' start.
+    let mut zeros = good[..208 * 100].to_vec();
+    zeros.resize(zeros.len() + 2 * CHUNK_BYTES, 0);
+    zeros.push(1);
+    same_error(&zeros);
+}
+
+#[test]
+fn a_zeroed_tail_over_chunks_is_no_fault() {
+    let mut bytes = kernels(1_000, |i| i as u64 * 1_000);
+    bytes.resize(bytes.len() + 2 * CHUNK_BYTES + 3, 0);
+    same_report(&bytes);
+}
+
+#[test]
+fn replay_allocates_nothing_per_record() {
+    let n = 1_000_000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("buf.bin");
+    std::fs::write(&path, kernels(n, |i| i as u64 * 1_000)).expect("write");
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    let file = BufferFile::scan(&path, &CuptiOptions::default())
+        .expect("scan")
+        .expect("streamable");
+    let scanned = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    // A sink that allocates nothing: sums the kernels' durations.
+    let (mut items, mut busy_ns) = (0u64, 0u64);
+    let before = ALLOCATIONS.load(Ordering::Relaxed);
+    file.replay(|item| {
+        if let SourceItem::Work(r) = item {
+            items += 1;
+            busy_ns += r.end_ns - r.start_ns;
+        }
+    })
+    .expect("replay");
+    let replayed = ALLOCATIONS.load(Ordering::Relaxed) - before;
+    assert_eq!(items, n as u64);
+    assert_eq!(busy_ns, 3_000 * n as u64);
+    // A few chunks, a thread, the reorder buffer's first slots: not one per record.
+    assert!(replayed < 200, "{replayed} allocations for {n} records");
+    assert!(scanned < 500, "{scanned} allocations for {n} records");
+}
+
+/// The report (or the error) of a `.gmr` metered whole and streamed, as text, after
+/// `continue_from(opening)` when given.
+fn gmr_both(
+    path: &Path,
+    opening: Option<&gpumeter_core::UsageReport>,
+) -> (Result<String, String>, Result<String, String>) {
+    let bytes = std::fs::read(path).expect("read");
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .expect("name");
+    let run = |streamed: bool| {
+        let mut meter = Meter::new(MeterConfig::default());
+        if let Some(o) = opening {
+            meter.continue_from(o).expect("opening");
+        }
+        let summary = if streamed {
+            meter_gmr_file(&mut meter, path, &CuptiOptions::default())
+        } else {
+            meter_gmr(&mut meter, &name, &bytes, &CuptiOptions::default())
+        };
+        match summary {
+            Ok(s) => Ok(format!(
+                "{s:?}\n{}",
+                serde_json::to_string(&meter.finish().expect("report")).expect("json")
+            )),
+            Err(e) => Err(e.to_string()),
+        }
+    };
+    (run(false), run(true))
+}
+
+#[test]
+fn committed_recordings_meter_as_whole() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut n = 0;
+    for dir in ["fuzz/seeds/gmr_reader", "examples/data"] {
+        for entry in std::fs::read_dir(root.join(dir)).expect("dir") {
+            let path = entry.expect("entry").path();
+            if path.extension().and_then(|e| e.to_str()) != Some("gmr") {
+                continue;
+            }
+            let (a, b) = gmr_both(&path, None);
+            assert!(a.is_ok(), "{}", path.display());
+            assert_eq!(a, b, "{}", path.display());
+            n += 1;
+        }
+    }
+    assert!(n >= 7, "{n} recordings");
+}
+
+#[test]
+fn damaged_recordings_meter_and_fail_as_whole() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let good = std::fs::read(root.join("examples/data/h200-cuda13-smoke.gmr")).expect("read");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut variants: Vec<(String, Vec<u8>)> = vec![
+        ("torn".into(), good[..good.len() - 7].to_vec()),
+        ("header-only".into(), good[..200.min(good.len())].to_vec()),
+        ("not-gmr".into(), b"not a recording at all".to_vec()),
+        ("after-end".into(), [&good[..], &[1u8, 2, 3][..]].concat()),
+    ];
+    for at in [good.len() / 3, good.len() / 2, good.len() - 30] {
+        let mut b = good.clone();
+        b[at] ^= 0x5a;
+        variants.push((format!("flip-{at}"), b));
+    }
+    for (name, bytes) in variants {
+        let path = dir.path().join(format!("{name}.gmr"));
+        std::fs::write(&path, &bytes).expect("write");
+        let (a, b) = gmr_both(&path, None);
+        assert_eq!(a, b, "{name}");
+    }
+}
+
+#[test]
+fn a_recording_chain_meters_as_whole() {
+    // A recording read once while it was being written (no end frame yet), then again whole
+    // with the first report as the opening: what the first report read is not metered again.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    for file in [
+        "fuzz/seeds/gmr_reader/recording_26.gmr",
+        "examples/data/h200-cuda13-smoke.gmr",
+    ] {
+        let path = root.join(file);
+        let bytes = std::fs::read(&path).expect("read");
+        let file = gpumeter_cupti::gmr::read_gmr(&bytes).expect("gmr");
+        // Cut after about half of the frames.
+        let half = file
+            .frames
+            .get(file.frames.len() / 2)
+            .map(|f| f.offset as usize);
+        let Some(half) = half else { continue };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let early = dir.path().join("rec.gmr");
+        std::fs::write(&early, &bytes[..half]).expect("write");
+        let mut meter = Meter::new(MeterConfig::default());
+        meter_gmr(
+            &mut meter,
+            "rec.gmr",
+            &bytes[..half],
+            &CuptiOptions::default(),
+        )
+        .expect("early");
+        let opening = meter.finish().expect("report");
+        let (a, b) = gmr_both(&path, Some(&opening));
+        assert!(a.is_ok());
+        assert_eq!(a, b, "{}", path.display());
+    }
+}
+
+#[test]
+fn a_synthetic_recording_out_of_order_meters_as_whole() {
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter};
+    let hour = 3_600_000_000_000u64;
+    let bytes = kernels(30_000, |i| {
+        let t = hour + (i as u64 / 2) * 1_000;
+        if i % 997 == 0 {
+            t - hour / 2
+        } else {
+            t
+        }
+    });
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        ..GmrHeader::default()
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    for part in bytes.chunks(208 * 4_000) {
+        w.write_buffer(part).expect("buffer");
+    }
+    let out = w.finish().expect("finish");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("synthetic.gmr");
+    std::fs::write(&path, out).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(a.is_ok());
+    assert_eq!(a, b);
+}
+
+#[test]
+fn a_recording_with_strings_drops_attribution_and_energy_meters_as_whole() {
+    // recording_26.gmr without its INSTRUCTION_EXECUTION record (which sends a file to the
+    // whole-file path): string tables, a dropped count, an attribution event and energy
+    // samples around its buffer, all streamed; also cut before its end frame.
+    use gpumeter_cupti::gmr::{read_gmr, Frame, GmrWriter};
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bytes = std::fs::read(root.join("fuzz/seeds/gmr_reader/recording_26.gmr")).expect("read");
+    let file = read_gmr(&bytes).expect("gmr");
+    let api = ApiVersion::from_cupti(file.header.cupti_api_version).expect("api");
+    let mut w = GmrWriter::new(Vec::new(), &file.header).expect("writer");
+    let mut kinds = 0;
+    for f in &file.frames {
+        match &f.frame {
+            Frame::ActivityBuffer(b) => {
+                let d = decode(b, api).expect("decode");
+                let mut kept = Vec::new();
+                for r in &d.records {
+                    if r.kind != ActivityKind::INSTRUCTION_EXECUTION {
+                        kept.extend_from_slice(&b[r.offset..r.offset + r.size]);
+                    }
+                }
+                w.write_buffer(&kept).expect("buffer");
+            }
+            other => {
+                kinds += 1;
+                w.write_frame(other).expect("frame");
+            }
+        }
+    }
+    assert!(kinds >= 4, "{kinds} frames besides buffers");
+    let out = w.finish().expect("finish");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("rec.gmr");
+    std::fs::write(&path, &out).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(a.is_ok());
+    assert_eq!(a, b);
+    // Unfinished: no end frame (16 bytes: an empty frame).
+    std::fs::write(&path, &out[..out.len() - 16]).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(
+        a.as_ref().is_ok_and(|r| r.contains("finished: false")),
+        "{a:?}"
+    );
+    assert_eq!(a, b);
+}
