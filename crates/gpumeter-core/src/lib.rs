@@ -34,6 +34,15 @@ pub mod tenant;
 pub mod text;
 pub mod time;
 
+/// The meter before issue 13's rewrite: what the production meter is held to.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../tests/reference/meter.rs"]
+mod reference;
+#[cfg(test)]
+#[path = "../tests/reference/proptest.rs"]
+mod reference_proptest;
+
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
 pub use ingest::{push_batches, Batch};
 pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};
