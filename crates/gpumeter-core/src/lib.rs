@@ -55,9 +55,10 @@ pub use record::{
     LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
 };
 pub use report::{
-    canonical_json, document_sha256, DeviceEnd, DeviceEntry, DigestError, Dimension, Extensions,
-    LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts, RecordingEnds,
-    SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+    canonical_json, document_sha256, Booking, DeviceEnd, DeviceEntry, DigestError, Dimension,
+    Extensions, LossEntry, MeterKind, MeterSpec, Needs, NotMeterable, OpenAllocation, Quantity,
+    RecordCounts, RecordingEnds, SourceEntry, Split, TotalRow, UsageReport, UsageRow,
+    METERING_POLICY, METERS, USAGE_SCHEMA,
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
 pub use time::WindowSize;
