@@ -2,7 +2,10 @@
 
 use super::*;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 use std::sync::atomic::Ordering as AtomicOrdering;
 
 use num_bigint::BigInt;
@@ -30,6 +33,7 @@ pub(super) fn cell_quantities(
     tenants: &[String],
     sm_count: Option<u32>,
     warp_sm_count: Option<u32>,
+    sets: &[Arc<[u32]>],
 ) -> Result<CellQuantities, MeterKind> {
     let mut out: BTreeMap<MeterKind, BTreeMap<String, u128>> = BTreeMap::new();
     for (&(key, meter), &q) in &cell.ints {
@@ -40,17 +44,31 @@ pub(super) fn cell_quantities(
             .or_insert(0);
         *t = t.checked_add(q).ok_or(meter)?;
     }
-    // gpu_busy_ns: each set's length divided equally among its distinct tenants.
-    let mut busy: BTreeMap<String, BigRational> = BTreeMap::new();
+    // gpu_busy_ns: each set's length divided equally among its distinct tenants: integer
+    // sums per (tenant, number of distinct tenants D), then one rational Σ_D sum / D per
+    // tenant (never a rational per set and tenant).
+    let mut per_d: BTreeMap<&String, BTreeMap<usize, u128>> = BTreeMap::new();
     let mut busy_total: u128 = 0;
-    for (set, &len) in &cell.busy {
+    for (&set, &len) in &cell.busy {
         busy_total += len;
-        let ts: BTreeSet<&String> = set.iter().map(|&k| &tenants[k as usize]).collect();
-        let share = BigRational::new(BigInt::from(len), BigInt::from(ts.len()));
+        let ts: BTreeSet<&String> = sets[set as usize]
+            .iter()
+            .map(|&k| &tenants[k as usize])
+            .collect();
+        let d = ts.len();
         for t in ts {
-            *busy.entry(t.clone()).or_insert_with(BigRational::zero) += &share;
+            *per_d.entry(t).or_default().entry(d).or_insert(0) += len;
         }
     }
+    let busy: BTreeMap<String, BigRational> = per_d
+        .into_iter()
+        .map(|(t, by_d)| {
+            let share = by_d.into_iter().fold(BigRational::zero(), |acc, (d, sum)| {
+                acc + BigRational::new(BigInt::from(sum), BigInt::from(d))
+            });
+            (t.clone(), share)
+        })
+        .collect();
     if busy_total > 0 {
         out.insert(MeterKind::GpuBusyNs, largest_remainder(busy, busy_total));
     }
@@ -77,8 +95,8 @@ pub(super) fn cell_quantities(
 /// distinct cap factor `num / den`, `value × num / den`; exact rationals, the cell's total
 /// floored, then largest remainder. `None` when the total is 0.
 pub(super) fn capped_shares(
-    exact: &HashMap<u32, u128>,
-    capped: &HashMap<u32, BTreeMap<Factor, u128>>,
+    exact: &FxHashMap<u32, u128>,
+    capped: &FxHashMap<(u32, Factor), u128>,
     tenants: &[String],
 ) -> Option<BTreeMap<String, u128>> {
     let mut shares: BTreeMap<String, BigRational> = BTreeMap::new();
@@ -87,13 +105,11 @@ pub(super) fn capped_shares(
             .entry(tenants[k as usize].clone())
             .or_insert_with(BigRational::zero) += BigRational::from_integer(BigInt::from(q));
     }
-    for (&k, per_h) in capped {
-        let e = shares
+    for (&(k, (num, den)), &v) in capped {
+        *shares
             .entry(tenants[k as usize].clone())
-            .or_insert_with(BigRational::zero);
-        for (&(num, den), &v) in per_h {
-            *e += BigRational::new(BigInt::from(v) * BigInt::from(num), BigInt::from(den));
-        }
+            .or_insert_with(BigRational::zero) +=
+            BigRational::new(BigInt::from(v) * BigInt::from(num), BigInt::from(den));
     }
     let total = shares
         .values()
@@ -237,13 +253,12 @@ impl Meter {
             let later = d.cells.split_off(&edge);
             drop(later);
             d.pending.clear();
-            d.active.clear();
-            d.summary = None;
+            d.run.clear();
             d.mem_pending.clear();
             if !end {
                 d.open.clear();
             }
-            d.dups.clear();
+            d.clear_dups();
         }
         part.opening.clear();
         let report = part.finish()?;
@@ -545,14 +560,12 @@ impl Meter {
                 let ws = rfc3339(w);
                 let sms = info.sm_count.filter(|_| sm_meterable);
                 let warp_sms = info.sm_count.filter(|_| warp_meterable);
-                let mut quantities =
-                    cell_quantities(cell, &tenants, sms, warp_sms).map_err(|meter| {
-                        MeterError::QuantityOverflow {
-                            device: info.id,
-                            device_key: info.key.clone(),
-                            meter,
-                            window_start: Some(ws.clone()),
-                        }
+                let mut quantities = cell_quantities(cell, &tenants, sms, warp_sms, &d.sets)
+                    .map_err(|meter| MeterError::QuantityOverflow {
+                        device: info.id,
+                        device_key: info.key.clone(),
+                        meter,
+                        window_start: Some(ws.clone()),
                     })?;
                 if !instr_meterable {
                     quantities.retain(|(m, _)| *m != MeterKind::WarpInstructions);

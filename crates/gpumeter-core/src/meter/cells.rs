@@ -1,7 +1,9 @@
 //! Per (device, window) cells: their accumulators, the report's cell budget and the faults of bookkeeping.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+
+use rustc_hash::FxHashMap;
 
 use crate::report::MeterKind;
 use crate::time::WindowSize;
@@ -79,17 +81,17 @@ pub(super) type Factor = (u128, u128);
 #[derive(Debug, Default, Clone)]
 pub(super) struct Cell {
     /// Integer meters per (key, meter): counts, bytes, kernel_ns.
-    pub(super) ints: HashMap<(u32, MeterKind), u128>,
-    /// Busy ns per sorted set of keys running.
-    pub(super) busy: HashMap<Vec<u32>, u128>,
+    pub(super) ints: FxHashMap<(u32, MeterKind), u128>,
+    /// Busy ns per set of keys running (its id in [`DeviceState::sets`]).
+    pub(super) busy: FxHashMap<u32, u128>,
     /// Uncapped SM·ns per key.
-    pub(super) sm_exact: HashMap<u32, u128>,
-    /// Capped SM·ns per key: Σ len·held per distinct cap factor `num / den`; share = value ×
+    pub(super) sm_exact: FxHashMap<u32, u128>,
+    /// Capped SM·ns per (key, distinct cap factor `num / den`): Σ len·held; share = value ×
     /// num / den.
-    pub(super) sm_capped: HashMap<u32, BTreeMap<Factor, u128>>,
+    pub(super) sm_capped: FxHashMap<(u32, Factor), u128>,
     /// Uncapped warp·ns per key: Σ len·held·warps.
-    pub(super) warp_exact: HashMap<u32, u128>,
-    /// Capped warp·ns per key: Σ len·held·warps per distinct cap factor; share = value × num /
+    pub(super) warp_exact: FxHashMap<u32, u128>,
+    /// Capped warp·ns per (key, distinct cap factor): Σ len·held·warps; share = value × num /
     /// den.
-    pub(super) warp_capped: HashMap<u32, BTreeMap<Factor, u128>>,
+    pub(super) warp_capped: FxHashMap<(u32, Factor), u128>,
 }

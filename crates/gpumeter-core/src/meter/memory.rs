@@ -72,12 +72,7 @@ impl Meter {
         };
         let dup: DupKey = (ev.timestamp_ns, Dup::Memory(ev.identity()));
         let joined = ev.joined();
-        let k = AttrKey {
-            external_id: ev.external_id,
-            process_id: ev.process_id,
-            source_tenant: self.source_tenant.clone(),
-        };
-        let (key, allocated_at) = (self.intern(k), ev.timestamp_ns);
+        let (key, allocated_at) = (self.own_key(ev.external_id, ev.process_id), ev.timestamp_ns);
         let window = self.config.window;
         let dev = &mut self.devices[ev.device.0 as usize];
         if !dev.first_of(dup, joined) {

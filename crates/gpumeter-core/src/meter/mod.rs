@@ -52,8 +52,10 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use crate::device::DeviceInfo;
-use crate::record::{ActivityRecord, DeviceSlot, Joined, LossReason, PartitionId};
+use crate::record::{ActivityRecord, DeviceSlot, LossReason, PartitionId};
 use crate::report::{DigestError, MeterKind, RecordCounts, SourceEntry, UsageReport};
 use crate::tenant::TenantName;
 use crate::time::{rfc3339, rfc3339_ns, WindowSize, NS_PER_SECOND};
@@ -220,12 +222,13 @@ struct DeviceState {
     /// Every description of the device with the SHA-256 of the source that gave it.
     descriptions: Vec<(String, DeviceInfo)>,
     pending: BinaryHeap<Reverse<Pending>>,
-    active: Vec<Active>,
+    /// The records running at the sweep's position.
+    run: Running,
     /// Sweep position: everything before it is booked; a record starting before it is late.
     swept_to: u64,
     started: bool,
     max_start: u64,
-    dups: BTreeMap<DupKey, Vec<Joined>>,
+    dups: Dups,
     cells: BTreeMap<u64, Cell>,
     loss: BTreeMap<LossReason, LossCount>,
     /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
@@ -238,8 +241,14 @@ struct DeviceState {
     /// Kernels whose resident warps per SM could not be computed (a device or launch fact
     /// unknown, or a launch the occupancy calculator refuses): warp_ns is not meterable.
     kernels_without_occupancy: u64,
-    /// Cached summary of the active set, rebuilt when the set changes.
-    summary: Option<ActiveSummary>,
+    /// Summary of the running set, rebuilt when the set changed.
+    summary: ActiveSummary,
+    /// Every distinct set of keys that ran, by id (cells book busy time per set id).
+    sets: Vec<Arc<[u32]>>,
+    /// Set → id.
+    set_index: FxHashMap<Arc<[u32]>, u32>,
+    /// Resident warps per distinct launch configuration.
+    occupancy: OccupancyCache,
     /// SMs of each partition (green context), index = [`PartitionId`].
     partitions: Vec<u32>,
     /// Memory events waiting for the sweep.
@@ -286,6 +295,9 @@ pub struct Meter {
     device_index: HashMap<String, DeviceSlot>,
     keys: Vec<AttrKey>,
     key_index: HashMap<AttrKey, u32>,
+    /// (external id, process id) → key with this meter's source tenant: the hot path's
+    /// lookup, without building (and cloning the tenant of) an [`AttrKey`].
+    own_keys: FxHashMap<(Option<u64>, Option<u32>), u32>,
     sources: Vec<SourceEntry>,
     source_tenant: Option<TenantName>,
     counts: RecordCounts,
@@ -322,6 +334,7 @@ impl Meter {
             device_index: HashMap::new(),
             keys: Vec::new(),
             key_index: HashMap::new(),
+            own_keys: FxHashMap::default(),
             sources: Vec::new(),
             source_tenant,
             counts: RecordCounts::default(),
@@ -427,12 +440,12 @@ impl Meter {
             info,
             descriptions,
             pending: BinaryHeap::new(),
-            active: Vec::new(),
+            run: Running::default(),
             // After a drain the handed-over windows are closed on new devices too.
             swept_to: self.drained_to,
             started: self.drained_to > 0,
             max_start: 0,
-            dups: BTreeMap::new(),
+            dups: Dups::default(),
             cells: BTreeMap::new(),
             loss: BTreeMap::new(),
             fault: None,
@@ -440,7 +453,10 @@ impl Meter {
             records: 0,
             kernels_without_grid: 0,
             kernels_without_occupancy: 0,
-            summary: None,
+            summary: ActiveSummary::default(),
+            sets: Vec::new(),
+            set_index: FxHashMap::default(),
+            occupancy: OccupancyCache::default(),
             partitions: Vec::new(),
             mem_pending: BinaryHeap::new(),
             open: BTreeMap::new(),
@@ -510,7 +526,7 @@ impl Meter {
     pub fn buffered_records(&self) -> usize {
         self.devices
             .iter()
-            .map(|d| d.pending.len() + d.dups.len() + d.active.len())
+            .map(|d| d.pending.len() + d.dups.len() + d.run.len())
             .sum()
     }
 
@@ -573,12 +589,21 @@ impl Meter {
     }
 
     fn key_of(&mut self, rec: &ActivityRecord) -> u32 {
-        let k = AttrKey {
-            external_id: rec.external_id,
-            process_id: rec.process_id,
+        self.own_key(rec.external_id, rec.process_id)
+    }
+
+    /// The key of (external id, process id) with this meter's source tenant.
+    fn own_key(&mut self, external_id: Option<u64>, process_id: Option<u32>) -> u32 {
+        if let Some(&i) = self.own_keys.get(&(external_id, process_id)) {
+            return i;
+        }
+        let i = self.intern(AttrKey {
+            external_id,
+            process_id,
             source_tenant: self.source_tenant.clone(),
-        };
-        self.intern(k)
+        });
+        self.own_keys.insert((external_id, process_id), i);
+        i
     }
 
     fn intern(&mut self, k: AttrKey) -> u32 {
@@ -609,6 +634,7 @@ impl Meter {
             device_index: self.device_index.clone(),
             keys: self.keys.clone(),
             key_index: self.key_index.clone(),
+            own_keys: self.own_keys.clone(),
             sources: self.sources.clone(),
             source_tenant: self.source_tenant.clone(),
             counts: self.counts.clone(),

@@ -85,7 +85,7 @@ impl Meter {
                     (_, None) => dev.kernels_without_grid += 1,
                     (None, Some(_)) => {}
                 }
-                match resident_warps(&dev.info, k, held) {
+                match dev.occupancy.resident_warps(&dev.info, k, held) {
                     Some(w) => warps = w,
                     None => dev.kernels_without_occupancy += 1,
                 }
