@@ -111,7 +111,7 @@ fn overlapping_kernels_of_as_many_tenants() {
         return;
     }
     // Not 5 000 (issue 13's figure): see docs/PERFORMANCE.md, overlap of many tenants.
-    let n = 300;
+    let n = 200;
     let mut map = TenantMap::default();
     for i in 0..n {
         let name = format!("p{i}");

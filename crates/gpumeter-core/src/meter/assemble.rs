@@ -8,10 +8,9 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use std::sync::atomic::Ordering as AtomicOrdering;
 
-use num_bigint::{BigInt, BigUint};
-use num_integer::Integer;
+use num_bigint::BigInt;
 use num_rational::BigRational;
-use num_traits::{One, ToPrimitive, Zero};
+use num_traits::{ToPrimitive, Zero};
 
 use crate::device::DeviceInfo;
 use crate::report::{
@@ -93,75 +92,48 @@ pub(super) fn cell_quantities(
 }
 
 /// Per tenant integer shares of a capped time meter: `exact` per key plus, per key and
-/// distinct cap factor `num / den`, `value × num / den`; exact, the cell's total floored, then
-/// largest remainder (ties to the tenant name that sorts first). `None` when the total is 0.
+/// distinct cap factor `num / den`, `value × num / den`; exact rationals, the cell's total
+/// floored, then largest remainder. `None` when the total is 0.
 ///
-/// Exact without a rational per entry: values are summed per (tenant, factor) as integers,
-/// then each tenant's share is one integer over the common denominator `L` (the lcm of the
-/// factors' denominators), so floors and fractional parts are integer divisions by `L` and
-/// comparisons of remainders — the same integers [`largest_remainder`] gives on the reduced
-/// rationals.
+/// Values are first summed per (tenant, factor) as integers, so a tenant's rational is a sum
+/// over the distinct factors it ran under, not over every (key, factor) entry: many processes
+/// of one tenant cost one rational per factor.
 pub(super) fn capped_shares(
     exact: &FxHashMap<u32, u128>,
     capped: &FxHashMap<(u32, Factor), u128>,
     tenants: &[String],
 ) -> Option<BTreeMap<String, u128>> {
-    let mut whole: BTreeMap<&String, BigUint> = BTreeMap::new();
+    let mut whole: BTreeMap<&String, BigInt> = BTreeMap::new();
     for (&k, &q) in exact {
         *whole.entry(&tenants[k as usize]).or_default() += q;
     }
-    let mut per_factor: BTreeMap<&String, BTreeMap<Factor, BigUint>> = BTreeMap::new();
-    let mut dens: BTreeSet<u128> = BTreeSet::new();
+    let mut per_factor: BTreeMap<&String, BTreeMap<Factor, BigInt>> = BTreeMap::new();
     for (&(k, f), &v) in capped {
-        whole.entry(&tenants[k as usize]).or_default();
         *per_factor
             .entry(&tenants[k as usize])
             .or_default()
             .entry(f)
             .or_default() += v;
-        dens.insert(f.1);
     }
-    // L = lcm of the denominators; gcd(L, d) = gcd(d, L mod d) keeps it to small divisions.
-    let mut l = BigUint::one();
-    for &d in &dens {
-        let r = (&l % d).to_u128().unwrap_or(0);
-        let g = num_integer::gcd(d, r);
-        l *= d / g;
-    }
-    let mut numerators: Vec<(&String, BigUint)> = Vec::with_capacity(whole.len());
-    let mut sum = BigUint::zero();
+    let mut shares: BTreeMap<String, BigRational> = BTreeMap::new();
     for (t, w) in whole {
-        let mut n = w * &l;
-        for (&(num, den), v) in per_factor.get(t).into_iter().flatten() {
-            n += v * num * (&l / den);
-        }
-        sum += &n;
-        numerators.push((t, n));
+        shares.insert(t.clone(), BigRational::from_integer(w));
     }
-    let total = (sum / &l).to_u128().filter(|&t| t > 0)?;
-    let mut floors: BTreeMap<String, u128> = BTreeMap::new();
-    let mut rems: Vec<(BigUint, &String)> = Vec::with_capacity(numerators.len());
-    let mut floored: u128 = 0;
-    for (t, n) in numerators {
-        let (q, r) = n.div_rem(&l);
-        let fi = q.to_u128().unwrap_or(0);
-        floored = floored.saturating_add(fi);
-        floors.insert(t.clone(), fi);
-        rems.push((r, t));
-    }
-    let mut left = total.saturating_sub(floored);
-    // Largest fraction first; equal fractions: name ascending.
-    rems.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(b.1)));
-    for (_, t) in rems {
-        if left == 0 {
-            break;
-        }
-        if let Some(v) = floors.get_mut(t) {
-            *v += 1;
-            left -= 1;
+    for (t, per_f) in per_factor {
+        let e = shares.entry(t.clone()).or_insert_with(BigRational::zero);
+        for ((num, den), v) in per_f {
+            *e += BigRational::new(v * BigInt::from(num), BigInt::from(den));
         }
     }
-    Some(floors)
+    let total = shares
+        .values()
+        .fold(BigRational::zero(), |a, b| a + b)
+        .floor()
+        .to_integer();
+    total
+        .to_u128()
+        .filter(|&t| t > 0)
+        .map(|t| largest_remainder(shares, t))
 }
 
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
