@@ -6,7 +6,9 @@ use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
 use std::collections::BinaryHeap;
 
-use rustc_hash::FxHashMap;
+use std::hash::{Hash, Hasher};
+
+use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::record::{ActivityRecord, Joined, MemoryEvent};
 
@@ -27,44 +29,85 @@ pub(super) type DupKey = (u64, Dup);
 /// The records seen under one duplicate key: the first one's joined facts inline, the rare
 /// others (the same record of another process, say) in a list that allocates only then.
 #[derive(Debug, Clone)]
-pub(super) struct Seen {
+struct Seen {
+    key: DupKey,
     first: Joined,
     more: Vec<Joined>,
 }
 
-/// The duplicate keys of the records the sweep has not passed: a hash map (no allocation per
-/// record once it has grown) and a min-heap of the same keys by time, to forget them as the
-/// sweep passes.
+/// The keys of one 64-bit hash: the first inline, collisions (rare) in a list.
+#[derive(Debug, Clone)]
+struct Bucket {
+    first: Seen,
+    more: Vec<Seen>,
+}
+
+/// The duplicate keys of the records the sweep has not passed, by the FxHash of the key (no
+/// allocation per record once the map has grown), and a min-heap of (time, hash), 16 bytes a
+/// record, to forget them as the sweep passes.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Dups {
-    seen: FxHashMap<DupKey, Seen>,
-    by_time: BinaryHeap<Reverse<DupKey>>,
+    seen: FxHashMap<u64, Bucket>,
+    by_time: BinaryHeap<Reverse<(u64, u64)>>,
+    len: usize,
 }
 
 impl Dups {
     /// Keys held.
     pub(super) fn len(&self) -> usize {
-        self.seen.len()
+        self.len
     }
+}
+
+fn hash_of(key: &DupKey) -> u64 {
+    let mut h = FxHasher::default();
+    key.hash(&mut h);
+    h.finish()
 }
 
 impl DeviceState {
     /// Notes a record under its duplicate key; `false` when it is a duplicate: a record with
     /// the same identity whose joined facts agree was seen.
     pub(super) fn first_of(&mut self, key: DupKey, joined: Joined) -> bool {
-        match self.dups.seen.entry(key) {
+        let h = hash_of(&key);
+        let dups = &mut self.dups;
+        match dups.seen.entry(h) {
             Entry::Occupied(mut e) => {
-                let seen = e.get_mut();
-                if seen.first.agrees(&joined) || seen.more.iter().any(|j| j.agrees(&joined)) {
-                    return false;
+                let bucket = e.get_mut();
+                let found = if bucket.first.key == key {
+                    Some(&mut bucket.first)
+                } else {
+                    bucket.more.iter_mut().find(|s| s.key == key)
+                };
+                match found {
+                    Some(seen) => {
+                        if seen.first.agrees(&joined) || seen.more.iter().any(|j| j.agrees(&joined))
+                        {
+                            return false;
+                        }
+                        seen.more.push(joined);
+                    }
+                    None => {
+                        dups.by_time.push(Reverse((key.0, h)));
+                        dups.len += 1;
+                        bucket.more.push(Seen {
+                            key,
+                            first: joined,
+                            more: Vec::new(),
+                        });
+                    }
                 }
-                seen.more.push(joined);
                 true
             }
             Entry::Vacant(e) => {
-                self.dups.by_time.push(Reverse(e.key().clone()));
-                e.insert(Seen {
-                    first: joined,
+                dups.by_time.push(Reverse((key.0, h)));
+                dups.len += 1;
+                e.insert(Bucket {
+                    first: Seen {
+                        key,
+                        first: joined,
+                        more: Vec::new(),
+                    },
                     more: Vec::new(),
                 });
                 true
@@ -74,12 +117,26 @@ impl DeviceState {
 
     /// Forgets the duplicate keys before `cut` (records the sweep has passed).
     pub(super) fn prune_dups(&mut self, cut: u64) {
-        while let Some(Reverse(first)) = self.dups.by_time.peek() {
-            if first.0 >= cut {
+        let dups = &mut self.dups;
+        while let Some(&Reverse((start, h))) = dups.by_time.peek() {
+            if start >= cut {
                 break;
             }
-            if let Some(Reverse(k)) = self.dups.by_time.pop() {
-                self.dups.seen.remove(&k);
+            dups.by_time.pop();
+            if let Entry::Occupied(mut e) = dups.seen.entry(h) {
+                let bucket = e.get_mut();
+                let before = bucket.more.len();
+                bucket.more.retain(|s| s.key.0 >= cut);
+                dups.len -= before - bucket.more.len();
+                if bucket.first.key.0 < cut {
+                    dups.len -= 1;
+                    match bucket.more.pop() {
+                        Some(s) => bucket.first = s,
+                        None => {
+                            e.remove();
+                        }
+                    }
+                }
             }
         }
     }
