@@ -525,7 +525,12 @@ macro_rules! run {
                 Input::Drain(t) => results.push(format!("{:?}", m.drain(t))),
                 Input::Snapshot => results.push(format!("{:?}", m.snapshot())),
             }
-            results.push(format!("{} {}", m.watermark_ns(), m.cells()));
+            results.push(format!(
+                "{} {} {}",
+                m.watermark_ns(),
+                m.cells(),
+                m.buffered_records()
+            ));
         }
         if !c.map_first {
             m.set_tenant_map(tenant_map(c));
