@@ -127,6 +127,12 @@ fn the_schemas_meter_lists_are_the_meter_registry() {
     for (i, m) in MeterKind::ALL.into_iter().enumerate() {
         assert_eq!(position(m), i, "{m} in MeterKind::ALL");
         assert_eq!(MeterKind::parse(m.as_str()), Some(m));
+        // The registry's row of the meter is the one its names and dimension come from.
+        let row = &gpumeter::core::METERS[i];
+        assert_eq!(
+            (row.kind, row.name, row.dimension),
+            (m, m.as_str(), m.dimension())
+        );
     }
     let names: Vec<String> = MeterKind::ALL
         .iter()

@@ -34,6 +34,15 @@ pub mod tenant;
 pub mod text;
 pub mod time;
 
+/// The meter before issue 13's rewrite: what the production meter is held to.
+#[cfg(test)]
+#[allow(dead_code)]
+#[path = "../tests/reference/meter.rs"]
+mod reference;
+#[cfg(test)]
+#[path = "../tests/reference/proptest.rs"]
+mod reference_proptest;
+
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
 pub use ingest::{push_batches, Batch};
 pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};
@@ -46,9 +55,10 @@ pub use record::{
     LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
 };
 pub use report::{
-    canonical_json, document_sha256, DeviceEnd, DeviceEntry, DigestError, Dimension, Extensions,
-    LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts, RecordingEnds,
-    SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+    canonical_json, document_sha256, Booking, DeviceEnd, DeviceEntry, DigestError, Dimension,
+    Extensions, LossEntry, MeterKind, MeterSpec, Needs, NotMeterable, OpenAllocation, Quantity,
+    RecordCounts, RecordingEnds, SourceEntry, Split, TotalRow, UsageReport, UsageRow,
+    METERING_POLICY, METERS, USAGE_SCHEMA,
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
 pub use time::WindowSize;

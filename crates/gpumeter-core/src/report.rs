@@ -43,8 +43,14 @@ impl std::fmt::Display for Quantity {
 }
 
 /// The meters of policy v1 (DESIGN §4), with their canonical units.
+///
+/// Each meter's facts (name, dimension, how it is booked and split, what it needs) are one row
+/// of [`METERS`], the meter registry; [`MeterKind::as_str`] and [`MeterKind::dimension`] read
+/// it. A new meter is a variant here (in report order), a row there, and its booking in one
+/// file of `meter/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[repr(u8)]
 pub enum MeterKind {
     /// Union of work intervals, ns; divided equally among tenants with work at an instant.
     GpuBusyNs,
@@ -95,68 +101,157 @@ pub enum Dimension {
     Energy,
 }
 
+/// When and where a meter's quantity is booked (DESIGN §4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Booking {
+    /// Once per record, to the window of its start (counts and bytes).
+    AtStart,
+    /// Per record, its duration split at window edges (`kernel_ns`).
+    SplitAtWindowEdges,
+    /// Per elementary interval of the sweep, from the work running in it (`meter/sweep.rs`).
+    Sweep,
+    /// Per allocation, for as long as it is held, split at window edges (`meter/memory.rs`).
+    WhileHeld,
+    /// Per window, from a device counter interpolated between samples (`meter/energy.rs`).
+    Counter,
+}
+
+/// How a cell's quantity is split among tenants (DESIGN §4 "Attribution", "Integer shares").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Split {
+    /// Each record's attribution key gets its own quantity (exact integers).
+    PerRecord,
+    /// Each elementary interval's length equally among the distinct tenants running, then
+    /// largest remainder.
+    EquallyAmongRunning,
+    /// Each kernel's share, scaled by the partition and device cap factors, then largest
+    /// remainder over the floored total.
+    CappedShares,
+    /// In proportion to the tenants' `sm_ns` in the window ([`crate::IDLE`] when none), then
+    /// largest remainder.
+    BySmNs,
+}
+
+/// What a device must give for a meter to be meterable there (else `not_meterable`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Needs {
+    /// Nothing beyond the records.
+    Records,
+    /// The device's SM count and every kernel's grid.
+    SmCountAndGrids,
+    /// As [`Needs::SmCountAndGrids`], plus the compute capability and every kernel's launch
+    /// configuration the occupancy calculator accepts.
+    Occupancy,
+    /// An instruction count on every kernel of the device (all or nothing).
+    EveryKernelCounted,
+    /// Energy-counter samples, and `sm_ns` meterable where there are kernels.
+    EnergySamplesAndSmNs,
+}
+
+/// One row of the meter registry [`METERS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MeterSpec {
+    /// The meter.
+    pub kind: MeterKind,
+    /// Its name in reports, schemas and price books.
+    pub name: &'static str,
+    /// Its canonical unit's dimension.
+    pub dimension: Dimension,
+    /// When it is booked.
+    pub booking: Booking,
+    /// How it is split among tenants.
+    pub split: Split,
+    /// What makes it meterable on a device.
+    pub needs: Needs,
+}
+
+const fn spec(
+    kind: MeterKind,
+    name: &'static str,
+    dimension: Dimension,
+    booking: Booking,
+    split: Split,
+    needs: Needs,
+) -> MeterSpec {
+    MeterSpec {
+        kind,
+        name,
+        dimension,
+        booking,
+        split,
+        needs,
+    }
+}
+
+/// The meter registry: every meter of policy v1, in report order (row `i` is the meter whose
+/// discriminant is `i`, checked at compile time). Both JSON Schemas' meter lists are this list
+/// (a root test holds them to it).
+#[rustfmt::skip]
+pub const METERS: [MeterSpec; 14] = {
+    use Booking::*;
+    use Dimension as D;
+    use MeterKind as M;
+    use Needs::*;
+    use Split::*;
+    [
+        spec(M::GpuBusyNs,        "gpu_busy_ns",        D::Time,     Sweep,              EquallyAmongRunning, Records),
+        spec(M::KernelNs,         "kernel_ns",          D::Time,     SplitAtWindowEdges, PerRecord,           Records),
+        spec(M::KernelLaunches,   "kernel_launches",    D::Count,    AtStart,            PerRecord,           Records),
+        spec(M::SmNs,             "sm_ns",              D::SmTime,   Sweep,              CappedShares,        SmCountAndGrids),
+        spec(M::WarpNs,           "warp_ns",            D::WarpTime, Sweep,              CappedShares,        Occupancy),
+        spec(M::MemcpyHtodBytes,  "memcpy_htod_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
+        spec(M::MemcpyDtohBytes,  "memcpy_dtoh_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
+        spec(M::MemcpyDtodBytes,  "memcpy_dtod_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
+        spec(M::MemcpyPeerBytes,  "memcpy_peer_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
+        spec(M::MemcpyOtherBytes, "memcpy_other_bytes", D::Bytes,    AtStart,            PerRecord,           Records),
+        spec(M::MemsetBytes,      "memset_bytes",       D::Bytes,    AtStart,            PerRecord,           Records),
+        spec(M::MemoryByteNs,     "memory_byte_ns",     D::ByteTime, WhileHeld,          PerRecord,           Records),
+        spec(M::WarpInstructions, "warp_instructions",  D::Count,    AtStart,            PerRecord,           EveryKernelCounted),
+        spec(M::EnergyMj,         "energy_mj",          D::Energy,   Counter,            BySmNs,              EnergySamplesAndSmNs),
+    ]
+};
+
+// Row `i` of the registry is the meter with discriminant `i`, and the last variant has a row.
+const _: () = {
+    let mut i = 0;
+    while i < METERS.len() {
+        assert!(METERS[i].kind as usize == i);
+        i += 1;
+    }
+    assert!(MeterKind::EnergyMj as usize + 1 == METERS.len());
+};
+
 impl MeterKind {
-    /// Every meter, in report order.
-    pub const ALL: [MeterKind; 14] = [
-        MeterKind::GpuBusyNs,
-        MeterKind::KernelNs,
-        MeterKind::KernelLaunches,
-        MeterKind::SmNs,
-        MeterKind::WarpNs,
-        MeterKind::MemcpyHtodBytes,
-        MeterKind::MemcpyDtohBytes,
-        MeterKind::MemcpyDtodBytes,
-        MeterKind::MemcpyPeerBytes,
-        MeterKind::MemcpyOtherBytes,
-        MeterKind::MemsetBytes,
-        MeterKind::MemoryByteNs,
-        MeterKind::WarpInstructions,
-        MeterKind::EnergyMj,
-    ];
+    /// Every meter, in report order (the registry's order).
+    pub const ALL: [MeterKind; 14] = {
+        let mut out = [MeterKind::GpuBusyNs; 14];
+        let mut i = 0;
+        while i < METERS.len() {
+            out[i] = METERS[i].kind;
+            i += 1;
+        }
+        out
+    };
+
+    /// The meter's row in the registry [`METERS`].
+    pub fn spec(self) -> &'static MeterSpec {
+        &METERS[self as usize]
+    }
 
     /// The meter's name in reports and price books (`sm_ns`, …).
     pub fn as_str(self) -> &'static str {
-        match self {
-            MeterKind::GpuBusyNs => "gpu_busy_ns",
-            MeterKind::KernelNs => "kernel_ns",
-            MeterKind::KernelLaunches => "kernel_launches",
-            MeterKind::SmNs => "sm_ns",
-            MeterKind::WarpNs => "warp_ns",
-            MeterKind::MemcpyHtodBytes => "memcpy_htod_bytes",
-            MeterKind::MemcpyDtohBytes => "memcpy_dtoh_bytes",
-            MeterKind::MemcpyDtodBytes => "memcpy_dtod_bytes",
-            MeterKind::MemcpyPeerBytes => "memcpy_peer_bytes",
-            MeterKind::MemcpyOtherBytes => "memcpy_other_bytes",
-            MeterKind::MemsetBytes => "memset_bytes",
-            MeterKind::MemoryByteNs => "memory_byte_ns",
-            MeterKind::WarpInstructions => "warp_instructions",
-            MeterKind::EnergyMj => "energy_mj",
-        }
+        self.spec().name
     }
 
     /// Parses a meter name.
     pub fn parse(name: &str) -> Option<MeterKind> {
-        MeterKind::ALL.into_iter().find(|m| m.as_str() == name)
+        METERS.iter().find(|m| m.name == name).map(|m| m.kind)
     }
 
-    /// The dimension of the meter's canonical unit.
+    /// The dimension of the meter's canonical unit (from the registry, where every meter's row
+    /// must name one).
     pub fn dimension(self) -> Dimension {
-        match self {
-            MeterKind::GpuBusyNs | MeterKind::KernelNs => Dimension::Time,
-            MeterKind::SmNs => Dimension::SmTime,
-            MeterKind::WarpNs => Dimension::WarpTime,
-            MeterKind::MemoryByteNs => Dimension::ByteTime,
-            MeterKind::KernelLaunches | MeterKind::WarpInstructions => Dimension::Count,
-            MeterKind::EnergyMj => Dimension::Energy,
-            // Named one by one (no wildcard): a new meter must be given its dimension, or it
-            // would be priced in another meter's unit without a word.
-            MeterKind::MemcpyHtodBytes
-            | MeterKind::MemcpyDtohBytes
-            | MeterKind::MemcpyDtodBytes
-            | MeterKind::MemcpyPeerBytes
-            | MeterKind::MemcpyOtherBytes
-            | MeterKind::MemsetBytes => Dimension::Bytes,
-        }
+        self.spec().dimension
     }
 
     /// The canonical unit's name (`ns`, `SM·ns`, `warp·ns`, `B`, `B·ns`, `1`, `mJ`).

@@ -1,23 +1,7 @@
-//! The streaming [`Meter`]: activity records in, a [`UsageReport`] out (DESIGN §4).
-//!
-//! Per device, records are held in a reorder buffer until the *sweep* passes them: the sweep
-//! runs at `max start seen − reordering horizon`, so records may arrive out of order by up to the
-//! horizon; older ones are loss (`late`). The sweep walks elementary intervals (between record
-//! starts, ends and window edges) with the set of work running in them and books:
-//!
-//! * `gpu_busy_ns`: the interval's length to the *set* of attribution keys running, divided
-//!   equally among the set's tenants when the report is built;
-//! * `sm_ns`: length × SMs held per kernel, where SMs held = min(blocks, device SMs); when the
-//!   kernels running hold more SMs than the device has, each kernel's share is scaled by
-//!   `SMs / Σ held` (kept exact as `Σ len·held` per distinct `Σ held`);
-//! * `warp_ns`: the same with each kernel's SMs held weighted by its resident warps per SM
-//!   (computed once per record from the occupancy calculator, corrected mode): length ×
-//!   held × warps, scaled by the same `SMs / Σ held` when capped.
-//!
-//! Counts and bytes go to the window of the record's start; `kernel_ns` is split at window
-//! edges as records arrive. Fractions become integers once per (device, window, meter) cell by
-//! the largest-remainder method, ties to the tenant whose name sorts first. Memory is bounded by
-//! the horizon (reorder and duplicate buffers) and by cells × attribution keys, not by records.
+//! The meter as it was before issue 13's rewrite (commit e57b12a), kept verbatim but for its
+//! public configuration, error and input types (taken from the production meter so both are
+//! fed the same values): the reference that `meter_matches_reference` (src/meter) holds the
+//! rewritten meter to, report for report. Compiled into the crate's unit tests only.
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
@@ -29,137 +13,18 @@ use num_rational::BigRational;
 use num_traits::{ToPrimitive, Zero};
 
 use crate::device::DeviceInfo;
+use crate::meter::{MeterConfig, MeterError, SourceInfo, TenantMap};
 use crate::occupancy::{active_blocks_per_sm, LaunchConfig, Mode, WARP_SIZE};
 use crate::record::{
     ActivityRecord, CopyDirection, DeviceSlot, Joined, LossReason, MemoryEvent, MemoryOp,
     PartitionId, Work,
 };
 use crate::report::{
-    DeviceEntry, DigestError, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity,
-    RecordCounts, SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+    DeviceEntry, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts,
+    SourceEntry, TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
 };
 use crate::tenant::{TenantName, IDLE, UNATTRIBUTED};
-use crate::time::{parse_rfc3339, rfc3339, rfc3339_ns, WindowSize, MAX_RECORD_NS, NS_PER_SECOND};
-
-/// The format of a stream of CUPTI buffers metered one by one (the C ABI's meter) in a drained
-/// report: the report holds windows no other report of the stream holds, so
-/// [`crate::merge_reports`] merges the drained reports of one stream (same source SHA-256)
-/// when their windows are disjoint.
-pub const STREAM_FORMAT: &str = "cupti-stream";
-
-/// The format of a stream's source in a snapshot ([`Meter::snapshot`] of a meter still
-/// running): its windows may be handed over again later, so a snapshot never merges with
-/// another report of the same stream.
-pub const STREAM_SNAPSHOT_FORMAT: &str = "cupti-stream-snapshot";
-
-/// Default reordering horizon: 60 s of record time (DESIGN §3).
-pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
-
-/// Default of [`MeterConfig::max_cells`]: 200 000 (device, window) cells — 22 years of 1 h
-/// windows of one GPU, or 17 days of 60 s windows of eight. Building a report takes about
-/// 3 KB of memory per cell (its usage rows, the canonical JSON of its digest), so the default
-/// bounds a report at under a gigabyte.
-pub const DEFAULT_MAX_CELLS: u64 = 200_000;
-
-/// How a [`Meter`] windows, attributes and reorders.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MeterConfig {
-    /// Window size (default 1 h).
-    pub window: WindowSize,
-    /// The source's tenant (`--tenant`): used when no tenant-map rule matches.
-    pub tenant: Option<TenantName>,
-    /// How far, in ns of record time, records may arrive out of order per device.
-    pub reorder_horizon_ns: u64,
-    /// The most (device, window) cells a report holds, all devices together: what bounds the
-    /// meter's memory and the report's size. Memory held is billed for as long as it is held
-    /// (DESIGN §4), so one allocation, or an energy counter sampled a week apart, can span any
-    /// number of windows; a hold or an energy run that would pass this many cells, or work that
-    /// does, makes [`Meter::finish`] fail with [`MeterError::TooManyCells`] (a kernel dated
-    /// centuries away from the rest, say) instead of exhausting memory; holds and energy are
-    /// refused before any of their cells is made.
-    pub max_cells: u64,
-}
-
-impl Default for MeterConfig {
-    fn default() -> Self {
-        MeterConfig {
-            window: WindowSize::HOUR,
-            tenant: None,
-            reorder_horizon_ns: DEFAULT_REORDER_HORIZON_NS,
-            max_cells: DEFAULT_MAX_CELLS,
-        }
-    }
-}
-
-/// Tenant-map rules (DESIGN §4 "Attribution"): external correlation ids and process ids to
-/// tenants. Resolved when the report is built, so rules may arrive after the records.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct TenantMap {
-    /// External correlation id → tenant.
-    pub external: HashMap<u64, TenantName>,
-    /// Process id → tenant.
-    pub pid: HashMap<u32, TenantName>,
-}
-
-/// Why [`Meter::finish`] cannot build a report. Each names the device and the meter or span,
-/// so the input at fault can be found; nothing is rounded or clamped instead.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum MeterError {
-    /// The report could not be serialized for its digest.
-    #[error(transparent)]
-    Digest(#[from] DigestError),
-    /// A quantity (a cell, a tenant's share or a total) exceeds `u128::MAX` canonical units.
-    /// Quantities are exact or not given: never a saturated number in a bill (DESIGN §4, §5).
-    #[error(
-        "device {device} ({device_key}): {meter}{} exceeds 2^128 - 1 {} (the largest quantity          a report holds): it cannot be billed exactly",
-        match window_start { Some(w) => format!(" in the window starting {w}"), None => " in total".to_string() },
-        meter.canonical_unit()
-    )]
-    QuantityOverflow {
-        /// Device id within its source.
-        device: u32,
-        /// Identity of the device.
-        device_key: String,
-        /// The meter.
-        meter: MeterKind,
-        /// The window, RFC 3339, or `None` for a total over windows.
-        window_start: Option<String>,
-    },
-    /// [`Meter::drain`] was asked of a meter that holds energy samples: energy is apportioned
-    /// over whole runs of samples, which a drain cannot cut yet.
-    #[error(
-        "this meter holds energy samples: energy_mj is apportioned over whole runs of samples, \
-         so its windows cannot be drained; build one report with finish or snapshot instead"
-    )]
-    DrainWithEnergy,
-    /// Memory held, an energy run or work over a span that would take the report past
-    /// [`MeterConfig::max_cells`] (device, window) cells.
-    #[error(
-        "device {device} ({device_key}): {what} from {from} to {to} spans {windows} windows of \
-         {window_seconds} s, which would take the report past the {limit} (device, window) cells \
-         it holds; check the inputs' times (a record dated far from the others?), or use a \
-         larger --window"
-    )]
-    TooManyCells {
-        /// Device id within its source.
-        device: u32,
-        /// Identity of the device.
-        device_key: String,
-        /// What spans them (`memory held`, `energy samples`, `work`).
-        what: &'static str,
-        /// Start of the span, RFC 3339.
-        from: String,
-        /// End of the span, RFC 3339.
-        to: String,
-        /// Windows the span touches.
-        windows: u64,
-        /// Window size, seconds.
-        window_seconds: u64,
-        /// The limit ([`MeterConfig::max_cells`]).
-        limit: u64,
-    },
-}
+use crate::time::{parse_rfc3339, rfc3339, rfc3339_ns, WindowSize, MAX_RECORD_NS};
 
 /// A device's first fault in bookkeeping, turned into a [`MeterError`] by [`Meter::finish`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -254,17 +119,6 @@ impl LossCount {
 enum Dup {
     Work(ActivityRecord),
     Memory(MemoryEvent),
-}
-
-/// An input about to be metered.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SourceInfo {
-    /// File name (no directories).
-    pub name: String,
-    /// Format name (`kineto`, `nsys`, …).
-    pub format: String,
-    /// SHA-256 of the bytes, lowercase hex: the source's identity (DESIGN §4 "Idempotency").
-    pub sha256: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -411,19 +265,7 @@ struct DeviceState {
     work_end: u64,
 }
 
-/// Accumulates activity records into usage per tenant, device, window and meter.
-///
-/// ```
-/// use gpumeter_core::{ActivityRecord, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind, Work};
-/// let mut meter = Meter::new(MeterConfig::default());
-/// let mut gpu = DeviceInfo::bare("GPU-0", 0);
-/// gpu.sm_count = Some(132);
-/// let dev = meter.register_device(gpu);
-/// let k = KernelLaunch { grid: Some([264, 1, 1]), ..KernelLaunch::default() };
-/// meter.push(ActivityRecord::new(dev, 1_000, 2_000, Work::Kernel(k)));
-/// let report = meter.finish().expect("report");
-/// assert_eq!(report.device_total("GPU-0", MeterKind::SmNs), 132 * 1_000);
-/// ```
+/// The reference meter.
 #[derive(Debug)]
 pub struct Meter {
     config: MeterConfig,
@@ -2028,10 +1870,7 @@ fn resident_warps(info: &DeviceInfo, k: &crate::record::KernelLaunch, held: u32)
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
 /// then one unit each to the largest fractional parts, ties to the tenant name that sorts first
 /// (bytewise). DESIGN §4 "Integer shares".
-pub(crate) fn largest_remainder(
-    shares: BTreeMap<String, BigRational>,
-    total: u128,
-) -> BTreeMap<String, u128> {
+fn largest_remainder(shares: BTreeMap<String, BigRational>, total: u128) -> BTreeMap<String, u128> {
     let mut floors: BTreeMap<String, u128> = BTreeMap::new();
     let mut fracs: Vec<(BigRational, String)> = Vec::new();
     let mut sum: u128 = 0;
@@ -2352,33 +2191,5 @@ impl DeviceState {
             }
             t = edge;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rat(n: i64, d: i64) -> BigRational {
-        BigRational::new(BigInt::from(n), BigInt::from(d))
-    }
-
-    #[test]
-    fn largest_remainder_ties_go_to_first_name() {
-        let mut m = BTreeMap::new();
-        m.insert("bob".to_string(), rat(1, 2));
-        m.insert("alice".to_string(), rat(1, 2));
-        let r = largest_remainder(m, 1);
-        assert_eq!(r["alice"], 1);
-        assert_eq!(r["bob"], 0);
-    }
-
-    #[test]
-    fn largest_remainder_largest_fraction_wins() {
-        let mut m = BTreeMap::new();
-        m.insert("a".to_string(), rat(10, 3)); // 3.333
-        m.insert("b".to_string(), rat(17, 3)); // 5.667
-        let r = largest_remainder(m, 9);
-        assert_eq!((r["a"], r["b"]), (3, 6));
     }
 }

@@ -1,0 +1,731 @@
+//! Building the report: drain, finish, per-cell integer quantities (exact rationals, largest remainder).
+
+use super::*;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use std::sync::atomic::Ordering as AtomicOrdering;
+
+use num_bigint::BigInt;
+use num_rational::BigRational;
+use num_traits::{ToPrimitive, Zero};
+
+use crate::device::DeviceInfo;
+use crate::report::{
+    DeviceEntry, LossEntry, MeterKind, NotMeterable, OpenAllocation, Quantity, RecordCounts,
+    TotalRow, UsageReport, UsageRow, METERING_POLICY, USAGE_SCHEMA,
+};
+use crate::tenant::UNATTRIBUTED;
+use crate::time::{rfc3339, rfc3339_ns};
+
+/// Per meter, per tenant quantities: (meter, [(tenant, quantity)]).
+pub(super) type CellQuantities = Vec<(MeterKind, Vec<(String, u128)>)>;
+
+/// Per meter, per tenant integer quantities of one cell, in meter order then tenant order.
+///
+/// # Errors
+/// The meter whose per-tenant sum (several attribution keys of one tenant) exceeds
+/// `u128::MAX`.
+pub(super) fn cell_quantities(
+    cell: &Cell,
+    tenants: &[String],
+    sm_count: Option<u32>,
+    warp_sm_count: Option<u32>,
+    sets: &[Arc<[u32]>],
+) -> Result<CellQuantities, MeterKind> {
+    let mut out: BTreeMap<MeterKind, BTreeMap<String, u128>> = BTreeMap::new();
+    for (&(key, meter), &q) in &cell.ints {
+        let t = out
+            .entry(meter)
+            .or_default()
+            .entry(tenants[key as usize].clone())
+            .or_insert(0);
+        *t = t.checked_add(q).ok_or(meter)?;
+    }
+    // gpu_busy_ns: each set's length divided equally among its distinct tenants: integer
+    // sums per (tenant, number of distinct tenants D), then one rational Σ_D sum / D per
+    // tenant (never a rational per set and tenant).
+    let mut per_d: BTreeMap<&String, BTreeMap<usize, u128>> = BTreeMap::new();
+    let mut busy_total: u128 = 0;
+    for (&set, &len) in &cell.busy {
+        busy_total += len;
+        let ts: BTreeSet<&String> = sets[set as usize]
+            .iter()
+            .map(|&k| &tenants[k as usize])
+            .collect();
+        let d = ts.len();
+        for t in ts {
+            *per_d.entry(t).or_default().entry(d).or_insert(0) += len;
+        }
+    }
+    let busy: BTreeMap<String, BigRational> = per_d
+        .into_iter()
+        .map(|(t, by_d)| {
+            let share = by_d.into_iter().fold(BigRational::zero(), |acc, (d, sum)| {
+                acc + BigRational::new(BigInt::from(sum), BigInt::from(d))
+            });
+            (t.clone(), share)
+        })
+        .collect();
+    if busy_total > 0 {
+        out.insert(MeterKind::GpuBusyNs, largest_remainder(busy, busy_total));
+    }
+    if sm_count.is_some() {
+        // Σ over tenants is an integer when only the device caps: per elementary interval the
+        // capped shares sum to len × SMs. Partition caps can leave a fraction: floored.
+        if let Some(q) = capped_shares(&cell.sm_exact, &cell.sm_capped, tenants) {
+            out.insert(MeterKind::SmNs, q);
+        }
+    }
+    if warp_sm_count.is_some() {
+        // Σ over tenants may be fractional when capped: the cell's total is its floor.
+        if let Some(q) = capped_shares(&cell.warp_exact, &cell.warp_capped, tenants) {
+            out.insert(MeterKind::WarpNs, q);
+        }
+    }
+    Ok(out
+        .into_iter()
+        .map(|(m, per)| (m, per.into_iter().collect()))
+        .collect())
+}
+
+/// Per tenant integer shares of a capped time meter: `exact` per key plus, per key and
+/// distinct cap factor `num / den`, `value × num / den`; exact rationals, the cell's total
+/// floored, then largest remainder. `None` when the total is 0.
+///
+/// Values are first summed per (tenant, factor) as integers, so a tenant's rational is a sum
+/// over the distinct factors it ran under, not over every (key, factor) entry: many processes
+/// of one tenant cost one rational per factor.
+pub(super) fn capped_shares(
+    exact: &FxHashMap<u32, u128>,
+    capped: &FxHashMap<(u32, Factor), u128>,
+    tenants: &[String],
+) -> Option<BTreeMap<String, u128>> {
+    let mut whole: BTreeMap<&String, BigInt> = BTreeMap::new();
+    for (&k, &q) in exact {
+        *whole.entry(&tenants[k as usize]).or_default() += q;
+    }
+    let mut per_factor: BTreeMap<&String, BTreeMap<Factor, BigInt>> = BTreeMap::new();
+    for (&(k, f), &v) in capped {
+        *per_factor
+            .entry(&tenants[k as usize])
+            .or_default()
+            .entry(f)
+            .or_default() += v;
+    }
+    let mut shares: BTreeMap<String, BigRational> = BTreeMap::new();
+    for (t, w) in whole {
+        shares.insert(t.clone(), BigRational::from_integer(w));
+    }
+    for (t, per_f) in per_factor {
+        let e = shares.entry(t.clone()).or_insert_with(BigRational::zero);
+        for ((num, den), v) in per_f {
+            *e += BigRational::new(v * BigInt::from(num), BigInt::from(den));
+        }
+    }
+    let total = shares
+        .values()
+        .fold(BigRational::zero(), |a, b| a + b)
+        .floor()
+        .to_integer();
+    total
+        .to_u128()
+        .filter(|&t| t > 0)
+        .map(|t| largest_remainder(shares, t))
+}
+
+/// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
+/// then one unit each to the largest fractional parts, ties to the tenant name that sorts first
+/// (bytewise). DESIGN §4 "Integer shares".
+pub(crate) fn largest_remainder(
+    shares: BTreeMap<String, BigRational>,
+    total: u128,
+) -> BTreeMap<String, u128> {
+    let mut floors: BTreeMap<String, u128> = BTreeMap::new();
+    let mut fracs: Vec<(BigRational, String)> = Vec::new();
+    let mut sum: u128 = 0;
+    for (t, r) in shares {
+        let f = r.floor();
+        let fi = f.to_integer().to_u128().unwrap_or(0);
+        sum += fi;
+        fracs.push((r - f, t.clone()));
+        floors.insert(t, fi);
+    }
+    let mut left = total.saturating_sub(sum);
+    // Largest fraction first; equal fractions: name ascending.
+    fracs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    for (_, t) in fracs {
+        if left == 0 {
+            break;
+        }
+        if let Some(v) = floors.get_mut(&t) {
+            *v += 1;
+            left -= 1;
+        }
+    }
+    floors
+}
+
+impl Meter {
+    /// Hands over and forgets the windows that end at or before `before_ns` (DESIGN §9): the
+    /// returned report holds their usage; the meter keeps the later windows, the records
+    /// still inside the reordering horizon and the allocations still held.
+    ///
+    /// Windows are those of [`MeterConfig::window`]; the edge is `before_ns` rounded down to a
+    /// window boundary. What the drain does, in order:
+    /// - every device's sweep moves to the edge (at least): the records buffered before it are
+    ///   booked, and from now on a record starting before it — on any device, also one
+    ///   registered later — is loss `late` (it would change a window already handed over);
+    /// - allocations still held are billed up to the edge (they are held at least that long:
+    ///   a release before it would now be late) and stay held from there; with `before_ns =
+    ///   u64::MAX` (everything: the meter's end) up to the report's end, as [`Meter::finish`]
+    ///   bills them;
+    /// - the report is built from the windows before the edge, with the loss, skipped counts,
+    ///   record counts and warnings gathered since the last drain, which the meter then
+    ///   forgets; a device's meterability (`not_meterable`) is not forgotten.
+    ///
+    /// So the drained reports of a meter and its final report sum, row by row, to the report
+    /// the meter would have built without draining (when no record arrives late because of a
+    /// drain, and no allocation is still held past the latest work at a drain: such memory
+    /// is billed up to the drain's edge, which an undrained report does not know of), and no
+    /// quantity is handed over twice. The report has no `open_allocations`
+    /// (the meter still holds them), except the drain of everything (`u64::MAX`), which lists
+    /// them as [`Meter::finish`] does (billed to the report's end) and forgets them: the next
+    /// report takes them as opening state. Drained windows free their cells in the
+    /// [`MeterConfig::max_cells`] budget.
+    ///
+    /// # Errors
+    /// [`MeterError::DrainWithEnergy`] when the meter holds energy samples (energy is
+    /// apportioned over whole runs of samples and cannot be drained yet); otherwise as
+    /// [`Meter::finish`]. On an error the meter is left exactly as it was (nothing handed
+    /// over, forgotten or moved).
+    pub fn drain(&mut self, before_ns: u64) -> Result<UsageReport, MeterError> {
+        if self.devices.iter().any(|d| !d.energy.is_empty()) {
+            return Err(MeterError::DrainWithEnergy);
+        }
+        // A drain that fails (memory held up to an edge past the cell budget, a quantity past
+        // 128 bits) leaves the meter exactly as it was: usable, nothing moved.
+        let before = self.deep_clone();
+        match self.drain_now(before_ns) {
+            Ok(report) => Ok(report),
+            Err(e) => {
+                *self = before;
+                Err(e)
+            }
+        }
+    }
+
+    /// [`Meter::drain`]'s work; on an error the meter is half-changed (the caller restores it).
+    pub(super) fn drain_now(&mut self, before_ns: u64) -> Result<UsageReport, MeterError> {
+        let window = self.config.window;
+        let end = before_ns == u64::MAX;
+        let edge = window.start_of(before_ns);
+        for d in &mut self.devices {
+            if !d.started || d.swept_to < edge {
+                d.started = true;
+                d.advance(edge, window);
+            }
+        }
+        self.drained_to = self.drained_to.max(edge);
+        // Memory held across the edge is held up to it: no release before the edge can be
+        // accepted any more (it would be late), and the windows before it are handed over
+        // now, so a later release must not book into them. Draining everything
+        // (`u64::MAX`) is the end: held memory is billed to the report's end as `finish`
+        // bills it, and nothing can follow (every later record is late).
+        let bill_to = if end {
+            match self.devices.iter().map(|d| d.work_end).max() {
+                Some(w) if w > 0 => w,
+                _ => self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0),
+            }
+        } else {
+            edge
+        };
+        for d in &mut self.devices {
+            let held: Vec<HeldAt> = d
+                .open
+                .iter()
+                .filter(|(_, a)| a.since < bill_to)
+                .map(|(k, _)| *k)
+                .collect();
+            for k in held {
+                if let Some(a) = d.open.get(&k).copied() {
+                    if d.hold(a, bill_to, window) {
+                        if let Some(open) = d.open.get_mut(&k) {
+                            open.since = bill_to;
+                        }
+                    }
+                }
+            }
+        }
+        // The handed-over part: the windows before the edge and what was gathered since the
+        // last drain, nothing buffered; at the end (`u64::MAX`) the allocations still held,
+        // listed in `open_allocations` for the next report's opening state.
+        let mut part = self.deep_clone();
+        for d in &mut part.devices {
+            let later = d.cells.split_off(&edge);
+            drop(later);
+            d.pending.clear();
+            d.run.clear();
+            d.mem_pending.clear();
+            if !end {
+                d.open.clear();
+            }
+            d.clear_dups();
+        }
+        part.opening.clear();
+        let report = part.finish()?;
+        // Forget what was handed over.
+        let mut freed = 0u64;
+        for d in &mut self.devices {
+            let later = d.cells.split_off(&edge);
+            freed += d.cells.len() as u64;
+            d.cells = later;
+            d.loss.clear();
+            d.records = 0;
+            d.kernels = 0;
+            d.memory_events = 0;
+            d.reallocations = 0;
+            if end {
+                d.open.clear();
+            }
+        }
+        self.budget
+            .used
+            .fetch_sub(freed.min(self.budget.used()), AtomicOrdering::Relaxed);
+        self.counts = RecordCounts::default();
+        self.unplaced.clear();
+        self.warnings.clear();
+        Ok(report)
+    }
+
+    /// Books everything still buffered and builds the report, digest included.
+    ///
+    /// Allocations still held are billed to the report's end (the latest end of accepted work
+    /// on any device; without work, the latest memory, energy or opening time) and listed in
+    /// `open_allocations`, with a warning.
+    ///
+    /// # Errors
+    /// [`MeterError::QuantityOverflow`] when a quantity exceeds `u128::MAX` (never clamped);
+    /// [`MeterError::TooManyCells`] when memory held, energy samples or work would take the
+    /// report past [`MeterConfig::max_cells`] cells; [`MeterError::Digest`] when the report
+    /// cannot be serialized for its digest.
+    pub fn finish(mut self) -> Result<UsageReport, MeterError> {
+        let window = self.config.window;
+        // Opening state of devices no input named: on a device entry of its own.
+        let mut leftover: Vec<String> = self.opening.keys().cloned().collect();
+        leftover.sort();
+        for key in leftover {
+            let id = self.opening_ids.get(&key).copied().unwrap_or(0);
+            self.register_device(DeviceInfo::bare(key, id));
+        }
+        for d in &mut self.devices {
+            d.advance(u64::MAX, window);
+        }
+        // The report's end: the latest end of accepted work when there is any (a memory or
+        // energy timestamp cannot stretch it: one bad value would bill every open allocation
+        // to it), else the latest memory, energy or opening time.
+        let report_end = match self.devices.iter().map(|d| d.work_end).max() {
+            Some(w) if w > 0 => w,
+            _ => self.devices.iter().map(|d| d.last_ns).max().unwrap_or(0),
+        };
+        let tenants: Vec<String> = self.keys.iter().map(|k| self.tenant_of(k)).collect();
+        let mut open_allocations = Vec::new();
+        for d in &mut self.devices {
+            let open = std::mem::take(&mut d.open);
+            for ((_, address), a) in open {
+                if !d.hold(a, report_end, window) {
+                    continue;
+                }
+                // Held since after the report's end (made after the last work): billed 0,
+                // carried from its own time.
+                let billed_to = report_end.max(a.since);
+                let k = &self.keys[a.key as usize];
+                open_allocations.push(OpenAllocation {
+                    device: d.info.id,
+                    device_key: d.info.key.clone(),
+                    address: format!("{address:#x}"),
+                    bytes: Quantity(u128::from(a.bytes)),
+                    tenant: tenants[a.key as usize].clone(),
+                    process_id: k.process_id,
+                    external_id: k.external_id,
+                    allocated_at: rfc3339_ns(a.allocated_at),
+                    billed_to: rfc3339_ns(billed_to),
+                });
+            }
+        }
+        for d in &self.devices {
+            if let Some(f) = d.fault {
+                return Err(d.error(f, window));
+            }
+        }
+        let mut devices = Vec::new();
+        let mut loss = Vec::new();
+        let mut usage = Vec::new();
+        let mut totals: BTreeMap<(String, u32, String, MeterKind), u128> = BTreeMap::new();
+        let mut warnings = std::mem::take(&mut self.warnings);
+        let mut order: Vec<&DeviceState> = self.devices.iter().collect();
+        order.sort_by(|a, b| (a.info.id, &a.info.key).cmp(&(b.info.id, &b.info.key)));
+        for d in order {
+            let lost: u64 = d
+                .loss
+                .values()
+                .fold(0u64, |a, l| a.saturating_add(l.records));
+            if d.records == 0
+                && lost == 0
+                && d.memory_events == 0
+                && d.energy.is_empty()
+                && d.cells.is_empty()
+            {
+                continue;
+            }
+            let info = &d.info;
+            let mut not_meterable = Vec::new();
+            let sm_meterable = info.sm_count.is_some() && d.kernels_without_grid == 0;
+            // Without kernels there is no sm_ns or warp_ns to be unsure of.
+            let has_kernels = d.kernels > 0;
+            if info.sm_count.is_some() && d.kernels_without_grid > 0 {
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::SmNs,
+                    reason: format!(
+                        "{} kernels on this device have no grid (launch configuration), so the \
+                         SMs they held are unknown",
+                        d.kernels_without_grid
+                    ),
+                });
+                warnings.push(format!(
+                    "sm_ns is not meterable on device {} ({}): {} kernels have no grid",
+                    info.id, info.key, d.kernels_without_grid
+                ));
+            }
+            if info.sm_count.is_none() && has_kernels {
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::SmNs,
+                    reason: "the source gives no SM count for this device (no device table); \
+                             pass --devices with its sm_count (warp_ns, which builds on sm_ns, \
+                             is not meterable either)"
+                        .to_string(),
+                });
+                warnings.push(format!(
+                    "sm_ns and warp_ns are not meterable on device {} ({}): SM count unknown",
+                    info.id, info.key
+                ));
+            }
+            let warp_meterable = info.sm_count.is_some()
+                && info.compute_capability.is_some()
+                && d.kernels_without_occupancy == 0;
+            // An unknown SM count is reported once, on sm_ns (its reason names warp_ns).
+            if !warp_meterable && info.sm_count.is_some() && has_kernels {
+                let unknown_cc = info
+                    .compute_capability
+                    .filter(|&cc| crate::occupancy::arch_limits(cc).is_err());
+                let why = if info.compute_capability.is_none() {
+                    "the compute capability of this device is unknown, so the occupancy \
+                     calculator cannot run; pass --devices with its compute_capability"
+                        .to_string()
+                } else if let Some(cc) = unknown_cc {
+                    let known: Vec<String> = crate::occupancy::KNOWN_CAPABILITIES
+                        .iter()
+                        .map(|(a, b)| format!("{a}.{b}"))
+                        .collect();
+                    format!(
+                        "the device's compute_capability = {cc} is not one the occupancy \
+                         calculator knows ({}), so resident warps cannot be computed; check the \
+                         source's device properties or the --devices catalog",
+                        known.join(", ")
+                    )
+                } else {
+                    format!(
+                        "{} kernels on this device have no launch configuration the occupancy \
+                         calculator accepts (grid, block, registers per thread, shared memory), \
+                         so their resident warps are unknown",
+                        d.kernels_without_occupancy
+                    )
+                };
+                warnings.push(format!(
+                    "warp_ns is not meterable on device {} ({}): {why}",
+                    info.id, info.key
+                ));
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::WarpNs,
+                    reason: why,
+                });
+            }
+            // warp_instructions: all or nothing per device (a partial count under-bills).
+            let instr_meterable =
+                d.kernels_with_instructions > 0 && d.kernels_without_instructions == 0;
+            if d.kernels_with_instructions > 0 && d.kernels_without_instructions > 0 {
+                let why = format!(
+                    "{} of {} kernels on this device have no instruction count (SASS metrics or \
+                     INSTRUCTION_EXECUTION data), so the device's total is unknown",
+                    d.kernels_without_instructions,
+                    d.kernels_with_instructions + d.kernels_without_instructions
+                );
+                warnings.push(format!(
+                    "warp_instructions is not meterable on device {} ({}): {why}",
+                    info.id, info.key
+                ));
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::WarpInstructions,
+                    reason: why,
+                });
+            }
+            let left = d.budget.limit.saturating_sub(d.budget.used());
+            let (energy, resets, gaps, unobserved) =
+                energy_per_window(&d.energy, &d.energy_spans, window, &d.cells, left).map_err(
+                    |(from, to, windows)| {
+                        d.error(
+                            DeviceFault::TooManyCells {
+                                what: "energy samples",
+                                from,
+                                to,
+                                windows,
+                            },
+                            window,
+                        )
+                    },
+                )?;
+            d.budget.used.fetch_add(
+                energy.keys().filter(|w| !d.cells.contains_key(w)).count() as u64,
+                AtomicOrdering::Relaxed,
+            );
+            // A device without kernels has no sm_ns anywhere: its energy is all idle.
+            let energy_meterable = !energy.is_empty() && (sm_meterable || !has_kernels);
+            if !energy.is_empty() && !energy_meterable {
+                let why = "energy is apportioned to tenants by sm_ns, which is not meterable on \
+                           this device"
+                    .to_string();
+                warnings.push(format!(
+                    "energy_mj is not meterable on device {} ({}): {why}",
+                    info.id, info.key
+                ));
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::EnergyMj,
+                    reason: why,
+                });
+            }
+            if resets > 0 {
+                warnings.push(format!(
+                    "the energy counter of device {} ({}) went down {resets} times (driver \
+                     reload?): the energy between those samples is unknown and not billed",
+                    info.id, info.key
+                ));
+            }
+            if unobserved > 0 {
+                warnings.push(format!(
+                    "{unobserved} stretches between energy samples of device {} ({}) lie between \
+                     recordings (no recording observed them): their energy is not billed",
+                    info.id, info.key
+                ));
+            }
+            if gaps > 0 {
+                warnings.push(format!(
+                    "{gaps} pairs of consecutive energy samples of device {} ({}) are more than \
+                     7 days apart or rise faster than 100 kW: the energy between them is not \
+                     billed",
+                    info.id, info.key
+                ));
+            }
+            if d.reallocations > 0 {
+                warnings.push(format!(
+                    "{} allocations on device {} ({}) were made at an address still held: the \
+                     earlier allocation was closed there (a release record missing?)",
+                    d.reallocations, info.id, info.key
+                ));
+            }
+            devices.push(DeviceEntry {
+                device: info.id,
+                device_key: info.key.clone(),
+                name: info.name.clone(),
+                sm_count: info.sm_count,
+                compute_capability: info.compute_capability.map(|c| c.to_string()),
+                not_meterable,
+            });
+            for (reason, n) in &d.loss {
+                loss.push(LossEntry {
+                    device: Some(info.id),
+                    device_key: info.key.clone(),
+                    reason: reason.as_str().to_string(),
+                    records: n.records,
+                    lower_bound: n.lower_bound,
+                });
+            }
+            if lost > 0 {
+                let at_least = if d.loss.values().any(|l| l.lower_bound) {
+                    "at least "
+                } else {
+                    ""
+                };
+                warnings.push(format!(
+                    "{at_least}{lost} records lost on device {} ({}); see `loss`",
+                    info.id, info.key
+                ));
+            }
+            let empty = Cell::default();
+            let windows: BTreeSet<u64> = d
+                .cells
+                .keys()
+                .copied()
+                .chain(energy.keys().copied().filter(|_| energy_meterable))
+                .collect();
+            for w in windows {
+                let cell = d.cells.get(&w).unwrap_or(&empty);
+                let ws = rfc3339(w);
+                let sms = info.sm_count.filter(|_| sm_meterable);
+                let warp_sms = info.sm_count.filter(|_| warp_meterable);
+                let mut quantities = cell_quantities(cell, &tenants, sms, warp_sms, &d.sets)
+                    .map_err(|meter| MeterError::QuantityOverflow {
+                        device: info.id,
+                        device_key: info.key.clone(),
+                        meter,
+                        window_start: Some(ws.clone()),
+                    })?;
+                if !instr_meterable {
+                    quantities.retain(|(m, _)| *m != MeterKind::WarpInstructions);
+                }
+                if let Some(&e) = energy.get(&w).filter(|_| energy_meterable) {
+                    let sm = quantities
+                        .iter()
+                        .find(|(m, _)| *m == MeterKind::SmNs)
+                        .map(|(_, per)| per.as_slice())
+                        .unwrap_or(&[]);
+                    if e > 0 {
+                        quantities.push((MeterKind::EnergyMj, apportion_energy(e, sm)));
+                    }
+                }
+                for (meter, per_tenant) in quantities {
+                    for (tenant, q) in per_tenant {
+                        if q == 0 {
+                            continue;
+                        }
+                        let t = totals
+                            .entry((tenant.clone(), info.id, info.key.clone(), meter))
+                            .or_insert(0);
+                        *t = t
+                            .checked_add(q)
+                            .ok_or_else(|| MeterError::QuantityOverflow {
+                                device: info.id,
+                                device_key: info.key.clone(),
+                                meter,
+                                window_start: None,
+                            })?;
+                        usage.push(UsageRow {
+                            tenant,
+                            device: info.id,
+                            device_key: info.key.clone(),
+                            window_start: ws.clone(),
+                            meter,
+                            quantity: Quantity(q),
+                        });
+                    }
+                }
+            }
+        }
+        for ((source, reason), n) in &self.unplaced {
+            loss.push(LossEntry {
+                device: None,
+                device_key: source.clone(),
+                reason: reason.as_str().to_string(),
+                records: n.records,
+                lower_bound: n.lower_bound,
+            });
+            warnings.push(format!(
+                "{}{} records of source {source} lost as {} on a device the source does not \
+                 tell; see `loss`",
+                if n.lower_bound { "at least " } else { "" },
+                n.records,
+                reason.as_str()
+            ));
+        }
+        let totals = totals
+            .into_iter()
+            .map(|((tenant, device, device_key, meter), q)| TotalRow {
+                tenant,
+                device,
+                device_key,
+                meter,
+                quantity: Quantity(q),
+            })
+            .collect();
+        if !open_allocations.is_empty() {
+            warnings.push(format!(
+                "{} allocations are still held at the report's end: billed to it and listed in \
+                 open_allocations (pass this report to the next one with --opening)",
+                open_allocations.len()
+            ));
+        }
+        let (early_work, early_memory) = self.before_earlier_end;
+        if early_work + early_memory > 0 {
+            *self
+                .counts
+                .skipped
+                .entry("billed_by_opening_report".to_string())
+                .or_insert(0) += early_work + early_memory;
+            warnings.push(format!(
+                "{early_work} work records and {early_memory} memory events of recordings that \
+                 an earlier report of the chain (--opening) read up to a later time lie before \
+                 that time: that report metered them, so they are not metered again (counted as \
+                 skipped `billed_by_opening_report`)"
+            ));
+        }
+        let extensions = self.extensions();
+        let mut report = UsageReport {
+            schema: USAGE_SCHEMA.to_string(),
+            metering_policy: METERING_POLICY.to_string(),
+            window_seconds: window.seconds(),
+            sources: self.sources,
+            devices,
+            records: self.counts,
+            loss,
+            usage,
+            totals,
+            open_allocations,
+            warnings,
+            extensions,
+            sha256: String::new(),
+        };
+        report.seal()?;
+        Ok(report)
+    }
+
+    pub(super) fn tenant_of(&self, k: &AttrKey) -> String {
+        if let Some(t) = k.external_id.and_then(|e| self.tenant_map.external.get(&e)) {
+            return t.as_str().to_string();
+        }
+        if let Some(t) = k.process_id.and_then(|p| self.tenant_map.pid.get(&p)) {
+            return t.as_str().to_string();
+        }
+        k.source_tenant
+            .as_ref()
+            .map_or_else(|| UNATTRIBUTED.to_string(), |t| t.as_str().to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(super) fn rat(n: i64, d: i64) -> BigRational {
+        BigRational::new(BigInt::from(n), BigInt::from(d))
+    }
+
+    #[test]
+    pub(super) fn largest_remainder_ties_go_to_first_name() {
+        let mut m = BTreeMap::new();
+        m.insert("bob".to_string(), rat(1, 2));
+        m.insert("alice".to_string(), rat(1, 2));
+        let r = largest_remainder(m, 1);
+        assert_eq!(r["alice"], 1);
+        assert_eq!(r["bob"], 0);
+    }
+
+    #[test]
+    pub(super) fn largest_remainder_largest_fraction_wins() {
+        let mut m = BTreeMap::new();
+        m.insert("a".to_string(), rat(10, 3)); // 3.333
+        m.insert("b".to_string(), rat(17, 3)); // 5.667
+        let r = largest_remainder(m, 9);
+        assert_eq!((r["a"], r["b"]), (3, 6));
+    }
+}

@@ -1,0 +1,725 @@
+//! The streaming [`Meter`]: activity records in, a [`UsageReport`] out (DESIGN §4).
+//!
+//! Per device, records are held in a reorder buffer until the *sweep* passes them: the sweep
+//! runs at `max start seen − reordering horizon`, so records may arrive out of order by up to the
+//! horizon; older ones are loss (`late`). The sweep walks elementary intervals (between record
+//! starts, ends and window edges) with the set of work running in them and books:
+//!
+//! * `gpu_busy_ns`: the interval's length to the *set* of attribution keys running, divided
+//!   equally among the set's tenants when the report is built;
+//! * `sm_ns`: length × SMs held per kernel, where SMs held = min(blocks, device SMs); when the
+//!   kernels running hold more SMs than the device has, each kernel's share is scaled by
+//!   `SMs / Σ held` (kept exact as `Σ len·held` per distinct `Σ held`);
+//! * `warp_ns`: the same with each kernel's SMs held weighted by its resident warps per SM
+//!   (computed once per record from the occupancy calculator, corrected mode): length ×
+//!   held × warps, scaled by the same `SMs / Σ held` when capped.
+//!
+//! Counts and bytes go to the window of the record's start; `kernel_ns` is split at window
+//! edges as records arrive. Fractions become integers once per (device, window, meter) cell by
+//! the largest-remainder method, ties to the tenant whose name sorts first. Memory is bounded by
+//! the horizon (reorder and duplicate buffers) and by cells × attribution keys, not by records.
+//!
+//! Where each part lives: this file holds the public API ([`Meter`], [`MeterConfig`],
+//! [`MeterError`], [`TenantMap`]) and the per-device state; `work.rs` checks a work record and
+//! books what is booked on arrival (counts, bytes, `kernel_ns`); `dup.rs` detects duplicates;
+//! `sweep.rs` runs the reorder buffer and books elementary intervals (`gpu_busy_ns`, `sm_ns`,
+//! `warp_ns`); `caps.rs` computes SMs held, resident warps and the partition and device caps;
+//! `cells.rs` holds the per-(device, window) accumulators and the cell budget; `memory.rs`
+//! pairs allocations and books `memory_byte_ns`; `energy.rs` books `energy_mj`; `opening.rs`
+//! takes opening state and report chains; `assemble.rs` drains and builds reports.
+
+mod assemble;
+mod caps;
+mod cells;
+mod dup;
+mod energy;
+mod memory;
+mod opening;
+mod sweep;
+mod work;
+
+use assemble::*;
+use caps::*;
+use cells::*;
+use dup::*;
+use energy::*;
+use memory::*;
+use opening::*;
+use sweep::*;
+
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::device::DeviceInfo;
+use crate::record::{ActivityRecord, DeviceSlot, LossReason, PartitionId};
+use crate::report::{DigestError, MeterKind, RecordCounts, SourceEntry, UsageReport};
+use crate::tenant::TenantName;
+use crate::time::{rfc3339, rfc3339_ns, WindowSize, NS_PER_SECOND};
+
+/// The format of a stream of CUPTI buffers metered one by one (the C ABI's meter) in a drained
+/// report: the report holds windows no other report of the stream holds, so
+/// [`crate::merge_reports`] merges the drained reports of one stream (same source SHA-256)
+/// when their windows are disjoint.
+pub const STREAM_FORMAT: &str = "cupti-stream";
+
+/// The format of a stream's source in a snapshot ([`Meter::snapshot`] of a meter still
+/// running): its windows may be handed over again later, so a snapshot never merges with
+/// another report of the same stream.
+pub const STREAM_SNAPSHOT_FORMAT: &str = "cupti-stream-snapshot";
+
+/// Default reordering horizon: 60 s of record time (DESIGN §3).
+pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
+
+/// Default of [`MeterConfig::max_cells`]: 200 000 (device, window) cells — 22 years of 1 h
+/// windows of one GPU, or 17 days of 60 s windows of eight. Building a report takes about
+/// 3 KB of memory per cell (its usage rows, the canonical JSON of its digest), so the default
+/// bounds a report at under a gigabyte.
+pub const DEFAULT_MAX_CELLS: u64 = 200_000;
+
+/// How a [`Meter`] windows, attributes and reorders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MeterConfig {
+    /// Window size (default 1 h).
+    pub window: WindowSize,
+    /// The source's tenant (`--tenant`): used when no tenant-map rule matches.
+    pub tenant: Option<TenantName>,
+    /// How far, in ns of record time, records may arrive out of order per device.
+    pub reorder_horizon_ns: u64,
+    /// The most (device, window) cells a report holds, all devices together: what bounds the
+    /// meter's memory and the report's size. Memory held is billed for as long as it is held
+    /// (DESIGN §4), so one allocation, or an energy counter sampled a week apart, can span any
+    /// number of windows; a hold or an energy run that would pass this many cells, or work that
+    /// does, makes [`Meter::finish`] fail with [`MeterError::TooManyCells`] (a kernel dated
+    /// centuries away from the rest, say) instead of exhausting memory; holds and energy are
+    /// refused before any of their cells is made.
+    pub max_cells: u64,
+}
+
+impl Default for MeterConfig {
+    fn default() -> Self {
+        MeterConfig {
+            window: WindowSize::HOUR,
+            tenant: None,
+            reorder_horizon_ns: DEFAULT_REORDER_HORIZON_NS,
+            max_cells: DEFAULT_MAX_CELLS,
+        }
+    }
+}
+
+/// Tenant-map rules (DESIGN §4 "Attribution"): external correlation ids and process ids to
+/// tenants. Resolved when the report is built, so rules may arrive after the records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TenantMap {
+    /// External correlation id → tenant.
+    pub external: HashMap<u64, TenantName>,
+    /// Process id → tenant.
+    pub pid: HashMap<u32, TenantName>,
+}
+
+/// Why [`Meter::finish`] cannot build a report. Each names the device and the meter or span,
+/// so the input at fault can be found; nothing is rounded or clamped instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MeterError {
+    /// The report could not be serialized for its digest.
+    #[error(transparent)]
+    Digest(#[from] DigestError),
+    /// A quantity (a cell, a tenant's share or a total) exceeds `u128::MAX` canonical units.
+    /// Quantities are exact or not given: never a saturated number in a bill (DESIGN §4, §5).
+    #[error(
+        "device {device} ({device_key}): {meter}{} exceeds 2^128 - 1 {} (the largest quantity          a report holds): it cannot be billed exactly",
+        match window_start { Some(w) => format!(" in the window starting {w}"), None => " in total".to_string() },
+        meter.canonical_unit()
+    )]
+    QuantityOverflow {
+        /// Device id within its source.
+        device: u32,
+        /// Identity of the device.
+        device_key: String,
+        /// The meter.
+        meter: MeterKind,
+        /// The window, RFC 3339, or `None` for a total over windows.
+        window_start: Option<String>,
+    },
+    /// [`Meter::drain`] was asked of a meter that holds energy samples: energy is apportioned
+    /// over whole runs of samples, which a drain cannot cut yet.
+    #[error(
+        "this meter holds energy samples: energy_mj is apportioned over whole runs of samples, \
+         so its windows cannot be drained; build one report with finish or snapshot instead"
+    )]
+    DrainWithEnergy,
+    /// Memory held, an energy run or work over a span that would take the report past
+    /// [`MeterConfig::max_cells`] (device, window) cells.
+    #[error(
+        "device {device} ({device_key}): {what} from {from} to {to} spans {windows} windows of \
+         {window_seconds} s, which would take the report past the {limit} (device, window) cells \
+         it holds; check the inputs' times (a record dated far from the others?), or use a \
+         larger --window"
+    )]
+    TooManyCells {
+        /// Device id within its source.
+        device: u32,
+        /// Identity of the device.
+        device_key: String,
+        /// What spans them (`memory held`, `energy samples`, `work`).
+        what: &'static str,
+        /// Start of the span, RFC 3339.
+        from: String,
+        /// End of the span, RFC 3339.
+        to: String,
+        /// Windows the span touches.
+        windows: u64,
+        /// Window size, seconds.
+        window_seconds: u64,
+        /// The limit ([`MeterConfig::max_cells`]).
+        limit: u64,
+    },
+}
+
+/// Records lost for one reason: a count, and whether it is only a lower bound (the source
+/// could not tell how many records a damaged part held).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct LossCount {
+    records: u64,
+    lower_bound: bool,
+}
+
+impl LossCount {
+    /// Adds `n` records; a sum past `u64::MAX` stays at the maximum and becomes a lower bound
+    /// (never a clamped count that claims to be exact).
+    fn add(&mut self, n: u64, lower_bound: bool) {
+        let sum = self.records.checked_add(n);
+        self.records = sum.unwrap_or(u64::MAX);
+        self.lower_bound |= lower_bound || sum.is_none();
+    }
+}
+
+/// An input about to be metered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceInfo {
+    /// File name (no directories).
+    pub name: String,
+    /// Format name (`kineto`, `nsys`, …).
+    pub format: String,
+    /// SHA-256 of the bytes, lowercase hex: the source's identity (DESIGN §4 "Idempotency").
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+struct AttrKey {
+    external_id: Option<u64>,
+    process_id: Option<u32>,
+    source_tenant: Option<TenantName>,
+}
+
+#[derive(Debug, Clone)]
+struct DeviceState {
+    info: DeviceInfo,
+    /// Every description of the device with the SHA-256 of the source that gave it.
+    descriptions: Vec<(String, DeviceInfo)>,
+    pending: BinaryHeap<Reverse<Pending>>,
+    /// The records running at the sweep's position.
+    run: Running,
+    /// Sweep position: everything before it is booked; a record starting before it is late.
+    swept_to: u64,
+    started: bool,
+    max_start: u64,
+    dups: Dups,
+    cells: BTreeMap<u64, Cell>,
+    loss: BTreeMap<LossReason, LossCount>,
+    /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
+    fault: Option<DeviceFault>,
+    /// The report's cell count and limit, shared by every device ([`MeterConfig::max_cells`]).
+    budget: Arc<CellBudget>,
+    records: u64,
+    /// Kernels metered without a grid: their SMs held are unknown, so sm_ns is not meterable.
+    kernels_without_grid: u64,
+    /// Kernels whose resident warps per SM could not be computed (a device or launch fact
+    /// unknown, or a launch the occupancy calculator refuses): warp_ns is not meterable.
+    kernels_without_occupancy: u64,
+    /// Summary of the running set, rebuilt when the set changed.
+    summary: ActiveSummary,
+    /// Every distinct set of keys that ran, by id (cells book busy time per set id).
+    sets: Vec<Arc<[u32]>>,
+    /// Set → id.
+    set_index: FxHashMap<Arc<[u32]>, u32>,
+    /// Resident warps per distinct launch configuration.
+    occupancy: OccupancyCache,
+    /// SMs of each partition (green context), index = [`PartitionId`].
+    partitions: Vec<u32>,
+    /// Memory events waiting for the sweep.
+    mem_pending: BinaryHeap<Reverse<MemPending>>,
+    /// Allocations held, by (process id, address).
+    open: BTreeMap<HeldAt, OpenAlloc>,
+    /// Kernel records metered.
+    kernels: u64,
+    /// Memory events accepted.
+    memory_events: u64,
+    /// Allocations at an address that was still held (the earlier one is closed there).
+    reallocations: u64,
+    /// Energy-counter samples: (ns since the epoch, cumulative mJ).
+    energy: Vec<(u64, u64)>,
+    /// Spans a recording observed the counter over ([`Meter::observe_energy_span`]).
+    energy_spans: Vec<(u64, u64)>,
+    /// Kernels with / without a warp-instruction count.
+    kernels_with_instructions: u64,
+    kernels_without_instructions: u64,
+    /// Latest time seen on the device: record ends, memory and energy timestamps.
+    last_ns: u64,
+    /// Latest end of an accepted work record (0: none).
+    work_end: u64,
+}
+
+/// Accumulates activity records into usage per tenant, device, window and meter.
+///
+/// ```
+/// use gpumeter_core::{ActivityRecord, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind, Work};
+/// let mut meter = Meter::new(MeterConfig::default());
+/// let mut gpu = DeviceInfo::bare("GPU-0", 0);
+/// gpu.sm_count = Some(132);
+/// let dev = meter.register_device(gpu);
+/// let k = KernelLaunch { grid: Some([264, 1, 1]), ..KernelLaunch::default() };
+/// meter.push(ActivityRecord::new(dev, 1_000, 2_000, Work::Kernel(k)));
+/// let report = meter.finish().expect("report");
+/// assert_eq!(report.device_total("GPU-0", MeterKind::SmNs), 132 * 1_000);
+/// ```
+#[derive(Debug)]
+pub struct Meter {
+    config: MeterConfig,
+    tenant_map: TenantMap,
+    devices: Vec<DeviceState>,
+    device_index: HashMap<String, DeviceSlot>,
+    keys: Vec<AttrKey>,
+    key_index: HashMap<AttrKey, u32>,
+    /// (external id, process id) → key with this meter's source tenant: the hot path's
+    /// lookup, without building (and cloning the tenant of) an [`AttrKey`].
+    own_keys: FxHashMap<(Option<u64>, Option<u32>), u32>,
+    sources: Vec<SourceEntry>,
+    source_tenant: Option<TenantName>,
+    counts: RecordCounts,
+    /// Records lost whose device could not be told, by (source label, reason).
+    unplaced: BTreeMap<(String, LossReason), LossCount>,
+    warnings: Vec<String>,
+    seq: u64,
+    /// Opening state of devices not registered yet, by device key.
+    opening: HashMap<String, Vec<(HeldAt, OpenAlloc)>>,
+    /// The device id an opening entry named, for devices registered only at the end.
+    opening_ids: HashMap<String, u32>,
+    /// What the reports this one continues metered ([`Meter::continue_from`]).
+    earlier: Earlier,
+    /// Records and memory events not metered because an earlier report of the chain read them.
+    before_earlier_end: (u64, u64),
+    /// How far this report read each recording, per device key ([`Meter::note_recording`]).
+    recording_ends: BTreeMap<String, BTreeMap<String, u64>>,
+    /// (device, window) cells made so far, against [`MeterConfig::max_cells`].
+    budget: Arc<CellBudget>,
+    /// Windows before this time (ns) were handed over by [`Meter::drain`]: every device's
+    /// sweep starts here at the earliest, so a record that would touch them is `late`.
+    drained_to: u64,
+}
+
+impl Meter {
+    /// A meter with no devices and no records.
+    pub fn new(config: MeterConfig) -> Self {
+        let limit = config.max_cells;
+        let source_tenant = config.tenant.clone();
+        Meter {
+            config,
+            tenant_map: TenantMap::default(),
+            devices: Vec::new(),
+            device_index: HashMap::new(),
+            keys: Vec::new(),
+            key_index: HashMap::new(),
+            own_keys: FxHashMap::default(),
+            sources: Vec::new(),
+            source_tenant,
+            counts: RecordCounts::default(),
+            unplaced: BTreeMap::new(),
+            warnings: Vec::new(),
+            seq: 0,
+            opening: HashMap::new(),
+            opening_ids: HashMap::new(),
+            earlier: Earlier::default(),
+            before_earlier_end: (0, 0),
+            recording_ends: BTreeMap::new(),
+            budget: Arc::new(CellBudget {
+                used: AtomicU64::new(0),
+                limit,
+            }),
+            drained_to: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &MeterConfig {
+        &self.config
+    }
+
+    /// Replaces the tenant-map rules (applied when the report is built).
+    pub fn set_tenant_map(&mut self, map: TenantMap) {
+        self.tenant_map = map;
+    }
+
+    /// The tenant-map rules, to add or change rules one at a time (applied when the report is
+    /// built).
+    pub fn tenant_map_mut(&mut self) -> &mut TenantMap {
+        &mut self.tenant_map
+    }
+
+    /// Announces a source. Returns `false`, and records a warning, when a source with the same
+    /// SHA-256 was already metered: the caller must not push its records again (DESIGN §4
+    /// "Idempotency").
+    pub fn begin_source(&mut self, source: SourceInfo) -> bool {
+        if let Some(prev) = self.earlier.sources.get(&source.sha256) {
+            self.warnings.push(format!(
+                "source {} has the same SHA-256 as {prev}, which an earlier report of the chain \
+                 (--opening) already metered: not metered again",
+                source.name
+            ));
+            return false;
+        }
+        if let Some(prev) = self.sources.iter().find(|s| s.sha256 == source.sha256) {
+            self.warnings.push(format!(
+                "source {} has the same SHA-256 as {} and was metered once",
+                source.name, prev.name
+            ));
+            return false;
+        }
+        self.sources.push(SourceEntry {
+            name: source.name,
+            format: source.format,
+            sha256: source.sha256,
+        });
+        true
+    }
+
+    /// Registers a device, or fills the unknown fields of the device already registered under
+    /// the same key. Returns its slot for [`ActivityRecord::device`].
+    pub fn register_device(&mut self, info: DeviceInfo) -> DeviceSlot {
+        // Descriptions are ranked by the SHA-256 of the source announcing them (the last
+        // [`Meter::begin_source`]), so the result never depends on the order of the inputs.
+        let rank = self
+            .sources
+            .last()
+            .map(|s| s.sha256.clone())
+            .unwrap_or_default();
+        if let Some(&slot) = self.device_index.get(&info.key) {
+            let d = &mut self.devices[slot.0 as usize];
+            let known = &d.info;
+            let name_differs = matches!((&known.name, &info.name), (Some(a), Some(b)) if a != b);
+            let sms_differ =
+                matches!((known.sm_count, info.sm_count), (Some(a), Some(b)) if a != b);
+            if name_differs || sms_differ {
+                self.warnings.push(format!(
+                    "device {} is described twice with different facts ({:?}, {:?} SMs vs {:?}, \
+                     {:?} SMs); where they differ, the description of the source whose SHA-256 \
+                     sorts first is kept",
+                    info.key, known.name, known.sm_count, info.name, info.sm_count
+                ));
+            }
+            // Every description, field by field, in source-SHA order: the first that knows a
+            // field gives it.
+            d.descriptions.push((rank, info));
+            d.descriptions.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut merged = d.descriptions[0].1.clone();
+            for (_, other) in &d.descriptions[1..] {
+                merged.fill_from(other);
+            }
+            merged.key = d.info.key.clone();
+            d.info = merged;
+            return slot;
+        }
+        let descriptions = vec![(rank, info.clone())];
+        let slot = DeviceSlot(self.devices.len() as u32);
+        self.device_index.insert(info.key.clone(), slot);
+        self.devices.push(DeviceState {
+            info,
+            descriptions,
+            pending: BinaryHeap::new(),
+            run: Running::default(),
+            // After a drain the handed-over windows are closed on new devices too.
+            swept_to: self.drained_to,
+            started: self.drained_to > 0,
+            max_start: 0,
+            dups: Dups::default(),
+            cells: BTreeMap::new(),
+            loss: BTreeMap::new(),
+            fault: None,
+            budget: Arc::clone(&self.budget),
+            records: 0,
+            kernels_without_grid: 0,
+            kernels_without_occupancy: 0,
+            summary: ActiveSummary::default(),
+            sets: Vec::new(),
+            set_index: FxHashMap::default(),
+            occupancy: OccupancyCache::default(),
+            partitions: Vec::new(),
+            mem_pending: BinaryHeap::new(),
+            open: BTreeMap::new(),
+            kernels: 0,
+            memory_events: 0,
+            reallocations: 0,
+            energy: Vec::new(),
+            energy_spans: Vec::new(),
+            kernels_with_instructions: 0,
+            kernels_without_instructions: 0,
+            last_ns: 0,
+            work_end: 0,
+        });
+        if let Some(held) = self.opening.remove(&self.devices[slot.0 as usize].info.key) {
+            let d = &mut self.devices[slot.0 as usize];
+            for (key, a) in held {
+                d.last_ns = d.last_ns.max(a.since);
+                d.memory_events += 1;
+                d.open.insert(key, a);
+            }
+        }
+        slot
+    }
+
+    /// Declares a partition of a device's SMs: a green context (CUPTI CONTEXT record with
+    /// `isGreenContext` and `numMultiprocessors`). Records whose [`ActivityRecord::partition`]
+    /// is the returned id hold at most `sm_count` SMs and are capped to it before the device
+    /// cap (DESIGN §4 "SMs held", "Cap"). The source maps its own context ids to partitions
+    /// (context ids are per process). A MIG instance needs no partition: CUDA presents it as a
+    /// device of its own (key `MIG-<uuid>`) whose SM count is the instance's. `None` for an
+    /// unknown slot or an `sm_count` of 0.
+    pub fn register_partition(&mut self, device: DeviceSlot, sm_count: u32) -> Option<PartitionId> {
+        let d = self.devices.get_mut(device.0 as usize)?;
+        if sm_count == 0 {
+            return None;
+        }
+        d.partitions.push(sm_count);
+        Some(PartitionId(d.partitions.len() as u32 - 1))
+    }
+
+    /// Overrides fields of a registered device (a device catalog entry, DESIGN §3): every field
+    /// `Some` in `over` replaces the device's. Returns `false` when no device has that key.
+    pub fn override_device(&mut self, key: &str, over: &DeviceInfo) -> bool {
+        let Some(&slot) = self.device_index.get(key) else {
+            return false;
+        };
+        let d = &mut self.devices[slot.0 as usize].info;
+        let mut merged = over.clone();
+        merged.key = d.key.clone();
+        merged.id = d.id;
+        merged.fill_from(d);
+        *d = merged;
+        true
+    }
+
+    /// Fills the fields the device registered under `slot` does not know from `other` (a copy
+    /// of its work from another source knew them); known fields stay, the key stays. Unknown
+    /// slots are ignored.
+    pub fn fill_device(&mut self, slot: DeviceSlot, other: &DeviceInfo) {
+        if let Some(d) = self.devices.get_mut(slot.0 as usize) {
+            d.info.fill_from(other);
+        }
+    }
+
+    /// Records held in the reorder and duplicate buffers of every device: bounded by the
+    /// records that arrive within one reordering horizon, not by the records metered.
+    pub fn buffered_records(&self) -> usize {
+        self.devices
+            .iter()
+            .map(|d| d.pending.len() + d.dups.len() + d.run.len())
+            .sum()
+    }
+
+    /// Cells (device × window) held: bounded by devices × windows, not by records.
+    pub fn cells(&self) -> usize {
+        self.devices.iter().map(|d| d.cells.len()).sum()
+    }
+
+    /// The device registered under `slot`.
+    pub fn device(&self, slot: DeviceSlot) -> Option<&DeviceInfo> {
+        self.devices.get(slot.0 as usize).map(|d| &d.info)
+    }
+
+    /// Counts events that are not work (DESIGN §3), by category.
+    pub fn record_skipped(&mut self, category: &str, count: u64) {
+        *self.counts.skipped.entry(category.to_string()).or_insert(0) += count;
+    }
+
+    /// Counts records lost on a device for a reason (e.g. CUPTI dropped-record deltas, or a
+    /// record an importer could not represent). Unknown slots are ignored.
+    pub fn record_loss(&mut self, device: DeviceSlot, reason: LossReason, count: u64) {
+        self.book_loss(device, reason, count, false);
+    }
+
+    /// Counts at least `count` records lost on a device for a reason, when the source cannot
+    /// tell how many there were (a torn `.gmr` frame cut inside its buffer, say): the report's
+    /// loss entry is marked `lower_bound` and its warning says "at least". Unknown slots are
+    /// ignored.
+    pub fn record_loss_at_least(&mut self, device: DeviceSlot, reason: LossReason, count: u64) {
+        self.book_loss(device, reason, count, true);
+    }
+
+    fn book_loss(&mut self, device: DeviceSlot, reason: LossReason, count: u64, lower: bool) {
+        if let Some(d) = self.devices.get_mut(device.0 as usize) {
+            d.loss.entry(reason).or_default().add(count, lower);
+        }
+    }
+
+    /// Counts records lost whose device the source does not tell (a record whose device id
+    /// cannot be represented, a damaged `.gmr` frame with no readable record): the report lists
+    /// them with `device: null` and `device_key` = `source` (the source's label, e.g.
+    /// `trace.json@309220b5`), never on a device they may not belong to. `lower_bound` as for
+    /// [`Meter::record_loss_at_least`].
+    pub fn record_source_loss(
+        &mut self,
+        source: &str,
+        reason: LossReason,
+        count: u64,
+        lower_bound: bool,
+    ) {
+        self.unplaced
+            .entry((source.to_string(), reason))
+            .or_default()
+            .add(count, lower_bound);
+    }
+
+    /// Adds a warning for people to the report.
+    pub fn warn(&mut self, message: impl Into<String>) {
+        self.warnings.push(message.into());
+    }
+
+    fn key_of(&mut self, rec: &ActivityRecord) -> u32 {
+        self.own_key(rec.external_id, rec.process_id)
+    }
+
+    /// The key of (external id, process id) with this meter's source tenant.
+    fn own_key(&mut self, external_id: Option<u64>, process_id: Option<u32>) -> u32 {
+        if let Some(&i) = self.own_keys.get(&(external_id, process_id)) {
+            return i;
+        }
+        let i = self.intern(AttrKey {
+            external_id,
+            process_id,
+            source_tenant: self.source_tenant.clone(),
+        });
+        self.own_keys.insert((external_id, process_id), i);
+        i
+    }
+
+    fn intern(&mut self, k: AttrKey) -> u32 {
+        if let Some(&i) = self.key_index.get(&k) {
+            return i;
+        }
+        let i = self.keys.len() as u32;
+        self.keys.push(k.clone());
+        self.key_index.insert(k, i);
+        i
+    }
+
+    /// A copy of the meter's whole state with its own cell budget (the devices of one meter
+    /// share one).
+    fn deep_clone(&self) -> Meter {
+        let budget = Arc::new(CellBudget {
+            used: AtomicU64::new(self.budget.used()),
+            limit: self.budget.limit,
+        });
+        let mut devices = self.devices.clone();
+        for d in &mut devices {
+            d.budget = Arc::clone(&budget);
+        }
+        Meter {
+            config: self.config.clone(),
+            tenant_map: self.tenant_map.clone(),
+            devices,
+            device_index: self.device_index.clone(),
+            keys: self.keys.clone(),
+            key_index: self.key_index.clone(),
+            own_keys: self.own_keys.clone(),
+            sources: self.sources.clone(),
+            source_tenant: self.source_tenant.clone(),
+            counts: self.counts.clone(),
+            unplaced: self.unplaced.clone(),
+            warnings: self.warnings.clone(),
+            seq: self.seq,
+            opening: self.opening.clone(),
+            opening_ids: self.opening_ids.clone(),
+            earlier: self.earlier.clone(),
+            before_earlier_end: self.before_earlier_end,
+            recording_ends: self.recording_ends.clone(),
+            budget,
+            drained_to: self.drained_to,
+        }
+    }
+
+    /// The report [`Meter::finish`] would build now, leaving the meter as it is: records still
+    /// inside the reordering horizon are booked in a copy, allocations still held are billed
+    /// to the copy's end. A streaming meter (the C ABI's `gm_meter_usage_json`) answers "what
+    /// so far" with it and goes on metering.
+    ///
+    /// Cost: a copy of the meter's state (the records within the horizon, the cells not yet
+    /// drained), then [`Meter::finish`] on it.
+    ///
+    /// # Errors
+    /// As [`Meter::finish`].
+    pub fn snapshot(&self) -> Result<UsageReport, MeterError> {
+        self.deep_clone().finish()
+    }
+
+    /// The time before which every device's records are booked, in ns since the epoch: the
+    /// sweep of the device furthest behind (each device sweeps up to its latest record start
+    /// minus [`MeterConfig::reorder_horizon_ns`]), or the last drain's edge if later; 0 before
+    /// any record. A record starting before it is `late`, so [`Meter::drain`] with
+    /// `before_ns` at or below it loses nothing that the reordering horizon would have kept.
+    pub fn watermark_ns(&self) -> u64 {
+        self.devices
+            .iter()
+            .filter(|d| d.started)
+            .map(|d| d.swept_to)
+            .min()
+            .unwrap_or(0)
+            .max(self.drained_to)
+    }
+
+    /// Sets the format of the last source announced as `name` (a stream's reports say
+    /// whether they are a snapshot, [`STREAM_SNAPSHOT_FORMAT`], or a drained piece,
+    /// [`STREAM_FORMAT`]). Returns `false` when no source has that name.
+    pub fn set_source_format(&mut self, name: &str, format: &str) -> bool {
+        match self.sources.iter_mut().rev().find(|s| s.name == name) {
+            Some(s) => {
+                s.format = format.to_string();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl DeviceState {
+    /// The error a bookkeeping fault of this device becomes.
+    fn error(&self, fault: DeviceFault, window: WindowSize) -> MeterError {
+        let (device, device_key) = (self.info.id, self.info.key.clone());
+        match fault {
+            DeviceFault::Overflow { meter, window: w } => MeterError::QuantityOverflow {
+                device,
+                device_key,
+                meter,
+                window_start: Some(rfc3339(w)),
+            },
+            DeviceFault::TooManyCells {
+                what,
+                from,
+                to,
+                windows,
+            } => MeterError::TooManyCells {
+                device,
+                device_key,
+                what,
+                from: rfc3339_ns(from),
+                to: rfc3339_ns(to),
+                windows,
+                window_seconds: window.seconds(),
+                limit: self.budget.limit,
+            },
+        }
+    }
+}
