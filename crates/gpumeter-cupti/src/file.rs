@@ -283,6 +283,38 @@ fn walk_file(
     walked.map(|()| digest)
 }
 
+/// How many items a device takes between two [`Meter::settle`] calls of a time-ordered replay.
+const SETTLE_EVERY: u32 = 4096;
+
+/// Settles the meter's devices as a replay hands them items in time order
+/// ([`Meter::settle`]): every [`SETTLE_EVERY`] items of a device, before pushing one at time
+/// `t`, nothing earlier than `t` can follow on that device, so its sweep moves to `t` and the
+/// meter holds only the work running there (issue 13: memory flat in the input's size). The
+/// replay must be the only source pushing to those devices while it runs, as it is for the
+/// facade's single-file path.
+#[derive(Debug, Default)]
+pub(crate) struct Settle {
+    /// Items per device slot since its last settle.
+    counts: Vec<u32>,
+}
+
+impl Settle {
+    /// Called before pushing an item of time `t_ns` (start or timestamp) on `slot`.
+    pub(crate) fn before(&mut self, meter: &mut Meter, slot: DeviceSlot, t_ns: u64) {
+        let i = slot.0 as usize;
+        if self.counts.len() <= i {
+            self.counts.resize(i + 1, 0);
+        }
+        if let Some(n) = self.counts.get_mut(i) {
+            *n += 1;
+            if *n >= SETTLE_EVERY {
+                *n = 0;
+                meter.settle(slot, t_ns);
+            }
+        }
+    }
+}
+
 /// One item of a replay, on the source's own device slots ([`BufferFile::devices`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SourceItem {
@@ -747,17 +779,20 @@ pub fn meter_buffer_file(
     for (category, n) in &file.skipped {
         meter.record_skipped(category, *n);
     }
+    let mut settle = Settle::default();
     let (pids, exts) = file.replay(|item| match item {
         SourceItem::Work(mut rec) => {
             rec.partition = partition_of.get(&(rec.device, rec.context_id)).copied();
             if let Some(slot) = slot_of(rec.device) {
                 rec.device = slot;
+                settle.before(meter, slot, rec.start_ns);
                 meter.push(rec);
             }
         }
         SourceItem::Memory(mut ev) => {
             if let Some(slot) = slot_of(ev.device) {
                 ev.device = slot;
+                settle.before(meter, slot, ev.timestamp_ns);
                 meter.push_memory(ev);
             }
         }

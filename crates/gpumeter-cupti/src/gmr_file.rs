@@ -677,6 +677,7 @@ pub fn meter_gmr_file(
     let mut held: HashSet<(u32, Option<u32>, u64)> = HashSet::new();
     let (mut billed_rec, mut billed_mem) = (0u64, 0u64);
     let mut memory_events = 0u64;
+    let mut settle = crate::file::Settle::default();
     let mut sink = |item: SourceItem| match item {
         SourceItem::Work(mut rec) => {
             rec.partition = partition_of.get(&(rec.device, rec.context_id)).copied();
@@ -688,6 +689,7 @@ pub fn meter_gmr_file(
                 billed_rec += 1;
                 return;
             }
+            settle.before(meter, slot, rec.start_ns);
             meter.push(rec);
         }
         SourceItem::Memory(mut ev) => {
@@ -710,6 +712,7 @@ pub fn meter_gmr_file(
                 billed_mem += 1;
                 return;
             }
+            settle.before(meter, slot, ev.timestamp_ns);
             meter.push_memory(ev);
         }
     };

@@ -680,6 +680,28 @@ impl Meter {
             .max(self.drained_to)
     }
 
+    /// Moves the sweep of device `slot` on to `before_ns` when it is behind it and the device
+    /// has work: everything before `before_ns` is booked and forgotten now, instead of when a
+    /// record [`MeterConfig::reorder_horizon_ns`] later arrives. A source that pushes its items
+    /// in time order (a whole file, sorted: `gpumeter_cupti::meter_buffer_file`) calls it as it
+    /// goes, promising that no work record starting before `before_ns` and no memory event
+    /// before it will follow on that device, so the meter holds only the work running at
+    /// `before_ns` rather than every record within the horizon (issue 13: memory flat in the
+    /// input's size).
+    ///
+    /// It changes no quantity for such a source: the sweep books the same elementary
+    /// intervals, only sooner. A work record or memory event pushed afterwards that starts
+    /// before `before_ns` is `late`, as one older than the horizon is. Unknown slots and
+    /// devices without a work record yet are left as they are.
+    pub fn settle(&mut self, slot: DeviceSlot, before_ns: u64) {
+        let window = self.config.window;
+        if let Some(d) = self.devices.get_mut(slot.0 as usize) {
+            if d.started && before_ns > d.swept_to {
+                d.advance(before_ns, window);
+            }
+        }
+    }
+
     /// Sets the format of the last source announced as `name` (a stream's reports say
     /// whether they are a snapshot, [`STREAM_SNAPSHOT_FORMAT`], or a drained piece,
     /// [`STREAM_FORMAT`]). Returns `false` when no source has that name.
