@@ -25,62 +25,59 @@ pub(super) struct ActiveSummary {
     factors: Vec<Option<Factor>>,
 }
 
-/// What resident warps depend on: the device's facts and the launch's (and the SMs held).
-type OccupancyKey = (
-    Option<ComputeCapability>,
-    Option<u32>,
-    bool,
-    Option<[u32; 3]>,
-    Option<[u32; 3]>,
-    Option<u32>,
-    Option<u64>,
-    u32,
-);
+/// What the occupancy calculator's answer depends on: the compute capability, threads per
+/// block, registers per thread and shared memory per block (bytes). The grid and the SMs held
+/// only enter afterwards, by arithmetic.
+type OccupancyKey = (ComputeCapability, u32, u32, u64);
 
-/// [`resident_warps`] per distinct launch configuration: the occupancy calculator runs once
-/// per configuration, not per record. Bounded: emptied when it holds 4096 configurations.
+/// The occupancy calculator's active blocks per SM per distinct (compute capability, block
+/// size, registers, shared memory), so it runs once per launch configuration, not per record;
+/// `None` caches a launch it refuses. Bounded: emptied when it holds 4096 configurations.
 #[derive(Debug, Clone, Default)]
 pub(super) struct OccupancyCache(FxHashMap<OccupancyKey, Option<u32>>);
 
 impl OccupancyCache {
-    /// [`resident_warps`], cached.
+    /// [`resident_warps_with`], with the calculator's answer cached.
     pub(super) fn resident_warps(
         &mut self,
         info: &DeviceInfo,
         k: &KernelLaunch,
         held: u32,
     ) -> Option<u32> {
-        let key = (
-            info.compute_capability,
-            info.limits.warp_size,
-            info.sm_count.is_some(),
-            k.grid,
-            k.block,
-            k.registers_per_thread,
-            k.shared_mem_bytes,
-            held,
-        );
-        if let Some(&w) = self.0.get(&key) {
-            return w;
-        }
-        if self.0.len() >= 4096 {
-            self.0.clear();
-        }
-        let w = resident_warps(info, k, held);
-        self.0.insert(key, w);
-        w
+        resident_warps_with(info, k, held, |key| {
+            if let Some(&a) = self.0.get(&key) {
+                return a;
+            }
+            if self.0.len() >= 4096 {
+                self.0.clear();
+            }
+            let a = active_blocks(key);
+            self.0.insert(key, a);
+            a
+        })
     }
+}
+
+/// Active blocks per SM of a launch configuration: the occupancy calculator in corrected
+/// mode; `None` when it refuses the launch.
+fn active_blocks((cc, threads, registers, shared): OccupancyKey) -> Option<u32> {
+    let launch = LaunchConfig::new(threads, registers, shared);
+    active_blocks_per_sm(cc, &launch, Mode::Corrected)
+        .ok()
+        .map(|o| o.active_blocks)
 }
 
 /// Resident warps per SM of kernel `k` holding `held` SMs on device `info` (DESIGN §4):
 /// min(active blocks per SM, ⌈blocks ÷ held⌉) × warps per block, active blocks from the
 /// occupancy calculator in corrected mode. `None` when a fact is unknown (the device's SM count
 /// or compute capability; the kernel's grid, block, registers or shared memory) or the
-/// calculator refuses the launch.
-pub(super) fn resident_warps(
+/// calculator refuses the launch. `active` answers the calculator's active blocks per SM for
+/// a configuration ([`active_blocks`], or a cache of it).
+fn resident_warps_with(
     info: &DeviceInfo,
-    k: &crate::record::KernelLaunch,
+    k: &KernelLaunch,
     held: u32,
+    active: impl FnOnce(OccupancyKey) -> Option<u32>,
 ) -> Option<u32> {
     info.sm_count?;
     let cc = info.compute_capability?;
@@ -90,8 +87,7 @@ pub(super) fn resident_warps(
         .checked_mul(u64::from(block[1]))?
         .checked_mul(u64::from(block[2]))?;
     let threads = u32::try_from(threads).ok()?;
-    let launch = LaunchConfig::new(threads, k.registers_per_thread?, k.shared_mem_bytes?);
-    let occ = active_blocks_per_sm(cc, &launch, Mode::Corrected).ok()?;
+    let active_blocks = active((cc, threads, k.registers_per_thread?, k.shared_mem_bytes?))?;
     if held == 0 {
         return Some(0);
     }
@@ -101,7 +97,7 @@ pub(super) fn resident_warps(
         .filter(|&w| w > 0)
         .unwrap_or(WARP_SIZE);
     let per_block = u64::from(threads.div_ceil(warp_size));
-    let resident = u64::from(occ.active_blocks).min(blocks.div_ceil(u64::from(held)));
+    let resident = u64::from(active_blocks).min(blocks.div_ceil(u64::from(held)));
     u32::try_from(resident * per_block).ok()
 }
 
