@@ -2551,6 +2551,60 @@ mod tests {
         assert_eq!(v, ["a".repeat(M), "after".to_string()]);
     }
 
+    /// The cap's fast path (a chunk without `\\` and with a `"` in each half-cap block, passed
+    /// over whole) gives what the lexer gives byte by byte, for strings of lengths around the
+    /// cap, long strings spanning chunks, and chunks of every size.
+    #[test]
+    fn string_cap_fast_path_agrees_with_the_lexer() {
+        const M: usize = MAX_STRING_BYTES;
+        let mut texts = Vec::new();
+        for len in [M - 3, M - 2, M - 1, M, M + 1, M + 2] {
+            texts.push(format!(
+                r#"["{}", "b", "{}"]"#,
+                "a".repeat(len),
+                "c".repeat(len / 3)
+            ));
+        }
+        // Many strings of 40 kB (each holds a whole block: the lexer reads them) and of 20 kB
+        // (each block holds a quote: passed over), none cut.
+        texts.push(format!(
+            "[{}]",
+            vec![format!("\"{}\"", "d".repeat(40_000)); 8].join(", ")
+        ));
+        texts.push(format!(
+            "[{}]",
+            vec![format!("\"{}\"", "g".repeat(20_000)); 16].join(",")
+        ));
+        // A string over the cap between short ones, and one after a backslash (slow path).
+        texts.push(format!(
+            r#"["x", "{}", "y", "\\", "{}"]"#,
+            "e".repeat(3 * M),
+            "f".repeat(M + 9)
+        ));
+        for text in &texts {
+            let slow = capped(text.as_bytes());
+            for size in [1 << 20, 3 * M, M + 1, M / 2, 1000] {
+                let mut cap = StringCap::new(&b""[..]);
+                let mut out = Vec::new();
+                for piece in text.as_bytes().chunks(size) {
+                    let mut buf = piece.to_vec();
+                    let kept = cap.filter(&mut buf);
+                    out.extend_from_slice(&buf[..kept]);
+                }
+                assert!(
+                    out == slow.0 && cap.cut == slow.1,
+                    "{} bytes in {size}",
+                    text.len()
+                );
+            }
+        }
+        // The fast path is taken: a chunk with quotes in every block and no backslash.
+        let cap = StringCap::new(&b""[..]);
+        assert!(cap.uncut(texts[6].as_bytes()).is_none());
+        assert!(cap.uncut(texts[7].as_bytes()).is_some());
+        assert!(cap.uncut(texts[8].as_bytes()).is_none());
+    }
+
     /// The fields of an event settled as ignorable are dropped, not kept, but still checked:
     /// a string that is not UTF-8 in one is a JSON error, as when it was kept raw.
     #[test]
