@@ -1538,11 +1538,14 @@ fn read_array(c: &mut Collector<'_>, s: &mut Source<'_>) -> Result<(), ImportErr
                         stream_element(c, s)?;
                         break;
                     }
-                    // At the end of the text, the next attempt reports the fault.
+                    // At the end of the text, the next attempt reports the fault. Read at
+                    // least as much again as is held, so that a long element is parsed again
+                    // a few times, not once per read.
                     let was_eof = s.eof;
                     if !s.fill().map_err(io)? && was_eof {
                         return Err(replay(path, s, state, None));
                     }
+                    while s.end - s.pos < 2 * held && s.fill().map_err(io)? {}
                 }
                 Attempt::Bad(e) => {
                     let start = s.at();
