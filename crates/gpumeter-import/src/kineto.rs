@@ -2721,6 +2721,10 @@ mod tests {
         vec![
             format!("{{\"traceEvents\": [{ev}, {{\"ph\": }}]}}"),
             format!("{{\"traceEvents\": [{ev},\n {ev} {ev}]}}"),
+            // Faults at the start of a line (the replay's prefix is then on the line before).
+            format!("{{\"traceEvents\": [{ev}\n{ev}]}}"),
+            format!("{{\"traceEvents\": [\n{{\"ph\": }}]}}"),
+            format!("{{\"traceEvents\": [{ev},\n]}}"),
             format!("{{\"traceEvents\": [{ev},\n {ev},]}}"),
             format!("{{\"traceEvents\": [{ev},\n 7 8]}}"),
             format!("{{\"traceEvents\": [{ev},\n 1.]}}"),
