@@ -32,18 +32,23 @@
 //!   attribution key per operator in the meter.
 //! * Devices without a UUID are keyed `<label>#<id>`, the label being given by the caller
 //!   (`<file name>@<sha8>`, see the crate docs).
-//! * Reading: a stream ([`read_events`], serde's visitors over `traceEvents`, through
-//!   `serde_json::from_reader` on a 64 KiB buffer; the caller decompresses gzip as a stream and
-//!   hashes in the same pass). Memory holds the GPU work events kept and open `B` events, never
-//!   the document: an event is read into owned raw fields (nothing can borrow from a stream),
-//!   and one whose `ph` and `cat` settle it as ignorable (most CPU-side events) has its other
-//!   fields checked and dropped, not kept. Strings are cut at [`MAX_STRING_BYTES`] as they are
-//!   read ([`StringCap`]), since serde_json reads a string whole.
+//! * Reading: a stream ([`read_events`]; the caller decompresses gzip as a stream and hashes in
+//!   the same pass), read in chunks of 1 MiB into one reused buffer ([`Source`]). The
+//!   top-level object is read by serde's visitors through `serde_json::from_reader`; the
+//!   `traceEvents` array by [`read_array`], which parses each element with serde_json from the
+//!   chunk buffer, its fields borrowed from it (an element cut by the chunk's end is parsed
+//!   again with the next chunk after it). Memory holds the GPU work events kept and open `B`
+//!   events, never the document; an event whose `ph` and `cat` settle it as ignorable (most
+//!   CPU-side events) has its other fields checked and dropped, not kept. Strings are cut at
+//!   [`MAX_STRING_BYTES`] as the text is read ([`StringCap`]), since serde_json reads a string
+//!   whole. Bad JSON is reported at the line and column of the text, with serde_json's message,
+//!   as a parse of the whole text reports it ([`replay`]).
 
-use std::borrow::Cow;
+use std::borrow::{Borrow, Cow};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -89,7 +94,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for JStr<'a> {
 /// wrong type is a fault of that record, found when the record is read, never a parse error of
 /// the whole file. A key given twice is noted in `duplicate` with both values (the first is
 /// kept): such an event is ambiguous, and a GPU work event that has one is lost
-/// (`invalid_field`). A view of an [`OwnedEvent`].
+/// (`invalid_field`). A view of a [`RawEvent`].
 struct Event<'a> {
     ph: Option<&'a RawValue>,
     cat: Option<&'a RawValue>,
@@ -132,19 +137,32 @@ impl Duplicate<'_> {
 /// The keys of [`Event`], in the order of its fields.
 const EVENT_KEYS: [&str; 8] = ["ph", "cat", "name", "pid", "tid", "ts", "dur", "args"];
 
-/// A trace event as read from the stream: each field the JSON text written, owned (the input
-/// is read as a stream, never held whole, so nothing can borrow from it). A key given twice is
-/// noted in `duplicate` (its index in [`EVENT_KEYS`] and the second value; the first is kept).
-#[derive(Default)]
-struct OwnedEvent {
-    fields: [Option<Box<RawValue>>; 8],
-    duplicate: Option<(usize, Box<RawValue>)>,
+/// A trace event as read: each field the JSON text written, either borrowed from the chunk of
+/// text it was read from (`T` = `&RawValue`, the usual case) or owned (`T` = `Box<RawValue>`:
+/// an open `B` event, kept past its chunk, and the replay that finds a fault's position). A
+/// key given twice is noted in `duplicate` (its index in [`EVENT_KEYS`] and the second value;
+/// the first is kept).
+struct RawEvent<T> {
+    fields: [Option<T>; 8],
+    duplicate: Option<(usize, T)>,
 }
 
-impl OwnedEvent {
+/// A trace event that owns its fields.
+type OwnedEvent = RawEvent<Box<RawValue>>;
+
+impl<T> Default for RawEvent<T> {
+    fn default() -> Self {
+        RawEvent {
+            fields: Default::default(),
+            duplicate: None,
+        }
+    }
+}
+
+impl<T: Borrow<RawValue>> RawEvent<T> {
     /// The event's fields, borrowed.
     fn view(&self) -> Event<'_> {
-        let f = |i: usize| self.fields[i].as_deref();
+        let f = |i: usize| self.fields[i].as_ref().map(Borrow::borrow);
         Event {
             ph: f(0),
             cat: f(1),
@@ -157,10 +175,19 @@ impl OwnedEvent {
             duplicate: self.duplicate.as_ref().and_then(|(i, second)| {
                 Some(Duplicate {
                     field: EVENT_KEYS[*i],
-                    first: self.fields[*i].as_deref()?,
-                    second,
+                    first: f(*i)?,
+                    second: second.borrow(),
                 })
             }),
+        }
+    }
+
+    /// The same event owning its fields.
+    fn to_owned_event(&self) -> OwnedEvent {
+        let own = |v: &T| v.borrow().to_owned();
+        RawEvent {
+            fields: std::array::from_fn(|i| self.fields[i].as_ref().map(own)),
+            duplicate: self.duplicate.as_ref().map(|(i, v)| (*i, own(v))),
         }
     }
 
@@ -169,18 +196,21 @@ impl OwnedEvent {
     /// event (most CPU-side events) is only counted (or not) by its category, whatever its
     /// other fields hold, so they are checked ([`Checked`]) and dropped instead of kept.
     fn settled(&self) -> bool {
-        let (Some(ph), Some(cat)) = (self.fields[0].as_deref(), self.fields[1].as_deref()) else {
+        let (Some(ph), Some(cat)) = (self.fields[0].as_ref(), self.fields[1].as_ref()) else {
             return false;
         };
-        let ph_done = raw_str(ph).is_ok_and(|p| p != "B" && p != "E");
+        let ph_done = raw_str(ph.borrow()).is_ok_and(|p| p != "B" && p != "E");
         ph_done
-            && raw_str(cat).is_ok_and(|c| matches!(classify(&c).0, Class::Ignored | Class::Skipped))
+            && raw_str(cat.borrow())
+                .is_ok_and(|c| matches!(classify(&c).0, Class::Ignored | Class::Skipped))
     }
 }
 
 /// A JSON value read and dropped, as [`IgnoredAny`] but with every string in it decoded (into
 /// serde_json's reused scratch buffer, nothing allocated), so that a string that is not valid
-/// UTF-8 is still the JSON error it was when the field was kept as a raw value.
+/// UTF-8 is still the JSON error it was when the field was kept as a raw value. Used where
+/// fields are owned (an element read by the streaming reader): it also refuses an escape of a
+/// lone surrogate, which a raw value (the usual, borrowed, case) lets pass.
 struct Checked;
 
 impl<'de> Deserialize<'de> for Checked {
@@ -245,21 +275,41 @@ impl<'de> Visitor<'de> for KeyIndex {
 
 /// An element of `traceEvents`: a trace event (a JSON object), or some other JSON value,
 /// which is no event (its kind is kept for the warning).
-enum Element {
-    Event(OwnedEvent),
+enum Element<T> {
+    Event(RawEvent<T>),
     NotAnObject(&'static str),
 }
 
-impl<'de> Deserialize<'de> for Element {
+/// A field of an event as kept: borrowed from the text or owned.
+trait Field<'de>: Deserialize<'de> + Borrow<RawValue> {
+    /// Reads the next value of `map` and drops it, checked as a kept field would be.
+    fn drop_value<A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error>;
+}
+
+impl<'de> Field<'de> for &'de RawValue {
+    /// Borrowed: read as a raw value (its text checked as UTF-8), nothing allocated.
+    fn drop_value<A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+        map.next_value::<&'de RawValue>().map(drop)
+    }
+}
+
+impl<'de> Field<'de> for Box<RawValue> {
+    /// Owned: read as [`Checked`], not copied into a box to be dropped.
+    fn drop_value<A: MapAccess<'de>>(map: &mut A) -> Result<(), A::Error> {
+        map.next_value::<Checked>().map(drop)
+    }
+}
+
+impl<'de, T: Field<'de>> Deserialize<'de> for Element<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> Visitor<'de> for V {
-            type Value = Element;
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Field<'de>> Visitor<'de> for V<T> {
+            type Value = Element<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a trace event (a JSON object) or another JSON value")
             }
-            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Element, A::Error> {
-                let mut ev = OwnedEvent::default();
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Element<T>, A::Error> {
+                let mut ev = RawEvent::default();
                 let mut settled = false;
                 while let Some(key) = map.next_key_seed(KeyIndex(&EVENT_KEYS))? {
                     let Some(i) = key else {
@@ -267,10 +317,10 @@ impl<'de> Deserialize<'de> for Element {
                         continue;
                     };
                     if settled {
-                        map.next_value::<Checked>()?;
+                        T::drop_value(&mut map)?;
                         continue;
                     }
-                    let value: Box<RawValue> = map.next_value()?;
+                    let value: T = map.next_value()?;
                     match ev.fields.get_mut(i) {
                         Some(slot @ None) => {
                             *slot = Some(value);
@@ -284,32 +334,32 @@ impl<'de> Deserialize<'de> for Element {
                 }
                 Ok(Element::Event(ev))
             }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element, A::Error> {
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Element<T>, A::Error> {
                 while seq.next_element::<IgnoredAny>()?.is_some() {}
                 Ok(Element::NotAnObject("an array"))
             }
-            fn visit_unit<E: de::Error>(self) -> Result<Element, E> {
+            fn visit_unit<E: de::Error>(self) -> Result<Element<T>, E> {
                 Ok(Element::NotAnObject("null"))
             }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Element, E> {
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<Element<T>, E> {
                 Ok(Element::NotAnObject("a boolean"))
             }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Element, E> {
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<Element<T>, E> {
                 Ok(Element::NotAnObject("a number"))
             }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Element, E> {
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<Element<T>, E> {
                 Ok(Element::NotAnObject("a number"))
             }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Element, E> {
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Element<T>, E> {
                 Ok(Element::NotAnObject("a number"))
             }
-            fn visit_str<E: de::Error>(self, _: &str) -> Result<Element, E> {
+            fn visit_str<E: de::Error>(self, _: &str) -> Result<Element<T>, E> {
                 Ok(Element::NotAnObject("a string"))
             }
         }
         // `deserialize_any`, not `deserialize_map`: a value of another type is read (and
         // counted), not a type error that refuses the whole file.
-        d.deserialize_any(V)
+        d.deserialize_any(V(std::marker::PhantomData))
     }
 }
 
@@ -813,7 +863,11 @@ impl Collector<'_> {
 
     /// Reads one event. Only file-level faults are errors; a GPU work event that cannot be
     /// read is lost (`invalid_field`).
-    fn event(&mut self, index: usize, owned: OwnedEvent) -> Result<(), ImportError> {
+    fn event<T: Borrow<RawValue>>(
+        &mut self,
+        index: usize,
+        owned: RawEvent<T>,
+    ) -> Result<(), ImportError> {
         let ev = owned.view();
         let ph = match ev.ph.map(raw_str) {
             None => Cow::Borrowed("X"),
@@ -865,7 +919,7 @@ impl Collector<'_> {
                 self.open.entry(key).or_default().push(Open {
                     index,
                     class,
-                    event: owned,
+                    event: owned.to_owned_event(),
                 });
                 return Ok(());
             }
@@ -1065,22 +1119,22 @@ fn device_hint(ev: &Event<'_>, args: &Args<'_>) -> Option<u32> {
     }
 }
 
-struct TopSeed<'c, 'p>(&'c mut Collector<'p>);
+struct TopSeed<'c, 'p, 's, 'r>(&'c mut Collector<'p>, &'s RefCell<Source<'r>>);
 
-impl<'de> DeserializeSeed<'de> for TopSeed<'_, '_> {
+impl<'de> DeserializeSeed<'de> for TopSeed<'_, '_, '_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
         d.deserialize_map(self)
     }
 }
 
-impl<'de> Visitor<'de> for TopSeed<'_, '_> {
+impl<'de> Visitor<'de> for TopSeed<'_, '_, '_, '_> {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object with a `traceEvents` array")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let c = self.0;
+        let TopSeed(c, src) = self;
         c.stage = Stage::InObject;
         while let Some(key) = map.next_key::<JStr<'de>>()? {
             if !c.top_keys.insert(key.0.to_string()) {
@@ -1093,7 +1147,7 @@ impl<'de> Visitor<'de> for TopSeed<'_, '_> {
             match key.0.as_ref() {
                 "traceEvents" => {
                     c.stage = Stage::EventsValue;
-                    map.next_value_seed(EventsSeed(&mut *c))?;
+                    map.next_value_seed(EventsSeed(&mut *c, src))?;
                     c.stage = Stage::InObject;
                     c.saw_events = true;
                 }
@@ -1108,40 +1162,504 @@ impl<'de> Visitor<'de> for TopSeed<'_, '_> {
     }
 }
 
-struct EventsSeed<'c, 'p>(&'c mut Collector<'p>);
+/// The value of `traceEvents`. When it is an array (the text's next byte that is not
+/// whitespace is `[`), the array is read by [`read_array`] from the text itself, not by the
+/// deserializer, which is then handed a stand-in `[]` (positions in its later errors are
+/// mapped back, [`Remap`]). Anything else is left to the deserializer, whose type error says
+/// what it is.
+struct EventsSeed<'c, 'p, 's, 'r>(&'c mut Collector<'p>, &'s RefCell<Source<'r>>);
 
-impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_, '_, '_> {
     type Value = ();
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_seq(self)
+        let EventsSeed(c, src) = self;
+        // serde_json has read the text up to the `:` and no further (it peeks no byte after
+        // the colon), so the text's position is the deserializer's.
+        let before = src.borrow().at();
+        let next = src.borrow_mut().skip_ws();
+        let next = match next {
+            Ok(b) => b,
+            Err(e) => {
+                c.failure = Some(json_error(c.path, serde_json::Error::io(e)));
+                return Err(de::Error::custom("aborted at a read error"));
+            }
+        };
+        if next != Some(b'[') {
+            let mut s = src.borrow_mut();
+            s.remap = Some(Remap {
+                serde: before,
+                real: s.at(),
+            });
+            drop(s);
+            return d.deserialize_seq(EventsArray);
+        }
+        c.stage = Stage::InEvents;
+        let read = read_array(c, &mut src.borrow_mut());
+        if let Err(e) = read {
+            c.failure = Some(e);
+            return Err(de::Error::custom("aborted at a faulty trace event"));
+        }
+        let mut s = src.borrow_mut();
+        s.inject = b"[]";
+        s.remap = Some(Remap {
+            serde: Pos {
+                line: before.line,
+                col: before.col + 2,
+            },
+            real: s.at(),
+        });
+        drop(s);
+        d.deserialize_seq(EventsArray)
     }
 }
 
-impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+/// What the deserializer reads at `traceEvents`: the stand-in `[]` (the array itself was read
+/// by [`read_array`]), or a value that is not an array (a type error).
+struct EventsArray;
+
+impl<'de> Visitor<'de> for EventsArray {
     type Value = ();
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an array of trace events")
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let c = self.0;
-        c.stage = Stage::InEvents;
-        while let Some(element) = seq.next_element::<Element>()? {
-            let index = c.next_index;
-            c.next_index += 1;
-            let ev = match element {
-                Element::Event(ev) => ev,
-                Element::NotAnObject(kind) => {
-                    c.skip(NOT_AN_EVENT_OBJECT);
-                    c.not_objects.get_or_insert((index, kind));
-                    continue;
-                }
-            };
-            if let Err(e) = c.event(index, ev) {
-                c.failure = Some(e);
-                return Err(de::Error::custom("aborted at a faulty trace event"));
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(())
+    }
+}
+
+impl Collector<'_> {
+    /// One element of `traceEvents`, in order.
+    fn element<T: Borrow<RawValue>>(&mut self, el: Element<T>) -> Result<(), ImportError> {
+        let index = self.next_index;
+        self.next_index += 1;
+        match el {
+            Element::Event(ev) => self.event(index, ev),
+            Element::NotAnObject(kind) => {
+                self.skip(NOT_AN_EVENT_OBJECT);
+                self.not_objects.get_or_insert((index, kind));
+                Ok(())
             }
         }
-        Ok(())
+    }
+}
+
+/// A position in the JSON text as serde_json counts it: the 1-based line, and how many bytes
+/// of that line were read.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct Pos {
+    line: usize,
+    col: usize,
+}
+
+impl Pos {
+    /// The position after `bytes` more.
+    fn advance(&mut self, bytes: &[u8]) {
+        match memchr::memrchr(b'\n', bytes) {
+            None => self.col += bytes.len(),
+            Some(last) => {
+                self.line += memchr::memchr_iter(b'\n', bytes).count();
+                self.col = bytes.len() - 1 - last;
+            }
+        }
+    }
+}
+
+/// Where serde_json's count of lines and columns parted from the text's: at `serde` (its
+/// count) the text was at `real`. Positions before are the same in both.
+#[derive(Clone, Copy)]
+struct Remap {
+    serde: Pos,
+    real: Pos,
+}
+
+impl Remap {
+    fn map(&self, line: usize, col: usize) -> (usize, usize) {
+        let s = self.serde;
+        if line < s.line || (line == s.line && col < s.col) {
+            (line, col)
+        } else if line == s.line {
+            (self.real.line, self.real.col + (col - s.col))
+        } else {
+            (line - s.line + self.real.line, col)
+        }
+    }
+}
+
+/// serde_json's error `e`, reported at `line`/`col` instead of where it says: the same message
+/// with another position (its category is then `Data`; callers classify the original).
+fn relocated(e: &serde_json::Error, line: usize, col: usize) -> serde_json::Error {
+    let text = e.to_string();
+    let suffix = format!(" at line {} column {}", e.line(), e.column());
+    let msg = text.strip_suffix(&suffix).unwrap_or(&text);
+    de::Error::custom(format_args!("{msg} at line {line} column {col}"))
+}
+
+/// Bytes of text read at a time (the buffer grows past it only for an element longer). Tiny
+/// in unit tests, so that elements cross chunks everywhere.
+const CHUNK_BYTES: usize = if cfg!(test) { 64 } else { 1 << 20 };
+
+/// An element of `traceEvents` longer than this (whitespace and strings, each string cut at
+/// [`MAX_STRING_BYTES`], can make one of any length) is read by the streaming deserializer
+/// instead of being held whole ([`read_array`]); real trace events are a few hundred bytes.
+/// Small in unit tests, so that their longer elements take that path.
+const MAX_HELD_ELEMENT_BYTES: usize = if cfg!(test) { 1024 } else { 4 << 20 };
+
+/// The decompressed text with strings cut ([`StringCap`]), read in chunks into one reused
+/// buffer; `buf[pos..end]` is read and not consumed yet. Consumed by the deserializer through
+/// [`SerdeSide`] (the top-level object) and by [`read_array`] (the `traceEvents` array).
+struct Source<'r> {
+    cap: StringCap<Box<dyn Read + 'r>>,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    eof: bool,
+    /// The position of `buf[mark]` in the text as serde_json counts positions (positions are
+    /// counted a chunk at a time, when the buffer is refilled, or when asked).
+    mark: usize,
+    at_mark: Pos,
+    /// Bytes handed to the deserializer before the text's (the stand-in for `traceEvents`).
+    inject: &'static [u8],
+    /// Set once the deserializer's positions part from the text's.
+    remap: Option<Remap>,
+}
+
+impl<'r> Source<'r> {
+    fn new(inner: Box<dyn Read + 'r>) -> Self {
+        Source {
+            cap: StringCap::new(inner),
+            buf: vec![0; CHUNK_BYTES],
+            pos: 0,
+            end: 0,
+            eof: false,
+            mark: 0,
+            at_mark: Pos { line: 1, col: 0 },
+            inject: b"",
+            remap: None,
+        }
+    }
+
+    /// Consumes `n` bytes of what is held.
+    fn consume(&mut self, n: usize) {
+        self.pos += n;
+    }
+
+    /// The position of the next byte to consume.
+    fn at(&self) -> Pos {
+        let mut p = self.at_mark;
+        p.advance(&self.buf[self.mark..self.pos]);
+        p
+    }
+
+    /// Reads more text after what is held (moving what is held to the buffer's start, or
+    /// growing the buffer when it is full); `false` at the end of the text.
+    fn fill(&mut self) -> std::io::Result<bool> {
+        if self.eof {
+            return Ok(false);
+        }
+        if self.pos == self.end || (self.end == self.buf.len() && self.pos > 0) {
+            self.at_mark = self.at();
+            self.mark = 0;
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if self.end == self.buf.len() {
+            self.buf.resize(self.buf.len() * 2, 0);
+        }
+        loop {
+            match self.cap.read(&mut self.buf[self.end..]) {
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(false);
+                }
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Consumes whitespace; the next byte (not consumed), `None` at the end of the text.
+    fn skip_ws(&mut self) -> std::io::Result<Option<u8>> {
+        loop {
+            let data = &self.buf[self.pos..self.end];
+            match data
+                .iter()
+                .position(|b| !matches!(b, b' ' | b'\n' | b'\t' | b'\r'))
+            {
+                Some(k) => {
+                    self.consume(k);
+                    return Ok(Some(self.buf[self.pos]));
+                }
+                None => {
+                    self.consume(data.len());
+                    if !self.fill()? {
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The [`Source`] as the deserializer reads it (a byte at a time: only the top-level object
+/// outside `traceEvents` is read so).
+struct SerdeSide<'s, 'r>(&'s RefCell<Source<'r>>);
+
+impl Read for SerdeSide<'_, '_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        SourceReader(&mut self.0.borrow_mut()).read(out)
+    }
+}
+
+/// Reads a [`Source`], consuming what it hands out.
+struct SourceReader<'a, 'r>(&'a mut Source<'r>);
+
+impl Read for SourceReader<'_, '_> {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let s = &mut *self.0;
+        if !s.inject.is_empty() {
+            let n = out.len().min(s.inject.len());
+            out[..n].copy_from_slice(&s.inject[..n]);
+            s.inject = &s.inject[n..];
+            return Ok(n);
+        }
+        if s.pos == s.end && !s.fill()? {
+            return Ok(0);
+        }
+        let n = out.len().min(s.end - s.pos);
+        out[..n].copy_from_slice(&s.buf[s.pos..s.pos + n]);
+        s.consume(n);
+        Ok(n)
+    }
+}
+
+/// Where [`read_array`] is in the `traceEvents` array, as the text that puts a JSON parser
+/// there: `[` (before the first element), `[[]` (after an element), `[[],` (after a comma).
+type ArrayState = &'static str;
+
+/// What became of an attempt to read an element from the text held.
+enum Attempt {
+    /// Read (and handed to the collector), `len` bytes long.
+    Read(usize),
+    /// The text held ends inside the element (or may: a number at its end).
+    More,
+    /// A fault in the text, at its position (in the text held, from the element's start).
+    Bad(serde_json::Error),
+}
+
+/// Reads the `traceEvents` array from `s` (at its `[`) through its `]`, handing each element to
+/// the collector. Each element is parsed by `serde_json` from the chunk buffer (one
+/// `StreamDeserializer` step, which tells where the element ends), its fields borrowed from
+/// the buffer; one that the chunk cuts is parsed again once the next chunk is read after it
+/// (the buffer grows for an element longer than a chunk). An element longer than
+/// [`MAX_HELD_ELEMENT_BYTES`] that is an object or an array is read by serde_json's streaming
+/// reader instead ([`stream_element`]). The separators (`,`, `]`) and whitespace between
+/// elements are read here.
+///
+/// Why this and not `serde_json::from_reader` over the whole text (whose reader goes a byte at
+/// a time), nor `from_slice` over the text read into memory (memory grows with the file):
+/// measured with `/usr/bin/time -v target/release/gpumeter usage FILE`, three runs of each
+/// build interleaved, user time and peak RSS, on `tracelens_b200_eager_trace.json` of
+/// `shared/data` (1×: 14 MB of JSON) and on it repeated to 10× (all events nine more times,
+/// each positive `ts` shifted by k × 1.1 × the trace's span: 68 MB of JSON, 6.5 MB gzipped),
+/// on a 2-core machine shared with other builds (±0.03 s):
+///
+/// | input      | in memory (`from_slice`) | `from_reader`        | chunks (this)        |
+/// |------------|--------------------------|----------------------|----------------------|
+/// | 1× plain   | 0.02–0.03 s, 21 MB       | 0.07–0.09 s, 8 MB    | 0.02–0.03 s, 9 MB    |
+/// | 1× gzip    | 0.03–0.04 s, 23 MB       | 0.08–0.19 s, 8 MB    | 0.04–0.05 s, 9 MB    |
+/// | 10× plain  | 0.17–0.18 s, 76 MB       | 0.46–0.53 s, 14 MB   | 0.18–0.21 s, 15 MB   |
+/// | 10× gzip   | 0.22–0.24 s, 83 MB       | 0.46–0.63 s, 15 MB   | 0.23–0.26 s, 15 MB   |
+///
+/// The rest of the time is serde_json's parse, SHA-256 and inflate; the string cap costs a few
+/// SIMD searches per chunk ([`StringCap`]'s fast path) and positions are counted a chunk at a
+/// time ([`Source`]). The elements' ends are found by serde_json itself (one
+/// `StreamDeserializer` step reports where the value ended), not by a scanner of brackets and
+/// strings of our own: the first version of this had one, and it was a fifth of the profile.
+///
+/// # Errors
+/// A fault of the collector, a read error (as a JSON error of category I/O), or bad JSON,
+/// reported as a parse of the whole text would report it ([`replay`]).
+fn read_array(c: &mut Collector<'_>, s: &mut Source<'_>) -> Result<(), ImportError> {
+    let path = c.path;
+    let io = |e| json_error(path, serde_json::Error::io(e));
+    s.consume(1);
+    let mut state: ArrayState = "[";
+    loop {
+        let next = s.skip_ws().map_err(io)?;
+        match (state, next) {
+            ("[" | "[[]", Some(b']')) => {
+                s.consume(1);
+                return Ok(());
+            }
+            ("[[]", Some(b',')) => {
+                s.consume(1);
+                state = "[[],";
+                continue;
+            }
+            ("[[]", _) | (_, None) => return Err(replay(path, s, state, None)),
+            _ => {}
+        }
+        loop {
+            let data = &s.buf[s.pos..s.end];
+            let attempt = {
+                let mut it =
+                    serde_json::Deserializer::from_slice(data).into_iter::<Element<&RawValue>>();
+                match it.next() {
+                    Some(Ok(el)) => {
+                        let len = it.byte_offset();
+                        if len == data.len() && !s.eof && !matches!(data[0], b'{' | b'[' | b'"') {
+                            Attempt::More
+                        } else {
+                            c.element(el)?;
+                            Attempt::Read(len)
+                        }
+                    }
+                    Some(Err(e)) if s.eof => Attempt::Bad(e),
+                    Some(Err(e)) if e.is_eof() || ends_at(data, &e) => Attempt::More,
+                    Some(Err(e)) => Attempt::Bad(e),
+                    // Not met: `data` starts with a byte that is not whitespace.
+                    None => Attempt::More,
+                }
+            };
+            match attempt {
+                Attempt::Read(len) => {
+                    s.consume(len);
+                    break;
+                }
+                Attempt::More => {
+                    let held = s.end - s.pos;
+                    if held > MAX_HELD_ELEMENT_BYTES && matches!(s.buf[s.pos], b'{' | b'[') {
+                        stream_element(c, s)?;
+                        break;
+                    }
+                    // At the end of the text, the next attempt reports the fault. Read at
+                    // least as much again as is held, so that a long element is parsed again
+                    // a few times, not once per read.
+                    let was_eof = s.eof;
+                    if !s.fill().map_err(io)? && was_eof {
+                        return Err(replay(path, s, state, None));
+                    }
+                    while s.end - s.pos < 2 * held && s.fill().map_err(io)? {}
+                }
+                Attempt::Bad(e) => {
+                    let start = s.at();
+                    let at = if e.line() == 1 {
+                        (start.line, start.col + e.column())
+                    } else {
+                        (start.line + e.line() - 1, e.column())
+                    };
+                    let fallback = relocated(&e, at.0, at.1);
+                    return Err(replay(path, s, state, Some((fallback, at))));
+                }
+            }
+        }
+        state = "[[]";
+    }
+}
+
+/// Whether serde_json's error `e` in `data` is at its end (where more text could make it no
+/// fault: a number cut after its `.`).
+fn ends_at(data: &[u8], e: &serde_json::Error) -> bool {
+    let mut end = Pos { line: 1, col: 0 };
+    end.advance(data);
+    (e.line(), e.column()) == (end.line, end.col)
+}
+
+/// An element too long to be held, read by serde_json's streaming reader straight from `s`
+/// (positions in its errors are the text's: it reads after whitespace that stands for what
+/// came before). Only an object or an array: serde_json reads no byte past its end.
+fn stream_element(c: &mut Collector<'_>, s: &mut Source<'_>) -> Result<(), ImportError> {
+    let at = s.at();
+    let pad = std::io::repeat(b'\n')
+        .take(at.line as u64 - 1)
+        .chain(std::io::repeat(b' ').take(at.col as u64));
+    let mut de = serde_json::Deserializer::from_reader(pad.chain(SourceReader(s)));
+    let el = Element::<Box<RawValue>>::deserialize(&mut de).map_err(|e| json_error(c.path, e))?;
+    c.element(el)
+}
+
+/// The error a parse of the whole text gives at a fault that [`read_array`] met at `s`'s
+/// position, in array state `state`: the rest of the text is parsed by serde_json's streaming
+/// reader after text that puts it in the same state at the same position (newlines, spaces,
+/// then `state`), with the same element visitor, up to its first error. `fallback` (the fault
+/// as met, placed in the text) is reported should that parse find none.
+fn replay(
+    path: &Path,
+    s: &mut Source<'_>,
+    state: ArrayState,
+    fallback: Option<(serde_json::Error, (usize, usize))>,
+) -> ImportError {
+    /// Reads at most three elements (`[]`, the faulty one and the next), then gives up.
+    struct Seed;
+    impl<'de> DeserializeSeed<'de> for Seed {
+        type Value = ();
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_seq(Seed)
+        }
+    }
+    impl<'de> Visitor<'de> for Seed {
+        type Value = ();
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("an array of trace events")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+            for _ in 0..3 {
+                if seq.next_element::<Element<Box<RawValue>>>()?.is_none() {
+                    break;
+                }
+            }
+            Err(de::Error::custom(NO_FAULT))
+        }
+    }
+    const NO_FAULT: &str = "no fault found again";
+    let at = s.at();
+    let t = state.len();
+    let (lines, spaces, tail) = if at.col >= t {
+        (at.line - 1, at.col - t, state.to_string())
+    } else if at.line >= 2 {
+        (at.line - 2, 0, format!("{state}\n{}", " ".repeat(at.col)))
+    } else {
+        (0, 0, String::new())
+    };
+    if !tail.is_empty() {
+        let held = &s.buf[s.pos..s.end];
+        let text = std::io::repeat(b'\n')
+            .take(lines as u64)
+            .chain(std::io::repeat(b' ').take(spaces as u64))
+            .chain(tail.as_bytes())
+            .chain(held)
+            .chain(&mut s.cap);
+        let mut de = serde_json::Deserializer::from_reader(text);
+        if let Err(e) = Seed.deserialize(&mut de) {
+            if e.line() != 0 {
+                return json_error(path, e);
+            }
+        }
+    }
+    match fallback {
+        Some((e, (line, column))) => ImportError::Json {
+            path: path.to_path_buf(),
+            line,
+            column,
+            source: e,
+        },
+        None => {
+            let (line, column) = (at.line, at.col);
+            ImportError::Json {
+                path: path.to_path_buf(),
+                line,
+                column,
+                source: de::Error::custom(format_args!(
+                    "EOF while parsing a list at line {line} column {column}"
+                )),
+            }
+        }
     }
 }
 
@@ -1284,17 +1802,18 @@ impl<R: Read> StringCap<R> {
     /// that change nothing but a string's length are passed over whole; the rest goes through
     /// [`StringCap::step`] byte by byte.
     fn filter(&mut self, buf: &mut [u8]) -> usize {
+        if let Some(next) = self.uncut(buf) {
+            self.lex = next;
+            return buf.len();
+        }
         let n = buf.len();
         let (mut i, mut kept) = (0, 0);
         while i < n {
             let run = match self.lex {
-                Lex::Out => buf[i..].iter().position(|&b| b == b'"').unwrap_or(n - i),
+                Lex::Out => memchr::memchr(b'"', &buf[i..]).unwrap_or(n - i),
                 Lex::In { len, .. } if len < MAX_STRING_BYTES => {
                     let lim = (n - i).min(MAX_STRING_BYTES - len);
-                    let run = buf[i..i + lim]
-                        .iter()
-                        .position(|&b| b == b'"' || b == b'\\')
-                        .unwrap_or(lim);
+                    let run = memchr::memchr2(b'"', b'\\', &buf[i..i + lim]).unwrap_or(lim);
                     if run > 0 {
                         self.lex = Lex::In {
                             len: len + run,
@@ -1324,6 +1843,58 @@ impl<R: Read> StringCap<R> {
     }
 }
 
+impl<R: Read> StringCap<R> {
+    /// The state after `buf` when no string in it can be cut, told without lexing it byte by
+    /// byte (`None`: it must be): `buf` has no `\` (so each `"` opens or closes a string: real
+    /// traces have none), the state before it is outside a string or inside one short of the
+    /// cap by more than its bytes up to the first `"`, and each aligned block of
+    /// `MAX_STRING_BYTES / 2` bytes of it holds a `"` (so no run of `MAX_STRING_BYTES - 1` bytes
+    /// without one: a run that long holds a whole block). A few SIMD searches per chunk instead
+    /// of two per string.
+    fn uncut(&self, buf: &[u8]) -> Option<Lex> {
+        const BLOCK: usize = MAX_STRING_BYTES / 2;
+        let carried = match self.lex {
+            Lex::Out => None,
+            Lex::In { len, .. } => Some(len),
+            _ => return None,
+        };
+        if memchr::memchr(b'\\', buf).is_some() {
+            return None;
+        }
+        let blocks = buf.chunks_exact(BLOCK);
+        if !blocks
+            .into_iter()
+            .all(|b| memchr::memchr(b'"', b).is_some())
+        {
+            return None;
+        }
+        if let Some(len) = carried {
+            let run = memchr::memchr(b'"', buf).unwrap_or(buf.len());
+            if len + run >= MAX_STRING_BYTES - 1 {
+                return None;
+            }
+        }
+        let Some(last) = memchr::memrchr(b'"', buf) else {
+            return Some(match carried {
+                None => Lex::Out,
+                Some(len) => Lex::In {
+                    len: len + buf.len(),
+                    high: false,
+                },
+            });
+        };
+        let odd = memchr::memchr_iter(b'"', buf).count() % 2 == 1;
+        Some(if carried.is_some() != odd {
+            Lex::In {
+                len: buf.len() - 1 - last,
+                high: false,
+            }
+        } else {
+            Lex::Out
+        })
+    }
+}
+
 impl<R: Read> Read for StringCap<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
@@ -1344,12 +1915,9 @@ impl<R: Read> Read for StringCap<R> {
 /// touching any meter: memory holds the GPU work events kept (and open `B` events), not the
 /// document. `path` names the file in errors. A UTF-8 byte-order mark is skipped.
 ///
-/// `from_reader`, not `from_slice` over the text read into memory: measured on the shared
-/// B200 trace repeated to 10× (24,656 × 10 events, 68 MB of JSON, 6.5 MB gzipped; release
-/// `gpumeter usage`), it costs about twice the CPU time (0.48 s user against 0.22 s, gzip;
-/// 0.40 s against 0.16 s plain), serde_json's reader going byte by byte, for memory flat in
-/// the input's size (16 MB peak RSS against 86 MB; a gzip of 1 GiB of CPU-side events 9 MB
-/// against 1.06 GB, a 1 GB kernel name 9 MB against 3.2 GB).
+/// Memory is flat in the input's size (peak RSS 9 MB for a gzip of 1 GiB of CPU-side events,
+/// or of a 1 GB kernel name: 1.06 GB and 3.2 GB when the text was parsed in memory), and the
+/// CPU time that of parsing the text in memory: see [`read_array`] for the figures.
 ///
 /// # Errors
 /// A file-level [`ImportError`]: bad JSON (with line and column), not a trace, a top-level key
@@ -1396,12 +1964,14 @@ pub(crate) fn read_events<'p>(
         not_objects: None,
         cut_strings: 0,
     };
-    let mut cap = StringCap::new(head.chain(reader));
-    // serde_json reads a reader byte by byte: a buffer under it is what makes it fast.
-    let mut de = serde_json::Deserializer::from_reader(BufReader::with_capacity(1 << 16, &mut cap));
-    let result = TopSeed(&mut c).deserialize(&mut de).and_then(|()| de.end());
+    let src = RefCell::new(Source::new(Box::new(head.chain(reader))));
+    let mut de = serde_json::Deserializer::from_reader(SerdeSide(&src));
+    let result = TopSeed(&mut c, &src)
+        .deserialize(&mut de)
+        .and_then(|()| de.end());
     drop(de);
-    c.cut_strings = cap.cut;
+    let src = src.into_inner();
+    c.cut_strings = src.cap.cut;
     let not_a_trace = |reason: String| ImportError::NotATrace {
         path: path.to_path_buf(),
         reason,
@@ -1410,7 +1980,17 @@ pub(crate) fn read_events<'p>(
         if let Some(fault) = c.failure.take() {
             return Err(fault);
         }
-        if e.classify() == serde_json::error::Category::Data {
+        let data = e.classify() == serde_json::error::Category::Data;
+        let (line, column) = match src.remap {
+            Some(r) if e.line() != 0 => r.map(e.line(), e.column()),
+            _ => (e.line(), e.column()),
+        };
+        let e = if (line, column) == (e.line(), e.column()) {
+            e
+        } else {
+            relocated(&e, line, column)
+        };
+        if data {
             match c.stage {
                 Stage::Top => {
                     return Err(not_a_trace(format!(
@@ -1423,7 +2003,12 @@ pub(crate) fn read_events<'p>(
                 Stage::InObject | Stage::InEvents => {}
             }
         }
-        return Err(json_error(path, e));
+        return Err(ImportError::Json {
+            path: path.to_path_buf(),
+            line,
+            column,
+            source: e,
+        });
     }
     if !c.saw_events {
         return Err(not_a_trace("no `traceEvents` array".to_string()));
@@ -1969,6 +2554,60 @@ mod tests {
         assert_eq!(v, ["a".repeat(M), "after".to_string()]);
     }
 
+    /// The cap's fast path (a chunk without `\\` and with a `"` in each half-cap block, passed
+    /// over whole) gives what the lexer gives byte by byte, for strings of lengths around the
+    /// cap, long strings spanning chunks, and chunks of every size.
+    #[test]
+    fn string_cap_fast_path_agrees_with_the_lexer() {
+        const M: usize = MAX_STRING_BYTES;
+        let mut texts = Vec::new();
+        for len in [M - 3, M - 2, M - 1, M, M + 1, M + 2] {
+            texts.push(format!(
+                r#"["{}", "b", "{}"]"#,
+                "a".repeat(len),
+                "c".repeat(len / 3)
+            ));
+        }
+        // Many strings of 40 kB (each holds a whole block: the lexer reads them) and of 20 kB
+        // (each block holds a quote: passed over), none cut.
+        texts.push(format!(
+            "[{}]",
+            vec![format!("\"{}\"", "d".repeat(40_000)); 8].join(", ")
+        ));
+        texts.push(format!(
+            "[{}]",
+            vec![format!("\"{}\"", "g".repeat(20_000)); 16].join(",")
+        ));
+        // A string over the cap between short ones, and one after a backslash (slow path).
+        texts.push(format!(
+            r#"["x", "{}", "y", "\\", "{}"]"#,
+            "e".repeat(3 * M),
+            "f".repeat(M + 9)
+        ));
+        for text in &texts {
+            let slow = capped(text.as_bytes());
+            for size in [1 << 20, 3 * M, M + 1, M / 2, 1000] {
+                let mut cap = StringCap::new(&b""[..]);
+                let mut out = Vec::new();
+                for piece in text.as_bytes().chunks(size) {
+                    let mut buf = piece.to_vec();
+                    let kept = cap.filter(&mut buf);
+                    out.extend_from_slice(&buf[..kept]);
+                }
+                assert!(
+                    out == slow.0 && cap.cut == slow.1,
+                    "{} bytes in {size}",
+                    text.len()
+                );
+            }
+        }
+        // The fast path is taken: a chunk with quotes in every block and no backslash.
+        let cap = StringCap::new(&b""[..]);
+        assert!(cap.uncut(texts[6].as_bytes()).is_none());
+        assert!(cap.uncut(texts[7].as_bytes()).is_some());
+        assert!(cap.uncut(texts[8].as_bytes()).is_none());
+    }
+
     /// The fields of an event settled as ignorable are dropped, not kept, but still checked:
     /// a string that is not UTF-8 in one is a JSON error, as when it was kept raw.
     #[test]
@@ -1985,6 +2624,292 @@ mod tests {
                 Err(e) => panic!("expected a JSON error, got {e}"),
                 Ok(_) => panic!("expected a JSON error"),
             }
+        }
+    }
+
+    /// Reads `text` in reads of the sizes `sizes` (cycled; a 0 is taken as 1).
+    struct Splits<'a> {
+        text: &'a [u8],
+        sizes: Vec<usize>,
+        next: usize,
+    }
+
+    impl Read for Splits<'_> {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            let size = self.sizes.get(self.next % self.sizes.len().max(1)).copied();
+            self.next += 1;
+            let n = size
+                .unwrap_or(usize::MAX)
+                .max(1)
+                .min(out.len())
+                .min(self.text.len());
+            out[..n].copy_from_slice(&self.text[..n]);
+            self.text = &self.text[n..];
+            Ok(n)
+        }
+    }
+
+    /// What a Kineto text gives, read in reads of `sizes`: the parsed file's debug text, or the
+    /// error's message.
+    fn outcome(text: &[u8], sizes: &[usize]) -> String {
+        let path = Path::new("t.json");
+        let reader = Splits {
+            text,
+            sizes: sizes.to_vec(),
+            next: 0,
+        };
+        match read_events(path, reader).and_then(|c| finish(c, "t.json@0")) {
+            Ok(p) => format!("{p:?}"),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    /// Kineto texts with what the scanner of elements must get right: strings holding
+    /// brackets, commas, escaped quotes and backslashes, escapes of every kind, nesting,
+    /// elements that are not objects, B/E pairs, a long element (read by the streaming path),
+    /// whitespace and newlines anywhere.
+    fn tricky_texts() -> Vec<String> {
+        let kernel = |name: &str, ts: u64| {
+            format!(
+                r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": 7, "ts": {ts}, "dur": 3, "args": {{"device": 0, "stream": 7, "correlation": {ts}, "grid": [1, 2, 3], "block": [32, 1, 1]}}}}"#
+            )
+        };
+        let long_args = format!(
+            r#"{{"ph": "X", "cat": "kernel", "name": "long", "pid": 0, "tid": 7, "ts": 50, "dur": 1, "args": {{"device": 0, "pad": [{}], "s": "{}"}}}}"#,
+            vec!["[1, {\"a\": \"]}\"}]"; 40].join(", \n"),
+            "x".repeat(700)
+        );
+        let cpu = r#"{"ph": "X", "cat": "cpu_op", "name": "a[{,\"}]\\", "args": {"k": [[], {}, "\u00e9\ud83d\ude00", null, true, -1.5e3]}}"#;
+        let events = [
+            kernel(r#"k\"[0]\\,{"#, 10),
+            cpu.to_string(),
+            "7".to_string(),
+            "[1, [2, [3]], \"]\"]".to_string(),
+            "\"a string, ]\"".to_string(),
+            "null".to_string(),
+            kernel("\\u0041 \\n \\t \\\\ \\/", 20),
+            r#"{"ph": "B", "cat": "kernel", "name": "b", "pid": 0, "tid": 8, "ts": 30, "args": {"device": 0, "stream": 8}}"#.to_string(),
+            r#"{"ph": "E", "pid": 0, "tid": 8, "ts": 40}"#.to_string(),
+            long_args,
+            kernel("é😀", 60),
+            "123456789012345678901234567890".to_string(),
+            "-0.5e-7".to_string(),
+        ];
+        let head = r#"{"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "G[,]", "totalGlobalMem": 1}], "distributedInfo": {"rank": [0]}, "traceEvents": "#;
+        vec![
+            format!(
+                "{head}[{}], \"baseTimeNanoseconds\": 1000, \"z\": [\"]\"]}}",
+                events.join(",")
+            ),
+            format!(
+                "{head}[\n  {}\n ]\n, \"after\": {{\"x\": \"[\"}}\n}}\n",
+                events.join(" ,\n  ")
+            ),
+            format!("\u{feff}{head} \n [ ] }}"),
+            format!("{head}[{}]}}", events[..2].join(",")),
+        ]
+    }
+
+    /// Texts that are not valid JSON, with faults inside elements, between them, at the
+    /// end, and after the array.
+    fn broken_texts() -> Vec<String> {
+        let ev = r#"{"ph": "X", "cat": "cpu_op", "name": "a,]"}"#;
+        let long = format!(
+            r#"{{"ph": "X", "cat": "cpu_op", "args": [{}, ]}}"#,
+            "1, ".repeat(600)
+        );
+        vec![
+            format!("{{\"traceEvents\": [{ev}, {{\"ph\": }}]}}"),
+            format!("{{\"traceEvents\": [{ev},\n {ev} {ev}]}}"),
+            // Faults at the start of a line (the replay's prefix is then on the line before).
+            format!("{{\"traceEvents\": [{ev}\n{ev}]}}"),
+            format!("{{\"traceEvents\": [\n{{\"ph\": }}]}}"),
+            format!("{{\"traceEvents\": [{ev},\n]}}"),
+            format!("{{\"traceEvents\": [{ev},\n {ev},]}}"),
+            format!("{{\"traceEvents\": [{ev},\n 7 8]}}"),
+            format!("{{\"traceEvents\": [{ev},\n 1.]}}"),
+            format!("{{\"traceEvents\": [{ev},\n tru]}}"),
+            format!("{{\"traceEvents\": [{ev},\n {ev}"),
+            format!("{{\"traceEvents\": [{ev},\n \"abc"),
+            format!("{{\"traceEvents\": [\n"),
+            format!("{{\"traceEvents\": [{ev}]\n, \"x\": }}"),
+            format!("{{\"traceEvents\": [{ev}]\n\n  ]"),
+            format!("{{\"traceEvents\": [{ev}, {ev}}}"),
+            format!("{{\"traceEvents\": [{ev}, \n{long}]}}"),
+            format!("{{\"traceEvents\":   \n  5}}"),
+            format!("{{\"a\": 1,\n \"traceEvents\": [{ev}, {{\"name\": \"\\x\"}}]}}"),
+        ]
+    }
+
+    /// The same text read in one piece and in reads of many sizes (elements, strings and
+    /// escapes cut across chunks everywhere) gives the same events, or the same error.
+    #[test]
+    fn splits_give_identical_events() {
+        for text in tricky_texts().iter().chain(&broken_texts()) {
+            let whole = outcome(text.as_bytes(), &[usize::MAX]);
+            if std::env::var("DUMP").is_ok() {
+                eprintln!("{text}");
+            }
+            for sizes in [&[1][..], &[2], &[3], &[7, 1, 13], &[64], &[100, 5]] {
+                assert_eq!(
+                    outcome(text.as_bytes(), sizes),
+                    whole,
+                    "{text} in {sizes:?}"
+                );
+            }
+        }
+    }
+
+    /// The texts read: every element of the array, in order, with what it holds.
+    #[test]
+    fn tricky_texts_are_read_whole() {
+        let text = &tricky_texts()[0];
+        let out = outcome(text.as_bytes(), &[usize::MAX]);
+        assert!(!out.starts_with("error"), "{out}");
+        // Four kernels (one a B/E pair, one the long element), none lost.
+        let path = Path::new("t.json");
+        let c = match read_events(path, text.as_bytes()) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(c.next_index, 13);
+        assert_eq!(c.skipped.get(NOT_AN_EVENT_OBJECT), Some(&6));
+        assert_eq!(c.pending.len(), 5);
+        let works = format!(
+            "{:?}",
+            c.pending.iter().map(|p| &p.rec.work).collect::<Vec<_>>()
+        );
+        for name in ["k\"[0]\\,{", "A \n \t \\ /", "b", "long", "é😀"] {
+            assert!(works.contains(&format!("{name:?}")), "{name} in {works}");
+        }
+        assert!(c.invalid.is_empty());
+    }
+
+    /// A fault is reported where a parse of the whole text reports it (line and column of
+    /// the text, serde_json's message), however the text was cut into chunks.
+    #[test]
+    fn faults_are_placed_as_in_the_whole_text() {
+        for text in broken_texts() {
+            /// The shape of a trace, for serde_json's type error at a `traceEvents` that is
+            /// not an array.
+            #[derive(Deserialize)]
+            struct Trace {
+                #[serde(rename = "traceEvents")]
+                _events: Vec<IgnoredAny>,
+            }
+            let whole = match serde_json::from_str::<Trace>(&text) {
+                Err(e) => (e.line(), e.column(), e.to_string()),
+                Ok(_) => panic!("valid: {text}"),
+            };
+            for sizes in [&[usize::MAX][..], &[1], &[5, 3]] {
+                let reader = Splits {
+                    text: text.as_bytes(),
+                    sizes: sizes.to_vec(),
+                    next: 0,
+                };
+                match read_events(Path::new("t.json"), reader) {
+                    Err(ImportError::Json {
+                        line,
+                        column,
+                        source,
+                        ..
+                    }) => {
+                        assert_eq!((line, column), (whole.0, whole.1), "{text}");
+                        let (msg, at) = (
+                            source.to_string(),
+                            format!(" at line {line} column {column}"),
+                        );
+                        assert!(msg.ends_with(&at), "{msg} for {text}");
+                        // The message is serde_json's, but for a type error (which says what
+                        // was expected, here a trace).
+                        if !whole.2.contains("invalid type") {
+                            assert_eq!(msg, whole.2, "{text}");
+                        }
+                    }
+                    Err(ImportError::NotATrace { reason, .. }) => {
+                        // On the line of the value (serde_json's streaming reader places a
+                        // type error after the byte it peeked, as before chunks).
+                        let at = format!("at line {} column ", whole.0);
+                        assert!(reason.contains(&at), "{reason}");
+                        assert!(reason.contains("invalid type: integer `5`"), "{reason}");
+                    }
+                    Err(e) => panic!("{text}: {e}"),
+                    Ok(_) => panic!("{text}: read"),
+                }
+            }
+        }
+    }
+
+    /// The HTA AlexNet trace of `shared/data` (320 kB of JSON), decompressed; `None` (with a
+    /// notice) when the folder is absent outside CI, a failure under `CI=true`.
+    fn alexnet() -> Option<Vec<u8>> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+            "../../../shared/data/hta_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
+        );
+        let Ok(gz) = std::fs::read(&path) else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "{} is missing (CI=true)",
+                path.display()
+            );
+            eprintln!("skipped: {} is missing", path.display());
+            return None;
+        };
+        let mut text = Vec::new();
+        match flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut text) {
+            Ok(_) => Some(text),
+            Err(e) => panic!("{}: {e}", path.display()),
+        }
+    }
+
+    mod split_props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(16))]
+            /// A real trace cut into chunks at random places gives the same events as read in
+            /// one piece.
+            #[test]
+            fn random_splits_of_a_real_trace(sizes in proptest::collection::vec(1usize..5000, 1..6)) {
+                if let Some(text) = alexnet() {
+                    let whole = outcome(&text, &[usize::MAX]);
+                    prop_assert!(!whole.starts_with("error"), "{}", whole);
+                    prop_assert_eq!(outcome(&text, &sizes), whole);
+                }
+            }
+
+            /// The same for the tricky and broken texts, cut anywhere.
+            #[test]
+            fn random_splits_of_tricky_texts(sizes in proptest::collection::vec(1usize..80, 1..6)) {
+                for text in tricky_texts().iter().chain(&broken_texts()) {
+                    prop_assert_eq!(outcome(text.as_bytes(), &sizes), outcome(text.as_bytes(), &[usize::MAX]));
+                }
+            }
+        }
+    }
+
+    /// A string over the cap inside an element that crosses chunks is still cut (one count),
+    /// and never held whole: the text around it is read as before.
+    #[test]
+    fn long_strings_are_cut_across_chunks() {
+        let name = "n".repeat(MAX_STRING_BYTES + 100);
+        let text = format!(
+            r#"{{"traceEvents": [{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": {{"device": 0}}}}, 5]}}"#
+        );
+        for sizes in [&[usize::MAX][..], &[1000, 7]] {
+            let reader = Splits {
+                text: text.as_bytes(),
+                sizes: sizes.to_vec(),
+                next: 0,
+            };
+            let c = match read_events(Path::new("t.json"), reader) {
+                Ok(c) => c,
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(c.cut_strings, 1);
+            assert_eq!(c.next_index, 2);
+            assert_eq!(c.pending.len(), 1);
         }
     }
 

@@ -67,10 +67,11 @@ const CPU_EVENT: &str =
 const KERNEL_HEAD: &str = r#"{"traceEvents": [{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0}, "name": ""#;
 
 /// The cases: name, input file name, and how to write it.
-const CASES: [&str; 5] = [
+const CASES: [&str; 6] = [
     "empty.json",
     "whitespace.json.gz",
     "cpu-events.json.gz",
+    "long-event.json.gz",
     "kernel-name.json.gz",
     "kernel-name.json",
 ];
@@ -85,6 +86,15 @@ fn write(dir: &Path, case: &str) -> std::path::PathBuf {
             r#"{"traceEvents": ["#,
             CPU_EVENT.as_bytes(),
             r#"{"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0}}]}"#,
+            false,
+        ),
+        // One element of 64 MiB (a CPU-side event's `args`), then a kernel: an element too
+        // long to be held is read by the streaming parser.
+        "long-event.json.gz" => write_case(
+            &path,
+            r#"{"traceEvents": [{"ph": "X", "cat": "cpu_op", "args": {"a": ["#,
+            b"[1, \"s\"], ",
+            r#"0]}}, {"ph": "X", "cat": "kernel", "pid": 0, "tid": 7, "ts": 10, "dur": 5, "args": {"device": 0}}]}"#,
             false,
         ),
         "kernel-name.json.gz" => write_case(&path, KERNEL_HEAD, b"x", r#""}]}"#, false),
@@ -108,7 +118,7 @@ fn run_child(case: &str, path: &Path) {
             assert_eq!(summary.records, 0);
             assert!(cut.is_empty(), "{:?}", report.warnings);
         }
-        "cpu-events.json.gz" => {
+        "cpu-events.json.gz" | "long-event.json.gz" => {
             // The kernel at the end is metered; the CPU-side events are not.
             assert_eq!(summary.records, 1);
             assert!(cut.is_empty(), "{:?}", report.warnings);
