@@ -604,14 +604,7 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
     // another's records late.
     let mut files = Vec::with_capacity(recordings.len());
     for (input, format) in recordings {
-        let name = input
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| input.display().to_string());
-        let bytes = std::fs::read(input).map_err(|error| CuptiSourceError::Io {
-            name: name.clone(),
-            error,
-        })?;
+        let (name, bytes) = gpumeter_cupti::read_source(input)?;
         let format = if format == Format::Gmr {
             gpumeter_cupti::CuptiFormat::Gmr
         } else {

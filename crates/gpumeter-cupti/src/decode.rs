@@ -697,6 +697,16 @@ pub fn decode(buf: &[u8], api: ApiVersion) -> Result<Decoded, DecodeError> {
     }
 }
 
+/// Counts `record` under its category in `skipped` when it is of a kind the meter steps over
+/// ([`ActivityKind::category`]); any other record counts nothing.
+pub(crate) fn count_skipped(record: &Record, skipped: &mut BTreeMap<&'static str, u64>) {
+    if let Record::Other(k) = record {
+        if let Some(cat) = k.category() {
+            *skipped.entry(cat).or_insert(0) += 1;
+        }
+    }
+}
+
 /// As [`decode`], but keeps what decodes before a fault: the records up to it, and the fault
 /// (`None` when the whole buffer decodes). For a buffer whose bytes are known to be what the
 /// producer wrote (a `.gmr` frame whose checksum is right), the records before the fault are
@@ -714,11 +724,7 @@ pub fn decode_prefix(buf: &[u8], api: ApiVersion) -> (Decoded, Option<DecodeErro
             Ok(r) => r,
             Err(e) => return (out, Some(e)),
         };
-        if let Record::Other(k) = rec.record {
-            if let Some(cat) = k.category() {
-                *out.skipped.entry(cat).or_insert(0) += 1;
-            }
-        }
+        count_skipped(&rec.record, &mut out.skipped);
         out.records.push(rec);
     }
     out.trailing_zero_bytes = walk.trailing_zero_bytes();

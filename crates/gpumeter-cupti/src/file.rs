@@ -34,17 +34,18 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use gpumeter_core::{
-    ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter, PartitionId, SourceInfo,
-};
+use gpumeter_core::{ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter};
 use sha2::{Digest, Sha256};
 
-use crate::decode::{DecodeError, LocatedRecord, Record, Walk};
+use crate::decode::count_skipped;
+use crate::decode::{DecodeError, LocatedRecord, Walk};
 use crate::gmr::StringTable;
-use crate::join::{convert, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
+use crate::join::{convert, intern_name, Converted, Joins, JoinsRef};
 use crate::layout::ApiVersion;
 use crate::source::{
-    meter_buffer, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary, Devices,
+    begin, meter_buffer, note_invalid, read_source, record_losses, register_devices,
+    register_partitions, source_name, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
+    Devices,
 };
 
 /// Bytes read from the file at a time (a few such chunks are in flight at once).
@@ -532,10 +533,7 @@ impl BufferFile {
 }
 
 fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string());
+    let name = source_name(path);
     let io = |error| CuptiSourceError::Io {
         name: name.clone(),
         error,
@@ -570,21 +568,8 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
         }
     };
     let walked = walk_file(file, opts.api, true, |r| {
-        let ptr = match &r.record {
-            Record::Kernel(k) => k.name_ptr,
-            Record::Device(d) => d.name_ptr,
-            _ => 0,
-        };
-        if ptr != 0 && !names.contains_key(&ptr) {
-            if let Some(s) = strings.get(ptr) {
-                names.insert(ptr, Arc::from(s));
-            }
-        }
-        if let Record::Other(k) = r.record {
-            if let Some(cat) = k.category() {
-                *skipped.entry(cat).or_insert(0) += 1;
-            }
-        }
+        intern_name(&r.record, &strings, &mut names);
+        count_skipped(&r.record, &mut skipped);
         joins.learn(std::slice::from_ref(&r), &names);
         match convert(&r, &names, &no_joins) {
             Converted::Work { device_id, rec, .. } => {
@@ -603,22 +588,14 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
                 field,
                 value,
             } => {
-                *invalid.entry(device_id).or_insert(0) += 1;
-                let slot = faults.entry(field).or_insert_with(|| {
-                    let e = CuptiSourceError::Decode {
-                        name: name.clone(),
-                        frame: None,
-                        error: DecodeError::BadField {
-                            offset: r.offset,
-                            kind: r.kind,
-                            field,
-                            value,
-                            reason: INVALID_KERNEL_FIELD,
-                        },
-                    };
-                    (0, e.to_string())
-                });
-                slot.0 += 1;
+                note_invalid(
+                    &mut invalid,
+                    &mut faults,
+                    &name,
+                    None,
+                    &r,
+                    (device_id, field, value),
+                );
                 note(device_id);
             }
             Converted::Consumed => {}
@@ -655,12 +632,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
             .iter()
             .map(|(&id, &n)| (devs.slot(id), LossReason::InvalidField, n, false))
             .collect();
-        let mut partitions = Vec::new();
-        for (&(device, context), &sms) in &joins.green {
-            if let Some(&slot) = devs.index.get(&device) {
-                partitions.push((slot, context, sms));
-            }
-        }
+        let partitions = devs.partitions(&joins.green);
         (devs.devices, devs.index, losses, partitions)
     };
     let warnings: Vec<String> = faults
@@ -701,14 +673,7 @@ pub fn meter_buffer_file(
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
     let Some(file) = BufferFile::scan(path, opts)? else {
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| path.display().to_string());
-        let bytes = std::fs::read(path).map_err(|error| CuptiSourceError::Io {
-            name: name.clone(),
-            error,
-        })?;
+        let (name, bytes) = read_source(path)?;
         return meter_buffer(meter, &name, &bytes, opts);
     };
     let mut summary = CuptiSummary {
@@ -736,46 +701,16 @@ pub fn meter_buffer_file(
     };
     // As `announce` and `push_batches` do for one source: the source, its devices (the hook
     // applied), warnings, partitions, losses and skipped counts, then its items in order.
-    let fresh = meter.begin_source(SourceInfo {
-        name: summary.source_name.clone(),
-        format: CuptiFormat::Cupti.as_str().to_string(),
-        sha256: summary.sha256.clone(),
-    });
-    if !fresh {
-        summary.duplicate_source = true;
-        summary.records = 0;
-        summary.skipped = 0;
+    if !begin(meter, &mut summary) {
         return Ok(summary);
     }
-    let slots: Vec<DeviceSlot> = file
-        .devices
-        .iter()
-        .map(|info| {
-            let slot = meter.register_device(info.clone());
-            if let Some(hook) = opts.on_device {
-                hook(meter, slot);
-            }
-            slot
-        })
-        .collect();
+    let slots = register_devices(meter, file.devices.iter().cloned(), opts);
     let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
     for w in &file.warnings {
         meter.warn(w.clone());
     }
-    let mut partition_of: HashMap<(DeviceSlot, u32), PartitionId> = HashMap::new();
-    for &(local, context, sms) in &file.partitions {
-        if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
-            partition_of.insert((local, context), p);
-        }
-    }
-    for &(local, reason, n, lower) in &file.losses {
-        let Some(slot) = slot_of(local) else { continue };
-        if lower {
-            meter.record_loss_at_least(slot, reason, n);
-        } else {
-            meter.record_loss(slot, reason, n);
-        }
-    }
+    let partition_of = register_partitions(meter, &file.partitions, slot_of);
+    record_losses(meter, &file.losses, slot_of);
     for (category, n) in &file.skipped {
         meter.record_skipped(category, *n);
     }

@@ -16,21 +16,22 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use gpumeter_core::{
-    DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, PartitionId, SourceInfo,
-};
+use gpumeter_core::{DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
 
-use crate::decode::{DecodeError, Record, Walk};
+use crate::decode::count_skipped;
+use crate::decode::{DecodeError, Walk};
 use crate::file::{with_chunks, Chunks, Reorder, SourceItem};
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame, StringTable,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
-    T_INSTRUCTIONS, T_STRINGS, UNKNOWN_DEVICE,
+    T_INSTRUCTIONS, T_STRINGS,
 };
-use crate::join::{convert, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
+use crate::join::{convert, intern_name, Converted, Joins, JoinsRef};
 use crate::layout::ApiVersion;
 use crate::source::{
-    meter_gmr, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary, Devices, FrameRef,
+    begin, meter_gmr, note_invalid, read_source, record_losses, register_devices,
+    register_partitions, source_name, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
+    Devices, FrameRef,
 };
 
 /// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
@@ -145,15 +146,9 @@ struct Scanned {
     undecodable: Vec<(FrameRef, DecodeError)>,
 }
 
-fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string())
-}
-
 /// Pass 1: `None` when the whole-file path must meter the file.
 fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSourceError> {
-    let name = file_name(path);
+    let name = source_name(path);
     let io = |error| CuptiSourceError::Io {
         name: name.clone(),
         error,
@@ -218,21 +213,8 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
                                 break;
                             }
                         };
-                        let ptr = match &r.record {
-                            Record::Kernel(k) => k.name_ptr,
-                            Record::Device(d) => d.name_ptr,
-                            _ => 0,
-                        };
-                        if ptr != 0 && !names.contains_key(&ptr) {
-                            if let Some(t) = strings.get(ptr) {
-                                names.insert(ptr, Arc::from(t));
-                            }
-                        }
-                        if let Record::Other(k) = r.record {
-                            if let Some(cat) = k.category() {
-                                *s.skipped.entry(cat).or_insert(0) += 1;
-                            }
-                        }
+                        intern_name(&r.record, &strings, &mut names);
+                        count_skipped(&r.record, &mut s.skipped);
                         s.joins.learn(std::slice::from_ref(&r), &names);
                         let mut note = |id: u32, t: u64, s: &mut Scanned| {
                             if seen.insert(id) {
@@ -269,22 +251,14 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
                                 field,
                                 value,
                             } => {
-                                *s.invalid.entry(device_id).or_insert(0) += 1;
-                                let slot = s.faults.entry(field).or_insert_with(|| {
-                                    let e = CuptiSourceError::Decode {
-                                        name: name.clone(),
-                                        frame: Some(at),
-                                        error: DecodeError::BadField {
-                                            offset: r.offset,
-                                            kind: r.kind,
-                                            field,
-                                            value,
-                                            reason: INVALID_KERNEL_FIELD,
-                                        },
-                                    };
-                                    (0, e.to_string())
-                                });
-                                slot.0 += 1;
+                                note_invalid(
+                                    &mut s.invalid,
+                                    &mut s.faults,
+                                    &name,
+                                    Some(at),
+                                    &r,
+                                    (device_id, field, value),
+                                );
                                 if seen.insert(device_id) {
                                     s.order.push(device_id);
                                 }
@@ -363,11 +337,7 @@ pub fn meter_gmr_file(
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
     let Some(s) = scan(path, opts)? else {
-        let name = file_name(path);
-        let bytes = std::fs::read(path).map_err(|error| CuptiSourceError::Io {
-            name: name.clone(),
-            error,
-        })?;
+        let (name, bytes) = read_source(path)?;
         return meter_gmr(meter, &name, &bytes, opts);
     };
     let h = &s.header;
@@ -478,8 +448,7 @@ pub fn meter_gmr_file(
         0
     };
     // Energy, through the recorded telemetry as the whole-file path reads it.
-    let mut energy: Vec<(DeviceSlot, u64, u64)> = Vec::new();
-    let mut unplaced = 0u64;
+    let mut samples: Vec<(u32, u64, u64)> = Vec::new();
     {
         use gpumeter_nvml::Telemetry as _;
         let telemetry = GmrFile {
@@ -493,30 +462,12 @@ pub fn meter_gmr_file(
         .telemetry();
         for gpu in telemetry.gpus().unwrap_or_default() {
             while let Ok(r) = telemetry.energy(gpu.index) {
-                let known = devs.index.contains_key(&r.index)
-                    || s.joins.device_recs.contains_key(&r.index)
-                    || h.devices.iter().any(|d| d.id == r.index);
-                if known && r.index != UNKNOWN_DEVICE {
-                    energy.push((devs.slot(r.index), r.timestamp_ns, r.energy_mj));
-                } else {
-                    unplaced += 1;
-                }
+                samples.push((r.index, r.timestamp_ns, r.energy_mj));
             }
         }
     }
-    if unplaced > 0 {
-        warnings.push(format!(
-            "{}: {unplaced} energy samples name a device the recording does not describe; \
-             not metered",
-            s.name
-        ));
-    }
-    let mut partitions = Vec::new();
-    for (&(device, context), &sms) in &s.joins.green {
-        if let Some(&slot) = devs.index.get(&device) {
-            partitions.push((slot, context, sms));
-        }
-    }
+    let energy = devs.place_energy(samples, &s.name, &mut warnings);
+    let partitions = devs.partitions(&s.joins.green);
     let Devices { devices, index, .. } = devs;
     let mut summary = CuptiSummary {
         source_name: s.name.clone(),
@@ -544,38 +495,15 @@ pub fn meter_gmr_file(
     };
 
     // As `announce`, then `push_batches` for one batch.
-    let fresh = meter.begin_source(SourceInfo {
-        name: summary.source_name.clone(),
-        format: CuptiFormat::Gmr.as_str().to_string(),
-        sha256: summary.sha256.clone(),
-    });
-    if !fresh {
-        summary.duplicate_source = true;
-        summary.records = 0;
-        summary.skipped = 0;
-        summary.dropped = 0;
+    if !begin(meter, &mut summary) {
         return Ok(summary);
     }
-    let slots: Vec<DeviceSlot> = devices
-        .iter()
-        .map(|info| {
-            let slot = meter.register_device(info.clone());
-            if let Some(hook) = opts.on_device {
-                hook(meter, slot);
-            }
-            slot
-        })
-        .collect();
+    let slots = register_devices(meter, devices, opts);
     let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
     for w in warnings {
         meter.warn(w);
     }
-    let mut partition_of: HashMap<(DeviceSlot, u32), PartitionId> = HashMap::new();
-    for &(local, context, sms) in &partitions {
-        if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
-            partition_of.insert((local, context), p);
-        }
-    }
+    let partition_of = register_partitions(meter, &partitions, slot_of);
     let mut energy: Vec<(DeviceSlot, u64, u64)> = energy
         .into_iter()
         .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
@@ -630,14 +558,7 @@ pub fn meter_gmr_file(
             }
         }
     }
-    for &(local, reason, n, lower) in &losses {
-        let Some(slot) = slot_of(local) else { continue };
-        if lower {
-            meter.record_loss_at_least(slot, reason, n);
-        } else {
-            meter.record_loss(slot, reason, n);
-        }
-    }
+    record_losses(meter, &losses, slot_of);
     let label = format!("{}@{}", s.name, s.sha256.get(..8).unwrap_or(&s.sha256));
     for (reason, n, lower) in source_losses {
         meter.record_source_loss(&label, reason, n, lower);
@@ -723,16 +644,7 @@ pub fn meter_gmr_file(
                     names.clear();
                     for r in Walk::new(payload, s.api) {
                         let Ok(r) = r else { break };
-                        let ptr = match &r.record {
-                            Record::Kernel(k) => k.name_ptr,
-                            Record::Device(d) => d.name_ptr,
-                            _ => 0,
-                        };
-                        if ptr != 0 && !names.contains_key(&ptr) {
-                            if let Some(t) = strings.get(ptr) {
-                                names.insert(ptr, Arc::from(t));
-                            }
-                        }
+                        intern_name(&r.record, &strings, &mut names);
                         match convert(&r, &names, &joins) {
                             Converted::Work {
                                 device_id,

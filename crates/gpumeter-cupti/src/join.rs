@@ -13,6 +13,27 @@ use crate::decode::{
     DeviceRecord, KernelRecord, LocatedRecord, MemoryOperation, Record, EXTERNAL_KIND_CUSTOM0,
     EXTERNAL_KIND_CUSTOM2,
 };
+use crate::gmr::StringTable;
+
+/// Interns the name a kernel or device record points to (its `name_ptr`, looked up in
+/// `strings`) into `names`, once per pointer; a record of another kind, a null pointer or one
+/// the table does not hold adds nothing.
+pub(crate) fn intern_name(
+    record: &Record,
+    strings: &StringTable,
+    names: &mut HashMap<u64, Arc<str>>,
+) {
+    let ptr = match record {
+        Record::Kernel(k) => k.name_ptr,
+        Record::Device(d) => d.name_ptr,
+        _ => return,
+    };
+    if ptr != 0 && !names.contains_key(&ptr) {
+        if let Some(s) = strings.get(ptr) {
+            names.insert(ptr, Arc::from(s));
+        }
+    }
+}
 
 /// Why a kernel record with a negative dimension or shared-memory size is lost.
 pub(crate) const INVALID_KERNEL_FIELD: &str =

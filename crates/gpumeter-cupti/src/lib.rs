@@ -78,6 +78,6 @@ pub use gmr_file::meter_gmr_file;
 pub use kind::ActivityKind;
 pub use layout::{ApiVersion, FieldInfo, KindLayout};
 pub use source::{
-    announce_sources, meter_buffer, meter_gmr, meter_path, meter_sources, CuptiFormat, CuptiInput,
-    CuptiOptions, CuptiSourceError, CuptiSummary, DeviceHook, FrameRef, WORK_KINDS,
+    announce_sources, meter_buffer, meter_gmr, meter_path, meter_sources, read_source, CuptiFormat,
+    CuptiInput, CuptiOptions, CuptiSourceError, CuptiSummary, DeviceHook, FrameRef, WORK_KINDS,
 };

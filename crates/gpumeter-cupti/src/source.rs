@@ -58,12 +58,15 @@ use gpumeter_core::{
 use sha2::{Digest, Sha256};
 
 use crate::decode::{
-    decode, decode_prefix, DecodeError, Decoded, DeviceRecord, MemoryOperation, Record, Walk,
+    decode, decode_prefix, DecodeError, Decoded, DeviceRecord, LocatedRecord, MemoryOperation,
+    Record, Walk,
 };
 use crate::gmr::{
     read_gmr, Damage, DamagedFrame, Frame, GmrDevice, GmrError, StringTable, TornFrame, TornReason,
 };
-use crate::join::{convert, nonzero, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
+use crate::join::{
+    convert, intern_name, nonzero, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD,
+};
 use crate::kind::ActivityKind;
 use crate::layout::ApiVersion;
 
@@ -388,18 +391,131 @@ pub fn meter_path(
     path: &Path,
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string());
-    let bytes = std::fs::read(path).map_err(|error| CuptiSourceError::Io {
-        name: name.clone(),
-        error,
-    })?;
+    let (name, bytes) = read_source(path)?;
     if crate::gmr::is_gmr(&bytes) {
         meter_gmr(meter, &name, &bytes, opts)
     } else {
         meter_buffer(meter, &name, &bytes, opts)
+    }
+}
+
+/// The name a report gives the file at `path`: its file name, else the whole path.
+pub(crate) fn source_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Reads the file at `path` whole: its name as a report gives it (the file name, else the
+/// whole path) and its bytes.
+///
+/// # Errors
+/// [`CuptiSourceError::Io`], naming the file, when it cannot be read.
+pub fn read_source(path: &Path) -> Result<(String, Vec<u8>), CuptiSourceError> {
+    let name = source_name(path);
+    let bytes = std::fs::read(path).map_err(|error| CuptiSourceError::Io {
+        name: name.clone(),
+        error,
+    })?;
+    Ok((name, bytes))
+}
+
+/// Counts a record [`convert`] refuses for an invalid field: one more invalid record of its
+/// device in `invalid`, and one more of its field in `faults` with, for the field's first,
+/// the error that names source, frame, offset and value (the warning's text).
+pub(crate) fn note_invalid(
+    invalid: &mut BTreeMap<u32, u64>,
+    faults: &mut BTreeMap<&'static str, (u64, String)>,
+    name: &str,
+    frame: Option<FrameRef>,
+    r: &LocatedRecord,
+    (device_id, field, value): (u32, &'static str, i64),
+) {
+    *invalid.entry(device_id).or_insert(0) += 1;
+    let slot = faults.entry(field).or_insert_with(|| {
+        let e = CuptiSourceError::Decode {
+            name: name.to_string(),
+            frame,
+            error: DecodeError::BadField {
+                offset: r.offset,
+                kind: r.kind,
+                field,
+                value,
+                reason: INVALID_KERNEL_FIELD,
+            },
+        };
+        (0, e.to_string())
+    });
+    slot.0 += 1;
+}
+
+/// Starts a source on the meter: `false`, with `summary` marked a duplicate that adds
+/// nothing (no records, skipped or dropped counted), when the meter has metered it already.
+pub(crate) fn begin(meter: &mut Meter, summary: &mut CuptiSummary) -> bool {
+    let fresh = meter.begin_source(SourceInfo {
+        name: summary.source_name.clone(),
+        format: summary.format.as_str().to_string(),
+        sha256: summary.sha256.clone(),
+    });
+    if !fresh {
+        summary.duplicate_source = true;
+        summary.records = 0;
+        summary.skipped = 0;
+        summary.dropped = 0;
+    }
+    fresh
+}
+
+/// Registers a source's devices in order, each followed by [`CuptiOptions::on_device`]: the
+/// meter's slot of each, by the source's own slot number.
+pub(crate) fn register_devices(
+    meter: &mut Meter,
+    devices: impl IntoIterator<Item = DeviceInfo>,
+    opts: &CuptiOptions<'_>,
+) -> Vec<DeviceSlot> {
+    devices
+        .into_iter()
+        .map(|info| {
+            let slot = meter.register_device(info);
+            if let Some(hook) = opts.on_device {
+                hook(meter, slot);
+            }
+            slot
+        })
+        .collect()
+}
+
+/// Registers a source's green contexts (its own slot, context id, SMs): the meter's
+/// partition of each by (the source's slot, context id). This source's own context ids, so
+/// they never match another process's contexts of the same number.
+pub(crate) fn register_partitions(
+    meter: &mut Meter,
+    partitions: &[(DeviceSlot, u32, u32)],
+    slot_of: impl Fn(DeviceSlot) -> Option<DeviceSlot>,
+) -> HashMap<(DeviceSlot, u32), PartitionId> {
+    let mut partition_of = HashMap::new();
+    for &(local, context, sms) in partitions {
+        if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
+            partition_of.insert((local, context), p);
+        }
+    }
+    partition_of
+}
+
+/// Records a source's losses (its own slot, reason, count, whether the count is a lower
+/// bound) on the meter's slots.
+pub(crate) fn record_losses(
+    meter: &mut Meter,
+    losses: &[(DeviceSlot, LossReason, u64, bool)],
+    slot_of: impl Fn(DeviceSlot) -> Option<DeviceSlot>,
+) {
+    for &(local, reason, n, lower) in losses {
+        let Some(slot) = slot_of(local) else { continue };
+        if lower {
+            meter.record_loss_at_least(slot, reason, n);
+        } else {
+            meter.record_loss(slot, reason, n);
+        }
     }
 }
 
@@ -499,16 +615,7 @@ impl<'n> Input<'n> {
     fn add_buffer(&mut self, decoded: Decoded, frame: Option<FrameRef>, strings: &StringTable) {
         let mut names: HashMap<u64, Arc<str>> = HashMap::new();
         for r in &decoded.records {
-            let ptr = match &r.record {
-                Record::Kernel(k) => k.name_ptr,
-                Record::Device(d) => d.name_ptr,
-                _ => continue,
-            };
-            if ptr != 0 && !names.contains_key(&ptr) {
-                if let Some(s) = strings.get(ptr) {
-                    names.insert(ptr, Arc::from(s));
-                }
-            }
+            intern_name(&r.record, strings, &mut names);
         }
         self.buffers.push(Buffer {
             decoded,
@@ -601,20 +708,14 @@ impl<'n> Input<'n> {
                         field,
                         value,
                     } => {
-                        let e = CuptiSourceError::Decode {
-                            name: self.name.to_string(),
-                            frame: b.frame,
-                            error: DecodeError::BadField {
-                                offset: r.offset,
-                                kind: r.kind,
-                                field,
-                                value,
-                                reason: INVALID_KERNEL_FIELD,
-                            },
-                        };
-                        *invalid.entry(device_id).or_insert(0) += 1;
-                        let slot = faults.entry(field).or_insert_with(|| (0, e.to_string()));
-                        slot.0 += 1;
+                        note_invalid(
+                            &mut invalid,
+                            &mut faults,
+                            self.name,
+                            b.frame,
+                            r,
+                            (device_id, field, value),
+                        );
                         // Registered so that its loss has a device entry.
                         devs.slot(device_id);
                     }
@@ -792,33 +893,14 @@ impl<'n> Input<'n> {
                 close_at_end(&mut memory, end, &pids, devs.devices.len());
         }
         // Energy: samples of a device CUPTI or the inventory knows (by CUDA ordinal).
-        let mut energy = Vec::new();
-        let mut unplaced = 0u64;
-        for e in &self.energy {
-            let known = devs.index.contains_key(&e.device_id)
-                || device_recs.contains_key(&e.device_id)
-                || self.inventory.iter().any(|d| d.id == e.device_id);
-            if known && e.device_id != crate::gmr::UNKNOWN_DEVICE {
-                energy.push((devs.slot(e.device_id), e.timestamp_ns, e.energy_mj));
-            } else {
-                unplaced += 1;
-            }
-        }
-        if unplaced > 0 {
-            warnings.push(format!(
-                "{}: {unplaced} energy samples name a device the recording does not describe; \
-                 not metered",
-                self.name
-            ));
-        }
-        // Partitions of devices with activity only (a green context without work bills
-        // nothing).
-        let mut partitions = Vec::new();
-        for (&(device, context), &sms) in &green {
-            if let Some(&slot) = devs.index.get(&device) {
-                partitions.push((slot, context, sms));
-            }
-        }
+        let energy = devs.place_energy(
+            self.energy
+                .iter()
+                .map(|e| (e.device_id, e.timestamp_ns, e.energy_mj)),
+            self.name,
+            &mut warnings,
+        );
+        let partitions = devs.partitions(&green);
         summary.green_contexts = partitions.len() as u64;
         summary.memory_events = memory.len() as u64;
         summary.records = records.len() as u64 + invalid_records;
@@ -851,6 +933,51 @@ pub(crate) struct Devices<'a> {
 }
 
 impl Devices<'_> {
+    /// Places energy samples (device id, timestamp in ns, counter in mJ) of a device CUPTI or
+    /// the inventory knows (by CUDA ordinal) on its slot, registering it if it has none yet;
+    /// the others are not metered, and one warning of `source` counts them.
+    pub(crate) fn place_energy(
+        &mut self,
+        samples: impl IntoIterator<Item = (u32, u64, u64)>,
+        source: &str,
+        warnings: &mut Vec<String>,
+    ) -> Vec<(DeviceSlot, u64, u64)> {
+        let mut energy = Vec::new();
+        let mut unplaced = 0u64;
+        for (id, timestamp_ns, energy_mj) in samples {
+            let known = self.index.contains_key(&id)
+                || self.device_recs.contains_key(&id)
+                || self.inventory.iter().any(|d| d.id == id);
+            if known && id != crate::gmr::UNKNOWN_DEVICE {
+                energy.push((self.slot(id), timestamp_ns, energy_mj));
+            } else {
+                unplaced += 1;
+            }
+        }
+        if unplaced > 0 {
+            warnings.push(format!(
+                "{source}: {unplaced} energy samples name a device the recording does not \
+                 describe; not metered"
+            ));
+        }
+        energy
+    }
+
+    /// The green contexts (device id, context id) → SMs of devices with activity only (a
+    /// green context without work bills nothing): (slot, context id, SMs) in key order.
+    pub(crate) fn partitions(
+        &self,
+        green: &BTreeMap<(u32, u32), u32>,
+    ) -> Vec<(DeviceSlot, u32, u32)> {
+        let mut partitions = Vec::new();
+        for (&(device, context), &sms) in green {
+            if let Some(&slot) = self.index.get(&device) {
+                partitions.push((slot, context, sms));
+            }
+        }
+        partitions
+    }
+
     pub(crate) fn slot(&mut self, id: u32) -> DeviceSlot {
         if let Some(&s) = self.index.get(&id) {
             return s;
@@ -1038,29 +1165,10 @@ fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummar
 /// an empty batch for a source already metered.
 fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSummary, Batch) {
     let mut summary = plan.summary;
-    let fresh = meter.begin_source(SourceInfo {
-        name: summary.source_name.clone(),
-        format: summary.format.as_str().to_string(),
-        sha256: summary.sha256.clone(),
-    });
-    if !fresh {
-        summary.duplicate_source = true;
-        summary.records = 0;
-        summary.skipped = 0;
-        summary.dropped = 0;
+    if !begin(meter, &mut summary) {
         return (summary, Batch::default());
     }
-    let slots: Vec<DeviceSlot> = plan
-        .devices
-        .into_iter()
-        .map(|info| {
-            let slot = meter.register_device(info);
-            if let Some(hook) = opts.on_device {
-                hook(meter, slot);
-            }
-            slot
-        })
-        .collect();
+    let slots = register_devices(meter, plan.devices, opts);
     let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
     for w in plan.warnings {
         meter.warn(w);
@@ -1070,14 +1178,7 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
         .into_iter()
         .filter_map(|(local, reason, n, lower)| Some((slot_of(local)?, reason, n, lower)))
         .collect();
-    // This source's green contexts: its own context ids, so they never match another
-    // process's contexts of the same number.
-    let mut partition_of: HashMap<(DeviceSlot, u32), PartitionId> = HashMap::new();
-    for (local, context, sms) in plan.partitions {
-        if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
-            partition_of.insert((local, context), p);
-        }
-    }
+    let partition_of = register_partitions(meter, &plan.partitions, slot_of);
     let records = plan
         .records
         .into_iter()
