@@ -29,9 +29,9 @@ use crate::gmr::{
 use crate::join::{convert, intern_name, Converted, Joins, JoinsRef};
 use crate::layout::ApiVersion;
 use crate::source::{
-    begin, meter_gmr, note_invalid, read_source, record_losses, register_devices,
-    register_partitions, source_name, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
-    Devices, FrameRef,
+    begin, meter_gmr, note_invalid, read_source, record_losses, recording_warnings,
+    register_devices, register_partitions, source_name, CuptiFormat, CuptiOptions,
+    CuptiSourceError, CuptiSummary, Devices, FrameRef,
 };
 
 /// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
@@ -370,77 +370,23 @@ pub fn meter_gmr_file(
         .map(|(&id, &n)| (devs.slot(id), LossReason::InvalidField, n, false))
         .collect();
     let mut source_losses: Vec<(LossReason, u64, bool)> = Vec::new();
-    let mut dropped_total = 0u64;
-    let mut dropped: BTreeMap<Option<DeviceSlot>, (u64, bool)> = BTreeMap::new();
-    for d in &s.dropped {
-        if d.count == 0 {
-            continue;
-        }
-        let described = |id: &u32| {
-            devs.index.contains_key(id)
-                || s.joins.device_recs.contains_key(id)
-                || h.devices.iter().any(|i| i.id == *id)
-        };
-        let device = match d.device_id {
-            Some(id) if described(&id) => Some(id),
-            Some(_) => None,
-            None => s
-                .joins
-                .device_of_context
-                .get(&d.context_id)
-                .copied()
-                .or_else(|| devs.only_device()),
-        };
-        let slot = device.map(|id| devs.slot(id));
-        let n = dropped.entry(slot).or_insert((0, false));
-        *n = match n.0.checked_add(d.count) {
-            Some(v) => (v, n.1),
-            None => (u64::MAX, true),
-        };
-        dropped_total = dropped_total.saturating_add(d.count);
-        if slot.is_none() {
-            warnings.push(format!(
-                "{}: {} records dropped by CUPTI in context {} stream {} belong to a device \
-                 the recording does not tell: booked as loss on the source",
-                s.name, d.count, d.context_id, d.stream_id
-            ));
-        }
-    }
-    for (slot, (n, overflowed)) in dropped {
-        match slot {
-            Some(slot) => losses.push((slot, LossReason::Dropped, n, overflowed)),
-            None => source_losses.push((LossReason::Dropped, n, overflowed)),
-        }
-    }
-    for (at, error) in &s.undecodable {
-        source_losses.push((LossReason::CorruptFrame, 0, true));
-        warnings.push(format!(
-            "{}: {at}: the activity buffer stops decoding ({error}): the records before \
-             that were metered, what follows is lost (corrupt_frame, how many is unknown)",
-            s.name
-        ));
-    }
-    if !s.finished {
-        warnings.push(format!(
-            "{}: the recording has no end frame (its producer stopped before closing it)",
-            s.name
-        ));
-    }
-    if h.instrumented {
-        warnings.push(format!(
-            "{}: instrumented run (instruction-level collection: SASS metrics): kernels ran \
-             slower than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
-             kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work (DESIGN §4 \
-             \"Instrumentation\")",
-            s.name
-        ));
-    }
-    if s.unknown_frames > 0 {
-        warnings.push(format!(
-            "{}: {} frames of unknown types were skipped (written by a newer producer?)",
-            s.name, s.unknown_frames
-        ));
-    }
+    let dropped_total = devs.book_dropped(
+        &s.dropped,
+        &s.joins.device_of_context,
+        &s.name,
+        &mut warnings,
+        &mut losses,
+        &mut source_losses,
+    );
+    recording_warnings(
+        &s.name,
+        &s.undecodable,
+        !s.finished,
+        h.instrumented.then_some("SASS metrics"),
+        s.unknown_frames,
+        &mut warnings,
+        &mut source_losses,
+    );
     // A finished recording's end: one process exit per device known so far and process id.
     let exit_devices = if s.finished && s.end != 0 {
         devs.devices.len()

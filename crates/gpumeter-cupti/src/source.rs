@@ -62,7 +62,8 @@ use crate::decode::{
     Record, Walk,
 };
 use crate::gmr::{
-    read_gmr, Damage, DamagedFrame, Frame, GmrDevice, GmrError, StringTable, TornFrame, TornReason,
+    read_gmr, Damage, DamagedFrame, DroppedRecords, Frame, GmrDevice, GmrError, StringTable,
+    TornFrame, TornReason,
 };
 use crate::join::{
     convert, intern_name, nonzero, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD,
@@ -449,6 +450,46 @@ pub(crate) fn note_invalid(
     slot.0 += 1;
 }
 
+/// The warnings (and source losses) of how a source was recorded: each buffer that stops
+/// decoding (a `corrupt_frame` loss of unknown size), an unfinished recording, an
+/// instrumented run (`instrumented` says by what), frames of unknown types.
+pub(crate) fn recording_warnings(
+    source: &str,
+    undecodable: &[(FrameRef, DecodeError)],
+    unfinished: bool,
+    instrumented: Option<&str>,
+    unknown_frames: u64,
+    warnings: &mut Vec<String>,
+    source_losses: &mut Vec<(LossReason, u64, bool)>,
+) {
+    for (at, error) in undecodable {
+        source_losses.push((LossReason::CorruptFrame, 0, true));
+        warnings.push(format!(
+            "{source}: {at}: the activity buffer stops decoding ({error}): the records before \
+             that were metered, what follows is lost (corrupt_frame, how many is unknown)"
+        ));
+    }
+    if unfinished {
+        warnings.push(format!(
+            "{source}: the recording has no end frame (its producer stopped before closing it)"
+        ));
+    }
+    if let Some(by) = instrumented {
+        warnings.push(format!(
+            "{source}: instrumented run (instruction-level collection: {by}): kernels ran \
+             slower than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
+             kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work (DESIGN §4 \
+             \"Instrumentation\")"
+        ));
+    }
+    if unknown_frames > 0 {
+        warnings.push(format!(
+            "{source}: {unknown_frames} frames of unknown types were skipped (written by a \
+             newer producer?)"
+        ));
+    }
+}
+
 /// Starts a source on the meter: `false`, with `summary` marked a duplicate that adds
 /// nothing (no records, skipped or dropped counted), when the meter has metered it already.
 pub(crate) fn begin(meter: &mut Meter, summary: &mut CuptiSummary) -> bool {
@@ -733,56 +774,16 @@ impl<'n> Input<'n> {
             .map(|(id, n)| (devs.slot(id), LossReason::InvalidField, n, false))
             .collect();
         let mut source_losses: Vec<(LossReason, u64, bool)> = Vec::new();
-        // Per device (None: unknown), the dropped count and whether its sum passed 64 bits
-        // (then it is a lower bound).
-        let mut dropped: BTreeMap<Option<DeviceSlot>, (u64, bool)> = BTreeMap::new();
-        for d in &self.dropped {
-            if d.count == 0 {
-                continue;
-            }
-            // A device id the recording describes nowhere (no record, DEVICE record or
-            // inventory entry) is not made a device of its own: the loss is the source's.
-            let described = |id: &u32| {
-                devs.index.contains_key(id)
-                    || device_recs.contains_key(id)
-                    || self.inventory.iter().any(|i| i.id == *id)
-            };
-            let device = match d.device_id {
-                Some(id) if described(&id) => Some(id),
-                // Named, but described nowhere: which device it is cannot be told.
-                Some(_) => None,
-                None => device_of_context
-                    .get(&d.context_id)
-                    .copied()
-                    .or_else(|| devs.only_device()),
-            };
-            let slot = device.map(|id| devs.slot(id));
-            let n = dropped.entry(slot).or_insert((0, false));
-            *n = match n.0.checked_add(d.count) {
-                Some(v) => (v, n.1),
-                None => (u64::MAX, true),
-            };
-            summary.dropped = summary.dropped.saturating_add(d.count);
-            if slot.is_none() {
-                warnings.push(format!(
-                    "{}: {} records dropped by CUPTI in context {} stream {} belong to a device \
-                     the recording does not tell: booked as loss on the source",
-                    self.name, d.count, d.context_id, d.stream_id
-                ));
-            }
-        }
-        for (slot, (n, overflowed)) in dropped {
-            match slot {
-                Some(s) => losses.push((s, LossReason::Dropped, n, overflowed)),
-                None => source_losses.push((LossReason::Dropped, n, overflowed)),
-            }
-        }
+        summary.dropped = devs.book_dropped(
+            &self.dropped,
+            &device_of_context,
+            self.name,
+            &mut warnings,
+            &mut losses,
+            &mut source_losses,
+        );
         for d in &self.damaged {
-            let known = |id: u32| {
-                devs.index.contains_key(&id)
-                    || device_recs.contains_key(&id)
-                    || self.inventory.iter().any(|i| i.id == id)
-            };
+            let known = |id: u32| devs.describes(id);
             let (per_device, exact, what) = damaged_records(d, self.api, &known);
             let reason = match d.damage {
                 Damage::Torn(_) => LossReason::TornFrame,
@@ -821,40 +822,21 @@ impl<'n> Input<'n> {
                 reason.as_str()
             ));
         }
-        for (at, error) in &self.undecodable {
-            source_losses.push((LossReason::CorruptFrame, 0, true));
-            warnings.push(format!(
-                "{}: {at}: the activity buffer stops decoding ({error}): the records before \
-                 that were metered, what follows is lost (corrupt_frame, how many is unknown)",
-                self.name
-            ));
-        }
-        if !self.finished && self.format == CuptiFormat::Gmr {
-            warnings.push(format!(
-                "{}: the recording has no end frame (its producer stopped before closing it)",
-                self.name
-            ));
-        }
-        if self.instrumented || !instructions_of.is_empty() {
-            warnings.push(format!(
-                "{}: instrumented run (instruction-level collection: {}): kernels ran slower \
-                 than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
-                 kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work (DESIGN §4 \
-                 \"Instrumentation\")",
-                self.name,
-                if self.instrumented {
-                    "SASS metrics"
-                } else {
-                    "INSTRUCTION_EXECUTION records"
-                }
-            ));
-        }
-        if self.unknown_frames > 0 {
-            warnings.push(format!(
-                "{}: {} frames of unknown types were skipped (written by a newer producer?)",
-                self.name, self.unknown_frames
-            ));
-        }
+        recording_warnings(
+            self.name,
+            &self.undecodable,
+            !self.finished && self.format == CuptiFormat::Gmr,
+            if self.instrumented {
+                Some("SASS metrics")
+            } else if !instructions_of.is_empty() {
+                Some("INSTRUCTION_EXECUTION records")
+            } else {
+                None
+            },
+            self.unknown_frames,
+            &mut warnings,
+            &mut source_losses,
+        );
         // Sorted by start so that a file's own records are never late (DESIGN §3 "Order"), and
         // so that a shared instruction count's remainder goes to the earliest kernels.
         records.sort_by_key(|r| r.start_ns);
@@ -945,10 +927,7 @@ impl Devices<'_> {
         let mut energy = Vec::new();
         let mut unplaced = 0u64;
         for (id, timestamp_ns, energy_mj) in samples {
-            let known = self.index.contains_key(&id)
-                || self.device_recs.contains_key(&id)
-                || self.inventory.iter().any(|d| d.id == id);
-            if known && id != crate::gmr::UNKNOWN_DEVICE {
+            if self.describes(id) && id != crate::gmr::UNKNOWN_DEVICE {
                 energy.push((self.slot(id), timestamp_ns, energy_mj));
             } else {
                 unplaced += 1;
@@ -961,6 +940,68 @@ impl Devices<'_> {
             ));
         }
         energy
+    }
+
+    /// Whether the source describes device `id` anywhere: a record of it, a DEVICE record or an
+    /// inventory entry (by CUDA ordinal).
+    pub(crate) fn describes(&self, id: u32) -> bool {
+        self.index.contains_key(&id)
+            || self.device_recs.contains_key(&id)
+            || self.inventory.iter().any(|d| d.id == id)
+    }
+
+    /// Books records CUPTI dropped as losses: per device (a device id the source describes
+    /// nowhere is not made a device of its own; one not given is the context's device, else
+    /// the source's only device), the others on the source with a warning each. A per-device
+    /// sum past 64 bits is a lower bound. Returns how many were dropped in all (saturating).
+    pub(crate) fn book_dropped(
+        &mut self,
+        dropped: &[DroppedRecords],
+        device_of_context: &HashMap<u32, u32>,
+        source: &str,
+        warnings: &mut Vec<String>,
+        losses: &mut Vec<(DeviceSlot, LossReason, u64, bool)>,
+        source_losses: &mut Vec<(LossReason, u64, bool)>,
+    ) -> u64 {
+        let mut total = 0u64;
+        // Per device (None: unknown), the dropped count and whether its sum passed 64 bits
+        // (then it is a lower bound).
+        let mut per_device: BTreeMap<Option<DeviceSlot>, (u64, bool)> = BTreeMap::new();
+        for d in dropped {
+            if d.count == 0 {
+                continue;
+            }
+            let device = match d.device_id {
+                Some(id) if self.describes(id) => Some(id),
+                // Named, but described nowhere: which device it is cannot be told.
+                Some(_) => None,
+                None => device_of_context
+                    .get(&d.context_id)
+                    .copied()
+                    .or_else(|| self.only_device()),
+            };
+            let slot = device.map(|id| self.slot(id));
+            let n = per_device.entry(slot).or_insert((0, false));
+            *n = match n.0.checked_add(d.count) {
+                Some(v) => (v, n.1),
+                None => (u64::MAX, true),
+            };
+            total = total.saturating_add(d.count);
+            if slot.is_none() {
+                warnings.push(format!(
+                    "{source}: {} records dropped by CUPTI in context {} stream {} belong to a \
+                     device the recording does not tell: booked as loss on the source",
+                    d.count, d.context_id, d.stream_id
+                ));
+            }
+        }
+        for (slot, (n, overflowed)) in per_device {
+            match slot {
+                Some(s) => losses.push((s, LossReason::Dropped, n, overflowed)),
+                None => source_losses.push((LossReason::Dropped, n, overflowed)),
+            }
+        }
+        total
     }
 
     /// The green contexts (device id, context id) → SMs of devices with activity only (a
