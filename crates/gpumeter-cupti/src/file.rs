@@ -326,6 +326,32 @@ pub enum SourceItem {
     Memory(MemoryEvent),
 }
 
+/// What a second pass hands on for one converted record: its time (a work record's start, a
+/// memory event's timestamp), the item on its source slot (by `index`, device id → slot), and
+/// whether its process id and its external id were joined. `None` for a record of a device
+/// `index` does not hold, or one that is neither work nor memory.
+pub(crate) fn replay_item(
+    converted: Converted,
+    index: &HashMap<u32, DeviceSlot>,
+) -> Option<(u64, SourceItem, bool, bool)> {
+    match converted {
+        Converted::Work {
+            device_id,
+            mut rec,
+            pid_joined,
+            ext_joined,
+        } => {
+            rec.device = *index.get(&device_id)?;
+            Some((rec.start_ns, SourceItem::Work(rec), pid_joined, ext_joined))
+        }
+        Converted::Memory { device_id, mut ev } => {
+            ev.device = *index.get(&device_id)?;
+            Some((ev.timestamp_ns, SourceItem::Memory(ev), false, false))
+        }
+        _ => None,
+    }
+}
+
 /// A bounded reorder buffer that hands items on in the whole-file path's order: by time, work
 /// before memory at equal times, equal keys in arrival order. It holds an item until no later
 /// arrival can precede it: every later arrival's time is at least the latest time seen less the
@@ -487,29 +513,11 @@ impl BufferFile {
             error,
         })?;
         let walked = walk_file(file, self.api, false, |r| {
-            match convert(&r, &self.names, &joins) {
-                Converted::Work {
-                    device_id,
-                    mut rec,
-                    pid_joined,
-                    ext_joined,
-                } => {
-                    let Some(&slot) = self.index.get(&device_id) else {
-                        return;
-                    };
-                    rec.device = slot;
-                    pids += u64::from(pid_joined);
-                    exts += u64::from(ext_joined);
-                    reorder.push(rec.start_ns, SourceItem::Work(rec), &mut sink);
-                }
-                Converted::Memory { device_id, mut ev } => {
-                    let Some(&slot) = self.index.get(&device_id) else {
-                        return;
-                    };
-                    ev.device = slot;
-                    reorder.push(ev.timestamp_ns, SourceItem::Memory(ev), &mut sink);
-                }
-                _ => {}
+            let converted = convert(&r, &self.names, &joins);
+            if let Some((t, item, pid_joined, ext_joined)) = replay_item(converted, &self.index) {
+                pids += u64::from(pid_joined);
+                exts += u64::from(ext_joined);
+                reorder.push(t, item, &mut sink);
             }
         });
         reorder.drain(&mut sink);

@@ -20,7 +20,7 @@ use gpumeter_core::{DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
 
 use crate::decode::count_skipped;
 use crate::decode::{DecodeError, Walk};
-use crate::file::{with_chunks, Chunks, Reorder, SourceItem};
+use crate::file::{replay_item, with_chunks, Chunks, Reorder, SourceItem};
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame, StringTable,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
@@ -591,31 +591,18 @@ pub fn meter_gmr_file(
                     for r in Walk::new(payload, s.api) {
                         let Ok(r) = r else { break };
                         intern_name(&r.record, &strings, &mut names);
-                        match convert(&r, &names, &joins) {
-                            Converted::Work {
-                                device_id,
-                                mut rec,
-                                pid_joined,
-                                ext_joined,
-                            } => {
-                                let Some(&local) = index.get(&device_id) else {
-                                    continue;
-                                };
-                                rec.device = local;
-                                pid_joined_n += u64::from(pid_joined);
-                                ext_joined_n += u64::from(ext_joined);
-                                reorder.push(rec.start_ns, SourceItem::Work(rec), &mut sink);
-                            }
-                            Converted::Memory { device_id, mut ev } => {
-                                let Some(&local) = index.get(&device_id) else {
-                                    continue;
-                                };
-                                ev.device = local;
-                                pids.insert(ev.process_id);
-                                reorder.push(ev.timestamp_ns, SourceItem::Memory(ev), &mut sink);
-                            }
-                            _ => {}
+                        let converted = convert(&r, &names, &joins);
+                        let Some((t, item, pid_joined, ext_joined)) =
+                            replay_item(converted, &index)
+                        else {
+                            continue;
+                        };
+                        pid_joined_n += u64::from(pid_joined);
+                        ext_joined_n += u64::from(ext_joined);
+                        if let SourceItem::Memory(ev) = &item {
+                            pids.insert(ev.process_id);
                         }
+                        reorder.push(t, item, &mut sink);
                     }
                 }
                 T_STRINGS => {
