@@ -39,8 +39,7 @@ use sha2::{Digest, Sha256};
 
 use crate::decode::count_skipped;
 use crate::decode::{DecodeError, LocatedRecord, Walk};
-use crate::gmr::StringTable;
-use crate::join::{convert, intern_name, Converted, Joins, JoinsRef};
+use crate::join::{convert, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
 use crate::source::{
     begin, meter_buffer, note_invalid, read_source, record_losses, register_devices,
@@ -501,11 +500,7 @@ impl BufferFile {
     /// [`CuptiSourceError::Io`] / [`CuptiSourceError::Decode`] when the file cannot be read
     /// again or no longer decodes (it changed since the scan); what was handed on before stays.
     pub fn replay(&self, mut sink: impl FnMut(SourceItem)) -> Result<(u64, u64), CuptiSourceError> {
-        let joins = JoinsRef {
-            pid_of: &self.joins.pid_of,
-            ext_of: &self.joins.ext_of,
-            default_pid: None,
-        };
+        let joins = self.joins.joins_ref(None);
         let mut reorder = Reorder::new(self.displacement_ns);
         let (mut pids, mut exts) = (0u64, 0u64);
         let file = File::open(&self.path).map_err(|error| CuptiSourceError::Io {
@@ -547,18 +542,11 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
         error,
     };
     let file = File::open(path).map_err(io)?;
-    let mut strings = StringTable::new();
-    if let Some(s) = opts.strings {
-        strings.extend_from(s);
-    }
+    let strings = opts.string_table();
     let mut names: HashMap<u64, Arc<str>> = HashMap::new();
     let mut joins = Joins::default();
-    let (no_pids, no_exts) = (HashMap::new(), HashMap::new());
-    let no_joins = JoinsRef {
-        pid_of: &no_pids,
-        ext_of: &no_exts,
-        default_pid: None,
-    };
+    let none = Joins::default();
+    let no_joins = none.joins_ref(None);
     let mut order: Vec<u32> = Vec::new();
     let mut seen: HashMap<u32, ()> = HashMap::new();
     let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();

@@ -22,11 +22,11 @@ use crate::decode::count_skipped;
 use crate::decode::{DecodeError, Walk};
 use crate::file::{replay_item, with_chunks, Chunks, Reorder, SourceItem};
 use crate::gmr::{
-    cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame, StringTable,
+    cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
     T_INSTRUCTIONS, T_STRINGS,
 };
-use crate::join::{convert, intern_name, Converted, Joins, JoinsRef};
+use crate::join::{convert, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
 use crate::source::{
     begin, meter_gmr, note_invalid, read_source, record_losses, recording_warnings,
@@ -155,17 +155,10 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
     };
     let file = File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
-    let mut strings = StringTable::new();
-    if let Some(s) = opts.strings {
-        strings.extend_from(s);
-    }
+    let mut strings = opts.string_table();
     let mut names: HashMap<u64, Arc<str>> = HashMap::new();
-    let (no_pids, no_exts) = (HashMap::new(), HashMap::new());
-    let no_joins = JoinsRef {
-        pid_of: &no_pids,
-        ext_of: &no_exts,
-        default_pid: None,
-    };
+    let none = Joins::default();
+    let no_joins = none.joins_ref(None);
     let mut seen: HashSet<u32> = HashSet::new();
     let mut s = Scanned {
         name: name.clone(),
@@ -524,15 +517,8 @@ pub fn meter_gmr_file(
     };
     let file = File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
-    let joins = JoinsRef {
-        pid_of: &s.joins.pid_of,
-        ext_of: &s.joins.ext_of,
-        default_pid,
-    };
-    let mut strings = StringTable::new();
-    if let Some(t) = opts.strings {
-        strings.extend_from(t);
-    }
+    let joins = s.joins.joins_ref(default_pid);
+    let mut strings = opts.string_table();
     let mut names: HashMap<u64, Arc<str>> = HashMap::new();
     let mut reorder = Reorder::new(if exit_devices > 0 {
         s.displacement.max(s.latest.saturating_sub(s.end))

@@ -65,6 +65,16 @@ pub(crate) struct Joins {
 }
 
 impl Joins {
+    /// The joins [`convert`] reads: these process and external ids, and `default_pid` for
+    /// records no API record names.
+    pub(crate) fn joins_ref(&self, default_pid: Option<u32>) -> JoinsRef<'_> {
+        JoinsRef {
+            pid_of: &self.pid_of,
+            ext_of: &self.ext_of,
+            default_pid,
+        }
+    }
+
     /// Learns the facts of `records` (the first fact for a key is kept, except that a lower
     /// external kind replaces a higher one).
     pub(crate) fn learn(&mut self, records: &[LocatedRecord], names: &HashMap<u64, Arc<str>>) {

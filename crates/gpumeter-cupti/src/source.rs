@@ -278,10 +278,7 @@ fn plan_buffer(
         error,
     })?;
     let mut input = Input::new(name, bytes, CuptiFormat::Cupti, opts.api);
-    let mut strings = StringTable::new();
-    if let Some(s) = opts.strings {
-        strings.extend_from(s);
-    }
+    let strings = opts.string_table();
     input.add_buffer(decoded, None, &strings);
     input.plan()
 }
@@ -331,10 +328,7 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
     input.torn = file.torn;
     input.damaged = file.damaged.clone();
     input.finished = file.finished;
-    let mut strings = StringTable::new();
-    if let Some(s) = opts.strings {
-        strings.extend_from(s);
-    }
+    let mut strings = opts.string_table();
     for f in &file.frames {
         let at = FrameRef {
             index: f.index,
@@ -397,6 +391,18 @@ pub fn meter_path(
         meter_gmr(meter, &name, &bytes, opts)
     } else {
         meter_buffer(meter, &name, &bytes, opts)
+    }
+}
+
+impl CuptiOptions<'_> {
+    /// The string table names are looked up in before a source's own strings:
+    /// [`CuptiOptions::strings`], or an empty one.
+    pub(crate) fn string_table(&self) -> StringTable {
+        let mut strings = StringTable::new();
+        if let Some(s) = self.strings {
+            strings.extend_from(s);
+        }
+        strings
     }
 }
 

@@ -46,7 +46,7 @@ use gpumeter_core::{
 use sha2::{Digest, Sha256};
 
 use crate::decode::{decode, DecodeError, Decoded};
-use crate::join::{convert, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD};
+use crate::join::{convert, Converted, Joins, INVALID_KERNEL_FIELD};
 use crate::layout::ApiVersion;
 use crate::source::{assign_instructions, device_info};
 
@@ -305,11 +305,7 @@ impl CuptiStream {
         }
         let mut records = Vec::new();
         let mut memory = Vec::new();
-        let joins = JoinsRef {
-            pid_of: &self.joins.pid_of,
-            ext_of: &self.joins.ext_of,
-            default_pid: None,
-        };
+        let joins = self.joins.joins_ref(None);
         let mut placed: Vec<(u32, Converted)> = Vec::new();
         for r in &decoded.records {
             match convert(r, &names, &joins) {
