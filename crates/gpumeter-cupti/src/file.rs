@@ -579,20 +579,9 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
                 memory_events += 1;
             }
             Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
-            Converted::Invalid {
-                device_id,
-                field,
-                value,
-            } => {
-                note_invalid(
-                    &mut invalid,
-                    &mut faults,
-                    &name,
-                    None,
-                    &r,
-                    (device_id, field, value),
-                );
-                note(device_id);
+            Converted::Invalid(bad) => {
+                note_invalid(&mut invalid, &mut faults, &name, None, &r, bad);
+                note(bad.device_id);
             }
             Converted::Consumed => {}
         }

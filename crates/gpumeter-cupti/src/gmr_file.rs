@@ -239,21 +239,11 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
                                 s.memory_events += 1;
                             }
                             Converted::Skipped(cat) => *s.skipped.entry(cat).or_insert(0) += 1,
-                            Converted::Invalid {
-                                device_id,
-                                field,
-                                value,
-                            } => {
-                                note_invalid(
-                                    &mut s.invalid,
-                                    &mut s.faults,
-                                    &name,
-                                    Some(at),
-                                    &r,
-                                    (device_id, field, value),
-                                );
-                                if seen.insert(device_id) {
-                                    s.order.push(device_id);
+                            Converted::Invalid(bad) => {
+                                let (invalid, faults) = (&mut s.invalid, &mut s.faults);
+                                note_invalid(invalid, faults, &name, Some(at), &r, bad);
+                                if seen.insert(bad.device_id) {
+                                    s.order.push(bad.device_id);
                                 }
                             }
                             Converted::Consumed => {}

@@ -135,6 +135,18 @@ pub(crate) struct JoinsRef<'a> {
     pub(crate) default_pid: Option<u32>,
 }
 
+/// A kernel record [`convert`] refuses: its device, the field that cannot be represented and
+/// its value.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InvalidField {
+    /// The record's CUDA device ordinal.
+    pub(crate) device_id: u32,
+    /// The field's name.
+    pub(crate) field: &'static str,
+    /// Its value.
+    pub(crate) value: i64,
+}
+
 /// What one record becomes. Device slots are left at `DeviceSlot(u32::MAX)`: the caller
 /// places the record by `device_id`.
 pub(crate) enum Converted {
@@ -152,11 +164,7 @@ pub(crate) enum Converted {
     /// Not work: counted as skipped in this category.
     Skipped(&'static str),
     /// A kernel with a field that cannot be represented: lost (`invalid_field`).
-    Invalid {
-        device_id: u32,
-        field: &'static str,
-        value: i64,
-    },
+    Invalid(InvalidField),
     /// Consumed by the joins (API, DEVICE, CONTEXT, …) or stepped over.
     Consumed,
 }
@@ -173,11 +181,11 @@ pub(crate) fn convert(
             let mut launch = match kernel_launch(k, names) {
                 Ok(l) => l,
                 Err((field, value)) => {
-                    return Converted::Invalid {
+                    return Converted::Invalid(InvalidField {
                         device_id: k.device_id,
                         field,
                         value,
-                    }
+                    })
                 }
             };
             launch.warp_instructions = None;

@@ -66,7 +66,7 @@ use crate::gmr::{
     TornFrame, TornReason,
 };
 use crate::join::{
-    convert, intern_name, nonzero, Converted, Joins, JoinsRef, INVALID_KERNEL_FIELD,
+    convert, intern_name, nonzero, Converted, InvalidField, Joins, JoinsRef, INVALID_KERNEL_FIELD,
 };
 use crate::kind::ActivityKind;
 use crate::layout::ApiVersion;
@@ -436,8 +436,13 @@ pub(crate) fn note_invalid(
     name: &str,
     frame: Option<FrameRef>,
     r: &LocatedRecord,
-    (device_id, field, value): (u32, &'static str, i64),
+    bad: InvalidField,
 ) {
+    let InvalidField {
+        device_id,
+        field,
+        value,
+    } = bad;
     *invalid.entry(device_id).or_insert(0) += 1;
     let slot = faults.entry(field).or_insert_with(|| {
         let e = CuptiSourceError::Decode {
@@ -750,21 +755,10 @@ impl<'n> Input<'n> {
                         memory.push(ev);
                     }
                     Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
-                    Converted::Invalid {
-                        device_id,
-                        field,
-                        value,
-                    } => {
-                        note_invalid(
-                            &mut invalid,
-                            &mut faults,
-                            self.name,
-                            b.frame,
-                            r,
-                            (device_id, field, value),
-                        );
+                    Converted::Invalid(bad) => {
+                        note_invalid(&mut invalid, &mut faults, self.name, b.frame, r, bad);
                         // Registered so that its loss has a device entry.
-                        devs.slot(device_id);
+                        devs.slot(bad.device_id);
                     }
                     Converted::Consumed => {}
                 }

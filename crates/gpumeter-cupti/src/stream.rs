@@ -46,7 +46,7 @@ use gpumeter_core::{
 use sha2::{Digest, Sha256};
 
 use crate::decode::{decode, DecodeError, Decoded};
-use crate::join::{convert, Converted, Joins, INVALID_KERNEL_FIELD};
+use crate::join::{convert, Converted, InvalidField, Joins, INVALID_KERNEL_FIELD};
 use crate::layout::ApiVersion;
 use crate::source::{assign_instructions, device_info};
 
@@ -313,7 +313,9 @@ impl CuptiStream {
                 Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
                 c @ Converted::Work { device_id, .. } => placed.push((device_id, c)),
                 c @ Converted::Memory { device_id, .. } => placed.push((device_id, c)),
-                c @ Converted::Invalid { device_id, .. } => placed.push((device_id, c)),
+                c @ Converted::Invalid(InvalidField { device_id, .. }) => {
+                    placed.push((device_id, c))
+                }
             }
         }
         for (device_id, c) in placed {
@@ -327,7 +329,7 @@ impl CuptiStream {
                     ev.device = slot;
                     memory.push(ev);
                 }
-                Converted::Invalid { field, value, .. } => {
+                Converted::Invalid(InvalidField { field, value, .. }) => {
                     summary.invalid += 1;
                     meter.record_loss(slot, LossReason::InvalidField, 1);
                     if self.warned_fields.insert(field) {
