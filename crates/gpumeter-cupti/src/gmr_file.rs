@@ -29,9 +29,9 @@ use crate::gmr::{
 use crate::join::{convert, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
 use crate::source::{
-    begin, meter_gmr, note_invalid, read_source, record_losses, recording_warnings,
-    register_devices, register_partitions, source_name, CuptiFormat, CuptiOptions,
-    CuptiSourceError, CuptiSummary, Devices, FrameRef,
+    begin, energy_spans, meter_gmr, note_invalid, on_slots, read_source, record_losses,
+    recording_warnings, register_devices, register_partitions, source_name, CuptiFormat,
+    CuptiOptions, CuptiSourceError, CuptiSummary, Devices, FrameRef,
 };
 
 /// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
@@ -433,17 +433,8 @@ pub fn meter_gmr_file(
         meter.warn(w);
     }
     let partition_of = register_partitions(meter, &partitions, slot_of);
-    let mut energy: Vec<(DeviceSlot, u64, u64)> = energy
-        .into_iter()
-        .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
-        .collect();
-    let mut spans: BTreeMap<DeviceSlot, (u64, u64)> = BTreeMap::new();
-    for &(slot, t, _) in &energy {
-        let sp = spans.entry(slot).or_insert((t, t));
-        *sp = (sp.0.min(t), sp.1.max(t));
-    }
-    let mut energy_spans: Vec<(DeviceSlot, u64, u64)> =
-        spans.into_iter().map(|(d, (a, b))| (d, a, b)).collect();
+    let mut energy = on_slots(energy, slot_of);
+    let mut energy_spans = energy_spans(&energy);
     // `continue_recording`: how far this report reads the recording on each device, and what
     // an earlier report of the chain read of it.
     let mut ends: BTreeMap<DeviceSlot, u64> = BTreeMap::new();

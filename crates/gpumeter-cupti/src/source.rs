@@ -501,6 +501,29 @@ pub(crate) fn recording_warnings(
     }
 }
 
+/// Energy samples (the source's slot, timestamp in ns, counter in mJ) on the meter's slots;
+/// a sample of a slot `slot_of` does not map is dropped.
+pub(crate) fn on_slots(
+    energy: Vec<(DeviceSlot, u64, u64)>,
+    slot_of: impl Fn(DeviceSlot) -> Option<DeviceSlot>,
+) -> Vec<(DeviceSlot, u64, u64)> {
+    energy
+        .into_iter()
+        .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
+        .collect()
+}
+
+/// The span a recording observed each device's energy counter over: (slot, first, last
+/// timestamp in ns) per slot, in slot order.
+pub(crate) fn energy_spans(energy: &[(DeviceSlot, u64, u64)]) -> Vec<(DeviceSlot, u64, u64)> {
+    let mut spans: BTreeMap<DeviceSlot, (u64, u64)> = BTreeMap::new();
+    for &(slot, t, _) in energy {
+        let s = spans.entry(slot).or_insert((t, t));
+        *s = (s.0.min(t), s.1.max(t));
+    }
+    spans.into_iter().map(|(d, (a, b))| (d, a, b)).collect()
+}
+
 /// Starts a source on the meter: `false`, with `summary` marked a duplicate that adds
 /// nothing (no records, skipped or dropped counted), when the meter has metered it already.
 pub(crate) fn begin(meter: &mut Meter, summary: &mut CuptiSummary) -> bool {
@@ -1237,24 +1260,15 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
             Some(m)
         })
         .collect();
-    let energy: Vec<(DeviceSlot, u64, u64)> = plan
-        .energy
-        .into_iter()
-        .filter_map(|(local, t, e)| Some((slot_of(local)?, t, e)))
-        .collect();
-    // The span this recording observed each device's counter over.
-    let mut spans: BTreeMap<DeviceSlot, (u64, u64)> = BTreeMap::new();
-    for &(slot, t, _) in &energy {
-        let s = spans.entry(slot).or_insert((t, t));
-        *s = (s.0.min(t), s.1.max(t));
-    }
+    let energy = on_slots(plan.energy, slot_of);
+    let energy_spans = energy_spans(&energy);
     let batch = Batch {
         sha256: summary.sha256.clone(),
         name: summary.source_name.clone(),
         records,
         memory,
         energy,
-        energy_spans: spans.into_iter().map(|(d, (a, b))| (d, a, b)).collect(),
+        energy_spans,
         losses,
         source_losses: plan.source_losses,
         recording: plan.recording,
