@@ -34,6 +34,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use gpumeter_core::time::MAX_RECORD_NS;
 use gpumeter_core::{ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter};
 use sha2::{Digest, Sha256};
 
@@ -168,7 +169,7 @@ impl Chunks<'_> {
 /// Memory: a few chunks (plus what `f` keeps in [`Chunks`]), whatever the file's size.
 /// Allocations: a few chunks, recycled between the threads, not one per chunk.
 pub(crate) fn with_chunks<T>(
-    file: File,
+    file: impl Read + Send,
     hash: bool,
     f: impl FnOnce(&mut Chunks<'_>) -> T,
 ) -> (T, Option<[u8; 32]>) {
@@ -325,6 +326,81 @@ pub enum SourceItem {
     Memory(MemoryEvent),
 }
 
+/// What identifies a file's contents between the two passes without reading it again: its
+/// length and modification time. A file changed between the pass that hashed it and the pass
+/// that metered it would give a report whose SHA-256 is not that of what was metered (the
+/// bank's idempotency key), so the second pass compares the stamp at its start and at its
+/// end and refuses a difference ("the file changed while it was metered").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+}
+
+impl FileStamp {
+    /// The stamp of an open file.
+    pub(crate) fn of(file: &File) -> io::Result<Self> {
+        let m = file.metadata()?;
+        Ok(FileStamp {
+            len: m.len(),
+            modified: m.modified().ok(),
+        })
+    }
+
+    /// The stamp of the file at `path` now.
+    pub(crate) fn at(path: &Path) -> io::Result<Self> {
+        let m = std::fs::metadata(path)?;
+        Ok(FileStamp {
+            len: m.len(),
+            modified: m.modified().ok(),
+        })
+    }
+
+    /// `Ok` when `now` is the same stamp, else the error that the file changed.
+    pub(crate) fn check(self, now: io::Result<Self>) -> io::Result<()> {
+        match now {
+            Ok(n) if n == self => Ok(()),
+            Ok(_) => Err(changed()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// For a `.gmr`, which its collector only appends to (a recording may be metered while it
+    /// is written, DESIGN §10): `Ok` when the file is the same or has grown (the passes read
+    /// only the first [`FileStamp`] length bytes), else the error that the file changed.
+    pub(crate) fn check_prefix(self, now: io::Result<Self>) -> io::Result<()> {
+        match now {
+            Ok(n) if n == self || n.len > self.len => Ok(()),
+            Ok(_) => Err(changed()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The length the stamp was taken at, in bytes.
+    pub(crate) fn len(self) -> u64 {
+        self.len
+    }
+}
+
+/// The error of a file that changed between the two passes.
+fn changed() -> io::Error {
+    io::Error::other("the file changed while it was metered")
+}
+
+impl FileStamp {}
+
+/// A work record the meter refuses whatever its place in time (zero timestamp, end before
+/// start, longer than [`MAX_RECORD_NS`]): the meter books it as loss without touching its
+/// sweep, so the passes neither count its times in the file's disorder nor hold it in the
+/// reorder buffer (one such record at the end of a file would otherwise make the buffer hold
+/// the whole file).
+pub(crate) fn refused_work(rec: &ActivityRecord) -> bool {
+    rec.start_ns == 0
+        || rec.end_ns == 0
+        || rec.end_ns < rec.start_ns
+        || rec.end_ns - rec.start_ns > MAX_RECORD_NS
+}
+
 /// What a second pass hands on for one converted record: its time (a work record's start, a
 /// memory event's timestamp), the item on its source slot (by `index`, device id → slot), and
 /// whether its process id and its external id were joined. `None` for a record of a device
@@ -376,7 +452,13 @@ impl Reorder {
         }
     }
 
+    /// Takes `item` at time `t` and hands on every item no later one can precede. A work
+    /// record the meter refuses whatever its time ([`refused_work`]) is handed on at once.
     pub(crate) fn push(&mut self, t: u64, item: SourceItem, sink: &mut impl FnMut(SourceItem)) {
+        if matches!(&item, SourceItem::Work(r) if refused_work(r)) {
+            sink(item);
+            return;
+        }
         let class = u8::from(matches!(item, SourceItem::Memory(_)));
         let idx = match self.free.pop() {
             Some(i) => {
@@ -439,6 +521,8 @@ pub struct BufferFile {
     invalid_records: u64,
     memory_events: u64,
     displacement_ns: u64,
+    /// The file's length and modification time when pass 1 read it.
+    stamp: FileStamp,
 }
 
 /// What [`BufferFile::scan`] found that needs the whole-file path.
@@ -503,10 +587,12 @@ impl BufferFile {
         let joins = self.joins.joins_ref(None);
         let mut reorder = Reorder::new(self.displacement_ns);
         let (mut pids, mut exts) = (0u64, 0u64);
-        let file = File::open(&self.path).map_err(|error| CuptiSourceError::Io {
+        let io = |error| CuptiSourceError::Io {
             name: self.name.clone(),
             error,
-        })?;
+        };
+        let file = File::open(&self.path).map_err(io)?;
+        self.stamp.check(FileStamp::of(&file)).map_err(io)?;
         let walked = walk_file(file, self.api, false, |r| {
             let converted = convert(&r, &self.names, &joins);
             if let Some((t, item, pid_joined, ext_joined)) = replay_item(converted, &self.index) {
@@ -517,6 +603,7 @@ impl BufferFile {
         });
         reorder.drain(&mut sink);
         walked.map_err(|e| self.error(e))?;
+        self.stamp.check(FileStamp::at(&self.path)).map_err(io)?;
         Ok((pids, exts))
     }
 
@@ -542,6 +629,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
         error,
     };
     let file = File::open(path).map_err(io)?;
+    let stamp = FileStamp::of(&file).map_err(io)?;
     let strings = opts.string_table();
     let mut names: HashMap<u64, Arc<str>> = HashMap::new();
     let mut joins = Joins::default();
@@ -570,7 +658,9 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
         match convert(&r, &names, &no_joins) {
             Converted::Work { device_id, rec, .. } => {
                 note(device_id);
-                item(rec.start_ns);
+                if !refused_work(&rec) {
+                    item(rec.start_ns);
+                }
                 records += 1;
             }
             Converted::Memory { device_id, ev } => {
@@ -641,6 +731,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
         invalid_records: invalid.values().sum(),
         memory_events,
         displacement_ns: displacement,
+        stamp,
     })))
 }
 

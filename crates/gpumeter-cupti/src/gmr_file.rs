@@ -20,7 +20,7 @@ use gpumeter_core::{DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
 
 use crate::decode::count_skipped;
 use crate::decode::{DecodeError, Walk};
-use crate::file::{replay_item, with_chunks, Chunks, Reorder, SourceItem};
+use crate::file::{refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder, SourceItem};
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
@@ -117,6 +117,9 @@ fn frames(
 
 /// What the first pass learned of a well-formed recording.
 struct Scanned {
+    /// The file's length and modification time when pass 1 opened it; both passes read only
+    /// that many bytes.
+    stamp: FileStamp,
     name: String,
     sha256: String,
     header: GmrHeader,
@@ -154,13 +157,15 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
         error,
     };
     let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    let stamp = FileStamp::of(&file).map_err(io)?;
+    let len = stamp.len();
     let mut strings = opts.string_table();
     let mut names: HashMap<u64, Arc<str>> = HashMap::new();
     let none = Joins::default();
     let no_joins = none.joins_ref(None);
     let mut seen: HashSet<u32> = HashSet::new();
     let mut s = Scanned {
+        stamp,
         name: name.clone(),
         sha256: String::new(),
         header: GmrHeader::default(),
@@ -185,7 +190,9 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
         undecodable: Vec::new(),
     };
     let mut api: Option<ApiVersion> = None;
-    let (framed, digest) = with_chunks(file, true, |chunks| {
+    // Only the `len` bytes there were at the start: a recording still being written is
+    // hashed and metered up to where it was.
+    let (framed, digest) = with_chunks(std::io::Read::take(file, len), true, |chunks| {
         frames(chunks, len, |h, at, frame_type, payload| {
             let api = match api {
                 Some(a) => a,
@@ -219,13 +226,11 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
                         match convert(&r, &names, &no_joins) {
                             Converted::Work { device_id, rec, .. } => {
                                 note(device_id, rec.end_ns.max(rec.start_ns), &mut s);
-                                s.latest = s.latest.max(rec.start_ns);
-                                s.displacement = s.displacement.max(s.latest - rec.start_ns);
-                                let valid = rec.start_ns != 0
-                                    && rec.end_ns >= rec.start_ns
-                                    && rec.end_ns - rec.start_ns
-                                        <= gpumeter_core::time::MAX_RECORD_NS;
-                                if valid {
+                                // A record the meter refuses whatever its time is handed
+                                // on at once in pass 2 (`Reorder::push`): not disorder.
+                                if !refused_work(&rec) {
+                                    s.latest = s.latest.max(rec.start_ns);
+                                    s.displacement = s.displacement.max(s.latest - rec.start_ns);
                                     s.end = s.end.max(rec.end_ns);
                                 }
                                 s.records += 1;
@@ -497,7 +502,8 @@ pub fn meter_gmr_file(
         error,
     };
     let file = File::open(path).map_err(io)?;
-    let len = file.metadata().map_err(io)?.len();
+    s.stamp.check_prefix(FileStamp::of(&file)).map_err(io)?;
+    let len = s.stamp.len();
     let joins = s.joins.joins_ref(default_pid);
     let mut strings = opts.string_table();
     let mut names: HashMap<u64, Arc<str>> = HashMap::new();
@@ -550,7 +556,7 @@ pub fn meter_gmr_file(
             meter.push_memory(ev);
         }
     };
-    let (framed, _) = with_chunks(file, false, |chunks| {
+    let (framed, _) = with_chunks(std::io::Read::take(file, len), false, |chunks| {
         frames(chunks, len, |_, _, frame_type, payload| {
             match frame_type {
                 T_BUFFER => {
@@ -600,6 +606,7 @@ pub fn meter_gmr_file(
         }
     }
     reorder.drain(&mut sink);
+    s.stamp.check_prefix(FileStamp::at(path)).map_err(io)?;
     if !complete {
         return Err(CuptiSourceError::Io {
             name: s.name.clone(),

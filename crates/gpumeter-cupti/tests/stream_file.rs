@@ -434,3 +434,71 @@ fn a_recording_with_strings_drops_attribution_and_energy_meters_as_whole() {
     );
     assert_eq!(a, b);
 }
+
+/// Review of issue 13: a record the meter refuses whatever its time (zero timestamps) at the
+/// end of a time-ordered file is not disorder: the reorder buffer stays empty-handed
+/// (displacement 0, where it would span the whole file), and the report is the whole-file
+/// path's (the record is `zero_timestamp` loss either way).
+#[test]
+fn a_refused_record_last_is_no_disorder() {
+    let n = 5_000;
+    let mut bytes = kernels(n, |i| i as u64 * 1_000);
+    let layout_size = bytes.len() / n;
+    // The last record's start and end (offsets of the 12.8 layout's fields) set to 0.
+    let layout = API
+        .layouts()
+        .into_iter()
+        .find(|l| l.kind == ActivityKind::CONCURRENT_KERNEL)
+        .expect("kernel layout");
+    let last = (n - 1) * layout_size;
+    for name in ["start", "end"] {
+        let f = layout
+            .fields
+            .iter()
+            .find(|f| f.name == name)
+            .expect("field");
+        bytes[last + f.offset..last + f.offset + f.width].fill(0);
+    }
+    same_report(&bytes);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("buf.bin");
+    std::fs::write(&path, &bytes).expect("write");
+    let file = BufferFile::scan(&path, &CuptiOptions::default())
+        .expect("scan")
+        .expect("streamable");
+    assert_eq!(file.displacement_ns(), 0);
+}
+
+/// Review of issue 13: a raw buffer changed between the pass that hashed it and the pass that
+/// meters it is refused, so a report never carries the SHA-256 of bytes it did not meter:
+/// rewritten in place (same length, another modification time) or cut short.
+#[test]
+fn a_buffer_changed_between_the_passes_is_refused() {
+    let bytes = kernels(2_000, |i| i as u64 * 1_000);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("buf.bin");
+    for change in ["rewrite", "truncate"] {
+        std::fs::write(&path, &bytes).expect("write");
+        let file = BufferFile::scan(&path, &CuptiOptions::default())
+            .expect("scan")
+            .expect("streamable");
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open");
+        if change == "rewrite" {
+            std::fs::write(&path, kernels(2_000, |i| i as u64 * 2_000)).expect("rewrite");
+            let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+            f.set_modified(later).expect("set mtime");
+        } else {
+            f.set_len(bytes.len() as u64 / 2).expect("truncate");
+        }
+        let got = file.replay(|_| {});
+        match got {
+            Err(CuptiSourceError::Io { error, .. }) => {
+                assert!(error.to_string().contains("changed"), "{change}: {error}");
+            }
+            other => panic!("{change}: expected the file-changed error, got {other:?}"),
+        }
+    }
+}
