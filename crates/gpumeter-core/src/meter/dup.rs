@@ -66,9 +66,21 @@ fn hash_of(key: &DupKey) -> u64 {
 }
 
 impl DeviceState {
-    /// Notes a record under its duplicate key; `false` when it is a duplicate: a record with
-    /// the same identity whose joined facts agree was seen.
+    /// Notes a record under its duplicate key; `false` when it is a duplicate (a record with
+    /// the same identity whose joined facts agree was seen), booked as `duplicate` loss.
     pub(super) fn first_of(&mut self, key: DupKey, joined: Joined) -> bool {
+        let first = self.note_first(key, joined);
+        if !first {
+            self.loss
+                .entry(LossReason::Duplicate)
+                .or_default()
+                .add(1, false);
+        }
+        first
+    }
+
+    /// [`DeviceState::first_of`] without booking the loss.
+    fn note_first(&mut self, key: DupKey, joined: Joined) -> bool {
         let h = hash_of(&key);
         let dups = &mut self.dups;
         match dups.seen.entry(h) {

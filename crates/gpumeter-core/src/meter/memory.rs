@@ -76,10 +76,6 @@ impl Meter {
         let window = self.config.window;
         let dev = &mut self.devices[ev.device.0 as usize];
         if !dev.first_of(dup, joined) {
-            dev.loss
-                .entry(LossReason::Duplicate)
-                .or_default()
-                .add(1, false);
             return;
         }
         dev.memory_events += 1;

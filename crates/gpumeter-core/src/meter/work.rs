@@ -37,10 +37,6 @@ impl Meter {
         let window = self.config.window;
         let dev = &mut self.devices[rec.device.0 as usize];
         if !dev.first_of(dup, joined) {
-            dev.loss
-                .entry(LossReason::Duplicate)
-                .or_default()
-                .add(1, false);
             return;
         }
         dev.records += 1;
