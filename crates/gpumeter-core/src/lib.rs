@@ -48,7 +48,7 @@ pub use ingest::{push_batches, Batch};
 pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};
 pub use meter::{
     Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_CELLS,
-    DEFAULT_REORDER_HORIZON_NS, STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT,
+    DEFAULT_REORDER_HORIZON_NS, MAX_RESIDENT_GRIDS, STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT,
 };
 pub use record::{
     invalid_field_warning, ActivityRecord, CopyDirection, DeviceSlot, Joined, KernelLaunch,

@@ -254,6 +254,10 @@ pub enum LossReason {
     /// A record in a `.gmr` frame whose checksum does not match, or after the point where the
     /// file's framing is lost.
     CorruptFrame,
+    /// A kernel that would start while its device already runs
+    /// [`MAX_RESIDENT_GRIDS`](crate::MAX_RESIDENT_GRIDS) kernels: more concurrent kernels than
+    /// any GPU runs, so not a record of real work.
+    ConcurrentKernelLimit,
 }
 
 impl LossReason {
@@ -270,11 +274,12 @@ impl LossReason {
             LossReason::InvalidField => "invalid_field",
             LossReason::TornFrame => "torn_frame",
             LossReason::CorruptFrame => "corrupt_frame",
+            LossReason::ConcurrentKernelLimit => "concurrent_kernel_limit",
         }
     }
 
     /// Every reason, in report order.
-    pub const ALL: [LossReason; 10] = [
+    pub const ALL: [LossReason; 11] = [
         LossReason::Dropped,
         LossReason::ZeroTimestamp,
         LossReason::EndBeforeStart,
@@ -285,6 +290,7 @@ impl LossReason {
         LossReason::InvalidField,
         LossReason::TornFrame,
         LossReason::CorruptFrame,
+        LossReason::ConcurrentKernelLimit,
     ];
 }
 

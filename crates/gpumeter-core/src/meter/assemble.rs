@@ -95,9 +95,12 @@ pub(super) fn cell_quantities(
 /// distinct cap factor `num / den`, `value × num / den`; exact rationals, the cell's total
 /// floored, then largest remainder. `None` when the total is 0.
 ///
-/// Values are first summed per (tenant, factor) as integers, so a tenant's rational is a sum
-/// over the distinct factors it ran under, not over every (key, factor) entry: many processes
-/// of one tenant cost one rational per factor.
+/// Values are first summed per (tenant, factor) as integers. The rationals are then formed
+/// over one common denominator `L`, the least common multiple of the cell's distinct `den`s:
+/// a tenant's share is `N / L` with `N = Σ value × num × (L / den)`, so no rational is ever
+/// reduced (adding fractions one by one costs a gcd of ever larger numbers per term, which
+/// made cells with thousands of distinct factors take minutes). Floors, the total and the
+/// order of fractional parts are those of the exact rationals: the same numbers.
 pub(super) fn capped_shares(
     exact: &FxHashMap<u32, u128>,
     capped: &FxHashMap<(u32, Factor), u128>,
@@ -107,33 +110,67 @@ pub(super) fn capped_shares(
     for (&k, &q) in exact {
         *whole.entry(&tenants[k as usize]).or_default() += q;
     }
-    let mut per_factor: BTreeMap<&String, BTreeMap<Factor, BigInt>> = BTreeMap::new();
-    for (&(k, f), &v) in capped {
-        *per_factor
+    // Per tenant and denominator: Σ value × num (an integer).
+    let mut per_den: BTreeMap<&String, BTreeMap<u128, BigInt>> = BTreeMap::new();
+    for (&(k, (num, den)), &v) in capped {
+        *per_den
             .entry(&tenants[k as usize])
             .or_default()
-            .entry(f)
-            .or_default() += v;
+            .entry(den)
+            .or_default() += BigInt::from(v) * BigInt::from(num);
     }
-    let mut shares: BTreeMap<String, BigRational> = BTreeMap::new();
+    let dens: BTreeSet<u128> = per_den.values().flat_map(|m| m.keys().copied()).collect();
+    let mut lcm = BigInt::from(1u8);
+    for &d in &dens {
+        let d = BigInt::from(d);
+        let g = num_integer::Integer::gcd(&lcm, &d);
+        lcm = lcm / g * d;
+    }
+    let mut numerators: BTreeMap<String, BigInt> = BTreeMap::new();
     for (t, w) in whole {
-        shares.insert(t.clone(), BigRational::from_integer(w));
+        numerators.insert(t.clone(), w * &lcm);
     }
-    for (t, per_f) in per_factor {
-        let e = shares.entry(t.clone()).or_insert_with(BigRational::zero);
-        for ((num, den), v) in per_f {
-            *e += BigRational::new(v * BigInt::from(num), BigInt::from(den));
+    for (t, by_den) in per_den {
+        let e = numerators.entry(t.clone()).or_default();
+        for (den, v) in by_den {
+            *e += v * (&lcm / BigInt::from(den));
         }
     }
-    let total = shares
-        .values()
-        .fold(BigRational::zero(), |a, b| a + b)
-        .floor()
-        .to_integer();
-    total
-        .to_u128()
-        .filter(|&t| t > 0)
-        .map(|t| largest_remainder(shares, t))
+    let sum: BigInt = numerators.values().sum();
+    let total = (sum / &lcm).to_u128().filter(|&t| t > 0)?;
+    Some(largest_remainder_over(numerators, &lcm, total))
+}
+
+/// [`largest_remainder`] for shares `N / den` over one denominator `den > 0`: the same
+/// floors and the same order of fractional parts, compared as the integers `N mod den`.
+fn largest_remainder_over(
+    numerators: BTreeMap<String, BigInt>,
+    den: &BigInt,
+    total: u128,
+) -> BTreeMap<String, u128> {
+    let mut floors: BTreeMap<String, u128> = BTreeMap::new();
+    let mut fracs: Vec<(BigInt, String)> = Vec::new();
+    let mut sum: u128 = 0;
+    for (t, n) in numerators {
+        let (q, r) = num_integer::Integer::div_mod_floor(&n, den);
+        let fi = q.to_u128().unwrap_or(0);
+        sum += fi;
+        fracs.push((r, t.clone()));
+        floors.insert(t, fi);
+    }
+    let mut left = total.saturating_sub(sum);
+    // Largest fraction first; equal fractions: name ascending.
+    fracs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    for (_, t) in fracs {
+        if left == 0 {
+            break;
+        }
+        if let Some(v) = floors.get_mut(&t) {
+            *v += 1;
+            left -= 1;
+        }
+    }
+    floors
 }
 
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
@@ -225,7 +262,7 @@ impl Meter {
         for d in &mut self.devices {
             if !d.started || d.swept_to < edge {
                 d.started = true;
-                d.advance(edge, window);
+                d.advance(edge, window, &self.keys);
             }
         }
         self.drained_to = self.drained_to.max(edge);
@@ -285,6 +322,7 @@ impl Meter {
             d.loss.clear();
             d.records = 0;
             d.kernels = 0;
+            d.kernels_over_limit = 0;
             d.memory_events = 0;
             d.reallocations = 0;
             if end {
@@ -321,7 +359,7 @@ impl Meter {
             self.register_device(DeviceInfo::bare(key, id));
         }
         for d in &mut self.devices {
-            d.advance(u64::MAX, window);
+            d.advance(u64::MAX, window, &self.keys);
         }
         // The report's end: the latest end of accepted work when there is any (a memory or
         // energy timestamp cannot stretch it: one bad value would bill every open allocation
@@ -669,6 +707,9 @@ impl Meter {
                  skipped `billed_by_opening_report`)"
             ));
         }
+        // Kernels over the concurrent-kernel limit were counted at arrival; they are loss.
+        let over: u64 = self.devices.iter().map(|d| d.kernels_over_limit).sum();
+        self.counts.kernel = self.counts.kernel.saturating_sub(over);
         let extensions = self.extensions();
         let mut report = UsageReport {
             schema: USAGE_SCHEMA.to_string(),

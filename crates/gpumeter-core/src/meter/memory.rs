@@ -91,7 +91,12 @@ impl Meter {
             key,
             allocated_at,
         }));
-        dev.note_start(ev.timestamp_ns, self.config.reorder_horizon_ns, window);
+        dev.note_start(
+            ev.timestamp_ns,
+            self.config.reorder_horizon_ns,
+            window,
+            &self.keys,
+        );
     }
 }
 

@@ -38,6 +38,8 @@ mod opening;
 mod sweep;
 mod work;
 
+pub use sweep::MAX_RESIDENT_GRIDS;
+
 use assemble::*;
 use caps::*;
 use cells::*;
@@ -272,6 +274,11 @@ struct DeviceState {
     last_ns: u64,
     /// Latest end of an accepted work record (0: none).
     work_end: u64,
+    /// Kernels lost as over [`MAX_RESIDENT_GRIDS`] since the last drain: counted in
+    /// [`RecordCounts::kernel`] at arrival, taken out of it when the report is built.
+    kernels_over_limit: u64,
+    /// The records the sweep starts at one instant (a reused buffer).
+    starting: Vec<Pending>,
 }
 
 /// Accumulates activity records into usage per tenant, device, window and meter.
@@ -467,6 +474,8 @@ impl Meter {
             energy_spans: Vec::new(),
             kernels_with_instructions: 0,
             kernels_without_instructions: 0,
+            kernels_over_limit: 0,
+            starting: Vec::new(),
             last_ns: 0,
             work_end: 0,
         });
@@ -697,7 +706,7 @@ impl Meter {
         let window = self.config.window;
         if let Some(d) = self.devices.get_mut(slot.0 as usize) {
             if d.started && before_ns > d.swept_to {
-                d.advance(before_ns, window);
+                d.advance(before_ns, window, &self.keys);
             }
         }
     }

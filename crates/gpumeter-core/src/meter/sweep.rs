@@ -16,18 +16,49 @@ use rustc_hash::FxHashMap;
 
 use crate::time::WindowSize;
 
+/// The most kernels a device runs at once: CUDA's "maximum number of resident grids per
+/// device (concurrent kernel execution)", 128 for compute capabilities 6.0, 7.0, 7.5 and every
+/// later one (CUDA C++ Programming Guide, "Technical Specifications per Compute Capability").
+/// Some parts have fewer (16 or 32: 5.3, 6.1, 6.2, 7.2); every device is held to the highest,
+/// so work that real hardware ran is never refused. A kernel that would start while this many
+/// run on its device is loss (`concurrent_kernel_limit`): records no GPU can produce, which
+/// would otherwise make the sweep's cost grow with the overlap (issue 13).
+pub const MAX_RESIDENT_GRIDS: u32 = 128;
+
+/// [`Pending::flags`]: the item is a kernel.
+pub(super) const KERNEL: u8 = 1;
+/// [`Pending::flags`]: the kernel carries a warp-instruction count ([`Pending::instructions`]).
+pub(super) const WITH_INSTRUCTIONS: u8 = 2;
+/// [`Pending::flags`]: the kernel's grid is unknown (counted in `kernels_without_grid`).
+pub(super) const WITHOUT_GRID: u8 = 4;
+/// [`Pending::flags`]: the kernel's resident warps are unknown (`kernels_without_occupancy`).
+pub(super) const WITHOUT_OCCUPANCY: u8 = 8;
+
+/// A work record waiting for the sweep. Ordered by start, then by what it books (never by
+/// arrival first), so which of several kernels starting at one instant is over
+/// [`MAX_RESIDENT_GRIDS`] does not depend on the order of the inputs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(super) struct Pending {
     pub(super) start: u64,
-    pub(super) seq: u64,
     pub(super) end: u64,
-    pub(super) key: u32,
     /// SMs held (0 for non-kernels or when the SM count or grid is unknown).
     pub(super) held: u32,
     /// Resident warps per SM (0 for non-kernels or when they cannot be computed).
     pub(super) warps: u32,
     /// Partition (green context) index + 1; 0 = the device itself.
     pub(super) part: u32,
+    /// [`KERNEL`], [`WITH_INSTRUCTIONS`], [`WITHOUT_GRID`], [`WITHOUT_OCCUPANCY`].
+    pub(super) flags: u8,
+    /// Warp instructions booked at arrival (0 without a count).
+    pub(super) instructions: u64,
+    pub(super) key: u32,
+    pub(super) seq: u64,
+}
+
+impl Pending {
+    fn is_kernel(&self) -> bool {
+        self.flags & KERNEL != 0
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -37,6 +68,7 @@ pub(super) struct Active {
     pub(super) held: u32,
     pub(super) warps: u32,
     pub(super) part: u32,
+    pub(super) kernel: bool,
 }
 
 /// The records running at the sweep's position, with their sums kept as they start and end.
@@ -58,6 +90,8 @@ pub(super) struct Running {
     pub(super) per_part: Vec<u64>,
     /// Whether the set changed since the summary was built.
     pub(super) changed: bool,
+    /// Kernels running (at most [`MAX_RESIDENT_GRIDS`]).
+    kernels: u32,
 }
 
 impl Running {
@@ -109,6 +143,7 @@ impl Running {
             self.per_part.resize(p + 1, 0);
         }
         self.per_part[p] += u64::from(a.held);
+        self.kernels += u32::from(a.kernel);
         self.changed = true;
     }
 
@@ -139,6 +174,7 @@ impl Running {
                 }
             }
             self.per_part[a.part as usize] -= u64::from(a.held);
+            self.kernels -= u32::from(a.kernel);
             self.changed = true;
         }
     }
@@ -146,7 +182,13 @@ impl Running {
 
 impl DeviceState {
     /// Starts the sweep at the first record, and moves it on to `max start − horizon`.
-    pub(super) fn note_start(&mut self, start: u64, horizon: u64, window: WindowSize) {
+    pub(super) fn note_start(
+        &mut self,
+        start: u64,
+        horizon: u64,
+        window: WindowSize,
+        keys: &[AttrKey],
+    ) {
         if !self.started {
             self.started = true;
             self.swept_to = start.saturating_sub(horizon);
@@ -155,13 +197,15 @@ impl DeviceState {
             self.max_start = start;
             let to = self.max_start.saturating_sub(horizon);
             if to > self.swept_to {
-                self.advance(to, window);
+                self.advance(to, window, keys);
             }
         }
     }
 
     /// Books every elementary interval before `to` (exclusive) and moves the sweep there.
-    pub(super) fn advance(&mut self, to: u64, window: WindowSize) {
+    /// `keys` are the meter's attribution keys by id: which kernels are over
+    /// [`MAX_RESIDENT_GRIDS`] is chosen by what they are, never by their ids' arrival order.
+    pub(super) fn advance(&mut self, to: u64, window: WindowSize, keys: &[AttrKey]) {
         self.advance_memory(to, window);
         loop {
             let next_start = self
@@ -181,20 +225,31 @@ impl DeviceState {
             self.swept_to = self.swept_to.max(next);
             let t = self.swept_to;
             self.run.end_until(t);
+            // What starts now (a record of no duration never runs).
+            self.starting.clear();
             while let Some(Reverse(p)) = self.pending.peek().copied() {
                 if p.start > t {
                     break;
                 }
                 self.pending.pop();
                 if p.end > t {
-                    self.run.start(Active {
-                        end: p.end,
-                        key: p.key,
-                        held: p.held,
-                        warps: p.warps,
-                        part: p.part,
-                    });
+                    self.starting.push(p);
                 }
+            }
+            let kernels = self.starting.iter().filter(|p| p.is_kernel()).count();
+            let room = MAX_RESIDENT_GRIDS.saturating_sub(self.run.kernels) as usize;
+            if kernels > room {
+                self.over_limit(room, keys, window);
+            }
+            for p in self.starting.drain(..) {
+                self.run.start(Active {
+                    end: p.end,
+                    key: p.key,
+                    held: p.held,
+                    warps: p.warps,
+                    part: p.part,
+                    kernel: p.is_kernel(),
+                });
             }
         }
         if to > self.swept_to {
@@ -205,6 +260,80 @@ impl DeviceState {
         }
         // Duplicate detection only needs records the sweep has not passed.
         self.prune_dups(self.swept_to);
+    }
+
+    /// Of the kernels in `starting`, keeps the first `room` and makes the rest loss
+    /// (`concurrent_kernel_limit`): what they booked at arrival (`kernel_launches`,
+    /// `kernel_ns`, `warp_instructions`, the record counts) is taken back, so a lost record
+    /// feeds no meter. The kept ones are the earliest ending, then by SMs held, resident
+    /// warps, partition, instruction count and attribution key (external id, process id,
+    /// source tenant): an order of what the records are, so the inputs' order never matters.
+    /// Only inputs no GPU can produce come here; it allocates.
+    fn over_limit(&mut self, room: usize, keys: &[AttrKey], window: WindowSize) {
+        let mut kernels: Vec<Pending> = self
+            .starting
+            .iter()
+            .filter(|p| p.is_kernel())
+            .copied()
+            .collect();
+        kernels.sort_by(|a, b| {
+            (a.end, a.held, a.warps, a.part, a.flags, a.instructions)
+                .cmp(&(b.end, b.held, b.warps, b.part, b.flags, b.instructions))
+                .then_with(|| keys.get(a.key as usize).cmp(&keys.get(b.key as usize)))
+        });
+        let lost = kernels.split_off(room.min(kernels.len()));
+        self.starting.retain(|p| !p.is_kernel());
+        self.starting.extend(kernels);
+        for p in lost {
+            self.take_back(&p, window);
+        }
+    }
+
+    /// Takes back what kernel `p` booked at arrival ([`Meter::push`]) and counts it as loss
+    /// `concurrent_kernel_limit`. Its cells are still held: they lie at or after its start,
+    /// which the sweep (and so any drain) has only now reached.
+    fn take_back(&mut self, p: &Pending, window: WindowSize) {
+        let key = p.key;
+        let mut sub = |w: u64, m: MeterKind, v: u128| {
+            if let Some(cell) = self.cells.get_mut(&w) {
+                if let Some(q) = cell.ints.get_mut(&(key, m)) {
+                    *q = q.saturating_sub(v);
+                    if *q == 0 {
+                        cell.ints.remove(&(key, m));
+                    }
+                }
+            }
+        };
+        let w0 = window.start_of(p.start);
+        sub(w0, MeterKind::KernelLaunches, 1);
+        if p.flags & WITH_INSTRUCTIONS != 0 {
+            sub(w0, MeterKind::WarpInstructions, u128::from(p.instructions));
+        }
+        let mut t = p.start;
+        while t < p.end {
+            let w = window.start_of(t);
+            let edge = w.saturating_add(window.ns()).min(p.end);
+            sub(w, MeterKind::KernelNs, u128::from(edge - t));
+            t = edge;
+        }
+        self.records = self.records.saturating_sub(1);
+        self.kernels = self.kernels.saturating_sub(1);
+        self.kernels_over_limit += 1;
+        if p.flags & WITH_INSTRUCTIONS != 0 {
+            self.kernels_with_instructions = self.kernels_with_instructions.saturating_sub(1);
+        } else {
+            self.kernels_without_instructions = self.kernels_without_instructions.saturating_sub(1);
+        }
+        if p.flags & WITHOUT_GRID != 0 {
+            self.kernels_without_grid = self.kernels_without_grid.saturating_sub(1);
+        }
+        if p.flags & WITHOUT_OCCUPANCY != 0 {
+            self.kernels_without_occupancy = self.kernels_without_occupancy.saturating_sub(1);
+        }
+        self.loss
+            .entry(LossReason::ConcurrentKernelLimit)
+            .or_default()
+            .add(1, false);
     }
 
     /// Books `[a, b)` with the current running set, split at window edges.

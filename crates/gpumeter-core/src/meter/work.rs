@@ -59,6 +59,8 @@ impl Meter {
         };
         let mut held = 0u32;
         let mut warps = 0u32;
+        let mut flags = 0u8;
+        let mut instructions = 0u64;
         let w0 = window.start_of(rec.start_ns);
         let start_cell = cell_at(&mut dev.cells, &dev.budget, &mut dev.fault, w0, window);
         let fault = &mut dev.fault;
@@ -70,20 +72,29 @@ impl Meter {
                 self.counts.kernel += 1;
                 dev.kernels += 1;
                 add(start_cell, MeterKind::KernelLaunches, 1);
+                flags |= KERNEL;
                 if let Some(n) = k.warp_instructions {
                     dev.kernels_with_instructions += 1;
+                    flags |= WITH_INSTRUCTIONS;
+                    instructions = n;
                     add(start_cell, MeterKind::WarpInstructions, u128::from(n));
                 } else {
                     dev.kernels_without_instructions += 1;
                 }
                 match (sm_count, k.blocks()) {
                     (Some(n), Some(blocks)) => held = blocks.min(u64::from(n)) as u32,
-                    (_, None) => dev.kernels_without_grid += 1,
+                    (_, None) => {
+                        dev.kernels_without_grid += 1;
+                        flags |= WITHOUT_GRID;
+                    }
                     (None, Some(_)) => {}
                 }
                 match dev.occupancy.resident_warps(&dev.info, k, held) {
                     Some(w) => warps = w,
-                    None => dev.kernels_without_occupancy += 1,
+                    None => {
+                        dev.kernels_without_occupancy += 1;
+                        flags |= WITHOUT_OCCUPANCY;
+                    }
                 }
                 // kernel_ns: split by time at window edges.
                 let mut t = rec.start_ns;
@@ -130,7 +141,14 @@ impl Meter {
             held,
             warps,
             part,
+            flags,
+            instructions,
         }));
-        dev.note_start(rec.start_ns, self.config.reorder_horizon_ns, window);
+        dev.note_start(
+            rec.start_ns,
+            self.config.reorder_horizon_ns,
+            window,
+            &self.keys,
+        );
     }
 }
