@@ -429,8 +429,39 @@ impl serde_json::ser::Formatter for TerminalSafe {
     }
 }
 
-fn run(cli: Cli) -> Result<String, Failure> {
+/// What a command prints on standard output.
+enum Output {
+    /// Text (a table, a message, a small JSON document), printed with a final newline.
+    Text(String),
+    /// A usage report as JSON (`usage --json`), serialized straight to standard output: the
+    /// largest output there is (a row per tenant, device, window and meter) is never held
+    /// as one string.
+    Report(Box<gpumeter::UsageReport>),
+}
+
+fn run(cli: Cli) -> Result<Output, Failure> {
     match cli.command {
+        Command::Usage { usage, json: true } => {
+            let options = usage.options()?;
+            Ok(Output::Report(Box::new(usage.report(&options)?)))
+        }
+        command => run_text(command).map(Output::Text),
+    }
+}
+
+/// Writes `report` as [`to_json`] would, to `w`, then a newline.
+fn write_report(
+    w: &mut impl std::io::Write,
+    report: &gpumeter::UsageReport,
+) -> std::io::Result<()> {
+    use serde::Serialize as _;
+    let mut ser = serde_json::Serializer::with_formatter(&mut *w, TerminalSafe::default());
+    report.serialize(&mut ser).map_err(std::io::Error::from)?;
+    writeln!(w)
+}
+
+fn run_text(command: Command) -> Result<String, Failure> {
+    match command {
         Command::Usage { usage, json } => {
             let options = usage.options()?;
             let report = usage.report(&options)?;
@@ -621,8 +652,12 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(out) => {
             use std::io::Write as _;
-            let mut stdout = std::io::stdout().lock();
-            match writeln!(stdout, "{out}").and_then(|()| stdout.flush()) {
+            let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+            let written = match out {
+                Output::Text(text) => writeln!(stdout, "{text}"),
+                Output::Report(report) => write_report(&mut stdout, &report),
+            };
+            match written.and_then(|()| stdout.flush()) {
                 Ok(()) => ExitCode::SUCCESS,
                 // A reader that stopped early (`| head`) is not our failure.
                 Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,

@@ -536,24 +536,81 @@ pub fn document_sha256(
     Ok(hex::encode(Sha256::digest(&bytes)))
 }
 
+/// A usage report without its `sha256`, borrowed: what the digest is computed over, serialized
+/// exactly as [`UsageReport`]'s fields are (same names, `extensions` omitted when empty).
+#[derive(Serialize)]
+struct Unsealed<'a> {
+    schema: &'a str,
+    metering_policy: &'a str,
+    window_seconds: u64,
+    sources: &'a [SourceEntry],
+    devices: &'a [DeviceEntry],
+    records: &'a RecordCounts,
+    loss: &'a [LossEntry],
+    usage: &'a [UsageRow],
+    totals: &'a [TotalRow],
+    open_allocations: &'a [OpenAllocation],
+    warnings: &'a [String],
+    #[serde(skip_serializing_if = "no_extensions")]
+    extensions: &'a Extensions,
+}
+
+fn no_extensions(e: &&Extensions) -> bool {
+    e.is_empty()
+}
+
+/// An [`std::io::Write`] that feeds SHA-256.
+struct HashWriter(Sha256);
+
+impl std::io::Write for HashWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.update(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl UsageReport {
+    /// The digest of the report without its `sha256` (DESIGN §7): the same bytes as
+    /// [`document_sha256`] over the report's JSON value, but canonicalized from the report
+    /// itself, so no `serde_json::Value` tree of every usage row (about 1 KB a row, and a
+    /// clone of it) is built: the canonical bytes are the only copy.
+    fn digest(&self) -> Result<String, DigestError> {
+        let unsealed = Unsealed {
+            schema: &self.schema,
+            metering_policy: &self.metering_policy,
+            window_seconds: self.window_seconds,
+            sources: &self.sources,
+            devices: &self.devices,
+            records: &self.records,
+            loss: &self.loss,
+            usage: &self.usage,
+            totals: &self.totals,
+            open_allocations: &self.open_allocations,
+            warnings: &self.warnings,
+            extensions: &self.extensions,
+        };
+        let mut w = HashWriter(Sha256::new());
+        serde_json_canonicalizer::to_writer(&unsealed, &mut w)
+            .map_err(|e| DigestError::Canonical(e.to_string()))?;
+        Ok(hex::encode(w.0.finalize()))
+    }
+
     /// Computes and stores `sha256` (DESIGN §7).
     ///
     /// # Errors
     /// [`DigestError`] when serialization fails.
     pub fn seal(&mut self) -> Result<(), DigestError> {
-        self.sha256 = String::new();
-        let v = serde_json::to_value(&*self).map_err(|e| DigestError::Canonical(e.to_string()))?;
-        self.sha256 = document_sha256(&v, "sha256")?;
+        self.sha256 = self.digest()?;
         Ok(())
     }
 
     /// Recomputes the digest and compares it with the stored one.
     pub fn verify_digest(&self) -> bool {
-        serde_json::to_value(self)
-            .ok()
-            .and_then(|v| document_sha256(&v, "sha256").ok())
-            .is_some_and(|d| d == self.sha256)
+        self.digest().is_ok_and(|d| d == self.sha256)
     }
 
     /// The device entry for `device_key`.

@@ -118,6 +118,36 @@ fn loss_reasons_feed_no_meter() {
     assert!(r.warnings.iter().any(|w| w.contains("lost")));
 }
 
+/// The digest is computed from the report itself (no `serde_json::Value` of it): it must be
+/// the RFC 8785 digest of the report's JSON value without `sha256`, with and without
+/// extensions (gpumeter's own and unknown keys) and with an empty `usage`.
+#[test]
+fn the_digest_is_that_of_the_reports_json_value_without_it() {
+    let by_value = |r: &UsageReport| {
+        let v = serde_json::to_value(r).expect("a JSON value");
+        gpumeter_core::document_sha256(&v, "sha256").expect("a digest")
+    };
+    let mut meter = Meter::new(MeterConfig::default());
+    let dev = meter.register_device(device(Some(10)));
+    meter.push(ActivityRecord::new(dev, BASE + 100, BASE + 200, kernel(3)));
+    meter.push(ActivityRecord::new(dev, 0, BASE + 5, kernel(1)));
+    let mut r = meter.finish().expect("report");
+    assert!(!r.usage.is_empty() && !r.loss.is_empty());
+    assert_eq!(r.sha256, by_value(&r));
+    assert!(r.verify_digest());
+    r.extensions.earlier_sources.push("ab".repeat(32));
+    r.extensions.other.insert(
+        "x-\u{e9}\t".to_string(),
+        serde_json::json!({"b": 1.5, "a": [1, "é"]}),
+    );
+    r.seal().expect("sealed");
+    assert_eq!(r.sha256, by_value(&r));
+    r.usage.clear();
+    assert!(!r.verify_digest());
+    r.seal().expect("sealed");
+    assert_eq!(r.sha256, by_value(&r));
+}
+
 #[test]
 fn window_split_of_time_meters_and_counts_at_start() {
     let mut meter = Meter::new(MeterConfig {
