@@ -57,7 +57,7 @@ use sha2::{Digest, Sha256};
 
 pub use catalog::{CatalogDevice, DeviceCatalog};
 pub use error::{ImportError, RecordLocation};
-pub use kineto::MAX_STRING_BYTES;
+pub use kineto::{CUT_MARK, CUT_SUFFIX_BYTES, MAX_STRING_BYTES};
 pub use tenant_map::TenantMapFile;
 
 /// An input format (`--format`).
