@@ -41,7 +41,8 @@
 //!   events, never the document; an event whose `ph` and `cat` settle it as ignorable (most
 //!   CPU-side events) has its other fields checked and dropped, not kept. Strings are cut at
 //!   [`MAX_STRING_BYTES`] as the text is read ([`StringCap`]), since serde_json reads a string
-//!   whole. Bad JSON is reported at the line and column of the text, with serde_json's message,
+//!   whole; a cut string ends in a digest of the text dropped ([`CUT_MARK`]), and that text is
+//!   validated as serde_json validates a string. Bad JSON is reported at the line and column of the text, with serde_json's message,
 //!   as a parse of the whole text reports it ([`replay`]).
 
 use std::borrow::{Borrow, Cow};
@@ -1666,11 +1667,24 @@ fn replay(
 /// The longest a JSON string of a Kineto trace is read: 65,536 bytes of its JSON text. A
 /// longer string is cut at the first character boundary at or after this many bytes (never
 /// inside an escape, nor between the two escapes of a surrogate pair), before the JSON parser
-/// sees it, so that a string of any length costs at most this much memory; the rest of it is
-/// not read (nor validated). Not 4 KiB: real C++ template kernel names pass it (one of 5,123
-/// bytes in the HTA AlexNet trace of `shared/data`), and a kernel name is never cut in a real
-/// trace. Each source with a cut string gets one warning saying how many.
+/// sees it, so that a string of any length costs at most this much memory. The rest of its
+/// text is not kept but is still read: validated as serde_json validates a string, and
+/// digested, so that the cut string ends in [`CUT_MARK`] and 32 hex digits (the first 16 bytes
+/// of the SHA-256 of the JSON text dropped, from the first byte not kept to the byte before the
+/// closing quote) and `]`. Two strings that differ only past the cut thus stay two strings, and
+/// equal strings stay equal. A cut string is at most `MAX_STRING_BYTES + 11` bytes of the
+/// original's JSON text (the character or escape pair under way is finished), then
+/// [`CUT_SUFFIX_BYTES`] bytes of mark and digest. Not 4 KiB: real C++ template kernel names
+/// pass it (one of 5,123 bytes in the HTA AlexNet trace of `shared/data`), and a kernel name is
+/// never cut in a real trace. Each source with a cut string gets one warning saying how many.
 pub const MAX_STRING_BYTES: usize = 64 * 1024;
+
+/// What follows the kept part of a string cut at [`MAX_STRING_BYTES`], before the hex digest
+/// of the part dropped: `...[cut sha256:`, then 32 lowercase hex digits and `]`.
+pub const CUT_MARK: &str = "...[cut sha256:";
+
+/// The bytes a cut string gains after its kept part: [`CUT_MARK`], 32 hex digits, `]` (48).
+pub const CUT_SUFFIX_BYTES: usize = CUT_MARK.len() + 33;
 
 /// Where [`StringCap`] is in the JSON text.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -1684,21 +1698,92 @@ enum Lex {
     Escape { len: usize },
     /// Inside a `\u` escape: `left` hex digits to come, `value` of those read.
     Unicode { len: usize, left: u8, value: u32 },
-    /// Inside a string being cut: its bytes are dropped up to its closing quote.
-    Drop,
-    /// After a `\` inside a string being cut.
-    DropEscape,
+    /// Inside a string being cut: its bytes are dropped (validated and digested) up to its
+    /// closing quote.
+    Drop(Tail),
+}
+
+/// Where [`StringCap`] is in the dropped part of a string being cut. The bytes of an unsettled
+/// character or escape are held in [`StringCap::pend`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Tail {
+    /// At a character boundary.
+    Char,
+    /// Inside a UTF-8 sequence: `need` more bytes, the next in `lo..=hi`, the rest in
+    /// `0x80..=0xBF` (the ranges of `std::str::from_utf8`).
+    Utf8 { need: u8, lo: u8, hi: u8 },
+    /// After a `\` (held after a high surrogate's escape when `pend` holds 7 bytes).
+    Escape,
+    /// Inside a `\u` escape: `left` hex digits to come, `value` of those read; `pair` when it
+    /// follows a high surrogate's escape.
+    Hex { left: u8, value: u16, pair: bool },
+    /// After a high surrogate's escape: only a low one's escape settles it.
+    AfterHigh,
+}
+
+/// Faults of a dropped part passed on to the parser ([`StringCap::fault`]): invalid UTF-8, a
+/// lone surrogate (each refused or not by serde_json depending on where the string lies), and
+/// faults serde_json always refuses (a control character, a bad escape), after which nothing
+/// more is passed on.
+const FAULT_UTF8: u8 = 1;
+const FAULT_SURROGATE: u8 = 2;
+const FAULT_FATAL: u8 = 4;
+
+/// Bytes [`StringCap::step`] hands out for one byte read: at most a fault (12 bytes), another
+/// (3) and the closing mark, digest and quote.
+struct Emit {
+    bytes: [u8; 80],
+    n: usize,
+}
+
+impl Emit {
+    fn new() -> Self {
+        Emit {
+            bytes: [0; 80],
+            n: 0,
+        }
+    }
+
+    fn push(&mut self, b: &[u8]) {
+        let end = (self.n + b.len()).min(self.bytes.len());
+        let k = end - self.n;
+        self.bytes[self.n..end].copy_from_slice(&b[..k]);
+        self.n = end;
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        &self.bytes[..self.n]
+    }
 }
 
 /// A reader of JSON text that cuts every string longer than [`MAX_STRING_BYTES`] (counted in
-/// `cut`): only a lexer of strings (quotes and escapes), the JSON parser above it validates
-/// everything else. serde_json reads a string whole before handing it over (there is no
-/// streaming string API), so without this a 1 GB kernel name would cost its size (three times,
-/// measured).
+/// `cut`): only a lexer of strings (quotes, escapes and, past a cut, UTF-8), the JSON parser
+/// above it validates everything else. serde_json reads a string whole before handing it over
+/// (there is no streaming string API), so without this a 1 GB kernel name would cost its size
+/// (three times, measured).
+///
+/// The dropped part of a cut string is lexed as serde_json lexes a string and its faults are
+/// passed on to the parser, so that the text is refused (or not) as serde_json would refuse
+/// the whole string, with serde_json's own error for the field: a control character, a bad
+/// escape or `\u` escape, invalid UTF-8 and a lone surrogate escape are handed out in place of
+/// the bytes dropped (the first of each kind; nothing more after a control character or a bad
+/// escape, which serde_json always refuses), and an unterminated string stays unterminated.
+/// Their line is the text's; their column counts the text as read, without the bytes dropped
+/// before them on that line.
 struct StringCap<R> {
     inner: R,
     lex: Lex,
     cut: u64,
+    /// The digest of the dropped part of the string being cut.
+    hasher: sha2::Sha256,
+    /// The kinds of fault already passed on in the string being cut.
+    faults: u8,
+    /// The bytes of an unsettled character or escape of the dropped part.
+    pend: [u8; 12],
+    pend_n: usize,
+    /// Bytes to hand out before any more is read (what did not fit in place).
+    queue: Vec<u8>,
+    queue_pos: usize,
 }
 
 impl<R: Read> StringCap<R> {
@@ -1707,13 +1792,20 @@ impl<R: Read> StringCap<R> {
             inner,
             lex: Lex::Out,
             cut: 0,
+            hasher: sha2::Sha256::default(),
+            faults: 0,
+            pend: [0; 12],
+            pend_n: 0,
+            queue: Vec::new(),
+            queue_pos: 0,
         }
     }
 
-    /// The next state after `b`, and whether `b` is kept.
-    fn step(&mut self, b: u8) -> bool {
-        let (next, keep) = match self.lex {
-            Lex::Out => (
+    /// Reads `b` (the state moves on); what is handed out for it goes to `e`.
+    fn step(&mut self, b: u8, e: &mut Emit) {
+        let next = match self.lex {
+            Lex::Out => {
+                e.push(&[b]);
                 if b == b'"' {
                     Lex::In {
                         len: 0,
@@ -1721,57 +1813,60 @@ impl<R: Read> StringCap<R> {
                     }
                 } else {
                     Lex::Out
-                },
-                true,
-            ),
+                }
+            }
             Lex::In { len, high } => match b {
-                b'"' => (Lex::Out, true),
+                b'"' => {
+                    e.push(&[b]);
+                    Lex::Out
+                }
                 // A continuation byte ends the character under way: never cut.
-                0x80..=0xBF => (
+                0x80..=0xBF => {
+                    e.push(&[b]);
                     Lex::In {
                         len: len + 1,
                         high: false,
-                    },
-                    true,
-                ),
-                b'\\' if high || len < MAX_STRING_BYTES => (Lex::Escape { len: len + 1 }, true),
-                _ if len < MAX_STRING_BYTES => (
+                    }
+                }
+                b'\\' if high || len < MAX_STRING_BYTES => {
+                    e.push(&[b]);
+                    Lex::Escape { len: len + 1 }
+                }
+                _ if len < MAX_STRING_BYTES => {
+                    e.push(&[b]);
                     Lex::In {
                         len: len + 1,
                         high: false,
-                    },
-                    true,
-                ),
+                    }
+                }
                 _ => {
                     self.cut += 1;
-                    (
-                        if b == b'\\' {
-                            Lex::DropEscape
-                        } else {
-                            Lex::Drop
-                        },
-                        false,
-                    )
+                    self.faults = 0;
+                    self.pend_n = 0;
+                    self.lex = Lex::Drop(Tail::Char);
+                    self.drop_step(b, e);
+                    return;
                 }
             },
-            Lex::Escape { len } if b == b'u' => (
-                Lex::Unicode {
-                    len: len + 1,
-                    left: 4,
-                    value: 0,
-                },
-                true,
-            ),
-            Lex::Escape { len } => (
-                Lex::In {
-                    len: len + 1,
-                    high: false,
-                },
-                true,
-            ),
+            Lex::Escape { len } => {
+                e.push(&[b]);
+                if b == b'u' {
+                    Lex::Unicode {
+                        len: len + 1,
+                        left: 4,
+                        value: 0,
+                    }
+                } else {
+                    Lex::In {
+                        len: len + 1,
+                        high: false,
+                    }
+                }
+            }
             Lex::Unicode { len, left, value } => {
+                e.push(&[b]);
                 let value = value * 16 + char::from(b).to_digit(16).unwrap_or(0);
-                let next = if left > 1 {
+                if left > 1 {
                     Lex::Unicode {
                         len: len + 1,
                         left: left - 1,
@@ -1782,29 +1877,221 @@ impl<R: Read> StringCap<R> {
                         len: len + 1,
                         high: (0xD800..0xDC00).contains(&value),
                     }
-                };
-                (next, true)
+                }
             }
-            Lex::Drop => match b {
-                b'"' => (Lex::Out, true),
-                b'\\' => (Lex::DropEscape, false),
-                _ => (Lex::Drop, false),
-            },
-            Lex::DropEscape => (Lex::Drop, false),
+            Lex::Drop(_) => {
+                self.drop_step(b, e);
+                return;
+            }
         };
         self.lex = next;
-        keep
+    }
+
+    /// Reads `b` of the dropped part of a string being cut: digested (unless it closes the
+    /// string), lexed, and a fault found passed on to `e`.
+    fn drop_step(&mut self, b: u8, e: &mut Emit) {
+        let Lex::Drop(tail) = self.lex else {
+            return;
+        };
+        let closes = b == b'"' && !matches!(tail, Tail::Escape | Tail::Hex { .. });
+        if !closes {
+            sha2::Digest::update(&mut self.hasher, [b]);
+        }
+        self.drop_lex(tail, b, e);
+    }
+
+    fn hold(&mut self, b: u8) {
+        if self.pend_n < self.pend.len() {
+            self.pend[self.pend_n] = b;
+            self.pend_n += 1;
+        }
+    }
+
+    /// Passes on the bytes held (a fault of kind `kind`), unless one of that kind was, or a
+    /// fatal one; then forgets them.
+    fn fault(&mut self, kind: u8, e: &mut Emit) {
+        if self.faults & (kind | FAULT_FATAL) == 0 {
+            e.push(&self.pend[..self.pend_n]);
+            self.faults |= kind;
+        }
+        self.pend_n = 0;
+    }
+
+    fn drop_lex(&mut self, tail: Tail, b: u8, e: &mut Emit) {
+        let to = |s: &mut Self, t: Tail| s.lex = Lex::Drop(t);
+        match tail {
+            Tail::Char => {
+                self.pend_n = 0;
+                match b {
+                    b'"' => {
+                        let digest = sha2::Digest::finalize_reset(&mut self.hasher);
+                        let mut hex = [0u8; 32];
+                        // 16 bytes make 32 digits: never fails.
+                        let _ = hex::encode_to_slice(&digest[..16], &mut hex);
+                        e.push(CUT_MARK.as_bytes());
+                        e.push(&hex);
+                        e.push(b"]\"");
+                        self.lex = Lex::Out;
+                    }
+                    b'\\' => {
+                        self.hold(b);
+                        to(self, Tail::Escape);
+                    }
+                    0..=0x1F => {
+                        self.hold(b);
+                        self.fault(FAULT_FATAL, e);
+                    }
+                    0x20..=0x7F => {}
+                    _ => {
+                        let (need, lo, hi) = match b {
+                            0xC2..=0xDF => (1, 0x80, 0xBF),
+                            0xE0 => (2, 0xA0, 0xBF),
+                            0xE1..=0xEC | 0xEE | 0xEF => (2, 0x80, 0xBF),
+                            0xED => (2, 0x80, 0x9F),
+                            0xF0 => (3, 0x90, 0xBF),
+                            0xF1..=0xF3 => (3, 0x80, 0xBF),
+                            0xF4 => (3, 0x80, 0x8F),
+                            _ => (0, 0, 0),
+                        };
+                        self.hold(b);
+                        if need == 0 {
+                            self.fault(FAULT_UTF8, e);
+                        } else {
+                            to(self, Tail::Utf8 { need, lo, hi });
+                        }
+                    }
+                }
+            }
+            Tail::Utf8 { need, lo, hi } => {
+                if (lo..=hi).contains(&b) {
+                    self.hold(b);
+                    if need > 1 {
+                        to(
+                            self,
+                            Tail::Utf8 {
+                                need: need - 1,
+                                lo: 0x80,
+                                hi: 0xBF,
+                            },
+                        );
+                    } else {
+                        self.pend_n = 0;
+                        to(self, Tail::Char);
+                    }
+                } else {
+                    self.fault(FAULT_UTF8, e);
+                    self.drop_lex(Tail::Char, b, e);
+                }
+            }
+            Tail::Escape => {
+                let pair = self.pend_n == 7;
+                self.hold(b);
+                match b {
+                    b'u' => to(
+                        self,
+                        Tail::Hex {
+                            left: 4,
+                            value: 0,
+                            pair,
+                        },
+                    ),
+                    b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {
+                        if pair {
+                            self.fault(FAULT_SURROGATE, e);
+                        }
+                        self.pend_n = 0;
+                        to(self, Tail::Char);
+                    }
+                    _ => {
+                        self.fault(FAULT_FATAL, e);
+                        to(self, Tail::Char);
+                    }
+                }
+            }
+            Tail::Hex { left, value, pair } => {
+                self.hold(b);
+                let Some(d) = char::from(b).to_digit(16) else {
+                    self.fault(FAULT_FATAL, e);
+                    to(self, Tail::Char);
+                    return;
+                };
+                // At most 4 digits: no overflow.
+                let value = value.wrapping_mul(16).wrapping_add(d as u16);
+                if left > 1 {
+                    to(
+                        self,
+                        Tail::Hex {
+                            left: left - 1,
+                            value,
+                            pair,
+                        },
+                    );
+                    return;
+                }
+                let high = (0xD800..0xDC00).contains(&value);
+                let low = (0xDC00..0xE000).contains(&value);
+                if pair != low {
+                    self.fault(FAULT_SURROGATE, e);
+                } else if !pair && high {
+                    to(self, Tail::AfterHigh);
+                    return;
+                }
+                self.pend_n = 0;
+                to(self, Tail::Char);
+            }
+            Tail::AfterHigh => {
+                if b == b'\\' {
+                    self.hold(b);
+                    to(self, Tail::Escape);
+                } else {
+                    self.fault(FAULT_SURROGATE, e);
+                    self.drop_lex(Tail::Char, b, e);
+                }
+            }
+        }
+    }
+
+    /// The length of the run at the start of `data` (in the dropped part, at a character
+    /// boundary) that is plain text: no quote, backslash or control character, whole UTF-8.
+    fn plain_run(data: &[u8]) -> usize {
+        let lim = memchr::memchr2(b'"', b'\\', data).unwrap_or(data.len());
+        let seg = &data[..lim];
+        let seg = &seg[..seg.iter().position(|&b| b < 0x20).unwrap_or(lim)];
+        match std::str::from_utf8(seg) {
+            Ok(_) => seg.len(),
+            Err(err) => err.valid_up_to(),
+        }
+    }
+
+    /// Hands out `bytes` after the `kept` bytes of `buf` (in place when they fit before
+    /// `free`, the end of what was read, and nothing is queued; else queued).
+    fn put(&mut self, buf: &mut [u8], kept: &mut usize, free: usize, bytes: &[u8]) {
+        if self.queue_pos < self.queue.len() || *kept + bytes.len() > free {
+            self.queue.extend_from_slice(bytes);
+        } else {
+            buf[*kept..*kept + bytes.len()].copy_from_slice(bytes);
+            *kept += bytes.len();
+        }
+    }
+
+    /// Bytes queued and not handed out yet.
+    fn queued(&self) -> &[u8] {
+        &self.queue[self.queue_pos..]
     }
 }
 
 impl<R: Read> StringCap<R> {
-    /// Filters `buf` in place; returns how many bytes are kept (at its start). Runs of bytes
-    /// that change nothing but a string's length are passed over whole; the rest goes through
-    /// [`StringCap::step`] byte by byte.
+    /// Filters `buf` in place; returns how many bytes are handed out at its start (what does
+    /// not fit there, at most the few bytes a cut string gains and what follows them in
+    /// `buf`, is queued: [`StringCap::queued`]). Runs of bytes that change nothing but a
+    /// string's length, or that are plain text dropped, are passed over whole; the rest goes
+    /// through [`StringCap::step`] byte by byte.
     fn filter(&mut self, buf: &mut [u8]) -> usize {
-        if let Some(next) = self.uncut(buf) {
-            self.lex = next;
-            return buf.len();
+        if self.queue_pos == self.queue.len() {
+            if let Some(next) = self.uncut(buf) {
+                self.lex = next;
+                return buf.len();
+            }
         }
         let n = buf.len();
         let (mut i, mut kept) = (0, 0);
@@ -1822,22 +2109,39 @@ impl<R: Read> StringCap<R> {
                     }
                     run
                 }
+                Lex::Drop(Tail::Char) => {
+                    let run = Self::plain_run(&buf[i..]);
+                    sha2::Digest::update(&mut self.hasher, &buf[i..i + run]);
+                    i += run;
+                    if run > 0 {
+                        continue;
+                    }
+                    0
+                }
                 _ => 0,
             };
             if run > 0 {
-                if kept != i {
+                if self.queue_pos < self.queue.len() {
+                    self.queue.extend_from_slice(&buf[i..i + run]);
+                } else if kept != i {
                     buf.copy_within(i..i + run, kept);
+                    kept += run;
+                } else {
+                    kept += run;
                 }
                 i += run;
-                kept += run;
                 continue;
             }
             let b = buf[i];
-            if self.step(b) {
-                buf[kept] = b;
-                kept += 1;
-            }
             i += 1;
+            let mut e = Emit::new();
+            self.step(b, &mut e);
+            if e.n == 1 && self.queue_pos == self.queue.len() {
+                buf[kept] = e.bytes[0];
+                kept += 1;
+            } else if e.n > 0 {
+                self.put(buf, &mut kept, i, e.as_slice());
+            }
         }
         kept
     }
@@ -1898,6 +2202,17 @@ impl<R: Read> StringCap<R> {
 impl<R: Read> Read for StringCap<R> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         loop {
+            let queued = self.queued();
+            if !queued.is_empty() {
+                let n = queued.len().min(buf.len());
+                buf[..n].copy_from_slice(&queued[..n]);
+                self.queue_pos += n;
+                if self.queue_pos == self.queue.len() {
+                    self.queue.clear();
+                    self.queue_pos = 0;
+                }
+                return Ok(n);
+            }
             let n = self.inner.read(buf)?;
             if n == 0 {
                 return Ok(0);
@@ -2534,24 +2849,132 @@ mod tests {
         let (out, cut) = capped(text.as_bytes());
         assert_eq!(cut, 1);
         let v = decoded(&out);
-        assert_eq!(v, ["a".repeat(M), "b".repeat(M), "z".to_string()]);
+        assert_eq!(v[1..], ["b".repeat(M), "z".to_string()]);
+        assert_eq!(v[0].len(), M + CUT_SUFFIX_BYTES);
+        assert_eq!(cut_prefix(&v[0]), "a".repeat(M));
         // Never inside a character: 2-byte `é`s cut at M bytes (M is even)...
         let text = format!(r#"["x{}"]"#, "é".repeat(M));
         let v = decoded(&capped(text.as_bytes()).0);
-        assert_eq!(v[0].len(), M + 1, "the character under way is finished");
+        assert_eq!(
+            cut_prefix(&v[0]).len(),
+            M + 1,
+            "the character under way is finished"
+        );
         // ... nor inside an escape, nor between the halves of a surrogate pair.
         for prefix in [M - 1, M - 6, M - 7] {
             let text = format!(r#"["{}\ud83d\ude00\n\"rest"]"#, "a".repeat(prefix));
             let (out, cut) = capped(text.as_bytes());
             assert_eq!(cut, 1);
             let v = decoded(&out);
-            assert!(v[0].starts_with(&"a".repeat(prefix)), "{prefix}");
-            assert!(v[0].ends_with('😀') || v[0].ends_with('\n'), "{prefix}");
+            let kept = cut_prefix(&v[0]);
+            assert!(kept.starts_with(&"a".repeat(prefix)), "{prefix}");
+            assert!(kept.ends_with('😀') || kept.ends_with('\n'), "{prefix}");
         }
         // The dropped part's escapes are followed: an escaped quote does not end the string.
         let text = format!(r#"["{}\"], [\"", "after"]"#, "a".repeat(M + 3));
         let v = decoded(&capped(text.as_bytes()).0);
-        assert_eq!(v, ["a".repeat(M), "after".to_string()]);
+        assert_eq!(cut_prefix(&v[0]), "a".repeat(M));
+        assert_eq!(v[1], "after");
+    }
+
+    /// The part of `s` before the cut mark (all of it when it has none), checking the digest's
+    /// shape.
+    fn cut_prefix(s: &str) -> &str {
+        match s.find(CUT_MARK) {
+            Some(at) => {
+                let digest = &s[at + CUT_MARK.len()..];
+                assert_eq!(digest.len(), 33, "{digest}");
+                assert!(digest.ends_with(']'));
+                assert!(digest[..32].bytes().all(|b| b.is_ascii_hexdigit()));
+                &s[..at]
+            }
+            None => s,
+        }
+    }
+
+    /// Strings that differ only past the cut stay distinct; equal ones stay equal; the digest
+    /// is of the dropped text.
+    #[test]
+    fn cut_strings_keep_a_digest_of_the_rest() {
+        use sha2::Digest;
+        const M: usize = MAX_STRING_BYTES;
+        let a = "a".repeat(M + 100);
+        let mut b = a.clone();
+        b.replace_range(M + 50..M + 51, "b");
+        let text = format!(r#"["{a}", "{b}", "{a}"]"#);
+        let (out, cut) = capped(text.as_bytes());
+        assert_eq!(cut, 3);
+        let v = decoded(&out);
+        assert_ne!(v[0], v[1]);
+        assert_eq!(v[0], v[2]);
+        let digest = sha2::Sha256::digest("a".repeat(100).as_bytes());
+        assert_eq!(
+            v[0],
+            format!("{}{CUT_MARK}{}]", "a".repeat(M), hex::encode(&digest[..16]))
+        );
+    }
+
+    /// serde_json's message for `text` as a list of strings, without its position.
+    fn refusal(text: &[u8]) -> Option<String> {
+        let e = serde_json::from_slice::<Vec<String>>(text).err()?;
+        let msg = e.to_string();
+        Some(msg.split(" at line ").next().unwrap_or("").to_string())
+    }
+
+    /// A fault past the cut is refused as serde_json refuses it before the cut (the same
+    /// message), and what is valid there stays valid: escapes, surrogate pairs, UTF-8.
+    #[test]
+    fn cut_strings_are_validated_past_the_cut() {
+        const M: usize = MAX_STRING_BYTES;
+        let pad = "a".repeat(M + 10);
+        let good: [&[u8]; 5] = [
+            br#"\n\"\u00e9"#,
+            br#"\ud83d\ude00"#,
+            "é😀".as_bytes(),
+            br#"x\\"#,
+            br#"\/\b\f\r\t"#,
+        ];
+        for tail in good {
+            let mut text = format!("[\"{pad}").into_bytes();
+            text.extend_from_slice(tail);
+            text.extend_from_slice(b"\"]");
+            let (out, cut) = capped(&text);
+            assert_eq!(cut, 1);
+            let v = decoded(&out);
+            assert!(
+                cut_prefix(&v[0]) == &pad[..M],
+                "{}",
+                String::from_utf8_lossy(tail)
+            );
+        }
+        let bad: [&[u8]; 10] = [
+            br#"\q"#,
+            br#"\u12g4"#,
+            b"\x01",
+            b"\n",
+            b"\xff",
+            b"\xe2\x82",
+            br#"\ud83dx"#,
+            br#"\ude00"#,
+            br#"\ud83d\u0041"#,
+            br#"\ud83d\n"#,
+        ];
+        for tail in bad {
+            // The same fault before the cut, and past it.
+            let mut short = b"[\"x".to_vec();
+            short.extend_from_slice(tail);
+            short.extend_from_slice(b"y\"]");
+            let mut long = format!("[\"{pad}").into_bytes();
+            long.extend_from_slice(tail);
+            long.extend_from_slice(b"y\"]");
+            let want = refusal(&short);
+            assert!(want.is_some(), "{}", String::from_utf8_lossy(tail));
+            let (out, _) = capped(&long);
+            assert_eq!(refusal(&out), want, "{}", String::from_utf8_lossy(tail));
+        }
+        // Unterminated past the cut: still an error.
+        let (out, _) = capped(format!("[\"{pad}abc").as_bytes());
+        assert!(refusal(&out).is_some());
     }
 
     /// The cap's fast path (a chunk without `\\` and with a `"` in each half-cap block, passed
@@ -2593,6 +3016,9 @@ mod tests {
                     let mut buf = piece.to_vec();
                     let kept = cap.filter(&mut buf);
                     out.extend_from_slice(&buf[..kept]);
+                    out.extend_from_slice(cap.queued());
+                    cap.queue.clear();
+                    cap.queue_pos = 0;
                 }
                 assert!(
                     out == slow.0 && cap.cut == slow.1,

@@ -1687,4 +1687,5 @@ mod review {
 }
 
 mod kineto_review;
+mod long_strings;
 mod sizes;
