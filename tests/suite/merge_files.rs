@@ -302,12 +302,15 @@ fn the_same_work_in_other_bytes_or_instruction_counts_are_metered_whole() {
     let p = dir.path().join("padded.bin");
     ok(std::fs::write(&p, padded));
     let repeated = vec![a.clone(), (p, CuptiFormat::Cupti)];
+    // The same work as a raw buffer and as a recording.
+    let as_gmr = vec![a.clone(), gmr(&dir, "a.gmr", &cfg)];
     let instructions = vec![
         (example("h200-cuda13-instructions.gmr"), CuptiFormat::Gmr),
         (example("h200-cuda13-smoke.gmr"), CuptiFormat::Gmr),
     ];
     for (inputs, api) in [
         (&repeated, ApiVersion::Cupti12_8),
+        (&as_gmr, ApiVersion::Cupti12_8),
         (&instructions, ApiVersion::Cupti12_8),
     ] {
         for order in orders(inputs) {
@@ -325,17 +328,17 @@ fn the_same_work_in_other_bytes_or_instruction_counts_are_metered_whole() {
         }
     }
     // The repeated work was found and metered once.
-    let r = ok(meter_inputs(
-        &[repeated[0].0.clone(), repeated[1].0.clone()],
-        &UsageOptions::default(),
-    ));
-    assert!(
-        r.warnings
-            .iter()
-            .any(|w| w.contains("repeats the GPU work")),
-        "{:?}",
-        r.warnings
-    );
+    for inputs in [&repeated, &as_gmr] {
+        let paths = [inputs[0].0.clone(), inputs[1].0.clone()];
+        let r = ok(meter_inputs(&paths, &UsageOptions::default()));
+        assert!(
+            r.warnings
+                .iter()
+                .any(|w| w.contains("so it is metered once")),
+            "{:?}",
+            r.warnings
+        );
+    }
 }
 
 #[test]

@@ -573,3 +573,38 @@ fn merge(
             .collect()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sketch_knows_every_digest_up_to_its_largest_and_no_further() {
+        let mut k = Sketch::default();
+        // Not full: it holds every digest it took.
+        for d in [50u64, 7, 7, 3] {
+            k.add(d);
+        }
+        assert_eq!(k.holds(7), Some(true));
+        assert_eq!(k.holds(8), Some(false));
+        assert_eq!(k.holds(u64::MAX), Some(false));
+        assert_eq!(k.probes().collect::<Vec<_>>(), [3, 7, 50]);
+        // Full: the SKETCH_DIGESTS smallest, and no answer above the largest.
+        let mut k = Sketch::default();
+        for d in (0..2 * SKETCH_DIGESTS as u64).rev() {
+            k.add(d * 2);
+        }
+        let max = (SKETCH_DIGESTS as u64 - 1) * 2;
+        assert_eq!(k.holds(max), Some(true));
+        assert_eq!(k.holds(max - 1), Some(false));
+        assert_eq!(k.holds(max + 2), None);
+        assert_eq!(k.probes().count(), REPEAT_PROBES);
+        // The union of two works: the smallest of both.
+        let mut a = Sketch::default();
+        a.add(10);
+        let mut b = Sketch::default();
+        b.add(4);
+        a.merge(&b);
+        assert_eq!(a.probes().collect::<Vec<_>>(), [4, 10]);
+    }
+}
