@@ -417,3 +417,49 @@ fn two_large_sources_merge_in_bounded_memory() {
         .sum();
     assert_eq!(launches, 2 * u128::from(BIG));
 }
+
+#[test]
+fn a_recording_an_opening_report_read_is_metered_whole_with_other_inputs() {
+    let dir = ok(tempfile::tempdir());
+    let a = gmr(&dir, "a.gmr", &small(31, 1, 3_000));
+    let b = raw(&dir, "b.bin", &small(32, 1, 3_000));
+    let first = ok(meter_inputs(&[a.0.clone()], &UsageOptions::default()));
+    let opening = dir.path().join("first.json");
+    ok(std::fs::write(&opening, json(&first)));
+    let options = UsageOptions {
+        opening: Some(opening),
+        ..UsageOptions::default()
+    };
+    for order in orders(&[a.clone(), b.clone()]) {
+        let paths: Vec<(&Path, CuptiFormat)> =
+            order.iter().map(|(p, f)| (p.as_path(), *f)).collect();
+        let mut m = Meter::new(MeterConfig::default());
+        ok(m.continue_from(&first));
+        let refused = ok(meter_files(&mut m, &paths, &opts(ApiVersion::Cupti12_8)));
+        assert!(refused.is_none(), "{order:?} streamed");
+        // The whole-file path, continuing the first report: a.gmr's work is billed already.
+        let files: Vec<(String, Vec<u8>, CuptiFormat)> = order
+            .iter()
+            .map(|(p, f)| {
+                let (name, bytes) = ok(read_source(p));
+                (name, bytes, *f)
+            })
+            .collect();
+        let sources: Vec<CuptiInput<'_>> = files
+            .iter()
+            .map(|(name, bytes, format)| CuptiInput {
+                name,
+                bytes,
+                format: *format,
+            })
+            .collect();
+        ok(meter_sources(
+            &mut m,
+            &sources,
+            &opts(ApiVersion::Cupti12_8),
+        ));
+        let whole = json(&ok(m.finish()));
+        let paths: Vec<PathBuf> = order.iter().map(|(p, _)| p.clone()).collect();
+        assert_eq!(json(&ok(meter_inputs(&paths, &options))), whole);
+    }
+}
