@@ -423,7 +423,10 @@ fn a_recording_an_opening_report_read_is_metered_whole_with_other_inputs() {
     let dir = ok(tempfile::tempdir());
     let a = gmr(&dir, "a.gmr", &small(31, 1, 3_000));
     let b = raw(&dir, "b.bin", &small(32, 1, 3_000));
-    let first = ok(meter_inputs(&[a.0.clone()], &UsageOptions::default()));
+    let first = ok(meter_inputs(
+        std::slice::from_ref(&a.0),
+        &UsageOptions::default(),
+    ));
     let opening = dir.path().join("first.json");
     ok(std::fs::write(&opening, json(&first)));
     let options = UsageOptions {
