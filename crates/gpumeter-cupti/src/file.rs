@@ -292,9 +292,9 @@ const SETTLE_EVERY: u32 = 4096;
 /// Settles the meter's devices as a replay hands them items in time order
 /// ([`Meter::settle`]): every [`SETTLE_EVERY`] items of a device, before pushing one at time
 /// `t`, nothing earlier than `t` can follow on that device, so its sweep moves to `t` and the
-/// meter holds only the work running there (issue 13: memory flat in the input's size). The
-/// replay must be the only source pushing to those devices while it runs, as it is for the
-/// facade's single-file path.
+/// meter holds only the work running there (issue 13: memory flat in the input's size). What
+/// is pushed to those devices while it runs must come in time order: one file's replay, or the
+/// time-ordered merge of several ([`crate::meter_files`]).
 #[derive(Debug, Default)]
 pub(crate) struct Settle {
     /// Items per device slot since its last settle.
