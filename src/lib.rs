@@ -513,7 +513,10 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// Every input is read and validated first (traces, then recordings and raw CUPTI buffers),
 /// announced, and then all their records and memory events are metered as one stream in time
 /// order ([`gpumeter_core::push_batches`]), so neither the order of the files nor a mix of
-/// formats for one GPU makes records `late`. An opening state (`--opening`) is taken before
+/// formats for one GPU makes records `late`. Raw buffers and recordings without traces are
+/// not held whole: one is streamed ([`gpumeter_cupti::meter_buffer_file`],
+/// [`gpumeter_cupti::meter_gmr_file`]), several are streamed and merged in `push_batches`'
+/// order ([`gpumeter_cupti::meter_files`]), with the same report. An opening state (`--opening`) is taken before
 /// any input.
 ///
 /// # Errors
@@ -597,6 +600,18 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
             gpumeter_cupti::meter_gmr_file(&mut meter, input, &copts)?;
             return Ok(meter.finish()?);
         }
+        ([], [_, _, ..]) => {
+            // Several: streamed too, merged in time order exactly as `push_batches` merges
+            // them (`meter_files`), unless a file must be read whole or the files may repeat
+            // one another's work; then, and with traces, as below.
+            let paths: Vec<(&Path, gpumeter_cupti::CuptiFormat)> = recordings
+                .iter()
+                .map(|(input, format)| (input.as_path(), cupti_format(*format)))
+                .collect();
+            if gpumeter_cupti::meter_files(&mut meter, &paths, &copts)?.is_some() {
+                return Ok(meter.finish()?);
+            }
+        }
         _ => {}
     }
     // Recordings and raw buffers: all read and validated, then announced; their batches are
@@ -605,12 +620,7 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
     let mut files = Vec::with_capacity(recordings.len());
     for (input, format) in recordings {
         let (name, bytes) = gpumeter_cupti::read_source(input)?;
-        let format = if format == Format::Gmr {
-            gpumeter_cupti::CuptiFormat::Gmr
-        } else {
-            gpumeter_cupti::CuptiFormat::Cupti
-        };
-        files.push((name, bytes, format));
+        files.push((name, bytes, cupti_format(format)));
     }
     let sources: Vec<gpumeter_cupti::CuptiInput<'_>> = files
         .iter()
@@ -627,6 +637,15 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
     batches.extend(recorded);
     gpumeter_core::push_batches(&mut meter, batches);
     Ok(meter.finish()?)
+}
+
+/// The CUPTI crate's format of a raw buffer or a recording.
+fn cupti_format(format: Format) -> gpumeter_cupti::CuptiFormat {
+    if format == Format::Gmr {
+        gpumeter_cupti::CuptiFormat::Gmr
+    } else {
+        gpumeter_cupti::CuptiFormat::Cupti
+    }
 }
 
 /// Rates a usage report with a price book: one invoice per tenant with usage in the period

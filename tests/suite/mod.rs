@@ -3,3 +3,4 @@
 mod conservation;
 mod golden;
 mod hostile;
+mod merge_files;

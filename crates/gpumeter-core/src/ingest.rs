@@ -74,65 +74,132 @@ impl Batch {
     }
 }
 
+/// How this report continues a `.gmr` recording an earlier report of the chain read
+/// (DESIGN §4 "Memory", `--opening`): per device, the time up to which that report read it.
+/// The one implementation of a recording's continuation, used by [`push_batches`] for a
+/// recording's [`Batch`] and by the CUPTI crate's streaming file paths, which apply it item by
+/// item as they replay a file.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Continuation {
+    /// Per device slot: the earlier report read the recording up to this time (ns).
+    cut: BTreeMap<DeviceSlot, u64>,
+}
+
+impl Continuation {
+    /// Notes how far this report reads `recording` on each device (`ends`: device slot and
+    /// the latest time, ns, of anything the source holds there: a record's end, or its start
+    /// when later, a memory event, an energy sample; a slot may come several times) with
+    /// [`Meter::note_recording`], and takes from the meter how far an earlier report read it
+    /// ([`Meter::recording_read_to`]).
+    pub fn begin(
+        meter: &mut Meter,
+        recording: &str,
+        ends: impl IntoIterator<Item = (DeviceSlot, u64)>,
+    ) -> Self {
+        let mut latest: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+        for (slot, t) in ends {
+            let e = latest.entry(slot).or_insert(t);
+            *e = (*e).max(t);
+        }
+        let mut cut = BTreeMap::new();
+        for (&slot, &end) in &latest {
+            meter.note_recording(recording, slot, end);
+            if let Some(t) = meter.recording_read_to(recording, slot) {
+                cut.insert(slot, t);
+            }
+        }
+        Continuation { cut }
+    }
+
+    /// Whether an earlier report read nothing of the recording: nothing is left out.
+    pub fn is_empty(&self) -> bool {
+        self.cut.is_empty()
+    }
+
+    /// Whether the earlier report read what happened at `t_ns` on `slot` (a time of 0 is
+    /// never read: the meter refuses it itself).
+    fn read(&self, slot: DeviceSlot, t_ns: u64) -> bool {
+        self.cut.get(&slot).is_some_and(|&c| t_ns != 0 && t_ns <= c)
+    }
+
+    /// Whether the earlier report metered `r` (it ended at or before the time read to on its
+    /// device): counted as billed by the opening report, not pushed.
+    pub fn read_record(&self, r: &ActivityRecord) -> bool {
+        r.start_ns != 0 && self.read(r.device, r.end_ns.max(r.start_ns))
+    }
+
+    /// Whether the earlier report metered `m` (at or before the time read to on its device).
+    pub fn read_memory(&self, m: &MemoryEvent) -> bool {
+        self.read(m.device, m.timestamp_ns)
+    }
+
+    /// Leaves out the energy samples (device, ns, cumulative mJ) the earlier report read,
+    /// except the last one of each device, which stays as the start of what this report
+    /// interpolates; the observed spans (device, first, last ns) start there.
+    pub fn cut_energy(
+        &self,
+        energy: &mut Vec<(DeviceSlot, u64, u64)>,
+        spans: &mut [(DeviceSlot, u64, u64)],
+    ) {
+        if self.is_empty() {
+            return;
+        }
+        let mut anchor: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+        for &(slot, t, _) in energy.iter() {
+            if self.read(slot, t) {
+                let a = anchor.entry(slot).or_insert(t);
+                *a = (*a).max(t);
+            }
+        }
+        energy.retain(|&(slot, t, _)| anchor.get(&slot).is_none_or(|&a| t >= a));
+        for span in spans {
+            if let Some(&a) = anchor.get(&span.0) {
+                span.1 = span.1.max(a);
+            }
+        }
+    }
+}
+
 /// For a batch of a `.gmr` recording: notes how far this report reads it on each device, and
-/// leaves out what an earlier report of the chain read of it (work records that end at or
-/// before that time, memory events at or before it, and energy samples before the last one
-/// at or before it, which stays as the start of the next interpolation), counting the records
-/// and events as skipped `billed_by_opening_report` ([`Meter::continue_from`]).
+/// leaves out what an earlier report of the chain read of it ([`Continuation`]), counting the
+/// records and events as skipped `billed_by_opening_report` ([`Meter::continue_from`]).
 fn continue_recording(meter: &mut Meter, b: &mut Batch) {
     let Some(rec) = b.recording.clone() else {
         return;
     };
-    let mut ends: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
-    let mut note = |slot: DeviceSlot, t: u64| {
-        let e = ends.entry(slot).or_insert(t);
-        *e = (*e).max(t);
-    };
-    for r in &b.records {
-        note(r.device, r.end_ns.max(r.start_ns));
-    }
-    for m in &b.memory {
-        note(m.device, m.timestamp_ns);
-    }
-    for &(slot, t, _) in &b.energy {
-        note(slot, t);
-    }
-    let mut cut: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
-    for (&slot, &end) in &ends {
-        meter.note_recording(&rec, slot, end);
-        if let Some(t) = meter.recording_read_to(&rec, slot) {
-            cut.insert(slot, t);
-        }
-    }
-    if cut.is_empty() {
+    let ends = b
+        .records
+        .iter()
+        .map(|r| (r.device, r.end_ns.max(r.start_ns)))
+        .chain(b.memory.iter().map(|m| (m.device, m.timestamp_ns)))
+        .chain(b.energy.iter().map(|&(slot, t, _)| (slot, t)));
+    let cont = Continuation::begin(meter, &rec, ends.collect::<Vec<_>>());
+    if cont.is_empty() {
         return;
     }
-    let read = |slot: DeviceSlot, t: u64| cut.get(&slot).is_some_and(|&c| t != 0 && t <= c);
     let (n_rec, n_mem) = (b.records.len(), b.memory.len());
-    b.records
-        .retain(|r| !(r.start_ns != 0 && read(r.device, r.end_ns.max(r.start_ns))));
-    b.memory.retain(|m| !read(m.device, m.timestamp_ns));
-    // Energy: the last sample the earlier report read on a device stays, as the start of what
-    // this report interpolates.
-    let mut anchor: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
-    for &(slot, t, _) in &b.energy {
-        if read(slot, t) {
-            let a = anchor.entry(slot).or_insert(t);
-            *a = (*a).max(t);
-        }
-    }
-    b.energy
-        .retain(|&(slot, t, _)| anchor.get(&slot).is_none_or(|&a| t >= a));
-    for span in &mut b.energy_spans {
-        if let Some(&a) = anchor.get(&span.0) {
-            span.1 = span.1.max(a);
-        }
-    }
+    b.records.retain(|r| !cont.read_record(r));
+    b.memory.retain(|m| !cont.read_memory(m));
+    cont.cut_energy(&mut b.energy, &mut b.energy_spans);
     meter.record_billed_earlier(
         (n_rec - b.records.len()) as u64,
         (n_mem - b.memory.len()) as u64,
     );
 }
+
+/// The 64-bit digest [`push_batches`] finds candidate repeated work by: of a record's
+/// [`ActivityRecord::identity`] or a memory event's [`MemoryEvent::identity`]. Two parts (one
+/// source's work on one device) are compared only when one holds one of the
+/// [`REPEAT_PROBES`] smallest distinct digests of the other: a source that can show no part of
+/// another source holds any of its parts' probes (the CUPTI crate's streaming merge does, from
+/// sketches of its files) is not affected by the comparison.
+pub fn identity_digest<T: Hash>(identity: &T) -> u64 {
+    digest(identity)
+}
+
+/// How many of a part's smallest distinct digests [`push_batches`] probes other parts with
+/// ([`identity_digest`]).
+pub const REPEAT_PROBES: usize = 4;
 
 type Heads = (
     Peekable<IntoIter<ActivityRecord>>,
@@ -429,7 +496,7 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
     }
 
     // Candidates by digest: which parts hold each of the few smallest digests of each part.
-    const PROBES: usize = 4;
+    const PROBES: usize = REPEAT_PROBES;
     let smallest = |p: &Part| -> Vec<u64> {
         let mut d: Vec<u64> = p
             .records

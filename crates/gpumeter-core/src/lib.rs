@@ -44,7 +44,7 @@ mod reference;
 mod reference_proptest;
 
 pub use device::{ComputeCapability, DeviceInfo, SmLimits};
-pub use ingest::{push_batches, Batch};
+pub use ingest::{identity_digest, push_batches, Batch, Continuation, REPEAT_PROBES};
 pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};
 pub use meter::{
     Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_CELLS,

@@ -35,7 +35,9 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use gpumeter_core::time::MAX_RECORD_NS;
-use gpumeter_core::{ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter};
+use gpumeter_core::{
+    identity_digest, ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter,
+};
 use sha2::{Digest, Sha256};
 
 use crate::decode::count_skipped;
@@ -43,10 +45,10 @@ use crate::decode::{DecodeError, LocatedRecord, Walk};
 use crate::join::{convert, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
 use crate::source::{
-    begin, meter_buffer, note_invalid, read_source, record_losses, register_devices,
-    register_partitions, source_name, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
-    Devices,
+    meter_buffer, note_invalid, read_source, source_name, CuptiFormat, CuptiOptions,
+    CuptiSourceError, CuptiSummary, Devices,
 };
+use crate::streams::{meter_streamed, Replayer, Sketch, Streamed};
 
 /// Bytes read from the file at a time (a few such chunks are in flight at once).
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -290,9 +292,9 @@ const SETTLE_EVERY: u32 = 4096;
 /// Settles the meter's devices as a replay hands them items in time order
 /// ([`Meter::settle`]): every [`SETTLE_EVERY`] items of a device, before pushing one at time
 /// `t`, nothing earlier than `t` can follow on that device, so its sweep moves to `t` and the
-/// meter holds only the work running there (issue 13: memory flat in the input's size). The
-/// replay must be the only source pushing to those devices while it runs, as it is for the
-/// facade's single-file path.
+/// meter holds only the work running there (issue 13: memory flat in the input's size). What
+/// is pushed to those devices while it runs must come in time order: one file's replay, or the
+/// time-ordered merge of several ([`crate::meter_files`]).
 #[derive(Debug, Default)]
 pub(crate) struct Settle {
     /// Items per device slot since its last settle.
@@ -523,6 +525,8 @@ pub struct BufferFile {
     displacement_ns: u64,
     /// The file's length and modification time when pass 1 read it.
     stamp: FileStamp,
+    /// Per device slot, the sketch of its work (empty unless asked for).
+    sketches: Vec<Sketch>,
 }
 
 /// What [`BufferFile::scan`] found that needs the whole-file path.
@@ -542,7 +546,7 @@ impl BufferFile {
     /// [`CuptiSourceError::Io`] when the file cannot be read; [`CuptiSourceError::Decode`] when
     /// it does not decode (as [`meter_buffer`], with the same offsets).
     pub fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Self>, CuptiSourceError> {
-        match scan(path, opts)? {
+        match scan(path, opts, false)? {
             Scan::Streamable(b) => Ok(Some(*b)),
             Scan::Whole => Ok(None),
         }
@@ -622,7 +626,7 @@ impl BufferFile {
     }
 }
 
-fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> {
+fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, CuptiSourceError> {
     let name = source_name(path);
     let io = |error| CuptiSourceError::Io {
         name: name.clone(),
@@ -651,6 +655,9 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
             order.push(id);
         }
     };
+    // Per device id: the sketch of its work, for `streams::meter_files`.
+    let mut sketches: HashMap<u32, Sketch> = HashMap::new();
+    let mut sketch_of = |id: u32, d: u64| sketches.entry(id).or_default().add(d);
     let walked = walk_file(file, opts.api, true, |r| {
         intern_name(&r.record, &strings, &mut names);
         count_skipped(&r.record, &mut skipped);
@@ -661,11 +668,17 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
                 if !refused_work(&rec) {
                     item(rec.start_ns);
                 }
+                if sketch {
+                    sketch_of(device_id, identity_digest(&rec.identity()));
+                }
                 records += 1;
             }
             Converted::Memory { device_id, ev } => {
                 note(device_id);
                 item(ev.timestamp_ns);
+                if sketch {
+                    sketch_of(device_id, identity_digest(&ev.identity()));
+                }
                 memory_events += 1;
             }
             Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
@@ -714,6 +727,14 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
         .into_values()
         .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
         .collect();
+    let mut local_sketches = vec![Sketch::default(); devices.len()];
+    for (id, k) in sketches {
+        if let Some(slot) = index.get(&id) {
+            if let Some(s) = local_sketches.get_mut(slot.0 as usize) {
+                *s = k;
+            }
+        }
+    }
     Ok(Scan::Streamable(Box::new(BufferFile {
         name,
         path: path.to_path_buf(),
@@ -732,6 +753,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Scan, CuptiSourceError> 
         memory_events,
         displacement_ns: displacement,
         stamp,
+        sketches: local_sketches,
     })))
 }
 
@@ -748,11 +770,31 @@ pub fn meter_buffer_file(
     path: &Path,
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
-    let Some(file) = BufferFile::scan(path, opts)? else {
+    let Some(streamed) = scan_stream(path, opts, false)? else {
         let (name, bytes) = read_source(path)?;
         return meter_buffer(meter, &name, &bytes, opts);
     };
-    let mut summary = CuptiSummary {
+    let mut sources = [streamed];
+    let mut summaries = meter_streamed(meter, &mut sources, opts)?;
+    summaries.pop().ok_or_else(|| CuptiSourceError::Io {
+        name: source_name(path),
+        error: io::Error::other("no summary"),
+    })
+}
+
+/// Pass 1 over the raw buffer file at `path` ([`BufferFile::scan`]) as a source for
+/// [`crate::streams`]; with the sketches of its devices' work when `sketch` is set. `None`
+/// when the file must be metered whole.
+pub(crate) fn scan_stream(
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+    sketch: bool,
+) -> Result<Option<Streamed>, CuptiSourceError> {
+    let mut file = match scan(path, opts, sketch)? {
+        Scan::Streamable(b) => b,
+        Scan::Whole => return Ok(None),
+    };
+    let summary = CuptiSummary {
         source_name: file.name.clone(),
         format: CuptiFormat::Cupti,
         api: file.api,
@@ -775,40 +817,18 @@ pub fn meter_buffer_file(
         torn: None,
         finished: true,
     };
-    // As `announce` and `push_batches` do for one source: the source, its devices (the hook
-    // applied), warnings, partitions, losses and skipped counts, then its items in order.
-    if !begin(meter, &mut summary) {
-        return Ok(summary);
-    }
-    let slots = register_devices(meter, file.devices.iter().cloned(), opts);
-    let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
-    for w in &file.warnings {
-        meter.warn(w.clone());
-    }
-    let partition_of = register_partitions(meter, &file.partitions, slot_of);
-    record_losses(meter, &file.losses, slot_of);
-    for (category, n) in &file.skipped {
-        meter.record_skipped(category, *n);
-    }
-    let mut settle = Settle::default();
-    let (pids, exts) = file.replay(|item| match item {
-        SourceItem::Work(mut rec) => {
-            rec.partition = partition_of.get(&(rec.device, rec.context_id)).copied();
-            if let Some(slot) = slot_of(rec.device) {
-                rec.device = slot;
-                settle.before(meter, slot, rec.start_ns);
-                meter.push(rec);
-            }
-        }
-        SourceItem::Memory(mut ev) => {
-            if let Some(slot) = slot_of(ev.device) {
-                ev.device = slot;
-                settle.before(meter, slot, ev.timestamp_ns);
-                meter.push_memory(ev);
-            }
-        }
-    })?;
-    summary.process_ids_joined = pids;
-    summary.external_ids_joined = exts;
-    Ok(summary)
+    Ok(Some(Streamed {
+        summary,
+        devices: file.devices.clone(),
+        warnings: std::mem::take(&mut file.warnings),
+        partitions: file.partitions.clone(),
+        losses: std::mem::take(&mut file.losses),
+        source_losses: Vec::new(),
+        skipped: std::mem::take(&mut file.skipped),
+        energy: Vec::new(),
+        recording: None,
+        ends: Vec::new(),
+        sketches: std::mem::take(&mut file.sketches),
+        replayer: Replayer::Buffer(file),
+    }))
 }

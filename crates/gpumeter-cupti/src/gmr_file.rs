@@ -16,7 +16,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use gpumeter_core::{DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
+use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
 
 use crate::decode::count_skipped;
 use crate::decode::{DecodeError, Walk};
@@ -29,10 +29,10 @@ use crate::gmr::{
 use crate::join::{convert, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
 use crate::source::{
-    begin, energy_spans, meter_gmr, note_invalid, on_slots, read_source, record_losses,
-    recording_warnings, register_devices, register_partitions, source_name, CuptiFormat,
+    meter_gmr, note_invalid, read_source, recording_warnings, source_name, CuptiFormat,
     CuptiOptions, CuptiSourceError, CuptiSummary, Devices, FrameRef,
 };
+use crate::streams::{meter_streamed, Replayed, Replayer, Sketch, Streamed};
 
 /// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
 /// bytes): its place, type and payload; `each` returns `false` to stop. Returns the header and
@@ -116,6 +116,7 @@ fn frames(
 }
 
 /// What the first pass learned of a well-formed recording.
+#[derive(Debug)]
 struct Scanned {
     /// The file's length and modification time when pass 1 opened it; both passes read only
     /// that many bytes.
@@ -147,10 +148,16 @@ struct Scanned {
     attribution_events: u64,
     unknown_frames: u64,
     undecodable: Vec<(FrameRef, DecodeError)>,
+    /// Per device id, the sketch of its work (when asked for, `streams::meter_files`).
+    sketches: HashMap<u32, Sketch>,
 }
 
 /// Pass 1: `None` when the whole-file path must meter the file.
-fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSourceError> {
+fn scan(
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+    sketch: bool,
+) -> Result<Option<Scanned>, CuptiSourceError> {
     let name = source_name(path);
     let io = |error| CuptiSourceError::Io {
         name: name.clone(),
@@ -188,6 +195,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
         attribution_events: 0,
         unknown_frames: 0,
         undecodable: Vec::new(),
+        sketches: HashMap::new(),
     };
     let mut api: Option<ApiVersion> = None;
     // Only the `len` bytes there were at the start: a recording still being written is
@@ -226,6 +234,10 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
                         match convert(&r, &names, &no_joins) {
                             Converted::Work { device_id, rec, .. } => {
                                 note(device_id, rec.end_ns.max(rec.start_ns), &mut s);
+                                if sketch {
+                                    let d = identity_digest(&rec.identity());
+                                    s.sketches.entry(device_id).or_default().add(d);
+                                }
                                 // A record the meter refuses whatever its time is handed
                                 // on at once in pass 2 (`Reorder::push`): not disorder.
                                 if !refused_work(&rec) {
@@ -238,6 +250,10 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Scanned>, CuptiSo
                             Converted::Memory { device_id, ev } => {
                                 let t = ev.timestamp_ns;
                                 note(device_id, t, &mut s);
+                                if sketch {
+                                    let d = identity_digest(&ev.identity());
+                                    s.sketches.entry(device_id).or_default().add(d);
+                                }
                                 s.latest = s.latest.max(t);
                                 s.displacement = s.displacement.max(s.latest - t);
                                 s.end = s.end.max(t);
@@ -324,9 +340,42 @@ pub fn meter_gmr_file(
     path: &Path,
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
-    let Some(s) = scan(path, opts)? else {
+    let Some(streamed) = scan_stream(path, opts, false)? else {
         let (name, bytes) = read_source(path)?;
         return meter_gmr(meter, &name, &bytes, opts);
+    };
+    let mut sources = [streamed];
+    let mut summaries = meter_streamed(meter, &mut sources, opts)?;
+    summaries.pop().ok_or_else(|| CuptiSourceError::Io {
+        name: source_name(path),
+        error: std::io::Error::other("no summary"),
+    })
+}
+
+/// A well-formed recording scanned (pass 1), ready to replay its items (pass 2).
+#[derive(Debug)]
+pub(crate) struct GmrStream {
+    s: Scanned,
+    path: std::path::PathBuf,
+    /// The source's slot of each device id.
+    index: HashMap<u32, DeviceSlot>,
+    default_pid: Option<u32>,
+    /// Devices (slots `0..exit_devices`) that get process exits at a finished recording's end.
+    exit_devices: usize,
+    /// The names known before the recording's own string tables ([`CuptiOptions::strings`]).
+    strings: crate::gmr::StringTable,
+}
+
+/// Pass 1 over the `.gmr` at `path` as a source for [`crate::streams`] (module docs), with the
+/// sketches of its devices' work when `sketch` is set; `None` when the whole-file path must
+/// meter it.
+pub(crate) fn scan_stream(
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+    sketch: bool,
+) -> Result<Option<Streamed>, CuptiSourceError> {
+    let Some(mut s) = scan(path, opts, sketch)? else {
+        return Ok(None);
     };
     let h = &s.header;
     let recording = format!(
@@ -403,7 +452,7 @@ pub fn meter_gmr_file(
     let energy = devs.place_energy(samples, &s.name, &mut warnings);
     let partitions = devs.partitions(&s.joins.green);
     let Devices { devices, index, .. } = devs;
-    let mut summary = CuptiSummary {
+    let summary = CuptiSummary {
         source_name: s.name.clone(),
         format: CuptiFormat::Gmr,
         api: s.api,
@@ -427,201 +476,160 @@ pub fn meter_gmr_file(
         torn: None,
         finished: s.finished,
     };
+    // How far the recording goes on each of its slots, for its continuation: its records and
+    // memory events, and the process exits at a finished recording's end.
+    let mut ends: Vec<(DeviceSlot, u64)> = s
+        .ends
+        .iter()
+        .filter_map(|(id, &t)| Some((*index.get(id)?, t)))
+        .collect();
+    ends.extend((0..exit_devices).map(|d| (DeviceSlot(d as u32), s.end)));
+    let mut sketches = vec![Sketch::default(); devices.len()];
+    if sketch {
+        for (id, k) in std::mem::take(&mut s.sketches) {
+            if let Some(k0) = index.get(&id).and_then(|l| sketches.get_mut(l.0 as usize)) {
+                *k0 = k;
+            }
+        }
+        // The process exits at the end (their identity has no process id: one per device).
+        let exit = MemoryEvent::new(DeviceSlot(0), s.end, 0, 0, MemoryOp::ProcessExit);
+        let d = identity_digest(&exit.identity());
+        for k in sketches.iter_mut().take(exit_devices) {
+            k.add(d);
+        }
+    }
+    let skipped = std::mem::take(&mut s.skipped);
+    Ok(Some(Streamed {
+        summary,
+        devices,
+        warnings,
+        partitions,
+        losses,
+        source_losses,
+        skipped,
+        energy,
+        recording: Some(recording),
+        ends,
+        sketches,
+        replayer: Replayer::Gmr(Box::new(GmrStream {
+            s,
+            path: path.to_path_buf(),
+            index,
+            default_pid,
+            exit_devices,
+            strings: opts.string_table(),
+        })),
+    }))
+}
 
-    // As `announce`, then `push_batches` for one batch.
-    if !begin(meter, &mut summary) {
-        return Ok(summary);
-    }
-    let slots = register_devices(meter, devices, opts);
-    let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
-    for w in warnings {
-        meter.warn(w);
-    }
-    let partition_of = register_partitions(meter, &partitions, slot_of);
-    let mut energy = on_slots(energy, slot_of);
-    let mut energy_spans = energy_spans(&energy);
-    // `continue_recording`: how far this report reads the recording on each device, and what
-    // an earlier report of the chain read of it.
-    let mut ends: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
-    let mut note = |slot: DeviceSlot, t: u64| {
-        let e = ends.entry(slot).or_insert(t);
-        *e = (*e).max(t);
-    };
-    for (&id, &t) in &s.ends {
-        if let Some(slot) = index.get(&id).and_then(|&l| slot_of(l)) {
-            note(slot, t);
-        }
-    }
-    for d in 0..exit_devices {
-        if let Some(slot) = slot_of(DeviceSlot(d as u32)) {
-            note(slot, s.end);
-        }
-    }
-    for &(slot, t, _) in &energy {
-        note(slot, t);
-    }
-    let mut cut_at: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
-    for (&slot, &end) in &ends {
-        meter.note_recording(&recording, slot, end);
-        if let Some(t) = meter.recording_read_to(&recording, slot) {
-            cut_at.insert(slot, t);
-        }
-    }
-    let read = |slot: DeviceSlot, t: u64| cut_at.get(&slot).is_some_and(|&c| t != 0 && t <= c);
-    if !cut_at.is_empty() {
-        let mut anchor: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
-        for &(slot, t, _) in &energy {
-            if read(slot, t) {
-                let a = anchor.entry(slot).or_insert(t);
-                *a = (*a).max(t);
-            }
-        }
-        energy.retain(|&(slot, t, _)| anchor.get(&slot).is_none_or(|&a| t >= a));
-        for span in &mut energy_spans {
-            if let Some(&a) = anchor.get(&span.0) {
-                span.1 = span.1.max(a);
-            }
-        }
-    }
-    record_losses(meter, &losses, slot_of);
-    let label = format!("{}@{}", s.name, s.sha256.get(..8).unwrap_or(&s.sha256));
-    for (reason, n, lower) in source_losses {
-        meter.record_source_loss(&label, reason, n, lower);
-    }
-    for (category, n) in &s.skipped {
-        meter.record_skipped(category, *n);
-    }
-    for &(slot, from, to) in &energy_spans {
-        meter.observe_energy_span(slot, from, to);
-    }
-
-    // Pass 2.
-    let name = s.name.clone();
-    let io = |error| CuptiSourceError::Io {
-        name: name.clone(),
-        error,
-    };
-    let file = File::open(path).map_err(io)?;
-    s.stamp.check_prefix(FileStamp::of(&file)).map_err(io)?;
-    let len = s.stamp.len();
-    let joins = s.joins.joins_ref(default_pid);
-    let mut strings = opts.string_table();
-    let mut names: HashMap<u64, Arc<str>> = HashMap::new();
-    let mut reorder = Reorder::new(if exit_devices > 0 {
-        s.displacement.max(s.latest.saturating_sub(s.end))
-    } else {
-        s.displacement
-    });
-    let mut pids: BTreeSet<Option<u32>> = BTreeSet::new();
-    let (mut pid_joined_n, mut ext_joined_n) = (0u64, 0u64);
-    let mut held: HashSet<(u32, Option<u32>, u64)> = HashSet::new();
-    let (mut billed_rec, mut billed_mem) = (0u64, 0u64);
-    let mut memory_events = 0u64;
-    let mut settle = crate::file::Settle::default();
-    let mut sink = |item: SourceItem| match item {
-        SourceItem::Work(mut rec) => {
-            rec.partition = partition_of.get(&(rec.device, rec.context_id)).copied();
-            let Some(slot) = slot_of(rec.device) else {
-                return;
-            };
-            rec.device = slot;
-            if rec.start_ns != 0 && read(slot, rec.end_ns.max(rec.start_ns)) {
-                billed_rec += 1;
-                return;
-            }
-            settle.before(meter, slot, rec.start_ns);
-            meter.push(rec);
-        }
-        SourceItem::Memory(mut ev) => {
-            memory_events += 1;
-            let key = (ev.device.0, ev.process_id, ev.address);
-            match ev.op {
-                MemoryOp::Allocation => {
-                    held.insert(key);
-                }
-                MemoryOp::Release => {
-                    held.remove(&key);
-                }
-                MemoryOp::ProcessExit => {}
-            }
-            let Some(slot) = slot_of(ev.device) else {
-                return;
-            };
-            ev.device = slot;
-            if read(slot, ev.timestamp_ns) {
-                billed_mem += 1;
-                return;
-            }
-            settle.before(meter, slot, ev.timestamp_ns);
-            meter.push_memory(ev);
-        }
-    };
-    let (framed, _) = with_chunks(std::io::Read::take(file, len), false, |chunks| {
-        frames(chunks, len, |_, _, frame_type, payload| {
-            match frame_type {
-                T_BUFFER => {
-                    names.clear();
-                    for r in Walk::new(payload, s.api) {
-                        let Ok(r) = r else { break };
-                        intern_name(&r.record, &strings, &mut names);
-                        let converted = convert(&r, &names, &joins);
-                        let Some((t, item, pid_joined, ext_joined)) =
-                            replay_item(converted, &index)
-                        else {
-                            continue;
-                        };
-                        pid_joined_n += u64::from(pid_joined);
-                        ext_joined_n += u64::from(ext_joined);
-                        if let SourceItem::Memory(ev) = &item {
-                            pids.insert(ev.process_id);
-                        }
-                        reorder.push(t, item, &mut sink);
-                    }
-                }
-                T_STRINGS => {
-                    if let Ok(Some(Frame::StringTable(t))) = parse_payload(frame_type, payload) {
-                        strings.extend_from(&t);
-                    }
-                }
-                _ => {}
-            }
-            true
-        })
-    });
-    let complete = framed.map_err(io)?.is_some();
-    if exit_devices > 0 {
-        pids.insert(default_pid);
-        for device in 0..exit_devices {
-            for &pid in &pids {
-                let mut exit = MemoryEvent::new(
-                    DeviceSlot(device as u32),
-                    s.end,
-                    0,
-                    0,
-                    MemoryOp::ProcessExit,
-                );
-                exit.process_id = pid;
-                reorder.push(s.end, SourceItem::Memory(exit), &mut sink);
-            }
-        }
-    }
-    reorder.drain(&mut sink);
-    s.stamp.check_prefix(FileStamp::at(path)).map_err(io)?;
-    if !complete {
-        return Err(CuptiSourceError::Io {
+impl GmrStream {
+    /// Pass 2: reads the recording again (only the length pass 1 read) and hands every work
+    /// record and memory event, on the source's slots, to `sink` in the whole-file path's
+    /// order, then the process exits of a finished recording's end.
+    pub(crate) fn replay(
+        &self,
+        sink: &mut dyn FnMut(SourceItem),
+    ) -> Result<Replayed, CuptiSourceError> {
+        let s = &self.s;
+        let io = |error| CuptiSourceError::Io {
             name: s.name.clone(),
-            error: std::io::Error::other("the file changed while it was metered"),
+            error,
+        };
+        let file = File::open(&self.path).map_err(io)?;
+        s.stamp.check_prefix(FileStamp::of(&file)).map_err(io)?;
+        let len = s.stamp.len();
+        let joins = s.joins.joins_ref(self.default_pid);
+        let mut strings = self.strings.clone();
+        let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+        let mut reorder = Reorder::new(if self.exit_devices > 0 {
+            s.displacement.max(s.latest.saturating_sub(s.end))
+        } else {
+            s.displacement
         });
+        let mut pids: BTreeSet<Option<u32>> = BTreeSet::new();
+        let (mut pid_joined_n, mut ext_joined_n) = (0u64, 0u64);
+        let mut held: HashSet<(u32, Option<u32>, u64)> = HashSet::new();
+        let mut memory_events = 0u64;
+        let mut counted = |item: SourceItem| {
+            if let SourceItem::Memory(ev) = &item {
+                memory_events += 1;
+                let key = (ev.device.0, ev.process_id, ev.address);
+                match ev.op {
+                    MemoryOp::Allocation => {
+                        held.insert(key);
+                    }
+                    MemoryOp::Release => {
+                        held.remove(&key);
+                    }
+                    MemoryOp::ProcessExit => {}
+                }
+            }
+            sink(item);
+        };
+        let (framed, _) = with_chunks(std::io::Read::take(file, len), false, |chunks| {
+            frames(chunks, len, |_, _, frame_type, payload| {
+                match frame_type {
+                    T_BUFFER => {
+                        names.clear();
+                        for r in Walk::new(payload, s.api) {
+                            let Ok(r) = r else { break };
+                            intern_name(&r.record, &strings, &mut names);
+                            let converted = convert(&r, &names, &joins);
+                            let Some((t, item, pid_joined, ext_joined)) =
+                                replay_item(converted, &self.index)
+                            else {
+                                continue;
+                            };
+                            pid_joined_n += u64::from(pid_joined);
+                            ext_joined_n += u64::from(ext_joined);
+                            if let SourceItem::Memory(ev) = &item {
+                                pids.insert(ev.process_id);
+                            }
+                            reorder.push(t, item, &mut counted);
+                        }
+                    }
+                    T_STRINGS => {
+                        if let Ok(Some(Frame::StringTable(t))) = parse_payload(frame_type, payload)
+                        {
+                            strings.extend_from(&t);
+                        }
+                    }
+                    _ => {}
+                }
+                true
+            })
+        });
+        let complete = framed.map_err(io)?.is_some();
+        if self.exit_devices > 0 {
+            pids.insert(self.default_pid);
+            for device in 0..self.exit_devices {
+                for &pid in &pids {
+                    let mut exit = MemoryEvent::new(
+                        DeviceSlot(device as u32),
+                        s.end,
+                        0,
+                        0,
+                        MemoryOp::ProcessExit,
+                    );
+                    exit.process_id = pid;
+                    reorder.push(s.end, SourceItem::Memory(exit), &mut counted);
+                }
+            }
+        }
+        reorder.drain(&mut counted);
+        s.stamp
+            .check_prefix(FileStamp::at(&self.path))
+            .map_err(io)?;
+        if !complete {
+            return Err(io(std::io::Error::other(
+                "the file changed while it was metered",
+            )));
+        }
+        Ok(Replayed {
+            pids: pid_joined_n,
+            exts: ext_joined_n,
+            memory_events: Some(memory_events),
+            closed_at_end: Some(if s.finished { held.len() as u64 } else { 0 }),
+        })
     }
-    for (slot, t, e) in energy {
-        meter.push_energy(slot, t, e);
-    }
-    if billed_rec > 0 || billed_mem > 0 {
-        meter.record_billed_earlier(billed_rec, billed_mem);
-    }
-    summary.memory_events = memory_events;
-    summary.allocations_closed_at_end = if s.finished { held.len() as u64 } else { 0 };
-    summary.process_ids_joined = pid_joined_n;
-    summary.external_ids_joined = ext_joined_n;
-    Ok(summary)
 }

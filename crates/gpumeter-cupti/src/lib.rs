@@ -64,6 +64,7 @@ pub mod layout;
 pub mod replay;
 mod source;
 pub mod stream;
+mod streams;
 
 pub use collector::{Collector, CollectorConfig, CollectorError};
 pub use decode::{
@@ -81,3 +82,4 @@ pub use source::{
     announce_sources, meter_buffer, meter_gmr, meter_path, meter_sources, read_source, CuptiFormat,
     CuptiInput, CuptiOptions, CuptiSourceError, CuptiSummary, DeviceHook, FrameRef, WORK_KINDS,
 };
+pub use streams::{meter_files, SKETCH_DIGESTS};

@@ -194,6 +194,13 @@ impl Meter {
             .copied()
     }
 
+    /// Whether an earlier report of the chain (`--opening`) read `recording` (a `.gmr`
+    /// recording's identity, [`crate::Batch::recording`]) on any device: then this report
+    /// continues it and leaves out what that report read ([`Meter::recording_read_to`]).
+    pub fn continues_recording(&self, recording: &str) -> bool {
+        self.earlier.recordings.contains_key(recording)
+    }
+
     /// Notes that this report read `recording` on `device` up to `end` (the latest time of
     /// anything it holds there), for the report's `extensions.recordings`.
     pub fn note_recording(&mut self, recording: &str, device: DeviceSlot, end: u64) {
