@@ -4,13 +4,13 @@ use super::*;
 
 use std::cmp::Reverse;
 use std::collections::hash_map::Entry;
-use std::collections::BinaryHeap;
-
 use std::hash::{Hash, Hasher};
 
 use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::record::{ActivityRecord, Joined, MemoryEvent};
+
+use super::queue::MostlySorted;
 
 /// A duplicate key (DESIGN §4: the same record, equal in every field its source gives:
 /// [`ActivityRecord::identity`]), after the start or timestamp that the sweep prunes by. The
@@ -43,19 +43,37 @@ struct Bucket {
 }
 
 /// The duplicate keys of the records the sweep has not passed, by the FxHash of the key (no
-/// allocation per record once the map has grown), and a min-heap of (time, hash), 16 bytes a
-/// record, to forget them as the sweep passes.
+/// allocation per record once the maps have grown), in two generations, and the times of the
+/// keys, 8 bytes a record, to count the keys the sweep has not passed.
+///
+/// Keys are never removed one by one (a hash lookup per record, a cache miss once the table
+/// holds a reordering horizon of records): a key the sweep has passed can never equal the key
+/// of a record the meter still takes (keys begin with the record's start, and a record
+/// starting before the sweep is `late` before it is looked up), so it may stay until its
+/// whole generation is dropped. New keys go to `young`; once the sweep has passed every key of
+/// `old` (its latest start, `old_max`), and `young` holds enough keys to make the swap worth
+/// its cost, `old` is emptied (its memory kept) and the generations swap. The table so holds
+/// the keys of at most about two horizons, and [`Dups::len`] still counts exactly the keys at
+/// or after the sweep.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Dups {
-    seen: FxHashMap<u64, Bucket>,
-    by_time: BinaryHeap<Reverse<(u64, u64)>>,
-    len: usize,
+    young: FxHashMap<u64, Bucket>,
+    old: FxHashMap<u64, Bucket>,
+    /// Latest start or timestamp of a key in `young` / `old`.
+    young_max: u64,
+    old_max: u64,
+    /// The start or timestamp of every key not yet passed by the sweep.
+    by_time: MostlySorted<Reverse<u64>>,
 }
+
+/// Keys `young` holds before the generations may swap: the cost of emptying `old` (its
+/// buckets) is spread over at least this many records.
+const SWAP_AT: usize = 4096;
 
 impl Dups {
     /// Keys held.
     pub(super) fn len(&self) -> usize {
-        self.len
+        self.by_time.len()
     }
 }
 
@@ -83,7 +101,15 @@ impl DeviceState {
     fn note_first(&mut self, key: DupKey, joined: Joined) -> bool {
         let h = hash_of(&key);
         let dups = &mut self.dups;
-        match dups.seen.entry(h) {
+        // Only a generation that holds keys at or after this one's time can hold it.
+        let in_old = key.0 <= dups.old_max && dups.old.contains_key(&h);
+        let map = if in_old {
+            &mut dups.old
+        } else {
+            dups.young_max = dups.young_max.max(key.0);
+            &mut dups.young
+        };
+        match map.entry(h) {
             Entry::Occupied(mut e) => {
                 let bucket = e.get_mut();
                 let found = if bucket.first.key == key {
@@ -100,8 +126,7 @@ impl DeviceState {
                         seen.more.push(joined);
                     }
                     None => {
-                        dups.by_time.push(Reverse((key.0, h)));
-                        dups.len += 1;
+                        dups.by_time.push(Reverse(key.0));
                         bucket.more.push(Seen {
                             key,
                             first: joined,
@@ -112,8 +137,7 @@ impl DeviceState {
                 true
             }
             Entry::Vacant(e) => {
-                dups.by_time.push(Reverse((key.0, h)));
-                dups.len += 1;
+                dups.by_time.push(Reverse(key.0));
                 e.insert(Bucket {
                     first: Seen {
                         key,
@@ -127,29 +151,21 @@ impl DeviceState {
         }
     }
 
-    /// Forgets the duplicate keys before `cut` (records the sweep has passed).
+    /// Forgets the duplicate keys before `cut` (records the sweep has passed): counts them
+    /// out, and drops the old generation once every key of it is before `cut` ([`Dups`]).
     pub(super) fn prune_dups(&mut self, cut: u64) {
         let dups = &mut self.dups;
-        while let Some(&Reverse((start, h))) = dups.by_time.peek() {
+        while let Some(&Reverse(start)) = dups.by_time.peek() {
             if start >= cut {
                 break;
             }
             dups.by_time.pop();
-            if let Entry::Occupied(mut e) = dups.seen.entry(h) {
-                let bucket = e.get_mut();
-                let before = bucket.more.len();
-                bucket.more.retain(|s| s.key.0 >= cut);
-                dups.len -= before - bucket.more.len();
-                if bucket.first.key.0 < cut {
-                    dups.len -= 1;
-                    match bucket.more.pop() {
-                        Some(s) => bucket.first = s,
-                        None => {
-                            e.remove();
-                        }
-                    }
-                }
-            }
+        }
+        if dups.old_max < cut && dups.young.len() >= SWAP_AT {
+            dups.old.clear();
+            std::mem::swap(&mut dups.old, &mut dups.young);
+            dups.old_max = dups.young_max;
+            dups.young_max = 0;
         }
     }
 

@@ -35,6 +35,7 @@ mod dup;
 mod energy;
 mod memory;
 mod opening;
+mod queue;
 mod sweep;
 mod work;
 
@@ -47,10 +48,11 @@ use dup::*;
 use energy::*;
 use memory::*;
 use opening::*;
+use queue::MostlySorted;
 use sweep::*;
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -223,7 +225,8 @@ struct DeviceState {
     info: DeviceInfo,
     /// Every description of the device with the SHA-256 of the source that gave it.
     descriptions: Vec<(String, DeviceInfo)>,
-    pending: BinaryHeap<Reverse<Pending>>,
+    /// Work waiting for the sweep, by (start, arrival).
+    pending: MostlySorted<Reverse<Pending>>,
     /// The records running at the sweep's position.
     run: Running,
     /// Sweep position: everything before it is booked; a record starting before it is late.
@@ -254,7 +257,7 @@ struct DeviceState {
     /// SMs of each partition (green context), index = [`PartitionId`].
     partitions: Vec<u32>,
     /// Memory events waiting for the sweep.
-    mem_pending: BinaryHeap<Reverse<MemPending>>,
+    mem_pending: MostlySorted<Reverse<MemPending>>,
     /// Allocations held, by (process id, address).
     open: BTreeMap<HeldAt, OpenAlloc>,
     /// Kernel records metered.
@@ -446,7 +449,7 @@ impl Meter {
         self.devices.push(DeviceState {
             info,
             descriptions,
-            pending: BinaryHeap::new(),
+            pending: MostlySorted::new(),
             run: Running::default(),
             // After a drain the handed-over windows are closed on new devices too.
             swept_to: self.drained_to,
@@ -465,7 +468,7 @@ impl Meter {
             set_index: FxHashMap::default(),
             occupancy: OccupancyCache::default(),
             partitions: Vec::new(),
-            mem_pending: BinaryHeap::new(),
+            mem_pending: MostlySorted::new(),
             open: BTreeMap::new(),
             kernels: 0,
             memory_events: 0,
