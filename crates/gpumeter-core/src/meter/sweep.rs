@@ -207,6 +207,10 @@ impl DeviceState {
     /// [`MAX_RESIDENT_GRIDS`] is chosen by what they are, never by their ids' arrival order.
     pub(super) fn advance(&mut self, to: u64, window: WindowSize, keys: &[AttrKey]) {
         self.advance_memory(to, window);
+        // The running set has been the same since `since`: its interval is booked only when
+        // the set changes (or at `to`), not at every event (a record of no duration, a kernel
+        // over the limit); booking is additive in the interval's length.
+        let mut since = self.swept_to;
         loop {
             let next_start = self
                 .pending
@@ -219,12 +223,8 @@ impl DeviceState {
                 (Some(a), None) | (None, Some(a)) => a,
                 (Some(a), Some(b)) => a.min(b),
             };
-            if !self.run.is_empty() && next > self.swept_to {
-                self.book(self.swept_to, next, window);
-            }
             self.swept_to = self.swept_to.max(next);
             let t = self.swept_to;
-            self.run.end_until(t);
             // What starts now (a record of no duration never runs).
             self.starting.clear();
             while let Some(Reverse(p)) = self.pending.peek().copied() {
@@ -236,11 +236,26 @@ impl DeviceState {
                     self.starting.push(p);
                 }
             }
-            let kernels = self.starting.iter().filter(|p| p.is_kernel()).count();
+            if self.run.next_end().is_some_and(|e| e <= t) {
+                // Records end: what ran before them is booked first.
+                if !self.run.is_empty() && t > since {
+                    self.book(since, t, window);
+                }
+                since = t;
+                self.run.end_until(t);
+            }
             let room = MAX_RESIDENT_GRIDS.saturating_sub(self.run.kernels) as usize;
+            let kernels = self.starting.iter().filter(|p| p.is_kernel()).count();
             if kernels > room {
                 self.over_limit(room, keys, window);
             }
+            if self.starting.is_empty() {
+                continue;
+            }
+            if !self.run.is_empty() && t > since {
+                self.book(since, t, window);
+            }
+            since = t;
             for p in self.starting.drain(..) {
                 self.run.start(Active {
                     end: p.end,
@@ -252,11 +267,9 @@ impl DeviceState {
                 });
             }
         }
-        if to > self.swept_to {
-            if !self.run.is_empty() {
-                self.book(self.swept_to, to, window);
-            }
-            self.swept_to = to;
+        self.swept_to = self.swept_to.max(to);
+        if !self.run.is_empty() && self.swept_to > since {
+            self.book(since, self.swept_to, window);
         }
         // Duplicate detection only needs records the sweep has not passed.
         self.prune_dups(self.swept_to);
