@@ -389,8 +389,6 @@ fn changed() -> io::Error {
     io::Error::other("the file changed while it was metered")
 }
 
-impl FileStamp {}
-
 /// A work record the meter refuses whatever its place in time (zero timestamp, end before
 /// start, longer than [`MAX_RECORD_NS`]): the meter books it as loss without touching its
 /// sweep, so the passes neither count its times in the file's disorder nor hold it in the
