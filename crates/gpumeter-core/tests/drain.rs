@@ -505,3 +505,30 @@ proptest! {
         prop_assert_eq!(settled.finish().expect("report"), plain.finish().expect("report"));
     }
 }
+
+/// A drain that fails leaves the meter as it was, its duplicate table included (a copy of the
+/// meter for a report leaves that table empty; the copy kept to restore must not): the same
+/// kernel pushed again after the failed drain is still a duplicate.
+#[test]
+fn a_drain_that_fails_keeps_the_duplicate_table() {
+    let mut meter = Meter::new(MeterConfig {
+        window: WindowSize::from_seconds(1).expect("window"),
+        max_cells: 50,
+        ..MeterConfig::default()
+    });
+    let dev = meter.register_device(device(Some(10)));
+    // Held from the start: a drain far ahead bills it to its edge, past the cell budget.
+    let mut a = MemoryEvent::new(dev, BASE, 0x1000, 4096, MemoryOp::Allocation);
+    a.process_id = Some(1);
+    meter.push_memory(a);
+    let k = ActivityRecord::new(dev, BASE + S, BASE + S + 5, kernel(1));
+    meter.push(k.clone());
+    assert!(meter.drain(BASE + 1_000 * S).is_err());
+    meter.push(k);
+    let r = meter.finish().expect("a report");
+    assert_eq!(r.lost("GPU-test", "duplicate"), 1);
+    assert_eq!(
+        r.device_total("GPU-test", gpumeter_core::MeterKind::KernelLaunches),
+        1
+    );
+}

@@ -244,7 +244,10 @@ impl Meter {
         }
         // A drain that fails (memory held up to an edge past the cell budget, a quantity past
         // 128 bits) leaves the meter exactly as it was: usable, nothing moved.
-        let before = self.deep_clone();
+        let mut before = self.deep_clone();
+        for (b, d) in before.devices.iter_mut().zip(&self.devices) {
+            b.dups = d.dups.full_copy();
+        }
         match self.drain_now(before_ns) {
             Ok(report) => Ok(report),
             Err(e) => {

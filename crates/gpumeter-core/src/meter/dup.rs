@@ -66,6 +66,27 @@ pub(super) struct Dups {
     by_time: MostlySorted<Reverse<u64>>,
 }
 
+/// The duplicate table of a device, which a copy of the meter for a report
+/// ([`Meter::snapshot`], the handed-over part of [`Meter::drain`]) leaves empty: a report
+/// takes no more records, so the table (up to two horizons of keys) would be copied for
+/// nothing. `Clone` gives an empty table; [`DupTable::full_copy`] copies it, for a meter that
+/// goes on taking records (the state [`Meter::drain`] restores on an error).
+#[derive(Debug, Default)]
+pub(super) struct DupTable(pub(super) Dups);
+
+impl Clone for DupTable {
+    fn clone(&self) -> Self {
+        DupTable::default()
+    }
+}
+
+impl DupTable {
+    /// A copy with every key.
+    pub(super) fn full_copy(&self) -> Self {
+        DupTable(self.0.clone())
+    }
+}
+
 /// Keys `young` holds before the generations may swap: the cost of emptying `old` (its
 /// buckets) is spread over at least this many records.
 const SWAP_AT: usize = 4096;
@@ -100,7 +121,7 @@ impl DeviceState {
     /// [`DeviceState::first_of`] without booking the loss.
     fn note_first(&mut self, key: DupKey, joined: Joined) -> bool {
         let h = hash_of(&key);
-        let dups = &mut self.dups;
+        let dups = &mut self.dups.0;
         // Only a generation that holds keys at or after this one's time can hold it.
         let in_old = key.0 <= dups.old_max && dups.old.contains_key(&h);
         let map = if in_old {
@@ -154,7 +175,7 @@ impl DeviceState {
     /// Forgets the duplicate keys before `cut` (records the sweep has passed): counts them
     /// out, and drops the old generation once every key of it is before `cut` ([`Dups`]).
     pub(super) fn prune_dups(&mut self, cut: u64) {
-        let dups = &mut self.dups;
+        let dups = &mut self.dups.0;
         while let Some(&Reverse(start)) = dups.by_time.peek() {
             if start >= cut {
                 break;
@@ -171,6 +192,6 @@ impl DeviceState {
 
     /// Forgets every duplicate key.
     pub(super) fn clear_dups(&mut self) {
-        self.dups = Dups::default();
+        self.dups = DupTable::default();
     }
 }

@@ -233,7 +233,7 @@ struct DeviceState {
     swept_to: u64,
     started: bool,
     max_start: u64,
-    dups: Dups,
+    dups: DupTable,
     cells: BTreeMap<u64, Cell>,
     loss: BTreeMap<LossReason, LossCount>,
     /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
@@ -455,7 +455,7 @@ impl Meter {
             swept_to: self.drained_to,
             started: self.drained_to > 0,
             max_start: 0,
-            dups: Dups::default(),
+            dups: DupTable::default(),
             cells: BTreeMap::new(),
             loss: BTreeMap::new(),
             fault: None,
@@ -538,7 +538,7 @@ impl Meter {
     pub fn buffered_records(&self) -> usize {
         self.devices
             .iter()
-            .map(|d| d.pending.len() + d.dups.len() + d.run.len())
+            .map(|d| d.pending.len() + d.dups.0.len() + d.run.len())
             .sum()
     }
 
@@ -628,8 +628,8 @@ impl Meter {
         i
     }
 
-    /// A copy of the meter's whole state with its own cell budget (the devices of one meter
-    /// share one).
+    /// A copy of the meter's state with its own cell budget (the devices of one meter share
+    /// one), for building a report: the duplicate tables are left empty ([`DupTable`]).
     fn deep_clone(&self) -> Meter {
         let budget = Arc::new(CellBudget {
             used: AtomicU64::new(self.budget.used()),
