@@ -35,6 +35,13 @@ fn opts(api: ApiVersion) -> CuptiOptions<'static> {
 
 /// The whole-file path: every file read whole, announced in order, `push_batches`.
 fn whole(inputs: &[Input], api: ApiVersion) -> String {
+    let mut m = Meter::new(MeterConfig::default());
+    whole_into(&mut m, inputs, api);
+    json(&ok(m.finish()))
+}
+
+/// [`whole`] into a meter given (one continuing a report, say).
+fn whole_into(m: &mut Meter, inputs: &[Input], api: ApiVersion) {
     let files: Vec<(String, Vec<u8>, CuptiFormat)> = inputs
         .iter()
         .map(|(p, f)| {
@@ -50,9 +57,7 @@ fn whole(inputs: &[Input], api: ApiVersion) -> String {
             format: *format,
         })
         .collect();
-    let mut m = Meter::new(MeterConfig::default());
-    ok(meter_sources(&mut m, &sources, &opts(api)));
-    json(&ok(m.finish()))
+    ok(meter_sources(m, &sources, &opts(api)));
 }
 
 /// The streaming merge; `None` when it refuses the inputs (the meter then untouched).
@@ -441,26 +446,7 @@ fn a_recording_an_opening_report_read_is_metered_whole_with_other_inputs() {
         let refused = ok(meter_files(&mut m, &paths, &opts(ApiVersion::Cupti12_8)));
         assert!(refused.is_none(), "{order:?} streamed");
         // The whole-file path, continuing the first report: a.gmr's work is billed already.
-        let files: Vec<(String, Vec<u8>, CuptiFormat)> = order
-            .iter()
-            .map(|(p, f)| {
-                let (name, bytes) = ok(read_source(p));
-                (name, bytes, *f)
-            })
-            .collect();
-        let sources: Vec<CuptiInput<'_>> = files
-            .iter()
-            .map(|(name, bytes, format)| CuptiInput {
-                name,
-                bytes,
-                format: *format,
-            })
-            .collect();
-        ok(meter_sources(
-            &mut m,
-            &sources,
-            &opts(ApiVersion::Cupti12_8),
-        ));
+        whole_into(&mut m, &order, ApiVersion::Cupti12_8);
         let whole = json(&ok(m.finish()));
         let paths: Vec<PathBuf> = order.iter().map(|(p, _)| p.clone()).collect();
         assert_eq!(json(&ok(meter_inputs(&paths, &options))), whole);

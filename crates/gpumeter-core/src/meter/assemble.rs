@@ -148,29 +148,13 @@ fn largest_remainder_over(
     den: &BigInt,
     total: u128,
 ) -> BTreeMap<String, u128> {
-    let mut floors: BTreeMap<String, u128> = BTreeMap::new();
-    let mut fracs: Vec<(BigInt, String)> = Vec::new();
-    let mut sum: u128 = 0;
-    for (t, n) in numerators {
-        let (q, r) = num_integer::Integer::div_mod_floor(&n, den);
-        let fi = q.to_u128().unwrap_or(0);
-        sum += fi;
-        fracs.push((r, t.clone()));
-        floors.insert(t, fi);
-    }
-    let mut left = total.saturating_sub(sum);
-    // Largest fraction first; equal fractions: name ascending.
-    fracs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
-    for (_, t) in fracs {
-        if left == 0 {
-            break;
-        }
-        if let Some(v) = floors.get_mut(&t) {
-            *v += 1;
-            left -= 1;
-        }
-    }
-    floors
+    hand_out(
+        numerators.into_iter().map(|(t, n)| {
+            let (q, r) = num_integer::Integer::div_mod_floor(&n, den);
+            (t, q.to_u128().unwrap_or(0), r)
+        }),
+        total,
+    )
 }
 
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
@@ -180,14 +164,29 @@ pub(crate) fn largest_remainder(
     shares: BTreeMap<String, BigRational>,
     total: u128,
 ) -> BTreeMap<String, u128> {
+    hand_out(
+        shares.into_iter().map(|(t, r)| {
+            let f = r.floor();
+            let fi = f.to_integer().to_u128().unwrap_or(0);
+            (t, fi, r - f)
+        }),
+        total,
+    )
+}
+
+/// The largest-remainder rule over (tenant, floor, fractional part): the floors, then one
+/// unit each to the largest fractional parts until the floors sum to `total`, equal
+/// fractions to the name that sorts first.
+fn hand_out<F: Ord>(
+    shares: impl Iterator<Item = (String, u128, F)>,
+    total: u128,
+) -> BTreeMap<String, u128> {
     let mut floors: BTreeMap<String, u128> = BTreeMap::new();
-    let mut fracs: Vec<(BigRational, String)> = Vec::new();
+    let mut fracs: Vec<(F, String)> = Vec::new();
     let mut sum: u128 = 0;
-    for (t, r) in shares {
-        let f = r.floor();
-        let fi = f.to_integer().to_u128().unwrap_or(0);
+    for (t, fi, frac) in shares {
         sum += fi;
-        fracs.push((r - f, t.clone()));
+        fracs.push((frac, t.clone()));
         floors.insert(t, fi);
     }
     let mut left = total.saturating_sub(sum);
