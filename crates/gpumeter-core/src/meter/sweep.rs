@@ -266,8 +266,10 @@ impl DeviceState {
     /// (`concurrent_kernel_limit`): what they booked at arrival (`kernel_launches`,
     /// `kernel_ns`, `warp_instructions`, the record counts) is taken back, so a lost record
     /// feeds no meter. The kept ones are the earliest ending, then by SMs held, resident
-    /// warps, partition, instruction count and attribution key (external id, process id,
-    /// source tenant): an order of what the records are, so the inputs' order never matters.
+    /// warps, the partition's SM count (0 for the device), instruction count and attribution
+    /// key (external id, process id, source tenant): an order of what the records are, so the
+    /// inputs' order never matters (the partition's index, which follows the order green
+    /// contexts were registered in, only breaks ties left after all of these).
     /// Only inputs no GPU can produce come here; it allocates.
     fn over_limit(&mut self, room: usize, keys: &[AttrKey], window: WindowSize) {
         let mut kernels: Vec<Pending> = self
@@ -276,10 +278,18 @@ impl DeviceState {
             .filter(|p| p.is_kernel())
             .copied()
             .collect();
+        // A partition is compared by its SM count, not its index: indices follow the order
+        // the inputs registered their green contexts in.
+        let parts = &self.partitions;
+        let part_sms = |p: &Pending| match p.part {
+            0 => 0,
+            i => parts.get(i as usize - 1).copied().unwrap_or(0),
+        };
         kernels.sort_by(|a, b| {
-            (a.end, a.held, a.warps, a.part, a.flags, a.instructions)
-                .cmp(&(b.end, b.held, b.warps, b.part, b.flags, b.instructions))
+            (a.end, a.held, a.warps, part_sms(a), a.flags, a.instructions)
+                .cmp(&(b.end, b.held, b.warps, part_sms(b), b.flags, b.instructions))
                 .then_with(|| keys.get(a.key as usize).cmp(&keys.get(b.key as usize)))
+                .then_with(|| a.part.cmp(&b.part))
         });
         let lost = kernels.split_off(room.min(kernels.len()));
         self.starting.retain(|p| !p.is_kernel());

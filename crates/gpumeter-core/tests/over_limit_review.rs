@@ -1,0 +1,128 @@
+//! Review of the concurrent-kernel limit (issue 13): every kernel pushed is metered or lost
+//! exactly once across the reports a meter hands out (drains and the final report).
+
+use gpumeter_core::{
+    ActivityRecord, ComputeCapability, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind,
+    UsageReport, Work, MAX_RESIDENT_GRIDS,
+};
+
+const BASE: u64 = 1_700_000_000_000_000_000;
+const SEC: u64 = 1_000_000_000;
+
+fn meter_with_gpu() -> (Meter, gpumeter_core::DeviceSlot) {
+    let mut meter = Meter::new(MeterConfig::default());
+    let mut gpu = DeviceInfo::bare("GPU-0", 0);
+    gpu.sm_count = Some(132);
+    gpu.compute_capability = Some(ComputeCapability { major: 9, minor: 0 });
+    let dev = meter.register_device(gpu);
+    (meter, dev)
+}
+
+fn kernel(dev: gpumeter_core::DeviceSlot, i: u64, start: u64, end: u64) -> ActivityRecord {
+    let k = KernelLaunch {
+        grid: Some([1, 1, 1]),
+        block: Some([128, 1, 1]),
+        registers_per_thread: Some(32),
+        shared_mem_bytes: Some(0),
+        ..KernelLaunch::default()
+    };
+    let mut r = ActivityRecord::new(dev, start, end, Work::Kernel(k));
+    r.process_id = Some(1000 + i as u32);
+    r.correlation_id = i as u32;
+    r
+}
+
+fn lost(r: &UsageReport) -> u64 {
+    r.loss
+        .iter()
+        .filter(|l| l.reason == "concurrent_kernel_limit")
+        .map(|l| l.records)
+        .sum()
+}
+
+/// `MAX_RESIDENT_GRIDS + 1` kernels all start at one instant, 10 s in; a drain at 5 s (before
+/// the sweep reaches them) hands out a report, then the meter finishes. Across the two
+/// reports each kernel is metered or lost once: records.kernel + loss = kernels pushed, and
+/// the launches metered equal records.kernel.
+///
+/// DEFECT (open): the drain counts the 129 kernels as metered records (counted at arrival),
+/// the final report counts one as loss and takes it back from its own `records.kernel`,
+/// which is 0, so the subtraction saturates: 129 + 1 = 130 records for 129 pushed. Counting
+/// the still-buffered kernels in the next report instead (the obvious fix) changes when
+/// records are counted and breaks the reference proptest, which counts at arrival.
+#[test]
+#[ignore = "open defect: a kernel lost after a drain is counted twice (see the doc)"]
+fn a_kernel_lost_after_a_drain_is_not_counted_twice() {
+    let n = u64::from(MAX_RESIDENT_GRIDS) + 1;
+    let (mut meter, dev) = meter_with_gpu();
+    let start = BASE + 10 * SEC;
+    for i in 0..n {
+        meter.push(kernel(dev, i, start, start + SEC));
+    }
+    let first = meter.drain(BASE + 5 * SEC).expect("a drain");
+    let last = meter.finish().expect("a report");
+    let kernels = first.records.kernel + last.records.kernel;
+    let loss = lost(&first) + lost(&last);
+    let launches = first.device_total("GPU-0", MeterKind::KernelLaunches)
+        + last.device_total("GPU-0", MeterKind::KernelLaunches);
+    assert_eq!(loss, 1);
+    assert_eq!(launches, u128::from(n - 1));
+    assert_eq!(kernels + loss, n, "records.kernel {kernels} + loss {loss}");
+    assert_eq!(u128::from(kernels), launches);
+}
+
+/// The same with a snapshot instead of a drain: the snapshot and the report agree.
+#[test]
+fn a_snapshot_before_the_sweep_agrees_with_the_report() {
+    let n = u64::from(MAX_RESIDENT_GRIDS) + 3;
+    let (mut meter, dev) = meter_with_gpu();
+    let start = BASE + 10 * SEC;
+    for i in 0..n {
+        meter.push(kernel(dev, i, start, start + SEC));
+    }
+    let snap = meter.snapshot().expect("a snapshot");
+    let last = meter.finish().expect("a report");
+    assert_eq!(snap.records, last.records);
+    assert_eq!(snap.loss, last.loss);
+    assert_eq!(snap.usage, last.usage);
+    assert_eq!(last.records.kernel + lost(&last), n);
+}
+
+/// Two green contexts of the same size, one per process, registered in either order (the
+/// order the inputs declare them: `gpumeter usage A B` vs `B A`); 65 kernels of each start at
+/// one instant, so 2 are over the limit. Which process loses them must not depend on which
+/// green context was registered first.
+#[test]
+fn the_kernels_over_the_limit_do_not_depend_on_the_partitions_registration_order() {
+    let run = |x_first: bool| {
+        let (mut meter, dev) = meter_with_gpu();
+        let mut map = gpumeter_core::TenantMap::default();
+        for pid in [1u32, 2] {
+            let name = gpumeter_core::TenantName::parse(&format!("p{pid}")).expect("a name");
+            map.pid.insert(pid, name);
+        }
+        meter.set_tenant_map(map);
+        let (x, y) = if x_first {
+            let x = meter.register_partition(dev, 40).expect("x");
+            let y = meter.register_partition(dev, 40).expect("y");
+            (x, y)
+        } else {
+            let y = meter.register_partition(dev, 40).expect("y");
+            let x = meter.register_partition(dev, 40).expect("x");
+            (x, y)
+        };
+        let half = u64::from(MAX_RESIDENT_GRIDS) / 2 + 1;
+        for i in 0..2 * half {
+            let mut r = kernel(dev, i, BASE, BASE + SEC);
+            let in_x = i < half;
+            r.process_id = Some(if in_x { 1 } else { 2 });
+            r.partition = Some(if in_x { x } else { y });
+            meter.push(r);
+        }
+        meter.finish().expect("a report")
+    };
+    let a = run(true);
+    let b = run(false);
+    assert_eq!(lost(&a), 2);
+    assert_eq!(a.totals, b.totals);
+}
