@@ -126,3 +126,42 @@ fn the_kernels_over_the_limit_do_not_depend_on_the_partitions_registration_order
     assert_eq!(lost(&a), 2);
     assert_eq!(a.totals, b.totals);
 }
+
+/// The digest computed from the report equals `document_sha256` of its JSON value for values
+/// where RFC 8785 is delicate: integers past 2^53, floats, keys ordered by UTF-16 code units
+/// (astral vs high BMP), nested objects, escapes.
+#[test]
+fn the_digest_matches_the_value_path_on_delicate_values() {
+    let by_value = |r: &UsageReport| {
+        let v = serde_json::to_value(r).expect("a JSON value");
+        gpumeter_core::document_sha256(&v, "sha256").expect("a digest")
+    };
+    let (mut meter, dev) = meter_with_gpu();
+    meter.push(kernel(dev, 1, BASE, BASE + 10));
+    let mut r = meter.finish().expect("a report");
+    r.records.kernel = u64::MAX;
+    r.records.memcpy = (1 << 53) + 1;
+    r.window_seconds = u64::MAX - 1;
+    r.records
+        .skipped
+        .insert("\u{1F600}".into(), 9_007_199_254_740_993);
+    r.records.skipped.insert("\u{FF61}".into(), 1);
+    r.warnings.push("\u{0}\u{1f}\"\\/\u{7f}\u{2028}".into());
+    r.extensions.other.insert(
+        "\u{FF61}".into(),
+        serde_json::json!({"\u{1F600}": [1e21, 1e-7, -0.0, 5e-324, 0.1, 123456789012345680000.0]}),
+    );
+    r.extensions
+        .other
+        .insert("\u{1F600}".into(), serde_json::json!(u64::MAX));
+    r.extensions
+        .other
+        .insert("a".into(), serde_json::json!(i64::MIN));
+    r.seal().expect("sealed");
+    assert_eq!(r.sha256, by_value(&r));
+    // Read back from its JSON, the report keeps its digest.
+    let text = serde_json::to_string(&r).expect("JSON");
+    let back: UsageReport = serde_json::from_str(&text).expect("read back");
+    assert!(back.verify_digest());
+    assert_eq!(by_value(&back), r.sha256);
+}
