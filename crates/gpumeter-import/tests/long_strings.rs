@@ -182,7 +182,7 @@ fn invalid_utf8_past_the_cut_is_refused_as_before_it() {
 /// is two kernels: both metered, no `duplicate` loss. A fix digests the decoded characters
 /// (the `Tail` lexer already decodes `\u` escapes and pairs) and counts `len` in decoded bytes.
 #[test]
-#[ignore = "open defect: an escape past the cut makes the same name two names"]
+
 fn an_escape_past_the_cut_is_the_character_it_stands_for() {
     let plain = long_name('a');
     let mut escaped = "k".repeat(80_000);
@@ -196,5 +196,23 @@ fn an_escape_past_the_cut_is_the_character_it_stands_for() {
         meter(&two_kernels(&short, &short_escaped)).1,
         1,
         "a short name"
+    );
+    // Before the cut (the cut falls at the same character) and past it, multi-byte and
+    // surrogate-pair escapes and `\/`.
+    let name = |before: &str, after: &str| {
+        let mut n = "k".repeat(80_000);
+        n.replace_range(70_000..70_001, after);
+        n.replace_range(100..101, before);
+        n
+    };
+    let literal = name("\u{e9}", "\u{1F600}/");
+    let escaped = name("\\u00E9", "\\ud83d\\ude00\\/");
+    assert_eq!(meter(&two_kernels(&literal, &escaped)).1, 1, "escapes");
+    // And a different character past the cut is still another name.
+    let other = name("\u{e9}", "\u{1F601}/");
+    assert_eq!(
+        meter(&two_kernels(&literal, &other)),
+        (2, 0),
+        "another name"
     );
 }
