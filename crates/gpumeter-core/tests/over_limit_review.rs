@@ -165,3 +165,52 @@ fn the_digest_matches_the_value_path_on_delicate_values() {
     assert!(back.verify_digest());
     assert_eq!(by_value(&back), r.sha256);
 }
+
+/// 128 kernels with a grid and instruction counts hold the device; one more, without a grid
+/// and with instructions, starts with them, runs across three windows and ends last, so it
+/// is the one lost: sm_ns stays meterable, and its launch, kernel_ns (every window) and
+/// warp instructions are taken back.
+#[test]
+fn a_lost_kernel_without_grid_takes_everything_back() {
+    let n = u64::from(MAX_RESIDENT_GRIDS);
+    let (mut meter, dev) = meter_with_gpu();
+    let start = BASE + SEC / 2;
+    for i in 0..n {
+        let mut r = kernel(dev, i, start, start + 10);
+        if let Work::Kernel(k) = &mut r.work {
+            k.warp_instructions = Some(7);
+        }
+        meter.push(r);
+    }
+    let mut r = kernel(dev, n, start, start + 2 * SEC);
+    if let Work::Kernel(k) = &mut r.work {
+        k.grid = None;
+        k.warp_instructions = Some(1_000);
+    }
+    meter.push(r);
+    let report = meter.finish().expect("a report");
+    assert_eq!(lost(&report), 1);
+    assert_eq!(report.records.kernel, n);
+    assert_eq!(
+        report.device_total("GPU-0", MeterKind::KernelLaunches),
+        u128::from(n)
+    );
+    assert_eq!(
+        report.device_total("GPU-0", MeterKind::KernelNs),
+        u128::from(n) * 10
+    );
+    assert_eq!(
+        report.device_total("GPU-0", MeterKind::WarpInstructions),
+        u128::from(n) * 7
+    );
+    let d = report.device("GPU-0").expect("the device");
+    assert!(d.not_meterable.is_empty(), "{:?}", d.not_meterable);
+    assert!(report.device_total("GPU-0", MeterKind::SmNs) > 0);
+    assert!(
+        report
+            .usage
+            .iter()
+            .all(|u| u.window_start.as_str() < "2023-11-14T22:13:21"),
+        "no usage past the first window"
+    );
+}
