@@ -214,3 +214,44 @@ fn a_lost_kernel_without_grid_takes_everything_back() {
         "no usage past the first window"
     );
 }
+
+/// 129 kernels start at one instant T; the one of process 129 ends first, so it is kept and
+/// another is lost. Pushed all before anything moves the sweep, or with a kernel
+/// `reorder_horizon_ns` later in between (which moves the sweep to T exactly, and a kernel
+/// starting at T is still accepted, not late): the same kernel must be lost either way.
+#[test]
+fn the_kernels_over_the_limit_do_not_depend_on_when_the_sweep_reaches_their_start() {
+    let horizon = MeterConfig::default().reorder_horizon_ns;
+    let run = |split: bool| {
+        let (mut meter, dev) = meter_with_gpu();
+        let mut map = gpumeter_core::TenantMap::default();
+        for pid in 1..=130u32 {
+            let name = gpumeter_core::TenantName::parse(&format!("p{pid}")).expect("a name");
+            map.pid.insert(pid, name);
+        }
+        meter.set_tenant_map(map);
+        let t = BASE + SEC;
+        let with_pid = |mut r: ActivityRecord, pid: u32| {
+            r.process_id = Some(pid);
+            r
+        };
+        for pid in 1..=128u32 {
+            meter.push(with_pid(kernel(dev, u64::from(pid), t, t + SEC), pid));
+        }
+        let first = with_pid(kernel(dev, 129, t, t + 10), 129);
+        let later = with_pid(kernel(dev, 130, t + horizon, t + horizon + 10), 130);
+        if split {
+            meter.push(later);
+            meter.push(first);
+        } else {
+            meter.push(first);
+            meter.push(later);
+        }
+        meter.finish().expect("a report")
+    };
+    let a = run(false);
+    let b = run(true);
+    assert_eq!(lost(&a), 1);
+    assert_eq!(lost(&b), 1);
+    assert_eq!(a.totals, b.totals);
+}

@@ -203,6 +203,11 @@ impl DeviceState {
     }
 
     /// Books every elementary interval before `to` (exclusive) and moves the sweep there.
+    /// Kernels starting at `to` stay pending (but at the end, `u64::MAX`): a kernel starting
+    /// at `to` is still accepted, and all those starting at one instant must start together,
+    /// or which of them are over [`MAX_RESIDENT_GRIDS`] would depend on whether the sweep
+    /// reached their start (a settle, a drain, a record a horizon later) before the last of
+    /// them arrived.
     /// `keys` are the meter's attribution keys by id: which kernels are over
     /// [`MAX_RESIDENT_GRIDS`] is chosen by what they are, never by their ids' arrival order.
     pub(super) fn advance(&mut self, to: u64, window: WindowSize, keys: &[AttrKey]) {
@@ -235,6 +240,29 @@ impl DeviceState {
                 if p.end > t {
                     self.starting.push(p);
                 }
+            }
+            // Kernels starting at `to` itself wait: more may still arrive for that instant.
+            if t == to && to != u64::MAX && self.starting.iter().any(|p| p.is_kernel()) {
+                let mut i = 0;
+                while i < self.starting.len() {
+                    if self.starting[i].is_kernel() {
+                        let p = self.starting.swap_remove(i);
+                        self.pending.push(Reverse(p));
+                    } else {
+                        i += 1;
+                    }
+                }
+                for p in self.starting.drain(..) {
+                    self.run.start(Active {
+                        end: p.end,
+                        key: p.key,
+                        held: p.held,
+                        warps: p.warps,
+                        part: p.part,
+                        kernel: false,
+                    });
+                }
+                break;
             }
             let kernels = self.starting.iter().filter(|p| p.is_kernel()).count();
             let room = MAX_RESIDENT_GRIDS.saturating_sub(self.run.kernels) as usize;
