@@ -41,7 +41,7 @@
 //!   events, never the document; an event whose `ph` and `cat` settle it as ignorable (most
 //!   CPU-side events) has its other fields checked and dropped, not kept. Strings are cut at
 //!   [`MAX_STRING_BYTES`] as the text is read ([`StringCap`]), since serde_json reads a string
-//!   whole; a cut string ends in a digest of the text dropped ([`CUT_MARK`]), and that text is
+//!   whole; a cut string ends in a digest of the text dropped, escapes decoded ([`CUT_MARK`]), and that text is
 //!   validated as serde_json validates a string. Bad JSON is reported at the line and column of the text, with serde_json's message,
 //!   as a parse of the whole text reports it ([`replay`]).
 
