@@ -753,6 +753,66 @@ mod tests {
         BigRational::new(BigInt::from(n), BigInt::from(d))
     }
 
+    /// Review: `capped_shares` over one common denominator gives the shares of the exact
+    /// rationals summed term by term (`largest_remainder` of `Σ value × num / den` per tenant,
+    /// the total the floor of their sum), for random cells with values up to near `u128::MAX`
+    /// and denominators sharing factors or not.
+    #[test]
+    fn capped_shares_equal_the_exact_rationals() {
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let tenants: Vec<String> = (0..5).map(|i| format!("t{i}")).collect();
+        for case in 0..400 {
+            let mut exact: FxHashMap<u32, u128> = FxHashMap::default();
+            let mut capped: FxHashMap<(u32, Factor), u128> = FxHashMap::default();
+            let big = case % 4 == 0;
+            for _ in 0..(next() % 6) {
+                let v = if big {
+                    u128::from(next()) << 60
+                } else {
+                    u128::from(next() % 1000)
+                };
+                *exact.entry((next() % 5) as u32).or_default() += v;
+            }
+            for _ in 0..(next() % 12) {
+                let den = u128::from(1 + next() % if big { u64::MAX } else { 40 });
+                let num = u128::from(1 + next() % 200).min(den);
+                let v = if big {
+                    u128::from(next()) << 40
+                } else {
+                    u128::from(next() % 1000)
+                };
+                *capped.entry(((next() % 5) as u32, (num, den))).or_default() += v;
+            }
+            let mut shares: BTreeMap<String, BigRational> = BTreeMap::new();
+            for (&k, &q) in &exact {
+                *shares
+                    .entry(tenants[k as usize].clone())
+                    .or_insert_with(BigRational::zero) +=
+                    BigRational::from_integer(BigInt::from(q));
+            }
+            for (&(k, (num, den)), &v) in &capped {
+                *shares
+                    .entry(tenants[k as usize].clone())
+                    .or_insert_with(BigRational::zero) +=
+                    BigRational::new(BigInt::from(v) * BigInt::from(num), BigInt::from(den));
+            }
+            let sum: BigRational = shares.values().sum();
+            let total = sum.floor().to_integer().to_u128().filter(|&t| t > 0);
+            let want = total.map(|t| largest_remainder(shares, t));
+            assert_eq!(
+                capped_shares(&exact, &capped, &tenants),
+                want,
+                "case {case}"
+            );
+        }
+    }
+
     #[test]
     pub(super) fn largest_remainder_ties_go_to_first_name() {
         let mut m = BTreeMap::new();

@@ -203,6 +203,11 @@ impl DeviceState {
     }
 
     /// Books every elementary interval before `to` (exclusive) and moves the sweep there.
+    /// Kernels starting at `to` stay pending (but at the end, `u64::MAX`): a kernel starting
+    /// at `to` is still accepted, and all those starting at one instant must start together,
+    /// or which of them are over [`MAX_RESIDENT_GRIDS`] would depend on whether the sweep
+    /// reached their start (a settle, a drain, a record a horizon later) before the last of
+    /// them arrived.
     /// `keys` are the meter's attribution keys by id: which kernels are over
     /// [`MAX_RESIDENT_GRIDS`] is chosen by what they are, never by their ids' arrival order.
     pub(super) fn advance(&mut self, to: u64, window: WindowSize, keys: &[AttrKey]) {
@@ -244,6 +249,35 @@ impl DeviceState {
                 since = t;
                 self.run.end_until(t);
             }
+            // Kernels starting at `to` itself wait: more may still arrive for that instant.
+            if t == to && to != u64::MAX && self.starting.iter().any(|p| p.is_kernel()) {
+                let mut i = 0;
+                while i < self.starting.len() {
+                    if self.starting[i].is_kernel() {
+                        let p = self.starting.swap_remove(i);
+                        self.pending.push(Reverse(p));
+                    } else {
+                        i += 1;
+                    }
+                }
+                if !self.starting.is_empty() {
+                    if !self.run.is_empty() && t > since {
+                        self.book(since, t, window);
+                    }
+                    since = t;
+                }
+                for p in self.starting.drain(..) {
+                    self.run.start(Active {
+                        end: p.end,
+                        key: p.key,
+                        held: p.held,
+                        warps: p.warps,
+                        part: p.part,
+                        kernel: false,
+                    });
+                }
+                break;
+            }
             let room = MAX_RESIDENT_GRIDS.saturating_sub(self.run.kernels) as usize;
             let kernels = self.starting.iter().filter(|p| p.is_kernel()).count();
             if kernels > room {
@@ -279,8 +313,10 @@ impl DeviceState {
     /// (`concurrent_kernel_limit`): what they booked at arrival (`kernel_launches`,
     /// `kernel_ns`, `warp_instructions`, the record counts) is taken back, so a lost record
     /// feeds no meter. The kept ones are the earliest ending, then by SMs held, resident
-    /// warps, partition, instruction count and attribution key (external id, process id,
-    /// source tenant): an order of what the records are, so the inputs' order never matters.
+    /// warps, the partition's SM count (0 for the device), instruction count and attribution
+    /// key (external id, process id, source tenant): an order of what the records are, so the
+    /// inputs' order never matters (the partition's index, which follows the order green
+    /// contexts were registered in, only breaks ties left after all of these).
     /// Only inputs no GPU can produce come here; it allocates.
     fn over_limit(&mut self, room: usize, keys: &[AttrKey], window: WindowSize) {
         let mut kernels: Vec<Pending> = self
@@ -289,10 +325,18 @@ impl DeviceState {
             .filter(|p| p.is_kernel())
             .copied()
             .collect();
+        // A partition is compared by its SM count, not its index: indices follow the order
+        // the inputs registered their green contexts in.
+        let parts = &self.partitions;
+        let part_sms = |p: &Pending| match p.part {
+            0 => 0,
+            i => parts.get(i as usize - 1).copied().unwrap_or(0),
+        };
         kernels.sort_by(|a, b| {
-            (a.end, a.held, a.warps, a.part, a.flags, a.instructions)
-                .cmp(&(b.end, b.held, b.warps, b.part, b.flags, b.instructions))
+            (a.end, a.held, a.warps, part_sms(a), a.flags, a.instructions)
+                .cmp(&(b.end, b.held, b.warps, part_sms(b), b.flags, b.instructions))
                 .then_with(|| keys.get(a.key as usize).cmp(&keys.get(b.key as usize)))
+                .then_with(|| a.part.cmp(&b.part))
         });
         let lost = kernels.split_off(room.min(kernels.len()));
         self.starting.retain(|p| !p.is_kernel());
