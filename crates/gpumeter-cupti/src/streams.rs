@@ -494,22 +494,26 @@ fn merge(
             let source = l.source;
             let (tx, rx) = mpsc::sync_channel::<Vec<SourceItem>>(2);
             let (back, back_rx) = mpsc::sync_channel::<Vec<SourceItem>>(2);
-            handles.push(Some(scope.spawn(move || {
-                let mut batch = Vec::with_capacity(BATCH_ITEMS);
-                let r = source.replayer.replay(&mut |item| {
-                    batch.push(item);
-                    if batch.len() >= BATCH_ITEMS {
-                        let next = back_rx
-                            .try_recv()
-                            .unwrap_or_else(|_| Vec::with_capacity(BATCH_ITEMS));
-                        let _ = tx.send(std::mem::replace(&mut batch, next));
+            let name = source.summary.source_name.clone();
+            handles.push(Some((
+                name,
+                scope.spawn(move || {
+                    let mut batch = Vec::with_capacity(BATCH_ITEMS);
+                    let r = source.replayer.replay(&mut |item| {
+                        batch.push(item);
+                        if batch.len() >= BATCH_ITEMS {
+                            let next = back_rx
+                                .try_recv()
+                                .unwrap_or_else(|_| Vec::with_capacity(BATCH_ITEMS));
+                            let _ = tx.send(std::mem::replace(&mut batch, next));
+                        }
+                    });
+                    if !batch.is_empty() {
+                        let _ = tx.send(batch);
                     }
-                });
-                if !batch.is_empty() {
-                    let _ = tx.send(batch);
-                }
-                r
-            })));
+                    r
+                }),
+            )));
             feeds.push(Some(Feed {
                 rx,
                 back,
@@ -561,10 +565,10 @@ fn merge(
         handles
             .into_iter()
             .map(|h| {
-                h.map(|h| {
+                h.map(|(name, h)| {
                     h.join().unwrap_or_else(|_| {
                         Err(CuptiSourceError::Io {
-                            name: String::new(),
+                            name,
                             error: std::io::Error::other("a replay thread panicked"),
                         })
                     })
