@@ -260,22 +260,7 @@ impl DeviceState {
                         i += 1;
                     }
                 }
-                if !self.starting.is_empty() {
-                    if !self.run.is_empty() && t > since {
-                        self.book(since, t, window);
-                    }
-                    since = t;
-                }
-                for p in self.starting.drain(..) {
-                    self.run.start(Active {
-                        end: p.end,
-                        key: p.key,
-                        held: p.held,
-                        warps: p.warps,
-                        part: p.part,
-                        kernel: false,
-                    });
-                }
+                self.start_now(&mut since, t, window);
                 break;
             }
             let room = MAX_RESIDENT_GRIDS.saturating_sub(self.run.kernels) as usize;
@@ -283,23 +268,7 @@ impl DeviceState {
             if kernels > room {
                 self.over_limit(room, keys, window);
             }
-            if self.starting.is_empty() {
-                continue;
-            }
-            if !self.run.is_empty() && t > since {
-                self.book(since, t, window);
-            }
-            since = t;
-            for p in self.starting.drain(..) {
-                self.run.start(Active {
-                    end: p.end,
-                    key: p.key,
-                    held: p.held,
-                    warps: p.warps,
-                    part: p.part,
-                    kernel: p.is_kernel(),
-                });
-            }
+            self.start_now(&mut since, t, window);
         }
         self.swept_to = self.swept_to.max(to);
         if !self.run.is_empty() && self.swept_to > since {
@@ -307,6 +276,28 @@ impl DeviceState {
         }
         // Duplicate detection only needs records the sweep has not passed.
         self.prune_dups(self.swept_to);
+    }
+
+    /// Starts the records in `starting` at `t`: first the running set's interval since
+    /// `since` is booked (it changes now) and `since` moves to `t`. Nothing when none starts.
+    fn start_now(&mut self, since: &mut u64, t: u64, window: WindowSize) {
+        if self.starting.is_empty() {
+            return;
+        }
+        if !self.run.is_empty() && t > *since {
+            self.book(*since, t, window);
+        }
+        *since = t;
+        for p in self.starting.drain(..) {
+            self.run.start(Active {
+                end: p.end,
+                key: p.key,
+                held: p.held,
+                warps: p.warps,
+                part: p.part,
+                kernel: p.is_kernel(),
+            });
+        }
     }
 
     /// Of the kernels in `starting`, keeps the first `room` and makes the rest loss
