@@ -45,10 +45,10 @@ use crate::decode::{DecodeError, LocatedRecord, Walk};
 use crate::join::{convert, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
 use crate::source::{
-    meter_buffer, note_invalid, read_source, source_name, CuptiFormat, CuptiOptions,
-    CuptiSourceError, CuptiSummary, Devices,
+    meter_buffer, note_invalid, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
+    CuptiSummary, Devices,
 };
-use crate::streams::{meter_streamed, Replayer, Sketch, Streamed};
+use crate::streams::{Replayer, Sketch, Streamed};
 
 /// Bytes read from the file at a time (a few such chunks are in flight at once).
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -768,16 +768,8 @@ pub fn meter_buffer_file(
     path: &Path,
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
-    let Some(streamed) = scan_stream(path, opts, false)? else {
-        let (name, bytes) = read_source(path)?;
-        return meter_buffer(meter, &name, &bytes, opts);
-    };
-    let mut sources = [streamed];
-    let mut summaries = meter_streamed(meter, &mut sources, opts)?;
-    summaries.pop().ok_or_else(|| CuptiSourceError::Io {
-        name: source_name(path),
-        error: io::Error::other("no summary"),
-    })
+    let scanned = scan_stream(path, opts, false)?;
+    crate::streams::meter_single(meter, path, opts, scanned, meter_buffer)
 }
 
 /// Pass 1 over the raw buffer file at `path` ([`BufferFile::scan`]) as a source for

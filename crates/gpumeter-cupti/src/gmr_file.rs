@@ -29,10 +29,10 @@ use crate::gmr::{
 use crate::join::{convert, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
 use crate::source::{
-    meter_gmr, note_invalid, read_source, recording_warnings, source_name, CuptiFormat,
-    CuptiOptions, CuptiSourceError, CuptiSummary, Devices, FrameRef,
+    meter_gmr, note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions,
+    CuptiSourceError, CuptiSummary, Devices, FrameRef,
 };
-use crate::streams::{meter_streamed, Replayed, Replayer, Sketch, Streamed};
+use crate::streams::{Replayed, Replayer, Sketch, Streamed};
 
 /// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
 /// bytes): its place, type and payload; `each` returns `false` to stop. Returns the header and
@@ -340,16 +340,8 @@ pub fn meter_gmr_file(
     path: &Path,
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
-    let Some(streamed) = scan_stream(path, opts, false)? else {
-        let (name, bytes) = read_source(path)?;
-        return meter_gmr(meter, &name, &bytes, opts);
-    };
-    let mut sources = [streamed];
-    let mut summaries = meter_streamed(meter, &mut sources, opts)?;
-    summaries.pop().ok_or_else(|| CuptiSourceError::Io {
-        name: source_name(path),
-        error: std::io::Error::other("no summary"),
-    })
+    let scanned = scan_stream(path, opts, false)?;
+    crate::streams::meter_single(meter, path, opts, scanned, meter_gmr)
 }
 
 /// A well-formed recording scanned (pass 1), ready to replay its items (pass 2).

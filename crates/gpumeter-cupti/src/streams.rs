@@ -28,6 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
 use std::path::Path;
 use std::sync::mpsc;
 
+use crate::source::{read_source, source_name};
+
 use gpumeter_core::{
     Continuation, DeviceInfo, DeviceSlot, LossReason, MemoryOp, Meter, PartitionId, REPEAT_PROBES,
 };
@@ -303,6 +305,32 @@ pub fn meter_files(
         }
     }
     meter_streamed(meter, &mut sources, opts).map(Some)
+}
+
+/// One file at `path`: `scanned` (its first pass) metered as a stream, or, when the file
+/// must be metered whole (`None`), read and handed to `whole` (`meter_buffer`, `meter_gmr`).
+pub(crate) fn meter_single(
+    meter: &mut Meter,
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+    scanned: Option<Streamed>,
+    whole: impl FnOnce(
+        &mut Meter,
+        &str,
+        &[u8],
+        &CuptiOptions<'_>,
+    ) -> Result<CuptiSummary, CuptiSourceError>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let Some(streamed) = scanned else {
+        let (name, bytes) = read_source(path)?;
+        return whole(meter, &name, &bytes, opts);
+    };
+    let mut sources = [streamed];
+    let mut summaries = meter_streamed(meter, &mut sources, opts)?;
+    summaries.pop().ok_or_else(|| CuptiSourceError::Io {
+        name: source_name(path),
+        error: std::io::Error::other("no summary"),
+    })
 }
 
 /// Announces `sources` and pushes them merged (module docs); one summary per source.

@@ -107,6 +107,16 @@ fn kernels(n: usize, start: impl Fn(usize) -> u64) -> Vec<u8> {
     buf
 }
 
+/// `bytes` written to a file and scanned (pass 1), streamable.
+fn scanned(bytes: &[u8]) -> BufferFile {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("buf.bin");
+    std::fs::write(&path, bytes).expect("write");
+    BufferFile::scan(&path, &CuptiOptions::default())
+        .expect("scan")
+        .expect("streamable")
+}
+
 fn whole(name: &str, bytes: &[u8]) -> Result<String, CuptiSourceError> {
     let mut meter = Meter::new(MeterConfig::default());
     meter_buffer(&mut meter, name, bytes, &CuptiOptions::default())?;
@@ -151,12 +161,7 @@ fn out_of_order_beyond_the_horizon_meters_as_whole() {
         }
     });
     same_report(&bytes);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("buf.bin");
-    std::fs::write(&path, &bytes).expect("write");
-    let file = BufferFile::scan(&path, &CuptiOptions::default())
-        .expect("scan")
-        .expect("streamable");
+    let file = scanned(&bytes);
     assert!(file.displacement_ns() > 1_000_000_000_000);
 }
 
@@ -523,12 +528,7 @@ fn a_refused_record_last_is_no_disorder() {
         bytes[last + f.offset..last + f.offset + f.width].fill(0);
     }
     same_report(&bytes);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("buf.bin");
-    std::fs::write(&path, &bytes).expect("write");
-    let file = BufferFile::scan(&path, &CuptiOptions::default())
-        .expect("scan")
-        .expect("streamable");
+    let file = scanned(&bytes);
     assert_eq!(file.displacement_ns(), 0);
 }
 
