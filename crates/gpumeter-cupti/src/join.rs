@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use gpumeter_core::{
     ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, MemoryEvent, MemoryOp, Work,
 };
@@ -51,17 +53,17 @@ pub const DEVICE_MEMORY_KINDS: [u32; 5] = [3, 4, 5, 6, 7];
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Joins {
     /// Correlation id → process id (RUNTIME, DRIVER, INTERNAL_LAUNCH_API records).
-    pub(crate) pid_of: HashMap<u32, u32>,
+    pub(crate) pid_of: FxHashMap<u32, u32>,
     /// Correlation id → (external kind, external id); CUSTOM0 before CUSTOM1 before CUSTOM2.
-    pub(crate) ext_of: HashMap<u32, (u32, u64)>,
+    pub(crate) ext_of: FxHashMap<u32, (u32, u64)>,
     /// Device id → DEVICE record and its name.
     pub(crate) device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
     /// Context id → device id (CONTEXT records).
-    pub(crate) device_of_context: HashMap<u32, u32>,
+    pub(crate) device_of_context: FxHashMap<u32, u32>,
     /// (device id, context id) → SMs of a green context.
     pub(crate) green: BTreeMap<(u32, u32), u32>,
     /// Correlation id → Σ INSTRUCTION_EXECUTION `executed` (`None` past 64 bits).
-    pub(crate) instructions_of: HashMap<u32, Option<u64>>,
+    pub(crate) instructions_of: FxHashMap<u32, Option<u64>>,
 }
 
 impl Joins {
@@ -129,8 +131,8 @@ impl Joins {
 
 /// The joins a conversion reads.
 pub(crate) struct JoinsRef<'a> {
-    pub(crate) pid_of: &'a HashMap<u32, u32>,
-    pub(crate) ext_of: &'a HashMap<u32, (u32, u64)>,
+    pub(crate) pid_of: &'a FxHashMap<u32, u32>,
+    pub(crate) ext_of: &'a FxHashMap<u32, (u32, u64)>,
     /// The process id of records no API record names (a `.gmr` header's).
     pub(crate) default_pid: Option<u32>,
 }

@@ -55,6 +55,7 @@ use gpumeter_core::{
     push_batches, ActivityRecord, Batch, ComputeCapability, DeviceInfo, DeviceSlot, LossReason,
     MemoryEvent, MemoryOp, Meter, PartitionId, SmLimits, SourceInfo, Work,
 };
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::decode::{
@@ -980,7 +981,7 @@ impl Devices<'_> {
     pub(crate) fn book_dropped(
         &mut self,
         dropped: &[DroppedRecords],
-        device_of_context: &HashMap<u32, u32>,
+        device_of_context: &FxHashMap<u32, u32>,
         source: &str,
         warnings: &mut Vec<String>,
         losses: &mut Vec<(DeviceSlot, LossReason, u64, bool)>,
@@ -1351,7 +1352,7 @@ pub fn announce_sources(
 pub(crate) fn assign_instructions(
     records: &mut [ActivityRecord],
     sass_of: &HashMap<u32, Vec<(String, u64)>>,
-    instructions_of: &HashMap<u32, Option<u64>>,
+    instructions_of: &FxHashMap<u32, Option<u64>>,
 ) -> (u64, u64) {
     let mut by_corr: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
     for (i, r) in records.iter().enumerate() {

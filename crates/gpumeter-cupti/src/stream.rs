@@ -36,13 +36,14 @@
 //!   (so threads can decode side by side), [`CuptiStream::apply`] books it; an error in
 //!   `prepare` leaves the meter and the stream untouched.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use gpumeter_core::{
     DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, MeterError, PartitionId,
     SourceInfo, UsageReport, Work,
 };
+use rustc_hash::FxHashSet;
 use sha2::{Digest, Sha256};
 
 use crate::decode::{decode, DecodeError, Decoded};
@@ -136,7 +137,7 @@ pub struct CuptiStream {
     instrumented: bool,
     /// Correlation ids of the kernels booked so far (the last [`JOIN_WINDOW`] of them): an
     /// INSTRUCTION_EXECUTION count for one of them came after its kernel.
-    booked_kernels: HashSet<u32>,
+    booked_kernels: FxHashSet<u32>,
     /// Processes that ended: pid → when. Devices placed later get the exits too (an
     /// allocation of an ended process is closed wherever it shows up).
     exits: BTreeMap<u32, u64>,
@@ -162,7 +163,7 @@ impl CuptiStream {
             partitions: HashMap::new(),
             warned_fields: BTreeSet::new(),
             instrumented: false,
-            booked_kernels: HashSet::new(),
+            booked_kernels: FxHashSet::default(),
             exits: BTreeMap::new(),
         }
     }
