@@ -220,7 +220,9 @@ impl Meter {
     ///   bills them;
     /// - the report is built from the windows before the edge, with the loss, skipped counts,
     ///   record counts and warnings gathered since the last drain, which the meter then
-    ///   forgets; a device's meterability (`not_meterable`) is not forgotten.
+    ///   forgets; a device's meterability (`not_meterable`) is not forgotten. Kernels the
+    ///   sweep has not started (buffered, or starting at the edge itself) are counted in the
+    ///   next report, which meters them or counts them as loss `concurrent_kernel_limit`.
     ///
     /// So the drained reports of a meter and its final report sum, row by row, to the report
     /// the meter would have built without draining (when no record arrives late because of a
@@ -298,11 +300,23 @@ impl Meter {
                 }
             }
         }
+        // Kernels still buffered (not yet started by the sweep) were counted at arrival, but
+        // they may yet be lost to the concurrent-kernel limit, which takes their count back:
+        // they are counted in the report that meters them, the next one, not in this one.
+        let carried: Vec<u64> = self
+            .devices
+            .iter()
+            .map(|d| d.pending.iter().filter(|p| p.0.is_kernel()).count() as u64)
+            .collect();
+        let carried_total: u64 = carried.iter().sum();
         // The handed-over part: the windows before the edge and what was gathered since the
         // last drain, nothing buffered; at the end (`u64::MAX`) the allocations still held,
         // listed in `open_allocations` for the next report's opening state.
         let mut part = self.deep_clone();
-        for d in &mut part.devices {
+        part.counts.kernel = part.counts.kernel.saturating_sub(carried_total);
+        for (d, &c) in part.devices.iter_mut().zip(&carried) {
+            d.records = d.records.saturating_sub(c);
+            d.kernels = d.kernels.saturating_sub(c);
             let later = d.cells.split_off(&edge);
             drop(later);
             d.pending.clear();
@@ -317,13 +331,13 @@ impl Meter {
         let report = part.finish()?;
         // Forget what was handed over.
         let mut freed = 0u64;
-        for d in &mut self.devices {
+        for (d, &c) in self.devices.iter_mut().zip(&carried) {
             let later = d.cells.split_off(&edge);
             freed += d.cells.len() as u64;
             d.cells = later;
             d.loss.clear();
-            d.records = 0;
-            d.kernels = 0;
+            d.records = c;
+            d.kernels = c;
             d.kernels_over_limit = 0;
             d.memory_events = 0;
             d.reallocations = 0;
@@ -334,7 +348,10 @@ impl Meter {
         self.budget
             .used
             .fetch_sub(freed.min(self.budget.used()), AtomicOrdering::Relaxed);
-        self.counts = RecordCounts::default();
+        self.counts = RecordCounts {
+            kernel: carried_total,
+            ..RecordCounts::default()
+        };
         self.unplaced.clear();
         self.warnings.clear();
         Ok(report)

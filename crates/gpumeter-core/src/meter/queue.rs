@@ -78,6 +78,11 @@ impl<T: Ord> MostlySorted<T> {
         self.sorted.len() + self.heap.len()
     }
 
+    /// Every item, in no particular order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = &T> {
+        self.sorted.iter().chain(self.heap.iter())
+    }
+
     /// Forgets every item (capacity is kept).
     pub(super) fn clear(&mut self) {
         self.sorted.clear();

@@ -56,7 +56,7 @@ pub(super) struct Pending {
 }
 
 impl Pending {
-    fn is_kernel(&self) -> bool {
+    pub(super) fn is_kernel(&self) -> bool {
         self.flags & KERNEL != 0
     }
 }

@@ -140,6 +140,8 @@ struct Pending {
     warps: u32,
     /// Partition (green context) index + 1; 0 = the device itself.
     part: u32,
+    /// A kernel (counted in the report that meters it when a drain finds it buffered).
+    kernel: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -149,6 +151,10 @@ struct Active {
     held: u32,
     warps: u32,
     part: u32,
+    /// When it started, and whether it is a kernel (for a drain's count of kernels the
+    /// production meter still holds back: those starting at the sweep's edge).
+    start: u64,
+    kernel: bool,
 }
 
 /// A memory event waiting for the sweep, ordered by (timestamp, arrival).
@@ -713,6 +719,7 @@ impl Meter {
             held,
             warps,
             part,
+            kernel: matches!(rec.work, Work::Kernel(_)),
         }));
         dev.note_start(rec.start_ns, self.config.reorder_horizon_ns, window);
     }
@@ -1157,8 +1164,28 @@ impl Meter {
         // The handed-over part: the windows before the edge and what was gathered since the
         // last drain, nothing buffered; at the end (`u64::MAX`) the allocations still held,
         // listed in `open_allocations` for the next report's opening state.
+        // Kernels not yet started are counted in the next report, the one that meters them
+        // (the production meter also holds back the kernels starting at the sweep's edge,
+        // which more kernels of that instant may still join).
+        let carried: Vec<u64> = self
+            .devices
+            .iter()
+            .map(|d| {
+                let pending = d.pending.iter().filter(|p| p.0.kernel).count();
+                let at_edge = d
+                    .active
+                    .iter()
+                    .filter(|a| a.kernel && a.start == d.swept_to)
+                    .count();
+                (pending + at_edge) as u64
+            })
+            .collect();
+        let carried_total: u64 = carried.iter().sum();
         let mut part = self.deep_clone();
-        for d in &mut part.devices {
+        part.counts.kernel -= carried_total;
+        for (d, &c) in part.devices.iter_mut().zip(&carried) {
+            d.records -= c;
+            d.kernels -= c;
             let later = d.cells.split_off(&edge);
             drop(later);
             d.pending.clear();
@@ -1174,13 +1201,13 @@ impl Meter {
         let report = part.finish()?;
         // Forget what was handed over.
         let mut freed = 0u64;
-        for d in &mut self.devices {
+        for (d, &c) in self.devices.iter_mut().zip(&carried) {
             let later = d.cells.split_off(&edge);
             freed += d.cells.len() as u64;
             d.cells = later;
             d.loss.clear();
-            d.records = 0;
-            d.kernels = 0;
+            d.records = c;
+            d.kernels = c;
             d.memory_events = 0;
             d.reallocations = 0;
             if end {
@@ -1190,7 +1217,10 @@ impl Meter {
         self.budget
             .used
             .fetch_sub(freed.min(self.budget.used()), AtomicOrdering::Relaxed);
-        self.counts = RecordCounts::default();
+        self.counts = RecordCounts {
+            kernel: carried_total,
+            ..RecordCounts::default()
+        };
         self.unplaced.clear();
         self.warnings.clear();
         Ok(report)
@@ -2081,6 +2111,8 @@ impl DeviceState {
                         held: p.held,
                         warps: p.warps,
                         part: p.part,
+                        start: p.start,
+                        kernel: p.kernel,
                     });
                     changed = true;
                 }
