@@ -270,18 +270,28 @@ fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format,
 /// a release build); real traces are far smaller.
 pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
 
-/// Cuts `s` to at most [`MAX_STRING_BYTES`] bytes, at a character boundary; whether it was
-/// cut. For names an importer keeps (Nsight kernel and device names; Kineto's are cut as they
-/// are read).
+/// Cuts `s` as a Kineto string is cut as it is read: the characters that
+/// start before [`MAX_STRING_BYTES`] bytes are kept, and when any is dropped, [`CUT_MARK`], the
+/// first 16 bytes of the SHA-256 of the UTF-8 text dropped (32 lowercase hex digits) and `]`
+/// follow, so two names that differ only past the cut stay two names (and two records of
+/// kernels with such names are not one record and a duplicate). Returns whether it was cut.
+/// For names an importer keeps whole before cutting (Nsight kernel and device names).
 pub(crate) fn cut_string(s: &mut String) -> bool {
     if s.len() <= MAX_STRING_BYTES {
         return false;
     }
     let mut end = MAX_STRING_BYTES;
     while !s.is_char_boundary(end) {
-        end -= 1;
+        end += 1;
     }
+    if end >= s.len() {
+        return false;
+    }
+    let digest = Sha256::digest(&s.as_bytes()[end..]);
     s.truncate(end);
+    s.push_str(CUT_MARK);
+    s.push_str(&hex::encode(&digest[..16]));
+    s.push(']');
     true
 }
 
@@ -933,5 +943,47 @@ mod tests {
             DeviceInfo::source_key(&device_label("trace.json.gz", &sha), 0),
             "trace.json.gz@309220b5#0"
         );
+    }
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use super::*;
+
+    #[test]
+    fn a_cut_name_keeps_a_digest_of_what_it_drops() {
+        let base = "k".repeat(MAX_STRING_BYTES);
+        let (mut a, mut b) = (format!("{base}<A>"), format!("{base}<B>"));
+        assert!(cut_string(&mut a) && cut_string(&mut b));
+        assert_ne!(a, b, "names that differ past the cut stay two names");
+        assert!(a.starts_with(&base) && a[MAX_STRING_BYTES..].starts_with(CUT_MARK));
+        assert_eq!(a.len(), MAX_STRING_BYTES + CUT_SUFFIX_BYTES);
+        let want = hex::encode(&Sha256::digest(b"<A>")[..16]);
+        assert!(
+            a.ends_with(&format!("{want}]")),
+            "{}",
+            &a[MAX_STRING_BYTES..]
+        );
+        // Not longer than the limit: untouched.
+        let mut short = base.clone();
+        assert!(!cut_string(&mut short));
+        assert_eq!(short, base);
+    }
+
+    #[test]
+    fn the_character_under_way_at_the_limit_is_kept_whole() {
+        // 'é' is 2 bytes: one starts at byte MAX_STRING_BYTES - 1 and ends past the limit.
+        let head = "k".repeat(MAX_STRING_BYTES - 1);
+        let mut s = format!("{head}éx");
+        assert!(cut_string(&mut s));
+        assert!(
+            s.starts_with(&format!("{head}é{CUT_MARK}")),
+            "{}",
+            &s[s.len() - 60..]
+        );
+        // A string that ends with that character drops nothing: not cut.
+        let mut whole = format!("{head}é");
+        assert!(!cut_string(&mut whole));
+        assert_eq!(whole, format!("{head}é"));
     }
 }

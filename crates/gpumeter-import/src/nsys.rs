@@ -80,7 +80,7 @@ use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
 use crate::error::{shorten, ImportError, RecordLocation};
-use crate::{Parsed, MAX_STRING_BYTES};
+use crate::{Parsed, CUT_MARK, MAX_STRING_BYTES};
 
 const KERNEL: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
 const MEMCPY: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
@@ -731,7 +731,8 @@ pub(crate) fn parse(
     if cut_names > 0 {
         parsed.warnings.push(format!(
             "{source_name}: {cut_names} kernel or device names are longer than \
-             {MAX_STRING_BYTES} bytes: each is kept cut there (at a character boundary)"
+             {MAX_STRING_BYTES} bytes: each is cut there and ends in a digest of the part \
+             dropped ({CUT_MARK}…])"
         ));
     }
 
