@@ -329,33 +329,45 @@ pub enum SourceItem {
 }
 
 /// What identifies a file's contents between the two passes without reading it again: its
-/// length and modification time. A file changed between the pass that hashed it and the pass
-/// that metered it would give a report whose SHA-256 is not that of what was metered (the
-/// bank's idempotency key), so the second pass compares the stamp at its start and at its
-/// end and refuses a difference ("the file changed while it was metered").
+/// length and modification time, and on Unix its inode and inode change time (`st_ctime`,
+/// which every write and every `utime` call moves and no call sets back, so a writer that
+/// keeps the length and restores the modification time is still seen, as is a file replaced
+/// by another). A file changed between the pass that hashed it and the pass that metered it
+/// would give a report whose SHA-256 is not that of what was metered (the bank's idempotency
+/// key), so the second pass compares the stamp at its start and at its end and refuses a
+/// difference ("the file changed while it was metered").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct FileStamp {
     len: u64,
     modified: Option<std::time::SystemTime>,
+    /// (device, inode, ctime seconds, ctime nanoseconds) on Unix; `None` elsewhere.
+    inode: Option<(u64, u64, i64, i64)>,
 }
 
 impl FileStamp {
-    /// The stamp of an open file.
-    pub(crate) fn of(file: &File) -> io::Result<Self> {
-        let m = file.metadata()?;
-        Ok(FileStamp {
+    fn from_metadata(m: &std::fs::Metadata) -> Self {
+        #[cfg(unix)]
+        let inode = {
+            use std::os::unix::fs::MetadataExt;
+            Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
+        };
+        #[cfg(not(unix))]
+        let inode = None;
+        FileStamp {
             len: m.len(),
             modified: m.modified().ok(),
-        })
+            inode,
+        }
+    }
+
+    /// The stamp of an open file.
+    pub(crate) fn of(file: &File) -> io::Result<Self> {
+        Ok(Self::from_metadata(&file.metadata()?))
     }
 
     /// The stamp of the file at `path` now.
     pub(crate) fn at(path: &Path) -> io::Result<Self> {
-        let m = std::fs::metadata(path)?;
-        Ok(FileStamp {
-            len: m.len(),
-            modified: m.modified().ok(),
-        })
+        Ok(Self::from_metadata(&std::fs::metadata(path)?))
     }
 
     /// `Ok` when `now` is the same stamp, else the error that the file changed.

@@ -534,14 +534,25 @@ fn a_refused_record_last_is_no_disorder() {
 
 /// Review of issue 13: a raw buffer changed between the pass that hashed it and the pass that
 /// meters it is refused, so a report never carries the SHA-256 of bytes it did not meter:
-/// rewritten in place (same length, another modification time) or cut short.
+/// rewritten in place (same length, another modification time), rewritten with its
+/// modification time set back (Unix: the inode change time still moves), replaced by another
+/// file of the same length and modification time (Unix: another inode), or cut short.
 #[test]
 fn a_buffer_changed_between_the_passes_is_refused() {
     let bytes = kernels(2_000, |i| i as u64 * 1_000);
+    let other = kernels(2_000, |i| i as u64 * 2_000);
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("buf.bin");
-    for change in ["rewrite", "truncate"] {
+    let changes: &[&str] = if cfg!(unix) {
+        &["rewrite", "rewrite, mtime restored", "replaced", "truncate"]
+    } else {
+        &["rewrite", "truncate"]
+    };
+    for &change in changes {
         std::fs::write(&path, &bytes).expect("write");
+        let mtime = std::fs::metadata(&path)
+            .and_then(|m| m.modified())
+            .expect("mtime");
         let file = BufferFile::scan(&path, &CuptiOptions::default())
             .expect("scan")
             .expect("streamable");
@@ -549,13 +560,33 @@ fn a_buffer_changed_between_the_passes_is_refused() {
             .write(true)
             .open(&path)
             .expect("open");
-        if change == "rewrite" {
-            std::fs::write(&path, kernels(2_000, |i| i as u64 * 2_000)).expect("rewrite");
-            let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
-            f.set_modified(later).expect("set mtime");
-        } else {
-            f.set_len(bytes.len() as u64 / 2).expect("truncate");
+        match change {
+            "rewrite" => {
+                std::fs::write(&path, &other).expect("rewrite");
+                let later = std::time::SystemTime::now() + std::time::Duration::from_secs(60);
+                f.set_modified(later).expect("set mtime");
+            }
+            "rewrite, mtime restored" => {
+                std::fs::write(&path, &other).expect("rewrite");
+                f.set_modified(mtime).expect("set mtime back");
+            }
+            "replaced" => {
+                let next = dir.path().join("next.bin");
+                std::fs::write(&next, &other).expect("write");
+                std::fs::File::options()
+                    .write(true)
+                    .open(&next)
+                    .and_then(|n| n.set_modified(mtime))
+                    .expect("set mtime");
+                std::fs::rename(&next, &path).expect("replace");
+            }
+            _ => f.set_len(bytes.len() as u64 / 2).expect("truncate"),
         }
+        assert_eq!(
+            std::fs::metadata(&path).and_then(|m| m.modified()).ok() == Some(mtime),
+            change.contains("restored") || change == "replaced",
+            "{change}: the modification time alone does not tell"
+        );
         let got = file.replay(|_| {});
         match got {
             Err(CuptiSourceError::Io { error, .. }) => {
