@@ -605,8 +605,9 @@ impl BufferFile {
         let file = File::open(&self.path).map_err(io)?;
         self.stamp.check(FileStamp::of(&file)).map_err(io)?;
         let walked = match self.join_distance {
-            // Every join known: converted as read.
-            None => {
+            // Every join known (or, at a distance of 0, none that any work names): converted
+            // as read.
+            None | Some(0) => {
                 let joins = self.joins.joins_ref(None);
                 walk_file(file, self.api, false, |r| {
                     let converted = convert(&r, &self.names, &joins);

@@ -585,8 +585,11 @@ impl GmrStream {
         let none = Joins::default();
         let no_joins = none.joins_ref(None);
         // Converted as read, joined `distance` records later; or, past the cap, joined as
-        // read with every join known.
-        let mut window = s.join_distance.map(|d| Lookahead::new(d, self.default_pid));
+        // read with every join known (at a distance of 0 no work names a join: as read too).
+        let mut window = s
+            .join_distance
+            .filter(|&d| d > 0)
+            .map(|d| Lookahead::new(d, self.default_pid));
         let mut strings = self.strings.clone();
         let mut names: HashMap<u64, Arc<str>> = HashMap::new();
         let mut reorder = Reorder::new(if self.exit_devices > 0 {

@@ -134,25 +134,29 @@ impl IdRanges {
     }
 }
 
-/// An id [`JoinDistance`] still keeps: the position of the first record naming it and whether
-/// an API or EXTERNAL_CORRELATION record named it yet.
-#[derive(Debug, Clone, Copy)]
-struct Live {
-    first: u64,
-    learned: bool,
-}
-
 /// Pass 1's measure of a file's join distance (module docs): fed every record of the file in
 /// order ([`JoinDistance::record`]), it gives the distance, or `None` when it is past the cap.
+///
+/// Ids a join record named are kept in a hash table; ids only work records and memory events
+/// named so far (all of them, in a file without API records) in a queue in the order they
+/// came, which is also increasing id order while ids increase (binary-searched when a join
+/// record names one), and in a small hash table for those that came below the queue's last.
 #[derive(Debug)]
 pub(crate) struct JoinDistance {
     cap: u64,
     /// The position of the next record.
     pos: u64,
-    live: FxHashMap<u32, Live>,
-    /// Live ids in order of their first record (the order they are let go).
-    fifo: VecDeque<(u64, u32)>,
-    /// Ids let go that an API or EXTERNAL_CORRELATION record had named.
+    /// Id a join record named → the position of the first record naming it.
+    learned: FxHashMap<u32, u64>,
+    /// (first position, id) of `learned`, in the order they were added.
+    learned_fifo: VecDeque<(u64, u32)>,
+    /// (position, id) of records naming an id no join record had named, ids not decreasing.
+    read: VecDeque<(u64, u32)>,
+    /// Such ids that came below the last of `read`: id → its first position.
+    read_odd: FxHashMap<u32, u64>,
+    /// (position, id) of `read_odd`, in the order they were added.
+    read_odd_fifo: VecDeque<(u64, u32)>,
+    /// Ids let go that a join record had named.
     gone_learned: IdRanges,
     /// Ids let go that only work records and memory events had named.
     gone_read: IdRanges,
@@ -172,8 +176,11 @@ impl JoinDistance {
         JoinDistance {
             cap,
             pos: 0,
-            live: FxHashMap::default(),
-            fifo: VecDeque::new(),
+            learned: FxHashMap::default(),
+            learned_fifo: VecDeque::new(),
+            read: VecDeque::new(),
+            read_odd: FxHashMap::default(),
+            read_odd_fifo: VecDeque::new(),
             gone_learned: IdRanges::default(),
             gone_read: IdRanges::default(),
             distance: 0,
@@ -187,62 +194,103 @@ impl JoinDistance {
         let p = self.pos;
         self.pos += 1;
         if !self.past_cap {
-            self.note(p, named);
+            self.let_go(p);
+            if let Some((id, learner)) = named {
+                self.note(p, id, learner);
+            }
         }
         named
     }
 
-    fn note(&mut self, p: u64, named: Option<(u32, bool)>) {
-        while let Some(&(first, id)) = self.fifo.front() {
-            if p - first <= self.cap {
+    /// Lets go of the ids first named more than the cap before `p`.
+    fn let_go(&mut self, p: u64) {
+        let cap = self.cap;
+        while let Some(&(first, id)) = self.read.front() {
+            if p - first <= cap {
                 break;
             }
-            self.fifo.pop_front();
-            if let Some(l) = self.live.remove(&id) {
-                if l.learned {
-                    self.gone_learned.insert(id);
-                } else {
-                    self.gone_read.insert(id);
+            self.read.pop_front();
+            self.gone_read.insert(id);
+        }
+        while let Some(&(first, id)) = self.read_odd_fifo.front() {
+            if p - first <= cap {
+                break;
+            }
+            self.read_odd_fifo.pop_front();
+            self.read_odd.remove(&id);
+            self.gone_read.insert(id);
+        }
+        // Entries are added in the order of their records, with the first position of the
+        // earliest work record naming them: an entry behind an earlier-added one may wait a
+        // little longer (a distance then found past the cap sends the file to the whole
+        // tables all the same, `finish`).
+        while let Some(&(first, id)) = self.learned_fifo.front() {
+            if p - first <= cap {
+                break;
+            }
+            self.learned_fifo.pop_front();
+            if self.learned.remove(&id).is_some() {
+                self.gone_learned.insert(id);
+            }
+        }
+    }
+
+    fn note(&mut self, p: u64, id: u32, learner: bool) {
+        if let Some(&first) = self.learned.get(&id) {
+            self.distance = self.distance.max(p - first);
+            return;
+        }
+        // A join named again after it was let go: past the cap.
+        if self.gone_learned.contains(id) {
+            self.give_up();
+            return;
+        }
+        if !learner {
+            // No join names it yet (one may later: kept while it can be within the cap).
+            match self.read.back() {
+                Some(&(_, last)) if id < last => {
+                    if let std::collections::hash_map::Entry::Vacant(e) = self.read_odd.entry(id) {
+                        e.insert(p);
+                        self.read_odd_fifo.push_back((p, id));
+                    }
                 }
-            }
-        }
-        let Some((id, learner)) = named else {
-            return;
-        };
-        if let Some(l) = self.live.get_mut(&id) {
-            l.learned |= learner;
-            if l.learned {
-                self.distance = self.distance.max(p - l.first);
+                _ => self.read.push_back((p, id)),
             }
             return;
         }
-        // Let go: a join named again past the cap. An id only work records named before is
-        // no join yet: more work records may name it; a join record may not.
-        if self.gone_learned.contains(id) || (learner && self.gone_read.contains(id)) {
-            self.past_cap = true;
-            self.live = FxHashMap::default();
-            self.fifo = VecDeque::new();
-            self.gone_learned = IdRanges::default();
-            self.gone_read = IdRanges::default();
-            return;
-        }
+        // A join record: past the cap if a work record named its id before the cap.
         if self.gone_read.contains(id) {
+            self.give_up();
             return;
         }
-        self.live.insert(
-            id,
-            Live {
-                first: p,
-                learned: learner,
-            },
-        );
-        self.fifo.push_back((p, id));
+        let i = self.read.partition_point(|&(_, r)| r < id);
+        let in_read = self
+            .read
+            .get(i)
+            .filter(|&&(_, r)| r == id)
+            .map(|&(first, _)| first);
+        let first = match (in_read, self.read_odd.get(&id).copied()) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(p),
+        };
+        self.distance = self.distance.max(p - first);
+        self.learned.insert(id, first);
+        self.learned_fifo.push_back((first, id));
+    }
+
+    /// The distance is past the cap: nothing more to measure.
+    fn give_up(&mut self) {
+        *self = JoinDistance {
+            pos: self.pos,
+            past_cap: true,
+            ..JoinDistance::new(self.cap)
+        };
     }
 
     /// The file's join distance in records, or `None` when it is past the cap (learn the
     /// joins whole).
     pub(crate) fn finish(&self) -> Option<u64> {
-        (!self.past_cap).then_some(self.distance)
+        (!self.past_cap && self.distance <= self.cap).then_some(self.distance)
     }
 }
 

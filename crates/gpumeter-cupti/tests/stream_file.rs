@@ -745,16 +745,17 @@ fn joins_far_before_and_after_their_work_stream_as_whole() {
             records.push(api_rec(c, 5000 + (c + 1) % 7));
         }
         // CUSTOM1 ids 150 launches late, then CUSTOM0 ids (a lower kind: they replace them)
-        // 450 launches late for odd ids; CUSTOM2 ids early, 100 launches ahead, for every
-        // fifth id (replaced by either).
+        // 450 launches late for odd ids; CUSTOM2 ids early, 20 launches ahead, for every
+        // tenth id (replaced by the CUSTOM1 one). The widest distance between join records of
+        // one id (320 launches) is less than between a kernel and its last join record (450).
         if let Some(c) = i.checked_sub(150).filter(|&c| c > 0) {
             records.push(ext_rec(c, 4, 800 + u64::from(c % 4)));
         }
         if let Some(c) = i.checked_sub(450).filter(|&c| c > 0 && c % 2 == 1) {
             records.push(ext_rec(c, 3, 900 + u64::from(c % 4)));
         }
-        if (i + 100) % 5 == 0 && i + 100 <= n {
-            records.push(ext_rec(i + 100, 5, 700));
+        if (i + 20) % 10 == 0 && i + 20 <= n {
+            records.push(ext_rec(i + 20, 5, 700));
         }
         // Memory of ids 10 000..: its API record comes 250 records later.
         if i % 100 == 0 {
@@ -765,17 +766,21 @@ fn joins_far_before_and_after_their_work_stream_as_whole() {
             records.push(memory_rec(u64::from(i), 10_000 + c, true));
         }
     }
-    // Kernel 50 000 near the start, its only join record 12 000 records later: the widest
-    // distance of the file.
-    records.insert(3, kernel_rec(3, 50_000));
-    records.insert(12_000, api_rec(50_000, 5006));
     // The last API records at the end of the file.
     for c in n - 299..=n {
         records.push(api_rec(c, 5000 + c % 7));
     }
-    let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] = joins_three_ways(&records, 997);
-    assert_eq!(whole_raw, streamed_raw);
-    assert_eq!(whole_gmr, streamed_gmr);
+    // Kernel 50 000 near the start (the kernels after it have lower ids), its only join record
+    // 12 000 records later (the widest distance of the file), or 7 records later (the widest
+    // is then between a kernel of a lower id and its last join record).
+    for far in [12_000, 10] {
+        let mut records = records.clone();
+        records.insert(3, kernel_rec(3, 50_000));
+        records.insert(far, api_rec(50_000, 5006));
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] = joins_three_ways(&records, 997);
+        assert_eq!(whole_raw, streamed_raw, "join record at {far}");
+        assert_eq!(whole_gmr, streamed_gmr, "join record at {far}");
+    }
 }
 
 #[test]
