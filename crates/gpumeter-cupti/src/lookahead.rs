@@ -18,10 +18,12 @@
 //!    give it with the whole file's joins) and handed on, in file order. A join is learned as
 //!    its record is read and forgotten once no record held or still to come can name it.
 //!
-//! Memory: pass 1 holds at most one entry per record of the last [`JOIN_DISTANCE_CAP`]
-//! (about 32 bytes each) and at most [`MAX_RANGES`] ranges; pass 2 holds the records of one
-//! distance and the joins of two. A file whose every launch has its API and
-//! EXTERNAL_CORRELATION records next to its kernel has a distance of a few records.
+//! Memory: pass 1 holds at most about one entry per record of the last [`JOIN_DISTANCE_CAP`]
+//! (16 bytes in a queue, or about 32 in a hash table) and at most [`MAX_RANGES`] ranges of
+//! each kind; pass 2 holds the records of one distance and the joins of two. A file whose
+//! every launch has its API and EXTERNAL_CORRELATION records next to its kernel has a
+//! distance of a few records; a file without API and EXTERNAL_CORRELATION records, 0 (then
+//! the replay needs no window).
 
 use std::collections::VecDeque;
 
