@@ -678,8 +678,9 @@ fn tenant_map() -> gpumeter_core::TenantMap {
 }
 
 /// The summary and report of `records` metered whole, and streamed from a raw buffer file
-/// and from a `.gmr` (buffer frames of `per_frame` records), as text.
-fn joins_three_ways(records: &[Vec<u8>], per_frame: usize) -> [String; 4] {
+/// and from a `.gmr` (buffer frames of `per_frame` records), as text; each report bills at
+/// least `tenants` tenants.
+fn joins_three_ways(records: &[Vec<u8>], per_frame: usize, tenants: usize) -> [String; 4] {
     use gpumeter_cupti::gmr::{GmrHeader, GmrWriter};
     let bytes = records.concat();
     let dir = tempfile::tempdir().expect("tempdir");
@@ -703,7 +704,7 @@ fn joins_three_ways(records: &[Vec<u8>], per_frame: usize) -> [String; 4] {
         meter.set_tenant_map(tenant_map());
         let s = f(&mut meter).expect("metered");
         let report = meter.finish().expect("report");
-        // The joins are exercised: several tenants are billed.
+        // The joins are exercised: so many tenants are billed.
         assert!(
             report
                 .totals
@@ -711,7 +712,7 @@ fn joins_three_ways(records: &[Vec<u8>], per_frame: usize) -> [String; 4] {
                 .map(|t| t.tenant.as_str())
                 .collect::<std::collections::BTreeSet<_>>()
                 .len()
-                >= 4,
+                >= tenants,
             "{:?}",
             report.totals
         );
@@ -777,7 +778,7 @@ fn joins_far_before_and_after_their_work_stream_as_whole() {
         let mut records = records.clone();
         records.insert(3, kernel_rec(3, 50_000));
         records.insert(far, api_rec(50_000, 5006));
-        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] = joins_three_ways(&records, 997);
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] = joins_three_ways(&records, 997, 4);
         assert_eq!(whole_raw, streamed_raw, "join record at {far}");
         assert_eq!(whole_gmr, streamed_gmr, "join record at {far}");
     }
@@ -819,8 +820,36 @@ fn joins_past_the_distance_cap_stream_as_whole() {
             records.push(ext_rec(i, 3, 900 + u64::from(i % 4)));
             records.push(kernel_rec(u64::from(i), i));
         }
-        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] = joins_three_ways(&records, 20_000);
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] =
+            joins_three_ways(&records, 20_000, 4);
         assert_eq!(whole_raw, streamed_raw, "case {case}");
         assert_eq!(whole_gmr, streamed_gmr, "case {case}");
+    }
+}
+
+#[test]
+fn joins_next_to_their_work_and_joins_no_work_names_stream_as_whole() {
+    let _alone = COUNTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A distance of 1: each API record right after its kernel.
+    let next: Records = (1..500u32)
+        .flat_map(|i| [kernel_rec(i.into(), i), api_rec(i, 5000 + i % 7)])
+        .collect();
+    // A distance of 0: join records of ids no work names (the replay needs no window).
+    let unnamed: Records = (1..500u32)
+        .flat_map(|i| {
+            [
+                api_rec(10_000 + i, 5001),
+                ext_rec(10_000 + i, 3, 900),
+                kernel_rec(i.into(), i),
+            ]
+        })
+        .collect();
+    for (records, tenants) in [(next, 7), (unnamed, 1)] {
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] =
+            joins_three_ways(&records, 100, tenants);
+        assert_eq!(whole_raw, streamed_raw);
+        assert_eq!(whole_gmr, streamed_gmr);
     }
 }
