@@ -4,3 +4,4 @@ mod conservation;
 mod golden;
 mod hostile;
 mod merge_files;
+mod stream_joins;

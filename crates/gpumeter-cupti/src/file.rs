@@ -8,19 +8,22 @@
 //!
 //! 1. **Scan** ([`BufferFile::scan`]): every record is decoded and validated (a fault is an
 //!    error before any meter is touched, as for `meter_buffer`), the joins are learned (API,
-//!    EXTERNAL_CORRELATION, DEVICE, CONTEXT records may come after the work they describe), the
-//!    devices are listed in order of first activity, losses and skipped kinds are counted, and
-//!    the SHA-256 is computed by the reading thread while this one decodes: the file is hashed
-//!    once, in this pass. The scan also measures how far back in time the file's records go
-//!    ([`BufferFile::displacement_ns`]): the largest gap between the latest start seen so far
-//!    and a later record's start.
+//!    EXTERNAL_CORRELATION, DEVICE, CONTEXT records may come after the work they describe; of
+//!    the process and external ids by correlation id only how far apart their records stand,
+//!    [`crate::lookahead`], unless that is past the cap: then they are learned whole by one
+//!    more read), the devices are listed in order of first activity, losses and skipped kinds
+//!    are counted, and the SHA-256 is computed by the reading thread while this one decodes:
+//!    the file is hashed once, in this pass. The scan also measures how far back in time the
+//!    file's records go ([`BufferFile::displacement_ns`]): the largest gap between the latest
+//!    start seen so far and a later record's start.
 //! 2. **Replay** ([`BufferFile::replay`]): the file is read again and each record is converted
-//!    with the joins and handed on in exactly the order the whole-file path pushes (by start,
-//!    work records before memory events at equal times, equal keys in file order), through a
-//!    reorder buffer that holds only the records within the measured displacement of the
-//!    latest start: a file in time order holds almost nothing; a file out of order by more than
-//!    the meter's reordering horizon is still pushed exactly as the whole-file path pushes it,
-//!    holding what the disorder demands.
+//!    with the joins (the process and external ids learned a join distance ahead of it) and
+//!    handed on in exactly the order the whole-file path pushes (by start, work records before
+//!    memory events at equal times, equal keys in file order), through a reorder buffer that
+//!    holds only the records within the measured displacement of the latest start: a file in
+//!    time order holds almost nothing; a file out of order by more than the meter's
+//!    reordering horizon is still pushed exactly as the whole-file path pushes it, holding
+//!    what the disorder demands.
 //!
 //! A file with INSTRUCTION_EXECUTION records (rare: instrumented runs) is metered whole by
 //! [`meter_buffer`](crate::meter_buffer): splitting a launch's instruction count among its
@@ -42,8 +45,9 @@ use sha2::{Digest, Sha256};
 
 use crate::decode::count_skipped;
 use crate::decode::{DecodeError, LocatedRecord, Walk};
-use crate::join::{convert, intern_name, Converted, Joins};
+use crate::join::{convert, correlation_named, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
+use crate::lookahead::{JoinDistance, Lookahead};
 use crate::source::{
     meter_buffer, note_invalid, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
     CuptiSummary, Devices,
@@ -521,7 +525,13 @@ pub struct BufferFile {
     path: std::path::PathBuf,
     api: ApiVersion,
     sha256: String,
+    /// The facts of records that are not work; the process and external ids by correlation
+    /// id only when `join_distance` is `None`.
     joins: Joins,
+    /// The file's join distance in records ([`crate::lookahead`]): the replay learns the
+    /// process and external ids that many records ahead. `None` when it is past the cap:
+    /// `joins` holds them all, learned by a pass of their own.
+    join_distance: Option<u64>,
     names: HashMap<u64, Arc<str>>,
     devices: Vec<DeviceInfo>,
     index: HashMap<u32, DeviceSlot>,
@@ -598,7 +608,6 @@ impl BufferFile {
     /// [`CuptiSourceError::Io`] / [`CuptiSourceError::Decode`] when the file cannot be read
     /// again or no longer decodes (it changed since the scan); what was handed on before stays.
     pub fn replay(&self, mut sink: impl FnMut(SourceItem)) -> Result<(u64, u64), CuptiSourceError> {
-        let joins = self.joins.joins_ref(None);
         let mut reorder = Reorder::new(self.displacement_ns);
         let (mut pids, mut exts) = (0u64, 0u64);
         let io = |error| CuptiSourceError::Io {
@@ -607,14 +616,41 @@ impl BufferFile {
         };
         let file = File::open(&self.path).map_err(io)?;
         self.stamp.check(FileStamp::of(&file)).map_err(io)?;
-        let walked = walk_file(file, self.api, false, |r| {
-            let converted = convert(&r, &self.names, &joins);
-            if let Some((t, item, pid_joined, ext_joined)) = replay_item(converted, &self.index) {
-                pids += u64::from(pid_joined);
-                exts += u64::from(ext_joined);
-                reorder.push(t, item, &mut sink);
+        let walked = match self.join_distance {
+            // Every join known (or, at a distance of 0, none that any work names): converted
+            // as read.
+            None | Some(0) => {
+                let joins = self.joins.joins_ref(None);
+                walk_file(file, self.api, false, |r| {
+                    let converted = convert(&r, &self.names, &joins);
+                    if let Some((t, item, pid_joined, ext_joined)) =
+                        replay_item(converted, &self.index)
+                    {
+                        pids += u64::from(pid_joined);
+                        exts += u64::from(ext_joined);
+                        reorder.push(t, item, &mut sink);
+                    }
+                })
             }
-        });
+            // Converted as read, joined `distance` records later.
+            Some(distance) => {
+                let none = Joins::default();
+                let no_joins = none.joins_ref(None);
+                let mut window = Lookahead::new(distance, None);
+                let mut emit = |t, item, pid_joined, ext_joined| {
+                    pids += u64::from(pid_joined);
+                    exts += u64::from(ext_joined);
+                    reorder.push(t, item, &mut sink);
+                };
+                let walked = walk_file(file, self.api, false, |r| {
+                    let converted = convert(&r, &self.names, &no_joins);
+                    let item = replay_item(converted, &self.index).map(|(t, item, ..)| (t, item));
+                    window.push(&r, item, &mut emit);
+                });
+                window.finish(&mut emit);
+                walked
+            }
+        };
         reorder.drain(&mut sink);
         walked.map_err(|e| self.error(e))?;
         self.stamp.check(FileStamp::at(&self.path)).map_err(io)?;
@@ -656,6 +692,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
     let mut faults: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
     let (mut records, mut memory_events) = (0u64, 0u64);
     let (mut latest, mut displacement) = (0u64, 0u64);
+    let mut distance = JoinDistance::default();
     let mut item = |t: u64| {
         latest = latest.max(t);
         displacement = displacement.max(latest - t);
@@ -671,7 +708,11 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
     let walked = walk_file(file, opts.api, true, |r| {
         intern_name(&r.record, &strings, &mut names);
         count_skipped(&r.record, &mut skipped);
-        joins.learn(std::slice::from_ref(&r), &names);
+        // The process and external ids are learned in the replay's window, or by a pass of
+        // their own when the file's join distance is past the cap (below).
+        if !matches!(distance.record(&r.record), Some((_, true))) {
+            joins.learn(std::slice::from_ref(&r), &names);
+        }
         match convert(&r, &names, &no_joins) {
             Converted::Work { device_id, rec, .. } => {
                 note(device_id);
@@ -713,6 +754,18 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
     if !joins.instructions_of.is_empty() {
         return Ok(Scan::Whole);
     }
+    let join_distance = distance.finish();
+    drop(distance);
+    if join_distance.is_none() {
+        learn_correlations(path, opts.api, stamp, &mut joins).map_err(|e| match e {
+            WalkError::Io(e) => io(e),
+            WalkError::Decode(error) => CuptiSourceError::Decode {
+                name: name.clone(),
+                frame: None,
+                error,
+            },
+        })?;
+    }
     let sha256 = digest.map(hex::encode).unwrap_or_default();
     let key_label = format!("{name}@{}", sha256.get(..8).unwrap_or(&sha256));
     let (devices, index, losses, partitions) = {
@@ -751,6 +804,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
         api: opts.api,
         sha256,
         joins,
+        join_distance,
         names,
         devices,
         index,
@@ -765,6 +819,26 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
         stamp,
         sketches: local_sketches,
     })))
+}
+
+/// The pass of a file whose join distance is past the cap ([`crate::lookahead`]): reads the
+/// file at `path` (as `stamp` saw it) once more and learns every process and external id by
+/// correlation id into `joins`, as the whole-file path does.
+fn learn_correlations(
+    path: &Path,
+    api: ApiVersion,
+    stamp: FileStamp,
+    joins: &mut Joins,
+) -> Result<(), WalkError> {
+    let file = File::open(path).map_err(WalkError::Io)?;
+    stamp.check(FileStamp::of(&file)).map_err(WalkError::Io)?;
+    let names = HashMap::new();
+    walk_file(file, api, false, |r| {
+        if matches!(correlation_named(&r.record), Some((_, true))) {
+            joins.learn(std::slice::from_ref(&r), &names);
+        }
+    })?;
+    stamp.check(FileStamp::at(path)).map_err(WalkError::Io)
 }
 
 /// Meters the raw CUPTI buffer file at `path` as a stream (module docs): the same report as

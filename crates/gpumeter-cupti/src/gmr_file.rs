@@ -26,8 +26,9 @@ use crate::gmr::{
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
     T_INSTRUCTIONS, T_STRINGS,
 };
-use crate::join::{convert, intern_name, Converted, Joins};
+use crate::join::{convert, correlation_named, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
+use crate::lookahead::{JoinDistance, Lookahead};
 use crate::source::{
     meter_gmr, note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions,
     CuptiSourceError, CuptiSummary, Devices, FrameRef,
@@ -126,7 +127,12 @@ struct Scanned {
     header: GmrHeader,
     api: ApiVersion,
     finished: bool,
+    /// The facts of records that are not work; the process and external ids by correlation
+    /// id only when `join_distance` is `None`.
     joins: Joins,
+    /// The recording's join distance in records ([`crate::lookahead`]), `None` past the cap:
+    /// then `joins` holds every process and external id, learned by a pass of their own.
+    join_distance: Option<u64>,
     /// Device ids in order of first activity.
     order: Vec<u32>,
     skipped: BTreeMap<&'static str, u64>,
@@ -179,6 +185,7 @@ fn scan(
         api: ApiVersion::default(),
         finished: false,
         joins: Joins::default(),
+        join_distance: None,
         order: Vec::new(),
         skipped: BTreeMap::new(),
         invalid: BTreeMap::new(),
@@ -198,6 +205,7 @@ fn scan(
         sketches: HashMap::new(),
     };
     let mut api: Option<ApiVersion> = None;
+    let mut distance = JoinDistance::default();
     // Only the `len` bytes there were at the start: a recording still being written is
     // hashed and metered up to where it was.
     let (framed, digest) = with_chunks(std::io::Read::take(file, len), true, |chunks| {
@@ -223,7 +231,11 @@ fn scan(
                         };
                         intern_name(&r.record, &strings, &mut names);
                         count_skipped(&r.record, &mut s.skipped);
-                        s.joins.learn(std::slice::from_ref(&r), &names);
+                        // The process and external ids are learned in the replay's window,
+                        // or by a pass of their own past the cap (below).
+                        if !matches!(distance.record(&r.record), Some((_, true))) {
+                            s.joins.learn(std::slice::from_ref(&r), &names);
+                        }
                         let mut note = |id: u32, t: u64, s: &mut Scanned| {
                             if seen.insert(id) {
                                 s.order.push(id);
@@ -320,10 +332,49 @@ fn scan(
             Err(_) => return Ok(None),
         },
     };
+    s.join_distance = distance.finish();
+    drop(distance);
+    if s.join_distance.is_none()
+        && !learn_correlations(path, s.api, stamp, &mut s.joins).map_err(io)?
+    {
+        return Ok(None);
+    }
     s.sha256 = hex::encode(digest);
     s.header = header;
     s.finished = finished;
     Ok(Some(s))
+}
+
+/// The pass of a recording whose join distance is past the cap ([`crate::lookahead`]): reads
+/// the recording at `path` once more (the length `stamp` saw) and learns every process and
+/// external id by correlation id into `joins`, as the whole-file path does. `false` when it no
+/// longer reads as a well-formed recording (it changed since pass 1).
+fn learn_correlations(
+    path: &Path,
+    api: ApiVersion,
+    stamp: FileStamp,
+    joins: &mut Joins,
+) -> std::io::Result<bool> {
+    let file = File::open(path)?;
+    stamp.check_prefix(FileStamp::of(&file))?;
+    let len = stamp.len();
+    let names = HashMap::new();
+    let (framed, _) = with_chunks(std::io::Read::take(file, len), false, |chunks| {
+        frames(chunks, len, |_, _, frame_type, payload| {
+            if frame_type == T_BUFFER {
+                for r in Walk::new(payload, api) {
+                    let Ok(r) = r else { break };
+                    if matches!(correlation_named(&r.record), Some((_, true))) {
+                        joins.learn(std::slice::from_ref(&r), &names);
+                    }
+                }
+            }
+            true
+        })
+    });
+    let complete = framed?.is_some();
+    stamp.check_prefix(FileStamp::at(path))?;
+    Ok(complete)
 }
 
 /// Meters the `.gmr` recording at `path` as a stream (module docs): the same report as
@@ -531,6 +582,14 @@ impl GmrStream {
         s.stamp.check_prefix(FileStamp::of(&file)).map_err(io)?;
         let len = s.stamp.len();
         let joins = s.joins.joins_ref(self.default_pid);
+        let none = Joins::default();
+        let no_joins = none.joins_ref(None);
+        // Converted as read, joined `distance` records later; or, past the cap, joined as
+        // read with every join known (at a distance of 0 no work names a join: as read too).
+        let mut window = s
+            .join_distance
+            .filter(|&d| d > 0)
+            .map(|d| Lookahead::new(d, self.default_pid));
         let mut strings = self.strings.clone();
         let mut names: HashMap<u64, Arc<str>> = HashMap::new();
         let mut reorder = Reorder::new(if self.exit_devices > 0 {
@@ -558,6 +617,14 @@ impl GmrStream {
             }
             sink(item);
         };
+        let mut emit = |t: u64, item: SourceItem, pid_joined: bool, ext_joined: bool| {
+            pid_joined_n += u64::from(pid_joined);
+            ext_joined_n += u64::from(ext_joined);
+            if let SourceItem::Memory(ev) = &item {
+                pids.insert(ev.process_id);
+            }
+            reorder.push(t, item, &mut counted);
+        };
         let (framed, _) = with_chunks(std::io::Read::take(file, len), false, |chunks| {
             frames(chunks, len, |_, _, frame_type, payload| {
                 match frame_type {
@@ -566,18 +633,22 @@ impl GmrStream {
                         for r in Walk::new(payload, s.api) {
                             let Ok(r) = r else { break };
                             intern_name(&r.record, &strings, &mut names);
-                            let converted = convert(&r, &names, &joins);
-                            let Some((t, item, pid_joined, ext_joined)) =
-                                replay_item(converted, &self.index)
-                            else {
-                                continue;
-                            };
-                            pid_joined_n += u64::from(pid_joined);
-                            ext_joined_n += u64::from(ext_joined);
-                            if let SourceItem::Memory(ev) = &item {
-                                pids.insert(ev.process_id);
+                            match window.as_mut() {
+                                Some(w) => {
+                                    let converted = convert(&r, &names, &no_joins);
+                                    let item = replay_item(converted, &self.index)
+                                        .map(|(t, item, ..)| (t, item));
+                                    w.push(&r, item, &mut emit);
+                                }
+                                None => {
+                                    let converted = convert(&r, &names, &joins);
+                                    if let Some((t, item, pid_joined, ext_joined)) =
+                                        replay_item(converted, &self.index)
+                                    {
+                                        emit(t, item, pid_joined, ext_joined);
+                                    }
+                                }
                             }
-                            reorder.push(t, item, &mut counted);
                         }
                     }
                     T_STRINGS => {
@@ -591,6 +662,9 @@ impl GmrStream {
                 true
             })
         });
+        if let Some(w) = window.as_mut() {
+            w.finish(&mut emit);
+        }
         let complete = framed.map_err(io)?.is_some();
         if self.exit_devices > 0 {
             pids.insert(self.default_pid);

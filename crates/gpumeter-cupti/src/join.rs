@@ -129,6 +129,31 @@ impl Joins {
     }
 }
 
+/// The correlation id a record names for the process-id and external-id joins, and whether it
+/// is one [`Joins::learn`] learns from (`true`: an API record, or an EXTERNAL_CORRELATION
+/// record of kind CUSTOM0..=CUSTOM2) rather than one [`convert`] looks up (`false`: a work
+/// record or a memory event); `None` for any other record and for correlation id 0, which no
+/// join holds. The bounded joins of a streamed file ([`crate::lookahead`]) measure and keep
+/// what these name.
+pub(crate) fn correlation_named(record: &Record) -> Option<(u32, bool)> {
+    let (id, learner) = match record {
+        Record::Api(a) => (a.correlation_id, true),
+        Record::ExternalCorrelation(e)
+            if (EXTERNAL_KIND_CUSTOM0..=EXTERNAL_KIND_CUSTOM2).contains(&e.external_kind) =>
+        {
+            (e.correlation_id, true)
+        }
+        Record::Kernel(k) => (k.correlation_id, false),
+        Record::Memcpy(m) => (m.correlation_id, false),
+        Record::PeerCopy(p) => (p.correlation_id, false),
+        Record::Memset(m) => (m.correlation_id, false),
+        Record::GraphTrace(g) => (g.correlation_id, false),
+        Record::Memory(m) => (m.correlation_id, false),
+        _ => return None,
+    };
+    (id != 0).then_some((id, learner))
+}
+
 /// The joins a conversion reads.
 pub(crate) struct JoinsRef<'a> {
     pub(crate) pid_of: &'a FxHashMap<u32, u32>,

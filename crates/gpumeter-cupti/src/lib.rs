@@ -61,6 +61,7 @@ mod gmr_file;
 mod join;
 pub mod kind;
 pub mod layout;
+mod lookahead;
 pub mod replay;
 mod source;
 pub mod stream;

@@ -23,7 +23,8 @@ thread_local! {
 }
 
 /// Held by the tests that count allocations, so that one's allocations never land in the
-/// other's count ([`ALLOCATIONS`] counts every thread: the file reader has its own).
+/// other's count ([`ALLOCATIONS`] counts every thread: the file reader has its own), and by
+/// the tests that allocate for seconds (the joins tests), so that theirs do not either.
 static COUNTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn count() {
@@ -594,5 +595,292 @@ fn a_buffer_changed_between_the_passes_is_refused() {
             }
             other => panic!("{change}: expected the file-changed error, got {other:?}"),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The correlation joins of a streamed file, learned in a window as wide as the file's join
+// distance (or whole past the cap): API and EXTERNAL_CORRELATION records far from the work
+// they name, before and after it, give the same report as the whole-file path.
+
+/// Records, each its bytes.
+type Records = Vec<Vec<u8>>;
+
+/// One record of `kind` in the 12.8 layout with `fields` (CUPTI header name, value).
+fn record(kind: ActivityKind, fields: &[(&str, u64)]) -> Vec<u8> {
+    let layout = API
+        .layouts()
+        .into_iter()
+        .find(|l| l.kind == kind)
+        .expect("layout");
+    let mut rec = vec![0u8; layout.size];
+    rec[..4].copy_from_slice(&kind.0.to_le_bytes());
+    for (name, value) in fields {
+        let f = layout
+            .fields
+            .iter()
+            .find(|f| f.name == *name)
+            .unwrap_or_else(|| panic!("{} has no {name}", layout.struct_name));
+        rec[f.offset..f.offset + f.width].copy_from_slice(&value.to_le_bytes()[..f.width]);
+    }
+    rec
+}
+
+const T0: u64 = 1_793_606_160_000_000_000;
+
+/// A kernel of correlation id `corr` starting `i` µs after [`T0`], 3 µs long, on one of 4
+/// streams.
+fn kernel_rec(i: u64, corr: u32) -> Vec<u8> {
+    let s = T0 + i * 1_000;
+    record(
+        ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", s),
+            ("end", s + 3_000),
+            ("gridX", 1 + i % 300),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("blockX", 128),
+            ("blockY", 1),
+            ("blockZ", 1),
+            ("correlationId", corr.into()),
+            ("streamId", 7 + i % 4),
+            ("contextId", 1),
+        ],
+    )
+}
+
+/// A RUNTIME record of correlation id `corr` in process `pid`.
+fn api_rec(corr: u32, pid: u32) -> Vec<u8> {
+    record(
+        ActivityKind::RUNTIME,
+        &[("correlationId", corr.into()), ("processId", pid.into())],
+    )
+}
+
+/// An EXTERNAL_CORRELATION record: `kind` 3 is CUSTOM0, 4 CUSTOM1, 5 CUSTOM2.
+fn ext_rec(corr: u32, kind: u32, id: u64) -> Vec<u8> {
+    record(
+        ActivityKind::EXTERNAL_CORRELATION,
+        &[
+            ("externalKind", kind.into()),
+            ("externalId", id),
+            ("correlationId", corr.into()),
+        ],
+    )
+}
+
+/// A device-memory allocation (`release`: its release) of correlation id `corr` at `i` µs
+/// after [`T0`], with no process id of its own (joined from its API record).
+fn memory_rec(i: u64, corr: u32, release: bool) -> Vec<u8> {
+    record(
+        ActivityKind::MEMORY2,
+        &[
+            ("memoryOperationType", if release { 2 } else { 1 }),
+            ("memoryKind", 3),
+            ("correlationId", corr.into()),
+            ("address", 0x7000_0000 + u64::from(corr) * 0x1000),
+            ("bytes", 1 << 20),
+            ("timestamp", T0 + i * 1_000),
+            ("deviceId", 0),
+            ("contextId", 1),
+        ],
+    )
+}
+
+/// Process ids 5000..5007 and CUSTOM0 external ids 900..903 are tenants; CUSTOM1 external
+/// ids 800.. are tenants too (a record that kept its CUSTOM1 id where a CUSTOM0 one came
+/// later would be billed to the wrong one).
+fn tenant_map() -> gpumeter_core::TenantMap {
+    let mut map = gpumeter_core::TenantMap::default();
+    for pid in 5000..5008u32 {
+        map.pid.insert(
+            pid,
+            gpumeter_core::TenantName::parse(&format!("p{pid}")).expect("name"),
+        );
+    }
+    for ext in (900..904u64).chain(800..804) {
+        map.external.insert(
+            ext,
+            gpumeter_core::TenantName::parse(&format!("e{ext}")).expect("name"),
+        );
+    }
+    map
+}
+
+/// The summary and report of `records` metered whole, and streamed from a raw buffer file
+/// and from a `.gmr` (buffer frames of `per_frame` records), as text; each report bills at
+/// least `tenants` tenants.
+fn joins_three_ways(records: &[Vec<u8>], per_frame: usize, tenants: usize) -> [String; 4] {
+    use gpumeter_cupti::gmr::{GmrHeader, GmrWriter};
+    let bytes = records.concat();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let raw = dir.path().join("joins.bin");
+    std::fs::write(&raw, &bytes).expect("write");
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 5007,
+        ..GmrHeader::default()
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    for part in records.chunks(per_frame) {
+        w.write_buffer(&part.concat()).expect("buffer");
+    }
+    let gmr_bytes = w.finish().expect("finish");
+    let gmr = dir.path().join("joins.gmr");
+    std::fs::write(&gmr, &gmr_bytes).expect("write");
+    let run = |f: &dyn Fn(&mut Meter) -> Result<gpumeter_cupti::CuptiSummary, CuptiSourceError>| {
+        let mut meter = Meter::new(MeterConfig::default());
+        meter.set_tenant_map(tenant_map());
+        let s = f(&mut meter).expect("metered");
+        let report = meter.finish().expect("report");
+        // The joins are exercised: so many tenants are billed.
+        assert!(
+            report
+                .totals
+                .iter()
+                .map(|t| t.tenant.as_str())
+                .collect::<std::collections::BTreeSet<_>>()
+                .len()
+                >= tenants,
+            "{:?}",
+            report.totals
+        );
+        format!("{s:?}\n{}", serde_json::to_string(&report).expect("json"))
+    };
+    let o = CuptiOptions::default();
+    [
+        run(&|m| meter_buffer(m, "joins.bin", &bytes, &o)),
+        run(&|m| meter_buffer_file(m, &raw, &o)),
+        run(&|m| meter_gmr(m, "joins.gmr", &gmr_bytes, &o)),
+        run(&|m| meter_gmr_file(m, &gmr, &o)),
+    ]
+}
+
+#[test]
+fn joins_far_before_and_after_their_work_stream_as_whole() {
+    let _alone = COUNTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let n = 4_000u32;
+    let mut records = Vec::new();
+    for i in 1..=n {
+        let corr = i;
+        records.push(kernel_rec(u64::from(i), corr));
+        // API records 300 launches late; for ids ending in 7, a second API record of
+        // another process 200 launches later still (the first one wins).
+        if let Some(c) = i.checked_sub(300).filter(|&c| c > 0) {
+            records.push(api_rec(c, 5000 + c % 7));
+        }
+        if let Some(c) = i.checked_sub(500).filter(|&c| c > 0 && c % 10 == 7) {
+            records.push(api_rec(c, 5000 + (c + 1) % 7));
+        }
+        // CUSTOM1 ids 150 launches late, then CUSTOM0 ids (a lower kind: they replace them)
+        // 450 launches late for odd ids; CUSTOM2 ids early, 20 launches ahead, for every
+        // tenth id (replaced by the CUSTOM1 one). The widest distance between join records of
+        // one id (320 launches) is less than between a kernel and its last join record (450).
+        if let Some(c) = i.checked_sub(150).filter(|&c| c > 0) {
+            records.push(ext_rec(c, 4, 800 + u64::from(c % 4)));
+        }
+        if let Some(c) = i.checked_sub(450).filter(|&c| c > 0 && c % 2 == 1) {
+            records.push(ext_rec(c, 3, 900 + u64::from(c % 4)));
+        }
+        if (i + 20) % 10 == 0 && i + 20 <= n {
+            records.push(ext_rec(i + 20, 5, 700));
+        }
+        // Memory of ids 10 000..: its API record comes 250 records later.
+        if i % 100 == 0 {
+            records.push(memory_rec(u64::from(i), 10_000 + i, false));
+        }
+        if let Some(c) = i.checked_sub(80).filter(|&c| c % 100 == 0) {
+            records.push(api_rec(10_000 + c, 5000 + c % 5));
+            records.push(memory_rec(u64::from(i), 10_000 + c, true));
+        }
+    }
+    // The last API records at the end of the file.
+    for c in n - 299..=n {
+        records.push(api_rec(c, 5000 + c % 7));
+    }
+    // Kernel 50 000 near the start (the kernels after it have lower ids), its only join record
+    // 12 000 records later (the widest distance of the file), or 7 records later (the widest
+    // is then between a kernel of a lower id and its last join record).
+    for far in [12_000, 10] {
+        let mut records = records.clone();
+        records.insert(3, kernel_rec(3, 50_000));
+        records.insert(far, api_rec(50_000, 5006));
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] = joins_three_ways(&records, 997, 4);
+        assert_eq!(whole_raw, streamed_raw, "join record at {far}");
+        assert_eq!(whole_gmr, streamed_gmr, "join record at {far}");
+    }
+}
+
+#[test]
+fn joins_past_the_distance_cap_stream_as_whole() {
+    let _alone = COUNTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // One join each, past the 65 536 records the window may reach (the joins are then
+    // learned whole): kernel 1's API and CUSTOM0 records come after 70 000 records; kernel
+    // 3's first API record comes 70 000 records before it (it wins over the one next to it);
+    // kernel 2's CUSTOM1 id is next to it, the lower CUSTOM0 one 70 000 records later.
+    // (records before the 70 000, records after them)
+    let far: [(Records, Records); 3] = [
+        (
+            vec![kernel_rec(1, 1)],
+            vec![api_rec(1, 5001), ext_rec(1, 3, 901)],
+        ),
+        (
+            vec![api_rec(3, 5003)],
+            vec![kernel_rec(3, 3), api_rec(3, 5004)],
+        ),
+        (
+            vec![kernel_rec(2, 2), api_rec(2, 5002), ext_rec(2, 4, 801)],
+            vec![ext_rec(2, 3, 902)],
+        ),
+    ];
+    for (case, (before, after)) in far.into_iter().enumerate() {
+        let mut records = before;
+        for i in 0..70_000u32 {
+            // Other launches' joins, next to each other: no work of theirs.
+            records.push(api_rec(100_000 + i, 5000 + i % 7));
+        }
+        records.extend(after);
+        for i in 4..40u32 {
+            records.push(api_rec(i, 5000 + i % 7));
+            records.push(ext_rec(i, 3, 900 + u64::from(i % 4)));
+            records.push(kernel_rec(u64::from(i), i));
+        }
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] =
+            joins_three_ways(&records, 20_000, 4);
+        assert_eq!(whole_raw, streamed_raw, "case {case}");
+        assert_eq!(whole_gmr, streamed_gmr, "case {case}");
+    }
+}
+
+#[test]
+fn joins_next_to_their_work_and_joins_no_work_names_stream_as_whole() {
+    let _alone = COUNTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // A distance of 1: each API record right after its kernel.
+    let next: Records = (1..500u32)
+        .flat_map(|i| [kernel_rec(i.into(), i), api_rec(i, 5000 + i % 7)])
+        .collect();
+    // A distance of 0: join records of ids no work names (the replay needs no window).
+    let unnamed: Records = (1..500u32)
+        .flat_map(|i| {
+            [
+                api_rec(10_000 + i, 5001),
+                ext_rec(10_000 + i, 3, 900),
+                kernel_rec(i.into(), i),
+            ]
+        })
+        .collect();
+    for (records, tenants) in [(next, 7), (unnamed, 1)] {
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] =
+            joins_three_ways(&records, 100, tenants);
+        assert_eq!(whole_raw, streamed_raw);
+        assert_eq!(whole_gmr, streamed_gmr);
     }
 }
