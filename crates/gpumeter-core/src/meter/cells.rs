@@ -1,11 +1,20 @@
 //! Per (device, window) cells: their accumulators, the report's cell budget and the faults of bookkeeping.
+//!
+//! Every quantity a cell accumulates is one *slot* of its device ([`Slots`]): an interned
+//! (attribution key, meter) for the meters booked per key (counts, bytes, `kernel_ns`,
+//! `memory_byte_ns`, uncapped SM·ns and warp·ns), a running-set id for `gpu_busy_ns`, or a
+//! (key, cap factor id) for capped SM·ns and warp·ns. A cell holds only the slots it was booked
+//! in, in first-touch order, as flat arrays (slot ids and values); each slot remembers the
+//! cell-local index it had where it was last booked, so booking the same slot in the same
+//! window again (the steady state) is two array reads, no hash. Memory: per device, one entry
+//! per slot ever booked (and 4 bytes per attribution key of the meter); per cell, one entry
+//! per slot booked in it: never cells × keys (DECISIONS, issue 13 "Cells as flat arrays").
 
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use rustc_hash::FxHashMap;
 
-use crate::report::MeterKind;
+use crate::report::{MeterKind, METERS};
 use crate::time::WindowSize;
 
 /// A device's first fault in bookkeeping, turned into a [`MeterError`] by [`Meter::finish`].
@@ -52,46 +61,317 @@ impl CellBudget {
     }
 }
 
-/// The cell of window `w`, made (and counted against the report's budget) when new; past the
-/// budget the device keeps a fault ([`MeterError::TooManyCells`]).
-pub(super) fn cell_at<'c>(
-    cells: &'c mut BTreeMap<u64, Cell>,
-    budget: &CellBudget,
-    fault: &mut Option<DeviceFault>,
-    w: u64,
-    window: WindowSize,
-) -> &'c mut Cell {
-    cells.entry(w).or_insert_with(|| {
-        let used = budget.used.fetch_add(1, AtomicOrdering::Relaxed) + 1;
-        if used > budget.limit {
-            fault.get_or_insert(DeviceFault::TooManyCells {
-                what: "work",
-                from: w,
-                to: w.saturating_add(window.ns()),
-                windows: 1,
-            });
-        }
-        Cell::default()
-    })
-}
-
 /// A capped share factor `num / den` (reduced), applied to Σ len·held.
 pub(super) type Factor = (u128, u128);
 
+/// What a slot of a device accumulates (per cell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Slot {
+    /// An integer meter of a key (counts, bytes, `kernel_ns`, `memory_byte_ns`).
+    Int(u32, MeterKind),
+    /// Busy ns of a running set (its id in [`DeviceState::sets`]).
+    Busy(u32),
+    /// Uncapped SM·ns of a key.
+    SmExact(u32),
+    /// Uncapped warp·ns of a key: Σ len·held·warps.
+    WarpExact(u32),
+    /// Capped SM·ns of (key, cap factor id in [`Slots::factors`]): Σ len·held; share =
+    /// value × num / den.
+    SmCapped(u32, u32),
+    /// Capped warp·ns of (key, cap factor id): Σ len·held·warps; share = value × num / den.
+    WarpCapped(u32, u32),
+}
+
+/// Slot id meaning "none".
+pub(super) const NO_SLOT: u32 = u32::MAX;
+
+/// A key's slots, by meter index (`MeterKind as usize`); the indices of `SmNs` and `WarpNs`,
+/// never integer meters, hold the key's uncapped [`Slot::SmExact`] and [`Slot::WarpExact`].
+type KeySlots = [u32; METERS.len()];
+
+/// A device's slots: what each accumulates, the cell-local index each had last, and the
+/// interning of keys' meters, running sets and (key, cap factor) to slot ids; and the device's
+/// distinct cap factors, interned to small ids.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Slots {
+    /// What each slot accumulates, by slot id.
+    pub(super) what: Vec<Slot>,
+    /// Per slot id: its index in the cell it was last booked in (checked before use).
+    last: Vec<u32>,
+    /// Per attribution key id (the meter's): its entry in `per_key` + 1; 0 = none yet.
+    key_block: Vec<u32>,
+    /// Per key of this device: its slots by meter ([`KeySlots`]), [`NO_SLOT`] until booked.
+    per_key: Vec<KeySlots>,
+    /// Per running-set id: its busy slot ([`NO_SLOT`] until booked).
+    busy: Vec<u32>,
+    /// (key, factor id, warp?) → slot of [`Slot::SmCapped`] or [`Slot::WarpCapped`].
+    capped: FxHashMap<(u32, u32, bool), u32>,
+    /// Every distinct cap factor of the device, by id.
+    pub(super) factors: Vec<Factor>,
+    /// Factor → id.
+    factor_index: FxHashMap<Factor, u32>,
+}
+
+impl Slots {
+    fn new_slot(&mut self, what: Slot) -> u32 {
+        let id = self.what.len() as u32;
+        self.what.push(what);
+        self.last.push(NO_SLOT);
+        id
+    }
+
+    /// The slot of key `key`'s meter index `m` (an integer meter, or `SmNs` / `WarpNs` for the
+    /// uncapped SM·ns / warp·ns), made when new.
+    fn key_slot(&mut self, key: u32, m: MeterKind) -> u32 {
+        let k = key as usize;
+        if self.key_block.len() <= k {
+            self.key_block.resize(k + 1, 0);
+        }
+        let b = match self.key_block[k] {
+            0 => {
+                self.per_key.push([NO_SLOT; METERS.len()]);
+                self.key_block[k] = self.per_key.len() as u32;
+                self.per_key.len() - 1
+            }
+            b => b as usize - 1,
+        };
+        match self.per_key[b][m as usize] {
+            NO_SLOT => {
+                let what = match m {
+                    MeterKind::SmNs => Slot::SmExact(key),
+                    MeterKind::WarpNs => Slot::WarpExact(key),
+                    _ => Slot::Int(key, m),
+                };
+                let s = self.new_slot(what);
+                self.per_key[b][m as usize] = s;
+                s
+            }
+            s => s,
+        }
+    }
+
+    /// The slot of integer meter `m` of key `key`, made when new.
+    pub(super) fn int(&mut self, key: u32, m: MeterKind) -> u32 {
+        self.key_slot(key, m)
+    }
+
+    /// The slot of integer meter `m` of key `key`, or `None` when never booked.
+    pub(super) fn find_int(&self, key: u32, m: MeterKind) -> Option<u32> {
+        let b = *self.key_block.get(key as usize)?;
+        let s = self.per_key.get((b as usize).checked_sub(1)?)?[m as usize];
+        (s != NO_SLOT).then_some(s)
+    }
+
+    /// The busy slot of running set `set`, made when new.
+    pub(super) fn busy(&mut self, set: u32) -> u32 {
+        let i = set as usize;
+        if self.busy.len() <= i {
+            self.busy.resize(i + 1, NO_SLOT);
+        }
+        if self.busy[i] == NO_SLOT {
+            self.busy[i] = self.new_slot(Slot::Busy(set));
+        }
+        self.busy[i]
+    }
+
+    /// The SM·ns slot of key `key` under cap factor `factor` (`None`: uncapped), made when new.
+    pub(super) fn sm(&mut self, key: u32, factor: Option<u32>) -> u32 {
+        match factor {
+            None => self.key_slot(key, MeterKind::SmNs),
+            Some(f) => self.capped_slot(key, f, false),
+        }
+    }
+
+    /// The warp·ns slot of key `key` under cap factor `factor` (`None`: uncapped), made when
+    /// new.
+    pub(super) fn warp(&mut self, key: u32, factor: Option<u32>) -> u32 {
+        match factor {
+            None => self.key_slot(key, MeterKind::WarpNs),
+            Some(f) => self.capped_slot(key, f, true),
+        }
+    }
+
+    fn capped_slot(&mut self, key: u32, f: u32, warp: bool) -> u32 {
+        if let Some(&s) = self.capped.get(&(key, f, warp)) {
+            return s;
+        }
+        let s = self.new_slot(if warp {
+            Slot::WarpCapped(key, f)
+        } else {
+            Slot::SmCapped(key, f)
+        });
+        self.capped.insert((key, f, warp), s);
+        s
+    }
+
+    /// The id of cap factor `f`, interned when new.
+    pub(super) fn factor(&mut self, f: Factor) -> u32 {
+        if let Some(&id) = self.factor_index.get(&f) {
+            return id;
+        }
+        let id = self.factors.len() as u32;
+        self.factors.push(f);
+        self.factor_index.insert(f, id);
+        id
+    }
+}
+
+/// The accumulators of one (device, window) cell: the slots booked in it, in first-touch
+/// order, and their values.
 #[derive(Debug, Default, Clone)]
 pub(super) struct Cell {
-    /// Integer meters per (key, meter): counts, bytes, kernel_ns.
-    pub(super) ints: FxHashMap<(u32, MeterKind), u128>,
-    /// Busy ns per set of keys running (its id in [`DeviceState::sets`]).
-    pub(super) busy: FxHashMap<u32, u128>,
-    /// Uncapped SM·ns per key.
-    pub(super) sm_exact: FxHashMap<u32, u128>,
-    /// Capped SM·ns per (key, distinct cap factor `num / den`): Σ len·held; share = value ×
-    /// num / den.
-    pub(super) sm_capped: FxHashMap<(u32, Factor), u128>,
-    /// Uncapped warp·ns per key: Σ len·held·warps.
-    pub(super) warp_exact: FxHashMap<u32, u128>,
-    /// Capped warp·ns per (key, distinct cap factor): Σ len·held·warps; share = value × num /
-    /// den.
-    pub(super) warp_capped: FxHashMap<(u32, Factor), u128>,
+    /// Slot id of each accumulator ([`Slots::what`]).
+    slots: Vec<u32>,
+    /// Value of each accumulator, same index.
+    values: Vec<u128>,
+    /// Slot id → index, for a slot last booked in another cell.
+    index: FxHashMap<u32, u32>,
+}
+
+impl Cell {
+    /// The index of `slot` in this cell, if booked here. `last` is [`Slots::last`]: the index
+    /// a slot had where it was last booked, which is this cell's when it names the same slot
+    /// here (a cell holds a slot once).
+    fn find(&self, slot: u32, last: &mut [u32]) -> Option<usize> {
+        let l = last.get_mut(slot as usize)?;
+        if self.slots.get(*l as usize) == Some(&slot) {
+            return Some(*l as usize);
+        }
+        let &i = self.index.get(&slot)?;
+        *l = i;
+        Some(i as usize)
+    }
+
+    /// The accumulator of `slot` (a slot id of `slots`), made (0) when new.
+    pub(super) fn entry(&mut self, slot: u32, slots: &mut Slots) -> &mut u128 {
+        let i = match self.find(slot, &mut slots.last) {
+            Some(i) => i,
+            None => {
+                let i = self.slots.len();
+                self.slots.push(slot);
+                self.values.push(0);
+                self.index.insert(slot, i as u32);
+                if let Some(l) = slots.last.get_mut(slot as usize) {
+                    *l = i as u32;
+                }
+                i
+            }
+        };
+        &mut self.values[i]
+    }
+
+    /// The accumulator of `slot`, when booked in this cell.
+    pub(super) fn get_mut(&mut self, slot: u32, slots: &mut Slots) -> Option<&mut u128> {
+        let i = self.find(slot, &mut slots.last)?;
+        Some(&mut self.values[i])
+    }
+
+    /// Every accumulator: (slot id, value), in first-touch order.
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u32, u128)> + '_ {
+        self.slots.iter().copied().zip(self.values.iter().copied())
+    }
+}
+
+/// A device's cells by window start, in window order. Windows mostly advance, so the cell
+/// booked last is checked first, then the last cell, then a binary search; a new window is
+/// inserted in order (at the end, in the common case).
+#[derive(Debug, Default, Clone)]
+pub(super) struct Cells {
+    windows: Vec<u64>,
+    cells: Vec<Cell>,
+    /// Index of the cell booked last.
+    hint: usize,
+}
+
+impl Cells {
+    /// Cells held.
+    pub(super) fn len(&self) -> usize {
+        self.cells.len()
+    }
+
+    /// Whether no cell is held.
+    pub(super) fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    fn position(&self, w: u64) -> Result<usize, usize> {
+        if self.windows.get(self.hint) == Some(&w) {
+            return Ok(self.hint);
+        }
+        match self.windows.last() {
+            Some(&l) if l == w => Ok(self.windows.len() - 1),
+            Some(&l) if l < w => Err(self.windows.len()),
+            _ => self.windows.binary_search(&w),
+        }
+    }
+
+    /// The cell of window `w`, if held.
+    pub(super) fn get(&self, w: u64) -> Option<&Cell> {
+        self.position(w).ok().map(|i| &self.cells[i])
+    }
+
+    /// The cell of window `w`, if held.
+    pub(super) fn get_mut(&mut self, w: u64) -> Option<&mut Cell> {
+        let i = self.position(w).ok()?;
+        self.hint = i;
+        Some(&mut self.cells[i])
+    }
+
+    /// Whether the cell of window `w` is held.
+    pub(super) fn contains(&self, w: u64) -> bool {
+        self.position(w).is_ok()
+    }
+
+    /// Cells held of the windows from `first` to `last`, both included.
+    pub(super) fn count_in(&self, first: u64, last: u64) -> usize {
+        let a = self.windows.partition_point(|&w| w < first);
+        let b = self.windows.partition_point(|&w| w <= last);
+        b.saturating_sub(a)
+    }
+
+    /// The windows held, in order.
+    pub(super) fn windows(&self) -> impl Iterator<Item = u64> + '_ {
+        self.windows.iter().copied()
+    }
+
+    /// Keeps the cells of windows before `edge` and returns those from `edge` on.
+    pub(super) fn split_off(&mut self, edge: u64) -> Cells {
+        let i = self.windows.partition_point(|&w| w < edge);
+        self.hint = 0;
+        Cells {
+            windows: self.windows.split_off(i),
+            cells: self.cells.split_off(i),
+            hint: 0,
+        }
+    }
+
+    /// The cell of window `w`, made (and counted against the report's budget) when new; past
+    /// the budget the device keeps a fault ([`MeterError::TooManyCells`]).
+    pub(super) fn at(
+        &mut self,
+        budget: &CellBudget,
+        fault: &mut Option<DeviceFault>,
+        w: u64,
+        window: WindowSize,
+    ) -> &mut Cell {
+        let i = match self.position(w) {
+            Ok(i) => i,
+            Err(i) => {
+                let used = budget.used.fetch_add(1, AtomicOrdering::Relaxed) + 1;
+                if used > budget.limit {
+                    fault.get_or_insert(DeviceFault::TooManyCells {
+                        what: "work",
+                        from: w,
+                        to: w.saturating_add(window.ns()),
+                        windows: 1,
+                    });
+                }
+                self.windows.insert(i, w);
+                self.cells.insert(i, Cell::default());
+                i
+            }
+        };
+        self.hint = i;
+        &mut self.cells[i]
+    }
 }

@@ -234,7 +234,10 @@ struct DeviceState {
     started: bool,
     max_start: u64,
     dups: DupTable,
-    cells: BTreeMap<u64, Cell>,
+    cells: Cells,
+    /// What the cells accumulate: interned (key, meter), running-set and (key, cap factor)
+    /// slots, and the distinct cap factors.
+    slots: Slots,
     loss: BTreeMap<LossReason, LossCount>,
     /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
     fault: Option<DeviceFault>,
@@ -456,7 +459,8 @@ impl Meter {
             started: self.drained_to > 0,
             max_start: 0,
             dups: DupTable::default(),
-            cells: BTreeMap::new(),
+            cells: Cells::default(),
+            slots: Slots::default(),
             loss: BTreeMap::new(),
             fault: None,
             budget: Arc::clone(&self.budget),
