@@ -10,6 +10,7 @@
 //! per slot ever booked (and 4 bytes per attribution key of the meter); per cell, one entry
 //! per slot booked in it: never cells × keys (DECISIONS, issue 13 "Cells as flat arrays").
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
 
 use rustc_hash::FxHashMap;
@@ -272,15 +273,19 @@ impl Cell {
     }
 }
 
-/// A device's cells by window start, in window order. Windows mostly advance, so the cell
-/// booked last is checked first, then the last cell, then a binary search; a new window is
-/// inserted in order (at the end, in the common case).
+/// A device's cells by window start: the cells in an arena, found by a `BTreeMap` from window
+/// start to arena index, and the two windows booked last kept as hints. Booking mostly goes to
+/// the window of the sweep and that of the latest arrivals, so the map is walked only when a
+/// booking changes window; a new cell is pushed to the arena (never moved: a sorted `Vec`
+/// would move every later cell per insert, and memory held over many windows behind a long
+/// kernel's would insert thousands of them).
 #[derive(Debug, Default, Clone)]
 pub(super) struct Cells {
-    windows: Vec<u64>,
+    /// Window start → index in `cells`.
+    index: BTreeMap<u64, u32>,
     cells: Vec<Cell>,
-    /// Index of the cell booked last.
-    hint: usize,
+    /// The windows booked last and their indices, the latest first.
+    hints: [Option<(u64, u32)>; 2],
 }
 
 impl Cells {
@@ -294,54 +299,78 @@ impl Cells {
         self.cells.is_empty()
     }
 
-    fn position(&self, w: u64) -> Result<usize, usize> {
-        if self.windows.get(self.hint) == Some(&w) {
-            return Ok(self.hint);
+    /// The arena index of window `w`'s cell, if held; a hint first.
+    fn position(&self, w: u64) -> Option<u32> {
+        for &(hw, i) in self.hints.iter().flatten() {
+            if hw == w {
+                return Some(i);
+            }
         }
-        match self.windows.last() {
-            Some(&l) if l == w => Ok(self.windows.len() - 1),
-            Some(&l) if l < w => Err(self.windows.len()),
-            _ => self.windows.binary_search(&w),
+        self.index.get(&w).copied()
+    }
+
+    /// Makes window `w`'s cell (at arena index `i`) the latest hint.
+    fn hint(&mut self, w: u64, i: u32) {
+        if self.hints[0].is_some_and(|(hw, _)| hw == w) {
+            return;
         }
+        self.hints[1] = self.hints[0];
+        self.hints[0] = Some((w, i));
     }
 
     /// The cell of window `w`, if held.
     pub(super) fn get(&self, w: u64) -> Option<&Cell> {
-        self.position(w).ok().map(|i| &self.cells[i])
+        let i = self.position(w)?;
+        self.cells.get(i as usize)
     }
 
     /// The cell of window `w`, if held.
     pub(super) fn get_mut(&mut self, w: u64) -> Option<&mut Cell> {
-        let i = self.position(w).ok()?;
-        self.hint = i;
-        Some(&mut self.cells[i])
+        let i = self.position(w)?;
+        self.hint(w, i);
+        self.cells.get_mut(i as usize)
     }
 
     /// Whether the cell of window `w` is held.
     pub(super) fn contains(&self, w: u64) -> bool {
-        self.position(w).is_ok()
+        self.position(w).is_some()
     }
 
     /// Cells held of the windows from `first` to `last`, both included.
     pub(super) fn count_in(&self, first: u64, last: u64) -> usize {
-        let a = self.windows.partition_point(|&w| w < first);
-        let b = self.windows.partition_point(|&w| w <= last);
-        b.saturating_sub(a)
+        self.index.range(first..=last).count()
     }
 
     /// The windows held, in order.
     pub(super) fn windows(&self) -> impl Iterator<Item = u64> + '_ {
-        self.windows.iter().copied()
+        self.index.keys().copied()
     }
 
-    /// Keeps the cells of windows before `edge` and returns those from `edge` on.
+    /// Keeps the cells of windows before `edge` and returns those from `edge` on (each part's
+    /// arena rebuilt in window order).
     pub(super) fn split_off(&mut self, edge: u64) -> Cells {
-        let i = self.windows.partition_point(|&w| w < edge);
-        self.hint = 0;
+        let mut later = self.index.split_off(&edge);
+        let mut arena = std::mem::take(&mut self.cells);
+        let mut take = |index: &mut BTreeMap<u64, u32>| {
+            let mut cells = Vec::with_capacity(index.len());
+            for i in index.values_mut() {
+                cells.push(
+                    arena
+                        .get_mut(*i as usize)
+                        .map(std::mem::take)
+                        .unwrap_or_default(),
+                );
+                *i = (cells.len() - 1) as u32;
+            }
+            cells
+        };
+        self.cells = take(&mut self.index);
+        let cells = take(&mut later);
+        self.hints = [None; 2];
         Cells {
-            windows: self.windows.split_off(i),
-            cells: self.cells.split_off(i),
-            hint: 0,
+            index: later,
+            cells,
+            hints: [None; 2],
         }
     }
 
@@ -355,8 +384,8 @@ impl Cells {
         window: WindowSize,
     ) -> &mut Cell {
         let i = match self.position(w) {
-            Ok(i) => i,
-            Err(i) => {
+            Some(i) => i,
+            None => {
                 let used = budget.used.fetch_add(1, AtomicOrdering::Relaxed) + 1;
                 if used > budget.limit {
                     fault.get_or_insert(DeviceFault::TooManyCells {
@@ -366,12 +395,13 @@ impl Cells {
                         windows: 1,
                     });
                 }
-                self.windows.insert(i, w);
-                self.cells.insert(i, Cell::default());
+                let i = self.cells.len() as u32;
+                self.cells.push(Cell::default());
+                self.index.insert(w, i);
                 i
             }
         };
-        self.hint = i;
-        &mut self.cells[i]
+        self.hint(w, i);
+        &mut self.cells[i as usize]
     }
 }
