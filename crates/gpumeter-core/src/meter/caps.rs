@@ -145,12 +145,7 @@ impl DeviceState {
         for (&(k, p), &(_, h, hw)) in &run.per_kp {
             if h > 0 {
                 let f = summary.factors[p as usize];
-                let sm = self.slots.sm(k, f);
-                let warp = if hw > 0 {
-                    self.slots.warp(k, f)
-                } else {
-                    NO_SLOT
-                };
+                let (sm, warp) = self.slots.held(k, f, hw > 0);
                 summary.held.push((sm, warp, h, hw));
             }
         }

@@ -105,12 +105,15 @@ pub(super) struct Slots {
     per_key: Vec<KeySlots>,
     /// Per running-set id: its busy slot ([`NO_SLOT`] until booked).
     busy: Vec<u32>,
-    /// (key, factor id, warp?) → slot of [`Slot::SmCapped`] or [`Slot::WarpCapped`].
-    capped: FxHashMap<(u32, u32, bool), u32>,
+    /// (key << 32 | factor id) → its slots of [`Slot::SmCapped`] and [`Slot::WarpCapped`]
+    /// ([`NO_SLOT`] until booked).
+    capped: FxHashMap<u64, [u32; 2]>,
     /// Every distinct cap factor of the device, by id.
     pub(super) factors: Vec<Factor>,
     /// Factor → id.
     factor_index: FxHashMap<Factor, u32>,
+    /// The factor interned last, and its id.
+    last_factor: Option<(Factor, u32)>,
 }
 
 impl Slots {
@@ -123,7 +126,25 @@ impl Slots {
 
     /// The slot of key `key`'s meter index `m` (an integer meter, or `SmNs` / `WarpNs` for the
     /// uncapped SM·ns / warp·ns), made when new.
+    #[inline]
     fn key_slot(&mut self, key: u32, m: MeterKind) -> u32 {
+        if let Some(&b) = self.key_block.get(key as usize) {
+            if let Some(block) = (b as usize)
+                .checked_sub(1)
+                .and_then(|b| self.per_key.get(b))
+            {
+                let s = block[m as usize];
+                if s != NO_SLOT {
+                    return s;
+                }
+            }
+        }
+        self.new_key_slot(key, m)
+    }
+
+    /// [`Slots::key_slot`] for a slot not made yet.
+    #[cold]
+    fn new_key_slot(&mut self, key: u32, m: MeterKind) -> u32 {
         let k = key as usize;
         if self.key_block.len() <= k {
             self.key_block.resize(k + 1, 0);
@@ -152,6 +173,7 @@ impl Slots {
     }
 
     /// The slot of integer meter `m` of key `key`, made when new.
+    #[inline]
     pub(super) fn int(&mut self, key: u32, m: MeterKind) -> u32 {
         self.key_slot(key, m)
     }
@@ -175,44 +197,56 @@ impl Slots {
         self.busy[i]
     }
 
-    /// The SM·ns slot of key `key` under cap factor `factor` (`None`: uncapped), made when new.
-    pub(super) fn sm(&mut self, key: u32, factor: Option<u32>) -> u32 {
+    /// The SM·ns slot and, when `warp`, the warp·ns slot ([`NO_SLOT`] otherwise) of key `key`
+    /// under cap factor `factor` (`None`: uncapped), made when new: one lookup for both.
+    pub(super) fn held(&mut self, key: u32, factor: Option<u32>, warp: bool) -> (u32, u32) {
         match factor {
-            None => self.key_slot(key, MeterKind::SmNs),
-            Some(f) => self.capped_slot(key, f, false),
+            None => {
+                let sm = self.key_slot(key, MeterKind::SmNs);
+                let w = if warp {
+                    self.key_slot(key, MeterKind::WarpNs)
+                } else {
+                    NO_SLOT
+                };
+                (sm, w)
+            }
+            Some(f) => {
+                let at = (u64::from(key) << 32) | u64::from(f);
+                let [sm, w] = match self.capped.get(&at) {
+                    Some(&pair) => pair,
+                    None => {
+                        let sm = self.new_slot(Slot::SmCapped(key, f));
+                        self.capped.insert(at, [sm, NO_SLOT]);
+                        [sm, NO_SLOT]
+                    }
+                };
+                if warp && w == NO_SLOT {
+                    let w = self.new_slot(Slot::WarpCapped(key, f));
+                    self.capped.insert(at, [sm, w]);
+                    return (sm, w);
+                }
+                (sm, if warp { w } else { NO_SLOT })
+            }
         }
-    }
-
-    /// The warp·ns slot of key `key` under cap factor `factor` (`None`: uncapped), made when
-    /// new.
-    pub(super) fn warp(&mut self, key: u32, factor: Option<u32>) -> u32 {
-        match factor {
-            None => self.key_slot(key, MeterKind::WarpNs),
-            Some(f) => self.capped_slot(key, f, true),
-        }
-    }
-
-    fn capped_slot(&mut self, key: u32, f: u32, warp: bool) -> u32 {
-        if let Some(&s) = self.capped.get(&(key, f, warp)) {
-            return s;
-        }
-        let s = self.new_slot(if warp {
-            Slot::WarpCapped(key, f)
-        } else {
-            Slot::SmCapped(key, f)
-        });
-        self.capped.insert((key, f, warp), s);
-        s
     }
 
     /// The id of cap factor `f`, interned when new.
     pub(super) fn factor(&mut self, f: Factor) -> u32 {
-        if let Some(&id) = self.factor_index.get(&f) {
-            return id;
+        if let Some((last, id)) = self.last_factor {
+            if last == f {
+                return id;
+            }
         }
-        let id = self.factors.len() as u32;
-        self.factors.push(f);
-        self.factor_index.insert(f, id);
+        let id = match self.factor_index.get(&f) {
+            Some(&id) => id,
+            None => {
+                let id = self.factors.len() as u32;
+                self.factors.push(f);
+                self.factor_index.insert(f, id);
+                id
+            }
+        };
+        self.last_factor = Some((f, id));
         id
     }
 }
@@ -233,32 +267,45 @@ impl Cell {
     /// The index of `slot` in this cell, if booked here. `last` is [`Slots::last`]: the index
     /// a slot had where it was last booked, which is this cell's when it names the same slot
     /// here (a cell holds a slot once).
+    #[inline]
     fn find(&self, slot: u32, last: &mut [u32]) -> Option<usize> {
         let l = last.get_mut(slot as usize)?;
         if self.slots.get(*l as usize) == Some(&slot) {
             return Some(*l as usize);
         }
+        self.find_in_index(slot, l)
+    }
+
+    /// [`Cell::find`] for a slot last booked in another cell (or not yet here): its index
+    /// from the cell's map, remembered in `l`.
+    #[cold]
+    fn find_in_index(&self, slot: u32, l: &mut u32) -> Option<usize> {
         let &i = self.index.get(&slot)?;
         *l = i;
         Some(i as usize)
     }
 
     /// The accumulator of `slot` (a slot id of `slots`), made (0) when new.
+    #[inline]
     pub(super) fn entry(&mut self, slot: u32, slots: &mut Slots) -> &mut u128 {
         let i = match self.find(slot, &mut slots.last) {
             Some(i) => i,
-            None => {
-                let i = self.slots.len();
-                self.slots.push(slot);
-                self.values.push(0);
-                self.index.insert(slot, i as u32);
-                if let Some(l) = slots.last.get_mut(slot as usize) {
-                    *l = i as u32;
-                }
-                i
-            }
+            None => self.push(slot, slots),
         };
         &mut self.values[i]
+    }
+
+    /// Adds `slot` to this cell (value 0); returns its index.
+    #[cold]
+    fn push(&mut self, slot: u32, slots: &mut Slots) -> usize {
+        let i = self.slots.len();
+        self.slots.push(slot);
+        self.values.push(0);
+        self.index.insert(slot, i as u32);
+        if let Some(l) = slots.last.get_mut(slot as usize) {
+            *l = i as u32;
+        }
+        i
     }
 
     /// The accumulator of `slot`, when booked in this cell.
@@ -300,6 +347,7 @@ impl Cells {
     }
 
     /// The arena index of window `w`'s cell, if held; a hint first.
+    #[inline]
     fn position(&self, w: u64) -> Option<u32> {
         for &(hw, i) in self.hints.iter().flatten() {
             if hw == w {
@@ -310,6 +358,7 @@ impl Cells {
     }
 
     /// Makes window `w`'s cell (at arena index `i`) the latest hint.
+    #[inline]
     fn hint(&mut self, w: u64, i: u32) {
         if self.hints[0].is_some_and(|(hw, _)| hw == w) {
             return;
