@@ -199,6 +199,7 @@ impl Slots {
 
     /// The SM·ns slot and, when `warp`, the warp·ns slot ([`NO_SLOT`] otherwise) of key `key`
     /// under cap factor `factor` (`None`: uncapped), made when new: one lookup for both.
+    #[inline]
     pub(super) fn held(&mut self, key: u32, factor: Option<u32>, warp: bool) -> (u32, u32) {
         match factor {
             None => {
@@ -231,6 +232,7 @@ impl Slots {
     }
 
     /// The id of cap factor `f`, interned when new.
+    #[inline]
     pub(super) fn factor(&mut self, f: Factor) -> u32 {
         if let Some((last, id)) = self.last_factor {
             if last == f {
