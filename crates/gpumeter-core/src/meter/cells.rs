@@ -261,8 +261,10 @@ pub(super) struct Cell {
     slots: Vec<u32>,
     /// Value of each accumulator, same index.
     values: Vec<u128>,
-    /// Slot id → index, for a slot last booked in another cell.
-    index: FxHashMap<u32, u32>,
+    /// Slot id → index, for a slot last booked in another cell: built at the first such
+    /// lookup, then kept up to date (a cell whose slots were only ever booked in it, the one
+    /// window of a steady stream, never needs it).
+    index: Option<FxHashMap<u32, u32>>,
 }
 
 impl Cell {
@@ -270,19 +272,31 @@ impl Cell {
     /// a slot had where it was last booked, which is this cell's when it names the same slot
     /// here (a cell holds a slot once).
     #[inline]
-    fn find(&self, slot: u32, last: &mut [u32]) -> Option<usize> {
+    fn find(&mut self, slot: u32, last: &mut [u32]) -> Option<usize> {
         let l = last.get_mut(slot as usize)?;
         if self.slots.get(*l as usize) == Some(&slot) {
             return Some(*l as usize);
+        }
+        if *l == NO_SLOT {
+            // Never booked in any cell.
+            return None;
         }
         self.find_in_index(slot, l)
     }
 
     /// [`Cell::find`] for a slot last booked in another cell (or not yet here): its index
-    /// from the cell's map, remembered in `l`.
+    /// from the cell's map (built now if it is the first such lookup), remembered in `l`.
     #[cold]
-    fn find_in_index(&self, slot: u32, l: &mut u32) -> Option<usize> {
-        let &i = self.index.get(&slot)?;
+    fn find_in_index(&mut self, slot: u32, l: &mut u32) -> Option<usize> {
+        let slots = &self.slots;
+        let index = self.index.get_or_insert_with(|| {
+            slots
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| (s, i as u32))
+                .collect()
+        });
+        let &i = index.get(&slot)?;
         *l = i;
         Some(i as usize)
     }
@@ -303,20 +317,43 @@ impl Cell {
         let i = self.slots.len();
         self.slots.push(slot);
         self.values.push(0);
-        self.index.insert(slot, i as u32);
+        if let Some(index) = &mut self.index {
+            index.insert(slot, i as u32);
+        }
         if let Some(l) = slots.last.get_mut(slot as usize) {
             *l = i as u32;
         }
         i
     }
 
-    /// The accumulator of `slot`, when booked in this cell.
-    pub(super) fn get_mut(&mut self, slot: u32, slots: &mut Slots) -> Option<&mut u128> {
-        let i = self.find(slot, &mut slots.last)?;
-        Some(&mut self.values[i])
+    /// Takes `v` from the accumulator of `slot` when booked in this cell (saturating at 0);
+    /// one that reaches 0 is removed (the cell's last accumulator takes its index), so what
+    /// is taken back leaves nothing behind.
+    pub(super) fn take(&mut self, slot: u32, v: u128, slots: &mut Slots) {
+        let Some(i) = self.find(slot, &mut slots.last) else {
+            return;
+        };
+        let q = &mut self.values[i];
+        *q = q.saturating_sub(v);
+        if *q > 0 {
+            return;
+        }
+        self.slots.swap_remove(i);
+        self.values.swap_remove(i);
+        if let Some(index) = &mut self.index {
+            index.remove(&slot);
+        }
+        if let Some(&moved) = self.slots.get(i) {
+            if let Some(index) = &mut self.index {
+                index.insert(moved, i as u32);
+            }
+            if let Some(l) = slots.last.get_mut(moved as usize) {
+                *l = i as u32;
+            }
+        }
     }
 
-    /// Every accumulator: (slot id, value), in first-touch order.
+    /// Every accumulator: (slot id, value), in order of first booking (changed by removals).
     pub(super) fn iter(&self) -> impl Iterator<Item = (u32, u128)> + '_ {
         self.slots.iter().copied().zip(self.values.iter().copied())
     }

@@ -342,12 +342,10 @@ impl DeviceState {
     /// which the sweep (and so any drain) has only now reached.
     fn take_back(&mut self, p: &Pending, window: WindowSize) {
         let key = p.key;
-        // A quantity taken back to 0 stays in its cell as 0: a 0 makes no usage row.
+        // A quantity taken back to 0 leaves its cell (`Cell::take`).
         let mut sub = |w: u64, m: MeterKind, v: u128| {
             if let (Some(cell), Some(slot)) = (self.cells.get_mut(w), self.slots.find_int(key, m)) {
-                if let Some(q) = cell.get_mut(slot, &mut self.slots) {
-                    *q = q.saturating_sub(v);
-                }
+                cell.take(slot, v, &mut self.slots);
             }
         };
         let w0 = window.start_of(p.start);
