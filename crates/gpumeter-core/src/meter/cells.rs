@@ -493,3 +493,94 @@ impl Cells {
         &mut self.cells[i as usize]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A cell's quantities by slot, whatever their order in it.
+    fn values(cell: &Cell) -> BTreeMap<u32, u128> {
+        let mut out = BTreeMap::new();
+        for (s, v) in cell.iter() {
+            assert!(out.insert(s, v).is_none(), "slot {s} held twice");
+        }
+        out
+    }
+
+    /// Review: a slot's remembered index that names another slot in this cell (it was last
+    /// booked in another cell, or a removal moved another slot there) never books into the
+    /// wrong accumulator, before and after the cell's map is built, and a quantity taken back
+    /// to 0 leaves the cell.
+    #[test]
+    fn slots_book_into_their_own_accumulator_across_cells_and_removals() {
+        let mut slots = Slots::default();
+        let (a, b, c) = (
+            slots.int(1, MeterKind::KernelNs),
+            slots.int(2, MeterKind::KernelNs),
+            slots.int(3, MeterKind::KernelNs),
+        );
+        let (mut one, mut two) = (Cell::default(), Cell::default());
+        *one.entry(a, &mut slots) += 1;
+        *one.entry(b, &mut slots) += 10;
+        *one.entry(c, &mut slots) += 100;
+        // c at index 0 of `two`, where `one` holds a; then c in `one` again.
+        *two.entry(c, &mut slots) += 1_000;
+        *one.entry(c, &mut slots) += 100;
+        *one.entry(a, &mut slots) += 1;
+        assert_eq!(values(&one), BTreeMap::from([(a, 2), (b, 10), (c, 200)]));
+        assert_eq!(values(&two), BTreeMap::from([(c, 1_000)]));
+        // b taken back in part, then to 0: c or a moves into its index.
+        one.take(b, 4, &mut slots);
+        assert_eq!(values(&one), BTreeMap::from([(a, 2), (b, 6), (c, 200)]));
+        one.take(b, 6, &mut slots);
+        assert_eq!(values(&one), BTreeMap::from([(a, 2), (c, 200)]));
+        // b's remembered index now holds another slot: a new accumulator, not that one; c,
+        // moved by the removal and last booked in `two`, is found through the map.
+        *two.entry(c, &mut slots) += 1;
+        *one.entry(b, &mut slots) += 7;
+        *one.entry(c, &mut slots) += 1;
+        *two.entry(a, &mut slots) += 5;
+        *one.entry(a, &mut slots) += 1;
+        assert_eq!(values(&one), BTreeMap::from([(a, 3), (b, 7), (c, 201)]));
+        assert_eq!(values(&two), BTreeMap::from([(a, 5), (c, 1_001)]));
+        // Taking from a slot the cell does not hold changes nothing.
+        two.take(b, 1, &mut slots);
+        assert_eq!(values(&two), BTreeMap::from([(a, 5), (c, 1_001)]));
+    }
+
+    /// Review: cells are found by window through the hints and the map alike, and a split
+    /// keeps each cell with its window.
+    #[test]
+    fn cells_by_window_survive_hints_and_splits() {
+        let budget = CellBudget {
+            used: AtomicU64::new(0),
+            limit: 100,
+        };
+        let mut fault = None;
+        let window = WindowSize::HOUR;
+        let h = window.ns();
+        let mut slots = Slots::default();
+        let s = slots.int(0, MeterKind::KernelLaunches);
+        let mut cells = Cells::default();
+        for (w, v) in [(3, 3), (1, 1), (2, 2), (3, 30), (0, 0), (1, 10), (5, 5)] {
+            *cells
+                .at(&budget, &mut fault, w * h, window)
+                .entry(s, &mut slots) += v;
+        }
+        assert_eq!(budget.used(), 5);
+        assert_eq!(fault, None);
+        let at = |cells: &Cells, w: u64| cells.get(w * h).map(|c| values(c)[&s]);
+        assert_eq!(
+            (0..6).map(|w| at(&cells, w)).collect::<Vec<_>>(),
+            [Some(0), Some(11), Some(2), Some(33), None, Some(5)]
+        );
+        assert_eq!(cells.count_in(h, 4 * h), 3);
+        let later = cells.split_off(2 * h);
+        assert_eq!(cells.windows().collect::<Vec<_>>(), [0, h]);
+        assert_eq!(later.windows().collect::<Vec<_>>(), [2 * h, 3 * h, 5 * h]);
+        assert_eq!(
+            (at(&cells, 1), at(&later, 3), at(&later, 1)),
+            (Some(11), Some(33), None)
+        );
+    }
+}
