@@ -396,7 +396,7 @@ impl DeviceState {
             let cell = self.cells.at(&self.budget, &mut self.fault, w, window);
             *cell.entry(busy, slots) += len;
             if sms {
-                // Uncapped or capped by a factor: the slots say which (`Slots::sm`, `warp`).
+                // Uncapped or capped by a factor: the slots say which (`Slots::held`).
                 for &(sm, warp, h, hw) in &self.summary.held {
                     *cell.entry(sm, slots) += len * u128::from(h);
                     if hw > 0 {
