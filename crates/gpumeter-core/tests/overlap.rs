@@ -7,7 +7,7 @@ use std::process::Command;
 
 use gpumeter_core::{
     ActivityRecord, ComputeCapability, DeviceInfo, KernelLaunch, Meter, MeterConfig, MeterKind,
-    TenantMap, TenantName, UsageReport, Work, MAX_RESIDENT_GRIDS,
+    TenantMap, TenantName, UsageReport, WindowSize, Work, MAX_RESIDENT_GRIDS,
 };
 
 /// Set in the child: run the workload instead of spawning.
@@ -127,6 +127,59 @@ fn fifty_thousand_overlapping_kernels_of_one_tenant() {
     let r = meter(n, 1, |_| 1, TenantMap::default());
     check_totals(&r, n, 1);
     assert!(r.totals.iter().all(|t| t.tenant == "unattributed"));
+}
+
+/// 20 000 processes, each with one kernel (and one copy) in a 1 s window of its own: a cell
+/// holds what was booked in it, never an entry per key of its device (20 000 cells × 20 000
+/// keys of 16-byte accumulators would be 6.4 GB; DECISIONS "Cells as flat arrays").
+#[test]
+fn keys_each_in_a_window_of_their_own_hold_no_cells_times_keys() {
+    if !in_child("keys_each_in_a_window_of_their_own_hold_no_cells_times_keys") {
+        return;
+    }
+    let n: u64 = 20_000;
+    let mut meter = Meter::new(MeterConfig {
+        window: WindowSize::from_seconds(1).expect("1 s divides a day"),
+        ..MeterConfig::default()
+    });
+    let mut gpu = DeviceInfo::bare("GPU-0", 0);
+    gpu.sm_count = Some(SMS);
+    gpu.compute_capability = Some(ComputeCapability { major: 9, minor: 0 });
+    let dev = meter.register_device(gpu);
+    let second = 1_000_000_000;
+    let base = BASE - BASE % second;
+    for i in 0..n {
+        let k = KernelLaunch {
+            grid: Some([4, 1, 1]),
+            block: Some([128, 1, 1]),
+            registers_per_thread: Some(32),
+            shared_mem_bytes: Some(0),
+            ..KernelLaunch::default()
+        };
+        let t = base + i * second + 1_000;
+        let mut r = ActivityRecord::new(dev, t, t + 5_000, Work::Kernel(k));
+        r.process_id = Some(i as u32 + 1);
+        r.correlation_id = i as u32;
+        meter.push(r);
+        let mut c = ActivityRecord::new(dev, t + 10_000, t + 11_000, Work::Memset { bytes: 64 });
+        c.process_id = Some(i as u32 + 1);
+        c.correlation_id = (n + i) as u32;
+        meter.push(c);
+    }
+    assert_eq!(meter.cells(), n as usize);
+    let r = meter.finish().expect("a report");
+    let n128 = u128::from(n);
+    assert_eq!(r.device_total("GPU-0", MeterKind::KernelLaunches), n128);
+    assert_eq!(r.device_total("GPU-0", MeterKind::KernelNs), n128 * 5_000);
+    assert_eq!(r.device_total("GPU-0", MeterKind::SmNs), n128 * 5_000 * 4);
+    assert_eq!(r.device_total("GPU-0", MeterKind::MemsetBytes), n128 * 64);
+    assert_eq!(
+        r.device_total("GPU-0", MeterKind::GpuBusyNs),
+        n128 * (5_000 + 1_000)
+    );
+    // One window per process: kernel_launches, kernel_ns, sm_ns, warp_ns, memset_bytes and
+    // gpu_busy_ns, every row of the window's one tenant (all unattributed here).
+    assert_eq!(r.usage.len(), n as usize * 6);
 }
 
 /// 128 kernels of 2 blocks hold 256 SMs on a 132-SM device: the device cap applies.

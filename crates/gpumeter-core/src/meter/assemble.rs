@@ -5,7 +5,6 @@ use super::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
 use std::sync::atomic::Ordering as AtomicOrdering;
 
 use num_bigint::BigInt;
@@ -30,34 +29,47 @@ pub(super) type CellQuantities = Vec<(MeterKind, Vec<(String, u128)>)>;
 /// `u128::MAX`.
 pub(super) fn cell_quantities(
     cell: &Cell,
+    slots: &Slots,
     tenants: &[String],
     sm_count: Option<u32>,
     warp_sm_count: Option<u32>,
     sets: &[Arc<[u32]>],
 ) -> Result<CellQuantities, MeterKind> {
     let mut out: BTreeMap<MeterKind, BTreeMap<String, u128>> = BTreeMap::new();
-    for (&(key, meter), &q) in &cell.ints {
-        let t = out
-            .entry(meter)
-            .or_default()
-            .entry(tenants[key as usize].clone())
-            .or_insert(0);
-        *t = t.checked_add(q).ok_or(meter)?;
-    }
     // gpu_busy_ns: each set's length divided equally among its distinct tenants: integer
     // sums per (tenant, number of distinct tenants D), then one rational Σ_D sum / D per
     // tenant (never a rational per set and tenant).
     let mut per_d: BTreeMap<&String, BTreeMap<usize, u128>> = BTreeMap::new();
     let mut busy_total: u128 = 0;
-    for (&set, &len) in &cell.busy {
-        busy_total += len;
-        let ts: BTreeSet<&String> = sets[set as usize]
-            .iter()
-            .map(|&k| &tenants[k as usize])
-            .collect();
-        let d = ts.len();
-        for t in ts {
-            *per_d.entry(t).or_default().entry(d).or_insert(0) += len;
+    let (mut sm_exact, mut sm_capped) = (Vec::new(), Vec::new());
+    let (mut warp_exact, mut warp_capped) = (Vec::new(), Vec::new());
+    // Every sum below is by tenant (and meter, D or factor) in ordered maps: the cell's
+    // first-touch order of its slots changes no quantity.
+    for (slot, q) in cell.iter() {
+        match slots.what[slot as usize] {
+            Slot::Int(key, meter) => {
+                let t = out
+                    .entry(meter)
+                    .or_default()
+                    .entry(tenants[key as usize].clone())
+                    .or_insert(0);
+                *t = t.checked_add(q).ok_or(meter)?;
+            }
+            Slot::Busy(set) => {
+                busy_total += q;
+                let ts: BTreeSet<&String> = sets[set as usize]
+                    .iter()
+                    .map(|&k| &tenants[k as usize])
+                    .collect();
+                let d = ts.len();
+                for t in ts {
+                    *per_d.entry(t).or_default().entry(d).or_insert(0) += q;
+                }
+            }
+            Slot::SmExact(key) => sm_exact.push((key, q)),
+            Slot::WarpExact(key) => warp_exact.push((key, q)),
+            Slot::SmCapped(key, f) => sm_capped.push((key, slots.factors[f as usize], q)),
+            Slot::WarpCapped(key, f) => warp_capped.push((key, slots.factors[f as usize], q)),
         }
     }
     let busy: BTreeMap<String, BigRational> = per_d
@@ -75,13 +87,13 @@ pub(super) fn cell_quantities(
     if sm_count.is_some() {
         // Σ over tenants is an integer when only the device caps: per elementary interval the
         // capped shares sum to len × SMs. Partition caps can leave a fraction: floored.
-        if let Some(q) = capped_shares(&cell.sm_exact, &cell.sm_capped, tenants) {
+        if let Some(q) = capped_shares(&sm_exact, &sm_capped, tenants) {
             out.insert(MeterKind::SmNs, q);
         }
     }
     if warp_sm_count.is_some() {
         // Σ over tenants may be fractional when capped: the cell's total is its floor.
-        if let Some(q) = capped_shares(&cell.warp_exact, &cell.warp_capped, tenants) {
+        if let Some(q) = capped_shares(&warp_exact, &warp_capped, tenants) {
             out.insert(MeterKind::WarpNs, q);
         }
     }
@@ -91,8 +103,9 @@ pub(super) fn cell_quantities(
         .collect())
 }
 
-/// Per tenant integer shares of a capped time meter: `exact` per key plus, per key and
-/// distinct cap factor `num / den`, `value × num / den`; exact rationals, the cell's total
+/// Per tenant integer shares of a capped time meter: `exact` (key, value) plus, per (key,
+/// distinct cap factor `num / den`, value), `value × num / den` (a key or (key, factor) may
+/// come more than once: its values add); exact rationals, the cell's total
 /// floored, then largest remainder. `None` when the total is 0.
 ///
 /// Values are first summed per (tenant, factor) as integers. The rationals are then formed
@@ -102,17 +115,17 @@ pub(super) fn cell_quantities(
 /// made cells with thousands of distinct factors take minutes). Floors, the total and the
 /// order of fractional parts are those of the exact rationals: the same numbers.
 pub(super) fn capped_shares(
-    exact: &FxHashMap<u32, u128>,
-    capped: &FxHashMap<(u32, Factor), u128>,
+    exact: &[(u32, u128)],
+    capped: &[(u32, Factor, u128)],
     tenants: &[String],
 ) -> Option<BTreeMap<String, u128>> {
     let mut whole: BTreeMap<&String, BigInt> = BTreeMap::new();
-    for (&k, &q) in exact {
+    for &(k, q) in exact {
         *whole.entry(&tenants[k as usize]).or_default() += q;
     }
     // Per tenant and denominator: Σ value × num (an integer).
     let mut per_den: BTreeMap<&String, BTreeMap<u128, BigInt>> = BTreeMap::new();
-    for (&(k, (num, den)), &v) in capped {
+    for &(k, (num, den), v) in capped {
         *per_den
             .entry(&tenants[k as usize])
             .or_default()
@@ -317,7 +330,7 @@ impl Meter {
         for (d, &c) in part.devices.iter_mut().zip(&carried) {
             d.records = d.records.saturating_sub(c);
             d.kernels = d.kernels.saturating_sub(c);
-            let later = d.cells.split_off(&edge);
+            let later = d.cells.split_off(edge);
             drop(later);
             d.pending.clear();
             d.run.clear();
@@ -332,7 +345,7 @@ impl Meter {
         // Forget what was handed over.
         let mut freed = 0u64;
         for (d, &c) in self.devices.iter_mut().zip(&carried) {
-            let later = d.cells.split_off(&edge);
+            let later = d.cells.split_off(edge);
             freed += d.cells.len() as u64;
             d.cells = later;
             d.loss.clear();
@@ -544,7 +557,7 @@ impl Meter {
                     },
                 )?;
             d.budget.used.fetch_add(
-                energy.keys().filter(|w| !d.cells.contains_key(w)).count() as u64,
+                energy.keys().filter(|&&w| !d.cells.contains(w)).count() as u64,
                 AtomicOrdering::Relaxed,
             );
             // A device without kernels has no sm_ns anywhere: its energy is all idle.
@@ -622,22 +635,23 @@ impl Meter {
             let empty = Cell::default();
             let windows: BTreeSet<u64> = d
                 .cells
-                .keys()
-                .copied()
+                .windows()
                 .chain(energy.keys().copied().filter(|_| energy_meterable))
                 .collect();
             for w in windows {
-                let cell = d.cells.get(&w).unwrap_or(&empty);
+                let cell = d.cells.get(w).unwrap_or(&empty);
                 let ws = rfc3339(w);
                 let sms = info.sm_count.filter(|_| sm_meterable);
                 let warp_sms = info.sm_count.filter(|_| warp_meterable);
-                let mut quantities = cell_quantities(cell, &tenants, sms, warp_sms, &d.sets)
-                    .map_err(|meter| MeterError::QuantityOverflow {
-                        device: info.id,
-                        device_key: info.key.clone(),
-                        meter,
-                        window_start: Some(ws.clone()),
-                    })?;
+                let mut quantities = cell_quantities(
+                    cell, &d.slots, &tenants, sms, warp_sms, &d.sets,
+                )
+                .map_err(|meter| MeterError::QuantityOverflow {
+                    device: info.id,
+                    device_key: info.key.clone(),
+                    meter,
+                    window_start: Some(ws.clone()),
+                })?;
                 if !instr_meterable {
                     quantities.retain(|(m, _)| *m != MeterKind::WarpInstructions);
                 }
@@ -766,6 +780,8 @@ impl Meter {
 mod tests {
     use super::*;
 
+    use rustc_hash::FxHashMap;
+
     pub(super) fn rat(n: i64, d: i64) -> BigRational {
         BigRational::new(BigInt::from(n), BigInt::from(d))
     }
@@ -822,6 +838,9 @@ mod tests {
             let sum: BigRational = shares.values().sum();
             let total = sum.floor().to_integer().to_u128().filter(|&t| t > 0);
             let want = total.map(|t| largest_remainder(shares, t));
+            let exact: Vec<(u32, u128)> = exact.into_iter().collect();
+            let capped: Vec<(u32, Factor, u128)> =
+                capped.into_iter().map(|((k, f), v)| (k, f, v)).collect();
             assert_eq!(
                 capped_shares(&exact, &capped, &tenants),
                 want,

@@ -11,18 +11,20 @@ use crate::occupancy::{active_blocks_per_sm, LaunchConfig, Mode, WARP_SIZE};
 use crate::record::KernelLaunch;
 
 /// What the running work holds: sorted distinct attribution keys, and per (key, cap factor)
-/// Σ SMs held and Σ held × resident warps (non-zero only). The factor is `None` when nothing
+/// Σ SMs held and Σ held × resident warps (non-zero only). The factor is none when nothing
 /// is capped, else the reduced `num / den` by which the partition cap and then the device cap
-/// scale the SMs held (DESIGN §4 "Cap").
+/// scale the SMs held (DESIGN §4 "Cap"), interned to an id ([`Slots::factor`]).
 ///
-/// The keys are interned to `set` ([`DeviceState::sets`]); `held` and `factors` are buffers
-/// rebuilt in place.
+/// The keys are interned to a set id ([`DeviceState::sets`]) and its busy slot `busy`; each
+/// `held` entry is (SM·ns slot, warp·ns slot or [`NO_SLOT`] when Σ held × warps is 0, Σ held,
+/// Σ held × warps), the slots of its (key, factor) ([`Slots`]). `held` and `factors` are
+/// buffers rebuilt in place.
 #[derive(Debug, Clone, Default)]
 pub(super) struct ActiveSummary {
-    pub(super) set: u32,
-    pub(super) held: Vec<(u32, Option<Factor>, u64, u128)>,
-    /// Cap factor per partition index + 1 (0: the device).
-    factors: Vec<Option<Factor>>,
+    pub(super) busy: u32,
+    pub(super) held: Vec<(u32, u32, u64, u128)>,
+    /// Cap factor id per partition index + 1 (0: the device).
+    factors: Vec<Option<u32>>,
 }
 
 /// What the occupancy calculator's answer depends on: the compute capability, threads per
@@ -103,7 +105,7 @@ fn resident_warps_with(
 
 impl DeviceState {
     /// Rebuilds the summary of the running set from its sums: per (key, cap factor) Σ held
-    /// and Σ held × warps, and the set of keys interned. The partition cap scales a green
+    /// and Σ held × warps with their slots, and the set of keys interned to its busy slot. The partition cap scales a green
     /// context's kernels by `S_p / H_p` when they hold more (`H_p`) than its `S_p` SMs; the
     /// device cap then scales everything by `S / T` when the SMs held after partition caps,
     /// `T`, exceed the device's `S` (DESIGN §4 "Cap"). O(distinct (key, partition) running),
@@ -136,16 +138,18 @@ impl DeviceState {
                 None
             } else {
                 let g = num_integer::gcd(num, den);
-                Some((num / g, den / g))
+                Some(self.slots.factor((num / g, den / g)))
             });
         }
         summary.held.clear();
         for (&(k, p), &(_, h, hw)) in &run.per_kp {
             if h > 0 {
-                summary.held.push((k, summary.factors[p as usize], h, hw));
+                let f = summary.factors[p as usize];
+                let (sm, warp) = self.slots.held(k, f, hw > 0);
+                summary.held.push((sm, warp, h, hw));
             }
         }
-        summary.set = match self.set_index.get(run.keys.as_slice()) {
+        let set = match self.set_index.get(run.keys.as_slice()) {
             Some(&id) => id,
             None => {
                 let id = self.sets.len() as u32;
@@ -155,5 +159,6 @@ impl DeviceState {
                 id
             }
         };
+        summary.busy = self.slots.busy(set);
     }
 }

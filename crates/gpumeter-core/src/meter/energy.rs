@@ -27,7 +27,7 @@ pub(super) fn energy_per_window(
     samples: &[(u64, u64)],
     spans: &[(u64, u64)],
     window: WindowSize,
-    cells: &BTreeMap<u64, Cell>,
+    cells: &Cells,
     left: u64,
 ) -> Result<EnergyWindows, (u64, u64, u64)> {
     let mut s = samples.to_vec();
@@ -67,7 +67,7 @@ pub(super) fn energy_per_window(
             let edge = w.saturating_add(window.ns()).min(t1);
             let e = if edge == t1 { de } else { upto(edge) };
             if e > booked {
-                if !cells.contains_key(&w) && !out.contains_key(&w) {
+                if !cells.contains(w) && !out.contains_key(&w) {
                     new_windows += 1;
                     if new_windows > left {
                         let (first, last) = (s[0].0, s[s.len() - 1].0);

@@ -132,7 +132,7 @@ impl DeviceState {
         // Counting the windows already held costs a walk: only when the bound says it may
         // matter.
         if now.saturating_add(spanned) > self.budget.limit
-            && now.saturating_add(spanned - self.cells.range(first..=last).count() as u64)
+            && now.saturating_add(spanned - self.cells.count_in(first, last) as u64)
                 > self.budget.limit
         {
             self.fault.get_or_insert(DeviceFault::TooManyCells {
@@ -147,10 +147,11 @@ impl DeviceState {
         while t < b {
             let w = window.start_of(t);
             let edge = w.saturating_add(window.ns()).min(b);
-            let q = cell_at(&mut self.cells, &self.budget, &mut self.fault, w, window)
-                .ints
-                .entry((key, MeterKind::MemoryByteNs))
-                .or_insert(0);
+            let slot = self.slots.int(key, MeterKind::MemoryByteNs);
+            let q = self
+                .cells
+                .at(&self.budget, &mut self.fault, w, window)
+                .entry(slot, &mut self.slots);
             let part = u128::from(bytes) * u128::from(edge - t);
             add_checked(q, part, &mut self.fault, MeterKind::MemoryByteNs, w);
             t = edge;

@@ -17,14 +17,16 @@
 //! Counts and bytes go to the window of the record's start; `kernel_ns` is split at window
 //! edges as records arrive. Fractions become integers once per (device, window, meter) cell by
 //! the largest-remainder method, ties to the tenant whose name sorts first. Memory is bounded by
-//! the horizon (reorder and duplicate buffers) and by cells × attribution keys, not by records.
+//! the horizon (reorder and duplicate buffers) and by what the cells hold (per cell, the
+//! quantities booked in it: at most its attribution keys × meters), not by records.
 //!
 //! Where each part lives: this file holds the public API ([`Meter`], [`MeterConfig`],
 //! [`MeterError`], [`TenantMap`]) and the per-device state; `work.rs` checks a work record and
 //! books what is booked on arrival (counts, bytes, `kernel_ns`); `dup.rs` detects duplicates;
 //! `sweep.rs` runs the reorder buffer and books elementary intervals (`gpu_busy_ns`, `sm_ns`,
 //! `warp_ns`); `caps.rs` computes SMs held, resident warps and the partition and device caps;
-//! `cells.rs` holds the per-(device, window) accumulators and the cell budget; `memory.rs`
+//! `cells.rs` holds the per-(device, window) accumulators (flat arrays of interned slots) and
+//! the cell budget; `memory.rs`
 //! pairs allocations and books `memory_byte_ns`; `energy.rs` books `energy_mj`; `opening.rs`
 //! takes opening state and report chains; `assemble.rs` drains and builds reports.
 
@@ -234,7 +236,10 @@ struct DeviceState {
     started: bool,
     max_start: u64,
     dups: DupTable,
-    cells: BTreeMap<u64, Cell>,
+    cells: Cells,
+    /// What the cells accumulate: interned (key, meter), running-set and (key, cap factor)
+    /// slots, and the distinct cap factors.
+    slots: Slots,
     loss: BTreeMap<LossReason, LossCount>,
     /// The first quantity overflow or window-limit breach; [`Meter::finish`] fails with it.
     fault: Option<DeviceFault>,
@@ -456,7 +461,8 @@ impl Meter {
             started: self.drained_to > 0,
             max_start: 0,
             dups: DupTable::default(),
-            cells: BTreeMap::new(),
+            cells: Cells::default(),
+            slots: Slots::default(),
             loss: BTreeMap::new(),
             fault: None,
             budget: Arc::clone(&self.budget),

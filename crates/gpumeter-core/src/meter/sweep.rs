@@ -342,14 +342,10 @@ impl DeviceState {
     /// which the sweep (and so any drain) has only now reached.
     fn take_back(&mut self, p: &Pending, window: WindowSize) {
         let key = p.key;
+        // A quantity taken back to 0 leaves its cell (`Cell::take`).
         let mut sub = |w: u64, m: MeterKind, v: u128| {
-            if let Some(cell) = self.cells.get_mut(&w) {
-                if let Some(q) = cell.ints.get_mut(&(key, m)) {
-                    *q = q.saturating_sub(v);
-                    if *q == 0 {
-                        cell.ints.remove(&(key, m));
-                    }
-                }
+            if let (Some(cell), Some(slot)) = (self.cells.get_mut(w), self.slots.find_int(key, m)) {
+                cell.take(slot, v, &mut self.slots);
             }
         };
         let w0 = window.start_of(p.start);
@@ -390,29 +386,21 @@ impl DeviceState {
             self.summarize();
         }
         let sms = self.info.sm_count.is_some();
-        let set = self.summary.set;
+        let busy = self.summary.busy;
+        let slots = &mut self.slots;
         let mut t = a;
         while t < b {
             let w = window.start_of(t);
             let edge = w.saturating_add(window.ns()).min(b);
             let len = u128::from(edge - t);
-            let cell = cell_at(&mut self.cells, &self.budget, &mut self.fault, w, window);
-            *cell.busy.entry(set).or_insert(0) += len;
+            let cell = self.cells.at(&self.budget, &mut self.fault, w, window);
+            *cell.entry(busy, slots) += len;
             if sms {
-                for &(k, f, h, hw) in &self.summary.held {
-                    match f {
-                        None => {
-                            *cell.sm_exact.entry(k).or_insert(0) += len * u128::from(h);
-                            if hw > 0 {
-                                *cell.warp_exact.entry(k).or_insert(0) += len * hw;
-                            }
-                        }
-                        Some(f) => {
-                            *cell.sm_capped.entry((k, f)).or_insert(0) += len * u128::from(h);
-                            if hw > 0 {
-                                *cell.warp_capped.entry((k, f)).or_insert(0) += len * hw;
-                            }
-                        }
+                // Uncapped or capped by a factor: the slots say which (`Slots::held`).
+                for &(sm, warp, h, hw) in &self.summary.held {
+                    *cell.entry(sm, slots) += len * u128::from(h);
+                    if hw > 0 {
+                        *cell.entry(warp, slots) += len * hw;
                     }
                 }
             }

@@ -62,10 +62,12 @@ impl Meter {
         let mut flags = 0u8;
         let mut instructions = 0u64;
         let w0 = window.start_of(rec.start_ns);
-        let start_cell = cell_at(&mut dev.cells, &dev.budget, &mut dev.fault, w0, window);
+        let start_cell = dev.cells.at(&dev.budget, &mut dev.fault, w0, window);
         let fault = &mut dev.fault;
+        let slots = &mut dev.slots;
         let mut add = |cell: &mut Cell, m: MeterKind, v: u128| {
-            add_checked(cell.ints.entry((key, m)).or_insert(0), v, fault, m, w0);
+            let slot = slots.int(key, m);
+            add_checked(cell.entry(slot, slots), v, fault, m, w0);
         };
         match &rec.work {
             Work::Kernel(k) => {
@@ -101,10 +103,11 @@ impl Meter {
                 while t < rec.end_ns {
                     let w = window.start_of(t);
                     let edge = w.saturating_add(window.ns()).min(rec.end_ns);
-                    let q = cell_at(&mut dev.cells, &dev.budget, &mut dev.fault, w, window)
-                        .ints
-                        .entry((key, MeterKind::KernelNs))
-                        .or_insert(0);
+                    let slot = dev.slots.int(key, MeterKind::KernelNs);
+                    let q = dev
+                        .cells
+                        .at(&dev.budget, &mut dev.fault, w, window)
+                        .entry(slot, &mut dev.slots);
                     add_checked(
                         q,
                         u128::from(edge - t),
