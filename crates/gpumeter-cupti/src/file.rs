@@ -30,7 +30,7 @@
 //! kernels needs all of them.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::fs::File;
 use std::io::{self, Read};
 use std::path::Path;
@@ -41,6 +41,7 @@ use gpumeter_core::time::MAX_RECORD_NS;
 use gpumeter_core::{
     identity_digest, ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter,
 };
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::decode::count_skipped;
@@ -423,7 +424,7 @@ pub(crate) fn refused_work(rec: &ActivityRecord) -> bool {
 /// `index` does not hold, or one that is neither work nor memory.
 pub(crate) fn replay_item(
     converted: Converted,
-    index: &HashMap<u32, DeviceSlot>,
+    index: &FxHashMap<u32, DeviceSlot>,
 ) -> Option<(u64, SourceItem, bool, bool)> {
     match converted {
         Converted::Work {
@@ -532,9 +533,9 @@ pub struct BufferFile {
     /// process and external ids that many records ahead. `None` when it is past the cap:
     /// `joins` holds them all, learned by a pass of their own.
     join_distance: Option<u64>,
-    names: HashMap<u64, Arc<str>>,
+    names: FxHashMap<u64, Arc<str>>,
     devices: Vec<DeviceInfo>,
-    index: HashMap<u32, DeviceSlot>,
+    index: FxHashMap<u32, DeviceSlot>,
     losses: Vec<(DeviceSlot, LossReason, u64, bool)>,
     partitions: Vec<(DeviceSlot, u32, u32)>,
     skipped: BTreeMap<&'static str, u64>,
@@ -681,12 +682,12 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
     let file = File::open(path).map_err(io)?;
     let stamp = FileStamp::of(&file).map_err(io)?;
     let strings = opts.string_table();
-    let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+    let mut names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
     let mut joins = Joins::default();
     let none = Joins::default();
     let no_joins = none.joins_ref(None);
     let mut order: Vec<u32> = Vec::new();
-    let mut seen: HashMap<u32, ()> = HashMap::new();
+    let mut seen: FxHashMap<u32, ()> = FxHashMap::default();
     let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();
     let mut invalid: BTreeMap<u32, u64> = BTreeMap::new();
     let mut faults: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
@@ -703,7 +704,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
         }
     };
     // Per device id: the sketch of its work, for `streams::meter_files`.
-    let mut sketches: HashMap<u32, Sketch> = HashMap::new();
+    let mut sketches: FxHashMap<u32, Sketch> = FxHashMap::default();
     let mut sketch_of = |id: u32, d: u64| sketches.entry(id).or_default().add(d);
     let walked = walk_file(file, opts.api, true, |r| {
         intern_name(&r.record, &strings, &mut names);
@@ -774,7 +775,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
             inventory: &[],
             device_recs: &joins.device_recs,
             devices: Vec::new(),
-            index: HashMap::new(),
+            index: FxHashMap::default(),
         };
         for id in order {
             devs.slot(id);
@@ -832,7 +833,7 @@ fn learn_correlations(
 ) -> Result<(), WalkError> {
     let file = File::open(path).map_err(WalkError::Io)?;
     stamp.check(FileStamp::of(&file)).map_err(WalkError::Io)?;
-    let names = HashMap::new();
+    let names = FxHashMap::default();
     walk_file(file, api, false, |r| {
         if matches!(correlation_named(&r.record), Some((_, true))) {
             joins.learn(std::slice::from_ref(&r), &names);

@@ -11,12 +11,13 @@
 //! the whole-file path ([`meter_gmr`]), which reports, resynchronizes and books the damage:
 //! those files are the exception, and their error messages stay exactly as they were.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
 use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
+use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::decode::count_skipped;
 use crate::decode::{DecodeError, Walk};
@@ -155,7 +156,7 @@ struct Scanned {
     unknown_frames: u64,
     undecodable: Vec<(FrameRef, DecodeError)>,
     /// Per device id, the sketch of its work (when asked for, `streams::meter_files`).
-    sketches: HashMap<u32, Sketch>,
+    sketches: FxHashMap<u32, Sketch>,
 }
 
 /// Pass 1: `None` when the whole-file path must meter the file.
@@ -173,10 +174,10 @@ fn scan(
     let stamp = FileStamp::of(&file).map_err(io)?;
     let len = stamp.len();
     let mut strings = opts.string_table();
-    let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+    let mut names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
     let none = Joins::default();
     let no_joins = none.joins_ref(None);
-    let mut seen: HashSet<u32> = HashSet::new();
+    let mut seen: FxHashSet<u32> = FxHashSet::default();
     let mut s = Scanned {
         stamp,
         name: name.clone(),
@@ -202,7 +203,7 @@ fn scan(
         attribution_events: 0,
         unknown_frames: 0,
         undecodable: Vec::new(),
-        sketches: HashMap::new(),
+        sketches: FxHashMap::default(),
     };
     let mut api: Option<ApiVersion> = None;
     let mut distance = JoinDistance::default();
@@ -358,7 +359,7 @@ fn learn_correlations(
     let file = File::open(path)?;
     stamp.check_prefix(FileStamp::of(&file))?;
     let len = stamp.len();
-    let names = HashMap::new();
+    let names = FxHashMap::default();
     let (framed, _) = with_chunks(std::io::Read::take(file, len), false, |chunks| {
         frames(chunks, len, |_, _, frame_type, payload| {
             if frame_type == T_BUFFER {
@@ -401,7 +402,7 @@ pub(crate) struct GmrStream {
     s: Scanned,
     path: std::path::PathBuf,
     /// The source's slot of each device id.
-    index: HashMap<u32, DeviceSlot>,
+    index: FxHashMap<u32, DeviceSlot>,
     default_pid: Option<u32>,
     /// Devices (slots `0..exit_devices`) that get process exits at a finished recording's end.
     exit_devices: usize,
@@ -432,7 +433,7 @@ pub(crate) fn scan_stream(
         inventory: &h.devices,
         device_recs: &s.joins.device_recs,
         devices: Vec::new(),
-        index: HashMap::new(),
+        index: FxHashMap::default(),
     };
     for &id in &s.order {
         devs.slot(id);
@@ -591,7 +592,7 @@ impl GmrStream {
             .filter(|&d| d > 0)
             .map(|d| Lookahead::new(d, self.default_pid));
         let mut strings = self.strings.clone();
-        let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+        let mut names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
         let mut reorder = Reorder::new(if self.exit_devices > 0 {
             s.displacement.max(s.latest.saturating_sub(s.end))
         } else {
@@ -599,7 +600,7 @@ impl GmrStream {
         });
         let mut pids: BTreeSet<Option<u32>> = BTreeSet::new();
         let (mut pid_joined_n, mut ext_joined_n) = (0u64, 0u64);
-        let mut held: HashSet<(u32, Option<u32>, u64)> = HashSet::new();
+        let mut held: FxHashSet<(u32, Option<u32>, u64)> = FxHashSet::default();
         let mut memory_events = 0u64;
         let mut counted = |item: SourceItem| {
             if let SourceItem::Memory(ev) = &item {

@@ -2,7 +2,7 @@
 //! (DESIGN §4 "Attribution"): shared by whole sources ([`crate::source`]) and buffer streams
 //! ([`crate::stream`]).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -23,7 +23,7 @@ use crate::gmr::StringTable;
 pub(crate) fn intern_name(
     record: &Record,
     strings: &StringTable,
-    names: &mut HashMap<u64, Arc<str>>,
+    names: &mut FxHashMap<u64, Arc<str>>,
 ) {
     let ptr = match record {
         Record::Kernel(k) => k.name_ptr,
@@ -79,7 +79,7 @@ impl Joins {
 
     /// Learns the facts of `records` (the first fact for a key is kept, except that a lower
     /// external kind replaces a higher one).
-    pub(crate) fn learn(&mut self, records: &[LocatedRecord], names: &HashMap<u64, Arc<str>>) {
+    pub(crate) fn learn(&mut self, records: &[LocatedRecord], names: &FxHashMap<u64, Arc<str>>) {
         for r in records {
             match &r.record {
                 Record::Api(a) if a.correlation_id != 0 => {
@@ -200,7 +200,7 @@ pub(crate) enum Converted {
 /// memory events, skipped categories.
 pub(crate) fn convert(
     r: &LocatedRecord,
-    names: &HashMap<u64, Arc<str>>,
+    names: &FxHashMap<u64, Arc<str>>,
     joins: &JoinsRef<'_>,
 ) -> Converted {
     let (device_id, start, end, ctx, stream, corr, node, work) = match &r.record {
@@ -347,7 +347,7 @@ pub(crate) fn direction(copy_kind: u8) -> CopyDirection {
 /// shared-memory size.
 pub(crate) fn kernel_launch(
     k: &KernelRecord,
-    names: &HashMap<u64, Arc<str>>,
+    names: &FxHashMap<u64, Arc<str>>,
 ) -> Result<KernelLaunch, (&'static str, i64)> {
     fn dims(v: [i32; 3], names: [&'static str; 3]) -> Result<[u32; 3], (&'static str, i64)> {
         let mut out = [0u32; 3];

@@ -355,7 +355,7 @@ pub(crate) struct Lookahead {
     held: VecDeque<Held>,
     default_pid: Option<u32>,
     /// [`Joins::learn`]'s names: API and EXTERNAL_CORRELATION records need none.
-    no_names: std::collections::HashMap<u64, std::sync::Arc<str>>,
+    no_names: FxHashMap<u64, std::sync::Arc<str>>,
 }
 
 impl Lookahead {
@@ -369,7 +369,7 @@ impl Lookahead {
             learned: VecDeque::new(),
             held: VecDeque::new(),
             default_pid,
-            no_names: std::collections::HashMap::new(),
+            no_names: FxHashMap::default(),
         }
     }
 

@@ -46,7 +46,7 @@
 //!   EXTERNAL_CORRELATION and INSTRUCTION_EXECUTION records are consumed by the joins, not
 //!   counted.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
@@ -568,8 +568,8 @@ pub(crate) fn register_partitions(
     meter: &mut Meter,
     partitions: &[(DeviceSlot, u32, u32)],
     slot_of: impl Fn(DeviceSlot) -> Option<DeviceSlot>,
-) -> HashMap<(DeviceSlot, u32), PartitionId> {
-    let mut partition_of = HashMap::new();
+) -> FxHashMap<(DeviceSlot, u32), PartitionId> {
+    let mut partition_of = FxHashMap::default();
     for &(local, context, sms) in partitions {
         if let Some(p) = slot_of(local).and_then(|slot| meter.register_partition(slot, sms)) {
             partition_of.insert((local, context), p);
@@ -599,7 +599,7 @@ pub(crate) fn record_losses(
 struct Buffer {
     decoded: Decoded,
     frame: Option<FrameRef>,
-    names: HashMap<u64, Arc<str>>,
+    names: FxHashMap<u64, Arc<str>>,
 }
 
 /// A source being gathered before planning.
@@ -622,7 +622,7 @@ struct Input<'n> {
     energy: Vec<crate::gmr::EnergySample>,
     /// `.gmr` SASS-metrics instruction counts per correlation id: (function name, warp
     /// instructions), as the frames list them.
-    sass_of: HashMap<u32, Vec<(String, u64)>>,
+    sass_of: FxHashMap<u32, Vec<(String, u64)>>,
     /// The `.gmr` header says the run was instrumented (SASS metrics).
     instrumented: bool,
     attribution_events: u64,
@@ -677,7 +677,7 @@ impl<'n> Input<'n> {
             unknown_frames: 0,
             energy_samples: 0,
             energy: Vec::new(),
-            sass_of: HashMap::new(),
+            sass_of: FxHashMap::default(),
             instrumented: false,
             attribution_events: 0,
             torn: None,
@@ -689,7 +689,7 @@ impl<'n> Input<'n> {
     }
 
     fn add_buffer(&mut self, decoded: Decoded, frame: Option<FrameRef>, strings: &StringTable) {
-        let mut names: HashMap<u64, Arc<str>> = HashMap::new();
+        let mut names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
         for r in &decoded.records {
             intern_name(&r.record, strings, &mut names);
         }
@@ -719,7 +719,7 @@ impl<'n> Input<'n> {
             inventory: &self.inventory,
             device_recs: &device_recs,
             devices: Vec::new(),
-            index: HashMap::new(),
+            index: FxHashMap::default(),
         };
         let mut records = Vec::new();
         let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();
@@ -935,7 +935,7 @@ pub(crate) struct Devices<'a> {
     pub(crate) inventory: &'a [GmrDevice],
     pub(crate) device_recs: &'a BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
     pub(crate) devices: Vec<DeviceInfo>,
-    pub(crate) index: HashMap<u32, DeviceSlot>,
+    pub(crate) index: FxHashMap<u32, DeviceSlot>,
 }
 
 impl Devices<'_> {
@@ -1351,7 +1351,7 @@ pub fn announce_sources(
 /// kernels got one and how many calls' counts passed 64 bits.
 pub(crate) fn assign_instructions(
     records: &mut [ActivityRecord],
-    sass_of: &HashMap<u32, Vec<(String, u64)>>,
+    sass_of: &FxHashMap<u32, Vec<(String, u64)>>,
     instructions_of: &FxHashMap<u32, Option<u64>>,
 ) -> (u64, u64) {
     let mut by_corr: BTreeMap<u32, Vec<usize>> = BTreeMap::new();

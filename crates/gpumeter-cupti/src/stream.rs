@@ -36,14 +36,14 @@
 //!   (so threads can decode side by side), [`CuptiStream::apply`] books it; an error in
 //!   `prepare` leaves the meter and the stream untouched.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gpumeter_core::{
     DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, MeterError, PartitionId,
     SourceInfo, UsageReport, Work,
 };
-use rustc_hash::FxHashSet;
+use rustc_hash::{FxHashMap, FxHashSet};
 use sha2::{Digest, Sha256};
 
 use crate::decode::{decode, DecodeError, Decoded};
@@ -124,13 +124,13 @@ pub struct CuptiStream {
     joins: Joins,
     latest_correlation: u32,
     /// Device id → the meter's slot.
-    slots: HashMap<u32, DeviceSlot>,
+    slots: FxHashMap<u32, DeviceSlot>,
     /// Device ids whose DEVICE record has been given to the meter.
     described: BTreeSet<u32>,
     /// Descriptions the agent registered, by device id.
-    registered: HashMap<u32, DeviceInfo>,
+    registered: FxHashMap<u32, DeviceInfo>,
     /// (device id, context id) → the meter's partition of a green context.
-    partitions: HashMap<(u32, u32), PartitionId>,
+    partitions: FxHashMap<(u32, u32), PartitionId>,
     /// Fields of invalid kernels already named in a warning.
     warned_fields: BTreeSet<&'static str>,
     /// INSTRUCTION_EXECUTION records were seen: the run is instrumented.
@@ -157,10 +157,10 @@ impl CuptiStream {
             announced: false,
             joins: Joins::default(),
             latest_correlation: 0,
-            slots: HashMap::new(),
+            slots: FxHashMap::default(),
             described: BTreeSet::new(),
-            registered: HashMap::new(),
-            partitions: HashMap::new(),
+            registered: FxHashMap::default(),
+            partitions: FxHashMap::default(),
             warned_fields: BTreeSet::new(),
             instrumented: false,
             booked_kernels: FxHashSet::default(),
@@ -281,7 +281,7 @@ impl CuptiStream {
         self.seal(meter);
         self.buffers += 1;
         let decoded = buffer.decoded;
-        let names: HashMap<u64, Arc<str>> = HashMap::new();
+        let names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
         self.joins.learn(&decoded.records, &names);
         self.note_correlations(&decoded);
         // DEVICE records of devices already placed fill what is unknown.
@@ -371,8 +371,11 @@ impl CuptiStream {
         recs.sort_by_key(|r| r.start_ns);
         if !self.joins.instructions_of.is_empty() {
             self.instrumented = true;
-            let (_, overflowed) =
-                assign_instructions(&mut recs, &HashMap::new(), &self.joins.instructions_of);
+            let (_, overflowed) = assign_instructions(
+                &mut recs,
+                &FxHashMap::default(),
+                &self.joins.instructions_of,
+            );
             // Each count is used once.
             for r in &recs {
                 if matches!(r.work, Work::Kernel(_)) {

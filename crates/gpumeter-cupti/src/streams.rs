@@ -24,11 +24,12 @@
 //! files whole, as before.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
 use std::path::Path;
 use std::sync::mpsc;
 
 use crate::source::{read_source, source_name};
+use rustc_hash::FxHashMap;
 
 use gpumeter_core::{
     Continuation, DeviceInfo, DeviceSlot, LossReason, MemoryOp, Meter, PartitionId, REPEAT_PROBES,
@@ -154,7 +155,7 @@ struct Live<'a> {
     source: &'a Streamed,
     /// The meter's slot of each of the source's slots.
     slots: Vec<DeviceSlot>,
-    partition_of: HashMap<(DeviceSlot, u32), PartitionId>,
+    partition_of: FxHashMap<(DeviceSlot, u32), PartitionId>,
     continuation: Continuation,
     /// Records and memory events left out as billed by the opening report.
     billed: (u64, u64),
