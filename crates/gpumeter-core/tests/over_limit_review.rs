@@ -350,3 +350,32 @@ fn drains_among_bursts_over_the_limit_count_every_kernel_once() {
 fn lost_u128(r: &UsageReport) -> u128 {
     u128::from(lost(r))
 }
+
+/// Review: a kernel in the last window a timestamp can name (at or after the window start of
+/// `u64::MAX`), drained with everything (`drain(u64::MAX)`): the drain and the final report
+/// count it once, as the undrained report does.
+#[test]
+fn a_kernel_in_the_last_window_drained_with_everything_is_counted_once() {
+    let (mut drained, dev) = meter_with_gpu();
+    let (mut whole, _) = meter_with_gpu();
+    let start = u64::MAX - 1_000;
+    for m in [&mut drained, &mut whole] {
+        m.push(kernel(dev, 1, BASE, BASE + SEC));
+        m.push(kernel(dev, 2, start, start + 10));
+    }
+    let first = drained.drain(u64::MAX).expect("a drain");
+    let last = drained.finish().expect("a report");
+    let all = whole.finish().expect("a report");
+    let launches = |r: &UsageReport| r.device_total("GPU-0", MeterKind::KernelLaunches);
+    assert_eq!(
+        first.records.kernel + last.records.kernel,
+        all.records.kernel,
+        "records.kernel"
+    );
+    assert_eq!(
+        launches(&first) + launches(&last),
+        launches(&all),
+        "launches"
+    );
+    assert_eq!(all.records.kernel, 2);
+}
