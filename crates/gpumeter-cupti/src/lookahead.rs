@@ -496,7 +496,7 @@ mod tests {
         use crate::join::{convert, Converted};
         use crate::ActivityKind;
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let (mut windowed, mut whole) = (0u32, 0u32);
+        let (mut windowed, mut whole, mut zero) = (0u32, 0u32, 0u32);
         for case in 0..3_000u32 {
             let cap = 1 + rng.below(40);
             let n = 1 + rng.below(120);
@@ -592,6 +592,15 @@ mod tests {
             };
             windowed += 1;
             let none = Joins::default();
+            if distance == 0 {
+                // The replays then convert as read, with no process or external id learned.
+                let as_read: Vec<_> = records
+                    .iter()
+                    .filter_map(|r| item(convert(r, &names, &none.joins_ref(default_pid))))
+                    .collect();
+                assert_eq!(as_read, want, "case {case}: a distance of 0");
+                zero += 1;
+            }
             let mut got = Vec::new();
             let mut emit = |t, item, p, e| got.push((t, item, p, e));
             let mut window = Lookahead::new(distance, default_pid);
@@ -603,7 +612,10 @@ mod tests {
             assert_eq!(got, want, "case {case}: cap {cap}, distance {distance}");
         }
         // Both ways are exercised.
-        assert!(windowed > 300 && whole > 300, "{windowed} {whole}");
+        assert!(
+            windowed > 300 && whole > 300 && zero > 10,
+            "{windowed} {whole} {zero}"
+        );
     }
 
     #[test]
