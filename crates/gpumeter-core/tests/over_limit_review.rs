@@ -253,3 +253,129 @@ fn the_kernels_over_the_limit_do_not_depend_on_when_the_sweep_reaches_their_star
     assert_eq!(lost(&b), 1);
     assert_eq!(a.totals, b.totals);
 }
+
+/// Review of the drain rule (a drain counts no kernel the sweep has not started): bursts of
+/// kernels at single instants, many past [`MAX_RESIDENT_GRIDS`], some exactly at window edges,
+/// with several drains among them (at the bursts' edges, before them, twice at one edge): the
+/// drained reports and the final one count every kernel pushed once, as metered or lost, and
+/// sum to the undrained report's counts, launches, kernel time and loss.
+#[test]
+fn drains_among_bursts_over_the_limit_count_every_kernel_once() {
+    const MIN: u64 = 60 * SEC;
+    let mut seed = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |n: u64| {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) % n
+    };
+    let (mut over_limit, mut drains) = (0u64, 0usize);
+    for case in 0..60 {
+        let config = || MeterConfig {
+            window: gpumeter_core::WindowSize::from_seconds(60).expect("a window"),
+            ..MeterConfig::default()
+        };
+        let build = || {
+            let mut meter = Meter::new(config());
+            let mut gpu = DeviceInfo::bare("GPU-0", 0);
+            gpu.sm_count = Some(132);
+            gpu.compute_capability = Some(ComputeCapability { major: 9, minor: 0 });
+            let dev = meter.register_device(gpu);
+            (meter, dev)
+        };
+        let (mut drained, dev) = build();
+        let (mut whole, _) = build();
+        let mut reports = Vec::new();
+        let mut pushed = 0u64;
+        let mut id = 0u64;
+        // Bursts a window or two apart (so no kernel is late for a drain made before its
+        // burst), each at a window edge or just after one.
+        let mut t = BASE - BASE % MIN + MIN;
+        for _ in 0..6 {
+            t += MIN * (1 + next(2));
+            let at = t + [0, 0, 1, SEC][next(4) as usize];
+            let n = 60 + next(140);
+            // A drain before the burst, at its window's edge (the burst may start there).
+            if next(2) == 0 {
+                reports.push(drained.drain(at - at % MIN).expect("a drain"));
+            }
+            for _ in 0..n {
+                let len = [SEC, 2 * MIN, 1][next(3) as usize];
+                let r = kernel(dev, id, at, at + len);
+                id += 1;
+                drained.push(r.clone());
+                whole.push(r);
+                pushed += 1;
+                if next(50) == 0 {
+                    reports.push(drained.drain(at - at % MIN).expect("a drain"));
+                }
+            }
+        }
+        reports.push(drained.finish().expect("a report"));
+        let all = whole.finish().expect("a report");
+        let sum = |f: &dyn Fn(&UsageReport) -> u128| reports.iter().map(f).sum::<u128>();
+        let loss = |r: &UsageReport| r.loss.iter().map(|l| u128::from(l.records)).sum::<u128>();
+        let kernels = sum(&|r| u128::from(r.records.kernel));
+        assert_eq!(
+            kernels + sum(&loss),
+            u128::from(pushed),
+            "case {case}: records.kernel + loss"
+        );
+        assert_eq!(kernels, u128::from(all.records.kernel), "case {case}");
+        assert_eq!(sum(&loss), loss(&all), "case {case}");
+        assert_eq!(sum(&lost_u128), lost_u128(&all), "case {case}");
+        over_limit += lost(&all);
+        drains += reports.len() - 1;
+        for m in [
+            MeterKind::KernelLaunches,
+            MeterKind::KernelNs,
+            MeterKind::SmNs,
+        ] {
+            assert_eq!(
+                sum(&|r| r.device_total("GPU-0", m)),
+                all.device_total("GPU-0", m),
+                "case {case}: {m:?}"
+            );
+        }
+        assert_eq!(
+            sum(&|r| r.device_total("GPU-0", MeterKind::KernelLaunches)),
+            kernels,
+            "case {case}: launches metered = kernels counted"
+        );
+    }
+    // The limit and the drains are exercised.
+    assert!(over_limit > 100 && drains > 100, "{over_limit} {drains}");
+}
+
+fn lost_u128(r: &UsageReport) -> u128 {
+    u128::from(lost(r))
+}
+
+/// Review: a kernel in the last window a timestamp can name (at or after the window start of
+/// `u64::MAX`), drained with everything (`drain(u64::MAX)`): the drain and the final report
+/// count it once, as the undrained report does.
+#[test]
+fn a_kernel_in_the_last_window_drained_with_everything_is_counted_once() {
+    let (mut drained, dev) = meter_with_gpu();
+    let (mut whole, _) = meter_with_gpu();
+    let start = u64::MAX - 1_000;
+    for m in [&mut drained, &mut whole] {
+        m.push(kernel(dev, 1, BASE, BASE + SEC));
+        m.push(kernel(dev, 2, start, start + 10));
+    }
+    let first = drained.drain(u64::MAX).expect("a drain");
+    let last = drained.finish().expect("a report");
+    let all = whole.finish().expect("a report");
+    let launches = |r: &UsageReport| r.device_total("GPU-0", MeterKind::KernelLaunches);
+    assert_eq!(
+        first.records.kernel + last.records.kernel,
+        all.records.kernel,
+        "records.kernel"
+    );
+    assert_eq!(
+        launches(&first) + launches(&last),
+        launches(&all),
+        "launches"
+    );
+    assert_eq!(all.records.kernel, 2);
+}

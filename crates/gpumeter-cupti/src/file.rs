@@ -385,11 +385,16 @@ impl FileStamp {
     }
 
     /// For a `.gmr`, which its collector only appends to (a recording may be metered while it
-    /// is written, DESIGN §10): `Ok` when the file is the same or has grown (the passes read
-    /// only the first [`FileStamp`] length bytes), else the error that the file changed.
+    /// is written, DESIGN §10): `Ok` when the file is the same or the same file (on Unix, the
+    /// same device and inode) has grown (the passes read only the first [`FileStamp`] length
+    /// bytes), else the error that the file changed: a longer file renamed over the recording
+    /// is another file, not the recording grown.
     pub(crate) fn check_prefix(self, now: io::Result<Self>) -> io::Result<()> {
+        let same_file = |n: &Self| {
+            n.inode.map(|(dev, ino, ..)| (dev, ino)) == self.inode.map(|(dev, ino, ..)| (dev, ino))
+        };
         match now {
-            Ok(n) if n == self || n.len > self.len => Ok(()),
+            Ok(n) if n == self || (n.len > self.len && same_file(&n)) => Ok(()),
             Ok(_) => Err(changed()),
             Err(e) => Err(e),
         }
@@ -908,4 +913,36 @@ pub(crate) fn scan_stream(
         sketches: std::mem::take(&mut file.sketches),
         replayer: Replayer::Buffer(file),
     }))
+}
+
+#[cfg(test)]
+mod stamp_tests {
+    use super::FileStamp;
+
+    /// Review of the stamp's inode: a `.gmr` that grew is accepted (its collector appends),
+    /// a longer file renamed over it is not (it is another recording: metering its first
+    /// bytes under the first pass's SHA-256 would bill what was not hashed).
+    #[test]
+    fn a_longer_file_renamed_over_a_recording_is_a_change() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("rec.gmr");
+        std::fs::write(&path, b"recording").expect("write");
+        let stamp = FileStamp::at(&path).expect("stamp");
+        // Appended to: the same file, grown.
+        let mut f = std::fs::File::options()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        std::io::Write::write_all(&mut f, b" and more").expect("append");
+        drop(f);
+        assert!(stamp.check_prefix(FileStamp::at(&path)).is_ok(), "grown");
+        // Replaced by a longer file.
+        let next = dir.path().join("next.gmr");
+        std::fs::write(&next, b"another, longer recording").expect("write");
+        std::fs::rename(&next, &path).expect("rename");
+        let got = stamp.check_prefix(FileStamp::at(&path));
+        if cfg!(unix) {
+            assert!(got.is_err(), "another file is not the recording grown");
+        }
+    }
 }

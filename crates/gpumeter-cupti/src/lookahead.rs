@@ -452,6 +452,172 @@ mod tests {
         assert!(!r.contains(u32::MAX - 1));
     }
 
+    /// One record of `kind` in the 12.8 layout with `fields` (CUPTI header name, value).
+    fn raw(kind: crate::ActivityKind, fields: &[(&str, u64)]) -> Vec<u8> {
+        let layout = crate::ApiVersion::Cupti12_8
+            .layouts()
+            .into_iter()
+            .find(|l| l.kind == kind)
+            .expect("layout");
+        let mut rec = vec![0u8; layout.size];
+        rec[..4].copy_from_slice(&kind.0.to_le_bytes());
+        for (name, value) in fields {
+            let f = layout
+                .fields
+                .iter()
+                .find(|f| f.name == *name)
+                .expect("field");
+            rec[f.offset..f.offset + f.width].copy_from_slice(&value.to_le_bytes()[..f.width]);
+        }
+        rec
+    }
+
+    /// A small deterministic generator (xorshift64*).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    /// Random files of API, EXTERNAL_CORRELATION, kernel and memory records whose correlation
+    /// ids repeat, wrap, are 0, are named by memory only, with joins far before and after
+    /// their work: with a small cap, every file whose measured distance is within it joins,
+    /// through the window, exactly as with the whole file's joins (`convert`).
+    #[test]
+    fn the_window_joins_as_the_whole_file_for_random_files() {
+        use crate::decode::Walk;
+        use crate::join::{convert, Converted};
+        use crate::ActivityKind;
+        let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+        let (mut windowed, mut whole, mut zero) = (0u32, 0u32, 0u32);
+        for case in 0..3_000u32 {
+            let cap = 1 + rng.below(40);
+            let n = 1 + rng.below(120);
+            // Id pools: a few ids (reused), ids around the wrap, sequential with gaps.
+            let mode = rng.below(3);
+            let id = |rng: &mut Rng, i: u64| -> u32 {
+                let v = match mode {
+                    0 => rng.below(6) as u32,
+                    1 => (u32::MAX - 3).wrapping_add((i / 2 + rng.below(3)) as u32),
+                    _ => (i + rng.below(8)) as u32,
+                };
+                if rng.below(20) == 0 {
+                    0
+                } else {
+                    v
+                }
+            };
+            let mut bytes = Vec::new();
+            for i in 0..n {
+                let corr = u64::from(id(&mut rng, i));
+                let rec = match rng.below(5) {
+                    0 => raw(
+                        ActivityKind::RUNTIME,
+                        &[("correlationId", corr), ("processId", 5000 + rng.below(4))],
+                    ),
+                    1 => raw(
+                        ActivityKind::EXTERNAL_CORRELATION,
+                        &[
+                            ("externalKind", 2 + rng.below(5)),
+                            ("externalId", 900 + rng.below(4)),
+                            ("correlationId", corr),
+                        ],
+                    ),
+                    2 => raw(
+                        ActivityKind::MEMORY2,
+                        &[
+                            ("memoryOperationType", 1 + rng.below(2)),
+                            ("memoryKind", 3),
+                            ("correlationId", corr),
+                            ("processId", if rng.below(3) == 0 { 77 } else { 0 }),
+                            ("address", 0x1000 * (1 + rng.below(4))),
+                            ("bytes", 1 << 20),
+                            ("timestamp", 1_000 + i),
+                        ],
+                    ),
+                    _ => raw(
+                        ActivityKind::CONCURRENT_KERNEL,
+                        &[
+                            ("start", 1_000 + i),
+                            ("end", 2_000 + i),
+                            ("gridX", 1),
+                            ("gridY", 1),
+                            ("gridZ", 1),
+                            ("blockX", 1),
+                            ("blockY", 1),
+                            ("blockZ", 1),
+                            ("correlationId", corr),
+                        ],
+                    ),
+                };
+                bytes.extend(rec);
+            }
+            let records: Vec<LocatedRecord> = Walk::new(&bytes, crate::ApiVersion::Cupti12_8)
+                .collect::<Result<_, _>>()
+                .expect("decodes");
+            let names = std::collections::HashMap::new();
+            let item = |c: Converted| match c {
+                Converted::Work {
+                    rec,
+                    pid_joined,
+                    ext_joined,
+                    ..
+                } => Some((rec.start_ns, SourceItem::Work(rec), pid_joined, ext_joined)),
+                Converted::Memory { ev, .. } => {
+                    Some((ev.timestamp_ns, SourceItem::Memory(ev), false, false))
+                }
+                _ => None,
+            };
+            let default_pid = (case % 2 == 0).then_some(4242);
+            let mut all = Joins::default();
+            all.learn(&records, &names);
+            let want: Vec<_> = records
+                .iter()
+                .filter_map(|r| item(convert(r, &names, &all.joins_ref(default_pid))))
+                .collect();
+            let mut d = JoinDistance::new(cap);
+            for r in &records {
+                d.record(&r.record);
+            }
+            let Some(distance) = d.finish() else {
+                whole += 1;
+                continue;
+            };
+            windowed += 1;
+            let none = Joins::default();
+            if distance == 0 {
+                // The replays then convert as read, with no process or external id learned.
+                let as_read: Vec<_> = records
+                    .iter()
+                    .filter_map(|r| item(convert(r, &names, &none.joins_ref(default_pid))))
+                    .collect();
+                assert_eq!(as_read, want, "case {case}: a distance of 0");
+                zero += 1;
+            }
+            let mut got = Vec::new();
+            let mut emit = |t, item, p, e| got.push((t, item, p, e));
+            let mut window = Lookahead::new(distance, default_pid);
+            for r in &records {
+                let it = item(convert(r, &names, &none.joins_ref(None)));
+                window.push(r, it.map(|(t, i, ..)| (t, i)), &mut emit);
+            }
+            window.finish(&mut emit);
+            assert_eq!(got, want, "case {case}: cap {cap}, distance {distance}");
+        }
+        // Both ways are exercised.
+        assert!(
+            windowed > 300 && whole > 300 && zero > 10,
+            "{windowed} {whole} {zero}"
+        );
+    }
+
     #[test]
     fn ranges_merge_neighbours_exactly() {
         let mut r = IdRanges::default();

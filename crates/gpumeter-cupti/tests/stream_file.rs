@@ -884,3 +884,101 @@ fn joins_next_to_their_work_and_joins_no_work_names_stream_as_whole() {
         assert_eq!(whole_gmr, streamed_gmr);
     }
 }
+
+/// Review of the bounded joins through the real files: random files of kernels (out of
+/// time order), API, EXTERNAL_CORRELATION (every kind, CUSTOM0..2 and others) and memory
+/// records whose correlation ids repeat, wrap past `u32::MAX`, are 0 or are named by memory
+/// only, several processes reusing ids, joins before and after their work, cut into `.gmr`
+/// buffer frames of random sizes: the streamed reports equal the whole-file ones.
+#[test]
+fn random_joins_stream_as_whole() {
+    let _alone = COUNTING
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut seed = 0x51_7CC1_B727_220Au64;
+    let mut next = move |n: u64| {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
+    };
+    for case in 0..40 {
+        let n = 50 + next(600);
+        let mode = next(3);
+        let mut records: Records = Vec::new();
+        for i in 0..n {
+            let corr = match mode {
+                0 => 1 + next(12) as u32,
+                1 => (u32::MAX - 20).wrapping_add((i / 2 + next(5)) as u32),
+                _ => (i + next(30)) as u32,
+            };
+            let corr = if next(25) == 0 { 0 } else { corr };
+            let rec = match next(6) {
+                0 => api_rec(corr, 5000 + next(8) as u32),
+                1 => ext_rec(
+                    corr,
+                    2 + next(5) as u32,
+                    [800, 801, 900, 901][next(4) as usize],
+                ),
+                2 => memory_rec(next(n), corr, next(2) == 0),
+                _ => kernel_rec(next(n) + 1, corr),
+            };
+            records.push(rec);
+        }
+        let per_frame = 1 + next(60) as usize;
+        let [whole_raw, streamed_raw, whole_gmr, streamed_gmr] =
+            joins_three_ways(&records, per_frame, 1);
+        assert_eq!(whole_raw, streamed_raw, "case {case}");
+        assert_eq!(whole_gmr, streamed_gmr, "case {case}");
+    }
+}
+
+/// Review of the bounded joins in a `.gmr` with damaged buffer frames (a record that does not
+/// decode partway through a frame: the rest of that frame is not read) between the work and
+/// its joins: the streamed report equals the whole-file one.
+#[test]
+fn joins_across_damaged_gmr_frames_stream_as_whole() {
+    use gpumeter_cupti::gmr::{GmrHeader, GmrWriter};
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 5007,
+        ..GmrHeader::default()
+    };
+    let mut records: Records = Vec::new();
+    for i in 1..400u32 {
+        records.push(kernel_rec(i.into(), i));
+        if let Some(c) = i.checked_sub(40).filter(|&c| c > 0) {
+            records.push(api_rec(c, 5000 + c % 7));
+            records.push(ext_rec(c, 3, 900 + u64::from(c % 4)));
+        }
+    }
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    for (f, part) in records.chunks(37).enumerate() {
+        let mut bytes = part.concat();
+        if f % 3 == 1 {
+            // Damaged partway: an unknown record kind after half the frame.
+            let half = part[..part.len() / 2].concat().len();
+            bytes.truncate(half);
+            bytes.extend_from_slice(&[0xEE; 16]);
+            bytes.extend(part[part.len() / 2..].concat());
+        }
+        w.write_buffer(&bytes).expect("buffer");
+    }
+    let gmr_bytes = w.finish().expect("finish");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let gmr = dir.path().join("damaged.gmr");
+    std::fs::write(&gmr, &gmr_bytes).expect("write");
+    let run = |f: &dyn Fn(&mut Meter) -> Result<gpumeter_cupti::CuptiSummary, CuptiSourceError>| {
+        let mut meter = Meter::new(MeterConfig::default());
+        meter.set_tenant_map(tenant_map());
+        let s = f(&mut meter).expect("metered");
+        let report = meter.finish().expect("report");
+        format!("{s:?}\n{}", serde_json::to_string(&report).expect("json"))
+    };
+    let o = CuptiOptions::default();
+    let whole = run(&|m| meter_gmr(m, "damaged.gmr", &gmr_bytes, &o));
+    let streamed = run(&|m| meter_gmr_file(m, &gmr, &o));
+    assert!(whole.contains("e901"), "the joins are exercised");
+    assert_eq!(whole, streamed);
+}

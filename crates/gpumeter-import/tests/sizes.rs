@@ -250,3 +250,96 @@ fn long_names_are_cut_with_one_warning() {
         "the same name cut alike by both importers"
     );
 }
+
+/// Review of the Nsight cut: for names around the limit (exactly at it, one byte past it, a
+/// 2- or 4-byte character straddling it with or without text after it, quotes, backslashes
+/// and control characters past the cut), the Nsight importer's device name equals the Kineto
+/// importer's for the same text, written plainly and with every non-ASCII character escaped
+/// (`\uXXXX`, surrogate pairs for the 4-byte ones).
+#[test]
+fn nsight_names_are_cut_as_kineto_cuts_them() {
+    const M: usize = MAX_STRING_BYTES;
+    let k = |n: usize| "k".repeat(n);
+    let cases = [
+        k(M),
+        k(M + 1),
+        format!("{}é", k(M - 1)),
+        format!("{}éx", k(M - 1)),
+        format!("{}é", k(M)),
+        format!("{}😀", k(M - 3)),
+        format!("{}😀", k(M - 2)),
+        format!("{}😀yz", k(M - 2)),
+        format!("{}😀yz", k(M - 1)),
+        format!("{}\"q\\u\n\té😀", k(M)),
+        format!("{}\"q\\u\n\té😀", k(M - 1)),
+        "é".repeat(M / 2 + 1),
+        "😀".repeat(M / 4 + 1),
+        format!("x{}", "😀".repeat(M / 4)),
+    ];
+    // JSON text of `s`: plain (only what JSON requires escaped), or every non-ASCII character
+    // escaped as UTF-16 code units.
+    let json = |s: &str, ascii: bool| {
+        let mut out = String::from("\"");
+        for c in s.chars() {
+            match c {
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+                c if ascii && !c.is_ascii() => {
+                    for u in c.encode_utf16(&mut [0; 2]) {
+                        out.push_str(&format!("\\u{u:04x}"));
+                    }
+                }
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+        out
+    };
+    let dir = ok(tempfile::tempdir());
+    let device_name = |path: &Path| {
+        let mut meter = Meter::new(MeterConfig::default());
+        ok(import_path(&mut meter, path, &ImportOptions::default()));
+        let report = ok(meter.finish());
+        report.devices[0].name.clone().unwrap_or_default()
+    };
+    for (i, name) in cases.iter().enumerate() {
+        let nsys = dir.path().join(format!("cut{i}.sqlite"));
+        let conn = ok(rusqlite::Connection::open(&nsys));
+        ok(conn.execute_batch(
+            r#"CREATE TABLE TARGET_INFO_GPU (id INTEGER, name TEXT, smCount INTEGER);
+               CREATE TABLE CUPTI_ACTIVITY_KIND_MEMSET (start INTEGER, "end" INTEGER, deviceId INTEGER, bytes INTEGER);
+               INSERT INTO CUPTI_ACTIVITY_KIND_MEMSET VALUES (1700000000000000000, 1700000000000000050, 0, 4);"#,
+        ));
+        ok(conn.execute(
+            "INSERT INTO TARGET_INFO_GPU VALUES (0, ?1, 10)",
+            [name.as_str()],
+        ));
+        drop(conn);
+        let from_nsys = device_name(&nsys);
+        assert_eq!(
+            from_nsys.contains(CUT_MARK),
+            name.char_indices().any(|(at, _)| at >= M),
+            "case {i}: cut exactly when a character starts at or past the limit"
+        );
+        for ascii in [false, true] {
+            let kineto = dir.path().join(format!("cut{i}-{ascii}.json"));
+            ok(std::fs::write(
+                &kineto,
+                format!(
+                    r#"{{"deviceProperties": [{{"id": 0, "name": {}}}], "traceEvents": [
+                    {{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 10, "dur": 5}}]}}"#,
+                    json(name, ascii)
+                ),
+            ));
+            let from_kineto = device_name(&kineto);
+            let tail = |s: &str| s.chars().rev().take(60).collect::<String>();
+            assert!(
+                from_nsys == from_kineto,
+                "case {i} (escaped: {ascii}): Nsight {:?} vs Kineto {:?} (tails, reversed)",
+                tail(&from_nsys),
+                tail(&from_kineto)
+            );
+        }
+    }
+}
