@@ -562,7 +562,7 @@ mod tests {
             let records: Vec<LocatedRecord> = Walk::new(&bytes, crate::ApiVersion::Cupti12_8)
                 .collect::<Result<_, _>>()
                 .expect("decodes");
-            let names = std::collections::HashMap::new();
+            let names = FxHashMap::default();
             let item = |c: Converted| match c {
                 Converted::Work {
                     rec,
