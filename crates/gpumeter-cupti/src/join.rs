@@ -305,6 +305,19 @@ pub(crate) fn convert(
     rec.stream_id = stream;
     rec.correlation_id = corr;
     rec.graph_node_id = node;
+    let (pid_joined, ext_joined) = join_work(&mut rec, joins);
+    Converted::Work {
+        device_id,
+        rec,
+        pid_joined,
+        ext_joined,
+    }
+}
+
+/// Gives work record `rec` the process id and external id `joins` hold for its correlation
+/// id (a process id from an API record, else `joins.default_pid`); whether each was joined.
+pub(crate) fn join_work(rec: &mut ActivityRecord, joins: &JoinsRef<'_>) -> (bool, bool) {
+    let corr = rec.correlation_id;
     let (mut pid_joined, mut ext_joined) = (false, false);
     if corr != 0 {
         if let Some(&pid) = joins.pid_of.get(&corr) {
@@ -319,12 +332,7 @@ pub(crate) fn convert(
     if rec.process_id.is_none() {
         rec.process_id = joins.default_pid;
     }
-    Converted::Work {
-        device_id,
-        rec,
-        pid_joined,
-        ext_joined,
-    }
+    (pid_joined, ext_joined)
 }
 
 pub(crate) fn nonzero(v: u32) -> Option<u32> {

@@ -302,24 +302,7 @@ impl JoinDistance {
 /// `false` for a memory event, as `convert` counts only work).
 pub(crate) fn join_item(item: &mut SourceItem, joins: &JoinsRef<'_>) -> (bool, bool) {
     match item {
-        SourceItem::Work(rec) => {
-            let corr = rec.correlation_id;
-            let (mut pid_joined, mut ext_joined) = (false, false);
-            if corr != 0 {
-                if let Some(&pid) = joins.pid_of.get(&corr) {
-                    rec.process_id = Some(pid);
-                    pid_joined = true;
-                }
-                if let Some(&(_, ext)) = joins.ext_of.get(&corr) {
-                    rec.external_id = Some(ext);
-                    ext_joined = true;
-                }
-            }
-            if rec.process_id.is_none() {
-                rec.process_id = joins.default_pid;
-            }
-            (pid_joined, ext_joined)
-        }
+        SourceItem::Work(rec) => crate::join::join_work(rec, joins),
         SourceItem::Memory(ev) => {
             // `convert` took the record's own process id first, unjoined here.
             if ev.process_id.is_none() {
