@@ -119,6 +119,23 @@ pub enum Error {
         /// What it is (`kineto`, `nsys`, `gmr`).
         format: &'static str,
     },
+    /// `--format auto` could not tell what an input is: its first bytes are not a `.gmr`
+    /// recording's magic, an Nsight Systems SQLite export's header, JSON or gzip (a Kineto
+    /// trace or a usage report), nor a record of a raw CUPTI buffer in the layouts of `api`
+    /// (the first four bytes, a `CUpti_ActivityKind`, name no kind that version defines).
+    #[error(
+        "{}: unknown input format: not a .gmr recording, an Nsight Systems SQLite export, a \
+         Kineto trace or usage report (JSON or gzip), nor a raw CUPTI buffer in the {api} \
+         layouts (its first 4 bytes are no activity kind of that version); pass --format \
+         (and --cupti-api-version for a buffer of another CUPTI version)",
+        path.display()
+    )]
+    UnknownFormat {
+        /// The file.
+        path: PathBuf,
+        /// The CUPTI version whose layouts a raw buffer was tried in.
+        api: gpumeter_cupti::ApiVersion,
+    },
     /// An option that only metering uses (`--tenant`, `--tenant-map`, `--devices`,
     /// `--opening`) was given with usage reports, which are metered already (the CLI checks
     /// these before reading and exits 2).
@@ -495,10 +512,10 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
         {
             Ok(Format::Cupti)
         }
-        _ => Err(ImportError::UnknownFormat {
+        _ => Err(Error::UnknownFormat {
             path: path.to_path_buf(),
-        }
-        .into()),
+            api: options.cupti_api,
+        }),
     }
 }
 

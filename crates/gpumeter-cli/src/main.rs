@@ -49,10 +49,12 @@ enum Command {
         /// Price book (TOML, gpumeter.pricebook/v1).
         #[arg(long, value_name = "BOOK.toml")]
         prices: PathBuf,
-        /// Period start, RFC 3339 (inclusive). Default: the usage's first window.
+        /// Period start, RFC 3339 (inclusive); needs --to. Without both: from the usage's first
+        /// window.
         #[arg(long, value_name = "T", requires = "to")]
         from: Option<String>,
-        /// Period end, RFC 3339 (exclusive). Default: the end of the usage's last window.
+        /// Period end, RFC 3339 (exclusive); needs --from. Without both: to the end of the
+        /// usage's last window.
         #[arg(long, value_name = "T", requires = "from")]
         to: Option<String>,
         /// Write the invoices as JSON instead of a text table.
@@ -148,10 +150,12 @@ enum InvoiceCommand {
         /// Credit bank (SQLite file; created when it does not exist).
         #[arg(long, value_name = "FILE")]
         bank: PathBuf,
-        /// Period start, RFC 3339 (inclusive). Default: the usage's first window.
+        /// Period start, RFC 3339 (inclusive); needs --to. Without both: from the usage's first
+        /// window.
         #[arg(long, value_name = "T", requires = "to")]
         from: Option<String>,
-        /// Period end, RFC 3339 (exclusive). Default: the end of the usage's last window.
+        /// Period end, RFC 3339 (exclusive); needs --from. Without both: to the end of the
+        /// usage's last window.
         #[arg(long, value_name = "T", requires = "from")]
         to: Option<String>,
         /// Write the invoices as JSON instead of a text table.

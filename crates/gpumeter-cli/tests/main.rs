@@ -213,6 +213,57 @@ fn bad_input_files_exit_1_naming_the_file() {
     }
 }
 
+/// A file no format reader recognizes exits 1 with an error that names every format
+/// `--format auto` tried, the raw CUPTI buffer's layouts included, and how to say which.
+#[test]
+fn an_unknown_format_names_every_format_it_tried() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let unknown = dir.path().join("mystery.bin");
+    std::fs::write(&unknown, b"hello, not a trace\n").expect("write");
+    let o = gpumeter(&["usage", s(&unknown)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    for what in [
+        "mystery.bin",
+        ".gmr recording",
+        "Nsight Systems SQLite",
+        "Kineto trace",
+        "usage report",
+        "raw CUPTI buffer in the CUPTI 12.8",
+        "--format",
+        "--cupti-api-version",
+    ] {
+        assert!(err.contains(what), "{what:?} in {err}");
+    }
+}
+
+/// `gpumeter --help` names every subcommand in its description, and `--from` and `--to` say
+/// that each needs the other.
+#[test]
+fn help_names_every_subcommand_and_that_from_needs_to() {
+    let o = gpumeter(&["--help"]);
+    assert!(o.status.success());
+    let help = String::from_utf8_lossy(&o.stdout).to_string();
+    let about = help.lines().next().unwrap_or("");
+    for what in ["usage", "invoice", "credit bank", ".gmr", "price-book"] {
+        assert!(
+            about.contains(what),
+            "{what:?} in the description {about:?}"
+        );
+    }
+    for cmd in ["preview", "invoice"] {
+        let args: &[&str] = if cmd == "invoice" {
+            &["invoice", "finalize", "--help"]
+        } else {
+            &["preview", "--help"]
+        };
+        let o = gpumeter(args);
+        let help = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(help.contains("needs --to"), "{cmd}: {help}");
+        assert!(help.contains("needs --from"), "{cmd}: {help}");
+    }
+}
+
 #[test]
 fn record_faults_are_loss_exit_0_rest_metered() {
     let dir = tempfile::tempdir().expect("tempdir");
