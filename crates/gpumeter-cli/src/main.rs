@@ -68,7 +68,8 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         bank: Option<PathBuf>,
     },
-    /// Finalized invoices (DESIGN §6).
+    /// Finalized invoices: rated against the credit bank, credits burned, each invoice applied
+    /// once.
     Invoice {
         #[command(subcommand)]
         command: InvoiceCommand,
@@ -207,13 +208,17 @@ struct UsageArgs {
     /// Input format.
     #[arg(long, value_enum, default_value = "auto")]
     format: FormatArg,
-    /// Window size: 60s, 15m, 1h, 1d (must divide one day). Default: 1h; usage reports keep
-    /// their own (a different --window is refused: re-windowing is not supported).
+    /// Window size: whole numbers with units d, h, m or s, largest first (60s, 15m, 1h, 1h30m,
+    /// 1d); over 0 s and dividing one day, so windows align with UTC days. Default: 1h; usage
+    /// reports keep their own (a different --window is refused: re-windowing is not
+    /// supported).
     #[arg(long, value_parser = parse_window)]
     window: Option<WindowSize>,
-    /// Tenant the inputs' usage is attributed to (default: unattributed). Checked after
-    /// parsing ([`UsageArgs::options`]) so that the message names the rule, never the raw
-    /// character (clap would quote the value as given).
+    /// Tenant the inputs' usage is attributed to (default: unattributed): 1 to 256 visible
+    /// characters (spaces only between them), in Unicode NFC, not `unattributed` or `idle` nor
+    /// a name that looks like them.
+    // Checked after parsing (`UsageArgs::options`), so that the message names the rule, never
+    // the raw character (clap would quote the value as given).
     #[arg(long, value_name = "NAME")]
     tenant: Option<String>,
     /// Tenant map (TOML: `[external]` correlation ids and `[pid]` process ids → tenant); its

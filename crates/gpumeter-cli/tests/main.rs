@@ -237,6 +237,43 @@ fn an_unknown_format_names_every_format_it_tried() {
     }
 }
 
+/// `--window` takes compound sizes (`1h30m`: 5400 s windows) and says what is wrong with one
+/// it refuses, and no help text leaks the source's rustdoc links or design-file sections.
+#[test]
+fn window_sizes_and_help_texts_read_well() {
+    let o = gpumeter(&["usage", s(&example()), "--window", "1h30m", "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(json(&o)["window_seconds"], 5400);
+    for (w, says) in [
+        ("0s", "must be longer than 0 s"),
+        ("7m", "does not divide one day"),
+        ("1.5h", "write"),
+    ] {
+        let o = gpumeter(&["usage", s(&example()), "--window", w]);
+        assert_eq!(o.status.code(), Some(2), "{w}");
+        let e = stderr(&o);
+        let ok = if says == "write" {
+            e.contains("`1.5` is not a whole number") && e.contains("1h30m")
+        } else {
+            e.contains(says)
+        };
+        assert!(ok, "{w}: {e}");
+    }
+    for args in [
+        &["--help"][..],
+        &["usage", "--help"],
+        &["preview", "--help"],
+        &["invoice", "finalize", "--help"],
+    ] {
+        let help = String::from_utf8_lossy(&gpumeter(args).stdout).to_string();
+        assert!(!help.contains("[`"), "{args:?}: a rustdoc link in {help}");
+        assert!(
+            !help.contains("DESIGN §"),
+            "{args:?}: a design section in {help}"
+        );
+    }
+}
+
 /// `gpumeter --help` names every subcommand in its description, and `--from` and `--to` say
 /// that each needs the other.
 #[test]

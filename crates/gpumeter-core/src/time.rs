@@ -82,7 +82,10 @@ impl WindowSize {
     /// # Errors
     /// A message when `seconds` is zero or does not divide one day (86 400 s).
     pub fn from_seconds(seconds: u64) -> Result<Self, String> {
-        if seconds == 0 || !86_400u64.is_multiple_of(seconds) {
+        if seconds == 0 {
+            return Err("a window must be longer than 0 s".to_string());
+        }
+        if !86_400u64.is_multiple_of(seconds) {
             return Err(format!(
                 "a window of {seconds} s does not divide one day (86400 s)"
             ));
@@ -92,31 +95,82 @@ impl WindowSize {
         })
     }
 
-    /// Parses `60s`, `15m`, `1h`, `1d` (a positive integer and one unit letter).
+    /// Parses a window size: whole numbers each followed by a unit, `d`, `h`, `m` or `s`, from
+    /// the largest unit down, each unit at most once: `60s`, `15m`, `1h`, `1h30m`, `2m30s`,
+    /// `1d`. Spaces around the text are ignored. The size must be over 0 s and divide one day
+    /// (86 400 s), so that windows align with UTC days.
     ///
     /// # Errors
-    /// A message naming the text when it has no known unit, is not a number, or does not
-    /// divide one day.
+    /// A message naming the text and what is wrong: no unit or an unknown one, a part that is
+    /// not a whole number (`1.5h`: write `1h30m`), units out of order or repeated, a size of
+    /// 0 s, one past 64 bits, or one that does not divide one day (with sizes that do).
     pub fn parse(text: &str) -> Result<Self, String> {
+        const FORMS: &str = "whole numbers with units d, h, m or s, largest first (15m, 1h30m)";
         let text = text.trim();
-        let (num, mult) = match text.char_indices().last() {
-            Some((i, 's')) => (&text[..i], 1),
-            Some((i, 'm')) => (&text[..i], 60),
-            Some((i, 'h')) => (&text[..i], 3600),
-            Some((i, 'd')) => (&text[..i], 86_400),
-            _ => {
+        if text.is_empty() {
+            return Err(format!("window ``: expected {FORMS}"));
+        }
+        let mut secs = 0u64;
+        let mut rest = text;
+        let mut last_rank = usize::MAX;
+        while !rest.is_empty() {
+            let digits = rest.len() - rest.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+            let (num, after) = rest.split_at(digits);
+            let Some(unit) = after.chars().next() else {
                 return Err(format!(
-                    "window `{text}`: expected a number and a unit s, m, h or d (e.g. 15m)"
-                ))
+                    "window `{text}`: `{num}` has no unit; expected {FORMS}"
+                ));
+            };
+            let (rank, mult) = match unit {
+                'd' => (0, 86_400u64),
+                'h' => (1, 3600),
+                'm' => (2, 60),
+                's' => (3, 1),
+                _ if num.is_empty() || unit == '.' || unit == ',' => {
+                    let part: String = rest
+                        .chars()
+                        .take_while(|c| !matches!(c, 'd' | 'h' | 'm' | 's'))
+                        .collect();
+                    return Err(format!(
+                        "window `{text}`: `{part}` is not a whole number; expected {FORMS}"
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "window `{text}`: unknown unit `{other}`; expected {FORMS}"
+                    ))
+                }
+            };
+            if num.is_empty() {
+                return Err(format!(
+                    "window `{text}`: the unit `{unit}` has no number before it; expected {FORMS}"
+                ));
             }
-        };
-        let n: u64 = num
-            .parse()
-            .map_err(|_| format!("window `{text}`: `{num}` is not a whole number"))?;
-        let secs = n
-            .checked_mul(mult)
-            .ok_or_else(|| format!("window `{text}` is too large"))?;
-        Self::from_seconds(secs).map_err(|e| format!("window `{text}`: {e}"))
+            if last_rank != usize::MAX && rank <= last_rank {
+                return Err(format!(
+                    "window `{text}`: units go from the largest (d, h, m, s), each once"
+                ));
+            }
+            last_rank = rank;
+            let n: u64 = num
+                .parse()
+                .map_err(|_| format!("window `{text}` is too large"))?;
+            secs = n
+                .checked_mul(mult)
+                .and_then(|v| secs.checked_add(v))
+                .ok_or_else(|| format!("window `{text}` is too large"))?;
+            rest = &after[unit.len_utf8()..];
+        }
+        if secs == 0 {
+            return Err(format!("window `{text}`: a window must be longer than 0 s"));
+        }
+        Self::from_seconds(secs).map_err(|_| {
+            format!(
+                "window `{text}` ({secs} s) does not divide one day (86 400 s), so its windows \
+                 would not align with UTC days; sizes that do include 1m, 5m, 15m, 30m, 1h, \
+                 1h30m, 2h, 6h, 1d"
+            )
+        })
     }
 
     /// The size in ns.
@@ -156,6 +210,36 @@ mod tests {
         assert!(WindowSize::parse("0s").is_err());
         assert!(WindowSize::parse("h").is_err());
         assert!(WindowSize::parse("1w").is_err());
+    }
+
+    #[test]
+    fn window_parse_takes_compound_sizes_and_says_what_is_wrong() {
+        let secs = |t: &str| WindowSize::parse(t).map(|w| w.seconds());
+        assert_eq!(secs("1h30m"), Ok(5400));
+        assert_eq!(secs("2m30s"), Ok(150));
+        assert_eq!(secs(" 1d "), Ok(86_400));
+        assert_eq!(secs("0h15m"), Ok(900));
+        let err = |t: &str| WindowSize::parse(t).err().unwrap_or_default();
+        for (text, says) in [
+            ("0s", "must be longer than 0 s"),
+            ("0h0m", "must be longer than 0 s"),
+            ("7m", "(420 s) does not divide one day"),
+            ("7m", "1h30m"),
+            ("1.5h", "`1.5` is not a whole number"),
+            ("30m1h", "largest (d, h, m, s), each once"),
+            ("1h1h", "each once"),
+            ("1w", "unknown unit `w`"),
+            ("h", "`h` has no number"),
+            ("15", "`15` has no unit"),
+            ("", "expected whole numbers"),
+            ("99999999999999999999s", "too large"),
+            ("999999999999999d", "too large"),
+            ("1d18446744073709551615s", "too large"),
+        ] {
+            let e = err(text);
+            assert!(e.contains(says), "{text:?}: {e:?} lacks {says:?}");
+            assert!(e.contains(&format!("`{}`", text.trim())), "{text:?}: {e:?}");
+        }
     }
 
     #[test]
