@@ -106,7 +106,11 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
         ]);
     }
     out.push_str(&t.render("  "));
-    let _ = writeln!(out, "\nDevices");
+    if r.devices.is_empty() {
+        let _ = writeln!(out, "\nDevices  none: the inputs name no device");
+    } else {
+        let _ = writeln!(out, "\nDevices");
+    }
     let mut t = Table::new(&[
         ("DEVICE", true),
         ("KEY", false),
@@ -129,7 +133,9 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
                 .join(", "),
         ]);
     }
-    out.push_str(&t.render("  "));
+    if !r.devices.is_empty() {
+        out.push_str(&t.render("  "));
+    }
     let skipped: Vec<String> = r
         .records
         .skipped
@@ -148,7 +154,14 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
             skipped.join(", ")
         }
     );
-    let _ = writeln!(out, "\nTotals");
+    if r.totals.is_empty() {
+        let _ = writeln!(
+            out,
+            "\nTotals  none: no usage was metered (no work record of the inputs fed a meter)"
+        );
+    } else {
+        let _ = writeln!(out, "\nTotals");
+    }
     let mut t = Table::new(&[
         ("TENANT", false),
         ("DEVICE", true),
@@ -165,7 +178,9 @@ pub(crate) fn usage_table(r: &UsageReport) -> String {
             row.meter.canonical_unit().to_string(),
         ]);
     }
-    out.push_str(&t.render("  "));
+    if !r.totals.is_empty() {
+        out.push_str(&t.render("  "));
+    }
     if !r.loss.is_empty() {
         let _ = writeln!(out, "\nLoss (records that fed no meter)");
         let mut t = Table::new(&[

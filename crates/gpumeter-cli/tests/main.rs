@@ -274,6 +274,33 @@ fn window_sizes_and_help_texts_read_well() {
     }
 }
 
+/// A usage report with nothing metered says so instead of printing empty tables.
+#[test]
+fn an_empty_report_says_so() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = dir.path().join("empty.json");
+    std::fs::write(&empty, br#"{"traceEvents": []}"#).expect("write");
+    let o = gpumeter(&["usage", s(&empty)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(text.contains("Devices  none"), "{text}");
+    assert!(
+        text.contains("Totals  none: no usage was metered"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("TENANT  DEVICE"),
+        "no empty table header: {text}"
+    );
+    // A report with usage keeps its tables.
+    let o = gpumeter(&["usage", s(&example())]);
+    let text = String::from_utf8_lossy(&o.stdout).to_string();
+    assert!(
+        text.contains("TENANT") && !text.contains("Totals  none"),
+        "{text}"
+    );
+}
+
 /// `gpumeter --help` names every subcommand in its description, and `--from` and `--to` say
 /// that each needs the other.
 #[test]
