@@ -210,6 +210,45 @@ pub struct KindLayout {
     pub fields: Vec<FieldInfo>,
 }
 
+impl KindLayout {
+    /// A record of this kind, as CUPTI lays it out (`size` bytes, the kind in its first four):
+    /// each `(name, value)` of `fields` written little-endian into the member `name`, cut to
+    /// its width (a member wider than 8 bytes gets it in its first 8); every other byte zero.
+    /// For synthetic buffers and tests.
+    ///
+    /// ```
+    /// use gpumeter_cupti::{decode, ActivityKind, ApiVersion, Record};
+    /// let api = ApiVersion::Cupti12_8;
+    /// let layout = api.layouts().into_iter().find(|l| l.kind == ActivityKind::RUNTIME);
+    /// let rec = layout.expect("RUNTIME").encode(&[("processId", 4242)])?;
+    /// let d = decode(&rec, api).map_err(|e| e.to_string())?;
+    /// assert!(matches!(&d.records[0].record, Record::Api(a) if a.process_id == 4242));
+    /// # Ok::<(), String>(())
+    /// ```
+    ///
+    /// # Errors
+    /// A message naming the struct and a field it does not decode.
+    pub fn encode(&self, fields: &[(&str, u64)]) -> Result<Vec<u8>, String> {
+        let mut rec = vec![0u8; self.size];
+        if let Some(head) = rec.get_mut(..4) {
+            head.copy_from_slice(&self.kind.0.to_le_bytes());
+        }
+        for (name, value) in fields {
+            let f = self
+                .fields
+                .iter()
+                .find(|f| f.name == *name)
+                .ok_or_else(|| format!("{} has no decoded field {name}", self.struct_name))?;
+            // Members wider than 8 bytes (a UUID) get the value in their first 8.
+            let width = f.width.min(8);
+            if let Some(at) = rec.get_mut(f.offset..f.offset + width) {
+                at.copy_from_slice(&value.to_le_bytes()[..width]);
+            }
+        }
+        Ok(rec)
+    }
+}
+
 /// Declares a layout type: the byte offset of every decoded field (`usize`; `Option<usize>`
 /// for fields only some versions have), with the header member name and width in bytes.
 macro_rules! layout {

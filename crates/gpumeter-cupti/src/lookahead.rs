@@ -437,22 +437,13 @@ mod tests {
 
     /// One record of `kind` in the 12.8 layout with `fields` (CUPTI header name, value).
     fn raw(kind: crate::ActivityKind, fields: &[(&str, u64)]) -> Vec<u8> {
-        let layout = crate::ApiVersion::Cupti12_8
+        crate::ApiVersion::Cupti12_8
             .layouts()
             .into_iter()
             .find(|l| l.kind == kind)
-            .expect("layout");
-        let mut rec = vec![0u8; layout.size];
-        rec[..4].copy_from_slice(&kind.0.to_le_bytes());
-        for (name, value) in fields {
-            let f = layout
-                .fields
-                .iter()
-                .find(|f| f.name == *name)
-                .expect("field");
-            rec[f.offset..f.offset + f.width].copy_from_slice(&value.to_le_bytes()[..f.width]);
-        }
-        rec
+            .expect("layout")
+            .encode(fields)
+            .expect("fields")
     }
 
     /// A small deterministic generator (xorshift64*).

@@ -608,22 +608,12 @@ type Records = Vec<Vec<u8>>;
 
 /// One record of `kind` in the 12.8 layout with `fields` (CUPTI header name, value).
 fn record(kind: ActivityKind, fields: &[(&str, u64)]) -> Vec<u8> {
-    let layout = API
-        .layouts()
+    API.layouts()
         .into_iter()
         .find(|l| l.kind == kind)
-        .expect("layout");
-    let mut rec = vec![0u8; layout.size];
-    rec[..4].copy_from_slice(&kind.0.to_le_bytes());
-    for (name, value) in fields {
-        let f = layout
-            .fields
-            .iter()
-            .find(|f| f.name == *name)
-            .unwrap_or_else(|| panic!("{} has no {name}", layout.struct_name));
-        rec[f.offset..f.offset + f.width].copy_from_slice(&value.to_le_bytes()[..f.width]);
-    }
-    rec
+        .expect("layout")
+        .encode(fields)
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 const T0: u64 = 1_793_606_160_000_000_000;
