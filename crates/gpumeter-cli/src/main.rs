@@ -14,7 +14,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
 use gpumeter::core::text::{is_escaped, printable};
 use gpumeter::core::time::parse_rfc3339;
 use gpumeter::core::TenantName;
@@ -22,7 +22,9 @@ use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 
 mod bank;
 mod record;
+mod stdin;
 mod table;
+mod term;
 
 /// Fine-grained GPU usage metering: usage reports and invoice previews from GPU activity.
 #[derive(Debug, Parser)]
@@ -30,6 +32,13 @@ mod table;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// When to colour help, errors and warnings: auto (on a terminal, unless NO_COLOR is set
+    /// to a non-empty value), always or never.
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = clap::ColorChoice::Auto)]
+    color: clap::ColorChoice,
+    /// Print only errors on standard error: no warnings, notices or progress.
+    #[arg(long, short, global = true)]
+    quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -91,6 +100,25 @@ enum Command {
     Prices {
         #[command(subcommand)]
         command: PricesCommand,
+    },
+    /// Print a shell completion script to standard output.
+    ///
+    /// Example (bash): gpumeter completions bash >
+    /// ~/.local/share/bash-completion/completions/gpumeter
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to standard output, or write one page per command into a
+    /// directory.
+    ///
+    /// Example: gpumeter man | man -l -
+    Man {
+        /// Write gpumeter.1 and a page per subcommand (gpumeter-usage.1, …) into DIR (made
+        /// when missing) instead, and list their paths.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
     },
 }
 
@@ -202,7 +230,8 @@ enum FormatArg {
 #[derive(Debug, Args)]
 struct UsageArgs {
     /// Input files (.gmr recordings, raw CUPTI buffers, Kineto JSON or .json.gz, Nsight Systems
-    /// .sqlite), or usage reports to merge; several merge into one report.
+    /// .sqlite), or usage reports to merge; several merge into one report. `-` reads standard
+    /// input (once), named <stdin> in the report.
     #[arg(required = true, value_name = "INPUT")]
     inputs: Vec<PathBuf>,
     /// Input format.
@@ -256,6 +285,7 @@ impl UsageArgs {
     /// is a bad command line (exit 2), and the message names the rule and the character's code
     /// point, not the character.
     fn options(&self) -> Result<UsageOptions, Failure> {
+        stdin::check(&self.inputs)?;
         let tenant = match &self.tenant {
             Some(t) => {
                 Some(TenantName::parse(t).map_err(|e| usage_error(format!("--tenant: {e}")))?)
@@ -287,7 +317,18 @@ impl UsageArgs {
     /// the options that only metering uses are a bad command line (exit 2), and so is a
     /// `--window` other than the reports' own (checked once they are read).
     fn report(&self, options: &UsageOptions) -> Result<gpumeter::UsageReport, Failure> {
-        let reports = gpumeter::inputs_are_reports(&self.inputs, options)?;
+        let inputs = stdin::Inputs::resolve(&self.inputs)?;
+        let _progress = term::Progress::spinner(format!("metering {}", describe(&self.inputs)));
+        self.report_of(inputs.paths(), options)
+            .map_err(|f| inputs.rename(f))
+    }
+
+    fn report_of(
+        &self,
+        inputs: &[PathBuf],
+        options: &UsageOptions,
+    ) -> Result<gpumeter::UsageReport, Failure> {
+        let reports = gpumeter::inputs_are_reports(inputs, options)?;
         if reports {
             let given = [
                 ("--tenant", self.tenant.is_some()),
@@ -300,7 +341,7 @@ impl UsageArgs {
                 return Err(Failure::from(gpumeter::Error::MeteringOption { option }));
             }
         }
-        let report = gpumeter::meter_inputs(&self.inputs, options)?;
+        let report = gpumeter::meter_inputs(inputs, options)?;
         if let Some(w) = self.window.filter(|_| reports) {
             if w.seconds() != report.window_seconds {
                 return Err(usage_error(format!(
@@ -312,6 +353,27 @@ impl UsageArgs {
             }
         }
         Ok(report)
+    }
+}
+
+/// The inputs as a progress message names them: `a.json.gz`, `a.gmr and b.gmr`, `a.gmr and 2
+/// more`; `-` is `<stdin>`.
+fn describe(inputs: &[PathBuf]) -> String {
+    let name = |p: &PathBuf| {
+        if stdin::is_stdin(p) {
+            stdin::STDIN_NAME.to_string()
+        } else {
+            p.file_name().map_or_else(
+                || p.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            )
+        }
+    };
+    match inputs {
+        [] => String::new(),
+        [one] => name(one),
+        [a, b] => format!("{} and {}", name(a), name(b)),
+        [a, rest @ ..] => format!("{} and {} more", name(a), rest.len()),
     }
 }
 
@@ -347,9 +409,11 @@ pub(crate) fn usage_error(message: String) -> Failure {
 }
 
 /// Writes one line to standard error with its text escaped ([`printable`]): messages carry
-/// file names, field values, device and kernel names from the inputs.
+/// file names, field values, device and kernel names from the inputs. Its `error:`,
+/// `warning:` or `notice:` prefix is coloured as `--color` says; under `--quiet` only errors
+/// are written ([`term::say`]).
 pub(crate) fn say(line: &str) {
-    eprintln!("{}", printable(line));
+    term::say(line);
 }
 
 /// Text for people, line by line through [`printable`]: the renderings escape each cell
@@ -548,6 +612,17 @@ fn run_text(command: Command) -> Result<String, Failure> {
         Command::Bank { command } => bank::run(command),
         Command::Record(args) => record::run(args),
         Command::Recording { command } => record::recording(command),
+        Command::Completions { shell } => {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "gpumeter", &mut out);
+            String::from_utf8(out)
+                .map(|t| t.trim_end().to_string())
+                .map_err(|e| Failure {
+                    code: 1,
+                    message: format!("cannot write the completion script: {e}"),
+                })
+        }
+        Command::Man { dir } => man(dir),
         Command::Prices {
             command: PricesCommand::Check { book, devices },
         } => {
@@ -615,21 +690,74 @@ fn period_failure(e: gpumeter::Error, period: Option<(u64, u64)>) -> Failure {
     }
 }
 
-/// The command line, or clap's message (escaped: it quotes the values given) and exit code.
-fn parse_cli() -> Result<Cli, ExitCode> {
-    Cli::try_parse().map_err(|e| {
-        let code = u8::try_from(e.exit_code()).unwrap_or(2);
-        if e.use_stderr() {
-            eprint!("{}", clap_message(&e));
-        } else {
-            // --help, --version: clap's own text, to stdout.
-            let _ = e.print();
+/// `gpumeter man`: the man page of `gpumeter` on standard output, or, with `dir`, a page per
+/// command written there and their paths on standard output (exit 1 when one cannot be
+/// written).
+fn man(dir: Option<PathBuf>) -> Result<String, Failure> {
+    let cmd = Cli::command();
+    let fail = |e: std::io::Error| Failure {
+        code: 1,
+        message: match &dir {
+            Some(d) => format!("cannot write the man pages to {}: {e}", d.display()),
+            None => format!("cannot write the man page: {e}"),
+        },
+    };
+    match &dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).map_err(fail)?;
+            clap_mangen::generate_to(cmd.clone(), d).map_err(fail)?;
+            // The pages `generate_to` writes: one per command but `help`, named by its path.
+            fn pages(cmd: &clap::Command, dir: &std::path::Path, out: &mut Vec<String>) {
+                let name = cmd.get_display_name().unwrap_or(cmd.get_name());
+                out.push(dir.join(format!("{name}.1")).display().to_string());
+                for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+                    pages(sub, dir, out);
+                }
+            }
+            let mut cmd = cmd.disable_help_subcommand(true);
+            cmd.build();
+            let mut written = Vec::new();
+            pages(&cmd, d, &mut written);
+            Ok(text_out(&written.join("\n")))
         }
-        ExitCode::from(code)
-    })
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd).render(&mut out).map_err(fail)?;
+            String::from_utf8(out)
+                .map(|t| t.trim_end().to_string())
+                .map_err(|e| Failure {
+                    code: 1,
+                    message: format!("cannot write the man page: {e}"),
+                })
+        }
+    }
 }
 
-/// clap's message as plain text (StyledStr's Display has no colours), escaped line by line.
+/// The command line, or clap's message (escaped: it quotes the values given) and exit code.
+/// clap's help and errors are coloured as `--color` says (read from the arguments, since clap
+/// did not accept them: [`term::color_from_args`]).
+fn parse_cli() -> Result<Cli, ExitCode> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => {
+            term::init(cli.color, cli.quiet);
+            Ok(cli)
+        }
+        Err(e) => {
+            let code = u8::try_from(e.exit_code()).unwrap_or(2);
+            let color = term::color_from_args(&args);
+            if e.use_stderr() {
+                term::write_styled(&clap_message(&e), true, color);
+            } else {
+                // --help, --version: clap's own text, to stdout.
+                term::write_styled(&e.render().ansi().to_string(), false, color);
+            }
+            Err(ExitCode::from(code))
+        }
+    }
+}
+
+/// clap's message with its styles, escaped line by line ([`term::escape_keeping_styles`]).
 /// clap quotes a refused value as given (only stripping ANSI sequences), so a value with a
 /// character [`printable`] escapes (a newline, a bidirectional override) is quoted escaped instead,
 /// with the reason its parser gave.
@@ -643,14 +771,15 @@ fn clap_message(e: &clap::Error) -> String {
             let reason = std::error::Error::source(e)
                 .map(|s| format!(": {}", printable(&s.to_string())))
                 .unwrap_or_default();
-            return text_out(&format!(
-                "error: invalid value '{}' for '{arg}'{reason}\n\nFor more information, try \
+            return format!(
+                "{} invalid value '{}' for '{arg}'{reason}\n\nFor more information, try \
                  '--help'.\n",
+                term::error_prefix(),
                 printable(value)
-            ));
+            );
         }
     }
-    text_out(&e.render().to_string())
+    term::escape_keeping_styles(&e.render().ansi().to_string())
 }
 
 fn main() -> ExitCode {

@@ -23,8 +23,9 @@ use gpumeter::cupti::gmr::{
 use gpumeter::cupti::{decode, ApiVersion, Record, StringTable};
 use serde::Serialize;
 
-use crate::table::esc;
+use crate::table::{esc, group, Table};
 use crate::{say, Failure};
+use gpumeter::core::time::rfc3339_ns;
 
 /// The environment variable naming the injection library for `record`.
 pub(crate) const ENV_INJECT_LIB: &str = "GPUMETER_INJECT_LIB";
@@ -112,13 +113,68 @@ fn find_inject_lib(explicit: Option<PathBuf>) -> Result<PathBuf, Failure> {
             fail(
                 125,
                 format!(
-                    "no injection library: looked for {} and {}; set {ENV_INJECT_LIB} or pass \
-                 --inject-lib (it is built by `cargo build -p gpumeter-inject`)",
+                    "no injection library: looked for {} and {}; {}, set {ENV_INJECT_LIB} or \
+                     pass --inject-lib",
                     candidates[0].display(),
-                    candidates[1].display()
+                    candidates[1].display(),
+                    build_hint(&exe)
                 ),
             )
         })
+}
+
+/// How to get the injection library where `exe` looks for it. An executable in a cargo
+/// target directory (`<target>/[<triple>/]<profile>/gpumeter`, the target directory marked by
+/// its `CACHEDIR.TAG`) gets the cargo command that builds the library beside it: that
+/// profile (`--release`, `--profile NAME`, none for `debug`), that target triple, and that
+/// target directory when it is not this workspace's `target/`. Any other place gets where to
+/// install it.
+fn build_hint(exe: &Path) -> String {
+    let Some(command) = cargo_build_command(exe) else {
+        return format!(
+            "install {INJECT_LIB_NAME} beside this executable or in ../lib from it (it is built \
+             in a gpumeter source tree by `cargo build --release -p gpumeter-inject`, into \
+             target/release/)"
+        );
+    };
+    format!("build it beside this executable with `{command}` in the gpumeter source tree")
+}
+
+/// The cargo command that builds the injection library into `exe`'s directory, when `exe` is
+/// in a cargo target directory ([`build_hint`]).
+fn cargo_build_command(exe: &Path) -> Option<String> {
+    let profile_dir = exe.parent()?;
+    let profile = profile_dir.file_name()?.to_str()?;
+    let is_target = |d: &Path| d.join("CACHEDIR.TAG").is_file();
+    let above = profile_dir.parent()?;
+    let (target_dir, triple) = if is_target(above) {
+        (above, None)
+    } else {
+        let triple = above.file_name()?.to_str()?;
+        let target = above.parent().filter(|d| is_target(d))?;
+        (target, Some(triple))
+    };
+    let mut command = String::new();
+    // This workspace's own target directory (where `cargo build` puts it by default).
+    let workspace_target = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let same = |a: &Path, b: &Path| match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    };
+    if !same(target_dir, &workspace_target) {
+        command.push_str(&format!("CARGO_TARGET_DIR={} ", target_dir.display()));
+    }
+    command.push_str("cargo build");
+    match profile {
+        "debug" => {}
+        "release" => command.push_str(" --release"),
+        other => command.push_str(&format!(" --profile {other}")),
+    }
+    if let Some(t) = triple {
+        command.push_str(&format!(" --target {t}"));
+    }
+    command.push_str(" -p gpumeter-inject");
+    Some(command)
 }
 
 /// Ignores SIGINT and SIGQUIT until dropped (then restores the previous dispositions).
@@ -333,11 +389,15 @@ fn describe(path: &Path) -> String {
     match inspect(path) {
         Ok(i) => {
             let mut s = format!(
-                " ({} activity buffers, {} kernel records",
-                i.buffers, i.kernels
+                " ({}, {}",
+                count(i.buffers, "activity buffer", "activity buffers"),
+                count(i.kernels, "kernel record", "kernel records")
             );
             if i.dropped > 0 {
-                s.push_str(&format!(", {} records dropped by CUPTI", i.dropped));
+                s.push_str(&format!(
+                    ", {} dropped by CUPTI",
+                    count(i.dropped, "record", "records")
+                ));
             }
             if !i.finished {
                 s.push_str(", unfinished: the process ended before closing it");
@@ -347,7 +407,10 @@ fn describe(path: &Path) -> String {
             }
             let corrupt = i.damaged.len() - usize::from(i.torn.is_some());
             if corrupt > 0 {
-                s.push_str(&format!(", {corrupt} corrupt frames"));
+                s.push_str(&format!(
+                    ", {}",
+                    count(corrupt as u64, "corrupt frame", "corrupt frames")
+                ));
             }
             s.push(')');
             s
@@ -588,11 +651,39 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
     Ok(i)
 }
 
+/// `n` with thousands separators and the noun in the singular or the plural: `1 string
+/// table`, `2,101 kernel records`.
+fn count(n: u64, one: &str, many: &str) -> String {
+    format!(
+        "{} {}",
+        group(&n.to_string()),
+        if n == 1 { one } else { many }
+    )
+}
+
+/// A CUPTI timestamp (ns since the Unix epoch, as the meter reads it) as RFC 3339 UTC with
+/// nine fractional digits, and the raw ns: `2026-11-29T21:38:52.011846105Z (1795997932011846105
+/// ns)`.
+fn clock_time(ns: u64) -> String {
+    format!("{} ({ns} ns)", rfc3339_ns(ns))
+}
+
+/// A duration in ns as seconds with nine decimals: `0.326414778 s`.
+fn seconds(ns: u64) -> String {
+    format!("{}.{:09} s", ns / 1_000_000_000, ns % 1_000_000_000)
+}
+
+/// The width of the key column of [`show_text`]: the longest key and two spaces.
+const KEY_WIDTH: usize = "instructions".len() + 2;
+
+/// `recording show` as text: one `key  value` line per fact, keys in one column; kernel names
+/// and per-function instruction counts as right-aligned tables under their line; times as RFC
+/// 3339 UTC beside the raw ns; counts with their nouns in the singular or the plural.
 fn show_text(i: &Inspection) -> String {
     let h = &i.header;
     let mut o = String::new();
     // Every value can carry input text (file, host, device and kernel names, errors): escaped.
-    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<12}{}\n", esc(&v)));
+    let mut line = |k: &str, v: String| o.push_str(&format!("{k:<KEY_WIDTH$}{}\n", esc(&v)));
     line("recording", i.file.clone());
     let state = match (&i.torn, i.finished) {
         (Some(t), _) => format!("torn: {t}"),
@@ -616,8 +707,9 @@ fn show_text(i: &Inspection) -> String {
     line(
         "clock",
         format!(
-            "cupti {} ns = unix {} ns",
-            h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
+            "CUPTI {}, wall clock {}",
+            clock_time(h.clock.cupti_timestamp_ns),
+            clock_time(h.clock.unix_time_ns)
         ),
     );
     if h.devices.is_empty() {
@@ -627,60 +719,80 @@ fn show_text(i: &Inspection) -> String {
         line(
             "device",
             format!(
-                "{}: {} {} {} SMs, compute capability {}",
+                "{}: {}, {}, compute capability {}, {}",
                 d.id,
                 d.name.as_deref().unwrap_or("(no name)"),
-                d.uuid.as_deref().unwrap_or("(no uuid)"),
                 d.sm_count
-                    .map_or_else(|| "?".to_string(), |n| n.to_string()),
-                d.compute_capability.as_deref().unwrap_or("?")
+                    .map_or_else(|| "? SMs".to_string(), |n| count(n.into(), "SM", "SMs")),
+                d.compute_capability.as_deref().unwrap_or("?"),
+                d.uuid.as_deref().unwrap_or("(no uuid)"),
             ),
         );
     }
     line(
         "frames",
         format!(
-            "{} activity buffers ({} bytes), {} string tables, {} dropped-count frames, {} \
-             attribution events, {} energy samples, {} of unknown types",
-            i.buffers,
-            i.buffer_bytes,
-            i.string_tables,
-            i.dropped_frames,
-            i.attribution_events,
-            i.energy_samples,
-            i.unknown_frames
+            "{} ({}), {}, {}, {}, {}, {} of unknown types",
+            count(i.buffers, "activity buffer", "activity buffers"),
+            count(i.buffer_bytes, "byte", "bytes"),
+            count(i.string_tables, "string table", "string tables"),
+            count(
+                i.dropped_frames,
+                "dropped-count frame",
+                "dropped-count frames"
+            ),
+            count(
+                i.attribution_events,
+                "attribution event",
+                "attribution events"
+            ),
+            count(i.energy_samples, "energy sample", "energy samples"),
+            group(&i.unknown_frames.to_string()),
         ),
     );
-    line("dropped", format!("{} records dropped by CUPTI", i.dropped));
+    line(
+        "dropped",
+        if i.dropped == 0 {
+            "no records dropped by CUPTI".to_string()
+        } else {
+            format!("{} dropped by CUPTI", count(i.dropped, "record", "records"))
+        },
+    );
     if i.energy.is_empty() {
         line("energy", "no energy samples".to_string());
     }
     for e in &i.energy {
         let span = e.last_timestamp_ns.saturating_sub(e.first_timestamp_ns);
         let mut v = format!(
-            "device {}: {} samples over {}.{:09} s ({} to {} ns), {} mJ ({} to {} mJ)",
+            "device {}: {} over {}, {} to {}; {} mJ (counter {} to {} mJ)",
             e.device,
-            e.samples,
-            span / 1_000_000_000,
-            span % 1_000_000_000,
-            e.first_timestamp_ns,
-            e.last_timestamp_ns,
-            e.delta_mj,
-            e.first_mj,
-            e.last_mj
+            count(e.samples, "sample", "samples"),
+            seconds(span),
+            rfc3339_ns(e.first_timestamp_ns),
+            rfc3339_ns(e.last_timestamp_ns),
+            group(&e.delta_mj.to_string()),
+            group(&e.first_mj.to_string()),
+            group(&e.last_mj.to_string()),
         );
         if e.decreases > 0 {
             v.push_str(&format!(
-                "; the counter fell {} times (a driver reload)",
-                e.decreases
+                "; the counter fell {} (a driver reload)",
+                count(e.decreases, "time", "times")
             ));
         }
         if e.out_of_order > 0 {
-            v.push_str(&format!("; {} samples out of time order", e.out_of_order));
+            v.push_str(&format!(
+                "; {} out of time order",
+                count(e.out_of_order, "sample", "samples")
+            ));
         }
         line("energy", v);
     }
-    let kinds: Vec<String> = i.records.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let kinds: Vec<String> = i
+        .records
+        .iter()
+        .map(|(k, n)| format!("{k} {}", group(&n.to_string())))
+        .collect();
     line(
         "records",
         if kinds.is_empty() {
@@ -692,39 +804,74 @@ fn show_text(i: &Inspection) -> String {
     line(
         "kernels",
         format!(
-            "{} kernel records, {} names, {} without a name",
-            i.kernels,
-            i.kernel_names.len(),
-            i.unnamed_kernels
+            "{}, {}, {} without a name",
+            count(i.kernels, "kernel record", "kernel records"),
+            count(i.kernel_names.len() as u64, "name", "names"),
+            group(&i.unnamed_kernels.to_string())
         ),
     );
-    for k in &i.kernel_names {
-        o.push_str(&format!("{:>12}  {}\n", k.count, esc(&k.name)));
+    let indent = " ".repeat(KEY_WIDTH);
+    if !i.kernel_names.is_empty() {
+        let rows = i
+            .kernel_names
+            .iter()
+            .map(|k| vec![group(&k.count.to_string()), k.name.clone()]);
+        o.push_str(&columns(
+            &indent,
+            &[("RECORDS", true), ("KERNEL", false)],
+            rows,
+        ));
     }
     if h.instrumented || i.instruction_frames > 0 {
         o.push_str(&format!(
-            "instructions {} instruction-count frames{}; warp instructions per function \
-             (launches):\n",
-            i.instruction_frames,
+            "{:<KEY_WIDTH$}{}{}\n",
+            "instructions",
+            count(
+                i.instruction_frames,
+                "instruction-count frame",
+                "instruction-count frames"
+            ),
             if h.instrumented {
                 " (instrumented run: kernels serialized and slowed)"
             } else {
                 ""
             }
         ));
-        for f in &i.instructions {
-            o.push_str(&format!(
-                "{:>20}  ({})  {}\n",
-                f.warp_instructions,
-                f.launches,
-                esc(&f.name)
-            ));
-        }
+        let rows = i.instructions.iter().map(|f| {
+            vec![
+                group(&f.warp_instructions.to_string()),
+                group(&f.launches.to_string()),
+                f.name.clone(),
+            ]
+        });
+        o.push_str(&columns(
+            &indent,
+            &[
+                ("WARP INSTRUCTIONS", true),
+                ("LAUNCHES", true),
+                ("FUNCTION", false),
+            ],
+            rows,
+        ));
     }
     for e in &i.decode_errors {
         o.push_str(&format!("error: {}\n", esc(e)));
     }
     o.trim_end().to_string()
+}
+
+/// A table under a `recording show` line: a header, then the rows, columns two spaces apart
+/// and right- or left-aligned (`(name, right)`), each line indented; cells escaped.
+fn columns(
+    indent: &str,
+    header: &[(&str, bool)],
+    rows: impl Iterator<Item = Vec<String>>,
+) -> String {
+    let mut t = Table::new(header);
+    for r in rows {
+        t.row(r);
+    }
+    t.render(indent)
 }
 
 /// `gpumeter recording …`.

@@ -309,7 +309,15 @@ fn help_names_every_subcommand_and_that_from_needs_to() {
     assert!(o.status.success());
     let help = String::from_utf8_lossy(&o.stdout).to_string();
     let about = help.lines().next().unwrap_or("");
-    for what in ["usage", "invoice", "credit bank", ".gmr", "price-book"] {
+    for what in [
+        "usage",
+        "invoice",
+        "credit bank",
+        ".gmr",
+        "price-book",
+        "shell completions",
+        "man page",
+    ] {
         assert!(
             about.contains(what),
             "{what:?} in the description {about:?}"
@@ -674,8 +682,8 @@ fn the_real_h200_recording_meters_what_the_workload_launched() {
     assert!(dev["device_key"].as_str().expect("key").starts_with("GPU-"));
     let show = stdout(&gpumeter(&["recording", "show", s(&gmr)]));
     for (name, n) in [
-        ("gm_smoke_add", "1000"),
-        ("gm_smoke_scale", "1000"),
+        ("gm_smoke_add", "1,000"),
+        ("gm_smoke_scale", "1,000"),
         ("gm_smoke_fill", "101"),
     ] {
         assert!(
@@ -1589,6 +1597,8 @@ mod prices_check_book {
 }
 
 mod render;
+
+mod habits;
 
 // --- Usage reports merge (`--format usage`, issue 10 item 3) ---------------------------------
 

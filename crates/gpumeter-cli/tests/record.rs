@@ -343,14 +343,14 @@ fn recording_show_summarises_energy_per_device() {
     let out = text(&o.stdout);
     assert!(
         out.contains(
-            "energy      device 0: 3 samples over 2.500000000 s (1000000000 to 3500000000 ns), \
-             5000 mJ (10000 to 15000 mJ)\n"
+            "energy        device 0: 3 samples over 2.500000000 s, 1970-01-01T00:00:01.000000000Z \
+             to 1970-01-01T00:00:03.500000000Z; 5,000 mJ (counter 10,000 to 15,000 mJ)\n"
         ),
         "{out}"
     );
     assert!(
         out.contains("device 1: 2 samples over 1.000000000 s")
-            && out.contains("the counter fell 1 times (a driver reload)"),
+            && out.contains("the counter fell 1 time (a driver reload)"),
         "{out}"
     );
 }
@@ -413,9 +413,10 @@ fn recording_show_sums_instruction_counts_per_function() {
         .expect("show");
     let out = text(&o.stdout);
     assert!(
-        out.contains("instructions 3 instruction-count frames (instrumented run")
-            && out.contains("                3000  (3)  _Z6vecAddPKfS0_Pfi\n")
-            && out.contains("                  40  (1)  _Z5scalePfi"),
+        out.contains("instructions  3 instruction-count frames (instrumented run")
+            && out.contains("              WARP INSTRUCTIONS  LAUNCHES  FUNCTION\n")
+            && out.contains("                          3,000         3  _Z6vecAddPKfS0_Pfi\n")
+            && out.contains("                             40         1  _Z5scalePfi"),
         "{out}"
     );
 }
