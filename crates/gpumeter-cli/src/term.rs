@@ -3,8 +3,8 @@
 //!
 //! - Colour: `--color auto|always|never` (global; default `auto`). `auto` colours a stream
 //!   only when it is a terminal, `NO_COLOR` is unset or empty (<https://no-color.org>), and
-//!   `TERM` is not `dumb` (anstream's rules, which also honour `CLICOLOR_FORCE`); `always` and
-//!   `never` override the environment. It applies to clap's own help and errors and to the
+//!   `TERM` is set and not `dumb` (anstream's rules, which also read `CLICOLOR=0` and
+//!   `CLICOLOR_FORCE`); `always` and `never` override the environment. It applies to clap's own help and errors and to the
 //!   `error:`, `warning:` and `notice:` prefixes of gpumeter's diagnostics; text from the
 //!   inputs is escaped before it is written ([`printable`]), so the only escape sequences on
 //!   the terminal are gpumeter's and clap's styles.
