@@ -318,7 +318,7 @@ impl UsageArgs {
     /// `--window` other than the reports' own (checked once they are read).
     fn report(&self, options: &UsageOptions) -> Result<gpumeter::UsageReport, Failure> {
         let inputs = stdin::Inputs::resolve(&self.inputs)?;
-        let _progress = term::Progress::spinner(format!("metering {}", describe(&self.inputs)));
+        let _progress = term::Progress::spinner(format!("metering {}", describe(inputs.paths())));
         self.report_of(inputs.paths(), options)
             .map_err(|f| inputs.rename(f))
     }
@@ -356,25 +356,28 @@ impl UsageArgs {
     }
 }
 
-/// The inputs as a progress message names them: `a.json.gz`, `a.gmr and b.gmr`, `a.gmr and 2
-/// more`; `-` is `<stdin>`.
+/// The inputs as a progress message names them, with their size: `a.json.gz (1.2 GiB)`,
+/// `a.gmr and b.gmr (…)`, `a.gmr and 2 more (…)` (standard input is the file it was copied
+/// to, named `<stdin>`).
 fn describe(inputs: &[PathBuf]) -> String {
     let name = |p: &PathBuf| {
-        if stdin::is_stdin(p) {
-            stdin::STDIN_NAME.to_string()
-        } else {
-            p.file_name().map_or_else(
-                || p.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            )
-        }
+        p.file_name().map_or_else(
+            || p.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        )
     };
-    match inputs {
+    let names = match inputs {
         [] => String::new(),
         [one] => name(one),
         [a, b] => format!("{} and {}", name(a), name(b)),
         [a, rest @ ..] => format!("{} and {} more", name(a), rest.len()),
-    }
+    };
+    let bytes: u64 = inputs
+        .iter()
+        .filter_map(|p| std::fs::metadata(p).ok())
+        .map(|m| m.len())
+        .sum();
+    format!("{names} ({})", indicatif::BinaryBytes(bytes))
 }
 
 /// A failure and the exit code it maps to.

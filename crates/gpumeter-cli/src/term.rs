@@ -263,3 +263,55 @@ impl Drop for Progress {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn progress_only_on_a_terminal_and_never_when_quiet() {
+        assert!(progress_shown(false, true));
+        assert!(!progress_shown(true, true));
+        assert!(!progress_shown(false, false));
+        assert!(!progress_shown(true, false));
+    }
+
+    #[test]
+    fn the_last_color_before_a_double_dash_counts() {
+        let args = |a: &[&str]| -> Vec<std::ffi::OsString> {
+            std::iter::once("gpumeter")
+                .chain(a.iter().copied())
+                .map(Into::into)
+                .collect()
+        };
+        assert_eq!(color_from_args(&args(&["usag"])), ColorChoice::Auto);
+        assert_eq!(
+            color_from_args(&args(&["--color", "always", "usag"])),
+            ColorChoice::Always
+        );
+        assert_eq!(
+            color_from_args(&args(&["--color=always", "x", "--color", "never"])),
+            ColorChoice::Never
+        );
+        assert_eq!(
+            color_from_args(&args(&["--color=never", "--", "--color=always"])),
+            ColorChoice::Never
+        );
+        assert_eq!(
+            color_from_args(&args(&["--color", "sometimes"])),
+            ColorChoice::Auto
+        );
+    }
+
+    #[test]
+    fn styles_are_kept_and_everything_else_escaped() {
+        let styled = "\u{1b}[1m\u{1b}[31merror:\u{1b}[0m 'a\u{1b}b\u{7}'\n\u{1b}[33mx\u{1b}[0m";
+        assert_eq!(
+            escape_keeping_styles(styled),
+            "\u{1b}[1m\u{1b}[31merror:\u{1b}[0m 'a\\u{1b}b\\u{7}'\n\u{1b}[33mx\u{1b}[0m"
+        );
+        // An ESC that starts no SGR sequence (cursor movement) is escaped.
+        assert_eq!(escape_keeping_styles("\u{1b}[2J"), "\\u{1b}[2J");
+        assert_eq!(escape_keeping_styles("end\u{1b}"), "end\\u{1b}");
+    }
+}
