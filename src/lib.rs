@@ -27,6 +27,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod events;
+
 pub use gpumeter_bank as bank;
 pub use gpumeter_core as core;
 pub use gpumeter_core::{

@@ -142,6 +142,8 @@ fn the_schemas_meter_lists_are_the_meter_registry() {
     for file in [
         "gpumeter.usage.v1.schema.json",
         "gpumeter.invoice.v1.schema.json",
+        "gpumeter.events.cloudevents.v1.schema.json",
+        "gpumeter.events.lago.v1.schema.json",
     ] {
         let text = std::fs::read_to_string(schemas.join(file)).expect("schema");
         let v: serde_json::Value = serde_json::from_str(&text).expect("schema JSON");
