@@ -21,6 +21,7 @@ use gpumeter::core::TenantName;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 
 mod bank;
+mod events;
 mod record;
 mod stdin;
 mod table;
@@ -50,6 +51,8 @@ enum Command {
         /// Write the report as JSON instead of a text table.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        events: events::EventsArgs,
     },
     /// Meter inputs and rate them with a price book: one invoice per tenant (gpumeter.invoice/v1).
     Preview {
@@ -513,15 +516,39 @@ enum Output {
     /// largest output there is (a row per tenant, device, window and meter) is never held
     /// as one string.
     Report(Box<gpumeter::UsageReport>),
+    /// Usage events as JSON Lines (`usage --events -`), printed as they are (each line ends
+    /// with its newline; none for no events).
+    Events(String),
 }
 
 fn run(cli: Cli) -> Result<Output, Failure> {
     match cli.command {
-        Command::Usage { usage, json: true } => {
-            let options = usage.options()?;
-            Ok(Output::Report(Box::new(usage.report(&options)?)))
-        }
+        Command::Usage {
+            usage,
+            json,
+            events,
+        } => usage_output(&usage, json, &events),
         command => run_text(command).map(Output::Text),
+    }
+}
+
+/// `usage`: the report as text or JSON, and the events (`--events`) to their file, or the
+/// events alone on standard output (`--events -`).
+fn usage_output(
+    usage: &UsageArgs,
+    json: bool,
+    events: &events::EventsArgs,
+) -> Result<Output, Failure> {
+    events.check(json)?;
+    let options = usage.options()?;
+    let report = usage.report(&options)?;
+    if let Some(lines) = events.write(&report)? {
+        return Ok(Output::Events(lines));
+    }
+    if json {
+        Ok(Output::Report(Box::new(report)))
+    } else {
+        Ok(Output::Text(text_out(&table::usage_table(&report))))
     }
 }
 
@@ -538,15 +565,15 @@ fn write_report(
 
 fn run_text(command: Command) -> Result<String, Failure> {
     match command {
-        Command::Usage { usage, json } => {
-            let options = usage.options()?;
-            let report = usage.report(&options)?;
-            if json {
-                to_json(&report)
-            } else {
-                Ok(text_out(&table::usage_table(&report)))
-            }
-        }
+        // `run` answers `usage` itself; this is the same command for a caller that wants text.
+        Command::Usage {
+            usage,
+            json,
+            events,
+        } => match usage_output(&usage, json, &events)? {
+            Output::Text(text) | Output::Events(text) => Ok(text),
+            Output::Report(report) => to_json(&report),
+        },
         Command::Preview {
             usage,
             prices,
@@ -797,6 +824,7 @@ fn main() -> ExitCode {
             let written = match out {
                 Output::Text(text) => writeln!(stdout, "{text}"),
                 Output::Report(report) => write_report(&mut stdout, &report),
+                Output::Events(lines) => write!(stdout, "{lines}"),
             };
             match written.and_then(|()| stdout.flush()) {
                 Ok(()) => ExitCode::SUCCESS,

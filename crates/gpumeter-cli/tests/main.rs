@@ -11,6 +11,8 @@ use serde_json::Value;
 mod common;
 use common::*;
 
+mod events;
+
 /// Σ of a meter's `totals` rows of a usage report (all tenants and devices).
 fn meter_total(usage: &Value, meter: &str) -> u128 {
     usage["totals"]

@@ -1,0 +1,229 @@
+//! `usage --events` (issue 14, item 1): JSON Lines events of the shared BERT trace in each
+//! format, valid against the schemas and the same bytes on every run and on every
+//! destination; the combinations of `--events` with `--json` and of the events options
+//! without `--events`; mapping and quantity refusals with exit 1 and nothing written.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::common::*;
+
+const BERT: &str = "tracelens_h100_gaunernst_bert-small-uncased__1016001.json.gz";
+
+/// Each line of `text` as JSON, validated against `schemas/<schema_file>`.
+fn lines(schema_file: &str, text: &str) -> Vec<Value> {
+    text.lines()
+        .map(|l| {
+            let v: Value = serde_json::from_str(l).expect("a JSON line");
+            validate(schema_file, &v);
+            v
+        })
+        .collect()
+}
+
+#[test]
+fn bert_events_to_stdout_and_to_a_file_are_the_same_valid_lines() {
+    let Some(bert) = shared(BERT) else { return };
+    let report = json(&gpumeter(&["usage", s(&bert), "--json"]));
+    let rows = report["usage"].as_array().expect("usage").len();
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (format, schema) in [
+        ("cloudevents", "gpumeter.events.cloudevents.v1.schema.json"),
+        ("stripe", "gpumeter.events.stripe.v1.schema.json"),
+        ("lago", "gpumeter.events.lago.v1.schema.json"),
+    ] {
+        let args = [
+            "usage",
+            s(&bert),
+            "--events",
+            "-",
+            "--events-format",
+            format,
+        ];
+        let a = gpumeter(&args);
+        let b = gpumeter(&args);
+        assert!(a.status.success(), "{format}: {}", stderr(&a));
+        assert_eq!(a.stdout, b.stdout, "{format}: the same bytes on every run");
+        let text = stdout(&a);
+        assert!(
+            text.ends_with('\n'),
+            "{format}: each line ends with a newline"
+        );
+        assert!(
+            !text.contains("gpumeter usage report"),
+            "no report with --events -"
+        );
+        let events = lines(schema, &text);
+        assert_eq!(events.len(), rows, "{format}: one event per usage row");
+
+        // To a file, with the JSON report on standard output: the same bytes.
+        let file = dir.path().join(format!("{format}.jsonl"));
+        let o = gpumeter(&[
+            "usage",
+            s(&bert),
+            "--events",
+            s(&file),
+            "--events-format",
+            format,
+            "--json",
+        ]);
+        assert_eq!(json(&o), report, "{format}: --json still prints the report");
+        assert_eq!(std::fs::read(&file).expect("events file"), a.stdout);
+    }
+    // The default format is CloudEvents; the text report stays on standard output.
+    let file = dir.path().join("default.jsonl");
+    let o = gpumeter(&["usage", s(&bert), "--events", s(&file)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("gpumeter usage report"),
+        "{}",
+        stdout(&o)
+    );
+    let text = std::fs::read_to_string(&file).expect("events file");
+    lines("gpumeter.events.cloudevents.v1.schema.json", &text);
+}
+
+#[test]
+fn events_options_conflicting_or_alone_are_a_bad_command_line() {
+    let example = example();
+    let o = gpumeter(&["usage", s(&example), "--events", "-", "--json"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--events - writes the events to standard output"));
+    assert!(o.stdout.is_empty());
+    for args in [
+        ["--events-format", "stripe"],
+        ["--events-map", "examples/events-map.toml"],
+    ] {
+        let o = gpumeter(&["usage", s(&example), args[0], args[1]]);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("--events <FILE>"), "{}", stderr(&o));
+    }
+    let o = gpumeter(&[
+        "usage",
+        s(&example),
+        "--events",
+        "-",
+        "--events-format",
+        "csv",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+#[test]
+fn a_bad_mapping_is_exit_1_with_its_line_and_column_and_no_events_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let map = dir.path().join("map.toml");
+    std::fs::write(&map, "[tenants.alice]\nstripe_customer = \"cus_1\"\n").expect("write");
+    let out = dir.path().join("events.jsonl");
+    let o = gpumeter(&[
+        "usage",
+        s(&example()),
+        "--events",
+        s(&out),
+        "--events-map",
+        s(&map),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("map.toml:2:1: stripe_customer = \"cus_1\": unknown field"),
+        "{err}"
+    );
+    assert!(!out.exists(), "nothing written");
+    assert!(o.stdout.is_empty(), "no report either");
+}
+
+#[test]
+fn the_example_mapping_sends_mapped_ids_and_leaves_other_meters_out() {
+    let map = root().join("examples/events-map.toml");
+    let o = gpumeter(&[
+        "usage",
+        s(&example()),
+        "--events",
+        "-",
+        "--events-format",
+        "lago",
+        "--events-map",
+        s(&map),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let events = lines("gpumeter.events.lago.v1.schema.json", &stdout(&o));
+    assert!(!events.is_empty());
+    for e in &events {
+        assert_eq!(e["external_subscription_id"], "sub_house_gpu");
+        let code = e["code"].as_str().expect("code");
+        assert!(
+            ["gpu_busy_ns", "gpu_sm_ns", "gpu_memcpy_htod_bytes"].contains(&code),
+            "{code}"
+        );
+    }
+    assert!(
+        stderr(&o).contains("usage rows of meters the events mapping leaves out"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// The README example's report with one `warp_ns` row raised to `quantity`, sealed again, as
+/// a usage report file to merge (`--format usage`).
+fn report_with_warp_ns(dir: &Path, quantity: u128) -> std::path::PathBuf {
+    let o = gpumeter(&["usage", s(&example()), "--json"]);
+    let mut report: gpumeter::UsageReport =
+        serde_json::from_slice(&o.stdout).expect("a usage report");
+    let row = report
+        .usage
+        .iter_mut()
+        .find(|r| r.meter == gpumeter::MeterKind::WarpNs)
+        .expect("a warp_ns row");
+    let old = row.quantity.0;
+    row.quantity.0 = quantity;
+    let (tenant, key) = (row.tenant.clone(), row.device_key.clone());
+    let total = report
+        .totals
+        .iter_mut()
+        .find(|t| {
+            t.meter == gpumeter::MeterKind::WarpNs && t.tenant == tenant && t.device_key == key
+        })
+        .expect("its total");
+    total.quantity.0 = total.quantity.0 - old + quantity;
+    report.seal().expect("seal");
+    let path = dir.join("raised.json");
+    std::fs::write(&path, serde_json::to_vec(&report).expect("JSON")).expect("write");
+    path
+}
+
+#[test]
+fn a_stripe_quantity_past_15_digits_is_exit_1_naming_the_row_and_nothing_is_written() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("stripe.jsonl");
+    for (quantity, ok) in [
+        (999_999_999_999_999u128, true),
+        (1_000_000_000_000_000, false),
+    ] {
+        let report = report_with_warp_ns(dir.path(), quantity);
+        let _ = std::fs::remove_file(&out);
+        let o = gpumeter(&[
+            "usage",
+            s(&report),
+            "--events",
+            s(&out),
+            "--events-format",
+            "stripe",
+        ]);
+        if ok {
+            assert!(o.status.success(), "{}", stderr(&o));
+            let text = std::fs::read_to_string(&out).expect("events");
+            assert!(text.contains(r#""value":"999999999999999""#));
+        } else {
+            assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+            let err = stderr(&o);
+            assert!(
+                err.contains("warp_ns): quantity 1000000000000000 has more than 15 digits"),
+                "{err}"
+            );
+            assert!(err.contains("error: usage["), "{err}");
+            assert!(!out.exists(), "no partial events file");
+        }
+    }
+}
