@@ -99,6 +99,20 @@ fn bert_events_validate_against_each_schema_and_are_deterministic() {
             assert_eq!(event.id(), key);
         }
     }
+    // The key docs/INTEGRATIONS.md recomputes in Python for the BERT trace's kernel_ns row.
+    let kernel = report
+        .usage
+        .iter()
+        .position(|r| r.meter == MeterKind::KernelNs)
+        .expect("a kernel_ns row");
+    let events = ok(usage_events(
+        &report,
+        &EventOptions::new(EventFormat::CloudEvents),
+    ));
+    assert_eq!(
+        events.events[kernel].id(),
+        "f9807fb3a742d6a30560f8b38b10ef753f6cdc8810b76c6c4b43e8b14a27c3c4"
+    );
     // The ids are the same whatever the format: one key per row.
     let ids = |f| -> Vec<String> {
         ok(usage_events(&report, &EventOptions::new(f)))
