@@ -228,8 +228,8 @@ pub enum EventsError {
 /// writes it (RFC 3339 UTC, seconds precision, `Z`); [`usage_events`] normalizes it first.
 ///
 /// # Errors
-/// [`EventsError::Row`] (row 0, field `id`) if the array cannot be canonicalized, which does
-/// not happen for strings.
+/// [`EventsError::Row`] (field `id`; row 0 here, the row's index from [`usage_events`]) if the
+/// array cannot be canonicalized, which does not happen for strings.
 pub fn idempotency_key(
     tenant: &str,
     device_key: &str,
@@ -786,7 +786,11 @@ pub fn usage_events(
             &window_start,
             row.meter.as_str(),
             &report.metering_policy,
-        )?;
+        )
+        .map_err(|e| match e {
+            EventsError::Row { field, reason, .. } => bad(field, reason),
+            e => e,
+        })?;
         let customer = match map.customer(&row.tenant, format) {
             (Some(c), _) => c.to_string(),
             (None, field) => {
