@@ -53,6 +53,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "collector")]
 pub mod collector;
 pub mod decode;
 mod file;
@@ -67,6 +68,7 @@ mod source;
 pub mod stream;
 mod streams;
 
+#[cfg(feature = "collector")]
 pub use collector::{Collector, CollectorConfig, CollectorError};
 pub use decode::{
     decode, decode_prefix, format_uuid, ApiRecord, ContextRecord, DecodeError, Decoded,

@@ -42,6 +42,7 @@
 mod catalog;
 mod error;
 mod kineto;
+#[cfg(feature = "nsys")]
 mod nsys;
 mod tenant_map;
 pub mod units;
@@ -276,6 +277,7 @@ pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
 /// follow, so two names that differ only past the cut stay two names (and two records of
 /// kernels with such names are not one record and a duplicate). Returns whether it was cut.
 /// For names an importer keeps whole before cutting (Nsight kernel and device names).
+#[cfg(any(feature = "nsys", test))]
 pub(crate) fn cut_string(s: &mut String) -> bool {
     if s.len() <= MAX_STRING_BYTES {
         return false;
@@ -329,6 +331,13 @@ fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
     let format = resolve_format(path, &head, opts.format)?;
     let name = file_name(path);
     match format {
+        #[cfg(not(feature = "nsys"))]
+        Format::Nsys => Err(ImportError::FormatNotEnabled {
+            path: path.to_path_buf(),
+            format: "nsys",
+            feature: "nsys",
+        }),
+        #[cfg(feature = "nsys")]
         Format::Nsys => {
             drop(file);
             let sha256 = sha256_of_file(path)?;
@@ -359,6 +368,13 @@ fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, 
     let format = resolve_format(path, bytes, opts.format)?;
     let name = file_name(path);
     match format {
+        #[cfg(not(feature = "nsys"))]
+        Format::Nsys => Err(ImportError::FormatNotEnabled {
+            path: path.to_path_buf(),
+            format: "nsys",
+            feature: "nsys",
+        }),
+        #[cfg(feature = "nsys")]
         Format::Nsys => {
             let sha256 = hex::encode(Sha256::digest(bytes));
             let conn = open_sqlite_bytes(path, bytes)?;
@@ -740,6 +756,7 @@ pub fn import_bytes(
     Ok(commit_one(meter, loaded, opts))
 }
 
+#[cfg(feature = "nsys")]
 fn sha256_of_file(path: &Path) -> Result<String, ImportError> {
     let io_err = |source| ImportError::Io {
         path: path.to_path_buf(),
@@ -753,6 +770,7 @@ fn sha256_of_file(path: &Path) -> Result<String, ImportError> {
 
 /// Opens SQLite bytes as a read-only in-memory database with the guards of a file (nsys module
 /// docs).
+#[cfg(feature = "nsys")]
 fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<nsys::Export, ImportError> {
     // sqlite3_deserialize sizes are C ints.
     if i32::try_from(bytes.len()).is_err() {
