@@ -3323,7 +3323,11 @@ mod tests {
                 "{} is missing (CI=true)",
                 path.display()
             );
-            eprintln!("skipped: {} is missing", path.display());
+            {
+                // Straight to stderr, past the test harness's capture: a skip is never silent.
+                use std::io::Write as _;
+                let _ = writeln!(std::io::stderr(), "skipped: {} is missing", path.display());
+            }
             return None;
         };
         let mut text = Vec::new();
