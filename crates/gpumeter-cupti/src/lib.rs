@@ -1,6 +1,6 @@
 //! # gpumeter-cupti
 //!
-//! CUPTI activity buffers for gpumeter (DESIGN §2, §3, §10):
+//! CUPTI activity buffers for gpumeter:
 //!
 //! * [`decode()`]: a pure-Rust walk of a CUPTI activity buffer with the record
 //!   layouts of the *producer's* CUPTI API version ([`ApiVersion`]: CUDA 12.8 = API 26, CUDA 13.0
