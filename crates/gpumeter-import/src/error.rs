@@ -1,4 +1,4 @@
-//! The one error type of the importers (DESIGN §11: typed errors name the file, the record and
+//! The one error type of the importers (typed errors name the file, the record and
 //! the field).
 
 use std::fmt;
@@ -36,7 +36,7 @@ impl fmt::Display for RecordLocation {
 
 /// A file-level fault: the file is unreadable, truncated, not a trace, or holds a value that
 /// cannot be a valid record field. Record-level faults (a negative duration, a zero timestamp)
-/// are not errors: they are counted as loss in the meter (DESIGN §4 "Loss").
+/// are not errors: they are counted as loss in the meter.
 ///
 /// Every variant names the file (`path`: the path given to [`crate::import_path`], or the
 /// name given to [`crate::import_bytes`]). When an import returns an error, the meter it was

@@ -1,6 +1,6 @@
 //! # gpumeter-import
 //!
-//! Importers for traces other tools recorded through CUPTI (DESIGN §3):
+//! Importers for traces other tools recorded through CUPTI:
 //!
 //! * **Kineto / PyTorch-profiler** Chrome-trace JSON, plain or gzip-compressed (detected by the
 //!   gzip magic bytes, not the file name): both the modern schema (fractional µs relative to
@@ -16,7 +16,7 @@
 //! not depend on the order of the files.
 //!
 //! Devices are keyed `GPU-<uuid>` when the source gives a UUID, else by the source and the
-//! device id (DESIGN §3), where the source is told by its name and its SHA-256 (DESIGN §4):
+//! device id, where the source is told by its name and its SHA-256:
 //! `<file name>@<first 8 hex digits of the SHA-256>#<device id>`, e.g.
 //! `trace.json.gz@309220b5#0`.
 //!
@@ -129,11 +129,11 @@ pub struct ImportSummary {
     /// GPU work records found (kernels, memcpys, memsets), including those the meter counts as
     /// loss (zero timestamp, end before start, …); 0 for a duplicate source.
     pub records: u64,
-    /// Events that are not work (DESIGN §3) and were counted as skipped; 0 for a duplicate
+    /// Events that are not work and were counted as skipped; 0 for a duplicate
     /// source.
     pub skipped: u64,
     /// `true` when a source with the same SHA-256 was already metered by this meter: nothing
-    /// was pushed (DESIGN §4 "Idempotency").
+    /// was pushed.
     pub duplicate_source: bool,
     /// Lowercase hex SHA-256 of the file's bytes (as stored, i.e. compressed when gzip).
     pub sha256: String,
@@ -160,7 +160,7 @@ pub(crate) struct Parsed {
 }
 
 impl Parsed {
-    /// Books a record lost to a field that cannot be represented (DESIGN §4 `invalid_field`):
+    /// Books a record lost to a field that cannot be represented (loss `invalid_field`):
     /// on its device when the file tells it, else on the source; `fault` (a
     /// [`ImportError::BadField`]) names the record and field in the report's warnings.
     pub(crate) fn invalid(&mut self, device: Option<DeviceSlot>, fault: &ImportError) {
@@ -181,7 +181,7 @@ pub(crate) struct Faults {
 
 impl Faults {
     /// Notes one lost record. The message names the file by its name only (reports are
-    /// the same wherever the file lies, DESIGN §7).
+    /// the same wherever the file lies).
     pub(crate) fn note(&mut self, fault: &ImportError) {
         let (field, text) = match fault {
             ImportError::BadField {
@@ -248,7 +248,7 @@ pub fn detect_format(path: &Path, head: &[u8]) -> Option<Format> {
     }
 }
 
-/// The file name of `path` (no directories), as sources are named in reports (DESIGN §7).
+/// The file name of `path` (no directories), as sources are named in reports.
 pub(crate) fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -297,8 +297,8 @@ pub(crate) fn cut_string(s: &mut String) -> bool {
     true
 }
 
-/// The label that device keys without a UUID are built from (DESIGN §3: such devices are
-/// identified by their source, and a source by the SHA-256 of its bytes, §4):
+/// The label that device keys without a UUID are built from (such devices are
+/// identified by their source, and a source by the SHA-256 of its bytes):
 /// `<file name>@<first 8 hex digits of the SHA-256>`, so that two different files with the
 /// same name in different folders never share a device.
 fn device_label(name: &str, sha256: &str) -> String {
