@@ -2,7 +2,7 @@
 //!
 //! Live device inventory and GPU energy counters from NVIDIA's management library (NVML,
 //! `libnvidia-ml.so.1`, loaded at run time by [`nvml_wrapper`]; nothing is linked), behind the
-//! [`Telemetry`] trait (DESIGN §2, §4 "Energy", §10):
+//! [`Telemetry`] trait:
 //!
 //! * [`Nvml`]: the live implementation. A missing library or driver, no permission, or a GPU
 //!   without the counter is a typed [`TelemetryError`] that names the NVML call and the GPU,
