@@ -221,7 +221,7 @@ impl From<gpumeter_core::MeterError> for Error {
     }
 }
 
-/// The format of an input (`--format`, DESIGN §8).
+/// The format of an input (`--format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Format {
     /// Detect per file from its first bytes: the `.gmr` magic, SQLite's magic, gzip's magic
@@ -236,11 +236,11 @@ pub enum Format {
     Kineto,
     /// Nsight Systems SQLite export.
     Nsys,
-    /// A gpumeter `.gmr` recording (DESIGN §10).
+    /// A gpumeter `.gmr` recording.
     Gmr,
     /// One raw CUPTI activity buffer, laid out by `UsageOptions::cupti_api` (Cargo feature `cupti`).
     Cupti,
-    /// A `gpumeter.usage/v1` report (DESIGN §7) that an agent metered; several merge
+    /// A `gpumeter.usage/v1` report that an agent metered; several merge
     /// ([`merge_usage_reports`]).
     Usage,
 }
@@ -443,7 +443,7 @@ fn check_report_tenants(report: &UsageReport) -> Result<(), String> {
 /// ([`merge_reports`]: each report's digest verified, the same report twice counted once with
 /// a warning, sources, devices, usage and loss unioned and summed exactly, rows in the
 /// meter's order whatever the order of `inputs`). Each report is named by its file name (no
-/// directories, DESIGN §7) in errors, warnings and `extensions.merged_reports`.
+/// directories) in errors, warnings and `extensions.merged_reports`.
 ///
 /// # Errors
 /// [`Error::Report`] / [`Error::NotAReport`] for a file that is not a usage report (the first
@@ -496,7 +496,7 @@ pub fn inputs_are_reports(inputs: &[PathBuf], options: &UsageOptions) -> Result<
     }
 }
 
-/// How inputs are read and metered (the `usage` options of DESIGN §8).
+/// How inputs are read and metered (the options of `gpumeter usage`).
 #[derive(Debug, Clone, Default)]
 pub struct UsageOptions {
     /// Input format; `Auto` detects it per file.
@@ -514,8 +514,7 @@ pub struct UsageOptions {
     #[cfg(feature = "cupti")]
     pub cupti_api: ApiVersion,
     /// Opening state (`--opening FILE`): an earlier `gpumeter.usage/v1` report whose
-    /// `open_allocations` are still held at its end; they are billed on from there
-    /// (DESIGN §4 "Memory").
+    /// `open_allocations` are still held at its end; they are billed on from there.
     pub opening: Option<PathBuf>,
 }
 
@@ -840,7 +839,7 @@ impl From<gpumeter_bank::BankError> for Error {
     }
 }
 
-/// Rates a usage report with a price book against the credit bank (DESIGN §6): preview and
+/// Rates a usage report with a price book against the credit bank: preview and
 /// finalization are this one function ([`gpumeter_bank::finalize`]). With `commit = false`
 /// (`preview --bank`) everything is rolled back and the invoices show the credits that would
 /// apply; with `commit = true` (`invoice finalize`) each invoice is applied once, keyed by

@@ -1,6 +1,7 @@
 //! The test modules of `tests/main.rs` (one test binary for the facade).
 
 mod conservation;
+mod docs;
 mod features;
 mod golden;
 mod hostile;
