@@ -22,6 +22,33 @@
 //! println!("{}", invoices.to_text_table());
 //! # Ok::<(), gpumeter::Error>(())
 //! ```
+//!
+//! # Cargo features
+//!
+//! The default set is a billing pipeline's: it reads every input format that node agents and
+//! trace tools write, merges agents' usage reports, rates, and keeps the credit bank, and it
+//! pulls no CUDA or NVIDIA crate (those load libraries a billing server does not have).
+//! Usage reports (`gpumeter.usage/v1`), rating ([`preview`], [`rating`]), the device catalog
+//! and tenant maps are always there.
+//!
+//! * `kineto` (default): PyTorch-profiler / Kineto trace JSON, plain or gzip. Pure Rust.
+//! * `nsys` (default): Nsight Systems SQLite exports, through rusqlite with SQLite compiled in
+//!   (a C compiler at build time).
+//! * `cupti` (default): raw CUPTI activity buffers and `.gmr` recordings (the `cupti` module,
+//!   [`UsageOptions`]'s `cupti_api`): a decoder in safe Rust that loads no CUDA library.
+//! * `bank` (default): the credit bank (the `bank` module, `bill`): a ledger in SQLite,
+//!   through rusqlite (SQLite compiled in).
+//! * `collector`: live collection inside this process (`cupti::collector`), which loads
+//!   libcupti and NVML at run time (cupti-sys, libloading, nvml-wrapper); implies `cupti` and
+//!   `nvml`. For node agents written in Rust; the injection library uses it.
+//! * `nvml`: the host's GPUs and their energy counters through NVML (the `nvml` module,
+//!   nvml-wrapper; `libnvidia-ml.so.1` loaded at run time).
+//!
+//! `default-features = false, features = ["kineto"]` builds with no CUDA or SQLite crate in
+//! the graph (`cargo tree -e normal`). An input whose format's feature is off is refused by
+//! [`meter_inputs`] with [`Error::FormatNotEnabled`], which names the feature to enable; it
+//! is never a build failure. Build [`UsageOptions`] with `..UsageOptions::default()`, so the
+//! code compiles whichever features are on.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -29,16 +56,21 @@ use std::path::{Path, PathBuf};
 
 pub mod events;
 
+#[cfg(feature = "bank")]
 pub use gpumeter_bank as bank;
 pub use gpumeter_core as core;
 pub use gpumeter_core::{
     merge_reports, ActivityRecord, DeviceInfo, MergeError, Meter, MeterConfig, MeterKind,
     UsageReport, WindowSize,
 };
+#[cfg(feature = "cupti")]
 pub use gpumeter_cupti as cupti;
+#[cfg(feature = "cupti")]
 pub use gpumeter_cupti::{ApiVersion, CuptiSourceError};
 pub use gpumeter_import as import;
 pub use gpumeter_import::{DeviceCatalog, ImportError, ImportOptions, TenantMapFile};
+#[cfg(feature = "nvml")]
+pub use gpumeter_nvml as nvml;
 pub use gpumeter_rating as rating;
 pub use gpumeter_rating::{InvoiceDocument, PriceBook, PriceBookError, RatingError};
 
@@ -50,7 +82,8 @@ pub enum Error {
     #[error(transparent)]
     Import(#[from] ImportError),
     /// A `.gmr` recording or raw CUPTI buffer could not be read (names the file, frame and byte
-    /// offset).
+    /// offset). Only with the Cargo feature `cupti`.
+    #[cfg(feature = "cupti")]
     #[error(transparent)]
     Cupti(#[from] CuptiSourceError),
     /// The price book is invalid (names the file, table and field).
@@ -60,6 +93,8 @@ pub enum Error {
     #[error(transparent)]
     Rating(#[from] RatingError),
     /// The credit bank failed or refused (names the bank file, the transaction or the account).
+    /// Only with the Cargo feature `bank`.
+    #[cfg(feature = "bank")]
     #[error(transparent)]
     Bank(gpumeter_bank::BankError),
     /// The report cannot be built: a quantity beyond `u128` (never clamped), memory held over
@@ -125,18 +160,49 @@ pub enum Error {
     /// recording's magic, an Nsight Systems SQLite export's header, JSON or gzip (a Kineto
     /// trace or a usage report), nor a record of a raw CUPTI buffer in the layouts of `api`
     /// (the first four bytes, a `CUpti_ActivityKind`, name no kind that version defines).
-    #[error(
-        "{}: unknown input format: not a .gmr recording, an Nsight Systems SQLite export, a \
-         Kineto trace or usage report (JSON or gzip), nor a raw CUPTI buffer in the {api} \
-         layouts (its first 4 bytes are no activity kind of that version); pass --format \
-         (and --cupti-api-version for a buffer of another CUPTI version)",
-        path.display()
+    ///
+    /// Without the Cargo feature `cupti` no raw buffer is tried and the variant has no `api`.
+    #[cfg_attr(
+        feature = "cupti",
+        error(
+            "{}: unknown input format: not a .gmr recording, an Nsight Systems SQLite export, a \
+             Kineto trace or usage report (JSON or gzip), nor a raw CUPTI buffer in the {api} \
+             layouts (its first 4 bytes are no activity kind of that version); pass --format \
+             (and --cupti-api-version for a buffer of another CUPTI version)",
+            path.display()
+        )
+    )]
+    #[cfg_attr(
+        not(feature = "cupti"),
+        error(
+            "{}: unknown input format: not a .gmr recording, an Nsight Systems SQLite export, \
+             a Kineto trace or usage report (JSON or gzip); a raw CUPTI buffer needs the Cargo \
+             feature `cupti`",
+            path.display()
+        )
     )]
     UnknownFormat {
         /// The file.
         path: PathBuf,
         /// The CUPTI version whose layouts a raw buffer was tried in.
+        #[cfg(feature = "cupti")]
         api: gpumeter_cupti::ApiVersion,
+    },
+    /// The input is in a format this build of gpumeter leaves out (its Cargo feature is off):
+    /// detected from its bytes or named by [`UsageOptions::format`]. The file may be good; the
+    /// build cannot read it (the CLI, built with every format, never returns it).
+    #[error(
+        "{}: this is a {format} input, which this build of gpumeter does not read: build the \
+         gpumeter crate with its Cargo feature `{feature}`",
+        path.display()
+    )]
+    FormatNotEnabled {
+        /// The file.
+        path: PathBuf,
+        /// The format (`kineto`, `nsys`, `gmr`, `cupti`).
+        format: &'static str,
+        /// The Cargo feature of the gpumeter crate that reads it (`kineto`, `nsys`, `cupti`).
+        feature: &'static str,
     },
     /// An option that only metering uses (`--tenant`, `--tenant-map`, `--devices`,
     /// `--opening`) was given with usage reports, which are metered already (the CLI checks
@@ -157,7 +223,7 @@ impl From<gpumeter_core::MeterError> for Error {
     }
 }
 
-/// The format of an input (`--format`, DESIGN §8).
+/// The format of an input (`--format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum Format {
     /// Detect per file from its first bytes: the `.gmr` magic, SQLite's magic, gzip's magic
@@ -172,11 +238,11 @@ pub enum Format {
     Kineto,
     /// Nsight Systems SQLite export.
     Nsys,
-    /// A gpumeter `.gmr` recording (DESIGN §10).
+    /// A gpumeter `.gmr` recording.
     Gmr,
-    /// One raw CUPTI activity buffer, laid out by [`UsageOptions::cupti_api`].
+    /// One raw CUPTI activity buffer, laid out by `UsageOptions::cupti_api` (Cargo feature `cupti`).
     Cupti,
-    /// A `gpumeter.usage/v1` report (DESIGN §7) that an agent metered; several merge
+    /// A `gpumeter.usage/v1` report that an agent metered; several merge
     /// ([`merge_usage_reports`]).
     Usage,
 }
@@ -233,11 +299,45 @@ fn is_usage_report_json(path: &Path) -> bool {
     found.get()
 }
 
+/// The 16 bytes a `.gmr` recording starts with (`gpumeter_cupti::gmr::GMR_MAGIC`), so a
+/// build without the Cargo feature `cupti` still tells a recording from an unknown file.
+#[cfg_attr(feature = "cupti", allow(dead_code))]
+const GMR_MAGIC: [u8; 16] = *b"GPUMETER-GMR\0\r\n\x1a";
+
+/// Whether bytes start like a `.gmr` recording.
+fn is_gmr(head: &[u8]) -> bool {
+    #[cfg(feature = "cupti")]
+    return gpumeter_cupti::gmr::is_gmr(head);
+    #[cfg(not(feature = "cupti"))]
+    return head.starts_with(&GMR_MAGIC);
+}
+
+/// `Ok` when this build reads inputs of `format`; else [`Error::FormatNotEnabled`] naming the
+/// Cargo feature that does.
+fn format_enabled(path: &Path, format: Format) -> Result<(), Error> {
+    let (name, feature, on) = match format {
+        Format::Auto | Format::Usage => return Ok(()),
+        Format::Kineto => ("kineto", "kineto", cfg!(feature = "kineto")),
+        Format::Nsys => ("nsys", "nsys", cfg!(feature = "nsys")),
+        Format::Gmr => ("gmr", "cupti", cfg!(feature = "cupti")),
+        Format::Cupti => ("cupti", "cupti", cfg!(feature = "cupti")),
+    };
+    if on {
+        Ok(())
+    } else {
+        Err(Error::FormatNotEnabled {
+            path: path.to_path_buf(),
+            format: name,
+            feature,
+        })
+    }
+}
+
 /// What a file that is not a usage report is, when its bytes tell it (`.gmr`, SQLite, gzip,
 /// a JSON object with `traceEvents`), for [`Error::NotAReport`].
 fn looks_like(bytes: &[u8]) -> Option<&'static str> {
     let head = &bytes[..bytes.len().min(256)];
-    if gpumeter_cupti::gmr::is_gmr(head) {
+    if is_gmr(head) {
         return Some("gmr");
     }
     if head.starts_with(b"SQLite format 3\0") {
@@ -345,7 +445,7 @@ fn check_report_tenants(report: &UsageReport) -> Result<(), String> {
 /// ([`merge_reports`]: each report's digest verified, the same report twice counted once with
 /// a warning, sources, devices, usage and loss unioned and summed exactly, rows in the
 /// meter's order whatever the order of `inputs`). Each report is named by its file name (no
-/// directories, DESIGN §7) in errors, warnings and `extensions.merged_reports`.
+/// directories) in errors, warnings and `extensions.merged_reports`.
 ///
 /// # Errors
 /// [`Error::Report`] / [`Error::NotAReport`] for a file that is not a usage report (the first
@@ -398,7 +498,7 @@ pub fn inputs_are_reports(inputs: &[PathBuf], options: &UsageOptions) -> Result<
     }
 }
 
-/// How inputs are read and metered (the `usage` options of DESIGN §8).
+/// How inputs are read and metered (the options of `gpumeter usage`).
 #[derive(Debug, Clone, Default)]
 pub struct UsageOptions {
     /// Input format; `Auto` detects it per file.
@@ -411,11 +511,12 @@ pub struct UsageOptions {
     /// usage by external correlation id, then process id, before [`MeterConfig::tenant`].
     pub tenant_map: Option<PathBuf>,
     /// The producer's CUPTI API version for raw CUPTI buffers (`--cupti-api-version`, default
-    /// 12.8's 26); a `.gmr` names its own.
+    /// 12.8's 26); a `.gmr` names its own. Only with the Cargo feature `cupti` (build the
+    /// options with `..UsageOptions::default()` to compile whichever features are on).
+    #[cfg(feature = "cupti")]
     pub cupti_api: ApiVersion,
     /// Opening state (`--opening FILE`): an earlier `gpumeter.usage/v1` report whose
-    /// `open_allocations` are still held at its end; they are billed on from there
-    /// (DESIGN §4 "Memory").
+    /// `open_allocations` are still held at its end; they are billed on from there.
     pub opening: Option<PathBuf>,
 }
 
@@ -490,7 +591,7 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
         }
         .into());
     }
-    if gpumeter_cupti::gmr::is_gmr(&head) {
+    if is_gmr(&head) {
         return Ok(Format::Gmr);
     }
     match gpumeter_import::detect_format(path, &head) {
@@ -501,24 +602,31 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
         Some(_) => return Ok(Format::Kineto),
         None => {}
     }
-    let first_kind = head
-        .get(..4)
-        .and_then(|b| <[u8; 4]>::try_from(b).ok())
-        .map(u32::from_le_bytes);
-    match first_kind {
-        Some(k)
-            if options
-                .cupti_api
-                .record_size(gpumeter_cupti::ActivityKind(k))
-                .is_some() =>
-        {
-            Ok(Format::Cupti)
+    #[cfg(feature = "cupti")]
+    {
+        let first_kind = head
+            .get(..4)
+            .and_then(|b| <[u8; 4]>::try_from(b).ok())
+            .map(u32::from_le_bytes);
+        match first_kind {
+            Some(k)
+                if options
+                    .cupti_api
+                    .record_size(gpumeter_cupti::ActivityKind(k))
+                    .is_some() =>
+            {
+                Ok(Format::Cupti)
+            }
+            _ => Err(Error::UnknownFormat {
+                path: path.to_path_buf(),
+                api: options.cupti_api,
+            }),
         }
-        _ => Err(Error::UnknownFormat {
-            path: path.to_path_buf(),
-            api: options.cupti_api,
-        }),
     }
+    #[cfg(not(feature = "cupti"))]
+    Err(Error::UnknownFormat {
+        path: path.to_path_buf(),
+    })
 }
 
 /// Meters every input into one usage report (several inputs merge; a file given twice, or two
@@ -533,13 +641,13 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// announced, and then all their records and memory events are metered as one stream in time
 /// order ([`gpumeter_core::push_batches`]), so neither the order of the files nor a mix of
 /// formats for one GPU makes records `late`. Raw buffers and recordings without traces are
-/// not held whole: one is streamed ([`gpumeter_cupti::meter_buffer_file`],
-/// [`gpumeter_cupti::meter_gmr_file`]), several are streamed and merged in `push_batches`'
-/// order ([`gpumeter_cupti::meter_files`]), with the same report. An opening state (`--opening`) is taken before
+/// not held whole: one is streamed (`cupti::meter_buffer_file`,
+/// `cupti::meter_gmr_file`), several are streamed and merged in `push_batches`'
+/// order (`cupti::meter_files`), with the same report. An opening state (`--opening`) is taken before
 /// any input.
 ///
 /// # Errors
-/// [`Error::Import`] / [`Error::Cupti`] for an input (or the catalog, the tenant map or the
+/// [`Error::Import`] / `Error::Cupti` for an input (or the catalog, the tenant map or the
 /// opening state) that cannot be read: a missing or truncated file, a file that is not a
 /// trace, a buffer that does not decode. Traces are checked before recordings, each kind in
 /// argument order, so with several bad inputs the first bad trace is named.
@@ -575,7 +683,10 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
     let mut traces = Vec::new();
     let mut recordings = Vec::new();
     for input in inputs {
-        match resolve(input, options)? {
+        let format = resolve(input, options)?;
+        // A format whose Cargo feature is off: a typed error, before anything is metered.
+        format_enabled(input, format)?;
+        match format {
             f @ (Format::Gmr | Format::Cupti) => recordings.push((input, f)),
             _ => traces.push(input),
         }
@@ -587,6 +698,7 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
     if let Some(path) = &options.opening {
         apply_opening(&mut meter, path)?;
     }
+    #[cfg(feature = "cupti")]
     let hook_catalog = catalog.clone();
     let opts = ImportOptions {
         format: match options.format {
@@ -596,7 +708,38 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         },
         catalog,
     };
+    #[cfg_attr(not(feature = "cupti"), allow(unused_mut))]
     let (_, mut batches) = gpumeter_import::announce_paths(&mut meter, &traces, &opts)?;
+    #[cfg(feature = "cupti")]
+    if meter_recordings(
+        &mut meter,
+        options,
+        hook_catalog,
+        &traces,
+        recordings,
+        &mut batches,
+    )? {
+        return Ok(meter.finish()?);
+    }
+    #[cfg(not(feature = "cupti"))]
+    debug_assert!(recordings.is_empty(), "format_enabled refuses recordings");
+    gpumeter_core::push_batches(&mut meter, batches);
+    Ok(meter.finish()?)
+}
+
+/// The recordings and raw CUPTI buffers of [`meter_inputs`]. When they are the only inputs
+/// they are streamed into `meter` and the answer is `true` (finish the report; `batches`, the
+/// traces', is empty). Else they are read, validated and announced, their batches added to
+/// `batches`, and the answer is `false`.
+#[cfg(feature = "cupti")]
+fn meter_recordings(
+    meter: &mut Meter,
+    options: &UsageOptions,
+    hook_catalog: Option<DeviceCatalog>,
+    traces: &[&PathBuf],
+    recordings: Vec<(&PathBuf, Format)>,
+    batches: &mut Vec<gpumeter_core::Batch>,
+) -> Result<bool, Error> {
     let hook = |m: &mut Meter, slot: gpumeter_core::DeviceSlot| {
         if let Some(c) = &hook_catalog {
             c.apply_to(m, slot);
@@ -610,14 +753,14 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
     // One raw buffer or recording alone: streamed, read in chunks twice (validate, hash and
     // join; then push in order), never held whole (issue 13; `meter_buffer_file`,
     // `meter_gmr_file`).
-    match (traces.as_slice(), recordings.as_slice()) {
+    match (traces, recordings.as_slice()) {
         ([], [(input, Format::Cupti)]) => {
-            gpumeter_cupti::meter_buffer_file(&mut meter, input, &copts)?;
-            return Ok(meter.finish()?);
+            gpumeter_cupti::meter_buffer_file(meter, input, &copts)?;
+            return Ok(true);
         }
         ([], [(input, Format::Gmr)]) => {
-            gpumeter_cupti::meter_gmr_file(&mut meter, input, &copts)?;
-            return Ok(meter.finish()?);
+            gpumeter_cupti::meter_gmr_file(meter, input, &copts)?;
+            return Ok(true);
         }
         ([], [_, _, ..]) => {
             // Several: streamed too, merged in time order exactly as `push_batches` merges
@@ -627,8 +770,8 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
                 .iter()
                 .map(|(input, format)| (input.as_path(), cupti_format(*format)))
                 .collect();
-            if gpumeter_cupti::meter_files(&mut meter, &paths, &copts)?.is_some() {
-                return Ok(meter.finish()?);
+            if gpumeter_cupti::meter_files(meter, &paths, &copts)?.is_some() {
+                return Ok(true);
             }
         }
         _ => {}
@@ -649,16 +792,16 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
             format: *format,
         })
         .collect();
-    let (_, recorded) = gpumeter_cupti::announce_sources(&mut meter, &sources, &copts)?;
+    let (_, recorded) = gpumeter_cupti::announce_sources(meter, &sources, &copts)?;
     // The batches own what they push: the recordings' bytes can go first.
     drop(sources);
     drop(files);
     batches.extend(recorded);
-    gpumeter_core::push_batches(&mut meter, batches);
-    Ok(meter.finish()?)
+    Ok(false)
 }
 
 /// The CUPTI crate's format of a raw buffer or a recording.
+#[cfg(feature = "cupti")]
 fn cupti_format(format: Format) -> gpumeter_cupti::CuptiFormat {
     if format == Format::Gmr {
         gpumeter_cupti::CuptiFormat::Gmr
@@ -687,6 +830,7 @@ pub fn preview(
     )?)
 }
 
+#[cfg(feature = "bank")]
 impl From<gpumeter_bank::BankError> for Error {
     /// A rating failure inside the bank is a rating error, so it maps as one.
     fn from(e: gpumeter_bank::BankError) -> Self {
@@ -697,7 +841,7 @@ impl From<gpumeter_bank::BankError> for Error {
     }
 }
 
-/// Rates a usage report with a price book against the credit bank (DESIGN §6): preview and
+/// Rates a usage report with a price book against the credit bank: preview and
 /// finalization are this one function ([`gpumeter_bank::finalize`]). With `commit = false`
 /// (`preview --bank`) everything is rolled back and the invoices show the credits that would
 /// apply; with `commit = true` (`invoice finalize`) each invoice is applied once, keyed by
@@ -706,6 +850,7 @@ impl From<gpumeter_bank::BankError> for Error {
 /// # Errors
 /// [`Error::Rating`] when the usage cannot be rated; [`Error::Bank`] when the ledger cannot be
 /// read or written.
+#[cfg(feature = "bank")]
 pub fn bill<L: gpumeter_bank::Ledger>(
     ledger: &mut L,
     usage: &UsageReport,
@@ -724,4 +869,82 @@ pub fn bill<L: gpumeter_bank::Ledger>(
 /// [`Error::PriceBook`] naming the file, table and field.
 pub fn load_price_book(path: &Path) -> Result<PriceBook, Error> {
     Ok(PriceBook::from_path(path)?)
+}
+
+#[cfg(test)]
+mod feature_tests {
+    //! The typed error for a format whose Cargo feature is off. Written for any feature set:
+    //! `.ci/run` also runs these with `--no-default-features -F kineto`.
+    use super::*;
+
+    /// Meters one file holding `bytes`.
+    fn meter_bytes(name: &str, bytes: &[u8]) -> Result<UsageReport, Error> {
+        let dir = std::env::temp_dir().join(format!("gpumeter-features-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| Error::Report {
+            path: dir.clone(),
+            reason: e.to_string(),
+        })?;
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).map_err(|e| Error::Report {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        let r = meter_inputs(std::slice::from_ref(&path), &UsageOptions::default());
+        let _ = std::fs::remove_file(&path);
+        r
+    }
+
+    /// `Some(feature)` when `r` is [`Error::FormatNotEnabled`] for `format`.
+    fn not_enabled(r: &Result<UsageReport, Error>, format: &str) -> Option<&'static str> {
+        match r {
+            Err(Error::FormatNotEnabled {
+                format: f, feature, ..
+            }) if *f == format => Some(feature),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_nsys_export_needs_the_nsys_feature() {
+        let r = meter_bytes("a.sqlite", b"SQLite format 3\0 and then no database");
+        if cfg!(feature = "nsys") {
+            assert_eq!(not_enabled(&r, "nsys"), None, "{r:?}");
+            assert!(matches!(r, Err(Error::Import(_))), "{r:?}");
+        } else {
+            assert_eq!(not_enabled(&r, "nsys"), Some("nsys"), "{r:?}");
+            let message = r.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(message.contains("Cargo feature `nsys`"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_gmr_recording_needs_the_cupti_feature() {
+        let mut bytes = GMR_MAGIC.to_vec();
+        bytes.extend_from_slice(&[0; 16]);
+        let r = meter_bytes("a.gmr", &bytes);
+        if cfg!(feature = "cupti") {
+            assert_eq!(not_enabled(&r, "gmr"), None, "{r:?}");
+            assert!(r.is_err(), "a bare magic is no recording");
+        } else {
+            assert_eq!(not_enabled(&r, "gmr"), Some("cupti"), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn a_kineto_trace_is_read_with_the_kineto_feature() {
+        let trace = br#"{"traceEvents": []}"#;
+        let r = meter_bytes("t.json", trace);
+        if cfg!(feature = "kineto") {
+            assert!(r.is_ok(), "{r:?}");
+        } else {
+            assert_eq!(not_enabled(&r, "kineto"), Some("kineto"), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn the_gmr_magic_is_the_recordings() {
+        #[cfg(feature = "cupti")]
+        assert_eq!(GMR_MAGIC, gpumeter_cupti::gmr::GMR_MAGIC);
+        assert!(is_gmr(&GMR_MAGIC));
+    }
 }

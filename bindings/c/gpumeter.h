@@ -88,7 +88,7 @@ enum gm_recording_item_kind
 typedef uint32_t gm_recording_item_kind;
 #endif // __cplusplus
 
-// A credit bank: an SQLite ledger file held open (DESIGN §6). Opaque; made by
+// A credit bank: an SQLite ledger file held open. Opaque; made by
 // `gm_bank_open`, freed by `gm_bank_free`. Every function may be called from any thread,
 // also at once: calls on one bank take turns. Several banks (in this process or others) may
 // open the same file: writes are serialized by SQLite, and a finalization is applied once
@@ -96,7 +96,7 @@ typedef uint32_t gm_recording_item_kind;
 typedef struct gm_bank gm_bank;
 
 // A streaming meter: one CUPTI subscription's activity buffers, metered into usage per
-// tenant, device, window and meter (DESIGN §4). Opaque; made by `gm_meter_new`, freed by
+// tenant, device, window and meter. Opaque; made by `gm_meter_new`, freed by
 // `gm_meter_free`. Every function may be called from any thread, also at once: calls on
 // one meter take turns (decoding a buffer happens before the turn, side by side).
 typedef struct gm_meter gm_meter;
@@ -378,7 +378,7 @@ gm_status gm_meter_ingest_cupti_buffer(struct gm_meter *meter,
                                        size_t valid_size);
 
 // Attributes work whose external correlation id (CUPTI EXTERNAL_CORRELATION, kinds
-// CUSTOM0..2) is `external_id` to `tenant` (DESIGN §4 "Attribution": this rule first, then
+// CUSTOM0..2) is `external_id` to `tenant` (this rule first, then
 // process ids, then the config's tenant). Applies when a report is built, so it may come
 // after the records; a later call for the same id replaces the tenant. `tenant` is copied.
 //

@@ -1,7 +1,9 @@
 //! The test modules of `tests/main.rs` (one test binary for the facade).
 
 mod conservation;
+mod docs;
 mod events;
+mod features;
 mod golden;
 mod hostile;
 mod merge_files;

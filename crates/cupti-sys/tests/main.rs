@@ -37,7 +37,11 @@ mod support {
              library's path in the environment"
         );
         assert!(!ci(), "CI=true: {msg}");
-        eprintln!("notice: skipping: {msg}");
+        {
+            // Straight to stderr, past the test harness's capture: a skip is never silent.
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "skipped: {msg}");
+        }
         None
     }
 

@@ -1,4 +1,4 @@
-//! Account names of the credit bank (DESIGN §6; docs/BANK.md).
+//! Account names of the credit bank.
 //!
 //! Per tenant: `tenant:<t>:credits:<grant>` (commodity `credits`, one account per grant so the
 //! burn order can be applied), `tenant:<t>:fragments:<sku>:<meter>` (the meter's canonical

@@ -1,4 +1,4 @@
-//! The bank's operations (DESIGN §6): grants, reservations, expiry, balances, finalization
+//! The bank's operations: grants, reservations, expiry, balances, finalization
 //! (preview = finalize, rolled back) and contract close, each one ledger transaction.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -420,7 +420,7 @@ fn fragment_balances(
     Ok(out)
 }
 
-/// The finalization key of DESIGN §6: SHA-256 over the RFC 8785 canonical JSON of
+/// The finalization key: SHA-256 over the RFC 8785 canonical JSON of
 /// `{tenant, period: {from, to}, usage_sha256, price_book_sha256}`: independent of the bank's
 /// state, so a retry or a concurrent finalizer applies an invoice at most once.
 ///
@@ -463,7 +463,7 @@ pub struct Finalized {
 type BilledBefore = BTreeMap<String, BTreeSet<(String, String)>>;
 
 /// Rates `usage` with `book` for `period` against the bank, applying each tenant's carried
-/// fragments, reservations and credits (DESIGN §6): preview and finalization are this one
+/// fragments, reservations and credits: preview and finalization are this one
 /// function; `commit = false` (a preview) rolls everything back.
 ///
 /// Per tenant with usage in the period: if its finalization key ([`finalization_key`]) is in
@@ -1242,7 +1242,7 @@ pub struct ClosedLine {
     pub amount: Decimal,
 }
 
-/// Contract close (DESIGN §6): bills each of `tenant`'s remaining fragments at the last unit
+/// Contract close: bills each of `tenant`'s remaining fragments at the last unit
 /// price of its SKU and meter in `book` (the rate with the latest `valid_from`; its
 /// `unit_price`), rounded once per fragment, and empties them.
 ///

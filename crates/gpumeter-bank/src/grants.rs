@@ -1,4 +1,4 @@
-//! Grants and reservations (DESIGN §6): their terms as the ledger records them, the burn
+//! Grants and reservations: their terms as the ledger records them, the burn
 //! order, and the arithmetic of a burn.
 
 use std::cmp::Ordering;
@@ -16,7 +16,7 @@ use crate::ledger::{BankError, LedgerTx, StoredTransaction, CREDITS};
 /// (in the tenant's favour: the tenant keeps the fraction).
 pub const CREDIT_DECIMALS: u32 = 9;
 
-/// Where a grant's credits come from (DESIGN §6 "kind").
+/// Where a grant's credits come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum GrantKind {
@@ -112,7 +112,7 @@ pub struct GrantBalance {
     pub remaining: Decimal,
 }
 
-/// Burn order (DESIGN §6): priority, then earliest expiry (never last), then earliest grant.
+/// Burn order: priority, then earliest expiry (never last), then earliest grant.
 pub fn burn_order(a: &GrantBalance, b: &GrantBalance) -> Ordering {
     let exp = |g: &GrantBalance| g.grant.expires_ns().unwrap_or(u64::MAX);
     (a.grant.priority, exp(a), a.seq).cmp(&(b.grant.priority, exp(b), b.seq))
@@ -150,7 +150,7 @@ fn grant_of(t: &StoredTransaction) -> Result<Grant, BankError> {
     })
 }
 
-/// The terms of a reservation (DESIGN §6), as recorded in its `reserve` transaction's memo.
+/// The terms of a reservation, as recorded in its `reserve` transaction's memo.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Reservation {
     /// The reservation's id (`r-` and 12 hex digits).

@@ -1,4 +1,4 @@
-//! The ledger (DESIGN §6): double-entry transactions whose postings sum to zero per
+//! The ledger: double-entry transactions whose postings sum to zero per
 //! commodity, each with a unique idempotency key and the SHA-256 of the previous transaction,
 //! behind the [`Ledger`] trait ([`crate::MemoryLedger`] for tests, [`crate::SqliteLedger`] on
 //! disk; a PostgreSQL implementation can follow without touching callers).
@@ -13,7 +13,7 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The commodity of credits (DESIGN §6).
+/// The commodity of credits.
 pub const CREDITS: &str = "credits";
 
 /// Errors of the bank. Each names what it is about (the file, the transaction key or
@@ -260,7 +260,7 @@ pub trait LedgerTx {
     fn head(&self) -> Result<Option<String>, BankError>;
 }
 
-/// A ledger: runs work atomically (DESIGN §6: one database transaction per ledger
+/// A ledger: runs work atomically (one database transaction per ledger
 /// transaction, serialized between writers).
 pub trait Ledger {
     /// Runs `f` in one database transaction; commits when `commit` is true and `f` succeeds,

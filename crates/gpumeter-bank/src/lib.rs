@@ -1,6 +1,6 @@
 //! # gpumeter-bank
 //!
-//! The credit bank (DESIGN §6): a double-entry ledger of credits, billing-increment fragments
+//! The credit bank: a double-entry ledger of credits, billing-increment fragments
 //! and finalized invoices, with a hash chain a third party can check.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

@@ -1,4 +1,4 @@
-//! The SQLite [`Ledger`] (DESIGN §6): one file, WAL, one database transaction per ledger
+//! The SQLite [`Ledger`]: one file, WAL, one database transaction per ledger
 //! transaction (`BEGIN IMMEDIATE`, so writers in several processes are serialized and wait for
 //! each other up to [`BUSY_TIMEOUT`]), `synchronous = FULL` so a committed ledger transaction
 //! survives a crash or power loss.

@@ -1,4 +1,4 @@
-//! `gpumeter bank …`: the credit bank's commands (DESIGN §6, docs/BANK.md).
+//! `gpumeter bank …`: the credit bank's commands (docs/BANK.md).
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! `gpumeter`: meter GPU activity and preview invoices from the command line (DESIGN §8).
+//! `gpumeter`: meter GPU activity and preview invoices from the command line.
 //!
 //! Exit codes: 0 ok (loss is not an error), 1 bad input file (an input, the price book, the
 //! device catalog, the tenant map or the opening state, and anything derived from them, such

@@ -1,4 +1,4 @@
-//! `gpumeter record` (run a command under the CUDA injection library, DESIGN §8, §10) and
+//! `gpumeter record` (run a command under the CUDA injection library) and
 //! `gpumeter recording show` (what a `.gmr` holds).
 //!
 //! Exit codes of `record`: the command's own (128 + N when signal N ended it); when the

@@ -1,4 +1,4 @@
-//! GPU devices: identity (DESIGN §3), SM count and the per-SM limits the meters need.
+//! GPU devices: identity, SM count and the per-SM limits the meters need.
 
 use serde::{Deserialize, Serialize};
 
@@ -62,7 +62,7 @@ pub struct SmLimits {
 
 /// What a source, the device catalog or NVML knows about one GPU.
 ///
-/// `key` is the device's identity across sources (DESIGN §3): `GPU-<uuid>` when the source gives
+/// `key` is the device's identity across sources: `GPU-<uuid>` when the source gives
 /// a UUID, else [`DeviceInfo::source_key`] of a label that identifies the source (the importers
 /// use `<file name>@<first 8 hex digits of its SHA-256>`) and the device id.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -98,7 +98,7 @@ impl DeviceInfo {
         }
     }
 
-    /// The key for a device without UUID: `<source label>#<device id>` (DESIGN §3). The label
+    /// The key for a device without UUID: `<source label>#<device id>`. The label
     /// must identify the source, not only name it: two files called `trace.json` in two folders
     /// are two sources (the importers pass `<file name>@<8 hex digits of the SHA-256>`).
     pub fn source_key(source_name: &str, id: u32) -> String {

@@ -4,10 +4,10 @@
 //! Importers and decoders (Kineto, Nsight, CUPTI buffers, `.gmr`) validate their sources whole
 //! and announce them (source, devices, warnings) first, then hand their batches here, so the
 //! records of one GPU from several files — of one format or of several — are never `late` for
-//! the order in which the files were given (DESIGN §3 "Order").
+//! the order in which the files were given.
 //!
 //! **The same work in new bytes is metered once.** A source is identified by the SHA-256 of
-//! its bytes (DESIGN §4), and a device without a UUID by its source (§3), so a trace
+//! its bytes, and a device without a UUID by its source, so a trace
 //! re-serialized (other whitespace, other key order) would be a new source with new devices
 //! and bill everything again. Before pushing, [`push_batches`] compares the sources' work per
 //! device: when a device of one source has the same name and exactly the same records, memory
@@ -52,7 +52,7 @@ pub struct Batch {
     /// Records lost whose device the source does not tell: (reason, count, lower bound),
     /// booked under the source's label ([`Meter::record_source_loss`]).
     pub source_losses: Vec<(LossReason, u64, bool)>,
-    /// Events that are not work, by category (DESIGN §3), booked by [`push_batches`]
+    /// Events that are not work, by category, booked by [`push_batches`]
     /// ([`Meter::record_skipped`]).
     pub skipped: BTreeMap<String, u64>,
     /// The identity of the `.gmr` recording the batch comes from (`<host>/<pid>/<CUPTI clock>/
@@ -75,7 +75,7 @@ impl Batch {
 }
 
 /// How this report continues a `.gmr` recording an earlier report of the chain read
-/// (DESIGN §4 "Memory", `--opening`): per device, the time up to which that report read it.
+/// (`--opening`): per device, the time up to which that report read it.
 /// The one implementation of a recording's continuation, used by [`push_batches`] for a
 /// recording's [`Batch`] and by the CUPTI crate's streaming file paths, which apply it item by
 /// item as they replay a file.

@@ -1,7 +1,7 @@
 //! # gpumeter-core
 //!
-//! Records, devices, the streaming [`Meter`] and the [`UsageReport`] of gpumeter
-//! (DESIGN §3, §4, §7). No I/O and no `unsafe`: importers and decoders in other crates turn
+//! Records, devices, the streaming [`Meter`] and the [`UsageReport`] of gpumeter.
+//! No I/O and no `unsafe`: importers and decoders in other crates turn
 //! their sources into [`ActivityRecord`]s; this crate turns those into integer usage per tenant,
 //! device, window and meter.
 //!

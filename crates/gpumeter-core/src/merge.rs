@@ -1,4 +1,4 @@
-//! Merging usage reports (DESIGN §8 `--format usage`): node agents meter their GPUs into
+//! Merging usage reports (`gpumeter usage --format usage`): node agents meter their GPUs into
 //! `gpumeter.usage/v1` reports and a central biller merges them into one report to rate.
 //!
 //! [`merge_reports`] checks every report (schema, its own `sha256`, one metering policy and
@@ -12,7 +12,7 @@
 //! `extensions.merged_reports` (`[{"name", "sha256"}]`, [`MERGED_REPORTS_KEY`]).
 //!
 //! What cannot be merged exactly is said in the warnings: when two reports both have usage on
-//! one device in one window, each applied DESIGN §4's SM cap and busy-time union on its own,
+//! one device in one window, each applied the SM cap and the busy-time union on its own,
 //! so the merged `sm_ns`/`gpu_busy_ns` of that window may exceed what one report of all the
 //! inputs would give.
 

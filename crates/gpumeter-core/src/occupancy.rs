@@ -1,4 +1,4 @@
-//! Occupancy calculator (DESIGN §4 "Occupancy calculator"): how many blocks of a kernel can be
+//! Occupancy calculator: how many blocks of a kernel can be
 //! resident on one SM at once, from the documented per-compute-capability rules.
 //!
 //! Sources, for every value below:

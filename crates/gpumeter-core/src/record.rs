@@ -15,7 +15,8 @@ pub struct DeviceSlot(pub u32);
 pub struct PartitionId(pub u32);
 
 /// Direction of a memory copy (CUPTI `CUpti_ActivityMemcpyKind`, collapsed to the billing
-/// directions of DESIGN §4).
+/// directions of the `memcpy_*_bytes` meters: host to device, device to host, device to device,
+/// peer, other).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CopyDirection {
     /// Host to device (`HTOD`, and `ATOD` array copies count as other).
@@ -24,7 +25,7 @@ pub enum CopyDirection {
     DeviceToHost,
     /// Device to device on one GPU (`DTOD`).
     DeviceToDevice,
-    /// Peer copy between two GPUs (`PTOP`); billed on the device of its record (DESIGN §3).
+    /// Peer copy between two GPUs (`PTOP`); billed on the device of its record.
     Peer,
     /// Anything else (host to host, array copies, unknown).
     Other,
@@ -44,7 +45,7 @@ pub struct KernelLaunch {
     pub shared_mem_bytes: Option<u64>,
     /// Kernel (function) name, if known. Names are informational, never metered.
     pub name: Option<Arc<str>>,
-    /// Warp-level instructions the launch executed (`warp_instructions`, DESIGN §4), when the
+    /// Warp-level instructions the launch executed (`warp_instructions`), when the
     /// source measured them: Σ `executed` of CUPTI INSTRUCTION_EXECUTION records with the
     /// kernel's `correlationId`, or Σ `smsp__sass_inst_executed` of the SASS-metrics data
     /// flushed for the launch. `None` when not measured.
@@ -101,10 +102,10 @@ impl Work {
 
 /// One unit of GPU work as the meter sees it.
 ///
-/// Times are ns since the Unix epoch (CUPTI's clock, DESIGN §3). A `start_ns` or `end_ns` of 0
+/// Times are ns since the Unix epoch (CUPTI's clock). A `start_ns` or `end_ns` of 0
 /// means the source did not record it; the meter counts such a record as loss.
 ///
-/// Two records are *the same record* (a duplicate, DESIGN §4) when every field the GPU record
+/// Two records are *the same record* (a duplicate) when every field the GPU record
 /// itself gives is equal ([`ActivityRecord::identity`]) and the facts a source joins from
 /// elsewhere agree where both know them ([`ActivityRecord::joined`], [`Joined::agrees`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -123,7 +124,7 @@ pub struct ActivityRecord {
     pub correlation_id: u32,
     /// CUDA graph node id, 0 when not launched from a graph (CUPTI `graphNodeId`).
     pub graph_node_id: u64,
-    /// Process id of the launching process, when known (DESIGN §3 "Process ids").
+    /// Process id of the launching process, when known.
     pub process_id: Option<u32>,
     /// External correlation id (CUPTI EXTERNAL_CORRELATION, Kineto `External id`), when known.
     pub external_id: Option<u64>,
@@ -135,7 +136,7 @@ pub struct ActivityRecord {
 }
 
 impl ActivityRecord {
-    /// The record as the GPU gave it, a duplicate key (DESIGN §4: the same record is equal in
+    /// The record as the GPU gave it, a duplicate key (the same record is equal in
     /// every field its source gives): start, end, context, stream, correlation id, graph node
     /// id and the work (kind, launch configuration, bytes, direction). Cleared: what the meter
     /// or the source adds — `device` and `partition` (the meter's slots), and the facts a
@@ -229,7 +230,7 @@ impl Joined {
     }
 }
 
-/// Why a record was not metered (DESIGN §4 "Loss"). A lost record feeds no meter.
+/// Why a record was not metered. A lost record feeds no meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LossReason {
     /// CUPTI dropped records (buffer full); counts are deltas, summed.
@@ -322,7 +323,7 @@ pub enum MemoryOp {
 }
 
 /// A device-memory allocation or release (CUPTI MEMORY2, `CUpti_ActivityMemory4`), the input
-/// of `memory_byte_ns` (DESIGN §4): allocations and releases are paired by device and
+/// of `memory_byte_ns`: allocations and releases are paired by device and
 /// `address`; the allocation's bytes are held from its timestamp to the release's.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MemoryEvent {

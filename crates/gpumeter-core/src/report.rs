@@ -1,4 +1,4 @@
-//! The usage report, `gpumeter.usage/v1` (DESIGN §7): what was metered, per tenant, device,
+//! The usage report, `gpumeter.usage/v1`: what was metered, per tenant, device,
 //! window and meter, as integers in each meter's canonical unit.
 
 use std::collections::BTreeMap;
@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 /// Schema id written into every usage report.
 pub const USAGE_SCHEMA: &str = "gpumeter.usage/v1";
-/// Metering policy written into every usage report (DESIGN §4).
+/// Metering policy written into every usage report.
 pub const METERING_POLICY: &str = "v1";
 
 /// A non-negative integer quantity in a meter's canonical unit (ns, SM·ns, bytes, count),
@@ -42,7 +42,7 @@ impl std::fmt::Display for Quantity {
     }
 }
 
-/// The meters of policy v1 (DESIGN §4), with their canonical units.
+/// The meters of policy v1, with their canonical units.
 ///
 /// Each meter's facts (name, dimension, how it is booked and split, what it needs) are one row
 /// of [`METERS`], the meter registry; [`MeterKind::as_str`] and [`MeterKind::dimension`] read
@@ -82,7 +82,7 @@ pub enum MeterKind {
     EnergyMj,
 }
 
-/// The canonical unit's dimension of a meter, for price-book unit checks (DESIGN §5).
+/// The canonical unit's dimension of a meter, for price-book unit checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Dimension {
     /// Time, canonical ns.
@@ -101,7 +101,7 @@ pub enum Dimension {
     Energy,
 }
 
-/// When and where a meter's quantity is booked (DESIGN §4).
+/// When and where a meter's quantity is booked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Booking {
     /// Once per record, to the window of its start (counts and bytes).
@@ -116,7 +116,7 @@ pub enum Booking {
     Counter,
 }
 
-/// How a cell's quantity is split among tenants (DESIGN §4 "Attribution", "Integer shares").
+/// How a cell's quantity is split among tenants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Split {
     /// Each record's attribution key gets its own quantity (exact integers).
@@ -268,7 +268,7 @@ impl MeterKind {
     }
 
     /// Whether the meter is split by time at window edges (time meters) rather than booked to
-    /// the window in which its record starts (counts and bytes), DESIGN §4.
+    /// the window in which its record starts (counts and bytes).
     pub fn is_time_meter(self) -> bool {
         matches!(
             self.dimension(),
@@ -286,7 +286,7 @@ impl std::fmt::Display for MeterKind {
 /// One input the report was built from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceEntry {
-    /// File name (no directories, DESIGN §7).
+    /// File name (no directories).
     pub name: String,
     /// Format (`kineto`, `nsys`, `cupti`, `gmr`, `usage`).
     pub format: String,
@@ -320,7 +320,7 @@ pub struct DeviceEntry {
     pub not_meterable: Vec<NotMeterable>,
 }
 
-/// Counts of records read, by kind, and of events skipped as not work (DESIGN §3).
+/// Counts of records read, by kind, and of events skipped as not work.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordCounts {
     /// Kernel records metered.
@@ -333,7 +333,7 @@ pub struct RecordCounts {
     pub skipped: BTreeMap<String, u64>,
 }
 
-/// An allocation still held when a report was built (DESIGN §4 "Memory"): billed as
+/// An allocation still held when a report was built: billed as
 /// `memory_byte_ns` up to `billed_to`; a later report bills it from there
 /// ([`Meter::set_opening`](crate::Meter::set_opening)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -415,7 +415,7 @@ pub struct TotalRow {
     pub quantity: Quantity,
 }
 
-/// `gpumeter.usage/v1` (DESIGN §7).
+/// `gpumeter.usage/v1`.
 ///
 /// `usage` has one row per (tenant, device, window, meter) with a non-zero quantity, sorted by
 /// device key, window, meter, tenant; `totals` one per (tenant, device, meter), no aggregate
@@ -440,12 +440,12 @@ pub struct UsageReport {
     pub usage: Vec<UsageRow>,
     /// Usage per (tenant, device, meter).
     pub totals: Vec<TotalRow>,
-    /// Allocations still held at the report's end, billed up to it (DESIGN §4 "Memory"); a
+    /// Allocations still held at the report's end, billed up to it; a
     /// later report takes them as opening state (`--opening`).
     pub open_allocations: Vec<OpenAllocation>,
     /// Warnings for people (loss, duplicate sources, unmeterable meters).
     pub warnings: Vec<String>,
-    /// What the report adds beyond DESIGN §7's keys (`extensions`, the one place for them).
+    /// What the report adds beyond the keys of `gpumeter.usage/v1` (`extensions`, the one place for them).
     /// Omitted when empty.
     #[serde(default, skip_serializing_if = "Extensions::is_empty")]
     pub extensions: Extensions,
@@ -510,7 +510,7 @@ pub enum DigestError {
     Canonical(String),
 }
 
-/// The RFC 8785 (JCS) canonical JSON bytes of `value`: what every digest of DESIGN §7 and the
+/// The RFC 8785 (JCS) canonical JSON bytes of `value`: what every digest of a usage report or an invoice and the
 /// credit bank's hash chain are computed over.
 ///
 /// # Errors
@@ -520,7 +520,7 @@ pub fn canonical_json(value: &serde_json::Value) -> Result<Vec<u8>, DigestError>
 }
 
 /// SHA-256 (lowercase hex) over the RFC 8785 (JCS) canonical JSON of `value` with the
-/// top-level key `digest_field` removed (DESIGN §7).
+/// top-level key `digest_field` removed.
 ///
 /// # Errors
 /// [`DigestError::Canonical`] when the value cannot be canonicalized.
@@ -574,7 +574,7 @@ impl std::io::Write for HashWriter {
 }
 
 impl UsageReport {
-    /// The digest of the report without its `sha256` (DESIGN §7): the same bytes as
+    /// The digest of the report without its `sha256`: the same bytes as
     /// [`document_sha256`] over the report's JSON value, but canonicalized from the report
     /// itself, so no `serde_json::Value` tree of every usage row (about 1 KB a row, and a
     /// clone of it) is built: the canonical bytes are the only copy.
@@ -599,7 +599,7 @@ impl UsageReport {
         Ok(hex::encode(w.0.finalize()))
     }
 
-    /// Computes and stores `sha256` (DESIGN §7).
+    /// Computes and stores `sha256`.
     ///
     /// # Errors
     /// [`DigestError`] when serialization fails.

@@ -48,10 +48,10 @@ use icu_properties::{CodePointSetData, CodePointSetDataBorrowed};
 use unicode_normalization::UnicodeNormalization;
 use unicode_properties::{GeneralCategoryGroup, UnicodeGeneralCategory};
 
-/// Tenant for usage that no attribution rule matched (DESIGN §4).
+/// Tenant for usage that no attribution rule matched.
 pub const UNATTRIBUTED: &str = "unattributed";
 
-/// Tenant for a window's energy when no tenant has `sm_ns` in it (DESIGN §4 "Energy").
+/// Tenant for a window's energy when no tenant has `sm_ns` in it.
 pub const IDLE: &str = "idle";
 
 /// Tenant names gpumeter assigns itself ([`UNATTRIBUTED`], [`IDLE`]): a tenant map or

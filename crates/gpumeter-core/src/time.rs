@@ -3,16 +3,16 @@
 //!
 //! CUPTI's default clock on Linux is `CLOCK_REALTIME`, so CUPTI timestamps are already ns since
 //! the Unix epoch (CUPTI header `cupti_activity.h`, `cuptiGetTimestamp`). Every importer
-//! converts its source's clock to this one (DESIGN §3); nothing else in the workspace builds a
+//! converts its source's clock to this one; nothing else in the workspace builds a
 //! `DateTime` from a record time.
 
 use chrono::{DateTime, TimeZone, Utc};
 
 /// Nanoseconds in one second.
 pub const NS_PER_SECOND: u64 = 1_000_000_000;
-/// Nanoseconds in one day: window sizes must divide it (DESIGN §4).
+/// Nanoseconds in one day: window sizes must divide it.
 pub const NS_PER_DAY: u64 = 86_400 * NS_PER_SECOND;
-/// Seven days in ns: a record lasting longer is loss (`too_long`, DESIGN §4).
+/// Seven days in ns: a record lasting longer is loss (`too_long`).
 pub const MAX_RECORD_NS: u64 = 7 * NS_PER_DAY;
 
 /// Converts ns since the Unix epoch (UTC) to a `DateTime<Utc>`.
@@ -64,8 +64,8 @@ pub fn parse_rfc3339(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` lies before 1970 or after 2554"))
 }
 
-/// A window size: UTC windows aligned to multiples of their size from the Unix epoch
-/// (DESIGN §4). The size divides one day.
+/// A window size: UTC windows aligned to multiples of their size from the Unix epoch.
+/// The size divides one day.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WindowSize {
     ns: u64,

@@ -25,7 +25,11 @@ fn ci() -> bool {
 /// Missing prerequisite: fail under CI, else print a notice.
 fn missing(what: &str) {
     assert!(!ci(), "CI=true and {what}");
-    eprintln!("notice: skipping: {what}");
+    {
+        // Straight to stderr, past the test harness's capture: a skip is never silent.
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "skipped: {what}");
+    }
 }
 
 fn repo_root() -> PathBuf {

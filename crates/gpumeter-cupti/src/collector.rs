@@ -1,4 +1,4 @@
-//! Live collection: CUPTI activity records of this process into a `.gmr` (DESIGN §10).
+//! Live collection: CUPTI activity records of this process into a `.gmr`.
 //!
 //! A [`Collector`] loads libcupti, reads `cuptiGetVersion()` to pick the record layouts
 //! ([`ApiVersion::from_cupti`]; an unsupported version is [`CollectorError::UnsupportedVersion`]),
@@ -74,7 +74,7 @@ use crate::layout::ApiVersion;
 
 pub use self::sink::{CompletionSink, GmrFileSink};
 
-/// The activity kinds a collector enables by default (DESIGN §10), in the order enabled.
+/// The activity kinds a collector enables by default, in the order enabled.
 ///
 /// CONCURRENT_KERNEL is required (its failure fails [`Collector::start`]); a failure to enable
 /// any other is a warning in [`Collector::warnings`]. RUNTIME and DRIVER records give the
@@ -163,7 +163,7 @@ pub struct CollectorConfig {
     /// (CUPTI's SASS metrics API, CUDA 12.4+, metric `smsp__sass_inst_executed`) as
     /// instruction-count frames, and mark the header `instrumented`. Every launch then waits
     /// for its kernels to finish and patched kernels run slower: time meters of such a
-    /// recording carry an instrumentation warning (DESIGN §4). A libcupti without the API
+    /// recording carry an instrumentation warning. A libcupti without the API
     /// fails the start ([`CollectorError::InstructionsNotSupported`]); a device or context
     /// that cannot be instrumented is a warning. Kernels are then recorded with the KERNEL
     /// activity kind instead of CONCURRENT_KERNEL (with CONCURRENT_KERNEL enabled, CUPTI 13.0
@@ -294,7 +294,7 @@ impl CollectorError {
 
 /// External correlation kinds an agent may push (`CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0..2`);
 /// a usage report attributes by them through the tenant map's `[external]` table, CUSTOM0
-/// first (DESIGN §4).
+/// first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ExternalKind {
     /// `CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0` (3).
@@ -738,7 +738,7 @@ impl Collector {
     /// Pushes an external correlation id for the calling thread
     /// (`cuptiActivityPushExternalCorrelationId`): CUDA API calls this thread makes until the
     /// matching pop produce EXTERNAL_CORRELATION records tying their GPU work to `id`, which a
-    /// tenant map's `[external]` table attributes (DESIGN §4). Pushes nest per thread and kind.
+    /// tenant map's `[external]` table attributes. Pushes nest per thread and kind.
     ///
     /// # Errors
     /// [`CollectorError::Cupti`] when CUPTI refuses.
@@ -760,7 +760,7 @@ impl Collector {
 
     /// Records a hint that `external_id` (0: none) or `process_id` (0: none) belongs to
     /// `tenant`, as an attribution event in the recording. Informational: the tenant map
-    /// decides attribution (DESIGN §4, §10 "Trust"). A failure to write it is reported at
+    /// decides attribution. A failure to write it is reported at
     /// stop.
     pub fn tenant_hint(&self, external_id: u64, process_id: u32, tenant: &str) {
         if let Some(live) = LIVE.get() {

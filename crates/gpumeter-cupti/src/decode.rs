@@ -1,4 +1,4 @@
-//! The decoder: a pure-Rust walk of a CUPTI activity buffer (DESIGN §3 "CUPTI buffers").
+//! The decoder: a pure-Rust walk of a CUPTI activity buffer.
 //!
 //! A buffer is what CUPTI hands to its buffer-completed callback: `validSize` bytes of records
 //! back to back. Each record starts with its 4-byte little-endian `CUpti_ActivityKind`; its size
@@ -220,7 +220,7 @@ pub struct MemcpyRecord {
 }
 
 /// A peer-to-peer copy: `CUpti_ActivityMemcpyPtoP4` (12.8, 13.0 and 13.4), kind MEMCPY2. Billed on
-/// `device_id`, the device of the record (DESIGN §3).
+/// `device_id`, the device of the record.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PeerCopyRecord {
@@ -324,7 +324,7 @@ impl MemoryOperation {
 }
 
 /// A memory allocation or release: `CUpti_ActivityMemory4` (12.8, 13.0 and 13.4), kind MEMORY2.
-/// Decoded for `memory_byte_ns` (DESIGN §4), which a later issue meters.
+/// Decoded for `memory_byte_ns`, which a later issue meters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct MemoryRecord {
@@ -453,7 +453,7 @@ pub fn format_uuid(bytes: &[u8; 16]) -> String {
 }
 
 impl DeviceRecord {
-    /// The device key (DESIGN §3): `MIG-<uuid>` when MIG is on and a MIG UUID is given, else
+    /// The device key: `MIG-<uuid>` when MIG is on and a MIG UUID is given, else
     /// `GPU-<uuid>`; `None` when the record carries no UUID (all zero bytes).
     pub fn uuid_key(&self) -> Option<String> {
         if self.is_mig_enabled && self.mig_uuid != [0; 16] {
@@ -464,7 +464,7 @@ impl DeviceRecord {
 }
 
 /// A CUDA context: `CUpti_ActivityContext3` (12.8 and 13.0) or `CUpti_ActivityContext4` (13.4),
-/// kind CONTEXT. Kept for green-context SM partitions (DESIGN §4), metered by a later issue.
+/// kind CONTEXT. Kept for green-context SM partitions, metered by a later issue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ContextRecord {
@@ -490,7 +490,7 @@ pub struct ContextRecord {
 
 /// A CUDA runtime or driver API call: `CUpti_ActivityAPI` (every version), kinds DRIVER,
 /// RUNTIME and INTERNAL_LAUNCH_API. The source of the process id of GPU records with the same
-/// correlation id (DESIGN §3 "Process ids").
+/// correlation id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ApiRecord {
@@ -555,7 +555,7 @@ pub struct OverheadRecord {
 }
 
 /// One CUDA graph launch: `CUpti_ActivityGraphTrace2` (every version), kind GRAPH_TRACE. Metered
-/// for `gpu_busy_ns` only (DESIGN §3).
+/// for `gpu_busy_ns` only.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct GraphTraceRecord {
@@ -580,7 +580,7 @@ pub struct GraphTraceRecord {
 }
 
 /// Per-instruction execution counts: `CUpti_ActivityInstructionExecution` (every version),
-/// kind INSTRUCTION_EXECUTION. Kept for `warp_instructions` (DESIGN §4), a later issue. CUPTI
+/// kind INSTRUCTION_EXECUTION. Kept for `warp_instructions`, a later issue. CUPTI
 /// 13.x declares the kind unsupported: only 12.8 producers emit it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

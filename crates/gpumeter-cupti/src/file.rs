@@ -385,7 +385,7 @@ impl FileStamp {
     }
 
     /// For a `.gmr`, which its collector only appends to (a recording may be metered while it
-    /// is written, DESIGN §10): `Ok` when the file is the same or the same file (on Unix, the
+    /// is written): `Ok` when the file is the same or the same file (on Unix, the
     /// same device and inode) has grown (the passes read only the first [`FileStamp`] length
     /// bytes), else the error that the file changed: a longer file renamed over the recording
     /// is another file, not the recording grown.

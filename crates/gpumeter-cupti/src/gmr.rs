@@ -1,4 +1,4 @@
-//! `.gmr`: gpumeter's recording of a CUPTI session (DESIGN §10).
+//! `.gmr`: gpumeter's recording of a CUPTI session.
 //!
 //! # Format (version 1)
 //!
@@ -44,7 +44,7 @@
 //! does not parse (a string that is not UTF-8, a payload too short for its type) is malformed:
 //! it is lost and reading goes on. Every such frame or region is listed in
 //! [`GmrFile::damaged`] with its bytes, so that a reader can count the records it held
-//! (DESIGN §4: records in a torn or corrupt frame are loss, counted; never silence). A damaged
+//! (records in a torn or corrupt frame are loss, counted; never silence). A damaged
 //! header frame is always an error: nothing after it can be trusted.
 
 use std::collections::BTreeMap;
@@ -184,7 +184,7 @@ pub struct GmrHeader {
     pub producer: Producer,
     /// `true` when the producer ran in instrumented mode (SASS metrics: instruction-count
     /// frames): its kernels ran serialized and slowed by patching, so time meters from it
-    /// carry the instrumentation warning (DESIGN §4). Omitted from the JSON when `false`, so
+    /// carry the instrumentation warning. Omitted from the JSON when `false`, so
     /// recordings without it (and their digests) are unchanged.
     #[serde(default, skip_serializing_if = "is_false")]
     pub instrumented: bool,
@@ -242,7 +242,7 @@ impl StringTable {
 }
 
 /// Records CUPTI dropped (`cuptiActivityGetNumDroppedRecords`) since the previous frame for the
-/// same context and stream: a delta, summed as loss `dropped` (DESIGN §4).
+/// same context and stream: a delta, summed as loss `dropped`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DroppedRecords {
     /// CUDA device ordinal, `None` when the producer did not know it (then the reader looks
@@ -264,7 +264,7 @@ pub enum AttributionKind {
     /// An external correlation id was popped.
     ExternalPop,
     /// A hint from the producer tying a process or external id to a tenant name (`label`).
-    /// Informational: a tenant map decides attribution (DESIGN §4, §10 "Trust").
+    /// Informational: a tenant map decides attribution.
     TenantHint,
     /// A kind this version does not know, kept as its number.
     Other(u32),

@@ -1,5 +1,5 @@
-//! What one CUPTI activity record becomes for the meter, and the facts records are joined by
-//! (DESIGN §4 "Attribution"): shared by whole sources ([`crate::source`]) and buffer streams
+//! What one CUPTI activity record becomes for the meter, and the facts records are joined by (process
+//! ids and external correlation ids, which attribute usage to tenants): shared by whole sources ([`crate::source`]) and buffer streams
 //! ([`crate::stream`]).
 
 use std::collections::BTreeMap;
@@ -196,7 +196,7 @@ pub(crate) enum Converted {
     Consumed,
 }
 
-/// Converts one record (DESIGN §4): work with its joined process and external ids, device
+/// Converts one record: work with its joined process and external ids, device
 /// memory events, skipped categories.
 pub(crate) fn convert(
     r: &LocatedRecord,
@@ -339,7 +339,7 @@ pub(crate) fn nonzero(v: u32) -> Option<u32> {
     (v != 0).then_some(v)
 }
 
-/// `CUpti_ActivityMemcpyKind` to a billing direction (DESIGN §4): 1 HTOD, 2 DTOH, 8 DTOD, 10
+/// `CUpti_ActivityMemcpyKind` to a billing direction: 1 HTOD, 2 DTOH, 8 DTOD, 10
 /// PTOP; array copies, host-to-host and unknown values are "other".
 pub(crate) fn direction(copy_kind: u8) -> CopyDirection {
     match copy_kind {

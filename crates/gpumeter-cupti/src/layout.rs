@@ -1,4 +1,4 @@
-//! Record layouts per producer CUPTI API version (DESIGN §3 "CUPTI buffers").
+//! Record layouts per producer CUPTI API version.
 //!
 //! Every offset and size here was taken with `offsetof`/`sizeof` from the CUPTI headers of the
 //! three wheels gpumeter supports, compiled for x86-64 (CUPTI's `CUPTILP64` layout; aarch64 is
@@ -45,7 +45,7 @@ use crate::kind::ActivityKind;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum ApiVersion {
-    /// CUDA 12.8, `CUPTI_API_VERSION` 26 (the default of raw buffer files, DESIGN §3).
+    /// CUDA 12.8, `CUPTI_API_VERSION` 26 (the default of raw buffer files).
     Cupti12_8,
     /// CUDA 13.0 with CUPTI update 1, `CUPTI_API_VERSION` 130001: the CUPTI of driver r580
     /// machines and PyTorch cu130 (`nvidia-cuda-cupti` 13.0.85).

@@ -1,6 +1,6 @@
 //! # gpumeter-cupti
 //!
-//! CUPTI activity buffers for gpumeter (DESIGN §2, §3, §10):
+//! CUPTI activity buffers for gpumeter:
 //!
 //! * [`decode()`]: a pure-Rust walk of a CUPTI activity buffer with the record
 //!   layouts of the *producer's* CUPTI API version ([`ApiVersion`]: CUDA 12.8 = API 26, CUDA 13.0
@@ -53,6 +53,7 @@
 #![deny(unsafe_code)]
 #![deny(missing_docs)]
 
+#[cfg(feature = "collector")]
 pub mod collector;
 pub mod decode;
 mod file;
@@ -67,6 +68,7 @@ mod source;
 pub mod stream;
 mod streams;
 
+#[cfg(feature = "collector")]
 pub use collector::{Collector, CollectorConfig, CollectorError};
 pub use decode::{
     decode, decode_prefix, format_uuid, ApiRecord, ContextRecord, DecodeError, Decoded,

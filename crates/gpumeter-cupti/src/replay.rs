@@ -1,6 +1,6 @@
 //! Replaying a recording as the events a live CUPTI subscription gives an agent: device
 //! descriptions, completed activity buffers in the order they were completed, dropped-record
-//! counts, and the end of the recorded process (DESIGN §9: the C ABI's `gm_recording_*`).
+//! counts, and the end of the recorded process (the C ABI's `gm_recording_*`).
 //!
 //! An agent feeds these to a [`CuptiStream`](crate::stream::CuptiStream) one by one, exactly
 //! as it would feed CUPTI's callbacks, and gets the usage that `gpumeter usage` computes for

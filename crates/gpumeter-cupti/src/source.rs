@@ -1,5 +1,5 @@
 //! Metering CUPTI sources: a raw activity buffer file (format `cupti`) or a `.gmr` recording
-//! (format `gmr`), into a [`Meter`] (DESIGN §3, §4).
+//! (format `gmr`), into a [`Meter`].
 //!
 //! Like the importers of `gpumeter-import`, a source is decoded and validated whole before the
 //! meter sees any of it: an error leaves the meter untouched. Then the source is announced
@@ -1340,8 +1340,8 @@ pub fn announce_sources(
     Ok((summaries, batches))
 }
 
-/// Gives kernels their `warp_instructions` from the counts of their correlation id
-/// (DESIGN §4): a launch call's SASS-metrics counts per function go to its kernel records of
+/// Gives kernels their `warp_instructions` from the counts of their correlation id:
+/// a launch call's SASS-metrics counts per function go to its kernel records of
 /// that function's name (to all of the call's kernels when no name matches), else the call's
 /// Σ INSTRUCTION_EXECUTION `executed` to all of its kernels; a count shared by several kernels
 /// (a graph launch runs many under one correlation id) is split equally, the remainder one by

@@ -1,5 +1,5 @@
 //! A stream of CUPTI activity buffers, metered one by one as CUPTI completes them: the node
-//! agent's hot path (DESIGN §9, the C ABI's `gm_meter_ingest_cupti_buffer`).
+//! agent's hot path (the C ABI's `gm_meter_ingest_cupti_buffer`).
 //!
 //! A whole source ([`crate::meter_buffer`], [`crate::meter_gmr`]) is joined over all its
 //! records before the meter sees any; a stream cannot wait for its end. A [`CuptiStream`]
@@ -75,7 +75,7 @@ fn instance_id(name: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-/// Pushes the end of process `pid` at `t` on one device (DESIGN §4 "Memory").
+/// Pushes the end of process `pid` at `t` on one device.
 fn push_exit(meter: &mut Meter, slot: DeviceSlot, pid: u32, t: u64) {
     let mut exit = MemoryEvent::new(slot, t, 0, 0, MemoryOp::ProcessExit);
     exit.process_id = Some(pid);
@@ -234,7 +234,7 @@ impl CuptiStream {
     }
 
     /// Once the stream has seen INSTRUCTION_EXECUTION records, every report with usage says
-    /// that its time meters come from an instrumented run (DESIGN §4 "Instrumentation"),
+    /// that its time meters come from an instrumented run,
     /// whichever report the records' buffers went to (a drain can hand over windows whose
     /// counts came in an earlier period, or keep them for a later one).
     fn mark_instrumented(&self, mut report: UsageReport) -> Result<UsageReport, MeterError> {
@@ -489,8 +489,8 @@ impl CuptiStream {
     }
 
     /// A process ended at `timestamp_ns`: the driver frees its device memory, so every
-    /// allocation it still holds on any of the stream's devices ends there (DESIGN §4
-    /// "Memory").
+    /// allocation it still holds on any of the stream's devices ends there (memory is
+    /// billed for as long as it is held, and no longer).
     ///
     /// A device first seen after the exit gets it too, when it is placed; the stream
     /// remembers the exit until a drain passes it.

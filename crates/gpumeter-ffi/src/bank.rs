@@ -1,4 +1,4 @@
-//! `gm_bank`: the credit bank (DESIGN §6) in an SQLite file: grants, preview and
+//! `gm_bank`: the credit bank in an SQLite file: grants, preview and
 //! finalization over the facade's one path (`gpumeter::bill`), balances and verification.
 
 use std::ffi::c_char;
@@ -16,7 +16,7 @@ use crate::ffi::{
 use crate::rate::{price_book_arg, usage_arg};
 use crate::status::{gm_status, gm_status_code, Failure};
 
-/// A credit bank: an SQLite ledger file held open (DESIGN §6). Opaque; made by
+/// A credit bank: an SQLite ledger file held open. Opaque; made by
 /// `gm_bank_open`, freed by `gm_bank_free`. Every function may be called from any thread,
 /// also at once: calls on one bank take turns. Several banks (in this process or others) may
 /// open the same file: writes are serialized by SQLite, and a finalization is applied once

@@ -1,6 +1,6 @@
 //! # gpumeter-ffi
 //!
-//! gpumeter's C ABI (DESIGN §9), for node agents written in C, C++, Go or Python that own a
+//! gpumeter's C ABI, for node agents written in C, C++, Go or Python that own a
 //! CUPTI subscription: hand each completed activity buffer to a `gm_meter`, read usage as
 //! `gpumeter.usage/v1` JSON (a snapshot, or drained window by window), rate it with a price
 //! book, and keep the credit bank. The header is `bindings/c/gpumeter.h`, generated from this

@@ -1,4 +1,4 @@
-//! `gm_meter`: a streaming meter fed CUPTI activity buffers one by one (DESIGN §9).
+//! `gm_meter`: a streaming meter fed CUPTI activity buffers one by one.
 
 use std::ffi::c_char;
 use std::sync::{Mutex, MutexGuard};
@@ -22,7 +22,7 @@ pub const GM_UNKNOWN_DEVICE: u32 = u32::MAX;
 pub const GM_DEFAULT_SOURCE_NAME: &str = "gm_meter";
 
 /// A streaming meter: one CUPTI subscription's activity buffers, metered into usage per
-/// tenant, device, window and meter (DESIGN §4). Opaque; made by `gm_meter_new`, freed by
+/// tenant, device, window and meter. Opaque; made by `gm_meter_new`, freed by
 /// `gm_meter_free`. Every function may be called from any thread, also at once: calls on
 /// one meter take turns (decoding a buffer happens before the turn, side by side).
 #[allow(non_camel_case_types)]
@@ -314,7 +314,7 @@ pub unsafe extern "C" fn gm_meter_ingest_cupti_buffer(
 }
 
 /// Attributes work whose external correlation id (CUPTI EXTERNAL_CORRELATION, kinds
-/// CUSTOM0..2) is `external_id` to `tenant` (DESIGN §4 "Attribution": this rule first, then
+/// CUSTOM0..2) is `external_id` to `tenant` (this rule first, then
 /// process ids, then the config's tenant). Applies when a report is built, so it may come
 /// after the records; a later call for the same id replaces the tenant. `tenant` is copied.
 ///

@@ -1,4 +1,4 @@
-//! Status codes and the thread's last error message (DESIGN §9).
+//! Status codes and the thread's last error message.
 
 use std::cell::RefCell;
 

@@ -1,4 +1,4 @@
-//! The device catalog (`--devices FILE`, DESIGN §3): what an operator knows about the GPUs of
+//! The device catalog (`--devices FILE`): what an operator knows about the GPUs of
 //! a node, overriding what a source says field by field.
 //!
 //! ```toml

@@ -1,4 +1,4 @@
-//! The one error type of the importers (DESIGN §11: typed errors name the file, the record and
+//! The one error type of the importers (typed errors name the file, the record and
 //! the field).
 
 use std::fmt;
@@ -36,7 +36,7 @@ impl fmt::Display for RecordLocation {
 
 /// A file-level fault: the file is unreadable, truncated, not a trace, or holds a value that
 /// cannot be a valid record field. Record-level faults (a negative duration, a zero timestamp)
-/// are not errors: they are counted as loss in the meter (DESIGN §4 "Loss").
+/// are not errors: they are counted as loss in the meter.
 ///
 /// Every variant names the file (`path`: the path given to [`crate::import_path`], or the
 /// name given to [`crate::import_bytes`]). When an import returns an error, the meter it was
@@ -124,6 +124,8 @@ pub enum ImportError {
         key: String,
     },
     /// SQLite could not open or read the file (not a database, corrupt, unreadable table).
+    /// Only with the Cargo feature `nsys`.
+    #[cfg(feature = "nsys")]
     #[error("{}: SQLite error while {context}: {source}", path.display())]
     Sqlite {
         /// The file.
@@ -154,6 +156,21 @@ pub enum ImportError {
     NoActivityTables {
         /// The file.
         path: PathBuf,
+    },
+    /// The input is in a format this build leaves out: an Nsight Systems export (`nsys`)
+    /// without the Cargo feature `nsys`. The file may be good; the build cannot read it.
+    #[error(
+        "{}: this is a {format} input, which this build does not read: build with the Cargo \
+         feature `{feature}`",
+        path.display()
+    )]
+    FormatNotEnabled {
+        /// The file.
+        path: PathBuf,
+        /// The format the file was detected or named as (`nsys`).
+        format: &'static str,
+        /// The Cargo feature that reads it (`nsys`, of gpumeter-import and of gpumeter).
+        feature: &'static str,
     },
     /// `--format auto` could not tell the format from the file's first bytes or its name.
     #[error(

@@ -1,6 +1,6 @@
 //! # gpumeter-import
 //!
-//! Importers for traces other tools recorded through CUPTI (DESIGN §3):
+//! Importers for traces other tools recorded through CUPTI:
 //!
 //! * **Kineto / PyTorch-profiler** Chrome-trace JSON, plain or gzip-compressed (detected by the
 //!   gzip magic bytes, not the file name): both the modern schema (fractional µs relative to
@@ -16,7 +16,7 @@
 //! not depend on the order of the files.
 //!
 //! Devices are keyed `GPU-<uuid>` when the source gives a UUID, else by the source and the
-//! device id (DESIGN §3), where the source is told by its name and its SHA-256 (DESIGN §4):
+//! device id, where the source is told by its name and its SHA-256:
 //! `<file name>@<first 8 hex digits of the SHA-256>#<device id>`, e.g.
 //! `trace.json.gz@309220b5#0`.
 //!
@@ -42,6 +42,7 @@
 mod catalog;
 mod error;
 mod kineto;
+#[cfg(feature = "nsys")]
 mod nsys;
 mod tenant_map;
 pub mod units;
@@ -128,11 +129,11 @@ pub struct ImportSummary {
     /// GPU work records found (kernels, memcpys, memsets), including those the meter counts as
     /// loss (zero timestamp, end before start, …); 0 for a duplicate source.
     pub records: u64,
-    /// Events that are not work (DESIGN §3) and were counted as skipped; 0 for a duplicate
+    /// Events that are not work and were counted as skipped; 0 for a duplicate
     /// source.
     pub skipped: u64,
     /// `true` when a source with the same SHA-256 was already metered by this meter: nothing
-    /// was pushed (DESIGN §4 "Idempotency").
+    /// was pushed.
     pub duplicate_source: bool,
     /// Lowercase hex SHA-256 of the file's bytes (as stored, i.e. compressed when gzip).
     pub sha256: String,
@@ -159,7 +160,7 @@ pub(crate) struct Parsed {
 }
 
 impl Parsed {
-    /// Books a record lost to a field that cannot be represented (DESIGN §4 `invalid_field`):
+    /// Books a record lost to a field that cannot be represented (loss `invalid_field`):
     /// on its device when the file tells it, else on the source; `fault` (a
     /// [`ImportError::BadField`]) names the record and field in the report's warnings.
     pub(crate) fn invalid(&mut self, device: Option<DeviceSlot>, fault: &ImportError) {
@@ -180,7 +181,7 @@ pub(crate) struct Faults {
 
 impl Faults {
     /// Notes one lost record. The message names the file by its name only (reports are
-    /// the same wherever the file lies, DESIGN §7).
+    /// the same wherever the file lies).
     pub(crate) fn note(&mut self, fault: &ImportError) {
         let (field, text) = match fault {
             ImportError::BadField {
@@ -247,7 +248,7 @@ pub fn detect_format(path: &Path, head: &[u8]) -> Option<Format> {
     }
 }
 
-/// The file name of `path` (no directories), as sources are named in reports (DESIGN §7).
+/// The file name of `path` (no directories), as sources are named in reports.
 pub(crate) fn file_name(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -276,6 +277,7 @@ pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
 /// follow, so two names that differ only past the cut stay two names (and two records of
 /// kernels with such names are not one record and a duplicate). Returns whether it was cut.
 /// For names an importer keeps whole before cutting (Nsight kernel and device names).
+#[cfg(any(feature = "nsys", test))]
 pub(crate) fn cut_string(s: &mut String) -> bool {
     if s.len() <= MAX_STRING_BYTES {
         return false;
@@ -295,8 +297,8 @@ pub(crate) fn cut_string(s: &mut String) -> bool {
     true
 }
 
-/// The label that device keys without a UUID are built from (DESIGN §3: such devices are
-/// identified by their source, and a source by the SHA-256 of its bytes, §4):
+/// The label that device keys without a UUID are built from (such devices are
+/// identified by their source, and a source by the SHA-256 of its bytes):
 /// `<file name>@<first 8 hex digits of the SHA-256>`, so that two different files with the
 /// same name in different folders never share a device.
 fn device_label(name: &str, sha256: &str) -> String {
@@ -329,6 +331,13 @@ fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
     let format = resolve_format(path, &head, opts.format)?;
     let name = file_name(path);
     match format {
+        #[cfg(not(feature = "nsys"))]
+        Format::Nsys => Err(ImportError::FormatNotEnabled {
+            path: path.to_path_buf(),
+            format: "nsys",
+            feature: "nsys",
+        }),
+        #[cfg(feature = "nsys")]
         Format::Nsys => {
             drop(file);
             let sha256 = sha256_of_file(path)?;
@@ -359,6 +368,13 @@ fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, 
     let format = resolve_format(path, bytes, opts.format)?;
     let name = file_name(path);
     match format {
+        #[cfg(not(feature = "nsys"))]
+        Format::Nsys => Err(ImportError::FormatNotEnabled {
+            path: path.to_path_buf(),
+            format: "nsys",
+            feature: "nsys",
+        }),
+        #[cfg(feature = "nsys")]
         Format::Nsys => {
             let sha256 = hex::encode(Sha256::digest(bytes));
             let conn = open_sqlite_bytes(path, bytes)?;
@@ -740,6 +756,7 @@ pub fn import_bytes(
     Ok(commit_one(meter, loaded, opts))
 }
 
+#[cfg(feature = "nsys")]
 fn sha256_of_file(path: &Path) -> Result<String, ImportError> {
     let io_err = |source| ImportError::Io {
         path: path.to_path_buf(),
@@ -753,6 +770,7 @@ fn sha256_of_file(path: &Path) -> Result<String, ImportError> {
 
 /// Opens SQLite bytes as a read-only in-memory database with the guards of a file (nsys module
 /// docs).
+#[cfg(feature = "nsys")]
 fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<nsys::Export, ImportError> {
     // sqlite3_deserialize sizes are C ints.
     if i32::try_from(bytes.len()).is_err() {

@@ -1,4 +1,4 @@
-//! The tenant map (`--tenant-map FILE`, DESIGN §4 "Attribution"): which tenant an external
+//! The tenant map (`--tenant-map FILE`): which tenant an external
 //! correlation id or a process id belongs to.
 //!
 //! ```toml

@@ -1,4 +1,4 @@
-//! Exact conversion of decimal number text to integers (DESIGN §3: "Parse the decimal text to
+//! Exact conversion of decimal number text to integers ("Parse the decimal text to
 //! integer ns; never through `f64`").
 
 use rust_decimal::prelude::ToPrimitive;

@@ -27,7 +27,15 @@ fn data_dir() -> Option<PathBuf> {
     if std::env::var("CI").as_deref() == Ok("true") {
         panic!("trace data folder {} is missing (CI=true)", dir.display());
     }
-    eprintln!("notice: {} is missing; skipping this test", dir.display());
+    {
+        // Straight to stderr, past the test harness's capture: a skip is never silent.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "skipped: {} is missing; skipping this test",
+            dir.display()
+        );
+    }
     None
 }
 

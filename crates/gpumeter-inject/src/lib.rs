@@ -1,6 +1,6 @@
 //! # gpumeter-inject
 //!
-//! The CUDA injection library (DESIGN §10): `libgpumeter_inject.so` meters any unmodified CUDA
+//! The CUDA injection library: `libgpumeter_inject.so` meters any unmodified CUDA
 //! program into a `.gmr` recording. The CUDA driver loads the library named by
 //! `CUDA_INJECTION64_PATH` when the program initialises CUDA (`cuInit`) and calls its
 //! [`InitializeInjection`], which starts a [`gpumeter_cupti::Collector`] and registers an exit

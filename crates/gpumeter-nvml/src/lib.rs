@@ -2,7 +2,7 @@
 //!
 //! Live device inventory and GPU energy counters from NVIDIA's management library (NVML,
 //! `libnvidia-ml.so.1`, loaded at run time by [`nvml_wrapper`]; nothing is linked), behind the
-//! [`Telemetry`] trait (DESIGN §2, §4 "Energy", §10):
+//! [`Telemetry`] trait:
 //!
 //! * [`Nvml`]: the live implementation. A missing library or driver, no permission, or a GPU
 //!   without the counter is a typed [`TelemetryError`] that names the NVML call and the GPU,
@@ -47,10 +47,13 @@
 
 mod recorded;
 
+#[cfg(feature = "live")]
 use std::ffi::OsStr;
+#[cfg(feature = "live")]
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+#[cfg(feature = "live")]
 use nvml_wrapper::error::NvmlError as WrapperError;
 
 pub use self::recorded::Recorded;
@@ -196,6 +199,7 @@ impl TelemetryError {
         }
     }
 
+    #[cfg(feature = "live")]
     /// The typed error for nvml-wrapper's error `e` from `call` (about GPU `device` when
     /// `Some`). The one place where NVML's return codes become ours.
     fn from_wrapper(call: &'static str, device: Option<u32>, e: WrapperError) -> TelemetryError {
@@ -242,11 +246,16 @@ impl TelemetryError {
     }
 }
 
+#[cfg(feature = "live")]
 const CALL_INIT: &str = "nvmlInit_v2";
+#[cfg(feature = "live")]
 const CALL_COUNT: &str = "nvmlDeviceGetCount_v2";
+#[cfg(feature = "live")]
 const CALL_HANDLE: &str = "nvmlDeviceGetHandleByIndex_v2";
+#[cfg(feature = "live")]
 const CALL_ENERGY: &str = "nvmlDeviceGetTotalEnergyConsumption";
 
+#[cfg(feature = "live")]
 /// Runs `f` (a call into nvml-wrapper), turning a panic into [`TelemetryError::Failed`].
 fn guarded<T>(
     call: &'static str,
@@ -271,7 +280,8 @@ pub fn now_unix_ns() -> u64 {
         .unwrap_or(0)
 }
 
-/// NVML on this host: the live [`Telemetry`].
+#[cfg(feature = "live")]
+/// NVML on this host: the live [`Telemetry`] (Cargo feature `live`, on by default).
 ///
 /// Holds one NVML initialisation (`nvmlInit_v2`; `nvmlShutdown` when dropped: NVML counts
 /// them, so several may live at once). `Send + Sync`.
@@ -280,6 +290,7 @@ pub struct Nvml {
     nvml: nvml_wrapper::Nvml,
 }
 
+#[cfg(feature = "live")]
 impl Nvml {
     /// Loads `libnvidia-ml.so.1` (the dynamic linker's search) and initialises NVML.
     ///
@@ -317,6 +328,7 @@ impl Nvml {
     }
 }
 
+#[cfg(feature = "live")]
 impl Telemetry for Nvml {
     fn gpus(&self) -> Result<Vec<Gpu>, TelemetryError> {
         let count = guarded(CALL_COUNT, None, || self.nvml.device_count())?;
@@ -365,5 +377,5 @@ impl Telemetry for Nvml {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "live"))]
 mod tests;

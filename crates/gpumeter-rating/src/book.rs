@@ -1,4 +1,4 @@
-//! The price book, `gpumeter.pricebook/v1` (DESIGN §5): its TOML format, its types and its
+//! The price book, `gpumeter.pricebook/v1`: its TOML format, its types and its
 //! validation.
 //!
 //! A price book is parsed and validated in one step ([`PriceBook::from_toml_str`],
@@ -10,7 +10,7 @@
 //! field and the value ([`PriceBookError`]); `docs/DECISIONS.md` "Price book validation" lists
 //! the rules.
 //!
-//! Every §5 feature is rated: the models ([`RateModel`], in [`crate::model`]), tiers with
+//! Every price-book feature is rated: the models ([`RateModel`], in [`crate::model`]), tiers with
 //! their flat fees, time-of-use bands, billing increments and effective dating.
 
 use std::collections::HashMap;
@@ -32,7 +32,7 @@ use crate::units::PricingUnit;
 pub const PRICEBOOK_SCHEMA: &str = "gpumeter.pricebook/v1";
 
 /// Top-level keys a price book may have. `extensions` is a free table for the book's owner
-/// (DESIGN §7: extra keys only under `extensions`); it is ignored.
+/// (extra keys only under `extensions`); it is ignored.
 const TOP_KEYS: &[&str] = &[
     "schema",
     "version",
@@ -73,7 +73,7 @@ const BAND_KEYS: &[&str] = &[
 /// top level, else `sku[i]`, `rate[i]`, `rate[i].tiers[j]`, `band[i]`, counted from 0 in file
 /// order), the field and the offending value as written in TOML, and prints as
 /// `file:line:column: rate[3].unit_price = "-1": reason`. A price-book error never yields a
-/// partial invoice (DESIGN §11).
+/// partial invoice.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum PriceBookError {
@@ -309,7 +309,7 @@ fn place(table: &str) -> String {
     }
 }
 
-/// One SKU match pattern (DESIGN §5).
+/// One SKU match pattern.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum SkuPattern {
     /// The exact device name (`"NVIDIA H100 80GB HBM3"`).
@@ -522,7 +522,7 @@ pub struct Band {
     pub skus: Vec<String>,
 }
 
-/// A validated price book (DESIGN §5).
+/// A validated price book.
 ///
 /// Built only by [`PriceBook::from_toml_str`] or [`PriceBook::from_path`], which validate
 /// everything, so every value of this type is a usable book.
@@ -964,7 +964,7 @@ impl PriceBook {
         &self.bands
     }
 
-    /// The SKU a device named `device_name` is sold as (DESIGN §5): an exact name beats a
+    /// The SKU a device named `device_name` is sold as: an exact name beats a
     /// prefix, the longest prefix wins, `"*"` is the fallback. `Ok(None)` when no SKU matches.
     ///
     /// # Errors
@@ -1477,7 +1477,7 @@ fn parse_tiers(
     Ok(Some(tiers))
 }
 
-/// The rules tying a rate's model to its fields (DESIGN §5): tiers exactly for `graduated`
+/// The rules tying a rate's model to its fields: tiers exactly for `graduated`
 /// and `volume`, `package_size` exactly for `package`, `unit_price` equal to the first
 /// tier's when both are written. Returns the rate's unit price.
 fn check_model(
@@ -1858,7 +1858,7 @@ impl Band {
     /// Whether a window starting at local weekday `day` and local minute of the day
     /// `minute` (0..1440) is in the band: `day` is one of `days` (or `days` is empty) and
     /// `minute` is in `[start_minute, end_minute)`, wrapping midnight when the end is below
-    /// the start. Days are local dates at window start (DESIGN §5), so the part of a wrapped
+    /// the start. Days are local dates at window start, so the part of a wrapped
     /// band after midnight belongs to the weekday it is on, not to the day before.
     pub fn holds_at(&self, day: Weekday, minute: u32) -> bool {
         let day_ok = self.days.is_empty() || self.days.contains(&day);

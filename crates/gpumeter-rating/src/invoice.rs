@@ -1,4 +1,4 @@
-//! The invoice document, `gpumeter.invoice/v1` (DESIGN §7), and its text rendering.
+//! The invoice document, `gpumeter.invoice/v1`, and its text rendering.
 
 use gpumeter_core::text::printable;
 use gpumeter_core::{document_sha256, MeterKind, Quantity};
@@ -10,7 +10,7 @@ use crate::rating::RatingError;
 /// Schema id of the invoice document.
 pub const INVOICE_SCHEMA: &str = "gpumeter.invoice/v1";
 
-/// `gpumeter.invoice/v1`: one invoice per tenant and period, sorted by tenant (DESIGN §7).
+/// `gpumeter.invoice/v1`: one invoice per tenant and period, sorted by tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InvoiceDocument {
     /// Always [`INVOICE_SCHEMA`].
@@ -52,7 +52,7 @@ pub struct Invoice {
     pub ledger_head: Option<String>,
     /// SHA-256 over the RFC 8785 canonical JSON of this invoice without this field.
     pub sha256: String,
-    /// Extra facts (DESIGN §7: extra keys only under `extensions`): the billing-increment
+    /// Extra facts (extra keys only under `extensions`): the billing-increment
     /// fragments carried in and out. Absent when empty, so invoices without increments are
     /// unchanged.
     #[serde(default, skip_serializing_if = "InvoiceExtensions::is_empty")]
@@ -81,7 +81,7 @@ impl InvoiceExtensions {
     }
 }
 
-/// A billing-increment fragment of one SKU and meter (DESIGN §5 "Increments").
+/// A billing-increment fragment of one SKU and meter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Fragment {
     /// The SKU id.
@@ -133,7 +133,7 @@ pub enum LineKind {
     Usage,
     /// The pre-credit top-up to the book's invoice minimum.
     Minimum,
-    /// A tier's flat fee, charged once per period (DESIGN §5 `flat_fee`): `sku`, `meter` and
+    /// A tier's flat fee, charged once per period (`flat_fee`): `sku`, `meter` and
     /// `tier` say which; `unit_price` and `amount` are the fee; quantities are `null`.
     FlatFee,
     /// A reservation fee (comes with the bank).
@@ -255,7 +255,7 @@ pub struct CreditApplied {
 
 impl Invoice {
     /// The digest this invoice should carry: SHA-256 (lowercase hex) over the RFC 8785
-    /// canonical JSON of the invoice without `sha256` (DESIGN §7).
+    /// canonical JSON of the invoice without `sha256`.
     ///
     /// # Errors
     /// [`RatingError::Digest`] when serialization fails.

@@ -1,6 +1,6 @@
 //! # gpumeter-rating
 //!
-//! Price books, exact decimal rating and invoices (DESIGN §5, §7): a
+//! Price books, exact decimal rating and invoices: a
 //! [`gpumeter_core::UsageReport`] and a [`PriceBook`] become a `gpumeter.invoice/v1`
 //! [`InvoiceDocument`], one invoice per tenant and period, with money as
 //! [`rust_decimal::Decimal`] and never a float.
@@ -65,7 +65,7 @@
 //! ```
 //!
 //! ## Pricing rules
-//! Every DESIGN §5 rule is rated by [`rate`], the one function that preview and finalization
+//! Every pricing rule is rated by [`rate`], the one function that preview and finalization
 //! share: the models ([`RateModel`], in [`model`]: `per_unit`, `graduated`, `volume`,
 //! `package`) with per-tier flat fees as lines of their own, time-of-use bands in IANA zones
 //! ([`Band`], `chrono-tz`), effective-dated rates, billing increments whose fragments are the
@@ -77,15 +77,15 @@
 //! [`InvoiceDocument::to_text_table`]. Credits come with the bank (`credits_applied` is empty,
 //! `ledger_head` null).
 //!
-//! ## Decisions where DESIGN §5 and §7 are silent
+//! ## Decisions on what the price book and invoice formats leave open
 //! - Price-book errors name tables by their position counted from 0 in file order
 //!   (`rate[0]` is the first `[[rate]]`).
 //! - Decimals (`unit_price`, `invoice_minimum`, …) are strings of digits with an optional
 //!   fractional part, or TOML integers; TOML floats, signs, exponents and `_` are refused.
 //!   Times are RFC 3339 with an offset, as strings or TOML offset date-times.
 //! - Unknown keys are errors everywhere, except under a top-level `[extensions]` table, which
-//!   is ignored (the §7 convention for extra keys).
-//! - Pricing units are exactly §5's list; canonical units such as `ns` are not pricing units.
+//!   is ignored (the convention of gpumeter's documents for extra keys).
+//! - Pricing units are exactly [`PricingUnit`]'s list; canonical units such as `ns` are not pricing units.
 //! - A usage report's `window_start`s and an explicit period's edges must fall on window
 //!   edges, like rate validity edges, so no window straddles a period or a price change.
 //! - Usage of a meter for which the device's SKU has no rate is not billed and not listed.

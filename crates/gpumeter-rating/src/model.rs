@@ -1,10 +1,10 @@
-//! The pricing models of a rate (DESIGN §5), in one place: their names in price books and how
+//! The pricing models of a rate, in one place: their names in price books and how
 //! each turns a window's canonical quantity into invoice-line contributions.
 //!
 //! Adding a model touches this module (a variant, its name in [`MODELS`], its arm in
 //! the one `match` of pricing) and the price book's parser (its fields), nothing else.
 
-/// A rate's pricing model (DESIGN §5).
+/// A rate's pricing model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, PartialOrd, Ord)]
 pub enum RateModel {
     /// One unit price for every unit (default).

@@ -1,4 +1,4 @@
-//! Exact money arithmetic (DESIGN §5 "Exactness").
+//! Exact money arithmetic.
 //!
 //! A line's amount is `round(quantity × unit_price ÷ factor)` to the currency's minor unit,
 //! with one division and one rounding. With `unit_price = mantissa / 10^s` and
@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::currency::Currency;
 use crate::units::PricingUnit;
 
-/// How a line's amount is rounded to the currency's minor unit, once per line (DESIGN §5).
+/// How a line's amount is rounded to the currency's minor unit, once per line.
 /// Amounts are never negative, so "up" means away from zero and "down" toward zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -1,5 +1,4 @@
-//! Rating: a usage report and a price book become one invoice per tenant and period
-//! (DESIGN §5, §7).
+//! Rating: a usage report and a price book become one invoice per tenant and period.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -19,10 +18,10 @@ use crate::invoice::{
 use crate::model::{RateModel, Terms};
 use crate::money::{amount_minor_units, exact_product, minor_units_to_decimal, quantity_in_unit};
 
-/// Decimal places of `quantity_in_pricing_unit` (DESIGN §5: shown to 9 decimals, for people).
+/// Decimal places of `quantity_in_pricing_unit` (shown to 9 decimals, for people).
 pub const PRICING_UNIT_DECIMALS: u32 = 9;
 
-/// Errors rating a usage report. No error yields a partial invoice (DESIGN §11).
+/// Errors rating a usage report. No error yields a partial invoice.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RatingError {
@@ -48,7 +47,7 @@ pub enum RatingError {
         reason: String,
     },
     /// A rate's validity edge lies inside a usage window, so that window would have two
-    /// prices (DESIGN §5: rate validity edges must fall on window edges).
+    /// prices (rate validity edges must fall on window edges).
     #[error(
         "{book}:{line}:{column}: rate[{rate}].{field} = {value} is not on an edge of the usage's \
          {window_seconds} s windows (UTC multiples of the window size from the epoch)"
@@ -70,7 +69,7 @@ pub enum RatingError {
         window_seconds: u64,
     },
     /// A band's edge lies inside a usage window, so that window would be partly in the band
-    /// (DESIGN §5: band edges must fall on window edges).
+    /// (band edges must fall on window edges).
     #[error(transparent)]
     BandEdgeNotOnWindow(Box<BandEdge>),
     /// Two bands apply to one window of one rate (the price book's validation refuses books
@@ -115,7 +114,7 @@ pub enum RatingError {
         /// What is wrong.
         reason: String,
     },
-    /// Two SKUs match a device name equally well (DESIGN §5: a validation error).
+    /// Two SKUs match a device name equally well (a validation error).
     #[error("device `{device}` matches sku `{first}` and sku `{second}` equally well")]
     AmbiguousSku {
         /// The device name.
@@ -245,7 +244,7 @@ impl<'a> LeftOut<'a> {
 }
 
 /// Fragments below one billing increment carried between periods, per (tenant, SKU, meter),
-/// in the meter's canonical units (DESIGN §5 "Increments", §6 "Fragments").
+/// in the meter's canonical units.
 pub type CarriedFragments = BTreeMap<FragmentKey, u128>;
 
 /// Whose fragment: a tenant's usage of one meter on one SKU.
@@ -273,8 +272,8 @@ struct TenantUsage<'a> {
 }
 
 /// Rates `usage` with `book`: one invoice per tenant that has usage (or a carried-in fragment)
-/// in the period, sorted by tenant name (bytewise), in a `gpumeter.invoice/v1` document
-/// (DESIGN §5, §7). Preview and finalization share this one function; `carried_in` holds the
+/// in the period, sorted by tenant name (bytewise), in a `gpumeter.invoice/v1` document.
+/// Preview and finalization share this one function; `carried_in` holds the
 /// fragments the bank carried from the previous period (empty without a bank).
 ///
 /// `period` is `(from, to)` in ns since the Unix epoch, half-open; both must fall on edges of
@@ -285,7 +284,7 @@ struct TenantUsage<'a> {
 /// many of them its tenant's), with the earliest and latest window start left out.
 ///
 /// Per tenant, SKU and meter, usage is summed over the devices the SKU matches per window and
-/// rated in window order (DESIGN §5):
+/// rated in window order:
 /// - each window is priced by the rate in force at its start and the band (time of use) that
 ///   holds there in the band's zone (local weekday and time at window start); a band edge
 ///   inside a window is [`RatingError::BandEdgeNotOnWindow`];
@@ -511,7 +510,7 @@ fn rate_terms(book: &PriceBook) -> Vec<Terms<'_>> {
         .collect()
 }
 
-/// Which bands hold in which windows, checked to hold for whole windows (DESIGN §5: band
+/// Which bands hold in which windows, checked to hold for whole windows (band
 /// edges fall on window edges), cached per (band, window start).
 struct BandCache<'a> {
     book: &'a PriceBook,
@@ -640,8 +639,8 @@ fn check_report(usage: &UsageReport) -> Result<(), RatingError> {
     Ok(())
 }
 
-/// Refuses a validity edge of `rates` strictly inside the window starting `ws` (DESIGN §5:
-/// validity edges fall on window edges), so no window with usage has two prices. Only the
+/// Refuses a validity edge of `rates` strictly inside the window starting `ws` (validity
+/// edges fall on window edges), so no window with usage has two prices. Only the
 /// rates of a SKU and meter that have usage in the window are asked: an edge elsewhere in the
 /// book does not concern this usage.
 fn check_rate_edges(

@@ -1,4 +1,4 @@
-//! Renderings of the invoice document beyond JSON and the text table (DESIGN §7): CSV for
+//! Renderings of the invoice document beyond JSON and the text table: CSV for
 //! spreadsheets and accounting imports, and one self-contained HTML page for people, with a
 //! per-device utilization chart.
 //!

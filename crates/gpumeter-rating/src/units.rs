@@ -1,5 +1,5 @@
-//! Pricing units (DESIGN §5): every unit a rate may be priced in is an exact rational multiple
-//! of its meter's canonical unit (DESIGN §4: ns, SM·ns, warp·ns, B, B·ns, 1, mJ).
+//! Pricing units: every unit a rate may be priced in is an exact rational multiple
+//! of its meter's canonical unit (ns, SM·ns, warp·ns, B, B·ns, 1, mJ).
 //!
 //! The factor is held as an integer fraction `factor_num / factor_den` = canonical units per
 //! pricing unit, so rating divides by it exactly (every unit listed here has `factor_den` 1;
@@ -35,7 +35,7 @@ const fn unit(name: &'static str, dimension: Dimension, factor: u128) -> Pricing
     }
 }
 
-/// Every pricing unit of DESIGN §5, with canonical units per pricing unit.
+/// Every pricing unit a price book may name, with canonical units per pricing unit.
 const UNITS: &[PricingUnit] = &[
     // time, canonical ns
     unit("s", Dimension::Time, NS_PER_S),
@@ -75,7 +75,7 @@ const UNITS: &[PricingUnit] = &[
 ];
 
 impl PricingUnit {
-    /// Parses a unit name from DESIGN §5's list (`"SM·hour"`, `"GiB"`, `"kWh"`, `"1M"`);
+    /// Parses a pricing unit's name (`"SM·hour"`, `"GiB"`, `"kWh"`, `"1M"`);
     /// ASCII `*` may stand for `·` (`"SM*hour"`). Names are case-sensitive (`MB` ≠ `Mb`).
     /// `None` when the name is not in the list.
     pub fn parse(text: &str) -> Option<PricingUnit> {
@@ -98,7 +98,7 @@ impl PricingUnit {
         self.factor_num
     }
 
-    /// Denominator of canonical units per pricing unit (1 for every unit in DESIGN §5).
+    /// Denominator of canonical units per pricing unit (1 for every unit there is today).
     pub fn factor_den(&self) -> u128 {
         self.factor_den
     }
@@ -106,7 +106,7 @@ impl PricingUnit {
     /// `amount` pricing units in canonical units, when that is a whole number that fits a
     /// `u128` (`"0.001"` hour → 3 600 000 000 ns); `None` when it is fractional (`"0.1"` B),
     /// negative or too large. Increments, package sizes and tier edges must convert
-    /// (DESIGN §5: "an increment must be a whole number of canonical units").
+    /// (an increment must be a whole number of canonical units).
     pub fn to_canonical(&self, amount: rust_decimal::Decimal) -> Option<u128> {
         if amount.is_sign_negative() && !amount.is_zero() {
             return None;

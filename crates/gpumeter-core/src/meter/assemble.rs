@@ -172,7 +172,7 @@ fn largest_remainder_over(
 
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
 /// then one unit each to the largest fractional parts, ties to the tenant name that sorts first
-/// (bytewise). DESIGN §4 "Integer shares".
+/// (bytewise).
 pub(crate) fn largest_remainder(
     shares: BTreeMap<String, BigRational>,
     total: u128,
@@ -218,7 +218,7 @@ fn hand_out<F: Ord>(
 }
 
 impl Meter {
-    /// Hands over and forgets the windows that end at or before `before_ns` (DESIGN §9): the
+    /// Hands over and forgets the windows that end at or before `before_ns`: the
     /// returned report holds their usage; the meter keeps the later windows, the records
     /// still inside the reordering horizon and the allocations still held.
     ///

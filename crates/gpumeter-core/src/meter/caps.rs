@@ -1,4 +1,4 @@
-//! SMs held and their caps (DESIGN §4 "SMs held", "Cap"): per-partition and device cap factors, and resident warps per SM.
+//! SMs held and their caps: per-partition and device cap factors, and resident warps per SM.
 
 use super::*;
 
@@ -13,7 +13,7 @@ use crate::record::KernelLaunch;
 /// What the running work holds: sorted distinct attribution keys, and per (key, cap factor)
 /// Σ SMs held and Σ held × resident warps (non-zero only). The factor is none when nothing
 /// is capped, else the reduced `num / den` by which the partition cap and then the device cap
-/// scale the SMs held (DESIGN §4 "Cap"), interned to an id ([`Slots::factor`]).
+/// scale the SMs held, interned to an id ([`Slots::factor`]).
 ///
 /// The keys are interned to a set id ([`DeviceState::sets`]) and its busy slot `busy`; each
 /// `held` entry is (SM·ns slot, warp·ns slot or [`NO_SLOT`] when Σ held × warps is 0, Σ held,
@@ -69,7 +69,7 @@ fn active_blocks((cc, threads, registers, shared): OccupancyKey) -> Option<u32> 
         .map(|o| o.active_blocks)
 }
 
-/// Resident warps per SM of kernel `k` holding `held` SMs on device `info` (DESIGN §4):
+/// Resident warps per SM of kernel `k` holding `held` SMs on device `info`:
 /// min(active blocks per SM, ⌈blocks ÷ held⌉) × warps per block, active blocks from the
 /// occupancy calculator in corrected mode. `None` when a fact is unknown (the device's SM count
 /// or compute capability; the kernel's grid, block, registers or shared memory) or the
@@ -108,7 +108,7 @@ impl DeviceState {
     /// and Σ held × warps with their slots, and the set of keys interned to its busy slot. The partition cap scales a green
     /// context's kernels by `S_p / H_p` when they hold more (`H_p`) than its `S_p` SMs; the
     /// device cap then scales everything by `S / T` when the SMs held after partition caps,
-    /// `T`, exceed the device's `S` (DESIGN §4 "Cap"). O(distinct (key, partition) running),
+    /// `T`, exceed the device's `S`. O(distinct (key, partition) running),
     /// no allocation once the buffers have grown.
     pub(super) fn summarize(&mut self) {
         let run = &mut self.run;

@@ -1,4 +1,4 @@
-//! Duplicate detection (DESIGN §4): the same record, equal in every field its source gives.
+//! Duplicate detection: the same record, equal in every field its source gives.
 
 use super::*;
 
@@ -12,7 +12,7 @@ use crate::record::{ActivityRecord, Joined, MemoryEvent};
 
 use super::queue::MostlySorted;
 
-/// A duplicate key (DESIGN §4: the same record, equal in every field its source gives:
+/// A duplicate key (the same record, equal in every field its source gives:
 /// [`ActivityRecord::identity`]), after the start or timestamp that the sweep prunes by. The
 /// records seen under one key keep their joined facts, and a new record is a duplicate when
 /// its facts agree with one of them ([`Joined::agrees`]).
@@ -22,7 +22,7 @@ pub(super) enum Dup {
     Memory(MemoryEvent),
 }
 
-/// (start or timestamp, the record): the record's every field (DESIGN §4), ordered by time
+/// (start or timestamp, the record): the record's every field, ordered by time
 /// so that the sweep can forget what it has passed.
 pub(super) type DupKey = (u64, Dup);
 

@@ -1,4 +1,4 @@
-//! Energy (`energy_mj`, DESIGN §4 "Energy"): counter samples interpolated to windows and apportioned by `sm_ns`.
+//! Energy (`energy_mj`): counter samples interpolated to windows and apportioned by `sm_ns`.
 
 use super::*;
 
@@ -11,7 +11,7 @@ use crate::record::DeviceSlot;
 use crate::tenant::IDLE;
 use crate::time::{WindowSize, MAX_RECORD_NS};
 
-/// Energy per window of one device from its cumulative-counter samples (DESIGN §4 "Energy"):
+/// Energy per window of one device from its cumulative-counter samples:
 /// within each run of samples (a run ends where the counter goes down), the counter is
 /// interpolated linearly between consecutive samples, and a window's energy is
 /// `⌊E(window end)⌋ − ⌊E(window start)⌋` clipped to the run, so the windows of a run sum
@@ -120,7 +120,7 @@ impl Meter {
         }
     }
 
-    /// Records a sample of a device's cumulative energy counter (`energy_mj`, DESIGN §4): NVML
+    /// Records a sample of a device's cumulative energy counter (`energy_mj`): NVML
     /// `nvmlDeviceGetTotalEnergyConsumption`, mJ, at `timestamp_ns` (ns since the epoch,
     /// CUPTI's clock). The counter is interpolated linearly between samples to window edges;
     /// a window's energy is apportioned to tenants by their `sm_ns` in it, or to the tenant

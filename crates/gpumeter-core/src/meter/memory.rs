@@ -1,4 +1,4 @@
-//! Memory residency (`memory_byte_ns`, DESIGN §4 "Memory"): allocations paired with releases and process exits, held bytes booked per window.
+//! Memory residency (`memory_byte_ns`): allocations paired with releases and process exits, held bytes booked per window.
 
 use super::*;
 
@@ -37,7 +37,7 @@ pub(super) struct OpenAlloc {
 pub(super) type HeldAt = (Option<u32>, u64);
 
 impl Meter {
-    /// Meters one memory allocation or release (`memory_byte_ns`, DESIGN §4). Events are
+    /// Meters one memory allocation or release (`memory_byte_ns`). Events are
     /// paired by device and address in timestamp order (arrival order for equal timestamps)
     /// within the reordering horizon. A release without an allocation is loss
     /// (`release_without_allocation`); an allocation at an address still held closes the
@@ -101,7 +101,7 @@ impl Meter {
 }
 
 impl DeviceState {
-    /// Books allocation `a` as held until `end`, for as long as that is (DESIGN §4: memory
+    /// Books allocation `a` as held until `end`, for as long as that is (memory
     /// may be held for any time; the 7-day plausibility bound is for work records). Returns
     /// `false`, booking nothing, when the hold would take the device past
     /// [`MeterConfig::max_cells`] cells ([`Meter::finish`] then fails).

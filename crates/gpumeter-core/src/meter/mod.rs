@@ -1,4 +1,4 @@
-//! The streaming [`Meter`]: activity records in, a [`UsageReport`] out (DESIGN §4).
+//! The streaming [`Meter`]: activity records in, a [`UsageReport`] out.
 //!
 //! Per device, records are held in a reorder buffer until the *sweep* passes them: the sweep
 //! runs at `max start seen − reordering horizon`, so records may arrive out of order by up to the
@@ -77,7 +77,7 @@ pub const STREAM_FORMAT: &str = "cupti-stream";
 /// another report of the same stream.
 pub const STREAM_SNAPSHOT_FORMAT: &str = "cupti-stream-snapshot";
 
-/// Default reordering horizon: 60 s of record time (DESIGN §3).
+/// Default reordering horizon: 60 s of record time.
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
 
 /// Default of [`MeterConfig::max_cells`]: 200 000 (device, window) cells — 22 years of 1 h
@@ -96,8 +96,8 @@ pub struct MeterConfig {
     /// How far, in ns of record time, records may arrive out of order per device.
     pub reorder_horizon_ns: u64,
     /// The most (device, window) cells a report holds, all devices together: what bounds the
-    /// meter's memory and the report's size. Memory held is billed for as long as it is held
-    /// (DESIGN §4), so one allocation, or an energy counter sampled a week apart, can span any
+    /// meter's memory and the report's size. Memory held is billed for as long as it is held,
+    /// so one allocation, or an energy counter sampled a week apart, can span any
     /// number of windows; a hold or an energy run that would pass this many cells, or work that
     /// does, makes [`Meter::finish`] fail with [`MeterError::TooManyCells`] (a kernel dated
     /// centuries away from the rest, say) instead of exhausting memory; holds and energy are
@@ -116,7 +116,7 @@ impl Default for MeterConfig {
     }
 }
 
-/// Tenant-map rules (DESIGN §4 "Attribution"): external correlation ids and process ids to
+/// Tenant-map rules: external correlation ids and process ids to
 /// tenants. Resolved when the report is built, so rules may arrive after the records.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TenantMap {
@@ -135,7 +135,7 @@ pub enum MeterError {
     #[error(transparent)]
     Digest(#[from] DigestError),
     /// A quantity (a cell, a tenant's share or a total) exceeds `u128::MAX` canonical units.
-    /// Quantities are exact or not given: never a saturated number in a bill (DESIGN §4, §5).
+    /// Quantities are exact or not given: never a saturated number in a bill.
     #[error(
         "device {device} ({device_key}): {meter}{} exceeds 2^128 - 1 {} (the largest quantity          a report holds): it cannot be billed exactly",
         match window_start { Some(w) => format!(" in the window starting {w}"), None => " in total".to_string() },
@@ -211,7 +211,7 @@ pub struct SourceInfo {
     pub name: String,
     /// Format name (`kineto`, `nsys`, …).
     pub format: String,
-    /// SHA-256 of the bytes, lowercase hex: the source's identity (DESIGN §4 "Idempotency").
+    /// SHA-256 of the bytes, lowercase hex: the source's identity.
     pub sha256: String,
 }
 
@@ -386,8 +386,8 @@ impl Meter {
     }
 
     /// Announces a source. Returns `false`, and records a warning, when a source with the same
-    /// SHA-256 was already metered: the caller must not push its records again (DESIGN §4
-    /// "Idempotency").
+    /// SHA-256 was already metered: the caller must not push its records again: a source is metered once,
+    /// however often it is given.
     pub fn begin_source(&mut self, source: SourceInfo) -> bool {
         if let Some(prev) = self.earlier.sources.get(&source.sha256) {
             self.warnings.push(format!(
@@ -502,7 +502,7 @@ impl Meter {
     /// Declares a partition of a device's SMs: a green context (CUPTI CONTEXT record with
     /// `isGreenContext` and `numMultiprocessors`). Records whose [`ActivityRecord::partition`]
     /// is the returned id hold at most `sm_count` SMs and are capped to it before the device
-    /// cap (DESIGN §4 "SMs held", "Cap"). The source maps its own context ids to partitions
+    /// cap. The source maps its own context ids to partitions
     /// (context ids are per process). A MIG instance needs no partition: CUDA presents it as a
     /// device of its own (key `MIG-<uuid>`) whose SM count is the instance's. `None` for an
     /// unknown slot or an `sm_count` of 0.
@@ -515,7 +515,7 @@ impl Meter {
         Some(PartitionId(d.partitions.len() as u32 - 1))
     }
 
-    /// Overrides fields of a registered device (a device catalog entry, DESIGN §3): every field
+    /// Overrides fields of a registered device (a device catalog entry): every field
     /// `Some` in `over` replaces the device's. Returns `false` when no device has that key.
     pub fn override_device(&mut self, key: &str, over: &DeviceInfo) -> bool {
         let Some(&slot) = self.device_index.get(key) else {
@@ -558,7 +558,7 @@ impl Meter {
         self.devices.get(slot.0 as usize).map(|d| &d.info)
     }
 
-    /// Counts events that are not work (DESIGN §3), by category.
+    /// Counts events that are not work, by category.
     pub fn record_skipped(&mut self, category: &str, count: u64) {
         *self.counts.skipped.entry(category.to_string()).or_insert(0) += count;
     }

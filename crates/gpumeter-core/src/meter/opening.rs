@@ -1,4 +1,4 @@
-//! Opening state and chains of reports (`--opening`, DESIGN §4 "Memory"): open allocations taken over, sources and recordings already metered.
+//! Opening state and chains of reports (`--opening`): open allocations taken over, sources and recordings already metered.
 
 use super::*;
 
@@ -29,8 +29,8 @@ pub(super) fn parse_address(text: &str) -> Result<u64, String> {
 }
 
 impl Meter {
-    /// Takes the allocations an earlier report left open as opening state (`--opening`,
-    /// DESIGN §4 "Memory"): each is held from that report's `billed_to` on, on the device with
+    /// Takes the allocations an earlier report left open as opening state (`--opening`):
+    /// each is held from that report's `billed_to` on, on the device with
     /// its `device_key` (registered now if no input names it by [`Meter::finish`]), paired with
     /// a later release by process id and address, attributed by its external id and process id
     /// through this meter's tenant map first, then to the tenant the earlier report gave it.
@@ -128,7 +128,7 @@ impl Meter {
         Ok(())
     }
 
-    /// Continues an earlier report (`--opening`, DESIGN §4 "Memory"): takes its
+    /// Continues an earlier report (`--opening`): takes its
     /// `open_allocations` as opening state ([`Meter::set_opening`]) and, so that nothing the
     /// chain of reports metered is metered again, remembers
     ///

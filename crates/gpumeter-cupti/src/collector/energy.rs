@@ -1,5 +1,5 @@
 //! Energy samples: each GPU's cumulative NVML energy counter as `.gmr` energy frames
-//! (DESIGN §4 "Energy", §10; [`CollectorConfig::energy`](super::CollectorConfig::energy)).
+//! ([`CollectorConfig::energy`](super::CollectorConfig::energy)).
 //!
 //! A helper thread (`gpumeter-energy`) opens NVML (through `gpumeter_nvml`'s [`Telemetry`]),
 //! lists its GPUs, and reads every GPU's counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ

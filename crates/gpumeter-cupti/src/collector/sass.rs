@@ -1,5 +1,5 @@
 //! Instrumented mode: warp-level instruction counts per kernel launch from CUPTI's SASS
-//! metrics API (CUDA 12.4+), for the `warp_instructions` meter (DESIGN §4).
+//! metrics API (CUDA 12.4+), for the `warp_instructions` meter.
 //!
 //! When [`CollectorConfig::instructions`](super::CollectorConfig::instructions) is set, the
 //! collector enables the CUPTI callbacks of the runtime and driver kernel-launch functions
