@@ -61,4 +61,4 @@ pub use report::{
     METERING_POLICY, METERS, USAGE_SCHEMA,
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
-pub use time::WindowSize;
+pub use time::{Period, PeriodBound, PeriodError, WindowSize};
