@@ -377,6 +377,6 @@ mod tests {
         let mut t = Table::new(&[("A", false), ("B", false)]);
         t.row(vec!["x\u{1b}y".into(), "z".into()]);
         let s = t.render("");
-        assert_eq!(s, "A          B\nx\\u{1b}y  z\n");
+        assert_eq!(s, "A         B\nx\\u{1b}y  z\n");
     }
 }

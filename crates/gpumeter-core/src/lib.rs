@@ -33,6 +33,7 @@ pub mod report;
 pub mod tenant;
 pub mod text;
 pub mod time;
+pub mod warning;
 
 /// The meter before issue 13's rewrite: what the production meter is held to.
 #[cfg(test)]
@@ -62,3 +63,4 @@ pub use report::{
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
 pub use time::{Period, PeriodBound, PeriodError, WindowSize};
+pub use warning::{NotMeterableCode, Warning, WarningCode};

@@ -1654,7 +1654,7 @@ mod metering {
             .warnings
             .iter()
             .find(|w| w.contains("invalid_field"))
-            .cloned()
+            .map(|w| w.to_string())
             .unwrap_or_default();
         assert!(
             w.contains("neg.bin")
