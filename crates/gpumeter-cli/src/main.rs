@@ -52,6 +52,11 @@ enum Command {
         json: bool,
         #[command(flatten)]
         events: events::EventsArgs,
+        /// Text per window: a table of each UTC window's usage (its start and end, RFC 3339,
+        /// end exclusive) before the totals. Not with --json, whose `usage` rows are per window
+        /// already.
+        #[arg(long, conflicts_with = "json")]
+        by_window: bool,
     },
     /// Meter inputs and rate them with a price book: one invoice per tenant (gpumeter.invoice/v1).
     Preview {
@@ -526,7 +531,8 @@ fn run(cli: Cli) -> Result<Output, Failure> {
             usage,
             json,
             events,
-        } => usage_output(&usage, json, &events),
+            by_window,
+        } => usage_output(&usage, json, by_window, &events),
         command => run_text(command).map(Output::Text),
     }
 }
@@ -536,6 +542,7 @@ fn run(cli: Cli) -> Result<Output, Failure> {
 fn usage_output(
     usage: &UsageArgs,
     json: bool,
+    by_window: bool,
     events: &events::EventsArgs,
 ) -> Result<Output, Failure> {
     events.check(json)?;
@@ -549,7 +556,7 @@ fn usage_output(
     } else {
         Ok(Output::Text(text_out(&gpumeter::render::usage_text(
             &report,
-            &gpumeter::render::UsageTextOptions::default(),
+            &gpumeter::render::UsageTextOptions::default().by_window(by_window),
         ))))
     }
 }
@@ -572,7 +579,8 @@ fn run_text(command: Command) -> Result<String, Failure> {
             usage,
             json,
             events,
-        } => match usage_output(&usage, json, &events)? {
+            by_window,
+        } => match usage_output(&usage, json, by_window, &events)? {
             Output::Text(text) | Output::Events(text) => Ok(text),
             Output::Report(report) => to_json(&report),
         },

@@ -2037,3 +2037,65 @@ fn a_report_with_a_tenant_name_the_rule_refuses_is_bad_input() {
         assert!(!err.contains('\u{1b}'), "the name is escaped: {err:?}");
     }
 }
+
+/// `usage --by-window`: one table per UTC window, headed by its start and end (RFC 3339, end
+/// exclusive), whose rows add up to the totals; the plain text has no window tables; with
+/// `--json` it is a bad command line (exit 2).
+#[test]
+fn usage_by_window_shows_each_window_and_its_rows_sum_to_the_totals() {
+    let ex = example();
+    let plain = gpumeter(&["usage", s(&ex)]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(!stdout(&plain).contains("\nWindow "), "{}", stdout(&plain));
+    let out = gpumeter(&["usage", s(&ex), "--by-window"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("Window ")).collect();
+    assert_eq!(
+        heads,
+        [
+            "Window 2026-11-30T23:00:00Z to 2026-12-01T00:00:00Z (end exclusive)",
+            "Window 2026-12-01T00:00:00Z to 2026-12-01T01:00:00Z (end exclusive)",
+        ],
+        "{text}"
+    );
+    // The same text as without --by-window once the window tables are taken out.
+    let start = text.find("\nWindow ").expect("a window table");
+    let end = text.find("\nTotals").expect("totals");
+    assert_eq!(
+        format!("{}{}", &text[..start], &text[end..]),
+        stdout(&plain)
+    );
+    // Per (tenant, device, meter), the window rows sum to the totals row.
+    let rows = |section: &str| -> Vec<(String, String, String, u128)> {
+        section
+            .lines()
+            .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with("TENANT"))
+            .map(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                let q: u128 = c[3].replace(',', "").parse().expect("quantity");
+                (c[0].to_string(), c[1].to_string(), c[2].to_string(), q)
+            })
+            .collect()
+    };
+    let mut by_window = std::collections::BTreeMap::new();
+    for (t, d, m, q) in rows(&text[start..end]) {
+        *by_window.entry((t, d, m)).or_insert(0u128) += q;
+    }
+    let totals_end = text[end..].find("\n\n").map_or(text.len(), |i| end + i + 1);
+    let totals: std::collections::BTreeMap<_, _> = rows(&text[end + 1..totals_end])
+        .into_iter()
+        .map(|(t, d, m, q)| ((t, d, m), q))
+        .collect();
+    assert!(!totals.is_empty(), "{text}");
+    assert_eq!(by_window, totals, "{text}");
+
+    let refused = gpumeter(&["usage", s(&ex), "--by-window", "--json"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--by-window"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(refused.stdout.is_empty());
+}
