@@ -2099,3 +2099,116 @@ fn usage_by_window_shows_each_window_and_its_rows_sum_to_the_totals() {
     );
     assert!(refused.stdout.is_empty());
 }
+
+/// (device id, meter) pairs.
+type Pairs = Vec<(u32, String)>;
+
+/// The (device id, meter) pairs of the Devices table's NOT METERABLE column, and those the
+/// Warnings section says are not meterable (`M is …` / `M and N are not meterable on device
+/// D (KEY): …`), of a `usage` text.
+fn not_meterable_pairs(text: &str) -> (Pairs, Pairs) {
+    use std::collections::BTreeSet;
+    let mut column = BTreeSet::new();
+    let devices = text
+        .split("\nDevices\n")
+        .nth(1)
+        .and_then(|t| t.split("\n\n").next())
+        .unwrap_or("");
+    let mut lines = devices.lines();
+    let header = lines.next().unwrap_or("");
+    let at = header.find("NOT METERABLE");
+    for line in lines {
+        let id: u32 = line
+            .split_whitespace()
+            .next()
+            .and_then(|d| d.parse().ok())
+            .expect("a device id");
+        let cell = at.and_then(|i| line.get(i..)).unwrap_or("").trim();
+        for meter in cell.split(", ").filter(|m| !m.is_empty()) {
+            column.insert((id, meter.to_string()));
+        }
+    }
+    let mut warned = BTreeSet::new();
+    for line in text.lines().filter_map(|l| l.strip_prefix("  - ")) {
+        let Some((meters, rest)) = line
+            .split_once(" is not meterable on device ")
+            .or_else(|| line.split_once(" are not meterable on device "))
+        else {
+            continue;
+        };
+        let id: u32 = rest
+            .split_whitespace()
+            .next()
+            .and_then(|d| d.parse().ok())
+            .expect("a device id");
+        for meter in meters.split(" and ") {
+            warned.insert((id, meter.to_string()));
+        }
+    }
+    (column.into_iter().collect(), warned.into_iter().collect())
+}
+
+/// The Devices table's NOT METERABLE column names the meters the warnings name, on the same
+/// device: a Kineto trace without a device table (no SM count: sm_ns and warp_ns), the same
+/// with a catalog whose compute capability the occupancy calculator does not know (warp_ns),
+/// the committed recordings, and the shared traces without device tables when present.
+#[test]
+fn the_not_meterable_column_and_its_warnings_agree() {
+    let hostile = root().join("tests/hostile");
+    let trace = hostile.join("graph-launch-2021.json");
+    let catalog = hostile.join("catalog-cc-99.toml");
+    let mut runs: Vec<(Vec<String>, bool)> = vec![
+        (vec![s(&trace).to_string()], true),
+        (
+            vec![
+                s(&trace).to_string(),
+                "--devices".into(),
+                s(&catalog).to_string(),
+            ],
+            true,
+        ),
+    ];
+    for gmr in ["h200-cuda13-instructions.gmr", "h200-cuda13-smoke.gmr"] {
+        runs.push((
+            vec![s(&root().join("examples/data").join(gmr)).to_string()],
+            false,
+        ));
+    }
+    for name in ["hta_sampled_rank-0.json.gz", "hta_sampled_rank-1.json.gz"] {
+        if let Some(p) = shared(name) {
+            runs.push((vec![s(&p).to_string()], true));
+        }
+    }
+    for (args, expect_some) in runs {
+        let mut all = vec!["usage"];
+        all.extend(args.iter().map(String::as_str));
+        let out = gpumeter(&all);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let (column, warned) = not_meterable_pairs(&text);
+        assert_eq!(column, warned, "{args:?}:\n{text}");
+        if expect_some {
+            assert!(!column.is_empty(), "{args:?}:\n{text}");
+        }
+    }
+    // Without a device table: both meters the warning names, in the column and in the JSON.
+    let doc = json(&gpumeter(&["usage", s(&trace), "--json"]));
+    let entries: Vec<(String, String)> = doc["devices"][0]["not_meterable"]
+        .as_array()
+        .expect("not_meterable")
+        .iter()
+        .map(|n| {
+            (
+                n["meter"].as_str().expect("meter").to_string(),
+                n["code"].as_str().expect("code").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("sm_ns".to_string(), "sm_count_unknown".to_string()),
+            ("warp_ns".to_string(), "sm_count_unknown".to_string()),
+        ]
+    );
+}

@@ -1361,6 +1361,14 @@ impl Meter {
                              is not meterable either)"
                         .to_string(),
                 });
+                // warp_ns has its own entry, so the entries name the meters the warning names.
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::WarpNs,
+                    code: NotMeterableCode::SmCountUnknown,
+                    reason: "the source gives no SM count for this device (no device table), and \
+                             warp_ns builds on sm_ns; pass --devices with its sm_count"
+                        .to_string(),
+                });
                 warnings.push(Warning::new(
                     WarningCode::NotMeterable,
                     format!(
@@ -1372,7 +1380,7 @@ impl Meter {
             let warp_meterable = info.sm_count.is_some()
                 && info.compute_capability.is_some()
                 && d.kernels_without_occupancy == 0;
-            // An unknown SM count is reported once, on sm_ns (its reason names warp_ns).
+            // An unknown SM count is reported above, for sm_ns and warp_ns.
             if !warp_meterable && info.sm_count.is_some() && has_kernels {
                 let unknown_cc = info
                     .compute_capability
