@@ -11,6 +11,10 @@
 //! CLI and, later, the C ABI both call it. Usage reports that node agents wrote merge into one
 //! ([`merge_usage_reports`], `--format usage`), so a central biller rates them.
 //!
+//! The text the command line prints is here too ([`render::usage_text`],
+//! [`render::invoice_text`]), as are billing periods built from RFC 3339 times ([`Period`])
+//! and typed warnings ([`core::Warning`]: a [`core::WarningCode`] and a message).
+//!
 //! ```no_run
 //! use std::path::PathBuf;
 //! use gpumeter::{meter_inputs, preview, PriceBook, UsageOptions};

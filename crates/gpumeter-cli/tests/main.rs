@@ -2212,3 +2212,22 @@ fn the_not_meterable_column_and_its_warnings_agree() {
         ]
     );
 }
+
+/// A usage report written before warnings had codes (plain strings) is still merged by
+/// `--format usage`: its digest verifies, and its warnings are shown and carried as they were.
+#[test]
+fn a_report_written_before_codes_is_read_by_format_usage() {
+    let old = root().join("tests/before-codes/recording_26.gmr.1h.json");
+    let text = gpumeter(&["usage", s(&old), "--format", "usage"]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    assert!(
+        stdout(&text).contains("recording_26.gmr.1h.json: warp_instructions is not meterable"),
+        "{}",
+        stdout(&text)
+    );
+    let doc = json(&gpumeter(&["usage", s(&old), "--json"]));
+    validate("gpumeter.usage.v1.schema.json", &doc);
+    let warnings = doc["warnings"].as_array().expect("warnings");
+    assert!(!warnings.is_empty());
+    assert!(warnings.iter().all(Value::is_string), "{warnings:?}");
+}

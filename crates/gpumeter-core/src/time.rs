@@ -342,6 +342,24 @@ impl Period {
     }
 }
 
+impl std::str::FromStr for Period {
+    type Err = PeriodError;
+
+    /// An ISO 8601 time interval of two RFC 3339 times, `START/END`
+    /// (`2026-12-01T00:00:00Z/2027-01-01T00:00:00Z`), as [`Period::parse`] takes them; text
+    /// without a `/` is an unparsable end.
+    fn from_str(text: &str) -> Result<Period, PeriodError> {
+        match text.split_once('/') {
+            Some((from, to)) => Period::parse(from, to),
+            None => Err(PeriodError::Unparsable {
+                bound: PeriodBound::End,
+                text: String::new(),
+                reason: format!("`{text}` is not START/END (two RFC 3339 times and a `/`)"),
+            }),
+        }
+    }
+}
+
 impl From<Period> for (u64, u64) {
     fn from(p: Period) -> (u64, u64) {
         p.as_ns()
@@ -396,6 +414,14 @@ mod tests {
             })
         );
         assert!(Period::parse("1969-12-31T00:00:00Z", "2026-12-01T00:00:00Z").is_err());
+        let p: Period = "2026-12-01T00:00:00Z/2026-12-01T01:00:00Z"
+            .parse()
+            .expect("interval");
+        assert_eq!(
+            p.as_ns(),
+            (1_796_083_200 * NS_PER_SECOND, 1_796_086_800 * NS_PER_SECOND)
+        );
+        assert!("2026-12-01T00:00:00Z".parse::<Period>().is_err());
     }
 
     #[test]
