@@ -11,6 +11,10 @@
 //! CLI and, later, the C ABI both call it. Usage reports that node agents wrote merge into one
 //! ([`merge_usage_reports`], `--format usage`), so a central biller rates them.
 //!
+//! The text the command line prints is here too ([`render::usage_text`],
+//! [`render::invoice_text`]), as are billing periods built from RFC 3339 times ([`Period`])
+//! and typed warnings ([`core::Warning`]: a [`core::WarningCode`] and a message).
+//!
 //! ```no_run
 //! use std::path::PathBuf;
 //! use gpumeter::{meter_inputs, preview, PriceBook, UsageOptions};
@@ -19,7 +23,7 @@
 //! let usage = meter_inputs(&inputs, &UsageOptions::default())?;
 //! let book = PriceBook::from_path("examples/pricebook.toml".as_ref())?;
 //! let invoices = preview(&usage, &book, None)?;
-//! println!("{}", invoices.to_text_table());
+//! println!("{}", gpumeter::render::invoice_text(&invoices));
 //! # Ok::<(), gpumeter::Error>(())
 //! ```
 //!
@@ -55,13 +59,14 @@
 use std::path::{Path, PathBuf};
 
 pub mod events;
+pub mod render;
 
 #[cfg(feature = "bank")]
 pub use gpumeter_bank as bank;
 pub use gpumeter_core as core;
 pub use gpumeter_core::{
-    merge_reports, ActivityRecord, DeviceInfo, MergeError, Meter, MeterConfig, MeterKind,
-    UsageReport, WindowSize,
+    merge_reports, ActivityRecord, DeviceInfo, MergeError, Meter, MeterConfig, MeterKind, Period,
+    PeriodBound, PeriodError, UsageReport, WindowSize,
 };
 #[cfg(feature = "cupti")]
 pub use gpumeter_cupti as cupti;
@@ -811,21 +816,21 @@ fn cupti_format(format: Format) -> gpumeter_cupti::CuptiFormat {
 }
 
 /// Rates a usage report with a price book: one invoice per tenant with usage in the period
-/// (`period` = `(from_ns, to_ns)`, half-open; `None` = the usage's span rounded out to whole
-/// windows).
+/// (`None` = the usage's span rounded out to whole windows).
 ///
 /// # Errors
-/// [`Error::Rating`] when the book cannot rate this usage (e.g. a rate's validity edge inside a
-/// window, an amount beyond `Decimal`'s range).
+/// [`Error::Rating`] when the book cannot rate this usage (e.g. a given period whose ends are
+/// not edges of the report's windows, a rate's validity edge inside a window, an amount
+/// beyond `Decimal`'s range).
 pub fn preview(
     usage: &UsageReport,
     book: &PriceBook,
-    period: Option<(u64, u64)>,
+    period: Option<Period>,
 ) -> Result<InvoiceDocument, Error> {
     Ok(gpumeter_rating::rate(
         usage,
         book,
-        period,
+        period.map(Period::as_ns),
         &gpumeter_rating::CarriedFragments::new(),
     )?)
 }
@@ -855,11 +860,15 @@ pub fn bill<L: gpumeter_bank::Ledger>(
     ledger: &mut L,
     usage: &UsageReport,
     book: &PriceBook,
-    period: Option<(u64, u64)>,
+    period: Option<Period>,
     commit: bool,
 ) -> Result<gpumeter_bank::Finalized, Error> {
     Ok(gpumeter_bank::finalize(
-        ledger, usage, book, period, commit,
+        ledger,
+        usage,
+        book,
+        period.map(Period::as_ns),
+        commit,
     )?)
 }
 

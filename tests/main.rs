@@ -83,7 +83,8 @@ fn lost(r: &UsageReport, reason: &str) -> u64 {
 
 /// The one warning that contains `needle`.
 fn warning<'a>(r: &'a UsageReport, needle: &str) -> &'a str {
-    let w: Vec<&String> = r.warnings.iter().filter(|w| w.contains(needle)).collect();
+    let w: Vec<&gpumeter::core::Warning> =
+        r.warnings.iter().filter(|w| w.contains(needle)).collect();
     assert_eq!(w.len(), 1, "`{needle}` in {:?}", r.warnings);
     w[0]
 }

@@ -8,3 +8,4 @@ mod golden;
 mod hostile;
 mod merge_files;
 mod stream_joins;
+mod warning_codes;

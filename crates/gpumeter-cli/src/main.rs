@@ -16,7 +16,6 @@ use std::process::ExitCode;
 
 use clap::{Args, CommandFactory as _, Parser, Subcommand, ValueEnum};
 use gpumeter::core::text::{is_escaped, printable};
-use gpumeter::core::time::parse_rfc3339;
 use gpumeter::core::TenantName;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 
@@ -53,6 +52,11 @@ enum Command {
         json: bool,
         #[command(flatten)]
         events: events::EventsArgs,
+        /// Text per window: a table of each UTC window's usage (its start and end, RFC 3339,
+        /// end exclusive) before the totals. Not with --json, whose `usage` rows are per window
+        /// already.
+        #[arg(long, conflicts_with = "json")]
+        by_window: bool,
     },
     /// Meter inputs and rate them with a price book: one invoice per tenant (gpumeter.invoice/v1).
     Preview {
@@ -527,7 +531,8 @@ fn run(cli: Cli) -> Result<Output, Failure> {
             usage,
             json,
             events,
-        } => usage_output(&usage, json, &events),
+            by_window,
+        } => usage_output(&usage, json, by_window, &events),
         command => run_text(command).map(Output::Text),
     }
 }
@@ -537,6 +542,7 @@ fn run(cli: Cli) -> Result<Output, Failure> {
 fn usage_output(
     usage: &UsageArgs,
     json: bool,
+    by_window: bool,
     events: &events::EventsArgs,
 ) -> Result<Output, Failure> {
     events.check(json)?;
@@ -548,7 +554,10 @@ fn usage_output(
     if json {
         Ok(Output::Report(Box::new(report)))
     } else {
-        Ok(Output::Text(text_out(&table::usage_table(&report))))
+        Ok(Output::Text(text_out(&gpumeter::render::usage_text(
+            &report,
+            &gpumeter::render::UsageTextOptions::default().by_window(by_window),
+        ))))
     }
 }
 
@@ -570,7 +579,8 @@ fn run_text(command: Command) -> Result<String, Failure> {
             usage,
             json,
             events,
-        } => match usage_output(&usage, json, &events)? {
+            by_window,
+        } => match usage_output(&usage, json, by_window, &events)? {
             Output::Text(text) | Output::Events(text) => Ok(text),
             Output::Report(report) => to_json(&report),
         },
@@ -603,7 +613,7 @@ fn run_text(command: Command) -> Result<String, Failure> {
             if json {
                 to_json(&invoices)
             } else {
-                Ok(text_out(&invoices.to_text_table()))
+                Ok(text_out(&gpumeter::render::invoice_text(&invoices)))
             }
         }
         Command::Invoice {
@@ -636,7 +646,7 @@ fn run_text(command: Command) -> Result<String, Failure> {
             if json {
                 to_json(&done.document)
             } else {
-                Ok(text_out(&done.document.to_text_table()))
+                Ok(text_out(&gpumeter::render::invoice_text(&done.document)))
             }
         }
         Command::Bank { command } => bank::run(command),
@@ -670,9 +680,9 @@ fn run_text(command: Command) -> Result<String, Failure> {
     }
 }
 
-/// The period (ns, half-open; `None`: the usage's span), the price book and the usage report.
+/// The period (`None`: the usage's span), the price book and the usage report.
 type RatingInputs = (
-    Option<(u64, u64)>,
+    Option<gpumeter::Period>,
     gpumeter::PriceBook,
     gpumeter::UsageReport,
 );
@@ -693,25 +703,30 @@ fn rating_inputs(
     Ok((period, book, report))
 }
 
-/// `--from`/`--to` as a period in ns, both or neither (clap requires the pair); a bad time
-/// or an empty period is a bad command line.
-fn period(from: Option<String>, to: Option<String>) -> Result<Option<(u64, u64)>, Failure> {
-    match (from, to) {
-        (Some(f), Some(t)) => {
-            let f = parse_rfc3339(&f).map_err(|e| usage_error(format!("--from: {e}")))?;
-            let t = parse_rfc3339(&t).map_err(|e| usage_error(format!("--to: {e}")))?;
-            if t <= f {
-                return Err(usage_error("--to must be after --from".into()));
-            }
-            Ok(Some((f, t)))
-        }
-        _ => Ok(None),
-    }
+/// `--from`/`--to` as a period ([`gpumeter::Period::parse`]), both or neither (clap requires
+/// the pair); a bad time or an empty period is a bad command line.
+fn period(from: Option<String>, to: Option<String>) -> Result<Option<gpumeter::Period>, Failure> {
+    use gpumeter::{PeriodBound, PeriodError};
+    let (Some(f), Some(t)) = (from, to) else {
+        return Ok(None);
+    };
+    gpumeter::Period::parse(&f, &t)
+        .map(Some)
+        .map_err(|e| match e {
+            PeriodError::Unparsable {
+                bound: PeriodBound::Start,
+                reason,
+                ..
+            } => usage_error(format!("--from: {reason}")),
+            PeriodError::Unparsable { reason, .. } => usage_error(format!("--to: {reason}")),
+            PeriodError::EndNotAfterStart { .. } => usage_error("--to must be after --from".into()),
+            e => usage_error(format!("--from/--to: {e}")),
+        })
 }
 
 /// A rating failure: a given period off the window edges is the command line's fault (exit
 /// 2); a default period that cannot be formed, and everything else, is the files' (exit 1).
-fn period_failure(e: gpumeter::Error, period: Option<(u64, u64)>) -> Failure {
+fn period_failure(e: gpumeter::Error, period: Option<gpumeter::Period>) -> Failure {
     match e {
         gpumeter::Error::Rating(gpumeter::RatingError::Period { .. }) if period.is_some() => {
             usage_error(format!("--from/--to: {e}"))

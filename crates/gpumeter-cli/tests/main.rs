@@ -1004,7 +1004,10 @@ fn a_trace_given_gzipped_and_plain_is_metered_once() {
             .as_array()
             .expect("warnings")
             .iter()
-            .any(|w| w.as_str().is_some_and(|w| w.contains("once decompressed"))),
+            .any(|w| w["code"] == "duplicate_source"
+                && w["message"]
+                    .as_str()
+                    .is_some_and(|w| w.contains("once decompressed"))),
         "{:#}",
         both["warnings"]
     );
@@ -1838,7 +1841,8 @@ fn the_same_report_twice_counts_once_and_reports_sharing_a_source_are_refused() 
         .as_array()
         .expect("warnings")
         .iter()
-        .map(|w| w.as_str().expect("warning"))
+        .filter(|w| w["code"] == "duplicate_report")
+        .map(|w| w["message"].as_str().expect("warning"))
         .collect();
     assert!(
         warnings
@@ -2032,4 +2036,198 @@ fn a_report_with_a_tenant_name_the_rule_refuses_is_bad_input() {
         assert!(err.contains("usage[0].tenant"), "{err}");
         assert!(!err.contains('\u{1b}'), "the name is escaped: {err:?}");
     }
+}
+
+/// `usage --by-window`: one table per UTC window, headed by its start and end (RFC 3339, end
+/// exclusive), whose rows add up to the totals; the plain text has no window tables; with
+/// `--json` it is a bad command line (exit 2).
+#[test]
+fn usage_by_window_shows_each_window_and_its_rows_sum_to_the_totals() {
+    let ex = example();
+    let plain = gpumeter(&["usage", s(&ex)]);
+    assert!(plain.status.success(), "{}", stderr(&plain));
+    assert!(!stdout(&plain).contains("\nWindow "), "{}", stdout(&plain));
+    let out = gpumeter(&["usage", s(&ex), "--by-window"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let heads: Vec<&str> = text.lines().filter(|l| l.starts_with("Window ")).collect();
+    assert_eq!(
+        heads,
+        [
+            "Window 2026-11-30T23:00:00Z to 2026-12-01T00:00:00Z (end exclusive)",
+            "Window 2026-12-01T00:00:00Z to 2026-12-01T01:00:00Z (end exclusive)",
+        ],
+        "{text}"
+    );
+    // The same text as without --by-window once the window tables are taken out.
+    let start = text.find("\nWindow ").expect("a window table");
+    let end = text.find("\nTotals").expect("totals");
+    assert_eq!(
+        format!("{}{}", &text[..start], &text[end..]),
+        stdout(&plain)
+    );
+    // Per (tenant, device, meter), the window rows sum to the totals row.
+    let rows = |section: &str| -> Vec<(String, String, String, u128)> {
+        section
+            .lines()
+            .filter(|l| l.starts_with("  ") && !l.trim_start().starts_with("TENANT"))
+            .map(|l| {
+                let c: Vec<&str> = l.split_whitespace().collect();
+                let q: u128 = c[3].replace(',', "").parse().expect("quantity");
+                (c[0].to_string(), c[1].to_string(), c[2].to_string(), q)
+            })
+            .collect()
+    };
+    let mut by_window = std::collections::BTreeMap::new();
+    for (t, d, m, q) in rows(&text[start..end]) {
+        *by_window.entry((t, d, m)).or_insert(0u128) += q;
+    }
+    let totals_end = text[end..].find("\n\n").map_or(text.len(), |i| end + i + 1);
+    let totals: std::collections::BTreeMap<_, _> = rows(&text[end + 1..totals_end])
+        .into_iter()
+        .map(|(t, d, m, q)| ((t, d, m), q))
+        .collect();
+    assert!(!totals.is_empty(), "{text}");
+    assert_eq!(by_window, totals, "{text}");
+
+    let refused = gpumeter(&["usage", s(&ex), "--by-window", "--json"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("--by-window"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(refused.stdout.is_empty());
+}
+
+/// (device id, meter) pairs.
+type Pairs = Vec<(u32, String)>;
+
+/// The (device id, meter) pairs of the Devices table's NOT METERABLE column, and those the
+/// Warnings section says are not meterable (`M is …` / `M and N are not meterable on device
+/// D (KEY): …`), of a `usage` text.
+fn not_meterable_pairs(text: &str) -> (Pairs, Pairs) {
+    use std::collections::BTreeSet;
+    let mut column = BTreeSet::new();
+    let devices = text
+        .split("\nDevices\n")
+        .nth(1)
+        .and_then(|t| t.split("\n\n").next())
+        .unwrap_or("");
+    let mut lines = devices.lines();
+    let header = lines.next().unwrap_or("");
+    let at = header.find("NOT METERABLE");
+    for line in lines {
+        let id: u32 = line
+            .split_whitespace()
+            .next()
+            .and_then(|d| d.parse().ok())
+            .expect("a device id");
+        let cell = at.and_then(|i| line.get(i..)).unwrap_or("").trim();
+        for meter in cell.split(", ").filter(|m| !m.is_empty()) {
+            column.insert((id, meter.to_string()));
+        }
+    }
+    let mut warned = BTreeSet::new();
+    for line in text.lines().filter_map(|l| l.strip_prefix("  - ")) {
+        let Some((meters, rest)) = line
+            .split_once(" is not meterable on device ")
+            .or_else(|| line.split_once(" are not meterable on device "))
+        else {
+            continue;
+        };
+        let id: u32 = rest
+            .split_whitespace()
+            .next()
+            .and_then(|d| d.parse().ok())
+            .expect("a device id");
+        for meter in meters.split(" and ") {
+            warned.insert((id, meter.to_string()));
+        }
+    }
+    (column.into_iter().collect(), warned.into_iter().collect())
+}
+
+/// The Devices table's NOT METERABLE column names the meters the warnings name, on the same
+/// device: a Kineto trace without a device table (no SM count: sm_ns and warp_ns), the same
+/// with a catalog whose compute capability the occupancy calculator does not know (warp_ns),
+/// the committed recordings, and the shared traces without device tables when present.
+#[test]
+fn the_not_meterable_column_and_its_warnings_agree() {
+    let hostile = root().join("tests/hostile");
+    let trace = hostile.join("graph-launch-2021.json");
+    let catalog = hostile.join("catalog-cc-99.toml");
+    let mut runs: Vec<(Vec<String>, bool)> = vec![
+        (vec![s(&trace).to_string()], true),
+        (
+            vec![
+                s(&trace).to_string(),
+                "--devices".into(),
+                s(&catalog).to_string(),
+            ],
+            true,
+        ),
+    ];
+    for gmr in ["h200-cuda13-instructions.gmr", "h200-cuda13-smoke.gmr"] {
+        runs.push((
+            vec![s(&root().join("examples/data").join(gmr)).to_string()],
+            false,
+        ));
+    }
+    for name in ["hta_sampled_rank-0.json.gz", "hta_sampled_rank-1.json.gz"] {
+        if let Some(p) = shared(name) {
+            runs.push((vec![s(&p).to_string()], true));
+        }
+    }
+    for (args, expect_some) in runs {
+        let mut all = vec!["usage"];
+        all.extend(args.iter().map(String::as_str));
+        let out = gpumeter(&all);
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+        let text = stdout(&out);
+        let (column, warned) = not_meterable_pairs(&text);
+        assert_eq!(column, warned, "{args:?}:\n{text}");
+        if expect_some {
+            assert!(!column.is_empty(), "{args:?}:\n{text}");
+        }
+    }
+    // Without a device table: both meters the warning names, in the column and in the JSON.
+    let doc = json(&gpumeter(&["usage", s(&trace), "--json"]));
+    let entries: Vec<(String, String)> = doc["devices"][0]["not_meterable"]
+        .as_array()
+        .expect("not_meterable")
+        .iter()
+        .map(|n| {
+            (
+                n["meter"].as_str().expect("meter").to_string(),
+                n["code"].as_str().expect("code").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("sm_ns".to_string(), "sm_count_unknown".to_string()),
+            ("warp_ns".to_string(), "sm_count_unknown".to_string()),
+        ]
+    );
+}
+
+/// A usage report written before warnings had codes (plain strings) is still merged by
+/// `--format usage`: its digest verifies, and its warnings are shown and carried as they were.
+#[test]
+fn a_report_written_before_codes_is_read_by_format_usage() {
+    let old = root().join("tests/before-codes/recording_26.gmr.1h.json");
+    let text = gpumeter(&["usage", s(&old), "--format", "usage"]);
+    assert!(text.status.success(), "{}", stderr(&text));
+    assert!(
+        stdout(&text).contains("recording_26.gmr.1h.json: warp_instructions is not meterable"),
+        "{}",
+        stdout(&text)
+    );
+    let doc = json(&gpumeter(&["usage", s(&old), "--json"]));
+    validate("gpumeter.usage.v1.schema.json", &doc);
+    let warnings = doc["warnings"].as_array().expect("warnings");
+    assert!(!warnings.is_empty());
+    assert!(warnings.iter().all(Value::is_string), "{warnings:?}");
 }

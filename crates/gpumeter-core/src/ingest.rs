@@ -25,6 +25,7 @@ use std::iter::Peekable;
 use std::vec::IntoIter;
 
 use crate::record::{ActivityRecord, DeviceSlot, Joined, LossReason, MemoryEvent, MemoryOp, Work};
+use crate::warning::{Warning, WarningCode};
 use crate::Meter;
 
 /// What one announced source still has to push, on the meter's device slots.
@@ -628,12 +629,15 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
                 q.items() - p.items(),
             )
         };
-        warnings.push(format!(
-            "{what} (every field the GPU gives equal), so it is metered once, from {} (device \
+        warnings.push(Warning::new(
+            WarningCode::RepeatedWork,
+            format!(
+                "{what} (every field the GPU gives equal), so it is metered once, from {} (device \
              {}), which also takes what the copy knew and it did not (process ids, names, the \
              device's description)",
-            batches[q.batch].name,
-            key_of(meter, q.slot),
+                batches[q.batch].name,
+                key_of(meter, q.slot),
+            ),
         ));
     }
     for &(i, j, n) in &overlaps {
@@ -641,7 +645,9 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
             continue;
         }
         let (p, q) = (&parts[i], &parts[j]);
-        warnings.push(format!(
+        warnings.push(Warning::new(
+            WarningCode::SharedRecords,
+            format!(
             "device {} of source {} and device {} of source {} ({}) have {n} records in common \
              (every field the GPU gives equal) but are different devices (no UUID joins them): \
              if both files recorded the same GPU, those records are billed twice",
@@ -653,15 +659,19 @@ fn drop_repeated_work(meter: &mut Meter, batches: &mut [Batch]) {
                 .as_deref()
                 .or(names[j].as_deref())
                 .unwrap_or("no name"),
+        ),
         ));
     }
     if exhausted {
-        warnings.push(format!(
+        warnings.push(Warning::new(
+            WarningCode::RepeatCheckIncomplete,
+            format!(
             "the {} devices of these {} sources are too many to compare for repeated work within \
              the comparison's bound: some devices were not compared, so work given twice in new \
              bytes may be billed twice",
             parts.len(),
             batches.len()
+        ),
         ));
     }
 

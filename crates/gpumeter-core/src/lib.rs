@@ -33,6 +33,7 @@ pub mod report;
 pub mod tenant;
 pub mod text;
 pub mod time;
+pub mod warning;
 
 /// The meter before issue 13's rewrite: what the production meter is held to.
 #[cfg(test)]
@@ -61,4 +62,5 @@ pub use report::{
     METERING_POLICY, METERS, USAGE_SCHEMA,
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
-pub use time::WindowSize;
+pub use time::{Period, PeriodBound, PeriodError, WindowSize};
+pub use warning::{NotMeterableCode, Warning, WarningCode};

@@ -26,6 +26,7 @@ use crate::report::{
     UsageRow, USAGE_SCHEMA,
 };
 use crate::time::{parse_rfc3339, rfc3339_ns};
+use crate::warning::{Warning, WarningCode};
 
 /// The key under a merged report's `extensions` that lists the reports it merged:
 /// `[{"name": <file name>, "sha256": <the report's own sha256>}]`, in merge order (by name,
@@ -207,9 +208,13 @@ pub fn merge_reports(inputs: &[(String, UsageReport)]) -> Result<UsageReport, Me
     let totals = totals_of(&usage)?;
     let open_allocations = merge_open_allocations(&reports, &id_of);
     let extensions = merge_extensions(&reports, &sources, &mut warnings)?;
-    let mut carried: Vec<String> = reports
+    let mut carried: Vec<Warning> = reports
         .iter()
-        .flat_map(|(name, r)| r.warnings.iter().map(move |w| format!("{name}: {w}")))
+        .flat_map(|(name, r)| {
+            r.warnings
+                .iter()
+                .map(move |w| w.prefixed(&format!("{name}: ")))
+        })
         .collect();
     carried.append(&mut warnings);
     let mut report = UsageReport {
@@ -269,7 +274,7 @@ fn same<T: PartialEq + std::fmt::Display>(
 /// order: by name, then digest.
 fn distinct_reports<'a>(
     inputs: &'a [(String, UsageReport)],
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Vec<(&'a str, &'a UsageReport)> {
     let mut by_digest: BTreeMap<&str, Vec<(&str, &UsageReport)>> = BTreeMap::new();
     for (name, r) in inputs {
@@ -283,9 +288,12 @@ fn distinct_reports<'a>(
         same.sort_by(|a, b| a.0.cmp(b.0));
         let kept = same[0];
         for (name, _) in &same[1..] {
-            warnings.push(format!(
-                "{name} is the same report as {} (sha256 {sha}): counted once",
-                kept.0
+            warnings.push(Warning::new(
+                WarningCode::DuplicateReport,
+                format!(
+                    "{name} is the same report as {} (sha256 {sha}): counted once",
+                    kept.0
+                ),
             ));
         }
         out.push(kept);
@@ -371,7 +379,7 @@ fn agree<T: PartialEq + Clone + std::fmt::Debug>(
 #[allow(clippy::type_complexity)]
 fn merge_devices(
     reports: &[(&str, &UsageReport)],
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Result<(Vec<DeviceEntry>, BTreeMap<String, u32>), MergeError> {
     let mut by_key: BTreeMap<&str, (DeviceEntry, Vec<&str>, BTreeSet<u32>)> = BTreeMap::new();
     for &(name, r) in reports {
@@ -406,6 +414,7 @@ fn merge_devices(
                 match m.not_meterable.iter_mut().find(|x| x.meter == n.meter) {
                     None => m.not_meterable.push(NotMeterable {
                         meter: n.meter,
+                        code: n.code.clone(),
                         reason: format!("{name}: {}", n.reason),
                     }),
                     Some(x) => x.reason = format!("{}; {name}: {}", x.reason, n.reason),
@@ -420,11 +429,14 @@ fn merge_devices(
     for (key, (mut d, from, ids)) in by_key {
         if ids.len() > 1 {
             let list: Vec<String> = ids.iter().map(u32::to_string).collect();
-            warnings.push(format!(
-                "device {key} has device ids {} in the reports {}: it is listed as device {}",
-                list.join(", "),
-                from.join(", "),
-                ids.first().copied().unwrap_or(d.device)
+            warnings.push(Warning::new(
+                WarningCode::DeviceIdsDiffer,
+                format!(
+                    "device {key} has device ids {} in the reports {}: it is listed as device {}",
+                    list.join(", "),
+                    from.join(", "),
+                    ids.first().copied().unwrap_or(d.device)
+                ),
             ));
         }
         d.device = ids.first().copied().unwrap_or(d.device);
@@ -508,7 +520,7 @@ fn merge_loss(
 fn merge_usage(
     reports: &[(&str, &UsageReport)],
     id_of: &dyn Fn(&str, u32) -> u32,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Result<Vec<UsageRow>, MergeError> {
     type Key = (u32, String, u64, MeterKind, String);
     let mut rows: BTreeMap<Key, UsageRow> = BTreeMap::new();
@@ -563,12 +575,15 @@ fn merge_usage(
     }
     for (key, (n, names)) in shared {
         let names: Vec<&str> = names.into_iter().collect();
-        warnings.push(format!(
-            "device {key}: {n} windows have usage in more than one report ({}): each report \
+        warnings.push(Warning::new(
+            WarningCode::SharedWindows,
+            format!(
+                "device {key}: {n} windows have usage in more than one report ({}): each report \
              applied the SM cap and the busy-time union of DESIGN §4 to its own work only, so \
              the merged sm_ns, warp_ns and gpu_busy_ns of those windows may exceed what one \
              report of all the inputs would give",
-            names.join(", ")
+                names.join(", ")
+            ),
         ));
     }
     Ok(rows.into_values().collect())
@@ -650,7 +665,7 @@ fn merge_open_allocations(
 fn merge_extensions(
     reports: &[(&str, &UsageReport)],
     sources: &[SourceEntry],
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Result<Extensions, MergeError> {
     let mut ends: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
     let mut earlier: BTreeSet<&str> = BTreeSet::new();
@@ -682,9 +697,12 @@ fn merge_extensions(
         earlier.remove(s.sha256.as_str());
     }
     for (k, names) in dropped {
-        warnings.push(format!(
-            "extensions.{k} of {} is not merged (gpumeter does not know how to merge it)",
-            names.join(", ")
+        warnings.push(Warning::new(
+            WarningCode::ExtensionNotMerged,
+            format!(
+                "extensions.{k} of {} is not merged (gpumeter does not know how to merge it)",
+                names.join(", ")
+            ),
         ));
     }
     let merged: Vec<serde_json::Value> = reports

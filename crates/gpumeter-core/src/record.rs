@@ -298,14 +298,15 @@ impl LossReason {
 /// The report warning for records lost to one field (`invalid_field`): the first such record's
 /// message (file, record, field, value, why) and how many more there were. Every source writes
 /// it the same way.
-pub fn invalid_field_warning(first: &str, records: u64) -> String {
-    match records {
+pub fn invalid_field_warning(first: &str, records: u64) -> crate::Warning {
+    let message = match records {
         0 | 1 => format!("{first}; the record was lost (invalid_field)"),
         n => format!(
             "{first}; this and {} more records with this field were lost (invalid_field)",
             n - 1
         ),
-    }
+    };
+    crate::Warning::new(crate::WarningCode::InvalidField, message)
 }
 
 /// What a memory record did (CUPTI `CUpti_ActivityMemoryOperationType`).

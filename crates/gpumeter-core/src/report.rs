@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::warning::{NotMeterableCode, Warning};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -299,6 +300,10 @@ pub struct SourceEntry {
 pub struct NotMeterable {
     /// The meter's name.
     pub meter: MeterKind,
+    /// Why, as a code to act on; [`NotMeterableCode::Uncoded`] (no `code` in JSON) for an
+    /// entry of a report written before codes.
+    #[serde(default, skip_serializing_if = "NotMeterableCode::is_uncoded")]
+    pub code: NotMeterableCode,
     /// Why, for people.
     pub reason: String,
 }
@@ -443,8 +448,9 @@ pub struct UsageReport {
     /// Allocations still held at the report's end, billed up to it; a
     /// later report takes them as opening state (`--opening`).
     pub open_allocations: Vec<OpenAllocation>,
-    /// Warnings for people (loss, duplicate sources, unmeterable meters).
-    pub warnings: Vec<String>,
+    /// Warnings: a code and a message for people each (loss, duplicate sources, unmeterable
+    /// meters, …; [`Warning`]).
+    pub warnings: Vec<Warning>,
     /// What the report adds beyond the keys of `gpumeter.usage/v1` (`extensions`, the one place for them).
     /// Omitted when empty.
     #[serde(default, skip_serializing_if = "Extensions::is_empty")]
@@ -550,7 +556,7 @@ struct Unsealed<'a> {
     usage: &'a [UsageRow],
     totals: &'a [TotalRow],
     open_allocations: &'a [OpenAllocation],
-    warnings: &'a [String],
+    warnings: &'a [Warning],
     #[serde(skip_serializing_if = "no_extensions")]
     extensions: &'a Extensions,
 }

@@ -195,9 +195,234 @@ impl Default for WindowSize {
     }
 }
 
+/// A billing period: the half-open interval `[start, end)` of instants, in integer ns since the
+/// Unix epoch (UTC): the clock of CUPTI's timestamps (`CLOCK_REALTIME`) and of every time in
+/// gpumeter. The end is after the start. Built from RFC 3339 texts ([`Period::parse`], the
+/// command line's `--from`/`--to`) or from ns ([`Period::from_ns`]).
+///
+/// Whether a period is on the edges of a report's windows is checked where it is rated (a
+/// period must not cut a window; the rating's error names the edges around it), since the
+/// window size belongs to the usage report, not to the period.
+///
+/// ```
+/// use gpumeter_core::time::{Period, PeriodBound, PeriodError};
+/// let p = Period::parse("2026-12-01T00:00:00Z", "2026-12-01T01:00:00+00:00")?;
+/// assert_eq!(p.start_ns(), 1_796_083_200_000_000_000);
+/// assert_eq!(p.duration_ns(), 3_600_000_000_000);
+/// assert_eq!(p.to_string(), "2026-12-01T00:00:00Z to 2026-12-01T01:00:00Z");
+/// assert!(matches!(
+///     Period::parse("yesterday", "2026-12-01T01:00:00Z"),
+///     Err(PeriodError::Unparsable { bound: PeriodBound::Start, .. })
+/// ));
+/// assert!(matches!(
+///     Period::from_ns(5, 5),
+///     Err(PeriodError::EndNotAfterStart { start: 5, end: 5 })
+/// ));
+/// # Ok::<(), PeriodError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Period {
+    start: u64,
+    end: u64,
+}
+
+/// Which end of a [`Period`] an error is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeriodBound {
+    /// The start (inclusive; the command line's `--from`).
+    Start,
+    /// The end (exclusive; the command line's `--to`).
+    End,
+}
+
+impl std::fmt::Display for PeriodBound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PeriodBound::Start => "start",
+            PeriodBound::End => "end",
+        })
+    }
+}
+
+/// Why a [`Period`] cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeriodError {
+    /// A bound is not an RFC 3339 time, or lies before 1970 or after 2554 (outside `u64` ns).
+    #[error("period {bound}: {reason}")]
+    Unparsable {
+        /// Which bound.
+        bound: PeriodBound,
+        /// The text given.
+        text: String,
+        /// What is wrong, quoting the text ([`parse_rfc3339`]'s message).
+        reason: String,
+    },
+    /// The end is not after the start: the period would be empty.
+    #[error(
+        "the period's end ({}) is not after its start ({})",
+        rfc3339(*end),
+        rfc3339(*start)
+    )]
+    EndNotAfterStart {
+        /// The start, ns since the Unix epoch.
+        start: u64,
+        /// The end, ns since the Unix epoch.
+        end: u64,
+    },
+}
+
+impl Period {
+    /// The period `[start_ns, end_ns)`, ns since the Unix epoch.
+    ///
+    /// # Errors
+    /// [`PeriodError::EndNotAfterStart`] when `end_ns <= start_ns`.
+    pub fn from_ns(start_ns: u64, end_ns: u64) -> Result<Period, PeriodError> {
+        if end_ns <= start_ns {
+            return Err(PeriodError::EndNotAfterStart {
+                start: start_ns,
+                end: end_ns,
+            });
+        }
+        Ok(Period {
+            start: start_ns,
+            end: end_ns,
+        })
+    }
+
+    /// The period from `from` (inclusive) to `to` (exclusive), each an RFC 3339 time with any
+    /// offset (`2026-12-01T00:00:00Z`, `2026-11-30T19:00:00-05:00`), fractions of a second to
+    /// the ns.
+    ///
+    /// # Errors
+    /// [`PeriodError::Unparsable`] naming the bound (the start first) when a text is not
+    /// RFC 3339 or lies outside 1970–2554; [`PeriodError::EndNotAfterStart`].
+    pub fn parse(from: &str, to: &str) -> Result<Period, PeriodError> {
+        let bound = |bound: PeriodBound, text: &str| {
+            parse_rfc3339(text).map_err(|reason| PeriodError::Unparsable {
+                bound,
+                text: text.to_string(),
+                reason,
+            })
+        };
+        let start = bound(PeriodBound::Start, from)?;
+        let end = bound(PeriodBound::End, to)?;
+        Period::from_ns(start, end)
+    }
+
+    /// The start, inclusive, ns since the Unix epoch.
+    pub fn start_ns(self) -> u64 {
+        self.start
+    }
+
+    /// The end, exclusive, ns since the Unix epoch.
+    pub fn end_ns(self) -> u64 {
+        self.end
+    }
+
+    /// `(start, end)` in ns, the form the rating and the bank take.
+    pub fn as_ns(self) -> (u64, u64) {
+        (self.start, self.end)
+    }
+
+    /// The length in ns (over 0).
+    pub fn duration_ns(self) -> u64 {
+        self.end - self.start
+    }
+
+    /// Whether instant `t_ns` lies in the period (`start <= t < end`).
+    pub fn contains(self, t_ns: u64) -> bool {
+        self.start <= t_ns && t_ns < self.end
+    }
+
+    /// Whether both ends are window edges of `window` (multiples of its size from the epoch),
+    /// as the rating requires of a given period.
+    pub fn is_on_window_edges(self, window: WindowSize) -> bool {
+        window.start_of(self.start) == self.start && window.start_of(self.end) == self.end
+    }
+}
+
+impl std::str::FromStr for Period {
+    type Err = PeriodError;
+
+    /// An ISO 8601 time interval of two RFC 3339 times, `START/END`
+    /// (`2026-12-01T00:00:00Z/2027-01-01T00:00:00Z`), as [`Period::parse`] takes them; text
+    /// without a `/` is an unparsable end.
+    fn from_str(text: &str) -> Result<Period, PeriodError> {
+        match text.split_once('/') {
+            Some((from, to)) => Period::parse(from, to),
+            None => Err(PeriodError::Unparsable {
+                bound: PeriodBound::End,
+                text: String::new(),
+                reason: format!("`{text}` is not START/END (two RFC 3339 times and a `/`)"),
+            }),
+        }
+    }
+}
+
+impl From<Period> for (u64, u64) {
+    fn from(p: Period) -> (u64, u64) {
+        p.as_ns()
+    }
+}
+
+impl std::fmt::Display for Period {
+    /// `START to END`, RFC 3339 UTC ([`rfc3339`]).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} to {}", rfc3339(self.start), rfc3339(self.end))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn period_parse_and_errors() {
+        let p =
+            Period::parse("2026-11-30T19:00:00-05:00", "2026-12-01T00:00:00.5Z").expect("period");
+        assert_eq!(p.start_ns(), 1_796_083_200_000_000_000);
+        assert_eq!(p.end_ns(), 1_796_083_200_500_000_000);
+        assert!(p.contains(p.start_ns()) && !p.contains(p.end_ns()));
+        assert!(!p.is_on_window_edges(WindowSize::HOUR));
+        let on = Period::from_ns(3600 * NS_PER_SECOND, 7200 * NS_PER_SECOND).expect("period");
+        assert!(on.is_on_window_edges(WindowSize::HOUR));
+        assert_eq!(
+            <(u64, u64)>::from(on),
+            (3600 * NS_PER_SECOND, 7200 * NS_PER_SECOND)
+        );
+        match Period::parse("2026-12-01T00:00:00Z", "soon") {
+            Err(PeriodError::Unparsable {
+                bound,
+                text,
+                reason,
+            }) => {
+                assert_eq!(bound, PeriodBound::End);
+                assert_eq!(text, "soon");
+                assert!(
+                    reason.contains("`soon` is not an RFC 3339 time"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            Period::parse("2026-12-01T01:00:00Z", "2026-12-01T00:00:00Z"),
+            Err(PeriodError::EndNotAfterStart {
+                start: 1_796_086_800_000_000_000,
+                end: 1_796_083_200_000_000_000
+            })
+        );
+        assert!(Period::parse("1969-12-31T00:00:00Z", "2026-12-01T00:00:00Z").is_err());
+        let p: Period = "2026-12-01T00:00:00Z/2026-12-01T01:00:00Z"
+            .parse()
+            .expect("interval");
+        assert_eq!(
+            p.as_ns(),
+            (1_796_083_200 * NS_PER_SECOND, 1_796_086_800 * NS_PER_SECOND)
+        );
+        assert!("2026-12-01T00:00:00Z".parse::<Period>().is_err());
+    }
 
     #[test]
     fn window_parse() {

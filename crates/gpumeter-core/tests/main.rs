@@ -63,8 +63,11 @@ fn odd_division_goes_to_first_name() {
     assert!(per_tenant(&r, MeterKind::SmNs).is_empty());
     assert!(per_tenant(&r, MeterKind::WarpNs).is_empty());
     let nm: Vec<MeterKind> = r.devices[0].not_meterable.iter().map(|n| n.meter).collect();
-    assert_eq!(nm, vec![MeterKind::SmNs]);
+    assert_eq!(nm, vec![MeterKind::SmNs, MeterKind::WarpNs]);
     assert!(r.devices[0].not_meterable[0].reason.contains("warp_ns"));
+    for n in &r.devices[0].not_meterable {
+        assert_eq!(n.code, gpumeter_core::NotMeterableCode::SmCountUnknown);
+    }
     assert_eq!(r.device_total("GPU-test", MeterKind::KernelLaunches), 2);
 }
 

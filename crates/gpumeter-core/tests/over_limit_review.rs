@@ -144,7 +144,10 @@ fn the_digest_matches_the_value_path_on_delicate_values() {
         .skipped
         .insert("\u{1F600}".into(), 9_007_199_254_740_993);
     r.records.skipped.insert("\u{FF61}".into(), 1);
-    r.warnings.push("\u{0}\u{1f}\"\\/\u{7f}\u{2028}".into());
+    r.warnings.push(gpumeter_core::Warning::new(
+        gpumeter_core::WarningCode::RecordsLost,
+        "\u{0}\u{1f}\"\\/\u{7f}\u{2028}",
+    ));
     r.extensions.other.insert(
         "\u{FF61}".into(),
         serde_json::json!({"\u{1F600}": [1e21, 1e-7, -0.0, 5e-324, 0.1, 123456789012345680000.0]}),

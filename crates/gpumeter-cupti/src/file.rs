@@ -544,7 +544,7 @@ pub struct BufferFile {
     losses: Vec<(DeviceSlot, LossReason, u64, bool)>,
     partitions: Vec<(DeviceSlot, u32, u32)>,
     skipped: BTreeMap<&'static str, u64>,
-    warnings: Vec<String>,
+    warnings: Vec<gpumeter_core::Warning>,
     records: u64,
     invalid_records: u64,
     memory_events: u64,
@@ -792,7 +792,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
         let partitions = devs.partitions(&joins.green);
         (devs.devices, devs.index, losses, partitions)
     };
-    let warnings: Vec<String> = faults
+    let warnings: Vec<gpumeter_core::Warning> = faults
         .into_values()
         .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
         .collect();

@@ -439,7 +439,7 @@ pub(crate) fn scan_stream(
         devs.slot(id);
     }
     // From here as `Input::plan` orders it, so that devices get the same slots.
-    let mut warnings: Vec<String> = s
+    let mut warnings: Vec<gpumeter_core::Warning> = s
         .faults
         .values()
         .map(|(n, first)| gpumeter_core::invalid_field_warning(first, *n))

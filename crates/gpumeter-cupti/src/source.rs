@@ -471,33 +471,45 @@ pub(crate) fn recording_warnings(
     unfinished: bool,
     instrumented: Option<&str>,
     unknown_frames: u64,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<gpumeter_core::Warning>,
     source_losses: &mut Vec<(LossReason, u64, bool)>,
 ) {
     for (at, error) in undecodable {
         source_losses.push((LossReason::CorruptFrame, 0, true));
-        warnings.push(format!(
-            "{source}: {at}: the activity buffer stops decoding ({error}): the records before \
+        warnings.push(gpumeter_core::Warning::new(
+            gpumeter_core::WarningCode::UndecodableBuffer,
+            format!(
+                "{source}: {at}: the activity buffer stops decoding ({error}): the records before \
              that were metered, what follows is lost (corrupt_frame, how many is unknown)"
+            ),
         ));
     }
     if unfinished {
-        warnings.push(format!(
-            "{source}: the recording has no end frame (its producer stopped before closing it)"
+        warnings.push(gpumeter_core::Warning::new(
+            gpumeter_core::WarningCode::UnfinishedRecording,
+            format!(
+                "{source}: the recording has no end frame (its producer stopped before closing it)"
+            ),
         ));
     }
     if let Some(by) = instrumented {
-        warnings.push(format!(
-            "{source}: instrumented run (instruction-level collection: {by}): kernels ran \
+        warnings.push(gpumeter_core::Warning::new(
+            gpumeter_core::WarningCode::InstrumentedRun,
+            format!(
+                "{source}: instrumented run (instruction-level collection: {by}): kernels ran \
              slower than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
              kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work (DESIGN §4 \
              \"Instrumentation\")"
+            ),
         ));
     }
     if unknown_frames > 0 {
-        warnings.push(format!(
-            "{source}: {unknown_frames} frames of unknown types were skipped (written by a \
+        warnings.push(gpumeter_core::Warning::new(
+            gpumeter_core::WarningCode::UnknownFrames,
+            format!(
+                "{source}: {unknown_frames} frames of unknown types were skipped (written by a \
              newer producer?)"
+            ),
         ));
     }
 }
@@ -658,7 +670,7 @@ struct Plan {
     /// Energy samples: (device, ns, cumulative mJ).
     energy: Vec<(DeviceSlot, u64, u64)>,
     skipped: BTreeMap<&'static str, u64>,
-    warnings: Vec<String>,
+    warnings: Vec<gpumeter_core::Warning>,
 }
 
 impl<'n> Input<'n> {
@@ -788,7 +800,7 @@ impl<'n> Input<'n> {
                 }
             }
         }
-        let mut warnings: Vec<String> = faults
+        let mut warnings: Vec<gpumeter_core::Warning> = faults
             .into_values()
             .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
             .collect();
@@ -840,10 +852,13 @@ impl<'n> Input<'n> {
             } else {
                 format!("at least {placed} records (how many more is unknown)")
             };
-            warnings.push(format!(
-                "{}: {d}; {what}: {count} lost as {}; {kept}",
-                self.name,
-                reason.as_str()
+            warnings.push(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::DamagedFrame,
+                format!(
+                    "{}: {d}; {what}: {count} lost as {}; {kept}",
+                    self.name,
+                    reason.as_str()
+                ),
             ));
         }
         recording_warnings(
@@ -868,11 +883,14 @@ impl<'n> Input<'n> {
             assign_instructions(&mut records, &self.sass_of, &instructions_of);
         summary.kernels_with_instructions = given;
         if overflowed > 0 {
-            warnings.push(format!(
-                "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
+            warnings.push(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::InstructionCountOverflow,
+                format!(
+                    "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
                  kernels have no count, so warp_instructions is not meterable on their device \
                  (never a clamped count)",
-                self.name
+                    self.name
+                ),
             ));
         }
         if self.finished && self.format == CuptiFormat::Gmr {
@@ -946,7 +964,7 @@ impl Devices<'_> {
         &mut self,
         samples: impl IntoIterator<Item = (u32, u64, u64)>,
         source: &str,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<gpumeter_core::Warning>,
     ) -> Vec<(DeviceSlot, u64, u64)> {
         let mut energy = Vec::new();
         let mut unplaced = 0u64;
@@ -958,9 +976,12 @@ impl Devices<'_> {
             }
         }
         if unplaced > 0 {
-            warnings.push(format!(
-                "{source}: {unplaced} energy samples name a device the recording does not \
+            warnings.push(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::UnplacedEnergySamples,
+                format!(
+                    "{source}: {unplaced} energy samples name a device the recording does not \
                  describe; not metered"
+                ),
             ));
         }
         energy
@@ -983,7 +1004,7 @@ impl Devices<'_> {
         dropped: &[DroppedRecords],
         device_of_context: &FxHashMap<u32, u32>,
         source: &str,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<gpumeter_core::Warning>,
         losses: &mut Vec<(DeviceSlot, LossReason, u64, bool)>,
         source_losses: &mut Vec<(LossReason, u64, bool)>,
     ) -> u64 {
@@ -1012,10 +1033,13 @@ impl Devices<'_> {
             };
             total = total.saturating_add(d.count);
             if slot.is_none() {
-                warnings.push(format!(
+                warnings.push(gpumeter_core::Warning::new(
+                    gpumeter_core::WarningCode::DroppedWithoutDevice,
+                    format!(
                     "{source}: {} records dropped by CUPTI in context {} stream {} belong to a \
                      device the recording does not tell: booked as loss on the source",
                     d.count, d.context_id, d.stream_id
+                ),
                 ));
             }
         }

@@ -239,12 +239,15 @@ impl CuptiStream {
     /// counts came in an earlier period, or keep them for a later one).
     fn mark_instrumented(&self, mut report: UsageReport) -> Result<UsageReport, MeterError> {
         if self.instrumented && !report.usage.is_empty() {
-            report.warnings.push(format!(
-                "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
+            report.warnings.push(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::InstrumentedRun,
+                format!(
+                    "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
                  records): kernels ran slower than they would uninstrumented, so this \
                  report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
                  memory_byte_ns) overstate the work (DESIGN §4 \"Instrumentation\")",
-                self.name
+                    self.name
+                ),
             ));
             report.seal()?;
         }
@@ -334,10 +337,13 @@ impl CuptiStream {
                     summary.invalid += 1;
                     meter.record_loss(slot, LossReason::InvalidField, 1);
                     if self.warned_fields.insert(field) {
-                        meter.warn(format!(
+                        meter.warn(gpumeter_core::Warning::new(
+                            gpumeter_core::WarningCode::InvalidField,
+                            format!(
                             "{}: a kernel record's {field} is {value}: {INVALID_KERNEL_FIELD}; \
                              such records are lost as invalid_field (counted in `loss`)",
                             self.name
+                        ),
                         ));
                     }
                 }
@@ -396,21 +402,27 @@ impl CuptiStream {
                 for c in &late {
                     self.joins.instructions_of.remove(c);
                 }
-                meter.warn(format!(
+                meter.warn(gpumeter_core::Warning::new(
+                    gpumeter_core::WarningCode::LateInstructionCounts,
+                    format!(
                     "{}: {} INSTRUCTION_EXECUTION counts (launch correlation ids from {}) came \
                      in a buffer after their kernels' and were not metered: those kernels have \
                      no warp-instruction count",
                     self.name,
                     late.len(),
                     late.iter().min().copied().unwrap_or(0)
+                ),
                 ));
             }
             if overflowed > 0 {
-                meter.warn(format!(
+                meter.warn(gpumeter_core::Warning::new(
+                    gpumeter_core::WarningCode::InstructionCountOverflow,
+                    format!(
                     "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
                      kernels have no count, so warp_instructions is not meterable on their \
                      device (never a clamped count)",
                     self.name
+                ),
                 ));
             }
         }

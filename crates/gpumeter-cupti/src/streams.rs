@@ -132,7 +132,7 @@ impl Replayer {
 pub(crate) struct Streamed {
     pub(crate) summary: CuptiSummary,
     pub(crate) devices: Vec<DeviceInfo>,
-    pub(crate) warnings: Vec<String>,
+    pub(crate) warnings: Vec<gpumeter_core::Warning>,
     /// Green contexts: (slot, context id, SMs).
     pub(crate) partitions: Vec<(DeviceSlot, u32, u32)>,
     pub(crate) losses: Vec<(DeviceSlot, LossReason, u64, bool)>,

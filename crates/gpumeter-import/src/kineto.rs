@@ -57,6 +57,7 @@ use gpumeter_core::{
     ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
     LossReason, SmLimits, Work,
 };
+use gpumeter_core::{Warning, WarningCode};
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -2456,41 +2457,56 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
     }
     let name = crate::file_name(path);
     if c.bad_api_events > 0 {
-        parsed.warnings.push(format!(
-            "{name}: {} CPU-side CUDA API events have no readable `args.correlation` (or \
+        parsed.warnings.push(Warning::new(
+            WarningCode::UncorrelatedApiEvents,
+            format!(
+                "{name}: {} CPU-side CUDA API events have no readable `args.correlation` (or \
              `args`): the kernels they launched get no process id from them, so a tenant map's \
              [pid] rules cannot attribute those kernels",
-            c.bad_api_events
+                c.bad_api_events
+            ),
         ));
     }
     if c.bad_names > 0 {
-        parsed.warnings.push(format!(
-            "{name}: {} kernel names are not valid Unicode (a lone surrogate escape): those \
+        parsed.warnings.push(Warning::new(
+            WarningCode::InvalidNames,
+            format!(
+                "{name}: {} kernel names are not valid Unicode (a lone surrogate escape): those \
              kernels are metered without a name",
-            c.bad_names
+                c.bad_names
+            ),
         ));
     }
     if let Some((first, kind)) = c.not_objects {
         let n = c.skipped.get(NOT_AN_EVENT_OBJECT).copied().unwrap_or(0);
-        parsed.warnings.push(format!(
-            "{name}: {n} elements of `traceEvents` are not JSON objects, so not trace events \
+        parsed.warnings.push(Warning::new(
+            WarningCode::NotEventObjects,
+            format!(
+                "{name}: {n} elements of `traceEvents` are not JSON objects, so not trace events \
              (the first: traceEvents[{first}], {kind}): counted in records.skipped as \
              `{NOT_AN_EVENT_OBJECT}`"
+            ),
         ));
     }
     if c.cut_strings > 0 {
-        parsed.warnings.push(format!(
+        parsed.warnings.push(Warning::new(
+            WarningCode::StringsCut,
+            format!(
             "{name}: {} strings are longer than {MAX_STRING_BYTES} bytes of JSON text: each was \
              cut there (at a character boundary) and the rest of it not read, so a kernel or \
              device name among them is kept cut",
             c.cut_strings
+        ),
         ));
     }
     if let Some(n) = c.skipped.get(NO_CATEGORY_WITH_DEVICE) {
-        parsed.warnings.push(format!(
+        parsed.warnings.push(Warning::new(
+            WarningCode::UncategorizedDeviceEvents,
+            format!(
             "{name}: {n} complete or begin events have no `cat` but an `args.device`: not known \
              to be GPU work, they are not metered (counted in records.skipped as \
              `{NO_CATEGORY_WITH_DEVICE}`)"
+        ),
         ));
     }
     records.sort_by_key(|r| (r.start_ns, r.end_ns));

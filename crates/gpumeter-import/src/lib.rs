@@ -54,6 +54,7 @@ use std::path::Path;
 use gpumeter_core::{
     push_batches, ActivityRecord, Batch, DeviceInfo, DeviceSlot, LossReason, Meter, SourceInfo,
 };
+use gpumeter_core::{Warning, WarningCode};
 use sha2::{Digest, Sha256};
 
 pub use catalog::{CatalogDevice, DeviceCatalog};
@@ -154,7 +155,7 @@ pub(crate) struct Parsed {
     /// Records lost whose device the file does not tell.
     pub(crate) source_losses: Vec<LossReason>,
     pub(crate) skipped: BTreeMap<String, u64>,
-    pub(crate) warnings: Vec<String>,
+    pub(crate) warnings: Vec<Warning>,
     /// Record-level faults (`invalid_field`), for one warning per field.
     pub(crate) faults: Faults,
 }
@@ -204,7 +205,7 @@ impl Faults {
     }
 
     /// One warning per field, in field order.
-    pub(crate) fn warnings(&self) -> Vec<String> {
+    pub(crate) fn warnings(&self) -> Vec<Warning> {
         self.by_field
             .values()
             .map(|(n, first)| gpumeter_core::invalid_field_warning(first, *n))
@@ -716,9 +717,12 @@ pub fn announce_paths<P: AsRef<Path>>(
     for l in loaded {
         if let Some((first_sha, first)) = kept.get(&l.content_sha256) {
             if *first_sha != l.sha256 {
-                meter.warn(format!(
+                meter.warn(Warning::new(
+                    WarningCode::DuplicateSource,
+                    format!(
                     "source {} has the same content as {} once decompressed and was metered once",
                     l.name, first
+                ),
                 ));
                 summaries.push(ImportSummary {
                     source_name: l.name,

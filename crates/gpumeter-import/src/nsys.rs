@@ -73,6 +73,7 @@ use gpumeter_core::{
     ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
     SmLimits, Work,
 };
+use gpumeter_core::{Warning, WarningCode};
 use percent_encoding::{percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use rusqlite::config::DbConfig;
 use rusqlite::limits::Limit;
@@ -677,8 +678,11 @@ pub(crate) fn parse(
     let offset = match session_start {
         Some(ns) => ns,
         None => {
-            parsed.warnings.push(format!(
-                "{source_name}: no {SESSION}.utcEpochNs; record times taken as absolute ns"
+            parsed.warnings.push(Warning::new(
+                WarningCode::NoSessionStart,
+                format!(
+                    "{source_name}: no {SESSION}.utcEpochNs; record times taken as absolute ns"
+                ),
             ));
             0
         }
@@ -729,10 +733,13 @@ pub(crate) fn parse(
         cut_names += name_kernels(&db, cols, &mut rows.good)?;
     }
     if cut_names > 0 {
-        parsed.warnings.push(format!(
-            "{source_name}: {cut_names} kernel or device names are longer than \
+        parsed.warnings.push(Warning::new(
+            WarningCode::StringsCut,
+            format!(
+                "{source_name}: {cut_names} kernel or device names are longer than \
              {MAX_STRING_BYTES} bytes: each is cut there and ends in a digest of the part \
              dropped ({CUT_MARK}…])"
+            ),
         ));
     }
 

@@ -20,7 +20,8 @@ fn meter_text(text: &str) -> (UsageReport, ImportSummary) {
 
 /// The report's one warning that contains `needle`.
 fn warning<'r>(r: &'r UsageReport, needle: &str) -> &'r str {
-    let w: Vec<&String> = r.warnings.iter().filter(|w| w.contains(needle)).collect();
+    let w: Vec<&gpumeter_core::Warning> =
+        r.warnings.iter().filter(|w| w.contains(needle)).collect();
     assert_eq!(w.len(), 1, "{needle:?} in {:?}", r.warnings);
     w[0]
 }

@@ -514,13 +514,13 @@ mod errors {
 
 /// The report's one `invalid_field` warning.
 fn invalid_warning(r: &UsageReport) -> String {
-    let w: Vec<&String> = r
+    let w: Vec<&gpumeter_core::Warning> = r
         .warnings
         .iter()
         .filter(|w| w.contains("(invalid_field)"))
         .collect();
     assert_eq!(w.len(), 1, "{:?}", r.warnings);
-    w[0].clone()
+    w[0].to_string()
 }
 
 mod synthetic {

@@ -108,7 +108,7 @@ fn run_child(case: &str, path: &Path) {
     let mut meter = Meter::new(MeterConfig::default());
     let summary = ok(import_path(&mut meter, path, &ImportOptions::default()));
     let report = ok(meter.finish());
-    let cut: Vec<&String> = report
+    let cut: Vec<&gpumeter_core::Warning> = report
         .warnings
         .iter()
         .filter(|w| w.contains(&format!("longer than {MAX_STRING_BYTES} bytes")))
@@ -238,7 +238,7 @@ fn long_names_are_cut_with_one_warning() {
         assert!(kept.chars().all(|c| c == 'é'));
         assert_eq!(rest.len(), CUT_SUFFIX_BYTES, "{}", path.display());
         names.push(name.to_string());
-        let w: Vec<&String> = report
+        let w: Vec<&gpumeter_core::Warning> = report
             .warnings
             .iter()
             .filter(|w| w.contains(warning))

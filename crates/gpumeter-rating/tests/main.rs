@@ -1046,8 +1046,10 @@ mod invoices {
             records: 2,
             lower_bound: false,
         });
-        u.warnings
-            .push("time meters come from an instrumented run".into());
+        u.warnings.push(gpumeter_core::Warning::new(
+            gpumeter_core::WarningCode::InstrumentedRun,
+            "time meters come from an instrumented run",
+        ));
         let doc = rated(&u, &priced_book("0"), None);
         let w = &doc.invoices[0].warnings;
         assert!(
@@ -1436,7 +1438,10 @@ mod invoices {
                 row("al\u{202e}ice", "GPU-1", DEC1, MeterKind::SmNs, 5),
             ],
         );
-        u.warnings.push("a\rwarning\u{9b}2J".into());
+        u.warnings.push(gpumeter_core::Warning::new(
+            gpumeter_core::WarningCode::RecordsLost,
+            "a\rwarning\u{9b}2J",
+        ));
         let b = book(
             "currency = \"USD\"\ninvoice_minimum = \"0.50\"",
             "[[sku]]\nid = \"h\\u001b]0;x\\u0007\"\nmatch = [\"NVIDIA H100*\"]\n\

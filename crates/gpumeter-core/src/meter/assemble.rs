@@ -18,6 +18,7 @@ use crate::report::{
 };
 use crate::tenant::UNATTRIBUTED;
 use crate::time::{rfc3339, rfc3339_ns};
+use crate::warning::{NotMeterableCode, Warning, WarningCode};
 
 /// Per meter, per tenant quantities: (meter, [(tenant, quantity)]).
 pub(super) type CellQuantities = Vec<(MeterKind, Vec<(String, u128)>)>;
@@ -458,38 +459,61 @@ impl Meter {
             if info.sm_count.is_some() && d.kernels_without_grid > 0 {
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::SmNs,
+                    code: NotMeterableCode::KernelsWithoutGrid,
                     reason: format!(
                         "{} kernels on this device have no grid (launch configuration), so the \
                          SMs they held are unknown",
                         d.kernels_without_grid
                     ),
                 });
-                warnings.push(format!(
-                    "sm_ns is not meterable on device {} ({}): {} kernels have no grid",
-                    info.id, info.key, d.kernels_without_grid
+                warnings.push(Warning::new(
+                    WarningCode::NotMeterable,
+                    format!(
+                        "sm_ns is not meterable on device {} ({}): {} kernels have no grid",
+                        info.id, info.key, d.kernels_without_grid
+                    ),
                 ));
             }
             if info.sm_count.is_none() && has_kernels {
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::SmNs,
+                    code: NotMeterableCode::SmCountUnknown,
                     reason: "the source gives no SM count for this device (no device table); \
                              pass --devices with its sm_count (warp_ns, which builds on sm_ns, \
                              is not meterable either)"
                         .to_string(),
                 });
-                warnings.push(format!(
-                    "sm_ns and warp_ns are not meterable on device {} ({}): SM count unknown",
-                    info.id, info.key
+                // warp_ns has its own entry, so the entries name the meters the warning names.
+                not_meterable.push(NotMeterable {
+                    meter: MeterKind::WarpNs,
+                    code: NotMeterableCode::SmCountUnknown,
+                    reason: "the source gives no SM count for this device (no device table), and \
+                             warp_ns builds on sm_ns; pass --devices with its sm_count"
+                        .to_string(),
+                });
+                warnings.push(Warning::new(
+                    WarningCode::NotMeterable,
+                    format!(
+                        "sm_ns and warp_ns are not meterable on device {} ({}): SM count unknown",
+                        info.id, info.key
+                    ),
                 ));
             }
             let warp_meterable = info.sm_count.is_some()
                 && info.compute_capability.is_some()
                 && d.kernels_without_occupancy == 0;
-            // An unknown SM count is reported once, on sm_ns (its reason names warp_ns).
+            // An unknown SM count is reported above, for sm_ns and warp_ns.
             if !warp_meterable && info.sm_count.is_some() && has_kernels {
                 let unknown_cc = info
                     .compute_capability
                     .filter(|&cc| crate::occupancy::arch_limits(cc).is_err());
+                let code = if info.compute_capability.is_none() {
+                    NotMeterableCode::ComputeCapabilityUnknown
+                } else if unknown_cc.is_some() {
+                    NotMeterableCode::ComputeCapabilityUnsupported
+                } else {
+                    NotMeterableCode::KernelsWithoutOccupancy
+                };
                 let why = if info.compute_capability.is_none() {
                     "the compute capability of this device is unknown, so the occupancy \
                      calculator cannot run; pass --devices with its compute_capability"
@@ -513,12 +537,16 @@ impl Meter {
                         d.kernels_without_occupancy
                     )
                 };
-                warnings.push(format!(
-                    "warp_ns is not meterable on device {} ({}): {why}",
-                    info.id, info.key
+                warnings.push(Warning::new(
+                    WarningCode::NotMeterable,
+                    format!(
+                        "warp_ns is not meterable on device {} ({}): {why}",
+                        info.id, info.key
+                    ),
                 ));
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::WarpNs,
+                    code,
                     reason: why,
                 });
             }
@@ -532,12 +560,16 @@ impl Meter {
                     d.kernels_without_instructions,
                     d.kernels_with_instructions + d.kernels_without_instructions
                 );
-                warnings.push(format!(
-                    "warp_instructions is not meterable on device {} ({}): {why}",
-                    info.id, info.key
+                warnings.push(Warning::new(
+                    WarningCode::NotMeterable,
+                    format!(
+                        "warp_instructions is not meterable on device {} ({}): {why}",
+                        info.id, info.key
+                    ),
                 ));
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::WarpInstructions,
+                    code: NotMeterableCode::KernelsWithoutInstructions,
                     reason: why,
                 });
             }
@@ -566,42 +598,58 @@ impl Meter {
                 let why = "energy is apportioned to tenants by sm_ns, which is not meterable on \
                            this device"
                     .to_string();
-                warnings.push(format!(
-                    "energy_mj is not meterable on device {} ({}): {why}",
-                    info.id, info.key
+                warnings.push(Warning::new(
+                    WarningCode::NotMeterable,
+                    format!(
+                        "energy_mj is not meterable on device {} ({}): {why}",
+                        info.id, info.key
+                    ),
                 ));
                 not_meterable.push(NotMeterable {
                     meter: MeterKind::EnergyMj,
+                    code: NotMeterableCode::SmNsNotMeterable,
                     reason: why,
                 });
             }
             if resets > 0 {
-                warnings.push(format!(
-                    "the energy counter of device {} ({}) went down {resets} times (driver \
+                warnings.push(Warning::new(
+                    WarningCode::EnergyCounterReset,
+                    format!(
+                        "the energy counter of device {} ({}) went down {resets} times (driver \
                      reload?): the energy between those samples is unknown and not billed",
-                    info.id, info.key
+                        info.id, info.key
+                    ),
                 ));
             }
             if unobserved > 0 {
-                warnings.push(format!(
+                warnings.push(Warning::new(
+                    WarningCode::EnergyUnobserved,
+                    format!(
                     "{unobserved} stretches between energy samples of device {} ({}) lie between \
                      recordings (no recording observed them): their energy is not billed",
                     info.id, info.key
+                ),
                 ));
             }
             if gaps > 0 {
-                warnings.push(format!(
+                warnings.push(Warning::new(
+                    WarningCode::EnergyGap,
+                    format!(
                     "{gaps} pairs of consecutive energy samples of device {} ({}) are more than \
                      7 days apart or rise faster than 100 kW: the energy between them is not \
                      billed",
                     info.id, info.key
+                ),
                 ));
             }
             if d.reallocations > 0 {
-                warnings.push(format!(
-                    "{} allocations on device {} ({}) were made at an address still held: the \
+                warnings.push(Warning::new(
+                    WarningCode::Reallocation,
+                    format!(
+                        "{} allocations on device {} ({}) were made at an address still held: the \
                      earlier allocation was closed there (a release record missing?)",
-                    d.reallocations, info.id, info.key
+                        d.reallocations, info.id, info.key
+                    ),
                 ));
             }
             devices.push(DeviceEntry {
@@ -627,9 +675,12 @@ impl Meter {
                 } else {
                     ""
                 };
-                warnings.push(format!(
-                    "{at_least}{lost} records lost on device {} ({}); see `loss`",
-                    info.id, info.key
+                warnings.push(Warning::new(
+                    WarningCode::RecordsLost,
+                    format!(
+                        "{at_least}{lost} records lost on device {} ({}); see `loss`",
+                        info.id, info.key
+                    ),
                 ));
             }
             let empty = Cell::default();
@@ -701,12 +752,15 @@ impl Meter {
                 records: n.records,
                 lower_bound: n.lower_bound,
             });
-            warnings.push(format!(
-                "{}{} records of source {source} lost as {} on a device the source does not \
+            warnings.push(Warning::new(
+                WarningCode::RecordsLost,
+                format!(
+                    "{}{} records of source {source} lost as {} on a device the source does not \
                  tell; see `loss`",
-                if n.lower_bound { "at least " } else { "" },
-                n.records,
-                reason.as_str()
+                    if n.lower_bound { "at least " } else { "" },
+                    n.records,
+                    reason.as_str()
+                ),
             ));
         }
         let totals = totals
@@ -720,10 +774,13 @@ impl Meter {
             })
             .collect();
         if !open_allocations.is_empty() {
-            warnings.push(format!(
+            warnings.push(Warning::new(
+                WarningCode::OpenAllocations,
+                format!(
                 "{} allocations are still held at the report's end: billed to it and listed in \
                  open_allocations (pass this report to the next one with --opening)",
                 open_allocations.len()
+            ),
             ));
         }
         let (early_work, early_memory) = self.before_earlier_end;
@@ -733,11 +790,14 @@ impl Meter {
                 .skipped
                 .entry("billed_by_opening_report".to_string())
                 .or_insert(0) += early_work + early_memory;
-            warnings.push(format!(
+            warnings.push(Warning::new(
+                WarningCode::BilledByOpeningReport,
+                format!(
                 "{early_work} work records and {early_memory} memory events of recordings that \
                  an earlier report of the chain (--opening) read up to a later time lie before \
                  that time: that report metered them, so they are not metered again (counted as \
                  skipped `billed_by_opening_report`)"
+            ),
             ));
         }
         // Kernels over the concurrent-kernel limit were counted at arrival; they are loss.

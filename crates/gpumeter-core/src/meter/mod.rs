@@ -65,6 +65,7 @@ use crate::record::{ActivityRecord, DeviceSlot, LossReason, PartitionId};
 use crate::report::{DigestError, MeterKind, RecordCounts, SourceEntry, UsageReport};
 use crate::tenant::TenantName;
 use crate::time::{rfc3339, rfc3339_ns, WindowSize, NS_PER_SECOND};
+use crate::warning::{Warning, WarningCode};
 
 /// The format of a stream of CUPTI buffers metered one by one (the C ABI's meter) in a drained
 /// report: the report holds windows no other report of the stream holds, so
@@ -318,7 +319,7 @@ pub struct Meter {
     counts: RecordCounts,
     /// Records lost whose device could not be told, by (source label, reason).
     unplaced: BTreeMap<(String, LossReason), LossCount>,
-    warnings: Vec<String>,
+    warnings: Vec<Warning>,
     seq: u64,
     /// Opening state of devices not registered yet, by device key.
     opening: HashMap<String, Vec<(HeldAt, OpenAlloc)>>,
@@ -390,17 +391,23 @@ impl Meter {
     /// however often it is given.
     pub fn begin_source(&mut self, source: SourceInfo) -> bool {
         if let Some(prev) = self.earlier.sources.get(&source.sha256) {
-            self.warnings.push(format!(
+            self.warnings.push(Warning::new(
+                WarningCode::DuplicateSource,
+                format!(
                 "source {} has the same SHA-256 as {prev}, which an earlier report of the chain \
                  (--opening) already metered: not metered again",
                 source.name
+            ),
             ));
             return false;
         }
         if let Some(prev) = self.sources.iter().find(|s| s.sha256 == source.sha256) {
-            self.warnings.push(format!(
-                "source {} has the same SHA-256 as {} and was metered once",
-                source.name, prev.name
+            self.warnings.push(Warning::new(
+                WarningCode::DuplicateSource,
+                format!(
+                    "source {} has the same SHA-256 as {} and was metered once",
+                    source.name, prev.name
+                ),
             ));
             return false;
         }
@@ -429,11 +436,14 @@ impl Meter {
             let sms_differ =
                 matches!((known.sm_count, info.sm_count), (Some(a), Some(b)) if a != b);
             if name_differs || sms_differ {
-                self.warnings.push(format!(
+                self.warnings.push(Warning::new(
+                    WarningCode::DeviceDescribedTwice,
+                    format!(
                     "device {} is described twice with different facts ({:?}, {:?} SMs vs {:?}, \
                      {:?} SMs); where they differ, the description of the source whose SHA-256 \
                      sorts first is kept",
                     info.key, known.name, known.sm_count, info.name, info.sm_count
+                ),
                 ));
             }
             // Every description, field by field, in source-SHA order: the first that knows a
@@ -601,9 +611,9 @@ impl Meter {
             .add(count, lower_bound);
     }
 
-    /// Adds a warning for people to the report.
-    pub fn warn(&mut self, message: impl Into<String>) {
-        self.warnings.push(message.into());
+    /// Adds a warning (a code and a message for people) to the report.
+    pub fn warn(&mut self, warning: Warning) {
+        self.warnings.push(warning);
     }
 
     fn key_of(&mut self, rec: &ActivityRecord) -> u32 {

@@ -60,7 +60,10 @@ fn report(n: usize, rows: &Rows) -> UsageReport {
         usage,
         totals: vec![],
         open_allocations: vec![],
-        warnings: vec![format!("warning of report {n}")],
+        warnings: vec![gpumeter_core::Warning::new(
+            gpumeter_core::WarningCode::RecordsLost,
+            format!("warning of report {n}"),
+        )],
         extensions: Extensions::default(),
         sha256: String::new(),
     };
