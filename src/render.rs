@@ -265,15 +265,31 @@ fn totals_section(out: &mut String, r: &UsageReport) {
     let _ = writeln!(out, "\nTotals");
     let mut t = Table::new(&QUANTITY_COLUMNS);
     for row in &r.totals {
-        t.row(vec![
-            row.tenant.clone(),
-            row.device.to_string(),
-            row.meter.to_string(),
-            group_digits(&row.quantity.to_string()),
-            row.meter.canonical_unit().to_string(),
-        ]);
+        t.row(quantity_cells(
+            &row.tenant,
+            row.device,
+            row.meter,
+            row.quantity,
+        ));
     }
     out.push_str(&t.render("  "));
+}
+
+/// A row of [`QUANTITY_COLUMNS`]: tenant, device, meter, the quantity with digit groups, and
+/// the meter's canonical unit.
+fn quantity_cells(
+    tenant: &str,
+    device: impl std::fmt::Display,
+    meter: gpumeter_core::MeterKind,
+    quantity: impl std::fmt::Display,
+) -> Vec<String> {
+    vec![
+        tenant.to_string(),
+        device.to_string(),
+        meter.to_string(),
+        group_digits(&quantity.to_string()),
+        meter.canonical_unit().to_string(),
+    ]
 }
 
 /// One table per window, in time order: `Window START to END (end exclusive)`, then the
@@ -311,13 +327,12 @@ fn windows_section(out: &mut String, r: &UsageReport) {
         );
         let mut t = Table::new(&QUANTITY_COLUMNS);
         for row in rows {
-            t.row(vec![
-                row.tenant.clone(),
-                row.device.to_string(),
-                row.meter.to_string(),
-                group_digits(&row.quantity.to_string()),
-                row.meter.canonical_unit().to_string(),
-            ]);
+            t.row(quantity_cells(
+                &row.tenant,
+                row.device,
+                row.meter,
+                row.quantity,
+            ));
         }
         out.push_str(&t.render("  "));
     }

@@ -10,7 +10,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
-use gpumeter::core::text::is_escaped;
 use gpumeter::events::{usage_events, EventFormat, EventMap, EventOptions, UsageEvent};
 
 use crate::{say, usage_error, Failure};
@@ -110,7 +109,7 @@ impl EventsArgs {
     }
 }
 
-/// The events as JSON Lines, compact, with what [`is_escaped`] escapes (control and
+/// The events as JSON Lines, compact, with what [`is_escaped`](gpumeter::core::text::is_escaped) escapes (control and
 /// bidirectional characters, which file names in device keys may hold) written as `\uXXXX`:
 /// the same JSON to a parser, nothing that moves a terminal's cursor. The file and standard
 /// output get the same bytes.
@@ -131,7 +130,7 @@ fn json_lines(events: &[UsageEvent]) -> Result<String, Failure> {
     })
 }
 
-/// serde_json's compact formatter with [`is_escaped`] characters as `\uXXXX`.
+/// serde_json's compact formatter with [`is_escaped`](gpumeter::core::text::is_escaped) characters as `\uXXXX`.
 struct CompactTerminalSafe;
 
 impl serde_json::ser::Formatter for CompactTerminalSafe {
@@ -140,19 +139,6 @@ impl serde_json::ser::Formatter for CompactTerminalSafe {
         w: &mut W,
         fragment: &str,
     ) -> std::io::Result<()> {
-        let mut rest = fragment;
-        while let Some(i) = rest.find(is_escaped) {
-            let (head, tail) = rest.split_at(i);
-            w.write_all(head.as_bytes())?;
-            let mut chars = tail.chars();
-            if let Some(c) = chars.next() {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    write!(w, "\\u{u:04x}")?;
-                }
-            }
-            rest = chars.as_str();
-        }
-        w.write_all(rest.as_bytes())
+        crate::write_terminal_safe_fragment(w, fragment)
     }
 }

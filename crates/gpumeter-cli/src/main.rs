@@ -450,6 +450,29 @@ pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> Result<String, Failure> {
     })
 }
 
+/// Writes a JSON string fragment with the characters [`is_escaped`] names (control and
+/// bidirectional-control characters) as `\uXXXX` escapes (UTF-16 units), the rest as it is:
+/// JSON output on a terminal cannot drive it. Shared by the pretty and the compact formatter.
+pub(crate) fn write_terminal_safe_fragment<W: ?Sized + std::io::Write>(
+    w: &mut W,
+    fragment: &str,
+) -> std::io::Result<()> {
+    let mut rest = fragment;
+    while let Some(i) = rest.find(is_escaped) {
+        let (head, tail) = rest.split_at(i);
+        w.write_all(head.as_bytes())?;
+        let mut chars = tail.chars();
+        if let Some(c) = chars.next() {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                write!(w, "\\u{u:04x}")?;
+            }
+        }
+        rest = chars.as_str();
+    }
+    w.write_all(rest.as_bytes())
+}
+
 /// serde_json's pretty formatter with [`is_escaped`] characters written as `\uXXXX`.
 #[derive(Default)]
 struct TerminalSafe(serde_json::ser::PrettyFormatter<'static>);
@@ -460,20 +483,7 @@ impl serde_json::ser::Formatter for TerminalSafe {
         w: &mut W,
         fragment: &str,
     ) -> std::io::Result<()> {
-        let mut rest = fragment;
-        while let Some(i) = rest.find(is_escaped) {
-            let (head, tail) = rest.split_at(i);
-            w.write_all(head.as_bytes())?;
-            let mut chars = tail.chars();
-            if let Some(c) = chars.next() {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    write!(w, "\\u{:04x}", u)?;
-                }
-            }
-            rest = chars.as_str();
-        }
-        w.write_all(rest.as_bytes())
+        write_terminal_safe_fragment(w, fragment)
     }
     fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.0.begin_array(w)
