@@ -7,5 +7,6 @@ mod features;
 mod golden;
 mod hostile;
 mod merge_files;
+mod skips;
 mod stream_joins;
 mod warning_codes;
