@@ -215,6 +215,14 @@ fn refusals_name_the_report() {
         "{:?}",
         m.warnings
     );
+    // Coded, and readable without the design file (which a report's reader does not have).
+    let shared = m
+        .warnings
+        .iter()
+        .find(|w| *w.code() == gpumeter_core::WarningCode::SharedWindows)
+        .expect("a shared_windows warning");
+    assert!(shared.contains("more than one report"), "{shared}");
+    assert!(!shared.contains("DESIGN"), "{shared}");
     assert!(
         m.warnings
             .iter()
