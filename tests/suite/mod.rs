@@ -7,6 +7,7 @@ mod features;
 mod golden;
 mod hostile;
 mod merge_files;
+mod scripts;
 mod skips;
 mod stream_joins;
 mod warning_codes;
