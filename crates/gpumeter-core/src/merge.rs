@@ -417,7 +417,14 @@ fn merge_devices(
                         code: n.code.clone(),
                         reason: format!("{name}: {}", n.reason),
                     }),
-                    Some(x) => x.reason = format!("{}; {name}: {}", x.reason, n.reason),
+                    Some(x) => {
+                        x.reason = format!("{}; {name}: {}", x.reason, n.reason);
+                        // A report written before codes has none to give: a later report's
+                        // code is kept rather than lost.
+                        if x.code.is_uncoded() {
+                            x.code = n.code.clone();
+                        }
+                    }
                 }
             }
             from.push(name);

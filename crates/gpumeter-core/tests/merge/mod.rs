@@ -232,3 +232,41 @@ fn refusals_name_the_report() {
     );
     assert_eq!(merge_reports(&[]), Err(MergeError::Empty));
 }
+
+/// A device that two reports could not meter `sm_ns` on, one written before codes (no code)
+/// and one with a code: the merged entry keeps the code, whichever report's name sorts first,
+/// and both reasons.
+#[test]
+fn a_not_meterable_code_survives_a_merge_with_a_report_written_before_codes() {
+    use gpumeter_core::{NotMeterable, NotMeterableCode};
+    let with = |n: usize, code: NotMeterableCode| {
+        let mut r = report(n, &Rows::new());
+        r.devices[0].not_meterable = vec![NotMeterable {
+            meter: MeterKind::SmNs,
+            code,
+            reason: format!("reason {n}"),
+        }];
+        r.seal().expect("seal");
+        r
+    };
+    let old = with(1, NotMeterableCode::Uncoded);
+    let new = with(2, NotMeterableCode::SmCountUnknown);
+    for names in [["a.json", "b.json"], ["b.json", "a.json"]] {
+        let m = merge_reports(&[
+            (names[0].to_string(), old.clone()),
+            (names[1].to_string(), new.clone()),
+        ])
+        .expect("merge");
+        let entries = &m.devices[0].not_meterable;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(
+            entries[0].code,
+            NotMeterableCode::SmCountUnknown,
+            "{names:?}"
+        );
+        assert!(
+            entries[0].reason.contains("reason 1") && entries[0].reason.contains("reason 2"),
+            "{entries:?}"
+        );
+    }
+}
