@@ -489,7 +489,9 @@ pub fn merge_usage_reports(inputs: &[PathBuf]) -> Result<UsageReport, Error> {
 ///
 /// # Errors
 /// [`Error::MixedInputs`] naming a report and an input to meter when both are given;
-/// [`Error::Import`] for a file that cannot be read or whose format is unknown.
+/// [`Error::Import`] for a file that cannot be read, [`Error::UnknownFormat`] for one whose
+/// format is unknown ([`Error::CuptiApiVersion`] when its bytes are tried as a raw buffer in
+/// the layouts of an unsupported `options.cupti_api`).
 pub fn inputs_are_reports(inputs: &[PathBuf], options: &UsageOptions) -> Result<bool, Error> {
     if options.format == Format::Usage {
         return Ok(true);
@@ -685,7 +687,8 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// opening state) that cannot be read: a missing or truncated file, a file that is not a
 /// trace, a buffer that does not decode. Traces are checked before recordings, each kind in
 /// argument order, so with several bad inputs the first bad trace is named.
-/// Record-level faults are loss, not errors. For reports: [`Error::MixedInputs`] when reports
+/// [`Error::CuptiApiVersion`] when `options.cupti_api` has no known layouts and a raw buffer
+/// is tried or read. Record-level faults are loss, not errors. For reports: [`Error::MixedInputs`] when reports
 /// and inputs to meter are mixed, [`Error::MeteringOption`] when `tenant`, `tenant_map`,
 /// `devices` or `opening` is set, and the errors of [`merge_usage_reports`].
 pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageReport, Error> {
