@@ -51,8 +51,10 @@
 //! `default-features = false, features = ["kineto"]` builds with no CUDA or SQLite crate in
 //! the graph (`cargo tree -e normal`). An input whose format's feature is off is refused by
 //! [`meter_inputs`] with [`Error::FormatNotEnabled`], which names the feature to enable; it
-//! is never a build failure. Build [`UsageOptions`] with `..UsageOptions::default()`, so the
-//! code compiles whichever features are on.
+//! is never a build failure. Every feature adds to the API and changes nothing in it: the
+//! types and fields that are there without a feature are the same with it ([`UsageOptions`]
+//! has the same fields in every build), so a crate that asks for `kineto` alone still builds
+//! when another crate of the same build turns on the default set.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
@@ -186,10 +188,13 @@ pub enum Error {
             path.display()
         )
     )]
+    #[non_exhaustive]
     UnknownFormat {
         /// The file.
         path: PathBuf,
-        /// The CUPTI version whose layouts a raw buffer was tried in.
+        /// The CUPTI version whose layouts a raw buffer was tried in (only with the Cargo
+        /// feature `cupti`; the variant is `#[non_exhaustive]`, so a pattern names the fields
+        /// it reads and `..`, and compiles whichever features are on).
         #[cfg(feature = "cupti")]
         api: gpumeter_cupti::ApiVersion,
     },
@@ -208,6 +213,16 @@ pub enum Error {
         format: &'static str,
         /// The Cargo feature of the gpumeter crate that reads it (`kineto`, `nsys`, `cupti`).
         feature: &'static str,
+    },
+    /// [`UsageOptions::cupti_api`] is a `CUPTI_API_VERSION` whose record layouts this build
+    /// does not know (the CLI refuses such a `--cupti-api-version` before reading anything).
+    /// Only with the Cargo feature `cupti`, when a raw CUPTI buffer is tried or read.
+    #[error("UsageOptions::cupti_api: {reason}")]
+    CuptiApiVersion {
+        /// The number given.
+        version: u32,
+        /// What is wrong, naming the versions that are supported.
+        reason: String,
     },
     /// An option that only metering uses (`--tenant`, `--tenant-map`, `--devices`,
     /// `--opening`) was given with usage reports, which are metered already (the CLI checks
@@ -474,7 +489,9 @@ pub fn merge_usage_reports(inputs: &[PathBuf]) -> Result<UsageReport, Error> {
 ///
 /// # Errors
 /// [`Error::MixedInputs`] naming a report and an input to meter when both are given;
-/// [`Error::Import`] for a file that cannot be read or whose format is unknown.
+/// [`Error::Import`] for a file that cannot be read, [`Error::UnknownFormat`] for one whose
+/// format is unknown ([`Error::CuptiApiVersion`] when its bytes are tried as a raw buffer in
+/// the layouts of an unsupported `options.cupti_api`).
 pub fn inputs_are_reports(inputs: &[PathBuf], options: &UsageOptions) -> Result<bool, Error> {
     if options.format == Format::Usage {
         return Ok(true);
@@ -515,11 +532,17 @@ pub struct UsageOptions {
     /// Tenant map (`--tenant-map FILE`, TOML `[external]` / `[pid]`): rules that attribute
     /// usage by external correlation id, then process id, before [`MeterConfig::tenant`].
     pub tenant_map: Option<PathBuf>,
-    /// The producer's CUPTI API version for raw CUPTI buffers (`--cupti-api-version`, default
-    /// 12.8's 26); a `.gmr` names its own. Only with the Cargo feature `cupti` (build the
-    /// options with `..UsageOptions::default()` to compile whichever features are on).
-    #[cfg(feature = "cupti")]
-    pub cupti_api: ApiVersion,
+    /// The producer's CUPTI API version for raw CUPTI buffers (`--cupti-api-version`): its
+    /// `CUPTI_API_VERSION` number, 26 (CUDA 12.8), 130000 or 130001 (CUDA 13.0) or 130401
+    /// (CUDA 13.4), as `ApiVersion::cupti_api_version` gives it; `None` is 26. A `.gmr` names
+    /// its own.
+    ///
+    /// A number, and there whatever the Cargo features, so that the struct has the same fields
+    /// in every build: a literal that names every field still compiles when another crate of
+    /// the build turns on `cupti` (features add, never change, the API). It is read only with
+    /// the feature `cupti`, where a number whose record layouts the decoder does not know is
+    /// [`Error::CuptiApiVersion`] once a raw buffer is tried.
+    pub cupti_api: Option<u32>,
     /// Opening state (`--opening FILE`): an earlier `gpumeter.usage/v1` report whose
     /// `open_allocations` are still held at its end; they are billed on from there.
     pub opening: Option<PathBuf>,
@@ -579,6 +602,18 @@ fn look_alike_of_tenant(
     Ok(())
 }
 
+/// The record layouts of [`UsageOptions::cupti_api`] (`None`: CUDA 12.8's, 26).
+#[cfg(feature = "cupti")]
+fn cupti_api(options: &UsageOptions) -> Result<ApiVersion, Error> {
+    match options.cupti_api {
+        None => Ok(ApiVersion::default()),
+        Some(version) => ApiVersion::from_cupti(version).map_err(|e| Error::CuptiApiVersion {
+            version,
+            reason: e.to_string(),
+        }),
+    }
+}
+
 /// The format of one input, `Auto` resolved from its first bytes.
 fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
     if options.format != Format::Auto {
@@ -613,18 +648,14 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
             .get(..4)
             .and_then(|b| <[u8; 4]>::try_from(b).ok())
             .map(u32::from_le_bytes);
+        let api = cupti_api(options)?;
         match first_kind {
-            Some(k)
-                if options
-                    .cupti_api
-                    .record_size(gpumeter_cupti::ActivityKind(k))
-                    .is_some() =>
-            {
+            Some(k) if api.record_size(gpumeter_cupti::ActivityKind(k)).is_some() => {
                 Ok(Format::Cupti)
             }
             _ => Err(Error::UnknownFormat {
                 path: path.to_path_buf(),
-                api: options.cupti_api,
+                api,
             }),
         }
     }
@@ -656,7 +687,8 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
 /// opening state) that cannot be read: a missing or truncated file, a file that is not a
 /// trace, a buffer that does not decode. Traces are checked before recordings, each kind in
 /// argument order, so with several bad inputs the first bad trace is named.
-/// Record-level faults are loss, not errors. For reports: [`Error::MixedInputs`] when reports
+/// [`Error::CuptiApiVersion`] when `options.cupti_api` has no known layouts and a raw buffer
+/// is tried or read. Record-level faults are loss, not errors. For reports: [`Error::MixedInputs`] when reports
 /// and inputs to meter are mixed, [`Error::MeteringOption`] when `tenant`, `tenant_map`,
 /// `devices` or `opening` is set, and the errors of [`merge_usage_reports`].
 pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageReport, Error> {
@@ -751,7 +783,7 @@ fn meter_recordings(
         }
     };
     let copts = gpumeter_cupti::CuptiOptions {
-        api: options.cupti_api,
+        api: cupti_api(options)?,
         strings: None,
         on_device: Some(&hook),
     };
@@ -947,6 +979,67 @@ mod feature_tests {
             assert!(r.is_ok(), "{r:?}");
         } else {
             assert_eq!(not_enabled(&r, "kineto"), Some("kineto"), "{r:?}");
+        }
+    }
+
+    /// Features add to the API and change nothing in it: a literal naming every field of
+    /// [`UsageOptions`] compiles with every feature set (`.ci/run` builds these tests with
+    /// `-F kineto` and the workspace's with every format), so a crate that asks for `kineto`
+    /// alone still builds when another crate of its build turns on `cupti`.
+    #[test]
+    fn usage_options_have_the_same_fields_whatever_the_features() {
+        let options = UsageOptions {
+            format: Format::Auto,
+            meter: MeterConfig::default(),
+            devices: None,
+            tenant_map: None,
+            cupti_api: Some(130_401),
+            opening: None,
+        };
+        // An unknown file: the raw-buffer layouts tried are those of the number given (with
+        // `cupti`), and a pattern that names `path` and `..` matches in every build.
+        let dir = std::env::temp_dir().join(format!("gpumeter-options-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("unknown.bin");
+        std::fs::write(&path, [0xffu8; 64]).expect("write");
+        let r = meter_inputs(std::slice::from_ref(&path), &options);
+        assert!(
+            matches!(&r, Err(Error::UnknownFormat { path: p, .. }) if *p == path),
+            "{r:?}"
+        );
+        #[cfg(feature = "cupti")]
+        assert!(
+            matches!(&r, Err(Error::UnknownFormat { api, .. }) if *api == ApiVersion::Cupti13_4),
+            "{r:?}"
+        );
+        // A number whose layouts are unknown: a typed error with the `cupti` feature; without
+        // it no raw buffer is tried and the number is not read.
+        let r = meter_inputs(
+            std::slice::from_ref(&path),
+            &UsageOptions {
+                cupti_api: Some(12_345),
+                ..options
+            },
+        );
+        let _ = std::fs::remove_file(&path);
+        if cfg!(feature = "cupti") {
+            assert!(
+                matches!(
+                    &r,
+                    Err(Error::CuptiApiVersion {
+                        version: 12_345,
+                        ..
+                    })
+                ),
+                "{r:?}"
+            );
+            let message = r.err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(
+                message.contains("12345") && message.contains("130401"),
+                "{message}"
+            );
+        } else {
+            assert!(matches!(&r, Err(Error::UnknownFormat { .. })), "{r:?}");
         }
     }
 

@@ -110,17 +110,29 @@ impl Table {
     }
 }
 
-/// Decimal digits grouped by thousands with commas: `"1234567"` → `"1,234,567"`.
+/// Decimal digits grouped by thousands with commas: `"1234567"` → `"1,234,567"`; a leading
+/// `-` or `+` stays in front (`"-123456"` → `"-123,456"`). Text that is not an integer of
+/// ASCII digits (a decimal point, other characters, nothing) is returned unchanged.
 ///
 /// ```
 /// assert_eq!(gpumeter::render::group_digits("1234567"), "1,234,567");
 /// assert_eq!(gpumeter::render::group_digits("123"), "123");
+/// assert_eq!(gpumeter::render::group_digits("-123"), "-123");
+/// assert_eq!(gpumeter::render::group_digits("12.5"), "12.5");
 /// ```
 pub fn group_digits(digits: &str) -> String {
-    let b = digits.as_bytes();
-    let mut out = String::with_capacity(b.len() + b.len() / 3);
-    for (i, ch) in digits.chars().enumerate() {
-        if i > 0 && (b.len() - i).is_multiple_of(3) {
+    let (sign, body) = match digits.strip_prefix(['-', '+']) {
+        Some(rest) => digits.split_at(digits.len() - rest.len()),
+        None => ("", digits),
+    };
+    if body.is_empty() || !body.bytes().all(|b| b.is_ascii_digit()) {
+        return digits.to_string();
+    }
+    let n = body.len();
+    let mut out = String::with_capacity(digits.len() + n / 3);
+    out.push_str(sign);
+    for (i, ch) in body.chars().enumerate() {
+        if i > 0 && (n - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(ch);
@@ -385,6 +397,15 @@ mod tests {
         assert_eq!(group_digits("1234"), "1,234");
         assert_eq!(group_digits("123456"), "123,456");
         assert_eq!(group_digits("1234567"), "1,234,567");
+        assert_eq!(group_digits("-123"), "-123");
+        assert_eq!(group_digits("+123456"), "+123,456");
+        assert_eq!(group_digits("-1234"), "-1,234");
+        assert_eq!(group_digits(u128::MAX.to_string().as_str()).len(), 39 + 12);
+        // Not an integer of ASCII digits: unchanged, never a comma after a sign or inside a
+        // multi-byte character's neighbours.
+        for text in ["", "-", "12.5", "1e9", "١٢٣٤", "12 345", "--1"] {
+            assert_eq!(group_digits(text), text);
+        }
     }
 
     #[test]

@@ -81,3 +81,21 @@ fn published_crate_docs_name_no_design_file() {
         found.join("\n")
     );
 }
+
+/// The C header is the C ABI's reference for people who never read the Rust: its comments
+/// (the C ABI's rustdoc, and the header text of `bindings/c/cbindgen.toml`) name no design
+/// file either.
+#[test]
+fn the_c_header_names_no_design_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in ["bindings/c/gpumeter.h", "bindings/c/cbindgen.toml"] {
+        let text = std::fs::read_to_string(root.join(file)).expect("read the C header");
+        let found: Vec<String> = text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| l.contains("DESIGN"))
+            .map(|(i, l)| format!("{file}:{}: {}", i + 1, l.trim()))
+            .collect();
+        assert!(found.is_empty(), "{}", found.join("\n"));
+    }
+}

@@ -68,7 +68,7 @@ fn report_json(input: &Path, api: Option<u32>, window_s: u64) -> String {
         ..UsageOptions::default()
     };
     if let Some(v) = api {
-        options.cupti_api = ok(ApiVersion::from_cupti(v));
+        options.cupti_api = Some(ok(ApiVersion::from_cupti(v)).cupti_api_version());
         options.format = Format::Cupti;
     }
     let report = ok(meter_inputs(&[input.to_path_buf()], &options));

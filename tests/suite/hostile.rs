@@ -746,7 +746,9 @@ fn a_raw_buffer_beside_the_recording_it_came_from_is_metered_once() {
     let d = tmp();
     let raw = write(&d, "smoke-buffer.bin", &buf);
     let opts = UsageOptions {
-        cupti_api: ok(ApiVersion::from_cupti(file.header.cupti_api_version)),
+        cupti_api: Some(
+            ok(ApiVersion::from_cupti(file.header.cupti_api_version)).cupti_api_version(),
+        ),
         ..UsageOptions::default()
     };
     let alone = ok(meter_inputs(std::slice::from_ref(&rec), &opts));

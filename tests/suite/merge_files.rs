@@ -323,7 +323,7 @@ fn the_same_work_in_other_bytes_or_instruction_counts_are_metered_whole() {
             // The facade meters them whole: the whole-file path's report.
             let paths: Vec<PathBuf> = order.iter().map(|(p, _)| p.clone()).collect();
             let options = UsageOptions {
-                cupti_api: api,
+                cupti_api: Some(api.cupti_api_version()),
                 ..UsageOptions::default()
             };
             assert_eq!(

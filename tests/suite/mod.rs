@@ -8,5 +8,7 @@ mod golden;
 mod hostile;
 mod merge_files;
 mod readme;
+mod scripts;
+mod skips;
 mod stream_joins;
 mod warning_codes;

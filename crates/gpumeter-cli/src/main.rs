@@ -315,7 +315,9 @@ impl UsageArgs {
             },
             devices: self.devices.clone(),
             tenant_map: self.tenant_map.clone(),
-            cupti_api: self.cupti_api_version.unwrap_or_default(),
+            cupti_api: self
+                .cupti_api_version
+                .map(gpumeter::ApiVersion::cupti_api_version),
             opening: self.opening.clone(),
         })
     }

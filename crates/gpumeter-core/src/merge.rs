@@ -417,7 +417,14 @@ fn merge_devices(
                         code: n.code.clone(),
                         reason: format!("{name}: {}", n.reason),
                     }),
-                    Some(x) => x.reason = format!("{}; {name}: {}", x.reason, n.reason),
+                    Some(x) => {
+                        x.reason = format!("{}; {name}: {}", x.reason, n.reason);
+                        // A report written before codes has none to give: a later report's
+                        // code is kept rather than lost.
+                        if x.code.is_uncoded() {
+                            x.code = n.code.clone();
+                        }
+                    }
                 }
             }
             from.push(name);
@@ -579,9 +586,10 @@ fn merge_usage(
             WarningCode::SharedWindows,
             format!(
                 "device {key}: {n} windows have usage in more than one report ({}): each report \
-             applied the SM cap and the busy-time union of DESIGN §4 to its own work only, so \
-             the merged sm_ns, warp_ns and gpu_busy_ns of those windows may exceed what one \
-             report of all the inputs would give",
+             applied the SM cap (the SMs the device has) and the busy-time union (an instant \
+             busy in several intervals counts once) to its own work only, so the merged \
+             sm_ns, warp_ns and gpu_busy_ns of those windows may exceed what one report of \
+             all the inputs would give",
                 names.join(", ")
             ),
         ));

@@ -292,7 +292,9 @@ impl Period {
 
     /// The period from `from` (inclusive) to `to` (exclusive), each an RFC 3339 time with any
     /// offset (`2026-12-01T00:00:00Z`, `2026-11-30T19:00:00-05:00`), fractions of a second to
-    /// the ns.
+    /// the ns (digits past the ninth are dropped, never rounded up). A leap second
+    /// (`2016-12-31T23:59:60Z`) is the instant the next second starts, as on the POSIX clock
+    /// of CUPTI's timestamps, which has no leap seconds.
     ///
     /// # Errors
     /// [`PeriodError::Unparsable`] naming the bound (the start first) when a text is not
@@ -347,13 +349,13 @@ impl std::str::FromStr for Period {
 
     /// An ISO 8601 time interval of two RFC 3339 times, `START/END`
     /// (`2026-12-01T00:00:00Z/2027-01-01T00:00:00Z`), as [`Period::parse`] takes them; text
-    /// without a `/` is an unparsable end.
+    /// without a `/` is an unparsable end whose `text` is the whole text given.
     fn from_str(text: &str) -> Result<Period, PeriodError> {
         match text.split_once('/') {
             Some((from, to)) => Period::parse(from, to),
             None => Err(PeriodError::Unparsable {
                 bound: PeriodBound::End,
-                text: String::new(),
+                text: text.to_string(),
                 reason: format!("`{text}` is not START/END (two RFC 3339 times and a `/`)"),
             }),
         }
@@ -422,6 +424,85 @@ mod tests {
             (1_796_083_200 * NS_PER_SECOND, 1_796_086_800 * NS_PER_SECOND)
         );
         assert!("2026-12-01T00:00:00Z".parse::<Period>().is_err());
+    }
+
+    #[test]
+    fn period_edge_cases() {
+        // Without a `/`, the error quotes the whole text (as `text` and in the message).
+        match "2026-12-01T00:00:00Z".parse::<Period>() {
+            Err(PeriodError::Unparsable {
+                bound,
+                text,
+                reason,
+            }) => {
+                assert_eq!(bound, PeriodBound::End);
+                assert_eq!(text, "2026-12-01T00:00:00Z");
+                assert!(
+                    reason.contains("`2026-12-01T00:00:00Z` is not START/END"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        // A second `/` belongs to the end, which then does not parse.
+        assert!(matches!(
+            "2026-12-01T00:00:00Z/2026-12-01T01:00:00Z/x".parse::<Period>(),
+            Err(PeriodError::Unparsable {
+                bound: PeriodBound::End,
+                ..
+            })
+        ));
+        // A leap second is the instant the next second starts.
+        let leap = Period::parse("2016-12-31T23:59:60Z", "2017-01-01T01:00:00Z").expect("leap");
+        assert_eq!(leap.start_ns(), 1_483_228_800 * NS_PER_SECOND);
+        assert_eq!(
+            Period::parse("2016-12-31T23:59:60Z", "2017-01-01T00:00:00Z"),
+            Err(PeriodError::EndNotAfterStart {
+                start: 1_483_228_800 * NS_PER_SECOND,
+                end: 1_483_228_800 * NS_PER_SECOND
+            })
+        );
+        // Digits past the ns are dropped.
+        let p = Period::parse("2026-12-01T00:00:00.1234567899Z", "2026-12-01T01:00:00Z")
+            .expect("fraction");
+        assert_eq!(p.start_ns() % NS_PER_SECOND, 123_456_789);
+        // u64 ns reach 2554-07-21T23:34:33.709551615Z; past i64 ns (2262) is fine, past u64
+        // is an error naming the bound, as is a time before 1970.
+        let late =
+            Period::parse("2262-04-12T00:00:00Z", "2554-07-21T23:34:33.709551615Z").expect("late");
+        assert_eq!(late.end_ns(), u64::MAX);
+        assert_eq!(rfc3339(late.end_ns()), "2554-07-21T23:34:33.709551615Z");
+        for (from, to, bound) in [
+            (
+                "2026-01-01T00:00:00Z",
+                "2554-07-21T23:34:33.709551616Z",
+                PeriodBound::End,
+            ),
+            (
+                "1969-12-31T23:59:59.999999999Z",
+                "2026-01-01T00:00:00Z",
+                PeriodBound::Start,
+            ),
+            (
+                "1970-01-01T00:59:59+01:00",
+                "2026-01-01T00:00:00Z",
+                PeriodBound::Start,
+            ),
+        ] {
+            match Period::parse(from, to) {
+                Err(PeriodError::Unparsable {
+                    bound: b, reason, ..
+                }) => {
+                    assert_eq!(b, bound, "{from} {to}");
+                    assert!(reason.contains("before 1970 or after 2554"), "{reason}");
+                }
+                other => panic!("{from} {to}: {other:?}"),
+            }
+        }
+        // The epoch itself, through an offset.
+        let epoch =
+            Period::parse("1970-01-01T01:00:00+01:00", "1970-01-01T01:00:00Z").expect("epoch");
+        assert_eq!(epoch.as_ns(), (0, 3600 * NS_PER_SECOND));
     }
 
     #[test]

@@ -498,8 +498,7 @@ pub(crate) fn recording_warnings(
             format!(
                 "{source}: instrumented run (instruction-level collection: {by}): kernels ran \
              slower than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
-             kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work (DESIGN §4 \
-             \"Instrumentation\")"
+             kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work"
             ),
         ));
     }

@@ -245,7 +245,7 @@ impl CuptiStream {
                     "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
                  records): kernels ran slower than they would uninstrumented, so this \
                  report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
-                 memory_byte_ns) overstate the work (DESIGN §4 \"Instrumentation\")",
+                 memory_byte_ns) overstate the work",
                     self.name
                 ),
             ));

@@ -215,6 +215,14 @@ fn refusals_name_the_report() {
         "{:?}",
         m.warnings
     );
+    // Coded, and readable without the design file (which a report's reader does not have).
+    let shared = m
+        .warnings
+        .iter()
+        .find(|w| *w.code() == gpumeter_core::WarningCode::SharedWindows)
+        .expect("a shared_windows warning");
+    assert!(shared.contains("more than one report"), "{shared}");
+    assert!(!shared.contains("DESIGN"), "{shared}");
     assert!(
         m.warnings
             .iter()
@@ -223,4 +231,42 @@ fn refusals_name_the_report() {
         m.warnings
     );
     assert_eq!(merge_reports(&[]), Err(MergeError::Empty));
+}
+
+/// A device that two reports could not meter `sm_ns` on, one written before codes (no code)
+/// and one with a code: the merged entry keeps the code, whichever report's name sorts first,
+/// and both reasons.
+#[test]
+fn a_not_meterable_code_survives_a_merge_with_a_report_written_before_codes() {
+    use gpumeter_core::{NotMeterable, NotMeterableCode};
+    let with = |n: usize, code: NotMeterableCode| {
+        let mut r = report(n, &Rows::new());
+        r.devices[0].not_meterable = vec![NotMeterable {
+            meter: MeterKind::SmNs,
+            code,
+            reason: format!("reason {n}"),
+        }];
+        r.seal().expect("seal");
+        r
+    };
+    let old = with(1, NotMeterableCode::Uncoded);
+    let new = with(2, NotMeterableCode::SmCountUnknown);
+    for names in [["a.json", "b.json"], ["b.json", "a.json"]] {
+        let m = merge_reports(&[
+            (names[0].to_string(), old.clone()),
+            (names[1].to_string(), new.clone()),
+        ])
+        .expect("merge");
+        let entries = &m.devices[0].not_meterable;
+        assert_eq!(entries.len(), 1, "{entries:?}");
+        assert_eq!(
+            entries[0].code,
+            NotMeterableCode::SmCountUnknown,
+            "{names:?}"
+        );
+        assert!(
+            entries[0].reason.contains("reason 1") && entries[0].reason.contains("reason 2"),
+            "{entries:?}"
+        );
+    }
 }
