@@ -207,7 +207,8 @@ pub enum EventsError {
         format: EventFormat,
     },
     /// A usage row or the report cannot be read as events (a `window_start` that is not
-    /// RFC 3339, a window past year 2554).
+    /// RFC 3339 or not on an edge of the report's windows, a window past year 2554, a report
+    /// whose `window_seconds` is 0).
     #[error("usage[{row}].{field}: {reason}")]
     Row {
         /// Index of the row in the report's `usage`.
@@ -738,7 +739,8 @@ pub struct UsageEvents {
 /// # Errors
 /// [`EventsError::UnmappedTenant`] when the mapping refuses a tenant it has no id for,
 /// [`EventsError::ValueTooLarge`] for a Stripe quantity over [`STRIPE_MAX_VALUE`],
-/// [`EventsError::Row`] for a `window_start` that is not RFC 3339; each names the first such
+/// [`EventsError::Row`] for a `window_start` that is not RFC 3339 or not on a window edge
+/// (a multiple of `window_seconds` since the epoch); each names the first such
 /// row (`usage[i]`), and no event is returned.
 pub fn usage_events(
     report: &UsageReport,
@@ -750,10 +752,14 @@ pub fn usage_events(
     let window_ns = report
         .window_seconds
         .checked_mul(NS_PER_SECOND)
+        .filter(|&ns| ns > 0)
         .ok_or_else(|| EventsError::Row {
             row: 0,
             field: "window_seconds",
-            reason: format!("{} s windows overflow u64 ns", report.window_seconds),
+            reason: format!(
+                "{} s windows are empty or overflow u64 ns",
+                report.window_seconds
+            ),
         })?;
     let mut out = UsageEvents {
         events: Vec::with_capacity(report.usage.len()),
@@ -767,6 +773,19 @@ pub fn usage_events(
             reason,
         };
         let start_ns = parse_rfc3339(&row.window_start).map_err(|e| bad("window_start", e))?;
+        // A window starts on a multiple of its size; any other start would be a window of its
+        // own with a key of its own, so its usage could be sent twice.
+        if start_ns.checked_rem(window_ns) != Some(0) {
+            return Err(bad(
+                "window_start",
+                format!(
+                    "`{}` is not on a {} s window edge (windows are aligned to multiples of \
+                     their size)",
+                    gpumeter_core::text::printable(&row.window_start),
+                    report.window_seconds
+                ),
+            ));
+        }
         let end_ns = start_ns
             .checked_add(window_ns)
             .ok_or_else(|| bad("window_start", "its window ends after 2554".into()))?;
@@ -921,6 +940,45 @@ mod tests {
             key(["a\",\"b", "c", "t", "m", "v1"]),
             key(["a", "b\",\"c", "t", "m", "v1"])
         );
+    }
+
+    fn report(window_seconds: u64, window_start: &str) -> UsageReport {
+        let text = format!(
+            r#"{{"schema":"gpumeter.usage/v1","metering_policy":"v1",
+            "window_seconds":{window_seconds},"sources":[],"devices":[],
+            "records":{{"kernel":0,"memcpy":0,"memset":0,"skipped":{{}}}},"loss":[],
+            "usage":[{{"tenant":"alice","device":0,"device_key":"GPU-1",
+            "window_start":"{window_start}","meter":"kernel_ns","quantity":"7"}}],
+            "totals":[],"open_allocations":[],"warnings":[],"sha256":""}}"#
+        );
+        serde_json::from_str(&text).expect("report")
+    }
+
+    #[test]
+    fn a_window_start_off_the_window_edges_is_refused_not_keyed() {
+        let options = EventOptions::new(EventFormat::CloudEvents);
+        // On an edge, written with an offset: the key of the `Z` form.
+        let on_edge =
+            usage_events(&report(3600, "2026-12-01T01:00:00+01:00"), &options).expect("an edge");
+        assert_eq!(
+            on_edge.events[0].id(),
+            key(["alice", "GPU-1", "2026-12-01T00:00:00Z", "kernel_ns", "v1"])
+        );
+        // Half past: a window of its own would get a key of its own.
+        let msg = usage_events(&report(3600, "2026-12-01T00:30:00Z"), &options)
+            .expect_err("off the edges")
+            .to_string();
+        assert!(
+            msg.starts_with("usage[0].window_start: `2026-12-01T00:30:00Z` is not on a 3600 s"),
+            "{msg}"
+        );
+        // A 60 s report's minute edges are edges.
+        assert!(usage_events(&report(60, "2026-12-01T00:31:00Z"), &options).is_ok());
+        // Zero-second windows: an error, not a division by zero.
+        let msg = usage_events(&report(0, "2026-12-01T00:00:00Z"), &options)
+            .expect_err("zero windows")
+            .to_string();
+        assert!(msg.contains("window_seconds"), "{msg}");
     }
 
     #[test]
