@@ -22,7 +22,11 @@
 //! Every row of [`UsageReport::usage`] (one per tenant, device, UTC window and meter with a
 //! non-zero quantity) whose window is *closed*: a window the meter can no longer change. A
 //! report of files is final, so all its windows are closed ([`EventOptions::closed_before_ns`]
-//! `None`, the default). A live meter's last windows may still grow: set `closed_before_ns` to
+//! `None`, the default) — provided the report holds every input with usage in them: the key
+//! does not name the inputs, so two reports that each hold part of one device's window (two
+//! recordings of one GPU in the same hour, metered apart) give events with the same key and
+//! different quantities, and a deduplicating receiver keeps only the first. Meter a window's
+//! inputs together (or merge the reports) before sending it. A live meter's last windows may still grow: set `closed_before_ns` to
 //! an instant `T` (ns since the Unix epoch) before which nothing can arrive any more — for
 //! gpumeter's meter, the latest record time it has seen minus its reordering horizon
 //! ([`crate::MeterConfig`], 60 s by default), since a record later than that is counted as loss,
@@ -45,7 +49,8 @@
 //! from the event's own fields. The key is the CloudEvents `id`, the Stripe `identifier` and
 //! the Lago `transaction_id`; it does not depend on the format, the mapping or the quantity, so
 //! a window sent again — by a retry, or a report metered again from the same files — carries
-//! the same key. A *corrected* quantity for a window already sent also carries the same key,
+//! the same key. A device key without a GPU UUID names its source file
+//! (`trace.json.gz@1a2b3c4d#0`), so the same bytes under another file name give other keys. A *corrected* quantity for a window already sent also carries the same key,
 //! and a receiver that deduplicates drops it: corrections are not expressible as events.
 //!
 //! # Formats (field names and limits from each system's documentation)
