@@ -4,7 +4,7 @@
 //! Every event is built before anything is written, so a refused row (a Stripe value past 15
 //! digits, a tenant the mapping refuses) leaves no partial file: exit 1 naming the row. `-`
 //! writes the events to standard output instead of the report, so it cannot be combined with
-//! `--json` (exit 2); `--events FILE --json` writes the events to FILE and the JSON report to
+//! `--json` or `--by-window` (exit 2); `--events FILE --json` writes the events to FILE and the JSON report to
 //! standard output.
 
 use std::path::{Path, PathBuf};
@@ -20,7 +20,8 @@ use crate::{say, usage_error, Failure};
 pub(crate) struct EventsArgs {
     /// Also write usage events as JSON Lines, one per usage row (tenant, device, window,
     /// meter), each with an idempotency key so a re-sent window is deduplicated by the
-    /// receiver; `-` writes them to standard output instead of the report (not with --json).
+    /// receiver; `-` writes them to standard output instead of the report (not with --json or
+    /// --by-window).
     #[arg(long, value_name = "FILE")]
     events: Option<PathBuf>,
     /// The events' shape [default: cloudevents]: cloudevents (CloudEvents 1.0, as OpenMeter
@@ -53,8 +54,9 @@ impl EventsArgs {
     }
 
     /// The command line alone, before any file is read: `--events -` with `--json` is exit 2
-    /// (both would be standard output).
-    pub(crate) fn check(&self, json: bool) -> Result<(), Failure> {
+    /// (both would be standard output), and so is `--events -` with `--by-window` (the text
+    /// report it shapes is not written).
+    pub(crate) fn check(&self, json: bool, by_window: bool) -> Result<(), Failure> {
         if json && self.to_stdout() {
             return Err(usage_error(
                 "--events - writes the events to standard output, where --json writes the \
@@ -62,23 +64,35 @@ impl EventsArgs {
                     .into(),
             ));
         }
+        if by_window && self.to_stdout() {
+            return Err(usage_error(
+                "--events - writes the events to standard output instead of the report, so \
+                 --by-window would shape nothing: give --events a file, or drop --by-window"
+                    .into(),
+            ));
+        }
         Ok(())
     }
 
-    /// Builds the events of `report` and writes them to the file given, or returns them for
-    /// standard output (`-`); `None` without `--events`. Rows of meters the mapping leaves out
-    /// are told on standard error.
-    pub(crate) fn write(&self, report: &gpumeter::UsageReport) -> Result<Option<String>, Failure> {
+    /// The mapping (`--events-map`), read before any input is metered, as the price book is,
+    /// so a bad one is told at once rather than after a long metering run; `None` without it.
+    pub(crate) fn map(&self) -> Result<Option<EventMap>, Failure> {
+        match &self.events_map {
+            Some(p) => EventMap::from_path(p).map(Some).map_err(failed),
+            None => Ok(None),
+        }
+    }
+
+    /// Builds the events of `report` with `map` ([`EventsArgs::map`]) and writes them to the
+    /// file given, or returns them for standard output (`-`); `None` without `--events`. Rows
+    /// of meters the mapping leaves out are told on standard error.
+    pub(crate) fn write(
+        &self,
+        report: &gpumeter::UsageReport,
+        map: Option<&EventMap>,
+    ) -> Result<Option<String>, Failure> {
         let Some(path) = &self.events else {
             return Ok(None);
-        };
-        let failed = |e: gpumeter::events::EventsError| Failure {
-            code: 1,
-            message: e.to_string(),
-        };
-        let map = match &self.events_map {
-            Some(p) => Some(EventMap::from_path(p).map_err(failed)?),
-            None => None,
         };
         let format = match self.events_format {
             None | Some(EventsFormatArg::Cloudevents) => EventFormat::CloudEvents,
@@ -87,7 +101,7 @@ impl EventsArgs {
         };
         let options = EventOptions {
             format,
-            map: map.as_ref(),
+            map,
             closed_before_ns: None,
         };
         let events = usage_events(report, &options).map_err(failed)?;
@@ -107,6 +121,14 @@ impl EventsArgs {
             message: format!("cannot write {}: {e}", path.display()),
         })?;
         Ok(None)
+    }
+}
+
+/// An events error as a failure: exit 1 (a bad mapping file or a refused row).
+fn failed(e: gpumeter::events::EventsError) -> Failure {
+    Failure {
+        code: 1,
+        message: e.to_string(),
     }
 }
 

@@ -545,10 +545,11 @@ fn usage_output(
     by_window: bool,
     events: &events::EventsArgs,
 ) -> Result<Output, Failure> {
-    events.check(json)?;
+    events.check(json, by_window)?;
     let options = usage.options()?;
+    let map = events.map()?;
     let report = usage.report(&options)?;
-    if let Some(lines) = events.write(&report)? {
+    if let Some(lines) = events.write(&report, map.as_ref())? {
         return Ok(Output::Events(lines));
     }
     if json {

@@ -91,6 +91,11 @@ fn events_options_conflicting_or_alone_are_a_bad_command_line() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--events - writes the events to standard output"));
     assert!(o.stdout.is_empty());
+    // --by-window shapes the text report, which --events - does not write.
+    let o = gpumeter(&["usage", s(&example), "--events", "-", "--by-window"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("drop --by-window"), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
     for args in [
         ["--events-format", "stripe"],
         ["--events-map", "examples/events-map.toml"],
@@ -132,6 +137,17 @@ fn a_bad_mapping_is_exit_1_with_its_line_and_column_and_no_events_file() {
     );
     assert!(!out.exists(), "nothing written");
     assert!(o.stdout.is_empty(), "no report either");
+    // The mapping is read before the inputs, as the price book is: its error comes first.
+    let o = gpumeter(&[
+        "usage",
+        s(&dir.path().join("missing.json.gz")),
+        "--events",
+        s(&out),
+        "--events-map",
+        s(&map),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("map.toml:2:1: "), "{}", stderr(&o));
 }
 
 #[test]
