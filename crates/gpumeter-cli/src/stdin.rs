@@ -73,6 +73,7 @@ impl Inputs {
             let mut writer = std::io::BufWriter::new(file);
             let mut buf = vec![0u8; 1 << 16];
             let copy = |e| fail("cannot copy standard input to a temporary file", e);
+            let mut total = 0u64;
             loop {
                 let n = match reader.read(&mut buf) {
                     Ok(0) => break,
@@ -80,11 +81,22 @@ impl Inputs {
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Err(e) => return Err(fail("cannot read standard input", e)),
                 };
+                total += n as u64;
                 writer
                     .write_all(buf.get(..n).unwrap_or_default())
                     .map_err(copy)?;
             }
             writer.flush().map_err(copy)?;
+            if total == 0 {
+                // Said plainly, rather than as an input of no known format.
+                return Err(Failure {
+                    code: 1,
+                    message: format!(
+                        "{STDIN_NAME}: standard input is empty (`-` reads the input from a \
+                         pipe or a redirected file)"
+                    ),
+                });
+            }
         }
         let paths = inputs
             .iter()

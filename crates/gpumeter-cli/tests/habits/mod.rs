@@ -180,6 +180,20 @@ fn standard_input_twice_is_refused_and_its_errors_name_it() {
         "{err}"
     );
     assert!(!err.contains("gpumeter-stdin-"), "{err}");
+    // Empty standard input says so, not "unknown input format".
+    for args in [
+        &["usage", "-"][..],
+        &["preview", "-", "--prices", s(&book())][..],
+    ] {
+        let o = with_stdin(args, b"");
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with("error: <stdin>: standard input is empty"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(o.stdout.is_empty());
+    }
     let o = with_stdin(&["usage", "--format", "gmr", "-"], b"GMR? no\n");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
