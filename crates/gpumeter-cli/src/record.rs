@@ -63,7 +63,7 @@ pub(crate) struct RecordArgs {
 pub(crate) enum RecordingCommand {
     /// Show a recording's header, frames, record kinds and kernel names with launch counts.
     Show {
-        /// The recording (.gmr).
+        /// The recording (.gmr); `-` reads it from standard input, named <stdin>.
         file: PathBuf,
         /// Write JSON (for scripts; a debugging view whose shape may change, not a gpumeter
         /// document).
@@ -564,12 +564,25 @@ struct Inspection {
 }
 
 fn inspect(path: &Path) -> Result<Inspection, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file: GmrFile = read_gmr(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    // `-` is standard input, named `<stdin>` as `usage` names it.
+    let (name, bytes) = if crate::stdin::is_stdin(path) {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map_err(|e| {
+            format!(
+                "{}: cannot read standard input: {e}",
+                crate::stdin::STDIN_NAME
+            )
+        })?;
+        (crate::stdin::STDIN_NAME.to_string(), bytes)
+    } else {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        (path.display().to_string(), bytes)
+    };
+    let file: GmrFile = read_gmr(&bytes).map_err(|e| format!("{name}: {e}"))?;
     let api = ApiVersion::from_cupti(file.header.cupti_api_version);
     let (instruction_frames, instructions) = instructions_by_function(&file.frames);
     let mut i = Inspection {
-        file: path.display().to_string(),
+        file: name,
         header: file.header.clone(),
         finished: file.finished,
         torn: file.torn.map(|t| t.to_string()),

@@ -662,6 +662,30 @@ fn quiet_drops_notices_but_not_errors() {
 /// The value column of `recording show`'s `key  value` lines.
 const VALUE_AT: usize = 14;
 
+/// `recording show -` reads the recording from standard input and names it `<stdin>`; it
+/// shows what the file shows.
+#[test]
+fn recording_show_reads_standard_input() {
+    let file = root().join("examples/data/h200-cuda13-green-context.gmr");
+    let bytes = std::fs::read(&file).expect("recording");
+    let from_file = stdout(&gpumeter(&["recording", "show", s(&file)]));
+    let o = with_stdin(&["recording", "show", "-"], &bytes);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        from_file.replacen(s(&file), "<stdin>", 1),
+        "{}",
+        stderr(&o)
+    );
+    let o = with_stdin(&["recording", "show", "-"], b"not a recording");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("error: <stdin>: not a .gmr recording"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `recording show` on the committed H200 recordings: nouns agree with their counts, clock
 /// times read as RFC 3339 UTC beside the raw ns, keys and table columns align.
 #[test]
