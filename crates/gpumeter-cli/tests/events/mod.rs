@@ -243,3 +243,27 @@ fn a_stripe_quantity_past_15_digits_is_exit_1_naming_the_row_and_nothing_is_writ
         }
     }
 }
+
+/// Device keys carry file names, which may hold control and bidirectional characters: the
+/// events write them as `\uXXXX` (nothing that moves a terminal's cursor or reorders its text),
+/// and a JSON parser reads back the name as it is.
+#[test]
+fn control_and_bidi_characters_in_device_keys_are_escaped_in_the_events() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = "gpu\u{202e}z\u{1b}[2J.json.gz";
+    let file = dir.path().join(name);
+    std::fs::copy(example(), &file).expect("copy");
+    let o = gpumeter(&["usage", s(&file), "--events", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        !text.contains('\u{202e}') && !text.contains('\u{1b}'),
+        "{text}"
+    );
+    assert!(text.contains(r"gpu\u202ez\u001b[2J.json.gz@"), "{text}");
+    let events = lines("gpumeter.events.cloudevents.v1.schema.json", &text);
+    let key = events[0]["data"]["device_key"]
+        .as_str()
+        .expect("device key");
+    assert!(key.starts_with(&format!("{name}@")), "{key:?}");
+}
