@@ -203,6 +203,51 @@ fn standard_input_twice_is_refused_and_its_errors_name_it() {
     );
 }
 
+/// Ctrl-C while standard input is being copied removes the temporary copy (the destructors
+/// that remove it at a normal exit do not run on a signal), and the process still ends by
+/// SIGINT. The test waits for the copy to exist (an event), then signals.
+#[test]
+#[allow(unsafe_code)]
+fn an_interrupted_run_leaves_no_copy_of_standard_input() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = bin()
+        .args(["usage", "-"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpumeter");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"{\"traceEvents\": [").expect("write");
+    // The copy's file is made after the handler is installed, its directory before.
+    let copied = || {
+        std::fs::read_dir(tmp.path())
+            .expect("tmp")
+            .any(|d| d.expect("entry").path().join("<stdin>").exists())
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !copied() {
+        assert!(
+            Instant::now() < deadline,
+            "the copy of standard input never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = child.wait().expect("wait");
+    drop(stdin);
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("tmp")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
 /// The subcommands `--help` lists (the first word of each line of its Commands section).
 fn listed_subcommands(help: &str) -> Vec<String> {
     help.lines()
