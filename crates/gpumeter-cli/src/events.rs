@@ -107,10 +107,24 @@ impl EventsArgs {
         let events = usage_events(report, &options).map_err(failed)?;
         if events.unmapped_meter_rows > 0 {
             say(&format!(
-                "notice: {} usage rows of meters the events mapping leaves out \
-                 (only_mapped_meters) were not written",
-                events.unmapped_meter_rows
+                "notice: {} of meters the events mapping leaves out (only_mapped_meters) \
+                 {} not written",
+                if events.unmapped_meter_rows == 1 {
+                    "1 usage row".to_string()
+                } else {
+                    format!("{} usage rows", events.unmapped_meter_rows)
+                },
+                if events.unmapped_meter_rows == 1 {
+                    "was"
+                } else {
+                    "were"
+                }
             ));
+        }
+        if format == EventFormat::Stripe {
+            if let Some(w) = stripe_time_warning(&events.events, unix_now()) {
+                say(&w);
+            }
         }
         let lines = json_lines(&events.events)?;
         if self.to_stdout() {
@@ -122,6 +136,62 @@ impl EventsArgs {
         })?;
         Ok(None)
     }
+}
+
+/// How far back Stripe takes a meter event's `timestamp`: 35 days.
+const STRIPE_PAST_S: u64 = 35 * 86_400;
+
+/// How far ahead Stripe takes a meter event's `timestamp`: 5 minutes.
+const STRIPE_FUTURE_S: u64 = 5 * 60;
+
+/// The wall clock in Unix seconds (0 if it is before 1970).
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// A warning when Stripe events have timestamps Stripe refuses at `now` (Unix seconds): more
+/// than 35 days in the past or more than 5 minutes ahead. The events are still written (the
+/// limit is Stripe's and depends on when they are sent), but a user sending a month-old trace
+/// learns it before Stripe answers 400 to every event.
+fn stripe_time_warning(events: &[UsageEvent], now: u64) -> Option<String> {
+    let stamps: Vec<u64> = events
+        .iter()
+        .filter_map(|e| match e {
+            UsageEvent::Stripe(e) => Some(e.timestamp),
+            _ => None,
+        })
+        .collect();
+    let old = stamps
+        .iter()
+        .filter(|&&t| t < now.saturating_sub(STRIPE_PAST_S))
+        .count();
+    let ahead = stamps
+        .iter()
+        .filter(|&&t| t > now.saturating_add(STRIPE_FUTURE_S))
+        .count();
+    let n = stamps.len();
+    let mut said = Vec::new();
+    if old > 0 {
+        let oldest = stamps.iter().min().copied().unwrap_or_default();
+        said.push(format!(
+            "{old} of {n} Stripe events have a timestamp more than 35 days ago (the oldest {})",
+            gpumeter::core::time::rfc3339(oldest.saturating_mul(1_000_000_000))
+        ));
+    }
+    if ahead > 0 {
+        said.push(format!(
+            "{ahead} of {n} Stripe events have a timestamp more than 5 minutes ahead"
+        ));
+    }
+    if said.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "warning: {}; Stripe refuses such events (docs/INTEGRATIONS.md)",
+        said.join(", and ")
+    ))
 }
 
 /// An events error as a failure: exit 1 (a bad mapping file or a refused row).
@@ -176,5 +246,48 @@ impl serde_json::ser::Formatter for CompactTerminalSafe {
             rest = chars.as_str();
         }
         w.write_all(rest.as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpumeter::events::{StripeMeterEvent, StripePayload};
+
+    fn stripe(timestamp: u64) -> UsageEvent {
+        UsageEvent::Stripe(StripeMeterEvent {
+            event_name: "sm_ns".into(),
+            payload: StripePayload {
+                stripe_customer_id: "cus_1".into(),
+                value: "1".into(),
+            },
+            identifier: "0".repeat(64),
+            timestamp,
+        })
+    }
+
+    #[test]
+    fn stripe_timestamps_outside_its_window_are_warned_of_at_the_edges() {
+        let now = 1_800_000_000;
+        let edge_past = now - STRIPE_PAST_S;
+        let edge_ahead = now + STRIPE_FUTURE_S;
+        assert_eq!(
+            stripe_time_warning(&[stripe(edge_past), stripe(now), stripe(edge_ahead)], now),
+            None
+        );
+        let w = stripe_time_warning(
+            &[stripe(edge_past - 1), stripe(now), stripe(edge_ahead + 1)],
+            now,
+        )
+        .expect("a warning");
+        assert!(
+            w.starts_with("warning: 1 of 3 Stripe events have a timestamp more than 35 days ago"),
+            "{w}"
+        );
+        assert!(
+            w.contains(", and 1 of 3 Stripe events have a timestamp more than 5 minutes ahead;"),
+            "{w}"
+        );
+        assert!(w.contains("(the oldest 2026-12-11T07:59:59Z)"), "{w}");
     }
 }

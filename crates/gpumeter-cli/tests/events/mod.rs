@@ -267,3 +267,71 @@ fn control_and_bidi_characters_in_device_keys_are_escaped_in_the_events() {
         .expect("device key");
     assert!(key.starts_with(&format!("{name}@")), "{key:?}");
 }
+
+/// Stripe refuses meter events more than 35 days old: the BERT trace of 2025 is, so its
+/// Stripe events come with a warning naming the oldest window (the events are still
+/// written: the limit depends on when they are sent); `--quiet` drops the warning.
+#[test]
+fn stripe_events_older_than_35_days_are_warned_of() {
+    let Some(bert) = shared(BERT) else { return };
+    let args = [
+        "usage",
+        s(&bert),
+        "--events",
+        "-",
+        "--events-format",
+        "stripe",
+    ];
+    let o = gpumeter(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = lines("gpumeter.events.stripe.v1.schema.json", &stdout(&o)).len();
+    assert!(
+        stderr(&o).contains(&format!(
+            "warning: {rows} of {rows} Stripe events have a timestamp more than 35 days ago \
+             (the oldest 2025-07-18T09:00:00Z)"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = gpumeter(&[&args[..], &["-q"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    // Other formats carry no such limit.
+    let o = gpumeter(&[
+        "usage",
+        s(&bert),
+        "--events",
+        "-",
+        "--events-format",
+        "lago",
+    ]);
+    assert!(!stderr(&o).contains("Stripe"), "{}", stderr(&o));
+}
+
+/// The notice of rows left out by `only_mapped_meters` agrees with its count.
+#[test]
+fn one_row_left_out_is_one_row() {
+    let Some(bert) = shared(BERT) else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let map = dir.path().join("map.toml");
+    // The BERT trace has one row of each of six meters; all but memcpy_dtoh_bytes mapped.
+    let meters = [
+        "gpu_busy_ns",
+        "kernel_ns",
+        "kernel_launches",
+        "sm_ns",
+        "warp_ns",
+    ];
+    let text: String = std::iter::once("only_mapped_meters = true\n".to_string())
+        .chain(meters.iter().map(|m| format!("[meters.{m}]\n")))
+        .collect();
+    std::fs::write(&map, text).expect("write");
+    let o = gpumeter(&["usage", s(&bert), "--events", "-", "--events-map", s(&map)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), meters.len());
+    assert_eq!(
+        stderr(&o),
+        "notice: 1 usage row of meters the events mapping leaves out (only_mapped_meters) \
+         was not written\n"
+    );
+}
