@@ -677,7 +677,12 @@ fn count(n: u64, one: &str, many: &str) -> String {
 /// A CUPTI timestamp (ns since the Unix epoch, as the meter reads it) as RFC 3339 UTC with
 /// nine fractional digits, and the raw ns: `2026-11-29T21:38:52.011846105Z (1795997932011846105
 /// ns)`.
+/// A zero is a clock that was not read (a recording whose program never started CUPTI), not
+/// the Unix epoch: `not read (0 ns)`.
 fn clock_time(ns: u64) -> String {
+    if ns == 0 {
+        return "not read (0 ns)".to_string();
+    }
     format!("{} ({ns} ns)", rfc3339_ns(ns))
 }
 
