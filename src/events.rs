@@ -213,7 +213,7 @@ pub enum EventsError {
     },
     /// A usage row or the report cannot be read as events (a `window_start` that is not
     /// RFC 3339 or not on an edge of the report's windows, a window past year 2554, a report
-    /// whose `window_seconds` is 0).
+    /// whose `window_seconds` is 0, a row with the key of an earlier row).
     #[error("usage[{row}].{field}: {reason}")]
     Row {
         /// Index of the row in the report's `usage`.
@@ -745,7 +745,8 @@ pub struct UsageEvents {
 /// [`EventsError::UnmappedTenant`] when the mapping refuses a tenant it has no id for,
 /// [`EventsError::ValueTooLarge`] for a Stripe quantity over [`STRIPE_MAX_VALUE`],
 /// [`EventsError::Row`] for a `window_start` that is not RFC 3339 or not on a window edge
-/// (a multiple of `window_seconds` since the epoch); each names the first such
+/// (a multiple of `window_seconds` since the epoch) or a row with the same key as an earlier
+/// one (the same tenant, device key, window and meter, however written); each names the first such
 /// row (`usage[i]`), and no event is returned.
 pub fn usage_events(
     report: &UsageReport,
@@ -771,6 +772,9 @@ pub fn usage_events(
         open_rows: 0,
         unmapped_meter_rows: 0,
     };
+    // Each key's first row: two rows with one key would be one event to a receiver that
+    // deduplicates, which keeps the first quantity and drops the other.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, row) in report.usage.iter().enumerate() {
         let bad = |field: &'static str, reason: String| EventsError::Row {
             row: i,
@@ -815,6 +819,16 @@ pub fn usage_events(
             EventsError::Row { field, reason, .. } => bad(field, reason),
             e => e,
         })?;
+        if let Some(first) = seen.insert(id.clone(), i) {
+            return Err(bad(
+                "window_start",
+                format!(
+                    "the same tenant, device key, window ({window_start}) and meter as \
+                     usage[{first}]: both would carry one idempotency key, and a receiver would \
+                     keep only one of them (merge the rows first)"
+                ),
+            ));
+        }
         let customer = match map.customer(&row.tenant, format) {
             (Some(c), _) => c.to_string(),
             (None, field) => {
@@ -984,6 +998,33 @@ mod tests {
             .expect_err("zero windows")
             .to_string();
         assert!(msg.contains("window_seconds"), "{msg}");
+    }
+
+    #[test]
+    fn two_rows_with_one_key_are_refused_not_sent_as_duplicates() {
+        let mut r = report(3600, "2026-12-01T00:00:00Z");
+        let mut again = r.usage[0].clone();
+        again.window_start = "2026-12-01T01:00:00+01:00".into();
+        r.usage.push(again);
+        let msg = usage_events(&r, &EventOptions::new(EventFormat::Lago))
+            .expect_err("one key twice")
+            .to_string();
+        assert!(
+            msg.starts_with(
+                "usage[1].window_start: the same tenant, device key, window \
+                 (2026-12-01T00:00:00Z) and meter as usage[0]"
+            ),
+            "{msg}"
+        );
+        // Another meter is another key.
+        r.usage[1].meter = MeterKind::SmNs;
+        assert_eq!(
+            usage_events(&r, &EventOptions::new(EventFormat::Lago))
+                .expect("two keys")
+                .events
+                .len(),
+            2
+        );
     }
 
     #[test]
