@@ -248,6 +248,39 @@ fn an_interrupted_run_leaves_no_copy_of_standard_input() {
     assert!(left.is_empty(), "left behind: {left:?}");
 }
 
+/// An argument with SGR sequences that clap quotes in its error (an unknown subcommand or
+/// option) never reaches the terminal as styles, even with `--color always` (`\e[8m` would
+/// hide the rest of the message): clap's styles cannot be told from the argument's there, so
+/// the message has none.
+#[test]
+fn escape_sequences_in_arguments_never_reach_the_terminal() {
+    for (args, quoted) in [
+        (
+            &["--color", "always", "\u{1b}[8mhidden\u{1b}[0m"][..],
+            "unrecognized subcommand 'hidden'",
+        ),
+        (
+            &[
+                "--color",
+                "always",
+                "usage",
+                "x",
+                "--no-such-\u{1b}[31mflag",
+            ][..],
+            "unexpected argument '--no-such-flag'",
+        ),
+    ] {
+        let o = gpumeter(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert!(!err.contains('\u{1b}'), "{args:?}: {err:?}");
+        assert!(
+            err.starts_with("error: ") && err.contains(quoted),
+            "{args:?}: {err:?}"
+        );
+    }
+}
+
 /// The subcommands `--help` lists (the first word of each line of its Commands section).
 fn listed_subcommands(help: &str) -> Vec<String> {
     help.lines()
