@@ -740,6 +740,37 @@ fn quiet_drops_notices_but_not_errors() {
 /// The value column of `recording show`'s `key  value` lines.
 const VALUE_AT: usize = 14;
 
+/// Device ids repeat across sources (every recording has a device 0): the totals and the
+/// per-window tables then show each row's device key, or rows of two GPUs would read alike.
+/// One source keeps the five columns.
+#[test]
+fn quantity_tables_name_the_device_key_when_ids_repeat() {
+    let data = root().join("examples/data");
+    let green = data.join("h200-cuda13-green-context.gmr");
+    let smoke = data.join("h200-cuda13-smoke.gmr");
+    let text = stdout(&gpumeter(&["usage", s(&green), s(&smoke), "--by-window"]));
+    let header = "  TENANT        DEVICE  KEY                                       METER";
+    let tables: Vec<&str> = text.split("\n\n").filter(|t| t.contains(header)).collect();
+    // Two windows and the totals.
+    assert_eq!(tables.len(), 3, "{text}");
+    for t in tables {
+        for row in t.lines().skip(2) {
+            assert!(
+                row.contains("  0  GPU-5e7955ae-2727-75c0-d5b0-5b2ea03fc696  ")
+                    || row.contains("  0  GPU-7548bd17-4a00-b913-655a-708a00c68182  "),
+                "{row:?} in\n{text}"
+            );
+        }
+    }
+    let alone = stdout(&gpumeter(&["usage", s(&green), "--by-window"]));
+    assert!(
+        alone.contains("\nTotals\n  TENANT        DEVICE  METER "),
+        "{alone}"
+    );
+    let after_devices = alone.split("\nRecords").nth(1).expect("records line");
+    assert!(!after_devices.contains("KEY"), "{alone}");
+}
+
 /// `recording show -` reads the recording from standard input and names it `<stdin>`; it
 /// shows what the file shows.
 #[test]
