@@ -162,7 +162,10 @@ fn cargo_build_command(exe: &Path) -> Option<String> {
         _ => false,
     };
     if !same(target_dir, &workspace_target) {
-        command.push_str(&format!("CARGO_TARGET_DIR={} ", target_dir.display()));
+        command.push_str(&format!(
+            "CARGO_TARGET_DIR={} ",
+            shell_word(&target_dir.display().to_string())
+        ));
     }
     command.push_str("cargo build");
     match profile {
@@ -175,6 +178,16 @@ fn cargo_build_command(exe: &Path) -> Option<String> {
     }
     command.push_str(" -p gpumeter-inject");
     Some(command)
+}
+
+/// `s` as one POSIX shell word, so the command can be pasted: as it is when it holds only
+/// characters no shell treats specially, else in single quotes (a `'` written `'\''`).
+fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:@,%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// Ignores SIGINT and SIGQUIT until dropped (then restores the previous dispositions).

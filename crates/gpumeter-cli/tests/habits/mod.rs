@@ -946,4 +946,26 @@ fn a_missing_injection_library_names_the_command_that_builds_it() {
         );
         assert!(!marker.exists(), "the command was not run");
     }
+    // A target directory with a space: the command is still one that can be pasted.
+    let spaced = tmp.path().join("my target");
+    std::fs::create_dir_all(&spaced).expect("mkdir");
+    std::fs::write(
+        spaced.join("CACHEDIR.TAG"),
+        "Signature: 8a477f597d28d172789f06886806bc55\n",
+    )
+    .expect("tag");
+    let exe = place_binary(tmp.path(), "my target/debug/gpumeter");
+    let o = Command::new(&exe)
+        .args(["record", "--out"])
+        .arg(tmp.path().join("x.gmr"))
+        .args(["--", "true"])
+        .env_remove("GPUMETER_INJECT_LIB")
+        .output()
+        .expect("run");
+    let shown = spaced.canonicalize().expect("canonical");
+    let want = format!(
+        "`CARGO_TARGET_DIR='{}' cargo build -p gpumeter-inject`",
+        shown.display()
+    );
+    assert!(stderr(&o).contains(&want), "{want} not in {}", stderr(&o));
 }
