@@ -187,14 +187,15 @@ pub fn usage_text(r: &UsageReport, options: &UsageTextOptions) -> String {
         .records
         .skipped
         .iter()
-        .map(|(k, v)| format!("{} {v}", esc(k)))
+        .map(|(k, v)| format!("{} {}", esc(k), group_digits(&v.to_string())))
         .collect();
+    // Counts with thousands separators, as in every table.
     let _ = writeln!(
         out,
         "\nRecords  {} kernel, {} memcpy, {} memset metered; skipped (not work): {}",
-        r.records.kernel,
-        r.records.memcpy,
-        r.records.memset,
+        group_digits(&r.records.kernel.to_string()),
+        group_digits(&r.records.memcpy.to_string()),
+        group_digits(&r.records.memset.to_string()),
         if skipped.is_empty() {
             "none".into()
         } else {

@@ -762,6 +762,11 @@ fn quantity_tables_name_the_device_key_when_ids_repeat() {
             );
         }
     }
+    // Counts on the Records line have thousands separators, as the tables' do.
+    assert!(
+        text.contains("\nRecords  2,121 kernel, 2 memcpy, 1 memset metered;"),
+        "{text}"
+    );
     let alone = stdout(&gpumeter(&["usage", s(&green), "--by-window"]));
     assert!(
         alone.contains("\nTotals\n  TENANT        DEVICE  METER "),
