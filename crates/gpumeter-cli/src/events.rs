@@ -105,6 +105,26 @@ impl EventsArgs {
             closed_before_ns: None,
         };
         let events = usage_events(report, &options).map_err(failed)?;
+        // A recording without its end frame may still be written to: its last window is then
+        // not closed, and its events would be final to a deduplicating receiver.
+        let unfinished = report
+            .warnings
+            .iter()
+            .filter(|w| *w.code() == gpumeter::core::WarningCode::UnfinishedRecording)
+            .count();
+        if unfinished > 0 && !events.events.is_empty() {
+            say(&format!(
+                "warning: {} without an end frame: if a producer is still writing, its last \
+                 window is not closed yet, and a receiver that deduplicates will drop the \
+                 complete window when it is sent again; send the events once the recording is \
+                 finished",
+                if unfinished == 1 {
+                    "1 recording".to_string()
+                } else {
+                    format!("{unfinished} recordings")
+                }
+            ));
+        }
         if events.unmapped_meter_rows > 0 {
             say(&format!(
                 "notice: {} of meters the events mapping leaves out (only_mapped_meters) \

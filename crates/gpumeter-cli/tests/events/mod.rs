@@ -335,3 +335,28 @@ fn one_row_left_out_is_one_row() {
          was not written\n"
     );
 }
+
+/// A recording without its end frame may still be growing: its events come with a warning
+/// that the last window may not be closed (a finished recording has none).
+#[test]
+fn events_of_an_unfinished_recording_are_warned_of() {
+    let data = root().join("examples/data");
+    let finished = data.join("h200-cuda13-green-context.gmr");
+    let o = gpumeter(&["usage", s(&finished), "--events", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    // Its last 40 bytes cut (inside the end frame): the activity buffers are whole, the
+    // end frame is gone.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut = dir.path().join("cut.gmr");
+    let bytes = std::fs::read(&finished).expect("recording");
+    std::fs::write(&cut, &bytes[..bytes.len() - 40]).expect("write");
+    let o = gpumeter(&["usage", s(&cut), "--events", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).is_empty());
+    assert!(
+        stderr(&o).starts_with("warning: 1 recording without an end frame: if a producer is still writing, its last window is not closed yet"),
+        "{}",
+        stderr(&o)
+    );
+}
