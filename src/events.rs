@@ -22,7 +22,11 @@
 //! Every row of [`UsageReport::usage`] (one per tenant, device, UTC window and meter with a
 //! non-zero quantity) whose window is *closed*: a window the meter can no longer change. A
 //! report of files is final, so all its windows are closed ([`EventOptions::closed_before_ns`]
-//! `None`, the default). A live meter's last windows may still grow: set `closed_before_ns` to
+//! `None`, the default) — provided the report holds every input with usage in them: the key
+//! does not name the inputs, so two reports that each hold part of one device's window (two
+//! recordings of one GPU in the same hour, metered apart) give events with the same key and
+//! different quantities, and a deduplicating receiver keeps only the first. Meter a window's
+//! inputs together (or merge the reports) before sending it. A live meter's last windows may still grow: set `closed_before_ns` to
 //! an instant `T` (ns since the Unix epoch) before which nothing can arrive any more — for
 //! gpumeter's meter, the latest record time it has seen minus its reordering horizon
 //! ([`crate::MeterConfig`], 60 s by default), since a record later than that is counted as loss,
@@ -45,7 +49,8 @@
 //! from the event's own fields. The key is the CloudEvents `id`, the Stripe `identifier` and
 //! the Lago `transaction_id`; it does not depend on the format, the mapping or the quantity, so
 //! a window sent again — by a retry, or a report metered again from the same files — carries
-//! the same key. A *corrected* quantity for a window already sent also carries the same key,
+//! the same key. A device key without a GPU UUID names its source file
+//! (`trace.json.gz@1a2b3c4d#0`), so the same bytes under another file name give other keys. A *corrected* quantity for a window already sent also carries the same key,
 //! and a receiver that deduplicates drops it: corrections are not expressible as events.
 //!
 //! # Formats (field names and limits from each system's documentation)
@@ -207,7 +212,8 @@ pub enum EventsError {
         format: EventFormat,
     },
     /// A usage row or the report cannot be read as events (a `window_start` that is not
-    /// RFC 3339, a window past year 2554).
+    /// RFC 3339 or not on an edge of the report's windows, a window past year 2554, a report
+    /// whose `window_seconds` is 0, a row with the key of an earlier row).
     #[error("usage[{row}].{field}: {reason}")]
     Row {
         /// Index of the row in the report's `usage`.
@@ -738,7 +744,9 @@ pub struct UsageEvents {
 /// # Errors
 /// [`EventsError::UnmappedTenant`] when the mapping refuses a tenant it has no id for,
 /// [`EventsError::ValueTooLarge`] for a Stripe quantity over [`STRIPE_MAX_VALUE`],
-/// [`EventsError::Row`] for a `window_start` that is not RFC 3339; each names the first such
+/// [`EventsError::Row`] for a `window_start` that is not RFC 3339 or not on a window edge
+/// (a multiple of `window_seconds` since the epoch) or a row with the same key as an earlier
+/// one (the same tenant, device key, window and meter, however written); each names the first such
 /// row (`usage[i]`), and no event is returned.
 pub fn usage_events(
     report: &UsageReport,
@@ -750,16 +758,23 @@ pub fn usage_events(
     let window_ns = report
         .window_seconds
         .checked_mul(NS_PER_SECOND)
+        .filter(|&ns| ns > 0)
         .ok_or_else(|| EventsError::Row {
             row: 0,
             field: "window_seconds",
-            reason: format!("{} s windows overflow u64 ns", report.window_seconds),
+            reason: format!(
+                "{} s windows are empty or overflow u64 ns",
+                report.window_seconds
+            ),
         })?;
     let mut out = UsageEvents {
         events: Vec::with_capacity(report.usage.len()),
         open_rows: 0,
         unmapped_meter_rows: 0,
     };
+    // Each key's first row: two rows with one key would be one event to a receiver that
+    // deduplicates, which keeps the first quantity and drops the other.
+    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
     for (i, row) in report.usage.iter().enumerate() {
         let bad = |field: &'static str, reason: String| EventsError::Row {
             row: i,
@@ -767,6 +782,19 @@ pub fn usage_events(
             reason,
         };
         let start_ns = parse_rfc3339(&row.window_start).map_err(|e| bad("window_start", e))?;
+        // A window starts on a multiple of its size; any other start would be a window of its
+        // own with a key of its own, so its usage could be sent twice.
+        if start_ns.checked_rem(window_ns) != Some(0) {
+            return Err(bad(
+                "window_start",
+                format!(
+                    "`{}` is not on a {} s window edge (windows are aligned to multiples of \
+                     their size)",
+                    gpumeter_core::text::printable(&row.window_start),
+                    report.window_seconds
+                ),
+            ));
+        }
         let end_ns = start_ns
             .checked_add(window_ns)
             .ok_or_else(|| bad("window_start", "its window ends after 2554".into()))?;
@@ -791,6 +819,16 @@ pub fn usage_events(
             EventsError::Row { field, reason, .. } => bad(field, reason),
             e => e,
         })?;
+        if let Some(first) = seen.insert(id.clone(), i) {
+            return Err(bad(
+                "window_start",
+                format!(
+                    "the same tenant, device key, window ({window_start}) and meter as \
+                     usage[{first}]: both would carry one idempotency key, and a receiver would \
+                     keep only one of them (merge the rows first)"
+                ),
+            ));
+        }
         let customer = match map.customer(&row.tenant, format) {
             (Some(c), _) => c.to_string(),
             (None, field) => {
@@ -920,6 +958,72 @@ mod tests {
         assert_ne!(
             key(["a\",\"b", "c", "t", "m", "v1"]),
             key(["a", "b\",\"c", "t", "m", "v1"])
+        );
+    }
+
+    fn report(window_seconds: u64, window_start: &str) -> UsageReport {
+        let text = format!(
+            r#"{{"schema":"gpumeter.usage/v1","metering_policy":"v1",
+            "window_seconds":{window_seconds},"sources":[],"devices":[],
+            "records":{{"kernel":0,"memcpy":0,"memset":0,"skipped":{{}}}},"loss":[],
+            "usage":[{{"tenant":"alice","device":0,"device_key":"GPU-1",
+            "window_start":"{window_start}","meter":"kernel_ns","quantity":"7"}}],
+            "totals":[],"open_allocations":[],"warnings":[],"sha256":""}}"#
+        );
+        serde_json::from_str(&text).expect("report")
+    }
+
+    #[test]
+    fn a_window_start_off_the_window_edges_is_refused_not_keyed() {
+        let options = EventOptions::new(EventFormat::CloudEvents);
+        // On an edge, written with an offset: the key of the `Z` form.
+        let on_edge =
+            usage_events(&report(3600, "2026-12-01T01:00:00+01:00"), &options).expect("an edge");
+        assert_eq!(
+            on_edge.events[0].id(),
+            key(["alice", "GPU-1", "2026-12-01T00:00:00Z", "kernel_ns", "v1"])
+        );
+        // Half past: a window of its own would get a key of its own.
+        let msg = usage_events(&report(3600, "2026-12-01T00:30:00Z"), &options)
+            .expect_err("off the edges")
+            .to_string();
+        assert!(
+            msg.starts_with("usage[0].window_start: `2026-12-01T00:30:00Z` is not on a 3600 s"),
+            "{msg}"
+        );
+        // A 60 s report's minute edges are edges.
+        assert!(usage_events(&report(60, "2026-12-01T00:31:00Z"), &options).is_ok());
+        // Zero-second windows: an error, not a division by zero.
+        let msg = usage_events(&report(0, "2026-12-01T00:00:00Z"), &options)
+            .expect_err("zero windows")
+            .to_string();
+        assert!(msg.contains("window_seconds"), "{msg}");
+    }
+
+    #[test]
+    fn two_rows_with_one_key_are_refused_not_sent_as_duplicates() {
+        let mut r = report(3600, "2026-12-01T00:00:00Z");
+        let mut again = r.usage[0].clone();
+        again.window_start = "2026-12-01T01:00:00+01:00".into();
+        r.usage.push(again);
+        let msg = usage_events(&r, &EventOptions::new(EventFormat::Lago))
+            .expect_err("one key twice")
+            .to_string();
+        assert!(
+            msg.starts_with(
+                "usage[1].window_start: the same tenant, device key, window \
+                 (2026-12-01T00:00:00Z) and meter as usage[0]"
+            ),
+            "{msg}"
+        );
+        // Another meter is another key.
+        r.usage[1].meter = MeterKind::SmNs;
+        assert_eq!(
+            usage_events(&r, &EventOptions::new(EventFormat::Lago))
+                .expect("two keys")
+                .events
+                .len(),
+            2
         );
     }
 

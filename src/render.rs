@@ -167,7 +167,9 @@ impl UsageTextOptions {
 /// `Devices` (id, key, name, SM count, compute capability and the meters not meterable
 /// there), `Records` (kernel, memcpy and memset records metered; events skipped by category),
 /// with [`UsageTextOptions::by_window`] one table per window, `Totals` (per tenant, device and
-/// meter, quantities in the meter's canonical unit with thousands separators), `Loss` (when
+/// meter, quantities in the meter's canonical unit with thousands separators; the per-window
+/// and totals tables add a `KEY` column, the device key, when a device id names several
+/// devices of the report, as ids from different sources do), `Loss` (when
 /// records were lost) and `Warnings` (when there are some), and last the report's `sha256`
 /// line. A report with no device or no usage says so on the section's line instead of an
 /// empty table. No final newline.
@@ -197,14 +199,15 @@ pub fn usage_text(r: &UsageReport, options: &UsageTextOptions) -> String {
         .records
         .skipped
         .iter()
-        .map(|(k, v)| format!("{} {v}", esc(k)))
+        .map(|(k, v)| format!("{} {}", esc(k), group_digits(&v.to_string())))
         .collect();
+    // Counts with thousands separators, as in every table.
     let _ = writeln!(
         out,
         "\nRecords  {} kernel, {} memcpy, {} memset metered; skipped (not work): {}",
-        r.records.kernel,
-        r.records.memcpy,
-        r.records.memset,
+        group_digits(&r.records.kernel.to_string()),
+        group_digits(&r.records.memcpy.to_string()),
+        group_digits(&r.records.memset.to_string()),
         if skipped.is_empty() {
             "none".into()
         } else {
@@ -266,6 +269,52 @@ const QUANTITY_COLUMNS: [(&str, bool); 5] = [
     ("UNIT", false),
 ];
 
+/// [`QUANTITY_COLUMNS`] with the device key after the device id, for reports in which one id
+/// names several devices (ids repeat across sources: every trace has a device 0).
+const QUANTITY_COLUMNS_KEYED: [(&str, bool); 6] = [
+    ("TENANT", false),
+    ("DEVICE", true),
+    ("KEY", false),
+    ("METER", false),
+    ("QUANTITY", true),
+    ("UNIT", false),
+];
+
+/// Whether a device id names more than one device of the report (then the quantity tables
+/// show the device key too, or their rows could not be told apart).
+fn ids_repeat(r: &UsageReport) -> bool {
+    let mut ids: Vec<u32> = r.devices.iter().map(|d| d.device).collect();
+    let n = ids.len();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.len() != n
+}
+
+/// A quantity table: a row per usage or total row, with the device key when ids repeat.
+fn quantity_table<'a>(
+    keyed: bool,
+    rows: impl Iterator<Item = (&'a str, u32, &'a str, gpumeter_core::MeterKind, u128)>,
+) -> Table {
+    let mut t = if keyed {
+        Table::new(&QUANTITY_COLUMNS_KEYED)
+    } else {
+        Table::new(&QUANTITY_COLUMNS)
+    };
+    for (tenant, device, key, meter, quantity) in rows {
+        let mut cells = vec![tenant.to_string(), device.to_string()];
+        if keyed {
+            cells.push(key.to_string());
+        }
+        cells.extend([
+            meter.to_string(),
+            group_digits(&quantity.to_string()),
+            meter.canonical_unit().to_string(),
+        ]);
+        t.row(cells);
+    }
+    t
+}
+
 fn totals_section(out: &mut String, r: &UsageReport) {
     if r.totals.is_empty() {
         let _ = writeln!(
@@ -275,33 +324,19 @@ fn totals_section(out: &mut String, r: &UsageReport) {
         return;
     }
     let _ = writeln!(out, "\nTotals");
-    let mut t = Table::new(&QUANTITY_COLUMNS);
-    for row in &r.totals {
-        t.row(quantity_cells(
-            &row.tenant,
-            row.device,
-            row.meter,
-            row.quantity,
-        ));
-    }
+    let t = quantity_table(
+        ids_repeat(r),
+        r.totals.iter().map(|row| {
+            (
+                row.tenant.as_str(),
+                row.device,
+                row.device_key.as_str(),
+                row.meter,
+                row.quantity.0,
+            )
+        }),
+    );
     out.push_str(&t.render("  "));
-}
-
-/// A row of [`QUANTITY_COLUMNS`]: tenant, device, meter, the quantity with digit groups, and
-/// the meter's canonical unit.
-fn quantity_cells(
-    tenant: &str,
-    device: impl std::fmt::Display,
-    meter: gpumeter_core::MeterKind,
-    quantity: impl std::fmt::Display,
-) -> Vec<String> {
-    vec![
-        tenant.to_string(),
-        device.to_string(),
-        meter.to_string(),
-        group_digits(&quantity.to_string()),
-        meter.canonical_unit().to_string(),
-    ]
 }
 
 /// One table per window, in time order: `Window START to END (end exclusive)`, then the
@@ -325,6 +360,7 @@ fn windows_section(out: &mut String, r: &UsageReport) {
     let window_ns = r
         .window_seconds
         .saturating_mul(gpumeter_core::time::NS_PER_SECOND);
+    let keyed = ids_repeat(r);
     for ((start, text), rows) in windows {
         let end = if start == u64::MAX {
             "?".to_string()
@@ -337,15 +373,18 @@ fn windows_section(out: &mut String, r: &UsageReport) {
             esc(text),
             esc(&end)
         );
-        let mut t = Table::new(&QUANTITY_COLUMNS);
-        for row in rows {
-            t.row(quantity_cells(
-                &row.tenant,
-                row.device,
-                row.meter,
-                row.quantity,
-            ));
-        }
+        let t = quantity_table(
+            keyed,
+            rows.iter().map(|row| {
+                (
+                    row.tenant.as_str(),
+                    row.device,
+                    row.device_key.as_str(),
+                    row.meter,
+                    row.quantity.0,
+                )
+            }),
+        );
         out.push_str(&t.render("  "));
     }
 }

@@ -557,10 +557,11 @@ fn usage_output(
     by_window: bool,
     events: &events::EventsArgs,
 ) -> Result<Output, Failure> {
-    events.check(json)?;
+    events.check(json, by_window)?;
     let options = usage.options()?;
+    let map = events.map()?;
     let report = usage.report(&options)?;
-    if let Some(lines) = events.write(&report)? {
+    if let Some(lines) = events.write(&report, map.as_ref())? {
         return Ok(Output::Events(lines));
     }
     if json {
@@ -804,7 +805,11 @@ fn parse_cli() -> Result<Cli, ExitCode> {
             let code = u8::try_from(e.exit_code()).unwrap_or(2);
             let color = term::color_from_args(&args);
             if e.use_stderr() {
-                term::write_styled(&clap_message(&e), true, color);
+                // clap keeps the SGR sequences of the values it quotes (an unknown subcommand
+                // `\e[8m…` would hide text), and its own styles are SGR too.
+                let quoted_escape = args.iter().any(|a| a.as_encoded_bytes().contains(&0x1b));
+                let message = clap_message(&e, quoted_escape);
+                term::write_styled(&message, true, color);
             } else {
                 // --help, --version: clap's own text, to stdout.
                 term::write_styled(&e.render().ansi().to_string(), false, color);
@@ -815,10 +820,14 @@ fn parse_cli() -> Result<Cli, ExitCode> {
 }
 
 /// clap's message with its styles, escaped line by line ([`term::escape_keeping_styles`]).
-/// clap quotes a refused value as given (only stripping ANSI sequences), so a value with a
+/// clap quotes a refused value as given (stripping ANSI sequences other than SGR), so a value with a
 /// character [`printable`] escapes (a newline, a bidirectional override) is quoted escaped instead,
 /// with the reason its parser gave.
-fn clap_message(e: &clap::Error) -> String {
+///
+/// When an argument holds an escape (`quoted_escape`), clap's styles cannot be told from the
+/// argument's, so the message is clap's plain text (which drops every escape sequence),
+/// escaped, without styles.
+fn clap_message(e: &clap::Error, quoted_escape: bool) -> String {
     use clap::error::{ContextKind, ContextValue};
     if let (Some(ContextValue::String(value)), Some(ContextValue::String(arg))) = (
         e.get(ContextKind::InvalidValue),
@@ -835,6 +844,11 @@ fn clap_message(e: &clap::Error) -> String {
                 printable(value)
             );
         }
+    }
+    if quoted_escape {
+        let plain = e.render().to_string();
+        let lines: Vec<_> = plain.split('\n').map(printable).collect();
+        return lines.join("\n");
     }
     term::escape_keeping_styles(&e.render().ansi().to_string())
 }

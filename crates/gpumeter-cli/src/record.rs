@@ -63,7 +63,7 @@ pub(crate) struct RecordArgs {
 pub(crate) enum RecordingCommand {
     /// Show a recording's header, frames, record kinds and kernel names with launch counts.
     Show {
-        /// The recording (.gmr).
+        /// The recording (.gmr); `-` reads it from standard input, named <stdin>.
         file: PathBuf,
         /// Write JSON (for scripts; a debugging view whose shape may change, not a gpumeter
         /// document).
@@ -162,7 +162,10 @@ fn cargo_build_command(exe: &Path) -> Option<String> {
         _ => false,
     };
     if !same(target_dir, &workspace_target) {
-        command.push_str(&format!("CARGO_TARGET_DIR={} ", target_dir.display()));
+        command.push_str(&format!(
+            "CARGO_TARGET_DIR={} ",
+            shell_word(&target_dir.display().to_string())
+        ));
     }
     command.push_str("cargo build");
     match profile {
@@ -175,6 +178,16 @@ fn cargo_build_command(exe: &Path) -> Option<String> {
     }
     command.push_str(" -p gpumeter-inject");
     Some(command)
+}
+
+/// `s` as one POSIX shell word, so the command can be pasted: as it is when it holds only
+/// characters no shell treats specially, else in single quotes (a `'` written `'\''`).
+fn shell_word(s: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+=:@,%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        return s.to_string();
+    }
+    format!("'{}'", s.replace('\'', r"'\''"))
 }
 
 /// Ignores SIGINT and SIGQUIT until dropped (then restores the previous dispositions).
@@ -564,12 +577,25 @@ struct Inspection {
 }
 
 fn inspect(path: &Path) -> Result<Inspection, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let file: GmrFile = read_gmr(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    // `-` is standard input, named `<stdin>` as `usage` names it.
+    let (name, bytes) = if crate::stdin::is_stdin(path) {
+        let mut bytes = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut bytes).map_err(|e| {
+            format!(
+                "{}: cannot read standard input: {e}",
+                crate::stdin::STDIN_NAME
+            )
+        })?;
+        (crate::stdin::STDIN_NAME.to_string(), bytes)
+    } else {
+        let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        (path.display().to_string(), bytes)
+    };
+    let file: GmrFile = read_gmr(&bytes).map_err(|e| format!("{name}: {e}"))?;
     let api = ApiVersion::from_cupti(file.header.cupti_api_version);
     let (instruction_frames, instructions) = instructions_by_function(&file.frames);
     let mut i = Inspection {
-        file: path.display().to_string(),
+        file: name,
         header: file.header.clone(),
         finished: file.finished,
         torn: file.torn.map(|t| t.to_string()),
@@ -664,7 +690,12 @@ fn count(n: u64, one: &str, many: &str) -> String {
 /// A CUPTI timestamp (ns since the Unix epoch, as the meter reads it) as RFC 3339 UTC with
 /// nine fractional digits, and the raw ns: `2026-11-29T21:38:52.011846105Z (1795997932011846105
 /// ns)`.
+/// A zero is a clock that was not read (a recording whose program never started CUPTI), not
+/// the Unix epoch: `not read (0 ns)`.
 fn clock_time(ns: u64) -> String {
+    if ns == 0 {
+        return "not read (0 ns)".to_string();
+    }
     format!("{} ({ns} ns)", rfc3339_ns(ns))
 }
 

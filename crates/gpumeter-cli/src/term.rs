@@ -152,8 +152,9 @@ pub(crate) fn error_prefix() -> String {
 }
 
 /// `text`, line by line, with every character [`printable`] escapes written escaped, except
-/// SGR sequences (`ESC [ … m`), which clap's styles are made of (clap strips escape sequences
-/// from the values it quotes, so every SGR left is its own).
+/// SGR sequences (`ESC [ … m`), which clap's styles are made of. clap strips other escape
+/// sequences from the values it quotes but keeps SGR ones, so the caller uses this only when no
+/// argument holds an escape (then every SGR is clap's own).
 pub(crate) fn escape_keeping_styles(text: &str) -> String {
     let lines: Vec<String> = text.split('\n').map(escape_line).collect();
     lines.join("\n")

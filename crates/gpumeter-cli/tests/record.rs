@@ -362,6 +362,36 @@ fn recording_show_summarises_energy_per_device() {
     );
 }
 
+/// A recording whose program never started CUPTI has a zero clock: `recording show` says it
+/// was not read instead of showing the Unix epoch as its time.
+#[test]
+fn recording_show_tells_a_clock_that_was_not_read() {
+    use gpumeter_cupti::gmr::{GmrHeader, GmrWriter};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("empty.gmr");
+    let mut header = GmrHeader {
+        cupti_api_version: 26,
+        ..GmrHeader::default()
+    };
+    header.clock.unix_time_ns = 1_796_207_556_211_636_317;
+    let w = GmrWriter::new(Vec::new(), &header).expect("header");
+    std::fs::write(&path, w.finish().expect("finish")).expect("write");
+    let o = gpumeter()
+        .args(["recording", "show"])
+        .arg(&path)
+        .output()
+        .expect("show");
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(
+            "\nclock         CUPTI not read (0 ns), wall clock 2026-12-02T10:32:36.211636317Z \
+             (1796207556211636317 ns)\n"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("1970"), "{out}");
+}
+
 /// `recording show` lists instruction-count frames (instrumented mode): how many, and the
 /// warp instructions per function summed over them (a hand-written recording).
 #[test]

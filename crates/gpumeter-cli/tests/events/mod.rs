@@ -91,6 +91,11 @@ fn events_options_conflicting_or_alone_are_a_bad_command_line() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("--events - writes the events to standard output"));
     assert!(o.stdout.is_empty());
+    // --by-window shapes the text report, which --events - does not write.
+    let o = gpumeter(&["usage", s(&example), "--events", "-", "--by-window"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("drop --by-window"), "{}", stderr(&o));
+    assert!(o.stdout.is_empty());
     for args in [
         ["--events-format", "stripe"],
         ["--events-map", "examples/events-map.toml"],
@@ -132,6 +137,17 @@ fn a_bad_mapping_is_exit_1_with_its_line_and_column_and_no_events_file() {
     );
     assert!(!out.exists(), "nothing written");
     assert!(o.stdout.is_empty(), "no report either");
+    // The mapping is read before the inputs, as the price book is: its error comes first.
+    let o = gpumeter(&[
+        "usage",
+        s(&dir.path().join("missing.json.gz")),
+        "--events",
+        s(&out),
+        "--events-map",
+        s(&map),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("map.toml:2:1: "), "{}", stderr(&o));
 }
 
 #[test]
@@ -226,4 +242,121 @@ fn a_stripe_quantity_past_15_digits_is_exit_1_naming_the_row_and_nothing_is_writ
             assert!(!out.exists(), "no partial events file");
         }
     }
+}
+
+/// Device keys carry file names, which may hold control and bidirectional characters: the
+/// events write them as `\uXXXX` (nothing that moves a terminal's cursor or reorders its text),
+/// and a JSON parser reads back the name as it is.
+#[test]
+fn control_and_bidi_characters_in_device_keys_are_escaped_in_the_events() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = "gpu\u{202e}z\u{1b}[2J.json.gz";
+    let file = dir.path().join(name);
+    std::fs::copy(example(), &file).expect("copy");
+    let o = gpumeter(&["usage", s(&file), "--events", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        !text.contains('\u{202e}') && !text.contains('\u{1b}'),
+        "{text}"
+    );
+    assert!(text.contains(r"gpu\u202ez\u001b[2J.json.gz@"), "{text}");
+    let events = lines("gpumeter.events.cloudevents.v1.schema.json", &text);
+    let key = events[0]["data"]["device_key"]
+        .as_str()
+        .expect("device key");
+    assert!(key.starts_with(&format!("{name}@")), "{key:?}");
+}
+
+/// Stripe refuses meter events more than 35 days old: the BERT trace of 2025 is, so its
+/// Stripe events come with a warning naming the oldest window (the events are still
+/// written: the limit depends on when they are sent); `--quiet` drops the warning.
+#[test]
+fn stripe_events_older_than_35_days_are_warned_of() {
+    let Some(bert) = shared(BERT) else { return };
+    let args = [
+        "usage",
+        s(&bert),
+        "--events",
+        "-",
+        "--events-format",
+        "stripe",
+    ];
+    let o = gpumeter(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let rows = lines("gpumeter.events.stripe.v1.schema.json", &stdout(&o)).len();
+    assert!(
+        stderr(&o).contains(&format!(
+            "warning: {rows} of {rows} Stripe events have a timestamp more than 35 days ago \
+             (the oldest 2025-07-18T09:00:00Z)"
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = gpumeter(&[&args[..], &["-q"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    // Other formats carry no such limit.
+    let o = gpumeter(&[
+        "usage",
+        s(&bert),
+        "--events",
+        "-",
+        "--events-format",
+        "lago",
+    ]);
+    assert!(!stderr(&o).contains("Stripe"), "{}", stderr(&o));
+}
+
+/// The notice of rows left out by `only_mapped_meters` agrees with its count.
+#[test]
+fn one_row_left_out_is_one_row() {
+    let Some(bert) = shared(BERT) else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let map = dir.path().join("map.toml");
+    // The BERT trace has one row of each of six meters; all but memcpy_dtoh_bytes mapped.
+    let meters = [
+        "gpu_busy_ns",
+        "kernel_ns",
+        "kernel_launches",
+        "sm_ns",
+        "warp_ns",
+    ];
+    let text: String = std::iter::once("only_mapped_meters = true\n".to_string())
+        .chain(meters.iter().map(|m| format!("[meters.{m}]\n")))
+        .collect();
+    std::fs::write(&map, text).expect("write");
+    let o = gpumeter(&["usage", s(&bert), "--events", "-", "--events-map", s(&map)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), meters.len());
+    assert_eq!(
+        stderr(&o),
+        "notice: 1 usage row of meters the events mapping leaves out (only_mapped_meters) \
+         was not written\n"
+    );
+}
+
+/// A recording without its end frame may still be growing: its events come with a warning
+/// that the last window may not be closed (a finished recording has none).
+#[test]
+fn events_of_an_unfinished_recording_are_warned_of() {
+    let data = root().join("examples/data");
+    let finished = data.join("h200-cuda13-green-context.gmr");
+    let o = gpumeter(&["usage", s(&finished), "--events", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(o.stderr.is_empty(), "{}", stderr(&o));
+    // Its last 40 bytes cut (inside the end frame): the activity buffers are whole, the
+    // end frame is gone.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut = dir.path().join("cut.gmr");
+    let bytes = std::fs::read(&finished).expect("recording");
+    std::fs::write(&cut, &bytes[..bytes.len() - 40]).expect("write");
+    let o = gpumeter(&["usage", s(&cut), "--events", "-"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).is_empty());
+    assert!(
+        stderr(&o).starts_with("warning: 1 recording without an end frame: if a producer is still writing, its last window is not closed yet"),
+        "{}",
+        stderr(&o)
+    );
 }

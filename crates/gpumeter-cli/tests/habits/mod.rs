@@ -180,6 +180,20 @@ fn standard_input_twice_is_refused_and_its_errors_name_it() {
         "{err}"
     );
     assert!(!err.contains("gpumeter-stdin-"), "{err}");
+    // Empty standard input says so, not "unknown input format".
+    for args in [
+        &["usage", "-"][..],
+        &["preview", "-", "--prices", s(&book())][..],
+    ] {
+        let o = with_stdin(args, b"");
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(
+            stderr(&o).starts_with("error: <stdin>: standard input is empty"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(o.stdout.is_empty());
+    }
     let o = with_stdin(&["usage", "--format", "gmr", "-"], b"GMR? no\n");
     assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     let err = stderr(&o);
@@ -187,6 +201,84 @@ fn standard_input_twice_is_refused_and_its_errors_name_it() {
         err.contains("<stdin>") && !err.contains("gpumeter-stdin-"),
         "{err}"
     );
+}
+
+/// Ctrl-C while standard input is being copied removes the temporary copy (the destructors
+/// that remove it at a normal exit do not run on a signal), and the process still ends by
+/// SIGINT. The test waits for the copy to exist (an event), then signals.
+#[test]
+#[allow(unsafe_code)]
+fn an_interrupted_run_leaves_no_copy_of_standard_input() {
+    use std::os::unix::process::ExitStatusExt as _;
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut child = bin()
+        .args(["usage", "-"])
+        .env("TMPDIR", tmp.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn gpumeter");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin.write_all(b"{\"traceEvents\": [").expect("write");
+    // The copy's file is made after the handler is installed, its directory before.
+    let copied = || {
+        std::fs::read_dir(tmp.path())
+            .expect("tmp")
+            .any(|d| d.expect("entry").path().join("<stdin>").exists())
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !copied() {
+        assert!(
+            Instant::now() < deadline,
+            "the copy of standard input never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = libc::pid_t::try_from(child.id()).expect("pid");
+    // SAFETY: kill(2) on our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+    let status = child.wait().expect("wait");
+    drop(stdin);
+    assert_eq!(status.signal(), Some(libc::SIGINT), "{status:?}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("tmp")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+/// An argument with SGR sequences that clap quotes in its error (an unknown subcommand or
+/// option) never reaches the terminal as styles, even with `--color always` (`\e[8m` would
+/// hide the rest of the message): clap's styles cannot be told from the argument's there, so
+/// the message has none.
+#[test]
+fn escape_sequences_in_arguments_never_reach_the_terminal() {
+    for (args, quoted) in [
+        (
+            &["--color", "always", "\u{1b}[8mhidden\u{1b}[0m"][..],
+            "unrecognized subcommand 'hidden'",
+        ),
+        (
+            &[
+                "--color",
+                "always",
+                "usage",
+                "x",
+                "--no-such-\u{1b}[31mflag",
+            ][..],
+            "unexpected argument '--no-such-flag'",
+        ),
+    ] {
+        let o = gpumeter(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let err = stderr(&o);
+        assert!(!err.contains('\u{1b}'), "{args:?}: {err:?}");
+        assert!(
+            err.starts_with("error: ") && err.contains(quoted),
+            "{args:?}: {err:?}"
+        );
+    }
 }
 
 /// The subcommands `--help` lists (the first word of each line of its Commands section).
@@ -653,6 +745,66 @@ fn quiet_drops_notices_but_not_errors() {
 /// The value column of `recording show`'s `key  value` lines.
 const VALUE_AT: usize = 14;
 
+/// Device ids repeat across sources (every recording has a device 0): the totals and the
+/// per-window tables then show each row's device key, or rows of two GPUs would read alike.
+/// One source keeps the five columns.
+#[test]
+fn quantity_tables_name_the_device_key_when_ids_repeat() {
+    let data = root().join("examples/data");
+    let green = data.join("h200-cuda13-green-context.gmr");
+    let smoke = data.join("h200-cuda13-smoke.gmr");
+    let text = stdout(&gpumeter(&["usage", s(&green), s(&smoke), "--by-window"]));
+    let header = "  TENANT        DEVICE  KEY                                       METER";
+    let tables: Vec<&str> = text.split("\n\n").filter(|t| t.contains(header)).collect();
+    // Two windows and the totals.
+    assert_eq!(tables.len(), 3, "{text}");
+    for t in tables {
+        for row in t.lines().skip(2) {
+            assert!(
+                row.contains("  0  GPU-5e7955ae-2727-75c0-d5b0-5b2ea03fc696  ")
+                    || row.contains("  0  GPU-7548bd17-4a00-b913-655a-708a00c68182  "),
+                "{row:?} in\n{text}"
+            );
+        }
+    }
+    // Counts on the Records line have thousands separators, as the tables' do.
+    assert!(
+        text.contains("\nRecords  2,121 kernel, 2 memcpy, 1 memset metered;"),
+        "{text}"
+    );
+    let alone = stdout(&gpumeter(&["usage", s(&green), "--by-window"]));
+    assert!(
+        alone.contains("\nTotals\n  TENANT        DEVICE  METER "),
+        "{alone}"
+    );
+    let after_devices = alone.split("\nRecords").nth(1).expect("records line");
+    assert!(!after_devices.contains("KEY"), "{alone}");
+}
+
+/// `recording show -` reads the recording from standard input and names it `<stdin>`; it
+/// shows what the file shows.
+#[test]
+fn recording_show_reads_standard_input() {
+    let file = root().join("examples/data/h200-cuda13-green-context.gmr");
+    let bytes = std::fs::read(&file).expect("recording");
+    let from_file = stdout(&gpumeter(&["recording", "show", s(&file)]));
+    let o = with_stdin(&["recording", "show", "-"], &bytes);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        stdout(&o),
+        from_file.replacen(s(&file), "<stdin>", 1),
+        "{}",
+        stderr(&o)
+    );
+    let o = with_stdin(&["recording", "show", "-"], b"not a recording");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).starts_with("error: <stdin>: not a .gmr recording"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// `recording show` on the committed H200 recordings: nouns agree with their counts, clock
 /// times read as RFC 3339 UTC beside the raw ns, keys and table columns align.
 #[test]
@@ -804,4 +956,26 @@ fn a_missing_injection_library_names_the_command_that_builds_it() {
         );
         assert!(!marker.exists(), "the command was not run");
     }
+    // A target directory with a space: the command is still one that can be pasted.
+    let spaced = tmp.path().join("my target");
+    std::fs::create_dir_all(&spaced).expect("mkdir");
+    std::fs::write(
+        spaced.join("CACHEDIR.TAG"),
+        "Signature: 8a477f597d28d172789f06886806bc55\n",
+    )
+    .expect("tag");
+    let exe = place_binary(tmp.path(), "my target/debug/gpumeter");
+    let o = Command::new(&exe)
+        .args(["record", "--out"])
+        .arg(tmp.path().join("x.gmr"))
+        .args(["--", "true"])
+        .env_remove("GPUMETER_INJECT_LIB")
+        .output()
+        .expect("run");
+    let shown = spaced.canonicalize().expect("canonical");
+    let want = format!(
+        "`CARGO_TARGET_DIR='{}' cargo build -p gpumeter-inject`",
+        shown.display()
+    );
+    assert!(stderr(&o).contains(&want), "{want} not in {}", stderr(&o));
 }
