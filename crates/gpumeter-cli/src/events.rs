@@ -140,6 +140,9 @@ impl EventsArgs {
                 }
             ));
         }
+        if events.events.is_empty() && events.unmapped_meter_rows == 0 {
+            say("notice: the report has no usage row in a closed window: no events were written");
+        }
         if format == EventFormat::Stripe {
             if let Some(w) = stripe_time_warning(&events.events, unix_now()) {
                 say(&w);

@@ -360,3 +360,19 @@ fn events_of_an_unfinished_recording_are_warned_of() {
         stderr(&o)
     );
 }
+
+/// A report without usage writes an empty events file and says so (it said nothing).
+#[test]
+fn no_usage_is_an_empty_events_file_with_a_notice() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let trace = dir.path().join("empty.json");
+    std::fs::write(&trace, r#"{"traceEvents": []}"#).expect("write");
+    let events = dir.path().join("events.jsonl");
+    let o = gpumeter(&["usage", s(&trace), "--events", s(&events)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read(&events).expect("events"), b"");
+    assert_eq!(
+        stderr(&o),
+        "notice: the report has no usage row in a closed window: no events were written\n"
+    );
+}
