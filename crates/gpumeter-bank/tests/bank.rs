@@ -298,7 +298,10 @@ fn a_source_billed_for_a_window_is_not_billed_again_under_another_period() {
     let inv = &f.document.invoices[0];
     assert_eq!(inv.subtotal, d("0.00"), "{inv:?}");
     assert!(
-        inv.warnings.iter().any(|w| w.contains("was billed before")),
+        inv.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::UsageBilledBefore
+                && w.contains("was billed before")),
         "{:?}",
         inv.warnings
     );
@@ -715,7 +718,10 @@ fn a_fee_finer_than_the_currency_is_never_rounded() {
     let inv = &f.document.invoices[0];
     assert!(inv.lines.iter().all(|l| l.kind != LineKind::Reservation));
     assert!(
-        inv.warnings.iter().any(|w| w.contains("never rounded")),
+        inv.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::ReservationFeeTooFine
+                && w.contains("never rounded")),
         "{:?}",
         inv.warnings
     );
@@ -884,6 +890,32 @@ fn a_rerun_returns_the_fee_only_invoice_it_finalized() {
     let mut huge = reservation("acme", "2.00", None);
     huge.terms.capacity = d("99999999999999999999999");
     assert!(reserve(&mut bank, &huge).is_err());
+}
+
+/// A reservation whose span holds only part of the period bills no fee there, and says so with
+/// its code.
+#[test]
+fn a_reservation_over_part_of_the_period_is_warned_with_its_code() {
+    let mut bank = MemoryLedger::new();
+    reserve(&mut bank, &reservation("acme", "2.00", None)).expect("reserve");
+    let f = finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 1000),
+        &book(),
+        Some((t("2026-11-15T00:00:00Z"), t("2026-12-15T00:00:00Z"))),
+        true,
+    )
+    .expect("finalize");
+    let inv = &f.document.invoices[0];
+    assert!(inv.lines.iter().all(|l| l.kind != LineKind::Reservation));
+    assert!(
+        inv.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::ReservationPartOfPeriod
+                && w.contains("covers only part")),
+        "{:?}",
+        inv.warnings
+    );
 }
 
 /// The bank's invoice warnings carry codes a pipeline matches on (issue 14): a reservation
