@@ -1067,6 +1067,24 @@ mod invoices {
         );
         let json = serde_json::to_value(&doc).expect("json");
         assert_eq!(json["invoices"][0]["warnings"][0]["code"], "usage_loss");
+
+        // The same invoice as written before codes (warnings as plain strings, its digest over
+        // them, computed here from the JSON alone): read, verified, written back as it was.
+        let mut old = json.clone();
+        for inv in old["invoices"].as_array_mut().expect("invoices") {
+            for w in inv["warnings"].as_array_mut().expect("warnings") {
+                *w = w["message"].clone();
+            }
+            let sha = gpumeter_core::document_sha256(inv, "sha256").expect("digest");
+            inv["sha256"] = serde_json::Value::String(sha);
+        }
+        let text = serde_json::to_string_pretty(&old).expect("text");
+        let read: InvoiceDocument = serde_json::from_str(&text).expect("an old invoice reads");
+        assert!(read.verify_digests());
+        let w = &read.invoices[0].warnings;
+        assert!(w.iter().all(|w| *w.code() == WarningCode::Uncoded), "{w:?}");
+        assert!(w[0].starts_with("usage has loss: "), "{w:?}");
+        assert_eq!(serde_json::to_value(&read).expect("again"), old);
     }
 
     #[test]
