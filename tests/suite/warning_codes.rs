@@ -1,5 +1,5 @@
-//! Typed warnings and not-meterable reasons (issue 14): the usage schema's lists of codes are
-//! the code registries (`WarningCode::KNOWN`, `NotMeterableCode::KNOWN`), new reports carry a
+//! Typed warnings and not-meterable reasons (issue 14): the usage and invoice schemas' lists of
+//! codes are the code registries (`WarningCode::KNOWN`, `NotMeterableCode::KNOWN`), new reports carry a
 //! code on every warning and `not_meterable` entry, and reports written before codes
 //! (`tests/before-codes/`: warnings as plain strings) are still read by `--format usage` and
 //! `--opening`, their `sha256` verifies, and they are written back byte for byte.
@@ -24,7 +24,14 @@ fn before_codes() -> Vec<PathBuf> {
 
 /// The `enum` of `$defs.<name>` in the usage schema.
 fn schema_enum(name: &str) -> Vec<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/gpumeter.usage.v1.schema.json");
+    schema_enum_of("gpumeter.usage.v1.schema.json", name)
+}
+
+/// The `enum` of `$defs.<name>` in `schemas/<schema>`.
+fn schema_enum_of(schema: &str, name: &str) -> Vec<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("schemas")
+        .join(schema);
     let v: serde_json::Value = ok(serde_json::from_str(&ok(std::fs::read_to_string(path))));
     let list = v["$defs"][name]["enum"]
         .as_array()
@@ -36,17 +43,40 @@ fn schema_enum(name: &str) -> Vec<String> {
 
 #[test]
 fn the_schemas_code_lists_are_the_code_registries() {
-    let warnings: Vec<String> = WarningCode::KNOWN
-        .iter()
+    let warnings: Vec<String> = WarningCode::usage()
         .map(|c| c.as_str().to_string())
         .collect();
     assert_eq!(schema_enum("warning_code"), warnings);
+    // An invoice carries the usage codes (the usage report's warnings it copies) and its own;
+    // only the price-book check's code is in neither document.
+    let on_invoices: Vec<String> = WarningCode::KNOWN
+        .iter()
+        .filter(|c| **c != WarningCode::SkuDeviceUnknown)
+        .map(|c| c.as_str().to_string())
+        .collect();
+    assert_eq!(
+        schema_enum_of("gpumeter.invoice.v1.schema.json", "warning_code"),
+        on_invoices
+    );
+    let usage_then_invoice: Vec<&WarningCode> =
+        WarningCode::usage().chain(WarningCode::INVOICE).collect();
+    assert_eq!(
+        usage_then_invoice,
+        WarningCode::KNOWN
+            .iter()
+            .filter(|c| **c != WarningCode::SkuDeviceUnknown)
+            .collect::<Vec<_>>()
+    );
+    let all: Vec<String> = WarningCode::KNOWN
+        .iter()
+        .map(|c| c.as_str().to_string())
+        .collect();
     let reasons: Vec<String> = NotMeterableCode::KNOWN
         .iter()
         .map(|c| c.as_str().to_string())
         .collect();
     assert_eq!(schema_enum("not_meterable_code"), reasons);
-    for name in warnings.iter().chain(&reasons) {
+    for name in all.iter().chain(&reasons) {
         assert!(
             !name.is_empty() && name.chars().all(|c| c.is_ascii_lowercase() || c == '_'),
             "{name} is not snake_case"

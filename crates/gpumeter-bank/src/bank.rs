@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::{MeterKind, Quantity, UsageReport};
+use gpumeter_core::{MeterKind, Quantity, UsageReport, Warning, WarningCode};
 use gpumeter_rating::money::{amount_minor_units, minor_units_to_decimal};
 use gpumeter_rating::{
     rate, CarriedFragments, CreditApplied, FragmentKey, Invoice, InvoiceDocument, Line, LineKind,
@@ -815,9 +815,12 @@ fn finalize_tenant(
         }
     };
     for (name, window) in &left_out {
-        inv.warnings.push(format!(
-            "usage of source {name} in the window starting {window} was billed before and is \
+        inv.warnings.push(Warning::new(
+            WarningCode::UsageBilledBefore,
+            format!(
+                "usage of source {name} in the window starting {window} was billed before and is \
              not billed again"
+            ),
         ));
     }
 
@@ -829,10 +832,13 @@ fn finalize_tenant(
         let (rf, rt) = (parse_time(&r.from)?, parse_time(&r.to)?);
         if !(rf <= from && to <= rt) {
             if rf < to && from < rt {
-                inv.warnings.push(format!(
-                    "reservation {} ({} to {}) covers only part of the period: its fee and \
+                inv.warnings.push(Warning::new(
+                    WarningCode::ReservationPartOfPeriod,
+                    format!(
+                        "reservation {} ({} to {}) covers only part of the period: its fee and \
                      unused capacity are billed for periods inside its span",
-                    r.reservation, r.from, r.to
+                        r.reservation, r.from, r.to
+                    ),
                 ));
             }
             continue;
@@ -842,34 +848,43 @@ fn finalize_tenant(
             .filter(|&(a, b, _)| a < to && from < b)
             .collect();
         if let Some((a, b, _)) = overlapping.first() {
-            inv.warnings.push(format!(
+            inv.warnings.push(Warning::new(
+                WarningCode::ReservationBilledBefore,
+                format!(
                 "reservation {} was billed for {} to {} already, which overlaps this period: its \
                  fee is not billed again",
                 r.reservation,
                 rfc3339(*a),
                 rfc3339(*b)
+            ),
             ));
             let grants: Vec<String> = overlapping.into_iter().filter_map(|(_, _, g)| g).collect();
             clawbacks.push((r, grants));
             continue;
         }
         if r.fee.normalize().scale() > scale {
-            inv.warnings.push(format!(
+            inv.warnings.push(Warning::new(
+                WarningCode::ReservationFeeTooFine,
+                format!(
                 "reservation {}: its fee {} is finer than {}'s minor unit, so it is not billed \
                  (a fee is never rounded)",
                 r.reservation,
                 r.fee,
                 currency.code()
+            ),
             ));
             // Recorded as this period's, so later reports do not bill its tenant again.
             unbillable.push(r);
             continue;
         }
         if default_period {
-            inv.warnings.push(format!(
-                "reservation {}: its fee is billed per invoice period, and this period is the \
+            inv.warnings.push(Warning::new(
+                WarningCode::ReservationDefaultPeriod,
+                format!(
+                    "reservation {}: its fee is billed per invoice period, and this period is the \
                  usage's span, not a billing period given with --from/--to",
-                r.reservation
+                    r.reservation
+                ),
             ));
         }
         let mut fee = r.fee;
@@ -902,13 +917,16 @@ fn finalize_tenant(
             continue;
         }
         if !g.grant.in_force_at(at_end) {
-            inv.warnings.push(format!(
+            inv.warnings.push(Warning::new(
+                WarningCode::GrantNotInForce,
+                format!(
                 "grant {} ({} credits left, usable from {} until {}) is not in force at the end \
                  of the period and pays nothing on this invoice",
                 g.grant.grant,
                 g.remaining,
                 g.grant.effective,
                 g.grant.expires.as_deref().unwrap_or("never")
+            ),
             ));
             continue;
         }
@@ -1048,17 +1066,23 @@ fn finalize_tenant(
             postings.push(Posting::new(accounts::RESERVATIONS, CREDITS, back));
             owed -= back;
             clawed.push((g.grant.grant.clone(), back.to_string()));
-            inv.warnings.push(format!(
+            inv.warnings.push(Warning::new(
+                WarningCode::CreditsTakenBack,
+                format!(
                 "{back} credits converted from reservation {} for capacity this usage consumed \
                  are taken back from grant {}",
                 r.reservation, g.grant.grant
+            ),
             ));
         }
         if !owed.is_zero() && !conversion_grants.is_empty() {
-            inv.warnings.push(format!(
-                "{owed} more credits converted from reservation {} for capacity this usage \
+            inv.warnings.push(Warning::new(
+                WarningCode::CreditsNotTakenBack,
+                format!(
+                    "{owed} more credits converted from reservation {} for capacity this usage \
                  consumed cannot be taken back: they were used or have expired",
-                r.reservation
+                    r.reservation
+                ),
             ));
         }
     }

@@ -9,7 +9,9 @@ use gpumeter_bank::{
     MemoryLedger, Outcome, Reservation, ReserveRequest, CREDITS,
 };
 use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
+use gpumeter_core::{
+    DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow, Warning, WarningCode,
+};
 use gpumeter_rating::{InvoiceDocument, LineKind, PriceBook};
 use rust_decimal::Decimal;
 
@@ -296,7 +298,10 @@ fn a_source_billed_for_a_window_is_not_billed_again_under_another_period() {
     let inv = &f.document.invoices[0];
     assert_eq!(inv.subtotal, d("0.00"), "{inv:?}");
     assert!(
-        inv.warnings.iter().any(|w| w.contains("was billed before")),
+        inv.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::UsageBilledBefore
+                && w.contains("was billed before")),
         "{:?}",
         inv.warnings
     );
@@ -612,7 +617,9 @@ fn a_reservation_is_billed_once_per_period_and_without_usage_too() {
         "{acme:?}"
     );
     assert!(
-        acme.warnings.iter().any(|w| w.contains("billed for")),
+        acme.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::ReservationBilledBefore && w.contains("billed for")),
         "{:?}",
         acme.warnings
     );
@@ -624,7 +631,9 @@ fn a_reservation_is_billed_once_per_period_and_without_usage_too() {
     // in that report); the second report's 1000 launches of the same period take 1 credit back.
     assert_eq!(grants[0].remaining, d("4"));
     assert!(
-        acme.warnings.iter().any(|w| w.contains("taken back")),
+        acme.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::CreditsTakenBack && w.contains("taken back")),
         "{:?}",
         acme.warnings
     );
@@ -709,7 +718,10 @@ fn a_fee_finer_than_the_currency_is_never_rounded() {
     let inv = &f.document.invoices[0];
     assert!(inv.lines.iter().all(|l| l.kind != LineKind::Reservation));
     assert!(
-        inv.warnings.iter().any(|w| w.contains("never rounded")),
+        inv.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::ReservationFeeTooFine
+                && w.contains("never rounded")),
         "{:?}",
         inv.warnings
     );
@@ -826,7 +838,8 @@ fn a_take_back_touches_only_the_conversion_of_the_period_it_concerns() {
     assert!(
         inv.warnings
             .iter()
-            .any(|w| w.contains("cannot be taken back")),
+            .any(|w| *w.code() == WarningCode::CreditsNotTakenBack
+                && w.contains("cannot be taken back")),
         "{:?}",
         inv.warnings
     );
@@ -877,4 +890,124 @@ fn a_rerun_returns_the_fee_only_invoice_it_finalized() {
     let mut huge = reservation("acme", "2.00", None);
     huge.terms.capacity = d("99999999999999999999999");
     assert!(reserve(&mut bank, &huge).is_err());
+}
+
+/// A reservation whose span holds only part of the period bills no fee there, and says so with
+/// its code.
+#[test]
+fn a_reservation_over_part_of_the_period_is_warned_with_its_code() {
+    let mut bank = MemoryLedger::new();
+    reserve(&mut bank, &reservation("acme", "2.00", None)).expect("reserve");
+    let f = finalize(
+        &mut bank,
+        &usage("acme", &hour(0), 1000),
+        &book(),
+        Some((t("2026-11-15T00:00:00Z"), t("2026-12-15T00:00:00Z"))),
+        true,
+    )
+    .expect("finalize");
+    let inv = &f.document.invoices[0];
+    assert!(inv.lines.iter().all(|l| l.kind != LineKind::Reservation));
+    assert!(
+        inv.warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::ReservationPartOfPeriod
+                && w.contains("covers only part")),
+        "{:?}",
+        inv.warnings
+    );
+}
+
+/// The bank's invoice warnings carry codes a pipeline matches on (issue 14): a reservation
+/// billed over the usage's span, a grant not in force at the period's end, and a usage
+/// report's own warning copied with its code. Then the same ledger as an older gpumeter wrote
+/// it (the finalization's invoice warnings as plain strings) still verifies, and a rerun reads
+/// its invoice back: uncoded warnings with the same messages, written back as the strings
+/// they were, the invoice's digest over them.
+#[test]
+fn invoice_warnings_are_coded_and_a_ledger_written_before_codes_still_verifies() {
+    let mut bank = MemoryLedger::new();
+    reserve(&mut bank, &reservation("acme", "2.00", None)).expect("reserve");
+    grant(
+        &mut bank,
+        &grant_req(
+            "acme",
+            "5",
+            1,
+            GrantKind::Purchased,
+            Some("2026-11-15T00:00:00Z"),
+            "po-expired",
+        ),
+    )
+    .expect("grant");
+    let mut u = usage("acme", &hour(0), 1000);
+    u.warnings.push(Warning::new(
+        WarningCode::InstrumentedRun,
+        "time meters come from an instrumented run",
+    ));
+    u.seal().expect("seal");
+    let first = finalize(&mut bank, &u, &book(), None, true).expect("finalize");
+    let inv = &first.document.invoices[0];
+    let codes: Vec<&WarningCode> = inv.warnings.iter().map(Warning::code).collect();
+    for want in [
+        WarningCode::ReservationDefaultPeriod,
+        WarningCode::GrantNotInForce,
+        WarningCode::InstrumentedRun,
+    ] {
+        assert!(codes.contains(&&want), "{want}: {:?}", inv.warnings);
+    }
+    let json = serde_json::to_value(inv).expect("json");
+    for w in json["warnings"].as_array().expect("warnings") {
+        assert!(w["code"].is_string() && w["message"].is_string(), "{w}");
+    }
+
+    // The same transactions, the invoice's warnings as plain strings.
+    let stored = bank
+        .atomically(false, |t| t.transactions(None))
+        .expect("transactions");
+    let mut old = MemoryLedger::new();
+    let mut legacy = 0;
+    for s in stored {
+        let mut tx = s.tx.clone();
+        if let Some(ws) = tx.memo["invoice"]["warnings"].as_array_mut() {
+            for w in ws.iter_mut() {
+                *w = w["message"].clone();
+                legacy += 1;
+            }
+        }
+        old.atomically(true, |t| t.append(tx).map(|_| ()))
+            .expect("append");
+    }
+    assert!(legacy >= 3, "{legacy}");
+    old.atomically(false, |t| gpumeter_bank::verify(t))
+        .expect("an old ledger verifies");
+    let again = finalize(&mut old, &u, &book(), None, true).expect("rerun");
+    assert!(
+        again
+            .outcomes
+            .iter()
+            .all(|o| *o == Outcome::AlreadyFinalized),
+        "{:?}",
+        again.outcomes
+    );
+    let read = &again.document.invoices[0];
+    assert!(read.verify_digest());
+    assert_eq!(
+        read.warnings
+            .iter()
+            .map(|w| w.message())
+            .collect::<Vec<_>>(),
+        inv.warnings.iter().map(|w| w.message()).collect::<Vec<_>>()
+    );
+    assert!(read
+        .warnings
+        .iter()
+        .all(|w| *w.code() == WarningCode::Uncoded));
+    // The digest is over the strings as written: recomputed here from the JSON alone.
+    let json = serde_json::to_value(read).expect("json");
+    assert!(json["warnings"][0].is_string(), "{}", json["warnings"]);
+    assert_eq!(
+        gpumeter_core::document_sha256(&json, "sha256").expect("digest"),
+        read.sha256
+    );
 }

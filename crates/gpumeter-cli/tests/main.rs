@@ -378,6 +378,15 @@ fn record_faults_are_loss_exit_0_rest_metered() {
         warnings.contains("loss") || warnings.contains("lost"),
         "{warnings}"
     );
+    // A pipeline finds it by its code, not by the English.
+    assert!(
+        i["invoices"][0]["warnings"]
+            .as_array()
+            .expect("warnings")
+            .iter()
+            .any(|w| w["code"] == "usage_loss" && w["message"].is_string()),
+        "{warnings}"
+    );
 }
 
 #[test]

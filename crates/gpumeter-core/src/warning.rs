@@ -1,4 +1,4 @@
-//! Typed warnings of a usage report ([`Warning`]: a [`WarningCode`] and a message for people)
+//! Typed warnings of a usage report and of an invoice ([`Warning`]: a [`WarningCode`] and a message for people)
 //! and typed reasons why a meter is not meterable on a device ([`NotMeterableCode`]), so that
 //! a pipeline acts on a code instead of matching English text.
 //!
@@ -164,6 +164,76 @@ codes! {
         SharedWindows = "shared_windows",
         /// An `extensions` key gpumeter does not know how to merge.
         ExtensionNotMerged = "extension_not_merged",
+        /// Invoice: the rated usage report has loss; lost records count in no meter, so the
+        /// invoice may bill less than was used.
+        UsageLoss = "usage_loss",
+        /// Invoice: usage rows of the usage report lie outside the invoice period and are on
+        /// no invoice of this period.
+        UsageOutsidePeriod = "usage_outside_period",
+        /// Invoice: a carried-in billing-increment fragment is carried on whole: no rate of
+        /// its SKU for its meter is in force in the period.
+        FragmentNotRated = "fragment_not_rated",
+        /// Invoice: usage on a device is not priced (listed under `unpriced`, not billed).
+        UsageNotPriced = "usage_not_priced",
+        /// Invoice: the invoice minimum does not apply (gpumeter's own `(idle)` tenant, or no
+        /// priced usage).
+        MinimumNotApplied = "minimum_not_applied",
+        /// Invoice (bank): usage of a source in a window was billed before and is not billed
+        /// again.
+        UsageBilledBefore = "usage_billed_before",
+        /// Invoice (bank): a reservation covers only part of the period: not billed here.
+        ReservationPartOfPeriod = "reservation_part_of_period",
+        /// Invoice (bank): a reservation was billed already for an overlapping period: its fee
+        /// is not billed again.
+        ReservationBilledBefore = "reservation_billed_before",
+        /// Invoice (bank): a reservation's fee is finer than the currency's minor unit: not
+        /// billed (a fee is never rounded).
+        ReservationFeeTooFine = "reservation_fee_too_fine",
+        /// Invoice (bank): a reservation's fee is billed per invoice period, and the period is
+        /// the usage's span, not one given with `--from`/`--to`.
+        ReservationDefaultPeriod = "reservation_default_period",
+        /// Invoice (bank): a grant with credits left is not in force at the period's end and
+        /// pays nothing on the invoice.
+        GrantNotInForce = "grant_not_in_force",
+        /// Invoice (bank): credits converted from a reservation are taken back from a grant.
+        CreditsTakenBack = "credits_taken_back",
+        /// Invoice (bank): credits converted from a reservation cannot be taken back (used or
+        /// expired).
+        CreditsNotTakenBack = "credits_not_taken_back",
+        /// Price-book check (`prices check --devices`): a SKU names a device the catalog does
+        /// not have.
+        SkuDeviceUnknown = "sku_device_unknown",
+    }
+}
+
+impl WarningCode {
+    /// The codes only an invoice (`gpumeter.invoice/v1`) or a price-book check gives, in
+    /// [`WarningCode::KNOWN`]'s order: a usage report never carries them. An invoice carries
+    /// these and, for the usage report's own warnings it copies (message prefixed
+    /// `usage report: `), the usage codes.
+    pub const INVOICE: &'static [WarningCode] = &[
+        WarningCode::UsageLoss,
+        WarningCode::UsageOutsidePeriod,
+        WarningCode::FragmentNotRated,
+        WarningCode::UsageNotPriced,
+        WarningCode::MinimumNotApplied,
+        WarningCode::UsageBilledBefore,
+        WarningCode::ReservationPartOfPeriod,
+        WarningCode::ReservationBilledBefore,
+        WarningCode::ReservationFeeTooFine,
+        WarningCode::ReservationDefaultPeriod,
+        WarningCode::GrantNotInForce,
+        WarningCode::CreditsTakenBack,
+        WarningCode::CreditsNotTakenBack,
+    ];
+
+    /// The codes a usage report (`gpumeter.usage/v1`) gives: [`WarningCode::KNOWN`] without
+    /// [`WarningCode::INVOICE`] and the price-book check's [`WarningCode::SkuDeviceUnknown`],
+    /// in order.
+    pub fn usage() -> impl Iterator<Item = &'static WarningCode> {
+        WarningCode::KNOWN
+            .iter()
+            .filter(|c| !WarningCode::INVOICE.contains(c) && **c != WarningCode::SkuDeviceUnknown)
     }
 }
 

@@ -18,7 +18,7 @@ use std::path::Path;
 
 use chrono::Weekday;
 use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::MeterKind;
+use gpumeter_core::{MeterKind, Warning, WarningCode};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
@@ -1018,7 +1018,7 @@ impl PriceBook {
     }
 
     /// For `prices check --devices`: the SKU-level checks that need the device catalog.
-    /// `names` are the catalog's device names. Returns warnings for people, one per SKU that
+    /// `names` are the catalog's device names. Returns warnings (code [`WarningCode::SkuDeviceUnknown`]), one per SKU that
     /// no name matches (`sku[0] `v100` (line 29): no device of the catalog matches it`), in
     /// SKU order.
     ///
@@ -1026,7 +1026,10 @@ impl PriceBook {
     /// [`PriceBookError::Invalid`] at the second SKU's `match` key when two SKUs match a
     /// name at equal rank (validation already refuses equal patterns, and two distinct
     /// patterns cannot tie on one name, so this is a guard rather than an expected outcome).
-    pub fn check_catalog<S: AsRef<str>>(&self, names: &[S]) -> Result<Vec<String>, PriceBookError> {
+    pub fn check_catalog<S: AsRef<str>>(
+        &self,
+        names: &[S],
+    ) -> Result<Vec<Warning>, PriceBookError> {
         for name in names {
             if let Err(RatingError::AmbiguousSku { first, second, .. }) =
                 self.sku_for(name.as_ref())
@@ -1054,9 +1057,12 @@ impl PriceBook {
         for sku in &self.skus {
             if !names.iter().any(|n| sku.rank(n.as_ref()).is_some()) {
                 let (line, _) = self.sku_match_at.get(sku.index).copied().unwrap_or((1, 1));
-                warnings.push(format!(
-                    "sku[{}] `{}` (line {line}): no device of the catalog matches it",
-                    sku.index, sku.id
+                warnings.push(Warning::new(
+                    WarningCode::SkuDeviceUnknown,
+                    format!(
+                        "sku[{}] `{}` (line {line}): no device of the catalog matches it",
+                        sku.index, sku.id
+                    ),
                 ));
             }
         }

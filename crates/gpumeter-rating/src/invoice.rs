@@ -1,7 +1,7 @@
 //! The invoice document, `gpumeter.invoice/v1`, and its text rendering.
 
 use gpumeter_core::text::printable;
-use gpumeter_core::{document_sha256, MeterKind, Quantity};
+use gpumeter_core::{document_sha256, MeterKind, Quantity, Warning};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
@@ -44,8 +44,12 @@ pub struct Invoice {
     pub credits_applied: Vec<CreditApplied>,
     /// `subtotal` − credits applied, never below zero.
     pub total: Decimal,
-    /// Warnings for people (loss, unpriced usage, the usage report's own warnings).
-    pub warnings: Vec<String>,
+    /// Warnings: a code to act on and a message for people (loss, unpriced usage, the usage
+    /// report's own warnings with their codes, the bank's reservations and credits). In JSON
+    /// `{"code", "message"}`; a plain string is a warning of an invoice written before codes
+    /// ([`gpumeter_core::WarningCode::Uncoded`]), read and written back as it was, so its
+    /// `sha256` and the ledger's hash chain still verify.
+    pub warnings: Vec<Warning>,
     /// The rated usage report's `sha256`.
     pub usage_sha256: String,
     /// Head of the bank's ledger hash chain after finalization; `null` for a preview.

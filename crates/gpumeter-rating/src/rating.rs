@@ -6,6 +6,7 @@ use gpumeter_core::time::{parse_rfc3339, rfc3339};
 use gpumeter_core::{
     MeterKind, Quantity, UsageReport, WindowSize, IDLE, METERING_POLICY, USAGE_SCHEMA,
 };
+use gpumeter_core::{Warning, WarningCode};
 use num_bigint::BigUint;
 use num_traits::Zero;
 use rust_decimal::Decimal;
@@ -220,7 +221,7 @@ impl<'a> LeftOut<'a> {
 
     /// The warning of `tenant`'s invoice for the period `[from, to)`, `None` when no row was
     /// left out.
-    fn warning(&self, tenant: &str, (from, to): (u64, u64)) -> Option<String> {
+    fn warning(&self, tenant: &str, (from, to): (u64, u64)) -> Option<Warning> {
         let (lo, hi) = self.span?;
         let n = self.rows;
         let own = self.by_tenant.get(tenant).copied().unwrap_or(0);
@@ -234,11 +235,14 @@ impl<'a> LeftOut<'a> {
         } else {
             format!("in windows starting {} to {}", rfc3339(lo), rfc3339(hi))
         };
-        Some(format!(
+        Some(Warning::new(
+            WarningCode::UsageOutsidePeriod,
+            format!(
             "usage outside the period: {n} usage {rows} of the usage report ({own} of them this \
              tenant's), {windows}, {verb} outside [{}, {}) and {is} on no invoice of this period",
             rfc3339(from),
             rfc3339(to)
+        ),
         ))
     }
 }
@@ -800,7 +804,7 @@ fn add_unpriced<'a>(
 }
 
 /// Warnings every invoice from this report carries: loss, then the report's own warnings.
-fn report_warnings(usage: &UsageReport) -> Vec<String> {
+fn report_warnings(usage: &UsageReport) -> Vec<Warning> {
     let mut out = Vec::new();
     if !usage.loss.is_empty() {
         let total: u128 = usage.loss.iter().map(|l| u128::from(l.records)).sum();
@@ -809,13 +813,17 @@ fn report_warnings(usage: &UsageReport) -> Vec<String> {
             .iter()
             .map(|l| format!("{} {} on {}", l.records, l.reason, l.device_key))
             .collect();
-        out.push(format!(
+        out.push(Warning::new(
+            WarningCode::UsageLoss,
+            format!(
             "usage has loss: {total} records lost ({}); lost records count in no meter, so this \
              invoice may bill less than was used",
             parts.join(", ")
+        ),
         ));
     }
-    out.extend(usage.warnings.iter().map(|w| format!("usage report: {w}")));
+    // Each copied warning keeps its code (an uncoded one of an old report stays uncoded).
+    out.extend(usage.warnings.iter().map(|w| w.prefixed("usage report: ")));
     out
 }
 
@@ -847,7 +855,7 @@ fn rate_series(
     (s, meter): (usize, MeterKind),
     windows: &BTreeMap<u64, u128>,
     fragment_in: u128,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Result<SeriesLines, RatingError> {
     let book = ctx.book;
     let currency = book.currency();
@@ -884,11 +892,14 @@ fn rate_series(
             }
             None => {
                 unbilled_in = fragment_in;
-                warnings.push(format!(
-                    "a carried-in fragment of {fragment_in} {} of {meter} on sku `{sku}` is \
+                warnings.push(Warning::new(
+                    WarningCode::FragmentNotRated,
+                    format!(
+                        "a carried-in fragment of {fragment_in} {} of {meter} on sku `{sku}` is \
                      carried on whole: no rate of the sku for the meter is in force in the \
                      period",
-                    meter.canonical_unit()
+                        meter.canonical_unit()
+                    ),
                 ));
             }
         }
@@ -1071,7 +1082,7 @@ fn build_invoice(
     ctx: &mut Context<'_>,
     tenant: &str,
     acc: TenantUsage<'_>,
-    common_warnings: &[String],
+    common_warnings: &[Warning],
 ) -> Result<Invoice, RatingError> {
     let usage = ctx.usage;
     let book = ctx.book;
@@ -1154,10 +1165,13 @@ fn build_invoice(
         let name = entry.and_then(|d| d.name.clone());
         let device = entry.map_or(0, |d| d.device);
         if warned.insert((device_key, reason.as_str())) {
-            warnings.push(format!(
-                "usage on device {device_key} ({}) is not priced: {reason}; it is listed under \
-                 `unpriced` and not billed",
-                name.as_deref().unwrap_or("no name")
+            warnings.push(Warning::new(
+                WarningCode::UsageNotPriced,
+                format!(
+                    "usage on device {device_key} ({}) is not priced: {reason}; it is listed \
+                     under `unpriced` and not billed",
+                    name.as_deref().unwrap_or("no name")
+                ),
             ));
         }
         unpriced.push(Unpriced {
@@ -1170,10 +1184,13 @@ fn build_invoice(
         });
     }
     match minimum_waived {
-        Some(minimum) if idle => warnings.push(format!(
-            "the invoice minimum of {minimum} {} does not apply: `{IDLE}` is the energy of \
-             windows no tenant used, gpumeter's own tenant, not a customer",
-            currency.code()
+        Some(minimum) if idle => warnings.push(Warning::new(
+            WarningCode::MinimumNotApplied,
+            format!(
+                "the invoice minimum of {minimum} {} does not apply: `{IDLE}` is the energy of \
+                 windows no tenant used, gpumeter's own tenant, not a customer",
+                currency.code()
+            ),
         )),
         Some(minimum) => {
             let mut why = Vec::new();
@@ -1196,7 +1213,7 @@ fn build_invoice(
                 w.push_str("; ");
                 w.push_str(&part);
             }
-            warnings.push(w);
+            warnings.push(Warning::new(WarningCode::MinimumNotApplied, w));
         }
         None => {}
     }

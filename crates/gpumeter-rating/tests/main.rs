@@ -1,7 +1,7 @@
 //! Integration tests of gpumeter-rating: price books, exact amounts, invoices (DESIGN §5, §7).
 
 use gpumeter_core::{
-    DeviceEntry, LossEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow,
+    DeviceEntry, LossEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow, WarningCode,
 };
 use gpumeter_rating::{
     rate, CarriedFragments, Invoice, InvoiceDocument, LineKind, PriceBook, PriceBookError,
@@ -832,7 +832,9 @@ valid_to = "2026-12-01T12:00:00Z"
         assert_eq!(inv.unpriced.len(), 1);
         assert_eq!(inv.unpriced[0].quantity, Quantity(7));
         assert!(
-            inv.warnings.iter().any(|w| w.contains("not priced")),
+            inv.warnings
+                .iter()
+                .any(|w| *w.code() == WarningCode::UsageNotPriced && w.contains("not priced")),
             "{:?}",
             inv.warnings
         );
@@ -1056,11 +1058,33 @@ mod invoices {
             w[0].starts_with("usage has loss: 2 records lost (2 zero_timestamp on GPU-0)"),
             "{w:?}"
         );
+        assert_eq!(w[0].code(), &WarningCode::UsageLoss);
+        // The usage report's warning is copied with its own code, its message prefixed.
         assert!(
-            w.iter()
-                .any(|w| w == "usage report: time meters come from an instrumented run"),
+            w.iter().any(|w| *w.code() == WarningCode::InstrumentedRun
+                && w == "usage report: time meters come from an instrumented run"),
             "{w:?}"
         );
+        let json = serde_json::to_value(&doc).expect("json");
+        assert_eq!(json["invoices"][0]["warnings"][0]["code"], "usage_loss");
+
+        // The same invoice as written before codes (warnings as plain strings, its digest over
+        // them, computed here from the JSON alone): read, verified, written back as it was.
+        let mut old = json.clone();
+        for inv in old["invoices"].as_array_mut().expect("invoices") {
+            for w in inv["warnings"].as_array_mut().expect("warnings") {
+                *w = w["message"].clone();
+            }
+            let sha = gpumeter_core::document_sha256(inv, "sha256").expect("digest");
+            inv["sha256"] = serde_json::Value::String(sha);
+        }
+        let text = serde_json::to_string_pretty(&old).expect("text");
+        let read: InvoiceDocument = serde_json::from_str(&text).expect("an old invoice reads");
+        assert!(read.verify_digests());
+        let w = &read.invoices[0].warnings;
+        assert!(w.iter().all(|w| *w.code() == WarningCode::Uncoded), "{w:?}");
+        assert!(w[0].starts_with("usage has loss: "), "{w:?}");
+        assert_eq!(serde_json::to_value(&read).expect("again"), old);
     }
 
     #[test]
@@ -1214,8 +1238,8 @@ mod invoices {
     fn minimum_waived_warning(inv: &Invoice) -> Option<&str> {
         inv.warnings
             .iter()
-            .map(String::as_str)
-            .find(|w| w.starts_with("the invoice minimum of "))
+            .find(|w| *w.code() == WarningCode::MinimumNotApplied)
+            .map(|w| w.message())
     }
 
     /// An invoice with no usage line: nothing billed, no minimum line, and a warning that
@@ -1612,8 +1636,8 @@ mod invoices {
     fn outside_warning(inv: &Invoice) -> Option<&str> {
         inv.warnings
             .iter()
-            .map(String::as_str)
-            .find(|w| w.contains("outside the period"))
+            .find(|w| *w.code() == WarningCode::UsageOutsidePeriod)
+            .map(|w| w.message())
     }
 
     /// An explicit period that leaves usage rows out says so on every invoice: how many rows,
@@ -2135,9 +2159,10 @@ mod book_check {
         let warnings = b.check_catalog(&["NVIDIA H100 80GB HBM3", "NVIDIA L4"]);
         assert_eq!(
             warnings.map_err(|e| e.to_string()),
-            Ok(vec![
-                "sku[1] `a100` (line 13): no device of the catalog matches it".to_string()
-            ])
+            Ok(vec![gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::SkuDeviceUnknown,
+                "sku[1] `a100` (line 13): no device of the catalog matches it"
+            )])
         );
         assert_eq!(
             b.check_catalog(&["NVIDIA A100-SXM4-80GB", "NVIDIA H100"])

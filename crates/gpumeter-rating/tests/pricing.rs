@@ -811,6 +811,23 @@ fn carried_in_fragments_without_usage_need_a_period_and_are_carried_on_in_it() {
     let doc = rated_with(&empty, &b, Some((d, d + HOUR)), &carried);
     assert_eq!(doc.fragments_out().get(&key), Some(&7));
     assert_eq!(doc.invoices[0].subtotal, dec("0.00"));
+    // No rate of the SKU in force in the period: carried on whole, with a coded warning.
+    let later = book(
+        "USD",
+        "half_even",
+        &launches_rate(
+            "unit_price = \"1.00\"\nincrement = \"10\"\nvalid_from = \"2027-01-01T00:00:00Z\"",
+        ),
+    );
+    let doc = rated_with(&empty, &later, Some((d, d + HOUR)), &carried);
+    assert_eq!(doc.fragments_out().get(&key), Some(&7));
+    assert!(
+        doc.invoices[0].warnings.iter().any(|w| *w.code()
+            == gpumeter_core::WarningCode::FragmentNotRated
+            && w.contains("carried on whole")),
+        "{:?}",
+        doc.invoices[0].warnings
+    );
 }
 
 #[test]
