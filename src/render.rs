@@ -291,16 +291,47 @@ fn ids_repeat(r: &UsageReport) -> bool {
 }
 
 /// A quantity table: a row per usage or total row, with the device key when ids repeat.
-fn quantity_table<'a>(
+/// A row of a quantity table: a usage row (one window) or a total row (the whole report).
+trait QuantityRow {
+    /// Tenant, device id, device key, meter and quantity.
+    fn cells(&self) -> (&str, u32, &str, gpumeter_core::MeterKind, u128);
+}
+
+impl QuantityRow for gpumeter_core::UsageRow {
+    fn cells(&self) -> (&str, u32, &str, gpumeter_core::MeterKind, u128) {
+        (
+            &self.tenant,
+            self.device,
+            &self.device_key,
+            self.meter,
+            self.quantity.0,
+        )
+    }
+}
+
+impl QuantityRow for gpumeter_core::TotalRow {
+    fn cells(&self) -> (&str, u32, &str, gpumeter_core::MeterKind, u128) {
+        (
+            &self.tenant,
+            self.device,
+            &self.device_key,
+            self.meter,
+            self.quantity.0,
+        )
+    }
+}
+
+fn quantity_table<'a, R: QuantityRow + 'a>(
     keyed: bool,
-    rows: impl Iterator<Item = (&'a str, u32, &'a str, gpumeter_core::MeterKind, u128)>,
+    rows: impl IntoIterator<Item = &'a R>,
 ) -> Table {
     let mut t = if keyed {
         Table::new(&QUANTITY_COLUMNS_KEYED)
     } else {
         Table::new(&QUANTITY_COLUMNS)
     };
-    for (tenant, device, key, meter, quantity) in rows {
+    for row in rows {
+        let (tenant, device, key, meter, quantity) = row.cells();
         let mut cells = vec![tenant.to_string(), device.to_string()];
         if keyed {
             cells.push(key.to_string());
@@ -324,18 +355,7 @@ fn totals_section(out: &mut String, r: &UsageReport) {
         return;
     }
     let _ = writeln!(out, "\nTotals");
-    let t = quantity_table(
-        ids_repeat(r),
-        r.totals.iter().map(|row| {
-            (
-                row.tenant.as_str(),
-                row.device,
-                row.device_key.as_str(),
-                row.meter,
-                row.quantity.0,
-            )
-        }),
-    );
+    let t = quantity_table(ids_repeat(r), &r.totals);
     out.push_str(&t.render("  "));
 }
 
@@ -373,18 +393,7 @@ fn windows_section(out: &mut String, r: &UsageReport) {
             esc(text),
             esc(&end)
         );
-        let t = quantity_table(
-            keyed,
-            rows.iter().map(|row| {
-                (
-                    row.tenant.as_str(),
-                    row.device,
-                    row.device_key.as_str(),
-                    row.meter,
-                    row.quantity.0,
-                )
-            }),
-        );
+        let t = quantity_table(keyed, rows.iter().copied());
         out.push_str(&t.render("  "));
     }
 }
