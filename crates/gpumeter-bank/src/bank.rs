@@ -127,7 +127,10 @@ pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bo
         ],
         memo: serde_json::to_value(&g).map_err(|e| refused(e.to_string()))?,
     };
-    let applied = ledger.atomically(true, |t| t.append(tx))?;
+    let applied = ledger.atomically(true, |t| {
+        t.lock_tenants(&[&req.tenant])?;
+        t.append(tx.clone())
+    })?;
     let stored: Grant = serde_json::from_value(applied.stored().tx.memo.clone())
         .map_err(|e| refused(e.to_string()))?;
     Ok((stored, matches!(applied, Appended::Applied(_))))
@@ -219,6 +222,7 @@ pub fn reserve<L: Ledger>(
         memo: serde_json::to_value(&terms).map_err(|e| refused(e.to_string()))?,
     };
     let applied = ledger.atomically(true, |t| {
+        t.lock_tenants(&[&terms.tenant])?;
         if let Some((code, _)) = bank_currency(t)? {
             let scale = gpumeter_rating::Currency::from_code(&code).map_or(0, |c| c.scale());
             if terms.fee.normalize().scale() > scale {
@@ -229,7 +233,7 @@ pub fn reserve<L: Ledger>(
                 )));
             }
         }
-        t.append(tx)
+        t.append(tx.clone())
     })?;
     Ok((terms, matches!(applied, Appended::Applied(_))))
 }
@@ -247,6 +251,8 @@ fn parse_time(s: &str) -> Result<u64, BankError> {
 /// [`BankError::Storage`].
 pub fn expire<L: Ledger>(ledger: &mut L, at: u64) -> Result<Vec<(String, Decimal)>, BankError> {
     ledger.atomically(true, |t| {
+        // Every tenant's grants: no finalization may burn credits while they move.
+        t.lock_all()?;
         let mut moved = Vec::new();
         let mut postings = Vec::new();
         for g in grants(t, None)? {
@@ -493,50 +499,15 @@ pub fn finalize<L: Ledger>(
     let plain = rate(usage, book, period, &CarriedFragments::new())?;
     ledger.atomically(commit, |t| {
         check_currency(t, book)?;
-        let mut tenants: Vec<Invoice> = plain.invoices.clone();
-        // Tenants with a reservation whose span holds the period owe its fee even without
-        // usage in this report (the period must be known: given, or the report's), unless the
-        // fee of that period was billed already.
-        let known = match (plain.invoices.first(), period) {
-            (Some(first), _) => Some((
-                first.clone(),
-                parse_time(&first.period.from)?,
-                parse_time(&first.period.to)?,
-            )),
-            (None, Some((from, to))) => Some((empty_invoice(usage, book, (from, to))?, from, to)),
-            (None, None) => None,
-        };
-        if let Some((template, from, to)) = known {
-            for r in all_reservations(t)? {
-                let holds = parse_time(&r.from)? <= from && to <= parse_time(&r.to)?;
-                let billed = reservation_periods(t, &r.reservation)?
-                    .into_iter()
-                    .any(|(a, b, _)| a < to && from < b);
-                // A rerun returns the fee-only invoice finalized then.
-                let done = t
-                    .find(&format!(
-                        "finalize:{}",
-                        finalization_key(
-                            &r.tenant,
-                            (&template.period.from, &template.period.to),
-                            &template.usage_sha256,
-                            &template.price_book.sha256,
-                        )?
-                    ))?
-                    .is_some();
-                let billed = billed && !done;
-                if holds && !billed && !tenants.iter().any(|i| i.tenant == r.tenant) {
-                    let mut empty = template.clone();
-                    empty.tenant = r.tenant.clone();
-                    empty.lines.clear();
-                    empty.unpriced.clear();
-                    empty.warnings.clear();
-                    empty.extensions = Default::default();
-                    tenants.push(empty);
-                }
-            }
-            tenants.sort_by(|a, b| a.tenant.cmp(&b.tenant));
-        }
+        // Which tenants this finalization bills depends on the reservations in the ledger:
+        // find them, hold them, then find them again under the locks (a tenant added in
+        // between is held too; a deadlock that may cause is retried by the ledger).
+        let first = tenants_to_bill(t, usage, book, &plain, period)?;
+        let names: Vec<&str> = first.iter().map(|i| i.tenant.as_str()).collect();
+        t.lock_tenants(&names)?;
+        let tenants = tenants_to_bill(t, usage, book, &plain, period)?;
+        let names: Vec<&str> = tenants.iter().map(|i| i.tenant.as_str()).collect();
+        t.lock_tenants(&names)?;
         let mut invoices = Vec::with_capacity(tenants.len());
         let mut outcomes = Vec::with_capacity(tenants.len());
         for inv in &tenants {
@@ -562,9 +533,71 @@ pub fn finalize<L: Ledger>(
     })
 }
 
+/// The invoices a finalization starts from, by tenant: the tenants with usage in the
+/// report, and those owing a reservation's fee for the period without usage in it.
+fn tenants_to_bill(
+    t: &dyn LedgerTx,
+    usage: &UsageReport,
+    book: &PriceBook,
+    plain: &InvoiceDocument,
+    period: Option<(u64, u64)>,
+) -> Result<Vec<Invoice>, BankError> {
+    let mut tenants: Vec<Invoice> = plain.invoices.clone();
+    // Tenants with a reservation whose span holds the period owe its fee even without
+    // usage in this report (the period must be known: given, or the report's), unless the
+    // fee of that period was billed already.
+    let known = match (plain.invoices.first(), period) {
+        (Some(first), _) => Some((
+            first.clone(),
+            parse_time(&first.period.from)?,
+            parse_time(&first.period.to)?,
+        )),
+        (None, Some((from, to))) => Some((empty_invoice(usage, book, (from, to))?, from, to)),
+        (None, None) => None,
+    };
+    if let Some((template, from, to)) = known {
+        for r in all_reservations(t)? {
+            let holds = parse_time(&r.from)? <= from && to <= parse_time(&r.to)?;
+            let billed = reservation_periods(t, &r.reservation)?
+                .into_iter()
+                .any(|(a, b, _)| a < to && from < b);
+            // A rerun returns the fee-only invoice finalized then.
+            let done = t
+                .find(&format!(
+                    "finalize:{}",
+                    finalization_key(
+                        &r.tenant,
+                        (&template.period.from, &template.period.to),
+                        &template.usage_sha256,
+                        &template.price_book.sha256,
+                    )?
+                ))?
+                .is_some();
+            let billed = billed && !done;
+            if holds && !billed && !tenants.iter().any(|i| i.tenant == r.tenant) {
+                let mut empty = template.clone();
+                empty.tenant = r.tenant.clone();
+                empty.lines.clear();
+                empty.unpriced.clear();
+                empty.warnings.clear();
+                empty.extensions = Default::default();
+                tenants.push(empty);
+            }
+        }
+        tenants.sort_by(|a, b| a.tenant.cmp(&b.tenant));
+    }
+    Ok(tenants)
+}
+
 /// One bank bills in one currency: its grants' rates and reservations' fees are in it. The
 /// first finalization or close fixes it; a book of another currency is refused.
-fn check_currency(t: &dyn LedgerTx, book: &PriceBook) -> Result<(), BankError> {
+///
+/// A bank without a currency yet is held whole ([`LedgerTx::lock_all`]) before it is looked at
+/// again, so two first finalizations in different currencies cannot both fix it.
+fn check_currency(t: &mut dyn LedgerTx, book: &PriceBook) -> Result<(), BankError> {
+    if bank_currency(t)?.is_none() {
+        t.lock_all()?;
+    }
     let code = book.currency().code();
     match bank_currency(t)? {
         Some((used, seq)) if used != code => Err(refused(format!(
@@ -1281,7 +1314,9 @@ pub fn close<L: Ledger>(
 ) -> Result<Closed, BankError> {
     let currency = book.currency();
     ledger.atomically(true, |t| {
+        // The currency first: a bank without one yet is held whole before the tenant is.
         check_currency(t, book)?;
+        t.lock_tenants(&[tenant])?;
         let mut lines = Vec::new();
         let mut postings = Vec::new();
         let mut total = Decimal::ZERO;

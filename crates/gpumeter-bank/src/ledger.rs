@@ -1,7 +1,8 @@
 //! The ledger: double-entry transactions whose postings sum to zero per
 //! commodity, each with a unique idempotency key and the SHA-256 of the previous transaction,
-//! behind the [`Ledger`] trait ([`crate::MemoryLedger`] for tests, [`crate::SqliteLedger`] on
-//! disk; a PostgreSQL implementation can follow without touching callers).
+//! behind the [`Ledger`] trait ([`crate::MemoryLedger`] for tests, [`crate::SqliteLedger`] in a
+//! file, `PostgresLedger` in a PostgreSQL database with the Cargo feature `postgres`;
+//! [`crate::open`] picks one by its location).
 //!
 //! Amounts are exact [`Decimal`]s: a currency at its minor-unit scale, `credits`, or a meter's
 //! canonical unit for fragments (an integer). Debits are positive, credits negative; every
@@ -63,6 +64,26 @@ pub enum BankError {
     /// Rating failed while finalizing.
     #[error(transparent)]
     Rating(#[from] gpumeter_rating::RatingError),
+    /// The location names a backend this build leaves out (a `postgres://` URL without the
+    /// Cargo feature `postgres`).
+    #[error("{location}: this gpumeter was built without the `{feature}` feature, which this bank needs")]
+    BackendNotEnabled {
+        /// The location, as given (a password removed).
+        location: String,
+        /// The Cargo feature that adds the backend.
+        feature: &'static str,
+    },
+    /// Concurrent writers kept conflicting (serialization failures or deadlocks): the work
+    /// was run `attempts` times, rolled back each time, and nothing of it was applied.
+    #[error("{file}: gave up after {attempts} attempts that conflicted with concurrent writers: {message}")]
+    Contended {
+        /// The bank's location (a password removed).
+        file: String,
+        /// How many times the work ran.
+        attempts: u32,
+        /// The last conflict, as the database reported it.
+        message: String,
+    },
 }
 
 /// One posting: `amount` of `commodity` on `account` (positive = debit).
@@ -258,19 +279,53 @@ pub trait LedgerTx {
     /// # Errors
     /// [`BankError::Storage`].
     fn head(&self) -> Result<Option<String>, BankError>;
+
+    /// Holds `tenants` for this database transaction: another writer that holds one of them
+    /// waits until this transaction ends, and so does this one. A writer calls it before it
+    /// reads what it decides on (a tenant's grants, fragments, earlier finalizations), so that
+    /// concurrent finalizers of one tenant cannot both spend the same credits. Calling it again
+    /// with tenants already held is allowed.
+    ///
+    /// Ledgers that run one writer at a time (SQLite's `BEGIN IMMEDIATE`, the memory ledger)
+    /// hold everything already: the default does nothing.
+    ///
+    /// # Errors
+    /// [`BankError::Storage`] (a lock not granted in time), or a conflict the ledger retries.
+    fn lock_tenants(&mut self, tenants: &[&str]) -> Result<(), BankError> {
+        let _ = tenants;
+        Ok(())
+    }
+
+    /// Holds the whole bank for this database transaction: every other writer waits, and this
+    /// one waits for the writers in progress. For work across tenants (`expire`, `import`, the
+    /// first finalization, which fixes the bank's currency). The default does nothing, as for
+    /// [`LedgerTx::lock_tenants`].
+    ///
+    /// # Errors
+    /// [`BankError::Storage`] (a lock not granted in time), or a conflict the ledger retries.
+    fn lock_all(&mut self) -> Result<(), BankError> {
+        Ok(())
+    }
 }
 
 /// A ledger: runs work atomically (one database transaction per ledger
-/// transaction, serialized between writers).
+/// transaction; writers that touch the same tenants, or the hash chain's head, are
+/// serialized).
 pub trait Ledger {
     /// Runs `f` in one database transaction; commits when `commit` is true and `f` succeeds,
-    /// rolls back otherwise (a preview). Writers are serialized: a second process waits.
+    /// rolls back otherwise (a preview). A second writer waits for the first where their work
+    /// overlaps ([`LedgerTx::lock_tenants`], [`LedgerTx::append`]).
+    ///
+    /// `f` may run more than once: a ledger shared by concurrent writers (PostgreSQL) rolls
+    /// back and runs it again after a serialization failure or a deadlock, a bounded number
+    /// of times. So `f` must not act outside the ledger, or must tolerate being repeated.
     ///
     /// # Errors
-    /// What `f` returns, or [`BankError::Storage`].
+    /// What `f` returns, [`BankError::Storage`], or [`BankError::Contended`] when the
+    /// conflicts outlast the retries.
     fn atomically<T>(
         &mut self,
         commit: bool,
-        f: impl FnOnce(&mut dyn LedgerTx) -> Result<T, BankError>,
+        f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<T, BankError>;
 }

@@ -2,17 +2,25 @@
 //!
 //! The credit bank: a double-entry ledger of credits, billing-increment fragments
 //! and finalized invoices, with a hash chain a third party can check.
+//!
+//! The ledger lives in an SQLite file ([`SqliteLedger`], the embedded default) or, with the
+//! Cargo feature `postgres`, in a PostgreSQL database shared by many billing workers
+//! (`PostgresLedger`); [`open`] chooses by the location (a path, or a `postgres://` URL).
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 pub mod accounts;
+pub mod backend;
 pub mod bank;
 pub mod grants;
 pub mod ledger;
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
 pub mod sqlite;
 pub mod verify;
 
+pub use backend::{is_postgres, open, open_existing, redact, AnyLedger};
 pub use bank::{
     balance, close, expire, finalization_key, finalize, grant, reserve, Balance, Closed, Finalized,
     GrantRequest, Outcome, ReserveRequest,
@@ -23,5 +31,7 @@ pub use ledger::{
     StoredTransaction, CREDITS,
 };
 pub use memory::MemoryLedger;
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresLedger;
 pub use sqlite::SqliteLedger;
 pub use verify::{verify, VerifyReport};

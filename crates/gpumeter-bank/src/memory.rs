@@ -33,7 +33,7 @@ impl Ledger for MemoryLedger {
     fn atomically<T>(
         &mut self,
         commit: bool,
-        f: impl FnOnce(&mut dyn LedgerTx) -> Result<T, BankError>,
+        mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<T, BankError> {
         let mut work = self.state.clone();
         let out = f(&mut work)?;

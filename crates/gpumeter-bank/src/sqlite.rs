@@ -342,7 +342,7 @@ impl Ledger for SqliteLedger {
     fn atomically<T>(
         &mut self,
         commit: bool,
-        f: impl FnOnce(&mut dyn LedgerTx) -> Result<T, BankError>,
+        mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<T, BankError> {
         let file = self.file.clone();
         let tx = self

@@ -975,7 +975,7 @@ fn invoice_warnings_are_coded_and_a_ledger_written_before_codes_still_verifies()
                 legacy += 1;
             }
         }
-        old.atomically(true, |t| t.append(tx).map(|_| ()))
+        old.atomically(true, |t| t.append(tx.clone()).map(|_| ()))
             .expect("append");
     }
     assert!(legacy >= 3, "{legacy}");

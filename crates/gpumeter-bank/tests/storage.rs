@@ -42,10 +42,10 @@ fn new_tx(key: &str, kind: &str, postings: &[(&str, &str, &str)]) -> NewTransact
 }
 
 fn append<L: Ledger>(l: &mut L, tx: NewTransaction) -> Result<Appended, BankError> {
-    l.atomically(true, |t| t.append(tx))
+    l.atomically(true, |t| t.append(tx.clone()))
 }
 
-fn read<L: Ledger, T>(l: &mut L, f: impl FnOnce(&mut dyn LedgerTx) -> Result<T, BankError>) -> T {
+fn read<L: Ledger, T>(l: &mut L, f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>) -> T {
     l.atomically(false, f).expect("reading the ledger")
 }
 

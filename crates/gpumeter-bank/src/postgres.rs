@@ -1,0 +1,863 @@
+//! The PostgreSQL [`Ledger`] (Cargo feature `postgres`): one book of accounts for many billing
+//! workers, in a database their operators already run, back up and replicate.
+//!
+//! # Location
+//! A `postgres://` or `postgresql://` URL, as libpq and the `postgres` crate read it
+//! (`postgres://user:password@host:5432/db?sslmode=require`; a Unix socket directory as the
+//! `host` parameter). The ledger's tables live in the connection's `search_path`: a URL
+//! carrying `options=-csearch_path%3Dbilling` keeps them in schema `billing`. TLS follows the
+//! URL's `sslmode`: `disable` never uses it; `prefer` (the default) and `require` use rustls with
+//! the system's trusted roots (`SSL_CERT_FILE` and `SSL_CERT_DIR` name others), and check the
+//! server's certificate and name, which libpq does only under `verify-full`.
+//!
+//! # Schema (version [`SCHEMA_VERSION`], the SQLite ledger's)
+//! `meta`, `transactions`, `postings` and `balances`, as in [`crate::sqlite`]; amounts are
+//! `numeric` (written from and read back as decimal text, so a stored amount keeps its scale
+//! and hashes as written), text columns sort bytewise (`COLLATE "C"`, as SQLite's do). Created
+//! and migrated by [`PostgresLedger::open`] in one database transaction under an advisory
+//! lock; a newer schema is refused.
+//!
+//! # Concurrency
+//! Database transactions run at READ COMMITTED with explicit, transaction-scoped advisory
+//! locks (released at commit or rollback, or when a killed worker's connection ends):
+//! - [`LedgerTx::lock_tenants`] holds the bank shared and each tenant exclusively, in one
+//!   global order, so finalizations of different tenants proceed side by side, and two of one
+//!   tenant take turns: credits cannot be spent twice;
+//! - [`LedgerTx::lock_all`] holds the bank exclusively (expiry, the first finalization, which
+//!   fixes the bank's currency, an import);
+//! - [`LedgerTx::append`] holds the hash chain from its first append to the commit: one chain,
+//!   whose head each append reads under that lock. The work before the first append (reading
+//!   the ledger, rating) runs in parallel; appends and commits take turns.
+//! - A transaction's key is unique by constraint (`INSERT … ON CONFLICT (key) DO NOTHING`),
+//!   and balances are updated in place (`amount = balances.amount + excluded.amount`), never
+//!   read and written back.
+//!
+//! Reads without a commit (a preview, `balance`, `verify`) run at REPEATABLE READ: one
+//! snapshot of the whole ledger.
+//!
+//! A serialization failure (SQLSTATE 40001) or a deadlock (40P01) rolls the work back and runs
+//! it again, at most [`MAX_ATTEMPTS`] times, then fails with [`BankError::Contended`]. A lock
+//! not granted within [`LOCK_TIMEOUT`] is [`BankError::Storage`], as SQLite's busy timeout is.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use postgres::config::{Host, SslMode};
+use postgres::error::SqlState;
+use postgres::{Client, Config, IsolationLevel, NoTls, Transaction};
+use rust_decimal::Decimal;
+use sha2::{Digest, Sha256};
+
+use crate::backend::redact;
+use crate::ledger::{
+    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction,
+};
+use crate::sqlite::{APPLICATION, SCHEMA_VERSION};
+
+/// How many times [`Ledger::atomically`] runs work that conflicts with concurrent writers
+/// (serialization failures, deadlocks) before it gives up with [`BankError::Contended`].
+pub const MAX_ATTEMPTS: u32 = 10;
+
+/// How long a statement waits for a lock another writer holds before it fails
+/// ([`BankError::Storage`]); the SQLite ledger's busy timeout.
+pub const LOCK_TIMEOUT: Duration = crate::sqlite::BUSY_TIMEOUT;
+
+/// The migrations, in order: `MIGRATIONS[n]` takes a schema from version `n` to `n + 1`
+/// (version 0 has none of the tables). Never edit a released entry; append one and raise
+/// [`SCHEMA_VERSION`] (shared with the SQLite ledger, whose schema it mirrors).
+const MIGRATIONS: &[&str] = &[
+    // 0 -> 1: the ledger.
+    r#"CREATE TABLE meta (
+         name  TEXT COLLATE "C" PRIMARY KEY,
+         value TEXT NOT NULL
+     );
+     INSERT INTO meta (name, value) VALUES ('application', 'gpumeter-ledger');
+     CREATE TABLE transactions (
+         seq       BIGINT PRIMARY KEY CHECK (seq > 0),
+         key       TEXT COLLATE "C" NOT NULL UNIQUE,
+         kind      TEXT COLLATE "C" NOT NULL,
+         at        TEXT COLLATE "C" NOT NULL,
+         tenant    TEXT COLLATE "C",
+         memo      TEXT NOT NULL,
+         prev_hash TEXT COLLATE "C" NOT NULL,
+         hash      TEXT COLLATE "C" NOT NULL
+     );
+     CREATE INDEX transactions_kind ON transactions (kind, seq);
+     CREATE TABLE postings (
+         seq       BIGINT NOT NULL REFERENCES transactions (seq),
+         idx       INTEGER NOT NULL,
+         account   TEXT COLLATE "C" NOT NULL,
+         commodity TEXT COLLATE "C" NOT NULL,
+         amount    NUMERIC NOT NULL,
+         PRIMARY KEY (seq, idx)
+     );
+     CREATE INDEX postings_account ON postings (account, commodity);
+     CREATE TABLE balances (
+         account   TEXT COLLATE "C" NOT NULL,
+         commodity TEXT COLLATE "C" NOT NULL,
+         amount    NUMERIC NOT NULL,
+         PRIMARY KEY (account, commodity)
+     );"#,
+];
+
+/// The ledger's tables: a schema that has some of them but no `meta` is not taken over.
+const TABLES: [&str; 4] = ["meta", "transactions", "postings", "balances"];
+
+/// A ledger in a PostgreSQL database, on one connection. Open one per worker (process or
+/// thread); any number may share a database.
+pub struct PostgresLedger {
+    client: Client,
+    location: String,
+    /// The advisory lock keys of this ledger (they name its schema, so ledgers in two schemas
+    /// of one database do not wait for each other).
+    keys: LockKeys,
+}
+
+impl std::fmt::Debug for PostgresLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresLedger")
+            .field("location", &self.location)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Advisory lock keys: 64-bit, from SHA-256 of the schema's name and the lock's name.
+#[derive(Debug, Clone)]
+struct LockKeys {
+    schema: String,
+}
+
+impl LockKeys {
+    fn key(&self, what: &str, name: &str) -> i64 {
+        let mut h = Sha256::new();
+        h.update(b"gpumeter-ledger\0");
+        h.update(self.schema.as_bytes());
+        h.update(b"\0");
+        h.update(what.as_bytes());
+        h.update(b"\0");
+        h.update(name.as_bytes());
+        let d = h.finalize();
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d[..8]);
+        i64::from_be_bytes(b)
+    }
+
+    /// The whole bank: shared by tenant work, exclusive for work across tenants.
+    fn bank(&self) -> i64 {
+        self.key("bank", "")
+    }
+
+    /// The hash chain's head.
+    fn chain(&self) -> i64 {
+        self.key("chain", "")
+    }
+
+    /// Schema creation and migration.
+    fn migration(&self) -> i64 {
+        self.key("migration", "")
+    }
+
+    fn tenant(&self, tenant: &str) -> i64 {
+        self.key("tenant", tenant)
+    }
+}
+
+fn storage_msg(file: &str, message: String) -> BankError {
+    BankError::Storage {
+        file: file.to_string(),
+        message,
+    }
+}
+
+fn storage(file: &str, what: &str, e: &postgres::Error) -> BankError {
+    storage_msg(file, format!("{what}: {}", describe(e)))
+}
+
+/// The server's message and SQLSTATE when there is one, else the client's error.
+fn describe(e: &postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    }
+}
+
+/// Whether rolling back and running the work again may succeed.
+fn is_conflict(e: &postgres::Error) -> bool {
+    e.code().is_some_and(|c| {
+        *c == SqlState::T_R_SERIALIZATION_FAILURE || *c == SqlState::T_R_DEADLOCK_DETECTED
+    })
+}
+
+impl PostgresLedger {
+    /// Connects to the database at `location` and opens the ledger in its `search_path`'s
+    /// first schema, creating the tables when there are none and migrating older ones.
+    ///
+    /// # Errors
+    /// - [`BankError::Storage`] naming the location (password removed): the URL does not
+    ///   parse, the server cannot be reached or refuses the login, TLS fails, or a statement
+    ///   fails.
+    /// - [`BankError::NotALedger`]: the schema holds tables of the ledger's names without a
+    ///   ledger's `meta`, another application's `meta`, or a ledger of a newer schema version.
+    pub fn open(location: &str) -> Result<PostgresLedger, BankError> {
+        Self::connect(location, true)
+    }
+
+    /// Opens the ledger like [`PostgresLedger::open`], but never creates one.
+    ///
+    /// # Errors
+    /// [`BankError::NotALedger`] when the schema holds no ledger, and every error of
+    /// [`PostgresLedger::open`].
+    pub fn open_existing(location: &str) -> Result<PostgresLedger, BankError> {
+        Self::connect(location, false)
+    }
+
+    /// The location as error messages show it: the URL without its password.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn connect(url: &str, create: bool) -> Result<PostgresLedger, BankError> {
+        let location = redact(url);
+        let config = Config::from_str(url)
+            .map_err(|e| storage_msg(&location, format!("not a PostgreSQL connection URL: {e}")))?;
+        let mut client = connect(&config, &location)?;
+        let schema: Option<String> = client
+            .query_one("SELECT current_schema()::text", &[])
+            .and_then(|r| r.try_get(0))
+            .map_err(|e| storage(&location, "cannot read its search_path", &e))?;
+        let Some(schema) = schema else {
+            return Err(BankError::NotALedger {
+                file: location,
+                reason: "the connection's search_path names no schema that exists; create \
+                         the schema, or name one with options=-csearch_path%3D<schema>"
+                    .to_string(),
+            });
+        };
+        let keys = LockKeys { schema };
+        let mut ledger = PostgresLedger {
+            client,
+            location,
+            keys,
+        };
+        ledger.migrate(create)?;
+        Ok(ledger)
+    }
+
+    /// Looks at the schema under the migration lock, then creates or migrates the tables.
+    fn migrate(&mut self, create: bool) -> Result<(), BankError> {
+        let location = self.location.clone();
+        let lock = self.keys.migration();
+        let schema = self.keys.schema.clone();
+        let mut tx = self
+            .client
+            .transaction()
+            .map_err(|e| storage(&location, "cannot begin the migration", &e))?;
+        tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
+            .map_err(|e| storage(&location, "cannot lock the schema for migration", &e))?;
+        let from = match contents(&mut tx, &location, &schema)? {
+            None if !create => {
+                return Err(BankError::NotALedger {
+                    file: location,
+                    reason: format!(
+                        "there is no bank in schema `{schema}`; `bank grant`, `bank reserve`, \
+                         `bank import` and `invoice finalize` create one"
+                    ),
+                })
+            }
+            None => 0,
+            Some(v) => v,
+        };
+        if from < SCHEMA_VERSION {
+            for (n, sql) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+                tx.batch_execute(sql).map_err(|e| {
+                    storage(
+                        &location,
+                        &format!("cannot migrate from schema version {n} to {}", n + 1),
+                        &e,
+                    )
+                })?;
+            }
+            tx.execute(
+                "INSERT INTO meta (name, value) VALUES ('schema_version', $1)
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                &[&SCHEMA_VERSION.to_string()],
+            )
+            .map_err(|e| storage(&location, "cannot record the schema version", &e))?;
+        }
+        tx.commit()
+            .map_err(|e| storage(&location, "cannot commit the migration", &e))
+    }
+}
+
+/// Connects with TLS as the URL's `sslmode` asks.
+fn connect(config: &Config, location: &str) -> Result<Client, BankError> {
+    let tcp = config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
+    let out = if config.get_ssl_mode() == SslMode::Disable || !tcp {
+        // TLS is never used on a Unix socket.
+        config.connect(NoTls)
+    } else {
+        config.connect(tls(location)?)
+    };
+    out.map_err(|e| storage(location, "cannot connect", &e))
+}
+
+/// rustls with the system's trusted roots (`SSL_CERT_FILE`, `SSL_CERT_DIR` override them).
+fn tls(location: &str) -> Result<tokio_postgres_rustls::MakeRustlsConnect, BankError> {
+    let found = rustls_native_certs::load_native_certs();
+    let mut roots = rustls::RootCertStore::empty();
+    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
+    if added == 0 {
+        let why: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
+        return Err(storage_msg(
+            location,
+            format!(
+                "TLS: no trusted root certificate could be loaded ({}); set SSL_CERT_FILE, or \
+                 sslmode=disable for a server without TLS",
+                if why.is_empty() {
+                    "the system store is empty".to_string()
+                } else {
+                    why.join("; ")
+                }
+            ),
+        ));
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| storage_msg(location, format!("TLS: {e}")))?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(tokio_postgres_rustls::MakeRustlsConnect::new(config))
+}
+
+/// What the connection's schema holds: `None` (none of the ledger's tables), a ledger of
+/// some version, or (an error) something else.
+fn contents(
+    tx: &mut Transaction<'_>,
+    location: &str,
+    schema: &str,
+) -> Result<Option<u32>, BankError> {
+    let not_a_ledger = |reason: String| BankError::NotALedger {
+        file: location.to_string(),
+        reason,
+    };
+    let tables: Vec<String> = tx
+        .query(
+            "SELECT table_name::text FROM information_schema.tables
+             WHERE table_schema = current_schema() AND table_name = ANY($1)
+             ORDER BY 1",
+            &[&TABLES.to_vec()],
+        )
+        .and_then(|rows| rows.iter().map(|r| r.try_get(0)).collect())
+        .map_err(|e| storage(location, "cannot read its tables", &e))?;
+    if tables.is_empty() {
+        return Ok(None);
+    }
+    if !tables.iter().any(|t| t == "meta") {
+        return Err(not_a_ledger(format!(
+            "not a gpumeter ledger: schema `{schema}` has tables named like the ledger's ({}) \
+             but no `meta`; use another schema (options=-csearch_path%3D<schema>)",
+            tables.join(", ")
+        )));
+    }
+    let meta = |tx: &mut Transaction<'_>, name: &str| -> Result<Option<String>, BankError> {
+        tx.query_opt("SELECT value FROM meta WHERE name = $1", &[&name])
+            .and_then(|r| r.map(|r| r.try_get(0)).transpose())
+            .map_err(|e| {
+                not_a_ledger(format!(
+                    "not a gpumeter ledger: its `meta` table cannot be read ({})",
+                    describe(&e)
+                ))
+            })
+    };
+    match meta(tx, "application")? {
+        Some(a) if a == APPLICATION => {}
+        Some(a) => {
+            return Err(not_a_ledger(format!(
+                "not a gpumeter ledger: its `meta` application is `{a}`, not `{APPLICATION}`"
+            )))
+        }
+        None => {
+            return Err(not_a_ledger(format!(
+                "not a gpumeter ledger: its `meta` table names no application (expected \
+                 `{APPLICATION}`)"
+            )))
+        }
+    }
+    let version = meta(tx, "schema_version")?.ok_or_else(|| {
+        not_a_ledger("a gpumeter ledger without a `schema_version` in `meta`".to_string())
+    })?;
+    let version: u32 = version.parse().map_err(|_| {
+        not_a_ledger(format!(
+            "a gpumeter ledger whose `schema_version` `{version}` is not a version number"
+        ))
+    })?;
+    if version > SCHEMA_VERSION {
+        return Err(not_a_ledger(format!(
+            "a gpumeter ledger of schema version {version}, newer than this gpumeter knows \
+             ({SCHEMA_VERSION}); open it with a newer gpumeter"
+        )));
+    }
+    Ok(Some(version))
+}
+
+impl Ledger for PostgresLedger {
+    fn atomically<T>(
+        &mut self,
+        commit: bool,
+        mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
+    ) -> Result<T, BankError> {
+        let location = self.location.clone();
+        let mut last_conflict = String::new();
+        for attempt in 1..=MAX_ATTEMPTS {
+            if attempt > 1 {
+                // Back off before the next attempt, longer each time, so the writers that
+                // conflicted do not meet again at once (1, 2, 4, … ms, at most 256 ms, and a
+                // part that differs between processes).
+                let base = 1u64 << (attempt - 2).min(8);
+                let jitter = u64::from(std::process::id()) % (base + 1);
+                std::thread::sleep(Duration::from_millis(base + jitter));
+            }
+            let isolation = if commit {
+                IsolationLevel::ReadCommitted
+            } else {
+                IsolationLevel::RepeatableRead
+            };
+            let mut tx = self
+                .client
+                .build_transaction()
+                .isolation_level(isolation)
+                .start()
+                .map_err(|e| storage(&location, "cannot begin a transaction", &e))?;
+            tx.batch_execute(&format!(
+                "SET LOCAL lock_timeout = '{}ms'",
+                LOCK_TIMEOUT.as_millis()
+            ))
+            .map_err(|e| storage(&location, "cannot set the lock timeout", &e))?;
+            let mut work = PgTx {
+                tx: RefCell::new(tx),
+                location: &location,
+                keys: &self.keys,
+                conflict: Cell::new(None),
+                chain_held: false,
+            };
+            let out = f(&mut work);
+            let conflict = work.conflict.take();
+            let tx = work.tx.into_inner();
+            match out {
+                Ok(v) if commit => match tx.commit() {
+                    Ok(()) => return Ok(v),
+                    Err(e) if is_conflict(&e) => last_conflict = describe(&e),
+                    Err(e) => return Err(storage(&location, "cannot commit", &e)),
+                },
+                Ok(v) => {
+                    tx.rollback()
+                        .map_err(|e| storage(&location, "cannot roll back", &e))?;
+                    return Ok(v);
+                }
+                Err(e) => {
+                    // A failed rollback leaves the server to end the transaction when the
+                    // connection next speaks or closes; the error of `f` is what matters.
+                    let _ = tx.rollback();
+                    match conflict {
+                        Some(message) => last_conflict = message,
+                        None => return Err(e),
+                    }
+                }
+            }
+        }
+        Err(BankError::Contended {
+            file: location,
+            attempts: MAX_ATTEMPTS,
+            message: last_conflict,
+        })
+    }
+}
+
+/// [`LedgerTx`] on an open PostgreSQL transaction.
+struct PgTx<'a, 'c> {
+    tx: RefCell<Transaction<'c>>,
+    location: &'a str,
+    keys: &'a LockKeys,
+    /// The first conflict (serialization failure, deadlock) a statement met: the work is run
+    /// again.
+    conflict: Cell<Option<String>>,
+    /// Whether this transaction holds the hash chain's lock.
+    chain_held: bool,
+}
+
+/// One row of `transactions`.
+type TxRow = (
+    i64,
+    String,
+    String,
+    String,
+    Option<String>,
+    String,
+    String,
+    String,
+);
+
+impl PgTx<'_, '_> {
+    fn err(&self, what: &str, e: &postgres::Error) -> BankError {
+        if is_conflict(e) {
+            let first = self.conflict.take();
+            self.conflict
+                .set(Some(first.unwrap_or_else(|| describe(e))));
+        }
+        storage(self.location, what, e)
+    }
+
+    fn query(
+        &self,
+        what: &str,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, BankError> {
+        self.tx
+            .borrow_mut()
+            .query(sql, params)
+            .map_err(|e| self.err(what, &e))
+    }
+
+    fn get<'r, T: postgres::types::FromSql<'r>>(
+        &self,
+        what: &str,
+        row: &'r postgres::Row,
+        i: usize,
+    ) -> Result<T, BankError> {
+        row.try_get(i).map_err(|e| self.err(what, &e))
+    }
+
+    /// Takes the advisory locks `keys`, sorted, exclusive (after the bank's, shared).
+    fn lock(&self, mut keys: Vec<i64>) -> Result<(), BankError> {
+        keys.sort_unstable();
+        keys.dedup();
+        self.query(
+            "cannot lock the bank",
+            "SELECT pg_advisory_xact_lock_shared($1)",
+            &[&self.keys.bank()],
+        )?;
+        for k in keys {
+            self.query(
+                "cannot lock a tenant",
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&k],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// The transactions `WHERE <filter>` with their postings, in ledger order.
+    fn load(&self, filter: &str, arg: Option<&str>) -> Result<Vec<StoredTransaction>, BankError> {
+        let what = "cannot read transactions";
+        let args: Vec<&(dyn postgres::types::ToSql + Sync)> = match &arg {
+            Some(a) => vec![a],
+            None => vec![],
+        };
+        let rows = self.query(
+            what,
+            &format!(
+                "SELECT seq, key, kind, at, tenant, memo, prev_hash, hash FROM transactions
+                 WHERE {filter} ORDER BY seq"
+            ),
+            &args,
+        )?;
+        let mut out: Vec<StoredTransaction> = Vec::with_capacity(rows.len());
+        let mut index: BTreeMap<i64, usize> = BTreeMap::new();
+        for r in &rows {
+            let (seq, key, kind, at, tenant, memo, prev_hash, hash): TxRow = (
+                self.get(what, r, 0)?,
+                self.get(what, r, 1)?,
+                self.get(what, r, 2)?,
+                self.get(what, r, 3)?,
+                self.get(what, r, 4)?,
+                self.get(what, r, 5)?,
+                self.get(what, r, 6)?,
+                self.get(what, r, 7)?,
+            );
+            let corrupt = |reason: String| BankError::Corrupt {
+                seq: u64::try_from(seq).unwrap_or(0),
+                key: key.clone(),
+                reason,
+            };
+            let seq_u = u64::try_from(seq)
+                .map_err(|_| corrupt(format!("sequence number {seq} is negative")))?;
+            let memo: serde_json::Value = serde_json::from_str(&memo)
+                .map_err(|e| corrupt(format!("its memo is not JSON: {e}")))?;
+            index.insert(seq, out.len());
+            out.push(StoredTransaction {
+                seq: seq_u,
+                tx: NewTransaction {
+                    key,
+                    kind,
+                    at,
+                    tenant,
+                    postings: Vec::new(),
+                    memo,
+                },
+                prev_hash,
+                hash,
+            });
+        }
+        if out.is_empty() {
+            return Ok(out);
+        }
+        let what = "cannot read postings";
+        let rows = self.query(
+            what,
+            &format!(
+                "SELECT seq, idx, account, commodity, amount::text FROM postings
+                 WHERE seq IN (SELECT seq FROM transactions WHERE {filter}) ORDER BY seq, idx"
+            ),
+            &args,
+        )?;
+        for r in &rows {
+            let seq: i64 = self.get(what, r, 0)?;
+            let idx: i32 = self.get(what, r, 1)?;
+            let account: String = self.get(what, r, 2)?;
+            let commodity: String = self.get(what, r, 3)?;
+            let amount: String = self.get(what, r, 4)?;
+            let Some(t) = index.get(&seq).and_then(|&i| out.get_mut(i)) else {
+                continue;
+            };
+            let amount = Decimal::from_str_exact(&amount).map_err(|e| BankError::Corrupt {
+                seq: t.seq,
+                key: t.tx.key.clone(),
+                reason: format!("posting {idx}: amount `{amount}` is not a decimal ({e})"),
+            })?;
+            if usize::try_from(idx).ok() != Some(t.tx.postings.len()) {
+                return Err(BankError::Corrupt {
+                    seq: t.seq,
+                    key: t.tx.key.clone(),
+                    reason: format!(
+                        "posting {idx} where posting {} was expected (a posting is missing)",
+                        t.tx.postings.len()
+                    ),
+                });
+            }
+            t.tx.postings.push(Posting {
+                account,
+                commodity,
+                amount,
+            });
+        }
+        Ok(out)
+    }
+
+    fn parse_balance(
+        &self,
+        account: &str,
+        commodity: &str,
+        text: &str,
+    ) -> Result<Decimal, BankError> {
+        Decimal::from_str_exact(text).map_err(|e| {
+            storage_msg(
+                self.location,
+                format!("the balance of {account} in {commodity} is `{text}`, not a decimal ({e})"),
+            )
+        })
+    }
+}
+
+impl LedgerTx for PgTx<'_, '_> {
+    fn find(&self, key: &str) -> Result<Option<StoredTransaction>, BankError> {
+        Ok(self.load("key = $1", Some(key))?.into_iter().next())
+    }
+
+    fn append(&mut self, mut tx: NewTransaction) -> Result<Appended, BankError> {
+        if let Some(t) = self.find(&tx.key)? {
+            return Ok(Appended::AlreadyApplied(t));
+        }
+        tx.canonicalize();
+        tx.check_balanced()?;
+        if !self.chain_held {
+            self.query(
+                "cannot lock the chain's head",
+                "SELECT pg_advisory_xact_lock($1)",
+                &[&self.keys.chain()],
+            )?;
+            self.chain_held = true;
+        }
+        let what = "cannot read the chain head";
+        let last = self.query(
+            what,
+            "SELECT seq, hash FROM transactions ORDER BY seq DESC LIMIT 1",
+            &[],
+        )?;
+        let (last_seq, prev_hash): (i64, String) = match last.first() {
+            Some(r) => (self.get(what, r, 0)?, self.get(what, r, 1)?),
+            None => (0, String::new()),
+        };
+        let seq = u64::try_from(last_seq)
+            .ok()
+            .and_then(|s| s.checked_add(1))
+            .ok_or_else(|| {
+                storage_msg(
+                    self.location,
+                    format!("the last sequence number {last_seq} cannot be followed"),
+                )
+            })?;
+        let seq_i = i64::try_from(seq).map_err(|_| {
+            storage_msg(
+                self.location,
+                format!("sequence number {seq} exceeds what PostgreSQL's bigint holds"),
+            )
+        })?;
+        let hash = chain_hash(seq, &tx, &prev_hash)?;
+        let memo = serde_json::to_string(&tx.memo)
+            .map_err(|e| BankError::Refused(format!("transaction `{}`: memo: {e}", tx.key)))?;
+        // The unique key decides: a concurrent writer that appended this key first (and has
+        // committed: it held the chain) makes this insert do nothing.
+        let inserted = self.query(
+            "cannot append a transaction",
+            "INSERT INTO transactions (seq, key, kind, at, tenant, memo, prev_hash, hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             ON CONFLICT (key) DO NOTHING RETURNING seq",
+            &[
+                &seq_i, &tx.key, &tx.kind, &tx.at, &tx.tenant, &memo, &prev_hash, &hash,
+            ],
+        )?;
+        if inserted.is_empty() {
+            let earlier = self.find(&tx.key)?.ok_or_else(|| {
+                storage_msg(
+                    self.location,
+                    format!(
+                        "transaction `{}`: its key is taken, but no transaction has it",
+                        tx.key
+                    ),
+                )
+            })?;
+            return Ok(Appended::AlreadyApplied(earlier));
+        }
+        for (idx, p) in tx.postings.iter().enumerate() {
+            let idx = i32::try_from(idx).map_err(|_| {
+                BankError::Refused(format!("transaction `{}` has too many postings", tx.key))
+            })?;
+            let amount = p.amount.to_string();
+            self.query(
+                "cannot append a posting",
+                "INSERT INTO postings (seq, idx, account, commodity, amount)
+                 VALUES ($1, $2, $3, $4, ($5::text)::numeric)",
+                &[&seq_i, &idx, &p.account, &p.commodity, &amount],
+            )?;
+            let what = "cannot update a balance";
+            let rows = self.query(
+                what,
+                "INSERT INTO balances (account, commodity, amount)
+                 VALUES ($1, $2, ($3::text)::numeric)
+                 ON CONFLICT (account, commodity)
+                 DO UPDATE SET amount = balances.amount + excluded.amount
+                 RETURNING amount::text",
+                &[&p.account, &p.commodity, &amount],
+            )?;
+            let text: String = match rows.first() {
+                Some(r) => self.get(what, r, 0)?,
+                None => return Err(storage_msg(self.location, format!("{what}: no row"))),
+            };
+            if Decimal::from_str_exact(&text).is_err() {
+                return Err(BankError::Refused(format!(
+                    "the balance of {} in {} exceeds what a decimal holds",
+                    p.account, p.commodity
+                )));
+            }
+        }
+        Ok(Appended::Applied(StoredTransaction {
+            seq,
+            tx,
+            prev_hash,
+            hash,
+        }))
+    }
+
+    fn balance(&self, account: &str, commodity: &str) -> Result<Decimal, BankError> {
+        let what = "cannot read a balance";
+        let rows = self.query(
+            what,
+            "SELECT amount::text FROM balances WHERE account = $1 AND commodity = $2",
+            &[&account, &commodity],
+        )?;
+        match rows.first() {
+            Some(r) => {
+                let text: String = self.get(what, r, 0)?;
+                self.parse_balance(account, commodity, &text)
+            }
+            None => Ok(Decimal::ZERO),
+        }
+    }
+
+    fn balances(&self, prefix: &str) -> Result<Vec<(String, String, Decimal)>, BankError> {
+        let what = "cannot read balances";
+        let rows = self.query(
+            what,
+            "SELECT account, commodity, amount::text FROM balances
+             WHERE left(account, length($1)) = $1 ORDER BY account, commodity",
+            &[&prefix],
+        )?;
+        let mut out = Vec::new();
+        for r in &rows {
+            let account: String = self.get(what, r, 0)?;
+            let commodity: String = self.get(what, r, 1)?;
+            let text: String = self.get(what, r, 2)?;
+            let amount = self.parse_balance(&account, &commodity, &text)?;
+            if !amount.is_zero() {
+                out.push((account, commodity, amount));
+            }
+        }
+        Ok(out)
+    }
+
+    fn transactions(&self, kind: Option<&str>) -> Result<Vec<StoredTransaction>, BankError> {
+        match kind {
+            Some(k) => self.load("kind = $1", Some(k)),
+            None => self.load("TRUE", None),
+        }
+    }
+
+    fn head(&self) -> Result<Option<String>, BankError> {
+        let what = "cannot read the chain head";
+        let rows = self.query(
+            what,
+            "SELECT hash FROM transactions ORDER BY seq DESC LIMIT 1",
+            &[],
+        )?;
+        rows.first().map(|r| self.get(what, r, 0)).transpose()
+    }
+
+    fn lock_tenants(&mut self, tenants: &[&str]) -> Result<(), BankError> {
+        let keys = tenants.iter().map(|t| self.keys.tenant(t)).collect();
+        self.lock(keys)
+    }
+
+    fn lock_all(&mut self) -> Result<(), BankError> {
+        self.query(
+            "cannot lock the bank",
+            "SELECT pg_advisory_xact_lock($1)",
+            &[&self.keys.bank()],
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{LockKeys, MIGRATIONS, SCHEMA_VERSION};
+
+    #[test]
+    fn one_migration_per_schema_version() {
+        assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
+    }
+
+    #[test]
+    fn lock_keys_name_the_schema_and_the_lock() {
+        let a = LockKeys { schema: "a".into() };
+        let b = LockKeys { schema: "b".into() };
+        assert_ne!(a.tenant("x"), b.tenant("x"));
+        assert_ne!(a.tenant("x"), a.tenant("y"));
+        assert_ne!(a.bank(), a.chain());
+        assert_eq!(a.tenant("x"), LockKeys { schema: "a".into() }.tenant("x"));
+    }
+}
