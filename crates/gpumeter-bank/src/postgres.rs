@@ -32,8 +32,11 @@
 //!   and balances are updated in place (`amount = balances.amount + excluded.amount`), never
 //!   read and written back.
 //!
-//! Reads without a commit (a preview, `balance`, `verify`) run at REPEATABLE READ: one
-//! snapshot of the whole ledger.
+//! Work without a commit (`balance`, `verify`, `history`, a preview) runs at REPEATABLE READ:
+//! one snapshot of the whole ledger, so `verify` never sees half of a concurrent commit. A
+//! preview also appends (then rolls back): the first time it appends, its work is rolled back
+//! and run again holding the chain from before its snapshot is taken, so the head it reads is
+//! the latest; finalizers wait for such a preview to end.
 //!
 //! A serialization failure (SQLSTATE 40001) or a deadlock (40P01) rolls the work back and runs
 //! it again, at most [`MAX_ATTEMPTS`] times, then fails with [`BankError::Contended`]. A lock
@@ -224,6 +227,12 @@ impl PostgresLedger {
         let config = Config::from_str(url)
             .map_err(|e| storage_msg(&location, format!("not a PostgreSQL connection URL: {e}")))?;
         let mut client = connect(&config, &location)?;
+        client
+            .batch_execute(&format!(
+                "SET lock_timeout = '{}ms'",
+                LOCK_TIMEOUT.as_millis()
+            ))
+            .map_err(|e| storage(&location, "cannot set the lock timeout", &e))?;
         let schema: Option<String> = client
             .query_one("SELECT current_schema()::text", &[])
             .and_then(|r| r.try_get(0))
@@ -411,9 +420,16 @@ impl Ledger for PostgresLedger {
         mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<T, BankError> {
         let location = self.location.clone();
+        let chain = self.keys.chain();
         let mut last_conflict = String::new();
-        for attempt in 1..=MAX_ATTEMPTS {
-            if attempt > 1 {
+        // A snapshot (no commit) that appends, as a preview does, must hold the chain before
+        // its snapshot is taken, or the head it reads may be stale: it learns that it
+        // appends on its first run, and runs again holding the chain first.
+        let mut chain_first = false;
+        let mut attempt = 0;
+        while attempt < MAX_ATTEMPTS {
+            attempt += 1;
+            if attempt > 1 && !last_conflict.is_empty() {
                 // Back off before the next attempt, longer each time, so the writers that
                 // conflicted do not meet again at once (1, 2, 4, … ms, at most 256 ms, and a
                 // part that differs between processes).
@@ -426,46 +442,26 @@ impl Ledger for PostgresLedger {
             } else {
                 IsolationLevel::RepeatableRead
             };
-            let mut tx = self
-                .client
-                .build_transaction()
-                .isolation_level(isolation)
-                .start()
-                .map_err(|e| storage(&location, "cannot begin a transaction", &e))?;
-            tx.batch_execute(&format!(
-                "SET LOCAL lock_timeout = '{}ms'",
-                LOCK_TIMEOUT.as_millis()
-            ))
-            .map_err(|e| storage(&location, "cannot set the lock timeout", &e))?;
-            let mut work = PgTx {
-                tx: RefCell::new(tx),
-                location: &location,
-                keys: &self.keys,
-                conflict: Cell::new(None),
-                chain_held: false,
-            };
-            let out = f(&mut work);
-            let conflict = work.conflict.take();
-            let tx = work.tx.into_inner();
-            match out {
-                Ok(v) if commit => match tx.commit() {
-                    Ok(()) => return Ok(v),
-                    Err(e) if is_conflict(&e) => last_conflict = describe(&e),
-                    Err(e) => return Err(storage(&location, "cannot commit", &e)),
-                },
-                Ok(v) => {
-                    tx.rollback()
-                        .map_err(|e| storage(&location, "cannot roll back", &e))?;
-                    return Ok(v);
-                }
-                Err(e) => {
-                    // A failed rollback leaves the server to end the transaction when the
-                    // connection next speaks or closes; the error of `f` is what matters.
-                    let _ = tx.rollback();
-                    match conflict {
-                        Some(message) => last_conflict = message,
-                        None => return Err(e),
-                    }
+            if chain_first {
+                // Session-scoped: taken before the transaction, released after it.
+                self.client
+                    .execute("SELECT pg_advisory_lock($1)", &[&chain])
+                    .map_err(|e| storage(&location, "cannot lock the chain's head", &e))?;
+            }
+            let out = self.attempt(commit, isolation, chain_first, &mut f);
+            if chain_first {
+                // The connection may be gone (the server ends its locks with it).
+                let _ = self
+                    .client
+                    .execute("SELECT pg_advisory_unlock($1)", &[&chain]);
+            }
+            match out? {
+                Attempt::Done(v) => return Ok(v),
+                Attempt::Conflict(message) => last_conflict = message,
+                Attempt::NeedsChain => {
+                    chain_first = true;
+                    // Not a conflict: this run does not count.
+                    attempt -= 1;
                 }
             }
         }
@@ -474,6 +470,74 @@ impl Ledger for PostgresLedger {
             attempts: MAX_ATTEMPTS,
             message: last_conflict,
         })
+    }
+}
+
+/// How one run of a ledger transaction's work ended, if not with an error.
+enum Attempt<T> {
+    /// Committed (or, without a commit, rolled back) with this result.
+    Done(T),
+    /// Rolled back after a conflict with concurrent writers (the database's message).
+    Conflict(String),
+    /// Rolled back: a snapshot that appends must hold the chain first.
+    NeedsChain,
+}
+
+impl PostgresLedger {
+    /// One run of `f` in one database transaction.
+    fn attempt<T>(
+        &mut self,
+        commit: bool,
+        isolation: IsolationLevel,
+        chain_held: bool,
+        f: &mut impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
+    ) -> Result<Attempt<T>, BankError> {
+        let location = self.location.clone();
+        let tx = self
+            .client
+            .build_transaction()
+            .isolation_level(isolation)
+            .start()
+            .map_err(|e| storage(&location, "cannot begin a transaction", &e))?;
+        let mut work = PgTx {
+            tx: RefCell::new(tx),
+            location: &location,
+            keys: &self.keys,
+            conflict: Cell::new(None),
+            chain_held,
+            snapshot: !commit,
+            needs_chain: false,
+        };
+        let out = f(&mut work);
+        let conflict = work.conflict.take();
+        let needs_chain = work.needs_chain;
+        let tx = work.tx.into_inner();
+        {
+            match out {
+                Ok(v) if commit => match tx.commit() {
+                    Ok(()) => Ok(Attempt::Done(v)),
+                    Err(e) if is_conflict(&e) => Ok(Attempt::Conflict(describe(&e))),
+                    Err(e) => Err(storage(&location, "cannot commit", &e)),
+                },
+                Ok(v) => {
+                    tx.rollback()
+                        .map_err(|e| storage(&location, "cannot roll back", &e))?;
+                    Ok(Attempt::Done(v))
+                }
+                Err(e) => {
+                    // A failed rollback leaves the server to end the transaction when the
+                    // connection next speaks or closes; the error of `f` is what matters.
+                    let _ = tx.rollback();
+                    if needs_chain {
+                        Ok(Attempt::NeedsChain)
+                    } else if let Some(message) = conflict {
+                        Ok(Attempt::Conflict(message))
+                    } else {
+                        Err(e)
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -487,6 +551,10 @@ struct PgTx<'a, 'c> {
     conflict: Cell<Option<String>>,
     /// Whether this transaction holds the hash chain's lock.
     chain_held: bool,
+    /// A snapshot (REPEATABLE READ, no commit): its reads are of the instant it began.
+    snapshot: bool,
+    /// Set when a snapshot without the chain tried to append: the work runs again with it.
+    needs_chain: bool,
 }
 
 /// One row of `transactions`.
@@ -674,6 +742,13 @@ impl LedgerTx for PgTx<'_, '_> {
         }
         tx.canonicalize();
         tx.check_balanced()?;
+        if !self.chain_held && self.snapshot {
+            self.needs_chain = true;
+            return Err(storage_msg(
+                self.location,
+                "a snapshot appends without holding the chain (run again holding it)".into(),
+            ));
+        }
         if !self.chain_held {
             self.query(
                 "cannot lock the chain's head",
