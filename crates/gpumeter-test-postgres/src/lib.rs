@@ -63,7 +63,9 @@ pub fn server_for(test: &str) -> Option<String> {
             }
             // Past the harness's capture (println!/eprintln! would be captured): the person
             // running the tests sees which ones did not run.
-            let _ = writeln!(std::io::stderr(), "skipped: {who}{reason}");
+            // One write, so the line stays whole between the harness's own lines.
+            let line = format!("skipped: {who}{reason}\n");
+            let _ = std::io::stderr().write_all(line.as_bytes());
             None
         }
     }
