@@ -35,5 +35,5 @@ pub use memory::MemoryLedger;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresLedger;
 pub use sqlite::SqliteLedger;
-pub use transfer::{export, import, Transferred};
+pub use transfer::{export, import, Export, Transferred};
 pub use verify::{verify, VerifyReport};

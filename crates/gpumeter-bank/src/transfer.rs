@@ -86,37 +86,84 @@ where
 /// One transaction of an export and the line (from 1) it was read from.
 type Line = (u64, StoredTransaction);
 
+/// An export read and checked ([`Export::read`]), ready to import ([`Export::import_into`]).
+/// Reading first lets a caller refuse a bad input before it opens (and so creates) the
+/// target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Export {
+    /// How errors name the input (a file path, `<stdin>`).
+    name: String,
+    /// The transactions and their lines, in order.
+    lines: Vec<Line>,
+}
+
+impl Export {
+    /// Reads the JSON Lines of an [`export`] from `reader` and checks the chain they state:
+    /// each line must be one transaction (a blank line is refused too), line `n` must have
+    /// sequence number `n`, and its `prev_hash` must be the hash of line `n − 1` (`""` for
+    /// the first). `name` names the input in errors (a file path, `<stdin>`).
+    ///
+    /// # Errors
+    /// [`BankError::Import`] naming `name` and the line (and, when the line parsed, its
+    /// sequence number and key): a line that is not a transaction (serde_json's message), a
+    /// break in the chain (a line reordered, left out or edited in its `seq` or
+    /// `prev_hash`). [`BankError::Io`] when `reader` fails.
+    pub fn read<R: BufRead>(reader: R, name: &str) -> Result<Export, BankError> {
+        Ok(Export {
+            name: name.to_string(),
+            lines: read_lines(reader, name)?,
+        })
+    }
+
+    /// The transactions as the input states them, in order.
+    pub fn transactions(&self) -> impl Iterator<Item = &StoredTransaction> {
+        self.lines.iter().map(|(_, t)| t)
+    }
+
+    /// What importing it gives: the number of transactions and the head the input states.
+    pub fn summary(&self) -> Transferred {
+        Transferred {
+            transactions: self.lines.len() as u64,
+            head: self.lines.last().map(|(_, t)| t.hash.clone()),
+        }
+    }
+
+    /// Appends the transactions to `ledger`, which must be empty, in one database
+    /// transaction holding the whole bank ([`LedgerTx::lock_all`]): each is appended
+    /// ([`LedgerTx::append`]) and must be appended now (not a key already there) with the
+    /// line's sequence number, `prev_hash` and `hash`, the hash the target computes from the
+    /// line's contents, so a line whose contents were edited is refused. Any refusal rolls
+    /// everything back: nothing is imported.
+    ///
+    /// # Errors
+    /// - [`BankError::Import`] naming the input, the line and its transaction's sequence
+    ///   number and key: contents that hash differently from the `hash` stated, a key given
+    ///   twice, postings that do not balance.
+    /// - [`BankError::NotEmpty`] when the ledger already holds transactions.
+    /// - [`BankError::Storage`] when the ledger cannot be read or written;
+    ///   [`BankError::Contended`] as for any write.
+    pub fn import_into<L: Ledger>(&self, ledger: &mut L) -> Result<Transferred, BankError> {
+        ledger.atomically(true, |t| append_all(t, &self.lines, &self.name))?;
+        Ok(self.summary())
+    }
+}
+
 /// Reads the JSON Lines of an [`export`] from `reader` and appends them to `ledger`, which
-/// must be empty (a new one: [`crate::open`] creates it). `name` names the input in errors
-/// (a file path, `<stdin>`).
-///
-/// Every line is read and checked before the ledger is touched: each must be one
-/// transaction (a blank line is refused too), line `n` must have sequence number `n`, and its
-/// `prev_hash` must be the hash of line `n − 1` (`""` for the first). Then, in one database
-/// transaction holding the whole bank, each is appended ([`LedgerTx::append`]) and must be
-/// appended now (not a key already there) with the line's sequence number, `prev_hash` and
-/// `hash`: the hash the target computes from the line's contents, so a line whose contents
-/// were edited is refused. Any refusal rolls everything back: nothing is imported.
+/// must be empty (a new one: [`crate::open`] creates it): [`Export::read`], then
+/// [`Export::import_into`]. Every line is read and checked before the ledger is touched.
+/// `name` names the input in errors (a file path, `<stdin>`).
 ///
 /// # Errors
-/// - [`BankError::Import`] naming `name`, the line and (when the line parsed) its
-///   transaction's sequence number and key: a line that is not a transaction (serde_json's
-///   message), a break in the chain (a line reordered or left out), contents that hash
-///   differently, a key given twice, postings that do not balance.
-/// - [`BankError::NotEmpty`] when the ledger already holds transactions.
-/// - [`BankError::Io`] when `reader` fails; [`BankError::Storage`] when the ledger cannot be
-///   read or written; [`BankError::Contended`] as for any write.
+/// Those of [`Export::read`] and [`Export::import_into`]: [`BankError::Import`] (naming the
+/// input's line, and its transaction's sequence number and key when it parsed),
+/// [`BankError::NotEmpty`], [`BankError::Io`], [`BankError::Storage`],
+/// [`BankError::Contended`].
 pub fn import<L: Ledger, R: BufRead>(
     ledger: &mut L,
     reader: R,
     name: &str,
 ) -> Result<Transferred, BankError> {
-    let lines = read_lines(reader, name)?;
-    ledger.atomically(true, |t| append_all(t, &lines, name))?;
-    Ok(Transferred {
-        transactions: lines.len() as u64,
-        head: lines.last().map(|(_, t)| t.hash.clone()),
-    })
+    Export::read(reader, name)?.import_into(ledger)
 }
 
 /// Parses every line and checks the chain they state (sequence numbers 1, 2, …; each
