@@ -555,3 +555,25 @@ fn a_missing_input_is_exit_1_and_creates_no_bank() {
         "no FILE: a bad command line"
     );
 }
+
+#[test]
+fn a_file_that_is_not_a_bank_is_refused_by_export_and_import_and_left_as_it_was() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a ledger\n").expect("write");
+    let source = busy_bank(dir.path());
+    let export_file = dir.path().join("bank.jsonl");
+    std::fs::write(&export_file, export(s(&source))).expect("write the export");
+    for args in [
+        vec!["bank", "export", "--bank", s(&text)],
+        vec!["bank", "import", "--bank", s(&text), s(&export_file)],
+    ] {
+        let e = fails(gpumeter(&args), &args.join(" "));
+        assert!(e.contains(s(&text)), "{args:?}: {e}");
+        assert_eq!(
+            std::fs::read(&text).expect("read"),
+            b"not a ledger\n",
+            "{args:?}"
+        );
+    }
+}
