@@ -91,8 +91,7 @@ enum Command {
         #[command(subcommand)]
         command: InvoiceCommand,
     },
-    /// The credit bank: grants, reservations, balances, history, expiry, close, verify, export,
-    /// import.
+    /// The credit bank: grants, reservations, balances, history, expiry, close, verify.
     Bank {
         #[command(subcommand)]
         command: bank::BankCommand,
