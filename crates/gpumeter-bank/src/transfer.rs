@@ -9,7 +9,7 @@
 //! with the sequence number, `prev_hash` and `hash` the line states. So an edited export (an
 //! amount, an account, a memo), a reordered one or one with a line left out is refused, and
 //! nothing of it is imported; what is imported is the exported chain, transaction for
-//! transaction, with the same head, and [`crate::verify`] accepts it.
+//! transaction, with the same head, and [`crate::verify()`] accepts it.
 
 use std::io::{BufRead, Write};
 
