@@ -84,6 +84,43 @@ pub enum BankError {
         /// The last conflict, as the database reported it.
         message: String,
     },
+    /// A file other than the ledger could not be read or written: an export's output, an
+    /// import's input ([`crate::transfer`]).
+    #[error("{file}: {message}")]
+    Io {
+        /// The file (a path, `<stdin>`, `<stdout>`).
+        file: String,
+        /// What failed.
+        message: String,
+    },
+    /// [`crate::transfer::import`] refused a line of its input; nothing was imported.
+    #[error("{file}:{line}: {}{reason}", transaction_prefix(.transaction))]
+    Import {
+        /// The input (a path, or `<stdin>`).
+        file: String,
+        /// The line, from 1.
+        line: u64,
+        /// The sequence number and key the line states, when it is a transaction.
+        transaction: Option<(u64, String)>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// [`crate::transfer::import`] fills an empty ledger only, and this one holds
+    /// transactions; nothing was imported.
+    #[error("{file}: the ledger already holds {transactions} transactions; import fills an empty ledger only, nothing was imported")]
+    NotEmpty {
+        /// The input that was to be imported.
+        file: String,
+        /// How many transactions the ledger holds.
+        transactions: u64,
+    },
+}
+
+/// `transaction 3 (`key`): ` for an import error that names its transaction, else nothing.
+fn transaction_prefix(t: &Option<(u64, String)>) -> String {
+    t.as_ref().map_or_else(String::new, |(seq, key)| {
+        format!("transaction {seq} (`{key}`): ")
+    })
 }
 
 /// One posting: `amount` of `commodity` on `account` (positive = debit).

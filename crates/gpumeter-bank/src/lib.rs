@@ -18,6 +18,7 @@ pub mod memory;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
+pub mod transfer;
 pub mod verify;
 
 pub use backend::{is_postgres, open, open_existing, redact, AnyLedger};
@@ -34,4 +35,5 @@ pub use memory::MemoryLedger;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresLedger;
 pub use sqlite::SqliteLedger;
+pub use transfer::{export, import, Export, Transferred};
 pub use verify::{verify, VerifyReport};

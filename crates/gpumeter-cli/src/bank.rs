@@ -84,6 +84,16 @@ pub(crate) enum BankCommand {
         #[command(flatten)]
         bank: BankFile,
     },
+    /// Write every transaction as JSON Lines (one per line, oldest first), to move the bank to
+    /// another backend with `bank import`.
+    ///
+    /// Example: gpumeter bank export --bank bank.db -o bank.jsonl
+    Export(crate::bank_io::ExportArgs),
+    /// Fill an empty bank with the transactions of a `bank export`, each checked against the
+    /// hash chain it states; nothing is imported when a line is refused.
+    ///
+    /// Example: gpumeter bank import --bank 'postgres://billing@db.example/ledger' bank.jsonl
+    Import(crate::bank_io::ImportArgs),
 }
 
 /// `--bank FILE`.
@@ -365,6 +375,13 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             }
             Ok(text_out(&out))
         }
+        // `main` answers `export` itself (its JSON Lines as they are); this is the same
+        // command for a caller that wants text.
+        BankCommand::Export(a) => match crate::bank_io::export(a)? {
+            crate::Output::Text(text) | crate::Output::Events(text) => Ok(text),
+            crate::Output::Report(report) => crate::to_json(&report),
+        },
+        BankCommand::Import(a) => crate::bank_io::import(a),
         BankCommand::Verify { bank } => {
             let mut ledger = open_existing(&bank.bank)?;
             let report = ledger

@@ -246,7 +246,7 @@ fn json_lines(events: &[UsageEvent]) -> Result<String, Failure> {
 }
 
 /// serde_json's compact formatter with [`is_escaped`](gpumeter::core::text::is_escaped) characters as `\uXXXX`.
-struct CompactTerminalSafe;
+pub(crate) struct CompactTerminalSafe;
 
 impl serde_json::ser::Formatter for CompactTerminalSafe {
     fn write_string_fragment<W: ?Sized + std::io::Write>(

@@ -20,6 +20,7 @@ use gpumeter::core::TenantName;
 use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 
 mod bank;
+mod bank_io;
 mod events;
 mod record;
 mod stdin;
@@ -532,8 +533,8 @@ enum Output {
     /// largest output there is (a row per tenant, device, window and meter) is never held
     /// as one string.
     Report(Box<gpumeter::UsageReport>),
-    /// Usage events as JSON Lines (`usage --events -`), printed as they are (each line ends
-    /// with its newline; none for no events).
+    /// JSON Lines, printed as they are (each line ends with its newline; none for no lines):
+    /// usage events (`usage --events -`), a bank's transactions (`bank export`).
     Events(String),
 }
 
@@ -545,6 +546,9 @@ fn run(cli: Cli) -> Result<Output, Failure> {
             events,
             by_window,
         } => usage_output(&usage, json, by_window, &events),
+        Command::Bank {
+            command: bank::BankCommand::Export(args),
+        } => bank_io::export(args),
         command => run_text(command).map(Output::Text),
     }
 }
