@@ -176,12 +176,24 @@ fn storage(file: &str, what: &str, e: &postgres::Error) -> BankError {
     storage_msg(file, format!("{what}: {}", describe(e)))
 }
 
-/// The server's message and SQLSTATE when there is one, else the client's error.
+/// The server's message and SQLSTATE when there is one, else the client's error with its
+/// causes (`error connecting to server: Connection refused (os error 111)`: rust-postgres
+/// keeps the reason in the error's source).
 fn describe(e: &postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
+    if let Some(db) = e.as_db_error() {
+        return format!("{} ({})", db.message(), db.code().code());
     }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// Whether rolling back and running the work again may succeed.
