@@ -614,16 +614,18 @@ fn a_file_that_is_not_a_bank_is_refused_untouched() {
 
 /// A PostgreSQL bank that cannot be opened is `GM_ERR_BANK` naming the URL without its
 /// password: an unreachable server (nothing listens on port 1; the password in the user part
-/// or as a parameter), and a login the test server refuses (a role it does not have).
+/// or as a parameter; `sslmode=disable`, so the failure is the connection's whatever TLS roots
+/// the system has), and a login the test server refuses (a role it does not have).
 #[test]
 fn a_postgres_bank_that_cannot_open_names_the_url_without_its_password() {
     for (url, shown) in [
         (
-            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger".to_string(),
+            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?sslmode=disable".to_string(),
             "postgres://billing:***@127.0.0.1:1/ledger",
         ),
         (
-            "postgresql://127.0.0.1:1/ledger?user=billing&password=s3cret-pw".to_string(),
+            "postgresql://127.0.0.1:1/ledger?user=billing&password=s3cret-pw&sslmode=disable"
+                .to_string(),
             "password=***",
         ),
     ] {
