@@ -41,7 +41,13 @@
 //! * `cupti` (default): raw CUPTI activity buffers and `.gmr` recordings (the `cupti` module,
 //!   [`UsageOptions`]'s `cupti_api`): a decoder in safe Rust that loads no CUDA library.
 //! * `bank` (default): the credit bank (the `bank` module, `bill`): a ledger in SQLite,
-//!   through rusqlite (SQLite compiled in).
+//!   through rusqlite (SQLite compiled in). `bank::open(location)` opens a ledger by its
+//!   location: a file path is SQLite.
+//! * `postgres`: the credit bank's ledger in a PostgreSQL database shared by many billing
+//!   workers as well: `bank::open` and `bank::open_existing` take `postgres://` and
+//!   `postgresql://` URLs (the `postgres` crate; TLS through rustls as the URL's `sslmode`
+//!   asks); implies `bank`. Without it such a URL is refused with
+//!   `bank::BankError::BackendNotEnabled`, which names the feature.
 //! * `collector`: live collection inside this process (`cupti::collector`), which loads
 //!   libcupti and NVML at run time (cupti-sys, libloading, nvml-wrapper); implies `cupti` and
 //!   `nvml`. For node agents written in Rust; the injection library uses it.
@@ -99,8 +105,12 @@ pub enum Error {
     /// Rating failed.
     #[error(transparent)]
     Rating(#[from] RatingError),
-    /// The credit bank failed or refused (names the bank file, the transaction or the account).
-    /// Only with the Cargo feature `bank`.
+    /// The credit bank failed or refused (names the bank's location, the transaction or the
+    /// account): among others, a location this build has no backend for
+    /// ([`gpumeter_bank::BankError::BackendNotEnabled`], naming the Cargo feature `postgres`) and
+    /// concurrent writers that kept conflicting after every retry
+    /// ([`gpumeter_bank::BankError::Contended`]). A PostgreSQL location is shown without its
+    /// password. Only with the Cargo feature `bank`.
     #[cfg(feature = "bank")]
     #[error(transparent)]
     Bank(gpumeter_bank::BankError),
@@ -1048,5 +1058,42 @@ mod feature_tests {
         #[cfg(feature = "cupti")]
         assert_eq!(GMR_MAGIC, gpumeter_cupti::gmr::GMR_MAGIC);
         assert!(is_gmr(&GMR_MAGIC));
+    }
+
+    /// A `postgres://` bank needs the `postgres` feature: without it a typed refusal naming
+    /// the feature, with it an attempt to connect (refused: nothing listens on port 1); the
+    /// password shows in neither message. `.ci/run` checks `-F bank` and `-F postgres`.
+    #[cfg(feature = "bank")]
+    #[test]
+    fn a_postgres_bank_needs_the_postgres_feature_and_never_shows_its_password() {
+        let location = "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?connect_timeout=5";
+        let e = match gpumeter_bank::open_existing(location) {
+            Ok(_) => panic!("nothing listens on 127.0.0.1:1"),
+            Err(e) => Error::from(e),
+        };
+        let message = e.to_string();
+        assert!(!message.contains("s3cret-pw"), "{message}");
+        assert!(message.contains("billing:***@127.0.0.1:1"), "{message}");
+        if cfg!(feature = "postgres") {
+            assert!(
+                matches!(
+                    &e,
+                    Error::Bank(gpumeter_bank::BankError::Storage { file, .. }) if file.contains("***")
+                ),
+                "{e:?}"
+            );
+        } else {
+            assert!(
+                matches!(
+                    &e,
+                    Error::Bank(gpumeter_bank::BankError::BackendNotEnabled {
+                        feature: "postgres",
+                        ..
+                    })
+                ),
+                "{e:?}"
+            );
+            assert!(message.contains("`postgres` feature"), "{message}");
+        }
     }
 }

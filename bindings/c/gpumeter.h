@@ -51,7 +51,8 @@ enum gm_status_code
   // The usage report cannot be built (a quantity beyond 128 bits, more windows than a
   // report holds, energy that cannot be drained).
   GM_ERR_METER = 9,
-  // The credit bank refused or failed (names the bank file, transaction or account).
+  // The credit bank refused or failed (names the bank's location, transaction or account;
+  // a PostgreSQL URL without its password).
   GM_ERR_BANK = 10,
   // A file cannot be read or is not what it should be (a recording).
   GM_ERR_IO = 11,
@@ -88,11 +89,11 @@ enum gm_recording_item_kind
 typedef uint32_t gm_recording_item_kind;
 #endif // __cplusplus
 
-// A credit bank: an SQLite ledger file held open. Opaque; made by
-// `gm_bank_open`, freed by `gm_bank_free`. Every function may be called from any thread,
-// also at once: calls on one bank take turns. Several banks (in this process or others) may
-// open the same file: writes are serialized by SQLite, and a finalization is applied once
-// whoever runs it.
+// A credit bank held open: an SQLite ledger file, or a connection to a PostgreSQL database.
+// Opaque; made by `gm_bank_open`, freed by `gm_bank_free`. Every function may be called
+// from any thread, also at once: calls on one bank take turns. Several banks (in this
+// process or others, on other machines for PostgreSQL) may open the same ledger: writes are
+// serialized by the database, and a finalization is applied once whoever runs it.
 typedef struct gm_bank gm_bank;
 
 // A streaming meter: one CUPTI subscription's activity buffers, metered into usage per
@@ -155,24 +156,34 @@ typedef struct gm_recording_item {
 extern "C" {
 #endif // __cplusplus
 
-// Opens the credit bank in the SQLite file `path`, creating it when the file does not exist
-// or is empty (as `gpumeter bank grant` and `gpumeter invoice finalize` do), and migrating an
-// older ledger. A file that is not a gpumeter ledger is refused before anything is written to
-// it. `path` is read during the call only (UTF-8; relative to the working directory).
+// Opens the credit bank at `location`, as the CLI's `--bank` takes it: a PostgreSQL URL
+// (`postgres://` or `postgresql://`, e.g.
+// `postgres://billing@db.example/ledger?sslmode=require`; the ledger lives in the
+// connection's `search_path` schema, which `options=-csearch_path%3Dbank` sets; TLS as
+// `sslmode` says, with the system's trusted roots) or else the path of an SQLite file
+// (relative to the working directory). Creates the ledger when there is none (a file that does
+// not exist or is empty, a schema without the ledger's tables), as `gpumeter bank grant` and
+// `gpumeter invoice finalize` do, and migrates an older one. A file or schema that holds
+// something else is refused before anything is written to it. `location` is read during the
+// call only (UTF-8).
 //
 // On success `*out` is a new bank the caller owns and frees with `gm_bank_free`; on failure
-// `*out` is not written. Any thread.
+// `*out` is not written. Any thread. Messages name the location, a URL without its
+// password. A PostgreSQL location blocks while the server is reached: the URL's
+// `connect_timeout` (seconds) bounds it.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_BANK` (the file cannot be opened or
-// created, is not an SQLite database or not a gpumeter ledger, or is a ledger of a newer
-// version; the message names the file).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),
+// `GM_ERR_BANK` (the file cannot be opened or created, is not an SQLite database or not a
+// gpumeter ledger, or is a ledger of a newer version; the server cannot be reached or refuses
+// the login; the message names the location).
 //
 // # Safety
-// `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
-gm_status gm_bank_open(const char *path, struct gm_bank **out);
+// `location` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
+gm_status gm_bank_open(const char *location, struct gm_bank **out);
 
-// Closes a bank and frees it (the file stays; everything committed is in it). NULL is fine.
+// Closes a bank and frees it (the file or database stays; everything committed is in it).
+// NULL is fine.
 // No other call may use the bank during or after this one.
 //
 // # Safety

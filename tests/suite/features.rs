@@ -6,6 +6,7 @@
 //! metadata`: its `resolve` unifies features across the whole workspace, so `gpumeter` shows
 //! the `cupti`, `nsys` and `bank` the CLI and the C ABI enable, whatever `--features` says;
 //! `cargo tree -p` resolves features for the one package, as a dependent's build does.
+//! The credit bank's PostgreSQL client comes with the `postgres` feature only.
 //! `-e normal` leaves out build and dev dependencies (the tests' `cupti-sys` among them).
 
 use std::collections::BTreeSet;
@@ -103,6 +104,27 @@ fn the_features_that_need_them_do_pull_them() {
     }
     let nvml = graph("nvml");
     assert!(nvml.contains("nvml-wrapper") && !nvml.contains("cupti-sys"));
+}
+
+/// The PostgreSQL client of the credit bank.
+const POSTGRES: [&str; 2] = ["postgres", "tokio-postgres"];
+
+#[test]
+fn the_postgres_client_comes_with_the_postgres_feature_only() {
+    // The bank alone (and the default set) keeps its ledger in SQLite: no PostgreSQL client.
+    for set in ["bank", "default"] {
+        let g = graph(set);
+        assert!(g.contains("gpumeter-bank"), "-F {set}: {g:?}");
+        assert_eq!(present(&g, &POSTGRES), Vec::<String>::new(), "-F {set}");
+    }
+    // `postgres` brings the client and implies the bank (with its SQLite ledger), no CUDA.
+    let g = graph("postgres");
+    assert_eq!(present(&g, &POSTGRES).len(), 2, "-F postgres: {g:?}");
+    assert!(
+        g.contains("gpumeter-bank") && g.contains("rusqlite"),
+        "-F postgres: {g:?}"
+    );
+    assert!(!g.contains("cupti-sys"), "-F postgres: {g:?}");
 }
 
 #[test]

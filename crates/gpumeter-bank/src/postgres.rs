@@ -180,7 +180,8 @@ fn storage(file: &str, what: &str, e: &postgres::Error) -> BankError {
 }
 
 /// The server's message and SQLSTATE when there is one, else the client's error with its
-/// causes (`error performing TLS handshake: invalid peer certificate: UnknownIssuer`).
+/// causes (`error performing TLS handshake: invalid peer certificate: UnknownIssuer`,
+/// `error connecting to server: Connection refused (os error 111)`).
 fn describe(e: &postgres::Error) -> String {
     if let Some(db) = e.as_db_error() {
         return format!("{} ({})", db.message(), db.code().code());

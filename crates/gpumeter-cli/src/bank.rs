@@ -1,9 +1,9 @@
 //! `gpumeter bank …`: the credit bank's commands (docs/BANK.md).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::{Args, Subcommand, ValueEnum};
-use gpumeter::bank::{GrantKind, Ledger, SqliteLedger};
+use gpumeter::bank::{AnyLedger, GrantKind, Ledger};
 use gpumeter::core::time::{parse_rfc3339, rfc3339};
 use gpumeter::core::{MeterKind, TenantName};
 use rust_decimal::Decimal;
@@ -79,7 +79,8 @@ pub(crate) enum BankCommand {
     },
     /// Walk the hash chain and the invariants; exit 1 naming the first bad transaction.
     ///
-    /// Example: gpumeter bank verify --bank bank.db
+    /// Example: gpumeter bank verify --bank bank.db, or of a bank in PostgreSQL:
+    /// gpumeter bank verify --bank 'postgres://billing@db.example/ledger?sslmode=require'
     Verify {
         #[command(flatten)]
         bank: BankFile,
@@ -96,13 +97,16 @@ pub(crate) enum BankCommand {
     Import(crate::bank_io::ImportArgs),
 }
 
-/// `--bank FILE`.
+/// `--bank LOCATION`.
 #[derive(Debug, Args)]
 pub(crate) struct BankFile {
-    /// The bank (an SQLite file). `grant` and `reserve` create it when it does not exist;
-    /// the other commands need an existing one.
-    #[arg(long, value_name = "FILE")]
-    bank: PathBuf,
+    /// The bank: the path of an SQLite file, or a PostgreSQL URL
+    /// (postgres://billing@db.example/ledger?sslmode=require&options=-csearch_path%3Dbank;
+    /// the ledger lives in the connection's search_path schema). `grant` and `reserve` create
+    /// it when there is none; the other commands need an existing one. Messages show a URL
+    /// without its password.
+    #[arg(long, value_name = "LOCATION", value_hint = clap::ValueHint::AnyPath)]
+    bank: String,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -188,15 +192,17 @@ pub(crate) struct ReserveArgs {
     credit_expiry: Option<String>,
 }
 
-/// Opens (or creates) the bank file; a file that is not a gpumeter ledger is exit 1.
-pub(crate) fn open(path: &Path) -> Result<SqliteLedger, Failure> {
-    SqliteLedger::open(path).map_err(|e| Failure::from(gpumeter::Error::from(e)))
+/// Opens (or creates) the bank at `location` (an SQLite file path or a `postgres://` URL);
+/// a file or schema that holds something else than a gpumeter ledger is exit 1, as is a
+/// server that cannot be reached (the message shows the URL without its password).
+pub(crate) fn open(location: &str) -> Result<AnyLedger, Failure> {
+    gpumeter::bank::open(location).map_err(bank_err)
 }
 
-/// Opens an existing bank file: a missing or empty one is exit 1 (a mistyped path is never
-/// read as an empty ledger, and reading never creates a file).
-pub(crate) fn open_existing(path: &Path) -> Result<SqliteLedger, Failure> {
-    SqliteLedger::open_existing(path).map_err(|e| Failure::from(gpumeter::Error::from(e)))
+/// Opens an existing bank: a missing or empty file, or a schema without a ledger, is exit 1
+/// (a mistyped location is never read as an empty ledger, and reading never creates one).
+pub(crate) fn open_existing(location: &str) -> Result<AnyLedger, Failure> {
+    gpumeter::bank::open_existing(location).map_err(bank_err)
 }
 
 fn bank_err(e: gpumeter::bank::BankError) -> Failure {

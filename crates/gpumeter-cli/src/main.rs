@@ -79,11 +79,12 @@ enum Command {
         json: bool,
         #[command(flatten)]
         render: RenderArgs,
-        /// Credit bank (an existing SQLite file): show the credits, carried fragments and
-        /// reservations that would apply; nothing is written (the bank's transaction is rolled
-        /// back).
-        #[arg(long, value_name = "FILE")]
-        bank: Option<PathBuf>,
+        /// Credit bank, an existing one: the path of an SQLite file or a PostgreSQL URL
+        /// (postgres://billing@db.example/ledger?sslmode=require). Shows the credits, carried
+        /// fragments and reservations that would apply; nothing is written (the bank's
+        /// transaction is rolled back).
+        #[arg(long, value_name = "LOCATION", value_hint = clap::ValueHint::AnyPath)]
+        bank: Option<String>,
     },
     /// Finalized invoices: rated against the credit bank, credits burned, each invoice applied
     /// once.
@@ -91,7 +92,8 @@ enum Command {
         #[command(subcommand)]
         command: InvoiceCommand,
     },
-    /// The credit bank: grants, reservations, balances, history, expiry, close, verify.
+    /// The credit bank (an SQLite file or a PostgreSQL database, `--bank LOCATION`): grants,
+    /// reservations, balances, history, expiry, close, verify.
     Bank {
         #[command(subcommand)]
         command: bank::BankCommand,
@@ -184,9 +186,10 @@ enum InvoiceCommand {
         /// Price book (TOML, gpumeter.pricebook/v1).
         #[arg(long, value_name = "BOOK.toml")]
         prices: PathBuf,
-        /// Credit bank (SQLite file; created when it does not exist).
-        #[arg(long, value_name = "FILE")]
-        bank: PathBuf,
+        /// Credit bank: the path of an SQLite file or a PostgreSQL URL
+        /// (postgres://billing@db.example/ledger?sslmode=require); created when there is none.
+        #[arg(long, value_name = "LOCATION", value_hint = clap::ValueHint::AnyPath)]
+        bank: String,
         /// Period start, RFC 3339 (inclusive); needs --to. Without both: from the usage's first
         /// window.
         #[arg(long, value_name = "T", requires = "to")]
@@ -613,8 +616,8 @@ fn run_text(command: Command) -> Result<String, Failure> {
             let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let invoices = match bank {
                 None => gpumeter::preview(&report, &book, period),
-                Some(path) => {
-                    let mut ledger = bank::open_existing(&path)?;
+                Some(location) => {
+                    let mut ledger = bank::open_existing(&location)?;
                     gpumeter::bill(&mut ledger, &report, &book, period, false).map(|f| f.document)
                 }
             }

@@ -1,11 +1,15 @@
 //! Acceptance tests of the credit bank through the `gpumeter` binary (issue 11, DESIGN §6 and
 //! §8): a shared real trace end to end (grant, `preview --bank`, `invoice finalize` twice,
-//! `balance`, `history`, `verify`), a stored posting edited with the `sqlite3` tool, files
-//! that are not ledgers, `invoice finalize` killed with SIGKILL at random instants, concurrent
-//! finalizers, and `bank expire` / `bank close` on a hand-computed case.
+//! `balance`, `history`, `verify`) on an SQLite file and on PostgreSQL (issue 15: one test
+//! body, the bank's location a path or a URL), a stored posting edited with the `sqlite3`
+//! tool, files and PostgreSQL schemas that are not ledgers, passwords kept out of messages,
+//! `invoice finalize` killed with SIGKILL at random instants, concurrent finalizers, and
+//! `bank expire` / `bank close` on a hand-computed case.
 //!
 //! Shared traces are read from `../shared/data` beside the project; with `CI=true` a missing
-//! trace, or a missing `sqlite3` command-line tool, fails the test instead of skipping it.
+//! trace, or a missing `sqlite3` command-line tool, fails the test instead of skipping it. The
+//! PostgreSQL tests use the server in `GPUMETER_TEST_POSTGRES` (gpumeter-test-postgres): without
+//! one they say `skipped:`, and fail under `CI=true`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,17 +44,46 @@ fn d(v: &Value) -> Decimal {
     Decimal::from_str_exact(v.as_str().expect("a decimal string")).expect("a decimal")
 }
 
-fn history(bank: &Path) -> Vec<Value> {
-    let v = json(&gpumeter(&["bank", "history", "--bank", s(bank), "--json"]));
+/// Where a bank is, as `--bank` takes it: an SQLite file's path or a PostgreSQL URL.
+trait Location {
+    fn location(&self) -> &str;
+}
+
+impl Location for Path {
+    fn location(&self) -> &str {
+        s(self)
+    }
+}
+
+impl Location for PathBuf {
+    fn location(&self) -> &str {
+        s(self)
+    }
+}
+
+impl Location for str {
+    fn location(&self) -> &str {
+        self
+    }
+}
+
+fn history(bank: &(impl Location + ?Sized)) -> Vec<Value> {
+    let v = json(&gpumeter(&[
+        "bank",
+        "history",
+        "--bank",
+        bank.location(),
+        "--json",
+    ]));
     v.as_array().expect("history is an array").clone()
 }
 
-fn balance(bank: &Path, tenant: &str, at: &str) -> Value {
+fn balance(bank: &(impl Location + ?Sized), tenant: &str, at: &str) -> Value {
     json(&gpumeter(&[
         "bank",
         "balance",
         "--bank",
-        s(bank),
+        bank.location(),
         "--tenant",
         tenant,
         "--at",
@@ -59,16 +92,16 @@ fn balance(bank: &Path, tenant: &str, at: &str) -> Value {
     ]))
 }
 
-fn verify_ok(bank: &Path) -> String {
+fn verify_ok(bank: &(impl Location + ?Sized)) -> String {
     stdout(&ok(
-        gpumeter(&["bank", "verify", "--bank", s(bank)]),
+        gpumeter(&["bank", "verify", "--bank", bank.location()]),
         "bank verify",
     ))
 }
 
 /// The grant id a `bank grant` printed (`granted g-…: …`).
-fn grant(bank: &Path, args: &[&str]) -> String {
-    let mut all = vec!["bank", "grant", "--bank", s(bank)];
+fn grant(bank: &(impl Location + ?Sized), args: &[&str]) -> String {
+    let mut all = vec!["bank", "grant", "--bank", bank.location()];
     all.extend_from_slice(args);
     let o = ok(gpumeter(&all), "bank grant");
     let text = stdout(&o);
@@ -176,17 +209,30 @@ impl SplitMix {
 // --- 1. A real trace, end to end --------------------------------------------------------------
 
 #[test]
-fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
+fn a_real_trace_grant_preview_finalize_twice_balance_history_verify_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    real_trace_end_to_end(s(&dir.path().join("bank.db")));
+}
+
+#[test]
+fn a_real_trace_grant_preview_finalize_twice_balance_history_verify_postgres() {
+    let Some(schema) = gpumeter_test_postgres::Schema::fresh("cli_real_trace") else {
+        return;
+    };
+    real_trace_end_to_end(&schema.url);
+}
+
+/// The bank's commands end to end on a real trace, with the bank at `bank`: an SQLite file
+/// path or a PostgreSQL URL (the same commands, the same answers).
+fn real_trace_end_to_end(bank: &str) {
     let Some(bert) = shared("tracelens_h100_gaunernst_bert-small-uncased__1016001.json.gz") else {
         return;
     };
-    let dir = tempfile::tempdir().expect("tempdir");
-    let bank = dir.path().join("bank.db");
     let book = example_book();
     // The trace is of 2025-07-18: the grant must be in force at the period's end.
     let (credits, rate) = (Decimal::from(7), Decimal::new(33, 3));
     let g = grant(
-        &bank,
+        bank,
         &[
             "--tenant",
             "acme",
@@ -208,7 +254,7 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
             "bank",
             "grant",
             "--bank",
-            s(&bank),
+            bank,
             "--tenant",
             "acme",
             "--credits",
@@ -228,15 +274,15 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
         stdout(&again)
     );
     let at = "2025-07-18T10:00:00Z";
-    let history0 = history(&bank);
-    let balance0 = balance(&bank, "acme", at);
+    let history0 = history(bank);
+    let balance0 = balance(bank, "acme", at);
     assert_eq!(history0.len(), 1);
 
     // preview --bank: credits would apply; the ledger is unchanged.
     let run = |cmd: &[&str]| {
         let mut args = cmd.to_vec();
         args.extend([s(&bert), "--prices", s(&book), "--tenant", "acme"]);
-        args.extend(["--bank", s(&bank), "--json"]);
+        args.extend(["--bank", bank, "--json"]);
         gpumeter(&args)
     };
     let (preview_cmd, finalize_cmd) = (&["preview"][..], &["invoice", "finalize"][..]);
@@ -252,11 +298,11 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
     assert_eq!(pinv["credits_applied"][0]["grant"], g.as_str());
     assert!(pinv["ledger_head"].is_null(), "a preview anchors nothing");
     assert_eq!(
-        history(&bank),
+        history(bank),
         history0,
         "preview --bank wrote to the ledger"
     );
-    assert_eq!(balance(&bank, "acme", at), balance0);
+    assert_eq!(balance(bank, "acme", at), balance0);
 
     // invoice finalize: credits applied, the total by hand.
     let first = ok(run(finalize_cmd), "finalize");
@@ -287,7 +333,7 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
         "preview = finalize"
     );
     assert_eq!(inv["total"], pinv["total"], "preview = finalize");
-    let hist1 = history(&bank);
+    let hist1 = history(bank);
     assert_eq!(
         inv["ledger_head"],
         hist1.last().expect("a transaction")["hash"],
@@ -297,7 +343,7 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
     assert_eq!(finalizations_of(&hist1, inv), 1);
 
     // balance --json: its shape, and the figures by hand.
-    let bal1 = balance(&bank, "acme", at);
+    let bal1 = balance(bank, "acme", at);
     let keys = |v: &Value| -> Vec<String> {
         let mut k: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
         k.sort();
@@ -368,17 +414,17 @@ fn a_real_trace_grant_preview_finalize_twice_balance_history_verify() {
         "the same invoice, byte for byte"
     );
     assert!(stderr(&second).contains(SAID_BEFORE), "{}", stderr(&second));
-    assert_eq!(history(&bank), hist1);
-    assert_eq!(balance(&bank, "acme", at), bal1);
+    assert_eq!(history(bank), hist1);
+    assert_eq!(balance(bank, "acme", at), bal1);
 
     // The text history names the transactions; verify walks the chain to the same head.
     let text = stdout(&ok(
-        gpumeter(&["bank", "history", "--bank", s(&bank), "--tenant", "acme"]),
+        gpumeter(&["bank", "history", "--bank", bank, "--tenant", "acme"]),
         "history",
     ));
     assert!(text.contains("grant:acme-purchase-1"), "{text}");
     assert!(text.contains("finalize:"), "{text}");
-    let v = verify_ok(&bank);
+    let v = verify_ok(bank);
     assert!(
         v.contains(inv["ledger_head"].as_str().expect("head")),
         "{v}"
@@ -668,6 +714,91 @@ fn reading_commands_refuse_a_missing_bank_and_create_nothing() {
     );
     assert!(typo.exists());
     verify_ok(&typo);
+}
+
+/// A PostgreSQL schema without a ledger is no bank for a reading command: exit 1 saying so
+/// and naming the schema, and nothing is created in it.
+#[test]
+fn a_postgres_schema_without_a_ledger_is_no_bank_and_reading_creates_none() {
+    let Some(schema) = gpumeter_test_postgres::Schema::fresh("cli_no_bank") else {
+        return;
+    };
+    let tables = || {
+        gpumeter_test_postgres::query_i64(
+            &schema.url,
+            &format!(
+                "SELECT count(*) FROM information_schema.tables WHERE table_schema = '{}'",
+                schema.name
+            ),
+        )
+        .expect("the test server answers")
+    };
+    for args in [
+        vec!["bank", "balance", "--bank", &schema.url, "--tenant", "acme"],
+        vec!["bank", "verify", "--bank", &schema.url],
+    ] {
+        let o = gpumeter(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(err.contains("there is no bank"), "{args:?}: {err}");
+        assert!(err.contains(&schema.name), "{args:?}: {err}");
+        assert_eq!(tables(), 0, "{args:?} created tables");
+    }
+    // A grant creates it; then the same reading command answers.
+    grant(
+        schema.url.as_str(),
+        &["--tenant", "acme", "--credits", "1", "--rate", "1"],
+    );
+    assert!(tables() > 0);
+    verify_ok(schema.url.as_str());
+}
+
+/// A PostgreSQL URL's password never shows: the server cannot be reached (nothing listens on
+/// port 1), in the user part or as a `password` parameter: exit 1, the URL shown with `***`.
+/// `sslmode=disable`: the failure is the connection's, whatever TLS roots the system has.
+#[test]
+fn a_postgres_password_never_shows_in_messages() {
+    for (url, shown) in [
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?sslmode=disable",
+            "postgres://billing:***@127.0.0.1:1/ledger",
+        ),
+        (
+            "postgresql://127.0.0.1:1/ledger?user=billing&password=s3cret-pw&sslmode=disable",
+            "password=***",
+        ),
+    ] {
+        for args in [
+            vec!["bank", "balance", "--bank", url, "--tenant", "acme"],
+            vec!["bank", "grant", "--bank", url, "--tenant", "acme"]
+                .into_iter()
+                .chain(["--credits", "1", "--rate", "1"])
+                .collect(),
+        ] {
+            let o = gpumeter(&args);
+            let err = stderr(&o);
+            assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+            assert!(!err.contains("s3cret-pw"), "{args:?}: {err}");
+            assert!(err.contains(shown), "{args:?}: {err}");
+            assert!(err.contains("cannot connect"), "{args:?}: {err}");
+        }
+    }
+}
+
+/// A login the server refuses (a role it does not have, with a password): the server's reason
+/// shows, the password does not.
+#[test]
+fn a_refused_postgres_login_shows_the_reason_not_the_password() {
+    let Some(schema) = gpumeter_test_postgres::Schema::fresh("cli_refused_login") else {
+        return;
+    };
+    let url = format!("{}&user=gm_no_such_role&password=s3cret-pw", schema.url);
+    let o = gpumeter(&["bank", "balance", "--bank", &url, "--tenant", "acme"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("gm_no_such_role"), "{err}");
+    assert!(err.contains("password=***"), "{err}");
+    assert!(!err.contains("s3cret-pw"), "{err}");
 }
 
 // --- 4. Crash -------------------------------------------------------------------------------------

@@ -1,11 +1,11 @@
-//! `gm_bank`: the credit bank in an SQLite file: grants, preview and
-//! finalization over the facade's one path (`gpumeter::bill`), balances and verification.
+//! `gm_bank`: the credit bank in an SQLite file or a PostgreSQL database, chosen by its
+//! location (`gpumeter::bank::open`): grants, preview and finalization over the facade's one
+//! path (`gpumeter::bill`), balances and verification.
 
 use std::ffi::c_char;
-use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use gpumeter::bank::{GrantKind, GrantRequest, Ledger, SqliteLedger};
+use gpumeter::bank::{AnyLedger, GrantKind, GrantRequest, Ledger};
 use gpumeter::core::{MeterKind, TenantName};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -16,18 +16,18 @@ use crate::ffi::{
 use crate::rate::{price_book_arg, usage_arg};
 use crate::status::{gm_status, gm_status_code, Failure};
 
-/// A credit bank: an SQLite ledger file held open. Opaque; made by
-/// `gm_bank_open`, freed by `gm_bank_free`. Every function may be called from any thread,
-/// also at once: calls on one bank take turns. Several banks (in this process or others) may
-/// open the same file: writes are serialized by SQLite, and a finalization is applied once
-/// whoever runs it.
+/// A credit bank held open: an SQLite ledger file, or a connection to a PostgreSQL database.
+/// Opaque; made by `gm_bank_open`, freed by `gm_bank_free`. Every function may be called
+/// from any thread, also at once: calls on one bank take turns. Several banks (in this
+/// process or others, on other machines for PostgreSQL) may open the same ledger: writes are
+/// serialized by the database, and a finalization is applied once whoever runs it.
 #[allow(non_camel_case_types)]
 pub struct gm_bank {
-    ledger: Mutex<SqliteLedger>,
+    ledger: Mutex<AnyLedger>,
 }
 
 impl gm_bank {
-    fn lock(&self) -> Result<MutexGuard<'_, SqliteLedger>, Failure> {
+    fn lock(&self) -> Result<MutexGuard<'_, AnyLedger>, Failure> {
         self.ledger.lock().map_err(|_| {
             Failure::new(
                 gm_status_code::GM_ERR_POISONED,
@@ -184,31 +184,43 @@ struct Granted {
     applied: bool,
 }
 
-/// Opens the credit bank in the SQLite file `path`, creating it when the file does not exist
-/// or is empty (as `gpumeter bank grant` and `gpumeter invoice finalize` do), and migrating an
-/// older ledger. A file that is not a gpumeter ledger is refused before anything is written to
-/// it. `path` is read during the call only (UTF-8; relative to the working directory).
+/// Opens the credit bank at `location`, as the CLI's `--bank` takes it: a PostgreSQL URL
+/// (`postgres://` or `postgresql://`, e.g.
+/// `postgres://billing@db.example/ledger?sslmode=require`; the ledger lives in the
+/// connection's `search_path` schema, which `options=-csearch_path%3Dbank` sets; TLS as
+/// `sslmode` says, with the system's trusted roots) or else the path of an SQLite file
+/// (relative to the working directory). Creates the ledger when there is none (a file that does
+/// not exist or is empty, a schema without the ledger's tables), as `gpumeter bank grant` and
+/// `gpumeter invoice finalize` do, and migrates an older one. A file or schema that holds
+/// something else is refused before anything is written to it. `location` is read during the
+/// call only (UTF-8).
 ///
 /// On success `*out` is a new bank the caller owns and frees with `gm_bank_free`; on failure
-/// `*out` is not written. Any thread.
+/// `*out` is not written. Any thread. Messages name the location, a URL without its
+/// password. A PostgreSQL location blocks while the server is reached: the URL's
+/// `connect_timeout` (seconds) bounds it.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_BANK` (the file cannot be opened or
-/// created, is not an SQLite database or not a gpumeter ledger, or is a ledger of a newer
-/// version; the message names the file).
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),
+/// `GM_ERR_BANK` (the file cannot be opened or created, is not an SQLite database or not a
+/// gpumeter ledger, or is a ledger of a newer version; the server cannot be reached or refuses
+/// the login; the message names the location).
 ///
 /// # Safety
-/// `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
+/// `location` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
 #[no_mangle]
-pub unsafe extern "C" fn gm_bank_open(path: *const c_char, out: *mut *mut gm_bank) -> gm_status {
+pub unsafe extern "C" fn gm_bank_open(
+    location: *const c_char,
+    out: *mut *mut gm_bank,
+) -> gm_status {
     boundary(unwind_safe(|| {
         let out = out_arg(out, "out")?;
         // SAFETY: NULL or NUL-terminated (the contract above).
-        let path = unsafe { str_arg(path, "path") }?;
-        if path.is_empty() {
-            return Err(invalid("path is empty".to_string()));
+        let location = unsafe { str_arg(location, "location") }?;
+        if location.is_empty() {
+            return Err(invalid("location is empty".to_string()));
         }
-        let ledger = SqliteLedger::open(Path::new(path)).map_err(bank_failure)?;
+        let ledger = gpumeter::bank::open(location).map_err(bank_failure)?;
         let bank = gm_bank {
             ledger: Mutex::new(ledger),
         };
@@ -218,7 +230,8 @@ pub unsafe extern "C" fn gm_bank_open(path: *const c_char, out: *mut *mut gm_ban
     }))
 }
 
-/// Closes a bank and frees it (the file stays; everything committed is in it). NULL is fine.
+/// Closes a bank and frees it (the file or database stays; everything committed is in it).
+/// NULL is fine.
 /// No other call may use the bank during or after this one.
 ///
 /// # Safety

@@ -37,7 +37,8 @@ pub enum gm_status_code {
     /// The usage report cannot be built (a quantity beyond 128 bits, more windows than a
     /// report holds, energy that cannot be drained).
     GM_ERR_METER = 9,
-    /// The credit bank refused or failed (names the bank file, transaction or account).
+    /// The credit bank refused or failed (names the bank's location, transaction or account;
+    /// a PostgreSQL URL without its password).
     GM_ERR_BANK = 10,
     /// A file cannot be read or is not what it should be (a recording).
     GM_ERR_IO = 11,

@@ -1,11 +1,13 @@
 //! The bank calls of the C ABI, through the exported functions: a grant, a preview that
 //! changes nothing, a finalization that burns credits once however often it runs, the balance
-//! and the verification; NULLs, bad UTF-8, bad JSON and bad TOML leave outputs untouched.
+//! and the verification, on an SQLite file and on PostgreSQL (`gm_bank_open` with a URL; the
+//! server in `GPUMETER_TEST_POSTGRES`, else `skipped:`, a failure under `CI=true`); NULLs, bad
+//! UTF-8, bad JSON and bad TOML leave outputs untouched; a password never shows.
 // The exported functions are `unsafe extern "C"`: every call says why its pointers hold.
 #![allow(unsafe_code)]
 
 use std::ffi::{c_char, CStr, CString};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::ptr;
 
 use gpumeter_ffi::*;
@@ -69,22 +71,61 @@ fn take_json(p: *mut c_char) -> (String, Value) {
     (text, v)
 }
 
-/// A bank in a new file of a temporary directory.
+/// What keeps a test bank's storage alive: a temporary directory or a PostgreSQL schema.
+enum Storage {
+    Sqlite(tempfile::TempDir),
+    Postgres(gpumeter_test_postgres::Schema),
+}
+
+/// A bank of its own: a new file in a temporary directory, or a new PostgreSQL schema.
 struct Bank {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
+    location: String,
     handle: *mut gm_bank,
+    // Dropped after `Drop for Bank` frees the handle: the schema outlives its connection.
+    storage: Storage,
 }
 
 impl Bank {
+    /// A bank in a new SQLite file.
     fn new() -> Bank {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let path = dir.path().join("bank.db");
-        let handle = open(&path).expect("the bank opens");
+        let location = dir
+            .path()
+            .join("bank.db")
+            .to_str()
+            .expect("a UTF-8 path")
+            .to_string();
+        Bank::at(location, Storage::Sqlite(dir))
+    }
+
+    /// A bank in a new PostgreSQL schema, opened with its URL; `None` without a server.
+    fn postgres(label: &str) -> Option<Bank> {
+        let schema = gpumeter_test_postgres::Schema::fresh(label)?;
+        Some(Bank::at(schema.url.clone(), Storage::Postgres(schema)))
+    }
+
+    fn at(location: String, storage: Storage) -> Bank {
+        let handle = open(&location).unwrap_or_else(|e| panic!("the bank opens: {e:?}"));
         Bank {
-            _dir: dir,
-            path,
+            location,
             handle,
+            storage,
+        }
+    }
+
+    /// The SQLite file of an SQLite bank.
+    fn path(&self) -> PathBuf {
+        match &self.storage {
+            Storage::Sqlite(dir) => dir.path().join("bank.db"),
+            Storage::Postgres(_) => panic!("an SQLite bank"),
+        }
+    }
+
+    /// The schema of a PostgreSQL bank.
+    fn schema(&self) -> &gpumeter_test_postgres::Schema {
+        match &self.storage {
+            Storage::Postgres(schema) => schema,
+            Storage::Sqlite(_) => panic!("a PostgreSQL bank"),
         }
     }
 
@@ -148,8 +189,9 @@ impl Drop for Bank {
     }
 }
 
-fn open(path: &Path) -> Result<*mut gm_bank, (gm_status, String)> {
-    let p = c(path.to_str().expect("a UTF-8 path"));
+/// `gm_bank_open` of `location` (a file path or a PostgreSQL URL).
+fn open(location: &str) -> Result<*mut gm_bank, (gm_status, String)> {
+    let p = c(location);
     let mut out: *mut gm_bank = ptr::null_mut();
     // SAFETY: a NUL-terminated string, a writable pointer.
     let s = unsafe { gm_bank_open(p.as_ptr(), &mut out) };
@@ -190,8 +232,19 @@ fn remaining(balance: &Value) -> Vec<String> {
 }
 
 #[test]
-fn grant_preview_finalize_balance_verify() {
-    let bank = Bank::new();
+fn grant_preview_finalize_balance_verify_sqlite() {
+    grant_preview_finalize_balance_verify(Bank::new());
+}
+
+#[test]
+fn grant_preview_finalize_balance_verify_postgres() {
+    if let Some(bank) = Bank::postgres("ffi_grant_finalize") {
+        grant_preview_finalize_balance_verify(bank);
+    }
+}
+
+/// The bank calls end to end on `bank`, of either backend: the same answers.
+fn grant_preview_finalize_balance_verify(bank: Bank) {
     let usage = usage_json();
     let book = price_book();
     let tenant = tenant_of(&usage);
@@ -277,8 +330,8 @@ fn grant_preview_finalize_balance_verify() {
     let (_, empty) = bank.balance("someone-else", 0);
     assert_eq!(remaining(&empty), Vec::<String>::new());
 
-    // Another handle on the same file sees the same books, and finalizes nothing twice.
-    let other = open(&bank.path).expect("opens again");
+    // Another handle on the same ledger sees the same books, and finalizes nothing twice.
+    let other = open(&bank.location).expect("opens again");
     let mut out: *mut c_char = ptr::null_mut();
     // SAFETY: a live bank, NUL-terminated strings, a writable pointer.
     let s = unsafe { gm_bank_finalize_json(other, usage.as_ptr(), book.as_ptr(), &mut out) };
@@ -382,9 +435,9 @@ fn nulls_and_bad_utf8_leave_outputs_untouched() {
 
     // gm_bank_open
     let mut h = ptr::dangling_mut::<gm_bank>();
-    // SAFETY: NULL path; a writable pointer.
+    // SAFETY: NULL location; a writable pointer.
     assert_eq!(unsafe { gm_bank_open(nul, &mut h) }, null_arg);
-    assert!(last_error().contains("path"));
+    assert!(last_error().contains("location"));
     assert_eq!(h, ptr::dangling_mut::<gm_bank>());
     // SAFETY: a NUL-terminated string; NULL out.
     assert_eq!(
@@ -394,7 +447,7 @@ fn nulls_and_bad_utf8_leave_outputs_untouched() {
     assert!(last_error().contains("out"));
     // SAFETY: a NUL-terminated string; a writable pointer.
     assert_eq!(unsafe { gm_bank_open(bad_utf8.as_ptr(), &mut h) }, utf8);
-    assert!(last_error().contains("path"));
+    assert!(last_error().contains("location"));
     assert_eq!(h, ptr::dangling_mut::<gm_bank>());
     // SAFETY: NULL is fine.
     unsafe { gm_bank_free(ptr::null_mut()) };
@@ -542,20 +595,81 @@ fn a_file_that_is_not_a_bank_is_refused_untouched() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("notes.txt");
     std::fs::write(&path, "not a database, just notes\n".repeat(20)).expect("written");
-    let (s, msg) = open(&path).expect_err("not a bank");
+    let (s, msg) = open(path.to_str().expect("a UTF-8 path")).expect_err("not a bank");
     assert_eq!(s, code(gm_status_code::GM_ERR_BANK));
     assert!(msg.contains("notes.txt"), "{msg}");
     assert_eq!(
         std::fs::read_to_string(&path).expect("read"),
         "not a database, just notes\n".repeat(20)
     );
-    let (s, msg) = open(&dir.path().join("no/such/dir/bank.db")).expect_err("no directory");
+    let missing = dir.path().join("no/such/dir/bank.db");
+    let (s, msg) = open(missing.to_str().expect("a UTF-8 path")).expect_err("no directory");
     assert_eq!(s, code(gm_status_code::GM_ERR_BANK), "{msg}");
     // A new bank verifies as empty.
     let bank = Bank::new();
     let v = bank.verify();
     assert_eq!(v["transactions"], 0);
     assert_eq!(v["head"], Value::Null);
+}
+
+/// A PostgreSQL bank that cannot be opened is `GM_ERR_BANK` naming the URL without its
+/// password: an unreachable server (nothing listens on port 1; the password in the user part
+/// or as a parameter; `sslmode=disable`, so the failure is the connection's whatever TLS roots
+/// the system has), and a login the test server refuses (a role it does not have).
+#[test]
+fn a_postgres_bank_that_cannot_open_names_the_url_without_its_password() {
+    for (url, shown) in [
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?sslmode=disable".to_string(),
+            "postgres://billing:***@127.0.0.1:1/ledger",
+        ),
+        (
+            "postgresql://127.0.0.1:1/ledger?user=billing&password=s3cret-pw&sslmode=disable"
+                .to_string(),
+            "password=***",
+        ),
+    ] {
+        let (s, msg) = open(&url).expect_err("nothing listens on port 1");
+        assert_eq!(s, code(gm_status_code::GM_ERR_BANK), "{msg}");
+        assert!(msg.contains(shown), "{msg}");
+        assert!(msg.contains("cannot connect"), "{msg}");
+        assert!(!msg.contains("s3cret-pw"), "{msg}");
+    }
+    let Some(schema) = gpumeter_test_postgres::Schema::fresh("ffi_refused_login") else {
+        return;
+    };
+    let url = format!("{}&user=gm_no_such_role&password=s3cret-pw", schema.url);
+    let (s, msg) = open(&url).expect_err("no such role");
+    assert_eq!(s, code(gm_status_code::GM_ERR_BANK), "{msg}");
+    assert!(msg.contains("gm_no_such_role"), "{msg}");
+    assert!(msg.contains("password=***"), "{msg}");
+    assert!(!msg.contains("s3cret-pw"), "{msg}");
+}
+
+/// A tampered PostgreSQL ledger fails `gm_bank_verify_json` naming the transaction, as an
+/// SQLite one does.
+#[test]
+fn a_tampered_postgres_ledger_fails_verification_naming_the_transaction() {
+    let Some(bank) = Bank::postgres("ffi_tamper") else {
+        return;
+    };
+    bank.grant(r#"{"tenant": "acme", "credits": "10", "rate": "1", "key": "k"}"#)
+        .expect("granted");
+    assert_eq!(bank.verify()["transactions"], 1);
+    let edited = gpumeter_test_postgres::execute(
+        &bank.schema().url,
+        "UPDATE postings SET amount = 11 WHERE seq = 1 AND idx = 0",
+    )
+    .expect("update");
+    assert_eq!(edited, 1);
+    let sentinel = ptr::dangling_mut::<c_char>();
+    let mut out = sentinel;
+    // SAFETY: a live bank, a writable pointer.
+    let s = unsafe { gm_bank_verify_json(bank.handle, &mut out) };
+    assert_eq!(s, code(gm_status_code::GM_ERR_BANK));
+    let msg = last_error();
+    assert!(msg.contains("transaction 1 (`grant:k`)"), "{msg}");
+    assert_eq!(out, sentinel);
 }
 
 #[test]
@@ -567,7 +681,7 @@ fn a_tampered_ledger_fails_verification_naming_the_transaction() {
     assert_eq!(good["transactions"], 1);
     assert_eq!(good["postings"], 2);
     assert_eq!(good["accounts"], 2);
-    let conn = rusqlite::Connection::open(&bank.path).expect("open with rusqlite");
+    let conn = rusqlite::Connection::open(bank.path()).expect("open with rusqlite");
     let edited = conn
         .execute(
             "UPDATE postings SET amount = '11' WHERE seq = 1 AND idx = 0",
@@ -587,8 +701,19 @@ fn a_tampered_ledger_fails_verification_naming_the_transaction() {
 }
 
 #[test]
-fn finalizations_at_once_apply_once() {
-    let bank = Bank::new();
+fn finalizations_at_once_apply_once_sqlite() {
+    finalizations_at_once_apply_once(Bank::new());
+}
+
+#[test]
+fn finalizations_at_once_apply_once_postgres() {
+    if let Some(bank) = Bank::postgres("ffi_at_once") {
+        finalizations_at_once_apply_once(bank);
+    }
+}
+
+/// Eight threads finalize the same usage on `bank` at once: one finalization.
+fn finalizations_at_once_apply_once(bank: Bank) {
     let usage = usage_json();
     let book = price_book();
     let tenant = tenant_of(&usage);
@@ -596,9 +721,9 @@ fn finalizations_at_once_apply_once() {
         r#"{{"tenant": "{tenant}", "credits": "100", "rate": "0.01", "effective_ns": 0}}"#
     ))
     .expect("granted");
-    // Four threads share the bank's handle, four open the file themselves.
+    // Four threads share the bank's handle, four open the ledger themselves.
     let shared = bank.handle as usize;
-    let path = bank.path.clone();
+    let path = bank.location.clone();
     let answers: Vec<String> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..8)
             .map(|i| {
