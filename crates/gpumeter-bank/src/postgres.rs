@@ -313,14 +313,21 @@ impl PostgresLedger {
     }
 }
 
-/// Connects with TLS as the URL's `sslmode` asks.
+/// Connects with TLS as the URL's `sslmode` asks. Under `prefer` (the default) a machine
+/// without any trusted root connects without TLS, as libpq would when TLS cannot be had; a
+/// server that offers TLS must still present a certificate the client trusts.
 fn connect(config: &Config, location: &str) -> Result<Client, BankError> {
     let tcp = config.get_hosts().iter().any(|h| matches!(h, Host::Tcp(_)));
-    let out = if config.get_ssl_mode() == SslMode::Disable || !tcp {
+    let mode = config.get_ssl_mode();
+    let out = if mode == SslMode::Disable || !tcp {
         // TLS is never used on a Unix socket.
         config.connect(NoTls)
     } else {
-        config.connect(tls(location)?)
+        match tls(location) {
+            Ok(connector) => config.connect(connector),
+            Err(_) if mode == SslMode::Prefer => config.connect(NoTls),
+            Err(e) => return Err(e),
+        }
     };
     out.map_err(|e| storage(location, "cannot connect", &e))
 }

@@ -160,6 +160,22 @@ fn tls_follows_the_urls_sslmode() {
     );
     assert!(untrusted.contains("certificate"), "{untrusted}");
 
+    // No trusted root at all (an empty SSL_CERT_FILE): `require` says so; `prefer` (the
+    // default) goes without TLS, as libpq does when it cannot have it, and this server
+    // refuses that.
+    let empty = c.dir.join("no-roots.pem");
+    std::fs::write(&empty, b"").expect("an empty roots file");
+    let no_roots = child(&c.url, Some(&empty));
+    assert!(
+        no_roots.contains("no trusted root certificate"),
+        "{no_roots}"
+    );
+    let prefer = c.url.replace("sslmode=require", "sslmode=prefer");
+    let fell_back = child(&prefer, Some(&empty));
+    assert!(fell_back.contains("no encryption"), "{fell_back}");
+    let trusted_prefer = child(&prefer, Some(&ca));
+    assert!(trusted_prefer.contains(OPENED), "{trusted_prefer}");
+
     // TLS turned off by the URL: the server refuses the plain connection.
     let plain = c.url.replace("sslmode=require", "sslmode=disable");
     let refused = child(&plain, Some(&ca));
