@@ -1,0 +1,257 @@
+//! What the bank's test binaries share: a ledger's location on either backend, so one test
+//! body runs on SQLite and on PostgreSQL, and the usage reports and price book the bank-level
+//! tests finalize.
+//!
+//! Each test binary uses part of it.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use gpumeter_bank::AnyLedger;
+use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
+use gpumeter_rating::PriceBook;
+
+/// The backends a test body runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A file in a temporary directory.
+    Sqlite,
+    /// A fresh schema on the test server (`GPUMETER_TEST_POSTGRES`).
+    Postgres,
+}
+
+/// A ledger's location for one test, and what keeps it alive: a temporary directory (the
+/// SQLite file's, and for files a test puts beside the ledger) and, on PostgreSQL, the test's
+/// own schema, dropped with this value.
+pub struct Place {
+    /// The backend.
+    pub backend: Backend,
+    /// What [`gpumeter_bank::open`] takes: the SQLite file's path, or the schema's URL.
+    pub location: String,
+    // Field order is drop order: the schema goes before the directory; ledgers opened here
+    // must be dropped first (a test's locals are).
+    schema: Option<gpumeter_test_postgres::Schema>,
+    dir: tempfile::TempDir,
+}
+
+impl Place {
+    /// A new, empty location on `backend`; `None` for PostgreSQL without a test server (a
+    /// `skipped:` line naming `label` went to standard error; under `CI=true` a panic).
+    pub fn new(backend: Backend, label: &str) -> Option<Place> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (location, schema) = match backend {
+            Backend::Sqlite => (
+                dir.path()
+                    .join("bank.sqlite")
+                    .to_str()
+                    .expect("a UTF-8 temporary directory")
+                    .to_owned(),
+                None,
+            ),
+            Backend::Postgres => {
+                let schema = gpumeter_test_postgres::Schema::fresh(label)?;
+                (schema.url.clone(), Some(schema))
+            }
+        };
+        Some(Place {
+            backend,
+            location,
+            schema,
+            dir,
+        })
+    }
+
+    /// The ledger here, opened (created when new) through [`gpumeter_bank::open`].
+    pub fn open(&self) -> AnyLedger {
+        gpumeter_bank::open(&self.location)
+            .unwrap_or_else(|e| panic!("opening the ledger at {}: {e}", self.location))
+    }
+
+    /// A directory of the test's own, beside the ledger.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The location a child process named `tag` opens: on PostgreSQL the URL with the
+    /// connection's `application_name` set to the tag, so that [`Place::wait_for_child`] can
+    /// tell when the server has ended its session; on SQLite the file as it is.
+    pub fn child_location(&self, tag: &str) -> String {
+        match self.backend {
+            Backend::Sqlite => self.location.clone(),
+            Backend::Postgres => {
+                let sep = if self.location.contains('?') {
+                    '&'
+                } else {
+                    '?'
+                };
+                format!("{}{sep}application_name={}", self.location, self.tag(tag))
+            }
+        }
+    }
+
+    fn tag(&self, tag: &str) -> String {
+        let schema = self.schema.as_ref().map_or("", |s| s.name.as_str());
+        format!("{schema}_{tag}")
+    }
+
+    /// Waits until the session of a killed child named `tag` has ended on the server. A
+    /// SIGKILLed client's transaction is not over when the process is: its server process
+    /// rolls it back (or commits it, if the COMMIT was sent) when it notices the closed
+    /// socket, and releases its locks then. An SQLite file's locks end with the process.
+    pub fn wait_for_child(&self, tag: &str) {
+        if self.backend == Backend::Sqlite {
+            return;
+        }
+        let name = self.tag(tag);
+        let t0 = Instant::now();
+        loop {
+            let left = self.count(&format!(
+                "pg_stat_activity WHERE application_name = '{name}'"
+            ));
+            if left == 0 {
+                return;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "the session of the killed child {name} has not ended in 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// `SELECT count(*) FROM <from>` on the ledger's database, as another client would run
+    /// it (SQL that both SQLite and PostgreSQL read, e.g.
+    /// `transactions WHERE key = 'crash-000001'`).
+    pub fn count(&self, from: &str) -> i64 {
+        let sql = format!("SELECT count(*) FROM {from}");
+        match self.backend {
+            Backend::Sqlite => rusqlite::Connection::open(&self.location)
+                .and_then(|c| c.query_row(&sql, [], |r| r.get(0)))
+                .unwrap_or_else(|e| panic!("{sql} on {}: {e}", self.location)),
+            Backend::Postgres => gpumeter_test_postgres::query_i64(&self.location, &sql)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{sql} on the test schema: {}",
+                        gpumeter_test_postgres::with_causes(&e)
+                    )
+                }),
+        }
+    }
+
+    /// Runs one statement on the ledger's database behind the bank's back (through rusqlite
+    /// on SQLite), returning the rows it changed.
+    pub fn execute(&self, sql: &str) -> u64 {
+        match self.backend {
+            Backend::Sqlite => rusqlite::Connection::open(&self.location)
+                .and_then(|c| c.execute(sql, []))
+                .map(|n| n as u64)
+                .unwrap_or_else(|e| panic!("{sql} on {}: {e}", self.location)),
+            Backend::Postgres => gpumeter_test_postgres::execute(&self.location, sql)
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "{sql} on the test schema: {}",
+                        gpumeter_test_postgres::with_causes(&e)
+                    )
+                }),
+        }
+    }
+
+    /// On PostgreSQL, the location with `-c NAME=VALUE` server settings added to the
+    /// connection's options (e.g. `deadlock_timeout`, which the test server's superuser may
+    /// set per session); on SQLite the file as it is.
+    pub fn with_settings(&self, settings: &[(&str, &str)]) -> String {
+        let Some(schema) = &self.schema else {
+            return self.location.clone();
+        };
+        let server = gpumeter_test_postgres::server().expect("the test server");
+        let options: Vec<String> = settings
+            .iter()
+            .map(|(k, v)| format!("-c{k}%3D{v}"))
+            .collect();
+        let sep = if server.contains('?') { '&' } else { '?' };
+        let with = format!("{server}{sep}options={}", options.join("%20"));
+        gpumeter_test_postgres::with_search_path(&with, &schema.name)
+            .expect("the test server's URL")
+    }
+}
+
+/// 0.50 USD per 1000 kernel launches on H100s, billed in whole thousands.
+pub fn book() -> PriceBook {
+    PriceBook::from_toml_str(
+        "bank.toml",
+        "schema = \"gpumeter.pricebook/v1\"\nversion = \"bank-example\"\ncurrency = \"USD\"\n\
+         [[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n\
+         [[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1K\"\nunit_price = \"0.50\"\nincrement = \"1\"\n",
+    )
+    .expect("the example book")
+}
+
+/// A sealed report of `launches` by `tenant` in the hour starting `window`.
+pub fn usage(tenant: &str, window: &str, launches: u128) -> UsageReport {
+    let mut r = UsageReport {
+        schema: "gpumeter.usage/v1".into(),
+        metering_policy: "v1".into(),
+        window_seconds: 3600,
+        sources: vec![gpumeter_core::SourceEntry {
+            name: format!("{tenant}-{window}.json"),
+            format: "kineto".into(),
+            sha256: format!("{:0>64}", launches),
+        }],
+        devices: vec![DeviceEntry {
+            device: 0,
+            device_key: "GPU-0".into(),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+            not_meterable: vec![],
+        }],
+        records: RecordCounts::default(),
+        loss: vec![],
+        usage: vec![UsageRow {
+            tenant: tenant.into(),
+            device: 0,
+            device_key: "GPU-0".into(),
+            window_start: window.into(),
+            meter: MeterKind::KernelLaunches,
+            quantity: Quantity(launches),
+        }],
+        totals: vec![],
+        open_allocations: vec![],
+        extensions: Default::default(),
+        warnings: vec![],
+        sha256: String::new(),
+    };
+    r.seal().expect("seal");
+    r
+}
+
+/// A sealed report of one source named `source` with the rows `(tenant, window, launches)`.
+pub fn report_of(rows: &[(&str, &str, u128)], source: &str) -> UsageReport {
+    let mut r = usage(rows[0].0, rows[0].1, rows[0].2);
+    r.sources[0].name = format!("{source}.json");
+    r.sources[0].sha256 = hex_of(source);
+    r.usage = rows
+        .iter()
+        .map(|&(tenant, window, q)| UsageRow {
+            tenant: tenant.into(),
+            device: 0,
+            device_key: "GPU-0".into(),
+            window_start: window.into(),
+            meter: MeterKind::KernelLaunches,
+            quantity: Quantity(q),
+        })
+        .collect();
+    r.seal().expect("seal");
+    r
+}
+
+/// `s`'s bytes, zero-padded to 32, as 64 hex digits: a source digest of its own per name.
+pub fn hex_of(s: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    for b in s.bytes().chain(std::iter::repeat(0)).take(32) {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
