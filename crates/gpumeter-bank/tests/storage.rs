@@ -25,7 +25,6 @@ use gpumeter_bank::{
     Posting, SqliteLedger, StoredTransaction, CREDITS,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 use rust_decimal::Decimal;
 use support::{Backend, Place};
 
@@ -1028,14 +1027,12 @@ fn step_tx(s: &Step) -> NewTransaction {
     }
 }
 
-/// One case: `steps` applied to a memory ledger and to a new ledger of `backend` give the
+/// One case: `steps` applied to a memory ledger and to a new ledger at `place` give the
 /// same outcomes, balances, head, transactions and verify report.
-fn ledgers_agree(backend: Backend, steps: &[Step]) -> Result<(), TestCaseError> {
-    let Some(place) = Place::new(backend, "agree") else {
-        return Ok(());
-    };
+fn ledgers_agree(place: &Place, steps: &[Step]) -> Result<(), TestCaseError> {
     let mut mem = MemoryLedger::new();
     let mut other = place.open();
+    let backend = place.backend;
     for s in steps {
         let tx = step_tx(s);
         let a = mem.atomically(s.commit, |t| t.append(tx.clone()));
@@ -1062,35 +1059,28 @@ fn ledgers_agree(backend: Backend, steps: &[Step]) -> Result<(), TestCaseError> 
     Ok(())
 }
 
-/// [`ledgers_agree`] over `cases` random step lists. PostgreSQL without a server is skipped
-/// once, before any case.
-fn ledgers_agree_cases(backend: Backend, cases: u32) {
-    if backend == Backend::Postgres && gpumeter_test_postgres::server_for("ledgers_agree").is_none()
-    {
-        return;
-    }
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases,
-        // A failing case is printed (proptest shrinks it first); there is no source file
-        // beside which to keep it.
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    });
-    if let Err(e) = runner.run(&prop::collection::vec(step(), 1..20), |steps| {
-        ledgers_agree(backend, &steps)
-    }) {
-        panic!("{backend:?}: {e}");
-    }
-}
-
 #[test]
 fn both_ledgers_agree() {
-    ledgers_agree_cases(Backend::Sqlite, 24);
+    let steps = prop::collection::vec(step(), 1..20);
+    support::run_cases(
+        Backend::Sqlite,
+        "ledgers_agree",
+        24,
+        steps,
+        |place, steps| ledgers_agree(place, &steps),
+    );
 }
 
 #[test]
 #[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
 fn memory_and_postgres_ledgers_agree() {
     // A fresh schema per case: 24 cases in a few seconds.
-    ledgers_agree_cases(Backend::Postgres, 24);
+    let steps = prop::collection::vec(step(), 1..20);
+    support::run_cases(
+        Backend::Postgres,
+        "ledgers_agree",
+        24,
+        steps,
+        |place, steps| ledgers_agree(place, &steps),
+    );
 }

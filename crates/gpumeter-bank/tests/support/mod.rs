@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use gpumeter_bank::AnyLedger;
 use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
 use gpumeter_rating::PriceBook;
+use proptest::strategy::Strategy;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
 
 /// The backends a test body runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -173,6 +175,35 @@ impl Place {
         let with = format!("{server}{sep}options={}", options.join("%20"));
         gpumeter_test_postgres::with_search_path(&with, &schema.name)
             .expect("the test server's URL")
+    }
+}
+
+/// A property test on `backend`: `cases` values of `strategy`, each given to `case` with a new
+/// location of its own (a fresh schema per case on PostgreSQL), shrunk and reported by panicking
+/// when one fails. Without a PostgreSQL server, skipped once (`skipped:` naming `label`).
+pub fn run_cases<S: Strategy>(
+    backend: Backend,
+    label: &str,
+    cases: u32,
+    strategy: S,
+    case: impl Fn(&Place, S::Value) -> Result<(), TestCaseError>,
+) {
+    if backend == Backend::Postgres && gpumeter_test_postgres::server_for(label).is_none() {
+        return;
+    }
+    let mut runner = TestRunner::new(Config {
+        cases,
+        // A failing case is printed, shrunk; there is no source file beside which to keep it.
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let outcome = runner.run(&strategy, |value| {
+        let place = Place::new(backend, label)
+            .ok_or_else(|| TestCaseError::fail("the PostgreSQL test server went away"))?;
+        case(&place, value)
+    });
+    if let Err(e) = outcome {
+        panic!("{label} on {backend:?}: {e}");
     }
 }
 
