@@ -8,48 +8,14 @@
 
 mod support;
 
-use std::str::FromStr;
-
 use gpumeter_bank::{
-    balance, close, expire, finalize, grant, reserve, BankError, GrantKind, GrantRequest, Ledger,
-    MemoryLedger, Outcome, Reservation, ReserveRequest, CREDITS,
+    balance, close, expire, finalize, grant, reserve, BankError, GrantKind, Ledger, MemoryLedger,
+    Outcome, Reservation, ReserveRequest, CREDITS,
 };
-use gpumeter_core::time::parse_rfc3339;
 use gpumeter_core::{MeterKind, Quantity, Warning, WarningCode};
 use gpumeter_rating::{InvoiceDocument, LineKind, PriceBook};
 use rust_decimal::Decimal;
-use support::{book, hex_of, report_of, usage, Backend, Place};
-
-fn t(s: &str) -> u64 {
-    parse_rfc3339(s).expect("an RFC 3339 time")
-}
-
-fn d(s: &str) -> Decimal {
-    Decimal::from_str(s).expect("a decimal")
-}
-
-fn grant_req(
-    tenant: &str,
-    credits: &str,
-    priority: i64,
-    kind: GrantKind,
-    expires: Option<&str>,
-    key: &str,
-) -> GrantRequest {
-    GrantRequest {
-        tenant: tenant.into(),
-        credits: d(credits),
-        rate: d("0.10"),
-        priority,
-        effective: t("2026-11-01T00:00:00Z"),
-        expires: expires.map(t),
-        kind,
-        skus: vec![],
-        meters: vec![],
-        key: Some(key.into()),
-        at: t("2026-11-01T00:00:00Z"),
-    }
-}
+use support::{book, d, grant_req, hex_of, report_of, t, usage, Backend, Place};
 
 fn line_amounts(doc: &InvoiceDocument) -> Vec<(LineKind, String)> {
     doc.invoices[0]

@@ -6,13 +6,15 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use gpumeter_bank::AnyLedger;
+use gpumeter_bank::{AnyLedger, GrantKind, GrantRequest};
 use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
 use gpumeter_rating::PriceBook;
 use proptest::strategy::Strategy;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use rust_decimal::Decimal;
 
 /// The backends a test body runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +124,16 @@ impl Place {
         }
     }
 
+    /// Whether the connection of the location [`Place::child_location`] gave for `tag` is
+    /// waiting for a lock now (PostgreSQL; always false on SQLite).
+    pub fn waits_for_a_lock(&self, tag: &str) -> bool {
+        self.backend == Backend::Postgres
+            && self.count(&format!(
+                "pg_stat_activity WHERE application_name = '{}' AND wait_event_type = 'Lock'",
+                self.tag(tag)
+            )) > 0
+    }
+
     /// `SELECT count(*) FROM <from>` on the ledger's database, as another client would run
     /// it (SQL that both SQLite and PostgreSQL read, e.g.
     /// `transactions WHERE key = 'crash-000001'`).
@@ -204,6 +216,41 @@ pub fn run_cases<S: Strategy>(
     });
     if let Err(e) = outcome {
         panic!("{label} on {backend:?}: {e}");
+    }
+}
+
+/// Seconds since the epoch of an RFC 3339 time.
+pub fn t(s: &str) -> u64 {
+    gpumeter_core::time::parse_rfc3339(s).expect("an RFC 3339 time")
+}
+
+/// A decimal literal.
+pub fn d(s: &str) -> Decimal {
+    Decimal::from_str(s).expect("a decimal")
+}
+
+/// A grant of `credits` at 0.10 USD each to `tenant`, in force from 2026-11-01 (until
+/// `expires`), for any SKU and meter, under the idempotency key `key`.
+pub fn grant_req(
+    tenant: &str,
+    credits: &str,
+    priority: i64,
+    kind: GrantKind,
+    expires: Option<&str>,
+    key: &str,
+) -> GrantRequest {
+    GrantRequest {
+        tenant: tenant.into(),
+        credits: d(credits),
+        rate: d("0.10"),
+        priority,
+        effective: t("2026-11-01T00:00:00Z"),
+        expires: expires.map(t),
+        kind,
+        skus: vec![],
+        meters: vec![],
+        key: Some(key.into()),
+        at: t("2026-11-01T00:00:00Z"),
     }
 }
 
