@@ -380,6 +380,74 @@ fn the_same_key_appended_at_once_applies_once_on_postgres() {
     the_same_key_at_once(Backend::Postgres);
 }
 
+/// A preview (`commit = false`, as `finalize` without committing runs) that waits for a
+/// writer of its tenant sees what the writer committed once it holds the tenant, and can
+/// append after it: it decides on the ledger as it is then, not as it was when the preview
+/// began.
+fn a_preview_after_a_writer(backend: Backend) {
+    let Some(place) = Place::new(backend, "preview") else {
+        return;
+    };
+    let mut writer = place.open();
+    let mut preview = gpumeter_bank::open(&place.child_location("preview"))
+        .expect("opening the ledger a second time");
+    let account = "tenant:acme:credits:g-1";
+    let (held_tx, held) = mpsc::channel::<()>();
+    let (seen, previewed) = std::thread::scope(|s| {
+        let place = &place;
+        let w = s.spawn(move || {
+            writer.atomically(true, |t| {
+                t.lock_tenants(&["acme"])?;
+                held_tx.send(()).expect("the test");
+                match backend {
+                    Backend::Postgres => wait_until_waiting(place, "preview"),
+                    Backend::Sqlite => std::thread::sleep(Duration::from_millis(200)),
+                }
+                t.append(transfer("written"))
+            })
+        });
+        held.recv().expect("the writer holds acme");
+        let previewed = preview.atomically(false, |t| {
+            // Read before the tenant is held (a finalization reads the bank's currency
+            // first), then hold it, then decide.
+            let before = t.balance(account, CREDITS)?;
+            t.lock_tenants(&["acme"])?;
+            let after = t.balance(account, CREDITS)?;
+            let appended = t.append(transfer("previewed"))?;
+            Ok((before, after, appended))
+        });
+        let written = w.join().expect("the writer").expect("the writer's append");
+        (written, previewed)
+    });
+    let written = seen.stored().clone();
+    let (_, after, appended) = previewed.expect("the preview");
+    assert_eq!(after, d("1.5"), "the preview sees the writer's transfer");
+    match appended {
+        Appended::Applied(p) => {
+            assert_eq!((p.seq, &p.prev_hash), (written.seq + 1, &written.hash));
+        }
+        other => panic!("the preview's append: {other:?}"),
+    }
+    // Rolled back: only the writer's transaction is stored.
+    assert_eq!(place.count("transactions"), 1);
+    let report = place
+        .open()
+        .atomically(false, |t| verify(t))
+        .expect("verify");
+    assert_eq!(report.transactions, 1);
+}
+
+#[test]
+fn a_preview_waiting_for_a_writer_sees_its_work() {
+    a_preview_after_a_writer(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn a_preview_waiting_for_a_writer_sees_its_work_on_postgres() {
+    a_preview_after_a_writer(Backend::Postgres);
+}
+
 /// PostgreSQL: tenant locks of different tenants are held at once; a second writer of a
 /// held tenant waits for the first to commit.
 #[test]
