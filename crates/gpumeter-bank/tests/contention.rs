@@ -560,10 +560,14 @@ fn retries_that_run_out_are_contended() {
     let Some(place) = Place::new(Backend::Postgres, "contended") else {
         return;
     };
-    // The writer under test finds each deadlock (after 300 ms) and so is the one failed; the
-    // other never looks (60 s).
-    let victim_url = place.with_settings(&[("deadlock_timeout", "300ms")]);
-    let other_url = place.with_settings(&[("deadlock_timeout", "60s")]);
+    // Each time, the writer under test closes the cycle (it asks for bob once the other
+    // connection is seen waiting for alice), so it finds the deadlock (after 50 ms) and is the
+    // one failed; the other would look only after 60 s.
+    let victim_url = place.with_settings(&[("deadlock_timeout", "50ms")]);
+    let other_url = place.tagged(
+        &place.with_settings(&[("deadlock_timeout", "60s")]),
+        "other",
+    );
     let mut victim = gpumeter_bank::open(&victim_url).expect("a ledger");
     let mut other = gpumeter_bank::open(&other_url).expect("a second ledger");
     let (holds_alice_tx, holds_alice) = mpsc::channel::<()>();
@@ -593,6 +597,7 @@ fn retries_that_run_out_are_contended() {
             holds_bob
                 .recv_timeout(Duration::from_secs(20))
                 .map_err(|e| BankError::Refused(format!("the other connection: {e}")))?;
+            wait_until_waiting(&place, "other");
             t.lock_tenants(&["bob"])?;
             t.append(transfer("never"))
         });

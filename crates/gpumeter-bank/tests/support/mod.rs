@@ -81,15 +81,17 @@ impl Place {
     /// connection's `application_name` set to the tag, so that [`Place::wait_for_child`] can
     /// tell when the server has ended its session; on SQLite the file as it is.
     pub fn child_location(&self, tag: &str) -> String {
+        self.tagged(&self.location, tag)
+    }
+
+    /// `location` (this place's, or one from [`Place::with_settings`]) for a connection named
+    /// `tag`, as [`Place::child_location`].
+    pub fn tagged(&self, location: &str, tag: &str) -> String {
         match self.backend {
-            Backend::Sqlite => self.location.clone(),
+            Backend::Sqlite => location.to_string(),
             Backend::Postgres => {
-                let sep = if self.location.contains('?') {
-                    '&'
-                } else {
-                    '?'
-                };
-                format!("{}{sep}application_name={}", self.location, self.tag(tag))
+                let sep = if location.contains('?') { '&' } else { '?' };
+                format!("{location}{sep}application_name={}", self.tag(tag))
             }
         }
     }
