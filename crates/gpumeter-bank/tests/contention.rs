@@ -16,7 +16,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
@@ -197,10 +197,34 @@ fn workers_finalize_once(backend: Backend) {
         .map(|w| spawn_worker(&format!("finalize {w} {} {}", go.display(), place.location)))
         .collect();
     std::fs::write(&go, b"").expect("starting the workers");
+    // Meanwhile `verify` runs again and again beside them: each run checks one consistent
+    // state of the ledger (a chain and balances of the same transactions).
+    let done = AtomicBool::new(false);
+    let (outputs, verified) = std::thread::scope(|s| {
+        let verifier = s.spawn(|| {
+            let mut l = place.open();
+            let mut runs = 0u32;
+            while !done.load(Ordering::SeqCst) {
+                l.atomically(false, |t| verify(t))
+                    .expect("verify while the workers finalize");
+                runs += 1;
+                // A pause, as a monitor would take: on SQLite a read holds the one writer's
+                // lock (`BEGIN IMMEDIATE`), and back-to-back reads would starve the workers.
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            runs
+        });
+        let outputs: Vec<std::process::Output> = workers
+            .into_iter()
+            .map(|w| w.wait_with_output().expect("waiting for a worker"))
+            .collect();
+        done.store(true, Ordering::SeqCst);
+        (outputs, verifier.join().expect("the verifier"))
+    });
+    assert!(verified > 0);
     let mut applied: BTreeMap<(String, String), u32> = BTreeMap::new();
     let mut lines = 0;
-    for worker in workers {
-        let out = worker.wait_with_output().expect("waiting for a worker");
+    for out in outputs {
         assert!(
             out.status.success(),
             "a worker failed: {}",
@@ -273,7 +297,8 @@ fn workers_finalize_once(backend: Backend) {
     let _ = std::io::Write::write_fmt(
         &mut std::io::stderr(),
         format_args!(
-            "{backend:?}: {WORKERS} workers, {} finalizations ({} invoices) in {:.2} s\n",
+            "{backend:?}: {WORKERS} workers, {} finalizations ({} invoices) in {:.2} s, \
+             verified {verified} times meanwhile\n",
             WORKERS * 2 * REPORTS,
             expected.len(),
             elapsed.as_secs_f64()

@@ -944,12 +944,16 @@ fn concurrent_processes_apply_each_key_once_on_postgres() {
 // ---------------------------------------------------------------------------------------
 // Both ledgers side by side.
 
-const ACCOUNTS: [&str; 5] = [
+/// Accounts of the steps; an upper-case and a non-ASCII name among them, since every ledger
+/// must list balances in the same (bytewise) order.
+const ACCOUNTS: [&str; 7] = [
     "tenant:a:credits:g-1",
     "tenant:a:receivable",
     "tenant:b:fragments:h100:sm_ns",
     "provider:revenue",
     "provider:promotions",
+    "tenant:Zoë:receivable",
+    "tenant:é:receivable",
 ];
 const COMMODITIES: [&str; 3] = ["USD", CREDITS, "sm_ns"];
 
