@@ -15,7 +15,7 @@ use gpumeter_bank::{
 use gpumeter_core::{MeterKind, Quantity, Warning, WarningCode};
 use gpumeter_rating::{InvoiceDocument, LineKind, PriceBook};
 use rust_decimal::Decimal;
-use support::{book, d, grant_req, hex_of, report_of, t, usage, Backend, Place};
+use support::{book, d, grant_req, hex_of, report_of, reservation, t, usage, Backend, Place};
 
 fn line_amounts(doc: &InvoiceDocument) -> Vec<(LineKind, String)> {
     doc.invoices[0]
@@ -592,25 +592,6 @@ fn the_same_usage_under_another_book_charges_nothing_not_even_a_minimum() {
         Quantity(500),
         "the fragment stays"
     );
-}
-
-fn reservation(tenant: &str, fee: &str, expiry: Option<&str>) -> ReserveRequest {
-    ReserveRequest {
-        terms: Reservation {
-            reservation: String::new(),
-            tenant: tenant.into(),
-            sku: "h100".into(),
-            meter: MeterKind::KernelLaunches,
-            capacity: d("5"),
-            unit: "1K".into(),
-            fee: d(fee),
-            rate: d("0.10"),
-            from: "2026-12-01T00:00:00Z".into(),
-            to: "2027-02-01T00:00:00Z".into(),
-            credit_expiry: expiry.map(str::to_string),
-        },
-        at: t("2026-11-01T00:00:00Z"),
-    }
 }
 
 #[test]

@@ -21,12 +21,12 @@ use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
 use gpumeter_bank::{
-    finalize, grant, verify, Appended, BankError, GrantKind, Ledger, NewTransaction, Outcome,
-    Posting, CREDITS,
+    finalize, grant, reserve, verify, Appended, BankError, GrantKind, Ledger, NewTransaction,
+    Outcome, Posting, CREDITS,
 };
 use gpumeter_core::UsageReport;
 use rust_decimal::Decimal;
-use support::{book, d, grant_req, report_of, Backend, Place};
+use support::{book, d, grant_req, report_of, reservation, t, Backend, Place};
 
 /// Set in a re-executed test binary: `finalize WORKER GO LOCATION` (GO: the file whose
 /// creation starts the workers).
@@ -315,6 +315,79 @@ fn workers_finalizing_the_same_and_different_tenants_apply_each_invoice_once() {
 #[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
 fn workers_finalizing_the_same_and_different_tenants_apply_each_invoice_once_on_postgres() {
     workers_finalize_once(Backend::Postgres);
+}
+
+/// Finalizers of four tenants' reports for one period, at once, each on its own connection:
+/// every report also owes a reserved tenant's monthly fee (a tenant the report has no usage
+/// of, found from the ledger's reservations). The fee is billed once, by one of them; the
+/// others see it billed once they hold that tenant.
+fn a_reservation_fee_billed_once(backend: Backend) {
+    let Some(place) = Place::new(backend, "reservation_fee") else {
+        return;
+    };
+    reserve(&mut place.open(), &reservation("res", "2.00", None)).expect("a reservation");
+    let dec = (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"));
+    let reports: Vec<UsageReport> = (0..WORKERS)
+        .map(|i| report_of(&[(&own_tenant(i), &hour(i), 1000)], &format!("fee-{i}")))
+        .collect();
+    let ledgers: Vec<gpumeter_bank::AnyLedger> = reports.iter().map(|_| place.open()).collect();
+    let start = Barrier::new(reports.len());
+    let outcomes: Vec<Vec<(String, Outcome)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = ledgers
+            .into_iter()
+            .zip(&reports)
+            .map(|(mut l, r)| {
+                let start = &start;
+                s.spawn(move || {
+                    start.wait();
+                    let f = finalize(&mut l, r, &book(), Some(dec), true).expect("finalizing");
+                    f.document
+                        .invoices
+                        .iter()
+                        .map(|i| i.tenant.clone())
+                        .zip(f.outcomes)
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("a finalizer"))
+            .collect()
+    });
+    let fee_invoices: Vec<&(String, Outcome)> = outcomes
+        .iter()
+        .flatten()
+        .filter(|(tenant, _)| tenant == "res")
+        .collect();
+    assert_eq!(fee_invoices.len(), 1, "{outcomes:?}");
+    assert_eq!(fee_invoices[0].1, Outcome::Applied);
+    let mut l = place.open();
+    let fees = l
+        .atomically(false, |t| t.transactions(Some("finalize")))
+        .expect("the finalizations")
+        .iter()
+        .filter(|t| t.tx.tenant.as_deref() == Some("res"))
+        .count();
+    assert_eq!(fees, 1);
+    let receivable = l
+        .atomically(false, |t| {
+            t.balance(&gpumeter_bank::accounts::receivable("res"), "USD")
+        })
+        .expect("a balance");
+    assert_eq!(receivable, d("2.00"));
+    l.atomically(false, |t| verify(t)).expect("verify");
+}
+
+#[test]
+fn a_reservation_fee_owed_by_every_report_is_billed_once() {
+    a_reservation_fee_billed_once(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn a_reservation_fee_owed_by_every_report_is_billed_once_on_postgres() {
+    a_reservation_fee_billed_once(Backend::Postgres);
 }
 
 fn transfer(key: &str) -> NewTransaction {

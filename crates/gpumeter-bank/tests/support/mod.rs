@@ -9,7 +9,7 @@ use std::path::Path;
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use gpumeter_bank::{AnyLedger, GrantKind, GrantRequest};
+use gpumeter_bank::{AnyLedger, GrantKind, GrantRequest, Reservation, ReserveRequest};
 use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
 use gpumeter_rating::PriceBook;
 use proptest::strategy::Strategy;
@@ -252,6 +252,27 @@ pub fn grant_req(
         skus: vec![],
         meters: vec![],
         key: Some(key.into()),
+        at: t("2026-11-01T00:00:00Z"),
+    }
+}
+
+/// A reservation of 5000 H100 kernel launches a month for `fee` USD from 2026-12-01 to
+/// 2027-02-01, unused capacity converting to credits at 0.10 USD (expiring at `expiry`).
+pub fn reservation(tenant: &str, fee: &str, expiry: Option<&str>) -> ReserveRequest {
+    ReserveRequest {
+        terms: Reservation {
+            reservation: String::new(),
+            tenant: tenant.into(),
+            sku: "h100".into(),
+            meter: MeterKind::KernelLaunches,
+            capacity: d("5"),
+            unit: "1K".into(),
+            fee: d(fee),
+            rate: d("0.10"),
+            from: "2026-12-01T00:00:00Z".into(),
+            to: "2027-02-01T00:00:00Z".into(),
+            credit_expiry: expiry.map(str::to_string),
+        },
         at: t("2026-11-01T00:00:00Z"),
     }
 }
