@@ -549,6 +549,81 @@ fn a_preview_waiting_for_a_writer_sees_its_work_on_postgres() {
     a_preview_after_a_writer(Backend::Postgres);
 }
 
+/// PostgreSQL: a preview among finalizers of its tenant, in their order (the tenant, then the
+/// chain), deadlocks with none of them. Two finalizers hold the tenant in turn; the preview
+/// gets it between them and appends; the second finalizer gets it next and appends once the
+/// preview waits again (if it does). Deadlocks would be found only after 5 s: every
+/// transaction must be done well before.
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn a_preview_between_two_finalizers_of_its_tenant_does_not_deadlock() {
+    let Some(place) = Place::new(Backend::Postgres, "preview_deadlock") else {
+        return;
+    };
+    let url = place.with_settings(&[("deadlock_timeout", "5s")]);
+    let mut first = gpumeter_bank::open(&url).expect("a ledger");
+    let mut second = gpumeter_bank::open(&place.tagged(&url, "second")).expect("a ledger");
+    let mut preview = gpumeter_bank::open(&place.tagged(&url, "preview")).expect("a ledger");
+    let (held_tx, held) = mpsc::channel::<()>();
+    let preview_done = AtomicBool::new(false);
+    let second_runs = AtomicU32::new(0);
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        let place = &place;
+        let (preview_done, second_runs) = (&preview_done, &second_runs);
+        let f1 = s.spawn(move || {
+            first.atomically(true, |t| {
+                t.lock_tenants(&["acme"])?;
+                held_tx.send(()).expect("the test");
+                // Until the preview and the second finalizer both wait for acme.
+                wait_until_waiting(place, "preview");
+                wait_until_waiting(place, "second");
+                t.append(transfer("first"))
+            })
+        });
+        held.recv().expect("the first finalizer holds acme");
+        let p = s.spawn(move || {
+            let out = preview.atomically(false, |t| {
+                t.lock_tenants(&["acme"])?;
+                t.append(transfer("previewed"))
+            });
+            preview_done.store(true, Ordering::SeqCst);
+            out
+        });
+        wait_until_waiting(place, "preview");
+        let f2 = s.spawn(move || {
+            second.atomically(true, |t| {
+                second_runs.fetch_add(1, Ordering::SeqCst);
+                t.lock_tenants(&["acme"])?;
+                // The preview may run again and wait for acme now: append then, as a
+                // finalizer that rated its usage meanwhile would.
+                let t1 = Instant::now();
+                while !preview_done.load(Ordering::SeqCst)
+                    && !place.waits_for_a_lock("preview")
+                    && t1.elapsed() < Duration::from_secs(2)
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                t.append(transfer("second"))
+            })
+        });
+        f1.join().expect("first").expect("the first finalizer");
+        p.join().expect("preview").expect("the preview");
+        f2.join().expect("second").expect("the second finalizer");
+    });
+    let elapsed = t0.elapsed();
+    assert!(
+        elapsed < Duration::from_secs(4),
+        "{elapsed:?}: a deadlock was waited out"
+    );
+    assert_eq!(
+        second_runs.into_inner(),
+        1,
+        "the second finalizer ran again"
+    );
+    assert_eq!(place.count("transactions"), 2);
+}
+
 /// PostgreSQL: tenant locks of different tenants are held at once; a second writer of a
 /// held tenant waits for the first to commit.
 #[test]
