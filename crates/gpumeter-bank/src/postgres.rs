@@ -32,11 +32,14 @@
 //!   and balances are updated in place (`amount = balances.amount + excluded.amount`), never
 //!   read and written back.
 //!
-//! Work without a commit (`balance`, `verify`, `history`, a preview) runs at REPEATABLE READ:
-//! one snapshot of the whole ledger, so `verify` never sees half of a concurrent commit. A
-//! preview also appends (then rolls back): the first time it appends, its work is rolled back
-//! and run again holding the chain from before its snapshot is taken, so the head it reads is
-//! the latest; finalizers wait for such a preview to end.
+//! Work without a commit that only reads (`balance`, `verify`, `history`) runs at REPEATABLE
+//! READ: one snapshot of the whole ledger, so `verify` never sees half of a concurrent commit.
+//! A preview also locks tenants and appends (then rolls back): the first time it locks or
+//! appends, its work is rolled back and run again at READ COMMITTED, as a write runs. A
+//! snapshot is taken by a transaction's first statement, before any lock it then waits for:
+//! after the wait it would not show what the lock's holder committed (credits spent, the
+//! chain's head moved). At READ COMMITTED the preview takes the tenants, then the chain, in
+//! the order every writer does, so it deadlocks with none.
 //!
 //! A serialization failure (SQLSTATE 40001) or a deadlock (40P01) rolls the work back and runs
 //! it again, at most [`MAX_ATTEMPTS`] times, then fails with [`BankError::Contended`]. A lock
@@ -439,12 +442,10 @@ impl Ledger for PostgresLedger {
         mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<T, BankError> {
         let location = self.location.clone();
-        let chain = self.keys.chain();
         let mut last_conflict = String::new();
-        // A snapshot (no commit) that appends, as a preview does, must hold the chain before
-        // its snapshot is taken, or the head it reads may be stale: it learns that it
-        // appends on its first run, and runs again holding the chain first.
-        let mut chain_first = false;
+        // Work without a commit reads one snapshot until it locks or appends, as a preview
+        // does (`PgTx::needs_fresh_reads`); then it runs again at READ COMMITTED.
+        let mut snapshot = !commit;
         let mut attempt = 0;
         while attempt < MAX_ATTEMPTS {
             attempt += 1;
@@ -456,29 +457,11 @@ impl Ledger for PostgresLedger {
                 let jitter = u64::from(std::process::id()) % (base + 1);
                 std::thread::sleep(Duration::from_millis(base + jitter));
             }
-            let isolation = if commit {
-                IsolationLevel::ReadCommitted
-            } else {
-                IsolationLevel::RepeatableRead
-            };
-            if chain_first {
-                // Session-scoped: taken before the transaction, released after it.
-                self.client
-                    .execute("SELECT pg_advisory_lock($1)", &[&chain])
-                    .map_err(|e| storage(&location, "cannot lock the chain's head", &e))?;
-            }
-            let out = self.attempt(commit, isolation, chain_first, &mut f);
-            if chain_first {
-                // The connection may be gone (the server ends its locks with it).
-                let _ = self
-                    .client
-                    .execute("SELECT pg_advisory_unlock($1)", &[&chain]);
-            }
-            match out? {
+            match self.attempt(commit, snapshot, &mut f)? {
                 Attempt::Done(v) => return Ok(v),
                 Attempt::Conflict(message) => last_conflict = message,
-                Attempt::NeedsChain => {
-                    chain_first = true;
+                Attempt::NeedsFreshReads => {
+                    snapshot = false;
                     // Not a conflict: this run does not count.
                     attempt -= 1;
                 }
@@ -498,20 +481,25 @@ enum Attempt<T> {
     Done(T),
     /// Rolled back after a conflict with concurrent writers (the database's message).
     Conflict(String),
-    /// Rolled back: a snapshot that appends must hold the chain first.
-    NeedsChain,
+    /// Rolled back: work on a snapshot locked or appended; it runs again at READ COMMITTED.
+    NeedsFreshReads,
 }
 
 impl PostgresLedger {
-    /// One run of `f` in one database transaction.
+    /// One run of `f` in one database transaction: on a snapshot (REPEATABLE READ) or at
+    /// READ COMMITTED.
     fn attempt<T>(
         &mut self,
         commit: bool,
-        isolation: IsolationLevel,
-        chain_held: bool,
+        snapshot: bool,
         f: &mut impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<Attempt<T>, BankError> {
         let location = self.location.clone();
+        let isolation = if snapshot {
+            IsolationLevel::RepeatableRead
+        } else {
+            IsolationLevel::ReadCommitted
+        };
         let tx = self
             .client
             .build_transaction()
@@ -523,14 +511,20 @@ impl PostgresLedger {
             location: &location,
             keys: &self.keys,
             conflict: Cell::new(None),
-            chain_held,
-            snapshot: !commit,
-            needs_chain: false,
+            chain_held: false,
+            snapshot,
+            needs_fresh_reads: Cell::new(false),
         };
         let out = f(&mut work);
         let conflict = work.conflict.take();
-        let needs_chain = work.needs_chain;
+        let needs_fresh_reads = work.needs_fresh_reads.get();
         let tx = work.tx.into_inner();
+        if needs_fresh_reads {
+            // Even if `f` went on after the refusal: what it did was on the snapshot. A failed
+            // rollback shows at the next `begin`.
+            let _ = tx.rollback();
+            return Ok(Attempt::NeedsFreshReads);
+        }
         {
             match out {
                 Ok(v) if commit => match tx.commit() {
@@ -547,9 +541,7 @@ impl PostgresLedger {
                     // A failed rollback leaves the server to end the transaction when the
                     // connection next speaks or closes; the error of `f` is what matters.
                     let _ = tx.rollback();
-                    if needs_chain {
-                        Ok(Attempt::NeedsChain)
-                    } else if let Some(message) = conflict {
+                    if let Some(message) = conflict {
                         Ok(Attempt::Conflict(message))
                     } else {
                         Err(e)
@@ -572,8 +564,8 @@ struct PgTx<'a, 'c> {
     chain_held: bool,
     /// A snapshot (REPEATABLE READ, no commit): its reads are of the instant it began.
     snapshot: bool,
-    /// Set when a snapshot without the chain tried to append: the work runs again with it.
-    needs_chain: bool,
+    /// Set when work on a snapshot locked or appended: it runs again at READ COMMITTED.
+    needs_fresh_reads: Cell<bool>,
 }
 
 /// One row of `transactions`.
@@ -589,6 +581,21 @@ type TxRow = (
 );
 
 impl PgTx<'_, '_> {
+    /// Refuses to lock or append on a snapshot, so that [`Ledger::atomically`] runs the work
+    /// again at READ COMMITTED: a snapshot is taken by the first statement, before the lock
+    /// is waited for, and would not show what the lock's holder committed meanwhile (nor the
+    /// chain's head it moved, after which the append would collide on its sequence number).
+    fn needs_fresh_reads(&self) -> Result<(), BankError> {
+        if self.snapshot {
+            self.needs_fresh_reads.set(true);
+            return Err(storage_msg(
+                self.location,
+                "work on a snapshot locks or appends (run again at READ COMMITTED)".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn err(&self, what: &str, e: &postgres::Error) -> BankError {
         if is_conflict(e) {
             let first = self.conflict.take();
@@ -761,13 +768,7 @@ impl LedgerTx for PgTx<'_, '_> {
         }
         tx.canonicalize();
         tx.check_balanced()?;
-        if !self.chain_held && self.snapshot {
-            self.needs_chain = true;
-            return Err(storage_msg(
-                self.location,
-                "a snapshot appends without holding the chain (run again holding it)".into(),
-            ));
-        }
+        self.needs_fresh_reads()?;
         if !self.chain_held {
             self.query(
                 "cannot lock the chain's head",
@@ -922,11 +923,13 @@ impl LedgerTx for PgTx<'_, '_> {
     }
 
     fn lock_tenants(&mut self, tenants: &[&str]) -> Result<(), BankError> {
+        self.needs_fresh_reads()?;
         let keys = tenants.iter().map(|t| self.keys.tenant(t)).collect();
         self.lock(keys)
     }
 
     fn lock_all(&mut self) -> Result<(), BankError> {
+        self.needs_fresh_reads()?;
         self.query(
             "cannot lock the bank",
             "SELECT pg_advisory_xact_lock($1)",

@@ -1,100 +1,21 @@
 //! The bank's operations on a ledger: the worked example of docs/BANK.md (two periods with a
 //! grant, usage with a fragment, an expiry and a reservation), idempotent finalization, and
 //! the conservation laws of DESIGN §6 as property tests.
+//!
+//! The worked example and the property tests run on a memory ledger and, through a location
+//! opened with `gpumeter_bank::open`, on SQLite and on PostgreSQL (one body, a `#[test]` per
+//! backend; the PostgreSQL ones need the `postgres` feature and the test server).
 
-use std::str::FromStr;
+mod support;
 
 use gpumeter_bank::{
-    balance, close, expire, finalize, grant, reserve, BankError, GrantKind, GrantRequest, Ledger,
-    MemoryLedger, Outcome, Reservation, ReserveRequest, CREDITS,
+    balance, close, expire, finalize, grant, reserve, BankError, GrantKind, Ledger, MemoryLedger,
+    Outcome, Reservation, ReserveRequest, CREDITS,
 };
-use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::{
-    DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow, Warning, WarningCode,
-};
+use gpumeter_core::{MeterKind, Quantity, Warning, WarningCode};
 use gpumeter_rating::{InvoiceDocument, LineKind, PriceBook};
 use rust_decimal::Decimal;
-
-fn t(s: &str) -> u64 {
-    parse_rfc3339(s).expect("an RFC 3339 time")
-}
-
-fn d(s: &str) -> Decimal {
-    Decimal::from_str(s).expect("a decimal")
-}
-
-/// 0.50 USD per 1000 kernel launches on H100s, billed in whole thousands.
-fn book() -> PriceBook {
-    PriceBook::from_toml_str(
-        "bank.toml",
-        "schema = \"gpumeter.pricebook/v1\"\nversion = \"bank-example\"\ncurrency = \"USD\"\n\
-         [[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n\
-         [[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1K\"\nunit_price = \"0.50\"\nincrement = \"1\"\n",
-    )
-    .expect("the example book")
-}
-
-/// A sealed report of `launches` by `tenant` in the hour starting `window`.
-fn usage(tenant: &str, window: &str, launches: u128) -> UsageReport {
-    let mut r = UsageReport {
-        schema: "gpumeter.usage/v1".into(),
-        metering_policy: "v1".into(),
-        window_seconds: 3600,
-        sources: vec![gpumeter_core::SourceEntry {
-            name: format!("{tenant}-{window}.json"),
-            format: "kineto".into(),
-            sha256: format!("{:0>64}", launches),
-        }],
-        devices: vec![DeviceEntry {
-            device: 0,
-            device_key: "GPU-0".into(),
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-            not_meterable: vec![],
-        }],
-        records: RecordCounts::default(),
-        loss: vec![],
-        usage: vec![UsageRow {
-            tenant: tenant.into(),
-            device: 0,
-            device_key: "GPU-0".into(),
-            window_start: window.into(),
-            meter: MeterKind::KernelLaunches,
-            quantity: Quantity(launches),
-        }],
-        totals: vec![],
-        open_allocations: vec![],
-        extensions: Default::default(),
-        warnings: vec![],
-        sha256: String::new(),
-    };
-    r.seal().expect("seal");
-    r
-}
-
-fn grant_req(
-    tenant: &str,
-    credits: &str,
-    priority: i64,
-    kind: GrantKind,
-    expires: Option<&str>,
-    key: &str,
-) -> GrantRequest {
-    GrantRequest {
-        tenant: tenant.into(),
-        credits: d(credits),
-        rate: d("0.10"),
-        priority,
-        effective: t("2026-11-01T00:00:00Z"),
-        expires: expires.map(t),
-        kind,
-        skus: vec![],
-        meters: vec![],
-        key: Some(key.into()),
-        at: t("2026-11-01T00:00:00Z"),
-    }
-}
+use support::{book, d, grant_req, hex_of, report_of, reservation, t, usage, Backend, Place};
 
 fn line_amounts(doc: &InvoiceDocument) -> Vec<(LineKind, String)> {
     doc.invoices[0]
@@ -231,14 +152,16 @@ fn the_worked_example_on_a_memory_ledger() {
     worked_example(&mut bank).expect("the worked example");
 }
 
-#[test]
-fn the_worked_example_on_an_sqlite_ledger_survives_reopening() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("bank.db");
-    let mut bank = gpumeter_bank::SqliteLedger::open(&path).expect("a new ledger");
+/// The worked example on a new ledger of `backend`, then the ledger reopened: it verifies and
+/// holds the balances.
+fn worked_example_survives_reopening(backend: Backend) {
+    let Some(place) = Place::new(backend, "worked_example") else {
+        return;
+    };
+    let mut bank = place.open();
     worked_example(&mut bank).expect("the worked example");
     drop(bank);
-    let mut again = gpumeter_bank::SqliteLedger::open(&path).expect("reopen");
+    let mut again = gpumeter_bank::open_existing(&place.location).expect("reopen");
     let report = again
         .atomically(false, |t| gpumeter_bank::verify(t))
         .expect("verify");
@@ -246,6 +169,17 @@ fn the_worked_example_on_an_sqlite_ledger_survives_reopening() {
     assert_eq!(report.transactions, 9);
     let bal = balance(&mut again, "acme", t("2027-02-01T00:00:00Z")).expect("balance");
     assert_eq!(bal.receivable.get("USD"), Some(&d("0.85")));
+}
+
+#[test]
+fn the_worked_example_on_an_sqlite_ledger_survives_reopening() {
+    worked_example_survives_reopening(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn the_worked_example_on_a_postgres_ledger_survives_reopening() {
+    worked_example_survives_reopening(Backend::Postgres);
 }
 
 #[test]
@@ -311,55 +245,92 @@ mod properties {
     use super::*;
     use proptest::prelude::*;
 
-    proptest! {
-        #![proptest_config(ProptestConfig::with_cases(48))]
+    fn fail(e: BankError) -> TestCaseError {
+        TestCaseError::fail(e.to_string())
+    }
 
-        /// Over any number of periods and increments: Σ billed + fragment balance = Σ metered
-        /// per tenant; credits granted = burned + expired + remaining; no total is negative;
-        /// every transaction balances (the ledger refuses others).
-        #[test]
-        fn fragments_and_credits_conserve(
-            months in proptest::collection::vec((0u128..5_000, 0u32..3), 1..6),
-            grants in proptest::collection::vec((1u32..400, 0i64..3, any::<bool>(), 0u32..8), 0..5),
-        ) {
-            let b = book();
-            let mut bank = MemoryLedger::new();
-            let mut granted = Decimal::ZERO;
-            for (i, (credits, priority, promo, expiry_month)) in grants.iter().enumerate() {
-                let c = Decimal::from(*credits) / Decimal::from(10);
-                granted += c;
-                let expires = (*expiry_month > 0).then(|| format!("2027-{:02}-01T00:00:00Z", expiry_month));
-                let kind = if *promo { GrantKind::Promotional } else { GrantKind::Purchased };
-                grant(&mut bank, &grant_req("acme", &c.to_string(), *priority, kind, expires.as_deref(), &format!("g{i}")))
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    /// Launches per month, and a second number the test ignores (kept: it shapes the
+    /// generated cases, and so the saved regressions).
+    type Months = Vec<(u128, u32)>;
+    /// Grants: tenths of credits, priority, promotional, the month they expire (0: never).
+    type ConserveGrants = Vec<(u32, i64, bool, u32)>;
+    /// Grants: credits, priority, the month they expire (0: never).
+    type BurnGrants = Vec<(u32, i64, u32)>;
+
+    fn months() -> impl Strategy<Value = Months> {
+        proptest::collection::vec((0u128..5_000, 0u32..3), 1..6)
+    }
+
+    fn conserve_grants() -> impl Strategy<Value = ConserveGrants> {
+        proptest::collection::vec((1u32..400, 0i64..3, any::<bool>(), 0u32..8), 0..5)
+    }
+
+    fn burn_grants() -> impl Strategy<Value = BurnGrants> {
+        proptest::collection::vec((1u32..60, 0i64..3, 0u32..4), 1..6)
+    }
+
+    /// Over any number of periods and increments: Σ billed + fragment balance = Σ metered
+    /// per tenant; credits granted = burned + expired + remaining; no total is negative;
+    /// every transaction balances (the ledger refuses others).
+    fn conserve<L: Ledger>(
+        bank: &mut L,
+        months: &Months,
+        grants: &ConserveGrants,
+    ) -> Result<(), TestCaseError> {
+        let b = book();
+        let mut granted = Decimal::ZERO;
+        for (i, (credits, priority, promo, expiry_month)) in grants.iter().enumerate() {
+            let c = Decimal::from(*credits) / Decimal::from(10);
+            granted += c;
+            let expires =
+                (*expiry_month > 0).then(|| format!("2027-{:02}-01T00:00:00Z", expiry_month));
+            let kind = if *promo {
+                GrantKind::Promotional
+            } else {
+                GrantKind::Purchased
+            };
+            let req = grant_req(
+                "acme",
+                &c.to_string(),
+                *priority,
+                kind,
+                expires.as_deref(),
+                &format!("g{i}"),
+            );
+            grant(bank, &req).map_err(fail)?;
+        }
+        let mut metered = 0u128;
+        let mut billed = 0u128;
+        let mut expired = Decimal::ZERO;
+        for (m, (launches, _)) in months.iter().enumerate() {
+            let from = format!("2027-{:02}-01T00:00:00Z", m + 1);
+            let to = format!("2027-{:02}-01T00:00:00Z", m + 2);
+            let u = usage("acme", &from, *launches);
+            metered += launches;
+            let f = finalize(bank, &u, &b, Some((t(&from), t(&to))), true).map_err(fail)?;
+            for inv in &f.document.invoices {
+                prop_assert!(inv.total >= Decimal::ZERO);
+                let applied: Decimal = inv.credits_applied.iter().map(|c| c.amount).sum();
+                prop_assert_eq!(inv.total, inv.subtotal - applied);
+                billed += inv
+                    .lines
+                    .iter()
+                    .filter(|l| l.kind == LineKind::Usage)
+                    .map(|l| l.billable_quantity.map_or(0, |q| q.0))
+                    .sum::<u128>();
             }
-            let mut metered = 0u128;
-            let mut billed = 0u128;
-            let mut expired = Decimal::ZERO;
-            for (m, (launches, _)) in months.iter().enumerate() {
-                let from = format!("2027-{:02}-01T00:00:00Z", m + 1);
-                let to = format!("2027-{:02}-01T00:00:00Z", m + 2);
-                let u = usage("acme", &from, *launches);
-                metered += launches;
-                let f = finalize(&mut bank, &u, &b, Some((t(&from), t(&to))), true)
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                for inv in &f.document.invoices {
-                    prop_assert!(inv.total >= Decimal::ZERO);
-                    let applied: Decimal = inv.credits_applied.iter().map(|c| c.amount).sum();
-                    prop_assert_eq!(inv.total, inv.subtotal - applied);
-                    billed += inv.lines.iter().filter(|l| l.kind == LineKind::Usage)
-                        .map(|l| l.billable_quantity.map_or(0, |q| q.0)).sum::<u128>();
-                }
-                let moved = expire(&mut bank, t(&to)).map_err(|e| TestCaseError::fail(e.to_string()))?;
-                expired += moved.iter().map(|(_, c)| *c).sum::<Decimal>();
-            }
-            let bal = balance(&mut bank, "acme", t("2030-01-01T00:00:00Z")).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let carried: u128 = bal.fragments.iter().map(|f| f.quantity.0).sum();
-            prop_assert_eq!(billed + carried, metered);
-            let all = bank.atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
-                .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let remaining: Decimal = all.iter().map(|g| g.remaining).sum();
-            let burned: Decimal = bank.atomically(false, |t| {
+            let moved = expire(bank, t(&to)).map_err(fail)?;
+            expired += moved.iter().map(|(_, c)| *c).sum::<Decimal>();
+        }
+        let bal = balance(bank, "acme", t("2030-01-01T00:00:00Z")).map_err(fail)?;
+        let carried: u128 = bal.fragments.iter().map(|f| f.quantity.0).sum();
+        prop_assert_eq!(billed + carried, metered);
+        let all = bank
+            .atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
+            .map_err(fail)?;
+        let remaining: Decimal = all.iter().map(|g| g.remaining).sum();
+        let burned: Decimal = bank
+            .atomically(false, |t| {
                 let mut s = Decimal::ZERO;
                 for tx in t.transactions(Some("finalize"))? {
                     for p in &tx.tx.postings {
@@ -369,49 +340,143 @@ mod properties {
                     }
                 }
                 Ok(s)
-            }).map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert_eq!(granted, burned + expired + remaining);
-            for g in &all {
-                prop_assert!(g.remaining >= Decimal::ZERO);
+            })
+            .map_err(fail)?;
+        prop_assert_eq!(granted, burned + expired + remaining);
+        for g in &all {
+            prop_assert!(g.remaining >= Decimal::ZERO);
+        }
+        // Every transaction balances per commodity and the chain holds.
+        let report = bank
+            .atomically(false, |t| gpumeter_bank::verify(t))
+            .map_err(fail)?;
+        prop_assert!(report.transactions >= grants.len() as u64);
+        Ok(())
+    }
+
+    /// Burn order under random grants: a grant burns only when every grant before it in
+    /// (priority, expiry, age) order that may pay is empty or worth less than a minor unit.
+    fn burn_order<L: Ledger>(
+        bank: &mut L,
+        grants: &BurnGrants,
+        launches: u128,
+    ) -> Result<(), TestCaseError> {
+        let b = book();
+        for (i, (credits, priority, expiry_month)) in grants.iter().enumerate() {
+            let expires =
+                (*expiry_month > 0).then(|| format!("2028-{:02}-01T00:00:00Z", expiry_month));
+            let req = grant_req(
+                "acme",
+                &credits.to_string(),
+                *priority,
+                GrantKind::Purchased,
+                expires.as_deref(),
+                &format!("g{i}"),
+            );
+            grant(bank, &req).map_err(fail)?;
+        }
+        let order = bank
+            .atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
+            .map_err(fail)?;
+        let jan = (t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z"));
+        let u = usage("acme", "2027-01-01T00:00:00Z", launches);
+        let f = finalize(bank, &u, &b, Some(jan), true).map_err(fail)?;
+        let inv = &f.document.invoices[0];
+        // Burned in burn order, and every grant before the last one burned is emptied.
+        let burned: Vec<&str> = inv
+            .credits_applied
+            .iter()
+            .map(|c| c.grant.as_str())
+            .collect();
+        let expected: Vec<&str> = order
+            .iter()
+            .map(|g| g.grant.grant.as_str())
+            .filter(|g| burned.contains(g))
+            .collect();
+        prop_assert_eq!(&burned, &expected);
+        if let Some(last) = burned.last() {
+            for g in order.iter().take_while(|g| g.grant.grant != *last) {
+                let used = inv
+                    .credits_applied
+                    .iter()
+                    .find(|c| c.grant == g.grant.grant)
+                    .map_or(Decimal::ZERO, |c| c.credits);
+                prop_assert_eq!(
+                    used,
+                    g.remaining,
+                    "grant {} burns before {}",
+                    g.grant.grant,
+                    last
+                );
             }
-            // Every transaction balances per commodity and the chain holds.
-            let report = bank.atomically(false, |t| gpumeter_bank::verify(t))
-                .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert!(report.transactions >= grants.len() as u64);
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        #[test]
+        fn fragments_and_credits_conserve(months in months(), grants in conserve_grants()) {
+            conserve(&mut MemoryLedger::new(), &months, &grants)?;
         }
 
-        /// Burn order under random grants: a grant burns only when every grant before it in
-        /// (priority, expiry, age) order that may pay is empty or worth less than a minor unit.
         #[test]
         fn burn_order_is_priority_then_expiry_then_age(
-            grants in proptest::collection::vec((1u32..60, 0i64..3, 0u32..4), 1..6),
+            grants in burn_grants(),
             launches in 1_000u128..20_000,
         ) {
-            let b = book();
-            let mut bank = MemoryLedger::new();
-            for (i, (credits, priority, expiry_month)) in grants.iter().enumerate() {
-                let expires = (*expiry_month > 0).then(|| format!("2028-{:02}-01T00:00:00Z", expiry_month));
-                grant(&mut bank, &grant_req("acme", &credits.to_string(), *priority, GrantKind::Purchased, expires.as_deref(), &format!("g{i}")))
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            }
-            let order = bank.atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))
-                .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let f = finalize(&mut bank, &usage("acme", "2027-01-01T00:00:00Z", launches), &b,
-                Some((t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z"))), true)
-                .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            let inv = &f.document.invoices[0];
-            // Burned in burn order, and every grant before the last one burned is emptied.
-            let burned: Vec<&str> = inv.credits_applied.iter().map(|c| c.grant.as_str()).collect();
-            let expected: Vec<&str> = order.iter().map(|g| g.grant.grant.as_str()).filter(|g| burned.contains(g)).collect();
-            prop_assert_eq!(&burned, &expected);
-            if let Some(last) = burned.last() {
-                for g in order.iter().take_while(|g| g.grant.grant != *last) {
-                    let used = inv.credits_applied.iter().find(|c| c.grant == g.grant.grant).map_or(Decimal::ZERO, |c| c.credits);
-                    prop_assert_eq!(used, g.remaining, "grant {} burns before {}", g.grant.grant, last);
-                }
-            }
-            let _ = rfc3339(0);
+            burn_order(&mut MemoryLedger::new(), &grants, launches)?;
         }
+    }
+
+    /// Cases on SQLite and PostgreSQL, each on a new ledger (a file, a schema): fewer than on
+    /// the memory ledger, where the laws are searched widely; these show that the stored
+    /// ledgers keep them too.
+    const STORED_CASES: u32 = 16;
+
+    fn conserve_on(backend: Backend) {
+        let cases = (months(), conserve_grants());
+        support::run_cases(
+            backend,
+            "conserve",
+            STORED_CASES,
+            cases,
+            |place, (months, grants)| conserve(&mut place.open(), &months, &grants),
+        );
+    }
+
+    fn burn_order_on(backend: Backend) {
+        let cases = (burn_grants(), 1_000u128..20_000);
+        support::run_cases(
+            backend,
+            "burn_order",
+            STORED_CASES,
+            cases,
+            |place, (grants, launches)| burn_order(&mut place.open(), &grants, launches),
+        );
+    }
+
+    #[test]
+    fn fragments_and_credits_conserve_on_sqlite() {
+        conserve_on(Backend::Sqlite);
+    }
+
+    #[test]
+    #[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+    fn fragments_and_credits_conserve_on_postgres() {
+        conserve_on(Backend::Postgres);
+    }
+
+    #[test]
+    fn burn_order_is_priority_then_expiry_then_age_on_sqlite() {
+        burn_order_on(Backend::Sqlite);
+    }
+
+    #[test]
+    #[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+    fn burn_order_is_priority_then_expiry_then_age_on_postgres() {
+        burn_order_on(Backend::Postgres);
     }
 }
 
@@ -427,34 +492,6 @@ fn book_in(currency: &str, version: &str, extra: &str) -> PriceBook {
         ),
     )
     .expect("a book")
-}
-
-fn report_of(rows: &[(&str, &str, u128)], source: &str) -> UsageReport {
-    let mut r = usage(rows[0].0, rows[0].1, rows[0].2);
-    r.sources[0].name = format!("{source}.json");
-    r.sources[0].sha256 = hex_of(source);
-    r.usage = rows
-        .iter()
-        .map(|&(tenant, window, q)| UsageRow {
-            tenant: tenant.into(),
-            device: 0,
-            device_key: "GPU-0".into(),
-            window_start: window.into(),
-            meter: MeterKind::KernelLaunches,
-            quantity: Quantity(q),
-        })
-        .collect();
-    r.seal().expect("seal");
-    r
-}
-
-fn hex_of(s: &str) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    for b in s.bytes().chain(std::iter::repeat(0)).take(32) {
-        let _ = write!(out, "{b:02x}");
-    }
-    out
 }
 
 fn hour(h: u32) -> String {
@@ -555,25 +592,6 @@ fn the_same_usage_under_another_book_charges_nothing_not_even_a_minimum() {
         Quantity(500),
         "the fragment stays"
     );
-}
-
-fn reservation(tenant: &str, fee: &str, expiry: Option<&str>) -> ReserveRequest {
-    ReserveRequest {
-        terms: Reservation {
-            reservation: String::new(),
-            tenant: tenant.into(),
-            sku: "h100".into(),
-            meter: MeterKind::KernelLaunches,
-            capacity: d("5"),
-            unit: "1K".into(),
-            fee: d(fee),
-            rate: d("0.10"),
-            from: "2026-12-01T00:00:00Z".into(),
-            to: "2027-02-01T00:00:00Z".into(),
-            credit_expiry: expiry.map(str::to_string),
-        },
-        at: t("2026-11-01T00:00:00Z"),
-    }
 }
 
 #[test]
