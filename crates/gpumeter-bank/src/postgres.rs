@@ -46,7 +46,6 @@
 //! not granted within [`LOCK_TIMEOUT`] is [`BankError::Storage`], as SQLite's busy timeout is.
 
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,9 +58,10 @@ use sha2::{Digest, Sha256};
 
 use crate::backend::redact;
 use crate::ledger::{
-    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction,
+    chain_hash, ledger_version, Appended, Assembler, BankError, Ledger, LedgerTx, NewTransaction,
+    PostingRow, StoredTransaction, TransactionRow,
 };
-use crate::sqlite::{APPLICATION, SCHEMA_VERSION};
+use crate::sqlite::SCHEMA_VERSION;
 
 /// How many times [`Ledger::atomically`] runs work that conflicts with concurrent writers
 /// (serialization failures, deadlocks) before it gives up with [`BankError::Contended`].
@@ -404,34 +404,7 @@ fn contents(
                 ))
             })
     };
-    match meta(tx, "application")? {
-        Some(a) if a == APPLICATION => {}
-        Some(a) => {
-            return Err(not_a_ledger(format!(
-                "not a gpumeter ledger: its `meta` application is `{a}`, not `{APPLICATION}`"
-            )))
-        }
-        None => {
-            return Err(not_a_ledger(format!(
-                "not a gpumeter ledger: its `meta` table names no application (expected \
-                 `{APPLICATION}`)"
-            )))
-        }
-    }
-    let version = meta(tx, "schema_version")?.ok_or_else(|| {
-        not_a_ledger("a gpumeter ledger without a `schema_version` in `meta`".to_string())
-    })?;
-    let version: u32 = version.parse().map_err(|_| {
-        not_a_ledger(format!(
-            "a gpumeter ledger whose `schema_version` `{version}` is not a version number"
-        ))
-    })?;
-    if version > SCHEMA_VERSION {
-        return Err(not_a_ledger(format!(
-            "a gpumeter ledger of schema version {version}, newer than this gpumeter knows \
-             ({SCHEMA_VERSION}); open it with a newer gpumeter"
-        )));
-    }
+    let version = ledger_version(location, SCHEMA_VERSION, |name| meta(tx, name))?;
     Ok(Some(version))
 }
 
@@ -568,18 +541,6 @@ struct PgTx<'a, 'c> {
     needs_fresh_reads: Cell<bool>,
 }
 
-/// One row of `transactions`.
-type TxRow = (
-    i64,
-    String,
-    String,
-    String,
-    Option<String>,
-    String,
-    String,
-    String,
-);
-
 impl PgTx<'_, '_> {
     /// Refuses to lock or append on a snapshot, so that [`Ledger::atomically`] runs the work
     /// again at READ COMMITTED: a snapshot is taken by the first statement, before the lock
@@ -660,45 +621,21 @@ impl PgTx<'_, '_> {
             ),
             &args,
         )?;
-        let mut out: Vec<StoredTransaction> = Vec::with_capacity(rows.len());
-        let mut index: BTreeMap<i64, usize> = BTreeMap::new();
+        let mut out = Assembler::default();
         for r in &rows {
-            let (seq, key, kind, at, tenant, memo, prev_hash, hash): TxRow = (
-                self.get(what, r, 0)?,
-                self.get(what, r, 1)?,
-                self.get(what, r, 2)?,
-                self.get(what, r, 3)?,
-                self.get(what, r, 4)?,
-                self.get(what, r, 5)?,
-                self.get(what, r, 6)?,
-                self.get(what, r, 7)?,
-            );
-            let corrupt = |reason: String| BankError::Corrupt {
-                seq: u64::try_from(seq).unwrap_or(0),
-                key: key.clone(),
-                reason,
-            };
-            let seq_u = u64::try_from(seq)
-                .map_err(|_| corrupt(format!("sequence number {seq} is negative")))?;
-            let memo: serde_json::Value = serde_json::from_str(&memo)
-                .map_err(|e| corrupt(format!("its memo is not JSON: {e}")))?;
-            index.insert(seq, out.len());
-            out.push(StoredTransaction {
-                seq: seq_u,
-                tx: NewTransaction {
-                    key,
-                    kind,
-                    at,
-                    tenant,
-                    postings: Vec::new(),
-                    memo,
-                },
-                prev_hash,
-                hash,
-            });
+            out.transaction(TransactionRow {
+                seq: self.get(what, r, 0)?,
+                key: self.get(what, r, 1)?,
+                kind: self.get(what, r, 2)?,
+                at: self.get(what, r, 3)?,
+                tenant: self.get(what, r, 4)?,
+                memo: self.get(what, r, 5)?,
+                prev_hash: self.get(what, r, 6)?,
+                hash: self.get(what, r, 7)?,
+            })?;
         }
         if out.is_empty() {
-            return Ok(out);
+            return Ok(out.finish());
         }
         let what = "cannot read postings";
         let rows = self.query(
@@ -710,36 +647,15 @@ impl PgTx<'_, '_> {
             &args,
         )?;
         for r in &rows {
-            let seq: i64 = self.get(what, r, 0)?;
-            let idx: i32 = self.get(what, r, 1)?;
-            let account: String = self.get(what, r, 2)?;
-            let commodity: String = self.get(what, r, 3)?;
-            let amount: String = self.get(what, r, 4)?;
-            let Some(t) = index.get(&seq).and_then(|&i| out.get_mut(i)) else {
-                continue;
-            };
-            let amount = Decimal::from_str_exact(&amount).map_err(|e| BankError::Corrupt {
-                seq: t.seq,
-                key: t.tx.key.clone(),
-                reason: format!("posting {idx}: amount `{amount}` is not a decimal ({e})"),
+            out.posting(PostingRow {
+                seq: self.get(what, r, 0)?,
+                idx: i64::from(self.get::<i32>(what, r, 1)?),
+                account: self.get(what, r, 2)?,
+                commodity: self.get(what, r, 3)?,
+                amount: self.get(what, r, 4)?,
             })?;
-            if usize::try_from(idx).ok() != Some(t.tx.postings.len()) {
-                return Err(BankError::Corrupt {
-                    seq: t.seq,
-                    key: t.tx.key.clone(),
-                    reason: format!(
-                        "posting {idx} where posting {} was expected (a posting is missing)",
-                        t.tx.postings.len()
-                    ),
-                });
-            }
-            t.tx.postings.push(Posting {
-                account,
-                commodity,
-                amount,
-            });
         }
-        Ok(out)
+        Ok(out.finish())
     }
 
     fn parse_balance(

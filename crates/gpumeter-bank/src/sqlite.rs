@@ -21,7 +21,6 @@
 //! [`SqliteLedger::open`] applies the migrations from the file's `schema_version` up to
 //! [`SCHEMA_VERSION`] in one database transaction, and refuses a file of a newer version.
 
-use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
 use std::path::Path;
@@ -31,7 +30,8 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use rust_decimal::Decimal;
 
 use crate::ledger::{
-    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction,
+    chain_hash, ledger_version, Appended, Assembler, BankError, Ledger, LedgerTx, NewTransaction,
+    PostingRow, StoredTransaction, TransactionRow,
 };
 
 /// The `meta` row `application` of every gpumeter ledger.
@@ -193,34 +193,7 @@ fn contents(conn: &Connection, file: &str) -> Result<Contents, BankError> {
             ))
         })
     };
-    match meta("application")? {
-        Some(a) if a == APPLICATION => {}
-        Some(a) => {
-            return Err(not_a_ledger(format!(
-                "not a gpumeter ledger: its `meta` application is `{a}`, not `{APPLICATION}`"
-            )))
-        }
-        None => {
-            return Err(not_a_ledger(format!(
-                "not a gpumeter ledger: its `meta` table names no application \
-                     (expected `{APPLICATION}`)"
-            )))
-        }
-    }
-    let version = meta("schema_version")?.ok_or_else(|| {
-        not_a_ledger("a gpumeter ledger without a `schema_version` in `meta`".to_string())
-    })?;
-    let version: u32 = version.parse().map_err(|_| {
-        not_a_ledger(format!(
-            "a gpumeter ledger whose `schema_version` `{version}` is not a version number"
-        ))
-    })?;
-    if version > SCHEMA_VERSION {
-        return Err(not_a_ledger(format!(
-            "a gpumeter ledger of schema version {version}, newer than this gpumeter \
-                 knows ({SCHEMA_VERSION}); open it with a newer gpumeter"
-        )));
-    }
+    let version = ledger_version(file, SCHEMA_VERSION, meta)?;
     Ok(Contents::Ledger(version))
 }
 
@@ -400,49 +373,24 @@ impl SqliteTx<'_> {
             .map_err(|e| self.err("cannot read transactions", &e))?;
         let rows = st
             .query_map(rusqlite::params_from_iter(arg), |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, String>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, Option<String>>(4)?,
-                    r.get::<_, String>(5)?,
-                    r.get::<_, String>(6)?,
-                    r.get::<_, String>(7)?,
-                ))
+                Ok(TransactionRow {
+                    seq: r.get(0)?,
+                    key: r.get(1)?,
+                    kind: r.get(2)?,
+                    at: r.get(3)?,
+                    tenant: r.get(4)?,
+                    memo: r.get(5)?,
+                    prev_hash: r.get(6)?,
+                    hash: r.get(7)?,
+                })
             })
             .map_err(|e| self.err("cannot read transactions", &e))?;
-        let mut out: Vec<StoredTransaction> = Vec::new();
-        let mut index: BTreeMap<i64, usize> = BTreeMap::new();
+        let mut out = Assembler::default();
         for row in rows {
-            let (seq, key, kind, at, tenant, memo, prev_hash, hash) =
-                row.map_err(|e| self.err("cannot read transactions", &e))?;
-            let corrupt = |reason: String| BankError::Corrupt {
-                seq: u64::try_from(seq).unwrap_or(0),
-                key: key.clone(),
-                reason,
-            };
-            let seq_u = u64::try_from(seq)
-                .map_err(|_| corrupt(format!("sequence number {seq} is negative")))?;
-            let memo: serde_json::Value = serde_json::from_str(&memo)
-                .map_err(|e| corrupt(format!("its memo is not JSON: {e}")))?;
-            index.insert(seq, out.len());
-            out.push(StoredTransaction {
-                seq: seq_u,
-                tx: NewTransaction {
-                    key,
-                    kind,
-                    at,
-                    tenant,
-                    postings: Vec::new(),
-                    memo,
-                },
-                prev_hash,
-                hash,
-            });
+            out.transaction(row.map_err(|e| self.err("cannot read transactions", &e))?)?;
         }
         if out.is_empty() {
-            return Ok(out);
+            return Ok(out.finish());
         }
         let sql = format!(
             "SELECT seq, idx, account, commodity, amount FROM postings
@@ -454,43 +402,19 @@ impl SqliteTx<'_> {
             .map_err(|e| self.err("cannot read postings", &e))?;
         let rows = st
             .query_map(rusqlite::params_from_iter(arg), |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, String>(2)?,
-                    r.get::<_, String>(3)?,
-                    r.get::<_, String>(4)?,
-                ))
+                Ok(PostingRow {
+                    seq: r.get(0)?,
+                    idx: r.get(1)?,
+                    account: r.get(2)?,
+                    commodity: r.get(3)?,
+                    amount: r.get(4)?,
+                })
             })
             .map_err(|e| self.err("cannot read postings", &e))?;
         for row in rows {
-            let (seq, idx, account, commodity, amount) =
-                row.map_err(|e| self.err("cannot read postings", &e))?;
-            let Some(t) = index.get(&seq).and_then(|&i| out.get_mut(i)) else {
-                continue;
-            };
-            let amount = Decimal::from_str_exact(&amount).map_err(|e| BankError::Corrupt {
-                seq: t.seq,
-                key: t.tx.key.clone(),
-                reason: format!("posting {idx}: amount `{amount}` is not a decimal ({e})"),
-            })?;
-            if usize::try_from(idx).ok() != Some(t.tx.postings.len()) {
-                return Err(BankError::Corrupt {
-                    seq: t.seq,
-                    key: t.tx.key.clone(),
-                    reason: format!(
-                        "posting {idx} where posting {} was expected (a posting is missing)",
-                        t.tx.postings.len()
-                    ),
-                });
-            }
-            t.tx.postings.push(Posting {
-                account,
-                commodity,
-                amount,
-            });
+            out.posting(row.map_err(|e| self.err("cannot read postings", &e))?)?;
         }
-        Ok(out)
+        Ok(out.finish())
     }
 
     fn stored_balance(&self, account: &str, commodity: &str) -> Result<Decimal, BankError> {
