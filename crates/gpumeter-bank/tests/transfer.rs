@@ -10,91 +10,29 @@
 //! one): without it they say `skipped:` on standard error, and fail under `CI=true`.
 
 use std::path::Path;
-use std::str::FromStr;
 
 use gpumeter_bank::{
     close, expire, finalize, grant, reserve, verify, AnyLedger, BankError, GrantKind, GrantRequest,
-    Ledger, Outcome, Reservation, ReserveRequest, StoredTransaction, Transferred,
+    Ledger, Outcome, StoredTransaction, Transferred,
 };
-use gpumeter_core::time::parse_rfc3339;
-use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
-use gpumeter_rating::PriceBook;
 use rust_decimal::Decimal;
+
+mod support;
+
+use support::{book, d, t, usage};
 
 // --- A ledger with bank activity ---------------------------------------------------------------
 
-fn t(s: &str) -> u64 {
-    parse_rfc3339(s).expect("an RFC 3339 time")
-}
-
-fn d(s: &str) -> Decimal {
-    Decimal::from_str(s).expect("a decimal")
-}
-
-/// 0.50 USD per 1000 kernel launches on H100s, billed in whole thousands.
-fn book() -> PriceBook {
-    PriceBook::from_toml_str(
-        "bank.toml",
-        "schema = \"gpumeter.pricebook/v1\"\nversion = \"transfer\"\ncurrency = \"USD\"\n\
-         [[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n\
-         [[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1K\"\nunit_price = \"0.50\"\nincrement = \"1\"\n",
-    )
-    .expect("the price book")
-}
-
-/// A sealed report of `launches` by `tenant` in the hour starting `window`.
-fn usage(tenant: &str, window: &str, launches: u128) -> UsageReport {
-    let mut r = UsageReport {
-        schema: "gpumeter.usage/v1".into(),
-        metering_policy: "v1".into(),
-        window_seconds: 3600,
-        sources: vec![gpumeter_core::SourceEntry {
-            name: format!("{tenant}-{window}.json"),
-            format: "kineto".into(),
-            sha256: format!("{launches:0>64}"),
-        }],
-        devices: vec![DeviceEntry {
-            device: 0,
-            device_key: "GPU-0".into(),
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-            not_meterable: vec![],
-        }],
-        records: RecordCounts::default(),
-        loss: vec![],
-        usage: vec![UsageRow {
-            tenant: tenant.into(),
-            device: 0,
-            device_key: "GPU-0".into(),
-            window_start: window.into(),
-            meter: MeterKind::KernelLaunches,
-            quantity: Quantity(launches),
-        }],
-        totals: vec![],
-        open_allocations: vec![],
-        extensions: Default::default(),
-        warnings: vec![],
-        sha256: String::new(),
-    };
-    r.seal().expect("seal");
-    r
-}
-
+/// A grant of `credits` at priority 1 under the key `<tenant>-<credits>`.
 fn grant_req(tenant: &str, credits: &str, kind: GrantKind, expires: Option<&str>) -> GrantRequest {
-    GrantRequest {
-        tenant: tenant.into(),
-        credits: d(credits),
-        rate: d("0.10"),
-        priority: 1,
-        effective: t("2026-11-01T00:00:00Z"),
-        expires: expires.map(t),
+    support::grant_req(
+        tenant,
+        credits,
+        1,
         kind,
-        skus: vec![],
-        meters: vec![],
-        key: Some(format!("{tenant}-{credits}")),
-        at: t("2026-11-01T00:00:00Z"),
-    }
+        expires,
+        &format!("{tenant}-{credits}"),
+    )
 }
 
 /// Two tenants' grants, a reservation, two months of finalizations (credits burned, a
@@ -115,22 +53,7 @@ fn activity<L: Ledger>(bank: &mut L) {
     grant(bank, &grant_req("zeta", "7", GrantKind::Purchased, None)).expect("grant");
     reserve(
         bank,
-        &ReserveRequest {
-            terms: Reservation {
-                reservation: String::new(),
-                tenant: "acme".into(),
-                sku: "h100".into(),
-                meter: MeterKind::KernelLaunches,
-                capacity: d("5"),
-                unit: "1K".into(),
-                fee: d("2.00"),
-                rate: d("0.10"),
-                from: "2026-12-01T00:00:00Z".into(),
-                to: "2027-02-01T00:00:00Z".into(),
-                credit_expiry: Some("2027-03-01T00:00:00Z".into()),
-            },
-            at: t("2026-11-01T00:00:00Z"),
-        },
+        &support::reservation("acme", "2.00", Some("2027-03-01T00:00:00Z")),
     )
     .expect("reserve");
     let dec = (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"));
