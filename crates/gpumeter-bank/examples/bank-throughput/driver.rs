@@ -10,6 +10,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use gpumeter_bank::{finalize, grant, verify, GrantKind, GrantRequest, Ledger, Outcome};
@@ -83,6 +84,83 @@ pub struct Measured {
     pub machine_cpu: f64,
     /// Transactions in the ledger afterwards (`verify` passed over them).
     pub transactions: u64,
+    /// PostgreSQL only: what the workers' connections were doing, sampled during the run.
+    pub sessions: Option<Sessions>,
+}
+
+/// What the workers' PostgreSQL sessions were doing during a run: the mean number of sessions
+/// in each state over samples taken every 2 ms from `pg_stat_activity` and `pg_locks`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Sessions {
+    /// Samples taken.
+    pub samples: u64,
+    /// Running a statement, not waiting (the server's CPU).
+    pub running: f64,
+    /// Waiting for the hash chain's advisory lock (held from a first append to the commit).
+    pub chain: f64,
+    /// Waiting for another advisory lock (a tenant's, or the whole bank's).
+    pub other_lock: f64,
+    /// Waiting for anything else (WAL flush at commit, I/O, internal locks).
+    pub other_wait: f64,
+    /// Idle inside a transaction: the worker itself is computing (rating, hashing, JSON)
+    /// while its transaction holds its locks.
+    pub in_transaction: f64,
+    /// Idle outside a transaction: the worker is computing between ledger transactions.
+    pub idle: f64,
+}
+
+/// The hash chain's advisory lock key for the ledger in `schema`, as `(classid, objid)` in
+/// `pg_locks`: the PostgreSQL ledger derives it (`LockKeys::chain`) from SHA-256 of
+/// `gpumeter-ledger\0<schema>\0chain\0`, its first 8 bytes big-endian.
+fn chain_lock(schema: &str) -> (i64, i64) {
+    use sha2::{Digest, Sha256};
+    let d = Sha256::digest(format!("gpumeter-ledger\0{schema}\0chain\0").as_bytes());
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d[..8]);
+    let key = u64::from_be_bytes(b);
+    (i64::from((key >> 32) as u32), i64::from(key as u32))
+}
+
+/// Samples the sessions of the database at `url` (all but its own) until `stop` is set.
+fn sample_sessions(url: &str, stop: &AtomicBool) -> Result<Sessions, Error> {
+    let mut c = gpumeter_test_postgres::connect(url)?;
+    let schema: String = c
+        .query_one("SELECT current_schema()::text", &[])?
+        .try_get(0)?;
+    let (classid, objid) = chain_lock(&schema);
+    let sql = "SELECT
+           count(*) FILTER (WHERE a.state = 'active' AND a.wait_event_type IS NULL),
+           count(*) FILTER (WHERE a.wait_event = 'advisory' AND EXISTS (
+               SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted
+               AND l.locktype = 'advisory' AND l.classid::bigint = $1 AND l.objid::bigint = $2)),
+           count(*) FILTER (WHERE a.wait_event = 'advisory'),
+           count(*) FILTER (WHERE a.state = 'active' AND a.wait_event_type IS NOT NULL
+                            AND a.wait_event IS DISTINCT FROM 'advisory'),
+           count(*) FILTER (WHERE a.state LIKE 'idle in transaction%'),
+           count(*) FILTER (WHERE a.state = 'idle')
+         FROM pg_stat_activity a
+         WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
+           AND a.datname = current_database()";
+    let mut sums = [0i64; 6];
+    let mut samples = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let row = c.query_one(sql, &[&classid, &objid])?;
+        for (i, sum) in sums.iter_mut().enumerate() {
+            *sum += row.try_get::<_, i64>(i)?;
+        }
+        samples += 1;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let mean = |x: i64| x as f64 / samples.max(1) as f64;
+    Ok(Sessions {
+        samples,
+        running: mean(sums[0]),
+        chain: mean(sums[1]),
+        other_lock: mean(sums[2] - sums[1]),
+        other_wait: mean(sums[3]),
+        in_transaction: mean(sums[4]),
+        idle: mean(sums[5]),
+    })
 }
 
 fn t(s: &str) -> Result<u64, Error> {
@@ -330,9 +408,33 @@ pub fn run(
             }
         }
     }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        let sampler = gpumeter_bank::is_postgres(location)
+            .then(|| scope.spawn(|| sample_sessions(location, &stop)));
+        let out = timed(location, job, &go, children);
+        stop.store(true, Ordering::Relaxed);
+        let sessions = match sampler {
+            Some(s) => Some(s.join().map_err(|_| "the session sampler panicked")??),
+            None => None,
+        };
+        out.map(|mut m| {
+            m.sessions = sessions;
+            m
+        })
+    })
+}
+
+/// Starts the ready workers (creates `go`), waits for them all, and checks the ledger.
+fn timed(
+    location: &str,
+    job: &Job,
+    go: &Path,
+    children: Vec<(Child, BufReader<std::process::ChildStdout>)>,
+) -> Result<Measured, Error> {
     let busy0 = machine_busy()?;
     let t0 = Instant::now();
-    std::fs::write(&go, b"")?;
+    std::fs::write(go, b"")?;
     let mut applied = 0usize;
     let mut worker_cpu = 0.0;
     for (id, (mut c, mut out)) in children.into_iter().enumerate() {
@@ -352,7 +454,7 @@ pub fn run(
     }
     let seconds = t0.elapsed().as_secs_f64();
     let machine_cpu = machine_busy()? - busy0;
-    let _ = std::fs::remove_file(&go);
+    let _ = std::fs::remove_file(go);
     if applied != job.invoices {
         return Err(format!("the workers applied {applied} of {} invoices", job.invoices).into());
     }
@@ -373,5 +475,6 @@ pub fn run(
         worker_cpu,
         machine_cpu,
         transactions: report.transactions,
+        sessions: None,
     })
 }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clap::Parser;
-use driver::{Job, Measured, Tenants};
+use driver::{Job, Measured, Sessions, Tenants};
 
 /// Command line.
 #[derive(Parser, Debug)]
@@ -165,6 +165,15 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
                             m.seconds,
                             m.transactions,
                         );
+                        if let Some(x) = &m.sessions {
+                            println!(
+                                "    sessions (mean of {}): running {:.2}, waiting for the chain {:.2}, \
+                                 for a tenant or the bank {:.2}, for WAL/IO/other {:.2}, \
+                                 worker computing in a transaction {:.2}, outside one {:.2}",
+                                x.samples, x.running, x.chain, x.other_lock, x.other_wait,
+                                x.in_transaction, x.idle
+                            );
+                        }
                         let key = (li, tenants, history, workers);
                         match results.iter_mut().find(|(k, _)| *k == key) {
                             Some((_, v)) => v.push(m),
@@ -199,6 +208,33 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
             rates.join(", "),
             one.map_or("–".to_string(), |o| format!("{:.2}", med / o)),
         );
+    }
+    if results
+        .iter()
+        .any(|(_, ms)| ms.iter().any(|m| m.sessions.is_some()))
+    {
+        println!();
+        println!(
+            "| backend | tenants | history | workers | running | waiting: chain | waiting: tenant/bank | waiting: WAL/IO/other | worker computing in a transaction | worker outside one |"
+        );
+        println!("|---|---|---|---|---|---|---|---|---|---|");
+        for ((li, tenants, history, workers), ms) in &results {
+            let all: Vec<Sessions> = ms.iter().filter_map(|m| m.sessions).collect();
+            if all.is_empty() {
+                continue;
+            }
+            let mean = |f: fn(&Sessions) -> f64| all.iter().map(f).sum::<f64>() / all.len() as f64;
+            println!(
+                "| {} | {tenants} | {history} | {workers} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                backend(&args.location[*li]),
+                mean(|x| x.running),
+                mean(|x| x.chain),
+                mean(|x| x.other_lock),
+                mean(|x| x.other_wait),
+                mean(|x| x.in_transaction),
+                mean(|x| x.idle),
+            );
+        }
     }
     Ok(())
 }
