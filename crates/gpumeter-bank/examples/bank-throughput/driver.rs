@@ -96,7 +96,10 @@ pub struct Sessions {
     pub samples: u64,
     /// Running a statement, not waiting (the server's CPU).
     pub running: f64,
-    /// Waiting for the hash chain's advisory lock (held from a first append to the commit).
+    /// Holding the hash chain's advisory lock (0 to 1: the share of the time the chain is
+    /// held by some transaction, from its first append to its commit).
+    pub chain_held: f64,
+    /// Waiting for the hash chain's advisory lock.
     pub chain: f64,
     /// Waiting for another advisory lock (a tenant's, or the whole bank's).
     pub other_lock: f64,
@@ -137,11 +140,14 @@ fn sample_sessions(url: &str, stop: &AtomicBool) -> Result<Sessions, Error> {
            count(*) FILTER (WHERE a.state = 'active' AND a.wait_event_type IS NOT NULL
                             AND a.wait_event IS DISTINCT FROM 'advisory'),
            count(*) FILTER (WHERE a.state LIKE 'idle in transaction%'),
-           count(*) FILTER (WHERE a.state = 'idle')
+           count(*) FILTER (WHERE a.state = 'idle'),
+           count(*) FILTER (WHERE EXISTS (
+               SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.granted
+               AND l.locktype = 'advisory' AND l.classid::bigint = $1 AND l.objid::bigint = $2))
          FROM pg_stat_activity a
          WHERE a.backend_type = 'client backend' AND a.pid <> pg_backend_pid()
            AND a.datname = current_database()";
-    let mut sums = [0i64; 6];
+    let mut sums = [0i64; 7];
     let mut samples = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let row = c.query_one(sql, &[&classid, &objid])?;
@@ -155,6 +161,7 @@ fn sample_sessions(url: &str, stop: &AtomicBool) -> Result<Sessions, Error> {
     Ok(Sessions {
         samples,
         running: mean(sums[0]),
+        chain_held: mean(sums[6]),
         chain: mean(sums[1]),
         other_lock: mean(sums[2] - sums[1]),
         other_wait: mean(sums[3]),

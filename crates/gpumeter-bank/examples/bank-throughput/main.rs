@@ -167,10 +167,10 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
                         );
                         if let Some(x) = &m.sessions {
                             println!(
-                                "    sessions (mean of {}): running {:.2}, waiting for the chain {:.2}, \
+                                "    sessions (mean of {}): chain held {:.2}, running {:.2}, waiting for the chain {:.2}, \
                                  for a tenant or the bank {:.2}, for WAL/IO/other {:.2}, \
                                  worker computing in a transaction {:.2}, outside one {:.2}",
-                                x.samples, x.running, x.chain, x.other_lock, x.other_wait,
+                                x.samples, x.chain_held, x.running, x.chain, x.other_lock, x.other_wait,
                                 x.in_transaction, x.idle
                             );
                         }
@@ -215,9 +215,9 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
     {
         println!();
         println!(
-            "| backend | tenants | history | workers | running | waiting: chain | waiting: tenant/bank | waiting: WAL/IO/other | worker computing in a transaction | worker outside one |"
+            "| backend | tenants | history | workers | chain held | running | waiting: chain | waiting: tenant/bank | waiting: WAL/IO/other | worker computing in a transaction | worker outside one |"
         );
-        println!("|---|---|---|---|---|---|---|---|---|---|");
+        println!("|---|---|---|---|---|---|---|---|---|---|---|");
         for ((li, tenants, history, workers), ms) in &results {
             let all: Vec<Sessions> = ms.iter().filter_map(|m| m.sessions).collect();
             if all.is_empty() {
@@ -225,8 +225,9 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
             }
             let mean = |f: fn(&Sessions) -> f64| all.iter().map(f).sum::<f64>() / all.len() as f64;
             println!(
-                "| {} | {tenants} | {history} | {workers} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
+                "| {} | {tenants} | {history} | {workers} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} | {:.2} |",
                 backend(&args.location[*li]),
+                mean(|x| x.chain_held),
                 mean(|x| x.running),
                 mean(|x| x.chain),
                 mean(|x| x.other_lock),
