@@ -84,6 +84,8 @@ impl Fresh {
                 schema: Some((location.to_string(), name)),
             })
         } else {
+            std::fs::create_dir_all(location)
+                .map_err(|e| format!("{location}: cannot create the directory: {e}"))?;
             let path = Path::new(location).join(format!("bench-{}-{n}.sqlite", std::process::id()));
             let text = path
                 .to_str()
