@@ -43,7 +43,7 @@ fn smoke(dir: &Path, fresh: &dyn Fn(usize) -> String) {
             tenants,
             history: 2,
         };
-        let m = driver::run(&fresh(n), dir, &job, &spawn)
+        let m = driver::run(&fresh(n), dir, &job, true, &spawn)
             .unwrap_or_else(|e| panic!("{tenants} tenants: {e}"));
         // The history's grants and invoices, the run's grants and invoices.
         let grants = match tenants {

@@ -383,7 +383,9 @@ fn machine_busy() -> Result<f64, Error> {
 /// Runs `job` on the fresh, empty ledger at `location`: prepares it, starts the workers
 /// (`spawn(role)` gives the command of one, [`WORKER_ENV`] set to `role`), waits until every
 /// one is ready, creates the file `dir/go`, and times them to the last one's end. Then checks
-/// the ledger: `verify` passes, and it holds the history's and the run's finalizations.
+/// the ledger: `verify` passes, and it holds the history's and the run's finalizations. With
+/// `sample`, a PostgreSQL ledger's sessions are sampled meanwhile ([`Sessions`]), which costs
+/// the server some CPU.
 ///
 /// # Errors
 /// A failed preparation, worker or check.
@@ -391,6 +393,7 @@ pub fn run(
     location: &str,
     dir: &Path,
     job: &Job,
+    sample: bool,
     spawn: &dyn Fn(String) -> Command,
 ) -> Result<Measured, Error> {
     prepare(location, job)?;
@@ -417,7 +420,7 @@ pub fn run(
     }
     let stop = AtomicBool::new(false);
     std::thread::scope(|scope| {
-        let sampler = gpumeter_bank::is_postgres(location)
+        let sampler = (sample && gpumeter_bank::is_postgres(location))
             .then(|| scope.spawn(|| sample_sessions(location, &stop)));
         let out = timed(location, job, &go, children);
         stop.store(true, Ordering::Relaxed);

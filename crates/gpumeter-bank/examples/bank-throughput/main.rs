@@ -45,6 +45,10 @@ struct Args {
     /// Finalized invoices already in the ledger when a run starts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "0")]
     history: Vec<usize>,
+    /// Do not sample the PostgreSQL sessions during the runs (the sampling query, every 2 ms,
+    /// takes some of the server's CPU).
+    #[arg(long)]
+    no_sessions: bool,
     /// How many times to run every configuration (interleaved).
     #[arg(long, default_value_t = 2)]
     rounds: usize,
@@ -149,9 +153,10 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
                         n += 1;
                         let fresh = Fresh::new(location, n)?;
                         let dir = std::env::temp_dir();
-                        let m = driver::run(&fresh.location, &dir, &job, &spawn).map_err(|e| {
-                            format!("{} {tenants} k={workers}: {e}", backend(location))
-                        })?;
+                        let m = driver::run(&fresh.location, &dir, &job, !args.no_sessions, &spawn)
+                            .map_err(|e| {
+                                format!("{} {tenants} k={workers}: {e}", backend(location))
+                            })?;
                         println!(
                             "round {} {:<10} {:<8} history {:>5} workers {} : {:>7.1} /s \
                              ({:.2} s, worker CPU {:.1} ms/finalization, machine busy {:.2} of {:.2} s × cores; {} transactions verified)",
