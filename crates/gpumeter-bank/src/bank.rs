@@ -18,7 +18,9 @@ use crate::accounts;
 use crate::grants::{
     credits_for, grants, reservations, value_minor, Grant, GrantBalance, GrantKind, Reservation,
 };
-use crate::ledger::{Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, CREDITS};
+use crate::ledger::{
+    Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction, CREDITS,
+};
 
 fn sha(v: &serde_json::Value) -> Result<String, BankError> {
     let bytes = gpumeter_core::canonical_json(v).map_err(|e| BankError::Refused(e.to_string()))?;
@@ -558,7 +560,7 @@ fn tenants_to_bill(
     if let Some((template, from, to)) = known {
         for r in all_reservations(t)? {
             let holds = parse_time(&r.from)? <= from && to <= parse_time(&r.to)?;
-            let billed = reservation_periods(t, &r.reservation)?
+            let billed = reservation_periods(t, &r.tenant, &r.reservation)?
                 .into_iter()
                 .any(|(a, b, _)| a < to && from < b);
             // A rerun returns the fee-only invoice finalized then.
@@ -615,6 +617,31 @@ fn check_currency(t: &mut dyn LedgerTx, book: &PriceBook) -> Result<(), BankErro
 /// # Errors
 /// [`BankError::Storage`].
 pub fn bank_currency(t: &dyn LedgerTx) -> Result<Option<(String, u64)>, BankError> {
+    // The first finalization and the first close, in ledger order: the earlier one fixed the
+    // currency. Read alone, not with the whole ledger (every finalization asks).
+    let mut first: Vec<StoredTransaction> = [
+        t.first_transaction("finalize")?,
+        t.first_transaction("close")?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    first.sort_by_key(|tx| tx.seq);
+    if first.is_empty() {
+        return Ok(None);
+    }
+    for tx in &first {
+        let used = match tx.tx.kind.as_str() {
+            "finalize" => tx.tx.memo["invoice"]["currency"].as_str(),
+            "close" => tx.tx.memo["currency"].as_str(),
+            _ => None,
+        };
+        if let Some(used) = used {
+            return Ok(Some((used.to_string(), tx.seq)));
+        }
+    }
+    // A first finalization or close without a currency (a damaged memo): the first that
+    // names one, as before.
     for tx in t.transactions(None)? {
         let used = match tx.tx.kind.as_str() {
             "finalize" => tx.tx.memo["invoice"]["currency"].as_str(),
@@ -683,12 +710,15 @@ fn all_reservations(t: &dyn LedgerTx) -> Result<Vec<Reservation>, BankError> {
 }
 
 /// Periods of `reservation` that earlier finalizations billed (its fee and conversion).
+///
+/// Only the finalizations of the reservation's tenant bill it.
 fn reservation_periods(
     t: &dyn LedgerTx,
+    tenant: &str,
     reservation: &str,
 ) -> Result<Vec<(u64, u64, Option<String>)>, BankError> {
     let mut out = Vec::new();
-    for done in t.transactions(Some("finalize"))? {
+    for done in t.tenant_transactions("finalize", tenant)? {
         let billed: Vec<BilledReservation> =
             serde_json::from_value(done.tx.memo["reservations"].clone()).unwrap_or_default();
         for b in billed {
@@ -727,10 +757,7 @@ fn stored_invoice(t: &crate::ledger::StoredTransaction) -> Result<Invoice, BankE
 /// its key.
 fn billed_before(t: &dyn LedgerTx, tenant: &str) -> Result<BilledBefore, BankError> {
     let mut out: BilledBefore = BTreeMap::new();
-    for done in t.transactions(Some("finalize"))? {
-        if done.tx.tenant.as_deref() != Some(tenant) {
-            continue;
-        }
+    for done in t.tenant_transactions("finalize", tenant)? {
         let pairs: Vec<(String, String)> =
             serde_json::from_value(done.tx.memo["billed"].clone()).unwrap_or_default();
         for (source, window) in pairs {
@@ -876,10 +903,11 @@ fn finalize_tenant(
             }
             continue;
         }
-        let overlapping: Vec<(u64, u64, Option<String>)> = reservation_periods(t, &r.reservation)?
-            .into_iter()
-            .filter(|&(a, b, _)| a < to && from < b)
-            .collect();
+        let overlapping: Vec<(u64, u64, Option<String>)> =
+            reservation_periods(t, &r.tenant, &r.reservation)?
+                .into_iter()
+                .filter(|&(a, b, _)| a < to && from < b)
+                .collect();
         if let Some((a, b, _)) = overlapping.first() {
             inv.warnings.push(Warning::new(
                 WarningCode::ReservationBilledBefore,

@@ -126,7 +126,13 @@ pub fn burn_order(a: &GrantBalance, b: &GrantBalance) -> Ordering {
 /// grant.
 pub fn grants(tx: &dyn LedgerTx, tenant: Option<&str>) -> Result<Vec<GrantBalance>, BankError> {
     let mut out = Vec::new();
-    for t in tx.transactions(Some("grant"))? {
+    let recorded = match tenant {
+        // The tenant's grant transactions only (conversions of its reservations are its own
+        // grants too); the memo's tenant is checked below as before.
+        Some(name) => tx.tenant_transactions("grant", name)?,
+        None => tx.transactions(Some("grant"))?,
+    };
+    for t in recorded {
         let g = grant_of(&t)?;
         if tenant.is_some_and(|x| x != g.tenant) {
             continue;

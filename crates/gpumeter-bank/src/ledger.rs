@@ -311,6 +311,31 @@ pub trait LedgerTx {
     /// [`BankError::Storage`].
     fn transactions(&self, kind: Option<&str>) -> Result<Vec<StoredTransaction>, BankError>;
 
+    /// The transactions of `kind` whose `tenant` is `tenant`, in ledger order: what a
+    /// finalization reads of its tenant's past (grants, earlier finalizations), without
+    /// reading every other tenant's. The default filters [`LedgerTx::transactions`]; the
+    /// databases select in SQL.
+    ///
+    /// # Errors
+    /// [`BankError::Storage`].
+    fn tenant_transactions(
+        &self,
+        kind: &str,
+        tenant: &str,
+    ) -> Result<Vec<StoredTransaction>, BankError> {
+        let mut all = self.transactions(Some(kind))?;
+        all.retain(|t| t.tx.tenant.as_deref() == Some(tenant));
+        Ok(all)
+    }
+
+    /// The first transaction of `kind` (the lowest sequence number), if any.
+    ///
+    /// # Errors
+    /// [`BankError::Storage`].
+    fn first_transaction(&self, kind: &str) -> Result<Option<StoredTransaction>, BankError> {
+        Ok(self.transactions(Some(kind))?.into_iter().next())
+    }
+
     /// The hash of the last transaction, `None` for an empty ledger.
     ///
     /// # Errors

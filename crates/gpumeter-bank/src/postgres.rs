@@ -607,12 +607,12 @@ impl PgTx<'_, '_> {
     }
 
     /// The transactions `WHERE <filter>` with their postings, in ledger order.
-    fn load(&self, filter: &str, arg: Option<&str>) -> Result<Vec<StoredTransaction>, BankError> {
+    fn load(&self, filter: &str, args: &[&str]) -> Result<Vec<StoredTransaction>, BankError> {
         let what = "cannot read transactions";
-        let args: Vec<&(dyn postgres::types::ToSql + Sync)> = match &arg {
-            Some(a) => vec![a],
-            None => vec![],
-        };
+        let args: Vec<&(dyn postgres::types::ToSql + Sync)> = args
+            .iter()
+            .map(|a| a as &(dyn postgres::types::ToSql + Sync))
+            .collect();
         let rows = self.query(
             what,
             &format!(
@@ -675,7 +675,7 @@ impl PgTx<'_, '_> {
 
 impl LedgerTx for PgTx<'_, '_> {
     fn find(&self, key: &str) -> Result<Option<StoredTransaction>, BankError> {
-        Ok(self.load("key = $1", Some(key))?.into_iter().next())
+        Ok(self.load("key = $1", &[key])?.into_iter().next())
     }
 
     fn append(&mut self, mut tx: NewTransaction) -> Result<Appended, BankError> {
@@ -823,9 +823,27 @@ impl LedgerTx for PgTx<'_, '_> {
 
     fn transactions(&self, kind: Option<&str>) -> Result<Vec<StoredTransaction>, BankError> {
         match kind {
-            Some(k) => self.load("kind = $1", Some(k)),
-            None => self.load("TRUE", None),
+            Some(k) => self.load("kind = $1", &[k]),
+            None => self.load("TRUE", &[]),
         }
+    }
+
+    fn tenant_transactions(
+        &self,
+        kind: &str,
+        tenant: &str,
+    ) -> Result<Vec<StoredTransaction>, BankError> {
+        self.load("kind = $1 AND tenant = $2", &[kind, tenant])
+    }
+
+    fn first_transaction(&self, kind: &str) -> Result<Option<StoredTransaction>, BankError> {
+        Ok(self
+            .load(
+                "seq = (SELECT min(seq) FROM transactions WHERE kind = $1)",
+                &[kind],
+            )?
+            .into_iter()
+            .next())
     }
 
     fn head(&self) -> Result<Option<String>, BankError> {

@@ -362,7 +362,7 @@ impl SqliteTx<'_> {
     }
 
     /// The transactions `WHERE <filter>` with their postings, in ledger order.
-    fn load(&self, filter: &str, arg: Option<&str>) -> Result<Vec<StoredTransaction>, BankError> {
+    fn load(&self, filter: &str, args: &[&str]) -> Result<Vec<StoredTransaction>, BankError> {
         let sql = format!(
             "SELECT seq, key, kind, at, tenant, memo, prev_hash, hash FROM transactions
              WHERE {filter} ORDER BY seq"
@@ -372,7 +372,7 @@ impl SqliteTx<'_> {
             .prepare_cached(&sql)
             .map_err(|e| self.err("cannot read transactions", &e))?;
         let rows = st
-            .query_map(rusqlite::params_from_iter(arg), |r| {
+            .query_map(rusqlite::params_from_iter(args), |r| {
                 Ok(TransactionRow {
                     seq: r.get(0)?,
                     key: r.get(1)?,
@@ -401,7 +401,7 @@ impl SqliteTx<'_> {
             .prepare_cached(&sql)
             .map_err(|e| self.err("cannot read postings", &e))?;
         let rows = st
-            .query_map(rusqlite::params_from_iter(arg), |r| {
+            .query_map(rusqlite::params_from_iter(args), |r| {
                 Ok(PostingRow {
                     seq: r.get(0)?,
                     idx: r.get(1)?,
@@ -448,7 +448,7 @@ impl SqliteTx<'_> {
 
 impl LedgerTx for SqliteTx<'_> {
     fn find(&self, key: &str) -> Result<Option<StoredTransaction>, BankError> {
-        Ok(self.load("key = ?1", Some(key))?.into_iter().next())
+        Ok(self.load("key = ?1", &[key])?.into_iter().next())
     }
 
     fn append(&mut self, mut tx: NewTransaction) -> Result<Appended, BankError> {
@@ -567,9 +567,27 @@ impl LedgerTx for SqliteTx<'_> {
 
     fn transactions(&self, kind: Option<&str>) -> Result<Vec<StoredTransaction>, BankError> {
         match kind {
-            Some(k) => self.load("kind = ?1", Some(k)),
-            None => self.load("1", None),
+            Some(k) => self.load("kind = ?1", &[k]),
+            None => self.load("1", &[]),
         }
+    }
+
+    fn tenant_transactions(
+        &self,
+        kind: &str,
+        tenant: &str,
+    ) -> Result<Vec<StoredTransaction>, BankError> {
+        self.load("kind = ?1 AND tenant = ?2", &[kind, tenant])
+    }
+
+    fn first_transaction(&self, kind: &str) -> Result<Option<StoredTransaction>, BankError> {
+        Ok(self
+            .load(
+                "seq = (SELECT min(seq) FROM transactions WHERE kind = ?1)",
+                &[kind],
+            )?
+            .into_iter()
+            .next())
     }
 
     fn head(&self) -> Result<Option<String>, BankError> {
