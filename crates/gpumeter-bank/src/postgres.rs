@@ -275,9 +275,14 @@ impl PostgresLedger {
         let location = self.location.clone();
         let lock = self.keys.migration();
         let schema = self.keys.schema.clone();
+        // READ COMMITTED whatever the server's default_transaction_isolation: the schema is
+        // read by a statement after the lock, so it shows what a migration that held the lock
+        // before committed (a snapshot would be taken before the wait, and miss its tables).
         let mut tx = self
             .client
-            .transaction()
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
             .map_err(|e| storage(&location, "cannot begin the migration", &e))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
             .map_err(|e| storage(&location, "cannot lock the schema for migration", &e))?;

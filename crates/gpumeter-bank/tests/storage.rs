@@ -409,6 +409,56 @@ fn a_postgres_ledger_of_a_newer_schema_is_refused() {
     newer_schema_is_refused(Backend::Postgres);
 }
 
+/// Eight workers opening a new location at once all open the one ledger the first of them
+/// creates. On PostgreSQL also when the server's default isolation is SERIALIZABLE or
+/// REPEATABLE READ (a `default_transaction_isolation` some operators set): a migration that
+/// read the schema on a snapshot taken before it waited for the migration lock would not see
+/// the tables its predecessor created, and fail creating them again.
+fn first_opens_at_once(backend: Backend) {
+    let settings: &[Option<&str>] = match backend {
+        Backend::Sqlite => &[None],
+        Backend::Postgres => &[None, Some("serializable"), Some("repeatable%5C%20read")],
+    };
+    for isolation in settings {
+        let Some(place) = Place::new(backend, "first_opens") else {
+            return;
+        };
+        let location = match isolation {
+            Some(level) => place.with_settings(&[("default_transaction_isolation", level)]),
+            None => place.location.clone(),
+        };
+        let go = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let workers: Vec<_> = (0..8)
+            .map(|i| {
+                let (location, go) = (location.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    let mut l = gpumeter_bank::open(&location)?;
+                    append(&mut l, crash_tx(i)).map(|_| ())
+                })
+            })
+            .collect();
+        for w in workers {
+            if let Err(e) = w.join().expect("a worker thread") {
+                panic!("{backend:?}, default isolation {isolation:?}: a first open failed: {e}");
+            }
+        }
+        assert_eq!(place.count("transactions"), 8, "{isolation:?}");
+        assert_eq!(place.count("meta WHERE name = 'schema_version'"), 1);
+    }
+}
+
+#[test]
+fn first_opens_at_once_share_one_ledger() {
+    first_opens_at_once(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn first_opens_at_once_share_one_postgres_ledger() {
+    first_opens_at_once(Backend::Postgres);
+}
+
 // ---------------------------------------------------------------------------------------
 // Tampering.
 
