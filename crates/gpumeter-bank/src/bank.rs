@@ -348,8 +348,7 @@ pub fn balance<L: Ledger>(ledger: &mut L, tenant: &str, at: u64) -> Result<Balan
                 let slot = as_of
                     .entry((p.account.clone(), p.commodity.clone()))
                     .or_insert(Decimal::ZERO);
-                *slot = slot
-                    .checked_add(p.amount)
+                *slot = crate::ledger::exact_add(*slot, p.amount)
                     .ok_or_else(|| refused(format!("the balance of {} overflows", p.account)))?;
             }
         }

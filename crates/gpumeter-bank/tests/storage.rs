@@ -459,6 +459,85 @@ fn first_opens_at_once_share_one_postgres_ledger() {
     first_opens_at_once(Backend::Postgres);
 }
 
+/// Sums that a decimal cannot hold exactly are refused, never rounded: a transaction whose
+/// postings sum to 0.00000001 is not balanced because adding them one by one rounds the
+/// first sum (rust_decimal rounds what exceeds its 96-bit mantissa), and a balance that would
+/// need more digits than a decimal has is refused rather than rounded (SQLite and the memory
+/// ledger added with rounding while PostgreSQL's `numeric` stayed exact).
+fn inexact_sums_are_refused<L: Ledger>(mut l: L, what: &str) {
+    let big = "79228162514264337593543950335";
+    let unbalanced = new_tx(
+        "rounded-to-zero",
+        "grant",
+        &[
+            ("a", "credits", big),
+            ("b", "credits", "0.00000001"),
+            ("c", "credits", &format!("-{big}")),
+        ],
+    );
+    let got = append(&mut l, unbalanced);
+    assert!(
+        matches!(
+            got,
+            Err(BankError::Unbalanced { .. } | BankError::Refused(_))
+        ),
+        "{what}: postings summing to 0.00000001 must be refused, got {got:?}"
+    );
+    append(
+        &mut l,
+        new_tx(
+            "large",
+            "grant",
+            &[
+                ("a", "credits", "7922816251426433759354395033.5"),
+                ("b", "credits", "-7922816251426433759354395033.5"),
+            ],
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{what}: a large balanced transaction: {e}"));
+    let got = append(
+        &mut l,
+        new_tx(
+            "finer",
+            "grant",
+            &[("a", "credits", "0.01"), ("b", "credits", "-0.01")],
+        ),
+    );
+    assert!(
+        matches!(got, Err(BankError::Refused(_))),
+        "{what}: a balance of 7922816251426433759354395033.51 is not a decimal and must be \
+         refused, not rounded, got {got:?}"
+    );
+    let b = balances(&mut l);
+    assert_eq!(
+        b.iter()
+            .map(|(a, _, x)| (a.as_str(), x.to_string()))
+            .collect::<Vec<_>>(),
+        [
+            ("a", "7922816251426433759354395033.5".to_string()),
+            ("b", "-7922816251426433759354395033.5".to_string())
+        ],
+        "{what}"
+    );
+    assert_eq!(read(&mut l, |t| verify(t)).transactions, 1, "{what}");
+}
+
+#[test]
+fn inexact_sums_are_refused_by_every_ledger() {
+    inexact_sums_are_refused(MemoryLedger::new(), "memory");
+    let place = Place::new(Backend::Sqlite, "inexact_sums").expect("a temporary directory");
+    inexact_sums_are_refused(place.open(), "sqlite");
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn inexact_sums_are_refused_by_postgres() {
+    let Some(place) = Place::new(Backend::Postgres, "inexact_sums") else {
+        return;
+    };
+    inexact_sums_are_refused(place.open(), "postgres");
+}
+
 // ---------------------------------------------------------------------------------------
 // Tampering.
 
