@@ -678,12 +678,35 @@ impl PgTx<'_, '_> {
     }
 }
 
+/// Refuses a transaction with a NUL character in a text column (PostgreSQL's `text` cannot
+/// hold one; an SQLite ledger can, so an export of one may carry it). The memo is JSON, whose
+/// text escapes it.
+fn refuse_nul(tx: &NewTransaction) -> Result<(), BankError> {
+    let mut fields: Vec<(&str, &str)> = vec![("key", &tx.key), ("kind", &tx.kind), ("at", &tx.at)];
+    if let Some(t) = &tx.tenant {
+        fields.push(("tenant", t));
+    }
+    for p in &tx.postings {
+        fields.push(("account", &p.account));
+        fields.push(("commodity", &p.commodity));
+    }
+    match fields.iter().find(|(_, v)| v.contains('\0')) {
+        Some((field, _)) => Err(BankError::Refused(format!(
+            "transaction `{}`: its {field} holds a NUL character, which PostgreSQL text \
+             cannot hold",
+            tx.key.escape_debug()
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl LedgerTx for PgTx<'_, '_> {
     fn find(&self, key: &str) -> Result<Option<StoredTransaction>, BankError> {
         Ok(self.load("key = $1", Some(key))?.into_iter().next())
     }
 
     fn append(&mut self, mut tx: NewTransaction) -> Result<Appended, BankError> {
+        refuse_nul(&tx)?;
         if let Some(t) = self.find(&tx.key)? {
             return Ok(Appended::AlreadyApplied(t));
         }
