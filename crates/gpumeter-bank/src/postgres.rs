@@ -382,8 +382,12 @@ fn contents(
     };
     let tables: Vec<String> = tx
         .query(
-            "SELECT table_name::text FROM information_schema.tables
-             WHERE table_schema = current_schema() AND table_name = ANY($1)
+            // The catalog, not information_schema: that lists only the tables the role has
+            // a privilege on, and a role not granted the ledger's would find no ledger.
+            "SELECT c.relname::text FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = current_schema() AND c.relname = ANY($1)
+               AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
              ORDER BY 1",
             &[&TABLES.to_vec()],
         )
@@ -403,6 +407,10 @@ fn contents(
         tx.query_opt("SELECT value FROM meta WHERE name = $1", &[&name])
             .and_then(|r| r.map(|r| r.try_get(0)).transpose())
             .map_err(|e| {
+                if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+                    // A ledger, perhaps, that this role was not granted.
+                    return storage(location, "cannot read the ledger's `meta` table", &e);
+                }
                 not_a_ledger(format!(
                     "not a gpumeter ledger: its `meta` table cannot be read ({})",
                     describe(&e)

@@ -538,6 +538,45 @@ fn inexact_sums_are_refused_by_postgres() {
     inexact_sums_are_refused(place.open(), "postgres");
 }
 
+/// A role that may use the ledger's schema but was not granted its tables (a billing worker's
+/// role set up by hand, a grant forgotten) is told so: the tables are there, it may not read
+/// them. It is not told that there is no bank, nor does `open` try to create a second one.
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn a_role_without_privileges_on_the_ledger_is_told_so() {
+    let Some(place) = Place::new(Backend::Postgres, "no_privileges") else {
+        return;
+    };
+    append(&mut place.open(), crash_tx(0)).expect("appending");
+    let schema = place
+        .location
+        .rsplit("search_path%3D")
+        .next()
+        .expect("the schema's name")
+        .to_string();
+    let role = format!("{schema}_r");
+    place.execute(&format!("CREATE ROLE \"{role}\" LOGIN"));
+    place.execute(&format!("GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\""));
+    let as_role = format!("{}&user={role}", place.location);
+    for (how, opened) in [
+        ("open_existing", gpumeter_bank::open_existing(&as_role)),
+        ("open", gpumeter_bank::open(&as_role)),
+    ] {
+        let msg = match opened {
+            Ok(_) => panic!("{how}: opened a ledger it may not read"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            msg.contains("permission denied") && !msg.contains("not a gpumeter ledger"),
+            "{how}: {msg}"
+        );
+        assert!(!msg.contains("there is no bank"), "{how}: {msg}");
+    }
+    assert_eq!(place.count("transactions"), 1);
+    place.execute(&format!("DROP OWNED BY \"{role}\""));
+    place.execute(&format!("DROP ROLE \"{role}\""));
+}
+
 // ---------------------------------------------------------------------------------------
 // Tampering.
 
