@@ -600,6 +600,37 @@ impl PgTx<'_, '_> {
         row.try_get(i).map_err(|e| self.err(what, &e))
     }
 
+    /// A statement of [`LedgerTx::append`] that writes transaction `key`'s data: an error the
+    /// server blames on the data (SQLSTATE class 22, a data exception such as a character the
+    /// database's encoding lacks; class 54, a limit such as a key too long for its index) is
+    /// [`BankError::Refused`] naming the transaction, since the same transaction would fail
+    /// again; any other is what [`PgTx::query`] returns.
+    fn write(
+        &self,
+        what: &str,
+        key: &str,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, BankError> {
+        let out = self.tx.borrow_mut().query(sql, params);
+        out.map_err(|e| {
+            let class = e.code().map(|c| &c.code()[..2]);
+            if matches!(class, Some("22" | "54")) {
+                let mut shown: String = key.chars().take(80).collect();
+                if shown.len() < key.len() {
+                    shown.push('…');
+                }
+                BankError::Refused(format!(
+                    "transaction `{}`: PostgreSQL refuses it: {what}: {}",
+                    shown.escape_debug(),
+                    describe(&e)
+                ))
+            } else {
+                self.err(what, &e)
+            }
+        })
+    }
+
     /// Takes the advisory locks `keys`, sorted, exclusive (after the bank's, shared).
     fn lock(&self, mut keys: Vec<i64>) -> Result<(), BankError> {
         keys.sort_unstable();
@@ -759,8 +790,9 @@ impl LedgerTx for PgTx<'_, '_> {
             .map_err(|e| BankError::Refused(format!("transaction `{}`: memo: {e}", tx.key)))?;
         // The unique key decides: a concurrent writer that appended this key first (and has
         // committed: it held the chain) makes this insert do nothing.
-        let inserted = self.query(
+        let inserted = self.write(
             "cannot append a transaction",
+            &tx.key,
             "INSERT INTO transactions (seq, key, kind, at, tenant, memo, prev_hash, hash)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (key) DO NOTHING RETURNING seq",
@@ -785,15 +817,17 @@ impl LedgerTx for PgTx<'_, '_> {
                 BankError::Refused(format!("transaction `{}` has too many postings", tx.key))
             })?;
             let amount = p.amount.to_string();
-            self.query(
+            self.write(
                 "cannot append a posting",
+                &tx.key,
                 "INSERT INTO postings (seq, idx, account, commodity, amount)
                  VALUES ($1, $2, $3, $4, ($5::text)::numeric)",
                 &[&seq_i, &idx, &p.account, &p.commodity, &amount],
             )?;
             let what = "cannot update a balance";
-            let rows = self.query(
+            let rows = self.write(
                 what,
+                &tx.key,
                 "INSERT INTO balances (account, commodity, amount)
                  VALUES ($1, $2, ($3::text)::numeric)
                  ON CONFLICT (account, commodity)
