@@ -69,7 +69,36 @@ pub fn redact(location: &str) -> String {
             .collect();
         url.query_pairs_mut().clear().extend_pairs(pairs);
     }
-    url.to_string()
+    mask_password_pairs(url.as_str())
+}
+
+/// `text` with the value of every `password=…` pair masked, wherever a URL parser put it: a
+/// URL whose credentials end after a `?` (masked by rust-postgres's rule above) may leave a
+/// `&password=…` in what the parser takes for its host. Pairs are the pieces between `?`,
+/// `&` and `#`; a key is compared percent-decoded, as rust-postgres reads it.
+fn mask_password_pairs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let end = rest.find(['?', '&', '#']).unwrap_or(rest.len());
+        let (piece, tail) = rest.split_at(end);
+        match piece.split_once('=') {
+            Some((key, _))
+                if url::form_urlencoded::parse(format!("{key}=").as_bytes())
+                    .next()
+                    .is_some_and(|(k, _)| k == "password") =>
+            {
+                out.push_str(key);
+                out.push_str("=***");
+            }
+            _ => out.push_str(piece),
+        }
+        let Some(sep) = tail.chars().next() else {
+            return out;
+        };
+        out.push(sep);
+        rest = &tail[sep.len_utf8()..];
+    }
 }
 
 /// A ledger of either backend, chosen by [`open`] from its location.
@@ -193,6 +222,12 @@ mod tests {
                 "postgresql://billing:1234#s3cret@db.example/ledger?sslmode=disable",
                 "1234#s3cret",
             ),
+            // rust-postgres: user `h`, password `5432/db?user=a`, host `b&password=s3cret`.
+            (
+                "postgresql://h:5432/db?user=a@b&password=s3cret",
+                "5432/db?user=a",
+            ),
+            ("postgres://u@h/db?pass%77ord=s3cret", "s3cret"),
         ] {
             #[cfg(feature = "postgres")]
             {
