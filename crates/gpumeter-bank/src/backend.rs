@@ -30,6 +30,23 @@ pub fn redact(location: &str) -> String {
     if !is_postgres(location) {
         return location.to_string();
     }
+    // rust-postgres takes everything between `://` and the first `@` as `user:password`, even
+    // when the password holds a `/`, `?` or `#` (where a URL parser ends the authority and
+    // finds no password): mask it by that rule first.
+    let masked;
+    let location = match location.split_once("://") {
+        Some((scheme, rest)) => match rest.split_once('@') {
+            Some((credentials, after)) => match credentials.split_once(':') {
+                Some((user, _password)) => {
+                    masked = format!("{scheme}://{user}:***@{after}");
+                    masked.as_str()
+                }
+                None => location,
+            },
+            None => location,
+        },
+        None => location,
+    };
     let Ok(mut url) = url::Url::parse(location) else {
         let scheme = location.split("://").next().unwrap_or("postgres");
         return format!("{scheme}://… (a URL that does not parse)");
@@ -52,7 +69,36 @@ pub fn redact(location: &str) -> String {
             .collect();
         url.query_pairs_mut().clear().extend_pairs(pairs);
     }
-    url.to_string()
+    mask_password_pairs(url.as_str())
+}
+
+/// `text` with the value of every `password=…` pair masked, wherever a URL parser put it: a
+/// URL whose credentials end after a `?` (masked by rust-postgres's rule above) may leave a
+/// `&password=…` in what the parser takes for its host. Pairs are the pieces between `?`,
+/// `&` and `#`; a key is compared percent-decoded, as rust-postgres reads it.
+fn mask_password_pairs(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    loop {
+        let end = rest.find(['?', '&', '#']).unwrap_or(rest.len());
+        let (piece, tail) = rest.split_at(end);
+        match piece.split_once('=') {
+            Some((key, _))
+                if url::form_urlencoded::parse(format!("{key}=").as_bytes())
+                    .next()
+                    .is_some_and(|(k, _)| k == "password") =>
+            {
+                out.push_str(key);
+                out.push_str("=***");
+            }
+            _ => out.push_str(piece),
+        }
+        let Some(sep) = tail.chars().next() else {
+            return out;
+        };
+        out.push(sep);
+        rest = &tail[sep.len_utf8()..];
+    }
 }
 
 /// A ledger of either backend, chosen by [`open`] from its location.
@@ -154,6 +200,46 @@ mod tests {
         assert!(r.contains("sslmode=require"), "{r}");
         assert_eq!(redact("bank.db"), "bank.db");
         assert!(!redact("postgres://u:s3cret@[bad/db").contains("s3cret"));
+    }
+
+    /// rust-postgres takes everything before the first `@` as the user and password, so a
+    /// password holding a `/`, `?` or `#` (a base64 one, written without percent-encoding)
+    /// connects; the redaction must hide all of it, though a general URL parser ends the
+    /// authority at that character and finds no password.
+    #[test]
+    fn passwords_with_url_delimiters_never_show() {
+        for (url, password) in [
+            (
+                "postgres://billing:12/s3cret+x@db.example/ledger",
+                "12/s3cret+x",
+            ),
+            ("postgres://billing:/s3cret@db.example/ledger", "/s3cret"),
+            (
+                "postgres://billing:5432?s3cret@db.example/ledger",
+                "5432?s3cret",
+            ),
+            (
+                "postgresql://billing:1234#s3cret@db.example/ledger?sslmode=disable",
+                "1234#s3cret",
+            ),
+            // rust-postgres: user `h`, password `5432/db?user=a`, host `b&password=s3cret`.
+            (
+                "postgresql://h:5432/db?user=a@b&password=s3cret",
+                "5432/db?user=a",
+            ),
+            ("postgres://u@h/db?pass%77ord=s3cret", "s3cret"),
+        ] {
+            #[cfg(feature = "postgres")]
+            {
+                use std::str::FromStr;
+                let config = postgres::Config::from_str(url).expect("rust-postgres reads it");
+                assert_eq!(config.get_password(), Some(password.as_bytes()), "{url}");
+            }
+            let r = redact(url);
+            assert!(!r.contains("s3cret"), "{url} -> {r}");
+            assert!(r.contains("***"), "{url} -> {r}");
+            let _ = password;
+        }
     }
 
     #[test]

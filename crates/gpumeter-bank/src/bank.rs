@@ -350,8 +350,7 @@ pub fn balance<L: Ledger>(ledger: &mut L, tenant: &str, at: u64) -> Result<Balan
                 let slot = as_of
                     .entry((p.account.clone(), p.commodity.clone()))
                     .or_insert(Decimal::ZERO);
-                *slot = slot
-                    .checked_add(p.amount)
+                *slot = crate::ledger::exact_add(*slot, p.amount)
                     .ok_or_else(|| refused(format!("the balance of {} overflows", p.account)))?;
             }
         }
@@ -502,14 +501,23 @@ pub fn finalize<L: Ledger>(
     ledger.atomically(commit, |t| {
         check_currency(t, book)?;
         // Which tenants this finalization bills depends on the reservations in the ledger:
-        // find them, hold them, then find them again under the locks (a tenant added in
-        // between is held too; a deadlock that may cause is retried by the ledger).
-        let first = tenants_to_bill(t, usage, book, &plain, period)?;
-        let names: Vec<&str> = first.iter().map(|i| i.tenant.as_str()).collect();
-        t.lock_tenants(&names)?;
-        let tenants = tenants_to_bill(t, usage, book, &plain, period)?;
-        let names: Vec<&str> = tenants.iter().map(|i| i.tenant.as_str()).collect();
-        t.lock_tenants(&names)?;
+        // find them, hold them, then find them again under the locks, until every tenant
+        // found was found while it was held (a tenant added in between was found before its
+        // lock: another finalizer may have billed it meanwhile). A deadlock the later locks
+        // may cause is retried by the ledger.
+        let mut held: Option<BTreeSet<String>> = None;
+        let tenants = loop {
+            let found = tenants_to_bill(t, usage, book, &plain, period)?;
+            let names: Vec<&str> = found.iter().map(|i| i.tenant.as_str()).collect();
+            if let Some(held) = &held {
+                if names.iter().all(|n| held.contains(*n)) {
+                    break found;
+                }
+            }
+            t.lock_tenants(&names)?;
+            held.get_or_insert_with(BTreeSet::new)
+                .extend(names.iter().map(|n| (*n).to_string()));
+        };
         let mut invoices = Vec::with_capacity(tenants.len());
         let mut outcomes = Vec::with_capacity(tenants.len());
         for inv in &tenants {

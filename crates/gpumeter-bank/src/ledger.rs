@@ -207,7 +207,7 @@ fn sums(postings: &[Posting]) -> Result<BTreeMap<String, Decimal>, BankError> {
     let mut out: BTreeMap<String, Decimal> = BTreeMap::new();
     for p in postings {
         let slot = out.entry(p.commodity.clone()).or_insert(Decimal::ZERO);
-        *slot = slot.checked_add(p.amount).ok_or_else(|| {
+        *slot = exact_add(*slot, p.amount).ok_or_else(|| {
             BankError::Refused(format!(
                 "the postings of {} exceed what a decimal holds",
                 p.commodity
@@ -215,6 +215,21 @@ fn sums(postings: &[Posting]) -> Result<BTreeMap<String, Decimal>, BankError> {
         })?;
     }
     Ok(out)
+}
+
+/// `a + b` exactly, or `None` when the exact sum is not a [`Decimal`]: beyond its range, or
+/// needing more digits than its 96-bit mantissa holds. (`Decimal::checked_add` rounds the
+/// latter: `79228162514264337593543950335 + 0.00000001` gives the first operand back, so a
+/// sum of postings could round to zero and a balance drift from its postings.) Every sum of
+/// postings and every balance uses it.
+pub(crate) fn exact_add(a: Decimal, b: Decimal) -> Option<Decimal> {
+    let sum = a.checked_add(b)?;
+    let scale = a.scale().max(b.scale()).max(sum.scale());
+    let at_scale = |d: Decimal| {
+        num_bigint::BigInt::from(d.mantissa())
+            * num_bigint::BigInt::from(10u8).pow(scale - d.scale())
+    };
+    (at_scale(a) + at_scale(b) == at_scale(sum)).then_some(sum)
 }
 
 /// A transaction as stored: its sequence number and its place in the hash chain.

@@ -66,7 +66,7 @@ impl LedgerTx for State {
                 .balances
                 .entry((p.account.clone(), p.commodity.clone()))
                 .or_insert(Decimal::ZERO);
-            *slot = slot.checked_add(p.amount).ok_or_else(|| {
+            *slot = crate::ledger::exact_add(*slot, p.amount).ok_or_else(|| {
                 BankError::Refused(format!(
                     "the balance of {} in {} exceeds what a decimal holds",
                     p.account, p.commodity

@@ -239,8 +239,12 @@ impl PostgresLedger {
 
     fn connect(url: &str, create: bool) -> Result<PostgresLedger, BankError> {
         let location = redact(url);
-        let config = Config::from_str(url)
-            .map_err(|e| storage_msg(&location, format!("not a PostgreSQL connection URL: {e}")))?;
+        let config = Config::from_str(url).map_err(|e| {
+            storage_msg(
+                &location,
+                format!("not a PostgreSQL connection URL: {}", describe(&e)),
+            )
+        })?;
         let mut client = connect(&config, &location)?;
         client
             .batch_execute(&format!(
@@ -275,9 +279,14 @@ impl PostgresLedger {
         let location = self.location.clone();
         let lock = self.keys.migration();
         let schema = self.keys.schema.clone();
+        // READ COMMITTED whatever the server's default_transaction_isolation: the schema is
+        // read by a statement after the lock, so it shows what a migration that held the lock
+        // before committed (a snapshot would be taken before the wait, and miss its tables).
         let mut tx = self
             .client
-            .transaction()
+            .build_transaction()
+            .isolation_level(IsolationLevel::ReadCommitted)
+            .start()
             .map_err(|e| storage(&location, "cannot begin the migration", &e))?;
         tx.execute("SELECT pg_advisory_xact_lock($1)", &[&lock])
             .map_err(|e| storage(&location, "cannot lock the schema for migration", &e))?;
@@ -377,8 +386,12 @@ fn contents(
     };
     let tables: Vec<String> = tx
         .query(
-            "SELECT table_name::text FROM information_schema.tables
-             WHERE table_schema = current_schema() AND table_name = ANY($1)
+            // The catalog, not information_schema: that lists only the tables the role has
+            // a privilege on, and a role not granted the ledger's would find no ledger.
+            "SELECT c.relname::text FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = current_schema() AND c.relname = ANY($1)
+               AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
              ORDER BY 1",
             &[&TABLES.to_vec()],
         )
@@ -398,6 +411,10 @@ fn contents(
         tx.query_opt("SELECT value FROM meta WHERE name = $1", &[&name])
             .and_then(|r| r.map(|r| r.try_get(0)).transpose())
             .map_err(|e| {
+                if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+                    // A ledger, perhaps, that this role was not granted.
+                    return storage(location, "cannot read the ledger's `meta` table", &e);
+                }
                 not_a_ledger(format!(
                     "not a gpumeter ledger: its `meta` table cannot be read ({})",
                     describe(&e)
@@ -587,6 +604,37 @@ impl PgTx<'_, '_> {
         row.try_get(i).map_err(|e| self.err(what, &e))
     }
 
+    /// A statement of [`LedgerTx::append`] that writes transaction `key`'s data: an error the
+    /// server blames on the data (SQLSTATE class 22, a data exception such as a character the
+    /// database's encoding lacks; class 54, a limit such as a key too long for its index) is
+    /// [`BankError::Refused`] naming the transaction, since the same transaction would fail
+    /// again; any other is what [`PgTx::query`] returns.
+    fn write(
+        &self,
+        what: &str,
+        key: &str,
+        sql: &str,
+        params: &[&(dyn postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<postgres::Row>, BankError> {
+        let out = self.tx.borrow_mut().query(sql, params);
+        out.map_err(|e| {
+            let class = e.code().map(|c| &c.code()[..2]);
+            if matches!(class, Some("22" | "54")) {
+                let mut shown: String = key.chars().take(80).collect();
+                if shown.len() < key.len() {
+                    shown.push('…');
+                }
+                BankError::Refused(format!(
+                    "transaction `{}`: PostgreSQL refuses it: {what}: {}",
+                    shown.escape_debug(),
+                    describe(&e)
+                ))
+            } else {
+                self.err(what, &e)
+            }
+        })
+    }
+
     /// Takes the advisory locks `keys`, sorted, exclusive (after the bank's, shared).
     fn lock(&self, mut keys: Vec<i64>) -> Result<(), BankError> {
         keys.sort_unstable();
@@ -673,12 +721,35 @@ impl PgTx<'_, '_> {
     }
 }
 
+/// Refuses a transaction with a NUL character in a text column (PostgreSQL's `text` cannot
+/// hold one; an SQLite ledger can, so an export of one may carry it). The memo is JSON, whose
+/// text escapes it.
+fn refuse_nul(tx: &NewTransaction) -> Result<(), BankError> {
+    let mut fields: Vec<(&str, &str)> = vec![("key", &tx.key), ("kind", &tx.kind), ("at", &tx.at)];
+    if let Some(t) = &tx.tenant {
+        fields.push(("tenant", t));
+    }
+    for p in &tx.postings {
+        fields.push(("account", &p.account));
+        fields.push(("commodity", &p.commodity));
+    }
+    match fields.iter().find(|(_, v)| v.contains('\0')) {
+        Some((field, _)) => Err(BankError::Refused(format!(
+            "transaction `{}`: its {field} holds a NUL character, which PostgreSQL text \
+             cannot hold",
+            tx.key.escape_debug()
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl LedgerTx for PgTx<'_, '_> {
     fn find(&self, key: &str) -> Result<Option<StoredTransaction>, BankError> {
         Ok(self.load("key = $1", &[key])?.into_iter().next())
     }
 
     fn append(&mut self, mut tx: NewTransaction) -> Result<Appended, BankError> {
+        refuse_nul(&tx)?;
         if let Some(t) = self.find(&tx.key)? {
             return Ok(Appended::AlreadyApplied(t));
         }
@@ -723,8 +794,9 @@ impl LedgerTx for PgTx<'_, '_> {
             .map_err(|e| BankError::Refused(format!("transaction `{}`: memo: {e}", tx.key)))?;
         // The unique key decides: a concurrent writer that appended this key first (and has
         // committed: it held the chain) makes this insert do nothing.
-        let inserted = self.query(
+        let inserted = self.write(
             "cannot append a transaction",
+            &tx.key,
             "INSERT INTO transactions (seq, key, kind, at, tenant, memo, prev_hash, hash)
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
              ON CONFLICT (key) DO NOTHING RETURNING seq",
@@ -749,15 +821,17 @@ impl LedgerTx for PgTx<'_, '_> {
                 BankError::Refused(format!("transaction `{}` has too many postings", tx.key))
             })?;
             let amount = p.amount.to_string();
-            self.query(
+            self.write(
                 "cannot append a posting",
+                &tx.key,
                 "INSERT INTO postings (seq, idx, account, commodity, amount)
                  VALUES ($1, $2, $3, $4, ($5::text)::numeric)",
                 &[&seq_i, &idx, &p.account, &p.commodity, &amount],
             )?;
             let what = "cannot update a balance";
-            let rows = self.query(
+            let rows = self.write(
                 what,
+                &tx.key,
                 "INSERT INTO balances (account, commodity, amount)
                  VALUES ($1, $2, ($3::text)::numeric)
                  ON CONFLICT (account, commodity)

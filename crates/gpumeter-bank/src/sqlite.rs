@@ -507,15 +507,14 @@ impl LedgerTx for SqliteTx<'_> {
                     ])
                 })
                 .map_err(|e| self.err("cannot append a posting", &e))?;
-            let balance = self
-                .stored_balance(&p.account, &p.commodity)?
-                .checked_add(p.amount)
-                .ok_or_else(|| {
-                    BankError::Refused(format!(
-                        "the balance of {} in {} exceeds what a decimal holds",
-                        p.account, p.commodity
-                    ))
-                })?;
+            let balance =
+                crate::ledger::exact_add(self.stored_balance(&p.account, &p.commodity)?, p.amount)
+                    .ok_or_else(|| {
+                        BankError::Refused(format!(
+                            "the balance of {} in {} exceeds what a decimal holds",
+                            p.account, p.commodity
+                        ))
+                    })?;
             self.conn
                 .prepare_cached(
                     "INSERT INTO balances (account, commodity, amount) VALUES (?1, ?2, ?3)

@@ -84,7 +84,7 @@ pub fn verify(tx: &dyn LedgerTx) -> Result<VerifyReport, BankError> {
         for p in &t.tx.postings {
             let k = (p.account.clone(), p.commodity.clone());
             let slot = sums.entry(k.clone()).or_insert(Decimal::ZERO);
-            *slot = slot.checked_add(p.amount).ok_or_else(|| {
+            *slot = crate::ledger::exact_add(*slot, p.amount).ok_or_else(|| {
                 corrupt(format!(
                     "the balance of {} in {} exceeds what a decimal holds",
                     p.account, p.commodity

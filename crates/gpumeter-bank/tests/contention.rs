@@ -21,8 +21,8 @@ use std::sync::{mpsc, Barrier};
 use std::time::{Duration, Instant};
 
 use gpumeter_bank::{
-    finalize, grant, reserve, verify, Appended, BankError, GrantKind, Ledger, NewTransaction,
-    Outcome, Posting, CREDITS,
+    finalize, grant, reserve, verify, Appended, BankError, GrantKind, Ledger, LedgerTx,
+    NewTransaction, Outcome, Posting, CREDITS,
 };
 use gpumeter_core::UsageReport;
 use rust_decimal::Decimal;
@@ -804,4 +804,155 @@ fn retries_that_run_out_are_contended() {
             t0.elapsed().as_secs_f64()
         ),
     );
+}
+
+/// A [`Ledger`] that runs `on_reserve_read` before the `n`-th read of the reservations and
+/// `on_lock` before the `m`-th [`LedgerTx::lock_tenants`] (each once), to put another
+/// connection's work between a finalization's steps.
+struct Hooked<'h, L> {
+    inner: L,
+    hooks: std::cell::RefCell<Hooks<'h>>,
+}
+
+struct Hooks<'h> {
+    reserve_reads: u32,
+    locks: u32,
+    on_reserve_read: (u32, Option<Box<dyn FnOnce() + 'h>>),
+    on_lock: (u32, Option<Box<dyn FnOnce() + 'h>>),
+}
+
+struct HookedTx<'a, 'h> {
+    inner: &'a mut dyn LedgerTx,
+    hooks: &'a std::cell::RefCell<Hooks<'h>>,
+}
+
+impl<L: Ledger> Ledger for Hooked<'_, L> {
+    fn atomically<T>(
+        &mut self,
+        commit: bool,
+        mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
+    ) -> Result<T, BankError> {
+        let hooks = &self.hooks;
+        self.inner.atomically(commit, |t| {
+            let mut w = HookedTx { inner: t, hooks };
+            f(&mut w)
+        })
+    }
+}
+
+impl LedgerTx for HookedTx<'_, '_> {
+    fn find(&self, key: &str) -> Result<Option<gpumeter_bank::StoredTransaction>, BankError> {
+        self.inner.find(key)
+    }
+    fn append(&mut self, tx: NewTransaction) -> Result<Appended, BankError> {
+        self.inner.append(tx)
+    }
+    fn balance(&self, account: &str, commodity: &str) -> Result<Decimal, BankError> {
+        self.inner.balance(account, commodity)
+    }
+    fn balances(&self, prefix: &str) -> Result<Vec<(String, String, Decimal)>, BankError> {
+        self.inner.balances(prefix)
+    }
+    fn transactions(
+        &self,
+        kind: Option<&str>,
+    ) -> Result<Vec<gpumeter_bank::StoredTransaction>, BankError> {
+        if kind == Some("reserve") {
+            let hook = {
+                let mut h = self.hooks.borrow_mut();
+                h.reserve_reads += 1;
+                if h.reserve_reads == h.on_reserve_read.0 {
+                    h.on_reserve_read.1.take()
+                } else {
+                    None
+                }
+            };
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        self.inner.transactions(kind)
+    }
+    fn head(&self) -> Result<Option<String>, BankError> {
+        self.inner.head()
+    }
+    fn lock_tenants(&mut self, tenants: &[&str]) -> Result<(), BankError> {
+        let hook = {
+            let mut h = self.hooks.borrow_mut();
+            h.locks += 1;
+            if h.locks == h.on_lock.0 {
+                h.on_lock.1.take()
+            } else {
+                None
+            }
+        };
+        if let Some(hook) = hook {
+            hook();
+        }
+        self.inner.lock_tenants(tenants)
+    }
+    fn lock_all(&mut self) -> Result<(), BankError> {
+        self.inner.lock_all()
+    }
+}
+
+/// A finalization finds the tenants it bills, locks them, and finds them again: a tenant
+/// first found then (its reservation recorded in between) was found before its lock, and
+/// another finalizer may bill its fee before the lock is granted. The finalization must look
+/// again under that lock and leave the tenant out, not append a second finalization of it
+/// (an invoice of no lines, "billed before"). On PostgreSQL, where the other finalizer runs
+/// on another connection between the two steps; SQLite runs one writer at a time.
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn a_tenant_found_owing_a_fee_late_is_found_again_under_its_lock() {
+    let Some(place) = Place::new(Backend::Postgres, "late_newcomer") else {
+        return;
+    };
+    let nov = (t("2026-11-01T00:00:00Z"), t("2026-12-01T00:00:00Z"));
+    let dec = (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"));
+    // The bank's currency, fixed before (so no finalization here holds the whole bank).
+    let seed = report_of(&[("seed", "2026-11-01T00:00:00Z", 1000)], "seed");
+    finalize(&mut place.open(), &seed, &book(), Some(nov), true).expect("the first finalization");
+    let late = report_of(&[("late", &hour(1), 1000)], "late");
+    let mut l = Hooked {
+        inner: place.open(),
+        hooks: std::cell::RefCell::new(Hooks {
+            reserve_reads: 0,
+            locks: 0,
+            // Before the second look: tenant `late` gets a reservation.
+            on_reserve_read: (
+                2,
+                Some(Box::new(|| {
+                    reserve(&mut place.open(), &reservation("late", "2.00", None))
+                        .expect("a reservation");
+                })),
+            ),
+            // Before `late` is locked: another worker bills its fee (its own usage).
+            on_lock: (
+                2,
+                Some(Box::new(|| {
+                    finalize(&mut place.open(), &late, &book(), Some(dec), true)
+                        .expect("the other finalization");
+                })),
+            ),
+        }),
+    };
+    let mine = report_of(&[("mine", &hour(0), 1000)], "mine");
+    let f = finalize(&mut l, &mine, &book(), Some(dec), true).expect("finalizing");
+    let tenants: Vec<&str> = f
+        .document
+        .invoices
+        .iter()
+        .map(|i| i.tenant.as_str())
+        .collect();
+    let mut check = place.open();
+    let late_finalizations = check
+        .atomically(false, |t| t.transactions(Some("finalize")))
+        .expect("the finalizations")
+        .iter()
+        .filter(|t| t.tx.tenant.as_deref() == Some("late"))
+        .count();
+    assert_eq!(late_finalizations, 1, "invoices: {tenants:?}");
+    assert_eq!(tenants, ["mine"]);
+    check.atomically(false, |t| verify(t)).expect("verify");
 }

@@ -409,6 +409,174 @@ fn a_postgres_ledger_of_a_newer_schema_is_refused() {
     newer_schema_is_refused(Backend::Postgres);
 }
 
+/// Eight workers opening a new location at once all open the one ledger the first of them
+/// creates. On PostgreSQL also when the server's default isolation is SERIALIZABLE or
+/// REPEATABLE READ (a `default_transaction_isolation` some operators set): a migration that
+/// read the schema on a snapshot taken before it waited for the migration lock would not see
+/// the tables its predecessor created, and fail creating them again.
+fn first_opens_at_once(backend: Backend) {
+    let settings: &[Option<&str>] = match backend {
+        Backend::Sqlite => &[None],
+        Backend::Postgres => &[None, Some("serializable"), Some("repeatable%5C%20read")],
+    };
+    for isolation in settings {
+        let Some(place) = Place::new(backend, "first_opens") else {
+            return;
+        };
+        let location = match isolation {
+            Some(level) => place.with_settings(&[("default_transaction_isolation", level)]),
+            None => place.location.clone(),
+        };
+        let go = std::sync::Arc::new(std::sync::Barrier::new(8));
+        let workers: Vec<_> = (0..8)
+            .map(|i| {
+                let (location, go) = (location.clone(), go.clone());
+                std::thread::spawn(move || {
+                    go.wait();
+                    let mut l = gpumeter_bank::open(&location)?;
+                    append(&mut l, crash_tx(i)).map(|_| ())
+                })
+            })
+            .collect();
+        for w in workers {
+            if let Err(e) = w.join().expect("a worker thread") {
+                panic!("{backend:?}, default isolation {isolation:?}: a first open failed: {e}");
+            }
+        }
+        assert_eq!(place.count("transactions"), 8, "{isolation:?}");
+        assert_eq!(place.count("meta WHERE name = 'schema_version'"), 1);
+    }
+}
+
+#[test]
+fn first_opens_at_once_share_one_ledger() {
+    first_opens_at_once(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn first_opens_at_once_share_one_postgres_ledger() {
+    first_opens_at_once(Backend::Postgres);
+}
+
+/// Sums that a decimal cannot hold exactly are refused, never rounded: a transaction whose
+/// postings sum to 0.00000001 is not balanced because adding them one by one rounds the
+/// first sum (rust_decimal rounds what exceeds its 96-bit mantissa), and a balance that would
+/// need more digits than a decimal has is refused rather than rounded (SQLite and the memory
+/// ledger added with rounding while PostgreSQL's `numeric` stayed exact).
+fn inexact_sums_are_refused<L: Ledger>(mut l: L, what: &str) {
+    let big = "79228162514264337593543950335";
+    let unbalanced = new_tx(
+        "rounded-to-zero",
+        "grant",
+        &[
+            ("a", "credits", big),
+            ("b", "credits", "0.00000001"),
+            ("c", "credits", &format!("-{big}")),
+        ],
+    );
+    let got = append(&mut l, unbalanced);
+    assert!(
+        matches!(
+            got,
+            Err(BankError::Unbalanced { .. } | BankError::Refused(_))
+        ),
+        "{what}: postings summing to 0.00000001 must be refused, got {got:?}"
+    );
+    append(
+        &mut l,
+        new_tx(
+            "large",
+            "grant",
+            &[
+                ("a", "credits", "7922816251426433759354395033.5"),
+                ("b", "credits", "-7922816251426433759354395033.5"),
+            ],
+        ),
+    )
+    .unwrap_or_else(|e| panic!("{what}: a large balanced transaction: {e}"));
+    let got = append(
+        &mut l,
+        new_tx(
+            "finer",
+            "grant",
+            &[("a", "credits", "0.01"), ("b", "credits", "-0.01")],
+        ),
+    );
+    assert!(
+        matches!(got, Err(BankError::Refused(_))),
+        "{what}: a balance of 7922816251426433759354395033.51 is not a decimal and must be \
+         refused, not rounded, got {got:?}"
+    );
+    let b = balances(&mut l);
+    assert_eq!(
+        b.iter()
+            .map(|(a, _, x)| (a.as_str(), x.to_string()))
+            .collect::<Vec<_>>(),
+        [
+            ("a", "7922816251426433759354395033.5".to_string()),
+            ("b", "-7922816251426433759354395033.5".to_string())
+        ],
+        "{what}"
+    );
+    assert_eq!(read(&mut l, |t| verify(t)).transactions, 1, "{what}");
+}
+
+#[test]
+fn inexact_sums_are_refused_by_every_ledger() {
+    inexact_sums_are_refused(MemoryLedger::new(), "memory");
+    let place = Place::new(Backend::Sqlite, "inexact_sums").expect("a temporary directory");
+    inexact_sums_are_refused(place.open(), "sqlite");
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn inexact_sums_are_refused_by_postgres() {
+    let Some(place) = Place::new(Backend::Postgres, "inexact_sums") else {
+        return;
+    };
+    inexact_sums_are_refused(place.open(), "postgres");
+}
+
+/// A role that may use the ledger's schema but was not granted its tables (a billing worker's
+/// role set up by hand, a grant forgotten) is told so: the tables are there, it may not read
+/// them. It is not told that there is no bank, nor does `open` try to create a second one.
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn a_role_without_privileges_on_the_ledger_is_told_so() {
+    let Some(place) = Place::new(Backend::Postgres, "no_privileges") else {
+        return;
+    };
+    append(&mut place.open(), crash_tx(0)).expect("appending");
+    let schema = place
+        .location
+        .rsplit("search_path%3D")
+        .next()
+        .expect("the schema's name")
+        .to_string();
+    let role = format!("{schema}_r");
+    place.execute(&format!("CREATE ROLE \"{role}\" LOGIN"));
+    place.execute(&format!("GRANT USAGE ON SCHEMA \"{schema}\" TO \"{role}\""));
+    let as_role = format!("{}&user={role}", place.location);
+    for (how, opened) in [
+        ("open_existing", gpumeter_bank::open_existing(&as_role)),
+        ("open", gpumeter_bank::open(&as_role)),
+    ] {
+        let msg = match opened {
+            Ok(_) => panic!("{how}: opened a ledger it may not read"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            msg.contains("permission denied") && !msg.contains("not a gpumeter ledger"),
+            "{how}: {msg}"
+        );
+        assert!(!msg.contains("there is no bank"), "{how}: {msg}");
+    }
+    assert_eq!(place.count("transactions"), 1);
+    place.execute(&format!("DROP OWNED BY \"{role}\""));
+    place.execute(&format!("DROP ROLE \"{role}\""));
+}
+
 // ---------------------------------------------------------------------------------------
 // Tampering.
 

@@ -182,3 +182,29 @@ fn tls_follows_the_urls_sslmode() {
     assert!(!refused.contains(OPENED), "{refused}");
     assert!(refused.contains("no encryption"), "{refused}");
 }
+
+/// A URL rust-postgres does not accept is refused naming what is wrong with it (the option and
+/// its value), not only as "invalid connection string".
+#[test]
+fn a_url_that_does_not_parse_says_why() {
+    for (url, says) in [
+        (
+            "postgres://127.0.0.1:1/db?target_session_attrs=sometimes",
+            "target_session_attrs",
+        ),
+        ("postgres://127.0.0.1:1/db?sslmode=always", "sslmode"),
+        (
+            "postgres://127.0.0.1:1/db?no_such_option=1",
+            "no_such_option",
+        ),
+    ] {
+        let message = match gpumeter_bank::open(url) {
+            Err(gpumeter_bank::BankError::Storage { message, .. }) => message,
+            other => panic!("{url}: {other:?}"),
+        };
+        assert!(
+            message.contains("not a PostgreSQL connection URL") && message.contains(says),
+            "{url}: {message}"
+        );
+    }
+}

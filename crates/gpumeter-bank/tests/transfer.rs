@@ -504,3 +504,126 @@ fn imports_refused_into_sqlite_leave_nothing() {
 fn imports_refused_into_postgres_leave_nothing() {
     refusals(&Backend::Postgres, "pg_refusals");
 }
+
+/// PostgreSQL's `text` cannot hold a NUL character, which an SQLite ledger can: an export
+/// holding one (in a transaction's tenant, key or account) imported into PostgreSQL is refused
+/// naming the line and its transaction, as any line the target cannot take, and nothing is
+/// imported; appending such a transaction directly is refused naming its key, not a storage
+/// failure of the server.
+#[test]
+fn a_nul_character_is_refused_by_postgres_naming_the_line() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for (label, field) in [
+        ("nul_tenant", "tenant"),
+        ("nul_key", "key"),
+        ("nul_account", "account"),
+    ] {
+        let mut src = open(
+            dir.path()
+                .join(format!("{label}.db"))
+                .to_str()
+                .expect("utf-8"),
+        );
+        let tx = |key: &str, tenant: &str, account: &str| gpumeter_bank::NewTransaction {
+            key: key.into(),
+            kind: "grant".into(),
+            at: "2026-11-01T00:00:00Z".into(),
+            tenant: Some(tenant.into()),
+            postings: vec![
+                gpumeter_bank::Posting::new(account, "credits", d("5")),
+                gpumeter_bank::Posting::new("provider:promotions", "credits", d("-5")),
+            ],
+            memo: serde_json::json!({}),
+        };
+        let bad = match field {
+            "tenant" => tx("k-2", "bo\0b", "tenant:bob:credits:g-1"),
+            "key" => tx("k\u{0}2", "bob", "tenant:bob:credits:g-1"),
+            _ => tx("k-2", "bob", "tenant:bo\0b:credits:g-1"),
+        };
+        let good = tx("k-1", "alice", "tenant:alice:credits:g-1");
+        for t in [good, bad.clone()] {
+            src.atomically(true, |l| l.append(t.clone()))
+                .expect("SQLite holds a NUL");
+        }
+        let (bytes, _) = export_bytes(&mut src);
+        let text = String::from_utf8(bytes).expect("UTF-8");
+        let Some(e) = refused(&Backend::Postgres, dir.path(), label, &text) else {
+            return;
+        };
+        let (line, transaction, reason) = named(&e);
+        assert_eq!(line, 2, "{label}: {e}");
+        assert_eq!(transaction, Some((2, bad.key.clone())), "{label}: {e}");
+        assert!(reason.contains("NUL"), "{label}: {e}");
+
+        let (location, _schema) = target(&Backend::Postgres, dir.path(), label).expect("a server");
+        let mut pg = open(&location);
+        match pg.atomically(true, |l| l.append(bad.clone())) {
+            Err(e @ BankError::Refused(_)) => {
+                let msg = e.to_string();
+                assert!(msg.contains("NUL") && msg.contains(field), "{label}: {msg}");
+            }
+            other => panic!("{label}: a NUL must be refused, got {other:?}"),
+        }
+    }
+}
+
+/// A key longer than PostgreSQL's unique index can hold (about 2.7 kB once compressed; an
+/// SQLite ledger takes any length): an export holding one, imported into PostgreSQL, is
+/// refused naming the line and its transaction, as any line the target refuses; appending
+/// it directly is refused naming its key, with the server's reason.
+#[test]
+fn a_key_too_long_for_postgres_is_refused_naming_the_line() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let mut state = 0x9e37_79b9_7f4a_7c15_u64;
+    let alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let long: String = (0..8000)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            char::from(alphabet[(state % 64) as usize])
+        })
+        .collect();
+    let tx = |key: &str| gpumeter_bank::NewTransaction {
+        key: key.into(),
+        kind: "grant".into(),
+        at: "2026-11-01T00:00:00Z".into(),
+        tenant: Some("alice".into()),
+        postings: vec![
+            gpumeter_bank::Posting::new("tenant:alice:credits:g-1", "credits", d("5")),
+            gpumeter_bank::Posting::new("provider:promotions", "credits", d("-5")),
+        ],
+        memo: serde_json::json!({}),
+    };
+    let bad = tx(&format!("grant:{long}"));
+    let mut src = open(dir.path().join("long.db").to_str().expect("utf-8"));
+    for t in [tx("k-1"), bad.clone()] {
+        src.atomically(true, |l| l.append(t.clone()))
+            .expect("SQLite holds a long key");
+    }
+    let (bytes, _) = export_bytes(&mut src);
+    let text = String::from_utf8(bytes).expect("UTF-8");
+    let Some(e) = refused(&Backend::Postgres, dir.path(), "long_key", &text) else {
+        return;
+    };
+    let (line, transaction, reason) = named(&e);
+    assert_eq!(line, 2, "{e}");
+    assert_eq!(transaction, Some((2, bad.key.clone())), "{e}");
+    assert!(reason.contains("index row size"), "{e}");
+
+    let (location, _schema) = target(&Backend::Postgres, dir.path(), "long_key").expect("a server");
+    let mut pg = open(&location);
+    match pg.atomically(true, |l| l.append(bad.clone())) {
+        Err(e @ BankError::Refused(_)) => {
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&bad.key[..40]) && msg.contains("index row size"),
+                "{msg}"
+            );
+        }
+        other => panic!("a key too long must be refused, got {other:?}"),
+    }
+    // Refused, not a failure of the connection: the ledger still works.
+    pg.atomically(true, |l| l.append(tx("k-1")))
+        .expect("appending after a refusal");
+}
