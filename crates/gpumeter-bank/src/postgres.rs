@@ -816,38 +816,50 @@ impl LedgerTx for PgTx<'_, '_> {
             })?;
             return Ok(Appended::AlreadyApplied(earlier));
         }
-        for (idx, p) in tx.postings.iter().enumerate() {
-            let idx = i32::try_from(idx).map_err(|_| {
-                BankError::Refused(format!("transaction `{}` has too many postings", tx.key))
-            })?;
-            let amount = p.amount.to_string();
+        // The postings and their balances in two statements, not two per posting: this runs
+        // while the chain is held, and every round trip here is one every other writer waits
+        // out. Balances are summed per account and commodity first (a statement's upsert may
+        // touch a row once); a balance beyond a decimal is refused as on SQLite.
+        if i32::try_from(tx.postings.len()).is_err() {
+            return Err(BankError::Refused(format!(
+                "transaction `{}` has too many postings",
+                tx.key
+            )));
+        }
+        let accounts: Vec<&str> = tx.postings.iter().map(|p| p.account.as_str()).collect();
+        let commodities: Vec<&str> = tx.postings.iter().map(|p| p.commodity.as_str()).collect();
+        let amounts: Vec<String> = tx.postings.iter().map(|p| p.amount.to_string()).collect();
+        if !tx.postings.is_empty() {
             self.write(
-                "cannot append a posting",
+                "cannot append the postings",
                 &tx.key,
                 "INSERT INTO postings (seq, idx, account, commodity, amount)
-                 VALUES ($1, $2, $3, $4, ($5::text)::numeric)",
-                &[&seq_i, &idx, &p.account, &p.commodity, &amount],
+                 SELECT $1, (p.i - 1)::integer, p.a, p.c, p.m::numeric
+                 FROM unnest($2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS p(a, c, m, i)",
+                &[&seq_i, &accounts, &commodities, &amounts],
             )?;
-            let what = "cannot update a balance";
+            let what = "cannot update the balances";
             let rows = self.write(
                 what,
                 &tx.key,
                 "INSERT INTO balances (account, commodity, amount)
-                 VALUES ($1, $2, ($3::text)::numeric)
+                 SELECT p.a, p.c, sum(p.m::numeric)
+                 FROM unnest($1::text[], $2::text[], $3::text[]) AS p(a, c, m)
+                 GROUP BY p.a, p.c
                  ON CONFLICT (account, commodity)
                  DO UPDATE SET amount = balances.amount + excluded.amount
-                 RETURNING amount::text",
-                &[&p.account, &p.commodity, &amount],
+                 RETURNING account, commodity, amount::text",
+                &[&accounts, &commodities, &amounts],
             )?;
-            let text: String = match rows.first() {
-                Some(r) => self.get(what, r, 0)?,
-                None => return Err(storage_msg(self.location, format!("{what}: no row"))),
-            };
-            if Decimal::from_str_exact(&text).is_err() {
-                return Err(BankError::Refused(format!(
-                    "the balance of {} in {} exceeds what a decimal holds",
-                    p.account, p.commodity
-                )));
+            for r in &rows {
+                let account: String = self.get(what, r, 0)?;
+                let commodity: String = self.get(what, r, 1)?;
+                let text: String = self.get(what, r, 2)?;
+                if Decimal::from_str_exact(&text).is_err() {
+                    return Err(BankError::Refused(format!(
+                        "the balance of {account} in {commodity} exceeds what a decimal holds"
+                    )));
+                }
             }
         }
         Ok(Appended::Applied(StoredTransaction {
