@@ -24,15 +24,20 @@ pub fn is_postgres(location: &str) -> bool {
 }
 
 /// `location` as messages may show it: a PostgreSQL URL without its password (in the user
-/// part or a `password` parameter); a file path as given. A URL that does not parse is shown
-/// as its scheme only, since where its password would be cannot be told.
+/// part or a `password` parameter); a file path as given. libpq's forms that are not WHATWG
+/// URLs (a user without a host, `postgres://billing:pw@/ledger?host=/run/postgresql`; several
+/// hosts, `postgres://h1:5432,h2:5432/ledger`) are shown with the password replaced too. A
+/// location where the password's end cannot be told (an `@` after the host part) is shown as
+/// its scheme only.
 pub fn redact(location: &str) -> String {
     if !is_postgres(location) {
         return location.to_string();
     }
     let Ok(mut url) = url::Url::parse(location) else {
-        let scheme = location.split("://").next().unwrap_or("postgres");
-        return format!("{scheme}://… (a URL that does not parse)");
+        return redact_libpq_url(location).unwrap_or_else(|| {
+            let scheme = location.split("://").next().unwrap_or("postgres");
+            format!("{scheme}://… (not shown: where its password ends cannot be told)")
+        });
     };
     if url.password().is_some() {
         // A URL with a host accepts a password change; one without none to remove.
@@ -53,6 +58,45 @@ pub fn redact(location: &str) -> String {
         url.query_pairs_mut().clear().extend_pairs(pairs);
     }
     url.to_string()
+}
+
+/// [`redact`] for a URL the `url` crate refuses but libpq and the `postgres` crate accept: the
+/// authority (up to the first `/`, `?` or `#`) is `[user[:password]@]hosts`, the password
+/// running to its last `@`; `None` when an `@` follows the authority, since the password may
+/// then hold one of those characters unencoded and its end cannot be told.
+fn redact_libpq_url(location: &str) -> Option<String> {
+    let (scheme, rest) = location.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if tail.contains('@') {
+        return None;
+    }
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{hosts}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    let (path, query) = match tail.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (tail, None),
+    };
+    let mut shown = format!("{scheme}://{authority}{path}");
+    if let Some(query) = query {
+        let pairs = url::form_urlencoded::parse(query.as_bytes());
+        shown.push('?');
+        if pairs.clone().any(|(k, _)| k == "password") {
+            let mut out = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in pairs {
+                out.append_pair(&k, if k == "password" { "***" } else { &v });
+            }
+            shown.push_str(&out.finish());
+        } else {
+            shown.push_str(query);
+        }
+    }
+    Some(shown)
 }
 
 /// A ledger of either backend, chosen by [`open`] from its location.
@@ -154,6 +198,34 @@ mod tests {
         assert!(r.contains("sslmode=require"), "{r}");
         assert_eq!(redact("bank.db"), "bank.db");
         assert!(!redact("postgres://u:s3cret@[bad/db").contains("s3cret"));
+    }
+
+    #[test]
+    fn libpq_urls_that_are_not_whatwg_urls_show_all_but_the_password() {
+        // A user without a host (the socket in `host=`): libpq's and the postgres crate's form.
+        assert_eq!(
+            redact("postgresql://billing:s3cret@/ledger?host=/run/postgresql"),
+            "postgresql://billing:***@/ledger?host=/run/postgresql"
+        );
+        // Several hosts with ports; a password in a parameter as well.
+        assert_eq!(
+            redact("postgres://b:s3cret@h1:5432,h2:5433/ledger?password=s3cret&sslmode=require"),
+            "postgres://b:***@h1:5432,h2:5433/ledger?password=***&sslmode=require"
+        );
+        // A password holding an unencoded `@` runs to the last `@` of the authority.
+        assert_eq!(
+            redact("postgres://b:s3@cret@/ledger"),
+            "postgres://b:***@/ledger"
+        );
+        // An `@` after the host part: the password's end cannot be told.
+        for odd in [
+            "postgres://b:s3/cret@/ledger",
+            "postgres://b:s3?cret@/ledger",
+            "postgres://b:s3#cret@/ledger",
+        ] {
+            let r = redact(odd);
+            assert!(!r.contains("s3") && !r.contains("cret"), "{odd} -> {r}");
+        }
     }
 
     #[test]

@@ -767,6 +767,16 @@ fn a_postgres_password_never_shows_in_messages() {
             "postgresql://127.0.0.1:1/ledger?user=billing&password=s3cret-pw&sslmode=disable",
             "password=***",
         ),
+        // libpq's forms that are not WHATWG URLs: a user without a host (the host a
+        // parameter, as for a Unix socket), and several hosts. They are shown, not hidden.
+        (
+            "postgresql://billing:s3cret-pw@/ledger?host=127.0.0.1&port=1&sslmode=disable",
+            "postgresql://billing:***@/ledger?host=127.0.0.1&port=1&sslmode=disable",
+        ),
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1,127.0.0.1:1/ledger?sslmode=disable",
+            "postgres://billing:***@127.0.0.1:1,127.0.0.1:1/ledger?sslmode=disable",
+        ),
     ] {
         for args in [
             vec!["bank", "balance", "--bank", url, "--tenant", "acme"],
