@@ -239,8 +239,12 @@ impl PostgresLedger {
 
     fn connect(url: &str, create: bool) -> Result<PostgresLedger, BankError> {
         let location = redact(url);
-        let config = Config::from_str(url)
-            .map_err(|e| storage_msg(&location, format!("not a PostgreSQL connection URL: {e}")))?;
+        let config = Config::from_str(url).map_err(|e| {
+            storage_msg(
+                &location,
+                format!("not a PostgreSQL connection URL: {}", describe(&e)),
+            )
+        })?;
         let mut client = connect(&config, &location)?;
         client
             .batch_execute(&format!(

@@ -795,6 +795,33 @@ fn a_postgres_password_never_shows_in_messages() {
     }
 }
 
+/// A URL the PostgreSQL client refuses names the option that is wrong (libpq's
+/// `sslmode=verify-full`, which docs/BANK.md says is not accepted; a misspelt option), not only
+/// "invalid connection string"; the password does not show.
+#[test]
+fn a_postgres_url_with_a_bad_option_names_the_option() {
+    for (url, option) in [
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?sslmode=verify-full",
+            "invalid value for option `sslmode`",
+        ),
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?ssl_mode=disable",
+            "unknown option `ssl_mode`",
+        ),
+    ] {
+        let o = gpumeter(&["bank", "verify", "--bank", url]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{url}: {err}");
+        assert!(
+            err.contains("not a PostgreSQL connection URL"),
+            "{url}: {err}"
+        );
+        assert!(err.contains(option), "{url}: {err}");
+        assert!(!err.contains("s3cret-pw"), "{url}: {err}");
+    }
+}
+
 /// A login the server refuses (a role it does not have, with a password): the server's reason
 /// shows, the password does not.
 #[test]
