@@ -696,6 +696,12 @@ fn reading_commands_refuse_a_missing_bank_and_create_nothing() {
             "{}",
             stderr(&o)
         );
+        // The commands that create a bank, `bank import` among them (the way to move a bank).
+        assert!(
+            stderr(&o).contains("`bank import` and `invoice finalize` create one"),
+            "{}",
+            stderr(&o)
+        );
         assert!(!typo.exists(), "{args:?} created {t}");
     }
     // A grant creates it.
