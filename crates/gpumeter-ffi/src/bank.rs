@@ -197,8 +197,9 @@ struct Granted {
 ///
 /// On success `*out` is a new bank the caller owns and frees with `gm_bank_free`; on failure
 /// `*out` is not written. Any thread. Messages name the location, a URL without its
-/// password. A PostgreSQL location blocks while the server is reached: the URL's
-/// `connect_timeout` (seconds) bounds it.
+/// password. A PostgreSQL location blocks while the server is reached and answers: the URL's
+/// `connect_timeout` (seconds) bounds the TCP connection to each host, not a server that
+/// accepts the connection and then does not answer (docs/BANK.md, "The connection string").
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),
