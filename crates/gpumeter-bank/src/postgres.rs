@@ -336,7 +336,17 @@ fn connect(config: &Config, location: &str) -> Result<Client, BankError> {
             Err(e) => return Err(e),
         }
     };
-    out.map_err(|e| storage(location, "cannot connect", &e))
+    out.map_err(|e| {
+        let mut message = format!("cannot connect: {}", describe(&e));
+        if message.contains("UnknownIssuer") {
+            // rustls's name for it says nothing of what to do.
+            message.push_str(
+                " (no root this machine trusts signed the server's certificate: point \
+                 SSL_CERT_FILE at its CA's certificate)",
+            );
+        }
+        storage_msg(location, message)
+    })
 }
 
 /// rustls with the system's trusted roots (`SSL_CERT_FILE`, `SSL_CERT_DIR` override them).
