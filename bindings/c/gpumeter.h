@@ -172,6 +172,10 @@ extern "C" {
 // password. A PostgreSQL location blocks while the server is reached and answers: the URL's
 // `connect_timeout` (seconds) bounds the TCP connection to each host, not a server that
 // accepts the connection and then does not answer (docs/BANK.md, "The connection string").
+// A PostgreSQL bank is one connection, never re-established: once it breaks (the server
+// restarts or fails over, a network cut), every later call is `GM_ERR_BANK` ("connection
+// closed"); free the bank and open it again. A call the break interrupted may or may not have
+// committed: make it again with the same idempotency key, and it applies once.
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),

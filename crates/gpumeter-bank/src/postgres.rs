@@ -113,7 +113,9 @@ const MIGRATIONS: &[&str] = &[
 const TABLES: [&str; 4] = ["meta", "transactions", "postings", "balances"];
 
 /// A ledger in a PostgreSQL database, on one connection. Open one per worker (process or
-/// thread); any number may share a database.
+/// thread); any number may share a database. The connection is never re-established: once
+/// it breaks (a server restart or failover), every call fails with [`BankError::Storage`]
+/// ("connection closed") and the ledger must be opened again.
 pub struct PostgresLedger {
     client: Client,
     location: String,
