@@ -391,10 +391,14 @@ fn contents(
         file: location.to_string(),
         reason,
     };
+    // pg_catalog, not information_schema.tables, which lists only the tables the role has a
+    // privilege on: a role without one would see no bank where there is one (and try to
+    // create its tables).
     let tables: Vec<String> = tx
         .query(
-            "SELECT table_name::text FROM information_schema.tables
-             WHERE table_schema = current_schema() AND table_name = ANY($1)
+            "SELECT c.relname::text FROM pg_catalog.pg_class c
+             JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = current_schema() AND c.relname = ANY($1)
              ORDER BY 1",
             &[&TABLES.to_vec()],
         )
@@ -414,6 +418,14 @@ fn contents(
         tx.query_opt("SELECT value FROM meta WHERE name = $1", &[&name])
             .and_then(|r| r.map(|r| r.try_get(0)).transpose())
             .map_err(|e| {
+                if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
+                    return storage(
+                        location,
+                        "the role may not read the bank (docs/BANK.md, Migrations: the \
+                         privileges a worker needs)",
+                        &e,
+                    );
+                }
                 not_a_ledger(format!(
                     "not a gpumeter ledger: its `meta` table cannot be read ({})",
                     describe(&e)

@@ -759,6 +759,83 @@ fn a_postgres_schema_without_a_ledger_is_no_bank_and_reading_creates_none() {
     verify_ok(schema.url.as_str());
 }
 
+/// A role without privileges on an existing bank's tables (a worker not yet granted them) is
+/// told so: not "there is no bank" (information_schema hides tables a role may not use), and
+/// a command that may create a bank does not try to create the tables again ("relation
+/// `meta` already exists").
+#[test]
+fn a_postgres_role_without_privileges_is_told_so_not_that_there_is_no_bank() {
+    let Some(schema) = gpumeter_test_postgres::Schema::fresh("cli_no_privilege") else {
+        return;
+    };
+    grant(
+        schema.url.as_str(),
+        &["--tenant", "acme", "--credits", "1", "--rate", "1"],
+    );
+    let role = schema.name.replace("gmtest_", "gmrole_");
+    gpumeter_test_postgres::batch(
+        &schema.url,
+        &format!(
+            "CREATE ROLE {role}; GRANT USAGE, CREATE ON SCHEMA {} TO {role}",
+            schema.name
+        ),
+    )
+    .expect("a role");
+    struct DropRole(String, String);
+    impl Drop for DropRole {
+        fn drop(&mut self) {
+            let _ = gpumeter_test_postgres::batch(
+                &self.0,
+                &format!("DROP OWNED BY {r}; DROP ROLE {r}", r = self.1),
+            );
+        }
+    }
+    let _role = DropRole(schema.url.clone(), role.clone());
+    // The session takes the role (the test server's user may be a superuser).
+    let url = schema
+        .url
+        .replacen("options=", &format!("options=-crole%3D{role}%20"), 1);
+    assert_ne!(url, schema.url, "the schema's URL has options");
+    let tables = || {
+        gpumeter_test_postgres::query_i64(
+            &schema.url,
+            &format!(
+                "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = '{}'",
+                schema.name
+            ),
+        )
+        .expect("the test server answers")
+    };
+    let before = tables();
+    for args in [
+        vec!["bank", "verify", "--bank", &url],
+        vec![
+            "bank",
+            "grant",
+            "--bank",
+            &url,
+            "--tenant",
+            "acme",
+            "--credits",
+            "1",
+            "--rate",
+            "1",
+        ],
+    ] {
+        let o = gpumeter(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("the role may not read the bank"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("permission denied"), "{args:?}: {err}");
+        assert!(!err.contains("there is no bank"), "{args:?}: {err}");
+    }
+    assert_eq!(tables(), before, "tables created");
+    verify_ok(schema.url.as_str());
+}
+
 /// A PostgreSQL URL's password never shows: the server cannot be reached (nothing listens on
 /// port 1), in the user part or as a `password` parameter: exit 1, the URL shown with `***`.
 /// `sslmode=disable`: the failure is the connection's, whatever TLS roots the system has.
