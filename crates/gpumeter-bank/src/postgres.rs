@@ -254,16 +254,22 @@ impl PostgresLedger {
                 LOCK_TIMEOUT.as_millis()
             ))
             .map_err(|e| storage(&location, "cannot set the lock timeout", &e))?;
-        let schema: Option<String> = client
-            .query_one("SELECT current_schema()::text", &[])
-            .and_then(|r| r.try_get(0))
+        // current_schema() skips the schemas the role has no USAGE on, as well as missing ones.
+        let (schema, search_path): (Option<String>, String) = client
+            .query_one(
+                "SELECT current_schema()::text, current_setting('search_path')",
+                &[],
+            )
+            .and_then(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .map_err(|e| storage(&location, "cannot read its search_path", &e))?;
         let Some(schema) = schema else {
             return Err(BankError::NotALedger {
                 file: location,
-                reason: "the connection's search_path names no schema that exists; create \
-                         the schema, or name one with options=-csearch_path%3D<schema>"
-                    .to_string(),
+                reason: format!(
+                    "the connection's search_path ({search_path}) names no schema that exists \
+                     and the role may use; create the schema, grant the role USAGE on it, or \
+                     name another with options=-csearch_path%3D<schema>"
+                ),
             });
         };
         let keys = LockKeys { schema };

@@ -833,6 +833,25 @@ fn a_postgres_role_without_privileges_is_told_so_not_that_there_is_no_bank() {
         assert!(!err.contains("there is no bank"), "{args:?}: {err}");
     }
     assert_eq!(tables(), before, "tables created");
+    // Without USAGE on the schema, PostgreSQL skips it in the search_path as if it did not
+    // exist: the message says both, and names the search_path.
+    gpumeter_test_postgres::batch(
+        &schema.url,
+        &format!("REVOKE USAGE ON SCHEMA {} FROM {role}", schema.name),
+    )
+    .expect("revoking USAGE");
+    let o = gpumeter(&["bank", "verify", "--bank", &url]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("names no schema that exists and the role may use"),
+        "{err}"
+    );
+    assert!(err.contains("grant the role USAGE on it"), "{err}");
+    assert!(
+        err.contains(&format!("search_path ({})", schema.name)),
+        "{err}"
+    );
     verify_ok(schema.url.as_str());
 }
 
