@@ -241,7 +241,14 @@ impl PostgresLedger {
 
     fn connect(url: &str, create: bool) -> Result<PostgresLedger, BankError> {
         let location = redact(url);
-        let config = Config::from_str(url).map_err(|e| {
+        // A scheme is case-insensitive (RFC 3986; `is_postgres` reads it so), but the client
+        // knows only `postgres://` and `postgresql://`: it would read `POSTGRES://…` as
+        // key=value text and quote it, password and all, in its error.
+        let url = match url.split_once("://") {
+            Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+            None => url.to_string(),
+        };
+        let config = Config::from_str(&url).map_err(|e| {
             storage_msg(
                 &location,
                 format!("not a PostgreSQL connection URL: {}", describe(&e)),

@@ -879,6 +879,12 @@ fn a_postgres_password_never_shows_in_messages() {
             "postgres://billing:s3cret-pw@127.0.0.1:1,127.0.0.1:1/ledger?sslmode=disable",
             "postgres://billing:***@127.0.0.1:1,127.0.0.1:1/ledger?sslmode=disable",
         ),
+        // A scheme in upper case is a PostgreSQL URL like any other (the client knows only
+        // lower case, and quoted the whole URL in its parse error).
+        (
+            "POSTGRES://billing:s3cret-pw@127.0.0.1:1/ledger?sslmode=disable",
+            "postgres://billing:***@127.0.0.1:1/ledger?sslmode=disable",
+        ),
     ] {
         for args in [
             vec!["bank", "balance", "--bank", url, "--tenant", "acme"],
