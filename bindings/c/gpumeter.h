@@ -161,7 +161,8 @@ extern "C" {
 // `postgres://billing@db.example/ledger?sslmode=require`; the ledger lives in the
 // connection's `search_path` schema, which `options=-csearch_path%3Dbank` sets; TLS as
 // `sslmode` says, with the system's trusted roots) or else the path of an SQLite file
-// (relative to the working directory). Creates the ledger when there is none (a file that does
+// (relative to the working directory); a URL of another scheme (a mistyped
+// `postgress://…`) is refused (`GM_ERR_BANK`). Creates the ledger when there is none (a file that does
 // not exist or is empty, a schema without the ledger's tables), as `gpumeter bank grant` and
 // `gpumeter invoice finalize` do, and migrates an older one. A file or schema that holds
 // something else is refused before anything is written to it. `location` is read during the
@@ -185,7 +186,8 @@ extern "C" {
 //
 // # Safety
 // `location` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
-gm_status gm_bank_open(const char *location, struct gm_bank **out);
+gm_status gm_bank_open(const char *location,
+                       struct gm_bank **out);
 
 // Closes a bank and frees it (the file or database stays; everything committed is in it).
 // NULL is fine.

@@ -1,5 +1,6 @@
 //! Choosing the ledger by its location: a `postgres://` or `postgresql://` URL is a
-//! PostgreSQL database (Cargo feature `postgres`), anything else is the path of an SQLite file.
+//! PostgreSQL database (Cargo feature `postgres`), anything else is the path of an SQLite file,
+//! except an empty location and a URL of another scheme (a mistyped `postgress://`), refused.
 //! The CLI's `--bank`, the facade and the C ABI's `gm_bank_open` all go through [`open`] and
 //! [`open_existing`], so a location means the same bank everywhere.
 
@@ -30,7 +31,7 @@ pub fn is_postgres(location: &str) -> bool {
 /// location where the password's end cannot be told (an `@` after the host part) is shown as
 /// its scheme only.
 pub fn redact(location: &str) -> String {
-    if !is_postgres(location) {
+    if !is_postgres(location) && other_scheme(location).is_none() {
         return location.to_string();
     }
     let Ok(mut url) = url::Url::parse(location) else {
@@ -58,6 +59,41 @@ pub fn redact(location: &str) -> String {
         url.query_pairs_mut().clear().extend_pairs(pairs);
     }
     url.to_string()
+}
+
+/// The scheme of a location that is a URL but not a PostgreSQL one (`postgress://…`,
+/// `mysql://…`): at least two characters (so that `C://…` stays a path), a letter first, then
+/// letters, digits, `+`, `-` or `.`, before `://`.
+fn other_scheme(location: &str) -> Option<&str> {
+    let (scheme, _) = location.split_once("://")?;
+    let mut chars = scheme.chars();
+    let url_like = scheme.len() >= 2
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (url_like && !is_postgres(location)).then_some(scheme)
+}
+
+/// Refuses a location that can be neither backend's: an empty one (SQLite would open a
+/// temporary database), or a URL of another scheme (a mistyped `postgres://`, which as an SQLite
+/// path would be created or named in messages with its password).
+fn check_location(location: &str) -> Result<(), BankError> {
+    if location.is_empty() {
+        return Err(BankError::NotALedger {
+            file: "\"\"".to_string(),
+            reason: "an empty location: a bank is the path of an SQLite file or a postgres:// URL"
+                .to_string(),
+        });
+    }
+    if let Some(scheme) = other_scheme(location) {
+        return Err(BankError::NotALedger {
+            file: redact(location),
+            reason: format!(
+                "a URL of scheme `{scheme}`, which no bank has: a PostgreSQL bank's URL begins \
+                 with postgres:// or postgresql://, anything else is the path of an SQLite file"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// [`redact`] for a URL the `url` crate refuses but libpq and the `postgres` crate accept: the
@@ -143,9 +179,11 @@ impl Ledger for AnyLedger {
 /// - [`BankError::BackendNotEnabled`]: a PostgreSQL URL in a build without the `postgres`
 ///   feature.
 /// - [`BankError::NotALedger`]: the location holds something else, or a ledger of a newer
-///   schema version.
+///   schema version; it is empty, or a URL of another scheme than `postgres` / `postgresql`
+///   (`postgress://…`), which is no SQLite path either.
 /// - [`BankError::Storage`]: the file or the server cannot be reached, read or written.
 pub fn open(location: &str) -> Result<AnyLedger, BankError> {
+    check_location(location)?;
     if is_postgres(location) {
         return open_postgres(location, false);
     }
@@ -159,6 +197,7 @@ pub fn open(location: &str) -> Result<AnyLedger, BankError> {
 /// # Errors
 /// [`BankError::NotALedger`] when there is no ledger there, and every error of [`open`].
 pub fn open_existing(location: &str) -> Result<AnyLedger, BankError> {
+    check_location(location)?;
     if is_postgres(location) {
         return open_postgres(location, true);
     }
@@ -226,6 +265,32 @@ mod tests {
             let r = redact(odd);
             assert!(!r.contains("s3") && !r.contains("cret"), "{odd} -> {r}");
         }
+    }
+
+    #[test]
+    fn empty_locations_and_urls_of_other_schemes_are_refused_before_any_file() {
+        for location in [
+            "postgress://u:s3cret@h/ledger",
+            "mysql://u:s3cret@h/ledger",
+            "",
+        ] {
+            for result in [super::open(location), super::open_existing(location)] {
+                match result {
+                    Err(crate::ledger::BankError::NotALedger { file, reason }) => {
+                        assert!(!file.contains("s3cret"), "{file}");
+                        assert!(
+                            reason.contains("postgres://"),
+                            "{location}: {file}: {reason}"
+                        );
+                    }
+                    other => panic!("{location}: {other:?}"),
+                }
+            }
+        }
+        // A one-letter scheme is a Windows drive, a path: not refused as a URL.
+        assert!(super::other_scheme("C://bank.db").is_none());
+        assert_eq!(super::other_scheme("pg://h/db"), Some("pg"));
+        assert_eq!(super::other_scheme("postgres://h/db"), None);
     }
 
     #[test]

@@ -903,6 +903,32 @@ fn a_postgres_password_never_shows_in_messages() {
     }
 }
 
+/// A mistyped scheme (`postgress://`) is refused as a location, its password hidden, saying
+/// what a PostgreSQL URL begins with; it was an SQLite path, named whole in "unable to open
+/// database file". An empty `--bank` is refused too (SQLite would open a temporary database).
+#[test]
+fn a_url_of_another_scheme_or_an_empty_location_is_no_bank() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for location in ["postgress://billing:s3cret-pw@db.example/ledger", ""] {
+        let o = Command::new(env!("CARGO_BIN_EXE_gpumeter"))
+            .current_dir(dir.path())
+            .args(["bank", "grant", "--bank", location, "--tenant", "acme"])
+            .args(["--credits", "1", "--rate", "1"])
+            .output()
+            .expect("run gpumeter");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{location}: {err}");
+        assert!(!err.contains("s3cret-pw"), "{err}");
+        assert!(err.contains("postgres://"), "{err}");
+        assert!(!err.contains("unable to open database file"), "{err}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("the dir").count(),
+        0,
+        "something was created"
+    );
+}
+
 /// A URL the PostgreSQL client refuses names the option that is wrong (libpq's
 /// `sslmode=verify-full`, which docs/BANK.md says is not accepted; a misspelt option), not only
 /// "invalid connection string"; the password does not show.

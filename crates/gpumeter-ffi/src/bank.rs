@@ -189,7 +189,8 @@ struct Granted {
 /// `postgres://billing@db.example/ledger?sslmode=require`; the ledger lives in the
 /// connection's `search_path` schema, which `options=-csearch_path%3Dbank` sets; TLS as
 /// `sslmode` says, with the system's trusted roots) or else the path of an SQLite file
-/// (relative to the working directory). Creates the ledger when there is none (a file that does
+/// (relative to the working directory); a URL of another scheme (a mistyped
+/// `postgress://…`) is refused (`GM_ERR_BANK`). Creates the ledger when there is none (a file that does
 /// not exist or is empty, a schema without the ledger's tables), as `gpumeter bank grant` and
 /// `gpumeter invoice finalize` do, and migrates an older one. A file or schema that holds
 /// something else is refused before anything is written to it. `location` is read during the
