@@ -161,7 +161,8 @@ extern "C" {
 // `postgres://billing@db.example/ledger?sslmode=require`; the ledger lives in the
 // connection's `search_path` schema, which `options=-csearch_path%3Dbank` sets; TLS as
 // `sslmode` says, with the system's trusted roots) or else the path of an SQLite file
-// (relative to the working directory). Creates the ledger when there is none (a file that does
+// (relative to the working directory); a URL of another scheme (a mistyped
+// `postgress://…`) is refused (`GM_ERR_BANK`). Creates the ledger when there is none (a file that does
 // not exist or is empty, a schema without the ledger's tables), as `gpumeter bank grant` and
 // `gpumeter invoice finalize` do, and migrates an older one. A file or schema that holds
 // something else is refused before anything is written to it. `location` is read during the
@@ -169,8 +170,13 @@ extern "C" {
 //
 // On success `*out` is a new bank the caller owns and frees with `gm_bank_free`; on failure
 // `*out` is not written. Any thread. Messages name the location, a URL without its
-// password. A PostgreSQL location blocks while the server is reached: the URL's
-// `connect_timeout` (seconds) bounds it.
+// password. A PostgreSQL location blocks while the server is reached and answers: the URL's
+// `connect_timeout` (seconds) bounds the TCP connection to each host, not a server that
+// accepts the connection and then does not answer (docs/BANK.md, "The connection string").
+// A PostgreSQL bank is one connection, never re-established: once it breaks (the server
+// restarts or fails over, a network cut), every later call is `GM_ERR_BANK` ("connection
+// closed"); free the bank and open it again. A call the break interrupted may or may not have
+// committed: make it again with the same idempotency key, and it applies once.
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),
@@ -180,7 +186,8 @@ extern "C" {
 //
 // # Safety
 // `location` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
-gm_status gm_bank_open(const char *location, struct gm_bank **out);
+gm_status gm_bank_open(const char *location,
+                       struct gm_bank **out);
 
 // Closes a bank and frees it (the file or database stays; everything committed is in it).
 // NULL is fine.

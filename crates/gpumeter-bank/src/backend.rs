@@ -1,5 +1,6 @@
 //! Choosing the ledger by its location: a `postgres://` or `postgresql://` URL is a
-//! PostgreSQL database (Cargo feature `postgres`), anything else is the path of an SQLite file.
+//! PostgreSQL database (Cargo feature `postgres`), anything else is the path of an SQLite file,
+//! except an empty location and a URL of another scheme (a mistyped `postgress://`), refused.
 //! The CLI's `--bank`, the facade and the C ABI's `gm_bank_open` all go through [`open`] and
 //! [`open_existing`], so a location means the same bank everywhere.
 
@@ -24,10 +25,13 @@ pub fn is_postgres(location: &str) -> bool {
 }
 
 /// `location` as messages may show it: a PostgreSQL URL without its password (in the user
-/// part or a `password` parameter); a file path as given. A URL that does not parse is shown
-/// as its scheme only, since where its password would be cannot be told.
+/// part or a `password` parameter); a file path as given. libpq's forms that are not WHATWG
+/// URLs (a user without a host, `postgres://billing:pw@/ledger?host=/run/postgresql`; several
+/// hosts, `postgres://h1:5432,h2:5432/ledger`) are shown with the password replaced too. A
+/// location where the password's end cannot be told (an `@` after the host part) is shown as
+/// its scheme only.
 pub fn redact(location: &str) -> String {
-    if !is_postgres(location) {
+    if !is_postgres(location) && other_scheme(location).is_none() {
         return location.to_string();
     }
     // rust-postgres takes everything between `://` and the first `@` as `user:password`, even
@@ -48,8 +52,10 @@ pub fn redact(location: &str) -> String {
         None => location,
     };
     let Ok(mut url) = url::Url::parse(location) else {
-        let scheme = location.split("://").next().unwrap_or("postgres");
-        return format!("{scheme}://… (a URL that does not parse)");
+        return redact_libpq_url(location).unwrap_or_else(|| {
+            let scheme = location.split("://").next().unwrap_or("postgres");
+            format!("{scheme}://… (not shown: where its password ends cannot be told)")
+        });
     };
     if url.password().is_some() {
         // A URL with a host accepts a password change; one without none to remove.
@@ -101,6 +107,80 @@ fn mask_password_pairs(text: &str) -> String {
     }
 }
 
+/// The scheme of a location that is a URL but not a PostgreSQL one (`postgress://…`,
+/// `mysql://…`): at least two characters (so that `C://…` stays a path), a letter first, then
+/// letters, digits, `+`, `-` or `.`, before `://`.
+fn other_scheme(location: &str) -> Option<&str> {
+    let (scheme, _) = location.split_once("://")?;
+    let mut chars = scheme.chars();
+    let url_like = scheme.len() >= 2
+        && chars.next().is_some_and(|c| c.is_ascii_alphabetic())
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    (url_like && !is_postgres(location)).then_some(scheme)
+}
+
+/// Refuses a location that can be neither backend's: an empty one (SQLite would open a
+/// temporary database), or a URL of another scheme (a mistyped `postgres://`, which as an SQLite
+/// path would be created or named in messages with its password).
+fn check_location(location: &str) -> Result<(), BankError> {
+    if location.is_empty() {
+        return Err(BankError::NotALedger {
+            file: "\"\"".to_string(),
+            reason: "an empty location: a bank is the path of an SQLite file or a postgres:// URL"
+                .to_string(),
+        });
+    }
+    if let Some(scheme) = other_scheme(location) {
+        return Err(BankError::NotALedger {
+            file: redact(location),
+            reason: format!(
+                "a URL of scheme `{scheme}`, which no bank has: a PostgreSQL bank's URL begins \
+                 with postgres:// or postgresql://, anything else is the path of an SQLite file"
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// [`redact`] for a URL the `url` crate refuses but libpq and the `postgres` crate accept: the
+/// authority (up to the first `/`, `?` or `#`) is `[user[:password]@]hosts`, the password
+/// running to its last `@`; `None` when an `@` follows the authority, since the password may
+/// then hold one of those characters unencoded and its end cannot be told.
+fn redact_libpq_url(location: &str) -> Option<String> {
+    let (scheme, rest) = location.split_once("://")?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if tail.contains('@') {
+        return None;
+    }
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:***@{hosts}"),
+            None => authority.to_string(),
+        },
+        None => authority.to_string(),
+    };
+    let (path, query) = match tail.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (tail, None),
+    };
+    let mut shown = format!("{scheme}://{authority}{path}");
+    if let Some(query) = query {
+        let pairs = url::form_urlencoded::parse(query.as_bytes());
+        shown.push('?');
+        if pairs.clone().any(|(k, _)| k == "password") {
+            let mut out = url::form_urlencoded::Serializer::new(String::new());
+            for (k, v) in pairs {
+                out.append_pair(&k, if k == "password" { "***" } else { &v });
+            }
+            shown.push_str(&out.finish());
+        } else {
+            shown.push_str(query);
+        }
+    }
+    Some(shown)
+}
+
 /// A ledger of either backend, chosen by [`open`] from its location.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -145,9 +225,11 @@ impl Ledger for AnyLedger {
 /// - [`BankError::BackendNotEnabled`]: a PostgreSQL URL in a build without the `postgres`
 ///   feature.
 /// - [`BankError::NotALedger`]: the location holds something else, or a ledger of a newer
-///   schema version.
+///   schema version; it is empty, or a URL of another scheme than `postgres` / `postgresql`
+///   (`postgress://…`), which is no SQLite path either.
 /// - [`BankError::Storage`]: the file or the server cannot be reached, read or written.
 pub fn open(location: &str) -> Result<AnyLedger, BankError> {
+    check_location(location)?;
     if is_postgres(location) {
         return open_postgres(location, false);
     }
@@ -161,6 +243,7 @@ pub fn open(location: &str) -> Result<AnyLedger, BankError> {
 /// # Errors
 /// [`BankError::NotALedger`] when there is no ledger there, and every error of [`open`].
 pub fn open_existing(location: &str) -> Result<AnyLedger, BankError> {
+    check_location(location)?;
     if is_postgres(location) {
         return open_postgres(location, true);
     }
@@ -240,6 +323,60 @@ mod tests {
             assert!(r.contains("***"), "{url} -> {r}");
             let _ = password;
         }
+    }
+
+    #[test]
+    fn libpq_urls_that_are_not_whatwg_urls_show_all_but_the_password() {
+        // A user without a host (the socket in `host=`): libpq's and the postgres crate's form.
+        assert_eq!(
+            redact("postgresql://billing:s3cret@/ledger?host=/run/postgresql"),
+            "postgresql://billing:***@/ledger?host=/run/postgresql"
+        );
+        // Several hosts with ports; a password in a parameter as well.
+        assert_eq!(
+            redact("postgres://b:s3cret@h1:5432,h2:5433/ledger?password=s3cret&sslmode=require"),
+            "postgres://b:***@h1:5432,h2:5433/ledger?password=***&sslmode=require"
+        );
+        // A password holding an unencoded `@` runs to the last `@` of the authority.
+        assert_eq!(
+            redact("postgres://b:s3@cret@/ledger"),
+            "postgres://b:***@/ledger"
+        );
+        // An `@` after the host part: the password's end cannot be told.
+        for odd in [
+            "postgres://b:s3/cret@/ledger",
+            "postgres://b:s3?cret@/ledger",
+            "postgres://b:s3#cret@/ledger",
+        ] {
+            let r = redact(odd);
+            assert!(!r.contains("s3") && !r.contains("cret"), "{odd} -> {r}");
+        }
+    }
+
+    #[test]
+    fn empty_locations_and_urls_of_other_schemes_are_refused_before_any_file() {
+        for location in [
+            "postgress://u:s3cret@h/ledger",
+            "mysql://u:s3cret@h/ledger",
+            "",
+        ] {
+            for result in [super::open(location), super::open_existing(location)] {
+                match result {
+                    Err(crate::ledger::BankError::NotALedger { file, reason }) => {
+                        assert!(!file.contains("s3cret"), "{file}");
+                        assert!(
+                            reason.contains("postgres://"),
+                            "{location}: {file}: {reason}"
+                        );
+                    }
+                    other => panic!("{location}: {other:?}"),
+                }
+            }
+        }
+        // A one-letter scheme is a Windows drive, a path: not refused as a URL.
+        assert!(super::other_scheme("C://bank.db").is_none());
+        assert_eq!(super::other_scheme("pg://h/db"), Some("pg"));
+        assert_eq!(super::other_scheme("postgres://h/db"), None);
     }
 
     #[test]

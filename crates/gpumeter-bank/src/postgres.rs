@@ -113,7 +113,9 @@ const MIGRATIONS: &[&str] = &[
 const TABLES: [&str; 4] = ["meta", "transactions", "postings", "balances"];
 
 /// A ledger in a PostgreSQL database, on one connection. Open one per worker (process or
-/// thread); any number may share a database.
+/// thread); any number may share a database. The connection is never re-established: once
+/// it breaks (a server restart or failover), every call fails with [`BankError::Storage`]
+/// ("connection closed") and the ledger must be opened again.
 pub struct PostgresLedger {
     client: Client,
     location: String,
@@ -239,7 +241,14 @@ impl PostgresLedger {
 
     fn connect(url: &str, create: bool) -> Result<PostgresLedger, BankError> {
         let location = redact(url);
-        let config = Config::from_str(url).map_err(|e| {
+        // A scheme is case-insensitive (RFC 3986; `is_postgres` reads it so), but the client
+        // knows only `postgres://` and `postgresql://`: it would read `POSTGRES://…` as
+        // key=value text and quote it, password and all, in its error.
+        let url = match url.split_once("://") {
+            Some((scheme, rest)) => format!("{}://{rest}", scheme.to_ascii_lowercase()),
+            None => url.to_string(),
+        };
+        let config = Config::from_str(&url).map_err(|e| {
             storage_msg(
                 &location,
                 format!("not a PostgreSQL connection URL: {}", describe(&e)),
@@ -252,16 +261,22 @@ impl PostgresLedger {
                 LOCK_TIMEOUT.as_millis()
             ))
             .map_err(|e| storage(&location, "cannot set the lock timeout", &e))?;
-        let schema: Option<String> = client
-            .query_one("SELECT current_schema()::text", &[])
-            .and_then(|r| r.try_get(0))
+        // current_schema() skips the schemas the role has no USAGE on, as well as missing ones.
+        let (schema, search_path): (Option<String>, String) = client
+            .query_one(
+                "SELECT current_schema()::text, current_setting('search_path')",
+                &[],
+            )
+            .and_then(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
             .map_err(|e| storage(&location, "cannot read its search_path", &e))?;
         let Some(schema) = schema else {
             return Err(BankError::NotALedger {
                 file: location,
-                reason: "the connection's search_path names no schema that exists; create \
-                         the schema, or name one with options=-csearch_path%3D<schema>"
-                    .to_string(),
+                reason: format!(
+                    "the connection's search_path ({search_path}) names no schema that exists \
+                     and the role may use; create the schema, grant the role USAGE on it, or \
+                     name another with options=-csearch_path%3D<schema>"
+                ),
             });
         };
         let keys = LockKeys { schema };
@@ -341,7 +356,17 @@ fn connect(config: &Config, location: &str) -> Result<Client, BankError> {
             Err(e) => return Err(e),
         }
     };
-    out.map_err(|e| storage(location, "cannot connect", &e))
+    out.map_err(|e| {
+        let mut message = format!("cannot connect: {}", describe(&e));
+        if message.contains("UnknownIssuer") {
+            // rustls's name for it says nothing of what to do.
+            message.push_str(
+                " (no root this machine trusts signed the server's certificate: point \
+                 SSL_CERT_FILE at its CA's certificate)",
+            );
+        }
+        storage_msg(location, message)
+    })
 }
 
 /// rustls with the system's trusted roots (`SSL_CERT_FILE`, `SSL_CERT_DIR` override them).
@@ -384,10 +409,11 @@ fn contents(
         file: location.to_string(),
         reason,
     };
+    // pg_catalog, not information_schema.tables, which lists only the tables the role has a
+    // privilege on: a role without one would see no bank where there is one (and try to
+    // create its tables).
     let tables: Vec<String> = tx
         .query(
-            // The catalog, not information_schema: that lists only the tables the role has
-            // a privilege on, and a role not granted the ledger's would find no ledger.
             "SELECT c.relname::text FROM pg_catalog.pg_class c
              JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
              WHERE n.nspname = current_schema() AND c.relname = ANY($1)
@@ -412,8 +438,12 @@ fn contents(
             .and_then(|r| r.map(|r| r.try_get(0)).transpose())
             .map_err(|e| {
                 if e.code() == Some(&SqlState::INSUFFICIENT_PRIVILEGE) {
-                    // A ledger, perhaps, that this role was not granted.
-                    return storage(location, "cannot read the ledger's `meta` table", &e);
+                    return storage(
+                        location,
+                        "the role may not read the bank (docs/BANK.md, Migrations: the \
+                         privileges a worker needs)",
+                        &e,
+                    );
                 }
                 not_a_ledger(format!(
                     "not a gpumeter ledger: its `meta` table cannot be read ({})",

@@ -138,12 +138,12 @@ impl SqliteLedger {
         let file = path.display().to_string();
         let len = std::fs::metadata(path).map(|m| m.len()).map_err(|e| BankError::NotALedger {
             file: file.clone(),
-            reason: format!("there is no bank here ({e}); `bank grant`, `bank reserve` and `invoice finalize` create one"),
+            reason: format!("there is no bank here ({e}); `bank grant`, `bank reserve`, `bank import` and `invoice finalize` create one"),
         })?;
         if len == 0 {
             return Err(BankError::NotALedger {
                 file,
-                reason: "the file is empty, not a bank; `bank grant`, `bank reserve` and `invoice finalize` create one".into(),
+                reason: "the file is empty, not a bank; `bank grant`, `bank reserve`, `bank import` and `invoice finalize` create one".into(),
             });
         }
         Self::open(path)

@@ -159,6 +159,11 @@ fn tls_follows_the_urls_sslmode() {
         "{untrusted}"
     );
     assert!(untrusted.contains("certificate"), "{untrusted}");
+    // What to do about it, not only rustls's `UnknownIssuer`.
+    assert!(
+        untrusted.contains("point SSL_CERT_FILE at its CA's certificate"),
+        "{untrusted}"
+    );
 
     // No trusted root at all (an empty SSL_CERT_FILE): `require` says so; `prefer` (the
     // default) goes without TLS, as libpq does when it cannot have it, and this server

@@ -696,6 +696,12 @@ fn reading_commands_refuse_a_missing_bank_and_create_nothing() {
             "{}",
             stderr(&o)
         );
+        // The commands that create a bank, `bank import` among them (the way to move a bank).
+        assert!(
+            stderr(&o).contains("`bank import` and `invoice finalize` create one"),
+            "{}",
+            stderr(&o)
+        );
         assert!(!typo.exists(), "{args:?} created {t}");
     }
     // A grant creates it.
@@ -753,6 +759,102 @@ fn a_postgres_schema_without_a_ledger_is_no_bank_and_reading_creates_none() {
     verify_ok(schema.url.as_str());
 }
 
+/// A role without privileges on an existing bank's tables (a worker not yet granted them) is
+/// told so: not "there is no bank" (information_schema hides tables a role may not use), and
+/// a command that may create a bank does not try to create the tables again ("relation
+/// `meta` already exists").
+#[test]
+fn a_postgres_role_without_privileges_is_told_so_not_that_there_is_no_bank() {
+    let Some(schema) = gpumeter_test_postgres::Schema::fresh("cli_no_privilege") else {
+        return;
+    };
+    grant(
+        schema.url.as_str(),
+        &["--tenant", "acme", "--credits", "1", "--rate", "1"],
+    );
+    let role = schema.name.replace("gmtest_", "gmrole_");
+    gpumeter_test_postgres::batch(
+        &schema.url,
+        &format!(
+            "CREATE ROLE {role}; GRANT USAGE, CREATE ON SCHEMA {} TO {role}",
+            schema.name
+        ),
+    )
+    .expect("a role");
+    struct DropRole(String, String);
+    impl Drop for DropRole {
+        fn drop(&mut self) {
+            let _ = gpumeter_test_postgres::batch(
+                &self.0,
+                &format!("DROP OWNED BY {r}; DROP ROLE {r}", r = self.1),
+            );
+        }
+    }
+    let _role = DropRole(schema.url.clone(), role.clone());
+    // The session takes the role (the test server's user may be a superuser).
+    let url = schema
+        .url
+        .replacen("options=", &format!("options=-crole%3D{role}%20"), 1);
+    assert_ne!(url, schema.url, "the schema's URL has options");
+    let tables = || {
+        gpumeter_test_postgres::query_i64(
+            &schema.url,
+            &format!(
+                "SELECT count(*) FROM pg_catalog.pg_tables WHERE schemaname = '{}'",
+                schema.name
+            ),
+        )
+        .expect("the test server answers")
+    };
+    let before = tables();
+    for args in [
+        vec!["bank", "verify", "--bank", &url],
+        vec![
+            "bank",
+            "grant",
+            "--bank",
+            &url,
+            "--tenant",
+            "acme",
+            "--credits",
+            "1",
+            "--rate",
+            "1",
+        ],
+    ] {
+        let o = gpumeter(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+        assert!(
+            err.contains("the role may not read the bank"),
+            "{args:?}: {err}"
+        );
+        assert!(err.contains("permission denied"), "{args:?}: {err}");
+        assert!(!err.contains("there is no bank"), "{args:?}: {err}");
+    }
+    assert_eq!(tables(), before, "tables created");
+    // Without USAGE on the schema, PostgreSQL skips it in the search_path as if it did not
+    // exist: the message says both, and names the search_path.
+    gpumeter_test_postgres::batch(
+        &schema.url,
+        &format!("REVOKE USAGE ON SCHEMA {} FROM {role}", schema.name),
+    )
+    .expect("revoking USAGE");
+    let o = gpumeter(&["bank", "verify", "--bank", &url]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("names no schema that exists and the role may use"),
+        "{err}"
+    );
+    assert!(err.contains("grant the role USAGE on it"), "{err}");
+    assert!(
+        err.contains(&format!("search_path ({})", schema.name)),
+        "{err}"
+    );
+    verify_ok(schema.url.as_str());
+}
+
 /// A PostgreSQL URL's password never shows: the server cannot be reached (nothing listens on
 /// port 1), in the user part or as a `password` parameter: exit 1, the URL shown with `***`.
 /// `sslmode=disable`: the failure is the connection's, whatever TLS roots the system has.
@@ -766,6 +868,22 @@ fn a_postgres_password_never_shows_in_messages() {
         (
             "postgresql://127.0.0.1:1/ledger?user=billing&password=s3cret-pw&sslmode=disable",
             "password=***",
+        ),
+        // libpq's forms that are not WHATWG URLs: a user without a host (the host a
+        // parameter, as for a Unix socket), and several hosts. They are shown, not hidden.
+        (
+            "postgresql://billing:s3cret-pw@/ledger?host=127.0.0.1&port=1&sslmode=disable",
+            "postgresql://billing:***@/ledger?host=127.0.0.1&port=1&sslmode=disable",
+        ),
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1,127.0.0.1:1/ledger?sslmode=disable",
+            "postgres://billing:***@127.0.0.1:1,127.0.0.1:1/ledger?sslmode=disable",
+        ),
+        // A scheme in upper case is a PostgreSQL URL like any other (the client knows only
+        // lower case, and quoted the whole URL in its parse error).
+        (
+            "POSTGRES://billing:s3cret-pw@127.0.0.1:1/ledger?sslmode=disable",
+            "postgres://billing:***@127.0.0.1:1/ledger?sslmode=disable",
         ),
     ] {
         for args in [
@@ -782,6 +900,59 @@ fn a_postgres_password_never_shows_in_messages() {
             assert!(err.contains(shown), "{args:?}: {err}");
             assert!(err.contains("cannot connect"), "{args:?}: {err}");
         }
+    }
+}
+
+/// A mistyped scheme (`postgress://`) is refused as a location, its password hidden, saying
+/// what a PostgreSQL URL begins with; it was an SQLite path, named whole in "unable to open
+/// database file". An empty `--bank` is refused too (SQLite would open a temporary database).
+#[test]
+fn a_url_of_another_scheme_or_an_empty_location_is_no_bank() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for location in ["postgress://billing:s3cret-pw@db.example/ledger", ""] {
+        let o = Command::new(env!("CARGO_BIN_EXE_gpumeter"))
+            .current_dir(dir.path())
+            .args(["bank", "grant", "--bank", location, "--tenant", "acme"])
+            .args(["--credits", "1", "--rate", "1"])
+            .output()
+            .expect("run gpumeter");
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{location}: {err}");
+        assert!(!err.contains("s3cret-pw"), "{err}");
+        assert!(err.contains("postgres://"), "{err}");
+        assert!(!err.contains("unable to open database file"), "{err}");
+    }
+    assert_eq!(
+        std::fs::read_dir(dir.path()).expect("the dir").count(),
+        0,
+        "something was created"
+    );
+}
+
+/// A URL the PostgreSQL client refuses names the option that is wrong (libpq's
+/// `sslmode=verify-full`, which docs/BANK.md says is not accepted; a misspelt option), not only
+/// "invalid connection string"; the password does not show.
+#[test]
+fn a_postgres_url_with_a_bad_option_names_the_option() {
+    for (url, option) in [
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?sslmode=verify-full",
+            "invalid value for option `sslmode`",
+        ),
+        (
+            "postgres://billing:s3cret-pw@127.0.0.1:1/ledger?ssl_mode=disable",
+            "unknown option `ssl_mode`",
+        ),
+    ] {
+        let o = gpumeter(&["bank", "verify", "--bank", url]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{url}: {err}");
+        assert!(
+            err.contains("not a PostgreSQL connection URL"),
+            "{url}: {err}"
+        );
+        assert!(err.contains(option), "{url}: {err}");
+        assert!(!err.contains("s3cret-pw"), "{url}: {err}");
     }
 }
 
