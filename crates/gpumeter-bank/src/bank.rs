@@ -532,9 +532,10 @@ pub fn finalize<L: Ledger>(
                 outcomes.push(Outcome::AlreadyFinalized);
                 continue;
             }
-            let inv = finalize_tenant(t, usage, book, inv, &key, commit, period.is_none())?;
+            let (inv, outcome) =
+                finalize_tenant(t, usage, book, inv, &key, commit, period.is_none())?;
             invoices.push(inv);
-            outcomes.push(Outcome::Applied);
+            outcomes.push(outcome);
         }
         Ok(Finalized {
             document: InvoiceDocument::new(invoices),
@@ -786,7 +787,7 @@ fn finalize_tenant(
     key: &str,
     commit: bool,
     default_period: bool,
-) -> Result<Invoice, BankError> {
+) -> Result<(Invoice, Outcome), BankError> {
     let tenant = plain.tenant.as_str();
     let from = parse_time(&plain.period.from)?;
     let to = parse_time(&plain.period.to)?;
@@ -1189,6 +1190,11 @@ fn finalize_tenant(
         }),
     };
     let stored = t.append(tx)?;
+    if let Appended::AlreadyApplied(earlier) = &stored {
+        // Another finalizer applied this key first (the tenant's lock keeps it from happening
+        // on the shipped ledgers): its invoice, and nothing of this one.
+        return Ok((stored_invoice(earlier)?, Outcome::AlreadyFinalized));
+    }
     for g in conversions {
         t.append(NewTransaction {
             key: format!("grant:{key}:{}", g.grant),
@@ -1203,11 +1209,11 @@ fn finalize_tenant(
         })?;
     }
     if commit {
-        stored_invoice(stored.stored())
+        Ok((stored_invoice(stored.stored())?, Outcome::Applied))
     } else {
         inv.ledger_head = None;
         inv.seal()?;
-        Ok(inv)
+        Ok((inv, Outcome::Applied))
     }
 }
 
@@ -1393,7 +1399,11 @@ pub fn close<L: Ledger>(
                 meter.canonical_unit(),
                 qd,
             ));
-            total += amount;
+            total = crate::ledger::exact_add(total, amount).ok_or_else(|| {
+                refused(format!(
+                    "closing `{tenant}`: the fragments' amounts sum past what a decimal holds"
+                ))
+            })?;
             lines.push(ClosedLine {
                 sku,
                 meter,
