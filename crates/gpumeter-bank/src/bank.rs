@@ -639,29 +639,21 @@ pub fn bank_currency(t: &dyn LedgerTx) -> Result<Option<(String, u64)>, BankErro
     if first.is_empty() {
         return Ok(None);
     }
-    for tx in &first {
+    // The currency a finalization's invoice or a close names.
+    let currency = |tx: &StoredTransaction| {
         let used = match tx.tx.kind.as_str() {
             "finalize" => tx.tx.memo["invoice"]["currency"].as_str(),
             "close" => tx.tx.memo["currency"].as_str(),
             _ => None,
         };
-        if let Some(used) = used {
-            return Ok(Some((used.to_string(), tx.seq)));
-        }
+        used.map(|c| (c.to_string(), tx.seq))
+    };
+    if let Some(found) = first.iter().find_map(currency) {
+        return Ok(Some(found));
     }
     // A first finalization or close without a currency (a damaged memo): the first that
     // names one, as before.
-    for tx in t.transactions(None)? {
-        let used = match tx.tx.kind.as_str() {
-            "finalize" => tx.tx.memo["invoice"]["currency"].as_str(),
-            "close" => tx.tx.memo["currency"].as_str(),
-            _ => None,
-        };
-        if let Some(used) = used {
-            return Ok(Some((used.to_string(), tx.seq)));
-        }
-    }
-    Ok(None)
+    Ok(t.transactions(None)?.iter().find_map(currency))
 }
 
 /// An invoice of no lines for `period`: the template of a tenant billed only a reservation

@@ -18,9 +18,11 @@ use gpumeter_bank::{
     MemoryLedger, Outcome, CREDITS,
 };
 use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::{DeviceEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow};
+use gpumeter_core::UsageReport;
 use gpumeter_rating::PriceBook;
 use rust_decimal::Decimal;
+
+mod support;
 
 /// Set in a re-executed test binary: `worker ID GO LOCATION` (wait for the file GO, then
 /// finalize worker ID's invoices on the ledger at LOCATION, one line per invoice on stdout).
@@ -68,41 +70,7 @@ fn usage(i: usize) -> UsageReport {
     let (tenant, p) = invoice_of(i);
     let launches = 1_000 * (1 + (i * 7) % 13) as u128 + ((i * 379) % 1000) as u128;
     let window = rfc3339(period(p).0);
-    let mut r = UsageReport {
-        schema: "gpumeter.usage/v1".into(),
-        metering_policy: "v1".into(),
-        window_seconds: 3600,
-        sources: vec![gpumeter_core::SourceEntry {
-            name: format!("{tenant}-{p}.json"),
-            format: "kineto".into(),
-            sha256: format!("{i:064x}"),
-        }],
-        devices: vec![DeviceEntry {
-            device: 0,
-            device_key: "GPU-0".into(),
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-            not_meterable: vec![],
-        }],
-        records: RecordCounts::default(),
-        loss: vec![],
-        usage: vec![UsageRow {
-            tenant,
-            device: 0,
-            device_key: "GPU-0".into(),
-            window_start: window,
-            meter: MeterKind::KernelLaunches,
-            quantity: Quantity(launches),
-        }],
-        totals: vec![],
-        open_allocations: vec![],
-        extensions: Default::default(),
-        warnings: vec![],
-        sha256: String::new(),
-    };
-    r.seal().expect("seal");
-    r
+    support::report_of(&[(&tenant, &window, launches)], &format!("{tenant}-{p}"))
 }
 
 /// Invoice `i`'s finalization key, as the bank computes it.
