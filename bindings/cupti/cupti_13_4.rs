@@ -16156,6 +16156,1214 @@ impl Default for CUpti_SassMetricsFlushData_Params {
         }
     }
 }
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUpti_PmSampling_Object {
+    _unused: [u8; 0],
+}
+pub const CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL: CUpti_PmSampling_TriggerMode = 0;
+pub const CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL: CUpti_PmSampling_TriggerMode = 1;
+pub const CUPTI_PM_SAMPLING_TRIGGER_MODE_COUNT: CUpti_PmSampling_TriggerMode = 2;
+pub type CUpti_PmSampling_TriggerMode = ::std::os::raw::c_uint;
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_OTHER: CUpti_PmSampling_DecodeStopReason = 0;
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL:
+    CUpti_PmSampling_DecodeStopReason = 1;
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_END_OF_RECORDS: CUpti_PmSampling_DecodeStopReason =
+    2;
+pub const CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNT: CUpti_PmSampling_DecodeStopReason = 3;
+pub type CUpti_PmSampling_DecodeStopReason = ::std::os::raw::c_uint;
+pub const CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST:
+    CUpti_PmSampling_HardwareBuffer_AppendMode = 0;
+pub const CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_LATEST:
+    CUpti_PmSampling_HardwareBuffer_AppendMode = 1;
+pub type CUpti_PmSampling_HardwareBuffer_AppendMode = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_SetConfig_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    pub configSize: usize,
+    pub pConfig: *const u8,
+    pub hardwareBufferSize: usize,
+    pub samplingInterval: u64,
+    pub triggerMode: CUpti_PmSampling_TriggerMode,
+    pub hwBufferAppendMode: CUpti_PmSampling_HardwareBuffer_AppendMode,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_SetConfig_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_SetConfig_Params>() - 64usize];
+    ["Alignment of CUpti_PmSampling_SetConfig_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_SetConfig_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, pPmSamplingObject) - 16usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::configSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, configSize) - 24usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::pConfig"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, pConfig) - 32usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::hardwareBufferSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, hardwareBufferSize) - 40usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::samplingInterval"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, samplingInterval) - 48usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::triggerMode"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, triggerMode) - 56usize];
+    ["Offset of field: CUpti_PmSampling_SetConfig_Params::hwBufferAppendMode"]
+        [::std::mem::offset_of!(CUpti_PmSampling_SetConfig_Params, hwBufferAppendMode) - 60usize];
+};
+impl Default for CUpti_PmSampling_SetConfig_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Enable_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub deviceIndex: usize,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Enable_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_Enable_Params>() - 32usize];
+    ["Alignment of CUpti_PmSampling_Enable_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_Enable_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::deviceIndex"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, deviceIndex) - 16usize];
+    ["Offset of field: CUpti_PmSampling_Enable_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Enable_Params, pPmSamplingObject) - 24usize];
+};
+impl Default for CUpti_PmSampling_Enable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Disable_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Disable_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_Disable_Params>() - 24usize];
+    ["Alignment of CUpti_PmSampling_Disable_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_Disable_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Disable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Disable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Disable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Disable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Disable_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Disable_Params, pPmSamplingObject) - 16usize];
+};
+impl Default for CUpti_PmSampling_Disable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Start_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Start_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_Start_Params>() - 24usize];
+    ["Alignment of CUpti_PmSampling_Start_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_Start_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Start_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Start_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Start_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Start_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Start_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Start_Params, pPmSamplingObject) - 16usize];
+};
+impl Default for CUpti_PmSampling_Start_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_Stop_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_Stop_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_Stop_Params>() - 24usize];
+    ["Alignment of CUpti_PmSampling_Stop_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_Stop_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_Stop_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Stop_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_Stop_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Stop_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_Stop_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_Stop_Params, pPmSamplingObject) - 16usize];
+};
+impl Default for CUpti_PmSampling_Stop_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_DecodeData_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    pub pCounterDataImage: *mut u8,
+    pub counterDataImageSize: usize,
+    pub decodeStopReason: CUpti_PmSampling_DecodeStopReason,
+    pub overflow: u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_DecodeData_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_DecodeData_Params>() - 48usize];
+    ["Alignment of CUpti_PmSampling_DecodeData_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_DecodeData_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::pPmSamplingObject"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, pPmSamplingObject) - 16usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, pCounterDataImage) - 24usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_DecodeData_Params,
+        counterDataImageSize
+    ) - 32usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::decodeStopReason"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, decodeStopReason) - 40usize];
+    ["Offset of field: CUpti_PmSampling_DecodeData_Params::overflow"]
+        [::std::mem::offset_of!(CUpti_PmSampling_DecodeData_Params, overflow) - 44usize];
+};
+impl Default for CUpti_PmSampling_DecodeData_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_GetCounterAvailability_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub deviceIndex: usize,
+    pub counterAvailabilityImageSize: usize,
+    pub pCounterAvailabilityImage: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_GetCounterAvailability_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_GetCounterAvailability_Params>() - 40usize];
+    ["Alignment of CUpti_PmSampling_GetCounterAvailability_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_GetCounterAvailability_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::structSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterAvailability_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterAvailability_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::deviceIndex"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterAvailability_Params,
+        deviceIndex
+    ) - 16usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::counterAvailabilityImageSize"] [:: std :: mem :: offset_of ! (CUpti_PmSampling_GetCounterAvailability_Params , counterAvailabilityImageSize) - 24usize] ;
+    ["Offset of field: CUpti_PmSampling_GetCounterAvailability_Params::pCounterAvailabilityImage"] [:: std :: mem :: offset_of ! (CUpti_PmSampling_GetCounterAvailability_Params , pCounterAvailabilityImage) - 32usize] ;
+};
+impl Default for CUpti_PmSampling_GetCounterAvailability_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_GetCounterDataSize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    pub pMetricNames: *mut *const ::std::os::raw::c_char,
+    pub numMetrics: usize,
+    pub maxSamples: u32,
+    pub counterDataSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_GetCounterDataSize_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_GetCounterDataSize_Params>() - 56usize];
+    ["Alignment of CUpti_PmSampling_GetCounterDataSize_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_GetCounterDataSize_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::pPmSamplingObject"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataSize_Params,
+        pPmSamplingObject
+    ) - 16usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::pMetricNames"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataSize_Params,
+        pMetricNames
+    ) - 24usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::numMetrics"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, numMetrics) - 32usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::maxSamples"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataSize_Params, maxSamples) - 40usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataSize_Params::counterDataSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataSize_Params,
+        counterDataSize
+    ) - 48usize];
+};
+impl Default for CUpti_PmSampling_GetCounterDataSize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_CounterDataImage_Initialize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    pub counterDataSize: usize,
+    pub pCounterData: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_CounterDataImage_Initialize_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_CounterDataImage_Initialize_Params>() - 40usize];
+    ["Alignment of CUpti_PmSampling_CounterDataImage_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_CounterDataImage_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::structSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterDataImage_Initialize_Params,
+        structSize
+    )
+        - 0usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::pPriv"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterDataImage_Initialize_Params,
+        pPriv
+    ) - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::pPmSamplingObject"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterDataImage_Initialize_Params,
+        pPmSamplingObject
+    )
+        - 16usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::counterDataSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterDataImage_Initialize_Params,
+        counterDataSize
+    )
+        - 24usize];
+    ["Offset of field: CUpti_PmSampling_CounterDataImage_Initialize_Params::pCounterData"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterDataImage_Initialize_Params,
+        pCounterData
+    )
+        - 32usize];
+};
+impl Default for CUpti_PmSampling_CounterDataImage_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_GetCounterDataInfo_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pCounterDataImage: *const u8,
+    pub counterDataImageSize: usize,
+    pub numTotalSamples: usize,
+    pub numPopulatedSamples: usize,
+    pub numCompletedSamples: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_GetCounterDataInfo_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_GetCounterDataInfo_Params>() - 56usize];
+    ["Alignment of CUpti_PmSampling_GetCounterDataInfo_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_GetCounterDataInfo_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_GetCounterDataInfo_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataInfo_Params,
+        pCounterDataImage
+    ) - 16usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataInfo_Params,
+        counterDataImageSize
+    )
+        - 24usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::numTotalSamples"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataInfo_Params,
+        numTotalSamples
+    ) - 32usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::numPopulatedSamples"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataInfo_Params,
+        numPopulatedSamples
+    )
+        - 40usize];
+    ["Offset of field: CUpti_PmSampling_GetCounterDataInfo_Params::numCompletedSamples"][::std::mem::offset_of!(
+        CUpti_PmSampling_GetCounterDataInfo_Params,
+        numCompletedSamples
+    )
+        - 48usize];
+};
+impl Default for CUpti_PmSampling_GetCounterDataInfo_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_PmSampling_CounterData_GetSampleInfo_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pPmSamplingObject: *mut CUpti_PmSampling_Object,
+    pub pCounterDataImage: *const u8,
+    pub counterDataImageSize: usize,
+    pub sampleIndex: usize,
+    pub startTimestamp: u64,
+    pub endTimestamp: u64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_PmSampling_CounterData_GetSampleInfo_Params"]
+        [::std::mem::size_of::<CUpti_PmSampling_CounterData_GetSampleInfo_Params>() - 64usize];
+    ["Alignment of CUpti_PmSampling_CounterData_GetSampleInfo_Params"]
+        [::std::mem::align_of::<CUpti_PmSampling_CounterData_GetSampleInfo_Params>() - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::structSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_PmSampling_CounterData_GetSampleInfo_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::pPmSamplingObject"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        pPmSamplingObject
+    )
+        - 16usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        pCounterDataImage
+    )
+        - 24usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        counterDataImageSize
+    )
+        - 32usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::sampleIndex"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        sampleIndex
+    )
+        - 40usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::startTimestamp"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        startTimestamp
+    )
+        - 48usize];
+    ["Offset of field: CUpti_PmSampling_CounterData_GetSampleInfo_Params::endTimestamp"][::std::mem::offset_of!(
+        CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        endTimestamp
+    )
+        - 56usize];
+};
+impl Default for CUpti_PmSampling_CounterData_GetSampleInfo_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+pub const CUPTI_METRIC_TYPE_COUNTER: CUpti_MetricType = 0;
+pub const CUPTI_METRIC_TYPE_RATIO: CUpti_MetricType = 1;
+pub const CUPTI_METRIC_TYPE_THROUGHPUT: CUpti_MetricType = 2;
+pub const CUPTI_METRIC_TYPE__COUNT: CUpti_MetricType = 3;
+pub type CUpti_MetricType = ::std::os::raw::c_uint;
+pub const CUPTI_METRIC_COLLECTION_SCOPE_CONTEXT: CUpti_MetricCollectionScope = 0;
+pub const CUPTI_METRIC_COLLECTION_SCOPE_DEVICE: CUpti_MetricCollectionScope = 1;
+pub const CUPTI_METRIC_COLLECTION_SCOPE_INVALID: CUpti_MetricCollectionScope = 2;
+pub type CUpti_MetricCollectionScope = ::std::os::raw::c_uint;
+pub const CUPTI_PROFILER_TYPE_RANGE_PROFILER: CUpti_ProfilerType = 0;
+pub const CUPTI_PROFILER_TYPE_PM_SAMPLING: CUpti_ProfilerType = 1;
+pub const CUPTI_PROFILER_TYPE_PROFILER_INVALID: CUpti_ProfilerType = 2;
+pub type CUpti_ProfilerType = ::std::os::raw::c_uint;
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUpti_Profiler_Host_Object {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_Initialize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub profilerType: CUpti_ProfilerType,
+    pub pChipName: *const ::std::os::raw::c_char,
+    pub pCounterAvailabilityImage: *const u8,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub pSinglePassMetricSetName: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_Initialize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_Initialize_Params>() - 56usize];
+    ["Alignment of CUpti_Profiler_Host_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::profilerType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, profilerType) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, pChipName) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pCounterAvailabilityImage"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_Initialize_Params,
+        pCounterAvailabilityImage
+    )
+        - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Initialize_Params, pHostObject) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_Initialize_Params::pSinglePassMetricSetName"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_Initialize_Params,
+        pSinglePassMetricSetName
+    )
+        - 48usize];
+};
+impl Default for CUpti_Profiler_Host_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_Deinitialize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_Deinitialize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_Deinitialize_Params>() - 24usize];
+    ["Alignment of CUpti_Profiler_Host_Deinitialize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_Deinitialize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Deinitialize_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Deinitialize_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_Deinitialize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Deinitialize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_Deinitialize_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_Deinitialize_Params, pHostObject) - 16usize];
+};
+impl Default for CUpti_Profiler_Host_Deinitialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetSupportedChips_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub numChips: usize,
+    pub ppChipNames: *const *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetSupportedChips_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetSupportedChips_Params>() - 32usize];
+    ["Alignment of CUpti_Profiler_Host_GetSupportedChips_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetSupportedChips_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSupportedChips_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSupportedChips_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::numChips"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSupportedChips_Params, numChips) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSupportedChips_Params::ppChipNames"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetSupportedChips_Params,
+        ppChipNames
+    ) - 24usize];
+};
+impl Default for CUpti_Profiler_Host_GetSupportedChips_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetBaseMetrics_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub metricType: CUpti_MetricType,
+    pub ppMetricNames: *mut *const ::std::os::raw::c_char,
+    pub numMetrics: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetBaseMetrics_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetBaseMetrics_Params>() - 48usize];
+    ["Alignment of CUpti_Profiler_Host_GetBaseMetrics_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetBaseMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::metricType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, metricType) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::ppMetricNames"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetBaseMetrics_Params,
+        ppMetricNames
+    ) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetBaseMetrics_Params::numMetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetBaseMetrics_Params, numMetrics) - 40usize];
+};
+impl Default for CUpti_Profiler_Host_GetBaseMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetSubMetrics_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub metricType: CUpti_MetricType,
+    pub pMetricName: *const ::std::os::raw::c_char,
+    pub numOfSubmetrics: usize,
+    pub ppSubMetrics: *mut *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetSubMetrics_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetSubMetrics_Params>() - 56usize];
+    ["Alignment of CUpti_Profiler_Host_GetSubMetrics_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetSubMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::metricType"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, metricType) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::pMetricName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, pMetricName) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::numOfSubmetrics"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetSubMetrics_Params,
+        numOfSubmetrics
+    ) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSubMetrics_Params::ppSubMetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSubMetrics_Params, ppSubMetrics) - 48usize];
+};
+impl Default for CUpti_Profiler_Host_GetSubMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetMetricProperties_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub pMetricName: *const ::std::os::raw::c_char,
+    pub pDescription: *const ::std::os::raw::c_char,
+    pub pHwUnit: *const ::std::os::raw::c_char,
+    pub pDimUnit: *const ::std::os::raw::c_char,
+    pub metricType: CUpti_MetricType,
+    pub metricCollectionScope: CUpti_MetricCollectionScope,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetMetricProperties_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetMetricProperties_Params>() - 64usize];
+    ["Alignment of CUpti_Profiler_Host_GetMetricProperties_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetMetricProperties_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::structSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricProperties_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pHostObject"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricProperties_Params,
+        pHostObject
+    ) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pMetricName"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricProperties_Params,
+        pMetricName
+    ) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pDescription"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricProperties_Params,
+        pDescription
+    ) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pHwUnit"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetMetricProperties_Params, pHwUnit) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::pDimUnit"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricProperties_Params,
+        pDimUnit
+    ) - 48usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::metricType"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricProperties_Params,
+        metricType
+    ) - 56usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricProperties_Params::metricCollectionScope"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricProperties_Params,
+        metricCollectionScope
+    )
+        - 60usize];
+};
+impl Default for CUpti_Profiler_Host_GetMetricProperties_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetRangeName_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pCounterDataImage: *const u8,
+    pub counterDataImageSize: usize,
+    pub rangeIndex: usize,
+    pub delimiter: *const ::std::os::raw::c_char,
+    pub pRangeName: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetRangeName_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetRangeName_Params>() - 56usize];
+    ["Alignment of CUpti_Profiler_Host_GetRangeName_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetRangeName_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetRangeName_Params,
+        pCounterDataImage
+    ) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetRangeName_Params,
+        counterDataImageSize
+    ) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::rangeIndex"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, rangeIndex) - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::delimiter"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, delimiter) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_GetRangeName_Params::pRangeName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetRangeName_Params, pRangeName) - 48usize];
+};
+impl Default for CUpti_Profiler_Host_GetRangeName_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_EvaluateToGpuValues_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub pCounterDataImage: *const u8,
+    pub counterDataImageSize: usize,
+    pub rangeIndex: usize,
+    pub ppMetricNames: *mut *const ::std::os::raw::c_char,
+    pub numMetrics: usize,
+    pub pMetricValues: *mut f64,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_EvaluateToGpuValues_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_EvaluateToGpuValues_Params>() - 72usize];
+    ["Alignment of CUpti_Profiler_Host_EvaluateToGpuValues_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_EvaluateToGpuValues_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::structSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_EvaluateToGpuValues_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pHostObject"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        pHostObject
+    ) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        pCounterDataImage
+    )
+        - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        counterDataImageSize
+    )
+        - 32usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::rangeIndex"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        rangeIndex
+    ) - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::ppMetricNames"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        ppMetricNames
+    ) - 48usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::numMetrics"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        numMetrics
+    ) - 56usize];
+    ["Offset of field: CUpti_Profiler_Host_EvaluateToGpuValues_Params::pMetricValues"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        pMetricValues
+    ) - 64usize];
+};
+impl Default for CUpti_Profiler_Host_EvaluateToGpuValues_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_ConfigAddMetrics_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub ppMetricNames: *mut *const ::std::os::raw::c_char,
+    pub numMetrics: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_ConfigAddMetrics_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_ConfigAddMetrics_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_ConfigAddMetrics_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_ConfigAddMetrics_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::pHostObject"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_ConfigAddMetrics_Params,
+        pHostObject
+    ) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::ppMetricNames"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_ConfigAddMetrics_Params,
+        ppMetricNames
+    ) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_ConfigAddMetrics_Params::numMetrics"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics) - 32usize];
+};
+impl Default for CUpti_Profiler_Host_ConfigAddMetrics_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetConfigImageSize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub configImageSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetConfigImageSize_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetConfigImageSize_Params>() - 32usize];
+    ["Alignment of CUpti_Profiler_Host_GetConfigImageSize_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetConfigImageSize_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::structSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetConfigImageSize_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImageSize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::pHostObject"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetConfigImageSize_Params,
+        pHostObject
+    ) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImageSize_Params::configImageSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetConfigImageSize_Params,
+        configImageSize
+    )
+        - 24usize];
+};
+impl Default for CUpti_Profiler_Host_GetConfigImageSize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetConfigImage_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub configImageSize: usize,
+    pub pConfigImage: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetConfigImage_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetConfigImage_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_GetConfigImage_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetConfigImage_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::pHostObject"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, pHostObject) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::configImageSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetConfigImage_Params,
+        configImageSize
+    ) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetConfigImage_Params::pConfigImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage) - 32usize];
+};
+impl Default for CUpti_Profiler_Host_GetConfigImage_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetNumOfPasses_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub configImageSize: usize,
+    pub pConfigImage: *mut u8,
+    pub numOfPasses: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetNumOfPasses_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetNumOfPasses_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_GetNumOfPasses_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetNumOfPasses_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::configImageSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetNumOfPasses_Params,
+        configImageSize
+    ) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::pConfigImage"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, pConfigImage) - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetNumOfPasses_Params::numOfPasses"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetNumOfPasses_Params, numOfPasses) - 32usize];
+};
+impl Default for CUpti_Profiler_Host_GetNumOfPasses_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub profilerType: CUpti_ProfilerType,
+    pub pChipName: *const ::std::os::raw::c_char,
+    pub pCounterAvailabilityImage: *mut u8,
+    pub maxMetricsPerPass: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params"][::std::mem::size_of::<
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+    >() - 48usize];
+    ["Alignment of CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params"][::std::mem::align_of::<
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+    >() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::structSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+        structSize
+    )
+        - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::pPriv"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+        pPriv
+    )
+        - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::profilerType"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+        profilerType
+    )
+        - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::pChipName"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+        pChipName
+    )
+        - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::pCounterAvailabilityImage"] [:: std :: mem :: offset_of ! (CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params , pCounterAvailabilityImage) - 32usize] ;
+    ["Offset of field: CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params::maxMetricsPerPass"] [:: std :: mem :: offset_of ! (CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params , maxMetricsPerPass) - 40usize] ;
+};
+impl Default for CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetSinglePassSets_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pChipName: *const ::std::os::raw::c_char,
+    pub numOfSinglePassSets: usize,
+    pub ppSinglePassSets: *mut *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetSinglePassSets_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetSinglePassSets_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_GetSinglePassSets_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetSinglePassSets_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSinglePassSets_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSinglePassSets_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSinglePassSets_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSinglePassSets_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSinglePassSets_Params::pChipName"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_GetSinglePassSets_Params, pChipName) - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSinglePassSets_Params::numOfSinglePassSets"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetSinglePassSets_Params,
+        numOfSinglePassSets
+    )
+        - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetSinglePassSets_Params::ppSinglePassSets"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetSinglePassSets_Params,
+        ppSinglePassSets
+    )
+        - 32usize];
+};
+impl Default for CUpti_Profiler_Host_GetSinglePassSets_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pChipName: *const ::std::os::raw::c_char,
+    pub pSinglePassSetName: *const ::std::os::raw::c_char,
+    pub numOfMetricsInSinglePassSet: usize,
+    pub metricsBufferSize: usize,
+    pub pMetricsIndicesBuffer: *mut usize,
+    pub pMetricsBuffer: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params>() - 64usize];
+    ["Alignment of CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::structSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+        structSize
+    )
+        - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::pPriv"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+        pPriv
+    ) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::pChipName"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+        pChipName
+    )
+        - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::pSinglePassSetName"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+        pSinglePassSetName
+    )
+        - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::numOfMetricsInSinglePassSet"] [:: std :: mem :: offset_of ! (CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params , numOfMetricsInSinglePassSet) - 32usize] ;
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::metricsBufferSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+        metricsBufferSize
+    )
+        - 40usize];
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::pMetricsIndicesBuffer"] [:: std :: mem :: offset_of ! (CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params , pMetricsIndicesBuffer) - 48usize] ;
+    ["Offset of field: CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params::pMetricsBuffer"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+        pMetricsBuffer
+    )
+        - 56usize];
+};
+impl Default for CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_Profiler_Host_SetDevicePartitionInfo_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pHostObject: *mut CUpti_Profiler_Host_Object,
+    pub pDevicePartitionInfo: *mut u8,
+    pub devicePartitionInfoSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_Profiler_Host_SetDevicePartitionInfo_Params"]
+        [::std::mem::size_of::<CUpti_Profiler_Host_SetDevicePartitionInfo_Params>() - 40usize];
+    ["Alignment of CUpti_Profiler_Host_SetDevicePartitionInfo_Params"]
+        [::std::mem::align_of::<CUpti_Profiler_Host_SetDevicePartitionInfo_Params>() - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_SetDevicePartitionInfo_Params::structSize"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_SetDevicePartitionInfo_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_Profiler_Host_SetDevicePartitionInfo_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_Profiler_Host_SetDevicePartitionInfo_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_Profiler_Host_SetDevicePartitionInfo_Params::pHostObject"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_SetDevicePartitionInfo_Params,
+        pHostObject
+    )
+        - 16usize];
+    ["Offset of field: CUpti_Profiler_Host_SetDevicePartitionInfo_Params::pDevicePartitionInfo"][::std::mem::offset_of!(
+        CUpti_Profiler_Host_SetDevicePartitionInfo_Params,
+        pDevicePartitionInfo
+    )
+        - 24usize];
+    ["Offset of field: CUpti_Profiler_Host_SetDevicePartitionInfo_Params::devicePartitionInfoSize"] [:: std :: mem :: offset_of ! (CUpti_Profiler_Host_SetDevicePartitionInfo_Params , devicePartitionInfoSize) - 32usize] ;
+};
+impl Default for CUpti_Profiler_Host_SetDevicePartitionInfo_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub struct Cupti {
     __library: ::libloading::Library,
     pub cuptiGetResultString: Result<
@@ -16619,6 +17827,148 @@ pub struct Cupti {
         unsafe extern "C" fn(pParams: *mut CUpti_SassMetricsFlushData_Params) -> CUptiResult,
         ::libloading::Error,
     >,
+    pub cuptiPmSamplingSetConfig: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_PmSampling_SetConfig_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingEnable: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_PmSampling_Enable_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingDisable: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_PmSampling_Disable_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingStart: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_PmSampling_Start_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingStop: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_PmSampling_Stop_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingDecodeData: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_PmSampling_DecodeData_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingGetCounterAvailability: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_PmSampling_GetCounterAvailability_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingGetCounterDataSize: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_PmSampling_GetCounterDataSize_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingCounterDataImageInitialize: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_PmSampling_CounterDataImage_Initialize_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingGetCounterDataInfo: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_PmSampling_GetCounterDataInfo_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiPmSamplingCounterDataGetSampleInfo: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostInitialize: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_Profiler_Host_Initialize_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostDeinitialize: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_Profiler_Host_Deinitialize_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetSupportedChips: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetSupportedChips_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetBaseMetrics: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetBaseMetrics_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetSubMetrics: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_Profiler_Host_GetSubMetrics_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetMetricProperties: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetMetricProperties_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetRangeName: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_Profiler_Host_GetRangeName_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostEvaluateToGpuValues: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostConfigAddMetrics: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_ConfigAddMetrics_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetConfigImageSize: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetConfigImageSize_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetConfigImage: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetConfigImage_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetNumOfPasses: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetNumOfPasses_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetMaxNumHardwareMetricsPerPass: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetSinglePassSets: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetSinglePassSets_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostGetMetricsInSinglePassSet: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiProfilerHostSetDevicePartitionInfo: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_Profiler_Host_SetDevicePartitionInfo_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
 }
 impl Cupti {
     pub unsafe fn new<P>(path: P) -> Result<Self, ::libloading::Error>
@@ -16810,6 +18160,77 @@ impl Cupti {
         let cuptiSassMetricsFlushData = __library
             .get(b"cuptiSassMetricsFlushData\0")
             .map(|sym| *sym);
+        let cuptiPmSamplingSetConfig = __library.get(b"cuptiPmSamplingSetConfig\0").map(|sym| *sym);
+        let cuptiPmSamplingEnable = __library.get(b"cuptiPmSamplingEnable\0").map(|sym| *sym);
+        let cuptiPmSamplingDisable = __library.get(b"cuptiPmSamplingDisable\0").map(|sym| *sym);
+        let cuptiPmSamplingStart = __library.get(b"cuptiPmSamplingStart\0").map(|sym| *sym);
+        let cuptiPmSamplingStop = __library.get(b"cuptiPmSamplingStop\0").map(|sym| *sym);
+        let cuptiPmSamplingDecodeData = __library
+            .get(b"cuptiPmSamplingDecodeData\0")
+            .map(|sym| *sym);
+        let cuptiPmSamplingGetCounterAvailability = __library
+            .get(b"cuptiPmSamplingGetCounterAvailability\0")
+            .map(|sym| *sym);
+        let cuptiPmSamplingGetCounterDataSize = __library
+            .get(b"cuptiPmSamplingGetCounterDataSize\0")
+            .map(|sym| *sym);
+        let cuptiPmSamplingCounterDataImageInitialize = __library
+            .get(b"cuptiPmSamplingCounterDataImageInitialize\0")
+            .map(|sym| *sym);
+        let cuptiPmSamplingGetCounterDataInfo = __library
+            .get(b"cuptiPmSamplingGetCounterDataInfo\0")
+            .map(|sym| *sym);
+        let cuptiPmSamplingCounterDataGetSampleInfo = __library
+            .get(b"cuptiPmSamplingCounterDataGetSampleInfo\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostInitialize = __library
+            .get(b"cuptiProfilerHostInitialize\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostDeinitialize = __library
+            .get(b"cuptiProfilerHostDeinitialize\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetSupportedChips = __library
+            .get(b"cuptiProfilerHostGetSupportedChips\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetBaseMetrics = __library
+            .get(b"cuptiProfilerHostGetBaseMetrics\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetSubMetrics = __library
+            .get(b"cuptiProfilerHostGetSubMetrics\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetMetricProperties = __library
+            .get(b"cuptiProfilerHostGetMetricProperties\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetRangeName = __library
+            .get(b"cuptiProfilerHostGetRangeName\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostEvaluateToGpuValues = __library
+            .get(b"cuptiProfilerHostEvaluateToGpuValues\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostConfigAddMetrics = __library
+            .get(b"cuptiProfilerHostConfigAddMetrics\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetConfigImageSize = __library
+            .get(b"cuptiProfilerHostGetConfigImageSize\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetConfigImage = __library
+            .get(b"cuptiProfilerHostGetConfigImage\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetNumOfPasses = __library
+            .get(b"cuptiProfilerHostGetNumOfPasses\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetMaxNumHardwareMetricsPerPass = __library
+            .get(b"cuptiProfilerHostGetMaxNumHardwareMetricsPerPass\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetSinglePassSets = __library
+            .get(b"cuptiProfilerHostGetSinglePassSets\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostGetMetricsInSinglePassSet = __library
+            .get(b"cuptiProfilerHostGetMetricsInSinglePassSet\0")
+            .map(|sym| *sym);
+        let cuptiProfilerHostSetDevicePartitionInfo = __library
+            .get(b"cuptiProfilerHostSetDevicePartitionInfo\0")
+            .map(|sym| *sym);
         Ok(Cupti {
             __library,
             cuptiGetResultString,
@@ -16898,6 +18319,33 @@ impl Cupti {
             cuptiSassMetricsDisable,
             cuptiSassMetricsGetDataProperties,
             cuptiSassMetricsFlushData,
+            cuptiPmSamplingSetConfig,
+            cuptiPmSamplingEnable,
+            cuptiPmSamplingDisable,
+            cuptiPmSamplingStart,
+            cuptiPmSamplingStop,
+            cuptiPmSamplingDecodeData,
+            cuptiPmSamplingGetCounterAvailability,
+            cuptiPmSamplingGetCounterDataSize,
+            cuptiPmSamplingCounterDataImageInitialize,
+            cuptiPmSamplingGetCounterDataInfo,
+            cuptiPmSamplingCounterDataGetSampleInfo,
+            cuptiProfilerHostInitialize,
+            cuptiProfilerHostDeinitialize,
+            cuptiProfilerHostGetSupportedChips,
+            cuptiProfilerHostGetBaseMetrics,
+            cuptiProfilerHostGetSubMetrics,
+            cuptiProfilerHostGetMetricProperties,
+            cuptiProfilerHostGetRangeName,
+            cuptiProfilerHostEvaluateToGpuValues,
+            cuptiProfilerHostConfigAddMetrics,
+            cuptiProfilerHostGetConfigImageSize,
+            cuptiProfilerHostGetConfigImage,
+            cuptiProfilerHostGetNumOfPasses,
+            cuptiProfilerHostGetMaxNumHardwareMetricsPerPass,
+            cuptiProfilerHostGetSinglePassSets,
+            cuptiProfilerHostGetMetricsInSinglePassSet,
+            cuptiProfilerHostSetDevicePartitionInfo,
         })
     }
     pub unsafe fn cuptiGetResultString(
@@ -17713,6 +19161,249 @@ impl Cupti {
     ) -> CUptiResult {
         (self
             .cuptiSassMetricsFlushData
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingSetConfig(
+        &self,
+        pParams: *mut CUpti_PmSampling_SetConfig_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingSetConfig
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingEnable(
+        &self,
+        pParams: *mut CUpti_PmSampling_Enable_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingEnable
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingDisable(
+        &self,
+        pParams: *mut CUpti_PmSampling_Disable_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingDisable
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingStart(
+        &self,
+        pParams: *mut CUpti_PmSampling_Start_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingStart
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingStop(
+        &self,
+        pParams: *mut CUpti_PmSampling_Stop_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingStop
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingDecodeData(
+        &self,
+        pParams: *mut CUpti_PmSampling_DecodeData_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingDecodeData
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingGetCounterAvailability(
+        &self,
+        pParams: *mut CUpti_PmSampling_GetCounterAvailability_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingGetCounterAvailability
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingGetCounterDataSize(
+        &self,
+        pParams: *mut CUpti_PmSampling_GetCounterDataSize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingGetCounterDataSize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingCounterDataImageInitialize(
+        &self,
+        pParams: *mut CUpti_PmSampling_CounterDataImage_Initialize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingCounterDataImageInitialize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingGetCounterDataInfo(
+        &self,
+        pParams: *mut CUpti_PmSampling_GetCounterDataInfo_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingGetCounterDataInfo
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiPmSamplingCounterDataGetSampleInfo(
+        &self,
+        pParams: *mut CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiPmSamplingCounterDataGetSampleInfo
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostInitialize(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_Initialize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostInitialize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostDeinitialize(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_Deinitialize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostDeinitialize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetSupportedChips(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetSupportedChips_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetSupportedChips
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetBaseMetrics(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetBaseMetrics_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetBaseMetrics
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetSubMetrics(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetSubMetrics_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetSubMetrics
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetMetricProperties(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetMetricProperties_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetMetricProperties
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetRangeName(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetRangeName_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetRangeName
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostEvaluateToGpuValues(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_EvaluateToGpuValues_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostEvaluateToGpuValues
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostConfigAddMetrics(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_ConfigAddMetrics_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostConfigAddMetrics
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetConfigImageSize(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetConfigImageSize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetConfigImageSize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetConfigImage(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetConfigImage_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetConfigImage
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetNumOfPasses(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetNumOfPasses_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetNumOfPasses
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetMaxNumHardwareMetricsPerPass(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetMaxNumHardwareMetricsPerPass
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetSinglePassSets(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetSinglePassSets_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetSinglePassSets
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostGetMetricsInSinglePassSet(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_GetMetricsInSinglePassSet_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostGetMetricsInSinglePassSet
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiProfilerHostSetDevicePartitionInfo(
+        &self,
+        pParams: *mut CUpti_Profiler_Host_SetDevicePartitionInfo_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiProfilerHostSetDevicePartitionInfo
             .as_ref()
             .expect("Expected function, got error."))(pParams)
     }

@@ -72,7 +72,7 @@ gen() {
     --allowlist-function 'cupti.*' \
     --allowlist-type 'CUpti.*|CUptiResult' \
     --allowlist-var 'CUPTI_.*' \
-    -- -x c -std=c11 -I"$cupti_inc" -I"$cuda_inc" -I"$crt_inc"
+    -- -x c -std=c11 -I"$here/shim" -I"$cupti_inc" -I"$cuda_inc" -I"$crt_inc"
   rustfmt --edition 2021 "$here/$out"
   echo "regenerate: wrote bindings/cupti/$out ($(wc -l <"$here/$out") lines)" >&2
 }

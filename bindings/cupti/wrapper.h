@@ -10,7 +10,15 @@
  * header is the same in CUPTI 12.8, 13.0 and 13.4; NVIDIA added it in CUDA 12.4) and the
  * three calls it needs from the profiler headers: cuptiProfilerInitialize,
  * cuptiProfilerDeviceSupported (cupti_profiler_target.h) and cuptiDeviceGetChipName
- * (cupti_target.h). The rest of the profiler API is blocklisted in regenerate.sh. */
+ * (cupti_target.h). The rest of the profiler API is blocklisted in regenerate.sh.
+ *
+ * Hardware counters sampled during the run (issue 16, `record --pm-sampling`) add the PM
+ * sampling API (cupti_pmsampling.h: set-up, start/stop, decoding the hardware buffer into a
+ * counter data image, the samples' times) and the profiler host API (cupti_profiler_host.h:
+ * the chip's metrics, the config image PM sampling is given, and evaluating a sample's counter
+ * values to metric values). Both exist in CUPTI 12.6 and later. CUPTI 12.8's profiler host
+ * header includes C++'s <string> without using it: regenerate.sh puts an empty one first on
+ * the include path (bindings/cupti/shim). */
 #include <cupti_result.h>
 #include <cupti_version.h>
 #include <cupti_activity.h>
@@ -20,3 +28,5 @@
 #include <cupti_target.h>
 #include <cupti_profiler_target.h>
 #include <cupti_sass_metrics.h>
+#include <cupti_pmsampling.h>
+#include <cupti_profiler_host.h>

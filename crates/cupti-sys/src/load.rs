@@ -309,6 +309,8 @@ unsafe fn owned_c_str(s: *const c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned())
 }
 
+mod pmsampling;
+pub use pmsampling::PM_SAMPLING_SYMBOLS;
 mod sass;
 pub use sass::{
     ProfilerSupport, SassGranularity, SassMetricDetails, SassRecord, SupportLevel,

@@ -424,6 +424,29 @@ mod sass {
         let c = Cupti::load_from(&path).expect("libcupti.so.13 loads");
         exercise(&c);
     }
+
+    /// CUPTI 12.6 and later export the PM sampling and profiler host APIs (issue 16): the
+    /// pinned 12.8 and 13.x libraries have every function `pm_sampling_available` checks, and
+    /// each is also found by name.
+    #[test]
+    fn cupti12_and_13_export_the_pm_sampling_api() {
+        let mut libs = Vec::new();
+        if let Some(c) = cupti12() {
+            libs.push(c);
+        }
+        if let Some(path) = cupti13_path() {
+            libs.push(Cupti::load_from(&path).expect("libcupti.so.13 loads"));
+        }
+        for c in &libs {
+            c.pm_sampling_available()
+                .unwrap_or_else(|e| panic!("{}: {e}", c.path().display()));
+            for name in cupti_sys::PM_SAMPLING_SYMBOLS {
+                // SAFETY: looked up, never called; any function pointer type fits the lookup.
+                let found = unsafe { c.symbol::<unsafe extern "C" fn()>(name) };
+                assert!(found.is_ok(), "{}: {name}", c.path().display());
+            }
+        }
+    }
 }
 
 mod search {
