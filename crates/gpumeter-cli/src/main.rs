@@ -815,7 +815,7 @@ fn parse_cli() -> Result<Cli, ExitCode> {
                 // clap keeps the SGR sequences of the values it quotes (an unknown subcommand
                 // `\e[8m…` would hide text), and its own styles are SGR too.
                 let quoted_escape = args.iter().any(|a| a.as_encoded_bytes().contains(&0x1b));
-                let message = clap_message(&e, quoted_escape);
+                let message = hide_passwords(&clap_message(&e, quoted_escape), &args);
                 term::write_styled(&message, true, color);
             } else {
                 // --help, --version: clap's own text, to stdout.
@@ -824,6 +824,22 @@ fn parse_cli() -> Result<Cli, ExitCode> {
             Err(ExitCode::from(code))
         }
     }
+}
+
+/// `message` with the password of every PostgreSQL URL among the arguments masked as the
+/// bank's messages mask it ([`gpumeter::bank::redact`]): clap quotes a refused argument as
+/// given, and a `--bank` URL typed without `--bank` is one.
+fn hide_passwords(message: &str, args: &[std::ffi::OsString]) -> String {
+    let mut out = message.to_string();
+    for arg in args.iter().filter_map(|a| a.to_str()) {
+        if gpumeter::bank::is_postgres(arg) {
+            let shown = gpumeter::bank::redact(arg);
+            if shown != arg {
+                out = out.replace(arg, &shown);
+            }
+        }
+    }
+    out
 }
 
 /// clap's message with its styles, escaped line by line ([`term::escape_keeping_styles`]).

@@ -855,6 +855,21 @@ fn a_postgres_role_without_privileges_is_told_so_not_that_there_is_no_bank() {
     verify_ok(schema.url.as_str());
 }
 
+/// A `--bank` URL given without `--bank` is an argument clap refuses and quotes: exit 2, the
+/// URL quoted with its password masked.
+#[test]
+fn a_url_clap_refuses_is_quoted_without_its_password() {
+    let url = "postgres://billing:s3cret-pw@db.example/ledger";
+    let o = gpumeter(&["bank", "balance", url, "--tenant", "acme"]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(!err.contains("s3cret-pw"), "{err}");
+    assert!(
+        err.contains("postgres://billing:***@db.example/ledger"),
+        "{err}"
+    );
+}
+
 /// A PostgreSQL URL's password never shows: the server cannot be reached (nothing listens on
 /// port 1), in the user part or as a `password` parameter: exit 1, the URL shown with `***`.
 /// `sslmode=disable`: the failure is the connection's, whatever TLS roots the system has.
