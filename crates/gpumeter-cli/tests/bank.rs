@@ -28,18 +28,6 @@ fn example_book() -> PathBuf {
     root().join("examples/pricebook.toml")
 }
 
-/// Exit 0, or a failure showing what the command said.
-fn ok(o: Output, what: &str) -> Output {
-    assert!(
-        o.status.success(),
-        "{what}: exit {:?}\nstdout: {}\nstderr: {}",
-        o.status.code(),
-        stdout(&o),
-        stderr(&o)
-    );
-    o
-}
-
 fn d(v: &Value) -> Decimal {
     Decimal::from_str_exact(v.as_str().expect("a decimal string")).expect("a decimal")
 }
@@ -141,33 +129,6 @@ fn key_of_head(history: &[Value], inv: &Value) -> (String, usize) {
 }
 
 const SAID_BEFORE: &str = "was finalized before";
-
-/// 2026-11-02T07:00:00Z, an hour edge: the base of the synthetic traces.
-const BASE_NS: u64 = 1_793_602_800_000_000_000;
-
-/// A one-GPU Kineto trace (an H100 with a UUID) with `kernels` as (ts µs after the base,
-/// dur µs, grid x).
-fn kineto(kernels: &[(u64, u64, u64)]) -> String {
-    let events: Vec<Value> = kernels
-        .iter()
-        .enumerate()
-        .map(|(i, &(ts, dur, grid))| {
-            serde_json::json!({"ph": "X", "cat": "kernel", "name": format!("k{i}"), "pid": 0,
-                               "tid": 7, "ts": ts, "dur": dur,
-                               "args": {"device": 0, "stream": 7, "correlation": i + 1,
-                                        "grid": [grid, 1, 1], "block": [128, 1, 1]}})
-        })
-        .collect();
-    serde_json::json!({
-        "schemaVersion": 1,
-        "baseTimeNanoseconds": BASE_NS,
-        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9,
-                              "computeMinor": 0, "numSms": 132,
-                              "uuid": "GPU-5b0ac4f5-0e2a-4c1e-9f31-7d3f00c0ffee"}],
-        "traceEvents": events
-    })
-    .to_string()
-}
 
 /// `n` small traces that differ (kernel times and sizes), written into `dir`.
 fn small_traces(dir: &Path, n: u64) -> Vec<PathBuf> {

@@ -1,4 +1,4 @@
-//! Helpers the CLI's test targets share (`tests/main.rs`, `tests/bank.rs`): where the project
+//! Helpers the CLI's test targets share (`tests/main.rs`, `tests/bank.rs`, `tests/bank_transfer.rs`): where the project
 //! and the shared traces are, running the binary, reading its output, validating JSON against
 //! the project's schemas. Each test target uses some of them.
 #![allow(dead_code)]
@@ -92,4 +92,43 @@ pub fn validate(schema_file: &str, doc: &Value) {
         .map(|e| format!("{e} at {}", e.instance_path))
         .collect();
     assert!(errors.is_empty(), "{schema_file}: {errors:#?}");
+}
+
+/// Exit 0, or a failure showing what the command said.
+pub fn ok(o: Output, what: &str) -> Output {
+    assert!(
+        o.status.success(),
+        "{what}: exit {:?}\nstdout: {}\nstderr: {}",
+        o.status.code(),
+        stdout(&o),
+        stderr(&o)
+    );
+    o
+}
+
+/// 2026-11-02T07:00:00Z, an hour edge: the base of the synthetic traces.
+pub const BASE_NS: u64 = 1_793_602_800_000_000_000;
+
+/// A one-GPU Kineto trace (an H100 with a UUID) with `kernels` as (ts µs after the base
+/// [`BASE_NS`], dur µs, grid x).
+pub fn kineto(kernels: &[(u64, u64, u64)]) -> String {
+    let events: Vec<Value> = kernels
+        .iter()
+        .enumerate()
+        .map(|(i, &(ts, dur, grid))| {
+            serde_json::json!({"ph": "X", "cat": "kernel", "name": format!("k{i}"), "pid": 0,
+                               "tid": 7, "ts": ts, "dur": dur,
+                               "args": {"device": 0, "stream": 7, "correlation": i + 1,
+                                        "grid": [grid, 1, 1], "block": [128, 1, 1]}})
+        })
+        .collect();
+    serde_json::json!({
+        "schemaVersion": 1,
+        "baseTimeNanoseconds": BASE_NS,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3", "computeMajor": 9,
+                              "computeMinor": 0, "numSms": 132,
+                              "uuid": "GPU-5b0ac4f5-0e2a-4c1e-9f31-7d3f00c0ffee"}],
+        "traceEvents": events
+    })
+    .to_string()
 }
