@@ -648,11 +648,11 @@ pub fn bank_currency(t: &dyn LedgerTx) -> Result<Option<(String, u64)>, BankErro
         };
         used.map(|c| (c.to_string(), tx.seq))
     };
-    if let Some(found) = first.iter().find_map(currency) {
+    if let Some(found) = first.first().and_then(currency) {
         return Ok(Some(found));
     }
-    // A first finalization or close without a currency (a damaged memo): the first that
-    // names one, as before.
+    // The earliest finalization or close names no currency (a damaged memo): the first in the
+    // ledger that names one, as before.
     Ok(t.transactions(None)?.iter().find_map(currency))
 }
 
