@@ -131,6 +131,8 @@ fn the_schemas_meter_lists_are_the_meter_registry() {
             MeterKind::MemoryByteNs => 11,
             MeterKind::WarpInstructions => 12,
             MeterKind::EnergyMj => 13,
+            MeterKind::SmActiveNs => 14,
+            MeterKind::DramBytes => 15,
         }
     }
     for (i, m) in MeterKind::ALL.into_iter().enumerate() {

@@ -53,7 +53,7 @@ pub use meter::{
 };
 pub use record::{
     invalid_field_warning, ActivityRecord, CopyDirection, DeviceSlot, Joined, KernelLaunch,
-    LossReason, MemoryEvent, MemoryOp, PartitionId, Work,
+    LossReason, MemoryEvent, MemoryOp, PartitionId, PmSample, Work,
 };
 pub use report::{
     canonical_json, document_sha256, Booking, DeviceEnd, DeviceEntry, DigestError, Dimension,

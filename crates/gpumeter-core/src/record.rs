@@ -230,6 +230,35 @@ impl Joined {
     }
 }
 
+/// One sample of CUPTI's PM sampling on one device: what the hardware counters counted from
+/// `start_ns` to `end_ns` (CUPTI's clock, the clock of the activity records; the sample's
+/// `startTimestamp` and `endTimestamp` from `cuptiPmSamplingCounterDataGetSampleInfo`,
+/// `cupti_pmsampling.h`, CUDA 12.6+). A counter the collector did not sample is `None`.
+///
+/// Quantities it yields ([`Meter::push_pm_sample`](crate::Meter::push_pm_sample)):
+/// `sm_active_ns` = ⌊(end − start) × `sm_active_cycles` ÷ `sm_elapsed_cycles`⌋ SM·ns (the
+/// number of SMs active on average over the interval, times its length), and `dram_bytes` =
+/// `dram_read_bytes` + `dram_write_bytes`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct PmSample {
+    /// Sample start, ns on CUPTI's clock.
+    pub start_ns: u64,
+    /// Sample end, ns on CUPTI's clock.
+    pub end_ns: u64,
+    /// Σ over the device's SMs of the cycles in which the SM had at least one warp resident
+    /// (metric `sm__cycles_active.sum`), cycles.
+    pub sm_active_cycles: Option<u64>,
+    /// Cycles elapsed on one SM over the sample (metric `sm__cycles_elapsed.max`), cycles.
+    pub sm_elapsed_cycles: Option<u64>,
+    /// Bytes read from device memory (metric `dram__bytes_read.sum`), bytes.
+    pub dram_read_bytes: Option<u64>,
+    /// Bytes written to device memory (metric `dram__bytes_write.sum`), bytes.
+    pub dram_write_bytes: Option<u64>,
+    /// Whether CUPTI reported a hardware-buffer overflow before this sample
+    /// ([`LossReason::PmSampleOverflow`]): samples between the previous one and this were lost.
+    pub overflow: bool,
+}
+
 /// Why a record was not metered. A lost record feeds no meter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum LossReason {
@@ -259,6 +288,10 @@ pub enum LossReason {
     /// [`MAX_RESIDENT_GRIDS`](crate::MAX_RESIDENT_GRIDS) kernels: more concurrent kernels than
     /// any GPU runs, so not a record of real work.
     ConcurrentKernelLimit,
+    /// CUPTI PM sampling's hardware buffer overflowed before a sample was decoded: samples
+    /// the hardware took were overwritten, so `sm_active_ns` and `dram_bytes` miss what they
+    /// measured (counted once per overflow CUPTI reports, the samples lost being unknown).
+    PmSampleOverflow,
 }
 
 impl LossReason {
@@ -276,11 +309,12 @@ impl LossReason {
             LossReason::TornFrame => "torn_frame",
             LossReason::CorruptFrame => "corrupt_frame",
             LossReason::ConcurrentKernelLimit => "concurrent_kernel_limit",
+            LossReason::PmSampleOverflow => "pm_sample_overflow",
         }
     }
 
     /// Every reason, in report order.
-    pub const ALL: [LossReason; 11] = [
+    pub const ALL: [LossReason; 12] = [
         LossReason::Dropped,
         LossReason::ZeroTimestamp,
         LossReason::EndBeforeStart,
@@ -292,6 +326,7 @@ impl LossReason {
         LossReason::TornFrame,
         LossReason::CorruptFrame,
         LossReason::ConcurrentKernelLimit,
+        LossReason::PmSampleOverflow,
     ];
 }
 

@@ -81,6 +81,10 @@ pub enum MeterKind {
     WarpInstructions,
     /// Energy, mJ.
     EnergyMj,
+    /// SM activity the hardware measured (CUPTI PM sampling), SM·ns.
+    SmActiveNs,
+    /// Device-memory traffic the hardware measured (CUPTI PM sampling), bytes read + written.
+    DramBytes,
 }
 
 /// The canonical unit's dimension of a meter, for price-book unit checks.
@@ -115,6 +119,9 @@ pub enum Booking {
     WhileHeld,
     /// Per window, from a device counter interpolated between samples (`meter/energy.rs`).
     Counter,
+    /// Per hardware sample interval (CUPTI PM sampling), split at window edges
+    /// (`meter/pm.rs`).
+    Sampled,
 }
 
 /// How a cell's quantity is split among tenants.
@@ -131,6 +138,9 @@ pub enum Split {
     /// In proportion to the tenants' `sm_ns` in the window ([`crate::IDLE`] when none), then
     /// largest remainder.
     BySmNs,
+    /// Each sample interval's quantity (per window it overlaps) in proportion to the modelled
+    /// `sm_ns` in that interval ([`crate::IDLE`] when none), then largest remainder.
+    BySmNsPerSample,
 }
 
 /// What a device must give for a meter to be meterable there (else `not_meterable`).
@@ -147,6 +157,9 @@ pub enum Needs {
     EveryKernelCounted,
     /// Energy-counter samples, and `sm_ns` meterable where there are kernels.
     EnergySamplesAndSmNs,
+    /// PM samples carrying the meter's counters, and `sm_ns` meterable where there are
+    /// kernels.
+    PmSamplesAndSmNs,
 }
 
 /// One row of the meter registry [`METERS`].
@@ -188,7 +201,7 @@ const fn spec(
 /// discriminant is `i`, checked at compile time). Both JSON Schemas' meter lists are this list
 /// (a root test holds them to it).
 #[rustfmt::skip]
-pub const METERS: [MeterSpec; 14] = {
+pub const METERS: [MeterSpec; 16] = {
     use Booking::*;
     use Dimension as D;
     use MeterKind as M;
@@ -209,6 +222,8 @@ pub const METERS: [MeterSpec; 14] = {
         spec(M::MemoryByteNs,     "memory_byte_ns",     D::ByteTime, WhileHeld,          PerRecord,           Records),
         spec(M::WarpInstructions, "warp_instructions",  D::Count,    AtStart,            PerRecord,           EveryKernelCounted),
         spec(M::EnergyMj,         "energy_mj",          D::Energy,   Counter,            BySmNs,              EnergySamplesAndSmNs),
+        spec(M::SmActiveNs,       "sm_active_ns",       D::SmTime,   Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
+        spec(M::DramBytes,        "dram_bytes",         D::Bytes,    Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
     ]
 };
 
@@ -219,13 +234,13 @@ const _: () = {
         assert!(METERS[i].kind as usize == i);
         i += 1;
     }
-    assert!(MeterKind::EnergyMj as usize + 1 == METERS.len());
+    assert!(MeterKind::DramBytes as usize + 1 == METERS.len());
 };
 
 impl MeterKind {
     /// Every meter, in report order (the registry's order).
-    pub const ALL: [MeterKind; 14] = {
-        let mut out = [MeterKind::GpuBusyNs; 14];
+    pub const ALL: [MeterKind; 16] = {
+        let mut out = [MeterKind::GpuBusyNs; 16];
         let mut i = 0;
         while i < METERS.len() {
             out[i] = METERS[i].kind;

@@ -37,6 +37,7 @@ mod dup;
 mod energy;
 mod memory;
 mod opening;
+mod pm;
 mod queue;
 mod sweep;
 mod work;
@@ -276,6 +277,8 @@ struct DeviceState {
     energy: Vec<(u64, u64)>,
     /// Spans a recording observed the counter over ([`Meter::observe_energy_span`]).
     energy_spans: Vec<(u64, u64)>,
+    /// PM samples ([`Meter::push_pm_sample`]).
+    pm_samples: Vec<crate::record::PmSample>,
     /// Kernels with / without a warp-instruction count.
     kernels_with_instructions: u64,
     kernels_without_instructions: u64,
@@ -491,6 +494,7 @@ impl Meter {
             reallocations: 0,
             energy: Vec::new(),
             energy_spans: Vec::new(),
+            pm_samples: Vec::new(),
             kernels_with_instructions: 0,
             kernels_without_instructions: 0,
             kernels_over_limit: 0,
