@@ -81,6 +81,9 @@ pub(super) enum Slot {
     SmCapped(u32, u32),
     /// Capped warp·ns of (key, cap factor id): Σ len·held·warps; share = value × num / den.
     WarpCapped(u32, u32),
+    /// An integer meter's quantity of no attribution key: the tenant [`crate::IDLE`] (PM
+    /// samples' pieces in which no kernel ran, `meter/pm.rs`).
+    Idle(MeterKind),
 }
 
 /// Slot id meaning "none".
@@ -114,6 +117,8 @@ pub(super) struct Slots {
     factor_index: FxHashMap<Factor, u32>,
     /// The factor interned last, and its id.
     last_factor: Option<(Factor, u32)>,
+    /// Per meter index: its [`Slot::Idle`] slot, once booked.
+    idle: [Option<u32>; METERS.len()],
 }
 
 impl Slots {
@@ -183,6 +188,18 @@ impl Slots {
         let b = *self.key_block.get(key as usize)?;
         let s = self.per_key.get((b as usize).checked_sub(1)?)?[m as usize];
         (s != NO_SLOT).then_some(s)
+    }
+
+    /// The [`Slot::Idle`] slot of meter `m`, made when new.
+    pub(super) fn idle(&mut self, m: MeterKind) -> u32 {
+        match self.idle[m as usize] {
+            Some(s) => s,
+            None => {
+                let s = self.new_slot(Slot::Idle(m));
+                self.idle[m as usize] = Some(s);
+                s
+            }
+        }
     }
 
     /// The busy slot of running set `set`, made when new.
