@@ -117,8 +117,10 @@ pub(super) struct Slots {
     factor_index: FxHashMap<Factor, u32>,
     /// The factor interned last, and its id.
     last_factor: Option<(Factor, u32)>,
-    /// Per meter index: its [`Slot::Idle`] slot, once booked.
-    idle: [Option<u32>; METERS.len()],
+    /// Per PM-sampled meter (`sm_active_ns`, `dram_bytes`): its [`Slot::Idle`] slot, once
+    /// booked (any other meter's is looked up in `idle_other`; none books idle today).
+    idle: [Option<u32>; 2],
+    idle_other: Vec<(MeterKind, u32)>,
 }
 
 impl Slots {
@@ -192,14 +194,23 @@ impl Slots {
 
     /// The [`Slot::Idle`] slot of meter `m`, made when new.
     pub(super) fn idle(&mut self, m: MeterKind) -> u32 {
-        match self.idle[m as usize] {
-            Some(s) => s,
-            None => {
-                let s = self.new_slot(Slot::Idle(m));
-                self.idle[m as usize] = Some(s);
-                s
-            }
+        let i = match m {
+            MeterKind::SmActiveNs => Some(0),
+            MeterKind::DramBytes => Some(1),
+            _ => None,
+        };
+        if let Some(s) = i.and_then(|i| self.idle[i]) {
+            return s;
         }
+        if let Some(&(_, s)) = self.idle_other.iter().find(|(o, _)| *o == m) {
+            return s;
+        }
+        let s = self.new_slot(Slot::Idle(m));
+        match i {
+            Some(i) => self.idle[i] = Some(s),
+            None => self.idle_other.push((m, s)),
+        }
+        s
     }
 
     /// The busy slot of running set `set`, made when new.

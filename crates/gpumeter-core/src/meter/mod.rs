@@ -281,8 +281,9 @@ struct DeviceState {
     /// Spans a recording observed the counter over ([`Meter::observe_energy_span`]).
     energy_spans: Vec<(u64, u64)>,
     /// PM samples waiting for the sweep, and what the report says of them
-    /// ([`Meter::push_pm_sample`], `pm.rs`).
-    pm: PmState,
+    /// ([`Meter::push_pm_sample`], `pm.rs`); boxed: the sweep's hot path only asks whether
+    /// it holds samples, and the device's other fields stay as they were in memory.
+    pm: Box<PmState>,
     /// Kernels with / without a warp-instruction count.
     kernels_with_instructions: u64,
     kernels_without_instructions: u64,
@@ -498,7 +499,7 @@ impl Meter {
             reallocations: 0,
             energy: Vec::new(),
             energy_spans: Vec::new(),
-            pm: PmState::default(),
+            pm: Box::default(),
             kernels_with_instructions: 0,
             kernels_without_instructions: 0,
             kernels_over_limit: 0,

@@ -264,6 +264,8 @@ impl DeviceState {
     /// Adds the running set's Σ len·held per SM·ns slot over `[a, b)` (already booked as
     /// `sm_ns`) to the held samples overlapping it, per window. Only called when samples are
     /// held.
+    #[cold]
+    #[inline(never)]
     pub(super) fn feed_pm(&mut self, a: u64, b: u64, window: WindowSize) {
         let held = &self.summary.held;
         if held.is_empty() {
@@ -299,6 +301,8 @@ impl DeviceState {
     /// Apportions every piece of the held samples that ends at or before `upto` (the sweep's
     /// position: everything before it is booked) and books it into the cells; frees the
     /// samples fully apportioned.
+    #[cold]
+    #[inline(never)]
     pub(super) fn complete_pm(&mut self, upto: u64, window: WindowSize, keys: &[AttrKey]) {
         while let Some(h) = self.pm.held.front_mut() {
             let (s, e) = (h.sample.start_ns, h.sample.end_ns);
