@@ -176,7 +176,7 @@ pub enum MeterError {
         device: u32,
         /// Identity of the device.
         device_key: String,
-        /// What spans them (`memory held`, `energy samples`, `work`).
+        /// What spans them (`memory held`, `energy samples`, `PM samples`, `work`).
         what: &'static str,
         /// Start of the span, RFC 3339.
         from: String,
