@@ -135,6 +135,10 @@ codes! {
         /// Energy samples too far apart or rising too fast: the energy between them is not
         /// billed.
         EnergyGap = "energy_gap",
+        /// CUPTI PM sampling's hardware buffer overflowed on a device: `sm_active_ns` and
+        /// `dram_bytes` miss what the overwritten samples measured (loss
+        /// `pm_sample_overflow`).
+        PmSampleOverflow = "pm_sample_overflow",
         /// Allocations made at an address still held: the earlier one was closed there.
         Reallocation = "reallocation",
         /// Allocations still held at the report's end (`open_allocations`).
@@ -253,8 +257,12 @@ codes! {
         KernelsWithoutOccupancy = "kernels_without_occupancy",
         /// Some kernels of the device have no instruction count.
         KernelsWithoutInstructions = "kernels_without_instructions",
-        /// Energy is apportioned by `sm_ns`, which is not meterable on the device.
+        /// A meter apportioned by `sm_ns` (`energy_mj`, `sm_active_ns`, `dram_bytes`), which is
+        /// not meterable on the device.
         SmNsNotMeterable = "sm_ns_not_meterable",
+        /// The device's PM samples do not carry the meter's counters (`sm_active_ns`: active
+        /// and elapsed SM cycles; `dram_bytes`: DRAM bytes read and written).
+        NotSampled = "not_sampled",
     }
 }
 

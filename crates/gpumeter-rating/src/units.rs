@@ -24,6 +24,7 @@ const KIB: u128 = 1 << 10;
 const MIB: u128 = 1 << 20;
 const GIB: u128 = 1 << 30;
 const TIB: u128 = 1 << 40;
+const PIB: u128 = 1 << 50;
 const GB: u128 = 1_000_000_000;
 
 const fn unit(name: &'static str, dimension: Dimension, factor: u128) -> PricingUnit {
@@ -54,10 +55,12 @@ const UNITS: &[PricingUnit] = &[
     unit("MB", Dimension::Bytes, 1_000_000),
     unit("GB", Dimension::Bytes, GB),
     unit("TB", Dimension::Bytes, 1_000_000_000_000),
+    unit("PB", Dimension::Bytes, 1_000_000_000_000_000),
     unit("KiB", Dimension::Bytes, KIB),
     unit("MiB", Dimension::Bytes, MIB),
     unit("GiB", Dimension::Bytes, GIB),
     unit("TiB", Dimension::Bytes, TIB),
+    unit("PiB", Dimension::Bytes, PIB),
     // byte·time, canonical B·ns
     unit("GB·hour", Dimension::ByteTime, GB * NS_PER_HOUR),
     unit("GiB·s", Dimension::ByteTime, GIB * NS_PER_S),

@@ -304,6 +304,75 @@ mod units {
         );
     }
 
+    /// PM sampling's meters (issue 16) rate like any other: `sm_active_ns` per SM·hour,
+    /// `dram_bytes` per PB and PiB (an H200 moves about 17 PB an hour), each on its own line.
+    #[test]
+    fn pm_sampled_meters_are_priced() {
+        let usd = "currency = \"USD\"";
+        let b = book(
+            usd,
+            &format!(
+                "{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"sm_active_ns\"\nunit = \"SM·hour\"\nunit_price = \"0.02\"\n\
+                 [[rate]]\nsku = \"h100\"\nmeter = \"dram_bytes\"\nunit = \"PB\"\nunit_price = \"0.05\"\n"
+            ),
+        );
+        // 132 SMs active for an hour: 132 SM·hour × 0.02 = 2.64; 17 PB × 0.05 = 0.85.
+        let usage = report(
+            3600,
+            vec![device("GPU-0", Some("NVIDIA H100 80GB HBM3"))],
+            vec![
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::SmActiveNs,
+                    132 * 3_600_000_000_000,
+                ),
+                row(
+                    "alice",
+                    "GPU-0",
+                    DEC1,
+                    MeterKind::DramBytes,
+                    17_000_000_000_000_000,
+                ),
+            ],
+        );
+        let doc = rated(&usage, &b, None);
+        let inv = &doc.invoices[0];
+        assert_sums(inv);
+        let amounts: Vec<(Option<&str>, String)> = inv
+            .lines
+            .iter()
+            .map(|l| (l.pricing_unit.as_deref(), l.amount.to_string()))
+            .collect();
+        assert_eq!(
+            amounts,
+            vec![
+                (Some("SM·hour"), "2.64".to_string()),
+                (Some("PB"), "0.85".to_string())
+            ]
+        );
+        assert_eq!(inv.subtotal.to_string(), "3.49");
+        // 3 PiB at 0.10 per PiB = 0.30; 1 PB = 0.888… PiB × 0.10 → 0.09.
+        let pib = 1u128 << 50;
+        assert_eq!(
+            one_line_amount(usd, "dram_bytes", "PiB", "0.10", 3 * pib),
+            "0.30"
+        );
+        assert_eq!(
+            one_line_amount(usd, "dram_bytes", "PiB", "0.10", 1_000_000_000_000_000),
+            "0.09"
+        );
+        // A time unit is refused for a bytes meter.
+        let refused = book_with(
+            usd,
+            &format!(
+                "{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"dram_bytes\"\nunit = \"SM·hour\"\nunit_price = \"1\"\n"
+            ),
+        );
+        assert!(refused.is_err());
+    }
+
     #[test]
     fn quantity_in_pricing_unit_has_nine_decimals() {
         let b = book(
@@ -345,6 +414,14 @@ mod units {
         assert_eq!(
             PricingUnit::parse("TiB").map(|u| u.factor_num()),
             Some(1u128 << 40)
+        );
+        assert_eq!(
+            PricingUnit::parse("PiB").map(|u| u.factor_num()),
+            Some(1u128 << 50)
+        );
+        assert_eq!(
+            PricingUnit::parse("PB").map(|u| u.factor_num()),
+            Some(1_000_000_000_000_000)
         );
         assert_eq!(
             PricingUnit::parse("day").map(|u| u.factor_num()),

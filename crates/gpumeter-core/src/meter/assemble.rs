@@ -67,6 +67,14 @@ pub(super) fn cell_quantities(
                     *per_d.entry(t).or_default().entry(d).or_insert(0) += q;
                 }
             }
+            Slot::Idle(meter) => {
+                let t = out
+                    .entry(meter)
+                    .or_default()
+                    .entry(crate::tenant::IDLE.to_string())
+                    .or_insert(0);
+                *t = t.checked_add(q).ok_or(meter)?;
+            }
             Slot::SmExact(key) => sm_exact.push((key, q)),
             Slot::WarpExact(key) => warp_exact.push((key, q)),
             Slot::SmCapped(key, f) => sm_capped.push((key, slots.factors[f as usize], q)),
@@ -218,6 +226,83 @@ fn hand_out<F: Ord>(
     floors
 }
 
+/// Whether each PM-sampled meter ([`PM_METERS`]) is meterable on device `d`, with the
+/// `not_meterable` entries and warnings of those that are not, and the device's warnings of
+/// PM sample overflow and invalid samples. `apportionable`: `sm_ns` is meterable on the device
+/// or it ran no kernel (everything is idle).
+fn pm_meterability(
+    d: &DeviceState,
+    apportionable: bool,
+    not_meterable: &mut Vec<NotMeterable>,
+    warnings: &mut Vec<Warning>,
+) -> [bool; 2] {
+    let info = &d.info;
+    let sampled = d.pm.carrying.iter().any(|&n| n > 0);
+    let mut out = [false; 2];
+    for (i, &meter) in PM_METERS.iter().enumerate() {
+        let counters = match meter {
+            MeterKind::SmActiveNs => "sm_active_cycles and sm_elapsed_cycles",
+            _ => "dram_read_bytes and dram_write_bytes",
+        };
+        let (code, why) = if d.pm.carrying[i] > 0 {
+            if apportionable {
+                out[i] = true;
+                continue;
+            }
+            (
+                NotMeterableCode::SmNsNotMeterable,
+                format!(
+                    "{} is apportioned to tenants by sm_ns, which is not meterable on this device",
+                    meter.as_str()
+                ),
+            )
+        } else if sampled {
+            (
+                NotMeterableCode::NotSampled,
+                format!("no PM sample of this device carries {counters}"),
+            )
+        } else {
+            continue;
+        };
+        warnings.push(Warning::new(
+            WarningCode::NotMeterable,
+            format!(
+                "{} is not meterable on device {} ({}): {why}",
+                meter.as_str(),
+                info.id,
+                info.key
+            ),
+        ));
+        not_meterable.push(NotMeterable {
+            meter,
+            code,
+            reason: why,
+        });
+    }
+    if d.pm.overflows > 0 {
+        warnings.push(Warning::new(
+            WarningCode::PmSampleOverflow,
+            format!(
+                "CUPTI PM sampling's hardware buffer overflowed {} times on device {} ({}): \
+                 sm_active_ns and dram_bytes miss what the samples overwritten there measured \
+                 (loss pm_sample_overflow)",
+                d.pm.overflows, info.id, info.key
+            ),
+        ));
+    }
+    if let Some(first) = &d.pm.first_invalid {
+        warnings.push(Warning::new(
+            WarningCode::InvalidField,
+            format!(
+                "{} PM samples of device {} ({}) have a field that cannot be metered and are \
+                 lost as invalid_field; the first: {first}",
+                d.pm.invalid, info.id, info.key
+            ),
+        ));
+    }
+    out
+}
+
 impl Meter {
     /// Hands over and forgets the windows that end at or before `before_ns`: the
     /// returned report holds their usage; the meter keeps the later windows, the records
@@ -228,6 +313,9 @@ impl Meter {
     /// - every device's sweep moves to the edge (at least): the records buffered before it are
     ///   booked, and from now on a record starting before it — on any device, also one
     ///   registered later — is loss `late` (it would change a window already handed over);
+    /// - PM samples ([`Meter::push_pm_sample`]) are apportioned per piece (a sample's part in
+    ///   one window), so the pieces before the edge are handed over and a sample across the
+    ///   edge keeps its later pieces for the next report: exact, as for work;
     /// - allocations still held are billed up to the edge (they are held at least that long:
     ///   a release before it would now be late) and stay held from there; with `before_ns =
     ///   u64::MAX` (everything: the meter's end) up to the report's end, as [`Meter::finish`]
@@ -336,6 +424,9 @@ impl Meter {
             d.pending.clear();
             d.run.clear();
             d.mem_pending.clear();
+            // PM samples still held: their pieces before the edge are booked (the sweep passed
+            // them); the rest belongs to the next report.
+            d.pm.clear_held();
             if !end {
                 d.open.clear();
             }
@@ -355,6 +446,7 @@ impl Meter {
             d.kernels_over_limit = 0;
             d.memory_events = 0;
             d.reallocations = 0;
+            d.pm.forget_counts();
             if end {
                 d.open.clear();
             }
@@ -642,6 +734,12 @@ impl Meter {
                 ),
                 ));
             }
+            let pm_meterable = pm_meterability(
+                d,
+                sm_meterable || !has_kernels,
+                &mut not_meterable,
+                &mut warnings,
+            );
             if d.reallocations > 0 {
                 warnings.push(Warning::new(
                     WarningCode::Reallocation,
@@ -706,6 +804,10 @@ impl Meter {
                 if !instr_meterable {
                     quantities.retain(|(m, _)| *m != MeterKind::WarpInstructions);
                 }
+                quantities.retain(|(m, _)| match PM_METERS.iter().position(|p| p == m) {
+                    Some(i) => pm_meterable[i],
+                    None => true,
+                });
                 if let Some(&e) = energy.get(&w).filter(|_| energy_meterable) {
                     let sm = quantities
                         .iter()

@@ -81,6 +81,9 @@ pub(super) enum Slot {
     SmCapped(u32, u32),
     /// Capped warp·ns of (key, cap factor id): Σ len·held·warps; share = value × num / den.
     WarpCapped(u32, u32),
+    /// An integer meter's quantity of no attribution key: the tenant [`crate::IDLE`] (PM
+    /// samples' pieces in which no kernel ran, `meter/pm.rs`).
+    Idle(MeterKind),
 }
 
 /// Slot id meaning "none".
@@ -114,6 +117,10 @@ pub(super) struct Slots {
     factor_index: FxHashMap<Factor, u32>,
     /// The factor interned last, and its id.
     last_factor: Option<(Factor, u32)>,
+    /// Per PM-sampled meter (`sm_active_ns`, `dram_bytes`): its [`Slot::Idle`] slot, once
+    /// booked (any other meter's is looked up in `idle_other`; none books idle today).
+    idle: [Option<u32>; 2],
+    idle_other: Vec<(MeterKind, u32)>,
 }
 
 impl Slots {
@@ -183,6 +190,27 @@ impl Slots {
         let b = *self.key_block.get(key as usize)?;
         let s = self.per_key.get((b as usize).checked_sub(1)?)?[m as usize];
         (s != NO_SLOT).then_some(s)
+    }
+
+    /// The [`Slot::Idle`] slot of meter `m`, made when new.
+    pub(super) fn idle(&mut self, m: MeterKind) -> u32 {
+        let i = match m {
+            MeterKind::SmActiveNs => Some(0),
+            MeterKind::DramBytes => Some(1),
+            _ => None,
+        };
+        if let Some(s) = i.and_then(|i| self.idle[i]) {
+            return s;
+        }
+        if let Some(&(_, s)) = self.idle_other.iter().find(|(o, _)| *o == m) {
+            return s;
+        }
+        let s = self.new_slot(Slot::Idle(m));
+        match i {
+            Some(i) => self.idle[i] = Some(s),
+            None => self.idle_other.push((m, s)),
+        }
+        s
     }
 
     /// The busy slot of running set `set`, made when new.

@@ -27,7 +27,9 @@
 //! `warp_ns`); `caps.rs` computes SMs held, resident warps and the partition and device caps;
 //! `cells.rs` holds the per-(device, window) accumulators (flat arrays of interned slots) and
 //! the cell budget; `memory.rs`
-//! pairs allocations and books `memory_byte_ns`; `energy.rs` books `energy_mj`; `opening.rs`
+//! pairs allocations and books `memory_byte_ns`; `energy.rs` books `energy_mj`; `pm.rs` holds
+//! PM samples until the sweep passes them and apportions `sm_active_ns` and `dram_bytes` by the
+//! `sm_ns` the sweep booked inside each; `opening.rs`
 //! takes opening state and report chains; `assemble.rs` drains and builds reports.
 
 mod assemble;
@@ -51,6 +53,7 @@ use dup::*;
 use energy::*;
 use memory::*;
 use opening::*;
+use pm::*;
 use queue::MostlySorted;
 use sweep::*;
 
@@ -173,7 +176,7 @@ pub enum MeterError {
         device: u32,
         /// Identity of the device.
         device_key: String,
-        /// What spans them (`memory held`, `energy samples`, `work`).
+        /// What spans them (`memory held`, `energy samples`, `PM samples`, `work`).
         what: &'static str,
         /// Start of the span, RFC 3339.
         from: String,
@@ -277,8 +280,10 @@ struct DeviceState {
     energy: Vec<(u64, u64)>,
     /// Spans a recording observed the counter over ([`Meter::observe_energy_span`]).
     energy_spans: Vec<(u64, u64)>,
-    /// PM samples ([`Meter::push_pm_sample`]).
-    pm_samples: Vec<crate::record::PmSample>,
+    /// PM samples waiting for the sweep, and what the report says of them
+    /// ([`Meter::push_pm_sample`], `pm.rs`); boxed: the sweep's hot path only asks whether
+    /// it holds samples, and the device's other fields stay as they were in memory.
+    pm: Box<PmState>,
     /// Kernels with / without a warp-instruction count.
     kernels_with_instructions: u64,
     kernels_without_instructions: u64,
@@ -494,7 +499,7 @@ impl Meter {
             reallocations: 0,
             energy: Vec::new(),
             energy_spans: Vec::new(),
-            pm_samples: Vec::new(),
+            pm: Box::default(),
             kernels_with_instructions: 0,
             kernels_without_instructions: 0,
             kernels_over_limit: 0,

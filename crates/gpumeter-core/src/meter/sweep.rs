@@ -274,6 +274,10 @@ impl DeviceState {
         if !self.run.is_empty() && self.swept_to > since {
             self.book(since, self.swept_to, window);
         }
+        // PM samples' pieces the sweep has now passed are complete.
+        if self.pm.has_held() {
+            self.complete_pm(self.swept_to, window, keys);
+        }
         // Duplicate detection only needs records the sweep has not passed.
         self.prune_dups(self.swept_to);
     }
@@ -405,6 +409,11 @@ impl DeviceState {
                 }
             }
             t = edge;
+        }
+        // PM samples inside [a, b) take their share of the SM·ns just booked: one check when
+        // the device has none (the hot path).
+        if self.pm.has_held() {
+            self.feed_pm(a, b, window);
         }
     }
 }
