@@ -890,6 +890,7 @@ pub(crate) fn scan_stream(
         dropped: 0,
         buffers: 1,
         energy_samples: 0,
+        pm_samples: 0,
         memory_events: file.memory_events,
         green_contexts: file.partitions.len() as u64,
         kernels_with_instructions: 0,

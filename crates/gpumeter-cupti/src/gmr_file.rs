@@ -4,9 +4,10 @@
 //! order through a reorder buffer as wide as the file's disorder.
 //!
 //! Only well-formed recordings stream: a file whose every frame reads whole (checksum right,
-//! payload parses) after a valid header, with or without an end frame, and without
+//! payload parses) after a valid header, with or without an end frame, without
 //! instruction counts (SASS-metrics frames or INSTRUCTION_EXECUTION records, whose split among
-//! a launch's kernels needs all of them). Anything else — a torn or corrupt frame, data after
+//! a launch's kernels needs all of them) and without PM-sample frames (type 9: the whole-file
+//! path hands them to the meter before the records, [`crate::source`]'s `push_pm`). Anything else — a torn or corrupt frame, data after
 //! the end frame, a second header, a malformed payload, an unsupported version — is metered by
 //! the whole-file path ([`meter_gmr`]), which reports, resynchronizes and books the damage:
 //! those files are the exception, and their error messages stay exactly as they were.
@@ -307,6 +308,7 @@ fn scan(
                         });
                         true
                     }
+                    // PM samples (and any other frame) go by the whole-file path.
                     Ok(Some(_)) => false,
                     Ok(None) => {
                         s.unknown_frames += 1;
@@ -510,6 +512,8 @@ pub(crate) fn scan_stream(
         dropped: dropped_total,
         buffers: s.buffers,
         energy_samples: s.energy_frames.len() as u64,
+        // A recording with PM-sample frames is metered by the whole-file path.
+        pm_samples: 0,
         // Counted as pushed, process exits at the end included (as `close_at_end` adds them).
         memory_events: 0,
         green_contexts: partitions.len() as u64,
