@@ -3339,6 +3339,69 @@ mod pm_frames {
         );
     }
 
+    /// In a chain of reports (`--opening`), a PM sample's end counts in how far a report read
+    /// the recording (as an energy sample's does: here past the last kernel's end).
+    #[test]
+    fn pm_sample_ends_count_in_how_far_a_report_read_the_recording() {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let (r, _) = meter_all(&[("pm.gmr", &gmr(1, &b, vec![frames(0)], false))], &[]);
+        let ends = &r.extensions.recordings;
+        assert_eq!(ends.len(), 1);
+        assert_eq!(ends[0].device_ends.len(), 1);
+        // The kernel ends at T0 + 1000; the second sample at T0 + 2000.
+        assert!(
+            ends[0].device_ends[0].end.ends_with(":05.000002000Z"),
+            "{:?}",
+            ends[0].device_ends
+        );
+        let (r, _) = meter_all(&[("k.gmr", &gmr(1, &b, vec![], false))], &[]);
+        assert!(r.extensions.recordings[0].device_ends[0]
+            .end
+            .ends_with(":05.000001000Z"));
+    }
+
+    /// A report continuing a recording (`--opening` of a report that read it while it had
+    /// only its first PM frame) leaves out the samples that report read and meters the rest.
+    ///
+    /// Needs the meter's PM-sample metering (`Meter::push_pm_sample`, issue 16 item 2).
+    #[test]
+    fn a_continued_recording_meters_only_the_pm_samples_not_read_before() {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let first = Frame::PmSamples(PmSamples {
+            device_id: 0,
+            samples: vec![sample(T0, 99_000, 6_000, 4_000, false)],
+        });
+        let second = Frame::PmSamples(PmSamples {
+            device_id: 0,
+            samples: vec![sample(T0 + 1000, 13_200, 100, 0, false)],
+        });
+        let early = gmr(1, &b, vec![first.clone()], false);
+        let whole = gmr(1, &b, vec![first, second], true);
+        let mut m = meter();
+        ok(meter_gmr(
+            &mut m,
+            "rec.gmr",
+            &early,
+            &CuptiOptions::default(),
+        ));
+        let opening = finish(m);
+        assert_eq!(opening.device_total(GPU, MeterKind::SmActiveNs), 99_000);
+        let mut m = meter();
+        ok(m.continue_from(&opening));
+        ok(meter_gmr(
+            &mut m,
+            "rec.gmr",
+            &whole,
+            &CuptiOptions::default(),
+        ));
+        let r = finish(m);
+        assert_eq!(r.device_total(GPU, MeterKind::SmNs), 0);
+        assert_eq!(r.device_total(GPU, MeterKind::SmActiveNs), 13_200);
+        assert_eq!(r.device_total(GPU, MeterKind::DramBytes), 100);
+    }
+
     /// A PM-sample frame cut by the end of the file, or malformed, is a damaged frame that
     /// holds no records: the report says so, no record is lost for it, and the frames before
     /// it are metered.
