@@ -1014,15 +1014,42 @@ impl Devices<'_> {
         source: &str,
         warnings: &mut Vec<gpumeter_core::Warning>,
     ) -> Vec<(DeviceSlot, PmSample)> {
+        let counts: Vec<(u32, u64)> = frames
+            .iter()
+            .map(|f| (f.device_id, f.samples.len() as u64))
+            .collect();
+        self.place_pm_devices(&counts, source, warnings);
         let mut placed = Vec::new();
-        let (mut unplaced, mut devices) = (0u64, BTreeSet::new());
         for f in frames {
-            if self.describes(f.device_id) && f.device_id != crate::gmr::UNKNOWN_DEVICE {
-                let slot = self.slot(f.device_id);
+            let id = f.device_id;
+            if let Some(&slot) = self
+                .index
+                .get(&id)
+                .filter(|_| id != crate::gmr::UNKNOWN_DEVICE)
+            {
                 placed.extend(f.samples.iter().map(|x| (slot, *x)));
-            } else if !f.samples.is_empty() {
-                unplaced += f.samples.len() as u64;
-                devices.insert(f.device_id);
+            }
+        }
+        placed
+    }
+
+    /// [`Devices::place_pm`] for a source that only counts its PM-sample frames (device id,
+    /// samples), in file order: registers the devices it places in the same order and warns
+    /// the same way; the samples of a placed device id are then those of its slot in
+    /// `index`.
+    pub(crate) fn place_pm_devices(
+        &mut self,
+        frames: &[(u32, u64)],
+        source: &str,
+        warnings: &mut Vec<gpumeter_core::Warning>,
+    ) {
+        let (mut unplaced, mut devices) = (0u64, BTreeSet::new());
+        for &(id, n) in frames {
+            if self.describes(id) && id != crate::gmr::UNKNOWN_DEVICE {
+                self.slot(id);
+            } else if n > 0 {
+                unplaced += n;
+                devices.insert(id);
             }
         }
         if unplaced > 0 {
@@ -1036,7 +1063,6 @@ impl Devices<'_> {
                 ),
             ));
         }
-        placed
     }
 
     /// Whether the source describes device `id` anywhere: a record of it, a DEVICE record or an
@@ -1367,7 +1393,8 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
 /// ([`Meter::push_pm_sample`]) as the source is announced, before any source's records: a
 /// [`Batch`] carries no PM samples, and samples pushed before the records are never `late`
 /// (the meter holds them until its sweep passes their end; the whole-file path holds the
-/// file in memory anyway). For a `.gmr` recording continued from an earlier report of the
+/// file in memory anyway). A streamed recording hands them on among its records instead
+/// ([`crate::gmr_file`]). For a `.gmr` recording continued from an earlier report of the
 /// chain (`--opening`), the samples' ends count in how far this report reads it, as energy
 /// samples' do, and the samples that report read (ending at or before the time it read the
 /// device to) are left out.
