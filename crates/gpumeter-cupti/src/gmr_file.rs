@@ -765,33 +765,46 @@ mod tests {
 
     const T: u64 = 1_752_826_085_000_000_000;
 
-    /// One CUPTI 12.8 kernel record of device 0 over [start, start + 1000).
-    fn kernel(start: u64) -> Vec<u8> {
-        let kind = ActivityKind::CONCURRENT_KERNEL;
+    /// One CUPTI 12.8 record of `kind` with `fields` (layout field name, value).
+    fn record(kind: ActivityKind, fields: &[(&str, i128)]) -> Vec<u8> {
         let layouts = ApiVersion::Cupti12_8.layouts();
         let Some(layout) = layouts.iter().find(|l| l.kind == kind) else {
-            panic!("no kernel layout");
+            panic!("no layout of {kind}");
         };
         let mut b = vec![0u8; layout.size];
         b[..4].copy_from_slice(&kind.0.to_le_bytes());
-        let start = i128::from(start);
-        for (name, v) in [
-            ("start", start),
-            ("end", start + 1000),
-            ("gridX", 1),
-            ("gridY", 1),
-            ("gridZ", 1),
-            ("blockX", 128),
-            ("blockY", 1),
-            ("blockZ", 1),
-            ("contextId", 1),
-        ] {
+        for &(name, v) in fields {
             let Some(f) = layout.fields.iter().find(|f| f.name == name) else {
                 panic!("no field {name}");
             };
             b[f.offset..f.offset + f.width].copy_from_slice(&v.to_le_bytes()[..f.width]);
         }
         b
+    }
+
+    /// One kernel record of device 0 over [start, start + 1000), launched by correlation id
+    /// `corr`.
+    fn kernel_of(start: u64, corr: u32) -> Vec<u8> {
+        let start = i128::from(start);
+        record(
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", start),
+                ("end", start + 1000),
+                ("gridX", 1),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("blockX", 128),
+                ("blockY", 1),
+                ("blockZ", 1),
+                ("contextId", 1),
+                ("correlationId", corr.into()),
+            ],
+        )
+    }
+
+    fn kernel(start: u64) -> Vec<u8> {
+        kernel_of(start, 0)
     }
 
     fn pm(device_id: u32, start: u64) -> PmSamples {
@@ -825,15 +838,38 @@ mod tests {
             }],
             ..GmrHeader::default()
         };
+        // Without API records (no lookahead window), and with a runtime API record whose
+        // kernel comes records later (a window: the samples wait behind the records before
+        // them).
+        for api_record in [false, true] {
+            let runtime = record(
+                ActivityKind::RUNTIME,
+                &[("correlationId", 9), ("processId", 42), ("start", T.into())],
+            );
+            let first = if api_record {
+                [runtime, kernel(T)].concat()
+            } else {
+                kernel(T)
+            };
+            let last = if api_record {
+                [kernel(T + 5000), kernel_of(T + 6000, 9)].concat()
+            } else {
+                kernel(T + 5000)
+            };
+            check_stream(&header, &first, &last, api_record);
+        }
+    }
+
+    fn check_stream(header: &GmrHeader, first: &[u8], last: &[u8], api_record: bool) {
         let run = || -> Result<Vec<u8>, crate::gmr::GmrError> {
-            let mut w = GmrWriter::new(Vec::new(), &header)?;
-            w.write_buffer(&kernel(T))?;
+            let mut w = GmrWriter::new(Vec::new(), header)?;
+            w.write_buffer(first)?;
             // Decoded later than the kernel it precedes.
             w.write_pm_samples(&pm(0, T - 500))?;
             w.write_buffer(&kernel(T + 2000))?;
             w.write_pm_samples(&pm(0, T + 1000))?;
             w.write_pm_samples(&pm(3, T + 1500))?;
-            w.write_buffer(&kernel(T + 5000))?;
+            w.write_buffer(last)?;
             w.finish()
         };
         let bytes = match run() {
@@ -876,15 +912,18 @@ mod tests {
             panic!("{e}");
         }
         let got: Vec<(&str, u64)> = got.into_iter().filter(|(k, _)| *k != "memory").collect();
-        assert_eq!(
-            got,
-            [
-                ("pm", T - 500),
-                ("work", T),
-                ("pm", T + 1000),
-                ("work", T + 2000),
-                ("work", T + 5000)
-            ]
-        );
+        let mut want = vec![
+            ("pm", T - 500),
+            ("work", T),
+            ("pm", T + 1000),
+            ("work", T + 2000),
+            ("work", T + 5000),
+        ];
+        if api_record {
+            want.push(("work", T + 6000));
+        }
+        assert_eq!(got, want);
+        let GmrStream { s, .. } = &**g;
+        assert_eq!(s.join_distance.is_some_and(|d| d > 0), api_record);
     }
 }
