@@ -45,9 +45,11 @@ import zlib
 
 # `gpumeter recording show --json`: the PM sample listing per device (issue 16: "lists PM
 # frames: count per device, first/last time, Σ counters, overflows"). A missing key skips that
-# comparison (and says so); a present one must agree with the frames.
+# comparison (and says so); a present one must agree with the frames. A counter's value is
+# either a number (its Σ) or an object whose SHOW["sum"] key holds the Σ over the samples that
+# carry it (`{"samples": n, "sum": Σ}`, as the CLI's PmDevice listing has it).
 SHOW = {
-    "list": "pm_samples",  # top-level key: a list, one object per device
+    "list": "pm",  # top-level key: a list, one object per device
     "device": "device",  # CUDA ordinal
     "samples": "samples",  # number of samples
     "overflows": "overflows",  # samples flagged overflow
@@ -55,6 +57,7 @@ SHOW = {
     "sm_elapsed_cycles": "sm_elapsed_cycles",
     "dram_read_bytes": "dram_read_bytes",
     "dram_write_bytes": "dram_write_bytes",
+    "sum": "sum",
 }
 # `gpumeter usage --json` (schemas/gpumeter.usage.v1.schema.json).
 METER_SM = "sm_ns"
@@ -374,6 +377,8 @@ def evaluate(work, classes):
                 }
                 for k, v in want.items():
                     got = entry.get(SHOW[k])
+                    if isinstance(got, dict):
+                        got = got.get(SHOW["sum"])
                     if got is not None and int(got) != v:
                         diffs.append(f"device {dev} {SHOW[k]}: show {got}, frames {v}")
             listed = {e.get(SHOW["device"]) for e in listing}
@@ -567,6 +572,7 @@ def self_test():
                 f.write(str(2000 if run == "a" else 3000))
         # recording show's listing, with a wrong Σ read bytes (frames: 1000 + 5 + 1 + 1 = 1007).
         show = {SHOW["list"]: [{SHOW["device"]: 0, SHOW["samples"]: 4, SHOW["overflows"]: 1,
+                                SHOW["sm_active_cycles"]: {"samples": 4, SHOW["sum"]: 71},
                                 SHOW["dram_read_bytes"]: 1006}]}
         with open(os.path.join(work, "copy.b.show.json"), "w") as f:
             json.dump(show, f)
