@@ -195,9 +195,9 @@ for class in $CLASSES; do
   record "$class.a" 0 "$class"
   record "$class.b" 1 "$class"
   # Profiling refused or PM sampling unsupported: the whole check cannot run here (the
-  # collector's typed errors name these).
-  if grep -qiE 'insufficient.privilege|RestrictProfilingToAdminUsers|PM sampling (is )?(unavailable|not supported)|unsupported GPU' "$WORK/$class.b.stderr"; then
-    grep -iE 'privilege|PM sampling|unsupported' "$WORK/$class.b.stderr" | head -n 3 | sed 's/^/   | /'
+  # collector's typed errors, PmSamplingError, say these).
+  if grep -qiE 'insufficient.privilege|restricted to administrators|RestrictProfilingToAdminUsers|PM sampling needs CUPTI|PM sampling (is )?(unavailable|not supported)|can PM-sample none|PM sampling: no CUDA driver' "$WORK/$class.b.stderr"; then
+    grep -iE 'privilege|administrators|PM sampling|PM-sample' "$WORK/$class.b.stderr" | head -n 3 | sed 's/^/   | /'
     cannot "PM sampling refused on this machine (see $class.b.stderr)"
   fi
   if [ "$(left)" -lt 60 ]; then
