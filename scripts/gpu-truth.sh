@@ -3,11 +3,11 @@
 # against hardware (PM sampling)"). Not part of CI: it needs an NVIDIA GPU.
 #
 # Builds the CUDA kernel suite scripts/gpu-truth/truth.cu (classes full, tail, tiny, single,
-# copy, streams, green) and records each class twice with `gpumeter record`: (a) without PM
-# sampling, (b) with `--pm-sampling`. scripts/gpu-truth/table.py then reads the recordings and
-# `gpumeter usage --json` reports and prints, per class, modelled sm_ns ÷ measured
-# sm_active_ns, dram_bytes against the bytes the copy provably moves (2N per rep: PASS within
-# 2 %), whether Σ tenants = the device's measured total in every window (the total decoded
+# copy, streams, green, and `all` of them in one process) and records each class twice with
+# `gpumeter record`: (a) without PM sampling, (b) with `--pm-sampling`.
+# scripts/gpu-truth/table.py then reads the recordings and `gpumeter usage --json` reports and
+# prints, per class, modelled sm_ns ÷ measured sm_active_ns, dram_bytes against the bytes the
+# copy provably moves (2N per rep: PASS within 2 %), whether Σ tenants = the device's measured total in every window (the total decoded
 # from the recording's PM frames), and the overhead wall(b) ÷ wall(a); then a Markdown table
 # (GPU, driver, CUDA and CUPTI versions) ready for docs/METERING.md.
 #
@@ -25,7 +25,9 @@
 # python3's path), a C++ compiler for nvcc, python3, libcupti 12.6+ (PM sampling).
 # Environment:
 #   GPUMETER_CUPTI_LIB   the libcupti to use (else the CUDA install's, else the pip wheel's)
-#   TRUTH_CLASSES        the classes to run (default "full tail tiny single copy streams green")
+#   TRUTH_CLASSES        the classes to run (default "full tail tiny single copy streams green
+#                        all"; `all` runs every class in one process: all.b.gmr is the suite's
+#                        recording for examples/data/)
 #   TRUTH_PM_INTERVAL    passed as --pm-interval (default: the collector's)
 #   TRUTH_WINDOW         usage window (default 1s: several windows per run)
 #   TRUTH_COPY_BYTES, TRUTH_COPY_REPS, TRUTH_WAVES, TRUTH_TINY_LAUNCHES, TRUTH_ROUNDS
@@ -52,7 +54,7 @@ fi
 BIN="$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")"
 GM="$BIN/gpumeter"
 INJECT="$BIN/libgpumeter_inject.so"
-CLASSES="${TRUTH_CLASSES:-full tail tiny single copy streams green}"
+CLASSES="${TRUTH_CLASSES:-full tail tiny single copy streams green all}"
 WINDOW="${TRUTH_WINDOW:-1s}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpumeter-truth.XXXXXX")"
 T0=$(date +%s)

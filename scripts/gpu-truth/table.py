@@ -73,7 +73,7 @@ F_OVERFLOW, F_ACTIVE, F_ELAPSED, F_READ, F_WRITE = 1, 2, 4, 8, 16
 SEVEN_DAYS_NS = 7 * 86400 * 10**9
 # The copy class passes when dram_bytes is within this fraction of what it moved.
 DRAM_TOLERANCE = 0.02
-CLASSES = ["full", "tail", "tiny", "single", "copy", "streams", "green"]
+CLASSES = ["full", "tail", "tiny", "single", "copy", "streams", "green", "all"]
 # What each class is expected to show (docs/METERING.md "Model against hardware").
 EXPECT = {
     "full": "≈ 1: every SM busy for the whole kernel",
@@ -83,6 +83,7 @@ EXPECT = {
     "copy": "≈ 1: SMs stalled on memory still count as active",
     "streams": "≥ 1: blocks of concurrent kernels may share SMs",
     "green": "≈ 1: the green context's SMs only",
+    "all": "every class in one process: the suite's recording",
 }
 
 

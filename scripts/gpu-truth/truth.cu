@@ -1,7 +1,7 @@
 // gpumeter model-vs-hardware suite (issue 16, scripts/gpu-truth.sh; docs/METERING.md "Model
 // against hardware (PM sampling)"). One program, one kernel class per run:
 //
-//   truth CLASS     CLASS: full | tail | tiny | single | copy | streams | green
+//   truth CLASS     CLASS: full | tail | tiny | single | copy | streams | green | all
 //
 //   full     compute-bound kernels of k x SMs blocks, one block per SM at a time (the dynamic
 //            shared memory of a block is more than half an SM's): k full waves, no tail
@@ -17,8 +17,10 @@
 //            small (no shared memory) configuration: the model caps their sum at the device
 //   green    the compute kernel with many blocks in a green context of 16 SMs
 //            (cuDevSmResourceSplitByCount + cuGreenCtxCreate, CUDA 12.4+)
+//   all      every class above, in that order, in one process (the suite's recording): a
+//            line per class, then an "all" line with the sums
 //
-// Prints one JSON line on standard output: class, launches, blocks (per launch), threads (per
+// Prints one JSON line on standard output (per class): class, launches, blocks (per launch), threads (per
 // block), sm_count (the device's), green_sms (the green context's, else null), bytes_each_way
 // and dram_bytes_expected (copy only, else 0), wall_ns (the timed phase, CLOCK_REALTIME, after
 // a warm-up: set-up excluded), phase_start_unix_ns / phase_end_unix_ns (its bounds).
@@ -88,32 +90,38 @@ static long long env_ll(const char *name, long long dflt) {
   return v;
 }
 
-int main(int argc, char **argv) {
-  if (argc != 2) {
-    fprintf(stderr, "usage: truth full|tail|tiny|single|copy|streams|green\n");
-    return 2;
-  }
-  const char *cls = argv[1];
-  int dev = 0;
-  CK(cudaSetDevice(dev));
-  cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, dev));
+static const char *const CLASSES[] = {"full", "tail", "tiny", "single", "copy", "streams", "green"};
+
+// What one class did (the JSON line's fields).
+struct Run {
+  long long launches = 0, blocks = 0, threads = 256, bytes_each_way = 0, dram_expected = 0;
+  long long green_sms = -1, t0 = 0, t1 = 0;
+};
+
+static void print_run(const char *cls, const Run &r, int sms) {
+  char green_buf[32];
+  if (r.green_sms >= 0)
+    snprintf(green_buf, sizeof green_buf, "%lld", r.green_sms);
+  else
+    snprintf(green_buf, sizeof green_buf, "null");
+  printf("{\"class\":\"%s\",\"launches\":%lld,\"blocks\":%lld,\"threads\":%lld,\"sm_count\":%d,"
+         "\"green_sms\":%s,\"bytes_each_way\":%lld,\"dram_bytes_expected\":%lld,"
+         "\"wall_ns\":%lld,\"phase_start_unix_ns\":%lld,\"phase_end_unix_ns\":%lld}\n",
+         cls, r.launches, r.blocks, r.threads, sms, green_buf, r.bytes_each_way, r.dram_expected,
+         r.t1 - r.t0, r.t0, r.t1);
+  fflush(stdout);
+}
+
+// Runs one class (a name of CLASSES) on device `dev`; exits on a CUDA failure.
+static Run run_class(const char *cls, int dev, const cudaDeviceProp &prop, float *out) {
   const int sms = prop.multiProcessorCount;
   const int rounds = (int)env_ll("TRUTH_ROUNDS", 2000000);
-  float *out;
-  CK(cudaMalloc(&out, 1 << 20));
   // One block per SM: more than half of an SM's shared memory per block.
   const size_t big_smem = prop.sharedMemPerMultiprocessor / 2 + 1024;
-  CK(cudaFuncSetAttribute(gm_truth_spin, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                          (int)big_smem));
-  // Warm-up (module load, first launch), not timed.
-  gm_truth_spin<<<1, 32>>>(out, 10);
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-
-  long long launches = 0, blocks = 0, threads = 256, bytes_each_way = 0, dram_expected = 0;
-  long long green_sms = -1;
-  long long t0 = 0, t1 = 0;
+  Run r;
+  long long &launches = r.launches, &blocks = r.blocks, &threads = r.threads;
+  long long &bytes_each_way = r.bytes_each_way, &dram_expected = r.dram_expected;
+  long long &green_sms = r.green_sms, &t0 = r.t0, &t1 = r.t1;
 
   if (!strcmp(cls, "full") || !strcmp(cls, "tail") || !strcmp(cls, "single")) {
     const long long waves = env_ll("TRUTH_WAVES", 4);
@@ -209,20 +217,51 @@ int main(int argc, char **argv) {
     CU(cuStreamDestroy(stream));
     CU(cuCtxSetCurrent(primary));
     CU(cuGreenCtxDestroy(green));
-  } else {
-    fprintf(stderr, "truth: unknown class %s\n", cls);
+  }
+  return r;
+}
+
+int main(int argc, char **argv) {
+  const int nclasses = (int)(sizeof CLASSES / sizeof CLASSES[0]);
+  bool known = argc == 2 && !strcmp(argv[1], "all");
+  for (int i = 0; argc == 2 && i < nclasses; i++) known = known || !strcmp(argv[1], CLASSES[i]);
+  if (!known) {
+    fprintf(stderr, "usage: truth full|tail|tiny|single|copy|streams|green|all\n");
     return 2;
   }
+  const char *cls = argv[1];
+  int dev = 0;
+  CK(cudaSetDevice(dev));
+  cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, dev));
+  float *out;
+  CK(cudaMalloc(&out, 1 << 20));
+  CK(cudaFuncSetAttribute(gm_truth_spin, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                          (int)(prop.sharedMemPerMultiprocessor / 2 + 1024)));
+  // Warm-up (module load, first launch), not timed.
+  gm_truth_spin<<<1, 32>>>(out, 10);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  if (strcmp(cls, "all")) {
+    print_run(cls, run_class(cls, dev, prop, out), prop.multiProcessorCount);
+  } else {
+    // Every class in one process (the suite's recording for examples/data/): a line per
+    // class, then the sums in an "all" line (blocks and threads: the largest).
+    Run sum;
+    sum.threads = 0;
+    for (int i = 0; i < nclasses; i++) {
+      Run r = run_class(CLASSES[i], dev, prop, out);
+      print_run(CLASSES[i], r, prop.multiProcessorCount);
+      sum.launches += r.launches;
+      sum.blocks = r.blocks > sum.blocks ? r.blocks : sum.blocks;
+      sum.threads = r.threads > sum.threads ? r.threads : sum.threads;
+      sum.bytes_each_way += r.bytes_each_way;
+      sum.dram_expected += r.dram_expected;
+      if (i == 0) sum.t0 = r.t0;
+      sum.t1 = r.t1;
+    }
+    print_run("all", sum, prop.multiProcessorCount);
+  }
   CK(cudaFree(out));
-  char green_buf[32];
-  if (green_sms >= 0)
-    snprintf(green_buf, sizeof green_buf, "%lld", green_sms);
-  else
-    snprintf(green_buf, sizeof green_buf, "null");
-  printf("{\"class\":\"%s\",\"launches\":%lld,\"blocks\":%lld,\"threads\":%lld,\"sm_count\":%d,"
-         "\"green_sms\":%s,\"bytes_each_way\":%lld,\"dram_bytes_expected\":%lld,"
-         "\"wall_ns\":%lld,\"phase_start_unix_ns\":%lld,\"phase_end_unix_ns\":%lld}\n",
-         cls, launches, blocks, threads, sms, green_buf, bytes_each_way, dram_expected, t1 - t0,
-         t0, t1);
   return 0;
 }
