@@ -13,16 +13,19 @@
 #
 #   scripts/gpu-truth.sh --prepare [DIR]   on the build machine (Rust, network): builds the
 #                                          release binaries into DIR (default target/gpu-smoke;
-#                                          the same as scripts/gpu-smoke.sh --prepare)
+#                                          as scripts/gpu-smoke.sh --prepare) and, when it has
+#                                          nvcc, the suite (DIR/truth, used on a GPU machine
+#                                          without nvcc)
 #   scripts/gpu-truth.sh [DIR]             on the GPU machine (no network needed): DIR holds
 #                                          `gpumeter` and `libgpumeter_inject.so` (default
 #                                          $GPUMETER_BIN_DIR, else target/gpu-smoke when it
 #                                          exists, else target/release)
 #
 # Needs on the GPU machine: an NVIDIA GPU and driver (profiling allowed to this user: root, or
-# the driver option NVreg_RestrictProfilingToAdminUsers=0), nvcc 12.4+ ($CUDA_HOME/bin,
-# /usr/local/cuda/bin, PATH, or NVIDIA's pip wheels nvidia-cuda-nvcc + nvidia-cuda-runtime in
-# python3's path), a C++ compiler for nvcc, python3, libcupti 12.6+ (PM sampling).
+# the driver option NVreg_RestrictProfilingToAdminUsers=0), python3, libcupti 12.6+ (PM
+# sampling), and nvcc 12.5+ ($CUDA_HOME/bin, /usr/local/cuda/bin, PATH, or NVIDIA's CUDA 13 pip
+# wheels nvidia-cuda-nvcc + nvidia-cuda-runtime in python3's path) with a C++ compiler, unless
+# DIR/truth was built by --prepare.
 # Environment:
 #   GPUMETER_CUPTI_LIB   the libcupti to use (else the CUDA install's, else the pip wheel's)
 #   TRUTH_CLASSES        the classes to run (default "full tail tiny single copy streams green
@@ -43,8 +46,58 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
+# Sets NVCC (empty when none) and NVCC_FLAGS: the CUDA install's nvcc, else NVIDIA's pip wheels
+# in python3's path (CUDA 13: nvidia-cuda-nvcc with nvidia-nvvm, nvidia-cuda-crt and
+# nvidia-cuda-runtime, all under nvidia/cu13; NVIDIA's CUDA 12 nvcc wheel has no nvcc).
+find_nvcc() {
+  NVCC="" NVCC_FLAGS=()
+  local c wheel nv d
+  for c in "${CUDA_HOME:-}/bin/nvcc" /usr/local/cuda/bin/nvcc "$(command -v nvcc 2>/dev/null)"; do
+    if [ -n "$c" ] && [ -x "$c" ]; then NVCC="$c"; return; fi
+  done
+  wheel="$(python3 - <<'EOF' 2>/dev/null
+import os, sys
+for d in sys.path:
+    for sub in ("nvidia/cu13/bin/nvcc", "nvidia/cuda_nvcc/bin/nvcc"):
+        hit = os.path.join(d or ".", sub)
+        if os.access(hit, os.X_OK):
+            print(hit); sys.exit(0)
+EOF
+)"
+  [ -n "$wheel" ] || return
+  NVCC="$wheel"
+  nv="$(cd "$(dirname "$wheel")/../.." && pwd)" # site-packages/nvidia
+  for d in "$nv/cu13/include" "$nv/cuda_runtime/include"; do
+    [ -d "$d" ] && NVCC_FLAGS+=("-I$d")
+  done
+  # The static CUDA runtime (libcudart_static.a, nvcc's default) is in the runtime wheel.
+  for d in "$nv/cu13/lib" "$nv/cuda_runtime/lib"; do
+    [ -d "$d" ] && NVCC_FLAGS+=("-L$d")
+  done
+}
+
 if [ "${1:-}" = "--prepare" ]; then
-  exec "$ROOT/scripts/gpu-smoke.sh" --prepare "${2:-$ROOT/target/gpu-smoke}"
+  DEST="${2:-$ROOT/target/gpu-smoke}"
+  "$ROOT/scripts/gpu-smoke.sh" --prepare "$DEST" || exit 1
+  # The suite too, when this machine has nvcc: for a GPU machine without one. SASS for the
+  # GPUs PM sampling supports (Ampere GA10x to Blackwell) and PTX for later ones.
+  find_nvcc
+  if [ -n "$NVCC" ]; then
+    arches=(-gencode "arch=compute_80,code=sm_80" -gencode "arch=compute_86,code=sm_86"
+      -gencode "arch=compute_89,code=sm_89" -gencode "arch=compute_90,code=sm_90"
+      -gencode "arch=compute_100,code=sm_100" -gencode "arch=compute_90,code=compute_90")
+    if "$NVCC" -O2 "${arches[@]}" -o "$DEST/truth" "$ROOT/scripts/gpu-truth/truth.cu" "${NVCC_FLAGS[@]}" \
+      || "$NVCC" -O2 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+        -o "$DEST/truth" "$ROOT/scripts/gpu-truth/truth.cu" "${NVCC_FLAGS[@]}"; then
+      echo "built $DEST/truth with $NVCC ($("$NVCC" --version | tail -n 1)): the suite, for a GPU machine without nvcc"
+    else
+      echo "nvcc failed: the GPU machine must compile the suite itself" >&2
+    fi
+  else
+    echo "no nvcc here: the GPU machine must compile the suite (scripts/gpu-truth/truth.cu) itself"
+  fi
+  echo "then run scripts/gpu-truth.sh ${DEST#"$ROOT"/} on the GPU machine"
+  exit 0
 fi
 
 BIN="${1:-${GPUMETER_BIN_DIR:-}}"
@@ -67,10 +120,10 @@ step() { local l; l=$(left); echo $(( $1 < l ? $1 : l )); }
 collect() {
   if [ -n "${OUT:-}" ]; then
     mkdir -p "$OUT" || return
-    # Not the suite's binary, nor the link folder made for nvcc.
+    # Not the suite's binary.
     local f
     for f in "$WORK"/*; do
-      case "${f##*/}" in truth | lib) ;; *) cp -r "$f" "$OUT"/ ;; esac
+      [ "${f##*/}" = truth ] || cp -r "$f" "$OUT"/
     done
     say "artifacts copied to $OUT"
   fi
@@ -95,48 +148,18 @@ say "gpu:        $GPUS"
   echo "nvidia_smi_cuda=$(timeout -k 5 30 nvidia-smi 2>/dev/null | grep -o 'CUDA Version: *[0-9.]*' | head -n 1 | sed 's/.*: *//')"
 } >"$WORK/env.txt"
 
-# nvcc: the CUDA install's, or NVIDIA's pip wheels (nvcc from nvidia-cuda-nvcc, headers and
-# libcudart from nvidia-cuda-runtime).
-NVCC="" NVCC_FLAGS=()
-for c in "${CUDA_HOME:-}/bin/nvcc" /usr/local/cuda/bin/nvcc "$(command -v nvcc 2>/dev/null)"; do
-  if [ -n "$c" ] && [ -x "$c" ]; then NVCC="$c"; break; fi
-done
-if [ -z "$NVCC" ]; then
-  WHEEL="$(python3 - <<'EOF' 2>/dev/null
-import glob, os, sys
-for d in sys.path:
-    for sub in ("nvidia/cu13/bin/nvcc", "nvidia/cuda_nvcc/bin/nvcc"):
-        hit = os.path.join(d or ".", sub)
-        if os.access(hit, os.X_OK):
-            print(hit); sys.exit(0)
-EOF
-)"
-  if [ -n "$WHEEL" ]; then
-    NVCC="$WHEEL"
-    NV="$(cd "$(dirname "$WHEEL")/../.." && pwd)"  # site-packages/nvidia
-    for inc in "$NV/cu13/include" "$NV/cuda_runtime/include"; do
-      [ -d "$inc" ] && NVCC_FLAGS+=("-I$inc")
-    done
-    for lib in "$NV/cu13/lib" "$NV/cu13/lib64" "$NV/cuda_runtime/lib"; do
-      [ -d "$lib" ] && NVCC_FLAGS+=("-L$lib" "-Xlinker" "-rpath=$lib")
-    done
-    # The runtime wheel ships libcudart.so.12 only: nvcc links -lcudart.
-    for so in "$NV"/cuda_runtime/lib/libcudart.so.1[0-9]; do
-      [ -f "$so" ] && [ ! -e "$NV/cuda_runtime/lib/libcudart.so" ] && { mkdir -p "$WORK/lib"; ln -sf "$so" "$WORK/lib/libcudart.so"; }
-    done
-  fi
+find_nvcc
+if [ -n "$NVCC" ]; then
+  CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
+  say "nvcc:       $NVCC ($("$NVCC" --version 2>&1 | tail -n 1))"
+  echo "nvcc=$("$NVCC" --version 2>&1 | grep -o 'release [0-9.]*' | head -n 1)" >>"$WORK/env.txt"
+elif [ -x "$BIN/truth" ]; then
+  CUDA_ROOT=""
+  say "nvcc:       none; the suite built by --prepare: $BIN/truth"
+  echo "nvcc=none here (the suite built by --prepare)" >>"$WORK/env.txt"
+else
+  cannot "no nvcc (set CUDA_HOME, or install NVIDIA's pip wheels nvidia-cuda-nvcc and nvidia-cuda-runtime), and no suite built by --prepare at $BIN/truth"
 fi
-[ -n "$NVCC" ] || cannot "no nvcc (set CUDA_HOME, or install NVIDIA's pip wheels nvidia-cuda-nvcc and nvidia-cuda-runtime)"
-CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
-say "nvcc:       $NVCC ($("$NVCC" --version 2>&1 | tail -n 1))"
-echo "nvcc=$("$NVCC" --version 2>&1 | grep -o 'release [0-9.]*' | head -n 1)" >>"$WORK/env.txt"
-# The green context's driver API (cuGreenCtxCreate) needs libcuda at link time: the driver's
-# libcuda.so, else a link to its libcuda.so.1 (a driver install without the development link).
-if ! ls "$CUDA_ROOT"/lib64/stubs/libcuda.so /usr/lib/x86_64-linux-gnu/libcuda.so /usr/lib64/libcuda.so >/dev/null 2>&1; then
-  LIBCUDA1="$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF; exit}')"
-  if [ -n "$LIBCUDA1" ]; then mkdir -p "$WORK/lib"; ln -sf "$LIBCUDA1" "$WORK/lib/libcuda.so"; fi
-fi
-[ -d "$WORK/lib" ] && NVCC_FLAGS+=("-L$WORK/lib")
 
 # libcupti (12.6+ for PM sampling): the CUDA install's, else the pip wheel's.
 first_file() { for f in "$@"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
@@ -164,10 +187,19 @@ echo "libcupti=$CUPTI" >>"$WORK/env.txt"
 
 say "== building the suite (scripts/gpu-truth/truth.cu)"
 cp "$ROOT/scripts/gpu-truth/truth.cu" "$WORK/truth.cu"
-if ! timeout -k 5 "$(step 90)" "$NVCC" -O2 -arch=native -o "$WORK/truth" "$WORK/truth.cu" "${NVCC_FLAGS[@]}" -lcuda >"$WORK/nvcc.log" 2>&1; then
-  say "   -arch=native failed ($(tail -n 1 "$WORK/nvcc.log")); trying sm_90"
-  timeout -k 5 "$(step 90)" "$NVCC" -O2 -arch=sm_90 -o "$WORK/truth" "$WORK/truth.cu" "${NVCC_FLAGS[@]}" -lcuda >>"$WORK/nvcc.log" 2>&1 \
-    || cannot "nvcc failed: $(tail -n 3 "$WORK/nvcc.log")"
+built=0
+if [ -n "$NVCC" ]; then
+  if timeout -k 5 "$(step 90)" "$NVCC" -O2 -arch=native -o "$WORK/truth" "$WORK/truth.cu" "${NVCC_FLAGS[@]}" >"$WORK/nvcc.log" 2>&1; then
+    built=1
+  else
+    say "   -arch=native failed ($(tail -n 1 "$WORK/nvcc.log")); trying sm_90"
+    timeout -k 5 "$(step 90)" "$NVCC" -O2 -arch=sm_90 -o "$WORK/truth" "$WORK/truth.cu" "${NVCC_FLAGS[@]}" >>"$WORK/nvcc.log" 2>&1 && built=1
+  fi
+fi
+if [ "$built" = 0 ]; then
+  [ -x "$BIN/truth" ] || cannot "nvcc failed: $(tail -n 3 "$WORK/nvcc.log" 2>/dev/null)"
+  say "   using the suite built by --prepare ($BIN/truth)"
+  cp "$BIN/truth" "$WORK/truth"
 fi
 
 # One recorded run: NAME PM(0|1) CLASS; leaves NAME.{gmr,stdout,stderr,rc,wall_ns,usage.json,

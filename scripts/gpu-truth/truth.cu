@@ -16,7 +16,8 @@
 //   streams  the compute kernel on 4 streams at once, each kernel with SMs / 2 blocks of the
 //            small (no shared memory) configuration: the model caps their sum at the device
 //   green    the compute kernel with many blocks in a green context of 16 SMs
-//            (cuDevSmResourceSplitByCount + cuGreenCtxCreate, CUDA 12.4+)
+//            (cuDevSmResourceSplitByCount + cuGreenCtxCreate, CUDA 12.4+; the program needs
+//            CUDA 12.5+ to build: it finds the driver API through the runtime, not -lcuda)
 //   all      every class above, in that order, in one process (the suite's recording): a
 //            line per class, then an "all" line with the sums
 //
@@ -44,12 +45,64 @@
     }                                                                             \
   } while (0)
 
+// The driver API the green context needs, looked up through the runtime
+// (cudaGetDriverEntryPointByVersion, CUDA 12.5+) rather than linked: the program needs no
+// libcuda.so at link time (NVIDIA's pip wheels have none), only the driver at run time. Each
+// pointer has the type of the header's declaration; the ABI asked for is the older of the
+// header's and the driver's CUDA version, so it matches that declaration.
+struct Driver {
+  decltype(&cuGetErrorString) GetErrorString;
+  decltype(&cuCtxGetCurrent) CtxGetCurrent;
+  decltype(&cuCtxSetCurrent) CtxSetCurrent;
+  decltype(&cuDeviceGet) DeviceGet;
+  decltype(&cuDeviceGetDevResource) DeviceGetDevResource;
+  decltype(&cuDevSmResourceSplitByCount) DevSmResourceSplitByCount;
+  decltype(&cuDevResourceGenerateDesc) DevResourceGenerateDesc;
+  decltype(&cuGreenCtxCreate) GreenCtxCreate;
+  decltype(&cuCtxFromGreenCtx) CtxFromGreenCtx;
+  decltype(&cuGreenCtxStreamCreate) GreenCtxStreamCreate;
+  decltype(&cuStreamDestroy) StreamDestroy;
+  decltype(&cuGreenCtxDestroy) GreenCtxDestroy;
+};
+static Driver drv;
+
+template <typename F>
+static void lookup(F &fn, const char *symbol, unsigned int version) {
+  void *p = nullptr;
+  cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+  cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, &p, version, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || p == nullptr) {
+    fprintf(stderr, "truth: driver entry point %s (CUDA %u): %s, query result %d\n", symbol,
+            version, cudaGetErrorString(e), (int)q);
+    exit(3);
+  }
+  fn = reinterpret_cast<F>(p);
+}
+
+static void load_driver() {
+  int driver = 0;
+  CK(cudaDriverGetVersion(&driver));
+  const unsigned int v = (unsigned int)(driver < CUDA_VERSION ? driver : CUDA_VERSION);
+  lookup(drv.GetErrorString, "cuGetErrorString", v);
+  lookup(drv.CtxGetCurrent, "cuCtxGetCurrent", v);
+  lookup(drv.CtxSetCurrent, "cuCtxSetCurrent", v);
+  lookup(drv.DeviceGet, "cuDeviceGet", v);
+  lookup(drv.DeviceGetDevResource, "cuDeviceGetDevResource", v);
+  lookup(drv.DevSmResourceSplitByCount, "cuDevSmResourceSplitByCount", v);
+  lookup(drv.DevResourceGenerateDesc, "cuDevResourceGenerateDesc", v);
+  lookup(drv.GreenCtxCreate, "cuGreenCtxCreate", v);
+  lookup(drv.CtxFromGreenCtx, "cuCtxFromGreenCtx", v);
+  lookup(drv.GreenCtxStreamCreate, "cuGreenCtxStreamCreate", v);
+  lookup(drv.StreamDestroy, "cuStreamDestroy", v);
+  lookup(drv.GreenCtxDestroy, "cuGreenCtxDestroy", v);
+}
+
 #define CU(call)                                                                  \
   do {                                                                            \
     CUresult e_ = (call);                                                         \
     if (e_ != CUDA_SUCCESS) {                                                     \
       const char *m_ = "?";                                                       \
-      cuGetErrorString(e_, &m_);                                                  \
+      drv.GetErrorString(e_, &m_);                                                \
       fprintf(stderr, "truth: %s: %s\n", #call, m_);                              \
       exit(3);                                                                    \
     }                                                                             \
@@ -184,23 +237,24 @@ static Run run_class(const char *cls, int dev, const cudaDeviceProp &prop, float
     t1 = now_ns();
     for (int i = 0; i < nstreams; i++) CK(cudaStreamDestroy(s[i]));
   } else if (!strcmp(cls, "green")) {
+    load_driver();
     CUcontext primary;
-    CU(cuCtxGetCurrent(&primary));
+    CU(drv.CtxGetCurrent(&primary));
     CUdevice cudev;
-    CU(cuDeviceGet(&cudev, dev));
+    CU(drv.DeviceGet(&cudev, dev));
     CUdevResource sm, rest, group[1];
     unsigned int groups = 1;
-    CU(cuDeviceGetDevResource(cudev, &sm, CU_DEV_RESOURCE_TYPE_SM));
-    CU(cuDevSmResourceSplitByCount(group, &groups, &sm, &rest, 0, 16));
+    CU(drv.DeviceGetDevResource(cudev, &sm, CU_DEV_RESOURCE_TYPE_SM));
+    CU(drv.DevSmResourceSplitByCount(group, &groups, &sm, &rest, 0, 16));
     CUdevResourceDesc desc;
-    CU(cuDevResourceGenerateDesc(&desc, group, 1));
+    CU(drv.DevResourceGenerateDesc(&desc, group, 1));
     CUgreenCtx green;
-    CU(cuGreenCtxCreate(&green, desc, cudev, CU_GREEN_CTX_DEFAULT_STREAM));
+    CU(drv.GreenCtxCreate(&green, desc, cudev, CU_GREEN_CTX_DEFAULT_STREAM));
     CUcontext ctx;
-    CU(cuCtxFromGreenCtx(&ctx, green));
-    CU(cuCtxSetCurrent(ctx));
+    CU(drv.CtxFromGreenCtx(&ctx, green));
+    CU(drv.CtxSetCurrent(ctx));
     CUstream stream;
-    CU(cuGreenCtxStreamCreate(&stream, green, CU_STREAM_NON_BLOCKING, 0));
+    CU(drv.GreenCtxStreamCreate(&stream, green, CU_STREAM_NON_BLOCKING, 0));
     green_sms = group[0].sm.smCount;
     // Two rounds of 8 resident blocks per SM (256 threads each): the green context's SMs stay
     // full.
@@ -214,9 +268,9 @@ static Run run_class(const char *cls, int dev, const cudaDeviceProp &prop, float
     CK(cudaGetLastError());
     CK(cudaStreamSynchronize((cudaStream_t)stream));
     t1 = now_ns();
-    CU(cuStreamDestroy(stream));
-    CU(cuCtxSetCurrent(primary));
-    CU(cuGreenCtxDestroy(green));
+    CU(drv.StreamDestroy(stream));
+    CU(drv.CtxSetCurrent(primary));
+    CU(drv.GreenCtxDestroy(green));
   }
   return r;
 }
