@@ -26,10 +26,15 @@
 //! | 6 | energy sample | `device:u32 reserved:u32 timestamp_ns:u64 energy_mj:u64` (cumulative counter) |
 //! | 7 | end | empty: the producer closed the file cleanly |
 //! | 8 | instruction counts | `correlation_id:u32 device:u32 context:u32 count:u32`, then `count` × (`warp_instructions:u64 name_len:u32 name:[name_len]`, UTF-8): the warp-level SASS instructions each function executed in one kernel-launch API call (instrumented mode, [`InstructionCounts`]) |
+//! | 9 | PM samples | `device:u32 count:u32`, then `count` × 56 bytes: `flags:u32 reserved:u32 start_ns:u64 end_ns:u64 sm_active_cycles:u64 sm_elapsed_cycles:u64 dram_read_bytes:u64 dram_write_bytes:u64`; flags bit 0 overflow, bits 1–4 say which of the four counters are present (absent ones written 0), other bits 0; the payload is exactly `8 + 56 × count` bytes ([`PmSamples`]) |
 //!
 //! Fixed-size payloads may grow in later versions: a reader takes the fields it knows from the
-//! front and ignores the rest (for type 8, bytes after the `count` functions). Frame types it does not know are skipped and counted when their
-//! checksum is right (forward compatibility).
+//! front and ignores the rest (for type 8, bytes after the `count` functions; type 9 is the
+//! exception: its length must match its count, and its unknown flag bits must be 0, so that a
+//! later version adds fields with a new frame type rather than silently). Frame types it does
+//! not know are skipped and counted when their checksum is right (forward compatibility: a
+//! reader older than type 9 counts PM-sample frames in [`GmrFile::unknown_frames`] and reads
+//! the rest of the recording as before).
 //!
 //! # Damage
 //!
@@ -71,6 +76,29 @@ pub(crate) const T_ATTRIBUTION: u32 = 5;
 pub(crate) const T_ENERGY: u32 = 6;
 pub(crate) const T_END: u32 = 7;
 pub(crate) const T_INSTRUCTIONS: u32 = 8;
+pub(crate) const T_PM_SAMPLES: u32 = 9;
+/// The last frame type this crate knows (resynchronization after corruption accepts
+/// `T_BUFFER..=T_LAST`).
+pub(crate) const T_LAST: u32 = T_PM_SAMPLES;
+
+/// Bytes of one sample in a PM-samples frame (type 9).
+pub const PM_SAMPLE_LEN: usize = 56;
+/// PM-sample flag: CUPTI reported a hardware-buffer overflow before this sample.
+pub const PM_FLAG_OVERFLOW: u32 = 1 << 0;
+/// PM-sample flag: `sm_active_cycles` is present.
+pub const PM_FLAG_SM_ACTIVE: u32 = 1 << 1;
+/// PM-sample flag: `sm_elapsed_cycles` is present.
+pub const PM_FLAG_SM_ELAPSED: u32 = 1 << 2;
+/// PM-sample flag: `dram_read_bytes` is present.
+pub const PM_FLAG_DRAM_READ: u32 = 1 << 3;
+/// PM-sample flag: `dram_write_bytes` is present.
+pub const PM_FLAG_DRAM_WRITE: u32 = 1 << 4;
+/// Every flag bit a version-1 reader knows; any other set bit makes the frame malformed.
+pub const PM_FLAGS_KNOWN: u32 = PM_FLAG_OVERFLOW
+    | PM_FLAG_SM_ACTIVE
+    | PM_FLAG_SM_ELAPSED
+    | PM_FLAG_DRAM_READ
+    | PM_FLAG_DRAM_WRITE;
 
 /// A `.gmr` that cannot be written or read.
 #[derive(Debug, thiserror::Error)]
@@ -364,6 +392,24 @@ impl InstructionCounts {
     }
 }
 
+/// A batch of CUPTI PM-sampling samples of one device, frame type 9, in the order the
+/// producer decoded them (by start time).
+///
+/// `device_id` is the CUDA ordinal (the `deviceId` of the CUPTI records, the header's
+/// `devices[].id`), as for [`EnergySample`]. Each [`PmSample`](gpumeter_core::PmSample) is an
+/// interval `[start_ns, end_ns)` on CUPTI's clock with the counters the chip supplied (`None`
+/// when the producer could not evaluate one); `overflow` says CUPTI reported a hardware-buffer
+/// overflow before it (samples were overwritten: loss `pm_sample_overflow` when metered).
+/// Replay hands the samples to [`gpumeter_core::Meter::push_pm_sample`] at the frame's place
+/// among the activity buffers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PmSamples {
+    /// CUDA device ordinal.
+    pub device_id: u32,
+    /// The samples, in the frame's order.
+    pub samples: Vec<gpumeter_core::PmSample>,
+}
+
 /// One frame after the header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -380,6 +426,8 @@ pub enum Frame {
     Energy(EnergySample),
     /// Instruction counts of one kernel launch (instrumented mode).
     Instructions(InstructionCounts),
+    /// PM-sampling samples of one device.
+    PmSamples(PmSamples),
 }
 
 /// A frame with its byte offset in the file.
@@ -486,12 +534,20 @@ impl DamagedFrame {
 
     /// Whether the frame is known to hold no records: its type field can be trusted
     /// ([`DamagedFrame::type_trusted`]) and is one of the types that carry none (header, string
-    /// table, attribution event, energy sample, end, instruction counts).
+    /// table, attribution event, energy sample, end, instruction counts, PM samples).
     pub fn holds_no_records(&self) -> bool {
         self.type_trusted()
             && matches!(
                 self.frame_type,
-                Some(T_HEADER | T_STRINGS | T_ATTRIBUTION | T_ENERGY | T_END | T_INSTRUCTIONS)
+                Some(
+                    T_HEADER
+                        | T_STRINGS
+                        | T_ATTRIBUTION
+                        | T_ENERGY
+                        | T_END
+                        | T_INSTRUCTIONS
+                        | T_PM_SAMPLES
+                )
             )
     }
 
@@ -752,6 +808,43 @@ impl<W: Write> GmrWriter<W> {
         self.frame(T_INSTRUCTIONS, &p)
     }
 
+    /// Writes a batch of PM samples of one device (frame type 9).
+    ///
+    /// # Errors
+    /// As [`GmrWriter::write_buffer`]; [`GmrError::Write`] for more than `u32::MAX` samples.
+    pub fn write_pm_samples(&mut self, s: &PmSamples) -> Result<(), GmrError> {
+        let count = u32::try_from(s.samples.len())
+            .map_err(|_| GmrError::Write("more than u32::MAX PM samples in a frame".to_string()))?;
+        let mut p = Vec::with_capacity(8 + PM_SAMPLE_LEN * s.samples.len());
+        p.extend_from_slice(&s.device_id.to_le_bytes());
+        p.extend_from_slice(&count.to_le_bytes());
+        for x in &s.samples {
+            let mut flags = 0u32;
+            if x.overflow {
+                flags |= PM_FLAG_OVERFLOW;
+            }
+            let counters = [
+                (x.sm_active_cycles, PM_FLAG_SM_ACTIVE),
+                (x.sm_elapsed_cycles, PM_FLAG_SM_ELAPSED),
+                (x.dram_read_bytes, PM_FLAG_DRAM_READ),
+                (x.dram_write_bytes, PM_FLAG_DRAM_WRITE),
+            ];
+            for (v, bit) in counters {
+                if v.is_some() {
+                    flags |= bit;
+                }
+            }
+            p.extend_from_slice(&flags.to_le_bytes());
+            p.extend_from_slice(&0u32.to_le_bytes());
+            p.extend_from_slice(&x.start_ns.to_le_bytes());
+            p.extend_from_slice(&x.end_ns.to_le_bytes());
+            for (v, _) in counters {
+                p.extend_from_slice(&v.unwrap_or(0).to_le_bytes());
+            }
+        }
+        self.frame(T_PM_SAMPLES, &p)
+    }
+
     /// Writes any [`Frame`].
     ///
     /// # Errors
@@ -764,6 +857,7 @@ impl<W: Write> GmrWriter<W> {
             Frame::Attribution(a) => self.write_attribution(a),
             Frame::Energy(e) => self.write_energy(e),
             Frame::Instructions(c) => self.write_instructions(c),
+            Frame::PmSamples(s) => self.write_pm_samples(s),
         }
     }
 
@@ -881,6 +975,7 @@ pub(crate) fn parse_payload(frame_type: u32, p: &[u8]) -> Result<Option<Frame>, 
             })
         }
         T_INSTRUCTIONS => Frame::Instructions(parse_instructions(p)?),
+        T_PM_SAMPLES => Frame::PmSamples(parse_pm_samples(p)?),
         _ => return Ok(None),
     }))
 }
@@ -919,6 +1014,65 @@ fn parse_instructions(p: &[u8]) -> Result<InstructionCounts, String> {
         context_id,
         functions,
     })
+}
+
+fn parse_pm_samples(p: &[u8]) -> Result<PmSamples, String> {
+    let mut f = Fields { b: p, at: 0 };
+    let (Some(device_id), Some(count)) = (f.u32(), f.u32()) else {
+        return Err(format!(
+            "PM-samples payload of {} bytes is too short",
+            p.len()
+        ));
+    };
+    let want = (count as u64) * PM_SAMPLE_LEN as u64 + 8;
+    if p.len() as u64 != want {
+        return Err(format!(
+            "PM-samples payload of {} bytes does not hold its {count} samples ({want} bytes)",
+            p.len()
+        ));
+    }
+    let mut samples = Vec::with_capacity(count as usize);
+    for i in 0..count {
+        let (
+            Some(flags),
+            Some(_),
+            Some(start_ns),
+            Some(end_ns),
+            Some(active),
+            Some(elapsed),
+            Some(read),
+            Some(write),
+        ) = (
+            f.u32(),
+            f.u32(),
+            f.u64(),
+            f.u64(),
+            f.u64(),
+            f.u64(),
+            f.u64(),
+            f.u64(),
+        )
+        else {
+            return Err(format!("PM sample {i} of {count} is cut short"));
+        };
+        if flags & !PM_FLAGS_KNOWN != 0 {
+            return Err(format!(
+                "PM sample {i} of {count} has unknown flag bits {:#x}",
+                flags & !PM_FLAGS_KNOWN
+            ));
+        }
+        let has = |bit: u32, v: u64| (flags & bit != 0).then_some(v);
+        samples.push(gpumeter_core::PmSample {
+            start_ns,
+            end_ns,
+            sm_active_cycles: has(PM_FLAG_SM_ACTIVE, active),
+            sm_elapsed_cycles: has(PM_FLAG_SM_ELAPSED, elapsed),
+            dram_read_bytes: has(PM_FLAG_DRAM_READ, read),
+            dram_write_bytes: has(PM_FLAG_DRAM_WRITE, write),
+            overflow: flags & PM_FLAG_OVERFLOW != 0,
+        });
+    }
+    Ok(PmSamples { device_id, samples })
 }
 
 /// One frame as cut from the bytes, before its payload is parsed.
@@ -990,7 +1144,7 @@ fn resync(bytes: &[u8], at: usize, budget: &mut u64) -> Option<usize> {
                 .ok()
                 .and_then(|l| l.checked_add(FRAME_OVERHEAD))
                 .is_some_and(|n| n <= bytes.len() - p);
-            if (T_BUFFER..=T_INSTRUCTIONS).contains(&t) && fits {
+            if (T_BUFFER..=T_LAST).contains(&t) && fits {
                 *budget = budget.saturating_sub(len.saturating_add(16));
                 if *budget == 0 {
                     return None;

@@ -4,12 +4,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpumeter_core::{DeviceSlot, Meter, MeterConfig, MeterKind, TenantMap, UsageReport};
+use gpumeter_core::{DeviceSlot, Meter, MeterConfig, MeterKind, PmSample, TenantMap, UsageReport};
 use gpumeter_cupti::gmr::{
     read_gmr, AttributionEvent, AttributionKind, DroppedRecords, EnergySample, Frame, GmrDevice,
     GmrError, GmrHeader, GmrWriter, StringTable, TornReason, GMR_PREAMBLE_LEN,
 };
-use gpumeter_cupti::gmr::{Damage, FunctionInstructions, InstructionCounts};
+use gpumeter_cupti::gmr::{
+    Damage, FunctionInstructions, InstructionCounts, LocatedFrame, PmSamples,
+};
 use gpumeter_cupti::{
     decode, meter_buffer, meter_gmr, ActivityKind, ApiVersion, CuptiOptions, CuptiSourceError,
     DecodeError, Record,
@@ -1771,6 +1773,7 @@ mod gmr_format {
             Frame::Instructions(c) => {
                 16 + c.functions.iter().map(|f| 12 + f.name.len()).sum::<usize>()
             }
+            Frame::PmSamples(s) => 8 + 56 * s.samples.len(),
             _ => panic!(),
         }
     }
@@ -1829,7 +1832,31 @@ mod gmr_format {
                         })
                         .collect(),
                 })),
+            (
+                any::<u32>(),
+                proptest::collection::vec(pm_sample_strategy(), 0..4)
+            )
+                .prop_map(|(device_id, samples)| Frame::PmSamples(PmSamples {
+                    device_id,
+                    samples
+                })),
         ]
+    }
+
+    fn pm_sample_strategy() -> impl Strategy<Value = PmSample> {
+        (
+            any::<(u64, u64, bool)>(),
+            any::<(Option<u64>, Option<u64>, Option<u64>, Option<u64>)>(),
+        )
+            .prop_map(|((start_ns, end_ns, overflow), (a, e, r, w))| PmSample {
+                start_ns,
+                end_ns,
+                sm_active_cycles: a,
+                sm_elapsed_cycles: e,
+                dram_read_bytes: r,
+                dram_write_bytes: w,
+                overflow,
+            })
     }
 
     proptest! {
@@ -1886,6 +1913,7 @@ mod gmr_format {
                 energy_mj: 5,
             }),
             Frame::Instructions(instruction_counts()),
+            Frame::PmSamples(pm_samples()),
         ]
     }
 
@@ -1988,6 +2016,150 @@ mod gmr_format {
                         && f.damaged[0].damage == Damage::Malformed
                         && f.damaged[0].frame_type == Some(8)
                         && !f.damaged[0].detail.is_empty() => {}
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+    }
+
+    fn pm_samples() -> PmSamples {
+        PmSamples {
+            device_id: 1,
+            samples: vec![
+                PmSample {
+                    start_ns: T0,
+                    end_ns: T0 + 100_000,
+                    sm_active_cycles: Some(13_200_000),
+                    sm_elapsed_cycles: Some(198_000),
+                    dram_read_bytes: Some(4_000_000_000_001),
+                    dram_write_bytes: Some(0),
+                    overflow: false,
+                },
+                PmSample {
+                    start_ns: T0 + 100_000,
+                    end_ns: T0 + 200_000,
+                    sm_active_cycles: None,
+                    sm_elapsed_cycles: Some(7),
+                    dram_read_bytes: None,
+                    dram_write_bytes: Some(u64::MAX),
+                    overflow: true,
+                },
+            ],
+        }
+    }
+
+    /// PM-sample frames (type 9): the documented layout byte for byte (flags say which
+    /// counters are there, absent ones are written 0), and payloads that are cut short,
+    /// longer than their count, or carry unknown flag bits are malformed, naming the frame.
+    #[test]
+    fn pm_samples_frame_layout_and_bad_payloads() {
+        let s = pm_samples();
+        let (bytes, offsets) = write(&header(26), &[Frame::PmSamples(s.clone())], true);
+        let file = ok(read_gmr(&bytes));
+        assert_eq!(file.frames[0].frame, Frame::PmSamples(s.clone()));
+        assert_eq!(file.unknown_frames, 0);
+        let at = offsets[0];
+        let mut payload = Vec::new();
+        payload.extend_from_slice(&1u32.to_le_bytes());
+        payload.extend_from_slice(&2u32.to_le_bytes());
+        // Sample 0: all four counters (bits 1-4), no overflow.
+        payload.extend_from_slice(&0b11110u32.to_le_bytes());
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        for v in [T0, T0 + 100_000, 13_200_000, 198_000, 4_000_000_000_001, 0] {
+            payload.extend_from_slice(&v.to_le_bytes());
+        }
+        // Sample 1: overflow (bit 0), elapsed (bit 2), write (bit 4); absent ones are 0.
+        payload.extend_from_slice(&0b10101u32.to_le_bytes());
+        payload.extend_from_slice(&0u32.to_le_bytes());
+        for v in [T0 + 100_000, T0 + 200_000, 0, 7, 0, u64::MAX] {
+            payload.extend_from_slice(&v.to_le_bytes());
+        }
+        assert_eq!(payload.len(), 8 + 2 * 56);
+        assert_eq!(&bytes[at..at + 4], &9u32.to_le_bytes());
+        assert_eq!(
+            &bytes[at + 4..at + 12],
+            &(payload.len() as u64).to_le_bytes()
+        );
+        assert_eq!(&bytes[at + 12..at + 12 + payload.len()], &payload[..]);
+        // An empty batch round-trips too.
+        let empty = PmSamples {
+            device_id: 3,
+            samples: Vec::new(),
+        };
+        let (bytes, _) = write(&header(26), &[Frame::PmSamples(empty.clone())], true);
+        assert_eq!(
+            ok(read_gmr(&bytes)).frames[0].frame,
+            Frame::PmSamples(empty)
+        );
+
+        let frame = |p: &[u8]| {
+            let mut f = Vec::new();
+            f.extend_from_slice(&9u32.to_le_bytes());
+            f.extend_from_slice(&(p.len() as u64).to_le_bytes());
+            f.extend_from_slice(p);
+            let mut crc = crc32fast::Hasher::new();
+            crc.update(&f);
+            f.extend_from_slice(&crc.finalize().to_le_bytes());
+            f
+        };
+        let (head, _) = write(&header(26), &[], false);
+        let with = |p: &[u8]| {
+            let mut b = head.clone();
+            b.extend_from_slice(&frame(p));
+            // A good frame after it: reading goes on past the malformed one.
+            let mut w = ok(GmrWriter::new(Vec::new(), &header(26)));
+            ok(w.write_pm_samples(&pm_samples()));
+            let good = ok(w.finish());
+            let (h, _) = write(&header(26), &[], false);
+            b.extend_from_slice(&good[h.len()..]);
+            read_gmr(&b)
+        };
+        let mut longer = payload.clone();
+        longer.extend_from_slice(&[0; 56]);
+        let mut fewer = payload.clone();
+        fewer[4..8].copy_from_slice(&1u32.to_le_bytes());
+        let mut huge_count = payload.clone();
+        huge_count[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let mut bad_flag = payload.clone();
+        bad_flag[8 + 56..8 + 56 + 4].copy_from_slice(&(0b10101u32 | 1 << 5).to_le_bytes());
+        let mut high_flag = payload.clone();
+        high_flag[8..12].copy_from_slice(&(1u32 << 31).to_le_bytes());
+        for (what, bad, needle) in [
+            ("short", &payload[..7], "too short"),
+            ("cut", &payload[..payload.len() - 1], "does not hold"),
+            ("longer than its count", &longer[..], "does not hold"),
+            ("count below the samples", &fewer[..], "does not hold"),
+            ("huge count", &huge_count[..], "does not hold"),
+            (
+                "unknown flag bit 5",
+                &bad_flag[..],
+                "unknown flag bits 0x20",
+            ),
+            (
+                "unknown flag bit 31",
+                &high_flag[..],
+                "unknown flag bits 0x80000000",
+            ),
+        ] {
+            match with(bad) {
+                Ok(f)
+                    if f.frames
+                        == [LocatedFrame {
+                            offset: f.frames[0].offset,
+                            index: 2,
+                            frame: Frame::PmSamples(pm_samples()),
+                        }]
+                        && f.damaged.len() == 1
+                        && f.damaged[0].damage == Damage::Malformed
+                        && f.damaged[0].frame_type == Some(9)
+                        && f.damaged[0].holds_no_records()
+                        && f.damaged[0].detail.contains(needle) =>
+                {
+                    let shown = f.damaged[0].to_string();
+                    assert!(
+                        shown.contains("frame #1") && shown.contains("(type 9)"),
+                        "{shown}"
+                    );
+                }
                 other => panic!("{what}: {other:?}"),
             }
         }
