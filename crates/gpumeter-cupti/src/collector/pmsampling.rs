@@ -805,6 +805,11 @@ impl Drop for Pump {
 fn run(shared: &Shared, period: Duration) {
     let mut st = lock(&shared.state);
     loop {
+        // Checked before waiting too: a stop asked before this thread first took the lock
+        // has already notified.
+        if st.stopping {
+            return;
+        }
         st = match shared.wake.wait_timeout(st, period) {
             Ok((g, _)) => g,
             Err(p) => p.into_inner().0,
