@@ -152,6 +152,85 @@ fn the_command_keeps_its_arguments_and_output() {
 }
 
 #[test]
+fn pm_sampling_flags_reach_the_injection_library_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("pm.gmr");
+    let show = "printf '%s|%s' \"$GPUMETER_PM_SAMPLING\" \"$GPUMETER_PM_INTERVAL_NS\"";
+    let run = |flags: &[&str]| {
+        gpumeter()
+            .args(["record", "--out"])
+            .arg(&out)
+            .args(flags)
+            .args(["--", "sh", "-c", show])
+            .env("GPUMETER_INJECT_LIB", inject_lib())
+            // Inherited values never leak into the command's settings.
+            .env("GPUMETER_PM_SAMPLING", "1")
+            .env("GPUMETER_PM_INTERVAL_NS", "777")
+            .output()
+            .expect("run gpumeter record")
+    };
+    let o = run(&["--pm-sampling", "--pm-interval", "250us"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "1|250000");
+    let o = run(&["--pm-sampling"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "1|", "the library's default interval");
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "|", "off unless asked for");
+}
+
+#[test]
+fn pm_interval_is_validated_before_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    for (flags, needle) in [
+        (&["--pm-interval", "1ms"][..], "--pm-sampling"),
+        (
+            &["--pm-sampling", "--pm-interval", "0us"][..],
+            "outside 1us..=1s",
+        ),
+        (
+            &["--pm-sampling", "--pm-interval", "2s"][..],
+            "outside 1us..=1s",
+        ),
+        (
+            &["--pm-sampling", "--pm-interval", "fast"][..],
+            "not a duration",
+        ),
+    ] {
+        let o = gpumeter()
+            .args(["record", "--out"])
+            .arg(dir.path().join("x.gmr"))
+            .args(flags)
+            .arg("--")
+            .arg("touch")
+            .arg(&marker)
+            .env("GPUMETER_INJECT_LIB", inject_lib())
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(needle),
+            "{flags:?}: {}",
+            text(&o.stderr)
+        );
+        assert!(!marker.exists(), "{flags:?}: the command was not run");
+    }
+    // The edges are accepted.
+    for v in ["1us", "1s"] {
+        let o = gpumeter()
+            .args(["record", "--out"])
+            .arg(dir.path().join("edge.gmr"))
+            .args(["--pm-sampling", "--pm-interval", v, "--", "true"])
+            .env("GPUMETER_INJECT_LIB", inject_lib())
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(0), "{v}: {}", text(&o.stderr));
+    }
+}
+
+#[test]
 fn a_missing_injection_library_is_an_error_before_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = dir.path().join("ran");
