@@ -177,7 +177,7 @@ pub struct CollectorConfig {
     /// activity kind instead of CONCURRENT_KERNEL (with CONCURRENT_KERNEL enabled, CUPTI 13.0
     /// reports every SASS metric value as 0 on an H200). Default `false`.
     pub instructions: bool,
-    /// PM sampling ([`pmsampling`]): hardware counters of SM activity and DRAM traffic of every
+    /// PM sampling (docs/COLLECTION.md, "PM sampling"): hardware counters of SM activity and DRAM traffic of every
     /// device the program creates a context on, sampled every
     /// [`PmSamplingConfig::interval`] and written as PM-sample frames. A libcupti without the
     /// API (before CUDA 12.6) fails the start ([`CollectorError::PmSampling`]); a device that

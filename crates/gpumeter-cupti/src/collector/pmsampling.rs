@@ -1129,3 +1129,25 @@ pub(crate) fn on_context_destroying(device: u32) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_counter_data_image_holds_two_decode_periods_within_bounds() {
+        assert_eq!(PmSamplingConfig::default().image_samples(), 2000);
+        let slow = PmSamplingConfig {
+            interval: Duration::from_secs(1),
+            decode_period: Duration::from_millis(1),
+            ..PmSamplingConfig::default()
+        };
+        assert_eq!(slow.image_samples(), 256);
+        let fast = PmSamplingConfig {
+            interval: Duration::from_micros(1),
+            decode_period: Duration::from_secs(10),
+            ..PmSamplingConfig::default()
+        };
+        assert_eq!(fast.image_samples(), 1 << 20);
+    }
+}
