@@ -12,11 +12,13 @@
 //! The host side is implemented in `libnvperf_host.so`, which libcupti opens by its bare
 //! name: a libcupti outside the linker's search path (a pip wheel) then answers
 //! `CUPTI_ERROR_NOT_INITIALIZED`. [`Cupti::pm_host_initialize`] therefore loads the copy beside
-//! the loaded libcupti first (once per process), so that libcupti's own lookup finds it.
+//! the loaded libcupti first (once per directory), so that libcupti's own lookup finds it.
 
+use std::collections::BTreeSet;
 use std::ffi::{c_void, CStr, CString};
 use std::os::raw::c_char;
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::sync::Mutex;
 
 use super::{resolve, Cupti, Table};
 use crate::error::CuptiError;
@@ -215,27 +217,31 @@ pub struct CounterDataInfo {
 }
 
 /// Loads `libnvperf_host.so` and `libnvperf_target.so` from beside `cupti_path` (when there)
-/// once per process and keeps them loaded, so that libcupti's own `dlopen` by bare name finds
-/// them (glibc matches already-loaded objects by soname).
+/// once per directory and keeps them loaded, so that libcupti's own `dlopen` by bare name
+/// finds them (glibc matches already-loaded objects by soname).
 fn preload_nvperf(cupti_path: &std::path::Path) {
-    static DONE: OnceLock<()> = OnceLock::new();
-    DONE.get_or_init(|| {
-        let Some(dir) = cupti_path.parent().filter(|d| !d.as_os_str().is_empty()) else {
-            return;
-        };
-        for name in ["libnvperf_host.so", "libnvperf_target.so"] {
-            let path = dir.join(name);
-            if !path.exists() {
-                continue;
-            }
-            // SAFETY: loading NVIDIA's profiler libraries shipped beside libcupti runs their
-            // initialisers, which need nothing from this process; they are never unloaded
-            // (libcupti keeps calling into them).
-            if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
-                std::mem::forget(lib);
-            }
+    static DONE: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+    let Some(dir) = cupti_path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return;
+    };
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !done.insert(dir.to_path_buf()) {
+        return;
+    }
+    for name in ["libnvperf_host.so", "libnvperf_target.so"] {
+        let path = dir.join(name);
+        if !path.exists() {
+            continue;
         }
-    });
+        // SAFETY: loading NVIDIA's profiler libraries shipped beside libcupti runs their
+        // initialisers, which need nothing from this process; they are never unloaded
+        // (libcupti keeps calling into them).
+        if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+            std::mem::forget(lib);
+        }
+    }
 }
 
 /// The `CString` of a name given to CUPTI, or an error naming the function.
