@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Writes the binary seeds of the kineto_json and nsys_sqlite fuzz targets (fuzz/README.md).
+"""Writes the binary seeds of the kineto_json and nsys_sqlite fuzz targets, and the gmr_reader
+seed with PM-sample frames (fuzz/README.md).
 
 Every file is made here, by this project, from nothing: small traces in the shape the real tools
 write (Kineto / PyTorch-profiler JSON, modern and 2021 schemas; Nsight Systems SQLite exports
@@ -13,6 +14,8 @@ import gzip
 import json
 import os
 import sqlite3
+import struct
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -232,6 +235,46 @@ def nsys() -> None:
     nsys_two_gpus(tmp)
 
 
+# --- .gmr with PM samples -------------------------------------------------------------------
+# gmr_reader input: recording_130001.gmr (a seed of tests/c/make_buffers.c) with two PM-sample
+# frames (type 9, issue 16) before its end frame, so the fuzzer starts from the frame's layout:
+# device 0 (the recording's device), 2025-07-18T08:08:05Z + 0..4 µs, over its kernels.
+
+T0_NS = 1_752_826_085_000_000_000
+PM_OVERFLOW, PM_ACTIVE, PM_ELAPSED, PM_READ, PM_WRITE = 1, 2, 4, 8, 16
+
+
+def gmr_frame(frame_type: int, payload: bytes) -> bytes:
+    head = struct.pack("<IQ", frame_type, len(payload))
+    return head + payload + struct.pack("<I", zlib.crc32(head + payload) & 0xFFFFFFFF)
+
+
+def pm_frame(device: int, samples: list) -> bytes:
+    """samples: (flags, start, end, active, elapsed, read, write); absent counters are 0."""
+    p = struct.pack("<II", device, len(samples))
+    for flags, start, end, active, elapsed, read, write in samples:
+        p += struct.pack("<IIQQQQQQ", flags, 0, start, end, active, elapsed, read, write)
+    return gmr_frame(9, p)
+
+
+def gmr_pm() -> None:
+    with open(os.path.join(HERE, "gmr_reader", "recording_130001.gmr"), "rb") as f:
+        base = f.read()
+    end = gmr_frame(7, b"")
+    assert base.endswith(end), "recording_130001.gmr does not end with an end frame"
+    every = PM_ACTIVE | PM_ELAPSED | PM_READ | PM_WRITE
+    first = pm_frame(0, [
+        (every, T0_NS, T0_NS + 1000, 99_000, 1_980, 6_000, 4_000),
+        (every | PM_OVERFLOW, T0_NS + 1000, T0_NS + 2000, 13_200, 1_980, 100, 0),
+    ])
+    second = pm_frame(0, [
+        (PM_ACTIVE | PM_ELAPSED | PM_READ, T0_NS + 2000, T0_NS + 3000, 0, 1_980, 64, 0),
+        (PM_OVERFLOW, T0_NS + 3000, T0_NS + 4000, 0, 0, 0, 0),
+    ])
+    write("gmr_reader", "recording_130001_pm.gmr", base[: -len(end)] + first + second + end)
+
+
 if __name__ == "__main__":
     kineto()
     nsys()
+    gmr_pm()

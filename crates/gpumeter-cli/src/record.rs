@@ -532,6 +532,94 @@ fn energy_by_device(frames: &[LocatedFrame]) -> Vec<EnergyDevice> {
         .collect()
 }
 
+/// One counter of a device's PM samples (`gpumeter recording show`): its sum over the samples
+/// that carry it.
+#[derive(Debug, Default, Serialize, PartialEq, Eq)]
+struct PmCounterTotal {
+    /// Samples that carry the counter.
+    samples: u64,
+    /// Σ of the counter over those samples (saturating at 2⁶⁴ − 1), in its unit (cycles or
+    /// bytes).
+    sum: u64,
+}
+
+impl PmCounterTotal {
+    fn add(&mut self, v: Option<u64>) {
+        if let Some(v) = v {
+            self.samples += 1;
+            self.sum = self.sum.saturating_add(v);
+        }
+    }
+}
+
+/// A device's PM-sample frames in a recording (`gpumeter recording show`): how many samples,
+/// the span they cover, each counter's sum, and how many overflows CUPTI reported.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct PmDevice {
+    /// CUDA ordinal (the frames' `device`).
+    device: u32,
+    /// PM-sample frames of the device.
+    frames: u64,
+    /// Samples in those frames.
+    samples: u64,
+    /// Earliest sample start, ns on CUPTI's clock.
+    first_start_ns: u64,
+    /// Latest sample end, ns on CUPTI's clock.
+    last_end_ns: u64,
+    /// Σ `sm__cycles_active.sum` (cycles).
+    sm_active_cycles: PmCounterTotal,
+    /// Σ `sm__cycles_elapsed.max` (cycles).
+    sm_elapsed_cycles: PmCounterTotal,
+    /// Σ bytes read from device memory.
+    dram_read_bytes: PmCounterTotal,
+    /// Σ bytes written to device memory.
+    dram_write_bytes: PmCounterTotal,
+    /// Samples flagged with a hardware-buffer overflow before them (samples were lost).
+    overflows: u64,
+}
+
+/// PM-sample frames summarised per device, by ordinal (devices without samples included when
+/// a frame names them).
+fn pm_by_device(frames: &[LocatedFrame]) -> Vec<PmDevice> {
+    let mut by: BTreeMap<u32, PmDevice> = BTreeMap::new();
+    for f in frames {
+        let Frame::PmSamples(p) = &f.frame else {
+            continue;
+        };
+        let d = by.entry(p.device_id).or_insert_with(|| PmDevice {
+            device: p.device_id,
+            frames: 0,
+            samples: 0,
+            first_start_ns: u64::MAX,
+            last_end_ns: 0,
+            sm_active_cycles: PmCounterTotal::default(),
+            sm_elapsed_cycles: PmCounterTotal::default(),
+            dram_read_bytes: PmCounterTotal::default(),
+            dram_write_bytes: PmCounterTotal::default(),
+            overflows: 0,
+        });
+        d.frames += 1;
+        for x in &p.samples {
+            d.samples += 1;
+            d.first_start_ns = d.first_start_ns.min(x.start_ns);
+            d.last_end_ns = d.last_end_ns.max(x.end_ns);
+            d.sm_active_cycles.add(x.sm_active_cycles);
+            d.sm_elapsed_cycles.add(x.sm_elapsed_cycles);
+            d.dram_read_bytes.add(x.dram_read_bytes);
+            d.dram_write_bytes.add(x.dram_write_bytes);
+            d.overflows += u64::from(x.overflow);
+        }
+    }
+    by.into_values()
+        .map(|mut d| {
+            if d.samples == 0 {
+                d.first_start_ns = 0;
+            }
+            d
+        })
+        .collect()
+}
+
 /// A function's instruction counts over a recording's instruction-count frames.
 #[derive(Debug, Serialize, PartialEq, Eq)]
 struct FunctionInstructionTotal {
@@ -600,6 +688,11 @@ struct Inspection {
     /// Energy frames per device.
     energy: Vec<EnergyDevice>,
     unknown_frames: u64,
+    /// PM-sample frames (type 9) and the samples in them.
+    pm_frames: u64,
+    pm_samples: u64,
+    /// PM-sample frames per device.
+    pm: Vec<PmDevice>,
     /// Instruction-count frames (instrumented mode): one per kernel-launch call.
     instruction_frames: u64,
     /// Σ warp instructions per function over those frames.
@@ -648,6 +741,9 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
         energy_samples: 0,
         energy: energy_by_device(&file.frames),
         unknown_frames: file.unknown_frames,
+        pm_frames: 0,
+        pm_samples: 0,
+        pm: pm_by_device(&file.frames),
         instruction_frames,
         instructions,
         records: BTreeMap::new(),
@@ -704,6 +800,10 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
             }
             Frame::Attribution(_) => i.attribution_events += 1,
             Frame::Energy(_) => i.energy_samples += 1,
+            Frame::PmSamples(p) => {
+                i.pm_frames += 1;
+                i.pm_samples += p.samples.len() as u64;
+            }
             _ => {}
         }
     }
@@ -802,7 +902,7 @@ fn show_text(i: &Inspection) -> String {
     line(
         "frames",
         format!(
-            "{} ({}), {}, {}, {}, {}, {} of unknown types",
+            "{} ({}), {}, {}, {}, {}, {}{} of unknown types",
             count(i.buffers, "activity buffer", "activity buffers"),
             count(i.buffer_bytes, "byte", "bytes"),
             count(i.string_tables, "string table", "string tables"),
@@ -817,6 +917,15 @@ fn show_text(i: &Inspection) -> String {
                 "attribution events"
             ),
             count(i.energy_samples, "energy sample", "energy samples"),
+            if i.pm_frames > 0 {
+                format!(
+                    "{} ({}), ",
+                    count(i.pm_frames, "PM-sample frame", "PM-sample frames"),
+                    count(i.pm_samples, "sample", "samples")
+                )
+            } else {
+                String::new()
+            },
             group(&i.unknown_frames.to_string()),
         ),
     );
@@ -857,6 +966,52 @@ fn show_text(i: &Inspection) -> String {
             ));
         }
         line("energy", v);
+    }
+    // PM sampling: only for a recording that has PM-sample frames.
+    for p in &i.pm {
+        let span = p.last_end_ns.saturating_sub(p.first_start_ns);
+        let total = |c: &PmCounterTotal, unit: &str| {
+            if c.samples == 0 {
+                "not sampled".to_string()
+            } else if c.samples == p.samples {
+                format!("{} {unit}", group(&c.sum.to_string()))
+            } else {
+                format!(
+                    "{} {unit} (in {} of {})",
+                    group(&c.sum.to_string()),
+                    count(c.samples, "sample", "samples"),
+                    group(&p.samples.to_string())
+                )
+            }
+        };
+        let mut v = format!(
+            "device {}: {} in {}",
+            p.device,
+            count(p.samples, "sample", "samples"),
+            count(p.frames, "frame", "frames"),
+        );
+        if p.samples > 0 {
+            v.push_str(&format!(
+                " over {}, {} to {}",
+                seconds(span),
+                rfc3339_ns(p.first_start_ns),
+                rfc3339_ns(p.last_end_ns)
+            ));
+        }
+        v.push_str(&format!(
+            "; SM active {}, SM elapsed {}, DRAM read {}, DRAM written {}",
+            total(&p.sm_active_cycles, "cycles"),
+            total(&p.sm_elapsed_cycles, "cycles"),
+            total(&p.dram_read_bytes, "bytes"),
+            total(&p.dram_write_bytes, "bytes"),
+        ));
+        if p.overflows > 0 {
+            v.push_str(&format!(
+                "; {} after a hardware-buffer overflow (samples lost)",
+                count(p.overflows, "sample", "samples")
+            ));
+        }
+        line("pm", v);
     }
     let kinds: Vec<String> = i
         .records

@@ -1263,6 +1263,164 @@ fn control_characters_from_inputs_are_escaped_in_text_output() {
     assert!(stdout(&o).contains("any\\u{1b}[5m"), "{}", stdout(&o));
 }
 
+/// A finished `.gmr` of process 42 on device 0 (132 SMs, a UUID): one kernel of 200 blocks over
+/// [t0, t0 + 1000) and a PM-sample frame of device 0 written after it: [t0, t0 + 1000) with
+/// 99 000 active SM cycles over 1 000 elapsed and 6 000 + 4 000 DRAM bytes, then
+/// [t0 + 1000, t0 + 2000) after an overflow, 13 200 cycles, 100 bytes read, no write counter.
+fn pm_recording(dir: &Path) -> PathBuf {
+    use gpumeter::core::PmSample;
+    use gpumeter_cupti::gmr::{
+        ClockPair, Frame, GmrDevice, GmrHeader, GmrWriter, PmSamples, Producer,
+    };
+    use gpumeter_cupti::ActivityKind;
+    let t0: u64 = 1_793_606_160_000_000_000;
+    let mut buf = Vec::new();
+    cupti_record(
+        &mut buf,
+        ActivityKind::CONCURRENT_KERNEL,
+        &[
+            ("start", i128::from(t0)),
+            ("end", i128::from(t0) + 1_000),
+            ("gridX", 200),
+            ("gridY", 1),
+            ("gridZ", 1),
+            ("blockX", 128),
+            ("blockY", 1),
+            ("blockZ", 1),
+            ("correlationId", 1),
+            ("contextId", 1),
+        ],
+    );
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "node".into(),
+        clock: ClockPair {
+            cupti_timestamp_ns: t0,
+            unix_time_ns: t0,
+        },
+        process_id: 42,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100".into()),
+            uuid: Some("GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        producer: Producer {
+            name: "test".into(),
+            version: "0".into(),
+        },
+        instrumented: false,
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    w.write_frame(&Frame::ActivityBuffer(buf)).expect("frame");
+    w.write_pm_samples(&PmSamples {
+        device_id: 0,
+        samples: vec![
+            PmSample {
+                start_ns: t0,
+                end_ns: t0 + 1000,
+                sm_active_cycles: Some(99_000),
+                sm_elapsed_cycles: Some(1000),
+                dram_read_bytes: Some(6_000),
+                dram_write_bytes: Some(4_000),
+                overflow: false,
+            },
+            PmSample {
+                start_ns: t0 + 1000,
+                end_ns: t0 + 2000,
+                sm_active_cycles: Some(13_200),
+                sm_elapsed_cycles: Some(1000),
+                dram_read_bytes: Some(100),
+                dram_write_bytes: None,
+                overflow: true,
+            },
+        ],
+    })
+    .expect("pm frame");
+    let rec = dir.join("pm.gmr");
+    std::fs::write(&rec, w.finish().expect("finish")).expect("write");
+    rec
+}
+
+/// `recording show` lists a recording's PM-sample frames per device: samples, frames, span,
+/// each counter's sum (with how many samples carry it when not all do), overflows; `--json`
+/// gives the same numbers.
+#[test]
+fn recording_show_lists_pm_samples_per_device() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rec = pm_recording(dir.path());
+    let o = gpumeter(&["recording", "show", s(&rec)]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(
+        text.contains("1 PM-sample frame (2 samples), 0 of unknown types"),
+        "{text}"
+    );
+    let pm = text
+        .lines()
+        .find(|l| l.starts_with("pm "))
+        .unwrap_or_else(|| panic!("no pm line in {text}"));
+    for shown in [
+        "device 0: 2 samples in 1 frame over 0.000002000 s",
+        "SM active 112,200 cycles",
+        "SM elapsed 2,000 cycles",
+        "DRAM read 6,100 bytes",
+        "DRAM written 4,000 bytes (in 1 sample of 2)",
+        "1 sample after a hardware-buffer overflow",
+    ] {
+        assert!(pm.contains(shown), "{shown} not in {pm}");
+    }
+    let v = json(&gpumeter(&["recording", "show", s(&rec), "--json"]));
+    assert_eq!(v["pm_frames"], 1);
+    assert_eq!(v["pm_samples"], 2);
+    let d = &v["pm"][0];
+    assert_eq!(d["device"], 0);
+    assert_eq!(d["samples"], 2);
+    assert_eq!(d["first_start_ns"], 1_793_606_160_000_000_000u64);
+    assert_eq!(d["last_end_ns"], 1_793_606_160_000_002_000u64);
+    assert_eq!(d["sm_active_cycles"]["sum"], 112_200);
+    assert_eq!(d["dram_write_bytes"]["samples"], 1);
+    assert_eq!(d["overflows"], 1);
+    // A recording without PM frames has no pm line and an empty list.
+    let plain = dir.path().join("plain.gmr");
+    let bytes = std::fs::read(&rec).expect("read");
+    let file = gpumeter_cupti::gmr::read_gmr(&bytes).expect("gmr");
+    let mut w = gpumeter_cupti::gmr::GmrWriter::new(Vec::new(), &file.header).expect("w");
+    w.write_frame(&file.frames[0].frame).expect("frame");
+    std::fs::write(&plain, w.finish().expect("finish")).expect("write");
+    let text = stdout(&gpumeter(&["recording", "show", s(&plain)]));
+    assert!(!text.lines().any(|l| l.starts_with("pm ")), "{text}");
+    let v = json(&gpumeter(&["recording", "show", s(&plain), "--json"]));
+    assert_eq!(v["pm"], serde_json::json!([]));
+}
+
+/// `gpumeter usage` meters a recording's PM samples end to end: sm_active_ns and dram_bytes
+/// (the interval with the kernel to its process's tenant, the one without a kernel to idle), and
+/// the overflow as loss.
+///
+/// Needs the meter's PM-sample metering (`Meter::push_pm_sample`, issue 16 item 2).
+#[test]
+fn usage_meters_pm_samples_of_a_recording() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rec = pm_recording(dir.path());
+    let o = gpumeter(&["usage", s(&rec), "--json"]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let u = json(&o);
+    assert_eq!(meter_total(&u, "sm_ns"), 132_000);
+    assert_eq!(meter_total(&u, "sm_active_ns"), 112_200);
+    // The second sample has no write counter: DRAM is booked only from samples with both.
+    assert_eq!(meter_total(&u, "dram_bytes"), 10_000);
+    let loss: u64 = u["loss"]
+        .as_array()
+        .expect("loss")
+        .iter()
+        .filter(|l| l["reason"] == "pm_sample_overflow")
+        .map(|l| l["records"].as_u64().expect("n"))
+        .sum();
+    assert_eq!(loss, 1);
+}
+
 /// `recording show` prints a recording's host, device and kernel names escaped.
 #[test]
 fn recording_show_escapes_names_from_the_recording() {

@@ -40,6 +40,7 @@ use std::sync::Arc;
 use gpumeter_core::time::MAX_RECORD_NS;
 use gpumeter_core::{
     identity_digest, ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter,
+    PmSample,
 };
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
@@ -331,6 +332,9 @@ pub enum SourceItem {
     Work(ActivityRecord),
     /// A device-memory allocation or release.
     Memory(MemoryEvent),
+    /// A CUPTI PM-sampling sample of a device (a `.gmr`'s type-9 frames), at its start in
+    /// the replay's time order.
+    Pm(DeviceSlot, PmSample),
 }
 
 /// What identifies a file's contents between the two passes without reading it again: its
@@ -423,6 +427,25 @@ pub(crate) fn refused_work(rec: &ActivityRecord) -> bool {
         || rec.end_ns - rec.start_ns > MAX_RECORD_NS
 }
 
+/// Whether the meter refuses a PM sample whatever its time (a zero time, an end before its
+/// start, over 7 days: loss by its fields), as [`refused_work`] for a record: handed on at
+/// once by a replay, never held for order, and no measure of a file's disorder.
+pub(crate) fn refused_pm(x: &PmSample) -> bool {
+    x.start_ns == 0
+        || x.end_ns == 0
+        || x.end_ns < x.start_ns
+        || x.end_ns - x.start_ns > MAX_RECORD_NS
+}
+
+/// Whether the meter refuses `item` whatever its time ([`refused_work`], [`refused_pm`]).
+pub(crate) fn refused_item(item: &SourceItem) -> bool {
+    match item {
+        SourceItem::Work(r) => refused_work(r),
+        SourceItem::Memory(_) => false,
+        SourceItem::Pm(_, x) => refused_pm(x),
+    }
+}
+
 /// What a second pass hands on for one converted record: its time (a work record's start, a
 /// memory event's timestamp), the item on its source slot (by `index`, device id → slot), and
 /// whether its process id and its external id were joined. `None` for a record of a device
@@ -477,11 +500,16 @@ impl Reorder {
     /// Takes `item` at time `t` and hands on every item no later one can precede. A work
     /// record the meter refuses whatever its time ([`refused_work`]) is handed on at once.
     pub(crate) fn push(&mut self, t: u64, item: SourceItem, sink: &mut impl FnMut(SourceItem)) {
-        if matches!(&item, SourceItem::Work(r) if refused_work(r)) {
+        if refused_item(&item) {
             sink(item);
             return;
         }
-        let class = u8::from(matches!(item, SourceItem::Memory(_)));
+        // At equal times: work, then memory, then PM samples (`streams`' merge key).
+        let class = match item {
+            SourceItem::Work(_) => 0,
+            SourceItem::Memory(_) => 1,
+            SourceItem::Pm(..) => 2,
+        };
         let idx = match self.free.pop() {
             Some(i) => {
                 if let Some(slot) = self.slab.get_mut(i as usize) {
@@ -890,6 +918,7 @@ pub(crate) fn scan_stream(
         dropped: 0,
         buffers: 1,
         energy_samples: 0,
+        pm_samples: 0,
         memory_events: file.memory_events,
         green_contexts: file.partitions.len() as u64,
         kernels_with_instructions: 0,

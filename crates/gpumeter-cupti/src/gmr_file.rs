@@ -6,7 +6,9 @@
 //! Only well-formed recordings stream: a file whose every frame reads whole (checksum right,
 //! payload parses) after a valid header, with or without an end frame, and without
 //! instruction counts (SASS-metrics frames or INSTRUCTION_EXECUTION records, whose split among
-//! a launch's kernels needs all of them). Anything else — a torn or corrupt frame, data after
+//! a launch's kernels needs all of them). PM samples (type-9 frames) are replayed in file
+//! order among the records, each at its start (their disorder counts in the reorder buffer's
+//! width), so the meter holds only the samples its sweep has not passed. Anything else — a torn or corrupt frame, data after
 //! the end frame, a second header, a malformed payload, an unsupported version — is metered by
 //! the whole-file path ([`meter_gmr`]), which reports, resynchronizes and books the damage:
 //! those files are the exception, and their error messages stay exactly as they were.
@@ -21,11 +23,13 @@ use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::decode::count_skipped;
 use crate::decode::{DecodeError, Walk};
-use crate::file::{refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder, SourceItem};
+use crate::file::{
+    refused_pm, refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder, SourceItem,
+};
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
-    T_INSTRUCTIONS, T_STRINGS,
+    T_INSTRUCTIONS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
 };
 use crate::join::{convert, correlation_named, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
@@ -152,6 +156,10 @@ struct Scanned {
     buffers: u64,
     dropped: Vec<DroppedRecords>,
     energy_frames: Vec<LocatedFrame>,
+    /// PM-sample frames: (device id, samples) in file order.
+    pm_frames: Vec<(u32, u64)>,
+    /// Per device id, the latest end (or start when later) of its PM samples.
+    pm_ends: BTreeMap<u32, u64>,
     attribution_events: u64,
     unknown_frames: u64,
     undecodable: Vec<(FrameRef, DecodeError)>,
@@ -200,6 +208,8 @@ fn scan(
         buffers: 0,
         dropped: Vec::new(),
         energy_frames: Vec::new(),
+        pm_frames: Vec::new(),
+        pm_ends: BTreeMap::new(),
         attribution_events: 0,
         unknown_frames: 0,
         undecodable: Vec::new(),
@@ -286,6 +296,23 @@ fn scan(
                     true
                 }
                 T_INSTRUCTIONS => false,
+                T_PM_SAMPLES => match parse_payload(frame_type, payload) {
+                    Ok(Some(Frame::PmSamples(p))) => {
+                        s.pm_frames.push((p.device_id, p.samples.len() as u64));
+                        for x in &p.samples {
+                            let e = s.pm_ends.entry(p.device_id).or_insert(0);
+                            *e = (*e).max(x.end_ns.max(x.start_ns));
+                            // Replayed at its start (`replay`), unless the meter refuses it
+                            // whatever its time.
+                            if !refused_pm(x) {
+                                s.latest = s.latest.max(x.start_ns);
+                                s.displacement = s.displacement.max(s.latest - x.start_ns);
+                            }
+                        }
+                        true
+                    }
+                    _ => false,
+                },
                 _ => match parse_payload(frame_type, payload) {
                     Ok(Some(Frame::StringTable(t))) => {
                         strings.extend_from(&t);
@@ -307,6 +334,7 @@ fn scan(
                         });
                         true
                     }
+                    // PM samples (and any other frame) go by the whole-file path.
                     Ok(Some(_)) => false,
                     Ok(None) => {
                         s.unknown_frames += 1;
@@ -494,6 +522,7 @@ pub(crate) fn scan_stream(
         }
     }
     let energy = devs.place_energy(samples, &s.name, &mut warnings);
+    devs.place_pm_devices(&s.pm_frames, &s.name, &mut warnings);
     let partitions = devs.partitions(&s.joins.green);
     let Devices { devices, index, .. } = devs;
     let summary = CuptiSummary {
@@ -510,6 +539,7 @@ pub(crate) fn scan_stream(
         dropped: dropped_total,
         buffers: s.buffers,
         energy_samples: s.energy_frames.len() as u64,
+        pm_samples: s.pm_frames.iter().map(|&(_, n)| n).sum(),
         // Counted as pushed, process exits at the end included (as `close_at_end` adds them).
         memory_events: 0,
         green_contexts: partitions.len() as u64,
@@ -528,6 +558,12 @@ pub(crate) fn scan_stream(
         .filter_map(|(id, &t)| Some((*index.get(id)?, t)))
         .collect();
     ends.extend((0..exit_devices).map(|d| (DeviceSlot(d as u32), s.end)));
+    // And its PM samples, as the whole-file path notes them (`source::push_pm`).
+    ends.extend(
+        s.pm_ends
+            .iter()
+            .filter_map(|(id, &t)| Some((*index.get(id)?, t))),
+    );
     let mut sketches = vec![Sketch::default(); devices.len()];
     if sketch {
         for (id, k) in std::mem::take(&mut s.sketches) {
@@ -658,6 +694,25 @@ impl GmrStream {
                             strings.extend_from(&t);
                         }
                     }
+                    T_PM_SAMPLES => {
+                        let Ok(Some(Frame::PmSamples(p))) = parse_payload(frame_type, payload)
+                        else {
+                            return true;
+                        };
+                        let id = p.device_id;
+                        let Some(&slot) = self.index.get(&id).filter(|_| id != UNKNOWN_DEVICE)
+                        else {
+                            return true;
+                        };
+                        for x in p.samples {
+                            let item = SourceItem::Pm(slot, x);
+                            match window.as_mut() {
+                                // Behind the records read before it, as in the file.
+                                Some(w) => w.push_unjoined(x.start_ns, item),
+                                None => emit(x.start_ns, item, false, false),
+                            }
+                        }
+                    }
                     _ => {}
                 }
                 true
@@ -698,5 +753,177 @@ impl GmrStream {
             memory_events: Some(memory_events),
             closed_at_end: Some(if s.finished { held.len() as u64 } else { 0 }),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gmr::{GmrDevice, GmrWriter, PmSamples};
+    use crate::kind::ActivityKind;
+    use gpumeter_core::PmSample;
+
+    const T: u64 = 1_752_826_085_000_000_000;
+
+    /// One CUPTI 12.8 record of `kind` with `fields` (layout field name, value).
+    fn record(kind: ActivityKind, fields: &[(&str, i128)]) -> Vec<u8> {
+        let layouts = ApiVersion::Cupti12_8.layouts();
+        let Some(layout) = layouts.iter().find(|l| l.kind == kind) else {
+            panic!("no layout of {kind}");
+        };
+        let mut b = vec![0u8; layout.size];
+        b[..4].copy_from_slice(&kind.0.to_le_bytes());
+        for &(name, v) in fields {
+            let Some(f) = layout.fields.iter().find(|f| f.name == name) else {
+                panic!("no field {name}");
+            };
+            b[f.offset..f.offset + f.width].copy_from_slice(&v.to_le_bytes()[..f.width]);
+        }
+        b
+    }
+
+    /// One kernel record of device 0 over [start, start + 1000), launched by correlation id
+    /// `corr`.
+    fn kernel_of(start: u64, corr: u32) -> Vec<u8> {
+        let start = i128::from(start);
+        record(
+            ActivityKind::CONCURRENT_KERNEL,
+            &[
+                ("start", start),
+                ("end", start + 1000),
+                ("gridX", 1),
+                ("gridY", 1),
+                ("gridZ", 1),
+                ("blockX", 128),
+                ("blockY", 1),
+                ("blockZ", 1),
+                ("contextId", 1),
+                ("correlationId", corr.into()),
+            ],
+        )
+    }
+
+    fn kernel(start: u64) -> Vec<u8> {
+        kernel_of(start, 0)
+    }
+
+    fn pm(device_id: u32, start: u64) -> PmSamples {
+        PmSamples {
+            device_id,
+            samples: vec![PmSample {
+                start_ns: start,
+                end_ns: start + 1000,
+                sm_active_cycles: Some(1),
+                sm_elapsed_cycles: Some(1),
+                dram_read_bytes: None,
+                dram_write_bytes: None,
+                overflow: false,
+            }],
+        }
+    }
+
+    /// A recording with PM-sample frames streams: its samples are handed on among its records
+    /// in time order, each at its start, a sample written after a later record included (the
+    /// reorder buffer is as wide as the samples' disorder); a sample of a device the recording
+    /// does not describe is not handed on, and the summary counts every sample.
+    #[test]
+    fn pm_samples_stream_in_time_order_among_the_records() {
+        let header = GmrHeader {
+            cupti_api_version: 26,
+            process_id: 7,
+            devices: vec![GmrDevice {
+                id: 0,
+                sm_count: Some(132),
+                ..GmrDevice::default()
+            }],
+            ..GmrHeader::default()
+        };
+        // Without API records (no lookahead window), and with a runtime API record whose
+        // kernel comes records later (a window: the samples wait behind the records before
+        // them).
+        for api_record in [false, true] {
+            let runtime = record(
+                ActivityKind::RUNTIME,
+                &[("correlationId", 9), ("processId", 42), ("start", T.into())],
+            );
+            let first = if api_record {
+                [runtime, kernel(T)].concat()
+            } else {
+                kernel(T)
+            };
+            let last = if api_record {
+                [kernel(T + 5000), kernel_of(T + 6000, 9)].concat()
+            } else {
+                kernel(T + 5000)
+            };
+            check_stream(&header, &first, &last, api_record);
+        }
+    }
+
+    fn check_stream(header: &GmrHeader, first: &[u8], last: &[u8], api_record: bool) {
+        let run = || -> Result<Vec<u8>, crate::gmr::GmrError> {
+            let mut w = GmrWriter::new(Vec::new(), header)?;
+            w.write_buffer(first)?;
+            // Decoded later than the kernel it precedes.
+            w.write_pm_samples(&pm(0, T - 500))?;
+            w.write_buffer(&kernel(T + 2000))?;
+            w.write_pm_samples(&pm(0, T + 1000))?;
+            w.write_pm_samples(&pm(3, T + 1500))?;
+            w.write_buffer(last)?;
+            w.finish()
+        };
+        let bytes = match run() {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        };
+        let dir = match tempfile::tempdir() {
+            Ok(d) => d,
+            Err(e) => panic!("{e}"),
+        };
+        let path = dir.path().join("pm.gmr");
+        if let Err(e) = std::fs::write(&path, &bytes) {
+            panic!("{e}");
+        }
+        let streamed = match scan_stream(&path, &CuptiOptions::default(), false) {
+            Ok(Some(s)) => s,
+            Ok(None) => panic!("a recording with PM frames does not stream"),
+            Err(e) => panic!("{e}"),
+        };
+        assert_eq!(streamed.summary.pm_samples, 3);
+        assert_eq!(streamed.devices.len(), 1);
+        assert!(streamed
+            .warnings
+            .iter()
+            .any(|w| w.contains("1 PM samples name a device")));
+        let Replayer::Gmr(g) = &streamed.replayer else {
+            panic!("not a recording replayer");
+        };
+        let mut got = Vec::new();
+        if let Err(e) = g.replay(&mut |item| {
+            got.push(match item {
+                SourceItem::Work(r) => ("work", r.start_ns),
+                SourceItem::Memory(m) => ("memory", m.timestamp_ns),
+                SourceItem::Pm(slot, x) => {
+                    assert_eq!(slot, DeviceSlot(0));
+                    ("pm", x.start_ns)
+                }
+            })
+        }) {
+            panic!("{e}");
+        }
+        let got: Vec<(&str, u64)> = got.into_iter().filter(|(k, _)| *k != "memory").collect();
+        let mut want = vec![
+            ("pm", T - 500),
+            ("work", T),
+            ("pm", T + 1000),
+            ("work", T + 2000),
+            ("work", T + 5000),
+        ];
+        if api_record {
+            want.push(("work", T + 6000));
+        }
+        assert_eq!(got, want);
+        let GmrStream { s, .. } = &**g;
+        assert_eq!(s.join_distance.is_some_and(|d| d > 0), api_record);
     }
 }

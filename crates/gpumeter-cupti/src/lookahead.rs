@@ -317,6 +317,7 @@ pub(crate) fn join_item(item: &mut SourceItem, joins: &JoinsRef<'_>) -> (bool, b
             }
             (false, false)
         }
+        SourceItem::Pm(..) => (false, false),
     }
 }
 
@@ -396,6 +397,13 @@ impl Lookahead {
             self.joins.pid_of.remove(&id);
             self.joins.ext_of.remove(&id);
         }
+    }
+
+    /// Takes an item that is no record and names no join (a PM sample of a frame read after
+    /// the records pushed so far), at time `t`: held behind the records read before it and
+    /// handed on with them, so that items leave in file order.
+    pub(crate) fn push_unjoined(&mut self, t: u64, item: SourceItem) {
+        self.held.push_back((self.pos, t, item));
     }
 
     /// At the end of the file: hands on every item still held.

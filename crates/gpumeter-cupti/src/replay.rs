@@ -58,8 +58,9 @@ impl Replay {
     /// Reads a `.gmr` recording (by its magic) or a raw activity buffer laid out by `raw_api`
     /// (one buffer). `name` names the file in errors.
     ///
-    /// String tables (kernel names) and energy frames are not replayed: names are not usage,
-    /// and the buffer stream takes no energy samples (its usage lacks `energy_mj`).
+    /// String tables (kernel names), energy frames and PM-sample frames are not replayed:
+    /// names are not usage, and the buffer stream takes no energy or PM samples (its usage
+    /// lacks `energy_mj`, `sm_active_ns` and `dram_bytes`).
     ///
     /// # Errors
     /// [`CuptiSourceError::Gmr`] when the `.gmr` cannot be read, [`CuptiSourceError::Decode`]

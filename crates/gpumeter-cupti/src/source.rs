@@ -46,14 +46,14 @@
 //!   EXTERNAL_CORRELATION and INSTRUCTION_EXECUTION records are consumed by the joins, not
 //!   counted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
 use gpumeter_core::{
     push_batches, ActivityRecord, Batch, ComputeCapability, DeviceInfo, DeviceSlot, LossReason,
-    MemoryEvent, MemoryOp, Meter, PartitionId, SmLimits, SourceInfo, Work,
+    MemoryEvent, MemoryOp, Meter, PartitionId, PmSample, SmLimits, SourceInfo, Work,
 };
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
@@ -209,6 +209,9 @@ pub struct CuptiSummary {
     pub buffers: u64,
     /// `.gmr` energy samples read.
     pub energy_samples: u64,
+    /// `.gmr` PM-sampling samples read (frames of type 9, every sample of every frame,
+    /// those of a device the recording does not describe included).
+    pub pm_samples: u64,
     /// MEMORY2 allocations and releases of device memory handed to the meter
     /// (`memory_byte_ns`).
     pub memory_events: u64,
@@ -350,8 +353,10 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
             Frame::Attribution(_) => input.attribution_events += 1,
             // Read below through the recorded telemetry.
             Frame::Energy(_) => input.energy_samples += 1,
-            // Replayed into the meter in a later change (issue 16); the codec comes first.
-            Frame::PmSamples(_) => {}
+            Frame::PmSamples(p) => {
+                input.pm_samples += p.samples.len() as u64;
+                input.pm.push(p.clone());
+            }
             Frame::Instructions(c) => {
                 let per = input.sass_of.entry(c.correlation_id).or_default();
                 per.extend(
@@ -631,6 +636,9 @@ struct Input<'n> {
     dropped: Vec<crate::gmr::DroppedRecords>,
     unknown_frames: u64,
     energy_samples: u64,
+    pm_samples: u64,
+    /// `.gmr` PM-sample frames, in file order.
+    pm: Vec<crate::gmr::PmSamples>,
     /// `.gmr` energy samples, in file order.
     energy: Vec<crate::gmr::EnergySample>,
     /// `.gmr` SASS-metrics instruction counts per correlation id: (function name, warp
@@ -670,6 +678,8 @@ struct Plan {
     memory: Vec<MemoryEvent>,
     /// Energy samples: (device, ns, cumulative mJ).
     energy: Vec<(DeviceSlot, u64, u64)>,
+    /// PM samples of the devices the source describes, in file order.
+    pm: Vec<(DeviceSlot, PmSample)>,
     skipped: BTreeMap<&'static str, u64>,
     warnings: Vec<gpumeter_core::Warning>,
 }
@@ -689,6 +699,8 @@ impl<'n> Input<'n> {
             dropped: Vec::new(),
             unknown_frames: 0,
             energy_samples: 0,
+            pm_samples: 0,
+            pm: Vec::new(),
             energy: Vec::new(),
             sass_of: FxHashMap::default(),
             instrumented: false,
@@ -750,6 +762,7 @@ impl<'n> Input<'n> {
             dropped: 0,
             buffers: self.buffers.len() as u64,
             energy_samples: self.energy_samples,
+            pm_samples: self.pm_samples,
             memory_events: 0,
             green_contexts: 0,
             kernels_with_instructions: 0,
@@ -925,6 +938,7 @@ impl<'n> Input<'n> {
             self.name,
             &mut warnings,
         );
+        let pm = devs.place_pm(&self.pm, self.name, &mut warnings);
         let partitions = devs.partitions(&green);
         summary.green_contexts = partitions.len() as u64;
         summary.memory_events = memory.len() as u64;
@@ -942,6 +956,7 @@ impl<'n> Input<'n> {
             partitions,
             memory,
             energy,
+            pm,
             skipped,
             warnings,
         })
@@ -986,6 +1001,68 @@ impl Devices<'_> {
             ));
         }
         energy
+    }
+
+    /// Places PM-sample frames (by CUDA ordinal, as energy samples) on the slot of a device
+    /// CUPTI or the inventory knows, registering it if it has none yet; the samples of other
+    /// devices are not metered, and one warning of `source` counts them (code
+    /// `unplaced_energy_samples`, the code of samples of a device the recording does not
+    /// describe). The samples keep the file's order.
+    pub(crate) fn place_pm(
+        &mut self,
+        frames: &[crate::gmr::PmSamples],
+        source: &str,
+        warnings: &mut Vec<gpumeter_core::Warning>,
+    ) -> Vec<(DeviceSlot, PmSample)> {
+        let counts: Vec<(u32, u64)> = frames
+            .iter()
+            .map(|f| (f.device_id, f.samples.len() as u64))
+            .collect();
+        self.place_pm_devices(&counts, source, warnings);
+        let mut placed = Vec::new();
+        for f in frames {
+            let id = f.device_id;
+            if let Some(&slot) = self
+                .index
+                .get(&id)
+                .filter(|_| id != crate::gmr::UNKNOWN_DEVICE)
+            {
+                placed.extend(f.samples.iter().map(|x| (slot, *x)));
+            }
+        }
+        placed
+    }
+
+    /// [`Devices::place_pm`] for a source that only counts its PM-sample frames (device id,
+    /// samples), in file order: registers the devices it places in the same order and warns
+    /// the same way; the samples of a placed device id are then those of its slot in
+    /// `index`.
+    pub(crate) fn place_pm_devices(
+        &mut self,
+        frames: &[(u32, u64)],
+        source: &str,
+        warnings: &mut Vec<gpumeter_core::Warning>,
+    ) {
+        let (mut unplaced, mut devices) = (0u64, BTreeSet::new());
+        for &(id, n) in frames {
+            if self.describes(id) && id != crate::gmr::UNKNOWN_DEVICE {
+                self.slot(id);
+            } else if n > 0 {
+                unplaced += n;
+                devices.insert(id);
+            }
+        }
+        if unplaced > 0 {
+            let ids: Vec<String> = devices.iter().map(u32::to_string).collect();
+            warnings.push(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::UnplacedEnergySamples,
+                format!(
+                    "{source}: {unplaced} PM samples name a device the recording does not \
+                 describe (CUDA ordinal {}); not metered (sm_active_ns, dram_bytes)",
+                    ids.join(", ")
+                ),
+            ));
+        }
     }
 
     /// Whether the source describes device `id` anywhere: a record of it, a DEVICE record or an
@@ -1288,6 +1365,11 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
         .collect();
     let energy = on_slots(plan.energy, slot_of);
     let energy_spans = energy_spans(&energy);
+    let pm = plan
+        .pm
+        .into_iter()
+        .filter_map(|(local, x)| Some((slot_of(local)?, x)));
+    push_pm(meter, pm.collect(), plan.recording.as_deref());
     let batch = Batch {
         sha256: summary.sha256.clone(),
         name: summary.source_name.clone(),
@@ -1305,6 +1387,62 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
             .collect(),
     };
     (summary, batch)
+}
+
+/// Pushes a source's PM samples (on the meter's slots, in file order) into the meter
+/// ([`Meter::push_pm_sample`]) as the source is announced, before any source's records: a
+/// [`Batch`] carries no PM samples, and samples pushed before the records are never `late`
+/// (the meter holds them until its sweep passes their end; the whole-file path holds the
+/// file in memory anyway). A streamed recording hands them on among its records instead
+/// ([`crate::gmr_file`]). For a `.gmr` recording continued from an earlier report of the
+/// chain (`--opening`), the samples' ends count in how far this report reads it, as energy
+/// samples' do, and the samples that report read (ending at or before the time it read the
+/// device to) are left out.
+pub(crate) fn push_pm(meter: &mut Meter, pm: Vec<(DeviceSlot, PmSample)>, recording: Option<&str>) {
+    if pm.is_empty() {
+        return;
+    }
+    let cont = match recording {
+        Some(r) => gpumeter_core::Continuation::begin(
+            meter,
+            r,
+            pm.iter()
+                .map(|(slot, x)| (*slot, x.end_ns.max(x.start_ns)))
+                .collect::<Vec<_>>(),
+        ),
+        None => gpumeter_core::Continuation::default(),
+    };
+    for (slot, x) in pm {
+        if pm_read_earlier(&cont, slot, &x) {
+            continue;
+        }
+        meter.push_pm_sample(slot, &x);
+    }
+}
+
+/// Whether the earlier report of a chain read PM sample `x` of `slot` (it ends at or before
+/// the time that report read the device to; a sample with a zero time is never read, the
+/// meter refuses it itself).
+pub(crate) fn pm_read_earlier(
+    cont: &gpumeter_core::Continuation,
+    slot: DeviceSlot,
+    x: &PmSample,
+) -> bool {
+    if cont.is_empty() || x.start_ns == 0 {
+        return false;
+    }
+    // The continuation answers for memory events by time: a release at the sample's end.
+    cont.read_memory(&MemoryEvent {
+        device: slot,
+        timestamp_ns: x.end_ns.max(x.start_ns),
+        address: 0,
+        bytes: 0,
+        op: MemoryOp::Release,
+        context_id: 0,
+        correlation_id: 0,
+        process_id: None,
+        external_id: None,
+    })
 }
 
 /// One CUPTI source for [`meter_sources`]: a `.gmr` recording or a raw activity buffer.

@@ -35,11 +35,11 @@ use gpumeter_core::{
     Continuation, DeviceInfo, DeviceSlot, LossReason, MemoryOp, Meter, PartitionId, REPEAT_PROBES,
 };
 
-use crate::file::{refused_work, BufferFile, Settle, SourceItem};
+use crate::file::{refused_item, refused_pm, refused_work, BufferFile, Settle, SourceItem};
 use crate::gmr_file::GmrStream;
 use crate::source::{
-    begin, energy_spans, on_slots, record_losses, register_devices, register_partitions,
-    CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
+    begin, energy_spans, on_slots, pm_read_earlier, record_losses, register_devices,
+    register_partitions, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
 };
 
 /// How many of a device's smallest distinct identity digests a scan keeps (module docs):
@@ -192,6 +192,13 @@ impl Live<'_> {
                 }
                 Some(SourceItem::Memory(ev))
             }
+            SourceItem::Pm(local, x) => {
+                let slot = self.slot_of(local)?;
+                if pm_read_earlier(&self.continuation, slot, &x) {
+                    return None;
+                }
+                Some(SourceItem::Pm(slot, x))
+            }
         }
     }
 }
@@ -211,11 +218,19 @@ fn deliver(meter: &mut Meter, settle: &mut Settle, item: SourceItem) {
             settle.before(meter, ev.device, ev.timestamp_ns);
             meter.push_memory(ev);
         }
+        SourceItem::Pm(slot, x) => {
+            if !refused_pm(&x) {
+                settle.before(meter, slot, x.start_ns);
+            }
+            meter.push_pm_sample(slot, &x);
+        }
     }
 }
 
 /// The merge key of an item: its time and class (work 0, releases and process exits 1,
-/// allocations 2), as `push_batches` orders them.
+/// allocations 2), as `push_batches` orders them; a PM sample at its start, class 3 (the
+/// meter holds a sample until its sweep passes the sample's end, so its place among items of
+/// the same time does not change the report).
 fn key(item: &SourceItem) -> (u64, u8) {
     match item {
         SourceItem::Work(r) => (r.start_ns, 0),
@@ -223,6 +238,7 @@ fn key(item: &SourceItem) -> (u64, u8) {
             m.timestamp_ns,
             if m.op == MemoryOp::Allocation { 2 } else { 1 },
         ),
+        SourceItem::Pm(_, x) => (x.start_ns, 3),
     }
 }
 
@@ -563,7 +579,7 @@ fn merge(
             loop {
                 let item = feed.next()?;
                 if let Some(item) = l.place(item) {
-                    if matches!(&item, SourceItem::Work(r) if refused_work(r)) {
+                    if refused_item(&item) {
                         deliver(meter, settle, item);
                         continue;
                     }

@@ -2881,9 +2881,9 @@ mod merged_recordings {
     use super::*;
     use gpumeter_cupti::{meter_sources, CuptiFormat, CuptiInput};
 
-    const API: ApiVersion = ApiVersion::Cupti12_8;
+    pub(super) const API: ApiVersion = ApiVersion::Cupti12_8;
 
-    fn kernel(b: &mut Buf, start: u64, grid: i32, corr: u32, ctx: u32, name_ptr: u64) {
+    pub(super) fn kernel(b: &mut Buf, start: u64, grid: i32, corr: u32, ctx: u32, name_ptr: u64) {
         b.rec(
             ActivityKind::CONCURRENT_KERNEL,
             &[
@@ -2904,7 +2904,7 @@ mod merged_recordings {
     }
 
     /// A finished (or not) recording of process `pid` with one buffer and these frames after it.
-    fn gmr(pid: u32, b: &Buf, more: Vec<Frame>, finished: bool) -> Vec<u8> {
+    pub(super) fn gmr(pid: u32, b: &Buf, more: Vec<Frame>, finished: bool) -> Vec<u8> {
         let mut h = gmr_format::header(26);
         h.process_id = pid;
         let mut frames = vec![Frame::ActivityBuffer(b.bytes.clone())];
@@ -2912,7 +2912,7 @@ mod merged_recordings {
         gmr_format::write(&h, &frames, finished).0
     }
 
-    fn meter_all(
+    pub(super) fn meter_all(
         files: &[(&str, &[u8])],
         map: &[(u32, &str)],
     ) -> (UsageReport, Vec<gpumeter_cupti::CuptiSummary>) {
@@ -2934,9 +2934,9 @@ mod merged_recordings {
         (finish(m), s)
     }
 
-    const GPU: &str = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
+    pub(super) const GPU: &str = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
 
-    fn of(r: &UsageReport, tenant: &str, meter: MeterKind) -> u128 {
+    pub(super) fn of(r: &UsageReport, tenant: &str, meter: MeterKind) -> u128 {
         r.totals
             .iter()
             .filter(|t| t.tenant == tenant && t.meter == meter)
@@ -3246,5 +3246,190 @@ fn tn(name: &str) -> gpumeter_core::TenantName {
     match gpumeter_core::TenantName::parse(name) {
         Ok(t) => t,
         Err(e) => panic!("{name:?}: {e}"),
+    }
+}
+
+/// Issue 16: CUPTI PM-sampling frames (type 9) in a recording reach the meter.
+mod pm_frames {
+    use super::merged_recordings::{gmr, kernel, meter_all, of, API, GPU};
+    use super::*;
+
+    fn sample(start: u64, active: u64, read: u64, write: u64, overflow: bool) -> PmSample {
+        PmSample {
+            start_ns: start,
+            end_ns: start + 1000,
+            sm_active_cycles: Some(active),
+            sm_elapsed_cycles: Some(1000),
+            dram_read_bytes: Some(read),
+            dram_write_bytes: Some(write),
+            overflow,
+        }
+    }
+
+    /// Device 0's samples: [T0, T0 + 1000) while alice's kernel holds all 132 SMs (99 000
+    /// active SM cycles over 1 000 elapsed: 99 000 SM·ns; 10 000 DRAM bytes), then
+    /// [T0 + 1000, T0 + 2000) with no kernel (13 200 SM·ns, 100 bytes) after an overflow.
+    fn frames(device_id: u32) -> Frame {
+        Frame::PmSamples(PmSamples {
+            device_id,
+            samples: vec![
+                sample(T0, 99_000, 6_000, 4_000, false),
+                sample(T0 + 1000, 13_200, 100, 0, true),
+            ],
+        })
+    }
+
+    /// Samples written after the records they overlap (the collector decodes them later) are
+    /// metered, not `late`: each interval's measured quantity goes to the tenant whose kernel
+    /// ran in it, an interval without a kernel to idle, and an overflow is loss. The frame's
+    /// place in the file does not change the report.
+    ///
+    /// Needs the meter's PM-sample metering (`Meter::push_pm_sample`, issue 16 item 2).
+    #[test]
+    fn pm_samples_are_apportioned_to_the_tenants_with_kernels() {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let after = gmr(1, &b, vec![frames(0)], true);
+        let mut h = gmr_format::header(26);
+        h.process_id = 1;
+        let before = gmr_format::write(
+            &h,
+            &[frames(0), Frame::ActivityBuffer(b.bytes.clone())],
+            true,
+        )
+        .0;
+        for bytes in [&after, &before] {
+            let (r, s) = meter_all(&[("pm.gmr", bytes)], &[(1, "alice")]);
+            assert_eq!(s[0].pm_samples, 2);
+            assert_eq!(r.device_total(GPU, MeterKind::SmNs), 132_000);
+            assert_eq!(r.device_total(GPU, MeterKind::SmActiveNs), 99_000 + 13_200);
+            assert_eq!(of(&r, "alice", MeterKind::SmActiveNs), 99_000);
+            assert_eq!(of(&r, gpumeter_core::IDLE, MeterKind::SmActiveNs), 13_200);
+            assert_eq!(r.device_total(GPU, MeterKind::DramBytes), 10_100);
+            assert_eq!(of(&r, "alice", MeterKind::DramBytes), 10_000);
+            assert_eq!(of(&r, gpumeter_core::IDLE, MeterKind::DramBytes), 100);
+            assert_eq!(r.lost(GPU, "pm_sample_overflow"), 1);
+            assert_eq!(r.lost(GPU, "late"), 0);
+            assert_warns(&r, "overflow");
+        }
+    }
+
+    /// PM samples of a device the recording does not describe are not metered: one warning
+    /// counts them and names the ordinal; the summary counts every sample read.
+    #[test]
+    fn pm_samples_of_an_unknown_device_are_warned_not_metered() {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let bytes = gmr(1, &b, vec![frames(0), frames(5)], true);
+        let (r, s) = meter_all(&[("pm.gmr", &bytes)], &[(1, "alice")]);
+        assert_eq!(s[0].pm_samples, 4);
+        assert_eq!(s[0].device_keys, [GPU.to_string()]);
+        assert_eq!(r.devices.len(), 1);
+        assert_warns(
+            &r,
+            "2 PM samples name a device the recording does not describe (CUDA ordinal 5)",
+        );
+        // Device 0's samples are no reason for that warning.
+        let only = gmr(1, &b, vec![frames(0)], true);
+        let (r, _) = meter_all(&[("pm.gmr", &only)], &[(1, "alice")]);
+        assert!(
+            !r.warnings.iter().any(|w| w.contains("PM samples name")),
+            "{:?}",
+            r.warnings
+        );
+    }
+
+    /// In a chain of reports (`--opening`), a PM sample's end counts in how far a report read
+    /// the recording (as an energy sample's does: here past the last kernel's end).
+    #[test]
+    fn pm_sample_ends_count_in_how_far_a_report_read_the_recording() {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let (r, _) = meter_all(&[("pm.gmr", &gmr(1, &b, vec![frames(0)], false))], &[]);
+        let ends = &r.extensions.recordings;
+        assert_eq!(ends.len(), 1);
+        assert_eq!(ends[0].device_ends.len(), 1);
+        // The kernel ends at T0 + 1000; the second sample at T0 + 2000.
+        assert!(
+            ends[0].device_ends[0].end.ends_with(":05.000002000Z"),
+            "{:?}",
+            ends[0].device_ends
+        );
+        let (r, _) = meter_all(&[("k.gmr", &gmr(1, &b, vec![], false))], &[]);
+        assert!(r.extensions.recordings[0].device_ends[0]
+            .end
+            .ends_with(":05.000001000Z"));
+    }
+
+    /// A report continuing a recording (`--opening` of a report that read it while it had
+    /// only its first PM frame) leaves out the samples that report read and meters the rest.
+    ///
+    /// Needs the meter's PM-sample metering (`Meter::push_pm_sample`, issue 16 item 2).
+    #[test]
+    fn a_continued_recording_meters_only_the_pm_samples_not_read_before() {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let first = Frame::PmSamples(PmSamples {
+            device_id: 0,
+            samples: vec![sample(T0, 99_000, 6_000, 4_000, false)],
+        });
+        let second = Frame::PmSamples(PmSamples {
+            device_id: 0,
+            samples: vec![sample(T0 + 1000, 13_200, 100, 0, false)],
+        });
+        let early = gmr(1, &b, vec![first.clone()], false);
+        let whole = gmr(1, &b, vec![first, second], true);
+        let mut m = meter();
+        ok(meter_gmr(
+            &mut m,
+            "rec.gmr",
+            &early,
+            &CuptiOptions::default(),
+        ));
+        let opening = finish(m);
+        assert_eq!(opening.device_total(GPU, MeterKind::SmActiveNs), 99_000);
+        let mut m = meter();
+        ok(m.continue_from(&opening));
+        ok(meter_gmr(
+            &mut m,
+            "rec.gmr",
+            &whole,
+            &CuptiOptions::default(),
+        ));
+        let r = finish(m);
+        assert_eq!(r.device_total(GPU, MeterKind::SmNs), 0);
+        assert_eq!(r.device_total(GPU, MeterKind::SmActiveNs), 13_200);
+        assert_eq!(r.device_total(GPU, MeterKind::DramBytes), 100);
+    }
+
+    /// A PM-sample frame cut by the end of the file, or malformed, is a damaged frame that
+    /// holds no records: the report says so, no record is lost for it, and the frames before
+    /// it are metered.
+    #[test]
+    fn a_damaged_pm_frame_holds_no_records() {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let whole = gmr(1, &b, vec![frames(0)], false);
+        let torn = &whole[..whole.len() - 30];
+        let (r, s) = meter_all(&[("torn.gmr", torn)], &[(1, "alice")]);
+        assert_eq!(s[0].pm_samples, 0);
+        assert_eq!(r.device_total(GPU, MeterKind::SmNs), 132_000);
+        assert_eq!(r.lost(GPU, "torn_frame"), 0);
+        assert_warns(&r, "(type 9): torn last frame");
+        assert_warns(&r, "a frame that holds no records: 0 records lost");
+
+        // The same frame with an unknown flag bit (checksum right): malformed.
+        let file = ok(read_gmr(&whole));
+        let at = file.frames[1].offset as usize;
+        let mut bad = whole.clone();
+        bad[at + 12 + 8] |= 1 << 6;
+        let len = u64::from_le_bytes(ok(bad[at + 4..at + 12].try_into())) as usize;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bad[at..at + 12 + len]);
+        bad[at + 12 + len..at + 16 + len].copy_from_slice(&crc.finalize().to_le_bytes());
+        let (r, s) = meter_all(&[("bad.gmr", &bad)], &[(1, "alice")]);
+        assert_eq!(s[0].pm_samples, 0);
+        assert_eq!(r.lost(GPU, "corrupt_frame"), 0);
+        assert_warns(&r, "unknown flag bits 0x40");
     }
 }

@@ -972,3 +972,96 @@ fn joins_across_damaged_gmr_frames_stream_as_whole() {
     assert!(whole.contains("e901"), "the joins are exercised");
     assert_eq!(whole, streamed);
 }
+
+/// Issue 16: the H200 smoke recording with PM-sample frames of its device written among its
+/// buffers (64 samples over its kernels' span, the first written last: disorder), and one
+/// frame of a device it does not describe, streams with the whole-file path's report and
+/// summary, finished, unfinished and continued from a report of its first half.
+#[test]
+fn a_recording_with_pm_samples_meters_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{read_gmr, Frame, GmrWriter, PmSamples};
+    use gpumeter_cupti::Record;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bytes = std::fs::read(root.join("examples/data/h200-cuda13-smoke.gmr")).expect("read");
+    let file = read_gmr(&bytes).expect("gmr");
+    let api = ApiVersion::from_cupti(file.header.cupti_api_version).expect("api");
+    let (mut lo, mut hi, mut buffers) = (u64::MAX, 0u64, 0usize);
+    for f in &file.frames {
+        if let Frame::ActivityBuffer(b) = &f.frame {
+            buffers += 1;
+            for r in decode(b, api).expect("decode").records {
+                if let Record::Kernel(k) = &r.record {
+                    lo = lo.min(k.start);
+                    hi = hi.max(k.end);
+                }
+            }
+        }
+    }
+    assert!(lo < hi && buffers > 0);
+    let device = file.header.devices[0].id;
+    let n = 64u64;
+    let step = (hi - lo) / n + 1;
+    let sample = |i: u64| PmSample {
+        start_ns: lo + i * step,
+        end_ns: lo + (i + 1) * step,
+        sm_active_cycles: Some(1_000 * i),
+        sm_elapsed_cycles: Some(1_000),
+        dram_read_bytes: Some(i),
+        dram_write_bytes: i.is_multiple_of(2).then_some(i),
+        overflow: i == 7,
+    };
+    let mut w = GmrWriter::new(Vec::new(), &file.header).expect("writer");
+    let mut seen = 0u64;
+    let mut next = 1u64;
+    for f in &file.frames {
+        w.write_frame(&f.frame).expect("frame");
+        if matches!(f.frame, Frame::ActivityBuffer(_)) {
+            seen += 1;
+            let upto = n * seen / buffers as u64;
+            let samples: Vec<PmSample> = (next..upto).map(sample).collect();
+            next = next.max(upto);
+            w.write_pm_samples(&PmSamples {
+                device_id: device,
+                samples,
+            })
+            .expect("pm");
+        }
+    }
+    let late = vec![sample(0)];
+    w.write_pm_samples(&PmSamples {
+        device_id: device,
+        samples: late.clone(),
+    })
+    .expect("pm");
+    w.write_pm_samples(&PmSamples {
+        device_id: device + 9,
+        samples: late,
+    })
+    .expect("pm");
+    let out = w.finish().expect("finish");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("pm.gmr");
+    std::fs::write(&path, &out).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(
+        a.as_ref().is_ok_and(|r| r.contains("pm_samples: 65")),
+        "{a:?}"
+    );
+    assert_eq!(a, b);
+    // Unfinished.
+    std::fs::write(&path, &out[..out.len() - 16]).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(a.is_ok());
+    assert_eq!(a, b);
+    // Continued from a report of its first half.
+    let again = read_gmr(&out).expect("gmr");
+    let half = again.frames[again.frames.len() / 2].offset as usize;
+    let mut meter = Meter::new(MeterConfig::default());
+    meter_gmr(&mut meter, "pm.gmr", &out[..half], &CuptiOptions::default()).expect("early");
+    let opening = meter.finish().expect("report");
+    std::fs::write(&path, &out).expect("write");
+    let (a, b) = gmr_both(&path, Some(&opening));
+    assert!(a.is_ok());
+    assert_eq!(a, b);
+}
