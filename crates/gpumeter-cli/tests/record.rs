@@ -594,6 +594,11 @@ fn a_fake_cuda_program_records_pm_samples() {
     let flags: Vec<_> = s.iter().map(|x| x.overflow).collect();
     assert_eq!(flags, vec![false, false, false, true]);
     assert_eq!((s[3].start_ns, s[3].end_ns), (s[2].end_ns, s[2].end_ns));
+    // `recording show` tells the same.
+    let pm = &show_json(&out)["pm"];
+    assert_eq!(pm[0]["device"], 0, "{pm}");
+    assert_eq!(pm[0]["samples"], 4, "{pm}");
+    assert_eq!(pm[0]["overflows"], 1, "{pm}");
 }
 
 /// Without permission to read GPU counters the program and its activity recording go on, and
