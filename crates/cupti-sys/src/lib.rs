@@ -40,9 +40,11 @@ mod load;
 
 pub use error::{CuptiError, LoadAttempt, LoadError, ResultCode};
 pub use load::{
-    search_locations, search_locations_with, ActivityWalk, Bindings, BindingsVersion, Cupti,
+    search_locations, search_locations_with, ActivityWalk, Bindings, BindingsVersion,
+    CounterDataInfo, Cupti, DecodeOutcome, DecodeStopReason, MetricType, PmHost, PmSampler,
     ProfilerSupport, SassGranularity, SassMetricDetails, SassRecord, SearchLocation, SupportLevel,
-    ENV_CUPTI_LIB, LIB_NAMES, PM_SAMPLING_SYMBOLS, SASS_INST_EXECUTED, SASS_METRICS_SYMBOLS,
+    TriggerMode, ENV_CUPTI_LIB, LIB_NAMES, PM_SAMPLING_SYMBOLS, SASS_INST_EXECUTED,
+    SASS_METRICS_SYMBOLS,
 };
 
 /// bindgen output for CUPTI 12.8 (`nvidia-cuda-cupti-cu12` 12.8.90, `CUPTI_API_VERSION` 26).

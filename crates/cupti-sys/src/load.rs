@@ -310,7 +310,10 @@ unsafe fn owned_c_str(s: *const c_char) -> Option<String> {
 }
 
 mod pmsampling;
-pub use pmsampling::PM_SAMPLING_SYMBOLS;
+pub use pmsampling::{
+    CounterDataInfo, DecodeOutcome, DecodeStopReason, MetricType, PmHost, PmSampler, TriggerMode,
+    PM_SAMPLING_SYMBOLS,
+};
 mod sass;
 pub use sass::{
     ProfilerSupport, SassGranularity, SassMetricDetails, SassRecord, SupportLevel,

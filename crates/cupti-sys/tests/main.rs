@@ -537,3 +537,70 @@ mod search {
         );
     }
 }
+
+/// The profiler host side of PM sampling answers without a GPU in CUPTI 12.8 (libnvperf_host
+/// beside libcupti is preloaded by `pm_host_initialize`); what it says is pinned here.
+mod pm_sampling_host {
+    use cupti_sys::{v12_8 as b, MetricType};
+
+    use crate::support::{cupti12, is_pinned_12_8};
+
+    #[test]
+    fn host_api_lists_metrics_and_builds_config_images_offline() {
+        let Some(c) = cupti12() else { return };
+        c.pm_sampling_available()
+            .expect("CUPTI 12.8 has the PM sampling API");
+        for chip in ["GA100", "GH100", "AD102"] {
+            let host = c
+                .pm_host_initialize(chip, None)
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            assert_eq!(host.chip(), chip);
+            let counters = c
+                .pm_host_base_metrics(&host, MetricType::Counter)
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            assert!(
+                counters.iter().any(|m| m == "sm__cycles_active"),
+                "{chip}: {} counters",
+                counters.len()
+            );
+            assert!(counters.iter().any(|m| m == "sm__cycles_elapsed"));
+            c.pm_host_add_metrics(&host, &["sm__cycles_active.sum", "sm__cycles_elapsed.max"])
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            let image = c.pm_host_config_image(&host).expect("config image");
+            assert!(image.len() > 64, "{chip}: {} bytes", image.len());
+            c.pm_host_deinitialize(host).expect("deinitialize");
+        }
+    }
+
+    #[test]
+    fn host_api_refuses_what_the_chip_cannot_sample() {
+        let Some(c) = cupti12() else { return };
+        if !is_pinned_12_8(&c) {
+            return;
+        }
+        let e = c
+            .pm_host_initialize("NOPE", None)
+            .expect_err("unknown chip");
+        assert_eq!(e.code(), Some(b::CUPTI_ERROR_INVALID_PARAMETER), "{e}");
+        let host = c.pm_host_initialize("GH100", None).expect("GH100");
+        // PM sampling on GH100 has no DRAM byte counters in CUPTI 12.8 (only throughputs).
+        let e = c
+            .pm_host_add_metrics(&host, &["dram__bytes_read.sum"])
+            .expect_err("dram__bytes_read.sum is not a PM sampling metric on GH100");
+        assert_eq!(e.code(), Some(b::CUPTI_ERROR_INVALID_PARAMETER), "{e}");
+        let e = c
+            .pm_host_add_metrics(&host, &["with\0nul"])
+            .expect_err("NUL byte");
+        assert!(e.to_string().contains("NUL"), "{e}");
+        c.pm_host_deinitialize(host).expect("deinitialize");
+    }
+
+    #[test]
+    fn target_side_without_a_gpu_is_an_error_not_a_crash() {
+        let Some(c) = cupti12() else { return };
+        let e = c.profiler_initialize().expect_err("no GPU here");
+        assert!(e.is_not_initialized(), "{e}");
+        assert!(c.pm_counter_availability(0).is_err());
+        assert!(c.pm_enable(0).is_err());
+    }
+}

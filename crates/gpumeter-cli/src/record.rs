@@ -48,6 +48,21 @@ pub(crate) struct RecordArgs {
     /// kernels run slower, so time meters of the recording carry an instrumentation warning.
     #[arg(long)]
     instructions: bool,
+    /// PM sampling: also sample each GPU's hardware counters of SM activity (and DRAM bytes
+    /// where the chip offers them) at GPU-time intervals (CUPTI PM sampling, CUDA 12.6+), for
+    /// the sm_active_ns and dram_bytes meters. Needs GPU performance-counter permission: root,
+    /// or the driver option NVreg_RestrictProfilingToAdminUsers=0.
+    #[arg(long)]
+    pm_sampling: bool,
+    /// Time between PM samples, e.g. 100us, 1ms, from 1us to 1s (default 100us). Needs
+    /// --pm-sampling.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "pm_sampling",
+        value_parser = parse_pm_interval
+    )]
+    pm_interval: Option<std::time::Duration>,
     /// The command to run, and its arguments (after `--`).
     #[arg(
         required = true,
@@ -74,6 +89,21 @@ pub(crate) enum RecordingCommand {
 
 fn fail(code: u8, message: String) -> Failure {
     Failure { code, message }
+}
+
+/// Allowed `--pm-interval`, as the collector's `PM_INTERVAL_RANGE` (the injection library
+/// checks it again): 1 µs to 1 s.
+const PM_INTERVAL_MIN: std::time::Duration = std::time::Duration::from_micros(1);
+const PM_INTERVAL_MAX: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// `--pm-interval`: a duration such as `100us` or `1ms` (humantime's syntax), 1 µs to 1 s.
+fn parse_pm_interval(s: &str) -> Result<std::time::Duration, String> {
+    let d = humantime::parse_duration(s.trim())
+        .map_err(|e| format!("{s:?} is not a duration such as 100us or 1ms: {e}"))?;
+    if !(PM_INTERVAL_MIN..=PM_INTERVAL_MAX).contains(&d) {
+        return Err(format!("{s:?} is outside 1us..=1s (PM sampling interval)"));
+    }
+    Ok(d)
 }
 
 /// The injection library: `--inject-lib`, `$GPUMETER_INJECT_LIB`, beside the executable, or
@@ -341,6 +371,15 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
         cmd.env("GPUMETER_INSTRUCTIONS", "1");
     } else {
         cmd.env_remove("GPUMETER_INSTRUCTIONS");
+    }
+    cmd.env_remove("GPUMETER_PM_INTERVAL_NS");
+    if args.pm_sampling {
+        cmd.env("GPUMETER_PM_SAMPLING", "1");
+        if let Some(d) = args.pm_interval {
+            cmd.env("GPUMETER_PM_INTERVAL_NS", d.as_nanos().to_string());
+        }
+    } else {
+        cmd.env_remove("GPUMETER_PM_SAMPLING");
     }
     let mut child = cmd.spawn().map_err(|e| {
         let code = match e.kind() {

@@ -152,6 +152,85 @@ fn the_command_keeps_its_arguments_and_output() {
 }
 
 #[test]
+fn pm_sampling_flags_reach_the_injection_library_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("pm.gmr");
+    let show = "printf '%s|%s' \"$GPUMETER_PM_SAMPLING\" \"$GPUMETER_PM_INTERVAL_NS\"";
+    let run = |flags: &[&str]| {
+        gpumeter()
+            .args(["record", "--out"])
+            .arg(&out)
+            .args(flags)
+            .args(["--", "sh", "-c", show])
+            .env("GPUMETER_INJECT_LIB", inject_lib())
+            // Inherited values never leak into the command's settings.
+            .env("GPUMETER_PM_SAMPLING", "1")
+            .env("GPUMETER_PM_INTERVAL_NS", "777")
+            .output()
+            .expect("run gpumeter record")
+    };
+    let o = run(&["--pm-sampling", "--pm-interval", "250us"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "1|250000");
+    let o = run(&["--pm-sampling"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "1|", "the library's default interval");
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "|", "off unless asked for");
+}
+
+#[test]
+fn pm_interval_is_validated_before_running() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    for (flags, needle) in [
+        (&["--pm-interval", "1ms"][..], "--pm-sampling"),
+        (
+            &["--pm-sampling", "--pm-interval", "0us"][..],
+            "outside 1us..=1s",
+        ),
+        (
+            &["--pm-sampling", "--pm-interval", "2s"][..],
+            "outside 1us..=1s",
+        ),
+        (
+            &["--pm-sampling", "--pm-interval", "fast"][..],
+            "not a duration",
+        ),
+    ] {
+        let o = gpumeter()
+            .args(["record", "--out"])
+            .arg(dir.path().join("x.gmr"))
+            .args(flags)
+            .arg("--")
+            .arg("touch")
+            .arg(&marker)
+            .env("GPUMETER_INJECT_LIB", inject_lib())
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(2), "{flags:?}: {}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains(needle),
+            "{flags:?}: {}",
+            text(&o.stderr)
+        );
+        assert!(!marker.exists(), "{flags:?}: the command was not run");
+    }
+    // The edges are accepted.
+    for v in ["1us", "1s"] {
+        let o = gpumeter()
+            .args(["record", "--out"])
+            .arg(dir.path().join("edge.gmr"))
+            .args(["--pm-sampling", "--pm-interval", v, "--", "true"])
+            .env("GPUMETER_INJECT_LIB", inject_lib())
+            .output()
+            .expect("run");
+        assert_eq!(o.status.code(), Some(0), "{v}: {}", text(&o.stderr));
+    }
+}
+
+#[test]
 fn a_missing_injection_library_is_an_error_before_running() {
     let dir = tempfile::tempdir().expect("tempdir");
     let marker = dir.path().join("ran");
@@ -208,6 +287,9 @@ fn build_fakes(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     let (lib, app) = (dir.join("libcupti.so.12"), dir.join("fake_cuda_app"));
     let mut fake = Command::new(&cc);
     fake.args(["-shared", "-fPIC", "-O1"]);
+    // cupti_profiler_host.h includes C++'s <string> without using it: an empty one first.
+    fake.arg("-I")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bindings/cupti/shim"));
     for i in &includes {
         fake.arg("-I").arg(i);
     }
@@ -456,4 +538,100 @@ fn recording_show_sums_instruction_counts_per_function() {
             && out.contains("                             40         1  _Z5scalePfi"),
         "{out}"
     );
+}
+
+/// PM sampling end to end with the fake libcupti: `record --pm-sampling --pm-interval` sets the
+/// library up through every PM sampling and profiler host call (struct sizes checked by the
+/// fake against CUPTI 12.8's headers), and the samples land in the recording as one
+/// PM-sample frame, the overflow flagged and the negative value left out.
+#[test]
+fn a_fake_cuda_program_records_pm_samples() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("pm.gmr");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(&out)
+        .args(["--pm-sampling", "--pm-interval", "10us", "--"])
+        .arg(&app)
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("GPUMETER_ENERGY", "0")
+        .env("FAKE_CUPTI_PM_INTERVAL", "10000")
+        .env("FAKE_CUPTI_PM_OVERFLOW", "1")
+        .output()
+        .expect("record");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(text(&o.stdout).contains("InitializeInjection=1"), "{err}");
+    // The overflow and the unusable value are reported, never silent.
+    assert!(err.contains("overflowed 1 time"), "{err}");
+    assert!(err.contains("1 counter value"), "{err}");
+    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let frames: Vec<_> = file
+        .frames
+        .into_iter()
+        .filter_map(|f| match f.frame {
+            gpumeter_cupti::gmr::Frame::PmSamples(p) => Some(p),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    assert_eq!(frames[0].device_id, 0);
+    let s = &frames[0].samples;
+    // 3 decoded samples, then a counter-free sample carrying the overflow (nothing followed).
+    assert_eq!(s.len(), 4, "{s:?}");
+    let active: Vec<_> = s.iter().map(|x| x.sm_active_cycles).collect();
+    assert_eq!(active, vec![Some(500), Some(1000), Some(1500), None]);
+    assert!(s[..3].iter().all(|x| x.sm_elapsed_cycles == Some(1000)));
+    assert!(s[..3].iter().all(|x| x.dram_read_bytes == Some(4096)));
+    let write: Vec<_> = s.iter().map(|x| x.dram_write_bytes).collect();
+    assert_eq!(write, vec![Some(2048), Some(2048), None, None]);
+    assert!(s.windows(2).all(|w| w[0].end_ns <= w[1].start_ns));
+    assert_eq!(s[0].end_ns - s[0].start_ns, 1000);
+    let flags: Vec<_> = s.iter().map(|x| x.overflow).collect();
+    assert_eq!(flags, vec![false, false, false, true]);
+    assert_eq!((s[3].start_ns, s[3].end_ns), (s[2].end_ns, s[2].end_ns));
+    // `recording show` tells the same.
+    let pm = &show_json(&out)["pm"];
+    assert_eq!(pm[0]["device"], 0, "{pm}");
+    assert_eq!(pm[0]["samples"], 4, "{pm}");
+    assert_eq!(pm[0]["overflows"], 1, "{pm}");
+}
+
+/// Without permission to read GPU counters the program and its activity recording go on, and
+/// the library says how to allow it.
+#[test]
+fn pm_sampling_without_permission_says_how_to_allow_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("denied.gmr");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(&out)
+        .args(["--pm-sampling", "--"])
+        .arg(&app)
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("GPUMETER_ENERGY", "0")
+        .env("FAKE_CUPTI_PM_ENABLE_RC", "35")
+        .output()
+        .expect("record");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("NVreg_RestrictProfilingToAdminUsers=0"),
+        "{err}"
+    );
+    assert!(err.contains("device 0"), "{err}");
+    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    assert!(file.finished);
+    assert!(!file
+        .frames
+        .iter()
+        .any(|f| matches!(f.frame, gpumeter_cupti::gmr::Frame::PmSamples(_))));
 }

@@ -54,6 +54,7 @@ mod completion;
 mod energy;
 mod ffi;
 mod nvml;
+mod pmsampling;
 mod pool;
 mod sass;
 mod sink;
@@ -68,6 +69,13 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cupti_sys::{Cupti, CuptiError, LoadError, SearchLocation, ENV_CUPTI_LIB};
 
 use self::completion::{Core, Session};
+pub use self::pmsampling::{
+    select_metrics, to_count, to_pm_sample, Decoded, HostProbe, MetricProbe, MetricSelection,
+    PmSamplingConfig, PmSamplingError, PmSamplingTally, Pump, RawSample, SampleSource, Unusable,
+    WriteSamples, DEFAULT_PM_DECODE_PERIOD, DEFAULT_PM_HW_BUFFER, DEFAULT_PM_INTERVAL,
+    DRAM_READ_CANDIDATES, DRAM_WRITE_CANDIDATES, PM_DECODE_PERIOD_RANGE, PM_HW_BUFFER_RANGE,
+    PM_INTERVAL_RANGE, SM_ACTIVE_CANDIDATES, SM_ELAPSED_CANDIDATES,
+};
 use crate::gmr::{AttributionEvent, AttributionKind, ClockPair, GmrDevice, GmrHeader, Producer};
 use crate::kind::ActivityKind;
 use crate::layout::ApiVersion;
@@ -169,6 +177,13 @@ pub struct CollectorConfig {
     /// activity kind instead of CONCURRENT_KERNEL (with CONCURRENT_KERNEL enabled, CUPTI 13.0
     /// reports every SASS metric value as 0 on an H200). Default `false`.
     pub instructions: bool,
+    /// PM sampling (docs/COLLECTION.md, "PM sampling"): hardware counters of SM activity and DRAM traffic of every
+    /// device the program creates a context on, sampled every
+    /// [`PmSamplingConfig::interval`] and written as PM-sample frames. A libcupti without the
+    /// API (before CUDA 12.6) fails the start ([`CollectorError::PmSampling`]); a device that
+    /// cannot be sampled (permissions, unsupported GPU) is an error of the stop report, and
+    /// collection goes on. Default `None` (off).
+    pub pm_sampling: Option<PmSamplingConfig>,
 }
 
 impl Default for CollectorConfig {
@@ -189,6 +204,7 @@ impl Default for CollectorConfig {
                 version: env!("CARGO_PKG_VERSION").to_string(),
             },
             instructions: false,
+            pm_sampling: None,
         }
     }
 }
@@ -263,6 +279,10 @@ pub enum CollectorError {
          newer have it): {0}"
     )]
     InstructionsNotSupported(#[source] CuptiError),
+    /// PM sampling ([`CollectorConfig::pm_sampling`]) cannot run: the libcupti lacks the API
+    /// (before CUDA 12.6), or its decode thread cannot be started.
+    #[error(transparent)]
+    PmSampling(#[from] PmSamplingError),
     /// A CUPTI call failed otherwise.
     #[error(transparent)]
     Cupti(CuptiError),
@@ -355,11 +375,25 @@ pub struct StopReport {
     pub warnings: Vec<String>,
     /// Energy frames handed to the sink ([`CollectorConfig::energy`]).
     pub energy_samples: u64,
+    /// PM samples handed to the sink ([`CollectorConfig::pm_sampling`]).
+    pub pm_samples: u64,
+    /// PM-sample frames handed to the sink.
+    pub pm_frames: u64,
+    /// Hardware-buffer overflows of PM sampling (samples were lost; each is flagged in the
+    /// recording and booked as loss `pm_sample_overflow` by a usage report).
+    pub pm_overflows: u64,
+    /// PM sample values that were not usable counts (NaN, infinite, negative, too large):
+    /// those counters are absent from their samples.
+    pub pm_unusable_values: u64,
+    /// PM samples decoded but not written (the sink refused them).
+    pub pm_unwritten_samples: u64,
+    /// Devices PM-sampled, with the chip, metrics and trigger.
+    pub pm_devices: Vec<(u32, String)>,
 }
 
 impl StopReport {
     /// `true` when nothing was lost: no dropped records, no failed, discarded or unknown
-    /// buffers, no panics and no errors.
+    /// buffers, no PM-sampling overflow or unwritten samples, no panics and no errors.
     pub fn is_complete(&self) -> bool {
         self.dropped_records == 0
             && self.failed_buffers == 0
@@ -367,6 +401,8 @@ impl StopReport {
             && self.unknown_buffers == 0
             && self.panics.is_empty()
             && self.errors.is_empty()
+            && self.pm_overflows == 0
+            && self.pm_unwritten_samples == 0
     }
 }
 
@@ -418,6 +454,8 @@ pub struct Collector {
     energy: Option<energy::EnergySampler>,
     /// Instrumented mode is on ([`sass`]).
     instructions: bool,
+    /// PM sampling is on ([`pmsampling`]).
+    pm_sampling: bool,
     running: bool,
 }
 
@@ -519,6 +557,9 @@ fn validate(config: &CollectorConfig) -> Result<(), CollectorError> {
     if !config.kinds.contains(&ActivityKind::CONCURRENT_KERNEL) {
         return bad("kinds must contain CONCURRENT_KERNEL".into());
     }
+    if let Some(pm) = &config.pm_sampling {
+        pm.validate().map_err(CollectorError::Config)?;
+    }
     if config.energy && !ENERGY_INTERVAL_RANGE.contains(&config.energy_interval) {
         return bad(format!(
             "energy_interval {:?} is outside {:?}..={:?}",
@@ -560,6 +601,11 @@ impl Collector {
                 .sass_metrics_available()
                 .map_err(CollectorError::InstructionsNotSupported)?;
         }
+        if config.pm_sampling.is_some() {
+            cupti
+                .pm_sampling_available()
+                .map_err(|e| CollectorError::PmSampling(PmSamplingError::NotAvailable(e)))?;
+        }
         live.core.pool().set_size(config.buffer_size);
         let subscriber = ffi::subscribe(cupti).map_err(CollectorError::from_cupti)?;
         let clock = ClockPair {
@@ -586,6 +632,7 @@ impl Collector {
             nvml_inventory: config.nvml_inventory,
             energy: None,
             instructions: false,
+            pm_sampling: false,
             running: false,
         };
         if let Err(e) = live.core.begin(Session::new(api, header, sink)) {
@@ -631,6 +678,12 @@ impl Collector {
                 return Err(CollectorError::InstructionsNotSupported(e));
             }
         }
+        if let Some(pm) = &config.pm_sampling {
+            if let Err(e) = collector.start_pm_sampling(live, pm) {
+                collector.undo();
+                return Err(e);
+            }
+        }
         if config.energy {
             collector.start_energy(live, config.energy_interval);
         }
@@ -665,6 +718,32 @@ impl Collector {
         }
     }
 
+    /// Turns PM sampling on ([`pmsampling`]): the decode thread, then the context creation and
+    /// destruction callbacks that set devices up and release them.
+    fn start_pm_sampling(
+        &mut self,
+        live: &'static Live,
+        config: &PmSamplingConfig,
+    ) -> Result<(), CollectorError> {
+        let Some(subscriber) = self.subscriber else {
+            return Ok(());
+        };
+        pmsampling::begin(
+            self.cupti,
+            config,
+            Box::new(move |frame| live.core.pm_samples(frame)),
+        )?;
+        self.pm_sampling = true;
+        for cbid in [
+            ffi::CBID_CONTEXT_CREATED,
+            ffi::CBID_CONTEXT_DESTROY_STARTING,
+        ] {
+            ffi::enable_callback(self.cupti, subscriber, true, ffi::DOMAIN_RESOURCE, cbid)
+                .map_err(CollectorError::from_cupti)?;
+        }
+        Ok(())
+    }
+
     /// Turns instrumented mode on ([`sass`]): the launch and context-destruction callbacks.
     fn start_instructions(&mut self) -> Result<(), CuptiError> {
         let Some(subscriber) = self.subscriber else {
@@ -682,6 +761,9 @@ impl Collector {
 
     /// Undoes a partial start: disables what was enabled, aborts the sink, unsubscribes.
     fn undo(&mut self) {
+        if std::mem::take(&mut self.pm_sampling) {
+            let _ = pmsampling::end();
+        }
         if std::mem::take(&mut self.instructions) {
             let _ = sass::end(self.cupti);
         }
@@ -817,6 +899,12 @@ impl Collector {
         // The last energy reading, after the final flush; nothing is written by the sampler
         // after this.
         let energy_left = self.energy.take().map(|s| s.stop(nvml::NVML_TIMEOUT));
+        // The PM samples left in the hardware buffers, while the recording is still open.
+        if std::mem::take(&mut self.pm_sampling) {
+            if let Some(t) = pmsampling::end() {
+                add_pm_tally(&mut report, &mut errors, t);
+            }
+        }
         let Some(live) = LIVE.get() else {
             return report;
         };
@@ -907,6 +995,34 @@ impl Drop for Collector {
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.stop_inner()));
         }
     }
+}
+
+/// Puts a PM sampling tally into the stop report: counts, devices, warnings (including one
+/// for overflows and unusable values, which are never silent) and errors.
+fn add_pm_tally(report: &mut StopReport, errors: &mut Vec<String>, t: PmSamplingTally) {
+    report.pm_samples = t.samples;
+    report.pm_frames = t.frames;
+    report.pm_overflows = t.overflows;
+    report.pm_unusable_values = t.unusable_values;
+    report.pm_unwritten_samples = t.unwritten_samples;
+    report.pm_devices = t.devices;
+    report.warnings.extend(t.warnings);
+    if t.overflows > 0 {
+        report.warnings.push(format!(
+            "PM sampling: the hardware buffer overflowed {} time(s); samples were lost (flagged \
+             in the recording; a larger hw_buffer_bytes, a shorter decode_period or a longer \
+             interval avoids it)",
+            t.overflows
+        ));
+    }
+    if t.unusable_values > 0 {
+        report.warnings.push(format!(
+            "PM sampling: {} counter value(s) were NaN, infinite, negative or too large and \
+             are absent from their samples",
+            t.unusable_values
+        ));
+    }
+    errors.extend(t.errors);
 }
 
 /// Adds the driver's view of each device to the DEVICE-record inventory: a device the records

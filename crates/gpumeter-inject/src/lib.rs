@@ -29,6 +29,8 @@
 //! | `GPUMETER_ENERGY` | `0`: do not record GPU energy. Default on: each GPU's cumulative NVML energy counter (mJ) is read at start, every interval and at exit, into energy frames (`CollectorConfig::energy`). |
 //! | `GPUMETER_ENERGY_INTERVAL_MS` | how often energy is read, 10 … 3600000 ms (default 1000). |
 //! | `GPUMETER_INSTRUCTIONS` | `1`: instrumented mode (`CollectorConfig::instructions`): record the warp-level instructions of every kernel launch (CUPTI SASS metrics, CUDA 12.4+). Every launch then waits for its kernels and patched kernels run slower: a report from such a recording carries the instrumentation warning. Its warnings are printed even without `GPUMETER_VERBOSE`. |
+//! | `GPUMETER_PM_SAMPLING` | `1`: PM sampling (`CollectorConfig::pm_sampling`, CUDA 12.6+): hardware counters of SM activity (and DRAM bytes where the chip offers them) of every GPU the program creates a context on, sampled at GPU-time intervals into PM-sample frames. Needs GPU performance-counter permission (root, or the driver option `NVreg_RestrictProfilingToAdminUsers=0`); a device that cannot be sampled is reported on stderr, the program runs on. |
+//! | `GPUMETER_PM_INTERVAL_NS` | time between PM samples, 1000 … 1000000000 ns (default 100000, 100 µs). |
 //! | `GPUMETER_VERBOSE` | `1`: say on stderr where the recording goes and what it holds. |
 //!
 //! Problems are reported on stderr with the prefix `gpumeter-inject:`; the program itself
@@ -56,7 +58,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use gpumeter_cupti::collector::{
-    Collector, CollectorConfig, ExternalKind, GmrFileSink, StopReport, ENERGY_INTERVAL_RANGE,
+    Collector, CollectorConfig, ExternalKind, GmrFileSink, PmSamplingConfig, StopReport,
+    ENERGY_INTERVAL_RANGE, PM_INTERVAL_RANGE,
 };
 use gpumeter_cupti::gmr::Producer;
 
@@ -240,7 +243,45 @@ fn config_from_env() -> CollectorConfig {
             )),
         }
     }
+    config.pm_sampling = pm_sampling_from_env(
+        env_nonempty("GPUMETER_PM_SAMPLING").as_deref(),
+        env_nonempty("GPUMETER_PM_INTERVAL_NS").as_deref(),
+        &mut |m| say(m),
+    );
     config
+}
+
+/// PM sampling from `GPUMETER_PM_SAMPLING` (`on`) and `GPUMETER_PM_INTERVAL_NS` (`interval`):
+/// `None` unless `on` says 1; an interval that is not a number of ns within
+/// [`PM_INTERVAL_RANGE`] is reported through `say` and the default used.
+fn pm_sampling_from_env(
+    on: Option<&str>,
+    interval: Option<&str>,
+    say: &mut dyn FnMut(&str),
+) -> Option<PmSamplingConfig> {
+    match on.map(str::trim) {
+        None | Some("0" | "false" | "no" | "off") => return None,
+        Some("1" | "true" | "yes" | "on") => {}
+        Some(v) => {
+            say(&format!(
+                "GPUMETER_PM_SAMPLING={v} is not 1 or 0; PM sampling stays off"
+            ));
+            return None;
+        }
+    }
+    let mut pm = PmSamplingConfig::default();
+    if let Some(v) = interval {
+        match v.trim().parse::<u64>().map(Duration::from_nanos) {
+            Ok(d) if PM_INTERVAL_RANGE.contains(&d) => pm.interval = d,
+            _ => say(&format!(
+                "GPUMETER_PM_INTERVAL_NS={v} is not a number of ns from {} to {}; using {} ns",
+                PM_INTERVAL_RANGE.start().as_nanos(),
+                PM_INTERVAL_RANGE.end().as_nanos(),
+                pm.interval.as_nanos()
+            )),
+        }
+    }
+    Some(pm)
 }
 
 fn initialize() -> Result<(), String> {
@@ -323,6 +364,15 @@ fn report_stop(path: &Path, r: &StopReport, verbose: bool) {
             r.kernels,
             r.energy_samples
         ));
+        for (device, what) in &r.pm_devices {
+            say(&format!("PM sampling device {device}: {what}"));
+        }
+        if r.pm_frames > 0 || !r.pm_devices.is_empty() {
+            say(&format!(
+                "PM sampling: {} samples in {} frames",
+                r.pm_samples, r.pm_frames
+            ));
+        }
         if r.header.instrumented {
             say(&format!(
                 "instrumented mode: {} instruction-count frames",
@@ -330,7 +380,7 @@ fn report_stop(path: &Path, r: &StopReport, verbose: bool) {
             ));
         }
     }
-    if verbose || r.header.instrumented {
+    if verbose || r.header.instrumented || r.pm_overflows > 0 || r.pm_unusable_values > 0 {
         for w in &r.warnings {
             say(&format!("warning: {w}"));
         }
@@ -338,12 +388,15 @@ fn report_stop(path: &Path, r: &StopReport, verbose: bool) {
     if !r.is_complete() {
         say(&format!(
             "the recording {} misses work: {} records dropped by CUPTI, {} buffers failed, {} \
-             discarded, {} unknown; a usage report books dropped records as loss",
+             discarded, {} unknown, {} PM sampling overflows, {} PM samples unwritten; a usage \
+             report books dropped records and overflows as loss",
             path.display(),
             r.dropped_records,
             r.failed_buffers,
             r.discarded_buffers,
-            r.unknown_buffers
+            r.unknown_buffers,
+            r.pm_overflows,
+            r.pm_unwritten_samples
         ));
         for p in &r.panics {
             say(&format!("caught {p}"));
@@ -499,6 +552,37 @@ mod tests {
         assert_eq!(first, p);
         let (_g, second) = create_output(&p, 12).expect("second");
         assert_eq!(second, dir.path().join("sub/run.12.gmr"));
+    }
+
+    #[test]
+    fn pm_sampling_is_read_from_the_environment() {
+        let said = std::cell::RefCell::new(Vec::<String>::new());
+        let mut say = |m: &str| said.borrow_mut().push(m.to_string());
+        assert_eq!(pm_sampling_from_env(None, Some("5000"), &mut say), None);
+        assert_eq!(pm_sampling_from_env(Some("0"), None, &mut say), None);
+        assert!(said.borrow().is_empty());
+        assert_eq!(pm_sampling_from_env(Some("maybe"), None, &mut say), None);
+        assert_eq!(said.borrow().len(), 1, "{said:?}");
+        assert!(said.borrow()[0].contains("GPUMETER_PM_SAMPLING=maybe"));
+        let pm = pm_sampling_from_env(Some("1"), None, &mut say).expect("on");
+        assert_eq!(pm, PmSamplingConfig::default());
+        let pm = pm_sampling_from_env(Some("1"), Some(" 20000 "), &mut say).expect("on");
+        assert_eq!(pm.interval, Duration::from_micros(20));
+        // The range's edges are taken; outside it, the default with a message.
+        for (v, ns) in [("1000", 1_000), ("1000000000", 1_000_000_000)] {
+            let pm = pm_sampling_from_env(Some("on"), Some(v), &mut say).expect("on");
+            assert_eq!(pm.interval, Duration::from_nanos(ns));
+        }
+        let before = said.borrow().len();
+        for v in ["999", "2000000000", "1ms", "-5"] {
+            let pm = pm_sampling_from_env(Some("yes"), Some(v), &mut say).expect("on");
+            assert_eq!(pm.interval, PmSamplingConfig::default().interval, "{v}");
+        }
+        assert_eq!(said.borrow().len(), before + 4);
+        assert!(said
+            .borrow()
+            .last()
+            .is_some_and(|m| m.contains("GPUMETER_PM_INTERVAL_NS=-5")));
     }
 
     #[test]

@@ -209,6 +209,9 @@ fn build_fakes(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     let app = dir.join("fake_cuda_app");
     let mut fake = Command::new(&cc);
     fake.args(["-shared", "-fPIC", "-O1", "-Wall", "-Wextra", "-Werror"]);
+    // cupti_profiler_host.h includes C++'s <string> without using it: an empty one first.
+    fake.arg("-I")
+        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../bindings/cupti/shim"));
     for i in &includes {
         fake.arg("-I").arg(i);
     }

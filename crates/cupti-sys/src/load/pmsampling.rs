@@ -2,11 +2,38 @@
 //! decoded with (`cupti_profiler_host.h`): hardware counters sampled at fixed intervals while
 //! the program runs, without serializing its kernels. Both arrived in CUDA 12.6; a libcupti
 //! without them has none of the symbols, and [`Cupti::pm_sampling_available`] says which is
-//! missing. The calls themselves are reached through [`Cupti::bindings`] until the collector
-//! wraps them (issue 16).
+//! missing.
+//!
+//! The wrappers below follow the headers' documentation (CUDA 12.6+, the same parameter structs
+//! in the 12.8 and 13.4 bindings up to the fields set here). Offline, without a GPU, the host
+//! side answers (chip names, metric lists, config images: tested against the 12.8 wheel); the
+//! target side (`cuptiPmSampling*`) needs a device and was written from the headers only.
+//!
+//! The host side is implemented in `libnvperf_host.so`, which libcupti opens by its bare
+//! name: a libcupti outside the linker's search path (a pip wheel) then answers
+//! `CUPTI_ERROR_NOT_INITIALIZED`. [`Cupti::pm_host_initialize`] therefore loads the copy beside
+//! the loaded libcupti first (once per directory), so that libcupti's own lookup finds it.
+
+use std::collections::BTreeSet;
+use std::ffi::{c_void, CStr, CString};
+use std::os::raw::c_char;
+use std::path::PathBuf;
+use std::sync::Mutex;
 
 use super::{resolve, Cupti, Table};
 use crate::error::CuptiError;
+
+/// `CUPTI_PROFILER_STRUCT_SIZE(type, field)`: offset of `field` plus its size.
+macro_rules! pm_struct_size {
+    ($t:ty, $field:ident) => {
+        std::mem::offset_of!($t, $field) + pm_field_size(|s: &$t| &s.$field)
+    };
+}
+
+/// The size of the field a projection returns (for [`pm_struct_size!`]).
+fn pm_field_size<T, F>(_: impl Fn(&T) -> &F) -> usize {
+    std::mem::size_of::<F>()
+}
 
 /// The functions PM sampling needs, in the order [`Cupti::pm_sampling_available`] checks
 /// them: the host side (the chip's metrics, the config image, evaluating counter values), then
@@ -79,4 +106,690 @@ impl Cupti {
             Ok(())
         })
     }
+}
+
+/// Most bytes of a config, counter-availability or counter-data image accepted from CUPTI's
+/// size queries (1 GiB): a larger size is treated as corrupt rather than allocated.
+const MAX_IMAGE_BYTES: usize = 1 << 30;
+
+/// A profiler host object (`CUpti_Profiler_Host_Object`) for PM sampling on one chip, from
+/// [`Cupti::pm_host_initialize`]. Release it with [`Cupti::pm_host_deinitialize`] (dropping it
+/// without that leaks CUPTI's allocation, nothing else).
+#[derive(Debug)]
+pub struct PmHost {
+    obj: *mut c_void,
+    chip: String,
+}
+
+// SAFETY: the host object is CUPTI-owned memory reached only through CUPTI calls; the
+// wrappers take `&PmHost` / `PmHost` so calls on one object are never concurrent from Rust
+// unless the caller shares it, which `Sync` is not implemented for.
+unsafe impl Send for PmHost {}
+
+impl PmHost {
+    /// The chip name it was initialised for.
+    pub fn chip(&self) -> &str {
+        &self.chip
+    }
+}
+
+/// A PM sampling object (`CUpti_PmSampling_Object`) of one device, from
+/// [`Cupti::pm_enable`]; ended by [`Cupti::pm_disable`].
+#[derive(Debug)]
+pub struct PmSampler {
+    obj: *mut c_void,
+    device: u32,
+}
+
+// SAFETY: as for `PmHost`: CUPTI-owned, reached only through CUPTI calls.
+unsafe impl Send for PmSampler {}
+
+impl PmSampler {
+    /// The CUDA device ordinal it samples.
+    pub fn device(&self) -> u32 {
+        self.device
+    }
+}
+
+/// The metric types of `cupti_profiler_host.h` (`CUpti_MetricType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetricType {
+    /// `CUPTI_METRIC_TYPE_COUNTER`: raw counts (cycles, bytes, sectors).
+    Counter,
+    /// `CUPTI_METRIC_TYPE_RATIO`.
+    Ratio,
+    /// `CUPTI_METRIC_TYPE_THROUGHPUT`: percentages of a peak.
+    Throughput,
+}
+
+impl MetricType {
+    fn raw(self) -> u32 {
+        match self {
+            MetricType::Counter => 0,
+            MetricType::Ratio => 1,
+            MetricType::Throughput => 2,
+        }
+    }
+}
+
+/// How samples are triggered (`CUpti_PmSampling_TriggerMode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TriggerMode {
+    /// `CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL`: the interval counts GPU system
+    /// clock cycles (every GPU with PM sampling).
+    SysClkInterval,
+    /// `CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL`: the interval is nanoseconds (GA10x,
+    /// Hopper and later; not GA100).
+    GpuTimeInterval,
+}
+
+/// Why `cuptiPmSamplingDecodeData` stopped (`CUpti_PmSampling_DecodeStopReason`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DecodeStopReason {
+    /// `..._OTHER`.
+    Other,
+    /// `..._COUNTER_DATA_FULL`: the counter-data image is full; decode again after reading it.
+    CounterDataFull,
+    /// `..._END_OF_RECORDS`: the hardware buffer has nothing more.
+    EndOfRecords,
+    /// A value the headers do not define.
+    Unknown(u32),
+}
+
+/// What one [`Cupti::pm_decode`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct DecodeOutcome {
+    /// Why it stopped.
+    pub stop_reason: DecodeStopReason,
+    /// The hardware buffer overflowed: samples were lost before this decode.
+    pub overflow: bool,
+}
+
+/// Samples in a counter-data image (`cuptiPmSamplingGetCounterDataInfo`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct CounterDataInfo {
+    /// Samples the image can hold.
+    pub total: usize,
+    /// Samples written into it.
+    pub populated: usize,
+    /// Of those, samples complete (the first `completed` indices may be read).
+    pub completed: usize,
+}
+
+/// Loads `libnvperf_host.so` and `libnvperf_target.so` from beside `cupti_path` (when there)
+/// once per directory and keeps them loaded, so that libcupti's own `dlopen` by bare name
+/// finds them (glibc matches already-loaded objects by soname).
+fn preload_nvperf(cupti_path: &std::path::Path) {
+    static DONE: Mutex<BTreeSet<PathBuf>> = Mutex::new(BTreeSet::new());
+    let Some(dir) = cupti_path.parent().filter(|d| !d.as_os_str().is_empty()) else {
+        return;
+    };
+    let mut done = DONE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !done.insert(dir.to_path_buf()) {
+        return;
+    }
+    for name in ["libnvperf_host.so", "libnvperf_target.so"] {
+        let path = dir.join(name);
+        if !path.exists() {
+            continue;
+        }
+        // SAFETY: loading NVIDIA's profiler libraries shipped beside libcupti runs their
+        // initialisers, which need nothing from this process; they are never unloaded
+        // (libcupti keeps calling into them).
+        if let Ok(lib) = unsafe { libloading::Library::new(&path) } {
+            std::mem::forget(lib);
+        }
+    }
+}
+
+/// The `CString` of a name given to CUPTI, or an error naming the function.
+fn pm_c_string(function: &'static str, s: &str) -> Result<CString, CuptiError> {
+    CString::new(s).map_err(|_| CuptiError::Api {
+        function,
+        code: crate::v13_4::CUPTI_ERROR_INVALID_PARAMETER,
+        name: "CUPTI_ERROR_INVALID_PARAMETER",
+        message: format!("the name {s:?} contains a NUL byte"),
+    })
+}
+
+/// A size CUPTI announced, checked against [`MAX_IMAGE_BYTES`].
+fn checked_size(function: &'static str, size: usize) -> Result<usize, CuptiError> {
+    if size == 0 || size > MAX_IMAGE_BYTES {
+        return Err(CuptiError::InvalidBuffer {
+            reason: format!("{function} announced {size} bytes (expected 1 to {MAX_IMAGE_BYTES})"),
+        });
+    }
+    Ok(size)
+}
+
+impl Cupti {
+    /// Creates a profiler host object for PM sampling on chip `chip` (e.g. `"GH100"`, as
+    /// [`Cupti::device_chip_name`] gives it), with the device's counter-availability image
+    /// when there is one ([`Cupti::pm_counter_availability`]; `None` offline). Loads
+    /// `libnvperf_host.so` from beside libcupti first (see the module docs).
+    ///
+    /// Offline with the CUDA 12.8 wheel: `"GA100"`, `"GH100"`, `"AD102"`, `"GB100"` succeed;
+    /// an unknown chip (or a lower-case name) is `CUPTI_ERROR_INVALID_PARAMETER`; CUPTI 13.4
+    /// answers `CUPTI_ERROR_UNKNOWN` without a GPU.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiProfilerHostInitialize")]
+    pub fn pm_host_initialize(
+        &self,
+        chip: &str,
+        counter_availability: Option<&[u8]>,
+    ) -> Result<PmHost, CuptiError> {
+        const F: &str = "cuptiProfilerHostInitialize";
+        preload_nvperf(self.path());
+        let c_chip = pm_c_string(F, chip)?;
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiProfilerHostInitialize, F)?;
+            let mut p = b::CUpti_Profiler_Host_Initialize_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_Initialize_Params, pHostObject),
+                profilerType: b::CUPTI_PROFILER_TYPE_PM_SAMPLING,
+                pChipName: c_chip.as_ptr(),
+                pCounterAvailabilityImage: counter_availability
+                    .map_or(std::ptr::null(), <[u8]>::as_ptr),
+                ..Default::default()
+            };
+            // SAFETY: `p` is a valid parameter struct with its header size; the chip name and
+            // the availability image outlive the call.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            if p.pHostObject.is_null() {
+                return Err(self.api_error(F, b::CUPTI_ERROR_UNKNOWN));
+            }
+            Ok(PmHost { obj: p.pHostObject.cast(), chip: chip.to_string() })
+        })
+    }
+
+    /// Destroys a host object.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiProfilerHostDeinitialize")]
+    pub fn pm_host_deinitialize(&self, host: PmHost) -> Result<(), CuptiError> {
+        const F: &str = "cuptiProfilerHostDeinitialize";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiProfilerHostDeinitialize, F)?;
+            let mut p = b::CUpti_Profiler_Host_Deinitialize_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_Deinitialize_Params, pHostObject),
+                pHostObject: host.obj.cast(),
+                ..Default::default()
+            };
+            // SAFETY: `host.obj` came from `cuptiProfilerHostInitialize` and is consumed here.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)
+        })
+    }
+
+    /// The base metrics of type `kind` the host object's chip has for PM sampling (e.g.
+    /// `"sm__cycles_active"`: add a rollup such as `.sum` to name a metric).
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`]; [`CuptiError::InvalidBuffer`] for
+    /// a NULL list with a non-zero count.
+    #[doc(alias = "cuptiProfilerHostGetBaseMetrics")]
+    pub fn pm_host_base_metrics(
+        &self,
+        host: &PmHost,
+        kind: MetricType,
+    ) -> Result<Vec<String>, CuptiError> {
+        const F: &str = "cuptiProfilerHostGetBaseMetrics";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiProfilerHostGetBaseMetrics, F)?;
+            let mut p = b::CUpti_Profiler_Host_GetBaseMetrics_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_GetBaseMetrics_Params, numMetrics),
+                pHostObject: host.obj.cast(),
+                metricType: kind.raw(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the host object is live (`&PmHost`).
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            if p.numMetrics == 0 {
+                return Ok(Vec::new());
+            }
+            if p.ppMetricNames.is_null() || p.numMetrics > 1 << 20 {
+                return Err(CuptiError::InvalidBuffer {
+                    reason: format!("{F} gave {} names at {:p}", p.numMetrics, p.ppMetricNames),
+                });
+            }
+            // SAFETY: on success CUPTI points `ppMetricNames` at `numMetrics` string pointers
+            // owned by the host object, which outlives this copy.
+            let names = unsafe { std::slice::from_raw_parts(p.ppMetricNames, p.numMetrics) };
+            Ok(names
+                .iter()
+                .filter(|n| !n.is_null())
+                // SAFETY: each non-NULL entry is a NUL-terminated string CUPTI owns.
+                .map(|&n| unsafe { CStr::from_ptr(n) }.to_string_lossy().into_owned())
+                .collect())
+        })
+    }
+
+    /// Adds `metrics` (full names, e.g. `"sm__cycles_active.sum"`) to the host object's
+    /// configuration. A metric the chip cannot sample is `CUPTI_ERROR_INVALID_PARAMETER`
+    /// (CUPTI 12.8: `dram__bytes_read.sum` on GH100 offline).
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiProfilerHostConfigAddMetrics")]
+    pub fn pm_host_add_metrics(&self, host: &PmHost, metrics: &[&str]) -> Result<(), CuptiError> {
+        const F: &str = "cuptiProfilerHostConfigAddMetrics";
+        let owned = metrics
+            .iter()
+            .map(|m| pm_c_string(F, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiProfilerHostConfigAddMetrics, F)?;
+            let mut p = b::CUpti_Profiler_Host_ConfigAddMetrics_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_ConfigAddMetrics_Params, numMetrics),
+                pHostObject: host.obj.cast(),
+                ppMetricNames: ptrs.as_mut_ptr(),
+                numMetrics: ptrs.len(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the name array and its strings outlive the call.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)
+        })
+    }
+
+    /// The config image of the metrics added so far ([`Cupti::pm_host_add_metrics`]), for
+    /// [`Cupti::pm_set_config`].
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`] (`CUPTI_ERROR_UNKNOWN` when no metric
+    /// was added); [`CuptiError::InvalidBuffer`] for a size of 0 or over 1 GiB.
+    #[doc(alias = "cuptiProfilerHostGetConfigImage")]
+    pub fn pm_host_config_image(&self, host: &PmHost) -> Result<Vec<u8>, CuptiError> {
+        const FS: &str = "cuptiProfilerHostGetConfigImageSize";
+        const F: &str = "cuptiProfilerHostGetConfigImage";
+        with_api!(self, api, b => {
+            let fs = pm_fn(&api.cuptiProfilerHostGetConfigImageSize, FS)?;
+            let f = pm_fn(&api.cuptiProfilerHostGetConfigImage, F)?;
+            let mut ps = b::CUpti_Profiler_Host_GetConfigImageSize_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_GetConfigImageSize_Params, configImageSize),
+                pHostObject: host.obj.cast(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the host object is live.
+            let rc = unsafe { fs(&mut ps) };
+            self.check(FS, rc)?;
+            let size = checked_size(FS, ps.configImageSize)?;
+            let mut image = vec![0u8; size];
+            let mut p = b::CUpti_Profiler_Host_GetConfigImage_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_GetConfigImage_Params, pConfigImage),
+                pHostObject: host.obj.cast(),
+                configImageSize: image.len(),
+                pConfigImage: image.as_mut_ptr(),
+                ..Default::default()
+            };
+            // SAFETY: `image` is writable for `configImageSize` bytes during the call.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            Ok(image)
+        })
+    }
+
+    /// Evaluates `metrics` for sample `index` of a decoded counter-data image: one `f64` per
+    /// metric, in order.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiProfilerHostEvaluateToGpuValues")]
+    pub fn pm_host_evaluate(
+        &self,
+        host: &PmHost,
+        counter_data: &[u8],
+        index: usize,
+        metrics: &[&str],
+    ) -> Result<Vec<f64>, CuptiError> {
+        const F: &str = "cuptiProfilerHostEvaluateToGpuValues";
+        let owned = metrics
+            .iter()
+            .map(|m| pm_c_string(F, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        let mut values = vec![0f64; ptrs.len()];
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiProfilerHostEvaluateToGpuValues, F)?;
+            let mut p = b::CUpti_Profiler_Host_EvaluateToGpuValues_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_EvaluateToGpuValues_Params, pMetricValues),
+                pHostObject: host.obj.cast(),
+                pCounterDataImage: counter_data.as_ptr(),
+                counterDataImageSize: counter_data.len(),
+                rangeIndex: index,
+                ppMetricNames: ptrs.as_mut_ptr(),
+                numMetrics: ptrs.len(),
+                pMetricValues: values.as_mut_ptr(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the image, names and the `numMetrics` values
+            // outlive the call, and `values` has room for `numMetrics` doubles.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            Ok(values)
+        })
+    }
+
+    /// The counter-availability image of CUDA device `device` (two calls: size, then data).
+    /// Needs a device (offline, CUPTI 12.8 answers `CUPTI_ERROR_INVALID_PARAMETER`).
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`]; [`CuptiError::InvalidBuffer`].
+    #[doc(alias = "cuptiPmSamplingGetCounterAvailability")]
+    pub fn pm_counter_availability(&self, device: u32) -> Result<Vec<u8>, CuptiError> {
+        const F: &str = "cuptiPmSamplingGetCounterAvailability";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingGetCounterAvailability, F)?;
+            let mut p = b::CUpti_PmSampling_GetCounterAvailability_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_GetCounterAvailability_Params, pCounterAvailabilityImage),
+                deviceIndex: device as usize,
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; a NULL image asks for the size only.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            let size = checked_size(F, p.counterAvailabilityImageSize)?;
+            let mut image = vec![0u8; size];
+            p.pCounterAvailabilityImage = image.as_mut_ptr();
+            p.counterAvailabilityImageSize = image.len();
+            // SAFETY: `image` is writable for the announced size during the call.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            Ok(image)
+        })
+    }
+
+    /// Enables PM sampling on CUDA device `device` (a context must exist on it).
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`] (`CUPTI_ERROR_INSUFFICIENT_PRIVILEGES`
+    /// when profiling is restricted to administrators, `CUPTI_ERROR_NOT_SUPPORTED` on a GPU
+    /// without PM sampling).
+    #[doc(alias = "cuptiPmSamplingEnable")]
+    pub fn pm_enable(&self, device: u32) -> Result<PmSampler, CuptiError> {
+        const F: &str = "cuptiPmSamplingEnable";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingEnable, F)?;
+            let mut p = b::CUpti_PmSampling_Enable_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_Enable_Params, pPmSamplingObject),
+                deviceIndex: device as usize,
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct with its header size.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            if p.pPmSamplingObject.is_null() {
+                return Err(self.api_error(F, b::CUPTI_ERROR_UNKNOWN));
+            }
+            Ok(PmSampler { obj: p.pPmSamplingObject.cast(), device })
+        })
+    }
+
+    /// Configures a sampler: the config image, the hardware buffer's bytes, the interval (ns
+    /// for [`TriggerMode::GpuTimeInterval`], cycles for [`TriggerMode::SysClkInterval`]);
+    /// the hardware buffer keeps the oldest records when full (an overflow is then reported by
+    /// [`Cupti::pm_decode`]).
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`] (`CUPTI_ERROR_NOT_SUPPORTED` for a
+    /// trigger mode the GPU lacks).
+    #[doc(alias = "cuptiPmSamplingSetConfig")]
+    pub fn pm_set_config(
+        &self,
+        sampler: &PmSampler,
+        config: &[u8],
+        hw_buffer_bytes: usize,
+        interval: u64,
+        trigger: TriggerMode,
+    ) -> Result<(), CuptiError> {
+        const F: &str = "cuptiPmSamplingSetConfig";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingSetConfig, F)?;
+            let mut p = b::CUpti_PmSampling_SetConfig_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_SetConfig_Params, hwBufferAppendMode),
+                pPmSamplingObject: sampler.obj.cast(),
+                configSize: config.len(),
+                pConfig: config.as_ptr(),
+                hardwareBufferSize: hw_buffer_bytes,
+                samplingInterval: interval,
+                triggerMode: match trigger {
+                    TriggerMode::SysClkInterval => b::CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_SYSCLK_INTERVAL,
+                    TriggerMode::GpuTimeInterval => b::CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
+                },
+                hwBufferAppendMode: b::CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST,
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the sampler is live and the config image
+            // outlives the call.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)
+        })
+    }
+
+    /// Starts sampling.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiPmSamplingStart")]
+    pub fn pm_start(&self, sampler: &PmSampler) -> Result<(), CuptiError> {
+        const F: &str = "cuptiPmSamplingStart";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingStart, F)?;
+            let mut p = b::CUpti_PmSampling_Start_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_Start_Params, pPmSamplingObject),
+                pPmSamplingObject: sampler.obj.cast(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the sampler is live.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)
+        })
+    }
+
+    /// Stops sampling (what the hardware buffer holds can still be decoded).
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiPmSamplingStop")]
+    pub fn pm_stop(&self, sampler: &PmSampler) -> Result<(), CuptiError> {
+        const F: &str = "cuptiPmSamplingStop";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingStop, F)?;
+            let mut p = b::CUpti_PmSampling_Stop_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_Stop_Params, pPmSamplingObject),
+                pPmSamplingObject: sampler.obj.cast(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the sampler is live.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)
+        })
+    }
+
+    /// Disables PM sampling and frees the sampler.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiPmSamplingDisable")]
+    pub fn pm_disable(&self, sampler: PmSampler) -> Result<(), CuptiError> {
+        const F: &str = "cuptiPmSamplingDisable";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingDisable, F)?;
+            let mut p = b::CUpti_PmSampling_Disable_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_Disable_Params, pPmSamplingObject),
+                pPmSamplingObject: sampler.obj.cast(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the sampler is consumed here.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)
+        })
+    }
+
+    /// The bytes of a counter-data image holding `max_samples` samples of `metrics`.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`]; [`CuptiError::InvalidBuffer`].
+    #[doc(alias = "cuptiPmSamplingGetCounterDataSize")]
+    pub fn pm_counter_data_size(
+        &self,
+        sampler: &PmSampler,
+        metrics: &[&str],
+        max_samples: u32,
+    ) -> Result<usize, CuptiError> {
+        const F: &str = "cuptiPmSamplingGetCounterDataSize";
+        let owned = metrics
+            .iter()
+            .map(|m| pm_c_string(F, m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut ptrs: Vec<*const c_char> = owned.iter().map(|c| c.as_ptr()).collect();
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingGetCounterDataSize, F)?;
+            let mut p = b::CUpti_PmSampling_GetCounterDataSize_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_GetCounterDataSize_Params, counterDataSize),
+                pPmSamplingObject: sampler.obj.cast(),
+                pMetricNames: ptrs.as_mut_ptr(),
+                numMetrics: ptrs.len(),
+                maxSamples: max_samples,
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; the names outlive the call.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            checked_size(F, p.counterDataSize)
+        })
+    }
+
+    /// Initialises a counter-data image (sized by [`Cupti::pm_counter_data_size`]); also
+    /// empties it for reuse after its samples were read.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiPmSamplingCounterDataImageInitialize")]
+    pub fn pm_counter_data_initialize(
+        &self,
+        sampler: &PmSampler,
+        image: &mut [u8],
+    ) -> Result<(), CuptiError> {
+        const F: &str = "cuptiPmSamplingCounterDataImageInitialize";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingCounterDataImageInitialize, F)?;
+            let mut p = b::CUpti_PmSampling_CounterDataImage_Initialize_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_CounterDataImage_Initialize_Params, pCounterData),
+                pPmSamplingObject: sampler.obj.cast(),
+                counterDataSize: image.len(),
+                pCounterData: image.as_mut_ptr(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; `image` is writable for its length.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)
+        })
+    }
+
+    /// Decodes what the hardware buffer holds into `image`.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiPmSamplingDecodeData")]
+    pub fn pm_decode(
+        &self,
+        sampler: &PmSampler,
+        image: &mut [u8],
+    ) -> Result<DecodeOutcome, CuptiError> {
+        const F: &str = "cuptiPmSamplingDecodeData";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingDecodeData, F)?;
+            let mut p = b::CUpti_PmSampling_DecodeData_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_DecodeData_Params, overflow),
+                pPmSamplingObject: sampler.obj.cast(),
+                pCounterDataImage: image.as_mut_ptr(),
+                counterDataImageSize: image.len(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; `image` is writable for its length.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            let stop_reason = match p.decodeStopReason {
+                b::CUPTI_PM_SAMPLING_DECODE_STOP_REASON_OTHER => DecodeStopReason::Other,
+                b::CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL => DecodeStopReason::CounterDataFull,
+                b::CUPTI_PM_SAMPLING_DECODE_STOP_REASON_END_OF_RECORDS => DecodeStopReason::EndOfRecords,
+                o => DecodeStopReason::Unknown(o),
+            };
+            Ok(DecodeOutcome { stop_reason, overflow: p.overflow != 0 })
+        })
+    }
+
+    /// How many samples a counter-data image holds.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiPmSamplingGetCounterDataInfo")]
+    pub fn pm_counter_data_info(&self, image: &[u8]) -> Result<CounterDataInfo, CuptiError> {
+        const F: &str = "cuptiPmSamplingGetCounterDataInfo";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingGetCounterDataInfo, F)?;
+            let mut p = b::CUpti_PmSampling_GetCounterDataInfo_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_GetCounterDataInfo_Params, numCompletedSamples),
+                pCounterDataImage: image.as_ptr(),
+                counterDataImageSize: image.len(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; `image` is readable for its length.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            Ok(CounterDataInfo {
+                total: p.numTotalSamples,
+                populated: p.numPopulatedSamples,
+                completed: p.numCompletedSamples,
+            })
+        })
+    }
+
+    /// Start and end timestamps (CUPTI's clock, ns) of sample `index` of a counter-data image.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiPmSamplingCounterDataGetSampleInfo")]
+    pub fn pm_sample_info(
+        &self,
+        sampler: &PmSampler,
+        image: &[u8],
+        index: usize,
+    ) -> Result<(u64, u64), CuptiError> {
+        const F: &str = "cuptiPmSamplingCounterDataGetSampleInfo";
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiPmSamplingCounterDataGetSampleInfo, F)?;
+            let mut p = b::CUpti_PmSampling_CounterData_GetSampleInfo_Params {
+                structSize: pm_struct_size!(b::CUpti_PmSampling_CounterData_GetSampleInfo_Params, endTimestamp),
+                pPmSamplingObject: sampler.obj.cast(),
+                pCounterDataImage: image.as_ptr(),
+                counterDataImageSize: image.len(),
+                sampleIndex: index,
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; `image` is readable for its length.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            Ok((p.startTimestamp, p.endTimestamp))
+        })
+    }
+}
+
+/// Resolves a PM sampling function: a missing symbol is [`CuptiError::NotSupported`].
+fn pm_fn<T: Copy>(
+    field: &Result<T, libloading::Error>,
+    name: &'static str,
+) -> Result<T, CuptiError> {
+    resolve(field, name).map_err(|_| CuptiError::NotSupported {
+        api: "PM sampling",
+        missing: name.to_string(),
+    })
 }

@@ -314,6 +314,12 @@ impl Core {
         self.with_sink("an energy sample", |sink| sink.energy(s))
     }
 
+    /// Writes a frame of PM samples to the sink; `true` when the sink took it (else the
+    /// problem is recorded for the stop report).
+    pub(crate) fn pm_samples(&self, s: &crate::gmr::PmSamples) -> bool {
+        self.with_sink("PM samples", |sink| sink.pm_samples(s))
+    }
+
     /// Runs `f` on the open session's sink, catching panics and reporting errors; `true` when
     /// `f` succeeded.
     fn with_sink(

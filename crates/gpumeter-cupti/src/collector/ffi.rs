@@ -103,6 +103,8 @@ callback_data!(v13_4);
 pub(crate) const DOMAIN_DRIVER_API: u32 = 1;
 pub(crate) const DOMAIN_RUNTIME_API: u32 = 2;
 pub(crate) const DOMAIN_RESOURCE: u32 = 3;
+/// `CUPTI_CBID_RESOURCE_CONTEXT_CREATED`.
+pub(crate) const CBID_CONTEXT_CREATED: u32 = 1;
 /// `CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING`.
 pub(crate) const CBID_CONTEXT_DESTROY_STARTING: u32 = 2;
 
@@ -110,7 +112,8 @@ pub(crate) const CBID_CONTEXT_DESTROY_STARTING: u32 = 2;
 /// `CUpti_ResourceData` (`R`). Without instrumented mode no domain or callback id is enabled,
 /// so CUPTI never calls it and the subscription only claims CUPTI's one subscriber slot (and
 /// so detects another profiler). In instrumented mode CUPTI calls it around kernel launches
-/// and when a context is being destroyed ([`super::sass`]). Catches every panic.
+/// and when a context is being destroyed ([`super::sass`]); with PM sampling, when a context is
+/// created or being destroyed ([`super::pmsampling`]). Catches every panic.
 ///
 /// # Safety
 /// Called by CUPTI: `cbdata` points to a `CUpti_CallbackData` for the API domains and to a
@@ -131,15 +134,45 @@ unsafe extern "C" fn on_callback<A: ApiCallbackData, R: ResourceCallbackData>(
             let data = unsafe { &*cbdata.cast::<A>() };
             super::sass::Event::Api(data.call())
         }
+        DOMAIN_RESOURCE if cbid == CBID_CONTEXT_CREATED => {
+            // SAFETY: for the resource domain CUPTI passes a `CUpti_ResourceData`, valid
+            // during the call.
+            let ctx = unsafe { &*cbdata.cast::<R>() }.context();
+            let _ = catch_unwind(AssertUnwindSafe(|| pm_context_event(ctx, true)));
+            return;
+        }
         DOMAIN_RESOURCE if cbid == CBID_CONTEXT_DESTROY_STARTING => {
             // SAFETY: for the resource domain CUPTI passes a `CUpti_ResourceData`, valid
             // during the call.
             let data = unsafe { &*cbdata.cast::<R>() };
-            super::sass::Event::ContextDestroying(data.context())
+            let ctx = data.context();
+            let _ = catch_unwind(AssertUnwindSafe(|| pm_context_event(ctx, false)));
+            super::sass::Event::ContextDestroying(ctx)
         }
         _ => return,
     };
     let _ = catch_unwind(AssertUnwindSafe(|| super::sass::on_event(event)));
+}
+
+/// Tells PM sampling ([`super::pmsampling`]) that context `ctx` was created (`created`) or is
+/// being destroyed. Called from CUPTI's resource callback, where `ctx` is live.
+fn pm_context_event(ctx: usize, created: bool) {
+    let Some(live) = super::LIVE.get() else {
+        return;
+    };
+    if ctx == 0 {
+        return;
+    }
+    // SAFETY: CUPTI passed `ctx` to the resource callback that is running: it is live (being
+    // created, or not yet destroyed).
+    let Ok(device) = (unsafe { device_of(live.cupti, ctx) }) else {
+        return;
+    };
+    if created {
+        super::pmsampling::on_context_created(device);
+    } else {
+        super::pmsampling::on_context_destroying(device);
+    }
 }
 
 /// `cuptiSubscribe` with [`on_callback`]; returns the handle as an address.

@@ -67,6 +67,19 @@ pub trait CompletionSink: Send {
         Ok(())
     }
 
+    /// PM samples of one device ([`crate::gmr::PmSamples`];
+    /// [`CollectorConfig::pm_sampling`](super::CollectorConfig::pm_sampling)), from the
+    /// collector's decode thread while collecting, from an application thread whose context is
+    /// being destroyed, and from the stopping thread before [`CompletionSink::finish`]. The
+    /// default ignores them.
+    ///
+    /// # Errors
+    /// Any; the samples are then counted as unwritten in the stop report.
+    fn pm_samples(&mut self, samples: &crate::gmr::PmSamples) -> Result<(), GmrError> {
+        let _ = samples;
+        Ok(())
+    }
+
     /// Called once at stop, after the last buffer, with the final header (the start header
     /// plus the device inventory gathered while collecting).
     ///
@@ -229,6 +242,11 @@ impl CompletionSink for GmrFileSink {
 
     fn instructions(&mut self, counts: &crate::gmr::InstructionCounts) -> Result<(), GmrError> {
         let r = self.writer()?.write_instructions(counts);
+        self.check(r)
+    }
+
+    fn pm_samples(&mut self, samples: &crate::gmr::PmSamples) -> Result<(), GmrError> {
+        let r = self.writer()?.write_pm_samples(samples);
         self.check(r)
     }
 

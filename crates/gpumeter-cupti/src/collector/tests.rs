@@ -920,3 +920,492 @@ fn nvml_without_a_driver_gives_nothing_and_no_error() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     assert!(warnings[0].contains("NVML"), "{warnings:?}");
 }
+
+/// PM sampling without a GPU: configuration, value conversion, metric selection (on given
+/// metric lists and through the real profiler host API of CUPTI 12.8, which answers offline),
+/// error mapping, frames from a fake decoder into a real recording, and the start on this
+/// GPU-less machine.
+mod pm {
+    use std::collections::VecDeque;
+
+    use gpumeter_core::PmSample;
+
+    use super::*;
+    use crate::gmr::PmSamples;
+
+    #[test]
+    fn config_is_validated_field_by_field() {
+        PmSamplingConfig::default().validate().expect("defaults");
+        let cases = [
+            (
+                PmSamplingConfig {
+                    interval: Duration::ZERO,
+                    ..PmSamplingConfig::default()
+                },
+                "pm_sampling.interval",
+            ),
+            (
+                PmSamplingConfig {
+                    interval: Duration::from_secs(2),
+                    ..PmSamplingConfig::default()
+                },
+                "pm_sampling.interval",
+            ),
+            (
+                PmSamplingConfig {
+                    hw_buffer_bytes: 4096,
+                    ..PmSamplingConfig::default()
+                },
+                "pm_sampling.hw_buffer_bytes",
+            ),
+            (
+                PmSamplingConfig {
+                    decode_period: Duration::from_secs(60),
+                    ..PmSamplingConfig::default()
+                },
+                "pm_sampling.decode_period",
+            ),
+        ];
+        for (pm, needle) in cases {
+            let e = pm.validate().expect_err(needle);
+            assert!(e.contains(needle), "{e}");
+            // The collector refuses it before loading anything.
+            let config = CollectorConfig {
+                cupti_lib: Some(PathBuf::from("/nonexistent/libcupti.so.12")),
+                pm_sampling: Some(pm),
+                ..CollectorConfig::default()
+            };
+            match Collector::start(config, Box::new(TestSink::default())) {
+                Err(CollectorError::Config(m)) => assert!(m.contains(needle), "{m}"),
+                other => panic!("expected a config error, got {other:?}"),
+            }
+        }
+        // The edges are allowed.
+        for interval in [*PM_INTERVAL_RANGE.start(), *PM_INTERVAL_RANGE.end()] {
+            PmSamplingConfig {
+                interval,
+                ..PmSamplingConfig::default()
+            }
+            .validate()
+            .expect("edge");
+        }
+    }
+
+    #[test]
+    fn values_become_counts_or_are_refused() {
+        assert_eq!(to_count(0.0), Ok(0));
+        assert_eq!(to_count(-0.0), Ok(0));
+        assert_eq!(to_count(-0.4), Ok(0), "rounds to zero");
+        assert_eq!(to_count(2.5), Ok(3), "half away from zero");
+        assert_eq!(to_count(1234.49), Ok(1234));
+        assert_eq!(to_count(9_007_199_254_740_992.0), Ok(1 << 53));
+        assert_eq!(to_count(-0.6), Err(Unusable::Negative));
+        assert_eq!(to_count(-1e9), Err(Unusable::Negative));
+        assert_eq!(to_count(f64::NAN), Err(Unusable::NaN));
+        assert_eq!(to_count(f64::INFINITY), Err(Unusable::Infinite));
+        assert_eq!(to_count(f64::NEG_INFINITY), Err(Unusable::Infinite));
+        assert_eq!(
+            to_count(18_446_744_073_709_551_616.0),
+            Err(Unusable::TooLarge)
+        );
+        // The largest f64 below 2^64 still converts.
+        assert_eq!(
+            to_count(18_446_744_073_709_549_568.0),
+            Ok(18_446_744_073_709_549_568)
+        );
+    }
+
+    fn full() -> MetricSelection {
+        MetricSelection {
+            sm_active: Some("sm__cycles_active.sum"),
+            sm_elapsed: Some("sm__cycles_elapsed.max"),
+            dram_read: Some("dram__bytes_read.sum"),
+            dram_write: Some("dram__bytes_write.sum"),
+        }
+    }
+
+    fn sm_only() -> MetricSelection {
+        MetricSelection {
+            dram_read: None,
+            dram_write: None,
+            ..full()
+        }
+    }
+
+    #[test]
+    fn raw_samples_fill_the_selected_counters_in_role_order() {
+        let raw = RawSample {
+            start_ns: 100,
+            end_ns: 200,
+            values: vec![528.0, 132.0],
+        };
+        let (s, bad) = to_pm_sample(&raw, &sm_only());
+        assert_eq!(bad, 0);
+        assert_eq!(
+            s,
+            PmSample {
+                start_ns: 100,
+                end_ns: 200,
+                sm_active_cycles: Some(528),
+                sm_elapsed_cycles: Some(132),
+                dram_read_bytes: None,
+                dram_write_bytes: None,
+                overflow: false,
+            }
+        );
+        let raw = RawSample {
+            start_ns: 1,
+            end_ns: 2,
+            values: vec![f64::NAN, 7.0, -3.0, 1e30],
+        };
+        let (s, bad) = to_pm_sample(&raw, &full());
+        assert_eq!(bad, 3, "NaN, negative and too large are counted");
+        assert_eq!(
+            (
+                s.sm_active_cycles,
+                s.sm_elapsed_cycles,
+                s.dram_read_bytes,
+                s.dram_write_bytes
+            ),
+            (None, Some(7), None, None)
+        );
+        // Fewer values than metrics: the missing ones are unusable, not invented.
+        let raw = RawSample {
+            start_ns: 1,
+            end_ns: 2,
+            values: vec![5.0],
+        };
+        let (s, bad) = to_pm_sample(&raw, &sm_only());
+        assert_eq!(
+            (s.sm_active_cycles, s.sm_elapsed_cycles, bad),
+            (Some(5), None, 1)
+        );
+    }
+
+    /// A chip described by its base counters and the metric sets it accepts.
+    struct FakeChip {
+        bases: Vec<&'static str>,
+        accept: fn(&[&str]) -> bool,
+        asked: Vec<Vec<String>>,
+    }
+
+    impl MetricProbe for FakeChip {
+        fn base_counters(&mut self) -> Result<Vec<String>, CuptiError> {
+            Ok(self.bases.iter().map(|s| s.to_string()).collect())
+        }
+        fn accepts(&mut self, metrics: &[&str]) -> Result<bool, CuptiError> {
+            self.asked
+                .push(metrics.iter().map(|s| s.to_string()).collect());
+            Ok((self.accept)(metrics))
+        }
+    }
+
+    #[test]
+    fn selection_takes_the_first_candidate_the_chip_accepts() {
+        // Everything available: the first candidate of every role.
+        let mut chip = FakeChip {
+            bases: vec![
+                "sm__cycles_active",
+                "sm__cycles_elapsed",
+                "gpc__cycles_elapsed",
+                "dram__bytes_read",
+                "dram__bytes_write",
+            ],
+            accept: |_| true,
+            asked: Vec::new(),
+        };
+        assert_eq!(select_metrics(&mut chip).expect("select"), full());
+        assert_eq!(
+            chip.asked.last().map(Vec::len),
+            Some(4),
+            "the last question holds every chosen metric: {:?}",
+            chip.asked
+        );
+        // No sm__cycles_elapsed: the GPC clock; DRAM listed but refused (as CUPTI 12.8 does on
+        // GH100): absent, and the selection says what it lacks.
+        let mut chip = FakeChip {
+            bases: vec![
+                "sm__cycles_active",
+                "gpc__cycles_elapsed",
+                "dram__bytes_read",
+                "dram__bytes_write",
+            ],
+            accept: |m| !m.iter().any(|x| x.starts_with("dram__")),
+            asked: Vec::new(),
+        };
+        let sel = select_metrics(&mut chip).expect("select");
+        assert_eq!(sel.sm_active, Some("sm__cycles_active.sum"));
+        assert_eq!(sel.sm_elapsed, Some("gpc__cycles_elapsed.max"));
+        assert_eq!((sel.dram_read, sel.dram_write), (None, None));
+        assert_eq!(
+            sel.metrics(),
+            vec!["sm__cycles_active.sum", "gpc__cycles_elapsed.max"]
+        );
+        let gap = sel.missing().expect("DRAM missing");
+        assert!(gap.contains("dram_bytes"), "{gap}");
+        assert!(!gap.contains("sm_active_ns"), "{gap}");
+        // A candidate whose base the chip does not list is never asked about.
+        assert!(chip
+            .asked
+            .iter()
+            .flatten()
+            .all(|m| !m.starts_with("sm__cycles_elapsed")));
+        // Nothing at all.
+        let mut chip = FakeChip {
+            bases: vec!["gpu__time_duration"],
+            accept: |_| true,
+            asked: Vec::new(),
+        };
+        let sel = select_metrics(&mut chip).expect("select");
+        assert!(sel.metrics().is_empty());
+        assert!(chip.asked.is_empty());
+    }
+
+    /// The real profiler host API of CUPTI 12.8 answers without a GPU: GA100, GH100 and AD102
+    /// get both SM counters and no DRAM byte counter (CUPTI offers only DRAM throughput
+    /// percentages for PM sampling on them).
+    #[test]
+    fn selection_through_the_real_host_api() {
+        let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
+            return;
+        };
+        let cupti = Cupti::load_from(&lib).expect("libcupti loads");
+        let pinned = lib.ends_with("nvidia/cuda_cupti/lib/libcupti.so.12");
+        for chip in ["GA100", "GH100", "AD102"] {
+            let sel = select_metrics(&mut HostProbe::new(&cupti, chip, None))
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            assert_eq!(sel.sm_active, Some("sm__cycles_active.sum"), "{chip}");
+            assert_eq!(sel.sm_elapsed, Some("sm__cycles_elapsed.max"), "{chip}");
+            if pinned {
+                assert_eq!((sel.dram_read, sel.dram_write), (None, None), "{chip}");
+            }
+            // The chosen set builds a config image.
+            let host = cupti.pm_host_initialize(chip, None).expect("host");
+            cupti
+                .pm_host_add_metrics(&host, &sel.metrics())
+                .expect("add");
+            assert!(!cupti.pm_host_config_image(&host).expect("image").is_empty());
+            cupti.pm_host_deinitialize(host).expect("deinit");
+        }
+        // An unknown chip is an error of the probe, not an empty selection.
+        let e = select_metrics(&mut HostProbe::new(&cupti, "NOPE", None)).expect_err("unknown");
+        assert!(e.to_string().contains("cuptiProfilerHostInitialize"), "{e}");
+    }
+
+    #[test]
+    fn cupti_failures_map_to_typed_pm_errors() {
+        let api = |code: u32| CuptiError::Api {
+            function: "cuptiPmSamplingEnable",
+            code,
+            name: cupti_sys::ResultCode::from_raw(code).name(),
+            message: String::new(),
+        };
+        let e = PmSamplingError::from_cupti(1, None, api(35));
+        assert!(
+            matches!(e, PmSamplingError::InsufficientPrivileges { device: 1, .. }),
+            "{e:?}"
+        );
+        let msg = e.to_string();
+        assert!(
+            msg.contains("NVreg_RestrictProfilingToAdminUsers=0"),
+            "{msg}"
+        );
+        assert!(msg.contains("root"), "{msg}");
+        assert!(msg.contains("CUPTI_ERROR_INSUFFICIENT_PRIVILEGES"), "{msg}");
+        let e = PmSamplingError::from_cupti(0, Some("TU102"), api(27));
+        assert!(
+            matches!(&e, PmSamplingError::Unsupported { chip, .. } if chip == "TU102"),
+            "{e:?}"
+        );
+        assert!(matches!(
+            PmSamplingError::from_cupti(0, None, api(15)),
+            PmSamplingError::NoGpu { .. }
+        ));
+        assert!(matches!(
+            PmSamplingError::from_cupti(0, None, api(999)),
+            PmSamplingError::Cupti { device: 0, .. }
+        ));
+        let missing = CuptiError::NotSupported {
+            api: "PM sampling",
+            missing: "cuptiPmSamplingEnable".into(),
+        };
+        let e = CollectorError::from(PmSamplingError::from_cupti(0, None, missing));
+        assert!(e.to_string().contains("CUDA 12.6"), "{e}");
+    }
+
+    /// A decoder that hands out prepared decodes, then nothing.
+    struct FakeSource {
+        device: u32,
+        selection: MetricSelection,
+        decodes: VecDeque<Result<Decoded, String>>,
+        finished: Arc<Mutex<bool>>,
+    }
+
+    impl SampleSource for FakeSource {
+        fn device(&self) -> u32 {
+            self.device
+        }
+        fn selection(&self) -> &MetricSelection {
+            &self.selection
+        }
+        fn decode(&mut self) -> Result<Decoded, String> {
+            self.decodes.pop_front().unwrap_or(Ok(Decoded::default()))
+        }
+        fn finish(self: Box<Self>) -> Vec<String> {
+            *lock(&self.finished) = true;
+            vec!["stop refused (fake)".to_string()]
+        }
+    }
+
+    fn raw(start: u64, values: &[f64]) -> RawSample {
+        RawSample {
+            start_ns: start,
+            end_ns: start + 100,
+            values: values.to_vec(),
+        }
+    }
+
+    #[test]
+    fn frames_from_a_fake_decoder_reach_the_recording() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("pm.gmr");
+        let header = GmrHeader {
+            cupti_api_version: 26,
+            ..GmrHeader::default()
+        };
+        let sink = Arc::new(Mutex::new(GmrFileSink::create(&path)));
+        lock(&sink).begin(&header).expect("begin");
+        let w = Arc::clone(&sink);
+        let pump = Pump::start(
+            Duration::from_secs(3600),
+            Box::new(move |frame: &PmSamples| lock(&w).pm_samples(frame).is_ok()),
+        )
+        .expect("pump");
+        let finished = Arc::new(Mutex::new(false));
+        let decodes = VecDeque::from(vec![
+            // Two samples, then the buffer overflowed: samples after them were lost.
+            Ok(Decoded {
+                samples: vec![raw(1_000, &[40.0, 10.0]), raw(1_100, &[f64::NAN, 10.0])],
+                overflow: true,
+            }),
+            Err("decode refused (fake)".to_string()),
+            // The next sample carries the flag.
+            Ok(Decoded {
+                samples: vec![raw(5_000, &[20.0, 10.0])],
+                overflow: false,
+            }),
+            // An overflow with nothing after it: a counter-free flagged sample at the end.
+            Ok(Decoded {
+                samples: Vec::new(),
+                overflow: true,
+            }),
+        ]);
+        pump.add(
+            Box::new(FakeSource {
+                device: 3,
+                selection: sm_only(),
+                decodes,
+                finished: Arc::clone(&finished),
+            }),
+            "fake chip".into(),
+        );
+        assert!(pump.has(3));
+        pump.note(None, Some("a warning".into()));
+        // Three decodes now; stop decodes the rest.
+        for _ in 0..3 {
+            pump.decode_now();
+        }
+        let tally = pump.stop();
+        assert!(*lock(&finished), "the source was finished");
+        assert_eq!(tally.devices, vec![(3, "fake chip".to_string())]);
+        assert_eq!(tally.samples, 4, "{tally:?}");
+        assert_eq!(tally.frames, 3, "{tally:?}");
+        assert_eq!(tally.overflows, 2);
+        assert_eq!(tally.unusable_values, 1);
+        assert_eq!(tally.unwritten_samples, 0);
+        assert_eq!(tally.warnings, vec!["a warning".to_string()]);
+        assert!(
+            tally.errors.iter().any(|e| e.contains("decode refused")),
+            "{:?}",
+            tally.errors
+        );
+        assert!(tally.errors.iter().any(|e| e.contains("stop refused")));
+        lock(&sink).finish(&header).expect("finish");
+
+        let file = read_gmr(&std::fs::read(&path).expect("read")).expect("gmr");
+        let frames: Vec<PmSamples> = file
+            .frames
+            .into_iter()
+            .filter_map(|f| match f.frame {
+                Frame::PmSamples(p) => Some(p),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(frames.len(), 3);
+        assert!(frames.iter().all(|f| f.device_id == 3));
+        let samples: Vec<PmSample> = frames.into_iter().flat_map(|f| f.samples).collect();
+        let flags: Vec<bool> = samples.iter().map(|s| s.overflow).collect();
+        assert_eq!(flags, vec![false, false, true, true]);
+        assert_eq!(samples[0].sm_active_cycles, Some(40));
+        assert_eq!(samples[1].sm_active_cycles, None, "NaN left out");
+        assert_eq!(samples[1].sm_elapsed_cycles, Some(10));
+        assert_eq!(samples[2].start_ns, 5_000);
+        let last = &samples[3];
+        assert_eq!((last.start_ns, last.end_ns), (5_100, 5_100));
+        assert_eq!(last.sm_active_cycles, None);
+        assert!(samples.iter().all(|s| s.dram_read_bytes.is_none()));
+    }
+
+    #[test]
+    fn the_stop_report_says_what_pm_sampling_lost() {
+        let mut report = StopReport::default();
+        let mut errors = Vec::new();
+        add_pm_tally(
+            &mut report,
+            &mut errors,
+            PmSamplingTally {
+                samples: 10,
+                frames: 2,
+                overflows: 1,
+                unusable_values: 2,
+                errors: vec!["device 0: x".into()],
+                ..PmSamplingTally::default()
+            },
+        );
+        assert_eq!(
+            (report.pm_samples, report.pm_frames, report.pm_overflows),
+            (10, 2, 1)
+        );
+        assert_eq!(report.pm_unusable_values, 2);
+        assert!(!report.is_complete(), "an overflow lost samples");
+        assert!(report.warnings.iter().any(|w| w.contains("overflowed 1")));
+        assert!(report
+            .warnings
+            .iter()
+            .any(|w| w.contains("2 counter value")));
+        assert_eq!(errors, vec!["device 0: x".to_string()]);
+    }
+
+    /// On this GPU-less machine a start with PM sampling is the same typed error as without:
+    /// no panic, no hang.
+    #[test]
+    fn start_with_pm_sampling_without_a_gpu_is_a_typed_error() {
+        let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
+            return;
+        };
+        let r = within(Duration::from_secs(60), move || {
+            let config = CollectorConfig {
+                cupti_lib: Some(lib),
+                pm_sampling: Some(PmSamplingConfig::default()),
+                ..CollectorConfig::default()
+            };
+            Collector::start(config, Box::new(TestSink::default())).map(|c| c.stop())
+        });
+        match r {
+            Err(CollectorError::NoGpu { detail, .. }) => {
+                assert!(detail.contains("CUPTI_ERROR_NOT_INITIALIZED"), "{detail}");
+            }
+            other => panic!("expected NoGpu, got {other:?}"),
+        }
+    }
+}

@@ -13,7 +13,17 @@
  * CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED), FAKE_CUPTI_ENABLE_RC (cuptiActivityEnable's
  * result, default 0; 15 = CUPTI_ERROR_NOT_INITIALIZED).
  *
- * Build: cc -shared -fPIC -I"$CUPTI12_INCLUDE" -I"$CUDA12_INCLUDE" -o libcupti.so.12
+ * PM sampling: enabling the callback of context creation calls it at once with a fake context
+ * of device 0 (chip "GH100"); the PM sampling and profiler host calls check every parameter
+ * struct's size against the header's STRUCT_SIZE (abort on a mismatch) and decode
+ * FAKE_CUPTI_PM_SAMPLES samples (default 3) on the first decode, with the hardware-buffer
+ * overflow flag when FAKE_CUPTI_PM_OVERFLOW=1. Evaluated values per sample i: sm active
+ * 500*(i+1), sm elapsed 1000, DRAM read 4096, DRAM write 2048 except -1 for i = 2.
+ * FAKE_CUPTI_PM_ENABLE_RC is cuptiPmSamplingEnable's result (35 =
+ * CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); FAKE_CUPTI_PM_INTERVAL, when set, is the sampling
+ * interval SetConfig must get (abort otherwise).
+ *
+ * Build: cc -shared -fPIC -Ibindings/cupti/shim -I"$CUPTI12_INCLUDE" -I"$CUDA12_INCLUDE" -o libcupti.so.12
  *        fake_cupti.c -lpthread
  */
 #include <pthread.h>
@@ -24,6 +34,10 @@
 #include <time.h>
 
 #include <cupti.h>
+#include <cupti_pmsampling.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_target.h>
 
 #if CUPTI_API_VERSION != 26
 #error "fake_cupti.c is built against the CUPTI 12.8 headers (CUPTI_API_VERSION 26)"
@@ -70,10 +84,13 @@ CUptiResult cuptiGetTimestamp(uint64_t *timestamp) {
   return CUPTI_SUCCESS;
 }
 
+static CUpti_CallbackFunc g_callback;
+static void *g_userdata;
+
 CUptiResult cuptiSubscribe(CUpti_SubscriberHandle *subscriber, CUpti_CallbackFunc callback,
                            void *userdata) {
-  (void)callback;
-  (void)userdata;
+  g_callback = callback;
+  g_userdata = userdata;
   long rc = env_long("FAKE_CUPTI_SUBSCRIBE_RC", 0);
   if (rc != 0) return (CUptiResult)rc;
   *subscriber = (CUpti_SubscriberHandle)(uintptr_t)0x5a0;
@@ -222,4 +239,222 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
   pthread_join(th, NULL);
   complete_on_worker(&a);
   return CUPTI_SUCCESS;
+}
+
+/* ---- PM sampling ---- */
+
+#define FAKE_CTX ((CUcontext)(uintptr_t)0xc0ffee0)
+#define CHECK_SIZE(p, T)                                                                 \
+  do {                                                                                   \
+    if (!(p) || (p)->structSize != T##_STRUCT_SIZE) {                                    \
+      fprintf(stderr, "fake_cupti: %s: structSize %zu, expected %zu\n", #T,             \
+              (p) ? (p)->structSize : 0, (size_t)T##_STRUCT_SIZE);                      \
+      abort();                                                                           \
+    }                                                                                    \
+  } while (0)
+
+static CUpti_PmSampling_Object *const FAKE_SAMPLER = (CUpti_PmSampling_Object *)(uintptr_t)0x5100;
+static CUpti_Profiler_Host_Object *const FAKE_HOST = (CUpti_Profiler_Host_Object *)(uintptr_t)0x4100;
+static size_t g_pm_completed;
+static int g_pm_decoded;
+static uint64_t g_pm_base;
+static const char *const BASE_METRICS[] = {"sm__cycles_active", "sm__cycles_elapsed",
+                                           "dram__bytes_read", "dram__bytes_write"};
+
+CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
+                                CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
+  (void)subscriber;
+  if (enable && domain == CUPTI_CB_DOMAIN_RESOURCE &&
+      cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED && g_callback) {
+    CUpti_ResourceData data;
+    memset(&data, 0, sizeof data);
+    data.context = FAKE_CTX;
+    g_callback(g_userdata, CUPTI_CB_DOMAIN_RESOURCE, CUPTI_CBID_RESOURCE_CONTEXT_CREATED, &data);
+  }
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiGetDeviceId(CUcontext context, uint32_t *deviceId) {
+  if (context != FAKE_CTX || !deviceId) return CUPTI_ERROR_INVALID_PARAMETER;
+  *deviceId = 0;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiProfilerInitialize(CUpti_Profiler_Initialize_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Initialize_Params);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiDeviceGetChipName(CUpti_Device_GetChipName_Params *p) {
+  CHECK_SIZE(p, CUpti_Device_GetChipName_Params);
+  if (p->deviceIndex != 0) return CUPTI_ERROR_INVALID_DEVICE;
+  p->pChipName = "GH100";
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingEnable(CUpti_PmSampling_Enable_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_Enable_Params);
+  long rc = env_long("FAKE_CUPTI_PM_ENABLE_RC", 0);
+  if (rc != 0) return (CUptiResult)rc;
+  if (p->deviceIndex != 0) return CUPTI_ERROR_INVALID_DEVICE;
+  p->pPmSamplingObject = FAKE_SAMPLER;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingGetCounterAvailability(CUpti_PmSampling_GetCounterAvailability_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_GetCounterAvailability_Params);
+  if (!p->pCounterAvailabilityImage) {
+    p->counterAvailabilityImageSize = 64;
+    return CUPTI_SUCCESS;
+  }
+  if (p->counterAvailabilityImageSize != 64) return CUPTI_ERROR_INVALID_PARAMETER;
+  memset(p->pCounterAvailabilityImage, 0xa5, 64);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiProfilerHostInitialize(CUpti_Profiler_Host_Initialize_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_Initialize_Params);
+  if (p->profilerType != CUPTI_PROFILER_TYPE_PM_SAMPLING || !p->pChipName ||
+      strcmp(p->pChipName, "GH100") != 0)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  if (p->pCounterAvailabilityImage && p->pCounterAvailabilityImage[0] != 0xa5) abort();
+  p->pHostObject = FAKE_HOST;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiProfilerHostDeinitialize(CUpti_Profiler_Host_Deinitialize_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_Deinitialize_Params);
+  return p->pHostObject == FAKE_HOST ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+CUptiResult cuptiProfilerHostGetBaseMetrics(CUpti_Profiler_Host_GetBaseMetrics_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_GetBaseMetrics_Params);
+  if (p->pHostObject != FAKE_HOST) return CUPTI_ERROR_INVALID_PARAMETER;
+  if (p->metricType != CUPTI_METRIC_TYPE_COUNTER) {
+    p->numMetrics = 0;
+    return CUPTI_SUCCESS;
+  }
+  p->ppMetricNames = (const char **)BASE_METRICS;
+  p->numMetrics = 4;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiProfilerHostConfigAddMetrics(CUpti_Profiler_Host_ConfigAddMetrics_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_ConfigAddMetrics_Params);
+  if (p->pHostObject != FAKE_HOST || p->numMetrics == 0) return CUPTI_ERROR_INVALID_PARAMETER;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiProfilerHostGetConfigImageSize(CUpti_Profiler_Host_GetConfigImageSize_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_GetConfigImageSize_Params);
+  p->configImageSize = 32;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiProfilerHostGetConfigImage(CUpti_Profiler_Host_GetConfigImage_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_GetConfigImage_Params);
+  if (p->configImageSize != 32 || !p->pConfigImage) return CUPTI_ERROR_INVALID_PARAMETER;
+  memset(p->pConfigImage, 0x3c, 32);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingSetConfig(CUpti_PmSampling_SetConfig_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_SetConfig_Params);
+  if (p->pPmSamplingObject != FAKE_SAMPLER || p->configSize != 32 || !p->pConfig ||
+      p->pConfig[0] != 0x3c || p->hardwareBufferSize == 0)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  long want = env_long("FAKE_CUPTI_PM_INTERVAL", 0);
+  if (want != 0 && p->samplingInterval != (uint64_t)want) {
+    fprintf(stderr, "fake_cupti: sampling interval %llu, expected %ld\n",
+            (unsigned long long)p->samplingInterval, want);
+    abort();
+  }
+  if (p->triggerMode != CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL) abort();
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingGetCounterDataSize(CUpti_PmSampling_GetCounterDataSize_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_GetCounterDataSize_Params);
+  if (p->pPmSamplingObject != FAKE_SAMPLER || p->numMetrics != 4 || p->maxSamples == 0)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  p->counterDataSize = 4096;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingCounterDataImageInitialize(
+    CUpti_PmSampling_CounterDataImage_Initialize_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_CounterDataImage_Initialize_Params);
+  if (p->counterDataSize != 4096 || !p->pCounterData) return CUPTI_ERROR_INVALID_PARAMETER;
+  g_pm_completed = 0;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingStart(CUpti_PmSampling_Start_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_Start_Params);
+  g_pm_base = now_ns();
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingStop(CUpti_PmSampling_Stop_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_Stop_Params);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingDisable(CUpti_PmSampling_Disable_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_Disable_Params);
+  return p->pPmSamplingObject == FAKE_SAMPLER ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+CUptiResult cuptiPmSamplingDecodeData(CUpti_PmSampling_DecodeData_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_DecodeData_Params);
+  if (p->counterDataImageSize != 4096) return CUPTI_ERROR_INVALID_PARAMETER;
+  p->decodeStopReason = CUPTI_PM_SAMPLING_DECODE_STOP_REASON_END_OF_RECORDS;
+  p->overflow = 0;
+  if (!g_pm_decoded) {
+    g_pm_decoded = 1;
+    g_pm_completed = (size_t)env_long("FAKE_CUPTI_PM_SAMPLES", 3);
+    p->overflow = env_long("FAKE_CUPTI_PM_OVERFLOW", 0) ? 1 : 0;
+  }
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingGetCounterDataInfo(CUpti_PmSampling_GetCounterDataInfo_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_GetCounterDataInfo_Params);
+  p->numTotalSamples = 64;
+  p->numPopulatedSamples = g_pm_completed;
+  p->numCompletedSamples = g_pm_completed;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiPmSamplingCounterDataGetSampleInfo(
+    CUpti_PmSampling_CounterData_GetSampleInfo_Params *p) {
+  CHECK_SIZE(p, CUpti_PmSampling_CounterData_GetSampleInfo_Params);
+  if (p->sampleIndex >= g_pm_completed) return CUPTI_ERROR_INVALID_PARAMETER;
+  p->startTimestamp = g_pm_base + p->sampleIndex * 1000;
+  p->endTimestamp = p->startTimestamp + 1000;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiProfilerHostEvaluateToGpuValues(
+    CUpti_Profiler_Host_EvaluateToGpuValues_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_EvaluateToGpuValues_Params);
+  if (p->pHostObject != FAKE_HOST || p->rangeIndex >= g_pm_completed || !p->pMetricValues)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  for (size_t m = 0; m < p->numMetrics; m++) {
+    const char *n = p->ppMetricNames[m];
+    double v = -7.0;
+    if (strcmp(n, "sm__cycles_active.sum") == 0) v = 500.0 * (double)(p->rangeIndex + 1);
+    if (strcmp(n, "sm__cycles_elapsed.max") == 0) v = 1000.0;
+    if (strcmp(n, "dram__bytes_read.sum") == 0) v = 4096.0;
+    if (strcmp(n, "dram__bytes_write.sum") == 0) v = p->rangeIndex == 2 ? -1.0 : 2048.0;
+    p->pMetricValues[m] = v;
+  }
+  return CUPTI_SUCCESS;
+}
+
+/* Present (the collector checks the whole API is there) but never called by it. */
+CUptiResult cuptiProfilerHostGetMetricProperties(
+    CUpti_Profiler_Host_GetMetricProperties_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_GetMetricProperties_Params);
+  return CUPTI_ERROR_NOT_SUPPORTED;
 }
