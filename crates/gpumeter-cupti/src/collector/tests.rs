@@ -1192,6 +1192,92 @@ mod pm {
         assert!(e.to_string().contains("cuptiProfilerHostInitialize"), "{e}");
     }
 
+    /// What CUPTI 12.8's profiler host API offers for DRAM traffic under PM sampling, asked
+    /// without a GPU (the table in docs/COLLECTION.md "PM sampling"): no byte or sector
+    /// counter, none of a byte counter's submetrics, only throughput percentages and DRAM
+    /// cycle counters. Pinned to the wheel's library: another CUPTI may offer more.
+    #[test]
+    fn pm_sampling_offers_no_dram_byte_count_in_cupti_12_8() {
+        let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
+            return;
+        };
+        if !lib.ends_with("nvidia/cuda_cupti/lib/libcupti.so.12") {
+            use std::io::Write as _;
+            let _ = writeln!(
+                std::io::stderr(),
+                "skipped: {} is not the pinned CUPTI 12.8 wheel; test body not run",
+                lib.display()
+            );
+            return;
+        }
+        let cupti = Cupti::load_from(&lib).expect("libcupti loads");
+        let accepts = |chip: &str, metric: &str| {
+            HostProbe::new(&cupti, chip, None)
+                .accepts(&[metric])
+                .unwrap_or_else(|e| panic!("{chip} {metric}: {e}"))
+        };
+        let refused = [
+            "dram__bytes_read.sum",
+            "dram__bytes_write.sum",
+            "dram__bytes.sum",
+            "dram__bytes_read.sum.per_second",
+            "dram__bytes_write.sum.per_second",
+            "dram__bytes.sum.per_second",
+            "dram__bytes_read.sum.peak_sustained",
+            "dram__bytes_read.sum.pct_of_peak_sustained_elapsed",
+            "dram__sectors_read.sum",
+            "dram__sectors_write.sum",
+            "fbpa__dram_read_bytes.sum",
+            "fbpa__dram_write_bytes.sum",
+            "dramc__sectors_op_read.sum",
+            "lts__t_sectors_srcunit_tex.sum",
+            "lts__t_sectors_aperture_device.sum",
+            "lts__t_bytes.sum",
+            "dram__read_throughput.avg",
+            "dram__read_throughput.sum",
+        ];
+        let accepted = [
+            "dram__read_throughput.avg.pct_of_peak_sustained_elapsed",
+            "dram__write_throughput.avg.pct_of_peak_sustained_elapsed",
+            "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+            "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+            "dram__cycles_elapsed.avg",
+            "dram__cycles_elapsed.avg.per_second",
+            "dram__cycles_active.sum",
+        ];
+        for chip in ["GA100", "GH100", "AD102"] {
+            for m in refused {
+                assert!(
+                    !accepts(chip, m),
+                    "{chip} now accepts {m}: use it for dram_bytes"
+                );
+            }
+            for m in accepted {
+                assert!(accepts(chip, m), "{chip} refuses {m}");
+            }
+            // The chip's PM sampling counters name no DRAM or L2 byte or sector count: the
+            // DRAM-side counters are clock cycles only.
+            let bases = HostProbe::new(&cupti, chip, None)
+                .base_counters()
+                .expect("base counters");
+            let dram: Vec<&String> = bases
+                .iter()
+                .filter(|b| {
+                    let name = b.rsplit('.').next().unwrap_or(b);
+                    ["dram", "fbpa", "lts__t_"]
+                        .iter()
+                        .any(|p| name.starts_with(p))
+                })
+                .collect();
+            assert!(!dram.is_empty(), "{chip}: no DRAM counter at all");
+            assert!(
+                dram.iter()
+                    .all(|b| !b.contains("bytes") && !b.contains("sectors")),
+                "{chip}: {dram:?}"
+            );
+        }
+    }
+
     #[test]
     fn cupti_failures_map_to_typed_pm_errors() {
         let api = |code: u32| CuptiError::Api {
