@@ -216,6 +216,17 @@ pub struct CounterDataInfo {
     pub completed: usize,
 }
 
+/// Serializes the profiler host calls of the whole process. Two `cuptiProfilerHostInitialize`
+/// calls at once (the collector's context callbacks for two devices, or two tests) make one of
+/// them fail with `CUPTI_ERROR_UNKNOWN` (seen with the CUDA 12.8 wheel); the host calls are
+/// few (set-up per device, then one evaluation per sample on the single decode thread), so a
+/// lock costs nothing measurable.
+fn host_lock() -> std::sync::MutexGuard<'static, ()> {
+    static HOST: Mutex<()> = Mutex::new(());
+    HOST.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Loads `libnvperf_host.so` and `libnvperf_target.so` from beside `cupti_path` (when there)
 /// once per directory and keeps them loaded, so that libcupti's own `dlopen` by bare name
 /// finds them (glibc matches already-loaded objects by soname).
@@ -283,6 +294,7 @@ impl Cupti {
         counter_availability: Option<&[u8]>,
     ) -> Result<PmHost, CuptiError> {
         const F: &str = "cuptiProfilerHostInitialize";
+        let _serial = host_lock();
         preload_nvperf(self.path());
         let c_chip = pm_c_string(F, chip)?;
         with_api!(self, api, b => {
@@ -313,6 +325,7 @@ impl Cupti {
     #[doc(alias = "cuptiProfilerHostDeinitialize")]
     pub fn pm_host_deinitialize(&self, host: PmHost) -> Result<(), CuptiError> {
         const F: &str = "cuptiProfilerHostDeinitialize";
+        let _serial = host_lock();
         with_api!(self, api, b => {
             let f = pm_fn(&api.cuptiProfilerHostDeinitialize, F)?;
             let mut p = b::CUpti_Profiler_Host_Deinitialize_Params {
@@ -339,6 +352,7 @@ impl Cupti {
         kind: MetricType,
     ) -> Result<Vec<String>, CuptiError> {
         const F: &str = "cuptiProfilerHostGetBaseMetrics";
+        let _serial = host_lock();
         with_api!(self, api, b => {
             let f = pm_fn(&api.cuptiProfilerHostGetBaseMetrics, F)?;
             let mut p = b::CUpti_Profiler_Host_GetBaseMetrics_Params {
@@ -379,6 +393,7 @@ impl Cupti {
     #[doc(alias = "cuptiProfilerHostConfigAddMetrics")]
     pub fn pm_host_add_metrics(&self, host: &PmHost, metrics: &[&str]) -> Result<(), CuptiError> {
         const F: &str = "cuptiProfilerHostConfigAddMetrics";
+        let _serial = host_lock();
         let owned = metrics
             .iter()
             .map(|m| pm_c_string(F, m))
@@ -409,6 +424,7 @@ impl Cupti {
     pub fn pm_host_config_image(&self, host: &PmHost) -> Result<Vec<u8>, CuptiError> {
         const FS: &str = "cuptiProfilerHostGetConfigImageSize";
         const F: &str = "cuptiProfilerHostGetConfigImage";
+        let _serial = host_lock();
         with_api!(self, api, b => {
             let fs = pm_fn(&api.cuptiProfilerHostGetConfigImageSize, FS)?;
             let f = pm_fn(&api.cuptiProfilerHostGetConfigImage, F)?;
@@ -450,6 +466,7 @@ impl Cupti {
         metrics: &[&str],
     ) -> Result<Vec<f64>, CuptiError> {
         const F: &str = "cuptiProfilerHostEvaluateToGpuValues";
+        let _serial = host_lock();
         let owned = metrics
             .iter()
             .map(|m| pm_c_string(F, m))
