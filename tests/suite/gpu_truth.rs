@@ -67,3 +67,72 @@ fn the_script_parses() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `gpu-truth.sh --help` prints the usage from the script's head comment and exits 0; an
+/// unknown option exits 2 naming it, and neither makes a work directory (before, `--help` was
+/// taken for the binaries' directory: `cd --help` printed bash's help into the path).
+#[test]
+fn the_script_answers_help_and_refuses_unknown_options() {
+    if !have("bash", "--version") {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let run = |arg: &str| {
+        Command::new("bash")
+            .arg(root.join("scripts/gpu-truth.sh"))
+            .arg(arg)
+            .env("TMPDIR", tmp.path())
+            .output()
+            .expect("run bash")
+    };
+    let help = run("--help");
+    let text = String::from_utf8_lossy(&help.stdout);
+    assert_eq!(help.status.code(), Some(0), "{text}");
+    for shown in [
+        "scripts/gpu-truth.sh --prepare [DIR]",
+        "Exit status: 0 PASS, 1 FAIL, 2 could not run",
+        "Budget: under 5 minutes",
+    ] {
+        assert!(text.contains(shown), "{shown} not in --help:\n{text}");
+    }
+    assert!(!text.contains("set -uo pipefail"), "{text}");
+    let bad = run("--frobnicate");
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("unknown option --frobnicate"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    let made: Vec<_> = std::fs::read_dir(tmp.path()).expect("ls").collect();
+    assert!(made.is_empty(), "work directories made: {made:?}");
+}
+
+/// Without the binaries the script cannot run: exit 2 with `CANNOT RUN` naming what is missing,
+/// and `OUT` gets the (empty) work directory's contents without an error from `cp`.
+#[test]
+fn the_script_says_cannot_run_without_its_binaries() {
+    if !have("bash", "--version") {
+        return;
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out_dir = tmp.path().join("out");
+    let o = Command::new("bash")
+        .arg(root.join("scripts/gpu-truth.sh"))
+        .arg(tmp.path().join("no-binaries-here"))
+        .env("TMPDIR", tmp.path())
+        .env("OUT", &out_dir)
+        .output()
+        .expect("run bash");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("CANNOT RUN: no gpumeter binary at"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("artifacts copied to"), "{stdout}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert!(out_dir.is_dir());
+}

@@ -1033,6 +1033,13 @@ fn parse_pm_samples(p: &[u8]) -> Result<PmSamples, String> {
     }
     let mut samples = Vec::with_capacity(count as usize);
     for i in 0..count {
+        // Samples are numbered from #0, as frames are; the byte offset removes any doubt.
+        let name = || {
+            format!(
+                "PM sample #{i} of {count} (numbered from #0, at payload byte {})",
+                8 + u64::from(i) * PM_SAMPLE_LEN as u64
+            )
+        };
         let (
             Some(flags),
             Some(_),
@@ -1053,11 +1060,12 @@ fn parse_pm_samples(p: &[u8]) -> Result<PmSamples, String> {
             f.u64(),
         )
         else {
-            return Err(format!("PM sample {i} of {count} is cut short"));
+            return Err(format!("{} is cut short", name()));
         };
         if flags & !PM_FLAGS_KNOWN != 0 {
             return Err(format!(
-                "PM sample {i} of {count} has unknown flag bits {:#x}",
+                "{} has unknown flag bits {:#x}",
+                name(),
                 flags & !PM_FLAGS_KNOWN
             ));
         }

@@ -2132,12 +2132,12 @@ mod gmr_format {
             (
                 "unknown flag bit 5",
                 &bad_flag[..],
-                "unknown flag bits 0x20",
+                "PM sample #1 of 2 (numbered from #0, at payload byte 64) has unknown flag bits 0x20",
             ),
             (
                 "unknown flag bit 31",
                 &high_flag[..],
-                "unknown flag bits 0x80000000",
+                "PM sample #0 of 2 (numbered from #0, at payload byte 8) has unknown flag bits 0x80000000",
             ),
         ] {
             match with(bad) {

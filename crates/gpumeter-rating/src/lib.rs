@@ -93,8 +93,9 @@
 //!   `unpriced`, with a warning.
 //! - Every tenant with usage in the period gets an invoice, `unattributed` and `idle`
 //!   included; the invoice minimum applies to each invoice with priced usage (at least one
-//!   usage line), never to one whose usage is all unpriced or unrated, nor to `idle` (the
-//!   energy of windows no tenant used: gpumeter's own tenant), which say why in a warning. Callers that do not bill `unattributed` or `idle` drop their invoices. A `minimum`
+//!   usage line), never to one whose usage is all unpriced or unrated, nor to `idle` (what the
+//!   GPU measured while no tenant's kernel ran: energy, PM-sampled SM activity and DRAM bytes;
+//!   gpumeter's own tenant), which say why in a warning. Callers that do not bill `unattributed` or `idle` drop their invoices. A `minimum`
 //!   line has `null` in every field but `kind` and `amount`.
 //! - `usage_sha256` is copied from the report, not recomputed (callers verify the report);
 //!   only an unsealed report (empty `sha256`) has its digest computed.

@@ -1134,7 +1134,8 @@ fn build_invoice(
 
     // The minimum tops up priced usage only: an invoice without a usage line (all of its
     // usage unpriced, or of meters the book does not rate) has nothing to top up, and says so.
-    // `idle` (the energy of windows no tenant used) is gpumeter's own tenant, not a customer:
+    // `idle` (what the GPU measured while no tenant's kernel ran: energy, PM-sampled SM activity
+    // and DRAM bytes) is gpumeter's own tenant, not a customer:
     // it is never topped up either, and says so.
     let idle = tenant == IDLE;
     let mut subtotal_minor = usage_sum.clone();
@@ -1187,8 +1188,9 @@ fn build_invoice(
         Some(minimum) if idle => warnings.push(Warning::new(
             WarningCode::MinimumNotApplied,
             format!(
-                "the invoice minimum of {minimum} {} does not apply: `{IDLE}` is the energy of \
-                 windows no tenant used, gpumeter's own tenant, not a customer",
+                "the invoice minimum of {minimum} {} does not apply: `{IDLE}` is what the GPU \
+                 measured while no tenant's kernel ran (energy, PM-sampled SM activity and DRAM \
+                 bytes), gpumeter's own tenant, not a customer",
                 currency.code()
             ),
         )),

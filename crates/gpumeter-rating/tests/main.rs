@@ -1630,7 +1630,7 @@ mod invoices {
         println!("{text}");
     }
 
-    /// `idle` (the energy of windows no tenant used) is gpumeter's own tenant, not a customer:
+    /// `idle` (what the GPU measured while no tenant's kernel ran) is gpumeter's own tenant, not a customer:
     /// its invoice never gets a `minimum` line, and says so. `unattributed` (a single-tenant
     /// preview without `--tenant`) and real tenants keep the minimum.
     #[test]
@@ -1684,6 +1684,13 @@ mod invoices {
                 && w.contains("not a customer"),
             "{:?}",
             idle.warnings
+        );
+        // `idle` is not only energy: PM sampling's activity with no kernel running is idle's too,
+        // and the warning must not call an invoice of sm_active_ns and dram_bytes "energy".
+        assert!(
+            w.contains("while no tenant's kernel ran")
+                && w.contains("PM-sampled SM activity and DRAM bytes"),
+            "{w}"
         );
         for t in ["unattributed", "alice"] {
             let inv = by_tenant(t);
