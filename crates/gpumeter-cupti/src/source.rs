@@ -1398,10 +1398,21 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
 /// chain (`--opening`), the samples' ends count in how far this report reads it, as energy
 /// samples' do, and the samples that report read (ending at or before the time it read the
 /// device to) are left out.
-pub(crate) fn push_pm(meter: &mut Meter, pm: Vec<(DeviceSlot, PmSample)>, recording: Option<&str>) {
+///
+/// The samples are pushed in time order (by start; equal starts in file order), the order a
+/// streamed replay hands them on in ([`crate::file::Reorder`]): of two overlapping samples
+/// the meter keeps the one it is handed first, so the file's order would otherwise make the
+/// whole-file report differ from the streamed one.
+pub(crate) fn push_pm(
+    meter: &mut Meter,
+    mut pm: Vec<(DeviceSlot, PmSample)>,
+    recording: Option<&str>,
+) {
     if pm.is_empty() {
         return;
     }
+    // Stable: equal starts keep the file's order, as the reorder buffer's sequence does.
+    pm.sort_by_key(|(_, x)| x.start_ns);
     let cont = match recording {
         Some(r) => gpumeter_core::Continuation::begin(
             meter,

@@ -1065,3 +1065,61 @@ fn a_recording_with_pm_samples_meters_as_whole() {
     assert!(a.is_ok());
     assert_eq!(a, b);
 }
+
+/// Issue 16 review: overlapping PM samples written out of their time order (the later-starting
+/// one first) meter the same whole and streamed: the meter keeps the first of two overlapping
+/// samples it is handed, so both paths must hand them over in the same (time) order.
+#[test]
+fn overlapping_pm_samples_out_of_order_meter_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        ..GmrHeader::default()
+    };
+    let sample = |a: u64, b: u64, active: u64| PmSample {
+        start_ns: T0 + a,
+        end_ns: T0 + b,
+        sm_active_cycles: Some(active),
+        sm_elapsed_cycles: Some(1_000),
+        dram_read_bytes: Some(active),
+        dram_write_bytes: Some(1),
+        overflow: false,
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    w.write_buffer(&[kernel_rec(0, 1), kernel_rec(5, 2)].concat())
+        .expect("buffer");
+    // [2 µs, 6 µs) first, then [0, 4 µs) which overlaps it, then [5 µs, 9 µs) overlapping
+    // only the first.
+    for s in [
+        sample(2_000, 6_000, 50_000),
+        sample(0, 4_000, 7_000),
+        sample(5_000, 9_000, 3_000),
+    ] {
+        w.write_pm_samples(&PmSamples {
+            device_id: 0,
+            samples: vec![s],
+        })
+        .expect("pm");
+    }
+    w.write_buffer(&kernel_rec(20, 3)).expect("buffer");
+    let out = w.finish().expect("finish");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("overlap.gmr");
+    std::fs::write(&path, out).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(
+        a.as_ref().is_ok_and(|r| r.contains("sm_active_ns")),
+        "{a:?}"
+    );
+    assert_eq!(a, b);
+}
