@@ -1123,3 +1123,97 @@ fn overlapping_pm_samples_out_of_order_meter_as_whole() {
     );
     assert_eq!(a, b);
 }
+
+/// Issue 16 review: random recordings of kernels and PM samples (some overlapping, some
+/// duplicated, some invalid, written in random places among the buffers) meter the same whole
+/// and streamed.
+#[test]
+fn random_pm_recordings_meter_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        ..GmrHeader::default()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("random.gmr");
+    let strategy = (
+        proptest::collection::vec(0u64..400, 1..40),
+        proptest::collection::vec(
+            (
+                0u64..420,
+                1u64..40,
+                0u64..200_000,
+                0u64..1000,
+                any::<u32>(),
+                0usize..64,
+            ),
+            0..30,
+        ),
+        1usize..8,
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&strategy, |(starts, samples, per)| {
+            let mut starts = starts;
+            starts.sort_unstable();
+            let records: Vec<Vec<u8>> = starts
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| kernel_rec(s, i as u32 + 1))
+                .collect();
+            let buffers: Vec<Vec<u8>> = records.chunks(per).map(|c| c.concat()).collect();
+            let mut frames: Vec<Vec<PmSample>> = vec![Vec::new(); buffers.len() + 1];
+            for &(a, len, active, rd, flags, at) in &samples {
+                let x = PmSample {
+                    start_ns: T0 + a * 1_000,
+                    end_ns: T0 + (a + len) * 1_000 - u64::from(flags % 7 == 0) * len * 1_000,
+                    sm_active_cycles: (flags & 2 == 0).then_some(active),
+                    sm_elapsed_cycles: (flags & 4 == 0).then_some(1_000),
+                    dram_read_bytes: (flags & 8 == 0).then_some(rd),
+                    dram_write_bytes: (flags & 16 == 0).then_some(rd / 2),
+                    overflow: flags & 32 != 0,
+                };
+                let n = frames.len();
+                frames[at % n].push(x);
+                if flags & 64 != 0 {
+                    // An exact copy elsewhere.
+                    frames[(at / 2) % n].push(x);
+                }
+            }
+            let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+            for (i, f) in frames.iter().enumerate() {
+                if !f.is_empty() {
+                    w.write_pm_samples(&PmSamples {
+                        device_id: 0,
+                        samples: f.clone(),
+                    })
+                    .expect("pm");
+                }
+                if let Some(b) = buffers.get(i) {
+                    w.write_buffer(b).expect("buffer");
+                }
+            }
+            std::fs::write(&path, w.finish().expect("finish")).expect("write");
+            let (a, b) = gmr_both(&path, None);
+            prop_assert!(a.is_ok(), "{:?}", a);
+            prop_assert_eq!(a, b);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
