@@ -1217,3 +1217,89 @@ fn random_pm_recordings_meter_as_whole() {
         })
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Issue 16 review: two recordings of one GPU whose PM samples overlap (the later-starting one
+/// in the first file) meter the same streamed together (`meter_files`, merged in time order)
+/// as read whole (`meter_sources`), in either order of the files.
+#[test]
+fn overlapping_pm_samples_of_two_recordings_meter_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use gpumeter_cupti::{meter_files, meter_sources, CuptiFormat, CuptiInput};
+    let sample = |a: u64, b: u64, active: u64| PmSample {
+        start_ns: T0 + a,
+        end_ns: T0 + b,
+        sm_active_cycles: Some(active),
+        sm_elapsed_cycles: Some(1_000),
+        dram_read_bytes: Some(active),
+        dram_write_bytes: Some(1),
+        overflow: false,
+    };
+    let recording = |pid: u32, kernel_at: u64, s: PmSample| {
+        let header = GmrHeader {
+            cupti_api_version: 26,
+            host: "test".into(),
+            process_id: pid,
+            devices: vec![GmrDevice {
+                id: 0,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+                sm_count: Some(132),
+                compute_capability: Some("9.0".into()),
+            }],
+            ..GmrHeader::default()
+        };
+        let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+        w.write_buffer(&kernel_rec(kernel_at, pid)).expect("buffer");
+        w.write_pm_samples(&PmSamples {
+            device_id: 0,
+            samples: vec![s],
+        })
+        .expect("pm");
+        w.finish().expect("finish")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = [
+        (
+            dir.path().join("a.gmr"),
+            recording(71, 0, sample(2_000, 6_000, 50_000)),
+        ),
+        (
+            dir.path().join("b.gmr"),
+            recording(72, 3, sample(0, 4_000, 7_000)),
+        ),
+    ];
+    for (p, b) in &files {
+        std::fs::write(p, b).expect("write");
+    }
+    for order in [[0usize, 1], [1, 0]] {
+        let mut whole = Meter::new(MeterConfig::default());
+        let inputs: Vec<CuptiInput<'_>> = order
+            .iter()
+            .map(|&i| CuptiInput {
+                name: if i == 0 { "a.gmr" } else { "b.gmr" },
+                bytes: &files[i].1,
+                format: CuptiFormat::Gmr,
+            })
+            .collect();
+        meter_sources(&mut whole, &inputs, &CuptiOptions::default()).expect("whole");
+        let whole = whole.finish().expect("report");
+        let mut streamed = Meter::new(MeterConfig::default());
+        let paths: Vec<(&Path, CuptiFormat)> = order
+            .iter()
+            .map(|&i| (files[i].0.as_path(), CuptiFormat::Gmr))
+            .collect();
+        let done = meter_files(&mut streamed, &paths, &CuptiOptions::default()).expect("stream");
+        assert!(done.is_some(), "the files stream");
+        let streamed = streamed.finish().expect("report");
+        assert_eq!(
+            whole.lost("GPU-00000000-0000-0000-0000-000000000001", "invalid_field"),
+            1
+        );
+        assert_eq!(
+            serde_json::to_string(&whole).expect("json"),
+            serde_json::to_string(&streamed).expect("json"),
+            "order {order:?}"
+        );
+    }
+}
