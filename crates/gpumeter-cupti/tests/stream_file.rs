@@ -1303,3 +1303,61 @@ fn overlapping_pm_samples_of_two_recordings_meter_as_whole() {
         );
     }
 }
+
+/// Issue 16 review: a GPU of the recording that is sampled but runs no kernel (its samples are
+/// settled and freed as the stream goes, `Meter::settle`) meters the same streamed as whole.
+#[test]
+fn a_sampled_device_without_kernels_streams_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    let gpu = |id: u32| GmrDevice {
+        id,
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        uuid: Some(format!("GPU-00000000-0000-0000-0000-00000000000{}", id + 1)),
+        sm_count: Some(132),
+        compute_capability: Some("9.0".into()),
+    };
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![gpu(0), gpu(1)],
+        ..GmrHeader::default()
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    for f in 0..10u64 {
+        let records: Vec<Vec<u8>> = (0..100)
+            .map(|i| kernel_rec(f * 1_000 + i * 10, (f * 100 + i) as u32 + 1))
+            .collect();
+        w.write_buffer(&records.concat()).expect("buffer");
+        for device_id in [0, 1] {
+            let samples = (0..1_000u64)
+                .map(|i| {
+                    let t = T0 + (f * 1_000 + i) * 1_000;
+                    PmSample {
+                        start_ns: t,
+                        end_ns: t + 1_000,
+                        sm_active_cycles: Some(i % 50),
+                        sm_elapsed_cycles: Some(10),
+                        dram_read_bytes: Some(i),
+                        dram_write_bytes: Some(f),
+                        overflow: false,
+                    }
+                })
+                .collect();
+            w.write_pm_samples(&PmSamples { device_id, samples })
+                .expect("pm");
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idle-gpu.gmr");
+    std::fs::write(&path, w.finish().expect("finish")).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(
+        a.as_ref()
+            .is_ok_and(|r| r.contains("GPU-00000000-0000-0000-0000-000000000002")
+                && r.contains("\"idle\"")),
+        "{a:?}"
+    );
+    assert_eq!(a, b);
+}
