@@ -168,7 +168,9 @@ proptest! {
             let mut t = 0;
             for &(len, keep, act, el, rd) in &cuts {
                 if keep {
-                    m.push_pm_sample(dev, &sample(t * U + 1, (t + len) * U + 1, act.min(el * 64), el, rd, 3));
+                    let mut x = sample(t * U + 1, (t + len) * U + 1, act.min(el * 64), el, rd, 3);
+                    x.overflow = rd % 3 == 0;
+                    m.push_pm_sample(dev, &x);
                 }
                 t += len;
             }
@@ -184,6 +186,22 @@ proptest! {
         let a = build(&[]);
         let b = build(&edges);
         prop_assert_eq!(sums(&a), sums(&b));
+        // The drained reports merged: the same usage and totals.
+        let named: Vec<(String, UsageReport)> =
+            b.iter().enumerate().map(|(i, r)| (format!("part{i}"), r.clone())).collect();
+        let merged = gpumeter_core::merge_reports(&named).expect("merge");
+        prop_assert_eq!(sums(std::slice::from_ref(&merged)), sums(&a));
+        for meter in [MeterKind::SmActiveNs, MeterKind::DramBytes] {
+            prop_assert_eq!(per_tenant(&merged, meter), per_tenant(&a[0], meter));
+        }
+        // Overflow loss and its warning survive drains and the merge.
+        let n = b.iter().map(|r| r.lost(KEY, "pm_sample_overflow")).sum::<u64>();
+        prop_assert_eq!(n, a[0].lost(KEY, "pm_sample_overflow"));
+        prop_assert_eq!(merged.lost(KEY, "pm_sample_overflow"), n);
+        prop_assert_eq!(
+            merged.warnings.iter().any(|w| w.code() == &gpumeter_core::WarningCode::PmSampleOverflow),
+            n > 0
+        );
     }
 
     /// Samples that are exactly one window: each tenant gets its sm_ns share of the window
