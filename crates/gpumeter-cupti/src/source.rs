@@ -1395,11 +1395,22 @@ fn announce(
     (summary, batch, pm)
 }
 
+/// The identity under which a report notes how far it read a recording's PM samples
+/// (`extensions.recordings`): the recording's own ([`gpumeter_core::Batch::recording`]) with
+/// `#pm` after it. PM samples are decoded on their own period (100 ms by default) while
+/// activity buffers are flushed on theirs, so at any moment a growing recording holds its
+/// records and its samples up to different times: one cut for both would leave out, in the
+/// next report of the chain, the records or samples written after the report though they
+/// end before that cut, never metered.
+pub(crate) fn pm_recording(recording: &str) -> String {
+    format!("{recording}#pm")
+}
+
 /// A source's PM samples (on the meter's slots, in file order) less those an earlier report
 /// of the chain read: for a `.gmr` recording continued from an earlier report (`--opening`),
-/// the samples' ends count in how far this report reads it, as energy samples' do, and the
-/// samples that report read (ending at or before the time it read the device to) are left
-/// out.
+/// how far this report reads the samples is noted apart from its records
+/// ([`pm_recording`]), and the samples the earlier report read (ending at or before the time
+/// it read the device's samples to) are left out.
 pub(crate) fn pm_unread(
     meter: &mut Meter,
     pm: Vec<(DeviceSlot, PmSample)>,
@@ -1411,7 +1422,7 @@ pub(crate) fn pm_unread(
     let cont = match recording {
         Some(r) => gpumeter_core::Continuation::begin(
             meter,
-            r,
+            &pm_recording(r),
             pm.iter()
                 .map(|(slot, x)| (*slot, x.end_ns.max(x.start_ns)))
                 .collect::<Vec<_>>(),

@@ -1361,3 +1361,97 @@ fn a_sampled_device_without_kernels_streams_as_whole() {
     );
     assert_eq!(a, b);
 }
+
+/// Issue 16 review: a growing recording's PM samples and records reach the file at different
+/// times (samples decoded on their own period, buffers flushed on theirs). A report of the
+/// chain that read records further than samples, or samples further than records, leaves
+/// nothing of what the next report reads unmetered: samples and records are cut apart.
+#[test]
+fn a_recording_chain_cuts_pm_samples_and_records_apart() {
+    use gpumeter_core::{MeterKind, PmSample};
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![GmrDevice {
+            id: 0,
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            ..GmrDevice::default()
+        }],
+        ..GmrHeader::default()
+    };
+    let key = "GPU-00000000-0000-0000-0000-000000000001";
+    // Samples of 1 ms, 2 bytes each; kernels of 1 µs every `i` µs (`kernel_rec`).
+    let samples = |from: u64, to: u64| PmSamples {
+        device_id: 0,
+        samples: (from..to)
+            .map(|i| PmSample {
+                start_ns: T0 + i * 1_000_000,
+                end_ns: T0 + (i + 1) * 1_000_000,
+                sm_active_cycles: Some(10),
+                sm_elapsed_cycles: Some(1),
+                dram_read_bytes: Some(1),
+                dram_write_bytes: Some(1),
+                overflow: false,
+            })
+            .collect(),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("growing.gmr");
+    // Records ahead of samples: a kernel to 10 ms written, samples only to 5 ms, then the
+    // samples to 10 ms. Samples ahead of records: samples to 10 ms written, a kernel at 1 ms,
+    // then a kernel at 5 ms.
+    /// Records and samples written before the first report, then after it.
+    type Parts = (Vec<Vec<u8>>, PmSamples, Vec<Vec<u8>>, PmSamples);
+    let ahead: [Parts; 2] = [
+        (
+            vec![kernel_rec(9_997, 1)],
+            samples(0, 5),
+            vec![],
+            samples(5, 10),
+        ),
+        (
+            vec![kernel_rec(1_000, 1)],
+            samples(0, 10),
+            vec![kernel_rec(5_000, 2)],
+            samples(0, 0),
+        ),
+    ];
+    for (first_k, first_s, then_k, then_s) in ahead {
+        let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+        w.write_buffer(&first_k.concat()).expect("buffer");
+        w.write_pm_samples(&first_s).expect("pm");
+        let part = w.finish().expect("finish");
+        let part = &part[..part.len() - 16];
+        let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+        w.write_buffer(&first_k.concat()).expect("buffer");
+        w.write_pm_samples(&first_s).expect("pm");
+        if !then_k.is_empty() {
+            w.write_buffer(&then_k.concat()).expect("buffer");
+        }
+        w.write_pm_samples(&then_s).expect("pm");
+        let full = w.finish().expect("finish");
+        assert_eq!(&full[..part.len()], part);
+        let mut meter = Meter::new(MeterConfig::default());
+        meter_gmr(&mut meter, "growing.gmr", part, &CuptiOptions::default()).expect("early");
+        let opening = meter.finish().expect("report");
+        std::fs::write(&path, &full).expect("write");
+        let (a, b) = gmr_both(&path, Some(&opening));
+        assert_eq!(a, b);
+        let mut meter = Meter::new(MeterConfig::default());
+        meter.continue_from(&opening).expect("opening");
+        meter_gmr(&mut meter, "growing.gmr", &full, &CuptiOptions::default()).expect("later");
+        let later = meter.finish().expect("report");
+        let dram = |r: &gpumeter_core::UsageReport| r.device_total(key, MeterKind::DramBytes);
+        let launches =
+            |r: &gpumeter_core::UsageReport| r.device_total(key, MeterKind::KernelLaunches);
+        assert_eq!(dram(&opening) + dram(&later), 20, "every sample once");
+        assert_eq!(
+            launches(&opening) + launches(&later),
+            (first_k.len() + then_k.len()) as u128,
+            "every kernel once"
+        );
+    }
+}
