@@ -939,6 +939,7 @@ pub(crate) fn scan_stream(
         energy: Vec::new(),
         recording: None,
         ends: Vec::new(),
+        pm_ends: Vec::new(),
         sketches: std::mem::take(&mut file.sketches),
         replayer: Replayer::Buffer(file),
     }))

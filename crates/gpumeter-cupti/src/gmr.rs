@@ -1333,3 +1333,79 @@ pub fn read_gmr_from<R: Read>(mut r: R) -> Result<GmrFile, GmrError> {
     r.read_to_end(&mut bytes)?;
     read_gmr(&bytes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A PM-samples payload of `count` (as written) and `samples` 56-byte records of random
+    /// bytes, with each record's flags masked to `mask`.
+    fn payload(count: u32, samples: &[[u8; PM_SAMPLE_LEN]], mask: u32) -> Vec<u8> {
+        let mut p = Vec::new();
+        p.extend_from_slice(&3u32.to_le_bytes());
+        p.extend_from_slice(&count.to_le_bytes());
+        for s in samples {
+            let mut s = *s;
+            let flags = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) & mask;
+            s[..4].copy_from_slice(&flags.to_le_bytes());
+            p.extend_from_slice(&s);
+        }
+        p
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any bytes as a type-9 payload: an error or samples, never a panic, and never an
+        /// allocation sized by a count the payload does not hold.
+        #[test]
+        fn pm_payload_of_any_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            match parse_payload(T_PM_SAMPLES, &bytes) {
+                Ok(Some(Frame::PmSamples(p))) => {
+                    prop_assert_eq!(bytes.len(), 8 + PM_SAMPLE_LEN * p.samples.len());
+                }
+                Ok(other) => prop_assert!(false, "{:?}", other),
+                Err(_) => {}
+            }
+        }
+
+        /// Well-sized payloads: parsed exactly when the count matches and no unknown flag bit
+        /// is set, each field read from its place.
+        #[test]
+        fn pm_payload_parses_exactly_the_valid_ones(
+            samples in proptest::collection::vec(any::<[u8; PM_SAMPLE_LEN]>(), 0..6),
+            off_by in prop_oneof![Just(0i64), -2i64..3],
+            known_only in any::<bool>(),
+        ) {
+            let mask = if known_only { PM_FLAGS_KNOWN } else { u32::MAX };
+            let count = (samples.len() as i64 + off_by).max(0) as u32;
+            let p = payload(count, &samples, mask);
+            let unknown = samples.iter().any(|s| {
+                u32::from_le_bytes([s[0], s[1], s[2], s[3]]) & mask & !PM_FLAGS_KNOWN != 0
+            });
+            let got = parse_payload(T_PM_SAMPLES, &p);
+            let valid = count as usize == samples.len() && !unknown;
+            prop_assert_eq!(got.is_ok(), valid, "{:?}", got);
+            if let Ok(Some(Frame::PmSamples(pm))) = got {
+                prop_assert_eq!(pm.device_id, 3);
+                prop_assert_eq!(pm.samples.len(), samples.len());
+                let word = |s: &[u8; PM_SAMPLE_LEN], i: usize| {
+                    let mut b = [0u8; 8];
+                    b.copy_from_slice(&s[8 + 8 * i..16 + 8 * i]);
+                    u64::from_le_bytes(b)
+                };
+                for (x, s) in pm.samples.iter().zip(&samples) {
+                    let flags = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) & mask;
+                    prop_assert_eq!(x.overflow, flags & PM_FLAG_OVERFLOW != 0);
+                    prop_assert_eq!((x.start_ns, x.end_ns), (word(s, 0), word(s, 1)));
+                    let has = |bit: u32, i: usize| (flags & bit != 0).then(|| word(s, i));
+                    prop_assert_eq!(x.sm_active_cycles, has(PM_FLAG_SM_ACTIVE, 2));
+                    prop_assert_eq!(x.sm_elapsed_cycles, has(PM_FLAG_SM_ELAPSED, 3));
+                    prop_assert_eq!(x.dram_read_bytes, has(PM_FLAG_DRAM_READ, 4));
+                    prop_assert_eq!(x.dram_write_bytes, has(PM_FLAG_DRAM_WRITE, 5));
+                }
+            }
+        }
+    }
+}

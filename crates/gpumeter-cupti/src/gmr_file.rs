@@ -558,12 +558,12 @@ pub(crate) fn scan_stream(
         .filter_map(|(id, &t)| Some((*index.get(id)?, t)))
         .collect();
     ends.extend((0..exit_devices).map(|d| (DeviceSlot(d as u32), s.end)));
-    // And its PM samples, as the whole-file path notes them (`source::push_pm`).
-    ends.extend(
-        s.pm_ends
-            .iter()
-            .filter_map(|(id, &t)| Some((*index.get(id)?, t))),
-    );
+    // Its PM samples', apart (`source::pm_recording`), as the whole-file path notes them.
+    let pm_ends: Vec<(DeviceSlot, u64)> = s
+        .pm_ends
+        .iter()
+        .filter_map(|(id, &t)| Some((*index.get(id)?, t)))
+        .collect();
     let mut sketches = vec![Sketch::default(); devices.len()];
     if sketch {
         for (id, k) in std::mem::take(&mut s.sketches) {
@@ -590,6 +590,7 @@ pub(crate) fn scan_stream(
         energy,
         recording: Some(recording),
         ends,
+        pm_ends,
         sketches,
         replayer: Replayer::Gmr(Box::new(GmrStream {
             s,

@@ -1322,18 +1322,24 @@ fn inventory_info(source: &str, d: &GmrDevice) -> DeviceInfo {
 
 /// Hands a plan to the meter: source, devices (hook applied), losses, records.
 fn commit(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> CuptiSummary {
-    let (summary, batch) = announce(meter, plan, opts);
+    let (summary, batch, pm) = announce(meter, plan, opts);
+    push_pm(meter, vec![(batch.sha256.clone(), pm)]);
     push_batches(meter, vec![batch]);
     summary
 }
 
 /// Announces a plan (source, devices with the hook applied, warnings, skipped, losses,
-/// partitions) and returns what it has to push, mapped to the meter's slots and partitions;
-/// an empty batch for a source already metered.
-fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSummary, Batch) {
+/// partitions) and returns what it has to push, mapped to the meter's slots and partitions:
+/// the batch and the PM samples ([`push_pm`]); an empty batch and no samples for a source
+/// already metered.
+fn announce(
+    meter: &mut Meter,
+    plan: Plan,
+    opts: &CuptiOptions<'_>,
+) -> (CuptiSummary, Batch, Vec<(DeviceSlot, PmSample)>) {
     let mut summary = plan.summary;
     if !begin(meter, &mut summary) {
-        return (summary, Batch::default());
+        return (summary, Batch::default(), Vec::new());
     }
     let slots = register_devices(meter, plan.devices, opts);
     let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
@@ -1369,7 +1375,7 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
         .pm
         .into_iter()
         .filter_map(|(local, x)| Some((slot_of(local)?, x)));
-    push_pm(meter, pm.collect(), plan.recording.as_deref());
+    let pm = pm_unread(meter, pm.collect(), plan.recording.as_deref());
     let batch = Batch {
         sha256: summary.sha256.clone(),
         name: summary.source_name.clone(),
@@ -1386,36 +1392,71 @@ fn announce(meter: &mut Meter, plan: Plan, opts: &CuptiOptions<'_>) -> (CuptiSum
             .map(|(cat, n)| (cat.to_string(), n))
             .collect(),
     };
-    (summary, batch)
+    (summary, batch, pm)
 }
 
-/// Pushes a source's PM samples (on the meter's slots, in file order) into the meter
-/// ([`Meter::push_pm_sample`]) as the source is announced, before any source's records: a
-/// [`Batch`] carries no PM samples, and samples pushed before the records are never `late`
-/// (the meter holds them until its sweep passes their end; the whole-file path holds the
-/// file in memory anyway). A streamed recording hands them on among its records instead
-/// ([`crate::gmr_file`]). For a `.gmr` recording continued from an earlier report of the
-/// chain (`--opening`), the samples' ends count in how far this report reads it, as energy
-/// samples' do, and the samples that report read (ending at or before the time it read the
-/// device to) are left out.
-pub(crate) fn push_pm(meter: &mut Meter, pm: Vec<(DeviceSlot, PmSample)>, recording: Option<&str>) {
+/// The identity under which a report notes how far it read a recording's PM samples
+/// (`extensions.recordings`): the recording's own ([`gpumeter_core::Batch::recording`]) with
+/// `#pm` after it. PM samples are decoded on their own period (100 ms by default) while
+/// activity buffers are flushed on theirs, so at any moment a growing recording holds its
+/// records and its samples up to different times: one cut for both would leave out, in the
+/// next report of the chain, the records or samples written after the report though they
+/// end before that cut, never metered.
+pub(crate) fn pm_recording(recording: &str) -> String {
+    format!("{recording}#pm")
+}
+
+/// A source's PM samples (on the meter's slots, in file order) less those an earlier report
+/// of the chain read: for a `.gmr` recording continued from an earlier report (`--opening`),
+/// how far this report reads the samples is noted apart from its records
+/// ([`pm_recording`]), and the samples the earlier report read (ending at or before the time
+/// it read the device's samples to) are left out.
+pub(crate) fn pm_unread(
+    meter: &mut Meter,
+    pm: Vec<(DeviceSlot, PmSample)>,
+    recording: Option<&str>,
+) -> Vec<(DeviceSlot, PmSample)> {
     if pm.is_empty() {
-        return;
+        return pm;
     }
     let cont = match recording {
         Some(r) => gpumeter_core::Continuation::begin(
             meter,
-            r,
+            &pm_recording(r),
             pm.iter()
                 .map(|(slot, x)| (*slot, x.end_ns.max(x.start_ns)))
                 .collect::<Vec<_>>(),
         ),
         None => gpumeter_core::Continuation::default(),
     };
-    for (slot, x) in pm {
-        if pm_read_earlier(&cont, slot, &x) {
-            continue;
-        }
+    pm.into_iter()
+        .filter(|(slot, x)| !pm_read_earlier(&cont, *slot, x))
+        .collect()
+}
+
+/// Pushes the sources' PM samples (per source: its SHA-256 and its samples from
+/// [`pm_unread`]) into the meter ([`Meter::push_pm_sample`]) once every source is announced,
+/// before any source's records: a [`Batch`] carries no PM samples, and samples pushed before
+/// the records are never `late` (the meter holds them until its sweep passes their end; the
+/// whole-file path holds the files in memory anyway). A streamed recording hands them on
+/// among its records instead ([`crate::gmr_file`]).
+///
+/// They are pushed in the order the streamed paths hand them on: by start; at equal starts,
+/// the source whose SHA-256 sorts first ([`crate::meter_files`]' merge); within a source, the
+/// file's order ([`crate::file::Reorder`]). Of two overlapping samples the meter keeps the one
+/// it is handed first, so the files' order would otherwise make the whole-file report differ
+/// from the streamed one.
+pub(crate) fn push_pm(meter: &mut Meter, sources: Vec<(String, Vec<(DeviceSlot, PmSample)>)>) {
+    let mut all: Vec<(u64, &str, usize, DeviceSlot, PmSample)> = Vec::new();
+    for (sha, pm) in &sources {
+        all.extend(
+            pm.iter()
+                .enumerate()
+                .map(|(i, (slot, x))| (x.start_ns, sha.as_str(), i, *slot, *x)),
+        );
+    }
+    all.sort_unstable_by(|a, b| (a.0, a.1, a.2).cmp(&(b.0, b.1, b.2)));
+    for (_, _, _, slot, x) in all {
         meter.push_pm_sample(slot, &x);
     }
 }
@@ -1495,11 +1536,14 @@ pub fn announce_sources(
     }
     let mut summaries = Vec::with_capacity(plans.len());
     let mut batches = Vec::with_capacity(plans.len());
+    let mut pm = Vec::new();
     for plan in plans {
-        let (summary, batch) = announce(meter, plan, opts);
+        let (summary, batch, samples) = announce(meter, plan, opts);
+        pm.push((batch.sha256.clone(), samples));
         batches.push(batch);
         summaries.push(summary);
     }
+    push_pm(meter, pm);
     Ok((summaries, batches))
 }
 

@@ -38,7 +38,7 @@ use gpumeter_core::{
 use crate::file::{refused_item, refused_pm, refused_work, BufferFile, Settle, SourceItem};
 use crate::gmr_file::GmrStream;
 use crate::source::{
-    begin, energy_spans, on_slots, pm_read_earlier, record_losses, register_devices,
+    begin, energy_spans, on_slots, pm_read_earlier, pm_recording, record_losses, register_devices,
     register_partitions, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
 };
 
@@ -145,6 +145,9 @@ pub(crate) struct Streamed {
     /// For a recording: per slot, the latest time of its records and memory events (energy
     /// samples are added once on the meter's slots), for its [`Continuation`].
     pub(crate) ends: Vec<(DeviceSlot, u64)>,
+    /// For a recording: per slot, the latest time of its PM samples, for the continuation of
+    /// its PM samples ([`crate::source::pm_recording`]).
+    pub(crate) pm_ends: Vec<(DeviceSlot, u64)>,
     /// Per slot, the sketch of its work (empty when the scan was not asked for sketches).
     pub(crate) sketches: Vec<Sketch>,
     pub(crate) replayer: Replayer,
@@ -157,6 +160,8 @@ struct Live<'a> {
     slots: Vec<DeviceSlot>,
     partition_of: FxHashMap<(DeviceSlot, u32), PartitionId>,
     continuation: Continuation,
+    /// How far an earlier report read the recording's PM samples.
+    pm_continuation: Continuation,
     /// Records and memory events left out as billed by the opening report.
     billed: (u64, u64),
     /// The source's energy samples on the meter's slots, continuation applied.
@@ -194,7 +199,7 @@ impl Live<'_> {
             }
             SourceItem::Pm(local, x) => {
                 let slot = self.slot_of(local)?;
-                if pm_read_earlier(&self.continuation, slot, &x) {
+                if pm_read_earlier(&self.pm_continuation, slot, &x) {
                     return None;
                 }
                 Some(SourceItem::Pm(slot, x))
@@ -379,6 +384,7 @@ pub(crate) fn meter_streamed(
             slots,
             partition_of,
             continuation: Continuation::default(),
+            pm_continuation: Continuation::default(),
             billed: (0, 0),
             energy,
         }));
@@ -398,6 +404,13 @@ pub(crate) fn meter_streamed(
                 .collect();
             l.continuation = Continuation::begin(meter, rec, ends);
             l.continuation.cut_energy(&mut l.energy, &mut sp);
+            let pm_ends: Vec<(DeviceSlot, u64)> = l
+                .source
+                .pm_ends
+                .iter()
+                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
+                .collect();
+            l.pm_continuation = Continuation::begin(meter, &pm_recording(rec), pm_ends);
         }
         spans.push(sp);
     }

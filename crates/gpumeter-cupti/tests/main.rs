@@ -3339,23 +3339,34 @@ mod pm_frames {
         );
     }
 
-    /// In a chain of reports (`--opening`), a PM sample's end counts in how far a report read
-    /// the recording (as an energy sample's does: here past the last kernel's end).
+    /// In a chain of reports (`--opening`), how far a report read a recording's PM samples is
+    /// noted apart from how far it read its records (`<recording>#pm`): samples and buffers
+    /// reach a growing file at different times, and one cut for both would leave out, in the
+    /// next report, what was written after this one yet ends before the cut.
     #[test]
     fn pm_sample_ends_count_in_how_far_a_report_read_the_recording() {
         let mut b = Buf::new(API);
         kernel(&mut b, T0, 200, 1, 1, 0);
         let (r, _) = meter_all(&[("pm.gmr", &gmr(1, &b, vec![frames(0)], false))], &[]);
         let ends = &r.extensions.recordings;
-        assert_eq!(ends.len(), 1);
-        assert_eq!(ends[0].device_ends.len(), 1);
+        assert_eq!(ends.len(), 2, "{ends:?}");
+        let (pm, records): (Vec<_>, Vec<_>) =
+            ends.iter().partition(|e| e.recording.ends_with("#pm"));
+        assert_eq!((pm.len(), records.len()), (1, 1));
+        assert_eq!(pm[0].recording, format!("{}#pm", records[0].recording));
         // The kernel ends at T0 + 1000; the second sample at T0 + 2000.
         assert!(
-            ends[0].device_ends[0].end.ends_with(":05.000002000Z"),
+            records[0].device_ends[0].end.ends_with(":05.000001000Z"),
             "{:?}",
-            ends[0].device_ends
+            records[0].device_ends
+        );
+        assert!(
+            pm[0].device_ends[0].end.ends_with(":05.000002000Z"),
+            "{:?}",
+            pm[0].device_ends
         );
         let (r, _) = meter_all(&[("k.gmr", &gmr(1, &b, vec![], false))], &[]);
+        assert_eq!(r.extensions.recordings.len(), 1);
         assert!(r.extensions.recordings[0].device_ends[0]
             .end
             .ends_with(":05.000001000Z"));

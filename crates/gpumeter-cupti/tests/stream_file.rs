@@ -1065,3 +1065,393 @@ fn a_recording_with_pm_samples_meters_as_whole() {
     assert!(a.is_ok());
     assert_eq!(a, b);
 }
+
+/// Issue 16 review: overlapping PM samples written out of their time order (the later-starting
+/// one first) meter the same whole and streamed: the meter keeps the first of two overlapping
+/// samples it is handed, so both paths must hand them over in the same (time) order.
+#[test]
+fn overlapping_pm_samples_out_of_order_meter_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        ..GmrHeader::default()
+    };
+    let sample = |a: u64, b: u64, active: u64| PmSample {
+        start_ns: T0 + a,
+        end_ns: T0 + b,
+        sm_active_cycles: Some(active),
+        sm_elapsed_cycles: Some(1_000),
+        dram_read_bytes: Some(active),
+        dram_write_bytes: Some(1),
+        overflow: false,
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    w.write_buffer(&[kernel_rec(0, 1), kernel_rec(5, 2)].concat())
+        .expect("buffer");
+    // [2 µs, 6 µs) first, then [0, 4 µs) which overlaps it, then [5 µs, 9 µs) overlapping
+    // only the first.
+    for s in [
+        sample(2_000, 6_000, 50_000),
+        sample(0, 4_000, 7_000),
+        sample(5_000, 9_000, 3_000),
+    ] {
+        w.write_pm_samples(&PmSamples {
+            device_id: 0,
+            samples: vec![s],
+        })
+        .expect("pm");
+    }
+    w.write_buffer(&kernel_rec(20, 3)).expect("buffer");
+    let out = w.finish().expect("finish");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("overlap.gmr");
+    std::fs::write(&path, out).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(
+        a.as_ref().is_ok_and(|r| r.contains("sm_active_ns")),
+        "{a:?}"
+    );
+    assert_eq!(a, b);
+}
+
+/// Issue 16 review: random recordings of kernels and PM samples (some overlapping, some
+/// duplicated, some invalid, written in random places among the buffers) meter the same whole
+/// and streamed.
+#[test]
+fn random_pm_recordings_meter_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        ..GmrHeader::default()
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("random.gmr");
+    let strategy = (
+        proptest::collection::vec(0u64..400, 1..40),
+        proptest::collection::vec(
+            (
+                0u64..420,
+                1u64..40,
+                0u64..200_000,
+                0u64..1000,
+                any::<u32>(),
+                0usize..64,
+            ),
+            0..30,
+        ),
+        1usize..8,
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 48,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&strategy, |(starts, samples, per)| {
+            let mut starts = starts;
+            starts.sort_unstable();
+            let records: Vec<Vec<u8>> = starts
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| kernel_rec(s, i as u32 + 1))
+                .collect();
+            let buffers: Vec<Vec<u8>> = records.chunks(per).map(|c| c.concat()).collect();
+            let mut frames: Vec<Vec<PmSample>> = vec![Vec::new(); buffers.len() + 1];
+            for &(a, len, active, rd, flags, at) in &samples {
+                let x = PmSample {
+                    start_ns: T0 + a * 1_000,
+                    end_ns: T0 + (a + len) * 1_000 - u64::from(flags % 7 == 0) * len * 1_000,
+                    sm_active_cycles: (flags & 2 == 0).then_some(active),
+                    sm_elapsed_cycles: (flags & 4 == 0).then_some(1_000),
+                    dram_read_bytes: (flags & 8 == 0).then_some(rd),
+                    dram_write_bytes: (flags & 16 == 0).then_some(rd / 2),
+                    overflow: flags & 32 != 0,
+                };
+                let n = frames.len();
+                frames[at % n].push(x);
+                if flags & 64 != 0 {
+                    // An exact copy elsewhere.
+                    frames[(at / 2) % n].push(x);
+                }
+            }
+            let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+            for (i, f) in frames.iter().enumerate() {
+                if !f.is_empty() {
+                    w.write_pm_samples(&PmSamples {
+                        device_id: 0,
+                        samples: f.clone(),
+                    })
+                    .expect("pm");
+                }
+                if let Some(b) = buffers.get(i) {
+                    w.write_buffer(b).expect("buffer");
+                }
+            }
+            std::fs::write(&path, w.finish().expect("finish")).expect("write");
+            let (a, b) = gmr_both(&path, None);
+            prop_assert!(a.is_ok(), "{:?}", a);
+            prop_assert_eq!(a, b);
+            Ok(())
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Issue 16 review: two recordings of one GPU whose PM samples overlap (the later-starting one
+/// in the first file) meter the same streamed together (`meter_files`, merged in time order)
+/// as read whole (`meter_sources`), in either order of the files.
+#[test]
+fn overlapping_pm_samples_of_two_recordings_meter_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use gpumeter_cupti::{meter_files, meter_sources, CuptiFormat, CuptiInput};
+    let sample = |a: u64, b: u64, active: u64| PmSample {
+        start_ns: T0 + a,
+        end_ns: T0 + b,
+        sm_active_cycles: Some(active),
+        sm_elapsed_cycles: Some(1_000),
+        dram_read_bytes: Some(active),
+        dram_write_bytes: Some(1),
+        overflow: false,
+    };
+    let recording = |pid: u32, kernel_at: u64, s: PmSample| {
+        let header = GmrHeader {
+            cupti_api_version: 26,
+            host: "test".into(),
+            process_id: pid,
+            devices: vec![GmrDevice {
+                id: 0,
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+                sm_count: Some(132),
+                compute_capability: Some("9.0".into()),
+            }],
+            ..GmrHeader::default()
+        };
+        let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+        w.write_buffer(&kernel_rec(kernel_at, pid)).expect("buffer");
+        w.write_pm_samples(&PmSamples {
+            device_id: 0,
+            samples: vec![s],
+        })
+        .expect("pm");
+        w.finish().expect("finish")
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let files = [
+        (
+            dir.path().join("a.gmr"),
+            recording(71, 0, sample(2_000, 6_000, 50_000)),
+        ),
+        (
+            dir.path().join("b.gmr"),
+            recording(72, 3, sample(0, 4_000, 7_000)),
+        ),
+    ];
+    for (p, b) in &files {
+        std::fs::write(p, b).expect("write");
+    }
+    for order in [[0usize, 1], [1, 0]] {
+        let mut whole = Meter::new(MeterConfig::default());
+        let inputs: Vec<CuptiInput<'_>> = order
+            .iter()
+            .map(|&i| CuptiInput {
+                name: if i == 0 { "a.gmr" } else { "b.gmr" },
+                bytes: &files[i].1,
+                format: CuptiFormat::Gmr,
+            })
+            .collect();
+        meter_sources(&mut whole, &inputs, &CuptiOptions::default()).expect("whole");
+        let whole = whole.finish().expect("report");
+        let mut streamed = Meter::new(MeterConfig::default());
+        let paths: Vec<(&Path, CuptiFormat)> = order
+            .iter()
+            .map(|&i| (files[i].0.as_path(), CuptiFormat::Gmr))
+            .collect();
+        let done = meter_files(&mut streamed, &paths, &CuptiOptions::default()).expect("stream");
+        assert!(done.is_some(), "the files stream");
+        let streamed = streamed.finish().expect("report");
+        assert_eq!(
+            whole.lost("GPU-00000000-0000-0000-0000-000000000001", "invalid_field"),
+            1
+        );
+        assert_eq!(
+            serde_json::to_string(&whole).expect("json"),
+            serde_json::to_string(&streamed).expect("json"),
+            "order {order:?}"
+        );
+    }
+}
+
+/// Issue 16 review: a GPU of the recording that is sampled but runs no kernel (its samples are
+/// settled and freed as the stream goes, `Meter::settle`) meters the same streamed as whole.
+#[test]
+fn a_sampled_device_without_kernels_streams_as_whole() {
+    use gpumeter_core::PmSample;
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    let gpu = |id: u32| GmrDevice {
+        id,
+        name: Some("NVIDIA H100 80GB HBM3".into()),
+        uuid: Some(format!("GPU-00000000-0000-0000-0000-00000000000{}", id + 1)),
+        sm_count: Some(132),
+        compute_capability: Some("9.0".into()),
+    };
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![gpu(0), gpu(1)],
+        ..GmrHeader::default()
+    };
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    for f in 0..10u64 {
+        let records: Vec<Vec<u8>> = (0..100)
+            .map(|i| kernel_rec(f * 1_000 + i * 10, (f * 100 + i) as u32 + 1))
+            .collect();
+        w.write_buffer(&records.concat()).expect("buffer");
+        for device_id in [0, 1] {
+            let samples = (0..1_000u64)
+                .map(|i| {
+                    let t = T0 + (f * 1_000 + i) * 1_000;
+                    PmSample {
+                        start_ns: t,
+                        end_ns: t + 1_000,
+                        sm_active_cycles: Some(i % 50),
+                        sm_elapsed_cycles: Some(10),
+                        dram_read_bytes: Some(i),
+                        dram_write_bytes: Some(f),
+                        overflow: false,
+                    }
+                })
+                .collect();
+            w.write_pm_samples(&PmSamples { device_id, samples })
+                .expect("pm");
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("idle-gpu.gmr");
+    std::fs::write(&path, w.finish().expect("finish")).expect("write");
+    let (a, b) = gmr_both(&path, None);
+    assert!(
+        a.as_ref()
+            .is_ok_and(|r| r.contains("GPU-00000000-0000-0000-0000-000000000002")
+                && r.contains("\"idle\"")),
+        "{a:?}"
+    );
+    assert_eq!(a, b);
+}
+
+/// Issue 16 review: a growing recording's PM samples and records reach the file at different
+/// times (samples decoded on their own period, buffers flushed on theirs). A report of the
+/// chain that read records further than samples, or samples further than records, leaves
+/// nothing of what the next report reads unmetered: samples and records are cut apart.
+#[test]
+fn a_recording_chain_cuts_pm_samples_and_records_apart() {
+    use gpumeter_core::{MeterKind, PmSample};
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    let header = GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: 77,
+        devices: vec![GmrDevice {
+            id: 0,
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            ..GmrDevice::default()
+        }],
+        ..GmrHeader::default()
+    };
+    let key = "GPU-00000000-0000-0000-0000-000000000001";
+    // Samples of 1 ms, 2 bytes each; kernels of 1 µs every `i` µs (`kernel_rec`).
+    let samples = |from: u64, to: u64| PmSamples {
+        device_id: 0,
+        samples: (from..to)
+            .map(|i| PmSample {
+                start_ns: T0 + i * 1_000_000,
+                end_ns: T0 + (i + 1) * 1_000_000,
+                sm_active_cycles: Some(10),
+                sm_elapsed_cycles: Some(1),
+                dram_read_bytes: Some(1),
+                dram_write_bytes: Some(1),
+                overflow: false,
+            })
+            .collect(),
+    };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("growing.gmr");
+    // Records ahead of samples: a kernel to 10 ms written, samples only to 5 ms, then the
+    // samples to 10 ms. Samples ahead of records: samples to 10 ms written, a kernel at 1 ms,
+    // then a kernel at 5 ms.
+    /// Records and samples written before the first report, then after it.
+    type Parts = (Vec<Vec<u8>>, PmSamples, Vec<Vec<u8>>, PmSamples);
+    let ahead: [Parts; 2] = [
+        (
+            vec![kernel_rec(9_997, 1)],
+            samples(0, 5),
+            vec![],
+            samples(5, 10),
+        ),
+        (
+            vec![kernel_rec(1_000, 1)],
+            samples(0, 10),
+            vec![kernel_rec(5_000, 2)],
+            samples(0, 0),
+        ),
+    ];
+    for (first_k, first_s, then_k, then_s) in ahead {
+        let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+        w.write_buffer(&first_k.concat()).expect("buffer");
+        w.write_pm_samples(&first_s).expect("pm");
+        let part = w.finish().expect("finish");
+        let part = &part[..part.len() - 16];
+        let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+        w.write_buffer(&first_k.concat()).expect("buffer");
+        w.write_pm_samples(&first_s).expect("pm");
+        if !then_k.is_empty() {
+            w.write_buffer(&then_k.concat()).expect("buffer");
+        }
+        w.write_pm_samples(&then_s).expect("pm");
+        let full = w.finish().expect("finish");
+        assert_eq!(&full[..part.len()], part);
+        let mut meter = Meter::new(MeterConfig::default());
+        meter_gmr(&mut meter, "growing.gmr", part, &CuptiOptions::default()).expect("early");
+        let opening = meter.finish().expect("report");
+        std::fs::write(&path, &full).expect("write");
+        let (a, b) = gmr_both(&path, Some(&opening));
+        assert_eq!(a, b);
+        let mut meter = Meter::new(MeterConfig::default());
+        meter.continue_from(&opening).expect("opening");
+        meter_gmr(&mut meter, "growing.gmr", &full, &CuptiOptions::default()).expect("later");
+        let later = meter.finish().expect("report");
+        let dram = |r: &gpumeter_core::UsageReport| r.device_total(key, MeterKind::DramBytes);
+        let launches =
+            |r: &gpumeter_core::UsageReport| r.device_total(key, MeterKind::KernelLaunches);
+        assert_eq!(dram(&opening) + dram(&later), 20, "every sample once");
+        assert_eq!(
+            launches(&opening) + launches(&later),
+            (first_k.len() + then_k.len()) as u128,
+            "every kernel once"
+        );
+    }
+}

@@ -729,11 +729,16 @@ impl Meter {
     /// It changes no quantity for such a source: the sweep books the same elementary
     /// intervals, only sooner. A work record or memory event pushed afterwards that starts
     /// before `before_ns` is `late`, as one older than the horizon is. Unknown slots and
-    /// devices without a work record yet are left as they are.
+    /// devices without a work record yet are left as they are, unless such a device holds PM
+    /// samples ([`Meter::push_pm_sample`]): its sweep then starts at `before_ns`, so that the
+    /// samples before it are apportioned (to [`crate::IDLE`]: no kernel ran there) and freed
+    /// rather than held until the end (a device that is sampled but runs no kernel would
+    /// otherwise hold every sample of a stream).
     pub fn settle(&mut self, slot: DeviceSlot, before_ns: u64) {
         let window = self.config.window;
         if let Some(d) = self.devices.get_mut(slot.0 as usize) {
-            if d.started && before_ns > d.swept_to {
+            if (d.started || d.pm.has_held()) && before_ns > d.swept_to {
+                d.started = true;
                 d.advance(before_ns, window, &self.keys);
             }
         }

@@ -419,6 +419,43 @@ impl DeviceState {
 mod tests {
     use super::*;
 
+    /// A device that is sampled but runs no kernel: a time-ordered source settling it as it
+    /// goes keeps only the samples not yet passed, and the report is the same as without
+    /// settling (everything idle).
+    #[test]
+    fn settling_a_device_with_samples_only_frees_them() {
+        let base = 1_700_000_000_000_000_000u64;
+        let run = |settle: bool| {
+            let mut m = Meter::new(MeterConfig::default());
+            let dev = m.register_device(DeviceInfo::bare("GPU-pm", 0));
+            let mut most = 0;
+            for i in 0..5_000u64 {
+                let s = PmSample {
+                    start_ns: base + i * 100_000,
+                    end_ns: base + (i + 1) * 100_000,
+                    sm_active_cycles: Some(i % 97),
+                    sm_elapsed_cycles: Some(100),
+                    dram_read_bytes: Some(i),
+                    dram_write_bytes: Some(1),
+                    overflow: false,
+                };
+                if settle {
+                    m.settle(dev, s.start_ns);
+                }
+                m.push_pm_sample(dev, &s);
+                most = most.max(m.devices[0].pm.held.len());
+            }
+            (most, m.finish().expect("report"))
+        };
+        let (held, settled) = run(true);
+        let (all, whole) = run(false);
+        assert!(held <= 2, "{held} samples held");
+        assert_eq!(all, 5_000);
+        assert_eq!(settled.usage, whole.usage);
+        assert_eq!(settled.sha256, whole.sha256);
+        assert!(settled.usage.iter().all(|u| u.tenant == crate::IDLE));
+    }
+
     #[test]
     fn scaled_is_the_exact_floor_even_past_128_bits() {
         let q = u128::MAX / 3;
