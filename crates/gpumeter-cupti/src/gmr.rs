@@ -551,6 +551,43 @@ impl DamagedFrame {
             )
     }
 
+    /// The PM samples a damaged frame whose type field says PM samples (type 9, trusted or
+    /// not) held, as far as its bytes tell: `(device id, count, exact)`; `None` for a frame of
+    /// another type, or when no count can be trusted (a payload shorter than its 8-byte
+    /// header, or a header count of more samples than the bytes hold and no whole sample in
+    /// them).
+    ///
+    /// The count is the header's when the bytes are the producer's as written (a frame cut
+    /// short by the end of the file, or a malformed one) and agree with it: the payload is
+    /// exactly `8 + 56 × count` bytes, or is cut short before that. Otherwise it is a lower
+    /// bound: the header's count when those samples fit in the bytes
+    /// (`count ≤ (len − 8) / 56`), else the count the bytes imply (`(len − 8) / 56`). The
+    /// device id is untrusted after a checksum mismatch: the caller places it only on a device
+    /// the recording knows.
+    pub fn pm_sample_count(&self) -> Option<(u32, u64, bool)> {
+        if self.frame_type != Some(T_PM_SAMPLES) {
+            return None;
+        }
+        let header = self.payload.get(..8)?;
+        let device = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let count = u64::from(u32::from_le_bytes([
+            header[4], header[5], header[6], header[7],
+        ]));
+        let len = self.payload.len() as u64;
+        let written = 8 + count * PM_SAMPLE_LEN as u64;
+        if self.type_trusted() && (written == len || (!self.complete && written > len)) {
+            return Some((device, count, true));
+        }
+        let fits = (len - 8) / PM_SAMPLE_LEN as u64;
+        if count <= fits {
+            Some((device, count, false))
+        } else if fits > 0 {
+            Some((device, fits, false))
+        } else {
+            None
+        }
+    }
+
     /// The frame as its type field and payload read, when the payload is complete and parses
     /// (the checksum is not checked: for counting what was lost, never for metering).
     pub fn parse(&self) -> Option<Frame> {

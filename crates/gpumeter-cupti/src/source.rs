@@ -834,7 +834,7 @@ impl<'n> Input<'n> {
         );
         for d in &self.damaged {
             let known = |id: u32| devs.describes(id);
-            let (per_device, exact, what) = damaged_records(d, self.api, &known);
+            let (per_device, exact, what, unit) = damaged_records(d, self.api, &known);
             let reason = match d.damage {
                 Damage::Torn(_) => LossReason::TornFrame,
                 Damage::Corrupt | Damage::FramingLost | Damage::Malformed => {
@@ -862,9 +862,9 @@ impl<'n> Input<'n> {
                 }
             };
             let count = if exact {
-                format!("{placed} records")
+                format!("{placed} {unit}")
             } else {
-                format!("at least {placed} records (how many more is unknown)")
+                format!("at least {placed} {unit} (how many more is unknown)")
             };
             warnings.push(gpumeter_core::Warning::new(
                 gpumeter_core::WarningCode::DamagedFrame,
@@ -1203,18 +1203,40 @@ impl Devices<'_> {
 /// counts only if the recording knows that device (`known`), since the bytes may be
 /// corrupted. Work records and device-memory events are counted (what metering would have
 /// used). A dropped-records frame's count is a count of lost records itself.
+///
+/// A frame whose type field says PM samples (type 9) is counted in PM samples instead (the
+/// last item says which unit): the count its header gives where the bytes make it plausible
+/// ([`DamagedFrame::pm_sample_count`]), on its device only when the recording describes that
+/// device (as samples are placed); when no count can be trusted, at least one sample of no
+/// device.
 fn damaged_records(
     d: &DamagedFrame,
     api: ApiVersion,
     known: &dyn Fn(u32) -> bool,
-) -> (BTreeMap<Option<u32>, u64>, bool, &'static str) {
+) -> (BTreeMap<Option<u32>, u64>, bool, &'static str, &'static str) {
     let mut per: BTreeMap<Option<u32>, u64> = BTreeMap::new();
+    if d.frame_type == Some(crate::gmr::T_PM_SAMPLES) {
+        let what = if d.type_trusted() {
+            "a PM-samples frame"
+        } else {
+            "a frame whose type (PM samples) cannot be trusted"
+        };
+        let (id, n, exact) = match d.pm_sample_count() {
+            Some((id, n, exact)) => (Some(id), n, exact),
+            None => (None, 1, false),
+        };
+        let id = id.filter(|&id| known(id) && id != crate::gmr::UNKNOWN_DEVICE);
+        if n > 0 || !exact {
+            per.insert(id, n);
+        }
+        return (per, exact, what, "PM samples");
+    }
     // Only bytes cut short by the end of the file are the producer's as written; after a
     // checksum mismatch nothing is (the type and length fields included).
     let trusted = d.damage == Damage::Torn(TornReason::ShortRead);
     let place = |id: u32| (trusted || known(id)).then_some(id);
     if d.holds_no_records() {
-        return (per, true, "a frame that holds no records");
+        return (per, true, "a frame that holds no records", "records");
     }
     match d.parse() {
         Some(Frame::Dropped(x)) => {
@@ -1222,15 +1244,15 @@ fn damaged_records(
                 let id = x.device_id.and_then(place);
                 per.insert(id, x.count);
             }
-            return (per, trusted, "a dropped-records count");
+            return (per, trusted, "a dropped-records count", "records");
         }
         Some(Frame::ActivityBuffer(_)) => {}
-        Some(_) => return (per, true, "a frame that holds no records"),
+        Some(_) => return (per, true, "a frame that holds no records", "records"),
         // A frame of a type that holds records but whose payload cannot be read (malformed:
         // its count is unknown), or of a type that cannot be trusted: its bytes are walked as
         // a buffer below, whatever its type field says.
         None if d.type_trusted() && !d.is_activity_buffer() => {
-            return (per, false, "a frame of unknown content");
+            return (per, false, "a frame of unknown content", "records");
         }
         None => {}
     }
@@ -1262,7 +1284,7 @@ fn damaged_records(
     } else {
         "a frame whose type cannot be trusted, read as an activity buffer"
     };
-    (per, exact, what)
+    (per, exact, what, "records")
 }
 
 /// A DEVICE record as a [`DeviceInfo`]: zero values are "unknown".

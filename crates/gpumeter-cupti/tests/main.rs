@@ -3413,34 +3413,83 @@ mod pm_frames {
         assert_eq!(r.device_total(GPU, MeterKind::DramBytes), 100);
     }
 
-    /// A PM-sample frame cut by the end of the file, or malformed, is a damaged frame that
-    /// holds no records: the report says so, no record is lost for it, and the frames before
-    /// it are metered.
+    /// Loss of `reason` on no device (the source's), and whether it is a lower bound.
+    fn source_lost(r: &UsageReport, reason: &str) -> Vec<(u64, bool)> {
+        r.loss
+            .iter()
+            .filter(|l| l.device.is_none() && l.reason == reason)
+            .map(|l| (l.records, l.lower_bound))
+            .collect()
+    }
+
+    /// `bytes` with its frame #`frame` (numbered from the first after the header) changed by
+    /// `change` at payload byte `at`, its checksum made right again: a malformed frame.
+    fn malformed(bytes: &[u8], frame: usize, at: usize, change: u8) -> Vec<u8> {
+        let file = ok(read_gmr(bytes));
+        let start = file.frames[frame].offset as usize;
+        let mut bad = bytes.to_vec();
+        bad[start + 12 + at] |= change;
+        let len = u64::from_le_bytes(ok(bad[start + 4..start + 12].try_into())) as usize;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bad[start..start + 12 + len]);
+        bad[start + 12 + len..start + 16 + len].copy_from_slice(&crc.finalize().to_le_bytes());
+        bad
+    }
+
+    /// A PM-sample frame cut by the end of the file, or malformed, is a damaged frame whose
+    /// samples are loss: the count its header gives (exact when the bytes are the producer's
+    /// and agree with it), on its device when the recording describes it, else on the source;
+    /// at least one when no count can be read. The warning counts PM samples, and the frames
+    /// before it are metered.
     #[test]
-    fn a_damaged_pm_frame_holds_no_records() {
+    fn a_damaged_pm_frame_counts_its_samples_as_loss() {
         let mut b = Buf::new(API);
         kernel(&mut b, T0, 200, 1, 1, 0);
         let whole = gmr(1, &b, vec![frames(0)], false);
+        // Cut inside the samples: the header's count of 2 stands.
         let torn = &whole[..whole.len() - 30];
         let (r, s) = meter_all(&[("torn.gmr", torn)], &[(1, "alice")]);
         assert_eq!(s[0].pm_samples, 0);
         assert_eq!(r.device_total(GPU, MeterKind::SmNs), 132_000);
-        assert_eq!(r.lost(GPU, "torn_frame"), 0);
+        assert_eq!(r.lost(GPU, "torn_frame"), 2);
+        assert!(r.loss.iter().all(|l| !l.lower_bound), "{:?}", r.loss);
         assert_warns(&r, "(type 9): torn last frame");
-        assert_warns(&r, "a frame that holds no records: 0 records lost");
+        assert_warns(&r, "a PM-samples frame: 2 PM samples lost as torn_frame");
 
-        // The same frame with an unknown flag bit (checksum right): malformed.
-        let file = ok(read_gmr(&whole));
-        let at = file.frames[1].offset as usize;
-        let mut bad = whole.clone();
-        bad[at + 12 + 8] |= 1 << 6;
-        let len = u64::from_le_bytes(ok(bad[at + 4..at + 12].try_into())) as usize;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&bad[at..at + 12 + len]);
-        bad[at + 12 + len..at + 16 + len].copy_from_slice(&crc.finalize().to_le_bytes());
+        // Cut inside the header (5 of its 8 bytes): no count, at least one sample of no device.
+        let torn = &whole[..whole.len() - (4 + 2 * 56 + 3)];
+        let (r, _) = meter_all(&[("torn.gmr", torn)], &[(1, "alice")]);
+        assert_eq!(r.lost(GPU, "torn_frame"), 0);
+        assert_eq!(source_lost(&r, "torn_frame"), [(1, true)]);
+        assert_warns(
+            &r,
+            "at least 1 PM samples (how many more is unknown) lost as torn_frame",
+        );
+
+        // The same frame with an unknown flag bit (checksum right): malformed, its 2 samples
+        // lost exactly.
+        let bad = malformed(&whole, 1, 8, 1 << 6);
         let (r, s) = meter_all(&[("bad.gmr", &bad)], &[(1, "alice")]);
         assert_eq!(s[0].pm_samples, 0);
-        assert_eq!(r.lost(GPU, "corrupt_frame"), 0);
+        assert_eq!(r.lost(GPU, "corrupt_frame"), 2);
+        assert!(r.loss.iter().all(|l| !l.lower_bound), "{:?}", r.loss);
         assert_warns(&r, "unknown flag bits 0x40");
+        assert_warns(&r, "2 PM samples lost as corrupt_frame");
+
+        // Of a device the recording does not describe: the source's loss.
+        let other = gmr(1, &b, vec![frames(5)], false);
+        let bad = malformed(&other, 1, 8, 1 << 6);
+        let (r, _) = meter_all(&[("bad.gmr", &bad)], &[(1, "alice")]);
+        assert_eq!(r.lost(GPU, "corrupt_frame"), 0);
+        assert_eq!(source_lost(&r, "corrupt_frame"), [(2, false)]);
+
+        // A checksum that does not match: the header's plausible count, a lower bound.
+        let file = ok(read_gmr(&whole));
+        let at = file.frames[1].offset as usize;
+        let mut corrupt = whole.clone();
+        corrupt[at + 12 + 20] ^= 0xff;
+        let (r, _) = meter_all(&[("corrupt.gmr", &corrupt)], &[(1, "alice")]);
+        assert_eq!(r.lost(GPU, "torn_frame") + r.lost(GPU, "corrupt_frame"), 2);
+        assert!(r.loss.iter().any(|l| l.lower_bound), "{:?}", r.loss);
     }
 }
