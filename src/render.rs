@@ -21,7 +21,7 @@
 use std::fmt::Write as _;
 
 use gpumeter_core::text::printable;
-use gpumeter_core::UsageReport;
+use gpumeter_core::{MeterKind, UsageReport};
 pub use gpumeter_rating::render::{invoice_csv, invoice_html, RenderError};
 use gpumeter_rating::InvoiceDocument;
 
@@ -402,7 +402,17 @@ fn loss_section(out: &mut String, r: &UsageReport) {
     if r.loss.is_empty() {
         return;
     }
-    let _ = writeln!(out, "\nLoss (records that fed no meter)");
+    // Loss reasons are shared by records and PM samples: a PM-sampled report's may be either.
+    let sampled = r.loss.iter().any(|l| l.reason == "pm_sample_overflow")
+        || r.usage
+            .iter()
+            .any(|u| matches!(u.meter, MeterKind::SmActiveNs | MeterKind::DramBytes));
+    let what = if sampled {
+        "records or PM samples"
+    } else {
+        "records"
+    };
+    let _ = writeln!(out, "\nLoss ({what} that fed no meter)");
     let mut t = Table::new(&[
         ("DEVICE", true),
         ("KEY", false),
@@ -423,6 +433,13 @@ fn loss_section(out: &mut String, r: &UsageReport) {
         ]);
     }
     out.push_str(&t.render("  "));
+    if r.loss.iter().any(|l| l.reason == "pm_sample_overflow") {
+        let _ = writeln!(
+            out,
+            "  pm_sample_overflow counts PM sampling's hardware buffer overflows: the samples \
+             they overwrote are not metered (at least one each)"
+        );
+    }
 }
 
 /// The invoices as text for people, as `gpumeter preview` and `gpumeter invoice finalize`

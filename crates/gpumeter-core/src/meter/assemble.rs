@@ -283,10 +283,14 @@ fn pm_meterability(
         warnings.push(Warning::new(
             WarningCode::PmSampleOverflow,
             format!(
-                "CUPTI PM sampling's hardware buffer overflowed {} times on device {} ({}): \
-                 sm_active_ns and dram_bytes miss what the samples overwritten there measured \
-                 (loss pm_sample_overflow)",
-                d.pm.overflows, info.id, info.key
+                "CUPTI PM sampling's hardware buffer overflowed {} {} on device {} ({}): the \
+                 samples it overwrote are not metered (sm_active_ns and dram_bytes miss what \
+                 they measured); at least {} lost (loss pm_sample_overflow)",
+                d.pm.overflows,
+                if d.pm.overflows == 1 { "time" } else { "times" },
+                info.id,
+                info.key,
+                d.pm.overflows
             ),
         ));
     }
@@ -767,16 +771,31 @@ impl Meter {
                     lower_bound: n.lower_bound,
                 });
             }
-            if lost > 0 {
-                let at_least = if d.loss.values().any(|l| l.lower_bound) {
+            // Overflows have their own warning (a count of overflows, not of samples).
+            let others = || {
+                d.loss
+                    .iter()
+                    .filter(|(r, _)| **r != LossReason::PmSampleOverflow)
+                    .map(|(_, l)| l)
+            };
+            let lost_others = others().fold(0u64, |a, l| a.saturating_add(l.records));
+            if lost_others > 0 {
+                let at_least = if others().any(|l| l.lower_bound) {
                     "at least "
                 } else {
                     ""
                 };
+                // Loss reasons are shared by records and PM samples: a sampled device's
+                // count may hold both.
+                let what = if d.pm.carrying.iter().any(|&n| n > 0) || d.pm.overflows > 0 {
+                    "records or PM samples"
+                } else {
+                    "records"
+                };
                 warnings.push(Warning::new(
                     WarningCode::RecordsLost,
                     format!(
-                        "{at_least}{lost} records lost on device {} ({}); see `loss`",
+                        "{at_least}{lost_others} {what} lost on device {} ({}); see `loss`",
                         info.id, info.key
                     ),
                 ));
