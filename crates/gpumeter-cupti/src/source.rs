@@ -1006,8 +1006,7 @@ impl Devices<'_> {
     /// Places PM-sample frames (by CUDA ordinal, as energy samples) on the slot of a device
     /// CUPTI or the inventory knows, registering it if it has none yet; the samples of other
     /// devices are not metered, and one warning of `source` counts them (code
-    /// `unplaced_energy_samples`, the code of samples of a device the recording does not
-    /// describe). The samples keep the file's order.
+    /// `unplaced_pm_samples`). The samples keep the file's order.
     pub(crate) fn place_pm(
         &mut self,
         frames: &[crate::gmr::PmSamples],
@@ -1055,7 +1054,7 @@ impl Devices<'_> {
         if unplaced > 0 {
             let ids: Vec<String> = devices.iter().map(u32::to_string).collect();
             warnings.push(gpumeter_core::Warning::new(
-                gpumeter_core::WarningCode::UnplacedEnergySamples,
+                gpumeter_core::WarningCode::UnplacedPmSamples,
                 format!(
                     "{source}: {unplaced} PM samples name a device the recording does not \
                  describe (CUDA ordinal {}); not metered (sm_active_ns, dram_bytes)",

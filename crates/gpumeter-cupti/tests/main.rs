@@ -3329,6 +3329,14 @@ mod pm_frames {
             &r,
             "2 PM samples name a device the recording does not describe (CUDA ordinal 5)",
         );
+        // Their own code, not the energy samples' one.
+        let codes: Vec<_> = r
+            .warnings
+            .iter()
+            .filter(|w| w.message().contains("PM samples name a device"))
+            .map(|w| w.code().clone())
+            .collect();
+        assert_eq!(codes, [gpumeter_core::WarningCode::UnplacedPmSamples]);
         // Device 0's samples are no reason for that warning.
         let only = gmr(1, &b, vec![frames(0)], true);
         let (r, _) = meter_all(&[("pm.gmr", &only)], &[(1, "alice")]);
