@@ -503,9 +503,8 @@ pub(crate) fn recording_warnings(
         warnings.push(gpumeter_core::Warning::new(
             gpumeter_core::WarningCode::InstrumentedRun,
             format!(
-                "{source}: instrumented run (instruction-level collection: {by}): kernels ran \
-             slower than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
-             kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work"
+                "{source}: instrumented run (instruction-level collection: {by}): \
+                 {INSTRUMENTED_METERS}"
             ),
         ));
     }
@@ -962,6 +961,14 @@ impl<'n> Input<'n> {
         })
     }
 }
+
+/// What an `instrumented_run` warning says after naming the instrumentation: the meters the
+/// patched kernels inflate. `sm_active_ns` is one of them: it is measured, but the patched
+/// kernels run longer, so the hardware sees their SMs active longer.
+pub(crate) const INSTRUMENTED_METERS: &str = "kernels ran slower than they would \
+     uninstrumented, so this report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
+     memory_byte_ns) overstate the work, and so does sm_active_ns (measured, but the patched \
+     kernels run longer, so the hardware sees them active longer)";
 
 /// The devices of a source, registered locally in order of first activity.
 pub(crate) struct Devices<'a> {
