@@ -2123,6 +2123,11 @@ mod gmr_format {
         bad_flag[8 + 56..8 + 56 + 4].copy_from_slice(&(0b10101u32 | 1 << 5).to_le_bytes());
         let mut high_flag = payload.clone();
         high_flag[8..12].copy_from_slice(&(1u32 << 31).to_le_bytes());
+        // Sample 1's reserved field, and its sm_active_cycles with its flag (bit 1) clear.
+        let mut reserved = payload.clone();
+        reserved[8 + 56 + 4..8 + 56 + 8].copy_from_slice(&2u32.to_le_bytes());
+        let mut stray = payload.clone();
+        stray[8 + 56 + 24..8 + 56 + 32].copy_from_slice(&5u64.to_le_bytes());
         for (what, bad, needle) in [
             ("short", &payload[..7], "too short"),
             ("cut", &payload[..payload.len() - 1], "does not hold"),
@@ -2138,6 +2143,16 @@ mod gmr_format {
                 "unknown flag bit 31",
                 &high_flag[..],
                 "PM sample #0 of 2 (numbered from #0, at payload byte 8) has unknown flag bits 0x80000000",
+            ),
+            (
+                "nonzero reserved field",
+                &reserved[..],
+                "PM sample #1 of 2 (numbered from #0, at payload byte 64) has a nonzero reserved field 0x2",
+            ),
+            (
+                "a counter with its flag clear",
+                &stray[..],
+                "PM sample #1 of 2 (numbered from #0, at payload byte 64) has sm_active_cycles 5 with its presence flag 0x2 clear",
             ),
         ] {
             match with(bad) {
