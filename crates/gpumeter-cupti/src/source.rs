@@ -1438,7 +1438,8 @@ pub(crate) fn pm_recording(recording: &str) -> String {
 /// of the chain read: for a `.gmr` recording continued from an earlier report (`--opening`),
 /// how far this report reads the samples is noted apart from its records
 /// ([`pm_recording`]), and the samples the earlier report read (ending at or before the time
-/// it read the device's samples to) are left out.
+/// it read the device's samples to) are left out, counted as billed by the opening report
+/// ([`Meter::record_pm_billed_earlier`]).
 pub(crate) fn pm_unread(
     meter: &mut Meter,
     pm: Vec<(DeviceSlot, PmSample)>,
@@ -1457,9 +1458,15 @@ pub(crate) fn pm_unread(
         ),
         None => gpumeter_core::Continuation::default(),
     };
-    pm.into_iter()
+    let n = pm.len();
+    let unread: Vec<(DeviceSlot, PmSample)> = pm
+        .into_iter()
         .filter(|(slot, x)| !pm_read_earlier(&cont, *slot, x))
-        .collect()
+        .collect();
+    if unread.len() < n {
+        meter.record_pm_billed_earlier((n - unread.len()) as u64);
+    }
+    unread
 }
 
 /// Pushes the sources' PM samples (per source: its SHA-256 and its samples from

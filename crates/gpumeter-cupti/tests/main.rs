@@ -3440,6 +3440,18 @@ mod pm_frames {
         assert_eq!(r.device_total(GPU, MeterKind::SmNs), 0);
         assert_eq!(r.device_total(GPU, MeterKind::SmActiveNs), 13_200);
         assert_eq!(r.device_total(GPU, MeterKind::DramBytes), 100);
+        // The kernel (and its memory event) and the first sample are counted as billed by the
+        // opening report.
+        assert_eq!(
+            r.records.skipped.get("billed_by_opening_report"),
+            Some(&3),
+            "{:?}",
+            r.warnings
+        );
+        assert_warns(
+            &r,
+            "1 work records, 1 memory events and 1 PM samples of recordings",
+        );
     }
 
     /// Loss of `reason` on no device (the source's), and whether it is a lower bound.

@@ -904,21 +904,32 @@ impl Meter {
             ),
             ));
         }
-        let (early_work, early_memory) = self.before_earlier_end;
-        if early_work + early_memory > 0 {
-            *self
+        let (early_work, early_memory, early_pm) = self.before_earlier_end;
+        let early = early_work
+            .saturating_add(early_memory)
+            .saturating_add(early_pm);
+        if early > 0 {
+            let skipped = self
                 .counts
                 .skipped
                 .entry("billed_by_opening_report".to_string())
-                .or_insert(0) += early_work + early_memory;
+                .or_insert(0);
+            *skipped = skipped.saturating_add(early);
+            let what = if early_pm > 0 {
+                format!(
+                    "{early_work} work records, {early_memory} memory events and {early_pm} PM \
+                     samples"
+                )
+            } else {
+                format!("{early_work} work records and {early_memory} memory events")
+            };
             warnings.push(Warning::new(
                 WarningCode::BilledByOpeningReport,
                 format!(
-                "{early_work} work records and {early_memory} memory events of recordings that \
-                 an earlier report of the chain (--opening) read up to a later time lie before \
-                 that time: that report metered them, so they are not metered again (counted as \
-                 skipped `billed_by_opening_report`)"
-            ),
+                    "{what} of recordings that an earlier report of the chain (--opening) read \
+                     up to a later time lie before that time: that report metered them, so \
+                     they are not metered again (counted as skipped `billed_by_opening_report`)"
+                ),
             ));
         }
         // Kernels over the concurrent-kernel limit were counted at arrival; they are loss.
