@@ -473,6 +473,38 @@ mod tests {
         }
     }
 
+    /// A PM-sampled report's loss table says its counts may be PM samples, and what an
+    /// overflow's count means (a lower bound: "at least").
+    #[test]
+    fn pm_sample_loss_is_said_as_samples() {
+        use gpumeter_core::{DeviceInfo, Meter, MeterConfig, PmSample};
+        let mut m = Meter::new(MeterConfig::default());
+        let dev = m.register_device(DeviceInfo::bare("GPU-x", 0));
+        m.push_pm_sample(
+            dev,
+            &PmSample {
+                start_ns: 1000,
+                end_ns: 2000,
+                dram_read_bytes: Some(1),
+                dram_write_bytes: Some(1),
+                overflow: true,
+                ..PmSample::default()
+            },
+        );
+        let r = m.finish().expect("report");
+        let mut out = String::new();
+        loss_section(&mut out, &r);
+        assert!(
+            out.contains("Loss (records or PM samples that fed no meter)"),
+            "{out}"
+        );
+        assert!(out.contains("pm_sample_overflow  at least 1"), "{out}");
+        assert!(
+            out.contains("pm_sample_overflow counts PM sampling's hardware buffer overflows"),
+            "{out}"
+        );
+    }
+
     #[test]
     fn cells_are_escaped_before_widths() {
         let mut t = Table::new(&[("A", false), ("B", false)]);
