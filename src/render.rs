@@ -21,7 +21,7 @@
 use std::fmt::Write as _;
 
 use gpumeter_core::text::printable;
-use gpumeter_core::UsageReport;
+use gpumeter_core::{MeterKind, UsageReport};
 pub use gpumeter_rating::render::{invoice_csv, invoice_html, RenderError};
 use gpumeter_rating::InvoiceDocument;
 
@@ -402,7 +402,17 @@ fn loss_section(out: &mut String, r: &UsageReport) {
     if r.loss.is_empty() {
         return;
     }
-    let _ = writeln!(out, "\nLoss (records that fed no meter)");
+    // Loss reasons are shared by records and PM samples: a PM-sampled report's may be either.
+    let sampled = r.loss.iter().any(|l| l.reason == "pm_sample_overflow")
+        || r.usage
+            .iter()
+            .any(|u| matches!(u.meter, MeterKind::SmActiveNs | MeterKind::DramBytes));
+    let what = if sampled {
+        "records or PM samples"
+    } else {
+        "records"
+    };
+    let _ = writeln!(out, "\nLoss ({what} that fed no meter)");
     let mut t = Table::new(&[
         ("DEVICE", true),
         ("KEY", false),
@@ -423,6 +433,13 @@ fn loss_section(out: &mut String, r: &UsageReport) {
         ]);
     }
     out.push_str(&t.render("  "));
+    if r.loss.iter().any(|l| l.reason == "pm_sample_overflow") {
+        let _ = writeln!(
+            out,
+            "  pm_sample_overflow counts PM sampling's hardware buffer overflows: the samples \
+             they overwrote are not metered (at least one each)"
+        );
+    }
 }
 
 /// The invoices as text for people, as `gpumeter preview` and `gpumeter invoice finalize`
@@ -454,6 +471,38 @@ mod tests {
         for text in ["", "-", "12.5", "1e9", "١٢٣٤", "12 345", "--1"] {
             assert_eq!(group_digits(text), text);
         }
+    }
+
+    /// A PM-sampled report's loss table says its counts may be PM samples, and what an
+    /// overflow's count means (a lower bound: "at least").
+    #[test]
+    fn pm_sample_loss_is_said_as_samples() {
+        use gpumeter_core::{DeviceInfo, Meter, MeterConfig, PmSample};
+        let mut m = Meter::new(MeterConfig::default());
+        let dev = m.register_device(DeviceInfo::bare("GPU-x", 0));
+        m.push_pm_sample(
+            dev,
+            &PmSample {
+                start_ns: 1000,
+                end_ns: 2000,
+                dram_read_bytes: Some(1),
+                dram_write_bytes: Some(1),
+                overflow: true,
+                ..PmSample::default()
+            },
+        );
+        let r = m.finish().expect("report");
+        let mut out = String::new();
+        loss_section(&mut out, &r);
+        assert!(
+            out.contains("Loss (records or PM samples that fed no meter)"),
+            "{out}"
+        );
+        assert!(out.contains("pm_sample_overflow  at least 1"), "{out}");
+        assert!(
+            out.contains("pm_sample_overflow counts PM sampling's hardware buffer overflows"),
+            "{out}"
+        );
     }
 
     #[test]

@@ -139,6 +139,9 @@ codes! {
         /// `dram_bytes` miss what the overwritten samples measured (loss
         /// `pm_sample_overflow`).
         PmSampleOverflow = "pm_sample_overflow",
+        /// PM samples of a device the recording does not describe: not metered
+        /// (`sm_active_ns`, `dram_bytes`).
+        UnplacedPmSamples = "unplaced_pm_samples",
         /// Allocations made at an address still held: the earlier one was closed there.
         Reallocation = "reallocation",
         /// Allocations still held at the report's end (`open_allocations`).

@@ -203,13 +203,35 @@ fn an_overflow_is_loss_and_a_warning_and_its_sample_still_counts() {
     );
     let r = m.finish().expect("report");
     assert_eq!(r.lost(KEY, "pm_sample_overflow"), 2);
+    // A count of overflows: the samples each overwrote are unknown, a lower bound.
+    assert!(r
+        .loss
+        .iter()
+        .filter(|l| l.reason == "pm_sample_overflow")
+        .all(|l| l.lower_bound));
     assert!(has_warning(
         &r,
         WarningCode::PmSampleOverflow,
-        "overflowed 2 times on device 0 (GPU-test)"
+        "overflowed 2 times on device 0 (GPU-test): the samples it overwrote are not \
+         metered (sm_active_ns and dram_bytes miss what they measured); at least 2 lost"
     ));
+    // Not summed as lost records: the overflow warning is the only one that counts them.
+    assert!(!r
+        .warnings
+        .iter()
+        .any(|w| w.message().contains("records lost")));
     assert_eq!(per_tenant(&r, MeterKind::SmActiveNs)["alice"], 10_000);
     assert_eq!(per_tenant(&r, MeterKind::DramBytes)["alice"], 8);
+    // One overflow: "time", not "times".
+    let mut m = meter(3600);
+    let dev = m.register_device(device(Some(100)));
+    m.push_pm_sample(dev, &s);
+    let r = m.finish().expect("report");
+    assert!(has_warning(
+        &r,
+        WarningCode::PmSampleOverflow,
+        "overflowed 1 time on device 0"
+    ));
 }
 
 #[test]
@@ -253,6 +275,12 @@ fn invalid_samples_are_loss_with_their_reason() {
         &r,
         WarningCode::InvalidField,
         "4 PM samples of device 0 (GPU-test)"
+    ));
+    // Loss reasons are shared by records and PM samples: the count says both may be in it.
+    assert!(has_warning(
+        &r,
+        WarningCode::RecordsLost,
+        "8 records or PM samples lost on device 0 (GPU-test)"
     ));
 }
 

@@ -26,7 +26,7 @@
 //! | 6 | energy sample | `device:u32 reserved:u32 timestamp_ns:u64 energy_mj:u64` (cumulative counter) |
 //! | 7 | end | empty: the producer closed the file cleanly |
 //! | 8 | instruction counts | `correlation_id:u32 device:u32 context:u32 count:u32`, then `count` × (`warp_instructions:u64 name_len:u32 name:[name_len]`, UTF-8): the warp-level SASS instructions each function executed in one kernel-launch API call (instrumented mode, [`InstructionCounts`]) |
-//! | 9 | PM samples | `device:u32 count:u32`, then `count` × 56 bytes: `flags:u32 reserved:u32 start_ns:u64 end_ns:u64 sm_active_cycles:u64 sm_elapsed_cycles:u64 dram_read_bytes:u64 dram_write_bytes:u64`; flags bit 0 overflow, bits 1–4 say which of the four counters are present (absent ones written 0), other bits 0; the payload is exactly `8 + 56 × count` bytes ([`PmSamples`]) |
+//! | 9 | PM samples | `device:u32 count:u32`, then `count` × 56 bytes: `flags:u32 reserved:u32 start_ns:u64 end_ns:u64 sm_active_cycles:u64 sm_elapsed_cycles:u64 dram_read_bytes:u64 dram_write_bytes:u64`; flags bit 0 overflow, bits 1–4 say which of the four counters are present (absent ones written 0, else malformed), other bits 0, `reserved` 0; the payload is exactly `8 + 56 × count` bytes ([`PmSamples`]) |
 //!
 //! Fixed-size payloads may grow in later versions: a reader takes the fields it knows from the
 //! front and ignores the rest (for type 8, bytes after the `count` functions; type 9 is the
@@ -551,6 +551,43 @@ impl DamagedFrame {
             )
     }
 
+    /// The PM samples a damaged frame whose type field says PM samples (type 9, trusted or
+    /// not) held, as far as its bytes tell: `(device id, count, exact)`; `None` for a frame of
+    /// another type, or when no count can be trusted (a payload shorter than its 8-byte
+    /// header, or a header count of more samples than the bytes hold and no whole sample in
+    /// them).
+    ///
+    /// The count is the header's when the bytes are the producer's as written (a frame cut
+    /// short by the end of the file, or a malformed one) and agree with it: the payload is
+    /// exactly `8 + 56 × count` bytes, or is cut short before that. Otherwise it is a lower
+    /// bound: the header's count when those samples fit in the bytes
+    /// (`count ≤ (len − 8) / 56`), else the count the bytes imply (`(len − 8) / 56`). The
+    /// device id is untrusted after a checksum mismatch: the caller places it only on a device
+    /// the recording knows.
+    pub fn pm_sample_count(&self) -> Option<(u32, u64, bool)> {
+        if self.frame_type != Some(T_PM_SAMPLES) {
+            return None;
+        }
+        let header = self.payload.get(..8)?;
+        let device = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
+        let count = u64::from(u32::from_le_bytes([
+            header[4], header[5], header[6], header[7],
+        ]));
+        let len = self.payload.len() as u64;
+        let written = 8 + count * PM_SAMPLE_LEN as u64;
+        if self.type_trusted() && (written == len || (!self.complete && written > len)) {
+            return Some((device, count, true));
+        }
+        let fits = (len - 8) / PM_SAMPLE_LEN as u64;
+        if count <= fits {
+            Some((device, count, false))
+        } else if fits > 0 {
+            Some((device, fits, false))
+        } else {
+            None
+        }
+    }
+
     /// The frame as its type field and payload read, when the payload is complete and parses
     /// (the checksum is not checked: for counting what was lost, never for metering).
     pub fn parse(&self) -> Option<Frame> {
@@ -1042,7 +1079,7 @@ fn parse_pm_samples(p: &[u8]) -> Result<PmSamples, String> {
         };
         let (
             Some(flags),
-            Some(_),
+            Some(reserved),
             Some(start_ns),
             Some(end_ns),
             Some(active),
@@ -1068,6 +1105,28 @@ fn parse_pm_samples(p: &[u8]) -> Result<PmSamples, String> {
                 name(),
                 flags & !PM_FLAGS_KNOWN
             ));
+        }
+        // Both are written 0: anything else is not this format's (a newer producer's field,
+        // or bytes that only look like a sample).
+        if reserved != 0 {
+            return Err(format!(
+                "{} has a nonzero reserved field {reserved:#x} (written 0)",
+                name()
+            ));
+        }
+        for (bit, field, v) in [
+            (PM_FLAG_SM_ACTIVE, "sm_active_cycles", active),
+            (PM_FLAG_SM_ELAPSED, "sm_elapsed_cycles", elapsed),
+            (PM_FLAG_DRAM_READ, "dram_read_bytes", read),
+            (PM_FLAG_DRAM_WRITE, "dram_write_bytes", write),
+        ] {
+            if flags & bit == 0 && v != 0 {
+                return Err(format!(
+                    "{} has {field} {v} with its presence flag {bit:#x} clear (an absent \
+                     counter is written 0)",
+                    name()
+                ));
+            }
         }
         let has = |bit: u32, v: u64| (flags & bit != 0).then_some(v);
         samples.push(gpumeter_core::PmSample {
@@ -1339,17 +1398,47 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    /// A PM-samples payload of `count` (as written) and `samples` 56-byte records of random
-    /// bytes, with each record's flags masked to `mask`.
-    fn payload(count: u32, samples: &[[u8; PM_SAMPLE_LEN]], mask: u32) -> Vec<u8> {
+    /// Each sample's flags masked to `mask`; with `zeroed`, its reserved field and the counters
+    /// whose presence flag is clear written 0, as the format says.
+    fn shaped(
+        samples: &[[u8; PM_SAMPLE_LEN]],
+        mask: u32,
+        zeroed: bool,
+    ) -> Vec<[u8; PM_SAMPLE_LEN]> {
+        samples
+            .iter()
+            .map(|s| {
+                let mut s = *s;
+                let flags = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) & mask;
+                s[..4].copy_from_slice(&flags.to_le_bytes());
+                if zeroed {
+                    s[4..8].fill(0);
+                    for (i, bit) in PM_COUNTER_FLAGS.iter().enumerate() {
+                        if flags & bit == 0 {
+                            s[24 + 8 * i..32 + 8 * i].fill(0);
+                        }
+                    }
+                }
+                s
+            })
+            .collect()
+    }
+
+    /// The presence flags of the four counters, in their order in a sample.
+    const PM_COUNTER_FLAGS: [u32; 4] = [
+        PM_FLAG_SM_ACTIVE,
+        PM_FLAG_SM_ELAPSED,
+        PM_FLAG_DRAM_READ,
+        PM_FLAG_DRAM_WRITE,
+    ];
+
+    /// A PM-samples payload of `count` (as written) and the 56-byte `samples`.
+    fn payload(count: u32, samples: &[[u8; PM_SAMPLE_LEN]]) -> Vec<u8> {
         let mut p = Vec::new();
         p.extend_from_slice(&3u32.to_le_bytes());
         p.extend_from_slice(&count.to_le_bytes());
         for s in samples {
-            let mut s = *s;
-            let flags = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) & mask;
-            s[..4].copy_from_slice(&flags.to_le_bytes());
-            p.extend_from_slice(&s);
+            p.extend_from_slice(s);
         }
         p
     }
@@ -1370,33 +1459,42 @@ mod tests {
             }
         }
 
-        /// Well-sized payloads: parsed exactly when the count matches and no unknown flag bit
-        /// is set, each field read from its place.
+        /// Well-sized payloads: parsed exactly when the count matches, no unknown flag bit is
+        /// set, the reserved field is 0 and so is every counter whose presence flag is clear;
+        /// each field read from its place.
         #[test]
         fn pm_payload_parses_exactly_the_valid_ones(
-            samples in proptest::collection::vec(any::<[u8; PM_SAMPLE_LEN]>(), 0..6),
+            raw in proptest::collection::vec(any::<[u8; PM_SAMPLE_LEN]>(), 0..6),
             off_by in prop_oneof![Just(0i64), -2i64..3],
             known_only in any::<bool>(),
+            zeroed in prop_oneof![3 => Just(true), 1 => Just(false)],
         ) {
             let mask = if known_only { PM_FLAGS_KNOWN } else { u32::MAX };
+            let samples = shaped(&raw, mask, zeroed);
             let count = (samples.len() as i64 + off_by).max(0) as u32;
-            let p = payload(count, &samples, mask);
-            let unknown = samples.iter().any(|s| {
-                u32::from_le_bytes([s[0], s[1], s[2], s[3]]) & mask & !PM_FLAGS_KNOWN != 0
+            let p = payload(count, &samples);
+            let flags_of = |s: &[u8; PM_SAMPLE_LEN]| u32::from_le_bytes([s[0], s[1], s[2], s[3]]);
+            let word = |s: &[u8; PM_SAMPLE_LEN], i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&s[8 + 8 * i..16 + 8 * i]);
+                u64::from_le_bytes(b)
+            };
+            let unknown = samples.iter().any(|s| flags_of(s) & !PM_FLAGS_KNOWN != 0);
+            let stray = samples.iter().any(|s| {
+                s[4..8] != [0; 4]
+                    || PM_COUNTER_FLAGS
+                        .iter()
+                        .enumerate()
+                        .any(|(i, bit)| flags_of(s) & bit == 0 && word(s, 2 + i) != 0)
             });
             let got = parse_payload(T_PM_SAMPLES, &p);
-            let valid = count as usize == samples.len() && !unknown;
+            let valid = count as usize == samples.len() && !unknown && !stray;
             prop_assert_eq!(got.is_ok(), valid, "{:?}", got);
             if let Ok(Some(Frame::PmSamples(pm))) = got {
                 prop_assert_eq!(pm.device_id, 3);
                 prop_assert_eq!(pm.samples.len(), samples.len());
-                let word = |s: &[u8; PM_SAMPLE_LEN], i: usize| {
-                    let mut b = [0u8; 8];
-                    b.copy_from_slice(&s[8 + 8 * i..16 + 8 * i]);
-                    u64::from_le_bytes(b)
-                };
                 for (x, s) in pm.samples.iter().zip(&samples) {
-                    let flags = u32::from_le_bytes([s[0], s[1], s[2], s[3]]) & mask;
+                    let flags = flags_of(s);
                     prop_assert_eq!(x.overflow, flags & PM_FLAG_OVERFLOW != 0);
                     prop_assert_eq!((x.start_ns, x.end_ns), (word(s, 0), word(s, 1)));
                     let has = |bit: u32, i: usize| (flags & bit != 0).then(|| word(s, i));

@@ -503,9 +503,8 @@ pub(crate) fn recording_warnings(
         warnings.push(gpumeter_core::Warning::new(
             gpumeter_core::WarningCode::InstrumentedRun,
             format!(
-                "{source}: instrumented run (instruction-level collection: {by}): kernels ran \
-             slower than they would uninstrumented, so this report's time meters (gpu_busy_ns, \
-             kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work"
+                "{source}: instrumented run (instruction-level collection: {by}): \
+                 {INSTRUMENTED_METERS}"
             ),
         ));
     }
@@ -834,7 +833,7 @@ impl<'n> Input<'n> {
         );
         for d in &self.damaged {
             let known = |id: u32| devs.describes(id);
-            let (per_device, exact, what) = damaged_records(d, self.api, &known);
+            let (per_device, exact, what, unit) = damaged_records(d, self.api, &known);
             let reason = match d.damage {
                 Damage::Torn(_) => LossReason::TornFrame,
                 Damage::Corrupt | Damage::FramingLost | Damage::Malformed => {
@@ -862,9 +861,9 @@ impl<'n> Input<'n> {
                 }
             };
             let count = if exact {
-                format!("{placed} records")
+                format!("{placed} {unit}")
             } else {
-                format!("at least {placed} records (how many more is unknown)")
+                format!("at least {placed} {unit} (how many more is unknown)")
             };
             warnings.push(gpumeter_core::Warning::new(
                 gpumeter_core::WarningCode::DamagedFrame,
@@ -963,6 +962,14 @@ impl<'n> Input<'n> {
     }
 }
 
+/// What an `instrumented_run` warning says after naming the instrumentation: the meters the
+/// patched kernels inflate. `sm_active_ns` is one of them: it is measured, but the patched
+/// kernels run longer, so the hardware sees their SMs active longer.
+pub(crate) const INSTRUMENTED_METERS: &str = "kernels ran slower than they would \
+     uninstrumented, so this report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
+     memory_byte_ns) overstate the work, and so does sm_active_ns (measured, but the patched \
+     kernels run longer, so the hardware sees them active longer)";
+
 /// The devices of a source, registered locally in order of first activity.
 pub(crate) struct Devices<'a> {
     pub(crate) source: &'a str,
@@ -1006,8 +1013,7 @@ impl Devices<'_> {
     /// Places PM-sample frames (by CUDA ordinal, as energy samples) on the slot of a device
     /// CUPTI or the inventory knows, registering it if it has none yet; the samples of other
     /// devices are not metered, and one warning of `source` counts them (code
-    /// `unplaced_energy_samples`, the code of samples of a device the recording does not
-    /// describe). The samples keep the file's order.
+    /// `unplaced_pm_samples`). The samples keep the file's order.
     pub(crate) fn place_pm(
         &mut self,
         frames: &[crate::gmr::PmSamples],
@@ -1055,7 +1061,7 @@ impl Devices<'_> {
         if unplaced > 0 {
             let ids: Vec<String> = devices.iter().map(u32::to_string).collect();
             warnings.push(gpumeter_core::Warning::new(
-                gpumeter_core::WarningCode::UnplacedEnergySamples,
+                gpumeter_core::WarningCode::UnplacedPmSamples,
                 format!(
                     "{source}: {unplaced} PM samples name a device the recording does not \
                  describe (CUDA ordinal {}); not metered (sm_active_ns, dram_bytes)",
@@ -1203,18 +1209,40 @@ impl Devices<'_> {
 /// counts only if the recording knows that device (`known`), since the bytes may be
 /// corrupted. Work records and device-memory events are counted (what metering would have
 /// used). A dropped-records frame's count is a count of lost records itself.
+///
+/// A frame whose type field says PM samples (type 9) is counted in PM samples instead (the
+/// last item says which unit): the count its header gives where the bytes make it plausible
+/// ([`DamagedFrame::pm_sample_count`]), on its device only when the recording describes that
+/// device (as samples are placed); when no count can be trusted, at least one sample of no
+/// device.
 fn damaged_records(
     d: &DamagedFrame,
     api: ApiVersion,
     known: &dyn Fn(u32) -> bool,
-) -> (BTreeMap<Option<u32>, u64>, bool, &'static str) {
+) -> (BTreeMap<Option<u32>, u64>, bool, &'static str, &'static str) {
     let mut per: BTreeMap<Option<u32>, u64> = BTreeMap::new();
+    if d.frame_type == Some(crate::gmr::T_PM_SAMPLES) {
+        let what = if d.type_trusted() {
+            "a PM-samples frame"
+        } else {
+            "a frame whose type (PM samples) cannot be trusted"
+        };
+        let (id, n, exact) = match d.pm_sample_count() {
+            Some((id, n, exact)) => (Some(id), n, exact),
+            None => (None, 1, false),
+        };
+        let id = id.filter(|&id| known(id) && id != crate::gmr::UNKNOWN_DEVICE);
+        if n > 0 || !exact {
+            per.insert(id, n);
+        }
+        return (per, exact, what, "PM samples");
+    }
     // Only bytes cut short by the end of the file are the producer's as written; after a
     // checksum mismatch nothing is (the type and length fields included).
     let trusted = d.damage == Damage::Torn(TornReason::ShortRead);
     let place = |id: u32| (trusted || known(id)).then_some(id);
     if d.holds_no_records() {
-        return (per, true, "a frame that holds no records");
+        return (per, true, "a frame that holds no records", "records");
     }
     match d.parse() {
         Some(Frame::Dropped(x)) => {
@@ -1222,15 +1250,15 @@ fn damaged_records(
                 let id = x.device_id.and_then(place);
                 per.insert(id, x.count);
             }
-            return (per, trusted, "a dropped-records count");
+            return (per, trusted, "a dropped-records count", "records");
         }
         Some(Frame::ActivityBuffer(_)) => {}
-        Some(_) => return (per, true, "a frame that holds no records"),
+        Some(_) => return (per, true, "a frame that holds no records", "records"),
         // A frame of a type that holds records but whose payload cannot be read (malformed:
         // its count is unknown), or of a type that cannot be trusted: its bytes are walked as
         // a buffer below, whatever its type field says.
         None if d.type_trusted() && !d.is_activity_buffer() => {
-            return (per, false, "a frame of unknown content");
+            return (per, false, "a frame of unknown content", "records");
         }
         None => {}
     }
@@ -1262,7 +1290,7 @@ fn damaged_records(
     } else {
         "a frame whose type cannot be trusted, read as an activity buffer"
     };
-    (per, exact, what)
+    (per, exact, what, "records")
 }
 
 /// A DEVICE record as a [`DeviceInfo`]: zero values are "unknown".
@@ -1410,7 +1438,8 @@ pub(crate) fn pm_recording(recording: &str) -> String {
 /// of the chain read: for a `.gmr` recording continued from an earlier report (`--opening`),
 /// how far this report reads the samples is noted apart from its records
 /// ([`pm_recording`]), and the samples the earlier report read (ending at or before the time
-/// it read the device's samples to) are left out.
+/// it read the device's samples to) are left out, counted as billed by the opening report
+/// ([`Meter::record_pm_billed_earlier`]).
 pub(crate) fn pm_unread(
     meter: &mut Meter,
     pm: Vec<(DeviceSlot, PmSample)>,
@@ -1429,9 +1458,15 @@ pub(crate) fn pm_unread(
         ),
         None => gpumeter_core::Continuation::default(),
     };
-    pm.into_iter()
+    let n = pm.len();
+    let unread: Vec<(DeviceSlot, PmSample)> = pm
+        .into_iter()
         .filter(|(slot, x)| !pm_read_earlier(&cont, *slot, x))
-        .collect()
+        .collect();
+    if unread.len() < n {
+        meter.record_pm_billed_earlier((n - unread.len()) as u64);
+    }
+    unread
 }
 
 /// Pushes the sources' PM samples (per source: its SHA-256 and its samples from

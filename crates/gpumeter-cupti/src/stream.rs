@@ -243,10 +243,9 @@ impl CuptiStream {
                 gpumeter_core::WarningCode::InstrumentedRun,
                 format!(
                     "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
-                 records): kernels ran slower than they would uninstrumented, so this \
-                 report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
-                 memory_byte_ns) overstate the work",
-                    self.name
+                 records): {}",
+                    self.name,
+                    crate::source::INSTRUMENTED_METERS
                 ),
             ));
             report.seal()?;

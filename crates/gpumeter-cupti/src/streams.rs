@@ -162,8 +162,8 @@ struct Live<'a> {
     continuation: Continuation,
     /// How far an earlier report read the recording's PM samples.
     pm_continuation: Continuation,
-    /// Records and memory events left out as billed by the opening report.
-    billed: (u64, u64),
+    /// Records, memory events and PM samples left out as billed by the opening report.
+    billed: (u64, u64, u64),
     /// The source's energy samples on the meter's slots, continuation applied.
     energy: Vec<(DeviceSlot, u64, u64)>,
 }
@@ -200,6 +200,7 @@ impl Live<'_> {
             SourceItem::Pm(local, x) => {
                 let slot = self.slot_of(local)?;
                 if pm_read_earlier(&self.pm_continuation, slot, &x) {
+                    self.billed.2 += 1;
                     return None;
                 }
                 Some(SourceItem::Pm(slot, x))
@@ -385,7 +386,7 @@ pub(crate) fn meter_streamed(
             partition_of,
             continuation: Continuation::default(),
             pm_continuation: Continuation::default(),
-            billed: (0, 0),
+            billed: (0, 0, 0),
             energy,
         }));
     }
@@ -498,8 +499,11 @@ pub(crate) fn meter_streamed(
         }
     }
     for l in live.iter().flatten() {
-        if l.billed != (0, 0) {
+        if l.billed.0 + l.billed.1 > 0 {
             meter.record_billed_earlier(l.billed.0, l.billed.1);
+        }
+        if l.billed.2 > 0 {
+            meter.record_pm_billed_earlier(l.billed.2);
         }
     }
     Ok(summaries)

@@ -2123,6 +2123,11 @@ mod gmr_format {
         bad_flag[8 + 56..8 + 56 + 4].copy_from_slice(&(0b10101u32 | 1 << 5).to_le_bytes());
         let mut high_flag = payload.clone();
         high_flag[8..12].copy_from_slice(&(1u32 << 31).to_le_bytes());
+        // Sample 1's reserved field, and its sm_active_cycles with its flag (bit 1) clear.
+        let mut reserved = payload.clone();
+        reserved[8 + 56 + 4..8 + 56 + 8].copy_from_slice(&2u32.to_le_bytes());
+        let mut stray = payload.clone();
+        stray[8 + 56 + 24..8 + 56 + 32].copy_from_slice(&5u64.to_le_bytes());
         for (what, bad, needle) in [
             ("short", &payload[..7], "too short"),
             ("cut", &payload[..payload.len() - 1], "does not hold"),
@@ -2138,6 +2143,16 @@ mod gmr_format {
                 "unknown flag bit 31",
                 &high_flag[..],
                 "PM sample #0 of 2 (numbered from #0, at payload byte 8) has unknown flag bits 0x80000000",
+            ),
+            (
+                "nonzero reserved field",
+                &reserved[..],
+                "PM sample #1 of 2 (numbered from #0, at payload byte 64) has a nonzero reserved field 0x2",
+            ),
+            (
+                "a counter with its flag clear",
+                &stray[..],
+                "PM sample #1 of 2 (numbered from #0, at payload byte 64) has sm_active_cycles 5 with its presence flag 0x2 clear",
             ),
         ] {
             match with(bad) {
@@ -2823,6 +2838,12 @@ fn the_h200_instrumented_recording_meters_warp_instructions_per_launch() {
     assert_eq!(total, 50 * 589_824 + 50 * 524_288 + 6 * 458_752);
     assert!(r.devices[0].not_meterable.is_empty(), "{:?}", r.devices[0]);
     assert_warns(&r, "instrumented run");
+    // PM sampling's measured activity is inflated too: the patched kernels run longer.
+    assert_warns(
+        &r,
+        "overstate the work, and so does sm_active_ns (measured, but the patched kernels run \
+         longer, so the hardware sees them active longer)",
+    );
 }
 
 /// A MIG instance is its own device: its DEVICE record (`isMigEnabled`, `migUuid`,
@@ -3329,6 +3350,14 @@ mod pm_frames {
             &r,
             "2 PM samples name a device the recording does not describe (CUDA ordinal 5)",
         );
+        // Their own code, not the energy samples' one.
+        let codes: Vec<_> = r
+            .warnings
+            .iter()
+            .filter(|w| w.message().contains("PM samples name a device"))
+            .map(|w| w.code().clone())
+            .collect();
+        assert_eq!(codes, [gpumeter_core::WarningCode::UnplacedPmSamples]);
         // Device 0's samples are no reason for that warning.
         let only = gmr(1, &b, vec![frames(0)], true);
         let (r, _) = meter_all(&[("pm.gmr", &only)], &[(1, "alice")]);
@@ -3411,36 +3440,97 @@ mod pm_frames {
         assert_eq!(r.device_total(GPU, MeterKind::SmNs), 0);
         assert_eq!(r.device_total(GPU, MeterKind::SmActiveNs), 13_200);
         assert_eq!(r.device_total(GPU, MeterKind::DramBytes), 100);
+        // The kernel (and its memory event) and the first sample are counted as billed by the
+        // opening report.
+        assert_eq!(
+            r.records.skipped.get("billed_by_opening_report"),
+            Some(&3),
+            "{:?}",
+            r.warnings
+        );
+        assert_warns(
+            &r,
+            "1 work records, 1 memory events and 1 PM samples of recordings",
+        );
     }
 
-    /// A PM-sample frame cut by the end of the file, or malformed, is a damaged frame that
-    /// holds no records: the report says so, no record is lost for it, and the frames before
-    /// it are metered.
+    /// Loss of `reason` on no device (the source's), and whether it is a lower bound.
+    fn source_lost(r: &UsageReport, reason: &str) -> Vec<(u64, bool)> {
+        r.loss
+            .iter()
+            .filter(|l| l.device.is_none() && l.reason == reason)
+            .map(|l| (l.records, l.lower_bound))
+            .collect()
+    }
+
+    /// `bytes` with its frame #`frame` (numbered from the first after the header) changed by
+    /// `change` at payload byte `at`, its checksum made right again: a malformed frame.
+    fn malformed(bytes: &[u8], frame: usize, at: usize, change: u8) -> Vec<u8> {
+        let file = ok(read_gmr(bytes));
+        let start = file.frames[frame].offset as usize;
+        let mut bad = bytes.to_vec();
+        bad[start + 12 + at] |= change;
+        let len = u64::from_le_bytes(ok(bad[start + 4..start + 12].try_into())) as usize;
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&bad[start..start + 12 + len]);
+        bad[start + 12 + len..start + 16 + len].copy_from_slice(&crc.finalize().to_le_bytes());
+        bad
+    }
+
+    /// A PM-sample frame cut by the end of the file, or malformed, is a damaged frame whose
+    /// samples are loss: the count its header gives (exact when the bytes are the producer's
+    /// and agree with it), on its device when the recording describes it, else on the source;
+    /// at least one when no count can be read. The warning counts PM samples, and the frames
+    /// before it are metered.
     #[test]
-    fn a_damaged_pm_frame_holds_no_records() {
+    fn a_damaged_pm_frame_counts_its_samples_as_loss() {
         let mut b = Buf::new(API);
         kernel(&mut b, T0, 200, 1, 1, 0);
         let whole = gmr(1, &b, vec![frames(0)], false);
+        // Cut inside the samples: the header's count of 2 stands.
         let torn = &whole[..whole.len() - 30];
         let (r, s) = meter_all(&[("torn.gmr", torn)], &[(1, "alice")]);
         assert_eq!(s[0].pm_samples, 0);
         assert_eq!(r.device_total(GPU, MeterKind::SmNs), 132_000);
-        assert_eq!(r.lost(GPU, "torn_frame"), 0);
+        assert_eq!(r.lost(GPU, "torn_frame"), 2);
+        assert!(r.loss.iter().all(|l| !l.lower_bound), "{:?}", r.loss);
         assert_warns(&r, "(type 9): torn last frame");
-        assert_warns(&r, "a frame that holds no records: 0 records lost");
+        assert_warns(&r, "a PM-samples frame: 2 PM samples lost as torn_frame");
 
-        // The same frame with an unknown flag bit (checksum right): malformed.
-        let file = ok(read_gmr(&whole));
-        let at = file.frames[1].offset as usize;
-        let mut bad = whole.clone();
-        bad[at + 12 + 8] |= 1 << 6;
-        let len = u64::from_le_bytes(ok(bad[at + 4..at + 12].try_into())) as usize;
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&bad[at..at + 12 + len]);
-        bad[at + 12 + len..at + 16 + len].copy_from_slice(&crc.finalize().to_le_bytes());
+        // Cut inside the header (5 of its 8 bytes): no count, at least one sample of no device.
+        let torn = &whole[..whole.len() - (4 + 2 * 56 + 3)];
+        let (r, _) = meter_all(&[("torn.gmr", torn)], &[(1, "alice")]);
+        assert_eq!(r.lost(GPU, "torn_frame"), 0);
+        assert_eq!(source_lost(&r, "torn_frame"), [(1, true)]);
+        assert_warns(
+            &r,
+            "at least 1 PM samples (how many more is unknown) lost as torn_frame",
+        );
+
+        // The same frame with an unknown flag bit (checksum right): malformed, its 2 samples
+        // lost exactly.
+        let bad = malformed(&whole, 1, 8, 1 << 6);
         let (r, s) = meter_all(&[("bad.gmr", &bad)], &[(1, "alice")]);
         assert_eq!(s[0].pm_samples, 0);
-        assert_eq!(r.lost(GPU, "corrupt_frame"), 0);
+        assert_eq!(r.lost(GPU, "corrupt_frame"), 2);
+        assert!(r.loss.iter().all(|l| !l.lower_bound), "{:?}", r.loss);
         assert_warns(&r, "unknown flag bits 0x40");
+        assert_warns(&r, "2 PM samples lost as corrupt_frame");
+
+        // Of a device the recording does not describe: the source's loss.
+        let other = gmr(1, &b, vec![frames(5)], false);
+        let bad = malformed(&other, 1, 8, 1 << 6);
+        let (r, _) = meter_all(&[("bad.gmr", &bad)], &[(1, "alice")]);
+        assert_eq!(r.lost(GPU, "corrupt_frame"), 0);
+        assert_eq!(source_lost(&r, "corrupt_frame"), [(2, false)]);
+
+        // A checksum that does not match: the header's plausible count, a lower bound.
+        let file = ok(read_gmr(&whole));
+        let at = file.frames[1].offset as usize;
+        let mut corrupt = whole.clone();
+        corrupt[at + 12 + 20] ^= 0xff;
+        let (r, _) = meter_all(&[("corrupt.gmr", &corrupt)], &[(1, "alice")]);
+        assert_eq!(r.lost(GPU, "torn_frame") + r.lost(GPU, "corrupt_frame"), 2);
+        assert!(r.loss.iter().any(|l| l.lower_bound), "{:?}", r.loss);
     }
 }

@@ -1419,7 +1419,9 @@ fn a_recording_chain_cuts_pm_samples_and_records_apart() {
             samples(0, 0),
         ),
     ];
-    for (first_k, first_s, then_k, then_s) in ahead {
+    // Per case, the memory events the opening report read as well (counted with the records
+    // before PM samples were).
+    for ((first_k, first_s, then_k, then_s), mem) in ahead.into_iter().zip([1usize, 0]) {
         let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
         w.write_buffer(&first_k.concat()).expect("buffer");
         w.write_pm_samples(&first_s).expect("pm");
@@ -1452,6 +1454,21 @@ fn a_recording_chain_cuts_pm_samples_and_records_apart() {
             launches(&opening) + launches(&later),
             (first_k.len() + then_k.len()) as u128,
             "every kernel once"
+        );
+        // What the opening report read is counted as billed by it: records and PM samples.
+        let (k, s) = (first_k.len(), first_s.samples.len());
+        assert_eq!(
+            later.records.skipped.get("billed_by_opening_report"),
+            Some(&((k + mem + s) as u64)),
+            "{:?}",
+            later.warnings
+        );
+        let said =
+            format!("{k} work records, {mem} memory events and {s} PM samples of recordings");
+        assert!(
+            later.warnings.iter().any(|w| w.contains(&said)),
+            "{:?}",
+            later.warnings
         );
     }
 }

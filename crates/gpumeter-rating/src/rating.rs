@@ -807,19 +807,58 @@ fn add_unpriced<'a>(
 fn report_warnings(usage: &UsageReport) -> Vec<Warning> {
     let mut out = Vec::new();
     if !usage.loss.is_empty() {
-        let total: u128 = usage.loss.iter().map(|l| u128::from(l.records)).sum();
-        let parts: Vec<String> = usage
+        // PM-sampling overflows count overflows, not samples: said apart. The other reasons
+        // are shared by records and PM samples, so a PM-sampled report's count may hold both.
+        let overflow = |l: &&gpumeter_core::LossEntry| l.reason == "pm_sample_overflow";
+        let sampled = usage.loss.iter().any(|l| overflow(&l))
+            || usage
+                .usage
+                .iter()
+                .any(|r| matches!(r.meter, MeterKind::SmActiveNs | MeterKind::DramBytes));
+        let what = if sampled {
+            "records or PM samples"
+        } else {
+            "records"
+        };
+        let part = |l: &gpumeter_core::LossEntry| {
+            let least = if l.lower_bound { "at least " } else { "" };
+            format!("{least}{} {} on {}", l.records, l.reason, l.device_key)
+        };
+        let others: Vec<&gpumeter_core::LossEntry> =
+            usage.loss.iter().filter(|l| !overflow(l)).collect();
+        let mut said = Vec::new();
+        if !others.is_empty() {
+            let total: u128 = others.iter().map(|l| u128::from(l.records)).sum();
+            let least = if others.iter().any(|l| l.lower_bound) {
+                "at least "
+            } else {
+                ""
+            };
+            let parts: Vec<String> = others.iter().map(|l| part(l)).collect();
+            said.push(format!(
+                "{least}{total} {what} lost ({}); lost {what} count in no meter",
+                parts.join(", ")
+            ));
+        }
+        let overflows: u128 = usage
             .loss
             .iter()
-            .map(|l| format!("{} {} on {}", l.records, l.reason, l.device_key))
-            .collect();
+            .filter(overflow)
+            .map(|l| u128::from(l.records))
+            .sum();
+        if overflows > 0 {
+            said.push(format!(
+                "PM sampling's hardware buffer overflowed {overflows} {}: the samples it \
+                 overwrote are not metered; at least {overflows} lost",
+                if overflows == 1 { "time" } else { "times" }
+            ));
+        }
         out.push(Warning::new(
             WarningCode::UsageLoss,
             format!(
-            "usage has loss: {total} records lost ({}); lost records count in no meter, so this \
-             invoice may bill less than was used",
-            parts.join(", ")
-        ),
+                "usage has loss: {}, so this invoice may bill less than was used",
+                said.join("; ")
+            ),
         ));
     }
     // Each copied warning keeps its code (an uncoded one of an old report stays uncoded).

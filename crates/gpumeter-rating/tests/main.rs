@@ -1115,6 +1115,35 @@ mod invoices {
         assert!(rated(&empty, &priced_book("0"), None).invoices.is_empty());
     }
 
+    /// PM-sampling overflows are counted apart from lost records (a count of overflows, the
+    /// samples overwritten unknown: "at least"); the other loss of a PM-sampled report may be
+    /// records or PM samples.
+    #[test]
+    fn pm_sample_overflow_loss_is_worded_as_samples() {
+        let mut u = one_row_report(MeterKind::SmActiveNs, 1);
+        for (reason, records, lower_bound) in [("pm_sample_overflow", 3, true), ("late", 2, false)]
+        {
+            u.loss.push(LossEntry {
+                device: Some(0),
+                device_key: "GPU-0".into(),
+                reason: reason.into(),
+                records,
+                lower_bound,
+            });
+        }
+        let doc = rated(&u, &priced_book("0"), None);
+        let w = &doc.invoices[0].warnings;
+        assert_eq!(w[0].code(), &WarningCode::UsageLoss);
+        assert_eq!(
+            w[0],
+            "usage has loss: 2 records or PM samples lost (2 late on GPU-0); lost records or PM \
+             samples count in no meter; PM sampling's hardware buffer overflowed 3 times: the \
+             samples it overwrote are not metered; at least 3 lost, so this invoice may bill \
+             less than was used",
+            "{w:?}"
+        );
+    }
+
     #[test]
     fn loss_and_report_warnings_are_carried() {
         let mut u = one_row_report(MeterKind::SmNs, 1);

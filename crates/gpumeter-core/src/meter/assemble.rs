@@ -283,10 +283,14 @@ fn pm_meterability(
         warnings.push(Warning::new(
             WarningCode::PmSampleOverflow,
             format!(
-                "CUPTI PM sampling's hardware buffer overflowed {} times on device {} ({}): \
-                 sm_active_ns and dram_bytes miss what the samples overwritten there measured \
-                 (loss pm_sample_overflow)",
-                d.pm.overflows, info.id, info.key
+                "CUPTI PM sampling's hardware buffer overflowed {} {} on device {} ({}): the \
+                 samples it overwrote are not metered (sm_active_ns and dram_bytes miss what \
+                 they measured); at least {} lost (loss pm_sample_overflow)",
+                d.pm.overflows,
+                if d.pm.overflows == 1 { "time" } else { "times" },
+                info.id,
+                info.key,
+                d.pm.overflows
             ),
         ));
     }
@@ -767,16 +771,31 @@ impl Meter {
                     lower_bound: n.lower_bound,
                 });
             }
-            if lost > 0 {
-                let at_least = if d.loss.values().any(|l| l.lower_bound) {
+            // Overflows have their own warning (a count of overflows, not of samples).
+            let others = || {
+                d.loss
+                    .iter()
+                    .filter(|(r, _)| **r != LossReason::PmSampleOverflow)
+                    .map(|(_, l)| l)
+            };
+            let lost_others = others().fold(0u64, |a, l| a.saturating_add(l.records));
+            if lost_others > 0 {
+                let at_least = if others().any(|l| l.lower_bound) {
                     "at least "
                 } else {
                     ""
                 };
+                // Loss reasons are shared by records and PM samples: a sampled device's
+                // count may hold both.
+                let what = if d.pm.carrying.iter().any(|&n| n > 0) || d.pm.overflows > 0 {
+                    "records or PM samples"
+                } else {
+                    "records"
+                };
                 warnings.push(Warning::new(
                     WarningCode::RecordsLost,
                     format!(
-                        "{at_least}{lost} records lost on device {} ({}); see `loss`",
+                        "{at_least}{lost_others} {what} lost on device {} ({}); see `loss`",
                         info.id, info.key
                     ),
                 ));
@@ -885,21 +904,32 @@ impl Meter {
             ),
             ));
         }
-        let (early_work, early_memory) = self.before_earlier_end;
-        if early_work + early_memory > 0 {
-            *self
+        let (early_work, early_memory, early_pm) = self.before_earlier_end;
+        let early = early_work
+            .saturating_add(early_memory)
+            .saturating_add(early_pm);
+        if early > 0 {
+            let skipped = self
                 .counts
                 .skipped
                 .entry("billed_by_opening_report".to_string())
-                .or_insert(0) += early_work + early_memory;
+                .or_insert(0);
+            *skipped = skipped.saturating_add(early);
+            let what = if early_pm > 0 {
+                format!(
+                    "{early_work} work records, {early_memory} memory events and {early_pm} PM \
+                     samples"
+                )
+            } else {
+                format!("{early_work} work records and {early_memory} memory events")
+            };
             warnings.push(Warning::new(
                 WarningCode::BilledByOpeningReport,
                 format!(
-                "{early_work} work records and {early_memory} memory events of recordings that \
-                 an earlier report of the chain (--opening) read up to a later time lie before \
-                 that time: that report metered them, so they are not metered again (counted as \
-                 skipped `billed_by_opening_report`)"
-            ),
+                    "{what} of recordings that an earlier report of the chain (--opening) read \
+                     up to a later time lie before that time: that report metered them, so \
+                     they are not metered again (counted as skipped `billed_by_opening_report`)"
+                ),
             ));
         }
         // Kernels over the concurrent-kernel limit were counted at arrival; they are loss.

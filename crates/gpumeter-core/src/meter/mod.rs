@@ -335,8 +335,9 @@ pub struct Meter {
     opening_ids: HashMap<String, u32>,
     /// What the reports this one continues metered ([`Meter::continue_from`]).
     earlier: Earlier,
-    /// Records and memory events not metered because an earlier report of the chain read them.
-    before_earlier_end: (u64, u64),
+    /// Records, memory events and PM samples not metered because an earlier report of the
+    /// chain read them.
+    before_earlier_end: (u64, u64, u64),
     /// How far this report read each recording, per device key ([`Meter::note_recording`]).
     recording_ends: BTreeMap<String, BTreeMap<String, u64>>,
     /// (device, window) cells made so far, against [`MeterConfig::max_cells`].
@@ -368,7 +369,7 @@ impl Meter {
             opening: HashMap::new(),
             opening_ids: HashMap::new(),
             earlier: Earlier::default(),
-            before_earlier_end: (0, 0),
+            before_earlier_end: (0, 0, 0),
             recording_ends: BTreeMap::new(),
             budget: Arc::new(CellBudget {
                 used: AtomicU64::new(0),

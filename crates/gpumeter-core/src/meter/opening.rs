@@ -223,6 +223,15 @@ impl Meter {
         self.before_earlier_end.1 += memory_events;
     }
 
+    /// Counts PM samples left out because an earlier report of the chain read them (a
+    /// recording's samples are noted apart from its records: they end at or before the time
+    /// that report read the device's samples to). Counted with the records and memory events
+    /// of [`Meter::record_billed_earlier`]: skipped `billed_by_opening_report`, and named in
+    /// its warning.
+    pub fn record_pm_billed_earlier(&mut self, samples: u64) {
+        self.before_earlier_end.2 += samples;
+    }
+
     /// The report's `extensions`: the recordings read by this report and the reports it
     /// continues, and the sources those metered.
     pub(super) fn extensions(&self) -> crate::report::Extensions {

@@ -146,7 +146,8 @@ impl Meter {
     /// (`end_before_start`), over 7 days (`too_long`), `invalid_field` for counters over no
     /// time (end = start), active cycles with no elapsed ones or more than elapsed × the SM
     /// count, or an overlap with another sample that is not its exact copy (`duplicate`). An
-    /// `overflow` flag counts loss `pm_sample_overflow` and warns; the sample's own counters
+    /// `overflow` flag counts one loss `pm_sample_overflow` (a lower bound: the samples the
+    /// overflow overwrote are unknown) and warns; the sample's own counters
     /// are still metered. A sample with neither pair of counters meters nothing. Unknown slots
     /// are ignored.
     pub fn push_pm_sample(&mut self, device: DeviceSlot, sample: &PmSample) {
@@ -159,7 +160,8 @@ impl Meter {
             d.loss
                 .entry(LossReason::PmSampleOverflow)
                 .or_default()
-                .add(1, false);
+                // A count of overflows: how many samples each overwrote is unknown.
+                .add(1, true);
         }
         let q = quantities(&s);
         for (i, c) in q.iter().enumerate() {
