@@ -493,6 +493,7 @@ pub(crate) fn scan_stream(
         !s.finished,
         h.instrumented.then_some("SASS metrics"),
         s.unknown_frames,
+        s.pm_frames.iter().any(|&(_, n)| n > 0),
         &mut warnings,
         &mut source_losses,
     );

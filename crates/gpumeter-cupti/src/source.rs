@@ -478,6 +478,7 @@ pub(crate) fn recording_warnings(
     unfinished: bool,
     instrumented: Option<&str>,
     unknown_frames: u64,
+    pm_sampled: bool,
     warnings: &mut Vec<gpumeter_core::Warning>,
     source_losses: &mut Vec<(LossReason, u64, bool)>,
 ) {
@@ -504,7 +505,8 @@ pub(crate) fn recording_warnings(
             gpumeter_core::WarningCode::InstrumentedRun,
             format!(
                 "{source}: instrumented run (instruction-level collection: {by}): \
-                 {INSTRUMENTED_METERS}"
+                 {}",
+                instrumented_meters(pm_sampled)
             ),
         ));
     }
@@ -886,6 +888,7 @@ impl<'n> Input<'n> {
                 None
             },
             self.unknown_frames,
+            self.pm_samples > 0,
             &mut warnings,
             &mut source_losses,
         );
@@ -963,12 +966,38 @@ impl<'n> Input<'n> {
 }
 
 /// What an `instrumented_run` warning says after naming the instrumentation: the meters the
-/// patched kernels inflate. `sm_active_ns` is one of them: it is measured, but the patched
-/// kernels run longer, so the hardware sees their SMs active longer.
-pub(crate) const INSTRUMENTED_METERS: &str = "kernels ran slower than they would \
-     uninstrumented, so this report's time meters (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, \
-     memory_byte_ns) overstate the work, and so does sm_active_ns (measured, but the patched \
-     kernels run longer, so the hardware sees them active longer)";
+/// patched kernels inflate. When the recording holds PM samples (`pm_sampled`), `sm_active_ns`
+/// is named too: it is measured, but the patched kernels run longer, so the hardware sees their
+/// SMs active longer. Recordings without PM samples keep the text they had before issue 16.
+pub(crate) fn instrumented_meters(pm_sampled: bool) -> String {
+    let base = "kernels ran slower than they would uninstrumented, so this report's time meters \
+                (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work";
+    if pm_sampled {
+        format!(
+            "{base}, and so does sm_active_ns (measured, but the patched kernels run longer, so \
+             the hardware sees them active longer)"
+        )
+    } else {
+        base.to_string()
+    }
+}
+
+#[cfg(test)]
+mod instrumented_text {
+    /// PM-sampled recordings name `sm_active_ns` among what instrumentation inflates; others
+    /// keep the text they had before issue 16.
+    #[test]
+    fn sm_active_ns_is_named_only_when_pm_sampled() {
+        let with = super::instrumented_meters(true);
+        let without = super::instrumented_meters(false);
+        assert!(with.starts_with(&without), "{with}");
+        assert!(with.contains("and so does sm_active_ns"), "{with}");
+        assert!(!without.contains("sm_active_ns"), "{without}");
+        assert!(without.ends_with(
+            "(gpu_busy_ns, kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work"
+        ));
+    }
+}
 
 /// The devices of a source, registered locally in order of first activity.
 pub(crate) struct Devices<'a> {

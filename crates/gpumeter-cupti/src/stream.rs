@@ -245,7 +245,7 @@ impl CuptiStream {
                     "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
                  records): {}",
                     self.name,
-                    crate::source::INSTRUMENTED_METERS
+                    crate::source::instrumented_meters(false)
                 ),
             ));
             report.seal()?;

@@ -677,10 +677,8 @@ fn a_count_before_its_kernel_waits_for_it() {
     );
     assert!(!r.warnings.iter().any(|w| w.contains("after their kernels")));
     assert!(r.warnings.iter().any(|w| w.contains("instrumented run")));
-    assert!(r
-        .warnings
-        .iter()
-        .any(|w| w.contains("overstate the work, and so does sm_active_ns")));
+    // The C ABI's stream carries no PM samples: its warning does not speak of sm_active_ns.
+    assert!(!r.warnings.iter().any(|w| w.contains("sm_active_ns")));
 }
 
 /// A process exit said before the stream has placed any device still closes the process's
