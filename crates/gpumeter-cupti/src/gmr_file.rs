@@ -491,9 +491,11 @@ pub(crate) fn scan_stream(
         &s.name,
         &s.undecodable,
         !s.finished,
-        h.instrumented.then_some("SASS metrics"),
+        h.instrumented.then_some(crate::source::Instrumented {
+            by: "SASS metrics",
+            pm_sampled: s.pm_frames.iter().any(|&(_, n)| n > 0),
+        }),
         s.unknown_frames,
-        s.pm_frames.iter().any(|&(_, n)| n > 0),
         &mut warnings,
         &mut source_losses,
     );

@@ -469,16 +469,24 @@ pub(crate) fn note_invalid(
     slot.0 += 1;
 }
 
+/// How a source was instrumented, for its `instrumented_run` warning: by what (`SASS
+/// metrics`, `INSTRUCTION_EXECUTION records`), and whether it holds PM samples (then
+/// `sm_active_ns` is named among what the instrumentation inflates: [`instrumented_meters`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Instrumented<'a> {
+    pub(crate) by: &'a str,
+    pub(crate) pm_sampled: bool,
+}
+
 /// The warnings (and source losses) of how a source was recorded: each buffer that stops
 /// decoding (a `corrupt_frame` loss of unknown size), an unfinished recording, an
-/// instrumented run (`instrumented` says by what), frames of unknown types.
+/// instrumented run, frames of unknown types.
 pub(crate) fn recording_warnings(
     source: &str,
     undecodable: &[(FrameRef, DecodeError)],
     unfinished: bool,
-    instrumented: Option<&str>,
+    instrumented: Option<Instrumented<'_>>,
     unknown_frames: u64,
-    pm_sampled: bool,
     warnings: &mut Vec<gpumeter_core::Warning>,
     source_losses: &mut Vec<(LossReason, u64, bool)>,
 ) {
@@ -500,7 +508,7 @@ pub(crate) fn recording_warnings(
             ),
         ));
     }
-    if let Some(by) = instrumented {
+    if let Some(Instrumented { by, pm_sampled }) = instrumented {
         warnings.push(gpumeter_core::Warning::new(
             gpumeter_core::WarningCode::InstrumentedRun,
             format!(
@@ -886,9 +894,12 @@ impl<'n> Input<'n> {
                 Some("INSTRUCTION_EXECUTION records")
             } else {
                 None
-            },
+            }
+            .map(|by| Instrumented {
+                by,
+                pm_sampled: self.pm_samples > 0,
+            }),
             self.unknown_frames,
-            self.pm_samples > 0,
             &mut warnings,
             &mut source_losses,
         );
