@@ -52,13 +52,9 @@ if [ "${1:-}" = "--prepare" ]; then
   exit 0
 fi
 
-BIN="${1:-${GPUMETER_BIN_DIR:-}}"
-if [ -z "$BIN" ]; then
-  if [ -x "$ROOT/target/gpu-smoke/gpumeter" ]; then BIN="$ROOT/target/gpu-smoke"; else BIN="$ROOT/target/release"; fi
-fi
-BIN="$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")"
-GM="$BIN/gpumeter"
-INJECT="$BIN/libgpumeter_inject.so"
+# shellcheck source=/dev/null # scripts/lib/gpu-common.sh, checked on its own
+. "$ROOT/scripts/lib/gpu-common.sh"
+gpu_bin_dir "${1:-}"
 BOOK="$ROOT/examples/pricebook.toml"
 ITERS="${SMOKE_ITERS:-1000}"
 TORCH_ITERS="${SMOKE_TORCH_ITERS:-500}"

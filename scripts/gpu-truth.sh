@@ -114,13 +114,9 @@ if [ "${1:-}" = "--prepare" ]; then
   exit 0
 fi
 
-BIN="${1:-${GPUMETER_BIN_DIR:-}}"
-if [ -z "$BIN" ]; then
-  if [ -x "$ROOT/target/gpu-smoke/gpumeter" ]; then BIN="$ROOT/target/gpu-smoke"; else BIN="$ROOT/target/release"; fi
-fi
-BIN="$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")"
-GM="$BIN/gpumeter"
-INJECT="$BIN/libgpumeter_inject.so"
+# shellcheck source=/dev/null # scripts/lib/gpu-common.sh, checked on its own
+. "$ROOT/scripts/lib/gpu-common.sh"
+gpu_bin_dir "${1:-}"
 CLASSES="${TRUTH_CLASSES:-full tail tiny single copy streams green all}"
 WINDOW="${TRUTH_WINDOW:-1s}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpumeter-truth.XXXXXX")"
