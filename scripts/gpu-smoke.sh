@@ -96,19 +96,8 @@ CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
 say "nvcc:       $NVCC ($("$NVCC" --version | tail -n 1))"
 
 # libcupti: the CUDA install's, and the pip wheel's (the copy PyTorch itself loads).
-first_file() { for f in "$@"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
-CUPTI_CUDA="$(first_file "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so.1[0-9]* \
-  "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so "$CUDA_ROOT"/lib64/libcupti.so.1[0-9]* \
-  "$CUDA_ROOT"/lib64/libcupti.so "$CUDA_ROOT"/targets/x86_64-linux/lib/libcupti.so.1[0-9]*)"
-CUPTI_PY="$(python3 - <<'EOF' 2>/dev/null
-import glob, os, sys
-for d in sys.path:
-    for sub in ("nvidia/cu13/lib/libcupti.so*", "nvidia/cuda_cupti/lib/libcupti.so*"):
-        hits = sorted(glob.glob(os.path.join(d or ".", sub)))
-        if hits:
-            print(hits[0]); sys.exit(0)
-EOF
-)"
+CUPTI_CUDA="$(cuda_cupti "$CUDA_ROOT")"
+CUPTI_PY="$(wheel_cupti)"
 if [ -n "${GPUMETER_CUPTI_LIB:-}" ]; then
   CUPTI_C="$GPUMETER_CUPTI_LIB"; CUPTI_T="$GPUMETER_CUPTI_LIB"
   say "libcupti:   $GPUMETER_CUPTI_LIB (GPUMETER_CUPTI_LIB, both workloads)"

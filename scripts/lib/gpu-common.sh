@@ -17,3 +17,26 @@ gpu_bin_dir() {
   # shellcheck disable=SC2034 # read by the scripts that source this file
   INJECT="$BIN/libgpumeter_inject.so"
 }
+
+# first_file PATH...: the first of the PATHs that is a file, else nothing.
+first_file() { for f in "$@"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
+
+# cuda_cupti CUDA_ROOT: the CUDA install's libcupti (versioned first), else nothing.
+cuda_cupti() {
+  first_file "$1"/extras/CUPTI/lib64/libcupti.so.1[0-9]* \
+    "$1"/extras/CUPTI/lib64/libcupti.so "$1"/lib64/libcupti.so.1[0-9]* \
+    "$1"/lib64/libcupti.so "$1"/targets/x86_64-linux/lib/libcupti.so.1[0-9]*
+}
+
+# wheel_cupti: the libcupti of NVIDIA's pip wheel python3 finds (CUDA 13's, else 12's), the
+# copy PyTorch itself loads, else nothing.
+wheel_cupti() {
+  python3 - <<'PY' 2>/dev/null
+import glob, os, sys
+for d in sys.path:
+    for sub in ("nvidia/cu13/lib/libcupti.so*", "nvidia/cuda_cupti/lib/libcupti.so*"):
+        hits = sorted(glob.glob(os.path.join(d or ".", sub)))
+        if hits:
+            print(hits[0]); sys.exit(0)
+PY
+}
