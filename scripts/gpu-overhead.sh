@@ -23,13 +23,9 @@
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-BIN="${1:-${GPUMETER_BIN_DIR:-}}"
-if [ -z "$BIN" ]; then
-  if [ -x "$ROOT/target/gpu-smoke/gpumeter" ]; then BIN="$ROOT/target/gpu-smoke"; else BIN="$ROOT/target/release"; fi
-fi
-BIN="$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")"
-GM="$BIN/gpumeter"
-INJECT="$BIN/libgpumeter_inject.so"
+# shellcheck source=/dev/null # scripts/lib/gpu-common.sh, checked on its own
+. "$ROOT/scripts/lib/gpu-common.sh"
+gpu_bin_dir "${1:-}"
 REPS="${OVERHEAD_REPS:-5}"
 SMALL="${OVERHEAD_SMALL:-100000}"
 LARGE="${OVERHEAD_LARGE:-20}"

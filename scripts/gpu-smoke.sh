@@ -52,13 +52,9 @@ if [ "${1:-}" = "--prepare" ]; then
   exit 0
 fi
 
-BIN="${1:-${GPUMETER_BIN_DIR:-}}"
-if [ -z "$BIN" ]; then
-  if [ -x "$ROOT/target/gpu-smoke/gpumeter" ]; then BIN="$ROOT/target/gpu-smoke"; else BIN="$ROOT/target/release"; fi
-fi
-BIN="$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")"
-GM="$BIN/gpumeter"
-INJECT="$BIN/libgpumeter_inject.so"
+# shellcheck source=/dev/null # scripts/lib/gpu-common.sh, checked on its own
+. "$ROOT/scripts/lib/gpu-common.sh"
+gpu_bin_dir "${1:-}"
 BOOK="$ROOT/examples/pricebook.toml"
 ITERS="${SMOKE_ITERS:-1000}"
 TORCH_ITERS="${SMOKE_TORCH_ITERS:-500}"
@@ -100,19 +96,8 @@ CUDA_ROOT="$(cd "$(dirname "$NVCC")/.." && pwd)"
 say "nvcc:       $NVCC ($("$NVCC" --version | tail -n 1))"
 
 # libcupti: the CUDA install's, and the pip wheel's (the copy PyTorch itself loads).
-first_file() { for f in "$@"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
-CUPTI_CUDA="$(first_file "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so.1[0-9]* \
-  "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so "$CUDA_ROOT"/lib64/libcupti.so.1[0-9]* \
-  "$CUDA_ROOT"/lib64/libcupti.so "$CUDA_ROOT"/targets/x86_64-linux/lib/libcupti.so.1[0-9]*)"
-CUPTI_PY="$(python3 - <<'EOF' 2>/dev/null
-import glob, os, sys
-for d in sys.path:
-    for sub in ("nvidia/cu13/lib/libcupti.so*", "nvidia/cuda_cupti/lib/libcupti.so*"):
-        hits = sorted(glob.glob(os.path.join(d or ".", sub)))
-        if hits:
-            print(hits[0]); sys.exit(0)
-EOF
-)"
+CUPTI_CUDA="$(cuda_cupti "$CUDA_ROOT")"
+CUPTI_PY="$(wheel_cupti)"
 if [ -n "${GPUMETER_CUPTI_LIB:-}" ]; then
   CUPTI_C="$GPUMETER_CUPTI_LIB"; CUPTI_T="$GPUMETER_CUPTI_LIB"
   say "libcupti:   $GPUMETER_CUPTI_LIB (GPUMETER_CUPTI_LIB, both workloads)"

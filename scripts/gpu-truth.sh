@@ -114,13 +114,9 @@ if [ "${1:-}" = "--prepare" ]; then
   exit 0
 fi
 
-BIN="${1:-${GPUMETER_BIN_DIR:-}}"
-if [ -z "$BIN" ]; then
-  if [ -x "$ROOT/target/gpu-smoke/gpumeter" ]; then BIN="$ROOT/target/gpu-smoke"; else BIN="$ROOT/target/release"; fi
-fi
-BIN="$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN")"
-GM="$BIN/gpumeter"
-INJECT="$BIN/libgpumeter_inject.so"
+# shellcheck source=/dev/null # scripts/lib/gpu-common.sh, checked on its own
+. "$ROOT/scripts/lib/gpu-common.sh"
+gpu_bin_dir "${1:-}"
 CLASSES="${TRUTH_CLASSES:-full tail tiny single copy streams green all}"
 WINDOW="${TRUTH_WINDOW:-1s}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpumeter-truth.XXXXXX")"
@@ -179,23 +175,12 @@ else
 fi
 
 # libcupti (12.6+ for PM sampling): the CUDA install's, else the pip wheel's.
-first_file() { for f in "$@"; do [ -f "$f" ] && { echo "$f"; return; }; done; }
 CUPTI="${GPUMETER_CUPTI_LIB:-}"
 if [ -z "$CUPTI" ]; then
-  CUPTI="$(first_file "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so.1[0-9]* \
-    "$CUDA_ROOT"/extras/CUPTI/lib64/libcupti.so "$CUDA_ROOT"/lib64/libcupti.so.1[0-9]* \
-    "$CUDA_ROOT"/lib64/libcupti.so "$CUDA_ROOT"/targets/x86_64-linux/lib/libcupti.so.1[0-9]*)"
+  CUPTI="$(cuda_cupti "$CUDA_ROOT")"
 fi
 if [ -z "$CUPTI" ]; then
-  CUPTI="$(python3 - <<'EOF' 2>/dev/null
-import glob, os, sys
-for d in sys.path:
-    for sub in ("nvidia/cu13/lib/libcupti.so*", "nvidia/cuda_cupti/lib/libcupti.so*"):
-        hits = sorted(glob.glob(os.path.join(d or ".", sub)))
-        if hits:
-            print(hits[0]); sys.exit(0)
-EOF
-)"
+  CUPTI="$(wheel_cupti)"
 fi
 [ -n "$CUPTI" ] || cannot "no libcupti found (set GPUMETER_CUPTI_LIB)"
 export GPUMETER_CUPTI_LIB="$CUPTI"

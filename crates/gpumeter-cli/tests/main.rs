@@ -569,6 +569,54 @@ fn cupti_record(buf: &mut Vec<u8>, kind: gpumeter_cupti::ActivityKind, fields: &
     }
 }
 
+/// Appends to `buf` a CUPTI 12.8 kernel of correlation id 1 over `[t0, t0 + 1000)` ns with a
+/// grid of height and depth 1, and `fields` (its width, block, …) as [`cupti_record`] takes them.
+fn one_kernel(buf: &mut Vec<u8>, t0: u64, fields: &[(&str, i128)]) {
+    let mut all = vec![
+        ("start", i128::from(t0)),
+        ("end", i128::from(t0) + 1_000),
+        ("gridY", 1),
+        ("gridZ", 1),
+        ("correlationId", 1),
+    ];
+    all.extend_from_slice(fields);
+    cupti_record(buf, gpumeter_cupti::ActivityKind::CONCURRENT_KERNEL, &all);
+}
+
+/// A finished recording's header (CUPTI API 26, process 42, both clocks at `t0`, producer
+/// `producer` version "0", not instrumented) of one device: id 0, `name`, `uuid`, 132 SMs,
+/// compute capability 9.0.
+fn one_gpu_header(
+    t0: u64,
+    host: &str,
+    producer: &str,
+    name: &str,
+    uuid: Option<&str>,
+) -> gpumeter_cupti::gmr::GmrHeader {
+    use gpumeter_cupti::gmr::{ClockPair, GmrDevice, GmrHeader, Producer};
+    GmrHeader {
+        cupti_api_version: 26,
+        host: host.into(),
+        clock: ClockPair {
+            cupti_timestamp_ns: t0,
+            unix_time_ns: t0,
+        },
+        process_id: 42,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some(name.into()),
+            uuid: uuid.map(Into::into),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        producer: Producer {
+            name: producer.into(),
+            version: "0".into(),
+        },
+        instrumented: false,
+    }
+}
+
 /// A CUPTI 12.8 buffer of one device (`uuid`, 132 SMs), one 1 µs kernel at `kernel_at` (ns)
 /// and, for each `(memoryOperationType, timestamp ns)` of `memory`, a 4096-byte device
 /// allocation event of process 77 at one address.
@@ -913,8 +961,7 @@ fn open_allocations_carry_into_the_next_report_with_opening() {
 /// the trace is read first, and the argument order changes nothing.
 #[test]
 fn a_trace_and_a_recording_of_one_gpu_merge_in_time_order() {
-    use gpumeter_cupti::gmr::{ClockPair, Frame, GmrDevice, GmrHeader, GmrWriter, Producer};
-    use gpumeter_cupti::ActivityKind;
+    use gpumeter_cupti::gmr::{Frame, GmrWriter};
     let uuid = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
     let t0: u64 = 1_793_606_160_000_000_000;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -933,39 +980,8 @@ fn a_trace_and_a_recording_of_one_gpu_merge_in_time_order() {
     std::fs::write(&trace, kineto.to_string()).expect("write");
     // The recording: one kernel at t0, on the GPU of the same UUID.
     let mut buf = Vec::new();
-    cupti_record(
-        &mut buf,
-        ActivityKind::CONCURRENT_KERNEL,
-        &[
-            ("start", i128::from(t0)),
-            ("end", i128::from(t0) + 1_000),
-            ("gridX", 1),
-            ("gridY", 1),
-            ("gridZ", 1),
-            ("correlationId", 1),
-        ],
-    );
-    let header = GmrHeader {
-        cupti_api_version: 26,
-        host: "node".into(),
-        clock: ClockPair {
-            cupti_timestamp_ns: t0,
-            unix_time_ns: t0,
-        },
-        process_id: 42,
-        devices: vec![GmrDevice {
-            id: 0,
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            uuid: Some(uuid.into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-        }],
-        producer: Producer {
-            name: "test".into(),
-            version: "0".into(),
-        },
-        instrumented: false,
-    };
+    one_kernel(&mut buf, t0, &[("gridX", 1)]);
+    let header = one_gpu_header(t0, "node", "test", "NVIDIA H100 80GB HBM3", Some(uuid));
     let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
     w.write_frame(&Frame::ActivityBuffer(buf)).expect("frame");
     let rec = dir.path().join("run.gmr");
@@ -1269,49 +1285,27 @@ fn control_characters_from_inputs_are_escaped_in_text_output() {
 /// [t0 + 1000, t0 + 2000) after an overflow, 13 200 cycles, 100 bytes read, no write counter.
 fn pm_recording(dir: &Path) -> PathBuf {
     use gpumeter::core::PmSample;
-    use gpumeter_cupti::gmr::{
-        ClockPair, Frame, GmrDevice, GmrHeader, GmrWriter, PmSamples, Producer,
-    };
-    use gpumeter_cupti::ActivityKind;
+    use gpumeter_cupti::gmr::{Frame, GmrWriter, PmSamples};
     let t0: u64 = 1_793_606_160_000_000_000;
     let mut buf = Vec::new();
-    cupti_record(
+    one_kernel(
         &mut buf,
-        ActivityKind::CONCURRENT_KERNEL,
+        t0,
         &[
-            ("start", i128::from(t0)),
-            ("end", i128::from(t0) + 1_000),
             ("gridX", 200),
-            ("gridY", 1),
-            ("gridZ", 1),
             ("blockX", 128),
             ("blockY", 1),
             ("blockZ", 1),
-            ("correlationId", 1),
             ("contextId", 1),
         ],
     );
-    let header = GmrHeader {
-        cupti_api_version: 26,
-        host: "node".into(),
-        clock: ClockPair {
-            cupti_timestamp_ns: t0,
-            unix_time_ns: t0,
-        },
-        process_id: 42,
-        devices: vec![GmrDevice {
-            id: 0,
-            name: Some("NVIDIA H100".into()),
-            uuid: Some("GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88".into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-        }],
-        producer: Producer {
-            name: "test".into(),
-            version: "0".into(),
-        },
-        instrumented: false,
-    };
+    let header = one_gpu_header(
+        t0,
+        "node",
+        "test",
+        "NVIDIA H100",
+        Some("GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88"),
+    );
     let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
     w.write_frame(&Frame::ActivityBuffer(buf)).expect("frame");
     w.write_pm_samples(&PmSamples {
@@ -1424,46 +1418,17 @@ fn usage_meters_pm_samples_of_a_recording() {
 /// `recording show` prints a recording's host, device and kernel names escaped.
 #[test]
 fn recording_show_escapes_names_from_the_recording() {
-    use gpumeter_cupti::gmr::{
-        ClockPair, Frame, GmrDevice, GmrHeader, GmrWriter, Producer, StringTable,
-    };
-    use gpumeter_cupti::ActivityKind;
+    use gpumeter_cupti::gmr::{Frame, GmrWriter, StringTable};
     let t0: u64 = 1_793_606_160_000_000_000;
     let mut buf = Vec::new();
-    cupti_record(
-        &mut buf,
-        ActivityKind::CONCURRENT_KERNEL,
-        &[
-            ("start", i128::from(t0)),
-            ("end", i128::from(t0) + 1_000),
-            ("gridX", 1),
-            ("gridY", 1),
-            ("gridZ", 1),
-            ("correlationId", 1),
-            ("name", 0x1000),
-        ],
+    one_kernel(&mut buf, t0, &[("gridX", 1), ("name", 0x1000)]);
+    let header = one_gpu_header(
+        t0,
+        "node\u{1b}[2J",
+        "test\u{85}",
+        "NVIDIA H100\nfake row\u{202e}",
+        None,
     );
-    let header = GmrHeader {
-        cupti_api_version: 26,
-        host: "node\u{1b}[2J".into(),
-        clock: ClockPair {
-            cupti_timestamp_ns: t0,
-            unix_time_ns: t0,
-        },
-        process_id: 42,
-        devices: vec![GmrDevice {
-            id: 0,
-            name: Some("NVIDIA H100\nfake row\u{202e}".into()),
-            uuid: None,
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-        }],
-        producer: Producer {
-            name: "test\u{85}".into(),
-            version: "0".into(),
-        },
-        instrumented: false,
-    };
     let mut names = StringTable::new();
     names.insert(0x1000, "kern\u{1b}[31mel\r\n");
     let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");

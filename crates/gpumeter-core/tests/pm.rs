@@ -5,54 +5,15 @@
 use std::collections::BTreeMap;
 
 use gpumeter_core::{
-    ActivityRecord, DeviceSlot, Meter, MeterConfig, MeterKind, NotMeterableCode, PmSample,
-    TenantMap, UsageReport, WarningCode, WindowSize, IDLE,
+    Meter, MeterConfig, MeterKind, NotMeterableCode, PmSample, UsageReport, WarningCode, IDLE,
 };
 use proptest::prelude::*;
 
 mod common;
-use common::{device, kernel, per_tenant, BASE, KEY, S};
-
-/// A sample of `[BASE + a, BASE + b)` ns with both pairs of counters.
-fn sample(a: u64, b: u64, active: u64, elapsed: u64, read: u64, write: u64) -> PmSample {
-    PmSample {
-        start_ns: BASE + a,
-        end_ns: BASE + b,
-        sm_active_cycles: Some(active),
-        sm_elapsed_cycles: Some(elapsed),
-        dram_read_bytes: Some(read),
-        dram_write_bytes: Some(write),
-        overflow: false,
-    }
-}
-
-/// A kernel of `grid` blocks over `[BASE + a, BASE + b)` of process `pid`.
-fn k(dev: DeviceSlot, a: u64, b: u64, grid: u32, pid: u32) -> ActivityRecord {
-    let mut r = ActivityRecord::new(dev, BASE + a, BASE + b, kernel(grid));
-    r.process_id = Some(pid);
-    r.correlation_id = (a as u32).wrapping_mul(7).wrapping_add(pid);
-    r
-}
-
-const TENANTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
-
-/// Processes 1.. → alice, bob, carol, dave.
-fn tenants() -> TenantMap {
-    let mut tm = TenantMap::default();
-    for (i, t) in TENANTS.iter().enumerate() {
-        tm.pid.insert(i as u32 + 1, t.parse().expect("tenant"));
-    }
-    tm
-}
-
-fn meter(window_s: u64) -> Meter {
-    let mut m = Meter::new(MeterConfig {
-        window: WindowSize::from_seconds(window_s).expect("window"),
-        ..MeterConfig::default()
-    });
-    m.set_tenant_map(tenants());
-    m
-}
+use common::{device, per_tenant, BASE, KEY, S};
+#[path = "common/pm.rs"]
+mod pm_common;
+use pm_common::{k, meter, sample};
 
 fn has_warning(r: &UsageReport, code: WarningCode, needle: &str) -> bool {
     r.warnings

@@ -4,46 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use gpumeter_core::{
-    ActivityRecord, DeviceSlot, Meter, MeterConfig, MeterKind, PmSample, TenantMap, UsageReport,
-    WindowSize, IDLE,
-};
+use gpumeter_core::{MeterKind, UsageReport, IDLE};
 use proptest::prelude::*;
 
 mod common;
-use common::{device, kernel, per_tenant, BASE, KEY, S};
-
-fn sample(a: u64, b: u64, active: u64, elapsed: u64, read: u64, write: u64) -> PmSample {
-    PmSample {
-        start_ns: BASE + a,
-        end_ns: BASE + b,
-        sm_active_cycles: Some(active),
-        sm_elapsed_cycles: Some(elapsed),
-        dram_read_bytes: Some(read),
-        dram_write_bytes: Some(write),
-        overflow: false,
-    }
-}
-
-fn k(dev: DeviceSlot, a: u64, b: u64, grid: u32, pid: u32) -> ActivityRecord {
-    let mut r = ActivityRecord::new(dev, BASE + a, BASE + b, kernel(grid));
-    r.process_id = Some(pid);
-    r.correlation_id = (a as u32).wrapping_mul(7).wrapping_add(pid);
-    r
-}
-
-fn meter(window_s: u64) -> Meter {
-    let mut m = Meter::new(MeterConfig {
-        window: WindowSize::from_seconds(window_s).expect("window"),
-        ..MeterConfig::default()
-    });
-    let mut tm = TenantMap::default();
-    for (i, t) in ["alice", "bob", "carol", "dave"].iter().enumerate() {
-        tm.pid.insert(i as u32 + 1, t.parse().expect("tenant"));
-    }
-    m.set_tenant_map(tm);
-    m
-}
+use common::{device, per_tenant, BASE, KEY, S};
+#[path = "common/pm.rs"]
+mod pm_common;
+use pm_common::{k, meter, sample};
 
 fn sums(rs: &[UsageReport]) -> BTreeMap<(String, String, MeterKind), u128> {
     let mut sum = BTreeMap::new();

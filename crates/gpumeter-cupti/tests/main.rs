@@ -1764,6 +1764,19 @@ mod gmr_format {
         }
     }
 
+    /// A frame of type `kind` around `payload` (type, length, payload, CRC-32 of the three),
+    /// as written, whatever the payload holds.
+    fn raw_frame(kind: u32, payload: &[u8]) -> Vec<u8> {
+        let mut f = Vec::new();
+        f.extend_from_slice(&kind.to_le_bytes());
+        f.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        f.extend_from_slice(payload);
+        let mut crc = crc32fast::Hasher::new();
+        crc.update(&f);
+        f.extend_from_slice(&crc.finalize().to_le_bytes());
+        f
+    }
+
     fn payload_len(f: &Frame) -> usize {
         match f {
             Frame::ActivityBuffer(b) => b.len(),
@@ -1968,16 +1981,7 @@ mod gmr_format {
         assert_eq!(&bytes[at + 12..at + 12 + payload.len()], &payload[..]);
 
         // Hand-made frames with a right checksum and a bad payload.
-        let frame = |p: &[u8]| {
-            let mut f = Vec::new();
-            f.extend_from_slice(&8u32.to_le_bytes());
-            f.extend_from_slice(&(p.len() as u64).to_le_bytes());
-            f.extend_from_slice(p);
-            let mut crc = crc32fast::Hasher::new();
-            crc.update(&f);
-            f.extend_from_slice(&crc.finalize().to_le_bytes());
-            f
-        };
+        let frame = |p: &[u8]| raw_frame(8, p);
         let (head, _) = write(&header(26), &[], false);
         let with = |p: &[u8]| {
             let mut b = head.clone();
@@ -2091,16 +2095,7 @@ mod gmr_format {
             Frame::PmSamples(empty)
         );
 
-        let frame = |p: &[u8]| {
-            let mut f = Vec::new();
-            f.extend_from_slice(&9u32.to_le_bytes());
-            f.extend_from_slice(&(p.len() as u64).to_le_bytes());
-            f.extend_from_slice(p);
-            let mut crc = crc32fast::Hasher::new();
-            crc.update(&f);
-            f.extend_from_slice(&crc.finalize().to_le_bytes());
-            f
-        };
+        let frame = |p: &[u8]| raw_frame(9, p);
         let (head, _) = write(&header(26), &[], false);
         let with = |p: &[u8]| {
             let mut b = head.clone();

@@ -420,7 +420,7 @@ fn a_recording_chain_meters_as_whole() {
 
 #[test]
 fn a_synthetic_recording_out_of_order_meters_as_whole() {
-    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter};
+    use gpumeter_cupti::gmr::GmrWriter;
     let hour = 3_600_000_000_000u64;
     let bytes = kernels(30_000, |i| {
         let t = hour + (i as u64 / 2) * 1_000;
@@ -430,19 +430,7 @@ fn a_synthetic_recording_out_of_order_meters_as_whole() {
             t
         }
     });
-    let header = GmrHeader {
-        cupti_api_version: 26,
-        host: "test".into(),
-        process_id: 77,
-        devices: vec![GmrDevice {
-            id: 0,
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-        }],
-        ..GmrHeader::default()
-    };
+    let header = h100_header(77);
     let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
     for part in bytes.chunks(208 * 4_000) {
         w.write_buffer(part).expect("buffer");
@@ -617,6 +605,39 @@ fn record(kind: ActivityKind, fields: &[(&str, u64)]) -> Vec<u8> {
 }
 
 const T0: u64 = 1_793_606_160_000_000_000;
+
+/// A `.gmr` header (CUPTI API 26, host "test") of process `pid` on one H100 (device 0,
+/// 132 SMs, uuid `GPU-…0001`).
+fn h100_header(pid: u32) -> gpumeter_cupti::gmr::GmrHeader {
+    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader};
+    GmrHeader {
+        cupti_api_version: 26,
+        host: "test".into(),
+        process_id: pid,
+        devices: vec![GmrDevice {
+            id: 0,
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
+            sm_count: Some(132),
+            compute_capability: Some("9.0".into()),
+        }],
+        ..GmrHeader::default()
+    }
+}
+
+/// A PM sample of `[T0 + a, T0 + b)` ns: `active` SM cycles of 1000 elapsed, `active` bytes
+/// read, 1 written.
+fn pm_sample(a: u64, b: u64, active: u64) -> gpumeter_core::PmSample {
+    gpumeter_core::PmSample {
+        start_ns: T0 + a,
+        end_ns: T0 + b,
+        sm_active_cycles: Some(active),
+        sm_elapsed_cycles: Some(1_000),
+        dram_read_bytes: Some(active),
+        dram_write_bytes: Some(1),
+        overflow: false,
+    }
+}
 
 /// A kernel of correlation id `corr` starting `i` µs after [`T0`], 3 µs long, on one of 4
 /// streams.
@@ -1071,39 +1092,17 @@ fn a_recording_with_pm_samples_meters_as_whole() {
 /// samples it is handed, so both paths must hand them over in the same (time) order.
 #[test]
 fn overlapping_pm_samples_out_of_order_meter_as_whole() {
-    use gpumeter_core::PmSample;
-    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
-    let header = GmrHeader {
-        cupti_api_version: 26,
-        host: "test".into(),
-        process_id: 77,
-        devices: vec![GmrDevice {
-            id: 0,
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-        }],
-        ..GmrHeader::default()
-    };
-    let sample = |a: u64, b: u64, active: u64| PmSample {
-        start_ns: T0 + a,
-        end_ns: T0 + b,
-        sm_active_cycles: Some(active),
-        sm_elapsed_cycles: Some(1_000),
-        dram_read_bytes: Some(active),
-        dram_write_bytes: Some(1),
-        overflow: false,
-    };
+    use gpumeter_cupti::gmr::{GmrWriter, PmSamples};
+    let header = h100_header(77);
     let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
     w.write_buffer(&[kernel_rec(0, 1), kernel_rec(5, 2)].concat())
         .expect("buffer");
     // [2 µs, 6 µs) first, then [0, 4 µs) which overlaps it, then [5 µs, 9 µs) overlapping
     // only the first.
     for s in [
-        sample(2_000, 6_000, 50_000),
-        sample(0, 4_000, 7_000),
-        sample(5_000, 9_000, 3_000),
+        pm_sample(2_000, 6_000, 50_000),
+        pm_sample(0, 4_000, 7_000),
+        pm_sample(5_000, 9_000, 3_000),
     ] {
         w.write_pm_samples(&PmSamples {
             device_id: 0,
@@ -1130,22 +1129,10 @@ fn overlapping_pm_samples_out_of_order_meter_as_whole() {
 #[test]
 fn random_pm_recordings_meter_as_whole() {
     use gpumeter_core::PmSample;
-    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use gpumeter_cupti::gmr::{GmrWriter, PmSamples};
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
-    let header = GmrHeader {
-        cupti_api_version: 26,
-        host: "test".into(),
-        process_id: 77,
-        devices: vec![GmrDevice {
-            id: 0,
-            name: Some("NVIDIA H100 80GB HBM3".into()),
-            uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
-            sm_count: Some(132),
-            compute_capability: Some("9.0".into()),
-        }],
-        ..GmrHeader::default()
-    };
+    let header = h100_header(77);
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("random.gmr");
     let strategy = (
@@ -1224,31 +1211,10 @@ fn random_pm_recordings_meter_as_whole() {
 #[test]
 fn overlapping_pm_samples_of_two_recordings_meter_as_whole() {
     use gpumeter_core::PmSample;
-    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use gpumeter_cupti::gmr::{GmrWriter, PmSamples};
     use gpumeter_cupti::{meter_files, meter_sources, CuptiFormat, CuptiInput};
-    let sample = |a: u64, b: u64, active: u64| PmSample {
-        start_ns: T0 + a,
-        end_ns: T0 + b,
-        sm_active_cycles: Some(active),
-        sm_elapsed_cycles: Some(1_000),
-        dram_read_bytes: Some(active),
-        dram_write_bytes: Some(1),
-        overflow: false,
-    };
     let recording = |pid: u32, kernel_at: u64, s: PmSample| {
-        let header = GmrHeader {
-            cupti_api_version: 26,
-            host: "test".into(),
-            process_id: pid,
-            devices: vec![GmrDevice {
-                id: 0,
-                name: Some("NVIDIA H100 80GB HBM3".into()),
-                uuid: Some("GPU-00000000-0000-0000-0000-000000000001".into()),
-                sm_count: Some(132),
-                compute_capability: Some("9.0".into()),
-            }],
-            ..GmrHeader::default()
-        };
+        let header = h100_header(pid);
         let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
         w.write_buffer(&kernel_rec(kernel_at, pid)).expect("buffer");
         w.write_pm_samples(&PmSamples {
@@ -1262,11 +1228,11 @@ fn overlapping_pm_samples_of_two_recordings_meter_as_whole() {
     let files = [
         (
             dir.path().join("a.gmr"),
-            recording(71, 0, sample(2_000, 6_000, 50_000)),
+            recording(71, 0, pm_sample(2_000, 6_000, 50_000)),
         ),
         (
             dir.path().join("b.gmr"),
-            recording(72, 3, sample(0, 4_000, 7_000)),
+            recording(72, 3, pm_sample(0, 4_000, 7_000)),
         ),
     ];
     for (p, b) in &files {

@@ -30,6 +30,29 @@ macro_rules! pm_struct_size {
     };
 }
 
+/// `$func` (a table field named as the CUPTI function) with a parameter struct `$params` whose
+/// only input is the object `$obj` in its field `$field`, the struct's size counted up to that
+/// field: `Result<(), CuptiError>`, [`CuptiError::NotSupported`] when the symbol is missing,
+/// [`CuptiError::Api`] when the call fails. The caller's `// SAFETY:` comment says why `$obj`
+/// is live (or consumed) for the call.
+macro_rules! pm_one_object_call {
+    ($self:expr, $func:ident, $params:ident, $field:ident, $obj:expr) => {{
+        const F: &str = stringify!($func);
+        with_api!($self, api, b => {
+            let f = pm_fn(&api.$func, F)?;
+            let mut p = b::$params {
+                structSize: pm_struct_size!(b::$params, $field),
+                $field: $obj.cast(),
+                ..Default::default()
+            };
+            // SAFETY: `p` is a valid parameter struct with its header size; `$obj` is live for
+            // the call, as the caller's `SAFETY:` comment says.
+            let rc = unsafe { f(&mut p) };
+            $self.check(F, rc)
+        })
+    }};
+}
+
 /// The size of the field a projection returns (for [`pm_struct_size!`]).
 fn pm_field_size<T, F>(_: impl Fn(&T) -> &F) -> usize {
     std::mem::size_of::<F>()
@@ -324,19 +347,15 @@ impl Cupti {
     /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
     #[doc(alias = "cuptiProfilerHostDeinitialize")]
     pub fn pm_host_deinitialize(&self, host: PmHost) -> Result<(), CuptiError> {
-        const F: &str = "cuptiProfilerHostDeinitialize";
         let _serial = host_lock();
-        with_api!(self, api, b => {
-            let f = pm_fn(&api.cuptiProfilerHostDeinitialize, F)?;
-            let mut p = b::CUpti_Profiler_Host_Deinitialize_Params {
-                structSize: pm_struct_size!(b::CUpti_Profiler_Host_Deinitialize_Params, pHostObject),
-                pHostObject: host.obj.cast(),
-                ..Default::default()
-            };
-            // SAFETY: `host.obj` came from `cuptiProfilerHostInitialize` and is consumed here.
-            let rc = unsafe { f(&mut p) };
-            self.check(F, rc)
-        })
+        // SAFETY: `host.obj` came from `cuptiProfilerHostInitialize` and is consumed here.
+        pm_one_object_call!(
+            self,
+            cuptiProfilerHostDeinitialize,
+            CUpti_Profiler_Host_Deinitialize_Params,
+            pHostObject,
+            host.obj
+        )
     }
 
     /// The base metrics of type `kind` the host object's chip has for PM sampling (e.g.
@@ -596,18 +615,14 @@ impl Cupti {
     /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
     #[doc(alias = "cuptiPmSamplingStart")]
     pub fn pm_start(&self, sampler: &PmSampler) -> Result<(), CuptiError> {
-        const F: &str = "cuptiPmSamplingStart";
-        with_api!(self, api, b => {
-            let f = pm_fn(&api.cuptiPmSamplingStart, F)?;
-            let mut p = b::CUpti_PmSampling_Start_Params {
-                structSize: pm_struct_size!(b::CUpti_PmSampling_Start_Params, pPmSamplingObject),
-                pPmSamplingObject: sampler.obj.cast(),
-                ..Default::default()
-            };
-            // SAFETY: valid parameter struct; the sampler is live.
-            let rc = unsafe { f(&mut p) };
-            self.check(F, rc)
-        })
+        // SAFETY: valid parameter struct; the sampler is live.
+        pm_one_object_call!(
+            self,
+            cuptiPmSamplingStart,
+            CUpti_PmSampling_Start_Params,
+            pPmSamplingObject,
+            sampler.obj
+        )
     }
 
     /// Stops sampling (what the hardware buffer holds can still be decoded).
@@ -616,18 +631,14 @@ impl Cupti {
     /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
     #[doc(alias = "cuptiPmSamplingStop")]
     pub fn pm_stop(&self, sampler: &PmSampler) -> Result<(), CuptiError> {
-        const F: &str = "cuptiPmSamplingStop";
-        with_api!(self, api, b => {
-            let f = pm_fn(&api.cuptiPmSamplingStop, F)?;
-            let mut p = b::CUpti_PmSampling_Stop_Params {
-                structSize: pm_struct_size!(b::CUpti_PmSampling_Stop_Params, pPmSamplingObject),
-                pPmSamplingObject: sampler.obj.cast(),
-                ..Default::default()
-            };
-            // SAFETY: valid parameter struct; the sampler is live.
-            let rc = unsafe { f(&mut p) };
-            self.check(F, rc)
-        })
+        // SAFETY: valid parameter struct; the sampler is live.
+        pm_one_object_call!(
+            self,
+            cuptiPmSamplingStop,
+            CUpti_PmSampling_Stop_Params,
+            pPmSamplingObject,
+            sampler.obj
+        )
     }
 
     /// Disables PM sampling and frees the sampler.
@@ -636,18 +647,14 @@ impl Cupti {
     /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
     #[doc(alias = "cuptiPmSamplingDisable")]
     pub fn pm_disable(&self, sampler: PmSampler) -> Result<(), CuptiError> {
-        const F: &str = "cuptiPmSamplingDisable";
-        with_api!(self, api, b => {
-            let f = pm_fn(&api.cuptiPmSamplingDisable, F)?;
-            let mut p = b::CUpti_PmSampling_Disable_Params {
-                structSize: pm_struct_size!(b::CUpti_PmSampling_Disable_Params, pPmSamplingObject),
-                pPmSamplingObject: sampler.obj.cast(),
-                ..Default::default()
-            };
-            // SAFETY: valid parameter struct; the sampler is consumed here.
-            let rc = unsafe { f(&mut p) };
-            self.check(F, rc)
-        })
+        // SAFETY: valid parameter struct; the sampler is consumed here.
+        pm_one_object_call!(
+            self,
+            cuptiPmSamplingDisable,
+            CUpti_PmSampling_Disable_Params,
+            pPmSamplingObject,
+            sampler.obj
+        )
     }
 
     /// The bytes of a counter-data image holding `max_samples` samples of `metrics`.
