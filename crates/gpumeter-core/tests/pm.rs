@@ -13,7 +13,7 @@ mod common;
 use common::{device, per_tenant, BASE, KEY, S};
 #[path = "common/pm.rs"]
 mod pm_common;
-use pm_common::{k, meter, sample};
+use pm_common::{arb_kernel, k, meter, sample, K};
 
 fn has_warning(r: &UsageReport, code: WarningCode, needle: &str) -> bool {
     r.warnings
@@ -343,24 +343,6 @@ fn drains_hand_over_exactly_the_pieces_before_their_edge() {
 }
 
 // ---- properties -------------------------------------------------------------------------
-
-/// A kernel: start and length in µs, grid, process (1..=4).
-#[derive(Debug, Clone)]
-struct K {
-    start: u64,
-    len: u64,
-    grid: u32,
-    pid: u32,
-}
-
-fn arb_kernel() -> impl Strategy<Value = K> {
-    (0u64..3000, 1u64..800, 1u32..200, 1u32..5).prop_map(|(start, len, grid, pid)| K {
-        start,
-        len,
-        grid,
-        pid,
-    })
-}
 
 /// Samples tiling parts of `[0, 3500)` µs: cut points, each gap kept or not, counters.
 fn arb_samples() -> impl Strategy<Value = Vec<PmSample>> {

@@ -11,7 +11,7 @@ mod common;
 use common::{device, per_tenant, BASE, KEY, S};
 #[path = "common/pm.rs"]
 mod pm_common;
-use pm_common::{k, meter, sample};
+use pm_common::{arb_kernel, k, meter, sample};
 
 fn sums(rs: &[UsageReport]) -> BTreeMap<(String, String, MeterKind), u128> {
     let mut sum = BTreeMap::new();
@@ -97,23 +97,6 @@ fn drain_of_a_device_with_only_samples() {
     assert_eq!(sums(&a), sums(&b));
 }
 
-#[derive(Debug, Clone)]
-struct Kx {
-    start: u64,
-    len: u64,
-    grid: u32,
-    pid: u32,
-}
-
-fn arb_k() -> impl Strategy<Value = Kx> {
-    (0u64..3000, 1u64..800, 1u32..200, 1u32..5).prop_map(|(start, len, grid, pid)| Kx {
-        start,
-        len,
-        grid,
-        pid,
-    })
-}
-
 const U: u64 = 1_000_000; // 1 unit = 1 ms, windows 1 s
 
 proptest! {
@@ -123,7 +106,7 @@ proptest! {
     /// finish.
     #[test]
     fn drains_keep_the_sampled_meters(
-        ks in proptest::collection::vec(arb_k(), 0..10),
+        ks in proptest::collection::vec(arb_kernel(), 0..10),
         cuts in proptest::collection::vec((1u64..300, any::<bool>(), 0u64..64_000, 1u64..1000, 0u64..1000), 1..14),
         edges in proptest::collection::vec(0u64..4, 0..3),
     ) {
@@ -176,7 +159,7 @@ proptest! {
     /// (within rounding), green contexts and caps included.
     #[test]
     fn window_samples_follow_sm_ns(
-        ks in proptest::collection::vec((arb_k(), 0u32..3), 1..14),
+        ks in proptest::collection::vec((arb_kernel(), 0u32..3), 1..14),
         qs in proptest::collection::vec((0u64..64_000_000, 1u64..1_000_000), 4),
     ) {
         let mut m = meter(1);

@@ -28,6 +28,26 @@ pub fn k(dev: DeviceSlot, a: u64, b: u64, grid: u32, pid: u32) -> ActivityRecord
     r
 }
 
+/// A kernel for property tests: start and length in µs, grid, process (1..=4).
+#[derive(Debug, Clone)]
+pub struct K {
+    pub start: u64,
+    pub len: u64,
+    pub grid: u32,
+    pub pid: u32,
+}
+
+/// Kernels starting within 3 ms, lasting up to 0.8 ms, of 1..200 blocks, of processes 1..=4.
+pub fn arb_kernel() -> impl proptest::strategy::Strategy<Value = K> {
+    use proptest::strategy::Strategy as _;
+    (0u64..3000, 1u64..800, 1u32..200, 1u32..5).prop_map(|(start, len, grid, pid)| K {
+        start,
+        len,
+        grid,
+        pid,
+    })
+}
+
 /// The tenants of processes 1, 2, 3 and 4.
 const TENANTS: [&str; 4] = ["alice", "bob", "carol", "dave"];
 
