@@ -133,6 +133,10 @@ fn the_schemas_meter_lists_are_the_meter_registry() {
             MeterKind::EnergyMj => 13,
             MeterKind::SmActiveNs => 14,
             MeterKind::DramBytes => 15,
+            MeterKind::FlopsFp64 => 16,
+            MeterKind::FlopsFp32 => 17,
+            MeterKind::FlopsFp16 => 18,
+            MeterKind::TensorOps => 19,
         }
     }
     for (i, m) in MeterKind::ALL.into_iter().enumerate() {

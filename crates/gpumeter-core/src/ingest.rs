@@ -336,6 +336,7 @@ fn facts(j: &Joined) -> usize {
         + usize::from(j.external_id.is_some())
         + usize::from(j.name.is_some())
         + usize::from(j.warp_instructions.is_some())
+        + j.ops.as_array().iter().filter(|c| c.is_some()).count()
 }
 
 /// Matches the items of `a` with equal items of `b` (the same identity, joined facts that
@@ -770,5 +771,6 @@ fn fill_joined(r: &mut ActivityRecord, j: &Joined) {
             k.name.clone_from(&j.name);
         }
         k.warp_instructions = k.warp_instructions.or(j.warp_instructions);
+        k.ops = k.ops.or(j.ops);
     }
 }

@@ -28,6 +28,7 @@ pub mod ingest;
 pub mod merge;
 pub mod meter;
 pub mod occupancy;
+pub mod ops;
 pub mod record;
 pub mod report;
 pub mod tenant;
@@ -51,6 +52,7 @@ pub use meter::{
     Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_CELLS,
     DEFAULT_REORDER_HORIZON_NS, MAX_RESIDENT_GRIDS, STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT,
 };
+pub use ops::{OpCountError, OpCounter, OpCounts, OP_METERS};
 pub use record::{
     invalid_field_warning, ActivityRecord, CopyDirection, DeviceSlot, Joined, KernelLaunch,
     LossReason, MemoryEvent, MemoryOp, PartitionId, PmSample, Work,

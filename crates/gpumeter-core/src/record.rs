@@ -50,6 +50,11 @@ pub struct KernelLaunch {
     /// kernel's `correlationId`, or Σ `smsp__sass_inst_executed` of the SASS-metrics data
     /// flushed for the launch. `None` when not measured.
     pub warp_instructions: Option<u64>,
+    /// Floating-point and tensor-core operations the launch executed (`flops_fp64`,
+    /// `flops_fp32`, `flops_fp16`, `tensor_ops`), each when the source measured it: CUPTI's
+    /// SASS op and tensor-path counters of the kernel's profiler range
+    /// ([`OpCounts`](crate::OpCounts), `ops.rs`). All `None` when not measured.
+    pub ops: crate::ops::OpCounts,
 }
 
 impl KernelLaunch {
@@ -142,7 +147,7 @@ impl ActivityRecord {
     /// or the source adds — `device` and `partition` (the meter's slots), and the facts a
     /// source joins from other records or may not know ([`ActivityRecord::joined`]: the
     /// process id from API records or a recording's header, the external id, the kernel name
-    /// from a string table, the instruction count from other frames). Two sources of the same
+    /// from a string table, the instruction and operation counts from other frames). Two sources of the same
     /// work can differ in those (a raw buffer and the `.gmr` it came from, a trace with and
     /// without its CPU events), so they are compared by [`Joined::agrees`] instead.
     pub fn identity(&self) -> ActivityRecord {
@@ -150,6 +155,7 @@ impl ActivityRecord {
             Work::Kernel(k) => Work::Kernel(KernelLaunch {
                 name: None,
                 warp_instructions: None,
+                ops: crate::ops::OpCounts::default(),
                 ..k.clone()
             }),
             w => w.clone(),
@@ -167,15 +173,16 @@ impl ActivityRecord {
     /// The facts the source joined to the record ([`ActivityRecord::identity`] leaves them
     /// out).
     pub fn joined(&self) -> Joined {
-        let (name, warp_instructions) = match &self.work {
-            Work::Kernel(k) => (k.name.clone(), k.warp_instructions),
-            _ => (None, None),
+        let (name, warp_instructions, ops) = match &self.work {
+            Work::Kernel(k) => (k.name.clone(), k.warp_instructions, k.ops),
+            _ => (None, None, crate::ops::OpCounts::default()),
         };
         Joined {
             process_id: self.process_id,
             external_id: self.external_id,
             name,
             warp_instructions,
+            ops,
         }
     }
 
@@ -209,6 +216,8 @@ pub struct Joined {
     pub name: Option<Arc<str>>,
     /// Warp-level instructions (from SASS-metrics frames or INSTRUCTION_EXECUTION records).
     pub warp_instructions: Option<u64>,
+    /// Operation counts (from profiler ranges or range-profiler frames).
+    pub ops: crate::ops::OpCounts,
 }
 
 impl Joined {
@@ -227,6 +236,7 @@ impl Joined {
             && same(&self.external_id, &other.external_id)
             && same(&self.name, &other.name)
             && same(&self.warp_instructions, &other.warp_instructions)
+            && self.ops.agrees(&other.ops)
     }
 }
 

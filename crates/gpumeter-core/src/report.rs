@@ -85,6 +85,14 @@ pub enum MeterKind {
     SmActiveNs,
     /// Device-memory traffic the hardware measured (CUPTI PM sampling), bytes read + written.
     DramBytes,
+    /// Double-precision floating-point operations (SASS op counters: add, mul 1; FMA 2), FLOP.
+    FlopsFp64,
+    /// Single-precision floating-point operations (as `flops_fp64`), FLOP.
+    FlopsFp32,
+    /// Half-precision floating-point operations (as `flops_fp64`), FLOP.
+    FlopsFp16,
+    /// Tensor-core math operations (the tensor-path operation counters), operations.
+    TensorOps,
 }
 
 /// The canonical unit's dimension of a meter, for price-book unit checks.
@@ -104,6 +112,9 @@ pub enum Dimension {
     Count,
     /// Energy, canonical mJ.
     Energy,
+    /// Arithmetic operations, canonical 1 operation (priced in `FLOP`, `GFLOP`, `TFLOP`,
+    /// `PFLOP`).
+    Operations,
 }
 
 /// When and where a meter's quantity is booked.
@@ -160,6 +171,9 @@ pub enum Needs {
     /// PM samples carrying the meter's counters, and `sm_ns` meterable where there are
     /// kernels.
     PmSamplesAndSmNs,
+    /// The meter's operation count on every kernel of the device (all or nothing,
+    /// [`crate::OpCounts`]).
+    EveryKernelOpCounted,
 }
 
 /// One row of the meter registry [`METERS`].
@@ -201,7 +215,7 @@ const fn spec(
 /// discriminant is `i`, checked at compile time). Both JSON Schemas' meter lists are this list
 /// (a root test holds them to it).
 #[rustfmt::skip]
-pub const METERS: [MeterSpec; 16] = {
+pub const METERS: [MeterSpec; 20] = {
     use Booking::*;
     use Dimension as D;
     use MeterKind as M;
@@ -224,6 +238,10 @@ pub const METERS: [MeterSpec; 16] = {
         spec(M::EnergyMj,         "energy_mj",          D::Energy,   Counter,            BySmNs,              EnergySamplesAndSmNs),
         spec(M::SmActiveNs,       "sm_active_ns",       D::SmTime,   Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
         spec(M::DramBytes,        "dram_bytes",         D::Bytes,    Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
+        spec(M::FlopsFp64,        "flops_fp64",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
+        spec(M::FlopsFp32,        "flops_fp32",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
+        spec(M::FlopsFp16,        "flops_fp16",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
+        spec(M::TensorOps,        "tensor_ops",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
     ]
 };
 
@@ -234,13 +252,13 @@ const _: () = {
         assert!(METERS[i].kind as usize == i);
         i += 1;
     }
-    assert!(MeterKind::DramBytes as usize + 1 == METERS.len());
+    assert!(MeterKind::TensorOps as usize + 1 == METERS.len());
 };
 
 impl MeterKind {
     /// Every meter, in report order (the registry's order).
-    pub const ALL: [MeterKind; 16] = {
-        let mut out = [MeterKind::GpuBusyNs; 16];
+    pub const ALL: [MeterKind; 20] = {
+        let mut out = [MeterKind::GpuBusyNs; 20];
         let mut i = 0;
         while i < METERS.len() {
             out[i] = METERS[i].kind;
@@ -270,7 +288,7 @@ impl MeterKind {
         self.spec().dimension
     }
 
-    /// The canonical unit's name (`ns`, `SM·ns`, `warp·ns`, `B`, `B·ns`, `1`, `mJ`).
+    /// The canonical unit's name (`ns`, `SM·ns`, `warp·ns`, `B`, `B·ns`, `1`, `mJ`, `FLOP`).
     pub fn canonical_unit(self) -> &'static str {
         match self.dimension() {
             Dimension::Time => "ns",
@@ -280,6 +298,7 @@ impl MeterKind {
             Dimension::ByteTime => "B·ns",
             Dimension::Count => "1",
             Dimension::Energy => "mJ",
+            Dimension::Operations => "FLOP",
         }
     }
 

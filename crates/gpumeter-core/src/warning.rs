@@ -126,6 +126,15 @@ codes! {
         LateInstructionCounts = "late_instruction_counts",
         /// Instruction counts past 64 bits: their kernels have no count.
         InstructionCountOverflow = "instruction_count_overflow",
+        /// CUPTI-profiler ranges whose counters matched no kernel (by device, name and launch
+        /// order): their counts are not metered.
+        UnmatchedProfilerRanges = "unmatched_profiler_ranges",
+        /// Profiler ranges that record some but not all of a FLOP meter's counters (add, mul,
+        /// fma): their kernels have no count of that meter.
+        PartialOpCounters = "partial_op_counters",
+        /// The CPU side launched kernels while nothing GPU-side was recorded: that GPU work is
+        /// not metered.
+        LaunchesWithoutGpuEvents = "launches_without_gpu_events",
         /// Energy samples of a device the recording does not describe: not metered.
         UnplacedEnergySamples = "unplaced_energy_samples",
         /// A device's energy counter went down: the energy between those samples is unknown.
@@ -260,6 +269,9 @@ codes! {
         KernelsWithoutOccupancy = "kernels_without_occupancy",
         /// Some kernels of the device have no instruction count.
         KernelsWithoutInstructions = "kernels_without_instructions",
+        /// Some kernels of the device have no count of the operation meter (`flops_fp64`,
+        /// `flops_fp32`, `flops_fp16`, `tensor_ops`).
+        KernelsWithoutOpCounts = "kernels_without_op_counts",
         /// A meter apportioned by `sm_ns` (`energy_mj`, `sm_active_ns`, `dram_bytes`), which is
         /// not meterable on the device.
         SmNsNotMeterable = "sm_ns_not_meterable",

@@ -80,6 +80,7 @@ fn kernel(dev: DeviceSlot, i: u64) -> ActivityRecord {
         registers_per_thread: Some(32),
         shared_mem_bytes: Some(0),
         warp_instructions: Some(1_000),
+        ops: Default::default(),
         ..KernelLaunch::default()
     };
     let start = BASE + 1_000 + i * 250;

@@ -365,6 +365,7 @@ fn warp_instructions_sum_per_tenant_and_partial_counts_are_not_meterable() {
         Work::Kernel(KernelLaunch {
             grid: Some([1, 1, 1]),
             warp_instructions: Some(n),
+            ops: Default::default(),
             ..KernelLaunch::default()
         })
     };

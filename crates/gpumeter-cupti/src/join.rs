@@ -377,5 +377,6 @@ pub(crate) fn kernel_launch(
         shared_mem_bytes: Some(s + d),
         name: names.get(&k.name_ptr).cloned(),
         warp_instructions: None,
+        ops: Default::default(),
     })
 }

@@ -2671,6 +2671,7 @@ fn work_event<'de>(
                 shared_mem_bytes: f.u64_opt("args.shared memory", args.shared_memory)?,
                 name,
                 warp_instructions: None,
+                ops: Default::default(),
             })
         }
         Class::Memcpy => {

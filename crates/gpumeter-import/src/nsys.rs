@@ -1335,6 +1335,7 @@ impl Activity {
                     shared_mem_bytes,
                     name: None,
                     warp_instructions: None,
+                    ops: Default::default(),
                 })
             }
             Kind::Memcpy => Work::Memcpy {

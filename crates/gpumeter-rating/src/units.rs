@@ -1,5 +1,5 @@
 //! Pricing units: every unit a rate may be priced in is an exact rational multiple
-//! of its meter's canonical unit (ns, SM·ns, warp·ns, B, B·ns, 1, mJ).
+//! of its meter's canonical unit (ns, SM·ns, warp·ns, B, B·ns, 1, mJ, FLOP).
 //!
 //! The factor is held as an integer fraction `factor_num / factor_den` = canonical units per
 //! pricing unit, so rating divides by it exactly (every unit listed here has `factor_den` 1;
@@ -75,6 +75,11 @@ const UNITS: &[PricingUnit] = &[
     unit("kJ", Dimension::Energy, 1_000_000),
     unit("Wh", Dimension::Energy, 3_600_000),
     unit("kWh", Dimension::Energy, 3_600_000_000),
+    // operations (the FLOP meters and tensor_ops), canonical 1 operation
+    unit("FLOP", Dimension::Operations, 1),
+    unit("GFLOP", Dimension::Operations, 1_000_000_000),
+    unit("TFLOP", Dimension::Operations, 1_000_000_000_000),
+    unit("PFLOP", Dimension::Operations, 1_000_000_000_000_000),
 ];
 
 impl PricingUnit {

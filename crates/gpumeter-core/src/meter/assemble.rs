@@ -669,6 +669,32 @@ impl Meter {
                     reason: why,
                 });
             }
+            // The operation meters: each all or nothing per device, as warp_instructions.
+            let mut ops_meterable = [false; 4];
+            for (i, m) in crate::OP_METERS.iter().enumerate() {
+                let (with, without) = (d.kernels_with_ops[i], d.kernels_without_ops[i]);
+                ops_meterable[i] = with > 0 && without == 0;
+                if with > 0 && without > 0 {
+                    let why = format!(
+                        "{without} of {} kernels on this device have no {m} count (CUPTI's \
+                         SASS op or tensor-path counters of their profiler range), so the \
+                         device's total is unknown",
+                        with + without
+                    );
+                    warnings.push(Warning::new(
+                        WarningCode::NotMeterable,
+                        format!(
+                            "{m} is not meterable on device {} ({}): {why}",
+                            info.id, info.key
+                        ),
+                    ));
+                    not_meterable.push(NotMeterable {
+                        meter: *m,
+                        code: NotMeterableCode::KernelsWithoutOpCounts,
+                        reason: why,
+                    });
+                }
+            }
             let left = d.budget.limit.saturating_sub(d.budget.used());
             let (energy, resets, gaps, unobserved) =
                 energy_per_window(&d.energy, &d.energy_spans, window, &d.cells, left).map_err(
@@ -823,6 +849,12 @@ impl Meter {
                 if !instr_meterable {
                     quantities.retain(|(m, _)| *m != MeterKind::WarpInstructions);
                 }
+                quantities.retain(
+                    |(m, _)| match crate::OP_METERS.iter().position(|o| o == m) {
+                        Some(i) => ops_meterable[i],
+                        None => true,
+                    },
+                );
                 quantities.retain(|(m, _)| match PM_METERS.iter().position(|p| p == m) {
                     Some(i) => pm_meterable[i],
                     None => true,

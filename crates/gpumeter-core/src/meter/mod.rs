@@ -287,6 +287,9 @@ struct DeviceState {
     /// Kernels with / without a warp-instruction count.
     kernels_with_instructions: u64,
     kernels_without_instructions: u64,
+    /// Kernels with / without a count of each operation meter ([`crate::OP_METERS`] order).
+    kernels_with_ops: [u64; 4],
+    kernels_without_ops: [u64; 4],
     /// Latest time seen on the device: record ends, memory and energy timestamps.
     last_ns: u64,
     /// Latest end of an accepted work record (0: none).
@@ -503,6 +506,8 @@ impl Meter {
             pm: Box::default(),
             kernels_with_instructions: 0,
             kernels_without_instructions: 0,
+            kernels_with_ops: [0; 4],
+            kernels_without_ops: [0; 4],
             kernels_over_limit: 0,
             starting: Vec::new(),
             last_ns: 0,

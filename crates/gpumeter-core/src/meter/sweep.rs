@@ -51,6 +51,8 @@ pub(super) struct Pending {
     pub(super) flags: u8,
     /// Warp instructions booked at arrival (0 without a count).
     pub(super) instructions: u64,
+    /// Operations booked at arrival ([`crate::OP_METERS`] order; `None` without a count).
+    pub(super) ops: [Option<u64>; 4],
     pub(super) key: u32,
     pub(super) seq: u64,
 }
@@ -306,9 +308,9 @@ impl DeviceState {
 
     /// Of the kernels in `starting`, keeps the first `room` and makes the rest loss
     /// (`concurrent_kernel_limit`): what they booked at arrival (`kernel_launches`,
-    /// `kernel_ns`, `warp_instructions`, the record counts) is taken back, so a lost record
+    /// `kernel_ns`, `warp_instructions`, the operation meters, the record counts) is taken back, so a lost record
     /// feeds no meter. The kept ones are the earliest ending, then by SMs held, resident
-    /// warps, the partition's SM count (0 for the device), instruction count and attribution
+    /// warps, the partition's SM count (0 for the device), instruction and operation counts and attribution
     /// key (external id, process id, source tenant): an order of what the records are, so the
     /// inputs' order never matters (the partition's index, which follows the order green
     /// contexts were registered in, only breaks ties left after all of these).
@@ -328,8 +330,24 @@ impl DeviceState {
             i => parts.get(i as usize - 1).copied().unwrap_or(0),
         };
         kernels.sort_by(|a, b| {
-            (a.end, a.held, a.warps, part_sms(a), a.flags, a.instructions)
-                .cmp(&(b.end, b.held, b.warps, part_sms(b), b.flags, b.instructions))
+            (
+                a.end,
+                a.held,
+                a.warps,
+                part_sms(a),
+                a.flags,
+                a.instructions,
+                a.ops,
+            )
+                .cmp(&(
+                    b.end,
+                    b.held,
+                    b.warps,
+                    part_sms(b),
+                    b.flags,
+                    b.instructions,
+                    b.ops,
+                ))
                 .then_with(|| keys.get(a.key as usize).cmp(&keys.get(b.key as usize)))
                 .then_with(|| a.part.cmp(&b.part))
         });
@@ -357,6 +375,11 @@ impl DeviceState {
         if p.flags & WITH_INSTRUCTIONS != 0 {
             sub(w0, MeterKind::WarpInstructions, u128::from(p.instructions));
         }
+        for (m, n) in crate::OP_METERS.iter().zip(p.ops) {
+            if let Some(n) = n {
+                sub(w0, *m, u128::from(n));
+            }
+        }
         let mut t = p.start;
         while t < p.end {
             let w = window.start_of(t);
@@ -371,6 +394,14 @@ impl DeviceState {
             self.kernels_with_instructions = self.kernels_with_instructions.saturating_sub(1);
         } else {
             self.kernels_without_instructions = self.kernels_without_instructions.saturating_sub(1);
+        }
+        for (i, n) in p.ops.iter().enumerate() {
+            let counted = if n.is_some() {
+                &mut self.kernels_with_ops[i]
+            } else {
+                &mut self.kernels_without_ops[i]
+            };
+            *counted = counted.saturating_sub(1);
         }
         if p.flags & WITHOUT_GRID != 0 {
             self.kernels_without_grid = self.kernels_without_grid.saturating_sub(1);

@@ -61,6 +61,7 @@ impl Meter {
         let mut warps = 0u32;
         let mut flags = 0u8;
         let mut instructions = 0u64;
+        let mut ops = [None; 4];
         let w0 = window.start_of(rec.start_ns);
         let start_cell = dev.cells.at(&dev.budget, &mut dev.fault, w0, window);
         let fault = &mut dev.fault;
@@ -82,6 +83,16 @@ impl Meter {
                     add(start_cell, MeterKind::WarpInstructions, u128::from(n));
                 } else {
                     dev.kernels_without_instructions += 1;
+                }
+                ops = k.ops.as_array();
+                for (i, (m, n)) in crate::OP_METERS.iter().zip(ops).enumerate() {
+                    match n {
+                        Some(n) => {
+                            dev.kernels_with_ops[i] += 1;
+                            add(start_cell, *m, u128::from(n));
+                        }
+                        None => dev.kernels_without_ops[i] += 1,
+                    }
                 }
                 match (sm_count, k.blocks()) {
                     (Some(n), Some(blocks)) => held = blocks.min(u64::from(n)) as u32,
@@ -146,6 +157,7 @@ impl Meter {
             part,
             flags,
             instructions,
+            ops,
         }));
         dev.note_start(
             rec.start_ns,

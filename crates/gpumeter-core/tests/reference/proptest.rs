@@ -369,6 +369,7 @@ fn inputs(c: &Case, slots: &[DeviceSlot], parts: &[Vec<PartitionId>]) -> Vec<Inp
                     shared_mem_bytes: *smem,
                     name: None,
                     warp_instructions: *instr,
+                    ops: Default::default(),
                 });
                 let mut r = ActivityRecord::new(slots[*dev], s, s + len * STEP + jitter, work);
                 r.process_id = *pid;
