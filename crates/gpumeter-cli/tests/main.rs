@@ -2363,3 +2363,73 @@ fn a_report_written_before_codes_is_read_by_format_usage() {
     assert!(!warnings.is_empty());
     assert!(warnings.iter().all(Value::is_string), "{warnings:?}");
 }
+
+/// Issue 17: a price book with FLOP rates passes `prices check`, and `preview` of a Kineto
+/// trace in CUPTI-profiler mode (ranges with SASS op counters, no kernel events) bills each
+/// precision's FLOPs exactly: 2 ranges of 10¹² FFMA and 5·10¹¹ FADD each = 5·10¹² fp32 FLOP =
+/// 5 TFLOP at 0.40 USD = 2.00.
+#[test]
+fn flop_rates_check_and_price_a_profiler_mode_trace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let book = dir.path().join("flops.toml");
+    std::fs::write(
+        &book,
+        "schema = \"gpumeter.pricebook/v1\"\nversion = \"flops-1\"\ncurrency = \"USD\"\n\
+         [[sku]]\nid = \"a100\"\nmatch = [\"NVIDIA A100*\"]\n\
+         [[rate]]\nsku = \"a100\"\nmeter = \"flops_fp32\"\nunit = \"TFLOP\"\nunit_price = \"0.40\"\n\
+         [[rate]]\nsku = \"a100\"\nmeter = \"flops_fp64\"\nunit = \"GFLOP\"\nunit_price = \"0.001\"\n\
+         [[rate]]\nsku = \"a100\"\nmeter = \"tensor_ops\"\nunit = \"PFLOP\"\nunit_price = \"1\"\n",
+    )
+    .expect("write");
+    let o = gpumeter(&["prices", "check", s(&book)]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let counters = |ffma: u64, fadd: u64| {
+        [
+            "dadd", "dmul", "dfma", "fadd", "fmul", "ffma", "hadd", "hmul", "hfma",
+        ]
+        .iter()
+        .map(|op| {
+            let v = match *op {
+                "ffma" => ffma,
+                "fadd" => fadd,
+                _ => 0,
+            };
+            format!("\"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum\": {v}")
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+    };
+    let range = |ts: u64| {
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "sgemm", "pid": 0, "tid": 0, "ts": {ts}, "dur": 100, "args": {{{}}}}}"#,
+            counters(1_000_000_000_000, 500_000_000_000)
+        )
+    };
+    let trace = dir.path().join("prof.json");
+    std::fs::write(
+        &trace,
+        format!(
+            r#"{{"baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{{"id": 0, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}}], "traceEvents": [{}, {}]}}"#,
+            range(1_000),
+            range(2_000)
+        ),
+    )
+    .expect("write");
+    let o = gpumeter(&["preview", s(&trace), "--prices", s(&book), "--json"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_slice(&o.stdout).expect("invoice JSON");
+    let lines = doc["invoices"][0]["lines"].as_array().expect("lines");
+    let fp32 = lines
+        .iter()
+        .find(|l| l["meter"] == "flops_fp32")
+        .expect("an fp32 line");
+    assert_eq!(fp32["amount"], "2.00", "{fp32}");
+    assert_eq!(fp32["quantity"], "5000000000000", "{fp32}");
+    // fp64 counted 0 and tensor_ops not recorded: no line bills them.
+    assert!(
+        lines.iter().all(|l| l["meter"] != "tensor_ops"),
+        "{lines:?}"
+    );
+    let warnings = doc["invoices"][0]["warnings"].to_string();
+    assert!(warnings.contains("instrumented run"), "{warnings}");
+}

@@ -392,6 +392,9 @@ struct Args<'a> {
     registers_per_thread: Option<&'a RawValue>,
     shared_memory: Option<&'a RawValue>,
     bytes: Option<&'a RawValue>,
+    /// Keys that are CUPTI metric names (they contain `__`: `smsp__sass_…`, `sm__ops_…`),
+    /// with their values, in the order written: the counters of a `cuda_profiler_range`.
+    metrics: Vec<(Cow<'a, str>, &'a RawValue)>,
     duplicate: Option<Duplicate<'a>>,
 }
 
@@ -438,7 +441,11 @@ impl<'de> Deserialize<'de> for Args<'de> {
                 let mut args = Args::default();
                 while let Some(key) = map.next_key::<JStr<'de>>()? {
                     let Some(i) = ARGS_KEYS.iter().position(|(k, _)| *k == key.0.as_ref()) else {
-                        map.next_value::<IgnoredAny>()?;
+                        if key.0.contains("__") {
+                            args.metrics.push((key.0, map.next_value()?));
+                        } else {
+                            map.next_value::<IgnoredAny>()?;
+                        }
                         continue;
                     };
                     let value: &'de RawValue = map.next_value()?;
@@ -504,6 +511,9 @@ enum Class {
     Skipped,
     /// CPU-side CUDA API call: source of the correlation → process id join.
     Api,
+    /// A CUPTI-profiler range (`cuda_profiler_range`): with metric arguments, a measured
+    /// kernel ([`Collector::range`]); without, counted as skipped.
+    ProfilerRange,
     Ignored,
 }
 
@@ -518,7 +528,7 @@ const CATEGORIES: [(&str, Class); 13] = [
     ("Memset", Class::Memset),
     ("gpu_user_annotation", Class::Skipped),
     ("cuda_sync", Class::Skipped),
-    ("cuda_profiler_range", Class::Skipped),
+    ("cuda_profiler_range", Class::ProfilerRange),
     ("Trace", Class::Skipped),
     ("cuda_runtime", Class::Api),
     ("cuda_driver", Class::Api),
@@ -842,6 +852,26 @@ pub(crate) struct Collector<'p> {
     not_objects: Option<(usize, &'static str)>,
     /// Strings cut by [`StringCap`] (set once the stream is read).
     cut_strings: u64,
+    /// `cuda_profiler_range` events with metric arguments, in trace order.
+    ranges: Vec<Range>,
+    /// CPU-side kernel and graph launch calls ([`is_launch`]), for the warning when nothing
+    /// GPU-side was recorded.
+    launches: u64,
+}
+
+/// A measured kernel range (`cuda_profiler_range` with CUPTI metric arguments), as read.
+struct Range {
+    index: usize,
+    /// The device the event names (`args.device`, else `pid`), when it tells one.
+    device_id: Option<u32>,
+    /// The range as a kernel record (its counts in `KernelLaunch::ops`), or why it cannot be
+    /// read.
+    parsed: Result<Pending<'static>, ImportError>,
+    /// A FLOP meter of which the range records some but not all counters (that meter left
+    /// uncounted).
+    partial: bool,
+    /// A meter whose total overflows `u64` (that meter left uncounted).
+    overflow: bool,
 }
 
 impl Collector<'_> {
@@ -902,7 +932,9 @@ impl Collector<'_> {
             }
             Some(Ok(cat)) => {
                 let (class, known) = classify(&cat);
-                if class == Class::Skipped {
+                // A range is read only as a complete event (Kineto writes no other): a B/E
+                // range is counted as skipped, as before ranges were read.
+                if class == Class::Skipped || (class == Class::ProfilerRange && ph != "X") {
                     // Once per event: an `E` (returned above) closes a counted `B`.
                     self.skip(known);
                 }
@@ -936,6 +968,12 @@ impl Collector<'_> {
         }
         match class {
             Class::Ignored | Class::Skipped => Ok(()),
+            Class::ProfilerRange => {
+                if ph == "X" {
+                    self.range(index, &ev);
+                }
+                Ok(())
+            }
             Class::Api => {
                 if ph == "X" {
                     self.api(index, &ev);
@@ -988,6 +1026,13 @@ impl Collector<'_> {
 
     /// A CPU-side CUDA API event: its correlation id → its OS process id.
     fn api(&mut self, index: usize, ev: &Event<'_>) {
+        if ev
+            .name
+            .and_then(|n| raw_str(n).ok())
+            .is_some_and(|n| is_launch(&n))
+        {
+            self.launches += 1;
+        }
         let f = self.fault(index);
         let args = match parse_args(&f, ev.args) {
             Ok(a) => a,
@@ -1048,6 +1093,71 @@ impl Collector<'_> {
         }
     }
 
+    /// A `cuda_profiler_range` complete event: with CUPTI metric arguments a measured kernel
+    /// range, kept for [`finish`] (which makes it a launch, or attaches its counts to its
+    /// kernel); without, counted as skipped.
+    fn range(&mut self, index: usize, ev: &Event<'_>) {
+        let f = Fault {
+            path: self.path,
+            record: RecordLocation::TraceEvent(index),
+        };
+        let args = match parse_args(&f, ev.args) {
+            Ok(a) if a.metrics.is_empty() => {
+                self.skip("cuda_profiler_range");
+                return;
+            }
+            Ok(a) => a,
+            Err(e) => {
+                // Args that cannot be read: whether the range is measured is unknown, and a
+                // measured one must not vanish.
+                self.ranges.push(Range {
+                    index,
+                    device_id: device_hint(ev, &Args::default()),
+                    parsed: Err(e),
+                    partial: false,
+                    overflow: false,
+                });
+                return;
+            }
+        };
+        let mut partial = false;
+        let mut overflow = false;
+        let parsed = match ev.duplicate {
+            Some(d) => Err(d.fault(
+                &f,
+                "given twice in the event, so which value holds is unknown".to_string(),
+            )),
+            None => work_event(
+                &f,
+                ev,
+                None,
+                &args,
+                Class::Kernel,
+                &mut self.names,
+                &mut self.bad_names,
+            ),
+        }
+        .and_then(|mut p| {
+            let (ops, part, over) = range_op_counts(&f, &args.metrics)?;
+            (partial, overflow) = (part, over);
+            if let Work::Kernel(k) = &mut p.rec.work {
+                k.ops = ops;
+                // Kineto names a range whose kernel name it did not get `__missing__`.
+                if k.name.as_deref() == Some(MISSING_NAME) {
+                    k.name = None;
+                }
+            }
+            Ok(p.into_owned())
+        });
+        self.ranges.push(Range {
+            index,
+            device_id: device_hint(ev, &args),
+            parsed,
+            partial,
+            overflow,
+        });
+    }
+
     /// Loses a work event that cannot be read at all, on the device it names if it does.
     fn lose(&mut self, ev: &Event<'_>, fault: ImportError) {
         let f = Fault {
@@ -1065,6 +1175,105 @@ const NO_CATEGORY_WITH_DEVICE: &str = "no_category_with_device";
 
 /// The `records.skipped` category of elements of `traceEvents` that are not JSON objects.
 const NOT_AN_EVENT_OBJECT: &str = "not_an_event_object";
+
+/// The name Kineto gives a profiler range whose kernel name it did not get.
+const MISSING_NAME: &str = "__missing__";
+
+/// The message field of each SASS op counter ([`gpumeter_core::ops::SASS_OP_METRICS`], in its
+/// order) as a range's `args` spell it.
+const SASS_OP_FIELDS: [&str; 9] = [
+    "args.smsp__sass_thread_inst_executed_op_dadd_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_dmul_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_dfma_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_hadd_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_hmul_pred_on.sum",
+    "args.smsp__sass_thread_inst_executed_op_hfma_pred_on.sum",
+];
+
+/// The message field of a tensor-path op counter (the value names which one).
+const TENSOR_OP_FIELD: &str = "args.sm__ops_path_tensor_src_*_dst_*.sum";
+
+/// A profiler range's operation counts from its metric arguments
+/// ([`gpumeter_core::OpCounter`]): add and multiply 1, FMA 2 per precision; tensor-path ops
+/// summed. Metrics that feed no meter are left alone; a `null` counter is not given. Also
+/// returns whether a FLOP meter had only some of its counters (that meter is left uncounted:
+/// its count would under-bill) and whether a meter's total overflowed `u64` (left
+/// uncounted).
+///
+/// # Errors
+/// [`ImportError::BadField`] for a counter that is not a non-negative integer that fits `u64`,
+/// or one given twice.
+fn range_op_counts(
+    f: &Fault<'_>,
+    metrics: &[(Cow<'_, str>, &RawValue)],
+) -> Result<(gpumeter_core::OpCounts, bool, bool), ImportError> {
+    use gpumeter_core::ops::{is_tensor_op_metric, SASS_OP_METRICS};
+    let mut counter = gpumeter_core::OpCounter::new();
+    let mut overflowed = Vec::new();
+    let mut seen = HashSet::new();
+    for (name, raw) in metrics {
+        let field = match SASS_OP_METRICS.iter().position(|m| m.name == name.as_ref()) {
+            Some(i) => SASS_OP_FIELDS[i],
+            None if is_tensor_op_metric(name) => TENSOR_OP_FIELD,
+            None => continue,
+        };
+        if !seen.insert(name.as_ref()) {
+            return Err(f.err(
+                field,
+                name,
+                "the counter is given twice in args, so which value holds is unknown",
+            ));
+        }
+        let value = f.u64_opt(field, Some(raw)).map_err(|e| match e {
+            // Name the tensor counter, whose field is a pattern.
+            ImportError::BadField {
+                path,
+                record,
+                field,
+                value,
+                reason,
+            } if field == TENSOR_OP_FIELD => ImportError::BadField {
+                path,
+                record,
+                field,
+                value: format!("{name}: {value}"),
+                reason,
+            },
+            e => e,
+        })?;
+        let Some(value) = value else { continue };
+        if let Err(gpumeter_core::OpCountError::Overflow { meter, .. }) =
+            counter.add(name.as_ref(), value)
+        {
+            overflowed.push(meter);
+        }
+    }
+    let mut ops = counter.finish();
+    let partial = counter.partial();
+    for m in partial.iter().chain(&overflowed) {
+        match m {
+            gpumeter_core::MeterKind::FlopsFp64 => ops.flops_fp64 = None,
+            gpumeter_core::MeterKind::FlopsFp32 => ops.flops_fp32 = None,
+            gpumeter_core::MeterKind::FlopsFp16 => ops.flops_fp16 = None,
+            _ => ops.tensor_ops = None,
+        }
+    }
+    Ok((ops, !partial.is_empty(), !overflowed.is_empty()))
+}
+
+/// Whether a CPU-side CUDA API call launches GPU work: the runtime's and driver's kernel
+/// launches (`cudaLaunchKernel`, `cudaLaunchKernelExC`, `cudaLaunchCooperativeKernel`,
+/// `cuLaunchKernel`, `cuLaunchKernelEx`, their `_ptsz` forms, …) and graph launches
+/// (`cudaGraphLaunch`, `cuGraphLaunch`); not `cudaLaunchHostFunc` (CPU work).
+fn is_launch(name: &str) -> bool {
+    let name = name.trim();
+    let base = name.strip_suffix("_ptsz").unwrap_or(name);
+    ((base.starts_with("cudaLaunch") || base.starts_with("cuLaunch")) && !base.contains("HostFunc"))
+        || matches!(base, "cudaGraphLaunch" | "cuGraphLaunch")
+}
 
 /// Whether events of this class are GPU work.
 fn is_work(class: Class) -> bool {
@@ -2319,6 +2528,8 @@ pub(crate) fn read_events<'p>(
         bad_names: 0,
         not_objects: None,
         cut_strings: 0,
+        ranges: Vec::new(),
+        launches: 0,
     };
     let src = RefCell::new(Source::new(Box::new(head.chain(reader))));
     let mut de = serde_json::Deserializer::from_reader(SerdeSide(&src));
@@ -2431,6 +2642,15 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
         });
         DeviceSlot(s)
     };
+    // Measured kernel ranges: on a device with kernel events their counts attach to those
+    // kernels; on a device without, each range is a launch.
+    let had_ranges = !c.ranges.is_empty();
+    let ranges = resolve_ranges(
+        &mut c.pending,
+        std::mem::take(&mut c.ranges),
+        &mut c.invalid,
+    );
+    let gpu_events = !c.pending.is_empty() || !c.invalid.is_empty() || had_ranges;
     let mut records = Vec::with_capacity(c.pending.len());
     for p in c.pending {
         let f = Fault {
@@ -2509,10 +2729,195 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
         ),
         ));
     }
+    range_warnings(&name, &ranges, &mut parsed.warnings);
+    if ranges.unmatched > 0 {
+        *c.skipped
+            .entry("cuda_profiler_range".to_string())
+            .or_insert(0) += ranges.unmatched;
+    }
+    if c.launches > 0 && !gpu_events {
+        parsed.warnings.push(Warning::new(
+            WarningCode::LaunchesWithoutGpuEvents,
+            format!(
+                "{name}: the CPU side launched GPU work {} times (cudaLaunchKernel and kin, \
+                 graph launches) but the trace records nothing GPU-side (no kernel, memcpy, \
+                 memset or measured profiler-range event): that work is not metered; record \
+                 with CUDA activities on (PyTorch: ProfilerActivity.CUDA)",
+                c.launches
+            ),
+        ));
+    }
     records.sort_by_key(|r| (r.start_ns, r.end_ns));
     parsed.records = records;
     parsed.skipped = c.skipped;
     Ok(parsed)
+}
+
+/// What [`resolve_ranges`] made of a trace's measured kernel ranges.
+#[derive(Default)]
+struct RangeOutcome {
+    /// Ranges taken as kernel launches (devices without kernel events).
+    launches: u64,
+    /// Ranges whose counts attached to a kernel event.
+    attached: u64,
+    /// Ranges on a device with kernel events that matched none (or could not be read): the
+    /// first one's event index and why.
+    unmatched: u64,
+    first_unmatched: Option<(usize, String)>,
+    /// Ranges with a FLOP meter's counters only in part.
+    partial: u64,
+    /// Ranges with a meter's total past `u64`.
+    overflow: u64,
+}
+
+/// Resolves measured kernel ranges against the kernel events (`pending`), per device: on a
+/// device with kernel events, the k-th range of a kernel name (in start order) gives its
+/// counts to the k-th kernel of that name (in start order: the launch order, the profiler
+/// having serialized them), so no kernel is counted twice and none gets two ranges' counts; a
+/// range left over (or one that cannot be read, or has no name) is unmatched. On a device
+/// without kernel events each range is one kernel launch (added to `pending`; one that cannot
+/// be read is lost, `invalid_field`).
+fn resolve_ranges(
+    pending: &mut Vec<Pending<'static>>,
+    ranges: Vec<Range>,
+    invalid: &mut Vec<(Option<u32>, ImportError)>,
+) -> RangeOutcome {
+    let mut out = RangeOutcome::default();
+    if ranges.is_empty() {
+        return out;
+    }
+    let kernel_name = |p: &Pending<'_>| match &p.rec.work {
+        Work::Kernel(k) => Some(k.name.clone()),
+        _ => None,
+    };
+    let with_kernels: HashSet<u32> = pending
+        .iter()
+        .filter(|p| kernel_name(p).is_some())
+        .map(|p| p.device_id)
+        .collect();
+    // (device, name) → kernel events in launch (start) order.
+    let mut kernels: HashMap<(u32, Arc<str>), Vec<usize>> = HashMap::new();
+    for (i, p) in pending.iter().enumerate() {
+        if let Some(Some(name)) = kernel_name(p) {
+            kernels.entry((p.device_id, name)).or_default().push(i);
+        }
+    }
+    for list in kernels.values_mut() {
+        list.sort_by_key(|&i| (pending[i].ts_ns, pending[i].index));
+    }
+    let mut matched: HashMap<(u32, Arc<str>), Vec<Pending<'static>>> = HashMap::new();
+    let unmatched = |out: &mut RangeOutcome, index: usize, why: String| {
+        out.unmatched += 1;
+        out.first_unmatched.get_or_insert((index, why));
+    };
+    for r in ranges {
+        out.partial += u64::from(r.partial);
+        out.overflow += u64::from(r.overflow);
+        let on_kernel_device = r.device_id.is_some_and(|d| with_kernels.contains(&d));
+        match (r.parsed, on_kernel_device) {
+            (Ok(p), false) => {
+                out.launches += 1;
+                pending.push(p);
+            }
+            (Err(e), false) => invalid.push((r.device_id, e)),
+            (Err(e), true) => unmatched(&mut out, r.index, e.to_string()),
+            (Ok(p), true) => match kernel_name(&p).flatten() {
+                Some(name) => matched.entry((p.device_id, name)).or_default().push(p),
+                None => unmatched(&mut out, r.index, "the range names no kernel".to_string()),
+            },
+        }
+    }
+    for (key, mut list) in matched {
+        list.sort_by_key(|p| (p.ts_ns, p.index));
+        let targets = kernels.get(&key).map_or(&[][..], Vec::as_slice);
+        for (n, r) in list.into_iter().enumerate() {
+            let ops = match &r.rec.work {
+                Work::Kernel(k) => k.ops,
+                _ => gpumeter_core::OpCounts::default(),
+            };
+            match targets.get(n) {
+                Some(&t) => {
+                    if let Work::Kernel(k) = &mut pending[t].rec.work {
+                        k.ops = ops;
+                    }
+                    out.attached += 1;
+                }
+                None => unmatched(
+                    &mut out,
+                    r.index,
+                    format!(
+                        "the trace has {} kernel events named `{}` on device {}, fewer than \
+                         its ranges of that name",
+                        targets.len(),
+                        shorten(&key.1),
+                        key.0
+                    ),
+                ),
+            }
+        }
+    }
+    out
+}
+
+/// The warnings of a trace's measured kernel ranges.
+fn range_warnings(name: &str, r: &RangeOutcome, warnings: &mut Vec<Warning>) {
+    if r.launches + r.attached > 0 {
+        let how = match (r.launches, r.attached) {
+            (l, 0) => format!(
+                "{l} kernel launches are CUPTI-profiler ranges (`cuda_profiler_range`, no \
+                 kernel events on their devices): their times are the ranges', which the \
+                 profiler serialized and replayed"
+            ),
+            (0, a) => format!("{a} kernels carry the counters of their CUPTI-profiler range"),
+            (l, a) => format!(
+                "{l} kernel launches are CUPTI-profiler ranges (their times are the ranges', \
+                 which the profiler serialized and replayed) and {a} kernels carry their \
+                 range's counters"
+            ),
+        };
+        warnings.push(Warning::new(
+            WarningCode::InstrumentedRun,
+            format!(
+                "{name}: an instrumented run (PyTorch profiler in CUPTI-profiler mode): {how}; \
+                 kernel_ns, gpu_busy_ns and the other time meters describe the profiled run, \
+                 not an unprofiled one, while flops_fp64, flops_fp32, flops_fp16 and tensor_ops \
+                 are the counters' own"
+            ),
+        ));
+    }
+    if let Some((index, why)) = &r.first_unmatched {
+        warnings.push(Warning::new(
+            WarningCode::UnmatchedProfilerRanges,
+            format!(
+                "{name}: {} CUPTI-profiler ranges match no kernel event of their device (by \
+                 name and launch order; the first, traceEvents[{index}]: {why}): their \
+                 counters are not metered (counted in records.skipped as \
+                 `cuda_profiler_range`)",
+                r.unmatched
+            ),
+        ));
+    }
+    if r.partial > 0 {
+        warnings.push(Warning::new(
+            WarningCode::PartialOpCounters,
+            format!(
+                "{name}: {} CUPTI-profiler ranges record some but not all of a FLOP meter's \
+                 counters (add, mul and fma of one precision): their kernels have no count of \
+                 that meter",
+                r.partial
+            ),
+        ));
+    }
+    if r.overflow > 0 {
+        warnings.push(Warning::new(
+            WarningCode::InstructionCountOverflow,
+            format!(
+                "{name}: {} CUPTI-profiler ranges have an operation count past 64 bits: their \
+                 kernels have no count of that meter",
+                r.overflow
+            ),
+        ));
+    }
 }
 
 /// What a pending record's times make of it.

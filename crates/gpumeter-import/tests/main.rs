@@ -1696,4 +1696,5 @@ mod review {
 
 mod kineto_review;
 mod long_strings;
+mod profiler_ranges;
 mod sizes;

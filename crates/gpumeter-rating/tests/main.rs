@@ -2285,3 +2285,102 @@ mod book_check {
         );
     }
 }
+
+/// The FLOP meters (issue 17): priced in `FLOP`, `GFLOP`, `TFLOP`, `PFLOP` (10³ steps from
+/// 10⁹), only in those, and rated exactly: one division, one rounding per line.
+mod flops {
+    use super::*;
+    use gpumeter_rating::PricingUnit;
+    use num_bigint::BigUint;
+    use proptest::prelude::*;
+
+    const OP_METERS: [&str; 4] = ["flops_fp64", "flops_fp32", "flops_fp16", "tensor_ops"];
+    const OP_UNITS: [(&str, u128); 4] = [
+        ("FLOP", 1),
+        ("GFLOP", 1_000_000_000),
+        ("TFLOP", 1_000_000_000_000),
+        ("PFLOP", 1_000_000_000_000_000),
+    ];
+
+    fn rate_body(meter: &str, unit: &str, price: &str) -> String {
+        format!(
+            "{H100_SKU}\n[[rate]]\nsku = \"h100\"\nmeter = \"{meter}\"\nunit = \"{unit}\"\nunit_price = \"{price}\"\n"
+        )
+    }
+
+    #[test]
+    fn flop_units_price_the_operation_meters_and_nothing_else() {
+        for (unit, factor) in OP_UNITS {
+            assert_eq!(
+                PricingUnit::parse(unit).map(|u| (u.factor_num(), u.factor_den())),
+                Some((factor, 1)),
+                "{unit}"
+            );
+            for meter in OP_METERS {
+                assert!(
+                    book_with("currency = \"USD\"", &rate_body(meter, unit, "0.5")).is_ok(),
+                    "{meter} in {unit}"
+                );
+            }
+            // A count is not an operation, nor an operation a byte.
+            let e = book_with(
+                "currency = \"USD\"",
+                &rate_body("kernel_launches", unit, "1"),
+            );
+            assert!(e.is_err(), "kernel_launches in {unit}");
+        }
+        for unit in ["1", "1M", "GB", "hour"] {
+            let e = book_with("currency = \"USD\"", &rate_body("flops_fp32", unit, "1"));
+            assert!(e.is_err(), "flops_fp32 in {unit}");
+        }
+        assert!(PricingUnit::parse("MFLOP").is_none());
+        assert!(PricingUnit::parse("tflop").is_none());
+        // 3.5 PFLOP of fp32 at 2.00 USD per PFLOP = 7.00; 1 TFLOP at that price = 0.002 → 0.00.
+        let usd = "currency = \"USD\"";
+        assert_eq!(
+            one_line_amount(usd, "flops_fp32", "PFLOP", "2.00", 3_500_000_000_000_000),
+            "7.00"
+        );
+        assert_eq!(
+            one_line_amount(usd, "tensor_ops", "PFLOP", "2.00", 1_000_000_000_000),
+            "0.00"
+        );
+        assert_eq!(
+            one_line_amount(usd, "flops_fp64", "GFLOP", "0.000001", 7_000_000_000_000),
+            "0.01"
+        );
+    }
+
+    proptest! {
+        /// Rating a FLOP meter's usage gives round_half_even(quantity × price ÷ factor) to the
+        /// cent, computed here in exact integers.
+        #[test]
+        fn rating_a_flop_meter_is_exact(
+            // Up to 10²⁰ operations at up to 10⁶ per unit: amounts a decimal holds.
+            q in prop_oneof![0u128..1_000_000_000_000, 0u128..100_000_000_000_000_000_000],
+            m in 0usize..4,
+            u in 0usize..4,
+            mantissa in 0u64..1_000_000,
+            scale in 0u32..=9,
+        ) {
+            let price = rust_decimal::Decimal::from_i128_with_scale(i128::from(mantissa), scale);
+            let (unit, factor) = OP_UNITS[u];
+            let b = book("currency = \"USD\"", &rate_body(OP_METERS[m], unit, &price.to_string()));
+            let meter = MeterKind::parse(OP_METERS[m]).expect("meter");
+            let doc = rated(&one_row_report(meter, q), &b, None);
+            let inv = &doc.invoices[0];
+            assert_sums(inv);
+            // cents = q × mantissa × 100 / (10^scale × factor), rounded half to even.
+            let num = BigUint::from(q) * BigUint::from(mantissa) * BigUint::from(100u32);
+            let den = BigUint::from(10u32).pow(scale) * BigUint::from(factor);
+            let (quot, rem) = (&num / &den, &num % &den);
+            let twice = &rem * 2u32;
+            let up = twice > den || (twice == den && &quot % 2u32 == BigUint::from(1u32));
+            let cents = if up { quot + 1u32 } else { quot };
+            let amount: rust_decimal::Decimal = inv.lines.iter().map(|l| l.amount).sum();
+            prop_assert_eq!(amount.scale(), 2);
+            let got = BigUint::from(u128::try_from(amount.mantissa()).expect("non-negative"));
+            prop_assert_eq!(got, cents);
+        }
+    }
+}
