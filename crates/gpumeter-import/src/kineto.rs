@@ -5,9 +5,15 @@
 //!   absolute µs. The decimal text is converted exactly ([`crate::units`]). A raw `ts` of 0
 //!   means "not recorded" and gives a start of 0 whatever the base (loss `zero_timestamp`); a
 //!   negative `dur` is loss `end_before_start`.
-//! * Work: categories `kernel`/`Kernel`, `gpu_memcpy`/`Memcpy`, `gpu_memset`/`Memset`. Not work,
-//!   counted as skipped by category: `gpu_user_annotation`, `cuda_sync`, `cuda_profiler_range`,
-//!   `Trace`. Categories are matched ignoring ASCII case and surrounding whitespace (`KERNEL`,
+//! * Work: categories `kernel`/`Kernel`, `gpu_memcpy`/`Memcpy`, `gpu_memset`/`Memset`; and
+//!   `cuda_profiler_range` complete events with CUPTI metric arguments (keys containing `__`:
+//!   PyTorch's profiler in CUPTI-profiler mode), measured kernel ranges: on a device without
+//!   kernel events each is a kernel launch timed by the range, else their operation counts
+//!   ([`gpumeter_core::OpCounts`]) attach to the device's kernel events by name and launch
+//!   order ([`resolve_ranges`]); CPU-side kernel launches with nothing GPU-side recorded are
+//!   warned about (`launches_without_gpu_events`). Not work, counted as skipped by category:
+//!   `gpu_user_annotation`, `cuda_sync`, `cuda_profiler_range` without metric arguments (or
+//!   matching no kernel), `Trace`. Categories are matched ignoring ASCII case and surrounding whitespace (`KERNEL`,
 //!   `"kernel "`), and counted under Kineto's spelling. Everything else (CPU-side events,
 //!   flows, metadata) is ignored and not counted, except what could hide GPU work: a complete
 //!   (`X`) or begin (`B`) event without a `cat` whose `args.device` names a device is counted
