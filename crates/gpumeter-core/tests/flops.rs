@@ -11,7 +11,7 @@ use gpumeter_core::{
 use proptest::prelude::*;
 
 mod common;
-use common::{device, per_tenant, BASE, KEY, S};
+use common::{device, kernel, per_tenant, BASE, KEY, S};
 
 fn tn(name: &str) -> gpumeter_core::TenantName {
     match gpumeter_core::TenantName::parse(name) {
@@ -161,6 +161,30 @@ fn a_device_without_counts_has_no_operation_meters_and_no_entry() {
         assert_eq!(r.device_total(KEY, op), 0);
     }
     assert!(not_meterable(&r).is_empty());
+}
+
+#[test]
+fn kernels_over_the_resident_grid_limit_take_their_operations_back() {
+    // 130 kernels start at one instant: the 128 that end first run, the last two are loss
+    // (`concurrent_kernel_limit`) and their operation counts are taken back with them.
+    let (mut m, dev) = meter(3600, 1);
+    for i in 0..130u64 {
+        let Work::Kernel(mut launch) = kernel(1) else {
+            unreachable!("a kernel")
+        };
+        launch.ops = all(i + 1, 0, 0, 0);
+        let mut r = ActivityRecord::new(dev, BASE, BASE + 1_000 + i, Work::Kernel(launch));
+        r.process_id = Some(1);
+        r.correlation_id = i as u32;
+        m.push(r);
+    }
+    let r = m.finish().expect("report");
+    assert_eq!(r.device_total(KEY, MeterKind::KernelLaunches), 128);
+    assert_eq!(r.device_total(KEY, MeterKind::FlopsFp64), 128 * 129 / 2);
+    assert_eq!(r.device_total(KEY, MeterKind::FlopsFp32), 0);
+    assert!(not_meterable(&r).is_empty(), "{:?}", not_meterable(&r));
+    let lost: u64 = r.loss.iter().map(|l| l.records).sum();
+    assert_eq!(lost, 2, "{:?}", r.loss);
 }
 
 /// One generated kernel: start and length in 100 ms steps, launching process (tenant), counts.

@@ -290,6 +290,12 @@ struct DeviceState {
     /// Kernels with / without a count of each operation meter ([`crate::OP_METERS`] order).
     kernels_with_ops: [u64; 4],
     kernels_without_ops: [u64; 4],
+    /// The operation counts of pending kernels that have some ([`Pending::ops`] is an index
+    /// into it, plus one), kept only until the kernel starts, for the take-back of a kernel
+    /// over [`MAX_RESIDENT_GRIDS`]: so a pending record stays small on the hot path. Freed
+    /// entries are reused ([`DeviceState::op_free`]): no allocation in the steady state.
+    op_slab: Vec<[Option<u64>; 4]>,
+    op_free: Vec<u32>,
     /// Latest time seen on the device: record ends, memory and energy timestamps.
     last_ns: u64,
     /// Latest end of an accepted work record (0: none).
@@ -508,6 +514,8 @@ impl Meter {
             kernels_without_instructions: 0,
             kernels_with_ops: [0; 4],
             kernels_without_ops: [0; 4],
+            op_slab: Vec::new(),
+            op_free: Vec::new(),
             kernels_over_limit: 0,
             starting: Vec::new(),
             last_ns: 0,

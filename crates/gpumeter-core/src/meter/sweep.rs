@@ -51,8 +51,9 @@ pub(super) struct Pending {
     pub(super) flags: u8,
     /// Warp instructions booked at arrival (0 without a count).
     pub(super) instructions: u64,
-    /// Operations booked at arrival ([`crate::OP_METERS`] order; `None` without a count).
-    pub(super) ops: [Option<u64>; 4],
+    /// The operation counts booked at arrival: 0 when the kernel has none, else their index
+    /// in the device's `op_slab` plus one.
+    pub(super) ops: u32,
     pub(super) key: u32,
     pub(super) seq: u64,
 }
@@ -295,6 +296,9 @@ impl DeviceState {
         }
         *since = t;
         for p in self.starting.drain(..) {
+            if p.ops != 0 {
+                self.op_free.push(p.ops - 1);
+            }
             self.run.start(Active {
                 end: p.end,
                 key: p.key,
@@ -329,6 +333,11 @@ impl DeviceState {
             0 => 0,
             i => parts.get(i as usize - 1).copied().unwrap_or(0),
         };
+        let slab = &self.op_slab;
+        let ops = |p: &Pending| match p.ops {
+            0 => None,
+            i => slab.get(i as usize - 1).copied(),
+        };
         kernels.sort_by(|a, b| {
             (
                 a.end,
@@ -337,7 +346,7 @@ impl DeviceState {
                 part_sms(a),
                 a.flags,
                 a.instructions,
-                a.ops,
+                ops(a),
             )
                 .cmp(&(
                     b.end,
@@ -346,7 +355,7 @@ impl DeviceState {
                     part_sms(b),
                     b.flags,
                     b.instructions,
-                    b.ops,
+                    ops(b),
                 ))
                 .then_with(|| keys.get(a.key as usize).cmp(&keys.get(b.key as usize)))
                 .then_with(|| a.part.cmp(&b.part))
@@ -375,10 +384,21 @@ impl DeviceState {
         if p.flags & WITH_INSTRUCTIONS != 0 {
             sub(w0, MeterKind::WarpInstructions, u128::from(p.instructions));
         }
-        for (m, n) in crate::OP_METERS.iter().zip(p.ops) {
+        let ops = match p.ops {
+            0 => [None; 4],
+            i => self
+                .op_slab
+                .get(i as usize - 1)
+                .copied()
+                .unwrap_or([None; 4]),
+        };
+        for (m, n) in crate::OP_METERS.iter().zip(ops) {
             if let Some(n) = n {
                 sub(w0, *m, u128::from(n));
             }
+        }
+        if p.ops != 0 {
+            self.op_free.push(p.ops - 1);
         }
         let mut t = p.start;
         while t < p.end {
@@ -395,7 +415,7 @@ impl DeviceState {
         } else {
             self.kernels_without_instructions = self.kernels_without_instructions.saturating_sub(1);
         }
-        for (i, n) in p.ops.iter().enumerate() {
+        for (i, n) in ops.iter().enumerate() {
             let counted = if n.is_some() {
                 &mut self.kernels_with_ops[i]
             } else {

@@ -61,7 +61,7 @@ impl Meter {
         let mut warps = 0u32;
         let mut flags = 0u8;
         let mut instructions = 0u64;
-        let mut ops = [None; 4];
+        let mut ops = 0u32;
         let w0 = window.start_of(rec.start_ns);
         let start_cell = dev.cells.at(&dev.budget, &mut dev.fault, w0, window);
         let fault = &mut dev.fault;
@@ -84,8 +84,20 @@ impl Meter {
                 } else {
                     dev.kernels_without_instructions += 1;
                 }
-                ops = k.ops.as_array();
-                for (i, (m, n)) in crate::OP_METERS.iter().zip(ops).enumerate() {
+                let counts = k.ops.as_array();
+                if !k.ops.is_empty() {
+                    ops = match dev.op_free.pop() {
+                        Some(i) => {
+                            dev.op_slab[i as usize] = counts;
+                            i + 1
+                        }
+                        None => {
+                            dev.op_slab.push(counts);
+                            dev.op_slab.len() as u32
+                        }
+                    };
+                }
+                for (i, (m, n)) in crate::OP_METERS.iter().zip(counts).enumerate() {
                     match n {
                         Some(n) => {
                             dev.kernels_with_ops[i] += 1;
