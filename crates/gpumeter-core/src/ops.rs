@@ -277,22 +277,24 @@ mod tests {
     fn fma_counts_twice_and_meters_stay_apart() {
         let mut c = OpCounter::new();
         for m in SASS_OP_METRICS {
-            assert!(c.add(m.name, 10).unwrap());
+            assert!(c.add(m.name, 10).expect("added"));
         }
         assert!(c
             .add("sm__ops_path_tensor_src_fp16_dst_fp32.sum", 7)
-            .unwrap());
+            .expect("added"));
         assert!(c
             .add("sm__ops_path_tensor_src_bf16_dst_fp32.sum", 5)
-            .unwrap());
+            .expect("added"));
         // Parts of a counted total, instruction counts and other metrics are left alone.
         assert!(!c
             .add("sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_on.sum", 99)
-            .unwrap());
-        assert!(!c.add("sm__inst_executed_pipe_tensor.sum", 99).unwrap());
+            .expect("added"));
+        assert!(!c
+            .add("sm__inst_executed_pipe_tensor.sum", 99)
+            .expect("added"));
         assert!(!c
             .add("smsp__sass_thread_inst_executed_op_ffma_pred_on.avg", 99)
-            .unwrap());
+            .expect("added"));
         let n = c.finish();
         assert_eq!(n.flops_fp64, Some(40));
         assert_eq!(n.flops_fp32, Some(40));
@@ -305,7 +307,7 @@ mod tests {
     fn partial_and_overflow_are_told() {
         let mut c = OpCounter::new();
         c.add("smsp__sass_thread_inst_executed_op_ffma_pred_on.sum", 1)
-            .unwrap();
+            .expect("added");
         assert_eq!(c.partial(), vec![MeterKind::FlopsFp32]);
         assert_eq!(c.finish().flops_fp64, None);
         let e = c
@@ -313,7 +315,7 @@ mod tests {
                 "smsp__sass_thread_inst_executed_op_dfma_pred_on.sum",
                 u64::MAX / 2 + 1,
             )
-            .unwrap_err();
+            .expect_err("overflows");
         assert!(matches!(
             e,
             OpCountError::Overflow {
