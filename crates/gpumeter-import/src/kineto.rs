@@ -3823,4 +3823,39 @@ mod tests {
         assert!(!text_is_zero("0.001"));
         assert!(!text_is_zero("10"));
     }
+
+    #[test]
+    fn sass_op_fields_are_the_metrics_in_args() {
+        for (field, m) in SASS_OP_FIELDS
+            .iter()
+            .zip(gpumeter_core::ops::SASS_OP_METRICS)
+        {
+            assert_eq!(field.strip_prefix("args."), Some(m.name));
+        }
+    }
+
+    #[test]
+    fn launches_are_kernel_and_graph_launch_calls() {
+        for name in [
+            "cudaLaunchKernel",
+            "cudaLaunchKernel_ptsz",
+            "cudaLaunchKernelExC",
+            "cudaLaunchCooperativeKernel",
+            "cuLaunchKernel",
+            "cuLaunchKernelEx",
+            "cuLaunchCooperativeKernel",
+            "cudaGraphLaunch",
+            "cuGraphLaunch",
+        ] {
+            assert!(is_launch(name), "{name}");
+        }
+        for name in [
+            "cudaLaunchHostFunc",
+            "cuLaunchHostFunc",
+            "cudaMemcpyAsync",
+            "cudaGraphInstantiate",
+        ] {
+            assert!(!is_launch(name), "{name}");
+        }
+    }
 }
