@@ -1,0 +1,266 @@
+//! Hostile review of issue 17's Kineto profiler-range import: inputs a user or a converter can
+//! write that make GPU work or FLOPs appear twice, vanish silently, or depend on input order.
+
+use gpumeter_core::WarningCode;
+
+use super::*;
+
+const BASE: &str = r#""baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}, {"id": 1, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}]"#;
+
+fn meter_text(text: &str) -> (UsageReport, ImportSummary) {
+    let mut meter = Meter::new(MeterConfig::default());
+    let s = ok(import_bytes(
+        &mut meter,
+        "prof.json",
+        text.as_bytes(),
+        &ImportOptions::default(),
+    ));
+    (ok(meter.finish()), s)
+}
+
+fn kernel(name: &str, dev: u32, ts: u64, dur: u64, corr: u32) -> String {
+    format!(
+        r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": {dev}, "tid": 7, "ts": {ts}, "dur": {dur}, "args": {{"device": {dev}, "stream": 7, "correlation": {corr}, "grid": [4, 1, 1], "block": [128, 1, 1], "registers per thread": 32, "shared memory": 0}}}}"#
+    )
+}
+
+fn launch(corr: u32, ts: u64) -> String {
+    format!(
+        r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": {ts}, "dur": 3, "args": {{"correlation": {corr}, "cbid": 211}}}}"#
+    )
+}
+
+fn trace(events: &[String]) -> String {
+    format!(r#"{{{BASE}, "traceEvents": [{}]}}"#, events.join(",\n"))
+}
+
+const UUID_BASE: &str = r#""baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{"id": 0, "uuid": "GPU-5d2a1f44-0000-0000-0000-000000000017", "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}]"#;
+
+/// fp32 counters: n fadd, 0 fmul, n ffma → 3n FLOPs; fp64 and fp16 zero.
+fn fp32_args(n: u64) -> String {
+    let mut a = String::new();
+    for p in ['d', 'f', 'h'] {
+        for op in ["add", "mul", "fma"] {
+            let v = if p == 'f' && op != "mul" { n } else { 0 };
+            a.push_str(&format!(
+                r#""smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum": {v}, "#
+            ));
+        }
+    }
+    a.push_str(r#""sm__cycles_active.avg": 1"#);
+    a
+}
+
+/// A kernel event on device 1 and its range, whose `args.device` is the string "1" (which
+/// the importer reads as device 1 everywhere else): the range's counts must attach to the
+/// kernel, not make a second launch.
+#[test]
+fn a_range_whose_device_is_a_string_is_not_a_second_launch() {
+    let range = format!(
+        r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "gemm", "pid": 1, "tid": 0, "ts": 1000, "dur": 50, "args": {{"device": "1", {}}}}}"#,
+        fp32_args(10)
+    );
+    let (r, s) = meter_text(&trace(&[
+        launch(1, 10),
+        kernel("gemm", 1, 100, 10, 1),
+        range,
+    ]));
+    let key = source_key(&s, 1);
+    assert_eq!(
+        r.device_total(&key, MeterKind::KernelLaunches),
+        1,
+        "one kernel ran; warnings: {:?}",
+        r.warnings
+    );
+    assert_eq!(r.device_total(&key, MeterKind::KernelNs), 10_000);
+    assert_eq!(r.device_total(&key, MeterKind::FlopsFp32), 30);
+}
+
+/// A range-only trace whose measured ranges are written as B/E pairs (a converter's or a
+/// hand-edited trace; Kineto writes X): the GPU work must be metered, or at least warned
+/// about — never only a `records.skipped` count, the silence issue 17 was filed for.
+#[test]
+fn begin_end_ranges_with_counters_are_not_silently_skipped() {
+    let args = fp32_args(10);
+    let events = vec![
+        format!(
+            r#"{{"ph": "B", "cat": "cuda_profiler_range", "name": "gemm", "pid": 0, "tid": 0, "ts": 1000, "args": {{{args}}}}}"#
+        ),
+        r#"{"ph": "E", "cat": "cuda_profiler_range", "name": "gemm", "pid": 0, "tid": 0, "ts": 1050}"#
+            .to_string(),
+    ];
+    let (r, _) = meter_text(&trace(&events));
+    let metered = r
+        .totals
+        .iter()
+        .any(|t| t.meter == MeterKind::KernelLaunches);
+    assert!(
+        metered || !r.warnings.is_empty(),
+        "a measured kernel range vanished without a warning: skipped {:?}",
+        r.records.skipped
+    );
+}
+
+/// Kernel launches on the CPU side, memcpys but no kernel recorded GPU-side (kernel events
+/// filtered out, or a CUPTI buffer of kernels dropped): the launched kernels are GPU work
+/// not metered, and must be warned about as the no-GPU-events case is.
+#[test]
+fn kernel_launches_without_kernel_events_warn_even_when_memcpys_were_recorded() {
+    let memcpy = r#"{"ph": "X", "cat": "gpu_memcpy", "name": "Memcpy HtoD (Pageable -> Device)", "pid": 0, "tid": 7, "ts": 5, "dur": 2, "args": {"device": 0, "stream": 7, "correlation": 99, "bytes": 1024}}"#;
+    let events = vec![
+        memcpy.to_string(),
+        launch(1, 10),
+        launch(2, 20),
+        launch(3, 30),
+    ];
+    let (r, _) = meter_text(&trace(&events));
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.code() == &WarningCode::LaunchesWithoutGpuEvents),
+        "3 kernel launches, 0 kernels metered, no warning: {:?}",
+        r.warnings
+    );
+}
+
+/// Two kernel names each with one more range than kernels: the `unmatched_profiler_ranges`
+/// warning says "the first, traceEvents[i]"; it must name the first such range, and the
+/// same one on every run (a report's digest must not depend on a hash seed).
+#[test]
+fn the_unmatched_ranges_warning_names_the_first_range_every_time() {
+    let args = fp32_args(1);
+    let r = |name: &str, ts: u64| {
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "{name}", "pid": 0, "tid": 0, "ts": {ts}, "dur": 10, "args": {{{args}}}}}"#
+        )
+    };
+    // traceEvents[2] (`a`, second of its name) is the first range left over.
+    let events = vec![
+        kernel("a", 0, 100, 10, 1),
+        kernel("b", 0, 120, 10, 2),
+        r("a", 1_000),
+        r("a", 1_010),
+        r("b", 1_020),
+        r("b", 1_030),
+    ];
+    let text = trace(&events);
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..16 {
+        let (rep, _) = meter_text(&text);
+        let w = rep
+            .warnings
+            .iter()
+            .find(|w| w.code() == &WarningCode::UnmatchedProfilerRanges)
+            .expect("unmatched_profiler_ranges");
+        seen.insert(w.to_string());
+    }
+    assert_eq!(seen.len(), 1, "the warning varies between runs: {seen:#?}");
+    let w = seen.into_iter().next().unwrap_or_default();
+    assert!(w.contains("traceEvents[3]"), "{w}");
+}
+
+/// The same kernel in two traces of one GPU (same UUID, so the meter deduplicates them):
+/// one trace without its profiler range, one with. The FLOPs billed must not depend on the
+/// order the files are given in.
+#[test]
+fn merged_traces_bill_the_same_flops_in_either_order() {
+    let range = format!(
+        r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "gemm", "pid": 0, "tid": 0, "ts": 1000, "dur": 50, "args": {{{}}}}}"#,
+        fp32_args(10)
+    );
+    let k = kernel("gemm", 0, 100, 10, 1);
+    let plain = format!(r#"{{{UUID_BASE}, "traceEvents": [{k}]}}"#);
+    let measured = format!(r#"{{{UUID_BASE}, "traceEvents": [{k}, {range}]}}"#);
+    let run = |first: &str, second: &str| {
+        let mut meter = Meter::new(MeterConfig::default());
+        for (n, t) in [("a.json", first), ("b.json", second)] {
+            ok(import_bytes(
+                &mut meter,
+                n,
+                t.as_bytes(),
+                &ImportOptions::default(),
+            ));
+        }
+        let r = ok(meter.finish());
+        let flops = r.device_total(
+            "GPU-5d2a1f44-0000-0000-0000-000000000017",
+            MeterKind::FlopsFp32,
+        );
+        let launches = r.device_total(
+            "GPU-5d2a1f44-0000-0000-0000-000000000017",
+            MeterKind::KernelLaunches,
+        );
+        (flops, launches)
+    };
+    let measured_first = run(&measured, &plain);
+    let plain_first = run(&plain, &measured);
+    assert_eq!(measured_first, (30, 1));
+    assert_eq!(plain_first, measured_first, "(flops_fp32, kernel_launches)");
+}
+
+/// Two ranges on a range-only device with the same name, counters and times (Kineto splits
+/// its span evenly over the ranges: with more ranges than time units, they share `ts` and
+/// `dur`): two kernel launches ran, and both must be metered, not one taken for a duplicate
+/// of the other.
+#[test]
+fn identical_ranges_are_two_launches() {
+    let args = fp32_args(10);
+    let r = format!(
+        r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "gemm", "pid": 0, "tid": 0, "ts": 1000, "dur": 0, "args": {{{args}}}}}"#
+    );
+    let (rep, s) = meter_text(&trace(&[r.clone(), r]));
+    let key = source_key(&s, 0);
+    assert_eq!(
+        rep.device_total(&key, MeterKind::KernelLaunches),
+        2,
+        "loss: {:?}",
+        rep.loss
+    );
+    assert_eq!(rep.device_total(&key, MeterKind::FlopsFp32), 60);
+}
+
+/// A profiler-mode trace (ranges, no kernel events) of one process, metered with a tenant
+/// map by pid naming that process: the FLOPs are that tenant's, or the report says why
+/// they could not be attributed.
+#[test]
+fn range_only_flops_reach_the_tenant_of_the_traced_process_or_say_why_not() {
+    let args = fp32_args(10);
+    let events = vec![
+        launch(1, 10),
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "gemm", "pid": 0, "tid": 0, "ts": 1000, "dur": 50, "args": {{{args}}}}}"#
+        ),
+    ];
+    let mut meter = Meter::new(MeterConfig::default());
+    meter.set_tenant_map(TenantMap {
+        external: HashMap::new(),
+        pid: HashMap::from([(4242, tn("acme"))]),
+    });
+    ok(import_bytes(
+        &mut meter,
+        "prof.json",
+        trace(&events).as_bytes(),
+        &ImportOptions::default(),
+    ));
+    let r = ok(meter.finish());
+    let acme: u128 = r
+        .totals
+        .iter()
+        .filter(|t| t.tenant == "acme" && t.meter == MeterKind::FlopsFp32)
+        .map(|t| t.quantity.0)
+        .sum();
+    let told = r.warnings.iter().any(|w| {
+        let w = w.to_string();
+        w.contains("pid") || w.contains("process id") || w.contains("tenant")
+    });
+    assert!(
+        acme == 30 || told,
+        "FLOPs of process 4242 went to {:?} without a word; warnings {:?}",
+        r.totals
+            .iter()
+            .filter(|t| t.meter == MeterKind::FlopsFp32)
+            .map(|t| (&t.tenant, t.quantity.0))
+            .collect::<Vec<_>>(),
+        r.warnings
+    );
+}
