@@ -264,3 +264,39 @@ fn range_only_flops_reach_the_tenant_of_the_traced_process_or_say_why_not() {
         r.warnings
     );
 }
+
+/// As [`merged_traces_bill_the_same_flops_in_either_order`], through `import_paths` (the
+/// CLI's path, which compares whole sources before pushing).
+#[test]
+fn merged_trace_files_bill_the_same_flops_in_either_order() {
+    let range = format!(
+        r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "gemm", "pid": 0, "tid": 0, "ts": 1000, "dur": 50, "args": {{{}}}}}"#,
+        fp32_args(10)
+    );
+    let k = kernel("gemm", 0, 100, 10, 1);
+    let dir = std::env::temp_dir().join(format!("gpumeter-review17-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let plain = dir.join("plain.json");
+    let measured = dir.join("measured.json");
+    std::fs::write(&plain, format!(r#"{{{UUID_BASE}, "traceEvents": [{k}]}}"#)).expect("write");
+    std::fs::write(
+        &measured,
+        format!(r#"{{{UUID_BASE}, "traceEvents": [{k}, {range}]}}"#),
+    )
+    .expect("write");
+    let run = |paths: &[&std::path::Path]| {
+        let mut meter = Meter::new(MeterConfig::default());
+        ok(import_paths(&mut meter, paths, &ImportOptions::default()));
+        let r = ok(meter.finish());
+        let key = "GPU-5d2a1f44-0000-0000-0000-000000000017";
+        (
+            r.device_total(key, MeterKind::FlopsFp32),
+            r.device_total(key, MeterKind::KernelLaunches),
+        )
+    };
+    let a = run(&[&measured, &plain]);
+    let b = run(&[&plain, &measured]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(a, (30, 1));
+    assert_eq!(b, a, "(flops_fp32, kernel_launches)");
+}
