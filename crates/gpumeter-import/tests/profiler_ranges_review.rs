@@ -300,3 +300,26 @@ fn merged_trace_files_bill_the_same_flops_in_either_order() {
     assert_eq!(a, (30, 1));
     assert_eq!(b, a, "(flops_fp32, kernel_launches)");
 }
+
+/// PyTorch's default CUPTI-profiler mode (`_ExperimentalConfig(profiler_metrics=[…])`,
+/// `profiler_measure_per_kernel` false) profiles a user range: Kineto writes one
+/// `cuda_profiler_range` per device named `__profile__` (its `kRootUserRangeName`) holding the
+/// counters of every kernel of the session. That range is not one kernel launch: billing it
+/// as `kernel_launches` 1 under-bills launches, so it must not be counted as one kernel (its
+/// FLOPs are still the session's), or the report must say the range is a whole session.
+#[test]
+fn a_user_range_of_the_whole_session_is_not_one_kernel_launch() {
+    let args = fp32_args(1_000_000);
+    let session = format!(
+        r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "__profile__", "pid": 0, "tid": 0, "ts": 1000, "dur": 900000, "args": {{{args}}}}}"#
+    );
+    let (r, s) = meter_text(&trace(&[session]));
+    let key = source_key(&s, 0);
+    assert_eq!(r.device_total(&key, MeterKind::FlopsFp32), 3_000_000);
+    let told = r.warnings.iter().any(|w| w.contains("__profile__"));
+    assert!(
+        r.device_total(&key, MeterKind::KernelLaunches) != 1 || told,
+        "a whole profiling session billed as 1 kernel launch of 900 ms: {:?}",
+        r.warnings
+    );
+}
