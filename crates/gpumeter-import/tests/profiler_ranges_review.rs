@@ -323,3 +323,55 @@ fn a_user_range_of_the_whole_session_is_not_one_kernel_launch() {
         r.warnings
     );
 }
+
+/// Two `gemm` launches of two processes (tenants) on two streams: the first launched
+/// (correlation 1, `acme`) starts on the GPU after the second (correlation 2, `beta`). The
+/// profiler replays kernels in launch order, so the first range holds the first launch's
+/// counters; matching ranges to kernels by GPU start time instead gives each tenant the
+/// other's FLOPs.
+#[test]
+fn ranges_follow_launch_order_not_gpu_start_order_across_streams() {
+    let args = |n: u64| fp32_args(n);
+    let api = |corr: u32, pid: u32, ts: u64| {
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": {pid}, "tid": {pid}, "ts": {ts}, "dur": 3, "args": {{"correlation": {corr}, "cbid": 211}}}}"#
+        )
+    };
+    let on_stream = |corr: u32, stream: u32, ts: u64| {
+        kernel("gemm", 0, ts, 10, corr).replace(r#""stream": 7"#, &format!(r#""stream": {stream}"#))
+    };
+    let range = |ts: u64, n: u64| {
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "gemm", "pid": 0, "tid": 0, "ts": {ts}, "dur": 50, "args": {{{}}}}}"#,
+            args(n)
+        )
+    };
+    let events = vec![
+        api(1, 4242, 10),
+        api(2, 5151, 20),
+        on_stream(1, 7, 200),
+        on_stream(2, 8, 100),
+        range(1_000, 10),
+        range(1_050, 1_000),
+    ];
+    let mut meter = Meter::new(MeterConfig::default());
+    meter.set_tenant_map(TenantMap {
+        external: HashMap::new(),
+        pid: HashMap::from([(4242, tn("acme")), (5151, tn("beta"))]),
+    });
+    ok(import_bytes(
+        &mut meter,
+        "prof.json",
+        trace(&events).as_bytes(),
+        &ImportOptions::default(),
+    ));
+    let r = ok(meter.finish());
+    let of = |t: &str| -> u128 {
+        r.totals
+            .iter()
+            .filter(|x| x.tenant == t && x.meter == MeterKind::FlopsFp32)
+            .map(|x| x.quantity.0)
+            .sum()
+    };
+    assert_eq!((of("acme"), of("beta")), (30, 3_000));
+}
