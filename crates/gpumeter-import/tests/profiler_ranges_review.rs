@@ -375,3 +375,29 @@ fn ranges_follow_launch_order_not_gpu_start_order_across_streams() {
     };
     assert_eq!((of("acme"), of("beta")), (30, 3_000));
 }
+
+/// The tensor-path counters of integer and FP64 sources have no `_dst_` part on A100/H100
+/// (`sm__ops_path_tensor_src_int8.sum`, `_int4`, `_int1`, `_fp64`: `ncu --query-metrics`),
+/// and METERING.md says `tensor_ops` sums INT8 sources. A range recording INT8 tensor work
+/// must bill it, or the report must say the counter was left out — not drop it silently.
+#[test]
+fn int8_and_fp64_tensor_path_counters_are_counted_or_told() {
+    for counter in [
+        "sm__ops_path_tensor_src_int8.sum",
+        "sm__ops_path_tensor_src_fp64.sum",
+    ] {
+        let r = format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "igemm", "pid": 0, "tid": 0, "ts": 1000, "dur": 50, "args": {{{}, "{counter}": 4096}}}}"#,
+            fp32_args(0)
+        );
+        let (rep, s) = meter_text(&trace(&[r]));
+        let key = source_key(&s, 0);
+        let told = rep.warnings.iter().any(|w| w.contains(counter));
+        assert!(
+            rep.device_total(&key, MeterKind::TensorOps) == 4096 || told,
+            "{counter}: tensor_ops {} and no warning: {:?}",
+            rep.device_total(&key, MeterKind::TensorOps),
+            rep.warnings
+        );
+    }
+}
