@@ -2882,14 +2882,15 @@ fn range_warnings(name: &str, r: &RangeOutcome, warnings: &mut Vec<Warning>) {
         let how = match (r.launches, r.attached) {
             (l, 0) => format!(
                 "{l} kernel launches are CUPTI-profiler ranges (`cuda_profiler_range`, no \
-                 kernel events on their devices): their times are the ranges', which the \
-                 profiler serialized and replayed"
+                 kernel events on their devices): their times are the ranges', which Kineto \
+                 does not measure (it gives each range an equal share of the profiling \
+                 session's span)"
             ),
             (0, a) => format!("{a} kernels carry the counters of their CUPTI-profiler range"),
             (l, a) => format!(
                 "{l} kernel launches are CUPTI-profiler ranges (their times are the ranges', \
-                 which the profiler serialized and replayed) and {a} kernels carry their \
-                 range's counters"
+                 which Kineto does not measure: it gives each range an equal share of the \
+                 profiling session's span) and {a} kernels carry their range's counters"
             ),
         };
         warnings.push(Warning::new(
