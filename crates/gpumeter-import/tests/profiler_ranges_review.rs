@@ -401,3 +401,44 @@ fn int8_and_fp64_tensor_path_counters_are_counted_or_told() {
         );
     }
 }
+
+/// Kineto's range profiler holds at most `KMaxAutoRanges` (1500) per-kernel ranges per
+/// session (`CUPTI_PROFILER_MAX_RANGES`): the kernels launched after that have no range. In
+/// per-kernel mode the trace has the CPU-side launches, so a trace with more kernel launches
+/// than ranges (and no kernel events) ran GPU work that is not metered, and must say so.
+#[test]
+fn more_kernel_launches_than_ranges_warn() {
+    let args = fp32_args(1);
+    let r = |ts: u64| {
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "k", "pid": 0, "tid": 0, "ts": {ts}, "dur": 10, "args": {{{args}}}}}"#
+        )
+    };
+    let events = vec![
+        launch(1, 10),
+        launch(2, 20),
+        launch(3, 30),
+        r(1_000),
+        r(1_010),
+    ];
+    let (rep, s) = meter_text(&trace(&events));
+    assert_eq!(
+        rep.device_total(&source_key(&s, 0), MeterKind::KernelLaunches),
+        2
+    );
+    let told = rep
+        .warnings
+        .iter()
+        .filter(|w| {
+            !matches!(
+                w.code(),
+                WarningCode::InstrumentedRun | WarningCode::NotMeterable
+            )
+        })
+        .any(|w| w.contains("launch"));
+    assert!(
+        told,
+        "3 kernel launches, 2 ranges: one kernel's work is not metered, silently: {:?}",
+        rep.warnings
+    );
+}
