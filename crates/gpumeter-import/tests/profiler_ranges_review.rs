@@ -442,3 +442,91 @@ fn more_kernel_launches_than_ranges_warn() {
         rep.warnings
     );
 }
+
+/// A kernel device and a range-only device in one trace, the ranges of both named alike:
+/// device 0's range attaches to its kernel, device 1's range is its own launch; nothing
+/// crosses devices, nothing is counted twice.
+#[test]
+fn a_kernel_device_and_a_range_only_device_stay_apart() {
+    let r = |dev: u32, ts: u64, n: u64| {
+        format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "gemm", "pid": {dev}, "tid": 0, "ts": {ts}, "dur": 10, "args": {{{}}}}}"#,
+            fp32_args(n)
+        )
+    };
+    let events = vec![
+        launch(1, 10),
+        kernel("gemm", 0, 100, 10, 1),
+        r(1, 1_000, 100),
+        r(0, 1_010, 1),
+        r(1, 1_020, 10_000),
+    ];
+    let (rep, s) = meter_text(&trace(&events));
+    let (k0, k1) = (source_key(&s, 0), source_key(&s, 1));
+    assert_eq!(rep.device_total(&k0, MeterKind::KernelLaunches), 1);
+    assert_eq!(rep.device_total(&k0, MeterKind::FlopsFp32), 3);
+    assert_eq!(rep.device_total(&k0, MeterKind::KernelNs), 10_000);
+    assert_eq!(rep.device_total(&k1, MeterKind::KernelLaunches), 2);
+    assert_eq!(rep.device_total(&k1, MeterKind::FlopsFp32), 30_300);
+    assert!(rep.loss.is_empty(), "{:?}", rep.loss);
+    assert!(!rep.records.skipped.contains_key("cuda_profiler_range"));
+    let w = rep
+        .warnings
+        .iter()
+        .find(|w| w.code() == &WarningCode::InstrumentedRun)
+        .expect("instrumented_run");
+    assert!(
+        w.contains("2 kernel launches") && w.contains("1 kernels carry"),
+        "{}",
+        &**w
+    );
+}
+
+/// Counters as Kineto may write them (a double formatted as `1e+16` or `4.0`, a numeric
+/// string) are read exactly; a fraction, a negative, a number past u64 or `true` make the
+/// range a lost record (`invalid_field`), never a panic, and a `null` counter is not given.
+#[test]
+fn counter_spellings_are_read_exactly_or_lose_the_range() {
+    let one = |v: &str| {
+        let mut a = String::new();
+        for p in ['d', 'f', 'h'] {
+            for op in ["add", "mul", "fma"] {
+                let val = if p == 'f' && op == "fma" { v } else { "0" };
+                a.push_str(&format!(
+                    r#""smsp__sass_thread_inst_executed_op_{p}{op}_pred_on.sum": {val}, "#
+                ));
+            }
+        }
+        let r = format!(
+            r#"{{"ph": "X", "cat": "cuda_profiler_range", "name": "k", "pid": 0, "tid": 0, "ts": 1000, "dur": 10, "args": {{{a}"x__y": 1}}}}"#
+        );
+        let (rep, s) = meter_text(&trace(&[r]));
+        let key = source_key(&s, 0);
+        (
+            rep.device_total(&key, MeterKind::KernelLaunches),
+            rep.device_total(&key, MeterKind::FlopsFp32),
+            rep.loss.iter().map(|l| l.records).sum::<u64>(),
+        )
+    };
+    assert_eq!(one("1e+16"), (1, 2 * 10_000_000_000_000_000, 0));
+    assert_eq!(one("4.0"), (1, 8, 0));
+    assert_eq!(one("\"12\""), (1, 24, 0));
+    assert_eq!(one("-0"), (1, 0, 0));
+    // A null ffma: fp32 recorded in part, so not counted; the launch is still metered.
+    assert_eq!(one("null"), (1, 0, 0));
+    for bad in [
+        "0.5",
+        "-1",
+        "18446744073709551616",
+        "true",
+        "1e400",
+        "[1]",
+        "{}",
+    ] {
+        let (launches, flops, lost) = one(bad);
+        assert_eq!((launches, flops, lost), (0, 0, 1), "{bad}");
+    }
+    // 2 × ffma past u64: the fp32 total overflows; the launch is metered without it.
+    assert_eq!(one("18446744073709551615").0, 1);
+    assert_eq!(one("18446744073709551615").1, 0);
+}
