@@ -150,7 +150,7 @@ fn kernel_with_ops(dev: DeviceSlot, i: u64, zero_every: u64) -> ActivityRecord {
             tensor_ops: Some(7),
         };
     }
-    if i % zero_every == 0 {
+    if i.is_multiple_of(zero_every) {
         r.end_ns = r.start_ns;
     }
     r
