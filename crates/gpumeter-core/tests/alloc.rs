@@ -14,27 +14,31 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpumeter_core::{
     ActivityRecord, ComputeCapability, DeviceInfo, DeviceSlot, KernelLaunch, Meter, MeterConfig,
-    MeterKind, Work,
+    MeterKind, OpCounts, Work,
 };
 
 struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// Whether this thread's allocations are counted (the test harness's other threads are
     /// not).
     static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// This thread's counted allocations (per thread: the tests run in parallel).
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
 }
 
 fn note() {
     if COUNTING.with(Cell::get) {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        ALLOCATIONS.with(|n| n.set(n.get() + 1));
     }
+}
+
+/// The allocations this thread has counted.
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
 }
 
 // SAFETY: every method delegates to `System` with the caller's arguments unchanged, so
@@ -111,7 +115,7 @@ fn pushing_a_million_kernels_after_warm_up_allocates_nothing() {
         meter.push(kernel(dev, i));
     }
     COUNTING.with(|c| c.set(false));
-    let allocations = ALLOCATIONS.load(Ordering::Relaxed);
+    let allocations = allocations();
     assert!(
         meter.buffered_records() < 200,
         "buffered {}",
@@ -132,4 +136,59 @@ fn pushing_a_million_kernels_after_warm_up_allocates_nothing() {
         u128::from(WARM_UP + N - 1) * 250 + 1_000
     );
     assert_eq!(allocations, 0, "heap allocations while pushing {N} kernels");
+}
+
+/// Kernel `i` of [`kernel`] carrying operation counts (issue 17); every `zero_every`-th one
+/// has no duration (a record of no duration never runs: the sweep drops it unstarted).
+fn kernel_with_ops(dev: DeviceSlot, i: u64, zero_every: u64) -> ActivityRecord {
+    let mut r = kernel(dev, i);
+    if let Work::Kernel(k) = &mut r.work {
+        k.ops = OpCounts {
+            flops_fp64: Some(i),
+            flops_fp32: Some(2 * i),
+            flops_fp16: Some(0),
+            tensor_ops: Some(7),
+        };
+    }
+    if i.is_multiple_of(zero_every) {
+        r.end_ns = r.start_ns;
+    }
+    r
+}
+
+/// The per-device slab of pending kernels' operation counts reuses its entries: pushing
+/// kernels with operation counts after the warm-up allocates nothing, also when some of them
+/// have no duration (never started, so their entry must be freed where they are dropped).
+#[test]
+fn pushing_kernels_with_operation_counts_after_warm_up_allocates_nothing() {
+    const WARM_UP: u64 = 10_000;
+    const N: u64 = 200_000;
+    for zero_every in [u64::MAX, 5] {
+        let mut meter = Meter::new(MeterConfig {
+            reorder_horizon_ns: 10_000,
+            ..MeterConfig::default()
+        });
+        let mut gpu = DeviceInfo::bare("GPU-0", 0);
+        gpu.sm_count = Some(132);
+        gpu.compute_capability = Some(ComputeCapability { major: 9, minor: 0 });
+        let dev = meter.register_device(gpu);
+        for i in 1..WARM_UP {
+            meter.push(kernel_with_ops(dev, i, zero_every));
+        }
+        let before = allocations();
+        COUNTING.with(|c| c.set(true));
+        for i in WARM_UP..WARM_UP + N {
+            meter.push(kernel_with_ops(dev, i, zero_every));
+        }
+        COUNTING.with(|c| c.set(false));
+        let allocations = allocations() - before;
+        let report = meter.finish().expect("a report");
+        let want: u128 = (1..WARM_UP + N).map(u128::from).sum();
+        assert_eq!(report.device_total("GPU-0", MeterKind::FlopsFp64), want);
+        assert_eq!(
+            allocations, 0,
+            "heap allocations while pushing {N} kernels with operation counts, one in \
+             {zero_every} of no duration"
+        );
+    }
 }

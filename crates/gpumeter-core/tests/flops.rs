@@ -275,3 +275,96 @@ proptest! {
         }
     }
 }
+
+/// Σ of `meter` over a report's totals.
+fn total(r: &UsageReport, meter: MeterKind) -> u128 {
+    r.totals
+        .iter()
+        .filter(|t| t.meter == meter)
+        .map(|t| t.quantity.0)
+        .sum()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Draining (streaming) with kernels' operation counts still pending, 130 kernels at
+    /// one instant on a drain's edge (two of them over the resident-grid limit, taken back
+    /// in the report after the drain), hands over every operation exactly once: the drained
+    /// reports and the final one sum to the undrained report, per tenant.
+    #[test]
+    fn draining_with_operation_counts_pending_hands_each_over_once(
+        ks in prop::collection::vec(arb_kernel(), 1..30),
+        drains in prop::collection::vec(0u64..5_000, 0..4),
+    ) {
+        let window_s = 60;
+        // The burst: 130 kernels at 60 s (a window edge) of fp64 1..=130.
+        let burst: Vec<ActivityRecord> = (0..130u64)
+            .map(|i| {
+                let mut r = k(60 * S, 60 * S + 1_000 + i, all(i + 1, 0, 0, 0), 1);
+                r.correlation_id = 1_000_000 + i as u32;
+                r
+            })
+            .collect();
+        let mut ks = ks.clone();
+        ks.sort_by_key(|g| g.start);
+        let records: Vec<ActivityRecord> = ks
+            .iter()
+            .map(|g| {
+                let mut r = k(
+                    g.start * S / 10,
+                    (g.start + g.len) * S / 10,
+                    all(g.ops[0], g.ops[1], g.ops[2], g.ops[3]),
+                    g.pid,
+                );
+                r.correlation_id = r.correlation_id.wrapping_add(g.len as u32);
+                r
+            })
+            .chain(burst)
+            .collect();
+        let mut records = records;
+        records.sort_by_key(|r| r.start_ns);
+        let mut edges: Vec<u64> = drains.iter().map(|d| BASE + d * S / 10).collect();
+        edges.push(BASE + 60 * S);
+        edges.sort_unstable();
+        edges.dedup();
+
+        let (mut whole, dev) = meter(window_s, 4);
+        let (mut streamed, _) = meter(window_s, 4);
+        let mut parts = Vec::new();
+        let mut next_edge = 0;
+        for mut r in records {
+            r.device = dev;
+            // Drain at each edge once the records before it are in.
+            while next_edge < edges.len() && r.start_ns > edges[next_edge] {
+                parts.push(streamed.drain(edges[next_edge]).expect("drain"));
+                next_edge += 1;
+            }
+            whole.push(r.clone());
+            streamed.push(r);
+        }
+        parts.push(streamed.finish().expect("final report"));
+        let whole = whole.finish().expect("report");
+        for op in OP_METERS.into_iter().chain([MeterKind::KernelLaunches]) {
+            let got: u128 = parts.iter().map(|p| total(p, op)).sum();
+            prop_assert_eq!(got, total(&whole, op), "{}", op);
+            let mut by_tenant: BTreeMap<String, u128> = BTreeMap::new();
+            for p in &parts {
+                for (t, q) in per_tenant(p, op) {
+                    *by_tenant.entry(t).or_insert(0) += q;
+                }
+            }
+            by_tenant.retain(|_, q| *q > 0);
+            let mut want = per_tenant(&whole, op);
+            want.retain(|_, q| *q > 0);
+            prop_assert_eq!(by_tenant, want, "{}", op);
+        }
+        let lost: u64 = parts
+            .iter()
+            .flat_map(|p| &p.loss)
+            .filter(|l| l.reason == "concurrent_kernel_limit")
+            .map(|l| l.records)
+            .sum();
+        prop_assert!(lost >= 2, "the burst's two over the limit: {lost}");
+    }
+}

@@ -2812,14 +2812,25 @@ fn resolve_ranges(
         list.sort_by_key(|&i| (pending[i].ts_ns, pending[i].index));
     }
     let mut matched: HashMap<(u32, Arc<str>), Vec<Pending<'static>>> = HashMap::new();
+    // The warning names the first unmatched range in the trace, whatever order the
+    // (name-keyed, hash-ordered) matching meets them in.
     let unmatched = |out: &mut RangeOutcome, index: usize, why: String| {
         out.unmatched += 1;
-        out.first_unmatched.get_or_insert((index, why));
+        if out.first_unmatched.as_ref().is_none_or(|(i, _)| index < *i) {
+            out.first_unmatched = Some((index, why));
+        }
     };
     for r in ranges {
         out.partial += u64::from(r.partial);
         out.overflow += u64::from(r.overflow);
-        let on_kernel_device = r.device_id.is_some_and(|d| with_kernels.contains(&d));
+        // The device the range is metered on when it becomes a launch: the parsed record's
+        // own (`args.device` read as every record's, a numeric string included), so a range
+        // is never a second launch beside a kernel of that device.
+        let device = match &r.parsed {
+            Ok(p) => Some(p.device_id),
+            Err(_) => r.device_id,
+        };
+        let on_kernel_device = device.is_some_and(|d| with_kernels.contains(&d));
         match (r.parsed, on_kernel_device) {
             (Ok(p), false) => {
                 out.launches += 1;
@@ -2871,14 +2882,15 @@ fn range_warnings(name: &str, r: &RangeOutcome, warnings: &mut Vec<Warning>) {
         let how = match (r.launches, r.attached) {
             (l, 0) => format!(
                 "{l} kernel launches are CUPTI-profiler ranges (`cuda_profiler_range`, no \
-                 kernel events on their devices): their times are the ranges', which the \
-                 profiler serialized and replayed"
+                 kernel events on their devices): their times are the ranges', which Kineto \
+                 does not measure (it gives each range an equal share of the profiling \
+                 session's span)"
             ),
             (0, a) => format!("{a} kernels carry the counters of their CUPTI-profiler range"),
             (l, a) => format!(
                 "{l} kernel launches are CUPTI-profiler ranges (their times are the ranges', \
-                 which the profiler serialized and replayed) and {a} kernels carry their \
-                 range's counters"
+                 which Kineto does not measure: it gives each range an equal share of the \
+                 profiling session's span) and {a} kernels carry their range's counters"
             ),
         };
         warnings.push(Warning::new(

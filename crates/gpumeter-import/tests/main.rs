@@ -1697,4 +1697,5 @@ mod review {
 mod kineto_review;
 mod long_strings;
 mod profiler_ranges;
+mod profiler_ranges_review;
 mod sizes;

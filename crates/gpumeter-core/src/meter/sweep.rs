@@ -242,6 +242,9 @@ impl DeviceState {
                 self.pending.pop();
                 if p.end > t {
                     self.starting.push(p);
+                } else if p.ops != 0 {
+                    // Never started: its operation counts' slab entry is freed here.
+                    self.op_free.push(p.ops - 1);
                 }
             }
             if self.run.next_end().is_some_and(|e| e <= t) {
