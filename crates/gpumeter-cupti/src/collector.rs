@@ -53,6 +53,7 @@
 mod completion;
 mod energy;
 mod ffi;
+mod flops;
 mod nvml;
 mod pmsampling;
 mod pool;
@@ -69,6 +70,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cupti_sys::{Cupti, CuptiError, LoadError, SearchLocation, ENV_CUPTI_LIB};
 
 use self::completion::{Core, Session};
+pub use self::flops::{
+    is_tensor_path_total, op_counters_frame, select_flops_metrics, DecodedRanges, FlopsConfig,
+    FlopsError, FlopsSelection, FlopsTally, LaunchOrder, PassProbe, RangeHostProbe,
+    DEFAULT_FLOPS_RANGES, FLOPS_RANGES_RANGE,
+};
 pub use self::pmsampling::{
     select_metrics, to_count, to_pm_sample, Decoded, HostProbe, MetricProbe, MetricSelection,
     PmSamplingConfig, PmSamplingError, PmSamplingTally, Pump, RawSample, SampleSource, Unusable,
