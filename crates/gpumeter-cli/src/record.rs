@@ -63,6 +63,14 @@ pub(crate) struct RecordArgs {
         value_parser = parse_pm_interval
     )]
     pm_interval: Option<std::time::Duration>,
+    /// FLOP counters: also record, per kernel launch, CUPTI's SASS op counters (fp64, fp32,
+    /// fp16 add/mul/fma) and the GPU's tensor-path operation counters with CUPTI's range
+    /// profiler (CUDA 12.6+), for the flops_fp64, flops_fp32, flops_fp16 and tensor_ops
+    /// meters. Kernel replay: kernels are serialized and each runs once per counter pass (1
+    /// to 10 passes, said at exit), so time meters of the recording carry an instrumentation
+    /// warning. Needs GPU performance-counter permission, as --pm-sampling.
+    #[arg(long)]
+    flops: bool,
     /// The command to run, and its arguments (after `--`).
     #[arg(
         required = true,
@@ -380,6 +388,11 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
         }
     } else {
         cmd.env_remove("GPUMETER_PM_SAMPLING");
+    }
+    if args.flops {
+        cmd.env("GPUMETER_FLOPS", "1");
+    } else {
+        cmd.env_remove("GPUMETER_FLOPS");
     }
     let mut child = cmd.spawn().map_err(|e| {
         let code = match e.kind() {

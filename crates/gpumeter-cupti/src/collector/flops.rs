@@ -446,6 +446,372 @@ pub fn op_counters_frame(
     }
 }
 
+/// Frames written through this: `true` when the sink took one.
+pub(crate) type WriteOpCounts = Box<dyn FnMut(&OpCounters) -> bool + Send>;
+
+/// What a session of FLOP counting did, for the stop report.
+#[derive(Debug, Clone, Default)]
+pub struct FlopsReport {
+    /// Launch pairing and values ([`FlopsTally`]).
+    pub tally: FlopsTally,
+    /// Operation-counters frames handed to the sink.
+    pub frames: u64,
+    /// Kernel launches in frames the sink refused.
+    pub unwritten_launches: u64,
+    /// Contexts profiled: (CUDA ordinal, chip, metrics, passes).
+    pub contexts: Vec<(u32, String)>,
+    /// Set-up failures and failed calls (typed [`FlopsError`] messages).
+    pub errors: Vec<String>,
+    /// Warnings (tensor totals recorded but not metered, graph launches).
+    pub warnings: Vec<String>,
+}
+
+/// One context profiled through CUPTI's range profiler.
+struct ContextProfiler {
+    device: u32,
+    /// CUPTI's context id (`contextUid`), from the context's first launch callback.
+    context_uid: u32,
+    host: Option<PmHost>,
+    profiler: Option<cupti_sys::RangeProfiler>,
+    metrics: Vec<String>,
+    passes: usize,
+    config: Vec<u8>,
+    /// The counter-data image CUPTI writes at decode: never moved while configured.
+    image: Vec<u8>,
+    order: LaunchOrder,
+}
+
+/// The process-wide FLOP-counting state behind the callbacks.
+struct Global {
+    cupti: &'static Cupti,
+    config: FlopsConfig,
+    write: WriteOpCounts,
+    /// `cuptiProfilerInitialize` done.
+    profiler: bool,
+    /// Live contexts (by `CUcontext` address).
+    contexts: std::collections::BTreeMap<usize, ContextProfiler>,
+    report: FlopsReport,
+}
+
+static GLOBAL: std::sync::Mutex<Option<Global>> = std::sync::Mutex::new(None);
+/// A session is running (the callbacks skip the lock otherwise).
+pub(crate) static ACTIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Starts a session writing through `write`; `graph_cbids` are the `(domain, cbid)` of graph
+/// launches (one correlation id, many kernels: their ranges are summed into one entry,
+/// [`is_graph_launch`]).
+///
+/// # Errors
+/// [`FlopsError::NotAvailable`] when the libcupti lacks the range profiler.
+pub(crate) fn begin(
+    cupti: &'static Cupti,
+    config: &FlopsConfig,
+    graph_cbids: Vec<(u32, u32)>,
+    write: WriteOpCounts,
+) -> Result<(), FlopsError> {
+    cupti
+        .range_profiler_available()
+        .map_err(FlopsError::NotAvailable)?;
+    let mut g = super::pool::lock(&GLOBAL);
+    let profiler = g.as_ref().is_some_and(|g| g.profiler);
+    *g = Some(Global {
+        cupti,
+        config: config.clone(),
+        write,
+        profiler,
+        contexts: std::collections::BTreeMap::new(),
+        report: FlopsReport::default(),
+    });
+    let _ = GRAPH_CBIDS.set(graph_cbids);
+    ACTIVE.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// The graph-launch callback ids of the first session (the same for every libcupti of a
+/// process: CUPTI's callback ids are stable).
+static GRAPH_CBIDS: std::sync::OnceLock<Vec<(u32, u32)>> = std::sync::OnceLock::new();
+
+/// Whether `(domain, cbid)` is a graph launch.
+pub(crate) fn is_graph_launch(domain: u32, cbid: u32) -> bool {
+    GRAPH_CBIDS
+        .get()
+        .is_some_and(|ids| ids.contains(&(domain, cbid)))
+}
+
+/// Ends the session: every context decoded a last time and released; the report.
+pub(crate) fn end() -> Option<FlopsReport> {
+    ACTIVE.store(false, std::sync::atomic::Ordering::SeqCst);
+    let mut g = super::pool::lock(&GLOBAL);
+    let global = g.as_mut()?;
+    let contexts = std::mem::take(&mut global.contexts);
+    for (_, mut c) in contexts {
+        global.flush(&mut c, true);
+        global.release(c);
+    }
+    let report = std::mem::take(&mut global.report);
+    // Keeps `profiler` (cuptiProfilerInitialize is once per process) for a later session.
+    global.write = Box::new(|_| false);
+    Some(report)
+}
+
+/// A context was created (CUPTI's resource callback, on the creating thread): its range
+/// profiler set up and started.
+pub(crate) fn on_context_created(ctx: usize, device: u32) {
+    let mut g = super::pool::lock(&GLOBAL);
+    let Some(global) = g.as_mut() else {
+        return;
+    };
+    if global.contexts.contains_key(&ctx) {
+        return;
+    }
+    match global.set_up(ctx, device) {
+        Ok(c) => {
+            global.report.contexts.push((
+                device,
+                format!(
+                    "{} metrics, {} replay passes per kernel",
+                    c.metrics.len(),
+                    c.passes
+                ),
+            ));
+            global.contexts.insert(ctx, c);
+        }
+        Err(e) => global.report.errors.push(e.to_string()),
+    }
+}
+
+/// A context is being destroyed: its ranges decoded and written, its profiler released.
+pub(crate) fn on_context_destroying(ctx: usize) {
+    let mut g = super::pool::lock(&GLOBAL);
+    let Some(global) = g.as_mut() else {
+        return;
+    };
+    if let Some(mut c) = global.contexts.remove(&ctx) {
+        global.flush(&mut c, true);
+        global.release(c);
+    }
+}
+
+/// The outermost kernel-launch API call's exit: its correlation id noted in launch order; a full image is decoded. A graph launch is decoded alone (before and after),
+/// its ranges summed into its one correlation id.
+pub(crate) fn on_launch_exit(call: super::sass::ApiCall) {
+    let (ctx, context_uid, correlation_id) = (call.context, call.context_uid, call.correlation_id);
+    let mut g = super::pool::lock(&GLOBAL);
+    let Some(global) = g.as_mut() else {
+        return;
+    };
+    let Some(mut c) = global.contexts.remove(&ctx) else {
+        return;
+    };
+    if c.context_uid == 0 {
+        c.context_uid = context_uid;
+    }
+    if call.graph {
+        // The launches before it are paired first; then every range since is the graph's.
+        let before = c.order.pending();
+        if before > 0 {
+            global.flush(&mut c, false);
+        }
+        c.order.launch(correlation_id);
+        global.flush_graph(&mut c);
+    } else {
+        c.order.launch(correlation_id);
+        if c.order.pending() >= global.config.ranges_per_pass {
+            global.flush(&mut c, false);
+        }
+    }
+    global.contexts.insert(ctx, c);
+}
+
+impl Global {
+    fn set_up(&mut self, ctx: usize, device: u32) -> Result<ContextProfiler, FlopsError> {
+        let cupti = self.cupti;
+        if !self.profiler {
+            cupti
+                .profiler_initialize()
+                .map_err(|e| FlopsError::from_cupti(device, None, e))?;
+            self.profiler = true;
+        }
+        let chip = cupti
+            .device_chip_name(device)
+            .map_err(|e| FlopsError::from_cupti(device, None, e))?;
+        let err = |e: CuptiError| FlopsError::from_cupti(device, Some(&chip), e);
+        let selection =
+            select_flops_metrics(&mut RangeHostProbe::new(cupti, &chip, None)).map_err(&err)?;
+        let metrics: Vec<String> = selection
+            .metrics()
+            .into_iter()
+            .map(str::to_string)
+            .collect();
+        if metrics.is_empty() {
+            return Err(FlopsError::NoMetrics { device, chip });
+        }
+        let not_metered = selection.tensor_not_metered();
+        if !not_metered.is_empty() {
+            self.report.warnings.push(format!(
+                "device {device} ({chip}): tensor-path counters recorded but not added to \
+                 tensor_ops: {}",
+                not_metered.join(", ")
+            ));
+        }
+        let names: Vec<&str> = metrics.iter().map(String::as_str).collect();
+        let host = cupti.range_host_initialize(&chip, None).map_err(&err)?;
+        let mut c = ContextProfiler {
+            device,
+            context_uid: 0,
+            host: Some(host),
+            profiler: None,
+            metrics: metrics.clone(),
+            passes: selection.passes,
+            config: Vec::new(),
+            image: Vec::new(),
+            order: LaunchOrder::default(),
+        };
+        let r = (|| {
+            let host = c.host.as_ref().ok_or_else(|| {
+                err(CuptiError::InvalidBuffer {
+                    reason: "no host object".into(),
+                })
+            })?;
+            cupti.pm_host_add_metrics(host, &names).map_err(&err)?;
+            c.config = cupti.pm_host_config_image(host).map_err(&err)?;
+            // SAFETY: CUPTI's resource callback for this context's creation is running: the
+            // context is live.
+            let profiler = unsafe { cupti.range_enable(ctx) }.map_err(&err)?;
+            let profiler = c.profiler.insert(profiler);
+            let size = cupti
+                .range_counter_data_size(profiler, &names, self.config.ranges_per_pass)
+                .map_err(&err)?;
+            c.image = vec![0u8; size];
+            self.configure(&mut c).map_err(&err)
+        })();
+        match r {
+            Ok(()) => Ok(c),
+            Err(e) => {
+                self.release(c);
+                Err(e)
+            }
+        }
+    }
+
+    /// Initializes the context's image, configures the profiler with it and starts it.
+    fn configure(&self, c: &mut ContextProfiler) -> Result<(), CuptiError> {
+        let cupti = self.cupti;
+        let Some(profiler) = c.profiler.as_ref() else {
+            return Ok(());
+        };
+        cupti.range_counter_data_initialize(profiler, &mut c.image)?;
+        // SAFETY: `c.image` stays in place (never resized) until the next decode, which
+        // happens before it is initialized again or dropped.
+        unsafe {
+            cupti.range_set_config(
+                profiler,
+                &c.config,
+                &mut c.image,
+                self.config.ranges_per_pass,
+            )
+        }?;
+        cupti.range_start(profiler)
+    }
+
+    /// Stops, decodes and evaluates the context's ranges.
+    fn decode(&self, c: &mut ContextProfiler) -> Result<DecodedRanges, CuptiError> {
+        let cupti = self.cupti;
+        let (Some(profiler), Some(host)) = (c.profiler.as_ref(), c.host.as_ref()) else {
+            return Ok(DecodedRanges::default());
+        };
+        cupti.range_stop(profiler)?;
+        let dropped = cupti.range_decode(profiler)?;
+        let n = cupti.range_count(&c.image)?;
+        let names: Vec<&str> = c.metrics.iter().map(String::as_str).collect();
+        let mut ranges = Vec::with_capacity(n);
+        for i in 0..n {
+            ranges.push(cupti.pm_host_evaluate(host, &c.image, i, &names)?);
+        }
+        Ok(DecodedRanges { ranges, dropped })
+    }
+
+    /// Decodes the context's ranges, writes them as one frame and (unless `last`) starts the
+    /// profiler again.
+    fn flush(&mut self, c: &mut ContextProfiler, last: bool) {
+        let decoded = match self.decode(c) {
+            Ok(d) => d,
+            Err(e) => {
+                self.report
+                    .errors
+                    .push(FlopsError::from_cupti(c.device, None, e).to_string());
+                DecodedRanges::default()
+            }
+        };
+        let names: Vec<&str> = c.metrics.iter().map(String::as_str).collect();
+        let kernels = c.order.pair(&names, &decoded, &mut self.report.tally);
+        self.write(c, kernels);
+        if !last {
+            if let Err(e) = self.configure(c) {
+                self.report
+                    .errors
+                    .push(FlopsError::from_cupti(c.device, None, e).to_string());
+            }
+        }
+    }
+
+    /// A graph launch's ranges, summed into its one correlation id.
+    fn flush_graph(&mut self, c: &mut ContextProfiler) {
+        let mut decoded = match self.decode(c) {
+            Ok(d) => d,
+            Err(e) => {
+                self.report
+                    .errors
+                    .push(FlopsError::from_cupti(c.device, None, e).to_string());
+                DecodedRanges::default()
+            }
+        };
+        if decoded.ranges.len() > 1 {
+            let mut sum = vec![0f64; c.metrics.len()];
+            for r in &decoded.ranges {
+                for (s, v) in sum.iter_mut().zip(r) {
+                    *s += v;
+                }
+            }
+            decoded.ranges = vec![sum];
+        }
+        if decoded.dropped > 0 {
+            // Some of the graph's kernels are missing from the sum: no count, never a part.
+            decoded.ranges.clear();
+        }
+        let names: Vec<&str> = c.metrics.iter().map(String::as_str).collect();
+        let kernels = c.order.pair(&names, &decoded, &mut self.report.tally);
+        self.write(c, kernels);
+        if let Err(e) = self.configure(c) {
+            self.report
+                .errors
+                .push(FlopsError::from_cupti(c.device, None, e).to_string());
+        }
+    }
+
+    fn write(&mut self, c: &ContextProfiler, kernels: Vec<KernelOpCounters>) {
+        if kernels.is_empty() {
+            return;
+        }
+        let n = kernels.len() as u64;
+        let frame = op_counters_frame(c.device, c.context_uid, c.passes, kernels);
+        if (self.write)(&frame) {
+            self.report.frames += 1;
+        } else {
+            self.report.unwritten_launches += n;
+        }
+    }
+
+    fn release(&self, mut c: ContextProfiler) {
+        if let Some(p) = c.profiler.take() {
+            let _ = self.cupti.range_disable(p);
+        }
+        if let Some(h) = c.host.take() {
+            let _ = self.cupti.pm_host_deinitialize(h);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
