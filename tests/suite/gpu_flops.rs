@@ -75,7 +75,10 @@ fn the_flops_script_parses_answers_help_and_cannot_run_without_binaries() {
         .expect("run bash");
     let text = String::from_utf8_lossy(&help.stdout);
     assert_eq!(help.status.code(), Some(0));
-    assert!(text.contains("scripts/gpu-flops.sh --prepare [DIR]"), "{text}");
+    assert!(
+        text.contains("scripts/gpu-flops.sh --prepare [DIR]"),
+        "{text}"
+    );
     assert!(text.contains("not packed half2"), "{text}");
     let bad = Command::new("bash")
         .arg(&script)
@@ -108,7 +111,10 @@ fn the_suite_and_the_table_name_the_same_kernels() {
             cu.contains(&format!("launch kernel={k} ")),
             "flops.cu prints no launch line for {k}"
         );
-        assert!(py.contains(&format!("\"{k}\"")), "table.py does not know {k}");
+        assert!(
+            py.contains(&format!("\"{k}\"")),
+            "table.py does not know {k}"
+        );
     }
     // fp16 uses scalar __hfma, never packed half2 (its counter counts instructions).
     assert!(cu.contains("__hfma(a, bb, cc)"));

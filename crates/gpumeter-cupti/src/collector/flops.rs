@@ -857,7 +857,7 @@ mod tests {
             bases,
             refuse: vec!["sm__ops_path_tensor_src_fp64.sum"],
         };
-        let s = select_flops_metrics(&mut p).unwrap();
+        let s = select_flops_metrics(&mut p).expect("selection");
         assert_eq!(s.sass.len(), 6, "{s:?}");
         assert_eq!(s.tensor, ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"]);
         assert_eq!(s.passes, 2);
@@ -900,7 +900,9 @@ mod tests {
     #[test]
     fn config_is_validated() {
         assert!(FlopsConfig::default().validate().is_ok());
-        let e = FlopsConfig { ranges_per_pass: 0 }.validate().unwrap_err();
+        let e = FlopsConfig { ranges_per_pass: 0 }
+            .validate()
+            .expect_err("0 ranges");
         assert!(e.contains("flops.ranges_per_pass is 0"), "{e}");
         assert!(FlopsConfig {
             ranges_per_pass: 65_537
