@@ -385,3 +385,61 @@ fn a_launch_with_several_kernels_is_counted_once() {
     assert_eq!(r.device_total(GPU, MeterKind::FlopsFp32), flops(10, 1));
     assert!(not_meterable(&r).is_empty(), "{:?}", r.devices);
 }
+
+mod never_panics {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The bytes of a type-10 payload as GmrWriter writes it.
+    fn payload_of(f: &Frame) -> Vec<u8> {
+        let (bytes, offsets) =
+            gmr_format::write(&gmr_format::header(26), std::slice::from_ref(f), true);
+        let len = u64::from_le_bytes(ok(bytes[offsets[0] + 4..offsets[0] + 12].try_into()));
+        bytes[offsets[0] + 12..offsets[0] + 12 + len as usize].to_vec()
+    }
+
+    /// A recording with one kernel and, after it, a type-10 frame around `payload`, metered.
+    fn meter_with(payload: &[u8]) -> (gpumeter_cupti::gmr::GmrFile, UsageReport) {
+        let mut b = Buf::new(API);
+        kernel(&mut b, T0, 200, 1, 1, 0);
+        let (good, offsets) = gmr_format::write(
+            &gmr_format::header(26),
+            &[Frame::ActivityBuffer(b.bytes.clone())],
+            true,
+        );
+        let end = offsets[0] + 16 + b.bytes.len();
+        let mut bytes = good[..end].to_vec();
+        bytes.extend(gmr_format::raw_frame(10, payload));
+        bytes.extend_from_slice(&good[end..]);
+        let file = ok(read_gmr(&bytes));
+        let mut m = meter();
+        ok(meter_gmr(&mut m, "p.gmr", &bytes, &CuptiOptions::default()));
+        (file, finish(m))
+    }
+
+    proptest! {
+        /// Arbitrary bytes as an operation-counters payload: read as a frame or as one
+        /// malformed frame, metered either way, never a panic.
+        #[test]
+        fn arbitrary_payloads_never_panic(payload in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let (file, _) = meter_with(&payload);
+            let frames = file.frames.iter().filter(|f| matches!(f.frame, Frame::OpCounts(_))).count();
+            prop_assert_eq!(frames + file.damaged.len(), 1);
+            if let Some(d) = file.damaged.first() {
+                prop_assert_eq!(d.damage, Damage::Malformed);
+            }
+        }
+
+        /// Every proper prefix of a well-formed payload is malformed (never a short read taken
+        /// for fewer kernels).
+        #[test]
+        fn cut_payloads_are_malformed(cut in 0usize..1000) {
+            let p = payload_of(&frame(3, vec![full(1, 10), full(2, 20)]));
+            let cut = cut % p.len();
+            let (file, r) = meter_with(&p[..cut]);
+            prop_assert_eq!(file.damaged.len(), 1);
+            prop_assert_eq!(file.damaged[0].damage, Damage::Malformed);
+            prop_assert!(r.warnings.iter().any(|w| *w.code() == WarningCode::DamagedFrame));
+        }
+    }
+}
