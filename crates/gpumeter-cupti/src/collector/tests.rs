@@ -1558,6 +1558,60 @@ mod flops_selection {
     const PASSES_GH100: usize = 8;
     const PASSES_AD102: usize = 10;
 
+    /// Passes of the nine SASS counters with one tensor-path total (`sm__ops_path_tensor_src_`
+    /// and `.sum` left out): 2 each, 3 for the integer ones of 8 and 4 bits and GH100's fp16.
+    const PASSES_WITH_ONE: [(&str, &str, usize); 24] = [
+        ("GA100", "bf16_dst_fp32", 2),
+        ("GA100", "fp16_dst_fp16", 2),
+        ("GA100", "fp16_dst_fp32", 2),
+        ("GA100", "tf32_dst_fp32", 2),
+        ("GA100", "fp64", 2),
+        ("GA100", "int8", 3),
+        ("GA100", "int4", 3),
+        ("GA100", "int1", 2),
+        ("GH100", "bf16_dst_fp32", 2),
+        ("GH100", "tf32_dst_fp32", 2),
+        ("GH100", "fp16", 3),
+        ("GH100", "fp64", 2),
+        ("GH100", "fp8", 2),
+        ("GH100", "int8", 3),
+        ("GH100", "int1", 2),
+        ("AD102", "bf16_dst_fp32", 2),
+        ("AD102", "fp16_dst_fp16", 2),
+        ("AD102", "fp16_dst_fp32", 2),
+        ("AD102", "tf32_dst_fp32", 2),
+        ("AD102", "fp64", 2),
+        ("AD102", "fp8", 2),
+        ("AD102", "int8", 3),
+        ("AD102", "int4", 3),
+        ("AD102", "int1", 2),
+    ];
+
+    /// What each tensor-path total costs on top of the SASS counters (the table's last
+    /// column in docs/COLLECTION.md), pinned to the wheel's libcupti 12.8.
+    #[test]
+    fn each_tensor_total_costs_one_or_two_passes_more() {
+        let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
+            return;
+        };
+        if !lib.ends_with("nvidia/cuda_cupti/lib/libcupti.so.12") {
+            return;
+        }
+        let cupti = Cupti::load_from(&lib).expect("libcupti loads");
+        let sass: Vec<&str> = SASS_OP_METRICS.iter().map(|m| m.name).collect();
+        for (chip, tensor, want) in PASSES_WITH_ONE {
+            let t = format!("sm__ops_path_tensor_src_{tensor}.sum");
+            let mut metrics = sass.clone();
+            metrics.push(&t);
+            let host = cupti.range_host_initialize(chip, None).expect("host");
+            cupti.pm_host_add_metrics(&host, &metrics).expect("add");
+            let image = cupti.pm_host_config_image(&host).expect("image");
+            cupti.pm_host_deinitialize(host).expect("deinit");
+            let passes = cupti.profiler_host_num_passes(&image).expect("passes");
+            assert_eq!(passes, want, "{chip} {tensor}");
+        }
+    }
+
     #[test]
     fn the_range_profiler_offers_every_sass_op_counter_and_these_tensor_totals() {
         let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
