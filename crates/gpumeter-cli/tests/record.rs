@@ -799,3 +799,54 @@ fn flops_without_permission_says_how_to_allow_it() {
         .iter()
         .any(|f| matches!(f.frame, gpumeter_cupti::gmr::Frame::OpCounts(_))));
 }
+
+/// A launch that returns an error makes no range: it is not noted, so the ranges stay paired
+/// with the launches that made them (launch 2 failed: ranges 0, 1, 2 are launches 1, 3, 4),
+/// and its kernel record, without counters, leaves the FLOP meters not meterable rather than
+/// billed from another kernel's counts.
+#[test]
+fn a_failed_launch_does_not_shift_the_ranges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("failed.gmr");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(&out)
+        .args(["--flops", "--"])
+        .arg(&app)
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("GPUMETER_ENERGY", "0")
+        .env("FAKE_CUPTI_KERNELS", "4")
+        .env("FAKE_CUPTI_FAILED_LAUNCH", "2")
+        .output()
+        .expect("record");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("3 kernel launches in 1 frames, 0 without counters"),
+        "{err}"
+    );
+    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let kernels: Vec<(u32, u64)> = file
+        .frames
+        .into_iter()
+        .filter_map(|f| match f.frame {
+            gpumeter_cupti::gmr::Frame::OpCounts(c) => Some(c.kernels),
+            _ => None,
+        })
+        .flatten()
+        .map(|k| {
+            let dadd = k
+                .counters
+                .iter()
+                .find(|c| c.metric == "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum")
+                .map_or(0, |c| c.value);
+            (k.correlation_id, dadd)
+        })
+        .collect();
+    // dadd of range r is 1 × (r + 1).
+    assert_eq!(kernels, [(1, 1), (3, 2), (4, 3)]);
+}

@@ -81,12 +81,19 @@ macro_rules! callback_data {
     ($b:ident) => {
         impl ApiCallbackData for cupti_sys::$b::CUpti_CallbackData {
             fn call(&self) -> super::sass::ApiCall {
+                let exit = self.callbackSite == cupti_sys::$b::CUPTI_API_EXIT;
                 super::sass::ApiCall {
                     enter: self.callbackSite == cupti_sys::$b::CUPTI_API_ENTER,
                     correlation_id: self.correlationId,
                     context: self.context as usize,
                     context_uid: self.contextUid,
                     graph: false,
+                    failed: exit
+                        && !self.functionReturnValue.is_null()
+                        // SAFETY: in an exit callback CUPTI points `functionReturnValue` at
+                        // the API function's return value (a `cudaError_t` or `CUresult`, C
+                        // enums of `int` size), valid during the callback; it is only read.
+                        && unsafe { self.functionReturnValue.cast::<i32>().read_unaligned() } != 0,
                 }
             }
         }

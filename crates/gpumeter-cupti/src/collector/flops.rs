@@ -375,6 +375,9 @@ pub struct FlopsTally {
     pub launches_without_counts: u64,
     /// Ranges beyond the launches recorded (no correlation id to join them to): not written.
     pub ranges_without_launch: u64,
+    /// Decodes whose ranges (kept and dropped) did not add up to the launches noted: none of
+    /// their launches got counters.
+    pub mismatched_decodes: u64,
     /// Values CUPTI evaluated to something that is not a count (left out).
     pub unusable_values: u64,
 }
@@ -393,16 +396,27 @@ impl LaunchOrder {
     }
 
     /// Pairs a decode's ranges with the launches noted, in order, into one frame's entries:
-    /// range *i* is launch *i*. When CUPTI dropped ranges, which launches lost theirs is not
-    /// known: the launches of this decode beyond the ranges kept get no counters (their
-    /// kernels' meters become not meterable, never a count of another kernel). Every launch
-    /// noted is consumed.
+    /// range *i* is launch *i*. That holds only when every launch made one range: the ranges
+    /// kept and dropped must add up to the launches. When CUPTI dropped ranges (the image was
+    /// full: the latest ones), the launches beyond the ranges kept get no counters. When the
+    /// numbers disagree (a launch that made no range, e.g. one captured into a CUDA graph, or a
+    /// range of a launch not seen), which range is whose is not known: no launch of the decode
+    /// gets counters (their kernels' meters become not meterable, never a count of another
+    /// kernel), counted in [`FlopsTally::mismatched_decodes`]. Every launch noted is consumed.
     pub fn pair(
         &mut self,
         metrics: &[&str],
         decoded: &DecodedRanges,
         tally: &mut FlopsTally,
     ) -> Vec<KernelOpCounters> {
+        if decoded.ranges.len() + decoded.dropped != self.pending.len() {
+            tally.mismatched_decodes += 1;
+            tally.launches_without_counts += self.pending.len() as u64;
+            tally.ranges_without_launch +=
+                decoded.ranges.len().saturating_sub(self.pending.len()) as u64;
+            self.pending.clear();
+            return Vec::new();
+        }
         let mut out = Vec::with_capacity(decoded.ranges.len());
         for values in &decoded.ranges {
             let Some(correlation_id) = self.pending.pop_front() else {
@@ -888,13 +902,27 @@ mod tests {
                 launches_with_counts: 2,
                 launches_without_counts: 1,
                 ranges_without_launch: 0,
+                mismatched_decodes: 0,
                 unusable_values: 1,
             }
         );
         assert_eq!(o.pending(), 0);
+        // Ranges without launches: which is whose is unknown, nothing is written.
         let k = o.pair(&metrics, &d, &mut t);
         assert!(k.is_empty());
-        assert_eq!(t.ranges_without_launch, 2);
+        assert_eq!((t.ranges_without_launch, t.mismatched_decodes), (2, 1));
+        // A launch that made no range (3 launches, 2 ranges, none dropped): none paired, so no
+        // kernel gets another's counts.
+        for c in [1, 2, 3] {
+            o.launch(c);
+        }
+        let two = DecodedRanges {
+            ranges: vec![vec![1.0, 1.0], vec![2.0, 2.0]],
+            dropped: 0,
+        };
+        assert!(o.pair(&metrics, &two, &mut t).is_empty());
+        assert_eq!((t.launches_without_counts, t.mismatched_decodes), (4, 2));
+        assert_eq!(o.pending(), 0);
     }
 
     #[test]

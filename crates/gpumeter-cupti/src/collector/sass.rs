@@ -58,6 +58,8 @@ pub(crate) struct ApiCall {
     pub(crate) context_uid: u32,
     /// A graph launch (one correlation id, many kernels).
     pub(crate) graph: bool,
+    /// At the exit: the call returned an error (no kernel was launched).
+    pub(crate) failed: bool,
 }
 
 /// What a callback reports.
@@ -264,7 +266,7 @@ pub(crate) fn on_event(event: Event) {
             }
             // FLOP counting notes the outermost launch call only (a runtime launch calls the
             // driver's, under the same correlation id).
-            if super::flops::ACTIVE.load(Ordering::Relaxed) {
+            if !call.failed && super::flops::ACTIVE.load(Ordering::Relaxed) {
                 guarded(|| super::flops::on_launch_exit(call));
             }
             if let Some(outer) = OUTER.with(Cell::take) {
@@ -560,6 +562,7 @@ mod tests {
                 context: 0x1000,
                 context_uid: 1,
                 graph: false,
+                failed: false,
             })
         };
         std::thread::spawn(move || {

@@ -31,7 +31,8 @@
  * FAKE_CUPTI_KERNELS launches through it (entry and exit, correlation ids 1, 2, ..., the ids of
  * the kernel records), each one auto range. Evaluated values of range r (from 0): the SASS
  * counter k of the nine (dadd, dmul, dfma, fadd, fmul, ffma, hadd, hmul, hfma) is (k+1)*(r+1);
- * the tensor total 100*(r+1).
+ * the tensor total 100*(r+1). FAKE_CUPTI_FAILED_LAUNCH=k makes launch k return an error at its
+ * exit callback (functionReturnValue nonzero) and make no range (its kernel record stays).
  *
  * Build: cc -shared -fPIC -Ibindings/cupti/shim -I"$CUPTI12_INCLUDE" -I"$CUDA12_INCLUDE" -o libcupti.so.12
  *        fake_cupti.c -lpthread
@@ -488,7 +489,9 @@ static size_t g_ranges_decoded;
 static uint8_t *g_range_image;
 
 static void play_launches(long n) {
+  long failed = env_long("FAKE_CUPTI_FAILED_LAUNCH", 0);
   for (long i = 0; i < n; i++) {
+    int err = 1; /* cudaErrorInvalidValue */
     CUpti_CallbackData d;
     memset(&d, 0, sizeof d);
     d.functionName = "cudaLaunchKernel";
@@ -498,7 +501,11 @@ static void play_launches(long n) {
     d.callbackSite = CUPTI_API_ENTER;
     g_callback(g_userdata, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
                &d);
-    if (g_range_started) g_ranges_since_start++;
+    if (i + 1 == failed) {
+      d.functionReturnValue = &err; /* the launch failed: no kernel, no range */
+    } else if (g_range_started) {
+      g_ranges_since_start++;
+    }
     d.callbackSite = CUPTI_API_EXIT;
     g_callback(g_userdata, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
                &d);
