@@ -562,7 +562,22 @@ pub(crate) fn end() -> Option<FlopsReport> {
         global.flush(&mut c, true);
         global.release(c);
     }
-    let report = std::mem::take(&mut global.report);
+    let mut report = std::mem::take(&mut global.report);
+    let t = report.tally;
+    if t.mismatched_decodes > 0 {
+        report.warnings.push(format!(
+            "FLOP counters: {} decodes had ranges that did not add up to their kernel launches \
+             (a launch without a range, e.g. captured into a CUDA graph): their launches have no \
+             counters",
+            t.mismatched_decodes
+        ));
+    }
+    if t.ranges_without_launch > 0 {
+        report.warnings.push(format!(
+            "FLOP counters: {} ranges had no kernel launch to join them to: not written",
+            t.ranges_without_launch
+        ));
+    }
     // Keeps `profiler` (cuptiProfilerInitialize is once per process) for a later session.
     global.write = Box::new(|_| false);
     Some(report)
