@@ -12285,6 +12285,17 @@ impl Default for CUpti_Device_GetChipName_Params {
         }
     }
 }
+pub const CUPTI_Range_INVALID: CUpti_ProfilerRange = 0;
+pub const CUPTI_AutoRange: CUpti_ProfilerRange = 1;
+pub const CUPTI_UserRange: CUpti_ProfilerRange = 2;
+pub const CUPTI_Range_COUNT: CUpti_ProfilerRange = 3;
+pub type CUpti_ProfilerRange = ::std::os::raw::c_uint;
+pub const CUPTI_Replay_INVALID: CUpti_ProfilerReplayMode = 0;
+pub const CUPTI_ApplicationReplay: CUpti_ProfilerReplayMode = 1;
+pub const CUPTI_KernelReplay: CUpti_ProfilerReplayMode = 2;
+pub const CUPTI_UserReplay: CUpti_ProfilerReplayMode = 3;
+pub const CUPTI_Replay_COUNT: CUpti_ProfilerReplayMode = 4;
+pub type CUpti_ProfilerReplayMode = ::std::os::raw::c_uint;
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct CUpti_Profiler_Initialize_Params {
@@ -13842,6 +13853,518 @@ impl Default for CUpti_Profiler_Host_GetMaxNumHardwareMetricsPerPass_Params {
         }
     }
 }
+#[repr(C)]
+#[derive(Debug)]
+pub struct CUpti_RangeProfiler_Object {
+    _unused: [u8; 0],
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_SetConfig_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+    pub configSize: usize,
+    pub pConfig: *const u8,
+    pub counterDataImageSize: usize,
+    pub pCounterDataImage: *mut u8,
+    pub range: CUpti_ProfilerRange,
+    pub replayMode: CUpti_ProfilerReplayMode,
+    pub maxRangesPerPass: usize,
+    pub numNestingLevels: u16,
+    pub minNestingLevel: u16,
+    pub passIndex: usize,
+    pub targetNestingLevel: u16,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_SetConfig_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_SetConfig_Params>() - 96usize];
+    ["Alignment of CUpti_RangeProfiler_SetConfig_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_SetConfig_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::pRangeProfilerObject"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_SetConfig_Params,
+        pRangeProfilerObject
+    ) - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::configSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, configSize) - 24usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::pConfig"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, pConfig) - 32usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_SetConfig_Params,
+        counterDataImageSize
+    ) - 40usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::pCounterDataImage"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, pCounterDataImage) - 48usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::range"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, range) - 56usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::replayMode"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, replayMode) - 60usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::maxRangesPerPass"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, maxRangesPerPass) - 64usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::numNestingLevels"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, numNestingLevels) - 72usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::minNestingLevel"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, minNestingLevel) - 74usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::passIndex"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_SetConfig_Params, passIndex) - 80usize];
+    ["Offset of field: CUpti_RangeProfiler_SetConfig_Params::targetNestingLevel"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_SetConfig_Params,
+        targetNestingLevel
+    ) - 88usize];
+};
+impl Default for CUpti_RangeProfiler_SetConfig_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_Enable_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub ctx: CUcontext,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_Enable_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_Enable_Params>() - 32usize];
+    ["Alignment of CUpti_RangeProfiler_Enable_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_Enable_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Enable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Enable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_Enable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Enable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Enable_Params::ctx"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Enable_Params, ctx) - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_Enable_Params::pRangeProfilerObject"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Enable_Params, pRangeProfilerObject) - 24usize];
+};
+impl Default for CUpti_RangeProfiler_Enable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_Disable_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_Disable_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_Disable_Params>() - 24usize];
+    ["Alignment of CUpti_RangeProfiler_Disable_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_Disable_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Disable_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Disable_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_Disable_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Disable_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Disable_Params::pRangeProfilerObject"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_Disable_Params,
+        pRangeProfilerObject
+    ) - 16usize];
+};
+impl Default for CUpti_RangeProfiler_Disable_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_Start_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_Start_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_Start_Params>() - 24usize];
+    ["Alignment of CUpti_RangeProfiler_Start_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_Start_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Start_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Start_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_Start_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Start_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Start_Params::pRangeProfilerObject"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Start_Params, pRangeProfilerObject) - 16usize];
+};
+impl Default for CUpti_RangeProfiler_Start_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_Stop_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+    pub passIndex: usize,
+    pub targetNestingLevel: usize,
+    pub isAllPassSubmitted: u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_Stop_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_Stop_Params>() - 48usize];
+    ["Alignment of CUpti_RangeProfiler_Stop_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_Stop_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Stop_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Stop_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_Stop_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Stop_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_Stop_Params::pRangeProfilerObject"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Stop_Params, pRangeProfilerObject) - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_Stop_Params::passIndex"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Stop_Params, passIndex) - 24usize];
+    ["Offset of field: CUpti_RangeProfiler_Stop_Params::targetNestingLevel"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Stop_Params, targetNestingLevel) - 32usize];
+    ["Offset of field: CUpti_RangeProfiler_Stop_Params::isAllPassSubmitted"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_Stop_Params, isAllPassSubmitted) - 40usize];
+};
+impl Default for CUpti_RangeProfiler_Stop_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_PushRange_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+    pub pRangeName: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_PushRange_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_PushRange_Params>() - 32usize];
+    ["Alignment of CUpti_RangeProfiler_PushRange_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_PushRange_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_PushRange_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_PushRange_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_PushRange_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_PushRange_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_PushRange_Params::pRangeProfilerObject"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_PushRange_Params,
+        pRangeProfilerObject
+    ) - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_PushRange_Params::pRangeName"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_PushRange_Params, pRangeName) - 24usize];
+};
+impl Default for CUpti_RangeProfiler_PushRange_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_PopRange_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_PopRange_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_PopRange_Params>() - 24usize];
+    ["Alignment of CUpti_RangeProfiler_PopRange_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_PopRange_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_PopRange_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_PopRange_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_PopRange_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_PopRange_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_PopRange_Params::pRangeProfilerObject"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_PopRange_Params,
+        pRangeProfilerObject
+    ) - 16usize];
+};
+impl Default for CUpti_RangeProfiler_PopRange_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_DecodeData_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+    pub numOfRangeDropped: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_DecodeData_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_DecodeData_Params>() - 32usize];
+    ["Alignment of CUpti_RangeProfiler_DecodeData_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_DecodeData_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_DecodeData_Params::structSize"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_DecodeData_Params, structSize) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_DecodeData_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_DecodeData_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_DecodeData_Params::pRangeProfilerObject"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_DecodeData_Params,
+        pRangeProfilerObject
+    ) - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_DecodeData_Params::numOfRangeDropped"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_DecodeData_Params,
+        numOfRangeDropped
+    ) - 24usize];
+};
+impl Default for CUpti_RangeProfiler_DecodeData_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_GetCounterDataSize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+    pub pMetricNames: *mut *const ::std::os::raw::c_char,
+    pub numMetrics: usize,
+    pub maxNumOfRanges: usize,
+    pub maxNumRangeTreeNodes: u32,
+    pub counterDataSize: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_GetCounterDataSize_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_GetCounterDataSize_Params>() - 64usize];
+    ["Alignment of CUpti_RangeProfiler_GetCounterDataSize_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_GetCounterDataSize_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::structSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataSize_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_GetCounterDataSize_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::pRangeProfilerObject"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataSize_Params,
+        pRangeProfilerObject
+    )
+        - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::pMetricNames"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataSize_Params,
+        pMetricNames
+    ) - 24usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::numMetrics"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataSize_Params,
+        numMetrics
+    ) - 32usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::maxNumOfRanges"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataSize_Params,
+        maxNumOfRanges
+    ) - 40usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::maxNumRangeTreeNodes"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataSize_Params,
+        maxNumRangeTreeNodes
+    )
+        - 48usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataSize_Params::counterDataSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataSize_Params,
+        counterDataSize
+    )
+        - 56usize];
+};
+impl Default for CUpti_RangeProfiler_GetCounterDataSize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_CounterDataImage_Initialize_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pRangeProfilerObject: *mut CUpti_RangeProfiler_Object,
+    pub counterDataSize: usize,
+    pub pCounterData: *mut u8,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_CounterDataImage_Initialize_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>() - 40usize];
+    ["Alignment of CUpti_RangeProfiler_CounterDataImage_Initialize_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_CounterDataImage_Initialize_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterDataImage_Initialize_Params::structSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
+        structSize
+    )
+        - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterDataImage_Initialize_Params::pPriv"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
+        pPriv
+    ) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterDataImage_Initialize_Params::pRangeProfilerObject"] [:: std :: mem :: offset_of ! (CUpti_RangeProfiler_CounterDataImage_Initialize_Params , pRangeProfilerObject) - 16usize] ;
+    ["Offset of field: CUpti_RangeProfiler_CounterDataImage_Initialize_Params::counterDataSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
+        counterDataSize
+    )
+        - 24usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterDataImage_Initialize_Params::pCounterData"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
+        pCounterData
+    )
+        - 32usize];
+};
+impl Default for CUpti_RangeProfiler_CounterDataImage_Initialize_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_GetCounterDataInfo_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pCounterDataImage: *const u8,
+    pub counterDataImageSize: usize,
+    pub numTotalRanges: usize,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_GetCounterDataInfo_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_GetCounterDataInfo_Params>() - 40usize];
+    ["Alignment of CUpti_RangeProfiler_GetCounterDataInfo_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_GetCounterDataInfo_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataInfo_Params::structSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataInfo_Params,
+        structSize
+    ) - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataInfo_Params::pPriv"]
+        [::std::mem::offset_of!(CUpti_RangeProfiler_GetCounterDataInfo_Params, pPriv) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataInfo_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataInfo_Params,
+        pCounterDataImage
+    )
+        - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataInfo_Params::counterDataImageSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataInfo_Params,
+        counterDataImageSize
+    )
+        - 24usize];
+    ["Offset of field: CUpti_RangeProfiler_GetCounterDataInfo_Params::numTotalRanges"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_GetCounterDataInfo_Params,
+        numTotalRanges
+    ) - 32usize];
+};
+impl Default for CUpti_RangeProfiler_GetCounterDataInfo_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
+#[repr(C)]
+#[derive(Debug, Copy, Clone)]
+pub struct CUpti_RangeProfiler_CounterData_GetRangeInfo_Params {
+    pub structSize: usize,
+    pub pPriv: *mut ::std::os::raw::c_void,
+    pub pCounterDataImage: *const u8,
+    pub counterDataImageSize: usize,
+    pub rangeIndex: usize,
+    pub rangeDelimiter: *const ::std::os::raw::c_char,
+    pub rangeName: *const ::std::os::raw::c_char,
+}
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of CUpti_RangeProfiler_CounterData_GetRangeInfo_Params"]
+        [::std::mem::size_of::<CUpti_RangeProfiler_CounterData_GetRangeInfo_Params>() - 56usize];
+    ["Alignment of CUpti_RangeProfiler_CounterData_GetRangeInfo_Params"]
+        [::std::mem::align_of::<CUpti_RangeProfiler_CounterData_GetRangeInfo_Params>() - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterData_GetRangeInfo_Params::structSize"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+        structSize
+    )
+        - 0usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterData_GetRangeInfo_Params::pPriv"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+        pPriv
+    ) - 8usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterData_GetRangeInfo_Params::pCounterDataImage"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+        pCounterDataImage
+    )
+        - 16usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterData_GetRangeInfo_Params::counterDataImageSize"] [:: std :: mem :: offset_of ! (CUpti_RangeProfiler_CounterData_GetRangeInfo_Params , counterDataImageSize) - 24usize] ;
+    ["Offset of field: CUpti_RangeProfiler_CounterData_GetRangeInfo_Params::rangeIndex"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+        rangeIndex
+    )
+        - 32usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterData_GetRangeInfo_Params::rangeDelimiter"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+        rangeDelimiter
+    )
+        - 40usize];
+    ["Offset of field: CUpti_RangeProfiler_CounterData_GetRangeInfo_Params::rangeName"][::std::mem::offset_of!(
+        CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+        rangeName
+    )
+        - 48usize];
+};
+impl Default for CUpti_RangeProfiler_CounterData_GetRangeInfo_Params {
+    fn default() -> Self {
+        let mut s = ::std::mem::MaybeUninit::<Self>::uninit();
+        unsafe {
+            ::std::ptr::write_bytes(s.as_mut_ptr(), 0, 1);
+            s.assume_init()
+        }
+    }
+}
 pub struct Cupti {
     __library: ::libloading::Library,
     pub cuptiGetResultString: Result<
@@ -14278,6 +14801,62 @@ pub struct Cupti {
         ) -> CUptiResult,
         ::libloading::Error,
     >,
+    pub cuptiRangeProfilerSetConfig: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_SetConfig_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerEnable: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_Enable_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerDisable: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_Disable_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerStart: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_Start_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerStop: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_Stop_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerPushRange: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_PushRange_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerPopRange: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_PopRange_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerDecodeData: Result<
+        unsafe extern "C" fn(pParams: *mut CUpti_RangeProfiler_DecodeData_Params) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerGetCounterDataSize: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_RangeProfiler_GetCounterDataSize_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerCounterDataImageInitialize: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerGetCounterDataInfo: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_RangeProfiler_GetCounterDataInfo_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
+    pub cuptiRangeProfilerCounterDataGetRangeInfo: Result<
+        unsafe extern "C" fn(
+            pParams: *mut CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+        ) -> CUptiResult,
+        ::libloading::Error,
+    >,
 }
 impl Cupti {
     pub unsafe fn new<P>(path: P) -> Result<Self, ::libloading::Error>
@@ -14483,6 +15062,36 @@ impl Cupti {
         let cuptiProfilerHostGetMaxNumHardwareMetricsPerPass = __library
             .get(b"cuptiProfilerHostGetMaxNumHardwareMetricsPerPass\0")
             .map(|sym| *sym);
+        let cuptiRangeProfilerSetConfig = __library
+            .get(b"cuptiRangeProfilerSetConfig\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerEnable = __library.get(b"cuptiRangeProfilerEnable\0").map(|sym| *sym);
+        let cuptiRangeProfilerDisable = __library
+            .get(b"cuptiRangeProfilerDisable\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerStart = __library.get(b"cuptiRangeProfilerStart\0").map(|sym| *sym);
+        let cuptiRangeProfilerStop = __library.get(b"cuptiRangeProfilerStop\0").map(|sym| *sym);
+        let cuptiRangeProfilerPushRange = __library
+            .get(b"cuptiRangeProfilerPushRange\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerPopRange = __library
+            .get(b"cuptiRangeProfilerPopRange\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerDecodeData = __library
+            .get(b"cuptiRangeProfilerDecodeData\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerGetCounterDataSize = __library
+            .get(b"cuptiRangeProfilerGetCounterDataSize\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerCounterDataImageInitialize = __library
+            .get(b"cuptiRangeProfilerCounterDataImageInitialize\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerGetCounterDataInfo = __library
+            .get(b"cuptiRangeProfilerGetCounterDataInfo\0")
+            .map(|sym| *sym);
+        let cuptiRangeProfilerCounterDataGetRangeInfo = __library
+            .get(b"cuptiRangeProfilerCounterDataGetRangeInfo\0")
+            .map(|sym| *sym);
         Ok(Cupti {
             __library,
             cuptiGetResultString,
@@ -14575,6 +15184,18 @@ impl Cupti {
             cuptiProfilerHostGetConfigImage,
             cuptiProfilerHostGetNumOfPasses,
             cuptiProfilerHostGetMaxNumHardwareMetricsPerPass,
+            cuptiRangeProfilerSetConfig,
+            cuptiRangeProfilerEnable,
+            cuptiRangeProfilerDisable,
+            cuptiRangeProfilerStart,
+            cuptiRangeProfilerStop,
+            cuptiRangeProfilerPushRange,
+            cuptiRangeProfilerPopRange,
+            cuptiRangeProfilerDecodeData,
+            cuptiRangeProfilerGetCounterDataSize,
+            cuptiRangeProfilerCounterDataImageInitialize,
+            cuptiRangeProfilerGetCounterDataInfo,
+            cuptiRangeProfilerCounterDataGetRangeInfo,
         })
     }
     pub unsafe fn cuptiGetResultString(
@@ -15370,6 +15991,114 @@ impl Cupti {
     ) -> CUptiResult {
         (self
             .cuptiProfilerHostGetMaxNumHardwareMetricsPerPass
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerSetConfig(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_SetConfig_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerSetConfig
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerEnable(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_Enable_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerEnable
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerDisable(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_Disable_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerDisable
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerStart(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_Start_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerStart
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerStop(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_Stop_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerStop
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerPushRange(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_PushRange_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerPushRange
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerPopRange(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_PopRange_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerPopRange
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerDecodeData(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_DecodeData_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerDecodeData
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerGetCounterDataSize(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_GetCounterDataSize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerGetCounterDataSize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerCounterDataImageInitialize(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_CounterDataImage_Initialize_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerCounterDataImageInitialize
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerGetCounterDataInfo(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_GetCounterDataInfo_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerGetCounterDataInfo
+            .as_ref()
+            .expect("Expected function, got error."))(pParams)
+    }
+    pub unsafe fn cuptiRangeProfilerCounterDataGetRangeInfo(
+        &self,
+        pParams: *mut CUpti_RangeProfiler_CounterData_GetRangeInfo_Params,
+    ) -> CUptiResult {
+        (self
+            .cuptiRangeProfilerCounterDataGetRangeInfo
             .as_ref()
             .expect("Expected function, got error."))(pParams)
     }

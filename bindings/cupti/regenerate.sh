@@ -67,7 +67,7 @@ gen() {
     --with-derive-default \
     --blocklist-function 'cupti(Event|Metric|DeviceEnum|DeviceGet(Event|Metric|Num)|GetNumEvent|EnumEvent|GetNumMetrics|EnumMetrics|(Enable|Disable)?KernelReplay|SetEventCollectionMode).*' \
     --blocklist-function "cuptiProfiler($profiler_rest)|cuptiClockControl.*" \
-    --blocklist-type "CUpti_Profiler_($profiler_rest)_Params|CUpti_Profiler_CounterDataImageOptions|CUpti_Profiler(Range|ReplayMode)|CUpti_ClockControl.*" \
+    --blocklist-type "CUpti_Profiler_($profiler_rest)_Params|CUpti_Profiler_CounterDataImageOptions|CUpti_ClockControl.*" \
     --blocklist-var 'CUPTI_CLOCK_CONTROL_.*' \
     --allowlist-function 'cupti.*' \
     --allowlist-type 'CUpti.*|CUptiResult' \

@@ -18,7 +18,13 @@
  * the chip's metrics, the config image PM sampling is given, and evaluating a sample's counter
  * values to metric values). Both exist in CUPTI 12.6 and later. CUPTI 12.8's profiler host
  * header includes C++'s <string> without using it: regenerate.sh puts an empty one first on
- * the include path (bindings/cupti/shim). */
+ * the include path (bindings/cupti/shim).
+ *
+ * Per-kernel FLOP counters (issue 17, `record --flops`) add the range profiler API
+ * (cupti_range_profiler.h, CUDA 12.6 and later: enable on a context, set-up with auto ranges
+ * and kernel replay, start/stop, decoding, the ranges of a counter data image) with the
+ * profiler host API above (type CUPTI_PROFILER_TYPE_RANGE_PROFILER), and the two enums of
+ * cupti_profiler_target.h it takes (CUpti_ProfilerRange, CUpti_ProfilerReplayMode). */
 #include <cupti_result.h>
 #include <cupti_version.h>
 #include <cupti_activity.h>
@@ -30,3 +36,4 @@
 #include <cupti_sass_metrics.h>
 #include <cupti_pmsampling.h>
 #include <cupti_profiler_host.h>
+#include <cupti_range_profiler.h>

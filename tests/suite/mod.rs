@@ -5,6 +5,7 @@ mod docs;
 mod events;
 mod features;
 mod golden;
+mod gpu_flops;
 mod gpu_truth;
 mod hostile;
 mod merge_files;

@@ -42,9 +42,9 @@ pub use error::{CuptiError, LoadAttempt, LoadError, ResultCode};
 pub use load::{
     search_locations, search_locations_with, ActivityWalk, Bindings, BindingsVersion,
     CounterDataInfo, Cupti, DecodeOutcome, DecodeStopReason, MetricType, PmHost, PmSampler,
-    ProfilerSupport, SassGranularity, SassMetricDetails, SassRecord, SearchLocation, SupportLevel,
-    TriggerMode, ENV_CUPTI_LIB, LIB_NAMES, PM_SAMPLING_SYMBOLS, SASS_INST_EXECUTED,
-    SASS_METRICS_SYMBOLS,
+    ProfilerSupport, RangeProfiler, RangeStop, SassGranularity, SassMetricDetails, SassRecord,
+    SearchLocation, SupportLevel, TriggerMode, ENV_CUPTI_LIB, LIB_NAMES, PM_SAMPLING_SYMBOLS,
+    RANGE_PROFILER_SYMBOLS, SASS_INST_EXECUTED, SASS_METRICS_SYMBOLS,
 };
 
 /// bindgen output for CUPTI 12.8 (`nvidia-cuda-cupti-cu12` 12.8.90, `CUPTI_API_VERSION` 26).

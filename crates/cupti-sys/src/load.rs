@@ -311,8 +311,8 @@ unsafe fn owned_c_str(s: *const c_char) -> Option<String> {
 
 mod pmsampling;
 pub use pmsampling::{
-    CounterDataInfo, DecodeOutcome, DecodeStopReason, MetricType, PmHost, PmSampler, TriggerMode,
-    PM_SAMPLING_SYMBOLS,
+    CounterDataInfo, DecodeOutcome, DecodeStopReason, MetricType, PmHost, PmSampler, RangeProfiler,
+    RangeStop, TriggerMode, PM_SAMPLING_SYMBOLS, RANGE_PROFILER_SYMBOLS,
 };
 mod sass;
 pub use sass::{

@@ -604,3 +604,43 @@ mod pm_sampling_host {
         assert!(c.pm_enable(0).is_err());
     }
 }
+
+/// The range profiler's host side answers without a GPU in CUPTI 12.8 (a host object of type
+/// range profiler, its config images and their pass counts); its target side needs a GPU.
+mod range_profiler_host {
+    use cupti_sys::MetricType;
+
+    use crate::support::{cupti12, is_pinned_12_8};
+
+    const FFMA: &str = "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum";
+
+    #[test]
+    fn range_host_objects_build_config_images_and_count_passes_offline() {
+        let Some(c) = cupti12() else { return };
+        c.range_profiler_available()
+            .expect("CUPTI 12.8 has the range profiler API");
+        for chip in ["GA100", "GH100", "AD102"] {
+            let host = c
+                .range_host_initialize(chip, None)
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            let counters = c
+                .pm_host_base_metrics(&host, MetricType::Counter)
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            assert!(
+                counters
+                    .iter()
+                    .any(|m| m == "smsp__sass_thread_inst_executed_op_ffma_pred_on"),
+                "{chip}: {} counters",
+                counters.len()
+            );
+            c.pm_host_add_metrics(&host, &[FFMA])
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            let image = c.pm_host_config_image(&host).expect("config image");
+            let passes = c.profiler_host_num_passes(&image).expect("passes");
+            if is_pinned_12_8(&c) {
+                assert_eq!(passes, 1, "{chip}");
+            }
+            c.pm_host_deinitialize(host).expect("deinitialize");
+        }
+    }
+}

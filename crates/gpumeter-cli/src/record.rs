@@ -9,7 +9,7 @@
 // the command too), as `system(3)` does, so it can still finish the recording's summary.
 #![allow(unsafe_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
@@ -63,6 +63,14 @@ pub(crate) struct RecordArgs {
         value_parser = parse_pm_interval
     )]
     pm_interval: Option<std::time::Duration>,
+    /// FLOP counters: also record, per kernel launch, CUPTI's SASS op counters (fp64, fp32,
+    /// fp16 add/mul/fma) and the GPU's tensor-path operation counters with CUPTI's range
+    /// profiler (CUDA 12.6+), for the flops_fp64, flops_fp32, flops_fp16 and tensor_ops
+    /// meters. Kernel replay: kernels are serialized and each runs once per counter pass (1
+    /// to 10 passes, said at exit), so time meters of the recording carry an instrumentation
+    /// warning. Needs GPU performance-counter permission, as --pm-sampling.
+    #[arg(long)]
+    flops: bool,
     /// The command to run, and its arguments (after `--`).
     #[arg(
         required = true,
@@ -381,6 +389,11 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
     } else {
         cmd.env_remove("GPUMETER_PM_SAMPLING");
     }
+    if args.flops {
+        cmd.env("GPUMETER_FLOPS", "1");
+    } else {
+        cmd.env_remove("GPUMETER_FLOPS");
+    }
     let mut child = cmd.spawn().map_err(|e| {
         let code = match e.kind() {
             ErrorKind::NotFound => 127,
@@ -669,6 +682,50 @@ fn instructions_by_function(frames: &[LocatedFrame]) -> (u64, Vec<FunctionInstru
     (n, out)
 }
 
+/// One range-profiler metric over a recording's operation-counters frames.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+struct OpMetricTotal {
+    /// The metric's name (`smsp__sass_thread_inst_executed_op_ffma_pred_on.sum`).
+    metric: String,
+    /// Kernel launches it was measured for.
+    launches: u64,
+    /// Σ its values over those launches (saturating): thread instructions or tensor-path
+    /// operations.
+    sum: u64,
+}
+
+/// Operation-counters frames (type 10): how many, their kernel launches, the pass counts the
+/// range profiler needed, and each metric's sum, largest first.
+fn op_counters_by_metric(frames: &[LocatedFrame]) -> (u64, u64, Vec<u32>, Vec<OpMetricTotal>) {
+    let (mut n, mut launches) = (0u64, 0u64);
+    let mut passes = BTreeSet::new();
+    let mut by: BTreeMap<&str, OpMetricTotal> = BTreeMap::new();
+    for f in frames {
+        let Frame::OpCounts(c) = &f.frame else {
+            continue;
+        };
+        n += 1;
+        passes.insert(c.passes);
+        for k in &c.kernels {
+            launches += 1;
+            for v in &k.counters {
+                let e = by
+                    .entry(v.metric.as_str())
+                    .or_insert_with(|| OpMetricTotal {
+                        metric: v.metric.clone(),
+                        launches: 0,
+                        sum: 0,
+                    });
+                e.launches += 1;
+                e.sum = e.sum.saturating_add(v.value);
+            }
+        }
+    }
+    let mut out: Vec<OpMetricTotal> = by.into_values().collect();
+    out.sort_by(|a, b| b.sum.cmp(&a.sum).then_with(|| a.metric.cmp(&b.metric)));
+    (n, launches, passes.into_iter().collect(), out)
+}
+
 /// What a recording holds (`gpumeter recording show`).
 #[derive(Debug, Serialize)]
 struct Inspection {
@@ -697,6 +754,19 @@ struct Inspection {
     instruction_frames: u64,
     /// Σ warp instructions per function over those frames.
     instructions: Vec<FunctionInstructionTotal>,
+    /// Operation-counters frames (type 10, `record --flops`); the keys below are left out
+    /// of the JSON when there are none.
+    #[serde(skip_serializing_if = "is_zero")]
+    op_frames: u64,
+    /// Kernel launches those frames measured.
+    #[serde(skip_serializing_if = "is_zero")]
+    op_launches: u64,
+    /// The replay pass counts they record (0: not known).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    op_passes: Vec<u32>,
+    /// Σ per metric over those frames.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    op_counters: Vec<OpMetricTotal>,
     /// Records per kind name (`CONCURRENT_KERNEL`), all buffers.
     records: BTreeMap<String, u64>,
     kernels: u64,
@@ -726,6 +796,7 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
     let file: GmrFile = read_gmr(&bytes).map_err(|e| format!("{name}: {e}"))?;
     let api = ApiVersion::from_cupti(file.header.cupti_api_version);
     let (instruction_frames, instructions) = instructions_by_function(&file.frames);
+    let (op_frames, op_launches, op_passes, op_counters) = op_counters_by_metric(&file.frames);
     let mut i = Inspection {
         file: name,
         header: file.header.clone(),
@@ -746,6 +817,10 @@ fn inspect(path: &Path) -> Result<Inspection, String> {
         pm: pm_by_device(&file.frames),
         instruction_frames,
         instructions,
+        op_frames,
+        op_launches,
+        op_passes,
+        op_counters,
         records: BTreeMap::new(),
         kernels: 0,
         kernel_names: Vec::new(),
@@ -1079,6 +1154,44 @@ fn show_text(i: &Inspection) -> String {
             rows,
         ));
     }
+    if i.op_frames > 0 {
+        let passes: Vec<String> = i
+            .op_passes
+            .iter()
+            .map(|p| match p {
+                0 => "unknown".to_string(),
+                p => p.to_string(),
+            })
+            .collect();
+        o.push_str(&format!(
+            "{:<KEY_WIDTH$}{} for {} (range profiler, kernel replay: {} per kernel; kernels \
+             serialized and replayed)\n",
+            "op counters",
+            count(
+                i.op_frames,
+                "operation-counters frame",
+                "operation-counters frames"
+            ),
+            count(i.op_launches, "kernel launch", "kernel launches"),
+            if i.op_passes == [1] {
+                "1 pass".to_string()
+            } else {
+                format!("{} passes", passes.join(" or "))
+            }
+        ));
+        let rows = i.op_counters.iter().map(|m| {
+            vec![
+                group(&m.sum.to_string()),
+                group(&m.launches.to_string()),
+                m.metric.clone(),
+            ]
+        });
+        o.push_str(&columns(
+            &indent,
+            &[("SUM", true), ("LAUNCHES", true), ("METRIC", false)],
+            rows,
+        ));
+    }
     for e in &i.decode_errors {
         o.push_str(&format!("error: {}\n", esc(e)));
     }
@@ -1111,4 +1224,9 @@ pub(crate) fn recording(command: RecordingCommand) -> Result<String, Failure> {
             }
         }
     }
+}
+
+/// Whether a count is 0 (a JSON key left out when so).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }

@@ -635,3 +635,218 @@ fn pm_sampling_without_permission_says_how_to_allow_it() {
         .iter()
         .any(|f| matches!(f.frame, gpumeter_cupti::gmr::Frame::PmSamples(_))));
 }
+
+/// `--flops` reaches the injection library as GPUMETER_FLOPS=1, and an inherited value never
+/// leaks into a run without it.
+#[test]
+fn flops_flag_reaches_the_injection_library_environment() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("flops.gmr");
+    let run = |flags: &[&str]| {
+        gpumeter()
+            .args(["record", "--out"])
+            .arg(&out)
+            .args(flags)
+            .args(["--", "sh", "-c", "printf '%s' \"$GPUMETER_FLOPS\""])
+            .env("GPUMETER_INJECT_LIB", inject_lib())
+            .env("GPUMETER_FLOPS", "1")
+            .output()
+            .expect("run gpumeter record")
+    };
+    let o = run(&["--flops"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "1");
+    let o = run(&[]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "", "off unless asked for");
+}
+
+/// FLOP counters end to end with the fake libcupti: `record --flops` sets the range profiler
+/// up through every range-profiler and profiler host call (struct sizes checked by the fake
+/// against CUPTI 12.8's headers; auto range, kernel replay), the launches' correlation ids are
+/// noted through the launch callback, and the decoded ranges land in the recording as one
+/// operation-counters frame; `recording show` lists it and `usage` meters the FLOPs exactly,
+/// with the range-profiler instrumentation warning.
+#[test]
+fn a_fake_cuda_program_records_flop_counters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("flops.gmr");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(&out)
+        .args(["--flops", "--"])
+        .arg(&app)
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("GPUMETER_ENERGY", "0")
+        .env("FAKE_CUPTI_KERNELS", "4")
+        .output()
+        .expect("record");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    // The replay cost is said at exit.
+    assert!(
+        err.contains("10 metrics, 2 replay passes per kernel"),
+        "{err}"
+    );
+    assert!(
+        err.contains("4 kernel launches in 1 frames, 0 without counters"),
+        "{err}"
+    );
+    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let frames: Vec<_> = file
+        .frames
+        .into_iter()
+        .filter_map(|f| match f.frame {
+            gpumeter_cupti::gmr::Frame::OpCounts(c) => Some(c),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(frames.len(), 1, "{frames:?}");
+    let f = &frames[0];
+    assert_eq!((f.device_id, f.context_id, f.passes), (0, 1, 2));
+    let corr: Vec<u32> = f.kernels.iter().map(|k| k.correlation_id).collect();
+    assert_eq!(corr, [1, 2, 3, 4]);
+    for k in &f.kernels {
+        // Nine SASS counters and the tensor total; its sparsity part is not collected.
+        assert_eq!(k.counters.len(), 10, "{k:?}");
+        assert!(k.counters.iter().all(|c| !c.metric.contains("sparsity")));
+    }
+    // Range r (from 0): counter k of dadd..hfma is (k+1)(r+1), so per precision p (0 fp64,
+    // 1 fp32, 2 fp16) add + mul + 2 fma = (3p+1 + 3p+2 + 2(3p+3))(r+1) = (12p+9)(r+1); over
+    // ranges 0..3, Σ(r+1) = 10. Tensor: 100(r+1), Σ = 1000.
+    let usage = gpumeter()
+        .args(["usage", "--json"])
+        .arg(&out)
+        .output()
+        .expect("usage");
+    assert_eq!(usage.status.code(), Some(0), "{}", text(&usage.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&usage.stdout).expect("JSON");
+    let total = |meter: &str| -> u64 {
+        v["totals"]
+            .as_array()
+            .expect("totals")
+            .iter()
+            .filter(|t| t["meter"] == meter)
+            .map(|t| {
+                t["quantity"]
+                    .as_str()
+                    .and_then(|q| q.parse::<u64>().ok())
+                    .unwrap_or(0)
+            })
+            .sum()
+    };
+    assert_eq!(total("flops_fp64"), 90, "{v}");
+    assert_eq!(total("flops_fp32"), 210, "{v}");
+    assert_eq!(total("flops_fp16"), 330, "{v}");
+    assert_eq!(total("tensor_ops"), 1000, "{v}");
+    let warned = v["warnings"].as_array().expect("warnings").iter().any(|w| {
+        w["code"] == "instrumented_run"
+            && w["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("CUPTI range profiler for the FLOP counters"))
+    });
+    assert!(warned, "{v}");
+    let show = show_json(&out);
+    assert_eq!(show["op_frames"], 1, "{show}");
+    assert_eq!(show["op_launches"], 4, "{show}");
+    assert_eq!(show["op_passes"][0], 2, "{show}");
+    let shown = gpumeter()
+        .args(["recording", "show"])
+        .arg(&out)
+        .output()
+        .expect("show");
+    let s = text(&shown.stdout);
+    assert!(
+        s.contains("op counters   1 operation-counters frame for 4 kernel launches"),
+        "{s}"
+    );
+}
+
+/// Without permission to read GPU counters the program and its activity recording go on, and
+/// the library says how to allow it; no operation-counters frame is written.
+#[test]
+fn flops_without_permission_says_how_to_allow_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("denied.gmr");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(&out)
+        .args(["--flops", "--"])
+        .arg(&app)
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("GPUMETER_ENERGY", "0")
+        .env("FAKE_CUPTI_RANGE_ENABLE_RC", "35")
+        .output()
+        .expect("record");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("NVreg_RestrictProfilingToAdminUsers=0"),
+        "{err}"
+    );
+    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    assert!(file.finished);
+    assert!(!file
+        .frames
+        .iter()
+        .any(|f| matches!(f.frame, gpumeter_cupti::gmr::Frame::OpCounts(_))));
+}
+
+/// A launch that returns an error makes no range: it is not noted, so the ranges stay paired
+/// with the launches that made them (launch 2 failed: ranges 0, 1, 2 are launches 1, 3, 4),
+/// and its kernel record, without counters, leaves the FLOP meters not meterable rather than
+/// billed from another kernel's counts.
+#[test]
+fn a_failed_launch_does_not_shift_the_ranges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let out = dir.path().join("failed.gmr");
+    let o = gpumeter()
+        .args(["record", "--out"])
+        .arg(&out)
+        .args(["--flops", "--"])
+        .arg(&app)
+        .env("GPUMETER_INJECT_LIB", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("GPUMETER_ENERGY", "0")
+        .env("FAKE_CUPTI_KERNELS", "4")
+        .env("FAKE_CUPTI_FAILED_LAUNCH", "2")
+        .output()
+        .expect("record");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("3 kernel launches in 1 frames, 0 without counters"),
+        "{err}"
+    );
+    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let kernels: Vec<(u32, u64)> = file
+        .frames
+        .into_iter()
+        .filter_map(|f| match f.frame {
+            gpumeter_cupti::gmr::Frame::OpCounts(c) => Some(c.kernels),
+            _ => None,
+        })
+        .flatten()
+        .map(|k| {
+            let dadd = k
+                .counters
+                .iter()
+                .find(|c| c.metric == "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum")
+                .map_or(0, |c| c.value);
+            (k.correlation_id, dadd)
+        })
+        .collect();
+    // dadd of range r is 1 × (r + 1).
+    assert_eq!(kernels, [(1, 1), (3, 2), (4, 3)]);
+}

@@ -53,6 +53,7 @@
 mod completion;
 mod energy;
 mod ffi;
+mod flops;
 mod nvml;
 mod pmsampling;
 mod pool;
@@ -69,6 +70,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use cupti_sys::{Cupti, CuptiError, LoadError, SearchLocation, ENV_CUPTI_LIB};
 
 use self::completion::{Core, Session};
+pub use self::flops::{
+    is_tensor_path_total, op_counters_frame, select_flops_metrics, DecodedRanges, FlopsConfig,
+    FlopsError, FlopsSelection, FlopsTally, LaunchOrder, PassProbe, RangeHostProbe,
+    DEFAULT_FLOPS_RANGES, FLOPS_RANGES_RANGE,
+};
 pub use self::pmsampling::{
     select_metrics, to_count, to_pm_sample, Decoded, HostProbe, MetricProbe, MetricSelection,
     PmSamplingConfig, PmSamplingError, PmSamplingTally, Pump, RawSample, SampleSource, Unusable,
@@ -184,6 +190,16 @@ pub struct CollectorConfig {
     /// cannot be sampled (permissions, unsupported GPU) is an error of the stop report, and
     /// collection goes on. Default `None` (off).
     pub pm_sampling: Option<PmSamplingConfig>,
+    /// FLOP counters (docs/COLLECTION.md, "FLOP counters (range profiler)"): per kernel
+    /// launch, the SASS op counters and tensor-path operation counters of CUPTI's range
+    /// profiler (CUDA 12.6+; auto range, kernel replay: kernels are serialized and each runs
+    /// once per counter pass, 1 for the SASS counters alone, 8 to 10 with the tensor-path
+    /// totals on GA100, GH100, AD102), written as operation-counters frames joined by
+    /// correlation id. A libcupti without the API fails the start
+    /// ([`CollectorError::Flops`]); a context that cannot be profiled (permissions,
+    /// unsupported GPU) is an error of the stop report, and collection goes on. Default
+    /// `None` (off).
+    pub flops: Option<FlopsConfig>,
 }
 
 impl Default for CollectorConfig {
@@ -205,6 +221,7 @@ impl Default for CollectorConfig {
             },
             instructions: false,
             pm_sampling: None,
+            flops: None,
         }
     }
 }
@@ -283,6 +300,10 @@ pub enum CollectorError {
     /// (before CUDA 12.6), or its decode thread cannot be started.
     #[error(transparent)]
     PmSampling(#[from] PmSamplingError),
+    /// FLOP counters ([`CollectorConfig::flops`]) cannot run: the libcupti lacks the range
+    /// profiler (before CUDA 12.6).
+    #[error(transparent)]
+    Flops(#[from] FlopsError),
     /// A CUPTI call failed otherwise.
     #[error(transparent)]
     Cupti(CuptiError),
@@ -389,6 +410,17 @@ pub struct StopReport {
     pub pm_unwritten_samples: u64,
     /// Devices PM-sampled, with the chip, metrics and trigger.
     pub pm_devices: Vec<(u32, String)>,
+    /// Operation-counters frames handed to the sink ([`CollectorConfig::flops`]).
+    pub flops_frames: u64,
+    /// Kernel launches written with FLOP counters.
+    pub flops_launches: u64,
+    /// Kernel launches left without FLOP counters (ranges dropped or missing, or frames the
+    /// sink refused): their device's FLOP meters are not meterable in a usage report.
+    pub flops_launches_without_counts: u64,
+    /// FLOP counter values that were not usable counts (left out of their launch).
+    pub flops_unusable_values: u64,
+    /// Contexts profiled: (CUDA ordinal, metrics and replay passes per kernel).
+    pub flops_contexts: Vec<(u32, String)>,
 }
 
 impl StopReport {
@@ -403,6 +435,7 @@ impl StopReport {
             && self.errors.is_empty()
             && self.pm_overflows == 0
             && self.pm_unwritten_samples == 0
+            && self.flops_launches_without_counts == 0
     }
 }
 
@@ -456,6 +489,8 @@ pub struct Collector {
     instructions: bool,
     /// PM sampling is on ([`pmsampling`]).
     pm_sampling: bool,
+    /// FLOP counting is on ([`flops`]).
+    flops: bool,
     running: bool,
 }
 
@@ -560,6 +595,9 @@ fn validate(config: &CollectorConfig) -> Result<(), CollectorError> {
     if let Some(pm) = &config.pm_sampling {
         pm.validate().map_err(CollectorError::Config)?;
     }
+    if let Some(f) = &config.flops {
+        f.validate().map_err(CollectorError::Config)?;
+    }
     if config.energy && !ENERGY_INTERVAL_RANGE.contains(&config.energy_interval) {
         return bad(format!(
             "energy_interval {:?} is outside {:?}..={:?}",
@@ -606,6 +644,11 @@ impl Collector {
                 .pm_sampling_available()
                 .map_err(|e| CollectorError::PmSampling(PmSamplingError::NotAvailable(e)))?;
         }
+        if config.flops.is_some() {
+            cupti
+                .range_profiler_available()
+                .map_err(|e| CollectorError::Flops(FlopsError::NotAvailable(e)))?;
+        }
         live.core.pool().set_size(config.buffer_size);
         let subscriber = ffi::subscribe(cupti).map_err(CollectorError::from_cupti)?;
         let clock = ClockPair {
@@ -633,6 +676,7 @@ impl Collector {
             energy: None,
             instructions: false,
             pm_sampling: false,
+            flops: false,
             running: false,
         };
         if let Err(e) = live.core.begin(Session::new(api, header, sink)) {
@@ -680,6 +724,12 @@ impl Collector {
         }
         if let Some(pm) = &config.pm_sampling {
             if let Err(e) = collector.start_pm_sampling(live, pm) {
+                collector.undo();
+                return Err(e);
+            }
+        }
+        if let Some(f) = &config.flops {
+            if let Err(e) = collector.start_flops(live, f) {
                 collector.undo();
                 return Err(e);
             }
@@ -744,6 +794,35 @@ impl Collector {
         Ok(())
     }
 
+    /// Turns FLOP counting on ([`flops`]): the launch callbacks (which note launches in
+    /// order) and the context creation and destruction callbacks (which set the range
+    /// profiler up and decode it). The launch callbacks also track nesting ([`sass`]), whether
+    /// or not instrumented mode is on.
+    fn start_flops(
+        &mut self,
+        live: &'static Live,
+        config: &FlopsConfig,
+    ) -> Result<(), CollectorError> {
+        let Some(subscriber) = self.subscriber else {
+            return Ok(());
+        };
+        flops::begin(
+            self.cupti,
+            config,
+            ffi::graph_launch_callback_ids(self.cupti),
+            Box::new(move |frame| live.core.op_counts(frame)),
+        )?;
+        self.flops = true;
+        let mut ids = ffi::launch_callback_ids(self.cupti);
+        ids.push((ffi::DOMAIN_RESOURCE, ffi::CBID_CONTEXT_CREATED));
+        ids.push((ffi::DOMAIN_RESOURCE, ffi::CBID_CONTEXT_DESTROY_STARTING));
+        for (domain, cbid) in ids {
+            ffi::enable_callback(self.cupti, subscriber, true, domain, cbid)
+                .map_err(CollectorError::from_cupti)?;
+        }
+        Ok(())
+    }
+
     /// Turns instrumented mode on ([`sass`]): the launch and context-destruction callbacks.
     fn start_instructions(&mut self) -> Result<(), CuptiError> {
         let Some(subscriber) = self.subscriber else {
@@ -761,6 +840,9 @@ impl Collector {
 
     /// Undoes a partial start: disables what was enabled, aborts the sink, unsubscribes.
     fn undo(&mut self) {
+        if std::mem::take(&mut self.flops) {
+            let _ = flops::end();
+        }
         if std::mem::take(&mut self.pm_sampling) {
             let _ = pmsampling::end();
         }
@@ -899,6 +981,19 @@ impl Collector {
         // The last energy reading, after the final flush; nothing is written by the sampler
         // after this.
         let energy_left = self.energy.take().map(|s| s.stop(nvml::NVML_TIMEOUT));
+        // The FLOP counters of the launches not yet decoded, while the recording is open.
+        if std::mem::take(&mut self.flops) {
+            if let Some(f) = flops::end() {
+                report.flops_frames = f.frames;
+                report.flops_launches = f.tally.launches_with_counts;
+                report.flops_launches_without_counts =
+                    f.tally.launches_without_counts + f.unwritten_launches;
+                report.flops_unusable_values = f.tally.unusable_values;
+                report.flops_contexts = f.contexts;
+                report.warnings.extend(f.warnings);
+                errors.extend(f.errors);
+            }
+        }
         // The PM samples left in the hardware buffers, while the recording is still open.
         if std::mem::take(&mut self.pm_sampling) {
             if let Some(t) = pmsampling::end() {

@@ -922,6 +922,7 @@ pub(crate) fn scan_stream(
         memory_events: file.memory_events,
         green_contexts: file.partitions.len() as u64,
         kernels_with_instructions: 0,
+        kernels_with_op_counts: 0,
         allocations_closed_at_end: 0,
         attribution_events: 0,
         unknown_frames: 0,

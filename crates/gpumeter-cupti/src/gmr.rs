@@ -27,11 +27,12 @@
 //! | 7 | end | empty: the producer closed the file cleanly |
 //! | 8 | instruction counts | `correlation_id:u32 device:u32 context:u32 count:u32`, then `count` × (`warp_instructions:u64 name_len:u32 name:[name_len]`, UTF-8): the warp-level SASS instructions each function executed in one kernel-launch API call (instrumented mode, [`InstructionCounts`]) |
 //! | 9 | PM samples | `device:u32 count:u32`, then `count` × 56 bytes: `flags:u32 reserved:u32 start_ns:u64 end_ns:u64 sm_active_cycles:u64 sm_elapsed_cycles:u64 dram_read_bytes:u64 dram_write_bytes:u64`; flags bit 0 overflow, bits 1–4 say which of the four counters are present (absent ones written 0, else malformed), other bits 0, `reserved` 0; the payload is exactly `8 + 56 × count` bytes ([`PmSamples`]) |
+//! | 10 | operation counters | `device:u32 context:u32 passes:u32 count:u32`, then `count` × (`correlation_id:u32 metrics:u32`, then `metrics` × (`value:u64 name_len:u32 name:[name_len]`, UTF-8)): the raw values of CUPTI range-profiler metrics (`smsp__sass_thread_inst_executed_op_*`, `sm__ops_path_tensor_*`) of one context's kernel launches, each by its launch's correlation id; `passes` the replay passes the configuration needed (0: not known); correlation ids nonzero and not repeated in a frame, metric names nonempty and not repeated in an entry; the payload ends with the last entry ([`OpCounters`]) |
 //!
 //! Fixed-size payloads may grow in later versions: a reader takes the fields it knows from the
 //! front and ignores the rest (for type 8, bytes after the `count` functions; type 9 is the
 //! exception: its length must match its count, and its unknown flag bits must be 0, so that a
-//! later version adds fields with a new frame type rather than silently). Frame types it does
+//! later version adds fields with a new frame type rather than silently; so is type 10). Frame types it does
 //! not know are skipped and counted when their checksum is right (forward compatibility: a
 //! reader older than type 9 counts PM-sample frames in [`GmrFile::unknown_frames`] and reads
 //! the rest of the recording as before).
@@ -77,9 +78,10 @@ pub(crate) const T_ENERGY: u32 = 6;
 pub(crate) const T_END: u32 = 7;
 pub(crate) const T_INSTRUCTIONS: u32 = 8;
 pub(crate) const T_PM_SAMPLES: u32 = 9;
+pub(crate) const T_OP_COUNTS: u32 = 10;
 /// The last frame type this crate knows (resynchronization after corruption accepts
 /// `T_BUFFER..=T_LAST`).
-pub(crate) const T_LAST: u32 = T_PM_SAMPLES;
+pub(crate) const T_LAST: u32 = T_OP_COUNTS;
 
 /// Bytes of one sample in a PM-samples frame (type 9).
 pub const PM_SAMPLE_LEN: usize = 56;
@@ -410,6 +412,46 @@ pub struct PmSamples {
     pub samples: Vec<gpumeter_core::PmSample>,
 }
 
+/// One metric's raw value for one kernel launch, as CUPTI's range profiler evaluated it
+/// (`cuptiProfilerHostEvaluateToGpuValues`, a `double` holding an integer count).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct OpCounterValue {
+    /// The metric's name with its rollup, as CUPTI names it
+    /// (`smsp__sass_thread_inst_executed_op_ffma_pred_on.sum`).
+    pub metric: String,
+    /// Its value: thread instructions (SASS op counters) or tensor-path math operations
+    /// (`sm__ops_path_tensor_*`), count.
+    pub value: u64,
+}
+
+/// The operation counters of one kernel launch: joined to its kernel record by correlation id.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct KernelOpCounters {
+    /// The launch call's CUPTI correlation id (the `correlationId` of its kernel record).
+    pub correlation_id: u32,
+    /// The metrics measured for it, in the producer's order. Raw values, so a reader derives
+    /// the meters ([`gpumeter_core::OpCounter`]) and may derive them again differently.
+    pub counters: Vec<OpCounterValue>,
+}
+
+/// A batch of per-kernel operation counters of one CUDA context, frame type 10 (written by
+/// `gpumeter record --flops`: CUPTI's range profiler with one auto range per kernel launch and
+/// kernel replay). Replay gives each kernel record of a listed correlation id its
+/// [`OpCounts`](gpumeter_core::OpCounts) (`flops_fp64`, `flops_fp32`, `flops_fp16`,
+/// `tensor_ops`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpCounters {
+    /// CUDA device ordinal.
+    pub device_id: u32,
+    /// CUPTI context id (`contextUid`).
+    pub context_id: u32,
+    /// Replay passes the range profiler needed to collect the metrics
+    /// (`cuptiProfilerHostGetNumOfPasses`): each kernel ran this many times; 0 when not known.
+    pub passes: u32,
+    /// Per kernel launch, in launch order.
+    pub kernels: Vec<KernelOpCounters>,
+}
+
 /// One frame after the header.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -428,6 +470,8 @@ pub enum Frame {
     Instructions(InstructionCounts),
     /// PM-sampling samples of one device.
     PmSamples(PmSamples),
+    /// Operation counters of one context's kernel launches (range profiler).
+    OpCounts(OpCounters),
 }
 
 /// A frame with its byte offset in the file.
@@ -534,7 +578,8 @@ impl DamagedFrame {
 
     /// Whether the frame is known to hold no records: its type field can be trusted
     /// ([`DamagedFrame::type_trusted`]) and is one of the types that carry none (header, string
-    /// table, attribution event, energy sample, end, instruction counts, PM samples).
+    /// table, attribution event, energy sample, end, instruction counts, PM samples, operation
+    /// counters).
     pub fn holds_no_records(&self) -> bool {
         self.type_trusted()
             && matches!(
@@ -547,6 +592,7 @@ impl DamagedFrame {
                         | T_END
                         | T_INSTRUCTIONS
                         | T_PM_SAMPLES
+                        | T_OP_COUNTS
                 )
             )
     }
@@ -882,6 +928,36 @@ impl<W: Write> GmrWriter<W> {
         self.frame(T_PM_SAMPLES, &p)
     }
 
+    /// Writes the operation counters of one context's kernel launches (frame type 10).
+    ///
+    /// # Errors
+    /// As [`GmrWriter::write_buffer`]; [`GmrError::Write`] for more than `u32::MAX` kernels or
+    /// metrics, or a metric name over 4 GiB. The writer does not check what the reader
+    /// refuses (a zero or repeated correlation id, an empty or repeated metric name): such a
+    /// frame reads as malformed.
+    pub fn write_op_counts(&mut self, c: &OpCounters) -> Result<(), GmrError> {
+        let too_many = |what: &str| GmrError::Write(format!("more than u32::MAX {what}"));
+        let count = u32::try_from(c.kernels.len()).map_err(|_| too_many("kernels"))?;
+        let mut p = Vec::with_capacity(16);
+        p.extend_from_slice(&c.device_id.to_le_bytes());
+        p.extend_from_slice(&c.context_id.to_le_bytes());
+        p.extend_from_slice(&c.passes.to_le_bytes());
+        p.extend_from_slice(&count.to_le_bytes());
+        for k in &c.kernels {
+            let metrics = u32::try_from(k.counters.len()).map_err(|_| too_many("metrics"))?;
+            p.extend_from_slice(&k.correlation_id.to_le_bytes());
+            p.extend_from_slice(&metrics.to_le_bytes());
+            for m in &k.counters {
+                let len = u32::try_from(m.metric.len())
+                    .map_err(|_| GmrError::Write("metric name is over 4 GiB".to_string()))?;
+                p.extend_from_slice(&m.value.to_le_bytes());
+                p.extend_from_slice(&len.to_le_bytes());
+                p.extend_from_slice(m.metric.as_bytes());
+            }
+        }
+        self.frame(T_OP_COUNTS, &p)
+    }
+
     /// Writes any [`Frame`].
     ///
     /// # Errors
@@ -895,6 +971,7 @@ impl<W: Write> GmrWriter<W> {
             Frame::Energy(e) => self.write_energy(e),
             Frame::Instructions(c) => self.write_instructions(c),
             Frame::PmSamples(s) => self.write_pm_samples(s),
+            Frame::OpCounts(c) => self.write_op_counts(c),
         }
     }
 
@@ -1013,6 +1090,7 @@ pub(crate) fn parse_payload(frame_type: u32, p: &[u8]) -> Result<Option<Frame>, 
         }
         T_INSTRUCTIONS => Frame::Instructions(parse_instructions(p)?),
         T_PM_SAMPLES => Frame::PmSamples(parse_pm_samples(p)?),
+        T_OP_COUNTS => Frame::OpCounts(parse_op_counts(p)?),
         _ => return Ok(None),
     }))
 }
@@ -1050,6 +1128,79 @@ fn parse_instructions(p: &[u8]) -> Result<InstructionCounts, String> {
         device_id,
         context_id,
         functions,
+    })
+}
+
+fn parse_op_counts(p: &[u8]) -> Result<OpCounters, String> {
+    let mut f = Fields { b: p, at: 0 };
+    let (Some(device_id), Some(context_id), Some(passes), Some(count)) =
+        (f.u32(), f.u32(), f.u32(), f.u32())
+    else {
+        return Err(format!(
+            "operation-counters payload of {} bytes is too short",
+            p.len()
+        ));
+    };
+    // Kernels and metrics are numbered from #0, as frames are.
+    let mut seen = BTreeMap::new();
+    // No allocation from `count` before the entries are there: each takes 8 bytes or more.
+    let mut kernels = Vec::with_capacity((count as usize).min(p.len() / 8));
+    for i in 0..count {
+        let at = f.at;
+        let kernel = || format!("kernel #{i} of {count} (at payload byte {at})");
+        let (Some(correlation_id), Some(metrics)) = (f.u32(), f.u32()) else {
+            return Err(format!("{} is cut short", kernel()));
+        };
+        if correlation_id == 0 {
+            return Err(format!("{} has correlation id 0", kernel()));
+        }
+        if let Some(first) = seen.insert(correlation_id, i) {
+            return Err(format!(
+                "{} repeats correlation id {correlation_id} of kernel #{first}",
+                kernel()
+            ));
+        }
+        let mut counters: Vec<OpCounterValue> =
+            Vec::with_capacity((metrics as usize).min(p.len() / 12));
+        for j in 0..metrics {
+            let at = f.at;
+            let metric = || format!("{} metric #{j} (at payload byte {at})", kernel());
+            let (Some(value), Some(len)) = (f.u64(), f.u32()) else {
+                return Err(format!("{} is cut short", metric()));
+            };
+            let name = f.take(len as usize).ok_or_else(|| {
+                format!("{}'s name of {len} bytes runs past the payload", metric())
+            })?;
+            let name = std::str::from_utf8(name)
+                .map_err(|e| format!("{}'s name is not UTF-8: {e}", metric()))?;
+            if name.is_empty() {
+                return Err(format!("{} has an empty name", metric()));
+            }
+            if counters.iter().any(|c| c.metric == name) {
+                return Err(format!("{} repeats the metric {name}", metric()));
+            }
+            counters.push(OpCounterValue {
+                metric: name.to_string(),
+                value,
+            });
+        }
+        kernels.push(KernelOpCounters {
+            correlation_id,
+            counters,
+        });
+    }
+    if !f.done() {
+        return Err(format!(
+            "operation-counters payload of {} bytes has {} bytes after its {count} kernels",
+            p.len(),
+            p.len() - f.at
+        ));
+    }
+    Ok(OpCounters {
+        device_id,
+        context_id,
+        passes,
+        kernels,
     })
 }
 

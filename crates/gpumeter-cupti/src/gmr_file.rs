@@ -6,7 +6,8 @@
 //! Only well-formed recordings stream: a file whose every frame reads whole (checksum right,
 //! payload parses) after a valid header, with or without an end frame, and without
 //! instruction counts (SASS-metrics frames or INSTRUCTION_EXECUTION records, whose split among
-//! a launch's kernels needs all of them). PM samples (type-9 frames) are replayed in file
+//! a launch's kernels needs all of them) or operation counters (type-10 frames, joined to their
+//! kernels by correlation id over the whole recording). PM samples (type-9 frames) are replayed in file
 //! order among the records, each at its start (their disorder counts in the reorder buffer's
 //! width), so the meter holds only the samples its sweep has not passed. Anything else — a torn or corrupt frame, data after
 //! the end frame, a second header, a malformed payload, an unsupported version — is metered by
@@ -29,7 +30,7 @@ use crate::file::{
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
-    T_INSTRUCTIONS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
+    T_INSTRUCTIONS, T_OP_COUNTS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
 };
 use crate::join::{convert, correlation_named, intern_name, Converted, Joins};
 use crate::layout::ApiVersion;
@@ -295,7 +296,8 @@ fn scan(
                     }
                     true
                 }
-                T_INSTRUCTIONS => false,
+                // Joined over the whole recording: metered by the whole-file path.
+                T_INSTRUCTIONS | T_OP_COUNTS => false,
                 T_PM_SAMPLES => match parse_payload(frame_type, payload) {
                     Ok(Some(Frame::PmSamples(p))) => {
                         s.pm_frames.push((p.device_id, p.samples.len() as u64));
@@ -547,6 +549,7 @@ pub(crate) fn scan_stream(
         memory_events: 0,
         green_contexts: partitions.len() as u64,
         kernels_with_instructions: 0,
+        kernels_with_op_counts: 0,
         allocations_closed_at_end: 0,
         attribution_events: s.attribution_events,
         unknown_frames: s.unknown_frames,

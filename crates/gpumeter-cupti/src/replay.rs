@@ -66,7 +66,7 @@ impl Replay {
     /// [`CuptiSourceError::Gmr`] when the `.gmr` cannot be read, [`CuptiSourceError::Decode`]
     /// when its API version is not supported, [`CuptiSourceError::NotReplayable`] when it has
     /// damaged frames (their records are loss the events cannot carry) or is instrumented
-    /// (SASS instruction-count frames).
+    /// (SASS instruction-count frames, range-profiler operation-counters frames).
     pub fn from_bytes(
         name: &str,
         bytes: &[u8],
@@ -104,6 +104,15 @@ impl Replay {
         {
             return Err(refuse(
                 "an instrumented recording (SASS instruction-count frames)".to_string(),
+            ));
+        }
+        if file
+            .frames
+            .iter()
+            .any(|f| matches!(f.frame, Frame::OpCounts(_)))
+        {
+            return Err(refuse(
+                "an instrumented recording (range-profiler operation-counters frames)".to_string(),
             ));
         }
         let api = ApiVersion::from_cupti(file.header.cupti_api_version).map_err(|error| {

@@ -34,6 +34,10 @@
 //! * **Instructions**: a `.gmr` instruction-count frame's per-function counts go to the kernels
 //!   of its correlation id with those names, else Σ INSTRUCTION_EXECUTION `executed` of a
 //!   correlation id to its kernels, split equally among several (`warp_instructions`).
+//! * **Operations**: a `.gmr` operation-counters frame's (type 10, `gpumeter record --flops`)
+//!   raw counter values of a correlation id give its kernel the FLOP meters (`flops_fp64`,
+//!   `flops_fp32`, `flops_fp16`, `tensor_ops`) through [`gpumeter_core::OpCounter`]
+//!   ([`assign_op_counts`]).
 //! * **Several sources** ([`meter_sources`]) are validated whole first, then merged in time
 //!   order.
 //! * **One file as a stream**: [`crate::meter_buffer_file`] and [`crate::meter_gmr_file`] meter
@@ -63,8 +67,8 @@ use crate::decode::{
     Record, Walk,
 };
 use crate::gmr::{
-    read_gmr, Damage, DamagedFrame, DroppedRecords, Frame, GmrDevice, GmrError, StringTable,
-    TornFrame, TornReason,
+    read_gmr, Damage, DamagedFrame, DroppedRecords, Frame, GmrDevice, GmrError, OpCounterValue,
+    StringTable, TornFrame, TornReason,
 };
 use crate::join::{
     convert, intern_name, nonzero, Converted, InvalidField, Joins, JoinsRef, INVALID_KERNEL_FIELD,
@@ -221,6 +225,9 @@ pub struct CuptiSummary {
     /// Kernels given a warp-instruction count (SASS-metrics frames or INSTRUCTION_EXECUTION
     /// records joined by correlation id).
     pub kernels_with_instructions: u64,
+    /// Kernels given operation counts (`.gmr` operation-counters frames joined by correlation
+    /// id: the FLOP meters).
+    pub kernels_with_op_counts: u64,
     /// Allocations of a finished `.gmr` still held when its process stopped recording, closed
     /// at the recording's end (the driver frees a process's memory when it exits).
     pub allocations_closed_at_end: u64,
@@ -356,6 +363,18 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
             Frame::PmSamples(p) => {
                 input.pm_samples += p.samples.len() as u64;
                 input.pm.push(p.clone());
+            }
+            Frame::OpCounts(c) => {
+                input.op_frames += 1;
+                input.op_passes.insert(c.passes);
+                for k in &c.kernels {
+                    match input.ops_of.entry(k.correlation_id) {
+                        std::collections::hash_map::Entry::Occupied(_) => input.op_repeats += 1,
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(k.counters.clone());
+                        }
+                    }
+                }
             }
             Frame::Instructions(c) => {
                 let per = input.sass_of.entry(c.correlation_id).or_default();
@@ -655,6 +674,14 @@ struct Input<'n> {
     sass_of: FxHashMap<u32, Vec<(String, u64)>>,
     /// The `.gmr` header says the run was instrumented (SASS metrics).
     instrumented: bool,
+    /// `.gmr` operation counters per correlation id (the first frame's entry of an id).
+    ops_of: FxHashMap<u32, Vec<OpCounterValue>>,
+    /// `.gmr` operation-counters frames read.
+    op_frames: u64,
+    /// Their pass counts (`OpCounters::passes`), for the instrumented-run warning.
+    op_passes: BTreeSet<u32>,
+    /// Entries of a correlation id an earlier operation-counters frame gave: not metered.
+    op_repeats: u64,
     attribution_events: u64,
     torn: Option<TornFrame>,
     /// `.gmr` frames that could not be used (torn or corrupt): their records are loss.
@@ -713,6 +740,10 @@ impl<'n> Input<'n> {
             energy: Vec::new(),
             sass_of: FxHashMap::default(),
             instrumented: false,
+            ops_of: FxHashMap::default(),
+            op_frames: 0,
+            op_passes: BTreeSet::new(),
+            op_repeats: 0,
             attribution_events: 0,
             torn: None,
             damaged: Vec::new(),
@@ -775,6 +806,7 @@ impl<'n> Input<'n> {
             memory_events: 0,
             green_contexts: 0,
             kernels_with_instructions: 0,
+            kernels_with_op_counts: 0,
             allocations_closed_at_end: 0,
             attribution_events: self.attribution_events,
             unknown_frames: self.unknown_frames,
@@ -888,13 +920,17 @@ impl<'n> Input<'n> {
             self.name,
             &self.undecodable,
             !self.finished && self.format == CuptiFormat::Gmr,
-            if self.instrumented {
-                Some("SASS metrics")
-            } else if !instructions_of.is_empty() {
-                Some("INSTRUCTION_EXECUTION records")
-            } else {
-                None
-            }
+            instrumented_by(
+                if self.instrumented {
+                    Some("SASS metrics")
+                } else if !instructions_of.is_empty() {
+                    Some("INSTRUCTION_EXECUTION records")
+                } else {
+                    None
+                },
+                (self.op_frames > 0).then_some(&self.op_passes),
+            )
+            .as_deref()
             .map(|by| Instrumented {
                 by,
                 pm_sampled: self.pm_samples > 0,
@@ -920,6 +956,9 @@ impl<'n> Input<'n> {
                 ),
             ));
         }
+        let ops = assign_op_counts(&mut records, &self.ops_of);
+        summary.kernels_with_op_counts = ops.given;
+        ops.warn(self.name, self.op_repeats, &mut warnings);
         if self.finished && self.format == CuptiFormat::Gmr {
             // The recording's end: its latest valid work record or memory event (a record the
             // meter will refuse, or an energy sample, must not stretch it).
@@ -974,6 +1013,185 @@ impl<'n> Input<'n> {
             warnings,
         })
     }
+}
+
+/// What instrumented a source, as its `instrumented_run` warning names it: the instruction
+/// counting (`sass`: `SASS metrics`, `INSTRUCTION_EXECUTION records`), and CUPTI's range
+/// profiler when the source holds operation-counters frames (`op_passes`: their pass counts),
+/// which serializes kernels and replays each once per pass. `None` when nothing did.
+pub(crate) fn instrumented_by(
+    sass: Option<&str>,
+    op_passes: Option<&BTreeSet<u32>>,
+) -> Option<String> {
+    let profiler = op_passes.map(|passes| {
+        let known: Vec<String> = passes
+            .iter()
+            .filter(|&&p| p > 0)
+            .map(u32::to_string)
+            .collect();
+        let times = match known.as_slice() {
+            [] => "once per counter pass".to_string(),
+            [one] if one == "1" => "once (1 counter pass)".to_string(),
+            [one] => format!("{one} times ({one} counter passes)"),
+            many => format!("{} times (counter passes, per context)", many.join(" or ")),
+        };
+        format!(
+            "CUPTI range profiler for the FLOP counters, kernel replay: kernels serialized and \
+             each replayed {times}"
+        )
+    });
+    match (sass, profiler) {
+        (Some(s), Some(p)) => Some(format!("{s}; {p}")),
+        (Some(s), None) => Some(s.to_string()),
+        (None, p) => p,
+    }
+}
+
+/// What [`assign_op_counts`] did.
+#[derive(Debug, Default)]
+pub(crate) struct OpJoin {
+    /// Kernels given operation counts.
+    pub(crate) given: u64,
+    /// Correlation ids with counters and no kernel record.
+    pub(crate) unmatched: Vec<u32>,
+    /// Launches whose counts pass 64 bits: (correlation id, why).
+    pub(crate) overflowed: Vec<(u32, String)>,
+    /// Per FLOP meter, launches with some but not all of its three counters.
+    pub(crate) partial: BTreeMap<gpumeter_core::MeterKind, u64>,
+}
+
+impl OpJoin {
+    /// The warnings of the join: counters of no kernel (`unmatched_profiler_ranges`), counts
+    /// past 64 bits (`instruction_count_overflow`), partial FLOP meters
+    /// (`partial_op_counters`), and `repeats` entries of a correlation id given before.
+    pub(crate) fn warn(
+        &self,
+        source: &str,
+        repeats: u64,
+        warnings: &mut Vec<gpumeter_core::Warning>,
+    ) {
+        use gpumeter_core::{Warning, WarningCode};
+        if !self.unmatched.is_empty() || repeats > 0 {
+            let mut parts = Vec::new();
+            if let (Some(first), n) = (self.unmatched.iter().min(), self.unmatched.len()) {
+                parts.push(format!(
+                    "{n} launches' operation counters (correlation ids from {first}) match no \
+                     kernel record of the recording"
+                ));
+            }
+            if repeats > 0 {
+                parts.push(format!(
+                    "{repeats} entries repeat a correlation id an earlier operation-counters \
+                     frame gave (the first is metered)"
+                ));
+            }
+            warnings.push(Warning::new(
+                WarningCode::UnmatchedProfilerRanges,
+                format!(
+                    "{source}: {}: their counts are not metered (flops_fp64, flops_fp32, \
+                     flops_fp16, tensor_ops)",
+                    parts.join("; ")
+                ),
+            ));
+        }
+        if let Some((corr, why)) = self.overflowed.first() {
+            warnings.push(Warning::new(
+                WarningCode::InstructionCountOverflow,
+                format!(
+                    "{source}: the operation counts of {} launches pass 64 bits (the first, \
+                     correlation id {corr}: {why}): their kernels have no operation counts, so \
+                     the FLOP meters are not meterable on their device (never a clamped count)",
+                    self.overflowed.len()
+                ),
+            ));
+        }
+        for (meter, n) in &self.partial {
+            warnings.push(Warning::new(
+                WarningCode::PartialOpCounters,
+                format!(
+                    "{source}: the operation counters of {n} launches hold some but not all of \
+                     {meter}'s add, mul and fma counters: those kernels have no {meter} count"
+                ),
+            ));
+        }
+    }
+}
+
+/// Gives kernels their operation counts ([`gpumeter_core::OpCounts`]: `flops_fp64`,
+/// `flops_fp32`, `flops_fp16`, `tensor_ops`) from the raw counters of their correlation id
+/// (`.gmr` operation-counters frames), added up by [`gpumeter_core::OpCounter`] (add and mul
+/// count 1, fma 2; tensor-path counters summed). A FLOP meter with only some of its three
+/// counters is left without a count ([`gpumeter_core::OpCounter::partial`]); a launch whose
+/// counts pass 64 bits gets none. Several kernel records of one correlation id (a graph
+/// launch) are one launch call's: the earliest gets the counts, the others 0, so the call's
+/// total is given once.
+pub(crate) fn assign_op_counts(
+    records: &mut [ActivityRecord],
+    ops_of: &FxHashMap<u32, Vec<OpCounterValue>>,
+) -> OpJoin {
+    let mut join = OpJoin::default();
+    if ops_of.is_empty() {
+        return join;
+    }
+    let mut seen: BTreeSet<u32> = BTreeSet::new();
+    let mut counted: FxHashMap<u32, Option<gpumeter_core::OpCounts>> = FxHashMap::default();
+    // `records` are sorted by start: the first of a correlation id is the earliest.
+    for r in records.iter_mut() {
+        let Work::Kernel(k) = &mut r.work else {
+            continue;
+        };
+        let corr = r.correlation_id;
+        let Some(counters) = ops_of.get(&corr).filter(|_| corr != 0) else {
+            continue;
+        };
+        if !seen.insert(corr) {
+            // A later kernel of the same call: 0 of each meter the call counted.
+            if let Some(Some(c)) = counted.get(&corr) {
+                let zero = |n: Option<u64>| n.map(|_| 0);
+                k.ops = gpumeter_core::OpCounts {
+                    flops_fp64: zero(c.flops_fp64),
+                    flops_fp32: zero(c.flops_fp32),
+                    flops_fp16: zero(c.flops_fp16),
+                    tensor_ops: zero(c.tensor_ops),
+                };
+                join.given += 1;
+            }
+            continue;
+        }
+        let mut c = gpumeter_core::OpCounter::new();
+        let mut overflow = None;
+        for v in counters {
+            if let Err(e) = c.add(&v.metric, v.value) {
+                overflow = Some(e.to_string());
+                break;
+            }
+        }
+        if let Some(why) = overflow {
+            join.overflowed.push((corr, why));
+            counted.insert(corr, None);
+            continue;
+        }
+        let mut ops = c.finish();
+        for m in c.partial() {
+            *join.partial.entry(m).or_insert(0) += 1;
+            match m {
+                gpumeter_core::MeterKind::FlopsFp64 => ops.flops_fp64 = None,
+                gpumeter_core::MeterKind::FlopsFp32 => ops.flops_fp32 = None,
+                gpumeter_core::MeterKind::FlopsFp16 => ops.flops_fp16 = None,
+                _ => {}
+            }
+        }
+        k.ops = ops;
+        counted.insert(corr, Some(ops));
+        join.given += 1;
+    }
+    join.unmatched = ops_of
+        .keys()
+        .copied()
+        .filter(|c| !seen.contains(c))
+        .collect();
+    join.unmatched.sort_unstable();
+    join
 }
 
 /// What an `instrumented_run` warning says after naming the instrumentation: the meters the
@@ -1281,6 +1499,16 @@ fn damaged_records(
     // checksum mismatch nothing is (the type and length fields included).
     let trusted = d.damage == Damage::Torn(TornReason::ShortRead);
     let place = |id: u32| (trusted || known(id)).then_some(id);
+    if d.frame_type == Some(crate::gmr::T_OP_COUNTS) && d.type_trusted() {
+        // It holds no records; its kernels are left without operation counts, so the FLOP
+        // meters of their device are not meterable (or absent when no kernel has counts).
+        return (
+            per,
+            true,
+            "an operation-counters frame (its kernels have no FLOP counts)",
+            "records",
+        );
+    }
     if d.holds_no_records() {
         return (per, true, "a frame that holds no records", "records");
     }

@@ -1766,7 +1766,7 @@ mod gmr_format {
 
     /// A frame of type `kind` around `payload` (type, length, payload, CRC-32 of the three),
     /// as written, whatever the payload holds.
-    fn raw_frame(kind: u32, payload: &[u8]) -> Vec<u8> {
+    pub(super) fn raw_frame(kind: u32, payload: &[u8]) -> Vec<u8> {
         let mut f = Vec::new();
         f.extend_from_slice(&kind.to_le_bytes());
         f.extend_from_slice(&(payload.len() as u64).to_le_bytes());
@@ -1787,6 +1787,19 @@ mod gmr_format {
                 16 + c.functions.iter().map(|f| 12 + f.name.len()).sum::<usize>()
             }
             Frame::PmSamples(s) => 8 + 56 * s.samples.len(),
+            Frame::OpCounts(c) => {
+                16 + c
+                    .kernels
+                    .iter()
+                    .map(|k| {
+                        8 + k
+                            .counters
+                            .iter()
+                            .map(|v| 12 + v.metric.len())
+                            .sum::<usize>()
+                    })
+                    .sum::<usize>()
+            }
             _ => panic!(),
         }
     }
@@ -1853,6 +1866,35 @@ mod gmr_format {
                     device_id,
                     samples
                 })),
+            (
+                any::<(u32, u32, u32)>(),
+                proptest::collection::btree_map(
+                    1u32..,
+                    proptest::collection::btree_map("[a-z_.]{1,16}", any::<u64>(), 0..4),
+                    0..4
+                )
+            )
+                .prop_map(|((device_id, context_id, passes), kernels)| {
+                    Frame::OpCounts(gpumeter_cupti::gmr::OpCounters {
+                        device_id,
+                        context_id,
+                        passes,
+                        kernels: kernels
+                            .into_iter()
+                            .map(|(correlation_id, counters)| {
+                                gpumeter_cupti::gmr::KernelOpCounters {
+                                    correlation_id,
+                                    counters: counters
+                                        .into_iter()
+                                        .map(|(metric, value)| {
+                                            gpumeter_cupti::gmr::OpCounterValue { metric, value }
+                                        })
+                                        .collect(),
+                                }
+                            })
+                            .collect(),
+                    })
+                }),
         ]
     }
 
@@ -3267,6 +3309,8 @@ fn tn(name: &str) -> gpumeter_core::TenantName {
 }
 
 /// Issue 16: CUPTI PM-sampling frames (type 9) in a recording reach the meter.
+mod op_frames;
+
 mod pm_frames {
     use super::merged_recordings::{gmr, kernel, meter_all, of, API, GPU};
     use super::*;

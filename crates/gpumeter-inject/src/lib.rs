@@ -30,6 +30,7 @@
 //! | `GPUMETER_ENERGY_INTERVAL_MS` | how often energy is read, 10 … 3600000 ms (default 1000). |
 //! | `GPUMETER_INSTRUCTIONS` | `1`: instrumented mode (`CollectorConfig::instructions`): record the warp-level instructions of every kernel launch (CUPTI SASS metrics, CUDA 12.4+). Every launch then waits for its kernels and patched kernels run slower: a report from such a recording carries the instrumentation warning. Its warnings are printed even without `GPUMETER_VERBOSE`. |
 //! | `GPUMETER_PM_SAMPLING` | `1`: PM sampling (`CollectorConfig::pm_sampling`, CUDA 12.6+): hardware counters of SM activity (and DRAM bytes where the chip offers them) of every GPU the program creates a context on, sampled at GPU-time intervals into PM-sample frames. Needs GPU performance-counter permission (root, or the driver option `NVreg_RestrictProfilingToAdminUsers=0`); a device that cannot be sampled is reported on stderr, the program runs on. |
+//! | `GPUMETER_FLOPS` | `1`: FLOP counters (`CollectorConfig::flops`, CUDA 12.6+): per kernel launch, CUPTI's SASS op counters and the chip's tensor-path operation counters, collected with the range profiler (auto range, kernel replay: kernels are serialized and each runs once per counter pass) into operation-counters frames. Needs GPU performance-counter permission, like PM sampling; a context that cannot be profiled is reported on stderr, the program runs on. A report from such a recording carries the instrumentation warning. |
 //! | `GPUMETER_PM_INTERVAL_NS` | time between PM samples, 1000 … 1000000000 ns (default 100000, 100 µs). |
 //! | `GPUMETER_VERBOSE` | `1`: say on stderr where the recording goes and what it holds. |
 //!
@@ -58,8 +59,8 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use gpumeter_cupti::collector::{
-    Collector, CollectorConfig, ExternalKind, GmrFileSink, PmSamplingConfig, StopReport,
-    ENERGY_INTERVAL_RANGE, PM_INTERVAL_RANGE,
+    Collector, CollectorConfig, ExternalKind, FlopsConfig, GmrFileSink, PmSamplingConfig,
+    StopReport, ENERGY_INTERVAL_RANGE, PM_INTERVAL_RANGE,
 };
 use gpumeter_cupti::gmr::Producer;
 
@@ -248,7 +249,23 @@ fn config_from_env() -> CollectorConfig {
         env_nonempty("GPUMETER_PM_INTERVAL_NS").as_deref(),
         &mut |m| say(m),
     );
+    config.flops = flops_from_env(env_nonempty("GPUMETER_FLOPS").as_deref(), &mut |m| say(m));
     config
+}
+
+/// FLOP counters from `GPUMETER_FLOPS` (`on`): `None` unless it says 1; another value is
+/// reported through `say`.
+fn flops_from_env(on: Option<&str>, say: &mut dyn FnMut(&str)) -> Option<FlopsConfig> {
+    match on.map(str::trim) {
+        None | Some("0" | "false" | "no" | "off") => None,
+        Some("1" | "true" | "yes" | "on") => Some(FlopsConfig::default()),
+        Some(v) => {
+            say(&format!(
+                "GPUMETER_FLOPS={v} is not 1 or 0; FLOP counting stays off"
+            ));
+            None
+        }
+    }
 }
 
 /// PM sampling from `GPUMETER_PM_SAMPLING` (`on`) and `GPUMETER_PM_INTERVAL_NS` (`interval`):
@@ -380,7 +397,23 @@ fn report_stop(path: &Path, r: &StopReport, verbose: bool) {
             ));
         }
     }
-    if verbose || r.header.instrumented || r.pm_overflows > 0 || r.pm_unusable_values > 0 {
+    let flops = r.flops_frames > 0 || !r.flops_contexts.is_empty();
+    if flops {
+        // Always said: the replay cost is the price of the counters.
+        for (device, what) in &r.flops_contexts {
+            say(&format!("FLOP counters device {device}: {what}"));
+        }
+        say(&format!(
+            "FLOP counters: {} kernel launches in {} frames, {} without counters, {} unusable \
+             values (range profiler, kernel replay: kernels serialized and replayed once per \
+             pass)",
+            r.flops_launches,
+            r.flops_frames,
+            r.flops_launches_without_counts,
+            r.flops_unusable_values
+        ));
+    }
+    if verbose || r.header.instrumented || flops || r.pm_overflows > 0 || r.pm_unusable_values > 0 {
         for w in &r.warnings {
             say(&format!("warning: {w}"));
         }
@@ -388,15 +421,18 @@ fn report_stop(path: &Path, r: &StopReport, verbose: bool) {
     if !r.is_complete() {
         say(&format!(
             "the recording {} misses work: {} records dropped by CUPTI, {} buffers failed, {} \
-             discarded, {} unknown, {} PM sampling overflows, {} PM samples unwritten; a usage \
-             report books dropped records and overflows as loss",
+             discarded, {} unknown, {} PM sampling overflows, {} PM samples unwritten, {} kernel \
+             launches without FLOP counters; a usage report books dropped records and overflows \
+             as loss, and FLOP meters are not meterable on a device with launches without \
+             counters",
             path.display(),
             r.dropped_records,
             r.failed_buffers,
             r.discarded_buffers,
             r.unknown_buffers,
             r.pm_overflows,
-            r.pm_unwritten_samples
+            r.pm_unwritten_samples,
+            r.flops_launches_without_counts
         ));
         for p in &r.panics {
             say(&format!("caught {p}"));
@@ -552,6 +588,21 @@ mod tests {
         assert_eq!(first, p);
         let (_g, second) = create_output(&p, 12).expect("second");
         assert_eq!(second, dir.path().join("sub/run.12.gmr"));
+    }
+
+    #[test]
+    fn flops_is_read_from_the_environment() {
+        let said = std::cell::RefCell::new(Vec::<String>::new());
+        let mut say = |m: &str| said.borrow_mut().push(m.to_string());
+        assert_eq!(flops_from_env(None, &mut say), None);
+        assert_eq!(flops_from_env(Some("0"), &mut say), None);
+        assert_eq!(
+            flops_from_env(Some(" 1 "), &mut say),
+            Some(FlopsConfig::default())
+        );
+        assert_eq!(flops_from_env(Some("maybe"), &mut say), None);
+        assert_eq!(said.borrow().len(), 1);
+        assert!(said.borrow()[0].contains("GPUMETER_FLOPS=maybe"));
     }
 
     #[test]

@@ -135,9 +135,10 @@ impl Cupti {
 /// size queries (1 GiB): a larger size is treated as corrupt rather than allocated.
 const MAX_IMAGE_BYTES: usize = 1 << 30;
 
-/// A profiler host object (`CUpti_Profiler_Host_Object`) for PM sampling on one chip, from
-/// [`Cupti::pm_host_initialize`]. Release it with [`Cupti::pm_host_deinitialize`] (dropping it
-/// without that leaks CUPTI's allocation, nothing else).
+/// A profiler host object (`CUpti_Profiler_Host_Object`) for PM sampling
+/// ([`Cupti::pm_host_initialize`]) or the range profiler ([`Cupti::range_host_initialize`]) on
+/// one chip. Release it with [`Cupti::pm_host_deinitialize`] (dropping it without that leaks
+/// CUPTI's allocation, nothing else).
 #[derive(Debug)]
 pub struct PmHost {
     obj: *mut c_void,
@@ -316,6 +317,64 @@ impl Cupti {
         chip: &str,
         counter_availability: Option<&[u8]>,
     ) -> Result<PmHost, CuptiError> {
+        self.host_initialize(chip, counter_availability, false)
+    }
+
+    /// Creates a profiler host object for CUPTI's range profiler (`cupti_range_profiler.h`,
+    /// `CUPTI_PROFILER_TYPE_RANGE_PROFILER`) on chip `chip`, as [`Cupti::pm_host_initialize`]
+    /// does for PM sampling: its metric lists, config images and evaluations are the range
+    /// profiler's (per-range counters, collected over as many replay passes as
+    /// [`Cupti::profiler_host_num_passes`] says).
+    ///
+    /// Offline with the CUDA 12.8 wheel: `"GA100"`, `"GH100"`, `"AD102"` succeed (tested);
+    /// CUPTI 13.4 answers `CUPTI_ERROR_UNKNOWN` without a GPU.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiProfilerHostInitialize")]
+    pub fn range_host_initialize(
+        &self,
+        chip: &str,
+        counter_availability: Option<&[u8]>,
+    ) -> Result<PmHost, CuptiError> {
+        self.host_initialize(chip, counter_availability, true)
+    }
+
+    /// Replay passes the range profiler needs to collect the metrics of `config_image`
+    /// ([`Cupti::pm_host_config_image`] of a range-profiler host object): with kernel replay,
+    /// each profiled kernel runs this many times.
+    ///
+    /// # Errors
+    /// [`CuptiError::NotSupported`]; [`CuptiError::Api`].
+    #[doc(alias = "cuptiProfilerHostGetNumOfPasses")]
+    pub fn profiler_host_num_passes(&self, config_image: &[u8]) -> Result<usize, CuptiError> {
+        const F: &str = "cuptiProfilerHostGetNumOfPasses";
+        let _serial = host_lock();
+        // CUPTI's parameter is not const; it only reads the image: a copy keeps the caller's.
+        let mut image = config_image.to_vec();
+        with_api!(self, api, b => {
+            let f = pm_fn(&api.cuptiProfilerHostGetNumOfPasses, F)?;
+            let mut p = b::CUpti_Profiler_Host_GetNumOfPasses_Params {
+                structSize: pm_struct_size!(b::CUpti_Profiler_Host_GetNumOfPasses_Params, numOfPasses),
+                configImageSize: image.len(),
+                pConfigImage: image.as_mut_ptr(),
+                ..Default::default()
+            };
+            // SAFETY: valid parameter struct; `image` is live and `configImageSize` bytes long
+            // for the call.
+            let rc = unsafe { f(&mut p) };
+            self.check(F, rc)?;
+            Ok(p.numOfPasses)
+        })
+    }
+
+    /// [`Cupti::pm_host_initialize`] / [`Cupti::range_host_initialize`].
+    fn host_initialize(
+        &self,
+        chip: &str,
+        counter_availability: Option<&[u8]>,
+        range_profiler: bool,
+    ) -> Result<PmHost, CuptiError> {
         const F: &str = "cuptiProfilerHostInitialize";
         let _serial = host_lock();
         preload_nvperf(self.path());
@@ -324,7 +383,11 @@ impl Cupti {
             let f = pm_fn(&api.cuptiProfilerHostInitialize, F)?;
             let mut p = b::CUpti_Profiler_Host_Initialize_Params {
                 structSize: pm_struct_size!(b::CUpti_Profiler_Host_Initialize_Params, pHostObject),
-                profilerType: b::CUPTI_PROFILER_TYPE_PM_SAMPLING,
+                profilerType: if range_profiler {
+                    b::CUPTI_PROFILER_TYPE_RANGE_PROFILER
+                } else {
+                    b::CUPTI_PROFILER_TYPE_PM_SAMPLING
+                },
                 pChipName: c_chip.as_ptr(),
                 pCounterAvailabilityImage: counter_availability
                     .map_or(std::ptr::null(), <[u8]>::as_ptr),
@@ -817,3 +880,6 @@ fn pm_fn<T: Copy>(
         missing: name.to_string(),
     })
 }
+
+mod rangeprofiler;
+pub use rangeprofiler::{RangeProfiler, RangeStop, RANGE_PROFILER_SYMBOLS};

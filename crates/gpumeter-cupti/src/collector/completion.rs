@@ -320,6 +320,12 @@ impl Core {
         self.with_sink("PM samples", |sink| sink.pm_samples(s))
     }
 
+    /// Writes a frame of operation counters to the sink; `true` when the sink took it (else
+    /// the problem is recorded for the stop report).
+    pub(crate) fn op_counts(&self, c: &crate::gmr::OpCounters) -> bool {
+        self.with_sink("operation counters", |sink| sink.op_counts(c))
+    }
+
     /// Runs `f` on the open session's sink, catching panics and reporting errors; `true` when
     /// `f` succeeded.
     fn with_sink(

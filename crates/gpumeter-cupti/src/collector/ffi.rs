@@ -81,11 +81,19 @@ macro_rules! callback_data {
     ($b:ident) => {
         impl ApiCallbackData for cupti_sys::$b::CUpti_CallbackData {
             fn call(&self) -> super::sass::ApiCall {
+                let exit = self.callbackSite == cupti_sys::$b::CUPTI_API_EXIT;
                 super::sass::ApiCall {
                     enter: self.callbackSite == cupti_sys::$b::CUPTI_API_ENTER,
                     correlation_id: self.correlationId,
                     context: self.context as usize,
                     context_uid: self.contextUid,
+                    graph: false,
+                    failed: exit
+                        && !self.functionReturnValue.is_null()
+                        // SAFETY: in an exit callback CUPTI points `functionReturnValue` at
+                        // the API function's return value (a `cudaError_t` or `CUresult`, C
+                        // enums of `int` size), valid during the callback; it is only read.
+                        && unsafe { self.functionReturnValue.cast::<i32>().read_unaligned() } != 0,
                 }
             }
         }
@@ -132,13 +140,16 @@ unsafe extern "C" fn on_callback<A: ApiCallbackData, R: ResourceCallbackData>(
             // SAFETY: for the API domains CUPTI passes a `CUpti_CallbackData`, valid during
             // the call; it is read, never kept.
             let data = unsafe { &*cbdata.cast::<A>() };
-            super::sass::Event::Api(data.call())
+            let mut call = data.call();
+            call.graph = super::flops::is_graph_launch(domain, cbid);
+            super::sass::Event::Api(call)
         }
         DOMAIN_RESOURCE if cbid == CBID_CONTEXT_CREATED => {
             // SAFETY: for the resource domain CUPTI passes a `CUpti_ResourceData`, valid
             // during the call.
             let ctx = unsafe { &*cbdata.cast::<R>() }.context();
             let _ = catch_unwind(AssertUnwindSafe(|| pm_context_event(ctx, true)));
+            let _ = catch_unwind(AssertUnwindSafe(|| flops_context_created(ctx)));
             return;
         }
         DOMAIN_RESOURCE if cbid == CBID_CONTEXT_DESTROY_STARTING => {
@@ -147,6 +158,11 @@ unsafe extern "C" fn on_callback<A: ApiCallbackData, R: ResourceCallbackData>(
             let data = unsafe { &*cbdata.cast::<R>() };
             let ctx = data.context();
             let _ = catch_unwind(AssertUnwindSafe(|| pm_context_event(ctx, false)));
+            if super::flops::ACTIVE.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = catch_unwind(AssertUnwindSafe(|| {
+                    super::flops::on_context_destroying(ctx)
+                }));
+            }
             super::sass::Event::ContextDestroying(ctx)
         }
         _ => return,
@@ -173,6 +189,36 @@ fn pm_context_event(ctx: usize, created: bool) {
     } else {
         super::pmsampling::on_context_destroying(device);
     }
+}
+
+/// Tells FLOP counting ([`super::flops`]) that context `ctx` was created. Called from CUPTI's
+/// resource callback, where `ctx` is live.
+fn flops_context_created(ctx: usize) {
+    if ctx == 0 || !super::flops::ACTIVE.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let Some(live) = super::LIVE.get() else {
+        return;
+    };
+    // SAFETY: CUPTI passed `ctx` to the resource callback that is running: it is live.
+    let Ok(device) = (unsafe { device_of(live.cupti, ctx) }) else {
+        return;
+    };
+    super::flops::on_context_created(ctx, device);
+}
+
+/// The graph-launch callback ids of the runtime and driver APIs, as `(domain, cbid)`: one
+/// correlation id for many kernels.
+pub(crate) fn graph_launch_callback_ids(cupti: &Cupti) -> Vec<(u32, u32)> {
+    let ids: Result<Vec<(u32, u32)>, CuptiError> = table!(cupti, _t, b => {
+        Ok(vec![
+            (DOMAIN_RUNTIME_API, b::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_v10000),
+            (DOMAIN_RUNTIME_API, b::CUPTI_RUNTIME_TRACE_CBID_cudaGraphLaunch_ptsz_v10000),
+            (DOMAIN_DRIVER_API, b::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch),
+            (DOMAIN_DRIVER_API, b::CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz),
+        ])
+    });
+    ids.unwrap_or_default()
 }
 
 /// `cuptiSubscribe` with [`on_callback`]; returns the handle as an address.

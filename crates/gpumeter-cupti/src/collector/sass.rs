@@ -56,6 +56,10 @@ pub(crate) struct ApiCall {
     pub(crate) context: usize,
     /// CUPTI's id of that context.
     pub(crate) context_uid: u32,
+    /// A graph launch (one correlation id, many kernels).
+    pub(crate) graph: bool,
+    /// At the exit: the call returned an error (no kernel was launched).
+    pub(crate) failed: bool,
 }
 
 /// What a callback reports.
@@ -251,7 +255,7 @@ pub(crate) fn on_event(event: Event) {
                 OUTER.with(|o| o.set(outer));
             }
         }
-        Event::Api(_) => {
+        Event::Api(call) => {
             let depth = DEPTH.with(|d| {
                 let v = d.get();
                 d.set(v.saturating_sub(1));
@@ -259,6 +263,11 @@ pub(crate) fn on_event(event: Event) {
             });
             if depth != 1 {
                 return;
+            }
+            // FLOP counting notes the outermost launch call only (a runtime launch calls the
+            // driver's, under the same correlation id).
+            if !call.failed && super::flops::ACTIVE.load(Ordering::Relaxed) {
+                guarded(|| super::flops::on_launch_exit(call));
             }
             if let Some(outer) = OUTER.with(Cell::take) {
                 guarded(|| {
@@ -552,6 +561,8 @@ mod tests {
                 correlation_id: 1,
                 context: 0x1000,
                 context_uid: 1,
+                graph: false,
+                failed: false,
             })
         };
         std::thread::spawn(move || {

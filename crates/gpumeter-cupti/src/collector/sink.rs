@@ -80,6 +80,19 @@ pub trait CompletionSink: Send {
         Ok(())
     }
 
+    /// The operation counters of one context's kernel launches
+    /// ([`crate::gmr::OpCounters`]; [`CollectorConfig::flops`](super::CollectorConfig::flops)),
+    /// from the launching application thread after a decode of the range profiler, from a
+    /// thread whose context is being destroyed, and from the stopping thread before
+    /// [`CompletionSink::finish`]. The default ignores them.
+    ///
+    /// # Errors
+    /// Any; the launches are then counted as unwritten in the stop report.
+    fn op_counts(&mut self, counters: &crate::gmr::OpCounters) -> Result<(), GmrError> {
+        let _ = counters;
+        Ok(())
+    }
+
     /// Called once at stop, after the last buffer, with the final header (the start header
     /// plus the device inventory gathered while collecting).
     ///
@@ -247,6 +260,11 @@ impl CompletionSink for GmrFileSink {
 
     fn pm_samples(&mut self, samples: &crate::gmr::PmSamples) -> Result<(), GmrError> {
         let r = self.writer()?.write_pm_samples(samples);
+        self.check(r)
+    }
+
+    fn op_counts(&mut self, counters: &crate::gmr::OpCounters) -> Result<(), GmrError> {
+        let r = self.writer()?.write_op_counts(counters);
         self.check(r)
     }
 

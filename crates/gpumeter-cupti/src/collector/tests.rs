@@ -1495,3 +1495,156 @@ mod pm {
         }
     }
 }
+
+/// The FLOP counters the range profiler offers, asked through the real profiler host API of
+/// CUPTI 12.8 without a GPU (docs/COLLECTION.md "FLOP counters (range profiler)" has the
+/// table): all nine SASS op counters on GA100, GH100 and AD102, which fit one pass alone; the
+/// tensor-path totals per chip; and the passes of the whole selection. Pinned to the wheel's
+/// library: another CUPTI may answer otherwise.
+mod flops_selection {
+    use super::*;
+    use crate::collector::{select_flops_metrics, RangeHostProbe};
+    use gpumeter_core::ops::{is_tensor_op_metric, SASS_OP_METRICS};
+
+    /// (chip, tensor-path totals, passes of the 9 SASS counters alone, passes of all).
+    const PINNED: [(&str, &[&str], usize, usize); 3] = [
+        (
+            "GA100",
+            &[
+                "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+                "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+                "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
+                "sm__ops_path_tensor_src_fp64.sum",
+                "sm__ops_path_tensor_src_int1.sum",
+                "sm__ops_path_tensor_src_int4.sum",
+                "sm__ops_path_tensor_src_int8.sum",
+                "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+            ],
+            1,
+            PASSES_GA100,
+        ),
+        (
+            "GH100",
+            &[
+                "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+                "sm__ops_path_tensor_src_fp16.sum",
+                "sm__ops_path_tensor_src_fp64.sum",
+                "sm__ops_path_tensor_src_fp8.sum",
+                "sm__ops_path_tensor_src_int1.sum",
+                "sm__ops_path_tensor_src_int8.sum",
+                "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+            ],
+            1,
+            PASSES_GH100,
+        ),
+        (
+            "AD102",
+            &[
+                "sm__ops_path_tensor_src_bf16_dst_fp32.sum",
+                "sm__ops_path_tensor_src_fp16_dst_fp16.sum",
+                "sm__ops_path_tensor_src_fp16_dst_fp32.sum",
+                "sm__ops_path_tensor_src_fp64.sum",
+                "sm__ops_path_tensor_src_fp8.sum",
+                "sm__ops_path_tensor_src_int1.sum",
+                "sm__ops_path_tensor_src_int4.sum",
+                "sm__ops_path_tensor_src_int8.sum",
+                "sm__ops_path_tensor_src_tf32_dst_fp32.sum",
+            ],
+            1,
+            PASSES_AD102,
+        ),
+    ];
+    const PASSES_GA100: usize = 9;
+    const PASSES_GH100: usize = 8;
+    const PASSES_AD102: usize = 10;
+
+    /// Passes of the nine SASS counters with one tensor-path total (`sm__ops_path_tensor_src_`
+    /// and `.sum` left out): 2 each, 3 for the integer ones of 8 and 4 bits and GH100's fp16.
+    const PASSES_WITH_ONE: [(&str, &str, usize); 24] = [
+        ("GA100", "bf16_dst_fp32", 2),
+        ("GA100", "fp16_dst_fp16", 2),
+        ("GA100", "fp16_dst_fp32", 2),
+        ("GA100", "tf32_dst_fp32", 2),
+        ("GA100", "fp64", 2),
+        ("GA100", "int8", 3),
+        ("GA100", "int4", 3),
+        ("GA100", "int1", 2),
+        ("GH100", "bf16_dst_fp32", 2),
+        ("GH100", "tf32_dst_fp32", 2),
+        ("GH100", "fp16", 3),
+        ("GH100", "fp64", 2),
+        ("GH100", "fp8", 2),
+        ("GH100", "int8", 3),
+        ("GH100", "int1", 2),
+        ("AD102", "bf16_dst_fp32", 2),
+        ("AD102", "fp16_dst_fp16", 2),
+        ("AD102", "fp16_dst_fp32", 2),
+        ("AD102", "tf32_dst_fp32", 2),
+        ("AD102", "fp64", 2),
+        ("AD102", "fp8", 2),
+        ("AD102", "int8", 3),
+        ("AD102", "int4", 3),
+        ("AD102", "int1", 2),
+    ];
+
+    /// What each tensor-path total costs on top of the SASS counters (the table's last
+    /// column in docs/COLLECTION.md), pinned to the wheel's libcupti 12.8.
+    #[test]
+    fn each_tensor_total_costs_one_or_two_passes_more() {
+        let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
+            return;
+        };
+        if !lib.ends_with("nvidia/cuda_cupti/lib/libcupti.so.12") {
+            return;
+        }
+        let cupti = Cupti::load_from(&lib).expect("libcupti loads");
+        let sass: Vec<&str> = SASS_OP_METRICS.iter().map(|m| m.name).collect();
+        for (chip, tensor, want) in PASSES_WITH_ONE {
+            let t = format!("sm__ops_path_tensor_src_{tensor}.sum");
+            let mut metrics = sass.clone();
+            metrics.push(&t);
+            let host = cupti.range_host_initialize(chip, None).expect("host");
+            cupti.pm_host_add_metrics(&host, &metrics).expect("add");
+            let image = cupti.pm_host_config_image(&host).expect("image");
+            cupti.pm_host_deinitialize(host).expect("deinit");
+            let passes = cupti.profiler_host_num_passes(&image).expect("passes");
+            assert_eq!(passes, want, "{chip} {tensor}");
+        }
+    }
+
+    #[test]
+    fn the_range_profiler_offers_every_sass_op_counter_and_these_tensor_totals() {
+        let Some(lib) = lib_from_env("GPUMETER_CUPTI_LIB") else {
+            return;
+        };
+        let cupti = Cupti::load_from(&lib).expect("libcupti loads");
+        let pinned = lib.ends_with("nvidia/cuda_cupti/lib/libcupti.so.12");
+        for (chip, tensor, sass_passes, all_passes) in PINNED {
+            let sel = select_flops_metrics(&mut RangeHostProbe::new(&cupti, chip, None))
+                .unwrap_or_else(|e| panic!("{chip}: {e}"));
+            let names: Vec<&str> = SASS_OP_METRICS.iter().map(|m| m.name).collect();
+            assert_eq!(sel.sass, names, "{chip}");
+            if !pinned {
+                continue;
+            }
+            assert_eq!(sel.tensor, tensor, "{chip}");
+            assert_eq!(sel.passes, all_passes, "{chip}");
+            let alone = {
+                let host = cupti.range_host_initialize(chip, None).expect("host");
+                cupti.pm_host_add_metrics(&host, &names).expect("add");
+                let image = cupti.pm_host_config_image(&host).expect("image");
+                cupti.pm_host_deinitialize(host).expect("deinit");
+                cupti.profiler_host_num_passes(&image).expect("passes")
+            };
+            assert_eq!(alone, sass_passes, "{chip}");
+            // Every tensor total is recorded raw; those core's tensor_ops does not add up
+            // (no `_dst_` type) are named by the selection, for the stop report.
+            let not_metered: Vec<&str> = tensor
+                .iter()
+                .copied()
+                .filter(|m| !is_tensor_op_metric(m))
+                .collect();
+            assert_eq!(sel.tensor_not_metered(), not_metered, "{chip}");
+        }
+    }
+}

@@ -23,6 +23,17 @@
  * CUPTI_ERROR_INSUFFICIENT_PRIVILEGES); FAKE_CUPTI_PM_INTERVAL, when set, is the sampling
  * interval SetConfig must get (abort otherwise).
  *
+ * FLOP counters (range profiler): a host object of type range profiler lists the nine SASS op
+ * counters and one tensor-path total (with its sparsity part, which the collector must leave
+ * out) and needs 2 passes; cuptiRangeProfilerEnable on the fake context (FAKE_CUPTI_RANGE_ENABLE_RC
+ * is its result), SetConfig checked for auto range, kernel replay and one nesting level. When
+ * the runtime's cudaLaunchKernel callback is enabled, the first forced flush first plays
+ * FAKE_CUPTI_KERNELS launches through it (entry and exit, correlation ids 1, 2, ..., the ids of
+ * the kernel records), each one auto range. Evaluated values of range r (from 0): the SASS
+ * counter k of the nine (dadd, dmul, dfma, fadd, fmul, ffma, hadd, hmul, hfma) is (k+1)*(r+1);
+ * the tensor total 100*(r+1). FAKE_CUPTI_FAILED_LAUNCH=k makes launch k return an error at its
+ * exit callback (functionReturnValue nonzero) and make no range (its kernel record stays).
+ *
  * Build: cc -shared -fPIC -Ibindings/cupti/shim -I"$CUPTI12_INCLUDE" -I"$CUDA12_INCLUDE" -o libcupti.so.12
  *        fake_cupti.c -lpthread
  */
@@ -37,6 +48,7 @@
 #include <cupti_pmsampling.h>
 #include <cupti_profiler_host.h>
 #include <cupti_profiler_target.h>
+#include <cupti_range_profiler.h>
 #include <cupti_target.h>
 
 #if CUPTI_API_VERSION != 26
@@ -223,12 +235,16 @@ static void *complete_on_worker(void *arg) {
   return NULL;
 }
 
+static int g_launch_callback;
+static void play_launches(long n);
+
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
   (void)flag;
   static int flushed;
   if (flushed || !g_request || !g_complete) return CUPTI_SUCCESS;
   flushed = 1;
   long n = env_long("FAKE_CUPTI_KERNELS", 10);
+  if (g_launch_callback) play_launches(n);
   uint64_t t = now_ns() - 1000000000ull;
   long first = n / 2;
   struct job a = make_buffer(first, 1, &t);
@@ -255,6 +271,22 @@ CUptiResult cuptiActivityFlushAll(uint32_t flag) {
 
 static CUpti_PmSampling_Object *const FAKE_SAMPLER = (CUpti_PmSampling_Object *)(uintptr_t)0x5100;
 static CUpti_Profiler_Host_Object *const FAKE_HOST = (CUpti_Profiler_Host_Object *)(uintptr_t)0x4100;
+static CUpti_Profiler_Host_Object *const FAKE_RANGE_HOST =
+    (CUpti_Profiler_Host_Object *)(uintptr_t)0x4200;
+#define IS_HOST(h) ((h) == FAKE_HOST || (h) == FAKE_RANGE_HOST)
+static const char *const RANGE_BASE_METRICS[] = {
+    "smsp__sass_thread_inst_executed_op_dadd_pred_on",
+    "smsp__sass_thread_inst_executed_op_dmul_pred_on",
+    "smsp__sass_thread_inst_executed_op_dfma_pred_on",
+    "smsp__sass_thread_inst_executed_op_fadd_pred_on",
+    "smsp__sass_thread_inst_executed_op_fmul_pred_on",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on",
+    "smsp__sass_thread_inst_executed_op_hadd_pred_on",
+    "smsp__sass_thread_inst_executed_op_hmul_pred_on",
+    "smsp__sass_thread_inst_executed_op_hfma_pred_on",
+    "sm__ops_path_tensor_src_fp16_dst_fp32",
+    "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_on",
+    "sm__cycles_active"};
 static size_t g_pm_completed;
 static int g_pm_decoded;
 static uint64_t g_pm_base;
@@ -264,6 +296,8 @@ static const char *const BASE_METRICS[] = {"sm__cycles_active", "sm__cycles_elap
 CUptiResult cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
                                 CUpti_CallbackDomain domain, CUpti_CallbackId cbid) {
   (void)subscriber;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API && cbid == CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000)
+    g_launch_callback = (int)enable;
   if (enable && domain == CUPTI_CB_DOMAIN_RESOURCE &&
       cbid == CUPTI_CBID_RESOURCE_CONTEXT_CREATED && g_callback) {
     CUpti_ResourceData data;
@@ -314,24 +348,32 @@ CUptiResult cuptiPmSamplingGetCounterAvailability(CUpti_PmSampling_GetCounterAva
 
 CUptiResult cuptiProfilerHostInitialize(CUpti_Profiler_Host_Initialize_Params *p) {
   CHECK_SIZE(p, CUpti_Profiler_Host_Initialize_Params);
-  if (p->profilerType != CUPTI_PROFILER_TYPE_PM_SAMPLING || !p->pChipName ||
-      strcmp(p->pChipName, "GH100") != 0)
-    return CUPTI_ERROR_INVALID_PARAMETER;
+  if (!p->pChipName || strcmp(p->pChipName, "GH100") != 0) return CUPTI_ERROR_INVALID_PARAMETER;
   if (p->pCounterAvailabilityImage && p->pCounterAvailabilityImage[0] != 0xa5) abort();
+  if (p->profilerType == CUPTI_PROFILER_TYPE_RANGE_PROFILER) {
+    p->pHostObject = FAKE_RANGE_HOST;
+    return CUPTI_SUCCESS;
+  }
+  if (p->profilerType != CUPTI_PROFILER_TYPE_PM_SAMPLING) return CUPTI_ERROR_INVALID_PARAMETER;
   p->pHostObject = FAKE_HOST;
   return CUPTI_SUCCESS;
 }
 
 CUptiResult cuptiProfilerHostDeinitialize(CUpti_Profiler_Host_Deinitialize_Params *p) {
   CHECK_SIZE(p, CUpti_Profiler_Host_Deinitialize_Params);
-  return p->pHostObject == FAKE_HOST ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+  return IS_HOST(p->pHostObject) ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
 }
 
 CUptiResult cuptiProfilerHostGetBaseMetrics(CUpti_Profiler_Host_GetBaseMetrics_Params *p) {
   CHECK_SIZE(p, CUpti_Profiler_Host_GetBaseMetrics_Params);
-  if (p->pHostObject != FAKE_HOST) return CUPTI_ERROR_INVALID_PARAMETER;
+  if (!IS_HOST(p->pHostObject)) return CUPTI_ERROR_INVALID_PARAMETER;
   if (p->metricType != CUPTI_METRIC_TYPE_COUNTER) {
     p->numMetrics = 0;
+    return CUPTI_SUCCESS;
+  }
+  if (p->pHostObject == FAKE_RANGE_HOST) {
+    p->ppMetricNames = (const char **)RANGE_BASE_METRICS;
+    p->numMetrics = sizeof RANGE_BASE_METRICS / sizeof RANGE_BASE_METRICS[0];
     return CUPTI_SUCCESS;
   }
   p->ppMetricNames = (const char **)BASE_METRICS;
@@ -341,7 +383,9 @@ CUptiResult cuptiProfilerHostGetBaseMetrics(CUpti_Profiler_Host_GetBaseMetrics_P
 
 CUptiResult cuptiProfilerHostConfigAddMetrics(CUpti_Profiler_Host_ConfigAddMetrics_Params *p) {
   CHECK_SIZE(p, CUpti_Profiler_Host_ConfigAddMetrics_Params);
-  if (p->pHostObject != FAKE_HOST || p->numMetrics == 0) return CUPTI_ERROR_INVALID_PARAMETER;
+  if (!IS_HOST(p->pHostObject) || p->numMetrics == 0) return CUPTI_ERROR_INVALID_PARAMETER;
+  for (size_t m = 0; m < p->numMetrics && p->pHostObject == FAKE_RANGE_HOST; m++)
+    if (strstr(p->ppMetricNames[m], "_sparsity_")) return CUPTI_ERROR_INVALID_PARAMETER;
   return CUPTI_SUCCESS;
 }
 
@@ -435,9 +479,154 @@ CUptiResult cuptiPmSamplingCounterDataGetSampleInfo(
   return CUPTI_SUCCESS;
 }
 
+/* ---- range profiler ---- */
+
+static CUpti_RangeProfiler_Object *const FAKE_RANGER =
+    (CUpti_RangeProfiler_Object *)(uintptr_t)0x5200;
+static int g_range_started;
+static size_t g_ranges_since_start;
+static size_t g_ranges_decoded;
+static uint8_t *g_range_image;
+
+static void play_launches(long n) {
+  long failed = env_long("FAKE_CUPTI_FAILED_LAUNCH", 0);
+  for (long i = 0; i < n; i++) {
+    int err = 1; /* cudaErrorInvalidValue */
+    CUpti_CallbackData d;
+    memset(&d, 0, sizeof d);
+    d.functionName = "cudaLaunchKernel";
+    d.context = FAKE_CTX;
+    d.contextUid = 1;
+    d.correlationId = (uint32_t)(i + 1);
+    d.callbackSite = CUPTI_API_ENTER;
+    g_callback(g_userdata, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+               &d);
+    if (i + 1 == failed) {
+      d.functionReturnValue = &err; /* the launch failed: no kernel, no range */
+    } else if (g_range_started) {
+      g_ranges_since_start++;
+    }
+    d.callbackSite = CUPTI_API_EXIT;
+    g_callback(g_userdata, CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000,
+               &d);
+  }
+}
+
+CUptiResult cuptiProfilerHostGetNumOfPasses(CUpti_Profiler_Host_GetNumOfPasses_Params *p) {
+  CHECK_SIZE(p, CUpti_Profiler_Host_GetNumOfPasses_Params);
+  if (p->configImageSize != 32 || !p->pConfigImage) return CUPTI_ERROR_INVALID_PARAMETER;
+  p->numOfPasses = 2;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerEnable(CUpti_RangeProfiler_Enable_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_Enable_Params);
+  long rc = env_long("FAKE_CUPTI_RANGE_ENABLE_RC", 0);
+  if (rc != 0) return (CUptiResult)rc;
+  if (p->ctx != FAKE_CTX) return CUPTI_ERROR_INVALID_CONTEXT;
+  p->pRangeProfilerObject = FAKE_RANGER;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerDisable(CUpti_RangeProfiler_Disable_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_Disable_Params);
+  return p->pRangeProfilerObject == FAKE_RANGER ? CUPTI_SUCCESS : CUPTI_ERROR_INVALID_PARAMETER;
+}
+
+CUptiResult cuptiRangeProfilerGetCounterDataSize(CUpti_RangeProfiler_GetCounterDataSize_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_GetCounterDataSize_Params);
+  if (p->pRangeProfilerObject != FAKE_RANGER || p->numMetrics != 10 || p->maxNumOfRanges == 0 ||
+      p->maxNumRangeTreeNodes < p->maxNumOfRanges)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  p->counterDataSize = 64;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerCounterDataImageInitialize(
+    CUpti_RangeProfiler_CounterDataImage_Initialize_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_CounterDataImage_Initialize_Params);
+  if (p->pRangeProfilerObject != FAKE_RANGER || p->counterDataSize != 64 || !p->pCounterData)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  memset(p->pCounterData, 0, 64);
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerSetConfig(CUpti_RangeProfiler_SetConfig_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_SetConfig_Params);
+  if (p->pRangeProfilerObject != FAKE_RANGER || p->configSize != 32 || !p->pConfig ||
+      p->counterDataImageSize != 64 || !p->pCounterDataImage || p->range != CUPTI_AutoRange ||
+      p->replayMode != CUPTI_KernelReplay || p->numNestingLevels != 1 || p->maxRangesPerPass == 0) {
+    fprintf(stderr, "fake_cupti: cuptiRangeProfilerSetConfig: unexpected parameters\n");
+    abort();
+  }
+  g_range_image = p->pCounterDataImage;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerStart(CUpti_RangeProfiler_Start_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_Start_Params);
+  if (p->pRangeProfilerObject != FAKE_RANGER) return CUPTI_ERROR_INVALID_PARAMETER;
+  g_range_started = 1;
+  g_ranges_since_start = 0;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerStop(CUpti_RangeProfiler_Stop_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_Stop_Params);
+  if (p->pRangeProfilerObject != FAKE_RANGER) return CUPTI_ERROR_INVALID_PARAMETER;
+  g_range_started = 0;
+  p->passIndex = 0;
+  p->targetNestingLevel = 1;
+  p->isAllPassSubmitted = 1;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerDecodeData(CUpti_RangeProfiler_DecodeData_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_DecodeData_Params);
+  if (p->pRangeProfilerObject != FAKE_RANGER) return CUPTI_ERROR_INVALID_PARAMETER;
+  g_ranges_decoded = g_ranges_since_start;
+  p->numOfRangeDropped = 0;
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult cuptiRangeProfilerGetCounterDataInfo(CUpti_RangeProfiler_GetCounterDataInfo_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_GetCounterDataInfo_Params);
+  if (p->pCounterDataImage != g_range_image || p->counterDataImageSize != 64)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  p->numTotalRanges = g_ranges_decoded;
+  return CUPTI_SUCCESS;
+}
+
+/* Present (the collector checks the whole API is there) but never called by it. */
+CUptiResult cuptiRangeProfilerCounterDataGetRangeInfo(
+    CUpti_RangeProfiler_CounterData_GetRangeInfo_Params *p) {
+  CHECK_SIZE(p, CUpti_RangeProfiler_CounterData_GetRangeInfo_Params);
+  return CUPTI_ERROR_NOT_SUPPORTED;
+}
+
+static CUptiResult evaluate_ranges(CUpti_Profiler_Host_EvaluateToGpuValues_Params *p) {
+  if (p->rangeIndex >= g_ranges_decoded || !p->pMetricValues ||
+      p->pCounterDataImage != g_range_image)
+    return CUPTI_ERROR_INVALID_PARAMETER;
+  double r = (double)(p->rangeIndex + 1);
+  for (size_t m = 0; m < p->numMetrics; m++) {
+    const char *n = p->ppMetricNames[m];
+    double v = -7.0;
+    for (size_t k = 0; k < 9; k++) {
+      size_t len = strlen(RANGE_BASE_METRICS[k]);
+      if (strncmp(n, RANGE_BASE_METRICS[k], len) == 0 && strcmp(n + len, ".sum") == 0)
+        v = (double)(k + 1) * r;
+    }
+    if (strcmp(n, "sm__ops_path_tensor_src_fp16_dst_fp32.sum") == 0) v = 100.0 * r;
+    p->pMetricValues[m] = v;
+  }
+  return CUPTI_SUCCESS;
+}
+
 CUptiResult cuptiProfilerHostEvaluateToGpuValues(
     CUpti_Profiler_Host_EvaluateToGpuValues_Params *p) {
   CHECK_SIZE(p, CUpti_Profiler_Host_EvaluateToGpuValues_Params);
+  if (p->pHostObject == FAKE_RANGE_HOST) return evaluate_ranges(p);
   if (p->pHostObject != FAKE_HOST || p->rangeIndex >= g_pm_completed || !p->pMetricValues)
     return CUPTI_ERROR_INVALID_PARAMETER;
   for (size_t m = 0; m < p->numMetrics; m++) {
