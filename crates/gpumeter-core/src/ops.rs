@@ -167,19 +167,33 @@ pub const SASS_OP_METRICS: [OpMetric; 9] = [
 pub const TENSOR_OP_PREFIX: &str = "sm__ops_path_tensor_src_";
 
 /// Whether `name` is a tensor-path operation counter that [`OpCounter`] adds to `tensor_ops`:
-/// `sm__ops_path_tensor_src_<type>_dst_<type>.sum`. Its `_sparsity_on` / `_sparsity_off`
-/// parts are not (they split the same operations: adding them would count each twice).
+/// `sm__ops_path_tensor_src_<type>.sum` (all operations with that source type) or
+/// `sm__ops_path_tensor_src_<type>_dst_<type>.sum` (those with one destination type). Its
+/// `_sparsity_on` / `_sparsity_off` parts are not (they split the same operations: adding
+/// them would count each twice).
 pub fn is_tensor_op_metric(name: &str) -> bool {
-    name.strip_prefix(TENSOR_OP_PREFIX)
-        .and_then(|rest| rest.strip_suffix(".sum"))
-        .is_some_and(|types| {
-            types.contains("_dst_")
-                && !types.ends_with("_sparsity_on")
-                && !types.ends_with("_sparsity_off")
-                && types
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
-        })
+    tensor_source(name).is_some()
+}
+
+/// The source type of a tensor-path operation counter and whether it is one destination
+/// type's part (`src_fp16_dst_fp32` → `("fp16", true)`, `src_int8` → `("int8", false)`).
+fn tensor_source(name: &str) -> Option<(&str, bool)> {
+    let types = name.strip_prefix(TENSOR_OP_PREFIX)?.strip_suffix(".sum")?;
+    let plain = |t: &str| {
+        !t.is_empty()
+            && t.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+    };
+    if types.ends_with("_sparsity_on") || types.ends_with("_sparsity_off") || !plain(types) {
+        return None;
+    }
+    match types.split_once("_dst_") {
+        Some((src, dst)) if !src.is_empty() && !dst.is_empty() && !dst.contains("_dst_") => {
+            Some((src, true))
+        }
+        Some(_) => None,
+        None => Some((types, false)),
+    }
 }
 
 /// Why counters cannot make an [`OpCounts`].
@@ -204,9 +218,14 @@ pub enum OpCountError {
 /// says which meters are so).
 #[derive(Debug, Clone, Default)]
 pub struct OpCounter {
-    counts: [Option<u64>; 4],
+    counts: [Option<u64>; 3],
     /// Per SASS metric: whether it was given.
     seen: [bool; 9],
+    /// Tensor-path counters given: (source type, whether a destination type's part, value).
+    /// Per source type, its destination parts are summed when given, else its total: a
+    /// chip offers one or the other (GA100 `src_fp16_dst_fp16` and `_dst_fp32`, GH100
+    /// `src_fp16`), and a source recording both must not count them twice.
+    tensor: Vec<(String, bool, u64)>,
 }
 
 impl OpCounter {
@@ -227,15 +246,21 @@ impl OpCounter {
                 let m = &SASS_OP_METRICS[i];
                 (m.meter, m.flops_per_instruction)
             }
-            None if is_tensor_op_metric(metric) => (MeterKind::TensorOps, 1),
-            None => return Ok(false),
+            None => {
+                let Some((src, part)) = tensor_source(metric) else {
+                    return Ok(false);
+                };
+                // Summed in `finish`, where which counters of a source count is known.
+                self.tensor.push((src.to_string(), part, value));
+                return Ok(true);
+            }
         };
         let overflow = || OpCountError::Overflow {
             meter,
             metric: metric.to_string(),
             value,
         };
-        let slot = &mut self.counts[OP_METERS.iter().position(|&m| m == meter).unwrap_or(3)];
+        let slot = &mut self.counts[OP_METERS.iter().position(|&m| m == meter).unwrap_or(0)];
         let add = value.checked_mul(weight).ok_or_else(overflow)?;
         *slot = Some(slot.unwrap_or(0).checked_add(add).ok_or_else(overflow)?);
         Ok(true)
@@ -258,13 +283,36 @@ impl OpCounter {
         .collect()
     }
 
-    /// The counts.
+    /// `tensor_ops`: per source type, the sum of its destination parts when any was given,
+    /// else its total; `Err(())` when the sum overflows `u64`. `Ok(None)` when no tensor-path
+    /// counter was given.
+    fn tensor_ops(&self) -> Result<Option<u64>, ()> {
+        if self.tensor.is_empty() {
+            return Ok(None);
+        }
+        let mut sum = 0u64;
+        for (src, part, value) in &self.tensor {
+            let has_parts = self.tensor.iter().any(|(s, p, _)| s == src && *p);
+            if *part == has_parts {
+                sum = sum.checked_add(*value).ok_or(())?;
+            }
+        }
+        Ok(Some(sum))
+    }
+
+    /// Whether the tensor-path counters' sum overflows `u64` (`tensor_ops` is then left
+    /// uncounted by [`OpCounter::finish`]).
+    pub fn tensor_overflow(&self) -> bool {
+        self.tensor_ops().is_err()
+    }
+
+    /// The counts (`tensor_ops` `None` when its sum overflows: [`OpCounter::tensor_overflow`]).
     pub fn finish(&self) -> OpCounts {
         OpCounts {
             flops_fp64: self.counts[0],
             flops_fp32: self.counts[1],
             flops_fp16: self.counts[2],
-            tensor_ops: self.counts[3],
+            tensor_ops: self.tensor_ops().ok().flatten(),
         }
     }
 }
@@ -285,6 +333,14 @@ mod tests {
         assert!(c
             .add("sm__ops_path_tensor_src_bf16_dst_fp32.sum", 5)
             .expect("added"));
+        // A source's total beside its destination parts is not counted again; a source given
+        // only as a total is.
+        assert!(c
+            .add("sm__ops_path_tensor_src_fp16.sum", 1_000)
+            .expect("added"));
+        assert!(c
+            .add("sm__ops_path_tensor_src_int8.sum", 100)
+            .expect("added"));
         // Parts of a counted total, instruction counts and other metrics are left alone.
         assert!(!c
             .add("sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_on.sum", 99)
@@ -299,7 +355,7 @@ mod tests {
         assert_eq!(n.flops_fp64, Some(40));
         assert_eq!(n.flops_fp32, Some(40));
         assert_eq!(n.flops_fp16, Some(40));
-        assert_eq!(n.tensor_ops, Some(12));
+        assert_eq!(n.tensor_ops, Some(112));
         assert!(c.partial().is_empty());
     }
 

@@ -1166,6 +1166,9 @@ pub(crate) fn assign_op_counts(
                 break;
             }
         }
+        if overflow.is_none() && c.tensor_overflow() {
+            overflow = Some("tensor_ops's total for one kernel overflows u64".to_string());
+        }
         if let Some(why) = overflow {
             join.overflowed.push((corr, why));
             counted.insert(corr, None);

@@ -52,7 +52,7 @@
 
 use std::borrow::{Borrow, Cow};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fmt;
 use std::io::Read;
 use std::path::Path;
@@ -863,6 +863,12 @@ pub(crate) struct Collector<'p> {
     /// CPU-side kernel and graph launch calls ([`is_launch`]), for the warning when nothing
     /// GPU-side was recorded.
     launches: u64,
+    /// The OS process ids of those launch calls (the processes a range-only trace's kernels
+    /// can be of).
+    launch_pids: BTreeSet<u32>,
+    /// Launch call correlation id → its `ts` (ns relative to the base): the launch order that
+    /// ranges are matched to kernels in.
+    launch_ts: HashMap<u32, i128>,
 }
 
 /// A measured kernel range (`cuda_profiler_range` with CUPTI metric arguments), as read.
@@ -878,6 +884,9 @@ struct Range {
     partial: bool,
     /// A meter whose total overflows `u64` (that meter left uncounted).
     overflow: bool,
+    /// A session-wide range ([`SESSION_NAME`]): its counters cover every kernel of the
+    /// profiling session.
+    session: bool,
 }
 
 impl Collector<'_> {
@@ -940,7 +949,9 @@ impl Collector<'_> {
                 let (class, known) = classify(&cat);
                 // A range is read only as a complete event (Kineto writes no other): a B/E
                 // range is counted as skipped, as before ranges were read.
-                if class == Class::Skipped || (class == Class::ProfilerRange && ph != "X") {
+                if class == Class::Skipped
+                    || (class == Class::ProfilerRange && ph != "X" && ph != "B")
+                {
                     // Once per event: an `E` (returned above) closes a counted `B`.
                     self.skip(known);
                 }
@@ -976,7 +987,7 @@ impl Collector<'_> {
             Class::Ignored | Class::Skipped => Ok(()),
             Class::ProfilerRange => {
                 if ph == "X" {
-                    self.range(index, &ev);
+                    self.range(index, &ev, None);
                 }
                 Ok(())
             }
@@ -1015,6 +1026,9 @@ impl Collector<'_> {
             Some(b) if is_work(b.class) => {
                 self.work(b.index, b.class, &b.event.view(), Some(&ev));
             }
+            Some(b) if b.class == Class::ProfilerRange => {
+                self.range(b.index, &b.event.view(), Some(&ev));
+            }
             Some(_) => {}
             None => {
                 if class_of(&ev).is_some_and(is_work) {
@@ -1032,11 +1046,11 @@ impl Collector<'_> {
 
     /// A CPU-side CUDA API event: its correlation id → its OS process id.
     fn api(&mut self, index: usize, ev: &Event<'_>) {
-        if ev
+        let launch = ev
             .name
             .and_then(|n| raw_str(n).ok())
-            .is_some_and(|n| is_launch(&n))
-        {
+            .is_some_and(|n| is_launch(&n));
+        if launch {
             self.launches += 1;
         }
         let f = self.fault(index);
@@ -1060,6 +1074,18 @@ impl Collector<'_> {
             .and_then(|p| u32::try_from(p).ok());
         if let (Some(c), Some(p)) = (corr, pid) {
             self.pid_of_correlation.insert(c, p);
+        }
+        if launch {
+            if let Some(p) = pid {
+                self.launch_pids.insert(p);
+            }
+            let ts = ev
+                .ts
+                .and_then(|t| raw_str(t).ok().or(Some(Cow::Borrowed(t.get()))))
+                .and_then(|t| micros_text_to_ns(&t).ok());
+            if let (Some(c), Some(ts)) = (corr, ts) {
+                self.launch_ts.insert(c, ts);
+            }
         }
     }
 
@@ -1099,10 +1125,10 @@ impl Collector<'_> {
         }
     }
 
-    /// A `cuda_profiler_range` complete event: with CUPTI metric arguments a measured kernel
-    /// range, kept for [`finish`] (which makes it a launch, or attaches its counts to its
-    /// kernel); without, counted as skipped.
-    fn range(&mut self, index: usize, ev: &Event<'_>) {
+    /// A `cuda_profiler_range` complete event (or a `B` event `ev` closed by `end`): with
+    /// CUPTI metric arguments a measured kernel range, kept for [`finish`] (which makes it a
+    /// launch, or attaches its counts to its kernel); without, counted as skipped.
+    fn range(&mut self, index: usize, ev: &Event<'_>, end: Option<&Event<'_>>) {
         let f = Fault {
             path: self.path,
             record: RecordLocation::TraceEvent(index),
@@ -1122,13 +1148,15 @@ impl Collector<'_> {
                     parsed: Err(e),
                     partial: false,
                     overflow: false,
+                    session: false,
                 });
                 return;
             }
         };
         let mut partial = false;
         let mut overflow = false;
-        let parsed = match ev.duplicate {
+        let mut session = false;
+        let parsed = match ev.duplicate.or(end.and_then(|e| e.duplicate)) {
             Some(d) => Err(d.fault(
                 &f,
                 "given twice in the event, so which value holds is unknown".to_string(),
@@ -1136,7 +1164,7 @@ impl Collector<'_> {
             None => work_event(
                 &f,
                 ev,
-                None,
+                end,
                 &args,
                 Class::Kernel,
                 &mut self.names,
@@ -1152,6 +1180,7 @@ impl Collector<'_> {
                 if k.name.as_deref() == Some(MISSING_NAME) {
                     k.name = None;
                 }
+                session = k.name.as_deref() == Some(SESSION_NAME);
             }
             Ok(p.into_owned())
         });
@@ -1161,6 +1190,7 @@ impl Collector<'_> {
             parsed,
             partial,
             overflow,
+            session,
         });
     }
 
@@ -1184,6 +1214,11 @@ const NOT_AN_EVENT_OBJECT: &str = "not_an_event_object";
 
 /// The name Kineto gives a profiler range whose kernel name it did not get.
 const MISSING_NAME: &str = "__missing__";
+
+/// The name of the one range per device Kineto's range profiler writes when it does not
+/// measure per kernel (PyTorch `profiler_measure_per_kernel=False`, the default): its
+/// counters are the whole session's.
+const SESSION_NAME: &str = "__profile__";
 
 /// The message field of each SASS op counter ([`gpumeter_core::ops::SASS_OP_METRICS`], in its
 /// order) as a range's `args` spell it.
@@ -2536,6 +2571,8 @@ pub(crate) fn read_events<'p>(
         cut_strings: 0,
         ranges: Vec::new(),
         launches: 0,
+        launch_pids: BTreeSet::new(),
+        launch_ts: HashMap::new(),
     };
     let src = RefCell::new(Source::new(Box::new(head.chain(reader))));
     let mut de = serde_json::Deserializer::from_reader(SerdeSide(&src));
@@ -2600,13 +2637,32 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
     // B events never closed by their E.
     let mut unclosed: Vec<Open> = c.open.drain().flat_map(|(_, v)| v).collect();
     unclosed.sort_by_key(|o| o.index);
-    for o in unclosed.into_iter().filter(|o| is_work(o.class)) {
+    for o in unclosed.into_iter() {
         let e = c.fault(o.index).err(
             "ph",
             "B",
             "a B (begin) event whose E (end) never comes on its pid and tid",
         );
-        c.lose(&o.event.view(), e);
+        if is_work(o.class) {
+            c.lose(&o.event.view(), e);
+        } else if o.class == Class::ProfilerRange {
+            // A measured range must not vanish: lost (a range-only device) or unmatched.
+            let ev = o.event.view();
+            let measured =
+                read_args(&c.fault(o.index), ev.args).map_or(true, |a| !a.metrics.is_empty());
+            if measured {
+                c.ranges.push(Range {
+                    index: o.index,
+                    device_id: device_hint(&ev, &Args::default()),
+                    parsed: Err(e),
+                    partial: false,
+                    overflow: false,
+                    session: false,
+                });
+            } else {
+                c.skip("cuda_profiler_range");
+            }
+        }
     }
 
     let top = Fault {
@@ -2651,14 +2707,29 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
     // Measured kernel ranges: on a device with kernel events their counts attach to those
     // kernels; on a device without, each range is a launch.
     let had_ranges = !c.ranges.is_empty();
+    let first_range_launch = c.pending.len();
     let ranges = resolve_ranges(
         &mut c.pending,
         std::mem::take(&mut c.ranges),
         &mut c.invalid,
+        &c.launch_ts,
     );
     let gpu_events = !c.pending.is_empty() || !c.invalid.is_empty() || had_ranges;
+    // Kernels the trace records, read or not: for the launches-without-kernels warning.
+    let kernels_recorded = c
+        .pending
+        .iter()
+        .filter(|p| matches!(p.rec.work, Work::Kernel(_)))
+        .count() as u64
+        + c.invalid.len() as u64;
+    // A range carries no correlation id: its launch is of the trace's one launching process
+    // when there is exactly one.
+    let range_pid = match (c.launch_pids.len(), c.launch_pids.first()) {
+        (1, Some(&p)) => Some(p),
+        _ => None,
+    };
     let mut records = Vec::with_capacity(c.pending.len());
-    for p in c.pending {
+    for (i, p) in c.pending.into_iter().enumerate() {
         let f = Fault {
             path,
             record: RecordLocation::TraceEvent(p.index),
@@ -2670,7 +2741,11 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
                 rec.start_ns = start_ns;
                 rec.end_ns = end_ns;
                 rec.device = slot;
-                rec.process_id = p.correlation.and_then(|k| pids.get(&k).copied());
+                rec.process_id = if i >= first_range_launch {
+                    range_pid
+                } else {
+                    p.correlation.and_then(|k| pids.get(&k).copied())
+                };
                 records.push(rec);
             }
             Times::Lost(reason) => parsed.losses.push((slot, reason)),
@@ -2735,7 +2810,13 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
         ),
         ));
     }
-    range_warnings(&name, &ranges, &mut parsed.warnings);
+    range_warnings(
+        &name,
+        &ranges,
+        range_pid,
+        c.launch_pids.len(),
+        &mut parsed.warnings,
+    );
     if ranges.unmatched > 0 {
         *c.skipped
             .entry("cuda_profiler_range".to_string())
@@ -2750,6 +2831,21 @@ pub(crate) fn finish(mut c: Collector<'_>, key_label: &str) -> Result<Parsed, Im
                  memset or measured profiler-range event): that work is not metered; record \
                  with CUDA activities on (PyTorch: ProfilerActivity.CUDA)",
                 c.launches
+            ),
+        ));
+    } else if c.launches > kernels_recorded {
+        // Every launch call makes at least one kernel (a graph launch several): fewer
+        // kernels than launches is launched work the trace did not record.
+        parsed.warnings.push(Warning::new(
+            WarningCode::LaunchesWithoutGpuEvents,
+            format!(
+                "{name}: the CPU side launched GPU work {} times (cudaLaunchKernel and kin, \
+                 graph launches) but the trace records {kernels_recorded} kernels (kernel \
+                 events and measured profiler ranges, read or lost): at least {} launched \
+                 kernels are not metered (kernel events left out or dropped, or more kernels \
+                 than the CUPTI profiler's range limit)",
+                c.launches,
+                c.launches - kernels_recorded
             ),
         ));
     }
@@ -2774,6 +2870,9 @@ struct RangeOutcome {
     partial: u64,
     /// Ranges with a meter's total past `u64`.
     overflow: u64,
+    /// Session-wide ranges taken as launches, and the first one's event index.
+    sessions: u64,
+    first_session: Option<usize>,
 }
 
 /// Resolves measured kernel ranges against the kernel events (`pending`), per device: on a
@@ -2787,6 +2886,7 @@ fn resolve_ranges(
     pending: &mut Vec<Pending<'static>>,
     ranges: Vec<Range>,
     invalid: &mut Vec<(Option<u32>, ImportError)>,
+    launch_ts: &HashMap<u32, i128>,
 ) -> RangeOutcome {
     let mut out = RangeOutcome::default();
     if ranges.is_empty() {
@@ -2808,9 +2908,21 @@ fn resolve_ranges(
             kernels.entry((p.device_id, name)).or_default().push(i);
         }
     }
+    // Launch order: the launch call's time where the trace has it (kernels of several
+    // streams start on the GPU in another order than they were launched in, and the
+    // profiler replays them in launch order), else the kernel's start.
+    let launched = |p: &Pending<'_>| {
+        p.correlation
+            .and_then(|c| launch_ts.get(&c).copied())
+            .unwrap_or(p.ts_ns)
+    };
     for list in kernels.values_mut() {
-        list.sort_by_key(|&i| (pending[i].ts_ns, pending[i].index));
+        list.sort_by_key(|&i| (launched(&pending[i]), pending[i].ts_ns, pending[i].index));
     }
+    // Range launches of a device are numbered in trace order as their correlation id: two
+    // ranges alike in every field (Kineto gives ranges equal shares of the session, which
+    // can be 0 µs) are two launches, not one record twice.
+    let mut ordinal: HashMap<u32, u32> = HashMap::new();
     let mut matched: HashMap<(u32, Arc<str>), Vec<Pending<'static>>> = HashMap::new();
     // The warning names the first unmatched range in the trace, whatever order the
     // (name-keyed, hash-ordered) matching meets them in.
@@ -2832,8 +2944,15 @@ fn resolve_ranges(
         };
         let on_kernel_device = device.is_some_and(|d| with_kernels.contains(&d));
         match (r.parsed, on_kernel_device) {
-            (Ok(p), false) => {
+            (Ok(mut p), false) => {
                 out.launches += 1;
+                if r.session {
+                    out.sessions += 1;
+                    out.first_session.get_or_insert(r.index);
+                }
+                let n = ordinal.entry(p.device_id).or_insert(0);
+                *n = n.saturating_add(1);
+                p.rec.correlation_id = *n;
                 pending.push(p);
             }
             (Err(e), false) => invalid.push((r.device_id, e)),
@@ -2877,7 +2996,13 @@ fn resolve_ranges(
 }
 
 /// The warnings of a trace's measured kernel ranges.
-fn range_warnings(name: &str, r: &RangeOutcome, warnings: &mut Vec<Warning>) {
+fn range_warnings(
+    name: &str,
+    r: &RangeOutcome,
+    range_pid: Option<u32>,
+    launch_pids: usize,
+    warnings: &mut Vec<Warning>,
+) {
     if r.launches + r.attached > 0 {
         let how = match (r.launches, r.attached) {
             (l, 0) => format!(
@@ -2893,13 +3018,38 @@ fn range_warnings(name: &str, r: &RangeOutcome, warnings: &mut Vec<Warning>) {
                  profiling session's span) and {a} kernels carry their range's counters"
             ),
         };
+        let who = match (r.launches, range_pid) {
+            (0, _) => String::new(),
+            (_, Some(pid)) => format!(
+                "; ranges carry no correlation id, so their launches are given the process id \
+                 of the trace's one launching process ({pid})"
+            ),
+            (_, None) => format!(
+                "; ranges carry no correlation id and the trace has {launch_pids} launching \
+                 processes, so their launches have no process id and a tenant map's [pid] \
+                 rules cannot attribute them"
+            ),
+        };
         warnings.push(Warning::new(
             WarningCode::InstrumentedRun,
             format!(
                 "{name}: an instrumented run (PyTorch profiler in CUPTI-profiler mode): {how}; \
                  kernel_ns, gpu_busy_ns and the other time meters describe the profiled run, \
                  not an unprofiled one, while flops_fp64, flops_fp32, flops_fp16 and tensor_ops \
-                 are the counters' own"
+                 are the counters' own{who}"
+            ),
+        ));
+    }
+    if let Some(index) = r.first_session {
+        warnings.push(Warning::new(
+            WarningCode::InstrumentedRun,
+            format!(
+                "{name}: {} CUPTI-profiler ranges are session-wide (`{SESSION_NAME}`, the first \
+                 traceEvents[{index}]: PyTorch's profiler_measure_per_kernel=False): each is \
+                 metered as one kernel launch spanning the session, so its FLOP and tensor \
+                 counts are the session's, right, but kernel_launches and the time meters do not \
+                 describe its kernels",
+                r.sessions
             ),
         ));
     }
