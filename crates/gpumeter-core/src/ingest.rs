@@ -771,6 +771,7 @@ fn fill_joined(r: &mut ActivityRecord, j: &Joined) {
             k.name.clone_from(&j.name);
         }
         k.warp_instructions = k.warp_instructions.or(j.warp_instructions);
-        k.ops = k.ops.or(j.ops);
+        let ops = k.op_counts().or(j.ops);
+        k.set_op_counts(ops);
     }
 }

@@ -53,11 +53,23 @@ pub struct KernelLaunch {
     /// Floating-point and tensor-core operations the launch executed (`flops_fp64`,
     /// `flops_fp32`, `flops_fp16`, `tensor_ops`), each when the source measured it: CUPTI's
     /// SASS op and tensor-path counters of the kernel's profiler range
-    /// ([`OpCounts`](crate::OpCounts), `ops.rs`). All `None` when not measured.
-    pub ops: crate::ops::OpCounts,
+    /// ([`OpCounts`](crate::OpCounts), `ops.rs`). `None` when nothing was measured (boxed:
+    /// most records carry no counts, and a record's size is what the decode and meter move
+    /// around; [`KernelLaunch::op_counts`], [`KernelLaunch::set_op_counts`]).
+    pub ops: Option<Box<crate::ops::OpCounts>>,
 }
 
 impl KernelLaunch {
+    /// The launch's operation counts (all `None` when it has none).
+    pub fn op_counts(&self) -> crate::ops::OpCounts {
+        self.ops.as_deref().copied().unwrap_or_default()
+    }
+
+    /// Sets the launch's operation counts (`ops` is `None` when `counts` holds none).
+    pub fn set_op_counts(&mut self, counts: crate::ops::OpCounts) {
+        self.ops = (!counts.is_empty()).then(|| Box::new(counts));
+    }
+
     /// Blocks in the grid (`gridX·gridY·gridZ`), `None` when the grid is unknown. The product
     /// saturates at `u64::MAX` (a grid of up to 2³¹−1 × 65535 × 65535 blocks exceeds no GPU's
     /// SM count either way).
@@ -152,11 +164,16 @@ impl ActivityRecord {
     /// without its CPU events), so they are compared by [`Joined::agrees`] instead.
     pub fn identity(&self) -> ActivityRecord {
         let work = match &self.work {
+            // Field by field: cloning the whole launch would copy its boxed counts only to
+            // drop them (an allocation per record).
             Work::Kernel(k) => Work::Kernel(KernelLaunch {
+                grid: k.grid,
+                block: k.block,
+                registers_per_thread: k.registers_per_thread,
+                shared_mem_bytes: k.shared_mem_bytes,
                 name: None,
                 warp_instructions: None,
-                ops: crate::ops::OpCounts::default(),
-                ..k.clone()
+                ops: None,
             }),
             w => w.clone(),
         };
@@ -174,7 +191,7 @@ impl ActivityRecord {
     /// out).
     pub fn joined(&self) -> Joined {
         let (name, warp_instructions, ops) = match &self.work {
-            Work::Kernel(k) => (k.name.clone(), k.warp_instructions, k.ops),
+            Work::Kernel(k) => (k.name.clone(), k.warp_instructions, k.op_counts()),
             _ => (None, None, crate::ops::OpCounts::default()),
         };
         Joined {

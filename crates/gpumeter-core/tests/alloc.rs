@@ -143,12 +143,12 @@ fn pushing_a_million_kernels_after_warm_up_allocates_nothing() {
 fn kernel_with_ops(dev: DeviceSlot, i: u64, zero_every: u64) -> ActivityRecord {
     let mut r = kernel(dev, i);
     if let Work::Kernel(k) = &mut r.work {
-        k.ops = OpCounts {
+        k.set_op_counts(OpCounts {
             flops_fp64: Some(i),
             flops_fp32: Some(2 * i),
             flops_fp16: Some(0),
             tensor_ops: Some(7),
-        };
+        });
     }
     if i.is_multiple_of(zero_every) {
         r.end_ns = r.start_ns;
@@ -175,10 +175,15 @@ fn pushing_kernels_with_operation_counts_after_warm_up_allocates_nothing() {
         for i in 1..WARM_UP {
             meter.push(kernel_with_ops(dev, i, zero_every));
         }
+        // Built before counting: a record's counts are boxed (a record of its own, not the
+        // meter's allocation).
+        let records: Vec<ActivityRecord> = (WARM_UP..WARM_UP + N)
+            .map(|i| kernel_with_ops(dev, i, zero_every))
+            .collect();
         let before = allocations();
         COUNTING.with(|c| c.set(true));
-        for i in WARM_UP..WARM_UP + N {
-            meter.push(kernel_with_ops(dev, i, zero_every));
+        for r in records {
+            meter.push(r);
         }
         COUNTING.with(|c| c.set(false));
         let allocations = allocations() - before;

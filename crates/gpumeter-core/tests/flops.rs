@@ -38,7 +38,7 @@ fn k(a: u64, b: u64, ops: OpCounts, pid: u32) -> ActivityRecord {
         Work::Kernel(KernelLaunch {
             grid: Some([4, 1, 1]),
             block: Some([128, 1, 1]),
-            ops,
+            ops: Some(Box::new(ops)),
             ..KernelLaunch::default()
         }),
     );
@@ -172,7 +172,7 @@ fn kernels_over_the_resident_grid_limit_take_their_operations_back() {
         let Work::Kernel(mut launch) = kernel(1) else {
             unreachable!("a kernel")
         };
-        launch.ops = all(i + 1, 0, 0, 0);
+        launch.set_op_counts(all(i + 1, 0, 0, 0));
         let mut r = ActivityRecord::new(dev, BASE, BASE + 1_000 + i, Work::Kernel(launch));
         r.process_id = Some(1);
         r.correlation_id = i as u32;

@@ -1148,12 +1148,12 @@ pub(crate) fn assign_op_counts(
             // A later kernel of the same call: 0 of each meter the call counted.
             if let Some(Some(c)) = counted.get(&corr) {
                 let zero = |n: Option<u64>| n.map(|_| 0);
-                k.ops = gpumeter_core::OpCounts {
+                k.set_op_counts(gpumeter_core::OpCounts {
                     flops_fp64: zero(c.flops_fp64),
                     flops_fp32: zero(c.flops_fp32),
                     flops_fp16: zero(c.flops_fp16),
                     tensor_ops: zero(c.tensor_ops),
-                };
+                });
                 join.given += 1;
             }
             continue;
@@ -1184,7 +1184,7 @@ pub(crate) fn assign_op_counts(
                 _ => {}
             }
         }
-        k.ops = ops;
+        k.set_op_counts(ops);
         counted.insert(corr, Some(ops));
         join.given += 1;
     }

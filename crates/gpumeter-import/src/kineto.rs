@@ -1175,7 +1175,7 @@ impl Collector<'_> {
             let (ops, part, over) = range_op_counts(&f, &args.metrics)?;
             (partial, overflow) = (part, over);
             if let Work::Kernel(k) = &mut p.rec.work {
-                k.ops = ops;
+                k.set_op_counts(ops);
                 // Kineto names a range whose kernel name it did not get `__missing__`.
                 if k.name.as_deref() == Some(MISSING_NAME) {
                     k.name = None;
@@ -2968,13 +2968,13 @@ fn resolve_ranges(
         let targets = kernels.get(&key).map_or(&[][..], Vec::as_slice);
         for (n, r) in list.into_iter().enumerate() {
             let ops = match &r.rec.work {
-                Work::Kernel(k) => k.ops,
+                Work::Kernel(k) => k.op_counts(),
                 _ => gpumeter_core::OpCounts::default(),
             };
             match targets.get(n) {
                 Some(&t) => {
                     if let Work::Kernel(k) = &mut pending[t].rec.work {
-                        k.ops = ops;
+                        k.set_op_counts(ops);
                     }
                     out.attached += 1;
                 }

@@ -84,8 +84,8 @@ impl Meter {
                 } else {
                     dev.kernels_without_instructions += 1;
                 }
-                let counts = k.ops.as_array();
-                if !k.ops.is_empty() {
+                let counts = k.op_counts().as_array();
+                if k.ops.is_some() {
                     ops = match dev.op_free.pop() {
                         Some(i) => {
                             dev.op_slab[i as usize] = counts;
