@@ -9,51 +9,16 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
 
-/// Whether `tool ARG` runs; when not, says `skipped: …` on standard error, and fails under
-/// `CI=true`.
-fn have(tool: &str, arg: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg(arg)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: {tool} not found; scripts/gpu-flops checks cannot run"
-        );
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: {tool} not found; scripts/gpu-flops checks were not run (CI=true makes \
-             this a failure)"
-        );
-    }
-    ok
-}
+use super::gpu_truth::{have, table_self_test};
 
 #[test]
 fn the_flops_table_builder_passes_its_self_test() {
-    if !have("python3", "--version") {
-        return;
-    }
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3")
-        .arg(root.join("scripts/gpu-flops/table.py"))
-        .arg("--self-test")
-        .output()
-        .expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("self-test PASS"),
-        "table.py --self-test: {}\n{stdout}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    table_self_test("scripts/gpu-flops/table.py");
 }
 
 #[test]
 fn the_flops_script_parses_answers_help_and_cannot_run_without_binaries() {
-    if !have("bash", "--version") {
+    if !have("bash", "--version", "scripts/gpu-flops.sh's checks") {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

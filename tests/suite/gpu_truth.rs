@@ -9,8 +9,8 @@ use std::path::Path;
 use std::process::Command;
 
 /// Whether `tool ARG` runs; when not, says `skipped: …` on standard error (past the harness's
-/// capture), and fails under `CI=true`.
-fn have(tool: &str, arg: &str) -> bool {
+/// capture), naming `what` was not run, and fails under `CI=true`. Shared with `gpu_flops`.
+pub(super) fn have(tool: &str, arg: &str, what: &str) -> bool {
     let ok = Command::new(tool)
         .arg(arg)
         .output()
@@ -19,40 +19,44 @@ fn have(tool: &str, arg: &str) -> bool {
     if !ok {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: {tool} not found; scripts/gpu-truth/table.py's self-test cannot run"
+            "CI=true: {tool} not found; {what} cannot run"
         );
         let _ = writeln!(
             std::io::stderr(),
-            "skipped: {tool} not found; scripts/gpu-truth/table.py's self-test was not run \
-             (CI=true makes this a failure)"
+            "skipped: {tool} not found; {what} was not run (CI=true makes this a failure)"
         );
     }
     ok
 }
 
-#[test]
-fn the_table_builder_passes_its_self_test() {
-    if !have("python3", "--version") {
+/// Runs `python3 SCRIPT --self-test` (a GPU check's table builder) and asserts it passes.
+pub(super) fn table_self_test(script: &str) {
+    if !have("python3", "--version", &format!("{script}'s self-test")) {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("python3")
-        .arg(root.join("scripts/gpu-truth/table.py"))
+        .arg(root.join(script))
         .arg("--self-test")
         .output()
         .expect("run python3");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && stdout.contains("self-test PASS"),
-        "table.py --self-test: {}\n{stdout}\n{}",
+        "{script} --self-test: {}\n{stdout}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
 }
 
 #[test]
+fn the_table_builder_passes_its_self_test() {
+    table_self_test("scripts/gpu-truth/table.py");
+}
+
+#[test]
 fn the_script_parses() {
-    if !have("bash", "--version") {
+    if !have("bash", "--version", "scripts/gpu-truth.sh's checks") {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -73,7 +77,7 @@ fn the_script_parses() {
 /// taken for the binaries' directory: `cd --help` printed bash's help into the path).
 #[test]
 fn the_script_answers_help_and_refuses_unknown_options() {
-    if !have("bash", "--version") {
+    if !have("bash", "--version", "scripts/gpu-truth.sh's checks") {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -112,7 +116,7 @@ fn the_script_answers_help_and_refuses_unknown_options() {
 /// and `OUT` gets the (empty) work directory's contents without an error from `cp`.
 #[test]
 fn the_script_says_cannot_run_without_its_binaries() {
-    if !have("bash", "--version") {
+    if !have("bash", "--version", "scripts/gpu-truth.sh's checks") {
         return;
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));

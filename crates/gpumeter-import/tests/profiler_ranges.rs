@@ -8,11 +8,11 @@ use proptest::prelude::*;
 
 use super::*;
 
-const BASE: &str = r#""baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}, {"id": 1, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}]"#;
+pub(super) const BASE: &str = r#""baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}, {"id": 1, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}]"#;
 
 const PRECISIONS: [char; 3] = ['d', 'f', 'h'];
 
-fn meter_text(text: &str) -> (UsageReport, ImportSummary) {
+pub(super) fn meter_text(text: &str) -> (UsageReport, ImportSummary) {
     let mut meter = Meter::new(MeterConfig::default());
     let s = ok(import_bytes(
         &mut meter,
@@ -72,19 +72,19 @@ fn range(name: &str, dev: u32, ts: u64, dur: u64, c: &Counters) -> String {
     )
 }
 
-fn kernel(name: &str, dev: u32, ts: u64, dur: u64, corr: u32) -> String {
+pub(super) fn kernel(name: &str, dev: u32, ts: u64, dur: u64, corr: u32) -> String {
     format!(
         r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": {dev}, "tid": 7, "ts": {ts}, "dur": {dur}, "args": {{"device": {dev}, "stream": 7, "correlation": {corr}, "grid": [4, 1, 1], "block": [128, 1, 1], "registers per thread": 32, "shared memory": 0}}}}"#
     )
 }
 
-fn launch(corr: u32, ts: u64) -> String {
+pub(super) fn launch(corr: u32, ts: u64) -> String {
     format!(
         r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": {ts}, "dur": 3, "args": {{"correlation": {corr}, "cbid": 211}}}}"#
     )
 }
 
-fn trace(events: &[String]) -> String {
+pub(super) fn trace(events: &[String]) -> String {
     format!(r#"{{{BASE}, "traceEvents": [{}]}}"#, events.join(",\n"))
 }
 

@@ -3,36 +3,8 @@
 
 use gpumeter_core::WarningCode;
 
+use super::profiler_ranges::{kernel, launch, meter_text, trace};
 use super::*;
-
-const BASE: &str = r#""baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{"id": 0, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}, {"id": 1, "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}]"#;
-
-fn meter_text(text: &str) -> (UsageReport, ImportSummary) {
-    let mut meter = Meter::new(MeterConfig::default());
-    let s = ok(import_bytes(
-        &mut meter,
-        "prof.json",
-        text.as_bytes(),
-        &ImportOptions::default(),
-    ));
-    (ok(meter.finish()), s)
-}
-
-fn kernel(name: &str, dev: u32, ts: u64, dur: u64, corr: u32) -> String {
-    format!(
-        r#"{{"ph": "X", "cat": "kernel", "name": "{name}", "pid": {dev}, "tid": 7, "ts": {ts}, "dur": {dur}, "args": {{"device": {dev}, "stream": 7, "correlation": {corr}, "grid": [4, 1, 1], "block": [128, 1, 1], "registers per thread": 32, "shared memory": 0}}}}"#
-    )
-}
-
-fn launch(corr: u32, ts: u64) -> String {
-    format!(
-        r#"{{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 4242, "tid": 4242, "ts": {ts}, "dur": 3, "args": {{"correlation": {corr}, "cbid": 211}}}}"#
-    )
-}
-
-fn trace(events: &[String]) -> String {
-    format!(r#"{{{BASE}, "traceEvents": [{}]}}"#, events.join(",\n"))
-}
 
 const UUID_BASE: &str = r#""baseTimeNanoseconds": 1700000000000000000, "deviceProperties": [{"id": 0, "uuid": "GPU-5d2a1f44-0000-0000-0000-000000000017", "name": "NVIDIA A100-PG509-200", "numSms": 108, "computeMajor": 8, "computeMinor": 0}]"#;
 
