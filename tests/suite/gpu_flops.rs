@@ -5,7 +5,6 @@
 //! out by hand. The script must parse, answer `--help`, refuse unknown options, and say it
 //! cannot run (exit 2) without its binaries.
 
-use std::io::Write as _;
 use std::path::Path;
 use std::process::Command;
 
