@@ -1,0 +1,152 @@
+//! The bank's operations: grants, reservations, expiry, balances, finalization
+//! (preview = finalize, rolled back) and contract close, each one ledger transaction.
+//!
+//! One module per operation; what several of them share (the bank's currency, fragment
+//! balances, digests, times) is here.
+
+mod balance;
+mod close;
+mod expire;
+mod finalize;
+mod grant;
+mod reserve;
+
+pub use balance::{balance, Balance, CreditBalance, FragmentBalance};
+pub use close::{close, Closed, ClosedLine};
+pub use expire::expire;
+pub use finalize::{finalization_key, finalize, Finalized, Outcome};
+pub use grant::{grant, GrantRequest};
+pub use reserve::{reserve, ReserveRequest};
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use gpumeter_core::time::{parse_rfc3339, rfc3339};
+use gpumeter_core::{MeterKind, Quantity, UsageReport, Warning, WarningCode};
+use gpumeter_rating::money::{amount_minor_units, minor_units_to_decimal};
+use gpumeter_rating::{
+    rate, CarriedFragments, CreditApplied, FragmentKey, Invoice, InvoiceDocument, Line, LineKind,
+    PriceBook, PricingUnit,
+};
+use rust_decimal::Decimal;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::accounts;
+use crate::grants::{
+    credits_for, grants, reservations, value_minor, Grant, GrantBalance, GrantKind, Reservation,
+};
+use crate::ledger::{
+    Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction, CREDITS,
+};
+
+pub(crate) fn sha(v: &serde_json::Value) -> Result<String, BankError> {
+    let bytes = gpumeter_core::canonical_json(v).map_err(|e| BankError::Refused(e.to_string()))?;
+    Ok(hex::encode(Sha256::digest(&bytes)))
+}
+
+pub(crate) fn refused(msg: impl Into<String>) -> BankError {
+    BankError::Refused(msg.into())
+}
+
+pub(crate) fn parse_time(s: &str) -> Result<u64, BankError> {
+    parse_rfc3339(s).map_err(|e| refused(format!("{s}: {e}")))
+}
+
+/// A fragment balance as a whole, non-negative number of canonical units.
+pub(crate) fn whole(account: &str, amount: Decimal) -> Result<u128, BankError> {
+    let n = amount.normalize();
+    if n.scale() != 0 || n.is_sign_negative() {
+        return Err(refused(format!(
+            "{account}: a fragment balance of {amount} is not a whole, non-negative quantity"
+        )));
+    }
+    u128::try_from(n.mantissa()).map_err(|_| refused(format!("{account}: {amount} is negative")))
+}
+
+/// A tenant's fragment balances by (SKU, meter), canonical units.
+pub(crate) fn fragment_balances(
+    t: &dyn LedgerTx,
+    tenant: &str,
+) -> Result<BTreeMap<(String, MeterKind), u128>, BankError> {
+    let mut out = BTreeMap::new();
+    for (account, _, amount) in t.balances(&accounts::tenant_prefix(tenant))? {
+        if let Some(key) = accounts::parse_fragments(tenant, &account) {
+            out.insert(key, whole(&account, amount)?);
+        }
+    }
+    Ok(out)
+}
+
+/// One bank bills in one currency: its grants' rates and reservations' fees are in it. The
+/// first finalization or close fixes it; a book of another currency is refused.
+///
+/// A bank without a currency yet is held whole ([`LedgerTx::lock_all`]) before it is looked at
+/// again, so two first finalizations in different currencies cannot both fix it.
+pub(crate) fn check_currency(t: &mut dyn LedgerTx, book: &PriceBook) -> Result<(), BankError> {
+    if bank_currency(t)?.is_none() {
+        t.lock_all()?;
+    }
+    let code = book.currency().code();
+    match bank_currency(t)? {
+        Some((used, seq)) if used != code => Err(refused(format!(
+            "{}: the price book bills in {code}, but this bank bills in {used} (fixed by \
+             transaction {seq}): grants and reservations are valued in the bank's currency",
+            book.name()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The bank's currency and the transaction that fixed it (the first finalization or close),
+/// `None` for a bank that has billed nothing yet.
+///
+/// # Errors
+/// [`BankError::Storage`].
+pub fn bank_currency(t: &dyn LedgerTx) -> Result<Option<(String, u64)>, BankError> {
+    // The first finalization and the first close, in ledger order: the earlier one fixed the
+    // currency. Read alone, not with the whole ledger (every finalization asks).
+    let mut first: Vec<StoredTransaction> = [
+        t.first_transaction("finalize")?,
+        t.first_transaction("close")?,
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    first.sort_by_key(|tx| tx.seq);
+    if first.is_empty() {
+        return Ok(None);
+    }
+    // The currency a finalization's invoice or a close names.
+    let currency = |tx: &StoredTransaction| {
+        let used = match tx.tx.kind.as_str() {
+            "finalize" => tx.tx.memo["invoice"]["currency"].as_str(),
+            "close" => tx.tx.memo["currency"].as_str(),
+            _ => None,
+        };
+        used.map(|c| (c.to_string(), tx.seq))
+    };
+    if let Some(found) = first.first().and_then(currency) {
+        return Ok(Some(found));
+    }
+    // The earliest finalization or close names no currency (a damaged memo): the first in the
+    // ledger that names one, as before.
+    Ok(t.transactions(None)?.iter().find_map(currency))
+}
+
+/// `quantity` canonical units as credits: the quantity in `unit`, to 9 decimals, rounded down.
+pub(crate) fn credits_of(quantity: u128, unit: &PricingUnit) -> Result<Decimal, BankError> {
+    let scaled = quantity
+        .checked_mul(10u128.pow(crate::grants::CREDIT_DECIMALS))
+        .map(|n| n / unit.factor_num())
+        .and_then(|n| i128::try_from(n).ok())
+        .ok_or_else(|| refused("a capacity exceeds a decimal"))?;
+    Ok(
+        Decimal::try_from_i128_with_scale(scaled, crate::grants::CREDIT_DECIMALS)
+            .map_err(|_| refused("a capacity exceeds a decimal"))?
+            .normalize(),
+    )
+}
+
+pub(crate) fn to_i128(q: u128) -> Result<i128, BankError> {
+    i128::try_from(q).map_err(|_| refused("a fragment exceeds 2^127 canonical units"))
+}

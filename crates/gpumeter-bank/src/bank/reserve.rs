@@ -1,0 +1,105 @@
+//! Reservations of capacity (`gpumeter bank reserve`).
+
+use super::*;
+
+/// A request for a reservation (`gpumeter bank reserve`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReserveRequest {
+    /// The reservation's terms (its id is derived from them).
+    pub terms: Reservation,
+    /// When it is recorded, ns.
+    pub at: u64,
+}
+
+/// Records a reservation (no postings: its fee is billed on each period's invoice, and its
+/// unused capacity converts to credits at finalization).
+///
+/// # Errors
+/// [`BankError::Refused`] for a non-positive capacity or rate, a negative fee, an unknown
+/// unit, an empty span; [`BankError::Storage`].
+pub fn reserve<L: Ledger>(
+    ledger: &mut L,
+    req: &ReserveRequest,
+) -> Result<(Reservation, bool), BankError> {
+    let r = &req.terms;
+    if r.capacity <= Decimal::ZERO || r.rate <= Decimal::ZERO || r.fee < Decimal::ZERO {
+        return Err(refused(
+            "a reservation needs a positive --capacity and --rate and a fee of at least 0",
+        ));
+    }
+    let unit = PricingUnit::parse(&r.unit)
+        .ok_or_else(|| refused(format!("--unit {}: not a pricing unit", r.unit)))?;
+    if unit.dimension() != r.meter.dimension() {
+        return Err(refused(format!(
+            "--unit {}: {} is measured in {}",
+            r.unit,
+            r.meter,
+            r.meter.canonical_unit()
+        )));
+    }
+    let Some(capacity) = unit.to_canonical(r.capacity) else {
+        return Err(refused(format!(
+            "--capacity {} {}: not a whole number of {}",
+            r.capacity,
+            r.unit,
+            r.meter.canonical_unit()
+        )));
+    };
+    if credits_of(capacity, &unit).is_err() {
+        return Err(refused(format!(
+            "--capacity {} {}: too large for the bank to convert to credits",
+            r.capacity, r.unit
+        )));
+    }
+    let (from, to) = (parse_time(&r.from)?, parse_time(&r.to)?);
+    if to <= from {
+        return Err(refused("--to must be after --from"));
+    }
+    if let Some(e) = &r.credit_expiry {
+        if parse_time(e)? <= to {
+            return Err(refused(format!(
+                "--credit-expiry {e}: credits converted at the end of each period would expire \
+                 before the reservation ends ({}); give an expiry after it",
+                r.to
+            )));
+        }
+    }
+    if r.rate.normalize().scale() > crate::grants::CREDIT_DECIMALS {
+        return Err(refused(format!(
+            "--rate {}: the bank keeps rates to {} decimals",
+            r.rate,
+            crate::grants::CREDIT_DECIMALS
+        )));
+    }
+    let mut terms = r.clone();
+    terms.unit = unit.name().to_string();
+    terms.reservation = String::new();
+    let key = format!(
+        "reserve:{}",
+        sha(&serde_json::to_value(&terms).map_err(|e| refused(e.to_string()))?)?
+    );
+    terms.reservation = format!("r-{}", &hex::encode(Sha256::digest(key.as_bytes()))[..12]);
+    let tx = NewTransaction {
+        key,
+        kind: "reserve".into(),
+        at: rfc3339(req.at),
+        tenant: Some(terms.tenant.clone()),
+        postings: vec![],
+        memo: serde_json::to_value(&terms).map_err(|e| refused(e.to_string()))?,
+    };
+    let applied = ledger.atomically(true, |t| {
+        t.lock_tenants(&[&terms.tenant])?;
+        if let Some((code, _)) = bank_currency(t)? {
+            let scale = gpumeter_rating::Currency::from_code(&code).map_or(0, |c| c.scale());
+            if terms.fee.normalize().scale() > scale {
+                return Err(refused(format!(
+                    "--fee {}: finer than {code}'s minor unit ({scale} decimals), the bank's \
+                     currency",
+                    terms.fee
+                )));
+            }
+        }
+        t.append(tx.clone())
+    })?;
+    Ok((terms, matches!(applied, Appended::Applied(_))))
+}
