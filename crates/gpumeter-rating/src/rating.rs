@@ -972,13 +972,26 @@ fn rate_series(
     let mut tiers_reached: BTreeSet<usize> = BTreeSet::new();
     let mut volume_fee_charged = false;
     let mut cum = 0u128;
+    // Where the package span in progress began (`None` outside one): a run of pieces priced
+    // by package rates, which a piece of usage under another model ends. Packages are
+    // counted from the span's start, so usage under another model earlier in the period
+    // never fills them.
+    let mut span_start: Option<u128> = None;
     for &(ri, band, q) in &pieces {
         let Some(terms) = ctx.terms.get(ri) else {
             continue;
         };
         let r = terms.rate;
+        let span = if r.model == RateModel::Package {
+            *span_start.get_or_insert(cum)
+        } else {
+            if q > 0 {
+                span_start = None;
+            }
+            cum
+        };
         let multiplier = band.and_then(|b| book.bands().get(b)).map(|b| b.multiplier);
-        for part in terms.parts(cum, q, billable_total) {
+        for part in terms.parts(cum, q, billable_total, span) {
             let unit_price = match multiplier {
                 None => part.unit_price,
                 Some(m) => {
