@@ -16,6 +16,68 @@ use crate::ledger::{BankError, LedgerTx, StoredTransaction, CREDITS};
 /// (in the tenant's favour: the tenant keeps the fraction).
 pub const CREDIT_DECIMALS: u32 = 9;
 
+/// The most credits one grant (or one period's conversion of a reservation: its capacity in
+/// its unit) may hold: 10^12. An account's balance of credits (9 decimals) holds up to about
+/// 7.9 × 10^19 credits, so 79 million maximal grants fit in `provider:credit_sales`: no
+/// single request can exhaust the headroom of the others (issue 30 item 10).
+pub const MAX_CREDITS: Decimal = Decimal::from_parts(0xD4A5_1000, 0xE8, 0, false, 0);
+
+/// The highest value of one credit, in the bank's currency (a grant's or a reservation's
+/// `rate`): 10^6.
+pub const MAX_CREDIT_RATE: Decimal = Decimal::from_parts(1_000_000, 0, 0, false, 0);
+
+/// The most one request may be worth in the bank's currency: a grant's credits × rate, a
+/// reservation's fee and its capacity × rate, an invoice's subtotal, a contract close: 10^15.
+/// A balance in a currency of at most 4 decimals (ISO 4217's finest) holds about
+/// 7.9 × 10^24, so 7.9 billion maximal requests fit in one provider account.
+pub const MAX_AMOUNT: Decimal = Decimal::from_parts(0xA4C6_8000, 0x0003_8D7E, 0, false, 0);
+
+/// The largest fragment one finalization may carry out, in canonical units: 10^21 (a
+/// fragment is less than one billing increment; 10^21 ns is 31 700 years). A balance of a
+/// canonical unit (no decimals) holds about 7.9 × 10^28, so 79 million maximal fragments
+/// fit in `provider:fragments`.
+pub const MAX_FRAGMENT: u128 = 1_000_000_000_000_000_000_000;
+
+/// Refuses `value` (of `what`, for the message) above `most`.
+///
+/// # Errors
+/// [`BankError::Refused`] naming `what`, the value and the bound.
+pub fn within(what: &str, value: Decimal, most: Decimal, why: &str) -> Result<(), BankError> {
+    if value > most {
+        return Err(BankError::Refused(format!(
+            "{what} {value}: more than {most}, the most {why} (one request may not take the \
+             bank's headroom from the others: docs/BANK.md, \"Bounds\")"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses a grant or reservation of `credits` at `rate` beyond the bounds: `credits` above
+/// [`MAX_CREDITS`], `rate` above [`MAX_CREDIT_RATE`], `credits × rate` above [`MAX_AMOUNT`].
+/// `what` names the credits (`--credits`, `--capacity`).
+///
+/// # Errors
+/// [`BankError::Refused`] naming the bound.
+pub fn check_bounds(what: &str, credits: Decimal, rate: Decimal) -> Result<(), BankError> {
+    within(what, credits, MAX_CREDITS, "credits one request may hold")?;
+    within("--rate", rate, MAX_CREDIT_RATE, "value of one credit")?;
+    // `checked_mul` may round away digits past 28; the comparison with 10^15 does not
+    // need them.
+    let value = credits.checked_mul(rate);
+    if value.is_none_or(|v| v > MAX_AMOUNT) {
+        return Err(BankError::Refused(format!(
+            "{what} {credits} at --rate {rate}: worth {}, more than {MAX_AMOUNT}, the most one \
+             request may be worth (one request may not take the bank's headroom from the \
+             others: docs/BANK.md, \"Bounds\")",
+            value.map_or_else(
+                || "more than a decimal holds".to_string(),
+                |v| v.normalize().to_string()
+            )
+        )));
+    }
+    Ok(())
+}
+
 /// Where a grant's credits come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -235,6 +297,39 @@ pub fn credits_for(minor: u128, rate: Decimal, scale: u32, available: Decimal) -
     Some(credits.min(available).normalize())
 }
 
+/// What a grant with `remaining` credits at `rate` pays of a line with `due` minor units left
+/// (a currency of `scale` decimals): `(credits burned, minor units covered)`.
+///
+/// The credits are those that pay the whole minor units the grant is worth, at most `due`,
+/// rounded down to [`CREDIT_DECIMALS`] (the tenant keeps the fraction, [`credits_for`]); the
+/// minor units covered are what those credits are worth, rounded *up* to a whole minor unit:
+/// `⌈credits × rate × 10^scale⌉`. So the value the tenant is given beyond the credits it
+/// burns is always less than one minor unit, whatever the rate (with a rate of 10^9 a credit
+/// of 10^-9 is worth a whole currency unit: covering the line's `due` in full would give up to
+/// 10^(scale) − 1 minor units away; issue 30 item 6). At rates up to 10^(9 − scale) this is
+/// `min(due, worth)` exactly, as before. `(0, 0)` when the grant pays nothing; `None` for a
+/// zero or negative rate.
+pub fn pay(due: u128, remaining: Decimal, rate: Decimal, scale: u32) -> Option<(Decimal, u128)> {
+    if rate <= Decimal::ZERO {
+        return None;
+    }
+    let worth = value_minor(remaining.max(Decimal::ZERO), rate, scale)?;
+    let want = due.min(worth);
+    if want == 0 {
+        return Some((Decimal::ZERO, 0));
+    }
+    let credits = credits_for(want, rate, scale, remaining)?;
+    if credits.is_zero() {
+        return Some((Decimal::ZERO, 0));
+    }
+    // ⌈credits × rate × 10^scale⌉, exactly.
+    let num = mantissa(credits)? * mantissa(rate)? * pow10(scale);
+    let den = pow10(credits.scale() + rate.scale());
+    let (q, r) = num_integer::Integer::div_rem(&num, &den);
+    let covered = if r.is_zero() { q } else { q + 1u32 };
+    Some((credits, covered.to_u128()?.min(want)))
+}
+
 /// `ns` as RFC 3339 UTC (the bank's times in memos).
 pub fn time_text(ns: u64) -> String {
     rfc3339(ns)
@@ -247,6 +342,54 @@ mod tests {
 
     fn d(s: &str) -> Decimal {
         Decimal::from_str(s).unwrap_or_default()
+    }
+
+    #[test]
+    fn the_bounds_are_the_powers_of_ten_their_docs_say() {
+        assert_eq!(MAX_CREDITS, Decimal::from(1_000_000_000_000u64));
+        assert_eq!(MAX_CREDIT_RATE, Decimal::from(1_000_000u64));
+        assert_eq!(MAX_AMOUNT, Decimal::from(1_000_000_000_000_000u64));
+        assert_eq!(MAX_FRAGMENT, 10u128.pow(21));
+    }
+
+    /// The headroom the bounds' docs claim: 79 million maximal grants of credits with 9
+    /// decimals, 7.9 billion maximal amounts with 4 decimals and 79 million maximal fragments
+    /// sum exactly in one account; ten times as many do not.
+    #[test]
+    fn the_bounds_leave_the_headroom_their_docs_say() {
+        let sums = |one: Decimal, n: u64, scale: u32| {
+            let mut total = Decimal::ZERO;
+            let mut one = one;
+            one.rescale(scale);
+            // n × one by doubling, with the ledger's exact sum.
+            let (mut k, mut power) = (n, one);
+            while k > 0 {
+                if k & 1 == 1 {
+                    match crate::ledger::exact_add(total, power) {
+                        Some(t) => total = t,
+                        None => return false,
+                    }
+                }
+                k >>= 1;
+                if k > 0 {
+                    match crate::ledger::exact_add(power, power) {
+                        Some(p) => power = p,
+                        None => return false,
+                    }
+                }
+            }
+            true
+        };
+        // The worst case has every decimal in use (a sum of whole credits needs none).
+        let credits = MAX_CREDITS - Decimal::new(1, CREDIT_DECIMALS);
+        assert!(sums(credits, 79_000_000, CREDIT_DECIMALS));
+        assert!(!sums(credits, 790_000_000, CREDIT_DECIMALS));
+        let amount = MAX_AMOUNT - Decimal::new(1, 4);
+        assert!(sums(amount, 7_900_000_000, 4));
+        assert!(!sums(amount, 79_000_000_000, 4));
+        let fragment = Decimal::from_i128_with_scale(MAX_FRAGMENT as i128, 0);
+        assert!(sums(fragment, 79_000_000, 0));
+        assert!(!sums(fragment, 790_000_000, 0));
     }
 
     #[test]

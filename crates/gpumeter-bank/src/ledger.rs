@@ -51,6 +51,25 @@ pub enum BankError {
     /// A request the bank refuses (an unknown tenant's balance, a grant of no credits, …).
     #[error("{0}")]
     Refused(String),
+    /// A request whose idempotency key names an earlier request with other parameters
+    /// (Stripe's rule: a key names one request): nothing was applied. A retry repeats the request
+    /// exactly; a new request needs a new key.
+    #[error(
+        "idempotency key `{key}` names an earlier request with other parameters: its {field} \
+         was {recorded}, this request's is {requested}; nothing was applied (a retry must \
+         repeat the request exactly, a new request needs a new key)"
+    )]
+    KeyReused {
+        /// The key as the caller gave it.
+        key: String,
+        /// The first parameter that differs (`tenant`, `credits`, `rate`, `priority`,
+        /// `effective`, `expires`, `kind`, `skus`, `meters`).
+        field: &'static str,
+        /// Its value in the request recorded under the key.
+        recorded: String,
+        /// Its value in this request.
+        requested: String,
+    },
     /// `verify` found a transaction that breaks the chain or an invariant.
     #[error("transaction {seq} (`{key}`): {reason}")]
     Corrupt {
@@ -121,6 +140,38 @@ fn transaction_prefix(t: &Option<(u64, String)>) -> String {
     t.as_ref().map_or_else(String::new, |(seq, key)| {
         format!("transaction {seq} (`{key}`): ")
     })
+}
+
+/// The idempotency key of a grant whose caller gave `key` (`bank grant --key`, `key` of
+/// `gm_bank_grant_json`): `grant:<key>`. This is the only namespace callers write in: every
+/// key the bank makes for itself begins with another prefix ([`conversion_key`],
+/// [`derived_grant_key`], `finalize:`, `close:`, `expire:`, `reserve:`), so a caller's key
+/// can never take an internal transaction's. Keys of ledgers written
+/// before issue 30 are unchanged, so a retry of an old keyed grant finds its transaction.
+pub fn user_grant_key(key: &str) -> String {
+    format!("grant:{key}")
+}
+
+/// The key of a grant the bank derives from its terms and the instant it is recorded (a grant
+/// requested without a key): `grant-terms:<sha256>`. Ledgers written before issue 30 hold such
+/// grants as `grant:<sha256>` ([`legacy_derived_grant_key`]).
+pub fn derived_grant_key(sha256: &str) -> String {
+    format!("grant-terms:{sha256}")
+}
+
+/// The key a grant derived from its terms had before issue 30 (`grant:<sha256>`, in the
+/// namespace callers write in), looked up so that a retry of such a request across an upgrade
+/// applies once.
+pub fn legacy_derived_grant_key(sha256: &str) -> String {
+    format!("grant:{sha256}")
+}
+
+/// The key of the grant a finalization converts a reservation's unused capacity into:
+/// `conversion:<finalization key>:<grant id>`. (Before issue 30 it was
+/// `grant:<finalization key>:<grant id>`, a key a caller's `--key` could take first, so that
+/// the conversion was named but never made.)
+pub fn conversion_key(finalization: &str, grant: &str) -> String {
+    format!("conversion:{finalization}:{grant}")
 }
 
 /// One posting: `amount` of `commodity` on `account` (positive = debit).

@@ -780,7 +780,11 @@ fn a_bank_bills_in_one_currency() {
 fn credits_worth_less_than_a_nano_credit_per_cent_pay_nothing() {
     let mut bank = MemoryLedger::new();
     let mut req = grant_req("acme", "0.000000001", 0, GrantKind::Purchased, None, "tiny");
+    // Rates above 10^6 are refused since issue 30 item 10 (this test used 3 × 10^7): at the
+    // highest rate a nano-credit is worth 0.1 cent, so paying a cent costs 10 of them.
     req.rate = d("30000000");
+    assert!(grant(&mut bank, &req).is_err(), "a rate above 10^6");
+    req.rate = d("1000000");
     grant(&mut bank, &req).expect("grant");
     let f = finalize(
         &mut bank,

@@ -98,7 +98,7 @@ fn grants() -> Vec<GrantRequest> {
         credits: Decimal::from_str(credits).expect("credits"),
         rate: Decimal::from_str("0.10").expect("a rate"),
         priority,
-        effective: t("2026-11-01T00:00:00Z"),
+        effective: Some(t("2026-11-01T00:00:00Z")),
         expires: None,
         kind: GrantKind::Purchased,
         skus: vec![],

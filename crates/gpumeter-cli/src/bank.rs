@@ -218,15 +218,32 @@ fn decimal(flag: &str, s: &str) -> Result<Decimal, Failure> {
 }
 
 /// A tenant of the bank: a tenant name, or `unattributed` (a preview without `--tenant` bills
-/// `unattributed`, so a provider may keep its credits and fragments too; `idle` is never
-/// billed).
+/// `unattributed`, so a provider may keep its credits and fragments too). `idle` is refused
+/// with its reason: it is never invoiced, so it has nothing to grant, reserve or
+/// close.
 fn tenant(s: &str) -> Result<String, Failure> {
     if s == gpumeter::core::UNATTRIBUTED {
         return Ok(s.to_string());
     }
+    if s == gpumeter::core::IDLE {
+        return Err(usage_error(format!(
+            "--tenant {s}: `{s}` is gpumeter's report tenant (what the GPU measured while no \
+             tenant's kernel ran), never invoiced: it has no credits, reservations or fragments"
+        )));
+    }
     TenantName::parse(s)
         .map(|t| t.as_str().to_string())
         .map_err(|e| usage_error(format!("--tenant: {e}")))
+}
+
+/// The tenant of `bank balance`: [`tenant`]'s, or `idle`, whose balance is shown as the
+/// ledger holds it (nothing, in a bank that never invoiced it; an older bank's `idle`
+/// invoices left a receivable, which is shown rather than hidden).
+fn balance_tenant(s: &str) -> Result<String, Failure> {
+    if s == gpumeter::core::IDLE {
+        return Ok(s.to_string());
+    }
+    tenant(s)
 }
 
 fn meter(s: &str) -> Result<MeterKind, Failure> {
@@ -250,7 +267,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             at,
             json,
         } => {
-            let t = tenant(&t)?;
+            let t = balance_tenant(&t)?;
             let at = match at {
                 Some(s) => time("--at", &s)?,
                 None => now(),
@@ -362,14 +379,20 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             let closed = gpumeter::bank::close(&mut ledger, &t, &book, now()).map_err(bank_err)?;
             let mut out = String::new();
             for l in &closed.lines {
+                let per = match (l.package_size, l.covered) {
+                    (Some(size), Some(covered)) => format!(
+                        "package of {size} {} ({covered} of them held by packages paid for)",
+                        l.meter.canonical_unit()
+                    ),
+                    _ => l.pricing_unit.clone(),
+                };
                 out.push_str(&format!(
-                    "{} {}: {} {} at {} per {} = {} {}\n",
+                    "{} {}: {} {} at {} per {per} = {} {}\n",
                     l.sku,
                     l.meter,
                     l.quantity,
                     l.meter.canonical_unit(),
                     l.unit_price,
-                    l.pricing_unit,
                     l.amount,
                     closed.currency
                 ));
@@ -412,10 +435,8 @@ fn grant(a: GrantArgs) -> Result<String, Failure> {
         ));
     }
     let at = now();
-    let effective = match &a.from {
-        Some(s) => time("--from", s)?,
-        None => at,
-    };
+    let given = a.from.as_deref().map(|s| time("--from", s)).transpose()?;
+    let effective = given.unwrap_or(at);
     let expires = a
         .expires
         .as_deref()
@@ -434,7 +455,8 @@ fn grant(a: GrantArgs) -> Result<String, Failure> {
         credits,
         rate,
         priority: a.priority,
-        effective,
+        // Not given: now, and a retry with the same --key matches whatever start it recorded.
+        effective: given,
         expires,
         kind: match a.kind {
             KindArg::Purchased => GrantKind::Purchased,

@@ -622,6 +622,7 @@ fn run_text(command: Command) -> Result<String, Failure> {
                 }
             }
             .map_err(|e| period_failure(e, period))?;
+            say_idle(&invoices);
             if invoices.invoices.is_empty() {
                 // Nothing to bill: say why on stderr, so loss or an empty period is not silent.
                 say("notice: no usage to invoice in the period");
@@ -651,6 +652,7 @@ fn run_text(command: Command) -> Result<String, Failure> {
             let mut ledger = bank::open(&bank)?;
             let done = gpumeter::bill(&mut ledger, &report, &book, period, true)
                 .map_err(|e| period_failure(e, period))?;
+            say_idle(&done.document);
             if done.document.invoices.is_empty() {
                 say("notice: no usage to invoice in the period");
             }
@@ -697,6 +699,14 @@ fn run_text(command: Command) -> Result<String, Failure> {
                 table::prices_check(&book, catalog.as_ref()).map_err(gpumeter::Error::from)?;
             Ok(text_out(&text))
         }
+    }
+}
+
+/// Says on standard error that `idle`'s usage is listed apart and not invoiced (the
+/// document's `extensions.idle` warning), so an invoice run over idle rows is not silent.
+fn say_idle(doc: &gpumeter::InvoiceDocument) {
+    for w in doc.extensions.idle.iter().flat_map(|i| &i.warnings) {
+        say(&format!("notice: {w}"));
     }
 }
 

@@ -191,9 +191,11 @@ codes! {
         FragmentNotRated = "fragment_not_rated",
         /// Invoice: usage on a device is not priced (listed under `unpriced`, not billed).
         UsageNotPriced = "usage_not_priced",
-        /// Invoice: the invoice minimum does not apply (gpumeter's own `(idle)` tenant, or no
-        /// priced usage).
+        /// Invoice: the invoice minimum does not apply (no priced usage).
         MinimumNotApplied = "minimum_not_applied",
+        /// Invoice document (`extensions.idle`): the usage of `idle` is listed apart and not
+        /// invoiced (a report tenant, not a customer).
+        IdleNotInvoiced = "idle_not_invoiced",
         /// Invoice (bank): usage of a source in a window was billed before and is not billed
         /// again.
         UsageBilledBefore = "usage_billed_before",
@@ -205,6 +207,9 @@ codes! {
         /// Invoice (bank): a reservation's fee is finer than the currency's minor unit: not
         /// billed (a fee is never rounded).
         ReservationFeeTooFine = "reservation_fee_too_fine",
+        /// Invoice (bank): a reservation's fee is not positive (made before `reserve` refused
+        /// one): unpaid capacity never converts, so it bills and converts nothing.
+        ReservationUnpaid = "reservation_unpaid",
         /// Invoice (bank): a reservation's fee is billed per invoice period, and the period is
         /// the usage's span, not one given with `--from`/`--to`.
         ReservationDefaultPeriod = "reservation_default_period",
@@ -233,10 +238,12 @@ impl WarningCode {
         WarningCode::FragmentNotRated,
         WarningCode::UsageNotPriced,
         WarningCode::MinimumNotApplied,
+        WarningCode::IdleNotInvoiced,
         WarningCode::UsageBilledBefore,
         WarningCode::ReservationPartOfPeriod,
         WarningCode::ReservationBilledBefore,
         WarningCode::ReservationFeeTooFine,
+        WarningCode::ReservationUnpaid,
         WarningCode::ReservationDefaultPeriod,
         WarningCode::GrantNotInForce,
         WarningCode::CreditsTakenBack,

@@ -164,7 +164,7 @@ fn grant_request(text: &str) -> Result<GrantRequest, Failure> {
         credits,
         rate,
         priority: g.priority,
-        effective,
+        effective: g.effective_ns,
         expires: g.expires_ns,
         kind: match g.kind {
             RequestKind::Purchased => GrantKind::Purchased,
@@ -270,15 +270,18 @@ pub unsafe extern "C" fn gm_bank_free(bank: *mut gm_bank) {
 /// `gm_string_free`: `{"grant": {"grant": "g-…", "tenant",
 /// "credits", "rate", "priority", "effective", "expires", "kind", "skus", "meters"},
 /// "applied": true}`, times RFC 3339 UTC (`expires` null for never), decimals as strings;
-/// `applied` is false when a grant with the same key was recorded before (nothing changed;
-/// the grant shown is that one). On failure `*out_json` is not written and the bank is
-/// unchanged. Any thread.
+/// `applied` is false when the same request was recorded before under the same key (nothing
+/// changed; the grant shown is that one; a request without `effective_ns` matches the start
+/// recorded then). The same key with other terms is `GM_ERR_BANK`, naming the key and the
+/// first field that differs, and nothing is applied. On failure `*out_json` is not written
+/// and the bank is unchanged. Any thread.
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (`grant_json` is
 /// not JSON, has an unknown key or a bad field, or the bank refuses the terms: credits or rate
-/// not positive, too many decimals, an expiry not after the start), `GM_ERR_BANK` (the ledger
-/// cannot be read or written), `GM_ERR_POISONED`.
+/// not positive or beyond the bank's bounds (docs/BANK.md, "Bounds"), too many decimals, an
+/// expiry not after the start), `GM_ERR_BANK` (the ledger cannot be read or written; the key
+/// names an earlier request with other terms), `GM_ERR_POISONED`.
 ///
 /// # Safety
 /// `bank` is NULL or a live bank; `grant_json` is NULL or NUL-terminated; `out_json` points to

@@ -266,6 +266,16 @@ fn grant_preview_finalize_balance_verify(bank: Bank) {
     let again = bank.grant(&grant).expect("granted again");
     assert_eq!(again["applied"], Value::Bool(false));
     assert_eq!(again["grant"], g["grant"]);
+    // The same key with other terms is another request: refused, naming the difference
+    // (issue 30 item 8), and nothing is granted.
+    let (s, msg) = bank
+        .grant(&grant.replace(r#""credits": "100""#, r#""credits": "200""#))
+        .expect_err("the same key, other credits");
+    assert_eq!(s, code(gm_status_code::GM_ERR_BANK), "{msg}");
+    assert!(
+        msg.contains("`welcome`") && msg.contains("its credits was 100"),
+        "{msg}"
+    );
 
     let (before, b0) = bank.balance(&tenant, LATER);
     assert_eq!(remaining(&b0), ["100"]);

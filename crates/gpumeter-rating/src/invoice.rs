@@ -17,6 +17,55 @@ pub struct InvoiceDocument {
     pub schema: String,
     /// The invoices, by tenant name (bytewise).
     pub invoices: Vec<Invoice>,
+    /// Extra facts of the document (extra keys only under `extensions`): the usage of
+    /// [`gpumeter_core::IDLE`], listed apart and never invoiced. Absent when empty, so a
+    /// document without idle usage is unchanged.
+    #[serde(default, skip_serializing_if = "DocumentExtensions::is_empty")]
+    pub extensions: DocumentExtensions,
+}
+
+/// An invoice document's `extensions` object.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DocumentExtensions {
+    /// The usage of [`gpumeter_core::IDLE`] in the period (a report tenant, never
+    /// invoiced nor finalized), `None` when the report has none there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idle: Option<IdleUsage>,
+}
+
+impl DocumentExtensions {
+    /// Whether there is nothing to write.
+    pub fn is_empty(&self) -> bool {
+        self.idle.is_none()
+    }
+}
+
+/// `extensions.idle` of an invoice document: what the GPUs measured while no tenant's kernel
+/// ran (energy, PM-sampled SM activity, DRAM bytes), per device and meter, summed over the
+/// period; listed for the provider, billed to no one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleUsage {
+    /// The period the quantities are summed over (that of the document's invoices).
+    pub period: Period,
+    /// Quantities by device key and meter.
+    pub usage: Vec<IdleRow>,
+    /// Why it is listed apart (code `idle_not_invoiced`).
+    pub warnings: Vec<Warning>,
+}
+
+/// One device and meter of [`IdleUsage`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IdleRow {
+    /// The device's id within its source, as in the usage report's rows.
+    pub device: u32,
+    /// The device's key in the usage report.
+    pub device_key: String,
+    /// The device's name, `null` when unknown.
+    pub name: Option<String>,
+    /// The meter.
+    pub meter: MeterKind,
+    /// Quantity in the meter's canonical unit, summed over the period.
+    pub quantity: Quantity,
 }
 
 /// One tenant's invoice for one period.
@@ -289,6 +338,7 @@ impl InvoiceDocument {
         InvoiceDocument {
             schema: INVOICE_SCHEMA.to_string(),
             invoices,
+            extensions: DocumentExtensions::default(),
         }
     }
 
@@ -335,10 +385,16 @@ impl InvoiceDocument {
     /// characters and bidirectional overrides show as `\u{1b}`-style escapes and never reach a
     /// terminal raw; column widths are those of the escaped text.
     pub fn to_text_table(&self) -> String {
+        let idle = self.extensions.idle.as_ref().map(idle_text);
         if self.invoices.is_empty() {
-            return "no invoices: no usage in the period\n".to_string();
+            let none = "no invoices: no usage in the period\n".to_string();
+            return match idle {
+                Some(idle) => format!("no invoices: no tenant's usage in the period\n\n{idle}"),
+                None => none,
+            };
         }
-        let parts: Vec<String> = self.invoices.iter().map(invoice_text).collect();
+        let mut parts: Vec<String> = self.invoices.iter().map(invoice_text).collect();
+        parts.extend(idle);
         parts.join("\n")
     }
 }
@@ -411,6 +467,32 @@ fn invoice_text(inv: &Invoice) -> String {
     if !inv.warnings.is_empty() {
         out.push_str("\n  Warnings:\n");
         for w in &inv.warnings {
+            out.push_str(&format!("    - {}\n", esc(w)));
+        }
+    }
+    out
+}
+
+/// The text of `extensions.idle`: its period, quantities and warnings.
+fn idle_text(idle: &IdleUsage) -> String {
+    let mut out = format!(
+        "Idle usage (not invoiced), {} to {} (end exclusive):\n",
+        esc(&idle.period.from),
+        esc(&idle.period.to)
+    );
+    for r in &idle.usage {
+        out.push_str(&format!(
+            "    {} ({}): {} {} {}\n",
+            esc(&r.device_key),
+            esc(r.name.as_deref().unwrap_or("no name")),
+            r.meter,
+            r.quantity,
+            r.meter.canonical_unit()
+        ));
+    }
+    if !idle.warnings.is_empty() {
+        out.push_str("\n  Warnings:\n");
+        for w in &idle.warnings {
             out.push_str(&format!("    - {}\n", esc(w)));
         }
     }

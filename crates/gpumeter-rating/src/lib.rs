@@ -91,12 +91,14 @@
 //! - Usage of a meter for which the device's SKU has no rate is not billed and not listed.
 //!   Usage in a window where the SKU has rates for the meter but none in force goes to
 //!   `unpriced`, with a warning.
-//! - Every tenant with usage in the period gets an invoice, `unattributed` and `idle`
-//!   included; the invoice minimum applies to each invoice with priced usage (at least one
-//!   usage line), never to one whose usage is all unpriced or unrated, nor to `idle` (what the
-//!   GPU measured while no tenant's kernel ran: energy, PM-sampled SM activity and DRAM bytes;
-//!   gpumeter's own tenant), which say why in a warning. Callers that do not bill `unattributed` or `idle` drop their invoices. A `minimum`
-//!   line has `null` in every field but `kind` and `amount`.
+//! - Every tenant with usage in the period gets an invoice, `unattributed` included; the
+//!   invoice minimum applies to each invoice with priced usage (at least one usage line),
+//!   never to one whose usage is all unpriced or unrated, which says why in a warning. A
+//!   `minimum` line has `null` in every field but `kind` and `amount`.
+//! - `idle` (what the GPU measured while no tenant's kernel ran: energy, PM-sampled SM
+//!   activity and DRAM bytes) is a report tenant, never invoiced: its usage in the
+//!   period is listed apart, under the document's `extensions.idle`
+//!   ([`invoice::IdleUsage`]), with a warning (`idle_not_invoiced`), and gets no invoice.
 //! - `usage_sha256` is copied from the report, not recomputed (callers verify the report);
 //!   only an unsealed report (empty `sha256`) has its digest computed.
 //! - Loss is per device, not per tenant, so every invoice from a report with loss carries the
@@ -119,8 +121,9 @@ pub use book::{
 };
 pub use currency::Currency;
 pub use invoice::{
-    CreditApplied, Fragment, Invoice, InvoiceDocument, InvoiceExtensions, Line, LineExtensions,
-    LineKind, Period, PriceBookRef, Unpriced, INVOICE_SCHEMA,
+    CreditApplied, DocumentExtensions, Fragment, IdleRow, IdleUsage, Invoice, InvoiceDocument,
+    InvoiceExtensions, Line, LineExtensions, LineKind, Period, PriceBookRef, Unpriced,
+    INVOICE_SCHEMA,
 };
 pub use money::{line_amount, Rounding};
 pub use rating::{

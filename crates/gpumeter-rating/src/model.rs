@@ -97,16 +97,19 @@ impl Terms<'_> {
     /// The parts of the stretch `[cum, cum + q)` of the period's time-ordered usage (canonical
     /// units counted from the period's start, a carried-in fragment first), when the first
     /// `billable_total` units of the period are billed and the rest is carried on.
+    /// `span_start` (`package` only) is where the package span holding the stretch began, in
+    /// the same count (`span_start ≤ cum`).
     ///
     /// - `per_unit`: one part at the rate's unit price.
     /// - `graduated`: one part per tier the stretch crosses; tier `k` holds units
     ///   `(edge[k-1], edge[k]]` (`up_to` inclusive, as in Stripe, Lago and OpenMeter).
     /// - `volume`: one part in the tier that `billable_total` falls in (the first whose edge
     ///   is at least the total).
-    /// - `package`: one part whose count is the packages that begin in the billed stretch:
-    ///   `⌈(cum + billed) / size⌉ − ⌈cum / size⌉`, so the period's packages are
-    ///   `⌈billable_total / size⌉` however the usage is split into windows.
-    pub fn parts(&self, cum: u128, q: u128, billable_total: u128) -> Vec<Part> {
+    /// - `package`: one part whose count is the packages that begin in the billed stretch,
+    ///   counted from the span's start: with `s = cum − span_start`,
+    ///   `⌈(s + billed) / size⌉ − ⌈s / size⌉`, so a span pays `⌈its billed units / size⌉`
+    ///   packages however its usage is split into windows, bands and package rates.
+    pub fn parts(&self, cum: u128, q: u128, billable_total: u128, span_start: u128) -> Vec<Part> {
         let r = self.rate;
         let units = (r.unit.factor_num(), r.unit.factor_den());
         let end = cum.saturating_add(q);
@@ -162,7 +165,8 @@ impl Terms<'_> {
             }
             RateModel::Package => {
                 let size = self.package.unwrap_or(1).max(1);
-                let packages = (cum + billable).div_ceil(size) - cum.div_ceil(size);
+                let before = cum.saturating_sub(span_start);
+                let packages = (before + billable).div_ceil(size) - before.div_ceil(size);
                 vec![Part {
                     tier: None,
                     quantity: q,

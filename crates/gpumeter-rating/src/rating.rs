@@ -13,8 +13,8 @@ use rust_decimal::Decimal;
 
 use crate::book::{Band, PriceBook, Rate};
 use crate::invoice::{
-    Fragment, Invoice, InvoiceDocument, InvoiceExtensions, Line, LineExtensions, LineKind, Period,
-    PriceBookRef, Unpriced,
+    Fragment, IdleRow, IdleUsage, Invoice, InvoiceDocument, InvoiceExtensions, Line,
+    LineExtensions, LineKind, Period, PriceBookRef, Unpriced,
 };
 use crate::model::{RateModel, Terms};
 use crate::money::{amount_minor_units, exact_product, minor_units_to_decimal, quantity_in_unit};
@@ -277,6 +277,10 @@ struct TenantUsage<'a> {
 
 /// Rates `usage` with `book`: one invoice per tenant that has usage (or a carried-in fragment)
 /// in the period, sorted by tenant name (bytewise), in a `gpumeter.invoice/v1` document.
+/// [`gpumeter_core::IDLE`] is a report tenant, never invoiced: its usage in the period is summed
+/// per device and meter under the document's `extensions.idle` with an `idle_not_invoiced`
+/// warning, and a carried-in fragment of `idle` is ignored; a document without idle usage
+/// has no `extensions`.
 /// Preview and finalization share this one function; `carried_in` holds the
 /// fragments the bank carried from the previous period (empty without a bank).
 ///
@@ -312,8 +316,7 @@ struct TenantUsage<'a> {
 ///
 /// If the book has an invoice minimum and the usage and flat-fee lines sum to less, a
 /// `minimum` line tops them up; the minimum applies to priced usage only (an invoice without
-/// a usage line has no `minimum` line and a warning that says why), and never to
-/// [`gpumeter_core::IDLE`]. `subtotal` = Σ lines; `total` = subtotal (credits come with the
+/// a usage line has no `minimum` line and a warning that says why). `subtotal` = Σ lines; `total` = subtotal (credits come with the
 /// bank); `ledger_head` null; `usage_sha256` is the report's own `sha256`, copied, or computed
 /// here when it is empty (an unsealed report). Every invoice is sealed ([`Invoice::seal`]).
 /// The same inputs give byte-identical JSON, whatever the order of the usage rows.
@@ -386,9 +389,25 @@ pub fn rate(
     let mut pricing: HashMap<&str, Pricing> = HashMap::new();
     let mut tenants: BTreeMap<&str, TenantUsage<'_>> = BTreeMap::new();
     let mut left_out = LeftOut::default();
+    // `idle` is a report tenant, never invoiced (DESIGN §6): its usage in the period is
+    // summed per (device key, meter) and listed apart.
+    let mut idle: BTreeMap<(&str, MeterKind), u128> = BTreeMap::new();
     for (row, &ws) in usage.usage.iter().zip(&starts) {
         if ws < from || ws >= to {
             left_out.add(&row.tenant, ws);
+            continue;
+        }
+        if row.tenant == IDLE {
+            let slot = idle
+                .entry((row.device_key.as_str(), row.meter))
+                .or_insert(0);
+            *slot =
+                slot.checked_add(row.quantity.0)
+                    .ok_or_else(|| RatingError::QuantityOverflow {
+                        tenant: IDLE.to_string(),
+                        sku: "(idle)".into(),
+                        meter: row.meter,
+                    })?;
             continue;
         }
         let p = match pricing.get(row.device_key.as_str()) {
@@ -441,7 +460,9 @@ pub fn rate(
         }
     }
     for (key, &q) in carried_in {
-        if q == 0 {
+        // `idle` carries nothing: it is never invoiced (a fragment of an older bank's `idle`
+        // stays where it is).
+        if q == 0 || key.tenant == IDLE {
             continue;
         }
         let &s = sku_index
@@ -486,7 +507,55 @@ pub fn rate(
         inv.seal()?;
         invoices.push(inv);
     }
-    Ok(InvoiceDocument::new(invoices))
+    let mut doc = InvoiceDocument::new(invoices);
+    doc.extensions.idle = idle_usage(usage, &idle, (from, to));
+    Ok(doc)
+}
+
+/// `extensions.idle` of the document: `idle`'s quantities in the period per (device key,
+/// meter), with the warning that says why they are on no invoice; `None` without any.
+fn idle_usage(
+    usage: &UsageReport,
+    idle: &BTreeMap<(&str, MeterKind), u128>,
+    (from, to): (u64, u64),
+) -> Option<IdleUsage> {
+    if idle.is_empty() {
+        return None;
+    }
+    let rows: Vec<IdleRow> = idle
+        .iter()
+        .map(|(&(device_key, meter), &q)| {
+            let entry = usage.device(device_key);
+            IdleRow {
+                device: entry.map_or(0, |d| d.device),
+                device_key: device_key.to_string(),
+                name: entry.and_then(|d| d.name.clone()),
+                meter,
+                quantity: Quantity(q),
+            }
+        })
+        .collect();
+    let meters: BTreeSet<&str> = rows.iter().map(|r| r.meter.as_str()).collect();
+    let devices: BTreeSet<&str> = rows.iter().map(|r| r.device_key.as_str()).collect();
+    let warning = Warning::new(
+        WarningCode::IdleNotInvoiced,
+        format!(
+            "usage of `{IDLE}` ({} on {} device{}) is listed apart and not invoiced: it is what \
+             the GPU measured while no tenant's kernel ran (energy, PM-sampled SM activity and \
+             DRAM bytes), gpumeter's own report tenant, not a customer",
+            meters.into_iter().collect::<Vec<_>>().join(", "),
+            devices.len(),
+            if devices.len() == 1 { "" } else { "s" }
+        ),
+    );
+    Some(IdleUsage {
+        period: Period {
+            from: rfc3339(from),
+            to: rfc3339(to),
+        },
+        usage: rows,
+        warnings: vec![warning],
+    })
 }
 
 /// What every invoice of one rating shares.
@@ -972,13 +1041,26 @@ fn rate_series(
     let mut tiers_reached: BTreeSet<usize> = BTreeSet::new();
     let mut volume_fee_charged = false;
     let mut cum = 0u128;
+    // Where the package span in progress began (`None` outside one): a run of pieces priced
+    // by package rates, which a piece of usage under another model ends. Packages are
+    // counted from the span's start, so usage under another model earlier in the period
+    // never fills them.
+    let mut span_start: Option<u128> = None;
     for &(ri, band, q) in &pieces {
         let Some(terms) = ctx.terms.get(ri) else {
             continue;
         };
         let r = terms.rate;
+        let span = if r.model == RateModel::Package {
+            *span_start.get_or_insert(cum)
+        } else {
+            if q > 0 {
+                span_start = None;
+            }
+            cum
+        };
         let multiplier = band.and_then(|b| book.bands().get(b)).map(|b| b.multiplier);
-        for part in terms.parts(cum, q, billable_total) {
+        for part in terms.parts(cum, q, billable_total, span) {
             let unit_price = match multiplier {
                 None => part.unit_price,
                 Some(m) => {
@@ -1173,15 +1255,12 @@ fn build_invoice(
 
     // The minimum tops up priced usage only: an invoice without a usage line (all of its
     // usage unpriced, or of meters the book does not rate) has nothing to top up, and says so.
-    // `idle` (what the GPU measured while no tenant's kernel ran: energy, PM-sampled SM activity
-    // and DRAM bytes) is gpumeter's own tenant, not a customer:
-    // it is never topped up either, and says so.
-    let idle = tenant == IDLE;
+    // (`idle` has no invoice at all: it is listed apart.)
     let mut subtotal_minor = usage_sum.clone();
     let mut minimum_waived = None;
     if let Some(min_minor) = book.invoice_minimum_minor_units() {
         let min_minor = BigUint::from(min_minor);
-        if lines.is_empty() || idle {
+        if lines.is_empty() {
             if !min_minor.is_zero() {
                 let amount = minor_units_to_decimal(&min_minor, &currency)
                     .ok_or_else(|| overflow("minimum".into(), &min_minor))?;
@@ -1223,40 +1302,28 @@ fn build_invoice(
             reason: reason.clone(),
         });
     }
-    match minimum_waived {
-        Some(minimum) if idle => warnings.push(Warning::new(
-            WarningCode::MinimumNotApplied,
-            format!(
-                "the invoice minimum of {minimum} {} does not apply: `{IDLE}` is what the GPU \
-                 measured while no tenant's kernel ran (energy, PM-sampled SM activity and DRAM \
-                 bytes), gpumeter's own tenant, not a customer",
-                currency.code()
-            ),
-        )),
-        Some(minimum) => {
-            let mut why = Vec::new();
-            if !unpriced.is_empty() {
-                why.push("see unpriced".to_string());
-            }
-            if !acc.unrated.is_empty() {
-                let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
-                why.push(format!(
-                    "the price book has no rate for {} on this usage's SKUs (not billed)",
-                    meters.join(", ")
-                ));
-            }
-            let mut w = format!(
-                "the invoice minimum of {minimum} {} does not apply: this invoice has no priced \
-                 usage",
-                currency.code()
-            );
-            for part in why {
-                w.push_str("; ");
-                w.push_str(&part);
-            }
-            warnings.push(Warning::new(WarningCode::MinimumNotApplied, w));
+    if let Some(minimum) = minimum_waived {
+        let mut why = Vec::new();
+        if !unpriced.is_empty() {
+            why.push("see unpriced".to_string());
         }
-        None => {}
+        if !acc.unrated.is_empty() {
+            let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
+            why.push(format!(
+                "the price book has no rate for {} on this usage's SKUs (not billed)",
+                meters.join(", ")
+            ));
+        }
+        let mut w = format!(
+            "the invoice minimum of {minimum} {} does not apply: this invoice has no priced \
+             usage",
+            currency.code()
+        );
+        for part in why {
+            w.push_str("; ");
+            w.push_str(&part);
+        }
+        warnings.push(Warning::new(WarningCode::MinimumNotApplied, w));
     }
 
     Ok(Invoice {

@@ -1659,29 +1659,23 @@ mod invoices {
         println!("{text}");
     }
 
-    /// `idle` (what the GPU measured while no tenant's kernel ran) is gpumeter's own tenant, not a customer:
-    /// its invoice never gets a `minimum` line, and says so. `unattributed` (a single-tenant
-    /// preview without `--tenant`) and real tenants keep the minimum.
+    /// `idle` (what the GPU measured while no tenant's kernel ran) is a report tenant, never
+    /// invoiced (DESIGN §6, issue 30 item 7): no invoice, no minimum, its usage summed per
+    /// device and meter under the document's `extensions.idle` with an `idle_not_invoiced`
+    /// warning. `unattributed` (a single-tenant preview without `--tenant`) and real tenants
+    /// keep their invoices and the minimum, unchanged by the idle rows beside them. (Before
+    /// issue 30, `idle` got an invoice without a minimum, which the bank then finalized.)
     #[test]
-    fn idle_gets_no_minimum_line_and_unattributed_does() {
+    fn idle_is_listed_apart_never_invoiced_and_leaves_the_other_invoices_as_they_were() {
         let b = book(
             "currency = \"USD\"\ninvoice_minimum = \"0.50\"",
             &format!(
                 "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"energy_mj\"\nunit = \"kWh\"\nunit_price = \"0.25\"\n"
             ),
         );
-        let u = report(
-            3600,
-            vec![device("GPU-0", Some("NVIDIA H100 80GB HBM3"))],
+        let billed_rows = || {
             vec![
                 // 1 J each: 0.25 USD/kWh × 1/3.6e6 kWh rounds to 0.00.
-                row(
-                    gpumeter_core::IDLE,
-                    "GPU-0",
-                    DEC1,
-                    MeterKind::EnergyMj,
-                    1_000,
-                ),
                 row(
                     gpumeter_core::UNATTRIBUTED,
                     "GPU-0",
@@ -1690,39 +1684,73 @@ mod invoices {
                     1_000,
                 ),
                 row("alice", "GPU-0", DEC1, MeterKind::EnergyMj, 1_000),
-            ],
-        );
-        let doc = rated(&u, &b, None);
-        let by_tenant = |t: &str| {
-            doc.invoices
-                .iter()
-                .find(|i| i.tenant == t)
-                .unwrap_or_else(|| panic!("no invoice for {t}"))
+            ]
         };
-        let idle = by_tenant("idle");
-        assert_eq!(idle.lines.len(), 1, "{:?}", idle.lines);
-        assert_eq!(idle.lines[0].kind, LineKind::Usage);
-        assert_eq!(idle.lines[0].amount.to_string(), "0.00");
-        assert_eq!(idle.subtotal.to_string(), "0.00");
-        assert_eq!(idle.total.to_string(), "0.00");
-        assert_sums(idle);
-        let w = minimum_waived_warning(idle).unwrap_or_default();
-        assert!(
-            w.starts_with("the invoice minimum of 0.50 USD does not apply: ")
-                && w.contains("`idle`")
-                && w.contains("not a customer"),
-            "{:?}",
-            idle.warnings
+        let mut rows = billed_rows();
+        rows.push(row(
+            gpumeter_core::IDLE,
+            "GPU-0",
+            DEC1,
+            MeterKind::EnergyMj,
+            1_000,
+        ));
+        rows.push(row(
+            gpumeter_core::IDLE,
+            "GPU-0",
+            DEC1 + HOUR_NS,
+            MeterKind::EnergyMj,
+            2_500,
+        ));
+        rows.push(row(
+            gpumeter_core::IDLE,
+            "GPU-0",
+            DEC1,
+            MeterKind::SmActiveNs,
+            7,
+        ));
+        let devices = || vec![device("GPU-0", Some("NVIDIA H100 80GB HBM3"))];
+        let u = report(3600, devices(), rows);
+        let doc = rated(&u, &b, Some((DEC1, DEC1 + 2 * HOUR_NS)));
+        let tenants: Vec<&str> = doc.invoices.iter().map(|i| i.tenant.as_str()).collect();
+        assert_eq!(tenants, ["alice", "unattributed"]);
+        let idle = doc
+            .extensions
+            .idle
+            .as_ref()
+            .unwrap_or_else(|| panic!("{doc:?}"));
+        assert_eq!(
+            (idle.period.from.as_str(), idle.period.to.as_str()),
+            ("2026-12-01T00:00:00Z", "2026-12-01T02:00:00Z")
         );
-        // `idle` is not only energy: PM sampling's activity with no kernel running is idle's too,
-        // and the warning must not call an invoice of sm_active_ns and dram_bytes "energy".
+        let listed: Vec<(String, MeterKind, u128)> = idle
+            .usage
+            .iter()
+            .map(|r| (r.device_key.clone(), r.meter, r.quantity.0))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("GPU-0".to_string(), MeterKind::EnergyMj, 3_500),
+                ("GPU-0".to_string(), MeterKind::SmActiveNs, 7),
+            ]
+        );
+        assert_eq!(idle.usage[0].name.as_deref(), Some("NVIDIA H100 80GB HBM3"));
+        let codes: Vec<&WarningCode> = idle.warnings.iter().map(|w| w.code()).collect();
+        assert_eq!(codes, [&WarningCode::IdleNotInvoiced]);
+        let w = idle.warnings[0].message();
         assert!(
-            w.contains("while no tenant's kernel ran")
+            w.contains("`idle`")
+                && w.contains("not invoiced")
+                && w.contains("while no tenant's kernel ran")
                 && w.contains("PM-sampled SM activity and DRAM bytes"),
             "{w}"
         );
         for t in ["unattributed", "alice"] {
-            let inv = by_tenant(t);
+            let inv = doc
+                .invoices
+                .iter()
+                .find(|i| i.tenant == t)
+                .unwrap_or_else(|| panic!("{t}"));
             let kinds: Vec<LineKind> = inv.lines.iter().map(|l| l.kind).collect();
             assert_eq!(kinds, [LineKind::Usage, LineKind::Minimum], "{t}");
             assert_eq!(inv.lines[1].amount.to_string(), "0.50", "{t}");
@@ -1731,18 +1759,50 @@ mod invoices {
             assert_sums(inv);
         }
         assert!(doc.verify_digests());
-        // Without a minimum in the book there is nothing to waive, and nothing is said.
-        let plain = book(
-            "currency = \"USD\"",
-            &format!(
-                "{H100_SKU}[[rate]]\nsku = \"h100\"\nmeter = \"energy_mj\"\nunit = \"kWh\"\nunit_price = \"0.25\"\n"
-            ),
+        // The same report without its idle rows: the same invoices, and a document without
+        // `extensions` (so documents without idle usage are byte-identical to before).
+        let mut plain_report = report(3600, devices(), billed_rows());
+        plain_report.sha256.clone_from(&u.sha256);
+        let plain = rated(&plain_report, &b, Some((DEC1, DEC1 + 2 * HOUR_NS)));
+        assert_eq!(plain.invoices, doc.invoices);
+        let json = serde_json::to_value(&plain).unwrap_or_default();
+        assert!(json.get("extensions").is_none(), "{json}");
+        // A report of idle usage only: no invoice, the listing still there, and the text
+        // rendering says both.
+        let only = report(
+            3600,
+            devices(),
+            vec![row(
+                gpumeter_core::IDLE,
+                "GPU-0",
+                DEC1,
+                MeterKind::EnergyMj,
+                1_000,
+            )],
         );
-        let doc = rated(&u, &plain, None);
+        let doc = rated(&only, &b, None);
+        assert!(doc.invoices.is_empty(), "{doc:?}");
+        assert_eq!(doc.extensions.idle.as_ref().map(|i| i.usage.len()), Some(1));
+        let text = doc.to_text_table();
         assert!(
-            doc.invoices.iter().all(|i| i.warnings.is_empty()),
-            "{doc:?}"
+            text.contains("no invoices") && text.contains("Idle usage (not invoiced)"),
+            "{text}"
         );
+        assert!(text.contains("energy_mj 1000 mJ"), "{text}");
+        // A carried-in fragment of `idle` (an older bank's) makes no invoice either.
+        let carried: gpumeter_rating::CarriedFragments = [(
+            gpumeter_rating::FragmentKey {
+                tenant: gpumeter_core::IDLE.into(),
+                sku: "h100".into(),
+                meter: MeterKind::EnergyMj,
+            },
+            5u128,
+        )]
+        .into_iter()
+        .collect();
+        let doc =
+            gpumeter_rating::rate(&only, &b, None, &carried).unwrap_or_else(|e| panic!("{e}"));
+        assert!(doc.invoices.is_empty(), "{doc:?}");
     }
 
     /// The warning of an invoice about usage rows left outside its period.

@@ -938,3 +938,357 @@ fn package_lines_show_their_packages_in_every_rendering() {
     let html = gpumeter_rating::render::invoice_html(&doc, &launches(&[("a", d, 60)]));
     assert!(html.contains("= 2 packages"));
 }
+
+/// Issue 30 item 4: packages are counted per package span, across every pair of models.
+mod price_changes {
+    use super::*;
+
+    const MODELS: [&str; 4] = ["per_unit", "graduated", "volume", "package"];
+
+    /// A launches rate of `model` whose prices scale with `p` (the unit price per launch in
+    /// tier 1): per_unit at `p`; graduated and volume with tiers `(0, 90]` at `p` and above at
+    /// `p ÷ 2`; package of 50 launches at `50 × p ÷ 5` (a package costs 10 launches' price).
+    fn rate_of(model: &str, p: &str, validity: &str) -> String {
+        let half = (dec(p) / dec("2")).normalize().to_string();
+        let package = (dec(p) * dec("10")).normalize().to_string();
+        let body = match model {
+            "per_unit" => format!("unit_price = \"{p}\""),
+            "graduated" | "volume" => format!(
+                "model = \"{model}\"\ntiers = [ {{ up_to = \"90\", unit_price = \"{p}\" }}, {{ up_to = \"inf\", unit_price = \"{half}\" }} ]"
+            ),
+            _ => format!("model = \"package\"\npackage_size = \"50\"\nunit_price = \"{package}\""),
+        };
+        launches_rate(&format!("{body}\n{validity}"))
+    }
+
+    /// What each model bills for 80 launches before Dec 1 (rate A, p = 0.10) and 15 from Dec 1
+    /// (rate B, p = 0.20), worked by hand: (A's amount, B's amount, A's packages, B's packages).
+    fn expected(a: &str, b: &str) -> (&'static str, &'static str, Option<u128>, Option<u128>) {
+        let a_amount = match a {
+            // 80 × 0.10; graduated: all 80 in tier 1 (≤ 90).
+            "per_unit" | "graduated" => "8.00",
+            // Volume: the period's 95 is in tier 2, so 80 × 0.05.
+            "volume" => "4.00",
+            // ⌈80 / 50⌉ = 2 packages × 1.00.
+            _ => "2.00",
+        };
+        let b_amount = match (a, b) {
+            (_, "per_unit") => "3.00", // 15 × 0.20
+            // The tier position is the period's: 80 → 90 at 0.20, 90 → 95 at 0.10.
+            (_, "graduated") => "2.50",
+            (_, "volume") => "1.50", // 95 is in tier 2: 15 × 0.10
+            // Package after package: one span, so B's 15 fill the package A began (81–100):
+            // ⌈95 / 50⌉ − ⌈80 / 50⌉ = 0 packages.
+            ("package", _) => "0.00",
+            // Package after another model: a span of its own, ⌈15 / 50⌉ = 1 package × 2.00
+            // (counted from the period's start it was ⌈95 / 50⌉ − ⌈80 / 50⌉ = 0).
+            _ => "2.00",
+        };
+        let a_packages = (a == "package").then_some(2);
+        let b_packages = (b == "package").then_some(if a == "package" { 0 } else { 1 });
+        (a_amount, b_amount, a_packages, b_packages)
+    }
+
+    /// (Σ amount, Σ packages) of the usage lines up to the first `n` units (rate A's lines:
+    /// lines are in validity order), and of the rest.
+    fn split_at(inv: &Invoice, n: u128) -> ((Decimal, Option<u128>), (Decimal, Option<u128>)) {
+        let mut seen = 0u128;
+        let (mut a, mut b) = ((Decimal::ZERO, None), (Decimal::ZERO, None));
+        for l in inv.lines.iter().filter(|l| l.kind == LineKind::Usage) {
+            let side = if seen < n { &mut a } else { &mut b };
+            seen += l.quantity.map_or(0, |q| q.0);
+            side.0 += l.amount;
+            if let Some(p) = l.extensions.packages {
+                side.1 = Some(side.1.unwrap_or(0) + p.0);
+            }
+        }
+        (a, b)
+    }
+
+    #[test]
+    fn every_pair_of_models_across_a_price_change_bills_each_span_its_packages() {
+        let d = t(DEC1);
+        for a in MODELS {
+            for b in MODELS {
+                let tables = format!(
+                    "{}{}",
+                    rate_of(a, "0.10", &format!("valid_to = \"{DEC1}\"")),
+                    rate_of(b, "0.20", &format!("valid_from = \"{DEC1}\""))
+                );
+                let book = book("USD", "half_even", &tables);
+                let inv = rated(&launches(&[("t", d - HOUR, 80), ("t", d, 15)]), &book);
+                let (a_amount, b_amount, a_packages, b_packages) = expected(a, b);
+                let (got_a, got_b) = split_at(&inv, 80);
+                assert_eq!(
+                    (got_a.0.to_string(), got_b.0.to_string()),
+                    (a_amount.to_string(), b_amount.to_string()),
+                    "{a} → {b}: {:#?}",
+                    summary(&inv)
+                );
+                assert_eq!((got_a.1, got_b.1), (a_packages, b_packages), "{a} → {b}");
+                assert_eq!(inv.subtotal, dec(a_amount) + dec(b_amount), "{a} → {b}");
+                // Quantities conserve: every launch is on a line, billed.
+                let billed: u128 = inv
+                    .lines
+                    .iter()
+                    .filter_map(|l| l.billable_quantity)
+                    .map(|q| q.0)
+                    .sum();
+                assert_eq!(billed, 95, "{a} → {b}");
+            }
+        }
+    }
+}
+
+/// Issue 30 item 4: package spans with an increment's tail, a carried-in fragment, and a
+/// package rate that returns after another model.
+mod package_spans {
+    use super::*;
+
+    /// Package (50 at 1.00) until Dec 1, per unit (0.10) on Dec 1, package (50 at 2.00)
+    /// from Dec 2: two package spans, each paying its own packages.
+    #[test]
+    fn a_package_rate_after_another_model_starts_a_span_of_its_own() {
+        let d = t(DEC1);
+        let dec2 = d + 24 * HOUR;
+        let tables = format!(
+            "{}{}{}",
+            launches_rate(&format!(
+                "model = \"package\"\npackage_size = \"50\"\nunit_price = \"1.00\"\nvalid_to = \"{DEC1}\""
+            )),
+            launches_rate(&format!(
+                "unit_price = \"0.10\"\nvalid_from = \"{DEC1}\"\nvalid_to = \"{}\"",
+                rfc3339(dec2)
+            )),
+            launches_rate(&format!(
+                "model = \"package\"\npackage_size = \"50\"\nunit_price = \"2.00\"\nvalid_from = \"{}\"",
+                rfc3339(dec2)
+            )),
+        );
+        let b = book("USD", "half_even", &tables);
+        // 30 under the first package rate (1 package), 45 per unit, 10 under the second
+        // package rate: a span of its own, 1 package (counted from the period's start it was
+        // ⌈85 / 50⌉ − ⌈75 / 50⌉ = 0).
+        let inv = rated(
+            &launches(&[("a", d - HOUR, 30), ("a", d, 45), ("a", dec2, 10)]),
+            &b,
+        );
+        assert_eq!(
+            summary(&inv),
+            [
+                "Usage band=- tier=- q=30 billable=30 frag=0 price=1.00 amount=1.00",
+                "Usage band=- tier=- q=45 billable=45 frag=0 price=0.10 amount=4.50",
+                "Usage band=- tier=- q=10 billable=10 frag=0 price=2.00 amount=2.00",
+            ]
+        );
+        let packages: Vec<Option<Quantity>> =
+            inv.lines.iter().map(|l| l.extensions.packages).collect();
+        assert_eq!(packages, [Some(Quantity(1)), None, Some(Quantity(1))]);
+    }
+
+    /// An increment of 10 with a package of 50: the tail of the period's last span is not
+    /// billed (carried), and the carried-in fragment is the first usage of the next period's
+    /// span, under the rate in force at the period's start.
+    #[test]
+    fn the_increments_tail_leaves_the_last_span_and_a_carried_in_fragment_opens_the_first() {
+        let d = t(DEC1);
+        let tables = format!(
+            "{}{}",
+            launches_rate(&format!(
+                "unit_price = \"0.10\"\nincrement = \"10\"\nvalid_to = \"{DEC1}\""
+            )),
+            launches_rate(&format!(
+                "model = \"package\"\npackage_size = \"50\"\nunit_price = \"2.00\"\nincrement = \"10\"\nvalid_from = \"{DEC1}\""
+            )),
+        );
+        let b = book("USD", "half_even", &tables);
+        // 23 per unit, then 55 in packages: 78 = 7 increments + 8. The 8 come off the package
+        // span's end: it bills 47 units, ⌈47 / 50⌉ = 1 package.
+        let doc = rated_with(
+            &launches(&[("a", d - HOUR, 23), ("a", d, 55)]),
+            &b,
+            None,
+            &CarriedFragments::new(),
+        );
+        let inv = &doc.invoices[0];
+        assert_eq!(
+            summary(inv),
+            [
+                "Usage band=- tier=- q=23 billable=23 frag=0 price=0.10 amount=2.30",
+                "Usage band=- tier=- q=55 billable=47 frag=8 price=2.00 amount=2.00",
+            ]
+        );
+        let key = FragmentKey {
+            tenant: "a".into(),
+            sku: "h100".into(),
+            meter: MeterKind::KernelLaunches,
+        };
+        let carried = doc.fragments_out();
+        assert_eq!(carried.get(&key), Some(&8));
+        // The next day: the 8 carried in open the package span with 45 more: 53 = 5
+        // increments + 3; the span bills 50 = 1 package.
+        let next = d + 24 * HOUR;
+        let doc = rated_with(
+            &launches(&[("a", next, 45)]),
+            &b,
+            Some((next, next + HOUR)),
+            &carried,
+        );
+        let inv = &doc.invoices[0];
+        assert_eq!(
+            summary(inv),
+            ["Usage band=- tier=- q=53 billable=50 frag=3 price=2.00 amount=2.00"]
+        );
+        assert_eq!(inv.lines[0].extensions.packages, Some(Quantity(1)));
+    }
+
+    /// Two package rates of one size, a price change between: one span, so a package begun
+    /// under the first rate (at its price) holds the second rate's first units, and no
+    /// package is bought twice because the price changed.
+    #[test]
+    fn a_package_to_package_change_continues_the_span_and_its_open_package() {
+        let d = t(DEC1);
+        let tables = format!(
+            "{}{}",
+            launches_rate(&format!(
+                "model = \"package\"\npackage_size = \"50\"\nunit_price = \"1.00\"\nvalid_to = \"{DEC1}\""
+            )),
+            launches_rate(&format!(
+                "model = \"package\"\npackage_size = \"50\"\nunit_price = \"2.00\"\nvalid_from = \"{DEC1}\""
+            )),
+        );
+        let b = book("USD", "half_even", &tables);
+        // 30 + 40 = 70: 2 packages; the first (1.00) begins under the first rate and holds 50,
+        // the second (2.00) begins under the second.
+        let inv = rated(&launches(&[("a", d - HOUR, 30), ("a", d, 40)]), &b);
+        assert_eq!(
+            summary(&inv),
+            [
+                "Usage band=- tier=- q=30 billable=30 frag=0 price=1.00 amount=1.00",
+                "Usage band=- tier=- q=40 billable=40 frag=0 price=2.00 amount=2.00",
+            ]
+        );
+        assert_eq!(inv.subtotal, dec("3.00"));
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+        use std::collections::BTreeMap;
+
+        const SIZE: u128 = 7;
+
+        /// A book of launches rates that follow each other at the hours `cuts` (from Dec 1),
+        /// the `i`-th of model `models[i]`, all with increment `inc`; package rate `i` costs
+        /// `0.3i` per package of 7 (a price no other line has, so its lines are known).
+        fn book_of(models: &[usize], cuts: &[u64], inc: u32) -> PriceBook {
+            let mut tables = String::new();
+            for (i, &m) in models.iter().enumerate() {
+                let body = match m {
+                    0 => "unit_price = \"0.0123\"".to_string(),
+                    1 => GRADUATED.replace("0.10", "0.013").replace("0.05", "0.0071"),
+                    2 => GRADUATED
+                        .replace("graduated", "volume")
+                        .replace("0.10", "0.017"),
+                    _ => format!(
+                        "model = \"package\"\npackage_size = \"{SIZE}\"\nunit_price = \"0.3{i}\""
+                    ),
+                };
+                let mut validity = String::new();
+                if i > 0 {
+                    validity.push_str(&format!(
+                        "valid_from = \"{}\"\n",
+                        rfc3339(t(DEC1) + cuts[i - 1] * HOUR)
+                    ));
+                }
+                if let Some(c) = cuts.get(i) {
+                    validity.push_str(&format!("valid_to = \"{}\"\n", rfc3339(t(DEC1) + c * HOUR)));
+                }
+                tables.push_str(&launches_rate(&format!(
+                    "{body}\nincrement = \"{inc}\"\n{validity}"
+                )));
+            }
+            book("USD", "half_even", &tables)
+        }
+
+        fn plan() -> impl Strategy<Value = (Vec<usize>, Vec<u64>)> {
+            (1usize..6).prop_flat_map(|k| {
+                (
+                    proptest::collection::vec(0usize..4, k),
+                    proptest::collection::btree_set(1u64..72, k - 1),
+                )
+                    .prop_map(|(models, cuts)| (models, cuts.into_iter().collect::<Vec<u64>>()))
+            })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(128))]
+
+            /// Each package span (a run of package-priced usage) pays exactly
+            /// `⌈its billed units ÷ 7⌉` packages, never fewer, whatever models come before or
+            /// between; and billed plus carried out equals metered plus carried in.
+            #[test]
+            fn each_package_span_pays_for_its_billed_units_and_quantities_conserve(
+                (models, cuts) in plan(),
+                hours in proptest::collection::btree_map(0u64..72, 0u128..40, 0..24),
+                inc in 1u32..13,
+                carried_in in 0u128..12,
+            ) {
+                let b = book_of(&models, &cuts, inc);
+                let d = t(DEC1);
+                let rows: Vec<(&str, u64, u128)> =
+                    hours.iter().filter(|(_, &q)| q > 0).map(|(&h, &q)| ("a", d + h * HOUR, q)).collect();
+                let key = FragmentKey { tenant: "a".into(), sku: "h100".into(), meter: MeterKind::KernelLaunches };
+                let fin: CarriedFragments = [(key.clone(), carried_in)].into_iter().collect();
+                let doc = rated_with(&launches(&rows), &b, Some((d, d + 72 * HOUR)), &fin);
+                let rate_at = |h: u64| cuts.iter().filter(|&&c| c <= h).count();
+                // Pieces in time order: the carried-in fragment under the rate at the period's
+                // start, then each window under its rate.
+                let mut pieces: Vec<(usize, u128)> = vec![(rate_at(0), carried_in)];
+                pieces.extend(rows.iter().map(|&(_, ws, q)| (rate_at((ws - d) / HOUR), q)));
+                let total: u128 = pieces.iter().map(|p| p.1).sum();
+                let billable_total = total - total % u128::from(inc);
+                // Spans: (package rates in it, units billed in it).
+                let mut spans: Vec<(Vec<usize>, u128)> = Vec::new();
+                let mut open = false;
+                let mut cum = 0u128;
+                for &(r, q) in &pieces {
+                    let billed = (cum + q).min(billable_total) - cum.min(billable_total);
+                    cum += q;
+                    if models[r] == 3 {
+                        if !open {
+                            spans.push((Vec::new(), 0));
+                            open = true;
+                        }
+                        if let Some(s) = spans.last_mut() {
+                            if !s.0.contains(&r) {
+                                s.0.push(r);
+                            }
+                            s.1 += billed;
+                        }
+                    } else if q > 0 {
+                        open = false;
+                    }
+                }
+                let mut packages_of_rate: BTreeMap<usize, u128> = BTreeMap::new();
+                let mut billed_total = 0u128;
+                for inv in &doc.invoices {
+                    for l in inv.lines.iter().filter(|l| l.kind == LineKind::Usage) {
+                        billed_total += l.billable_quantity.map_or(0, |q| q.0);
+                        if let (Some(p), Some(price)) = (l.extensions.packages, l.unit_price) {
+                            let i: usize = price.to_string().trim_start_matches("0.3").parse().unwrap_or(99);
+                            *packages_of_rate.entry(i).or_insert(0) += p.0;
+                            prop_assert_eq!(l.amount, price * Decimal::from(p.0 as u64), "{:?}", l);
+                        }
+                    }
+                }
+                for (rates, billed) in &spans {
+                    let paid: u128 = rates.iter().map(|r| packages_of_rate.get(r).copied().unwrap_or(0)).sum();
+                    prop_assert_eq!(paid, billed.div_ceil(SIZE), "span of rates {:?}: {:?}", rates, doc.invoices[0].lines);
+                }
+                let out = doc.fragments_out().get(&key).copied().unwrap_or(0);
+                prop_assert_eq!(billed_total + out, total);
+            }
+        }
+    }
+}

@@ -255,7 +255,7 @@ fn grant_for(tenant: &str) -> Result<GrantRequest, Error> {
         credits: Decimal::from(1_000_000),
         rate: Decimal::from_str("0.10")?,
         priority: 1,
-        effective: t("2026-11-01T00:00:00Z")?,
+        effective: Some(t("2026-11-01T00:00:00Z")?),
         expires: None,
         kind: GrantKind::Purchased,
         skus: vec![],

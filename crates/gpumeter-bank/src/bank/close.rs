@@ -1,6 +1,7 @@
 //! Contract close: the remaining fragments billed (`gpumeter bank close`).
 
 use super::*;
+use gpumeter_rating::RateModel;
 
 /// What `close` billed: one line per fragment, and the transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -28,16 +29,36 @@ pub struct ClosedLine {
     pub unit_price: Decimal,
     /// The pricing unit.
     pub pricing_unit: String,
-    /// round(quantity × unit_price ÷ unit), once.
+    /// round(quantity × unit_price ÷ unit), once; under a package rate
+    /// round((quantity − covered) × unit_price ÷ package_size), once.
     pub amount: Decimal,
+    /// Under a package rate: the package size in canonical units (`unit_price` is the price
+    /// of one package). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package_size: Option<Quantity>,
+    /// Under a package rate: the canonical units of the fragment that the packages its last
+    /// period paid for already hold (not billed again). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covered: Option<Quantity>,
 }
 
 /// Contract close: bills each of `tenant`'s remaining fragments at the last unit
 /// price of its SKU and meter in `book` (the rate with the latest `valid_from`; its
 /// `unit_price`), rounded once per fragment, and empties them.
 ///
+/// Under a package rate (issue 30 item 5) `unit_price` is the price of a package, so a close
+/// bills at most the fragment's pro-rata share of one: `round(uncovered × unit_price ÷
+/// package_size)`, where `uncovered` is the part of the fragment the packages already paid
+/// for do not hold. The tenant's latest finalization that carried the fragment out says what
+/// was paid: when its last lines of the SKU and meter are package lines (the period's last
+/// package span), they paid `Σ packages × package_size` units for `Σ billable` units, and
+/// the room left (`packages × size − billable`) holds that much of the fragment, which is
+/// then not billed again. Without such a finalization (or when it did not carry out this
+/// fragment), nothing counts as covered.
+///
 /// # Errors
-/// [`BankError::Refused`] for a fragment whose SKU and meter the book has no rate for;
+/// [`BankError::Refused`] for the tenant `idle`, a fragment whose SKU and meter the book has
+/// no rate for, a close worth more than [`crate::grants::MAX_AMOUNT`];
 /// [`BankError::Storage`].
 pub fn close<L: Ledger>(
     ledger: &mut L,
@@ -45,6 +66,7 @@ pub fn close<L: Ledger>(
     book: &PriceBook,
     at: u64,
 ) -> Result<Closed, BankError> {
+    never_idle(tenant)?;
     let currency = book.currency();
     ledger.atomically(true, |t| {
         // The currency first: a bank without one yet is held whole before the tenant is.
@@ -68,14 +90,15 @@ pub fn close<L: Ledger>(
                         book.name()
                     ))
                 })?;
-            let m = amount_minor_units(
-                q,
-                last.unit_price,
-                (last.unit.factor_num(), last.unit.factor_den()),
-                &currency,
-                book.rounding(),
-            )
-            .ok_or_else(|| refused("the fragment's amount cannot be computed"))?;
+            let (billed, factor, package) = match last.package_size_canonical {
+                Some(size) if last.model == RateModel::Package => {
+                    let covered = paid_room(t, tenant, &sku, meter, q, size)?.min(q);
+                    (q - covered, (size.max(1), 1), Some((size, covered)))
+                }
+                _ => (q, (last.unit.factor_num(), last.unit.factor_den()), None),
+            };
+            let m = amount_minor_units(billed, last.unit_price, factor, &currency, book.rounding())
+                .ok_or_else(|| refused("the fragment's amount cannot be computed"))?;
             let amount = minor_units_to_decimal(&m, &currency)
                 .ok_or_else(|| refused("the fragment's amount exceeds a decimal"))?;
             let qd = Decimal::try_from_i128_with_scale(to_i128(q)?, 0)
@@ -102,8 +125,16 @@ pub fn close<L: Ledger>(
                 unit_price: last.unit_price,
                 pricing_unit: last.unit.name().to_string(),
                 amount,
+                package_size: package.map(|(size, _)| Quantity(size)),
+                covered: package.map(|(_, c)| Quantity(c)),
             });
         }
+        crate::grants::within(
+            &format!("closing `{tenant}`: the fragments' amount"),
+            total,
+            crate::grants::MAX_AMOUNT,
+            "one request may be worth",
+        )?;
         let closed = Closed {
             tenant: tenant.to_string(),
             currency: currency.code().to_string(),
@@ -128,4 +159,62 @@ pub fn close<L: Ledger>(
         }
         Ok(closed)
     })
+}
+
+/// The canonical units of `tenant`'s fragment of `q` on (`sku`, `meter`) that the packages of
+/// its last period already hold: from the latest finalization whose invoice names the SKU and
+/// meter, when it carried out exactly this fragment and its last usage lines of them are
+/// package lines, `Σ packages × size − Σ billable` over those trailing package lines (the
+/// period's last package span); 0 otherwise.
+fn paid_room(
+    t: &dyn LedgerTx,
+    tenant: &str,
+    sku: &str,
+    meter: MeterKind,
+    q: u128,
+    size: u128,
+) -> Result<u128, BankError> {
+    let ours = |sk: &str, m: MeterKind| sk == sku && m == meter;
+    for done in t.tenant_transactions("finalize", tenant)?.iter().rev() {
+        let Ok(inv) = serde_json::from_value::<Invoice>(done.tx.memo["invoice"].clone()) else {
+            continue;
+        };
+        let lines: Vec<&Line> = inv
+            .lines
+            .iter()
+            .filter(|l| {
+                l.kind == LineKind::Usage && l.sku.as_deref() == Some(sku) && l.meter == Some(meter)
+            })
+            .collect();
+        let names = !lines.is_empty()
+            || inv
+                .extensions
+                .fragments_in
+                .iter()
+                .chain(&inv.extensions.fragments_out)
+                .any(|f| ours(&f.sku, f.meter));
+        if !names {
+            continue;
+        }
+        let out: u128 = inv
+            .extensions
+            .fragments_out
+            .iter()
+            .filter(|f| ours(&f.sku, f.meter))
+            .map(|f| f.quantity.0)
+            .sum();
+        if out != q {
+            return Ok(0);
+        }
+        let (mut packages, mut billable) = (0u128, 0u128);
+        for l in lines.iter().rev() {
+            let Some(p) = l.extensions.packages else {
+                break;
+            };
+            packages = packages.saturating_add(p.0);
+            billable = billable.saturating_add(l.billable_quantity.map_or(0, |b| b.0));
+        }
+        return Ok(packages.saturating_mul(size).saturating_sub(billable));
+    }
+    Ok(0)
 }

@@ -113,10 +113,10 @@ pub fn finalize<L: Ledger>(
             invoices.push(inv);
             outcomes.push(outcome);
         }
-        Ok(Finalized {
-            document: InvoiceDocument::new(invoices),
-            outcomes,
-        })
+        // `idle` is never finalized: rating lists it apart, and the document keeps the list.
+        let mut document = InvoiceDocument::new(invoices);
+        document.extensions = plain.extensions.clone();
+        Ok(Finalized { document, outcomes })
     })
 }
 
@@ -459,6 +459,20 @@ fn finalize_tenant(
             unbillable.push(r);
             continue;
         }
+        if r.fee <= Decimal::ZERO {
+            // Made before `reserve` refused a fee of 0 (issue 30 item 6): unpaid capacity
+            // never converts, so it bills nothing and converts nothing.
+            inv.warnings.push(Warning::new(
+                WarningCode::ReservationUnpaid,
+                format!(
+                    "reservation {}: its fee is {}, and unpaid capacity never converts to \
+                     credits: it bills nothing and converts nothing",
+                    r.reservation, r.fee
+                ),
+            ));
+            unbillable.push(r);
+            continue;
+        }
         if default_period {
             inv.warnings.push(Warning::new(
                 WarningCode::ReservationDefaultPeriod,
@@ -535,6 +549,7 @@ fn finalize_tenant(
     }
     let subtotal = minor_units_to_decimal(&subtotal_minor.into(), &currency)
         .ok_or_else(|| refused("the subtotal exceeds a decimal"))?;
+    bounded(tenant, subtotal, &inv)?;
     let total_minor = subtotal_minor - covered_total;
     let total = minor_units_to_decimal(&total_minor.into(), &currency)
         .ok_or_else(|| refused("the total exceeds a decimal"))?;
@@ -709,7 +724,7 @@ fn finalize_tenant(
     }
     for g in conversions {
         t.append(NewTransaction {
-            key: format!("grant:{key}:{}", g.grant),
+            key: crate::ledger::conversion_key(key, &g.grant),
             kind: "grant".into(),
             at: rfc3339(to),
             tenant: Some(tenant.to_string()),
@@ -782,18 +797,16 @@ fn burn(
         if *rest == 0 || !g.grant.covers(l.sku.as_deref(), l.meter) {
             continue;
         }
-        let worth = value_minor(remaining, g.grant.rate, scale).unwrap_or(0);
-        let covered = (*rest).min(worth);
+        // The credits that pay the line, and the whole minor units they cover: never more
+        // than one minor unit beyond their value, whatever the rate (issue 30 item 6).
+        let (credits, covered) = crate::grants::pay(*rest, remaining, g.grant.rate, scale)
+            .ok_or_else(|| {
+                refused(format!(
+                    "grant {}: {} minor units at a rate of {} cannot be expressed in credits",
+                    g.grant.grant, *rest, g.grant.rate
+                ))
+            })?;
         if covered == 0 {
-            continue;
-        }
-        let credits = credits_for(covered, g.grant.rate, scale, remaining).ok_or_else(|| {
-            refused(format!(
-                "grant {}: {covered} minor units at a rate of {} cannot be expressed in credits",
-                g.grant.grant, g.grant.rate
-            ))
-        })?;
-        if credits.is_zero() {
             // Worth less than one credit at 9 decimals: a burn of nothing pays nothing.
             continue;
         }

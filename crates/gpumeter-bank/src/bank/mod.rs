@@ -32,9 +32,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::accounts;
-use crate::grants::{
-    credits_for, grants, reservations, value_minor, Grant, GrantBalance, GrantKind, Reservation,
-};
+use crate::grants::{grants, reservations, Grant, GrantBalance, GrantKind, Reservation};
 use crate::ledger::{
     Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction, CREDITS,
 };
@@ -46,6 +44,45 @@ pub(crate) fn sha(v: &serde_json::Value) -> Result<String, BankError> {
 
 pub(crate) fn refused(msg: impl Into<String>) -> BankError {
     BankError::Refused(msg.into())
+}
+
+/// Refuses [`gpumeter_core::IDLE`] as the tenant of a grant, reservation or close: `idle` is
+/// a report tenant, never invoiced.
+pub(crate) fn never_idle(tenant: &str) -> Result<(), BankError> {
+    if tenant == gpumeter_core::IDLE {
+        return Err(refused(format!(
+            "tenant `{tenant}`: gpumeter's report tenant (what the GPU measured while no \
+             tenant's kernel ran) is never invoiced: it has no credits, reservations or fragments"
+        )));
+    }
+    Ok(())
+}
+
+/// Refuses an invoice (or close) of `tenant` worth more than [`crate::grants::MAX_AMOUNT`]
+/// or carrying out a fragment above [`crate::grants::MAX_FRAGMENT`]: one request may not take
+/// the headroom of `provider:revenue` or `provider:fragments` from every other (issue 30
+/// item 10).
+pub(crate) fn bounded(tenant: &str, subtotal: Decimal, inv: &Invoice) -> Result<(), BankError> {
+    crate::grants::within(
+        &format!("tenant `{tenant}`: the invoice's subtotal"),
+        subtotal,
+        crate::grants::MAX_AMOUNT,
+        "one request may be worth",
+    )?;
+    for f in &inv.extensions.fragments_out {
+        if f.quantity.0 > crate::grants::MAX_FRAGMENT {
+            return Err(refused(format!(
+                "tenant `{tenant}`: a fragment of {} {} of {} on sku `{}` to carry out: more than \
+                 {}, the most one finalization may carry (docs/BANK.md, \"Bounds\")",
+                f.quantity,
+                f.meter.canonical_unit(),
+                f.meter,
+                f.sku,
+                crate::grants::MAX_FRAGMENT
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn parse_time(s: &str) -> Result<u64, BankError> {

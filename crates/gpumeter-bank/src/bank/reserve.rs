@@ -12,21 +12,41 @@ pub struct ReserveRequest {
 }
 
 /// Records a reservation (no postings: its fee is billed on each period's invoice, and its
-/// unused capacity converts to credits at finalization).
+/// unused capacity converts to credits at finalization). Its key is derived from its terms
+/// (`reserve:<sha256>`, a key the bank makes): the same terms again are the same reservation,
+/// other terms another one; a reservation takes no caller's key.
 ///
 /// # Errors
-/// [`BankError::Refused`] for a non-positive capacity or rate, a negative fee, an unknown
-/// unit, an empty span; [`BankError::Storage`].
+/// [`BankError::Refused`] for the tenant `idle`; a non-positive capacity, rate or fee (unpaid
+/// capacity never converts to credits: a fee of 0 would turn capacity into credits from
+/// nothing every period); a capacity above [`crate::grants::MAX_CREDITS`] in its unit, a
+/// rate above [`crate::grants::MAX_CREDIT_RATE`], a fee or capacity × rate above
+/// [`crate::grants::MAX_AMOUNT`]; an unknown unit, an empty span; [`BankError::Storage`].
 pub fn reserve<L: Ledger>(
     ledger: &mut L,
     req: &ReserveRequest,
 ) -> Result<(Reservation, bool), BankError> {
     let r = &req.terms;
-    if r.capacity <= Decimal::ZERO || r.rate <= Decimal::ZERO || r.fee < Decimal::ZERO {
+    never_idle(&r.tenant)?;
+    if r.capacity <= Decimal::ZERO || r.rate <= Decimal::ZERO {
         return Err(refused(
-            "a reservation needs a positive --capacity and --rate and a fee of at least 0",
+            "a reservation needs a positive --capacity and --rate",
         ));
     }
+    if r.fee <= Decimal::ZERO {
+        return Err(refused(format!(
+            "--fee {}: a reservation's fee must be positive: its unused capacity converts to \
+             credits, and unpaid capacity never does",
+            r.fee
+        )));
+    }
+    crate::grants::check_bounds("--capacity", r.capacity, r.rate)?;
+    crate::grants::within(
+        "--fee",
+        r.fee,
+        crate::grants::MAX_AMOUNT,
+        "one request may be worth",
+    )?;
     let unit = PricingUnit::parse(&r.unit)
         .ok_or_else(|| refused(format!("--unit {}: not a pricing unit", r.unit)))?;
     if unit.dimension() != r.meter.dimension() {

@@ -246,7 +246,7 @@ pub fn grant_req(
         credits: d(credits),
         rate: d("0.10"),
         priority,
-        effective: t("2026-11-01T00:00:00Z"),
+        effective: Some(t("2026-11-01T00:00:00Z")),
         expires: expires.map(t),
         kind,
         skus: vec![],
