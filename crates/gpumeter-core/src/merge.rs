@@ -623,6 +623,22 @@ fn merge_usage(
     Ok(rows.into_values().collect())
 }
 
+impl UsageReport {
+    /// Recomputes `totals` from `usage` (one row per tenant, device and meter with a non-zero
+    /// sum, in the meter's order) and seals the report: for a program that builds or edits a
+    /// report's rows (a converter, a test), so that it passes [`crate::check_report`]'s totals
+    /// and digest checks. It does not make other rows valid: zero rows, duplicate keys and
+    /// impossible quantities are still refused by every reader.
+    ///
+    /// # Errors
+    /// [`MergeError::Overflow`] when a total exceeds `u128`; [`MergeError::Seal`].
+    pub fn seal_with_totals(&mut self) -> Result<(), MergeError> {
+        self.totals = totals_of(&self.usage)?;
+        self.seal()?;
+        Ok(())
+    }
+}
+
 /// One row per (tenant, device, meter) with a non-zero quantity, in the meter's order.
 fn totals_of(usage: &[UsageRow]) -> Result<Vec<TotalRow>, MergeError> {
     let mut totals: BTreeMap<(&str, u32, &str, MeterKind), u128> = BTreeMap::new();

@@ -35,6 +35,7 @@ fn report(n: usize, rows: &Rows) -> UsageReport {
         schema: USAGE_SCHEMA.to_string(),
         metering_policy: METERING_POLICY.to_string(),
         window_seconds: 3600,
+        complete: Some(true),
         sources: vec![SourceEntry {
             name: format!("src-{n}.json"),
             format: "kineto".to_string(),
