@@ -9,6 +9,7 @@ use gpumeter_core::{
 use proptest::prelude::*;
 
 mod common;
+mod check;
 mod merge;
 use common::{device, kernel, per_tenant, BASE, S};
 
