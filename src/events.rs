@@ -34,8 +34,7 @@
 //! part of one device's window (two recordings of one GPU in the same hour, metered apart)
 //! give events with the same key and different quantities, and a deduplicating receiver keeps
 //! only the first. Meter a window's inputs together (or merge the reports) before sending it:
-//! only the one owner of a device's windows may send them (DESIGN §7,
-//! `docs/INTEGRATIONS.md`). A live meter's last windows may still grow: set `closed_before_ns` to
+//! only the one owner of a device's windows may send them (`docs/INTEGRATIONS.md`). A live meter's last windows may still grow: set `closed_before_ns` to
 //! an instant `T` (ns since the Unix epoch) before which nothing can arrive any more — for
 //! gpumeter's meter, the latest record time it has seen minus its reordering horizon
 //! ([`crate::MeterConfig`], 60 s by default), since a record later than that is counted as loss,

@@ -144,7 +144,7 @@ pub enum Error {
     #[error(transparent)]
     Merge(#[from] MergeError),
     /// A usage report fails the checks every reader makes before trusting it
-    /// ([`gpumeter_core::check_report`], DESIGN §7): its digest, one row per (tenant, device,
+    /// ([`gpumeter_core::check_report`]): its digest, one row per (tenant, device,
     /// window, meter), no zero rows, rows on window edges, totals equal to the rows,
     /// quantities a device can do in a window, tenant names none of which look alike.
     /// `report` names the report (its file name, `usage_json` for one handed over in memory,
@@ -457,7 +457,7 @@ fn report_name(path: &Path) -> String {
 }
 
 /// Checks a usage report as every reader must before trusting it
-/// ([`gpumeter_core::check_report`], DESIGN §7); `report` names it in the error. [`preview`],
+/// ([`gpumeter_core::check_report`]); `report` names it in the error. [`preview`],
 /// [`bill`], [`merge_usage_reports`], [`read_usage_report`], [`parse_usage_report`] and
 /// [`events::usage_events`] call it; a caller that rates or sends a report it got elsewhere
 /// may call it first to tell a bad report from a bad price book.
@@ -996,7 +996,7 @@ pub struct BillOptions {
     pub commit: bool,
     /// Finalize an incomplete report too (`--allow-incomplete`): each invoice then carries
     /// the warning `incomplete_usage`. Without it, finalizing one is [`Error::Incomplete`]
-    /// (DESIGN §7: a snapshot's half-window would be billed as the whole).
+    /// (a snapshot's half-window would be billed as the whole).
     pub allow_incomplete: bool,
 }
 

@@ -1,4 +1,4 @@
-//! The checks every reader of a usage report makes (DESIGN §7): merge (`--format usage`),
+//! The checks every reader of a usage report makes: merge (`--format usage`),
 //! rating (`preview`), finalization, usage events and the C ABI all call [`check_report`]
 //! before they trust a report, whoever wrote it.
 //!

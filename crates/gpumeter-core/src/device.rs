@@ -153,7 +153,7 @@ impl DeviceInfo {
 /// n²/2⁶⁵ among n sources.
 pub const SOURCE_LABEL_HEX: usize = 16;
 
-/// The label of a source (DESIGN §7): the first [`SOURCE_LABEL_HEX`] hex digits of its
+/// The label of a source: the first [`SOURCE_LABEL_HEX`] hex digits of its
 /// identity (`sources[].sha256`, lowercase hex: the SHA-256 of its content, so of a gzip
 /// input's decompressed bytes). It prefixes the keys of the source's devices without a UUID
 /// ([`DeviceInfo::source_key`], `<label>#<device id>`) and names the source where no device
@@ -176,7 +176,7 @@ pub fn source_label(identity_sha256: &str) -> String {
 /// The label of a `.gmr` recording: [`source_label`] of the SHA-256 of its header identity
 /// (`<host>/<process id>/<CUPTI clock at start>/<wall clock at start>`), which stays the same
 /// while the recording grows and when it is rewritten at exit, so the keys of its devices
-/// without a UUID do too (DESIGN §4: a recording that grew is the same source).
+/// without a UUID do too (a recording that grew is the same source).
 pub fn recording_label(recording: &str) -> String {
     use sha2::Digest as _;
     source_label(&hex::encode(sha2::Sha256::digest(recording.as_bytes())))

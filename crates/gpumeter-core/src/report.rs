@@ -325,7 +325,7 @@ pub struct SourceEntry {
     pub name: String,
     /// Format (`kineto`, `nsys`, `cupti`, `gmr`, `usage`).
     pub format: String,
-    /// The source's identity, lowercase hex SHA-256 (DESIGN §4): of its content, i.e. of its
+    /// The source's identity, lowercase hex SHA-256: of its content, i.e. of its
     /// bytes after decompression for a gzip input (a re-compressed copy is the same source);
     /// of its bytes for a `.gmr` recording or a raw CUPTI buffer; a stream's instance id for
     /// a C ABI stream ([`crate::STREAM_FORMAT`]).
@@ -682,7 +682,7 @@ impl UsageReport {
 
     /// Whether the report is complete: its `complete` field, or for a report written before
     /// the field, [`UsageReport::derived_complete`]. Usage events and finalization take only
-    /// complete reports (DESIGN §7), unless told to allow an incomplete one.
+    /// complete reports, unless told to allow an incomplete one.
     pub fn is_complete(&self) -> bool {
         self.complete.unwrap_or_else(|| self.derived_complete())
     }
