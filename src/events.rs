@@ -1092,7 +1092,14 @@ mod tests {
     /// the key was `[tenant, device, start, meter, policy]` and they did.
     #[test]
     fn each_part_changes_the_key_and_equal_parts_give_equal_keys() {
-        let other = ["bob", "GPU-2", "2026-12-01T01:00:00Z", "1800", "sm_ns", "v2"];
+        let other = [
+            "bob",
+            "GPU-2",
+            "2026-12-01T01:00:00Z",
+            "1800",
+            "sm_ns",
+            "v2",
+        ];
         let k = key(BASE);
         assert_eq!(k, key(BASE));
         for i in 0..6 {
@@ -1186,7 +1193,9 @@ mod tests {
             .expect_err("off the edges")
             .to_string();
         assert!(
-            msg.starts_with("the usage report: usage[0].window_start: `2026-12-01T00:30:00Z` is not on an edge"),
+            msg.starts_with(
+                "the usage report: usage[0].window_start: `2026-12-01T00:30:00Z` is not on an edge"
+            ),
             "{msg}"
         );
         // A 60 s report's minute edges are edges.
@@ -1211,7 +1220,9 @@ mod tests {
             .expect_err("one key twice")
             .to_string();
         assert!(
-            msg.starts_with("the usage report: usage[1] has the tenant, device, window and meter of usage[0]"),
+            msg.starts_with(
+                "the usage report: usage[1] has the tenant, device, window and meter of usage[0]"
+            ),
             "{msg}"
         );
         // Another meter is another key.
@@ -1219,7 +1230,12 @@ mod tests {
             3600,
             &[
                 ("alice", "2026-12-01T00:00:00Z", MeterKind::KernelNs, 7),
-                ("alice", "2026-12-01T01:00:00+01:00", MeterKind::GpuBusyNs, 7),
+                (
+                    "alice",
+                    "2026-12-01T01:00:00+01:00",
+                    MeterKind::GpuBusyNs,
+                    7,
+                ),
             ],
         );
         assert_eq!(
@@ -1262,7 +1278,14 @@ mod tests {
         };
         let e = usage_events(&r, &options).expect_err("two meters, one code");
         assert!(
-            matches!(e, EventsError::SharedEventName { row: 1, first_row: 0, .. }),
+            matches!(
+                e,
+                EventsError::SharedEventName {
+                    row: 1,
+                    first_row: 0,
+                    ..
+                }
+            ),
             "{e}"
         );
         // CloudEvents keeps the meters' own types: fine.
@@ -1270,7 +1293,10 @@ mod tests {
             map: Some(&map),
             ..EventOptions::new(EventFormat::CloudEvents)
         };
-        assert_eq!(usage_events(&r, &options).expect("two types").events.len(), 2);
+        assert_eq!(
+            usage_events(&r, &options).expect("two types").events.len(),
+            2
+        );
     }
 
     /// Item 13: mapping values are checked for the receivers: a CloudEvents `source` is a
@@ -1312,8 +1338,8 @@ mod tests {
         let mut r = report(3600, "2026-12-01T00:00:00Z");
         r.complete = Some(false);
         r.seal().expect("seal");
-        let e = usage_events(&r, &EventOptions::new(EventFormat::CloudEvents))
-            .expect_err("incomplete");
+        let e =
+            usage_events(&r, &EventOptions::new(EventFormat::CloudEvents)).expect_err("incomplete");
         assert!(matches!(e, EventsError::Incomplete { .. }), "{e}");
         let allowed = EventOptions {
             allow_incomplete: true,

@@ -346,9 +346,9 @@ fn is_usage_report_json(path: &Path) -> bool {
         reader.fill_buf().is_ok_and(|b| b.starts_with(&GZIP_MAGIC))
     };
     let mut reader: Box<dyn std::io::BufRead> = if gzip {
-        Box::new(std::io::BufReader::new(flate2::bufread::MultiGzDecoder::new(
-            reader,
-        )))
+        Box::new(std::io::BufReader::new(
+            flate2::bufread::MultiGzDecoder::new(reader),
+        ))
     } else {
         Box::new(reader)
     };

@@ -75,7 +75,10 @@ fn report_json(input: &Path, api: Option<u32>, window_s: u64) -> String {
     let report = ok(meter_inputs(&[input.to_path_buf()], &options));
     // Every report the meter writes passes the checks every reader makes (issue 30 item 11).
     if let Err(e) = report.check() {
-        panic!("{} at {window_s} s fails the readers' checks: {e}", input.display());
+        panic!(
+            "{} at {window_s} s fails the readers' checks: {e}",
+            input.display()
+        );
     }
     let mut text = ok(serde_json::to_string_pretty(&report));
     text.push('\n');

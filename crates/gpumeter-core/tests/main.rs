@@ -8,8 +8,8 @@ use gpumeter_core::{
 };
 use proptest::prelude::*;
 
-mod common;
 mod check;
+mod common;
 mod merge;
 use common::{device, kernel, per_tenant, BASE, S};
 

@@ -139,7 +139,11 @@ mod expected {
         assert_eq!(s[0].format, Format::Kineto);
         assert_eq!(s[0].device_keys, vec![source_key(&s[0], 0)]);
         // The key names the content (item 3 of issue 30), never the file.
-        assert!(!s[0].device_keys[0].contains("json"), "{:?}", s[0].device_keys);
+        assert!(
+            !s[0].device_keys[0].contains("json"),
+            "{:?}",
+            s[0].device_keys
+        );
         check(
             &report,
             &s[0].device_keys[0],

@@ -69,12 +69,7 @@ fn meter_of(recs: &[Rec], window: WindowSize, sources: &str) -> Meter {
                 ..KernelLaunch::default()
             })
         };
-        let mut a = ActivityRecord::new(
-            devs[dev as usize],
-            BASE + start,
-            BASE + start + len,
-            work,
-        );
+        let mut a = ActivityRecord::new(devs[dev as usize], BASE + start, BASE + start + len, work);
         a.process_id = Some(tenant);
         a.correlation_id = i as u32;
         meter.push(a);
@@ -249,7 +244,9 @@ proptest! {
 /// twice. Now the report with the twice-listed row is refused, naming it.
 #[test]
 fn a_merge_refuses_a_report_that_lists_one_row_twice() {
-    let r = meter_of(&[], WindowSize::HOUR, "a").finish().expect("report");
+    let r = meter_of(&[], WindowSize::HOUR, "a")
+        .finish()
+        .expect("report");
     let twice = edited(&r, |r| {
         let again = r.usage[0].clone();
         r.usage.push(again);
@@ -269,7 +266,9 @@ fn a_merge_refuses_a_report_that_lists_one_row_twice() {
 /// digest still verifies.
 #[test]
 fn a_report_without_complete_is_judged_by_its_sources_and_warnings() {
-    let mut r = meter_of(&[], WindowSize::HOUR, "a").finish().expect("report");
+    let mut r = meter_of(&[], WindowSize::HOUR, "a")
+        .finish()
+        .expect("report");
     r.complete = None;
     r.seal().expect("seal");
     let json = serde_json::to_string(&r).expect("json");
@@ -279,9 +278,10 @@ fn a_report_without_complete_is_judged_by_its_sources_and_warnings() {
     assert!(back.verify_digest() && back.is_complete());
     assert_eq!(check_report(&back), Ok(()));
     let mut unfinished = back.clone();
-    unfinished
-        .warnings
-        .push(Warning::new(WarningCode::UnfinishedRecording, "r.gmr: no end frame"));
+    unfinished.warnings.push(Warning::new(
+        WarningCode::UnfinishedRecording,
+        "r.gmr: no end frame",
+    ));
     unfinished.seal().expect("seal");
     assert!(!unfinished.is_complete());
     assert!(unfinished

@@ -30,11 +30,13 @@ fn report(n: usize, rows: &Rows) -> UsageReport {
             meter: METERS[m],
             // sm_ns and kernel_ns within what a device can do in an hour, even summed over
             // the merged reports (the checks every reader makes, issue 30); bytes any size.
-            quantity: Quantity(if METERS[m] == MeterKind::MemsetBytes || q < 1_000_000_000 {
-                q
-            } else {
-                q % 1_000_000_000 + 1
-            }),
+            quantity: Quantity(
+                if METERS[m] == MeterKind::MemsetBytes || q < 1_000_000_000 {
+                    q
+                } else {
+                    q % 1_000_000_000 + 1
+                },
+            ),
         })
         .collect();
     let mut r = UsageReport {
