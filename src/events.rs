@@ -246,7 +246,7 @@ pub enum EventsError {
     /// bad digest, two rows with one key, a zero row, a row off the window edges, totals that
     /// disagree with the rows, usage a device cannot do, tenant names that look alike.
     #[error("the usage report: {0}")]
-    Check(#[from] gpumeter_core::ReportCheckError),
+    Check(Box<gpumeter_core::ReportCheckError>),
     /// The report is incomplete ([`UsageReport::is_complete`]) and
     /// [`EventOptions::allow_incomplete`] is not set: its events would be final for windows
     /// that may still grow, with the ids the complete windows will have.
@@ -874,7 +874,7 @@ pub fn usage_events(
     report: &UsageReport,
     options: &EventOptions<'_>,
 ) -> Result<UsageEvents, EventsError> {
-    report.check()?;
+    report.check().map_err(|e| EventsError::Check(Box::new(e)))?;
     let incomplete = report.incomplete_because();
     if let Some(why) = incomplete {
         if !options.allow_incomplete {

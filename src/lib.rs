@@ -155,7 +155,7 @@ pub enum Error {
         report: String,
         /// What is wrong, naming the row or field.
         #[source]
-        error: gpumeter_core::ReportCheckError,
+        error: Box<gpumeter_core::ReportCheckError>,
     },
     /// A finalization was asked of an incomplete report (`"complete": false`: a snapshot of a
     /// meter still running, or a `.gmr` recording without its end frame, whose last windows
@@ -467,7 +467,7 @@ fn report_name(path: &Path) -> String {
 pub fn check_usage_report(usage: &UsageReport, report: &str) -> Result<(), Error> {
     gpumeter_core::check_report(usage).map_err(|error| Error::Check {
         report: report.to_string(),
-        error,
+        error: Box::new(error),
     })
 }
 

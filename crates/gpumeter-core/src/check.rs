@@ -107,35 +107,15 @@ pub enum ReportCheckError {
         rows: u128,
     },
     /// Usage a device cannot do in a window.
-    #[error(
-        "usage[{row}]: {meter} of device {device_key} in the window starting {window_start} is \
-         {quantity} over all tenants, more than the device can do in {window_seconds} s \
-         ({limit}: {why})"
-    )]
-    Impossible {
-        /// The first row of the (device, window, meter) cell.
-        row: usize,
-        /// The device key, escaped.
-        device_key: String,
-        /// The window start, RFC 3339 UTC.
-        window_start: String,
-        /// The window size, seconds.
-        window_seconds: u64,
-        /// The meter.
-        meter: MeterKind,
-        /// The cell's quantity, all tenants together.
-        quantity: u128,
-        /// The bound.
-        limit: u128,
-        /// How the bound is made (`the window`, `the window × 132 SMs`, …).
-        why: String,
-    },
+    #[error(transparent)]
+    Impossible(Box<ImpossibleUsage>),
     /// A tenant that is not a tenant name.
     #[error("{place}.tenant = \"{tenant}\": {reason}")]
     Tenant {
         /// The row (`usage[3]`, `totals[0]`, `open_allocations[1]`).
         place: String,
-        /// The tenant, escaped.
+        /// The tenant, escaped ([`TenantName::escaped`]: everything outside printable ASCII
+        /// as `\u{…}`).
         tenant: String,
         /// Why it is not a tenant name.
         reason: String,
@@ -164,6 +144,32 @@ pub enum ReportCheckError {
         /// What makes it incomplete.
         why: String,
     },
+}
+
+/// Usage a device cannot do in a window ([`ReportCheckError::Impossible`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "usage[{row}]: {meter} of device {device_key} in the window starting {window_start} is \
+     {quantity} over all tenants, more than the device can do in {window_seconds} s ({limit}: \
+     {why})"
+)]
+pub struct ImpossibleUsage {
+    /// The first row of the (device, window, meter) cell.
+    pub row: usize,
+    /// The device key, escaped.
+    pub device_key: String,
+    /// The window start, RFC 3339 UTC.
+    pub window_start: String,
+    /// The window size, seconds.
+    pub window_seconds: u64,
+    /// The meter.
+    pub meter: MeterKind,
+    /// The cell's quantity, all tenants together.
+    pub quantity: u128,
+    /// The bound.
+    pub limit: u128,
+    /// How the bound is made (`the window`, `the window × 132 SMs`, …).
+    pub why: String,
 }
 
 /// Checks a usage report as every reader must before trusting it (module docs).
@@ -381,7 +387,7 @@ fn check_bounds(
             _ => continue,
         };
         if quantity > limit {
-            return Err(ReportCheckError::Impossible {
+            return Err(ReportCheckError::Impossible(Box::new(ImpossibleUsage {
                 row,
                 device_key: printable(device_key).into_owned(),
                 window_start: rfc3339(start),
@@ -390,7 +396,7 @@ fn check_bounds(
                 quantity,
                 limit,
                 why,
-            });
+            })));
         }
     }
     Ok(())
@@ -432,7 +438,9 @@ fn check_tenants(report: &UsageReport) -> Result<(), ReportCheckError> {
                 Err(e) => {
                     return Err(ReportCheckError::Tenant {
                         place: format!("{}[{}]", place.0, place.1),
-                        tenant: printable(tenant).into_owned(),
+                        // Every character outside printable ASCII as `\u{…}`: a zero-width
+                        // space is as invisible in a message as in an invoice.
+                        tenant: crate::tenant::escaped_text(tenant),
                         reason: e.to_string(),
                     })
                 }

@@ -46,7 +46,7 @@ mod reference;
 #[path = "../tests/reference/proptest.rs"]
 mod reference_proptest;
 
-pub use check::{check_report, ReportCheckError};
+pub use check::{check_report, ImpossibleUsage, ReportCheckError};
 pub use device::{source_label, ComputeCapability, DeviceInfo, SmLimits};
 pub use ingest::{identity_digest, push_batches, Batch, Continuation, REPEAT_PROBES};
 pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};

@@ -128,7 +128,7 @@ pub enum MergeError {
         name: String,
         /// What is wrong, naming the row.
         #[source]
-        error: ReportCheckError,
+        error: Box<ReportCheckError>,
     },
     /// The merged report cannot be sealed.
     #[error(transparent)]
@@ -255,7 +255,7 @@ pub fn merge_reports(inputs: &[(String, UsageReport)]) -> Result<UsageReport, Me
     // tenants of two reports may look alike.
     check_report(&report).map_err(|error| MergeError::Check {
         name: "the merged report".to_string(),
-        error,
+        error: Box::new(error),
     })?;
     Ok(report)
 }
@@ -272,7 +272,7 @@ fn check_sealed(name: &str, r: &UsageReport) -> Result<(), MergeError> {
         },
         error => MergeError::Check {
             name: name.to_string(),
-            error,
+            error: Box::new(error),
         },
     })
 }
