@@ -114,6 +114,7 @@ fn month_of_usage() -> UsageReport {
         schema: "gpumeter.usage/v1".into(),
         metering_policy: "v1".into(),
         window_seconds: 3600,
+        complete: Some(true),
         sources: vec![],
         devices,
         records: RecordCounts::default(),

@@ -4,13 +4,14 @@
 //! is dropped by the receiver's deduplication instead of being billed twice.
 //!
 //! ```
+//! use gpumeter::core::{ActivityRecord, CopyDirection, DeviceInfo, Work};
 //! use gpumeter::events::{usage_events, EventFormat, EventOptions};
-//! # let report: gpumeter::UsageReport = serde_json::from_str(r#"{"schema":"gpumeter.usage/v1",
-//! #  "metering_policy":"v1","window_seconds":3600,"sources":[],"devices":[],
-//! #  "records":{"kernel":0,"memcpy":0,"memset":0,"skipped":{}},"loss":[],
-//! #  "usage":[{"tenant":"alice","device":0,"device_key":"GPU-1","window_start":"2026-12-01T00:00:00Z",
-//! #  "meter":"kernel_ns","quantity":"307197"}],"totals":[],"open_allocations":[],"warnings":[],
-//! #  "sha256":""}"#)?;
+//! use gpumeter::{Meter, MeterConfig};
+//! let mut meter = Meter::new(MeterConfig::default());
+//! let gpu = meter.register_device(DeviceInfo::bare("GPU-1", 0));
+//! let copy = Work::Memcpy { bytes: 4096, direction: CopyDirection::HostToDevice };
+//! meter.push(ActivityRecord::new(gpu, 1_796_083_200_000_000_000, 1_796_083_200_000_307_197, copy));
+//! let report = meter.finish()?;
 //! let events = usage_events(&report, &EventOptions::new(EventFormat::CloudEvents))?;
 //! let lines = gpumeter::events::to_json_lines(&events.events)?;
 //! assert!(lines.starts_with(r#"{"specversion":"1.0","id":""#));
@@ -19,14 +20,21 @@
 //!
 //! # Which rows become events
 //!
+//! The report is checked first as every reader checks it ([`gpumeter_core::check_report`]:
+//! its digest, one row per key, no zero rows, rows on window edges, totals, bounds, tenant
+//! names), and it must be *complete* ([`UsageReport::is_complete`]: not a snapshot, no `.gmr`
+//! recording without its end frame), unless [`EventOptions::allow_incomplete`] is set; then
+//! [`UsageEvents::incomplete`] says why it is not, for the caller's warning.
+//!
 //! Every row of [`UsageReport::usage`] (one per tenant, device, UTC window and meter with a
 //! non-zero quantity) whose window is *closed*: a window the meter can no longer change. A
-//! report of files is final, so all its windows are closed ([`EventOptions::closed_before_ns`]
-//! `None`, the default) — provided the report holds every input with usage in them: the key
-//! does not name the inputs, so two reports that each hold part of one device's window (two
-//! recordings of one GPU in the same hour, metered apart) give events with the same key and
-//! different quantities, and a deduplicating receiver keeps only the first. Meter a window's
-//! inputs together (or merge the reports) before sending it. A live meter's last windows may still grow: set `closed_before_ns` to
+//! complete report of files is final, so all its windows are closed
+//! ([`EventOptions::closed_before_ns`] `None`, the default) — provided the report holds every
+//! input with usage in them: the key does not name the inputs, so two reports that each hold
+//! part of one device's window (two recordings of one GPU in the same hour, metered apart)
+//! give events with the same key and different quantities, and a deduplicating receiver keeps
+//! only the first. Meter a window's inputs together (or merge the reports) before sending it:
+//! only the one owner of a device's windows may send them (`docs/INTEGRATIONS.md`). A live meter's last windows may still grow: set `closed_before_ns` to
 //! an instant `T` (ns since the Unix epoch) before which nothing can arrive any more — for
 //! gpumeter's meter, the latest record time it has seen minus its reordering horizon
 //! ([`crate::MeterConfig`], 60 s by default), since a record later than that is counted as loss,
@@ -40,18 +48,22 @@
 //!
 //! [`idempotency_key`]: the SHA-256, as 64 lowercase hexadecimal digits, of the UTF-8 bytes of
 //! the RFC 8785 (JCS) canonical JSON of the array
-//! `[tenant, device_key, window_start, meter, metering_policy]`, five JSON strings: the tenant
-//! as in the report (not the mapped customer id), the device key, the window start as RFC 3339
-//! UTC with seconds precision and a `Z` (`2025-07-18T08:00:00Z`), the meter's name (`sm_ns`)
-//! and the report's metering policy (`v1`). For example
-//! `["alice","GPU-1","2026-12-01T00:00:00Z","kernel_ns","v1"]` (no spaces; `"` and `\` and
-//! control characters escaped as JSON does, everything else as is). A receiver recomputes it
-//! from the event's own fields. The key is the CloudEvents `id`, the Stripe `identifier` and
-//! the Lago `transaction_id`; it does not depend on the format, the mapping or the quantity, so
-//! a window sent again — by a retry, or a report metered again from the same files — carries
-//! the same key. A device key without a GPU UUID names its source file
-//! (`trace.json.gz@1a2b3c4d#0`), so the same bytes under another file name give other keys. A *corrected* quantity for a window already sent also carries the same key,
-//! and a receiver that deduplicates drops it: corrections are not expressible as events.
+//! `[tenant, device_key, window_start, window_seconds, meter, metering_policy]`, six JSON
+//! strings: the tenant as in the report (not the mapped customer id), the device key, the
+//! window start as RFC 3339 UTC with seconds precision and a `Z` (`2025-07-18T08:00:00Z`), the
+//! window size in seconds as a decimal string (`"3600"`), the meter's name (`sm_ns`) and the
+//! report's metering policy (`v1`). For example
+//! `["alice","GPU-1","2026-12-01T00:00:00Z","3600","kernel_ns","v1"]` (no spaces; `"` and `\`
+//! and control characters escaped as JSON does, everything else as is). A receiver recomputes
+//! it from the event's own fields (the window size is `window_end` − `time`). The key is the
+//! CloudEvents `id`, the Stripe `identifier` and the Lago `transaction_id`; it does not depend
+//! on the format, the mapping or the quantity, so a window sent again — by a retry, or a
+//! report metered again from the same inputs — carries the same key, and the same window of
+//! another size (a 30 min run of a trace beside its 1 h run) another. A device key without a
+//! GPU UUID names its source's content (`309220b5c1d2e3f4#0`, [`gpumeter_core::source_label`]),
+//! never its file name: the same trace renamed, gzipped or gunzipped gives the same keys. A
+//! *corrected* quantity for a window already sent also carries the same key, and a receiver
+//! that deduplicates drops it: corrections are not expressible as events.
 //!
 //! # Formats (field names and limits from each system's documentation)
 //!
@@ -111,6 +123,10 @@ pub const STRIPE_EVENT_NAME_MAX: usize = 100;
 
 /// The CloudEvents `source` when the mapping names none.
 pub const DEFAULT_SOURCE: &str = "gpumeter";
+
+/// The largest CloudEvent gpumeter writes, in bytes of its JSON: 64 KiB, the size CloudEvents
+/// 1.0 ("Size Limits") says intermediaries must forward and producers should stay within.
+pub const CLOUDEVENT_MAX_BYTES: usize = 65_536;
 
 /// Which system's event shape to write (`--events-format`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
@@ -226,10 +242,63 @@ pub enum EventsError {
     /// The events could not be serialized (not expected: every field is a string or integer).
     #[error("cannot write the events as JSON: {0}")]
     Json(#[from] serde_json::Error),
+    /// The report fails the checks every reader makes ([`gpumeter_core::check_report`]): a
+    /// bad digest, two rows with one key, a zero row, a row off the window edges, totals that
+    /// disagree with the rows, usage a device cannot do, tenant names that look alike.
+    #[error("the usage report: {0}")]
+    Check(Box<gpumeter_core::ReportCheckError>),
+    /// The report is incomplete ([`UsageReport::is_complete`]) and
+    /// [`EventOptions::allow_incomplete`] is not set: its events would be final for windows
+    /// that may still grow, with the ids the complete windows will have.
+    #[error(
+        "the usage report is incomplete (\"complete\": false: {why}): its last windows may \
+         still grow, and their events would carry the ids of the complete windows, so a \
+         receiver would keep the partial quantities; send the events of a complete report, or \
+         allow it with --allow-incomplete"
+    )]
+    Incomplete {
+        /// Why ([`UsageReport::incomplete_because`]).
+        why: &'static str,
+    },
+    /// Two meters would be sent under one event name (`type`, `event_name` or `code`): the
+    /// receiver would add their quantities, in different units, into one meter.
+    #[error(
+        "usage[{row}]: {meter} would be sent as `{name}`, the {format} name {first_meter} of \
+         usage[{first_row}] has: a receiver would add their quantities into one meter; give \
+         each meter its own name in the events mapping"
+    )]
+    SharedEventName {
+        /// The later row.
+        row: usize,
+        /// Its meter.
+        meter: MeterKind,
+        /// The name both would be sent under, escaped.
+        name: String,
+        /// The format.
+        format: EventFormat,
+        /// The earlier row.
+        first_row: usize,
+        /// Its meter.
+        first_meter: MeterKind,
+    },
+    /// A CloudEvent over [`CLOUDEVENT_MAX_BYTES`] (the mapping's names are that long).
+    #[error(
+        "usage[{row}]: its CloudEvent is {bytes} bytes of JSON, more than the {limit} bytes \
+         CloudEvents 1.0 says every intermediary forwards; shorten the events mapping's names"
+    )]
+    EventTooLarge {
+        /// The row.
+        row: usize,
+        /// The event's size.
+        bytes: usize,
+        /// [`CLOUDEVENT_MAX_BYTES`].
+        limit: usize,
+    },
 }
 
 /// The idempotency key of a usage row: SHA-256 (64 lowercase hex digits) of the RFC 8785
-/// canonical JSON of `[tenant, device_key, window_start, meter, metering_policy]` (see the
+/// canonical JSON of `[tenant, device_key, window_start, window_seconds, meter,
+/// metering_policy]`, `window_seconds` written as a decimal string (see the
 /// [module documentation](self#the-idempotency-key)). `window_start` must be written as gpumeter
 /// writes it (RFC 3339 UTC, seconds precision, `Z`); [`usage_events`] normalizes it first.
 ///
@@ -240,10 +309,18 @@ pub fn idempotency_key(
     tenant: &str,
     device_key: &str,
     window_start: &str,
+    window_seconds: u64,
     meter: &str,
     metering_policy: &str,
 ) -> Result<String, EventsError> {
-    let parts = serde_json::json!([tenant, device_key, window_start, meter, metering_policy]);
+    let parts = serde_json::json!([
+        tenant,
+        device_key,
+        window_start,
+        window_seconds.to_string(),
+        meter,
+        metering_policy
+    ]);
     let bytes = gpumeter_core::report::canonical_json(&parts).map_err(|e| EventsError::Row {
         row: 0,
         field: "id",
@@ -339,8 +416,11 @@ impl Default for EventMap {
     }
 }
 
-/// A non-empty id or name without control characters or surrounding whitespace (a mapping
-/// value); the TOML parser attaches the value's place to the error.
+/// A non-empty id or name without control characters, bidirectional formatting characters,
+/// line or paragraph separators ([`gpumeter_core::text::is_escaped`]) or surrounding
+/// whitespace (a mapping value): each receiver shows these names to people, where such a
+/// character would reorder or hide text. The TOML parser attaches the value's place to the
+/// error.
 #[derive(Debug, Clone)]
 struct Text(String);
 
@@ -355,9 +435,9 @@ impl<'de> Deserialize<'de> for Text {
                 "must not start or end with whitespace",
             ));
         }
-        if let Some(c) = s.chars().find(|c| c.is_control()) {
+        if let Some(c) = s.chars().find(|&c| gpumeter_core::text::is_escaped(c)) {
             return Err(serde::de::Error::custom(format!(
-                "must not hold control characters (U+{:04X})",
+                "must not hold control or bidirectional formatting characters (U+{:04X})",
                 u32::from(c)
             )));
         }
@@ -406,7 +486,7 @@ impl<'de> Deserialize<'de> for MeterKey {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawMap {
-    source: Option<Text>,
+    source: Option<toml::Spanned<Text>>,
     #[serde(default)]
     unmapped_tenants: UnmappedTenants,
     #[serde(default)]
@@ -429,9 +509,9 @@ struct RawTenant {
 #[serde(deny_unknown_fields)]
 struct RawMeter {
     #[serde(rename = "type")]
-    event_type: Option<Text>,
+    event_type: Option<toml::Spanned<Text>>,
     stripe_event_name: Option<toml::Spanned<Text>>,
-    lago_code: Option<Text>,
+    lago_code: Option<toml::Spanned<Text>>,
 }
 
 impl EventMap {
@@ -453,8 +533,11 @@ impl EventMap {
     /// # Errors
     /// [`EventsError::Map`] with the line and column of the offending key or value: not TOML,
     /// an unknown key, a tenant key that is not a tenant name, an unknown meter, an empty id or
-    /// name (or one with control characters or surrounding spaces), a Stripe event name over
-    /// [`STRIPE_EVENT_NAME_MAX`] characters.
+    /// name (or one with control or bidirectional formatting characters or surrounding
+    /// spaces), a `source` that is not an RFC 3986 URI-reference (CloudEvents 1.0), a Stripe
+    /// event name over [`STRIPE_EVENT_NAME_MAX`] characters, two meters with one name for a
+    /// receiver (`type`, `stripe_event_name` or `lago_code`: the receiver would add their
+    /// quantities into one meter).
     pub fn from_toml_str(file: &str, text: &str) -> Result<EventMap, EventsError> {
         let at = |span: Option<Range<usize>>, message: String| {
             let (line, column, line_text) = place(text, span.map_or(0, |s| s.start));
@@ -468,37 +551,64 @@ impl EventMap {
         };
         let raw: RawMap = toml::from_str(text).map_err(|e| at(e.span(), e.message().into()))?;
         let text_of = |t: Option<Text>| t.map(|t| t.0);
+        let source = match raw.source {
+            Some(s) => {
+                // CloudEvents 1.0: `source` is a non-empty URI-reference (RFC 3986).
+                if let Err(e) = fluent_uri::UriRef::parse(s.get_ref().0.as_str()) {
+                    return Err(at(
+                        Some(s.span()),
+                        format!(
+                            "the CloudEvents source must be a URI-reference (RFC 3986), as \
+                             CloudEvents 1.0 requires: {e}"
+                        ),
+                    ));
+                }
+                s.into_inner().0
+            }
+            None => DEFAULT_SOURCE.to_string(),
+        };
         let mut meters = BTreeMap::new();
+        // Per receiver's field, each name's first meter: two meters under one name would be
+        // added into one meter by the receiver.
+        let mut named: BTreeMap<(&'static str, String), MeterKind> = BTreeMap::new();
         for (MeterKey(meter), m) in raw.meters {
-            let stripe_event_name = match m.stripe_event_name {
-                Some(name) => {
-                    let n = name.get_ref().0.chars().count();
+            let mut name_of = |field: &'static str,
+                               t: Option<toml::Spanned<Text>>|
+             -> Result<Option<String>, EventsError> {
+                let Some(t) = t else { return Ok(None) };
+                if field == "stripe_event_name" {
+                    let n = t.get_ref().0.chars().count();
                     if n > STRIPE_EVENT_NAME_MAX {
                         return Err(at(
-                            Some(name.span()),
+                            Some(t.span()),
                             format!(
                                 "a Stripe event_name has at most {STRIPE_EVENT_NAME_MAX} \
                                  characters, this one {n}"
                             ),
                         ));
                     }
-                    Some(name.into_inner().0)
                 }
-                None => None,
+                if let Some(first) = named.insert((field, t.get_ref().0.clone()), meter) {
+                    return Err(at(
+                        Some(t.span()),
+                        format!(
+                            "{field} `{}` is also {first}'s: a receiver would add the two \
+                             meters' quantities into one meter",
+                            gpumeter_core::text::printable(&t.get_ref().0)
+                        ),
+                    ));
+                }
+                Ok(Some(t.into_inner().0))
             };
-            meters.insert(
-                meter,
-                MeterNames {
-                    event_type: text_of(m.event_type),
-                    stripe_event_name,
-                    lago_code: text_of(m.lago_code),
-                },
-            );
+            let names = MeterNames {
+                event_type: name_of("type", m.event_type)?,
+                stripe_event_name: name_of("stripe_event_name", m.stripe_event_name)?,
+                lago_code: name_of("lago_code", m.lago_code)?,
+            };
+            meters.insert(meter, names);
         }
         Ok(EventMap {
-            source: raw
-                .source
-                .map_or_else(|| DEFAULT_SOURCE.to_string(), |t| t.0),
+            source,
             unmapped_tenants: raw.unmapped_tenants,
             only_mapped_meters: raw.only_mapped_meters,
             tenants: raw
@@ -592,15 +702,20 @@ pub struct EventOptions<'a> {
     /// and sent; `None` (a report of files): every window is closed. See the
     /// [module documentation](self#which-rows-become-events).
     pub closed_before_ns: Option<u64>,
+    /// Send the events of an incomplete report too (`--allow-incomplete`): a snapshot's or an
+    /// unfinished recording's windows become final events with the ids of the complete
+    /// windows. `false` (the default): [`EventsError::Incomplete`].
+    pub allow_incomplete: bool,
 }
 
 impl EventOptions<'_> {
-    /// Options for `format`, no mapping, every window closed.
+    /// Options for `format`, no mapping, every window closed, incomplete reports refused.
     pub fn new(format: EventFormat) -> Self {
         EventOptions {
             format,
             map: None,
             closed_before_ns: None,
+            allow_incomplete: false,
         }
     }
 }
@@ -737,21 +852,35 @@ pub struct UsageEvents {
     pub open_rows: usize,
     /// Rows of meters the mapping leaves out ([`EventMap::only_mapped_meters`]).
     pub unmapped_meter_rows: usize,
+    /// Why the report is incomplete, when [`EventOptions::allow_incomplete`] let its events
+    /// be built anyway (the caller warns: these events are final for windows that may still
+    /// grow); `None` for a complete report.
+    pub incomplete: Option<&'static str>,
 }
 
 /// The events of every usage row of a closed window of `report`.
 ///
 /// # Errors
-/// [`EventsError::UnmappedTenant`] when the mapping refuses a tenant it has no id for,
-/// [`EventsError::ValueTooLarge`] for a Stripe quantity over [`STRIPE_MAX_VALUE`],
-/// [`EventsError::Row`] for a `window_start` that is not RFC 3339 or not on a window edge
-/// (a multiple of `window_seconds` since the epoch) or a row with the same key as an earlier
-/// one (the same tenant, device key, window and meter, however written); each names the first such
-/// row (`usage[i]`), and no event is returned.
+/// [`EventsError::Check`] for a report that fails the checks of every reader (a bad digest,
+/// a row off the window edges, two rows with one key, a zero row, …);
+/// [`EventsError::Incomplete`] for an incomplete report without
+/// [`EventOptions::allow_incomplete`]; [`EventsError::UnmappedTenant`] when the mapping
+/// refuses a tenant it has no id for, [`EventsError::ValueTooLarge`] for a Stripe quantity
+/// over [`STRIPE_MAX_VALUE`], [`EventsError::SharedEventName`] when two meters would be sent
+/// under one name, [`EventsError::EventTooLarge`] for a CloudEvent over
+/// [`CLOUDEVENT_MAX_BYTES`]; each names the first such row (`usage[i]`), and no event is
+/// returned.
 pub fn usage_events(
     report: &UsageReport,
     options: &EventOptions<'_>,
 ) -> Result<UsageEvents, EventsError> {
+    report.check().map_err(|e| EventsError::Check(Box::new(e)))?;
+    let incomplete = report.incomplete_because();
+    if let Some(why) = incomplete {
+        if !options.allow_incomplete {
+            return Err(EventsError::Incomplete { why });
+        }
+    }
     let default_map = EventMap::default();
     let map = options.map.unwrap_or(&default_map);
     let format = options.format;
@@ -771,30 +900,20 @@ pub fn usage_events(
         events: Vec::with_capacity(report.usage.len()),
         open_rows: 0,
         unmapped_meter_rows: 0,
+        incomplete,
     };
-    // Each key's first row: two rows with one key would be one event to a receiver that
-    // deduplicates, which keeps the first quantity and drops the other.
-    let mut seen: std::collections::HashMap<String, usize> = std::collections::HashMap::new();
+    // Each event name's first (meter, row): two meters under one name would be added into one
+    // meter by the receiver. (Two rows with one key are refused by the check.)
+    let mut names: BTreeMap<&str, (MeterKind, usize)> = BTreeMap::new();
     for (i, row) in report.usage.iter().enumerate() {
         let bad = |field: &'static str, reason: String| EventsError::Row {
             row: i,
             field,
             reason,
         };
+        // On a window edge: the check refuses any other start (a window of its own would get
+        // a key of its own, so its usage could be sent twice).
         let start_ns = parse_rfc3339(&row.window_start).map_err(|e| bad("window_start", e))?;
-        // A window starts on a multiple of its size; any other start would be a window of its
-        // own with a key of its own, so its usage could be sent twice.
-        if start_ns.checked_rem(window_ns) != Some(0) {
-            return Err(bad(
-                "window_start",
-                format!(
-                    "`{}` is not on a {} s window edge (windows are aligned to multiples of \
-                     their size)",
-                    gpumeter_core::text::printable(&row.window_start),
-                    report.window_seconds
-                ),
-            ));
-        }
         let end_ns = start_ns
             .checked_add(window_ns)
             .ok_or_else(|| bad("window_start", "its window ends after 2554".into()))?;
@@ -812,6 +931,7 @@ pub fn usage_events(
             &row.tenant,
             &row.device_key,
             &window_start,
+            report.window_seconds,
             row.meter.as_str(),
             &report.metering_policy,
         )
@@ -819,15 +939,22 @@ pub fn usage_events(
             EventsError::Row { field, reason, .. } => bad(field, reason),
             e => e,
         })?;
-        if let Some(first) = seen.insert(id.clone(), i) {
-            return Err(bad(
-                "window_start",
-                format!(
-                    "the same tenant, device key, window ({window_start}) and meter as \
-                     usage[{first}]: both would carry one idempotency key, and a receiver would \
-                     keep only one of them (merge the rows first)"
-                ),
-            ));
+        let name = map.meter_name(row.meter, format);
+        match names.get(name) {
+            Some(&(first_meter, first_row)) if first_meter != row.meter => {
+                return Err(EventsError::SharedEventName {
+                    row: i,
+                    meter: row.meter,
+                    name: gpumeter_core::text::printable(name).into_owned(),
+                    format,
+                    first_row,
+                    first_meter,
+                })
+            }
+            Some(_) => {}
+            None => {
+                names.insert(name, (row.meter, i));
+            }
         }
         let customer = match map.customer(&row.tenant, format) {
             (Some(c), _) => c.to_string(),
@@ -839,7 +966,7 @@ pub fn usage_events(
                 })
             }
         };
-        let name = map.meter_name(row.meter, format).to_string();
+        let name = name.to_string();
         let quantity = row.quantity.0.to_string();
         let unit = row.meter.canonical_unit().to_string();
         let seconds = start_ns / NS_PER_SECOND;
@@ -902,6 +1029,16 @@ pub fn usage_events(
                 },
             }),
         };
+        if let UsageEvent::CloudEvents(e) = &event {
+            let bytes = serde_json::to_vec(e)?.len();
+            if bytes > CLOUDEVENT_MAX_BYTES {
+                return Err(EventsError::EventTooLarge {
+                    row: i,
+                    bytes,
+                    limit: CLOUDEVENT_MAX_BYTES,
+                });
+            }
+        }
         out.events.push(event);
     }
     Ok(out)
@@ -924,53 +1061,124 @@ pub fn to_json_lines(events: &[UsageEvent]) -> Result<String, EventsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpumeter_core::{DeviceEntry, Quantity, TotalRow, UsageRow};
 
-    fn key(parts: [&str; 5]) -> String {
-        idempotency_key(parts[0], parts[1], parts[2], parts[3], parts[4]).expect("key")
+    fn key(parts: [&str; 6]) -> String {
+        let seconds: u64 = parts[3].parse().expect("seconds");
+        idempotency_key(parts[0], parts[1], parts[2], seconds, parts[4], parts[5]).expect("key")
     }
+
+    const BASE: [&str; 6] = [
+        "alice",
+        "GPU-1",
+        "2026-12-01T00:00:00Z",
+        "3600",
+        "kernel_ns",
+        "v1",
+    ];
 
     #[test]
     fn the_key_is_sha256_of_the_canonical_array() {
-        let k = key(["alice", "GPU-1", "2026-12-01T00:00:00Z", "kernel_ns", "v1"]);
+        let k = key(BASE);
         let expected = hex::encode(Sha256::digest(
-            br#"["alice","GPU-1","2026-12-01T00:00:00Z","kernel_ns","v1"]"#,
+            br#"["alice","GPU-1","2026-12-01T00:00:00Z","3600","kernel_ns","v1"]"#,
         ));
         assert_eq!(k, expected);
         assert_eq!(k.len(), 64);
     }
 
+    /// Item 13 of issue 30: the window size is part of the key, so a 1 h and a 30 min run of
+    /// one trace (whose first windows start at the same instant) never share an id; before,
+    /// the key was `[tenant, device, start, meter, policy]` and they did.
     #[test]
     fn each_part_changes_the_key_and_equal_parts_give_equal_keys() {
-        let base = ["alice", "GPU-1", "2026-12-01T00:00:00Z", "kernel_ns", "v1"];
-        let other = ["bob", "GPU-2", "2026-12-01T01:00:00Z", "sm_ns", "v2"];
-        let k = key(base);
-        assert_eq!(k, key(base));
-        for i in 0..5 {
-            let mut p = base;
+        let other = [
+            "bob",
+            "GPU-2",
+            "2026-12-01T01:00:00Z",
+            "1800",
+            "sm_ns",
+            "v2",
+        ];
+        let k = key(BASE);
+        assert_eq!(k, key(BASE));
+        for i in 0..6 {
+            let mut p = BASE;
             p[i] = other[i];
             assert_ne!(key(p), k, "changing part {i}");
         }
         // Boundaries are part of the encoding: moving a character between parts changes it.
         assert_ne!(
-            key(["ab", "c", "t", "m", "v1"]),
-            key(["a", "bc", "t", "m", "v1"])
+            key(["ab", "c", "t", "60", "m", "v1"]),
+            key(["a", "bc", "t", "60", "m", "v1"])
         );
         assert_ne!(
-            key(["a\",\"b", "c", "t", "m", "v1"]),
-            key(["a", "b\",\"c", "t", "m", "v1"])
+            key(["a\",\"b", "c", "t", "60", "m", "v1"]),
+            key(["a", "b\",\"c", "t", "60", "m", "v1"])
         );
     }
 
+    /// A sealed report of one row per `(tenant, window_start, meter, quantity)` on device
+    /// GPU-1 (132 SMs), windows of `window_seconds`, with its totals.
+    fn report_of(window_seconds: u64, rows: &[(&str, &str, MeterKind, u128)]) -> UsageReport {
+        let device = DeviceEntry {
+            device: 0,
+            device_key: "GPU-1".into(),
+            name: None,
+            sm_count: Some(132),
+            compute_capability: None,
+            not_meterable: Vec::new(),
+        };
+        let usage: Vec<UsageRow> = rows
+            .iter()
+            .map(|&(tenant, window_start, meter, q)| UsageRow {
+                tenant: tenant.into(),
+                device: 0,
+                device_key: "GPU-1".into(),
+                window_start: window_start.into(),
+                meter,
+                quantity: Quantity(q),
+            })
+            .collect();
+        let mut sums: BTreeMap<(String, MeterKind), u128> = BTreeMap::new();
+        for u in &usage {
+            *sums.entry((u.tenant.clone(), u.meter)).or_insert(0) += u.quantity.0;
+        }
+        let totals = sums
+            .into_iter()
+            .map(|((tenant, meter), q)| TotalRow {
+                tenant,
+                device: 0,
+                device_key: "GPU-1".into(),
+                meter,
+                quantity: Quantity(q),
+            })
+            .collect();
+        let mut r = UsageReport {
+            schema: gpumeter_core::USAGE_SCHEMA.into(),
+            metering_policy: "v1".into(),
+            window_seconds,
+            complete: Some(true),
+            sources: Vec::new(),
+            devices: vec![device],
+            records: gpumeter_core::RecordCounts::default(),
+            loss: Vec::new(),
+            usage,
+            totals,
+            open_allocations: Vec::new(),
+            warnings: Vec::new(),
+            extensions: gpumeter_core::Extensions::default(),
+            sha256: String::new(),
+        };
+        r.seal().expect("seal");
+        r
+    }
+
     fn report(window_seconds: u64, window_start: &str) -> UsageReport {
-        let text = format!(
-            r#"{{"schema":"gpumeter.usage/v1","metering_policy":"v1",
-            "window_seconds":{window_seconds},"sources":[],"devices":[],
-            "records":{{"kernel":0,"memcpy":0,"memset":0,"skipped":{{}}}},"loss":[],
-            "usage":[{{"tenant":"alice","device":0,"device_key":"GPU-1",
-            "window_start":"{window_start}","meter":"kernel_ns","quantity":"7"}}],
-            "totals":[],"open_allocations":[],"warnings":[],"sha256":""}}"#
-        );
-        serde_json::from_str(&text).expect("report")
+        report_of(
+            window_seconds,
+            &[("alice", window_start, MeterKind::KernelNs, 7)],
+        )
     }
 
     #[test]
@@ -979,16 +1187,15 @@ mod tests {
         // On an edge, written with an offset: the key of the `Z` form.
         let on_edge =
             usage_events(&report(3600, "2026-12-01T01:00:00+01:00"), &options).expect("an edge");
-        assert_eq!(
-            on_edge.events[0].id(),
-            key(["alice", "GPU-1", "2026-12-01T00:00:00Z", "kernel_ns", "v1"])
-        );
+        assert_eq!(on_edge.events[0].id(), key(BASE));
         // Half past: a window of its own would get a key of its own.
         let msg = usage_events(&report(3600, "2026-12-01T00:30:00Z"), &options)
             .expect_err("off the edges")
             .to_string();
         assert!(
-            msg.starts_with("usage[0].window_start: `2026-12-01T00:30:00Z` is not on a 3600 s"),
+            msg.starts_with(
+                "the usage report: usage[0].window_start: `2026-12-01T00:30:00Z` is not on an edge"
+            ),
             "{msg}"
         );
         // A 60 s report's minute edges are edges.
@@ -1002,28 +1209,150 @@ mod tests {
 
     #[test]
     fn two_rows_with_one_key_are_refused_not_sent_as_duplicates() {
-        let mut r = report(3600, "2026-12-01T00:00:00Z");
-        let mut again = r.usage[0].clone();
-        again.window_start = "2026-12-01T01:00:00+01:00".into();
-        r.usage.push(again);
+        let r = report_of(
+            3600,
+            &[
+                ("alice", "2026-12-01T00:00:00Z", MeterKind::KernelNs, 7),
+                ("alice", "2026-12-01T01:00:00+01:00", MeterKind::KernelNs, 7),
+            ],
+        );
         let msg = usage_events(&r, &EventOptions::new(EventFormat::Lago))
             .expect_err("one key twice")
             .to_string();
         assert!(
             msg.starts_with(
-                "usage[1].window_start: the same tenant, device key, window \
-                 (2026-12-01T00:00:00Z) and meter as usage[0]"
+                "the usage report: usage[1] has the tenant, device, window and meter of usage[0]"
             ),
             "{msg}"
         );
         // Another meter is another key.
-        r.usage[1].meter = MeterKind::SmNs;
+        let r = report_of(
+            3600,
+            &[
+                ("alice", "2026-12-01T00:00:00Z", MeterKind::KernelNs, 7),
+                (
+                    "alice",
+                    "2026-12-01T01:00:00+01:00",
+                    MeterKind::GpuBusyNs,
+                    7,
+                ),
+            ],
+        );
         assert_eq!(
             usage_events(&r, &EventOptions::new(EventFormat::Lago))
                 .expect("two keys")
                 .events
                 .len(),
             2
+        );
+    }
+
+    /// Item 13: a mapping that sends two meters under one name is refused, in the file (two
+    /// mapped names) and when the events are built (a mapped name equal to an unmapped
+    /// meter's own).
+    #[test]
+    fn two_meters_under_one_event_name_are_refused() {
+        let text = "[meters.sm_ns]\ntype = \"gpu\"\n[meters.kernel_ns]\ntype = \"gpu\"\n";
+        let msg = EventMap::from_toml_str("m.toml", text)
+            .expect_err("one type twice")
+            .to_string();
+        // Meters are taken in report order: kernel_ns first, so sm_ns's line is named.
+        assert!(msg.starts_with("m.toml:2:8: "), "{msg}");
+        assert!(msg.contains("type `gpu` is also kernel_ns's"), "{msg}");
+        // One name per receiver's field: the same name for Stripe and Lago is fine.
+        let text = "[meters.sm_ns]\nstripe_event_name = \"gpu\"\nlago_code = \"gpu\"\n";
+        assert!(EventMap::from_toml_str("m.toml", text).is_ok());
+        // `sm_ns` sent as `kernel_ns`, beside kernel_ns's own rows.
+        let map = EventMap::from_toml_str("m.toml", "[meters.sm_ns]\nlago_code = \"kernel_ns\"\n")
+            .expect("valid");
+        let r = report_of(
+            3600,
+            &[
+                ("alice", "2026-12-01T00:00:00Z", MeterKind::KernelNs, 7),
+                ("alice", "2026-12-01T00:00:00Z", MeterKind::SmNs, 9),
+            ],
+        );
+        let options = EventOptions {
+            map: Some(&map),
+            ..EventOptions::new(EventFormat::Lago)
+        };
+        let e = usage_events(&r, &options).expect_err("two meters, one code");
+        assert!(
+            matches!(
+                e,
+                EventsError::SharedEventName {
+                    row: 1,
+                    first_row: 0,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // CloudEvents keeps the meters' own types: fine.
+        let options = EventOptions {
+            map: Some(&map),
+            ..EventOptions::new(EventFormat::CloudEvents)
+        };
+        assert_eq!(
+            usage_events(&r, &options).expect("two types").events.len(),
+            2
+        );
+    }
+
+    /// Item 13: mapping values are checked for the receivers: a CloudEvents `source` is a
+    /// URI-reference, and no value holds control or bidirectional formatting characters.
+    #[test]
+    fn mapping_values_are_checked_for_the_receivers() {
+        for (text, at, says) in [
+            ("source = \"a b\"\n", "m.toml:1:10: ", "URI-reference"),
+            ("source = \"gpu%zz\"\n", "m.toml:1:10: ", "URI-reference"),
+            (
+                "[tenants.alice]\nsubject = \"cus\u{202e}tomer\"\n",
+                "m.toml:2:11: ",
+                "U+202E",
+            ),
+            (
+                "[meters.sm_ns]\nlago_code = \"gpu\u{2028}sm\"\n",
+                "m.toml:2:13: ",
+                "U+2028",
+            ),
+        ] {
+            let msg = EventMap::from_toml_str("m.toml", text)
+                .expect_err(text)
+                .to_string();
+            assert!(msg.starts_with(at) && msg.contains(says), "{text}: {msg}");
+        }
+        for ok in [
+            "source = \"gpumeter/eu-west-1\"\n",
+            "source = \"https://gpumeter.example/cluster-a\"\n",
+            "source = \"urn:uuid:6e8bc430-9c3a-11d9-9669-0800200c9a66\"\n",
+        ] {
+            assert!(EventMap::from_toml_str("m.toml", ok).is_ok(), "{ok}");
+        }
+    }
+
+    /// Item 12: a report that is not complete (a snapshot) is refused unless allowed, and
+    /// then the events say why.
+    #[test]
+    fn an_incomplete_report_is_refused_unless_allowed() {
+        let mut r = report(3600, "2026-12-01T00:00:00Z");
+        r.complete = Some(false);
+        r.seal().expect("seal");
+        let e =
+            usage_events(&r, &EventOptions::new(EventFormat::CloudEvents)).expect_err("incomplete");
+        assert!(matches!(e, EventsError::Incomplete { .. }), "{e}");
+        let allowed = EventOptions {
+            allow_incomplete: true,
+            ..EventOptions::new(EventFormat::CloudEvents)
+        };
+        let events = usage_events(&r, &allowed).expect("allowed");
+        assert_eq!(events.events.len(), 1);
+        assert!(events.incomplete.is_some());
+        assert_eq!(
+            usage_events(&report(3600, "2026-12-01T00:00:00Z"), &allowed)
+                .expect("complete")
+                .incomplete,
+            None
         );
     }
 

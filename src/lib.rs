@@ -139,9 +139,37 @@ pub enum Error {
     },
     /// Usage reports cannot be merged (names the report by its file name, and the field or
     /// source): an edited report, another window size or metering policy, a source metered by
-    /// two reports, a device described two ways.
+    /// two reports, a device described two ways, a report that fails the checks of every
+    /// reader ([`MergeError::Check`]).
     #[error(transparent)]
     Merge(#[from] MergeError),
+    /// A usage report fails the checks every reader makes before trusting it
+    /// ([`gpumeter_core::check_report`]): its digest, one row per (tenant, device,
+    /// window, meter), no zero rows, rows on window edges, totals equal to the rows,
+    /// quantities a device can do in a window, tenant names none of which look alike.
+    /// `report` names the report (its file name, `usage_json` for one handed over in memory,
+    /// `the usage report` for one the caller built), the error the row.
+    #[error("{report}: {error}")]
+    Check {
+        /// The report.
+        report: String,
+        /// What is wrong, naming the row or field.
+        #[source]
+        error: Box<gpumeter_core::ReportCheckError>,
+    },
+    /// A finalization was asked of an incomplete report (`"complete": false`: a snapshot of a
+    /// meter still running, or a `.gmr` recording without its end frame, whose last windows
+    /// may still grow) without allowing it ([`BillOptions::allow_incomplete`],
+    /// `--allow-incomplete`).
+    #[error(
+        "the usage report is incomplete (\"complete\": false: {why}): its last windows may \
+         still grow, so finalized invoices would bill part of them as if it were all; finalize \
+         a complete report (a drained or finished one), or allow it with --allow-incomplete"
+    )]
+    Incomplete {
+        /// Why it is incomplete ([`UsageReport::incomplete_because`]).
+        why: &'static str,
+    },
     /// Usage reports and inputs to meter (traces, recordings, buffers) in one call: reports
     /// merge and inputs are metered, never both at once. Every file may be good: the call is
     /// at fault (the CLI exits 2).
@@ -312,6 +340,18 @@ fn is_usage_report_json(path: &Path) -> bool {
     };
     let found = std::cell::Cell::new(false);
     let mut reader = std::io::BufReader::new(file);
+    // A gzipped report is read through the decompressor, as far as its `schema`.
+    let gzip = {
+        use std::io::BufRead as _;
+        reader.fill_buf().is_ok_and(|b| b.starts_with(&GZIP_MAGIC))
+    };
+    let mut reader: Box<dyn std::io::BufRead> = if gzip {
+        Box::new(std::io::BufReader::new(
+            flate2::bufread::MultiGzDecoder::new(reader),
+        ))
+    } else {
+        Box::new(reader)
+    };
     let mut bom = [0u8; 3];
     {
         use std::io::{BufRead as _, Read as _};
@@ -328,6 +368,9 @@ fn is_usage_report_json(path: &Path) -> bool {
     let _ = de.deserialize_map(Sniff(&found));
     found.get()
 }
+
+/// The first bytes of a gzip file (RFC 1952).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// The 16 bytes a `.gmr` recording starts with (`gpumeter_cupti::gmr::GMR_MAGIC`), so a
 /// build without the Cargo feature `cupti` still tells a recording from an unknown file.
@@ -373,8 +416,8 @@ fn looks_like(bytes: &[u8]) -> Option<&'static str> {
     if head.starts_with(b"SQLite format 3\0") {
         return Some("nsys");
     }
-    if head.starts_with(&[0x1f, 0x8b]) {
-        return Some("kineto (gzip)");
+    if head.starts_with(&GZIP_MAGIC) {
+        return Some("gzip file that is not a usage report");
     }
     match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(serde_json::Value::Object(m)) if m.contains_key("traceEvents") => Some("kineto"),
@@ -382,32 +425,77 @@ fn looks_like(bytes: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// Reads one `gpumeter.usage/v1` report from a file. Its digest is checked where reports are
-/// merged ([`merge_usage_reports`]) or continued (`--opening`).
+/// Reads one `gpumeter.usage/v1` report from a file, plain or gzip-compressed, and checks it
+/// as every reader does ([`check_usage_report`]).
 ///
 /// # Errors
-/// [`Error::Report`] naming the file when it cannot be read or is not a usage report (serde's
-/// message gives line and column); [`Error::NotAReport`] when its bytes are another input
-/// format (a `.gmr`, an Nsight export, a Kineto trace).
+/// [`Error::Report`] naming the file when it cannot be read, decompressed or is not a usage
+/// report (serde's message gives line and column); [`Error::NotAReport`] when its bytes are
+/// another input format (a `.gmr`, an Nsight export, a Kineto trace); [`Error::Check`] when
+/// it fails the checks.
 pub fn read_usage_report(path: &Path) -> Result<UsageReport, Error> {
+    let report = read_unchecked(path)?;
+    check_usage_report(&report, &report_name(path))?;
+    Ok(report)
+}
+
+/// Reads a report as [`read_usage_report`] does, without the checks (for a reader that makes
+/// them itself: [`merge_reports`]).
+fn read_unchecked(path: &Path) -> Result<UsageReport, Error> {
     let bytes = std::fs::read(path).map_err(|e| Error::Report {
         path: path.to_path_buf(),
         reason: format!("cannot read: {e}"),
     })?;
-    parse_usage_report(&bytes, path)
+    parse_unchecked(&bytes, path)
 }
 
-/// Parses one `gpumeter.usage/v1` report from its bytes; `path` names it in errors (a file
-/// name, or a label such as `usage_json` for a report handed over in memory). Checks what
-/// [`read_usage_report`] checks: the schema and every tenant name; not the digest
-/// ([`UsageReport::verify_digest`]).
+/// A report's name in errors: its file name, no directories.
+fn report_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// Checks a usage report as every reader must before trusting it
+/// ([`gpumeter_core::check_report`]); `report` names it in the error. [`preview`],
+/// [`bill`], [`merge_usage_reports`], [`read_usage_report`], [`parse_usage_report`] and
+/// [`events::usage_events`] call it; a caller that rates or sends a report it got elsewhere
+/// may call it first to tell a bad report from a bad price book.
+///
+/// # Errors
+/// [`Error::Check`] naming the report and the row.
+pub fn check_usage_report(usage: &UsageReport, report: &str) -> Result<(), Error> {
+    gpumeter_core::check_report(usage).map_err(|error| Error::Check {
+        report: report.to_string(),
+        error: Box::new(error),
+    })
+}
+
+/// Parses one `gpumeter.usage/v1` report from its bytes, plain or gzip-compressed; `path`
+/// names it in errors (a file name, or a label such as `usage_json` for a report handed over
+/// in memory). Checks it as every reader does ([`check_usage_report`]: schema, digest, rows,
+/// totals, bounds, tenant names).
 ///
 /// # Errors
 /// As [`read_usage_report`].
 pub fn parse_usage_report(bytes: &[u8], path: &Path) -> Result<UsageReport, Error> {
+    let report = parse_unchecked(bytes, path)?;
+    check_usage_report(&report, &report_name(path))?;
+    Ok(report)
+}
+
+/// [`parse_usage_report`] without the checks but the schema's.
+fn parse_unchecked(bytes: &[u8], path: &Path) -> Result<UsageReport, Error> {
     let fail = |reason: String| Error::Report {
         path: path.to_path_buf(),
         reason,
+    };
+    let decompressed;
+    let bytes = if bytes.starts_with(&GZIP_MAGIC) {
+        decompressed = gunzip(bytes).map_err(&fail)?;
+        decompressed.as_slice()
+    } else {
+        bytes
     };
     let report: UsageReport = match serde_json::from_slice(bytes) {
         Ok(r) => r,
@@ -424,51 +512,30 @@ pub fn parse_usage_report(bytes: &[u8], path: &Path) -> Result<UsageReport, Erro
     if report.schema != gpumeter_core::USAGE_SCHEMA {
         return Err(fail(format!(
             "schema `{}` is not {}",
-            report.schema,
+            gpumeter_core::text::printable(&report.schema),
             gpumeter_core::USAGE_SCHEMA
         )));
     }
-    check_report_tenants(&report).map_err(fail)?;
     Ok(report)
 }
 
-/// Every tenant a report names (usage rows, totals, open allocations) is one gpumeter itself
-/// writes (`unattributed`, `idle`) or a valid tenant name ([`gpumeter_core::TenantName::parse`],
-/// the rule of `--tenant`, tenant maps and `--opening`), so a report from elsewhere cannot bring
-/// a name a command line or tenant map would refuse (control characters, look-alikes of
-/// `idle`). The reason names the entry and quotes the name escaped.
-fn check_report_tenants(report: &UsageReport) -> Result<(), String> {
-    let named = report
-        .usage
-        .iter()
-        .enumerate()
-        .map(|(i, r)| (format!("usage[{i}]"), r.tenant.as_str()))
-        .chain(
-            report
-                .totals
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (format!("totals[{i}]"), r.tenant.as_str())),
-        )
-        .chain(
-            report
-                .open_allocations
-                .iter()
-                .enumerate()
-                .map(|(i, r)| (format!("open_allocations[{i}]"), r.tenant.as_str())),
-        );
-    for (place, tenant) in named {
-        if tenant == gpumeter_core::UNATTRIBUTED || tenant == gpumeter_core::IDLE {
-            continue;
-        }
-        if let Err(e) = gpumeter_core::TenantName::parse(tenant) {
-            return Err(format!(
-                "{place}.tenant = \"{}\": {e}",
-                gpumeter_core::text::printable(tenant)
-            ));
-        }
+/// The decompressed bytes of a gzip file (every member), at most
+/// [`gpumeter_import::MAX_DECOMPRESSED_BYTES`]: a usage report compressed by hand
+/// (`gzip usage.json`) or by an agent's log rotation.
+fn gunzip(bytes: &[u8]) -> Result<Vec<u8>, String> {
+    use std::io::Read as _;
+    let limit = gpumeter_import::MAX_DECOMPRESSED_BYTES;
+    let mut out = Vec::new();
+    flate2::read::MultiGzDecoder::new(bytes)
+        .take(limit + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| format!("cannot decompress (gzip): {e}"))?;
+    if out.len() as u64 > limit {
+        return Err(format!(
+            "decompresses to more than {limit} bytes, more than a usage report is read from"
+        ));
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Reads usage reports from files and merges them into one sealed report
@@ -483,12 +550,9 @@ fn check_report_tenants(report: &UsageReport) -> Result<(), String> {
 pub fn merge_usage_reports(inputs: &[PathBuf]) -> Result<UsageReport, Error> {
     let mut reports = Vec::with_capacity(inputs.len());
     for input in inputs {
-        let report = read_usage_report(input)?;
-        let name = input
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| input.display().to_string());
-        reports.push((name, report));
+        // `merge_reports` checks each report (and what it writes) as every reader does.
+        let report = read_unchecked(input)?;
+        reports.push((report_name(input), report));
     }
     Ok(merge_reports(&reports)?)
 }
@@ -566,21 +630,19 @@ fn apply_opening(meter: &mut Meter, path: &Path) -> Result<(), Error> {
         path: path.to_path_buf(),
         reason,
     };
-    let text = std::fs::read_to_string(path).map_err(|e| fail(format!("cannot read: {e}")))?;
-    let report: UsageReport = serde_json::from_str(&text)
-        .map_err(|e| fail(format!("not a gpumeter.usage/v1 report: {e}")))?;
-    if report.schema != gpumeter_core::USAGE_SCHEMA {
-        return Err(fail(format!(
-            "schema `{}` is not {}",
-            report.schema,
-            gpumeter_core::USAGE_SCHEMA
-        )));
-    }
-    if !report.verify_digest() {
-        return Err(fail(
-            "its sha256 does not match its content (the report was edited or damaged)".into(),
-        ));
-    }
+    let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let report = match parse_unchecked(&bytes, path) {
+        Ok(r) => r,
+        Err(Error::Report { reason, .. }) => return Err(fail(reason)),
+        Err(Error::NotAReport { format, .. }) => {
+            return Err(fail(format!(
+                "not a gpumeter.usage/v1 report: its bytes are a {format} input"
+            )))
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    // Checked as every reader checks a report (its digest first).
+    gpumeter_core::check_report(&report).map_err(|e| fail(e.to_string()))?;
     meter.continue_from(&report).map_err(fail)
 }
 
@@ -646,9 +708,9 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
     }
     match gpumeter_import::detect_format(path, &head) {
         Some(gpumeter_import::Format::Nsys) => return Ok(Format::Nsys),
-        Some(_) if head.first() != Some(&0x1f) && is_usage_report_json(path) => {
-            return Ok(Format::Usage)
-        }
+        // A JSON object or a gzip file: a usage report when its `schema` says so (read
+        // through the decompressor for gzip), else a Kineto trace.
+        Some(_) if is_usage_report_json(path) => return Ok(Format::Usage),
         Some(_) => return Ok(Format::Kineto),
         None => {}
     }
@@ -858,17 +920,21 @@ fn cupti_format(format: Format) -> gpumeter_cupti::CuptiFormat {
 }
 
 /// Rates a usage report with a price book: one invoice per tenant with usage in the period
-/// (`None` = the usage's span rounded out to whole windows).
+/// (`None` = the usage's span rounded out to whole windows). The report is checked first as
+/// every reader checks it ([`check_usage_report`]). An incomplete report
+/// ([`UsageReport::is_complete`]) is rated, and each invoice says so in a warning
+/// (`incomplete_usage`).
 ///
 /// # Errors
-/// [`Error::Rating`] when the book cannot rate this usage (e.g. a given period whose ends are
-/// not edges of the report's windows, a rate's validity edge inside a window, an amount
-/// beyond `Decimal`'s range).
+/// [`Error::Check`] for a report that fails the checks; [`Error::Rating`] when the book
+/// cannot rate this usage (e.g. a given period whose ends are not edges of the report's
+/// windows, a rate's validity edge inside a window, an amount beyond `Decimal`'s range).
 pub fn preview(
     usage: &UsageReport,
     book: &PriceBook,
     period: Option<Period>,
 ) -> Result<InvoiceDocument, Error> {
+    check_usage_report(usage, "the usage report")?;
     Ok(gpumeter_rating::rate(
         usage,
         book,
@@ -894,7 +960,12 @@ impl From<gpumeter_bank::BankError> for Error {
 /// apply; with `commit = true` (`invoice finalize`) each invoice is applied once, keyed by
 /// (tenant, period, usage SHA-256, price-book SHA-256), and a retry changes nothing.
 ///
+/// The report is checked first as every reader checks it ([`check_usage_report`]), and a
+/// finalization (`commit = true`) of an incomplete report is refused ([`Error::Incomplete`]);
+/// [`bill_with`] can allow it.
+///
 /// # Errors
+/// [`Error::Check`] for a report that fails the checks; [`Error::Incomplete`];
 /// [`Error::Rating`] when the usage cannot be rated; [`Error::Bank`] when the ledger cannot be
 /// read or written.
 #[cfg(feature = "bank")]
@@ -905,6 +976,68 @@ pub fn bill<L: gpumeter_bank::Ledger>(
     period: Option<Period>,
     commit: bool,
 ) -> Result<gpumeter_bank::Finalized, Error> {
+    bill_with(
+        ledger,
+        usage,
+        book,
+        period,
+        &BillOptions {
+            commit,
+            ..BillOptions::default()
+        },
+    )
+}
+
+/// How [`bill_with`] bills.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BillOptions {
+    /// Commit (`invoice finalize`) or roll back (`preview --bank`), as [`bill`]'s `commit`.
+    pub commit: bool,
+    /// Finalize an incomplete report too (`--allow-incomplete`): each invoice then carries
+    /// the warning `incomplete_usage`. Without it, finalizing one is [`Error::Incomplete`]
+    /// (a snapshot's half-window would be billed as the whole).
+    pub allow_incomplete: bool,
+}
+
+impl BillOptions {
+    /// Options that commit (`commit = true`) or roll back, refusing incomplete reports.
+    pub fn new(commit: bool) -> Self {
+        BillOptions {
+            commit,
+            allow_incomplete: false,
+        }
+    }
+
+    /// The same options, allowing (or not) an incomplete report.
+    pub fn allow_incomplete(self, allow: bool) -> Self {
+        BillOptions {
+            allow_incomplete: allow,
+            ..self
+        }
+    }
+}
+
+/// [`bill`] with options ([`BillOptions`]): whether to commit, and whether to finalize an
+/// incomplete report.
+///
+/// # Errors
+/// As [`bill`].
+#[cfg(feature = "bank")]
+pub fn bill_with<L: gpumeter_bank::Ledger>(
+    ledger: &mut L,
+    usage: &UsageReport,
+    book: &PriceBook,
+    period: Option<Period>,
+    options: &BillOptions,
+) -> Result<gpumeter_bank::Finalized, Error> {
+    let commit = options.commit;
+    check_usage_report(usage, "the usage report")?;
+    if let Some(why) = usage.incomplete_because() {
+        if commit && !options.allow_incomplete {
+            return Err(Error::Incomplete { why });
+        }
+    }
     Ok(gpumeter_bank::finalize(
         ledger,
         usage,

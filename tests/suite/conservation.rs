@@ -172,7 +172,7 @@ proptest! {
             Ok(r) => r,
             Err(e) => return Err(TestCaseError::fail(e.to_string())),
         };
-        let label = format!("p.json@{}", &s.sha256[..8]);
+        let label = s.sha256[..16].to_string();
         for (device, n_in) in &input {
             let (metered, lost) = match device {
                 Some(d) => {

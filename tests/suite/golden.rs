@@ -6,7 +6,8 @@
 //! The golden files were written by the meter as it stood before the streaming,
 //! allocation-free rewrite, so any change of a metered quantity, a count, a loss, a warning or
 //! the order of rows fails here. `GPUMETER_BLESS=1 cargo test --test main golden` rewrites
-//! them; a change that does so must say why in its commit message.
+//! them; a change that does so must say why in its commit message. Every report also passes
+//! the checks every reader makes ([`gpumeter::core::check_report`]).
 
 use std::path::{Path, PathBuf};
 
@@ -72,6 +73,13 @@ fn report_json(input: &Path, api: Option<u32>, window_s: u64) -> String {
         options.format = Format::Cupti;
     }
     let report = ok(meter_inputs(&[input.to_path_buf()], &options));
+    // Every report the meter writes passes the checks every reader makes (issue 30 item 11).
+    if let Err(e) = report.check() {
+        panic!(
+            "{} at {window_s} s fails the readers' checks: {e}",
+            input.display()
+        );
+    }
     let mut text = ok(serde_json::to_string_pretty(&report));
     text.push('\n');
     text

@@ -10,6 +10,7 @@ mod gpu_truth;
 mod hostile;
 mod merge_files;
 mod readme;
+mod reports;
 mod scripts;
 mod skips;
 mod stream_joins;

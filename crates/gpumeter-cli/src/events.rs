@@ -32,6 +32,12 @@ pub(crate) struct EventsArgs {
     /// meter names are sent. Needs --events.
     #[arg(long, value_name = "FILE", requires = "events")]
     events_map: Option<PathBuf>,
+    /// Write the events of an incomplete report too (a snapshot, or a .gmr recording without
+    /// its end frame): its last windows may still grow, and their events carry the ids of the
+    /// complete windows, so a receiver that deduplicates keeps the partial quantities. Warned
+    /// of on standard error. Needs --events.
+    #[arg(long, requires = "events")]
+    allow_incomplete: bool,
 }
 
 /// `--events-format`.
@@ -102,26 +108,16 @@ impl EventsArgs {
             format,
             map,
             closed_before_ns: None,
+            allow_incomplete: self.allow_incomplete,
         };
         let events = usage_events(report, &options).map_err(failed)?;
-        // A recording without its end frame may still be written to: its last window is then
-        // not closed, and its events would be final to a deduplicating receiver.
-        let unfinished = report
-            .warnings
-            .iter()
-            .filter(|w| *w.code() == gpumeter::core::WarningCode::UnfinishedRecording)
-            .count();
-        if unfinished > 0 && !events.events.is_empty() {
+        // Allowed (--allow-incomplete): the last windows may still grow, and a receiver that
+        // deduplicates will drop the complete windows when they are sent again.
+        if let Some(why) = events.incomplete {
             say(&format!(
-                "warning: {} without an end frame: if a producer is still writing, its last \
-                 window is not closed yet, and a receiver that deduplicates will drop the \
-                 complete window when it is sent again; send the events once the recording is \
-                 finished",
-                if unfinished == 1 {
-                    "1 recording".to_string()
-                } else {
-                    format!("{unfinished} recordings")
-                }
+                "warning: the usage report is incomplete ({why}): its last windows may still \
+                 grow, and a receiver that deduplicates will keep these partial quantities and \
+                 drop the complete windows' events (same ids) when they are sent"
             ));
         }
         if events.unmapped_meter_rows > 0 {

@@ -201,6 +201,11 @@ enum InvoiceCommand {
         /// Write the invoices as JSON instead of a text table.
         #[arg(long)]
         json: bool,
+        /// Finalize an incomplete usage report too (a snapshot, or a .gmr recording without
+        /// its end frame, whose last windows may still grow): each invoice then carries the
+        /// warning incomplete_usage. Without it such a report is refused (exit 1).
+        #[arg(long)]
+        allow_incomplete: bool,
     },
 }
 
@@ -646,12 +651,20 @@ fn run_text(command: Command) -> Result<String, Failure> {
                     from,
                     to,
                     json,
+                    allow_incomplete,
                 },
         } => {
             let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let mut ledger = bank::open(&bank)?;
-            let done = gpumeter::bill(&mut ledger, &report, &book, period, true)
+            let options = gpumeter::BillOptions::new(true).allow_incomplete(allow_incomplete);
+            let done = gpumeter::bill_with(&mut ledger, &report, &book, period, &options)
                 .map_err(|e| period_failure(e, period))?;
+            if let Some(why) = report.incomplete_because() {
+                say(&format!(
+                    "warning: the usage report is incomplete ({why}): these invoices bill its \
+                     last windows as they are now (--allow-incomplete)"
+                ));
+            }
             say_idle(&done.document);
             if done.document.invoices.is_empty() {
                 say("notice: no usage to invoice in the period");

@@ -99,10 +99,12 @@ impl DeviceInfo {
     }
 
     /// The key for a device without UUID: `<source label>#<device id>`. The label
-    /// must identify the source, not only name it: two files called `trace.json` in two folders
-    /// are two sources (the importers pass `<file name>@<8 hex digits of the SHA-256>`).
-    pub fn source_key(source_name: &str, id: u32) -> String {
-        format!("{source_name}#{id}")
+    /// must identify the source by its content, not name it: two files called `trace.json` in
+    /// two folders are two sources, and one trace gzipped, gunzipped or renamed is one
+    /// (the importers pass [`source_label`] of the source's identity, e.g.
+    /// `309220b5c1d2e3f4#0`).
+    pub fn source_key(source_label: &str, id: u32) -> String {
+        format!("{source_label}#{id}")
     }
 
     /// The key for a device with a UUID: `GPU-<uuid>` (the form `nvidia-smi -L` prints), the
@@ -144,4 +146,38 @@ impl DeviceInfo {
         );
         fill(&mut l.warp_size, &o.warp_size);
     }
+}
+
+/// How many hex digits of a source's identity its label keeps ([`source_label`]): 16, i.e.
+/// 64 bits, so two different sources of one biller share a label with a chance of about
+/// n²/2⁶⁵ among n sources.
+pub const SOURCE_LABEL_HEX: usize = 16;
+
+/// The label of a source: the first [`SOURCE_LABEL_HEX`] hex digits of its
+/// identity (`sources[].sha256`, lowercase hex: the SHA-256 of its content, so of a gzip
+/// input's decompressed bytes). It prefixes the keys of the source's devices without a UUID
+/// ([`DeviceInfo::source_key`], `<label>#<device id>`) and names the source where no device
+/// can (a loss row with `device: null`). It never holds the file name: the same content
+/// under another name, compressed or not, has the same label, hence the same device keys and
+/// the same event ids.
+///
+/// ```
+/// use gpumeter_core::device::source_label;
+/// let sha = "309220b5c1d2e3f4".to_string() + &"0".repeat(48);
+/// assert_eq!(source_label(&sha), "309220b5c1d2e3f4");
+/// ```
+pub fn source_label(identity_sha256: &str) -> String {
+    identity_sha256
+        .get(..SOURCE_LABEL_HEX)
+        .unwrap_or(identity_sha256)
+        .to_string()
+}
+
+/// The label of a `.gmr` recording: [`source_label`] of the SHA-256 of its header identity
+/// (`<host>/<process id>/<CUPTI clock at start>/<wall clock at start>`), which stays the same
+/// while the recording grows and when it is rewritten at exit, so the keys of its devices
+/// without a UUID do too (a recording that grew is the same source).
+pub fn recording_label(recording: &str) -> String {
+    use sha2::Digest as _;
+    source_label(&hex::encode(sha2::Sha256::digest(recording.as_bytes())))
 }

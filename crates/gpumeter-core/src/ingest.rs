@@ -64,14 +64,14 @@ pub struct Batch {
 }
 
 impl Batch {
-    /// The label that names the source where no device can: `<name>@<first 8 hex digits of
-    /// the SHA-256>` (the prefix of the keys of its devices without a UUID).
+    /// The label that names the source where no device can, the prefix of the keys of its
+    /// devices without a UUID: [`crate::device::recording_label`] of a recording's identity,
+    /// else [`crate::device::source_label`] of the source's SHA-256.
     pub fn label(&self) -> String {
-        format!(
-            "{}@{}",
-            self.name,
-            self.sha256.get(..8).unwrap_or(&self.sha256)
-        )
+        match &self.recording {
+            Some(r) => crate::device::recording_label(r),
+            None => crate::device::source_label(&self.sha256),
+        }
     }
 }
 

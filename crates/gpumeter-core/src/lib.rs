@@ -23,6 +23,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod check;
 pub mod device;
 pub mod ingest;
 pub mod merge;
@@ -45,7 +46,8 @@ mod reference;
 #[path = "../tests/reference/proptest.rs"]
 mod reference_proptest;
 
-pub use device::{ComputeCapability, DeviceInfo, SmLimits};
+pub use check::{check_report, ImpossibleUsage, ReportCheckError};
+pub use device::{source_label, ComputeCapability, DeviceInfo, SmLimits};
 pub use ingest::{identity_digest, push_batches, Batch, Continuation, REPEAT_PROBES};
 pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};
 pub use meter::{

@@ -18,6 +18,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::check::{check_report, ReportCheckError};
 use crate::meter::STREAM_FORMAT;
 use crate::record::LossReason;
 use crate::report::{
@@ -117,6 +118,18 @@ pub enum MergeError {
         /// `u128` or `u64`.
         limit: &'static str,
     },
+    /// A report fails the checks every reader makes ([`crate::check_report`]: one row per
+    /// key, no zero rows, rows on window edges, totals equal to the rows, quantities a device
+    /// can do, tenant names, completeness), or the merged report would: reports whose rows of
+    /// one device and window sum past what the device can do hold the same usage twice.
+    #[error("{name}: {error}")]
+    Check {
+        /// The report (`the merged report` for the result).
+        name: String,
+        /// What is wrong, naming the row.
+        #[source]
+        error: Box<ReportCheckError>,
+    },
     /// The merged report cannot be sealed.
     #[error(transparent)]
     Seal(#[from] DigestError),
@@ -173,7 +186,10 @@ pub struct DeviceConflict {
 /// a report that is not a sealed `gpumeter.usage/v1` report; [`MergeError::Mismatch`] for
 /// another metering policy or window size; [`MergeError::SharedSource`];
 /// [`MergeError::DeviceConflict`]; [`MergeError::BadField`] for an unreadable time;
-/// [`MergeError::Overflow`]; [`MergeError::Seal`].
+/// [`MergeError::Overflow`]; [`MergeError::Seal`]; [`MergeError::Check`] for a report that
+/// fails the checks of every reader, or a merged report that would.
+///
+/// The merged report is `complete` when every input is ([`UsageReport::is_complete`]).
 pub fn merge_reports(inputs: &[(String, UsageReport)]) -> Result<UsageReport, MergeError> {
     for (name, r) in inputs {
         check_sealed(name, r)?;
@@ -221,6 +237,7 @@ pub fn merge_reports(inputs: &[(String, UsageReport)]) -> Result<UsageReport, Me
         schema: USAGE_SCHEMA.to_string(),
         metering_policy: first.metering_policy.clone(),
         window_seconds: first.window_seconds,
+        complete: Some(reports.iter().all(|(_, r)| r.is_complete())),
         sources,
         devices,
         records,
@@ -233,22 +250,31 @@ pub fn merge_reports(inputs: &[(String, UsageReport)]) -> Result<UsageReport, Me
         sha256: String::new(),
     };
     report.seal()?;
+    // What the merge wrote passes every reader's checks, or it is not written: rows of two
+    // reports that sum past what a device can do in a window hold the same usage twice, and
+    // tenants of two reports may look alike.
+    check_report(&report).map_err(|error| MergeError::Check {
+        name: "the merged report".to_string(),
+        error: Box::new(error),
+    })?;
     Ok(report)
 }
 
+/// The checks of every reader ([`check_report`]), a schema or digest fault as its own variant.
 fn check_sealed(name: &str, r: &UsageReport) -> Result<(), MergeError> {
-    if r.schema != USAGE_SCHEMA {
-        return Err(MergeError::Schema {
+    check_report(r).map_err(|error| match error {
+        ReportCheckError::Schema { .. } => MergeError::Schema {
             name: name.to_string(),
             found: r.schema.clone(),
-        });
-    }
-    if !r.verify_digest() {
-        return Err(MergeError::Digest {
+        },
+        ReportCheckError::Digest => MergeError::Digest {
             name: name.to_string(),
-        });
-    }
-    Ok(())
+        },
+        error => MergeError::Check {
+            name: name.to_string(),
+            error: Box::new(error),
+        },
+    })
 }
 
 fn same<T: PartialEq + std::fmt::Display>(
@@ -595,6 +621,22 @@ fn merge_usage(
         ));
     }
     Ok(rows.into_values().collect())
+}
+
+impl UsageReport {
+    /// Recomputes `totals` from `usage` (one row per tenant, device and meter with a non-zero
+    /// sum, in the meter's order) and seals the report: for a program that builds or edits a
+    /// report's rows (a converter, a test), so that it passes [`crate::check_report`]'s totals
+    /// and digest checks. It does not make other rows valid: zero rows, duplicate keys and
+    /// impossible quantities are still refused by every reader.
+    ///
+    /// # Errors
+    /// [`MergeError::Overflow`] when a total exceeds `u128`; [`MergeError::Seal`].
+    pub fn seal_with_totals(&mut self) -> Result<(), MergeError> {
+        self.totals = totals_of(&self.usage)?;
+        self.seal()?;
+        Ok(())
+    }
 }
 
 /// One row per (tenant, device, meter) with a non-zero quantity, in the meter's order.

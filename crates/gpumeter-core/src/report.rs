@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::warning::{NotMeterableCode, Warning};
+use crate::warning::{NotMeterableCode, Warning, WarningCode};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -325,7 +325,10 @@ pub struct SourceEntry {
     pub name: String,
     /// Format (`kineto`, `nsys`, `cupti`, `gmr`, `usage`).
     pub format: String,
-    /// SHA-256 of the file's bytes, lowercase hex.
+    /// The source's identity, lowercase hex SHA-256: of its content, i.e. of its
+    /// bytes after decompression for a gzip input (a re-compressed copy is the same source);
+    /// of its bytes for a `.gmr` recording or a raw CUPTI buffer; a stream's instance id for
+    /// a C ABI stream ([`crate::STREAM_FORMAT`]).
     pub sha256: String,
 }
 
@@ -347,7 +350,9 @@ pub struct NotMeterable {
 pub struct DeviceEntry {
     /// Device id within its source.
     pub device: u32,
-    /// Identity across sources (`GPU-<uuid>` or `<source>#<id>`).
+    /// Identity across sources: `GPU-<uuid>` (or `MIG-<uuid>`) when the source gives a UUID,
+    /// else `<source label>#<id>` ([`crate::device::source_label`]: from the source's content
+    /// identity, never its file name).
     pub device_key: String,
     /// Name, `null` when unknown.
     pub name: Option<String>,
@@ -404,7 +409,7 @@ pub struct LossEntry {
     /// whose device id cannot be represented, a damaged `.gmr` frame with no readable record).
     pub device: Option<u32>,
     /// Identity of the device across sources; for `device: null`, the source's label
-    /// (`<file name>@<first 8 hex digits of its SHA-256>`).
+    /// ([`crate::device::source_label`]: the first 16 hex digits of its identity).
     pub device_key: String,
     /// Reason (`zero_timestamp`, `end_before_start`, `late`, `invalid_field`, `torn_frame`,
     /// …: [`crate::LossReason::as_str`]).
@@ -467,6 +472,15 @@ pub struct UsageReport {
     pub metering_policy: String,
     /// Window size, seconds.
     pub window_seconds: u64,
+    /// Whether every source of the report ended and the report is not a snapshot
+    /// ([`UsageReport::is_complete`]): `false` for a snapshot of a meter still running
+    /// ([`crate::Meter::snapshot`]) and for a report of a `.gmr` recording without its end
+    /// frame, whose last windows may still grow. The meter and the merge always write it;
+    /// `None` only for a report written before the field existed, which is then judged by
+    /// [`UsageReport::derived_complete`] (omitted when `None`, so such a report's `sha256`
+    /// still verifies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub complete: Option<bool>,
     /// Inputs.
     pub sources: Vec<SourceEntry>,
     /// Devices with activity.
@@ -583,6 +597,8 @@ struct Unsealed<'a> {
     schema: &'a str,
     metering_policy: &'a str,
     window_seconds: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    complete: Option<bool>,
     sources: &'a [SourceEntry],
     devices: &'a [DeviceEntry],
     records: &'a RecordCounts,
@@ -623,6 +639,7 @@ impl UsageReport {
             schema: &self.schema,
             metering_policy: &self.metering_policy,
             window_seconds: self.window_seconds,
+            complete: self.complete,
             sources: &self.sources,
             devices: &self.devices,
             records: &self.records,
@@ -648,9 +665,68 @@ impl UsageReport {
         Ok(())
     }
 
+    /// Checks the report as every reader must before trusting it ([`crate::check_report`]:
+    /// schema, digest, one row per key, no zero rows, rows on window edges, totals equal to
+    /// the rows, quantities a device can do, tenant names, completeness).
+    ///
+    /// # Errors
+    /// The first [`crate::ReportCheckError`] found.
+    pub fn check(&self) -> Result<(), crate::ReportCheckError> {
+        crate::check_report(self)
+    }
+
     /// Recomputes the digest and compares it with the stored one.
     pub fn verify_digest(&self) -> bool {
         self.digest().is_ok_and(|d| d == self.sha256)
+    }
+
+    /// Whether the report is complete: its `complete` field, or for a report written before
+    /// the field, [`UsageReport::derived_complete`]. Usage events and finalization take only
+    /// complete reports, unless told to allow an incomplete one.
+    pub fn is_complete(&self) -> bool {
+        self.complete.unwrap_or_else(|| self.derived_complete())
+    }
+
+    /// What the report's sources and warnings say of its completeness, the rule the meter
+    /// writes `complete` by: incomplete when a source is a snapshot of a stream still running
+    /// (format [`crate::STREAM_SNAPSHOT_FORMAT`]) or a warning says a `.gmr` recording has no
+    /// end frame ([`WarningCode::UnfinishedRecording`], also as carried by a merge), else
+    /// complete. Both facts were in reports before the `complete` field, so an old report is
+    /// judged by the same rule as a new one.
+    pub fn derived_complete(&self) -> bool {
+        !self
+            .sources
+            .iter()
+            .any(|s| s.format == crate::meter::STREAM_SNAPSHOT_FORMAT)
+            && !self
+                .warnings
+                .iter()
+                .any(|w| *w.code() == WarningCode::UnfinishedRecording)
+    }
+
+    /// Why the report is incomplete, for people; `None` when it is complete
+    /// ([`UsageReport::is_complete`]).
+    pub fn incomplete_because(&self) -> Option<&'static str> {
+        if self.is_complete() {
+            return None;
+        }
+        Some(
+            if self
+                .sources
+                .iter()
+                .any(|s| s.format == crate::meter::STREAM_SNAPSHOT_FORMAT)
+            {
+                "a source is a snapshot of a stream still running"
+            } else if self
+                .warnings
+                .iter()
+                .any(|w| *w.code() == WarningCode::UnfinishedRecording)
+            {
+                "a .gmr recording has no end frame (unfinished_recording)"
+            } else {
+                "it is a snapshot of a meter still running"
+            },
+        )
     }
 
     /// The device entry for `device_key`.

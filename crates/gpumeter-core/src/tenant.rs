@@ -298,6 +298,11 @@ fn capitalized(text: &str) -> String {
 }
 
 /// `text` with everything outside printable ASCII, and `\` and `` ` ``, as `\u{XXXX}`.
+/// [`TenantName::escaped`] of any text (a tenant as read, valid or not).
+pub(crate) fn escaped_text(text: &str) -> String {
+    escaped(text)
+}
+
 fn escaped(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {

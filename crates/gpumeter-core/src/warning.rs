@@ -191,6 +191,10 @@ codes! {
         FragmentNotRated = "fragment_not_rated",
         /// Invoice: usage on a device is not priced (listed under `unpriced`, not billed).
         UsageNotPriced = "usage_not_priced",
+        /// Invoice: the rated usage report is incomplete (`"complete": false`: a snapshot, or
+        /// a `.gmr` recording without its end frame): its last windows may still grow, so the
+        /// invoice may bill less than will have been used.
+        IncompleteUsage = "incomplete_usage",
         /// Invoice: the invoice minimum does not apply (no priced usage).
         MinimumNotApplied = "minimum_not_applied",
         /// Invoice document (`extensions.idle`): the usage of `idle` is listed apart and not
@@ -237,6 +241,7 @@ impl WarningCode {
         WarningCode::UsageOutsidePeriod,
         WarningCode::FragmentNotRated,
         WarningCode::UsageNotPriced,
+        WarningCode::IncompleteUsage,
         WarningCode::MinimumNotApplied,
         WarningCode::IdleNotInvoiced,
         WarningCode::UsageBilledBefore,

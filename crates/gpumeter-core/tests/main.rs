@@ -8,6 +8,7 @@ use gpumeter_core::{
 };
 use proptest::prelude::*;
 
+mod check;
 mod common;
 mod merge;
 use common::{device, kernel, per_tenant, BASE, S};

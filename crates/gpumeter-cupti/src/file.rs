@@ -801,7 +801,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
         })?;
     }
     let sha256 = digest.map(hex::encode).unwrap_or_default();
-    let key_label = format!("{name}@{}", sha256.get(..8).unwrap_or(&sha256));
+    let key_label = gpumeter_core::source_label(&sha256);
     let (devices, index, losses, partitions) = {
         let mut devs = Devices {
             source: &key_label,

@@ -457,7 +457,9 @@ pub(crate) fn scan_stream(
         h.host, h.process_id, h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
     );
     let default_pid = (h.process_id != 0).then_some(h.process_id);
-    let key_label = format!("{}@{}", s.name, s.sha256.get(..8).unwrap_or(&s.sha256));
+    // Keys of devices without a UUID come from the recording's header identity, which stays
+    // the same while it grows (DESIGN §4, §7).
+    let key_label = gpumeter_core::device::recording_label(&recording);
     let mut devs = Devices {
         source: &key_label,
         inventory: &h.devices,

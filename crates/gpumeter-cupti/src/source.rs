@@ -256,8 +256,8 @@ pub struct CuptiSummary {
 /// k[24..32].copy_from_slice(&1_500u64.to_le_bytes()); // end
 /// let mut meter = Meter::new(MeterConfig::default());
 /// let s = meter_buffer(&mut meter, "buf.bin", &k, &CuptiOptions::default())?;
-/// // No DEVICE record: the device is keyed by the source (name and SHA-256 prefix) and id.
-/// let key = format!("buf.bin@{}#0", &s.sha256[..8]);
+/// // No DEVICE record: the device is keyed by the source's identity (a SHA-256 prefix) and id.
+/// let key = format!("{}#0", &s.sha256[..16]);
 /// assert_eq!(s.device_keys, [key.clone()]);
 /// let report = meter.finish().expect("report");
 /// assert_eq!(report.device_total(&key, MeterKind::KernelNs), 500);
@@ -329,10 +329,14 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
     let mut input = Input::new(name, bytes, CuptiFormat::Gmr, api);
     input.inventory = file.header.devices.clone();
     let h = &file.header;
-    input.recording = Some(format!(
+    let recording = format!(
         "{}/{}/{}/{}",
         h.host, h.process_id, h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
-    ));
+    );
+    // Keys of devices without a UUID come from the header identity, which stays the same
+    // while the recording grows (DESIGN §4, §7).
+    input.key_label = gpumeter_core::device::recording_label(&recording);
+    input.recording = Some(recording);
     input.default_pid = (file.header.process_id != 0).then_some(file.header.process_id);
     input.instrumented = file.header.instrumented;
     input.unknown_frames = file.unknown_frames;
@@ -725,7 +729,7 @@ impl<'n> Input<'n> {
         let sha256 = hex::encode(Sha256::digest(bytes));
         Input {
             name,
-            key_label: format!("{name}@{}", sha256.get(..8).unwrap_or(&sha256)),
+            key_label: gpumeter_core::source_label(&sha256),
             sha256,
             format,
             api,

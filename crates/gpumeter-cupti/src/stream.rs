@@ -17,8 +17,8 @@
 //!   [`JOIN_WINDOW`] correlation ids.
 //! * **Devices** are keyed as in a whole source: `GPU-<uuid>` from a DEVICE record or from a
 //!   description the agent registered ([`CuptiStream::register_device`]), else
-//!   `<stream name>@<8 hex digits of the stream's instance id>#<device id>` with nothing
-//!   known (two streams never share such a key). A description that arrives after the
+//!   `<first 16 hex digits of the stream's instance id>#<device id>` with nothing known
+//!   ([`gpumeter_core::source_label`]; two streams never share such a key). A description that arrives after the
 //!   device's first record fills what is unknown but keeps the key.
 //! * **Identity**: the stream is one source of the report, format `cupti-stream`, whose
 //!   `sha256` is the stream's instance id ([`CuptiStream::sha256`]: SHA-256 of its name, the
@@ -152,7 +152,7 @@ impl CuptiStream {
             name: name.to_string(),
             api,
             instance,
-            key_label: format!("{name}@{}", hex::encode(&instance[..4])),
+            key_label: gpumeter_core::source_label(&hex::encode(instance)),
             buffers: 0,
             announced: false,
             joins: Joins::default(),

@@ -421,11 +421,10 @@ pub(crate) fn meter_streamed(
             slots.get(local.0 as usize).copied()
         });
         let s = &l.source.summary;
-        let label = format!(
-            "{}@{}",
-            s.source_name,
-            s.sha256.get(..8).unwrap_or(&s.sha256)
-        );
+        let label = match &l.source.recording {
+            Some(r) => gpumeter_core::device::recording_label(r),
+            None => gpumeter_core::source_label(&s.sha256),
+        };
         for &(reason, n, lower) in &l.source.source_losses {
             meter.record_source_loss(&label, reason, n, lower);
         }

@@ -1464,7 +1464,7 @@ mod metering {
             &b.bytes,
             &CuptiOptions::default(),
         ));
-        let k0 = format!("k.bin@{}#0", &s.sha256[..8]);
+        let k0 = format!("{}#0", &s.sha256[..16]);
         assert_eq!(s.device_keys, std::slice::from_ref(&k0));
         let r = finish(m);
         let dev = r.device(&k0).unwrap_or_else(|| panic!("no device"));
@@ -1615,7 +1615,7 @@ mod metering {
             // Skipped: OVERHEAD, MARKER, and the MEMORY2 record of operation 0 (neither
             // allocation nor release); INSTRUCTION_EXECUTION is consumed by the join.
             assert_eq!((s.records, s.skipped), (9, 3), "{api}");
-            let label = format!("c.bin@{}", &s.sha256[..8]);
+            let label = s.sha256[..16].to_string();
             let (k0, k1) = (format!("{label}#0"), format!("{label}#1"));
             assert_eq!(s.device_keys, [k0.clone(), k1.clone()]);
             let r = finish(m);
@@ -1650,7 +1650,7 @@ mod metering {
             &CuptiOptions::default(),
         ));
         assert_eq!(s.records, 2);
-        let key = format!("neg.bin@{}#0", &s.sha256[..8]);
+        let key = format!("{}#0", &s.sha256[..16]);
         let r = finish(m);
         assert_eq!(r.device_total(&key, MeterKind::KernelLaunches), 1);
         assert_eq!(r.lost(&key, "invalid_field"), 1);
@@ -1709,7 +1709,7 @@ mod metering {
         assert!(!first.duplicate_source && again.duplicate_source);
         assert_eq!(first.sha256, again.sha256);
         let r = finish(m);
-        let key = format!("a.bin@{}#0", &first.sha256[..8]);
+        let key = format!("{}#0", &first.sha256[..16]);
         assert_eq!(r.device_total(&key, MeterKind::KernelNs), 100);
         assert_eq!(r.sources.len(), 1);
     }
@@ -2701,7 +2701,7 @@ fn memory_green_contexts_and_instruction_counts_are_metered() {
         let s = ok(meter_buffer(&mut m, "mem.bin", &b.bytes, &opts));
         assert_eq!((s.memory_events, s.green_contexts), (3, 1), "{api}");
         let r = finish(m);
-        let key = format!("mem.bin@{}#0", &s.sha256[..8]);
+        let key = format!("{}#0", &s.sha256[..16]);
         let of = |tenant: &str, meter: MeterKind| -> u128 {
             r.totals
                 .iter()

@@ -48,9 +48,10 @@ fn facade_failure(e: gpumeter::Error) -> Failure {
         gpumeter::Error::Rating(_) => gm_status_code::GM_ERR_RATING,
         gpumeter::Error::PriceBook(_) => gm_status_code::GM_ERR_PRICE_BOOK,
         gpumeter::Error::Meter(_) => gm_status_code::GM_ERR_METER,
-        gpumeter::Error::Report { .. } | gpumeter::Error::Merge(_) => {
-            gm_status_code::GM_ERR_USAGE_JSON
-        }
+        gpumeter::Error::Report { .. }
+        | gpumeter::Error::Merge(_)
+        | gpumeter::Error::Check { .. }
+        | gpumeter::Error::Incomplete { .. } => gm_status_code::GM_ERR_USAGE_JSON,
         _ => gm_status_code::GM_ERR_BANK,
     };
     Failure::new(status, e.to_string())
@@ -387,7 +388,9 @@ pub unsafe extern "C" fn gm_bank_preview_json(
 /// is committed.
 ///
 /// # Errors
-/// As `gm_bank_preview_json` (`GM_ERR_BANK` also when the ledger cannot be written).
+/// As `gm_bank_preview_json` (`GM_ERR_BANK` also when the ledger cannot be written);
+/// `GM_ERR_USAGE_JSON` also for an incomplete report (`"complete": false`: a snapshot from
+/// `gm_meter_usage_json`), whose windows may still grow: finalize drained reports.
 ///
 /// # Safety
 /// As `gm_bank_preview_json`.

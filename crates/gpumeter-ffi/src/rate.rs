@@ -8,18 +8,12 @@ use gpumeter::{PriceBook, UsageReport};
 use crate::ffi::{boundary, c_string, out_arg, str_arg, unwind_safe};
 use crate::status::{gm_status, gm_status_code, Failure};
 
-/// A `gpumeter.usage/v1` report handed over as JSON: schema, tenant names and digest checked.
+/// A `gpumeter.usage/v1` report handed over as JSON, checked as every reader checks one
+/// (`gpumeter::check_usage_report`: digest, one row per key, no zero rows, window edges,
+/// totals, what a device can do, tenant names).
 pub(crate) fn usage_arg(text: &str) -> Result<UsageReport, Failure> {
-    let usage = gpumeter::parse_usage_report(text.as_bytes(), Path::new("usage_json"))
-        .map_err(|e| Failure::new(gm_status_code::GM_ERR_USAGE_JSON, e.to_string()))?;
-    if !usage.verify_digest() {
-        return Err(Failure::new(
-            gm_status_code::GM_ERR_USAGE_JSON,
-            "usage_json: its sha256 does not match its content (the report was changed after \
-             it was built)",
-        ));
-    }
-    Ok(usage)
+    gpumeter::parse_usage_report(text.as_bytes(), Path::new("usage_json"))
+        .map_err(|e| Failure::new(gm_status_code::GM_ERR_USAGE_JSON, e.to_string()))
 }
 
 /// A price book handed over as TOML text.
@@ -45,7 +39,10 @@ pub(crate) fn json_out<T: serde::Serialize>(v: &T, what: &str) -> Result<*mut c_
 /// not applied (see `gm_bank_preview_json`).
 ///
 /// `usage_json`: a `gpumeter.usage/v1` report (from `gm_meter_usage_json`,
-/// a drain, or `gpumeter usage --json`), its `sha256` checked; `price_book_toml`: the text of
+/// a drain, or `gpumeter usage --json`), checked as every reader checks one (its `sha256`,
+/// one row per tenant, device, window and meter, no zero rows, rows on window edges, totals
+/// equal to the rows, quantities a device can do, tenant names none of which look alike:
+/// `GM_ERR_USAGE_JSON` naming the row); `price_book_toml`: the text of
 /// a `gpumeter.pricebook/v1` file. Both are read during the call only.
 ///
 /// On success `*out_invoice_json` is a new string the caller owns and frees with

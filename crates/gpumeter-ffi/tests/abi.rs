@@ -673,6 +673,22 @@ fn bad_price_books_and_usage_are_refused() {
     let (s, doc) = rate(&usage, BOOK);
     expect_ok(s);
     assert!(doc.is_some());
+    // A snapshot says it is incomplete; a drained report that it is complete.
+    assert_eq!(report(&usage).complete, Some(false));
+    assert_eq!(report(&m.drain(u64::MAX)).complete, Some(true));
+    // One row listed twice, totals and digest made to match: refused by the readers' checks,
+    // naming the row (issue 30 item 11; before, both rows were rated: one hour billed twice).
+    let mut twice = report(&usage);
+    let again = twice.usage[0].clone();
+    twice.usage.push(again);
+    twice.seal_with_totals().expect("seal");
+    let n = twice.usage.len() - 1;
+    let (s, _) = rate(&serde_json::to_string(&twice).expect("JSON"), BOOK);
+    expect_err(
+        s,
+        gm_status_code::GM_ERR_USAGE_JSON,
+        &format!("usage_json: usage[{n}] has the tenant, device, window and meter of usage[0]"),
+    );
 }
 
 /// Every prefix of `buf` that ends inside a record fails with GM_ERR_DECODE and leaves the

@@ -834,19 +834,40 @@ fn usage_lines(doc: &Value) -> usize {
         .unwrap_or(0)
 }
 
-/// A snapshot finalized, then a drained report of the same stream and windows: the windows
-/// are billed once (the stream's source has one identity in all its reports, and the bank
-/// bills each source and window once).
+/// A snapshot (`"complete": false`) is not finalized: its windows may still grow (issue 30
+/// item 12; before, it was finalized and its half-window billed as final). A preview of it
+/// says so on every invoice. The drained report of the same stream and windows finalizes,
+/// once.
 #[test]
-fn a_streams_window_is_billed_once_through_a_snapshot_and_a_drain() {
+fn a_snapshot_is_refused_and_the_drained_report_of_its_windows_is_billed_once() {
     let bank = Bank::new();
     let (snapshot, drained) = stream_reports();
-    let (_, first) = bank
+    let parsed: Value = serde_json::from_str(snapshot.to_str().expect("UTF-8")).expect("JSON");
+    assert_eq!(parsed["complete"], Value::Bool(false));
+    let (status, msg) = bank
         .call(gm_bank_finalize_json, &snapshot, &price_book())
-        .expect("the snapshot finalizes");
-    assert!(usage_lines(&first) > 0, "{first}");
-    let (_, second) = bank
+        .expect_err("the snapshot is refused");
+    assert_eq!(status, gm_status_code::GM_ERR_USAGE_JSON as gm_status, "{msg}");
+    assert!(msg.contains("incomplete"), "{msg}");
+    let (_, preview) = bank
+        .call(gm_bank_preview_json, &snapshot, &price_book())
+        .expect("a snapshot previews");
+    for inv in preview["invoices"].as_array().expect("invoices") {
+        assert!(
+            inv["warnings"]
+                .as_array()
+                .expect("warnings")
+                .iter()
+                .any(|w| w["code"] == "incomplete_usage"),
+            "{inv}"
+        );
+    }
+    let (_, first) = bank
         .call(gm_bank_finalize_json, &drained, &price_book())
         .expect("the drained report finalizes");
-    assert_eq!(usage_lines(&second), 0, "billed once: {second}");
+    assert!(usage_lines(&first) > 0, "{first}");
+    let (_, again) = bank
+        .call(gm_bank_finalize_json, &drained, &price_book())
+        .expect("a retry changes nothing");
+    assert_eq!(again["invoices"], first["invoices"]);
 }

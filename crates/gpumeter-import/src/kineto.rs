@@ -36,7 +36,7 @@
 //!   it is not read, so it neither matches a tenant map's `[external]` ids nor makes one
 //!   attribution key per operator in the meter.
 //! * Devices without a UUID are keyed `<label>#<id>`, the label being given by the caller
-//!   (`<file name>@<sha8>`, see the crate docs).
+//!   (the first 16 hex digits of the content's SHA-256, see the crate docs).
 //! * Reading: a stream ([`read_events`]; the caller decompresses gzip as a stream and hashes in
 //!   the same pass), read in chunks of 1 MiB into one reused buffer ([`Source`]). The
 //!   top-level object is read by serde's visitors through `serde_json::from_reader`; the

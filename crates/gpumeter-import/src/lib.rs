@@ -8,7 +8,8 @@
 //! * **Nsight Systems SQLite exports** (schema 2.x and 3.x).
 //!
 //! An import reads and validates the whole file first, then announces it to the [`Meter`]
-//! ([`Meter::begin_source`] with the file name, the format name and the SHA-256 of the bytes),
+//! ([`Meter::begin_source`] with the file name, the format name and the source's identity: the
+//! SHA-256 of its content, i.e. of the decompressed text of a gzip file),
 //! registers the devices that have activity, and pushes the records sorted by start. A file
 //! that fails leaves the meter untouched; a file already metered (same SHA-256) is not pushed
 //! again. Several files go through [`import_paths`]: all are read and validated before any is
@@ -16,9 +17,10 @@
 //! not depend on the order of the files.
 //!
 //! Devices are keyed `GPU-<uuid>` when the source gives a UUID, else by the source and the
-//! device id, where the source is told by its name and its SHA-256:
-//! `<file name>@<first 8 hex digits of the SHA-256>#<device id>`, e.g.
-//! `trace.json.gz@309220b5#0`.
+//! device id, where the source is told by its content identity, never by its name:
+//! `<first 16 hex digits of the content's SHA-256>#<device id>`
+//! ([`gpumeter_core::source_label`]), e.g. `309220b5c1d2e3f4#0`. A trace gzipped, gunzipped,
+//! re-compressed or renamed is the same source with the same device keys.
 //!
 //! Only file-level faults are errors ([`ImportError`]); record-level faults are loss in the
 //! report: a negative Kineto `dur` is `end_before_start`, a `ts` of 0 is `zero_timestamp`.
@@ -133,15 +135,17 @@ pub struct ImportSummary {
     /// Events that are not work and were counted as skipped; 0 for a duplicate
     /// source.
     pub skipped: u64,
-    /// `true` when a source with the same SHA-256 was already metered by this meter: nothing
-    /// was pushed.
+    /// `true` when a source with the same identity ([`ImportSummary::sha256`]) was already
+    /// metered by this meter: nothing was pushed.
     pub duplicate_source: bool,
-    /// Lowercase hex SHA-256 of the file's bytes (as stored, i.e. compressed when gzip).
+    /// The source's identity, lowercase hex: the SHA-256 of its content (of the decompressed
+    /// text for a gzip file, else of its bytes), so a re-compressed copy is the same source.
     pub sha256: String,
     /// Keys of the devices with activity in this file, in order of first activity: `GPU-<uuid>`
-    /// when the source gives a UUID, else `<source name>@<sha8>#<device id>`, `<sha8>` being
-    /// the first 8 hex digits of [`ImportSummary::sha256`] (e.g. `trace.json.gz@309220b5#0`),
-    /// so that different files with the same name never share a device.
+    /// when the source gives a UUID, else `<label>#<device id>`, the label being the first 16
+    /// hex digits of [`ImportSummary::sha256`] ([`gpumeter_core::source_label`], e.g.
+    /// `309220b5c1d2e3f4#0`): different contents never share a device, and one content has
+    /// the same keys under any file name or compression.
     pub device_keys: Vec<String>,
 }
 
@@ -298,22 +302,16 @@ pub(crate) fn cut_string(s: &mut String) -> bool {
     true
 }
 
-/// The label that device keys without a UUID are built from (such devices are
-/// identified by their source, and a source by the SHA-256 of its bytes):
-/// `<file name>@<first 8 hex digits of the SHA-256>`, so that two different files with the
-/// same name in different folders never share a device.
-fn device_label(name: &str, sha256: &str) -> String {
-    format!("{name}@{}", sha256.get(..8).unwrap_or(sha256))
-}
-
 /// One input read, hashed, parsed and validated, not yet given to a meter.
 struct Loaded {
     name: String,
     format: Format,
+    /// The source's identity: SHA-256 of the content as parsed (of the decompressed text for a
+    /// gzip file, else of the bytes). The same trace given gzipped and plain has one identity.
     sha256: String,
-    /// SHA-256 of the content as parsed: of the decompressed text for a gzip file, else the
-    /// same as `sha256`. The same trace given gzipped and plain has one content.
-    content_sha256: String,
+    /// SHA-256 of the file's bytes as stored: which of several files of one content names
+    /// the source (the one whose bytes' SHA-256 sorts first).
+    file_sha256: String,
     parsed: Parsed,
 }
 
@@ -344,12 +342,12 @@ fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
             let sha256 = sha256_of_file(path)?;
             // Read-only, immutable and guarded against hostile files (nsys module docs).
             let export = nsys::Export::open_path(path)?;
-            let label = device_label(&name, &sha256);
+            let label = gpumeter_core::source_label(&sha256);
             let parsed = nsys::parse(path, &name, &label, &export)?;
             Ok(Loaded {
                 name,
                 format: Format::Nsys,
-                content_sha256: sha256.clone(),
+                file_sha256: sha256.clone(),
                 sha256,
                 parsed,
             })
@@ -379,12 +377,12 @@ fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, 
         Format::Nsys => {
             let sha256 = hex::encode(Sha256::digest(bytes));
             let conn = open_sqlite_bytes(path, bytes)?;
-            let label = device_label(&name, &sha256);
+            let label = gpumeter_core::source_label(&sha256);
             let parsed = nsys::parse(path, &name, &label, &conn)?;
             Ok(Loaded {
                 name,
                 format: Format::Nsys,
-                content_sha256: sha256.clone(),
+                file_sha256: sha256.clone(),
                 sha256,
                 parsed,
             })
@@ -479,14 +477,16 @@ fn load_kineto(
         (Err(_), None) => String::new(),
     };
     let content_sha256 = content_sha256.map(digest);
-    let sha256 = digest(file_sink);
-    let label = device_label(&name, &sha256);
+    let file_sha256 = digest(file_sink);
+    // The source's identity is its content: a gzip file's decompressed text (DESIGN §4).
+    let sha256 = content_sha256.unwrap_or_else(|| file_sha256.clone());
+    let label = gpumeter_core::source_label(&sha256);
     let parsed = kineto::finish(collected, &label)?;
     Ok(Loaded {
         name,
         format: Format::Kineto,
-        content_sha256: content_sha256.unwrap_or_else(|| sha256.clone()),
         sha256,
+        file_sha256,
         parsed,
     })
 }
@@ -701,22 +701,22 @@ pub fn announce_paths<P: AsRef<Path>>(
     let mut summaries = Vec::with_capacity(loaded.len());
     let mut batches = Vec::with_capacity(loaded.len());
     // The same trace compressed and not (or compressed twice differently) has different bytes
-    // but one content: metered once, with a warning, from the file whose SHA-256 sorts first
-    // (so that argument order never changes the report's devices).
-    // (Identical bytes are left to the meter's own SHA-256 check.)
+    // but one content, its identity: metered once, with a warning, from the file whose bytes'
+    // SHA-256 sorts first (so that argument order never changes the report's source name).
+    // (Identical bytes are left to the meter's own identity check.)
     let mut kept: std::collections::HashMap<String, (String, String)> =
         std::collections::HashMap::new();
     for l in &loaded {
         let e = kept
-            .entry(l.content_sha256.clone())
-            .or_insert_with(|| (l.sha256.clone(), l.name.clone()));
-        if l.sha256 < e.0 {
-            *e = (l.sha256.clone(), l.name.clone());
+            .entry(l.sha256.clone())
+            .or_insert_with(|| (l.file_sha256.clone(), l.name.clone()));
+        if l.file_sha256 < e.0 {
+            *e = (l.file_sha256.clone(), l.name.clone());
         }
     }
     for l in loaded {
-        if let Some((first_sha, first)) = kept.get(&l.content_sha256) {
-            if *first_sha != l.sha256 {
+        if let Some((first_sha, first)) = kept.get(&l.sha256) {
+            if *first_sha != l.file_sha256 {
                 meter.warn(Warning::new(
                     WarningCode::DuplicateSource,
                     format!(
@@ -925,7 +925,7 @@ mod tests {
         let path = Path::new("dir/bomb.json.gz");
         // Exactly at the limit: read whole.
         match load_kineto(path, "bomb.json.gz".into(), gz(text).as_slice(), len) {
-            Ok(l) => assert_eq!(l.content_sha256, hex::encode(Sha256::digest(text))),
+            Ok(l) => assert_eq!(l.sha256, hex::encode(Sha256::digest(text))),
             Err(e) => panic!("unexpected error: {e}"),
         }
         // One byte over, also across gzip members: refused, naming the file and the limit.
@@ -954,16 +954,43 @@ mod tests {
         assert_eq!(MAX_DECOMPRESSED_BYTES, 8 * 1024 * 1024 * 1024);
     }
 
+    /// Item 3 of issue 30: a trace gzipped, gunzipped or re-gzipped (another compression
+    /// level, several members) is one source: one identity, the SHA-256 of the text, and one
+    /// device key, which names no file. (Before, the identity and the key were the file's
+    /// bytes' and name's: `t.json.gz@<8 hex>#0`.)
     #[test]
-    fn device_labels() {
-        let sha = "309220b5".to_string() + &"0".repeat(56);
+    fn recompressed_copies_are_one_source_with_one_device_key() {
+        let text = br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0,
+            "tid": 7, "ts": 1700000000000000, "dur": 5, "args": {"device": 0, "stream": 7,
+            "correlation": 1, "grid": [1, 1, 1], "block": [32, 1, 1]}}]}"#;
+        let mut fast = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        let _ = fast.write_all(text);
+        let fast = fast.finish().unwrap_or_default();
+        let mut members = gz(&text[..10]);
+        members.extend(gz(&text[10..]));
+        let want = hex::encode(Sha256::digest(text));
+        let mut keys = Vec::new();
+        for (name, bytes) in [
+            ("t.json", text.to_vec()),
+            ("t.json.gz", gz(text)),
+            ("other-name.gz", fast),
+            ("two-members.json.gz", members),
+        ] {
+            let l = load_bytes(name, &bytes, &ImportOptions::default()).expect("a trace");
+            assert_eq!(l.sha256, want, "{name}: the identity is the content's");
+            assert_eq!(
+                l.file_sha256,
+                hex::encode(Sha256::digest(&bytes)),
+                "{name}: the bytes' digest is kept apart"
+            );
+            let key: Vec<String> = l.parsed.devices.iter().map(|d| d.key.clone()).collect();
+            keys.push(key);
+        }
+        assert_eq!(keys[0], vec![format!("{}#0", &want[..16])]);
+        assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
         assert_eq!(
-            device_label("trace.json.gz", &sha),
-            "trace.json.gz@309220b5"
-        );
-        assert_eq!(
-            DeviceInfo::source_key(&device_label("trace.json.gz", &sha), 0),
-            "trace.json.gz@309220b5#0"
+            DeviceInfo::source_key(&gpumeter_core::source_label(&want), 0),
+            keys[0][0]
         );
     }
 }

@@ -12,7 +12,7 @@
 //! * Time: `start`/`end` are ns relative to `TARGET_INFO_SESSION_START_TIME.utcEpochNs`; without
 //!   that table they are taken as absolute and the report gets a warning.
 //! * Devices: `deviceId` matched to `TARGET_INFO_GPU.id` (else `cuDevice`), keyed by its `uuid`;
-//!   without one, `<label>#<deviceId>`, the label being given by the caller (`<file name>@<sha8>`,
+//!   without one, `<label>#<deviceId>`, the label being given by the caller (the first 16 hex digits of the SHA-256,
 //!   see the crate docs). An export whose rows come from several VMs (bits 48..63 of
 //!   `globalPid`) keys such devices `<label>#<deviceId>@vm<n>`: each VM has its own device 0.
 //! * Process id: `(globalPid >> 24) & 0xFFFFFF`.

@@ -311,7 +311,7 @@ fn bad_rows_are_lost_records_and_the_rest_is_metered() {
         };
         let report = ok(meter.finish());
         let (k0, k1, k2) = (UUID0.to_string(), source_key(&s, 1), source_key(&s, 2));
-        let source = format!("mixed.sqlite@{}", &s.sha256[..8]);
+        let source = s.sha256[..16].to_string();
         assert_eq!(s.records, 13, "every row is metered or lost");
         assert_eq!(s.device_keys, [k0.clone(), k1.clone(), k2.clone()]);
 
@@ -597,7 +597,7 @@ fn two_vms_without_uuids_are_two_devices() {
             (Some("NVIDIA H200".to_string()), 300),
         ])
     );
-    let label = format!("vms.sqlite@{}", &s.sha256[..8]);
+    let label = s.sha256[..16].to_string();
     assert!(
         s.device_keys.contains(&format!("{label}#0@vm0"))
             && s.device_keys.contains(&format!("{label}#0@vm1")),

@@ -27,6 +27,7 @@
 //!     schema: "gpumeter.usage/v1".into(),
 //!     metering_policy: "v1".into(),
 //!     window_seconds: 3600,
+//!     complete: Some(true),
 //!     sources: vec![],
 //!     devices: vec![DeviceEntry {
 //!         device: 0,

@@ -932,6 +932,16 @@ fn report_warnings(usage: &UsageReport) -> Vec<Warning> {
     }
     // Each copied warning keeps its code (an uncoded one of an old report stays uncoded).
     out.extend(usage.warnings.iter().map(|w| w.prefixed("usage report: ")));
+    // Issue 30 item 12: a snapshot's or an unfinished recording's windows may still grow.
+    if let Some(why) = usage.incomplete_because() {
+        out.push(Warning::new(
+            WarningCode::IncompleteUsage,
+            format!(
+                "the usage report is incomplete ({why}): its last windows may still grow, so \
+                 this invoice may bill less than will have been used"
+            ),
+        ));
+    }
     out
 }
 

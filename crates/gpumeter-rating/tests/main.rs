@@ -52,6 +52,7 @@ fn report(window_seconds: u64, devices: Vec<DeviceEntry>, usage: Vec<UsageRow>) 
         schema: "gpumeter.usage/v1".to_string(),
         metering_policy: "v1".to_string(),
         window_seconds,
+        complete: Some(true),
         sources: vec![],
         devices,
         records: RecordCounts::default(),

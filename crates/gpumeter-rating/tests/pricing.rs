@@ -58,6 +58,7 @@ fn report(rows: Vec<(&str, u64, MeterKind, u128)>) -> UsageReport {
         schema: "gpumeter.usage/v1".to_string(),
         metering_policy: "v1".to_string(),
         window_seconds: 3600,
+        complete: Some(true),
         sources: vec![],
         devices: vec![DeviceEntry {
             device: 0,

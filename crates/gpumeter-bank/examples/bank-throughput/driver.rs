@@ -196,6 +196,7 @@ fn report(tenant: &str, h: usize, launches: u128, source: &str) -> Result<UsageR
         schema: "gpumeter.usage/v1".into(),
         metering_policy: "v1".into(),
         window_seconds: 3600,
+        complete: Some(true),
         sources: vec![gpumeter_core::SourceEntry {
             name: format!("{source}.json"),
             format: "kineto".into(),

@@ -294,6 +294,7 @@ pub fn usage(tenant: &str, window: &str, launches: u128) -> UsageReport {
         schema: "gpumeter.usage/v1".into(),
         metering_policy: "v1".into(),
         window_seconds: 3600,
+        complete: Some(true),
         sources: vec![gpumeter_core::SourceEntry {
             name: format!("{tenant}-{window}.json"),
             format: "kineto".into(),

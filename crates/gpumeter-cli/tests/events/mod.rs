@@ -244,11 +244,12 @@ fn a_stripe_quantity_past_15_digits_is_exit_1_naming_the_row_and_nothing_is_writ
     }
 }
 
-/// Device keys carry file names, which may hold control and bidirectional characters: the
-/// events write them as `\uXXXX` (nothing that moves a terminal's cursor or reorders its text),
-/// and a JSON parser reads back the name as it is.
+/// File names, which may hold control and bidirectional characters, never reach the events:
+/// a device key without a UUID comes from the source's content (issue 30 item 3; before, it
+/// was `<file name>@<8 hex>#<id>`), so a copy under a hostile name gives the very events of
+/// the original, ids included, with nothing that moves a terminal's cursor.
 #[test]
-fn control_and_bidi_characters_in_device_keys_are_escaped_in_the_events() {
+fn file_names_never_reach_the_events() {
     let dir = tempfile::tempdir().expect("tempdir");
     let name = "gpu\u{202e}z\u{1b}[2J.json.gz";
     let file = dir.path().join(name);
@@ -257,15 +258,17 @@ fn control_and_bidi_characters_in_device_keys_are_escaped_in_the_events() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(
-        !text.contains('\u{202e}') && !text.contains('\u{1b}'),
+        !text.contains('\u{202e}') && !text.contains('\u{1b}') && !text.contains(".json"),
         "{text}"
     );
-    assert!(text.contains(r"gpu\u202ez\u001b[2J.json.gz@"), "{text}");
+    let original = gpumeter(&["usage", s(&example()), "--events", "-"]);
+    assert!(original.status.success(), "{}", stderr(&original));
+    assert_eq!(text, stdout(&original));
     let events = lines("gpumeter.events.cloudevents.v1.schema.json", &text);
     let key = events[0]["data"]["device_key"]
         .as_str()
         .expect("device key");
-    assert!(key.starts_with(&format!("{name}@")), "{key:?}");
+    assert!(key.ends_with("#0") && key.len() == 18, "{key:?}");
 }
 
 /// Stripe refuses meter events more than 35 days old: the BERT trace of 2025 is, so its
@@ -336,10 +339,12 @@ fn one_row_left_out_is_one_row() {
     );
 }
 
-/// A recording without its end frame may still be growing: its events come with a warning
-/// that the last window may not be closed (a finished recording has none).
+/// A recording without its end frame may still be growing: its report is incomplete, and its
+/// events are refused (exit 1, no events written; before issue 30 item 12 they were written
+/// with a warning) unless `--allow-incomplete`, which warns; a finished recording has neither.
+/// `invoice finalize` refuses it the same way.
 #[test]
-fn events_of_an_unfinished_recording_are_warned_of() {
+fn events_and_finalization_of_an_unfinished_recording_are_refused_unless_allowed() {
     let data = root().join("examples/data");
     let finished = data.join("h200-cuda13-green-context.gmr");
     let o = gpumeter(&["usage", s(&finished), "--events", "-"]);
@@ -351,14 +356,60 @@ fn events_of_an_unfinished_recording_are_warned_of() {
     let cut = dir.path().join("cut.gmr");
     let bytes = std::fs::read(&finished).expect("recording");
     std::fs::write(&cut, &bytes[..bytes.len() - 40]).expect("write");
-    let o = gpumeter(&["usage", s(&cut), "--events", "-"]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!stdout(&o).is_empty());
+    let events = dir.path().join("events.jsonl");
+    let o = gpumeter(&["usage", s(&cut), "--events", s(&events)]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
     assert!(
-        stderr(&o).starts_with("warning: 1 recording without an end frame: if a producer is still writing, its last window is not closed yet"),
+        stderr(&o).starts_with("error: the usage report is incomplete (\"complete\": false: a .gmr recording has no end frame"),
         "{}",
         stderr(&o)
     );
+    assert!(!events.exists(), "no events written");
+    let o = gpumeter(&["usage", s(&cut), "--events", "-", "--allow-incomplete"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(!stdout(&o).is_empty());
+    assert!(
+        stderr(&o).starts_with("warning: the usage report is incomplete (a .gmr recording has no end frame"),
+        "{}",
+        stderr(&o)
+    );
+    // --allow-incomplete needs --events.
+    let o = gpumeter(&["usage", s(&cut), "--allow-incomplete"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // Finalization: refused, then allowed with a warning on stderr and on every invoice.
+    let book = root().join("examples/pricebook.toml");
+    let bank = dir.path().join("bank.db");
+    let finalize = |extra: &[&str]| {
+        let mut args = vec![
+            "invoice",
+            "finalize",
+            s(&cut),
+            "--prices",
+            s(&book),
+            "--bank",
+            s(&bank),
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        gpumeter(&args)
+    };
+    let o = finalize(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("is incomplete"), "{}", stderr(&o));
+    let o = finalize(&["--allow-incomplete"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning: the usage report is incomplete"), "{}", stderr(&o));
+    let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
+    for inv in doc["invoices"].as_array().expect("invoices") {
+        assert!(
+            inv["warnings"]
+                .as_array()
+                .expect("warnings")
+                .iter()
+                .any(|w| w["code"] == "incomplete_usage"),
+            "{inv}"
+        );
+    }
 }
 
 /// A report without usage writes an empty events file and says so (it said nothing).

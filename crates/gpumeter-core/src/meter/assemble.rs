@@ -972,6 +972,7 @@ impl Meter {
             schema: USAGE_SCHEMA.to_string(),
             metering_policy: METERING_POLICY.to_string(),
             window_seconds: window.seconds(),
+            complete: None,
             sources: self.sources,
             devices,
             records: self.counts,
@@ -983,6 +984,7 @@ impl Meter {
             extensions,
             sha256: String::new(),
         };
+        report.complete = Some(report.derived_complete());
         report.seal()?;
         Ok(report)
     }

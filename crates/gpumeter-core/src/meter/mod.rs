@@ -619,7 +619,7 @@ impl Meter {
     /// Counts records lost whose device the source does not tell (a record whose device id
     /// cannot be represented, a damaged `.gmr` frame with no readable record): the report lists
     /// them with `device: null` and `device_key` = `source` (the source's label, e.g.
-    /// `trace.json@309220b5`), never on a device they may not belong to. `lower_bound` as for
+    /// `309220b5c1d2e3f4`, [`crate::device::source_label`]), never on a device they may not belong to. `lower_bound` as for
     /// [`Meter::record_loss_at_least`].
     pub fn record_source_loss(
         &mut self,
@@ -707,13 +707,21 @@ impl Meter {
     /// to the copy's end. A streaming meter (the C ABI's `gm_meter_usage_json`) answers "what
     /// so far" with it and goes on metering.
     ///
+    /// The report says `"complete": false` ([`UsageReport::is_complete`]): usage events and
+    /// finalization refuse it unless told to allow an incomplete report.
+    ///
     /// Cost: a copy of the meter's state (the records within the horizon, the cells not yet
     /// drained), then [`Meter::finish`] on it.
     ///
     /// # Errors
     /// As [`Meter::finish`].
     pub fn snapshot(&self) -> Result<UsageReport, MeterError> {
-        self.deep_clone().finish()
+        let mut report = self.deep_clone().finish()?;
+        // A snapshot is never complete (DESIGN §7): its last windows may still grow, so its
+        // usage must not become final events or a finalized invoice.
+        report.complete = Some(false);
+        report.seal()?;
+        Ok(report)
     }
 
     /// The time before which every device's records are booked, in ns since the epoch: the

@@ -1063,7 +1063,10 @@ impl Meter {
     /// # Errors
     /// As [`Meter::finish`].
     pub fn snapshot(&self) -> Result<UsageReport, MeterError> {
-        self.deep_clone().finish()
+        let mut report = self.deep_clone().finish()?;
+        report.complete = Some(false);
+        report.seal()?;
+        Ok(report)
     }
 
     /// The time before which every device's records are booked, in ns since the epoch: the
@@ -1684,6 +1687,7 @@ impl Meter {
             schema: USAGE_SCHEMA.to_string(),
             metering_policy: METERING_POLICY.to_string(),
             window_seconds: window.seconds(),
+            complete: None,
             sources: self.sources,
             devices,
             records: self.counts,
@@ -1695,6 +1699,7 @@ impl Meter {
             extensions,
             sha256: String::new(),
         };
+        report.complete = Some(report.derived_complete());
         report.seal()?;
         Ok(report)
     }
