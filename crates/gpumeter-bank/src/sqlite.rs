@@ -937,4 +937,27 @@ mod tests {
     fn one_migration_per_schema_version() {
         assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
     }
+
+    /// A reader refuses a ledger older than this build's schema (no reader migrates), saying
+    /// that a writer must open it once; today's version is read.
+    #[test]
+    fn readers_refuse_a_ledger_that_needs_a_migration() {
+        use super::{readable_version, Contents};
+        let older = readable_version("bank.db", &Contents::Ledger(SCHEMA_VERSION - 1))
+            .expect_err("an older version");
+        let text = older.to_string();
+        assert!(text.contains("needs a migration"), "{text}");
+        assert!(text.contains("a command that writes"), "{text}");
+        assert!(readable_version("bank.db", &Contents::Ledger(SCHEMA_VERSION)).is_ok());
+        assert!(readable_version("bank.db", &Contents::Empty).is_err());
+    }
+
+    /// A path in an SQLite URI keeps `?`, `#` and `%` as part of the name.
+    #[test]
+    fn uri_paths_escape_what_a_uri_reads() {
+        assert_eq!(
+            super::uri_path(std::path::Path::new("/a b/x?y#z%.db")),
+            "/a%20b/x%3Fy%23z%25.db"
+        );
+    }
 }

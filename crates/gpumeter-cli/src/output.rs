@@ -10,7 +10,8 @@
 //! an input is that input), else the canonical directory and the name of the file to be
 //! made. An input that is standard output's own file (`gpumeter usage a.json > a.json`, which
 //! the shell emptied before gpumeter ran) is refused too. Standard output and error are
-//! compared as the files they are; a terminal or `/dev/null` named twice is no conflict.
+//! compared as the files they are; a terminal or `/dev/null` named twice is no conflict, nor
+//! is `/dev/null` as an output when standard output goes there too.
 //!
 //! **Outputs are written whole.** [`write_atomically`] writes a temporary file beside the
 //! output (`.NAME.XXXXXX.tmp`, same directory, so the rename stays on one file system),
@@ -199,7 +200,9 @@ impl Files {
                     other.what, out.what
                 )));
             }
-            if stdout.as_ref().is_some_and(|(id, _)| *id == out.identity) {
+            if stdout.as_ref().is_some_and(|(id, _)| *id == out.identity)
+                && out.identity != Identity::of(Path::new("/dev/null"))
+            {
                 return Err(usage_error(format!(
                     "{} {shown} is standard output, where this command writes its own \
                      output: name another file{}",

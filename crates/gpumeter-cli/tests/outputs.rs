@@ -561,7 +561,8 @@ fn a_write_cut_short_leaves_the_old_file_or_none() {
 }
 
 /// A symbolic link output stays a link (its target is replaced), a file keeps its mode, and
-/// `/dev/null` (twice, as both renderings) is written to, not replaced.
+/// `/dev/null` (twice, as both renderings, or with standard output there too) is written to,
+/// not replaced.
 #[test]
 fn links_modes_and_devices_survive_an_output() {
     use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
@@ -599,6 +600,13 @@ fn links_modes_and_devices_survive_an_output() {
         ]),
         "preview to /dev/null",
     );
+    // Standard output on /dev/null too: nothing to destroy, no conflict.
+    let o = bin()
+        .args(["preview", s(&ex), "--prices", s(&bk), "--csv", "/dev/null"])
+        .stdout(Stdio::null())
+        .output()
+        .expect("run gpumeter");
+    assert!(o.status.success(), "{}", stderr(&o));
     let null = std::fs::metadata("/dev/null").expect("/dev/null");
     assert!(null.file_type().is_char_device(), "/dev/null was replaced");
 }
