@@ -304,7 +304,17 @@ pub(crate) fn write_atomically<T>(
         .suffix(".tmp")
         .permissions(std::fs::Permissions::from_mode(0o666))
         .tempfile_in(&dir)
-        .map_err(&fail)?;
+        .map_err(|e| {
+            let mut f = fail(e);
+            if f.message.contains("Permission denied") {
+                f.message.push_str(&format!(
+                    " (the file is written to a temporary file in {} and renamed, so that \
+                     directory must be writable)",
+                    dir.display()
+                ));
+            }
+            f
+        })?;
     if let Some(m) = &existing {
         // The old file's mode, exactly (the umask applied to the one made above).
         tmp.as_file()
