@@ -231,7 +231,7 @@ impl Ledger for AnyLedger {
 pub fn open(location: &str) -> Result<AnyLedger, BankError> {
     check_location(location)?;
     if is_postgres(location) {
-        return open_postgres(location, false);
+        return open_postgres(location, Opening::Create);
     }
     SqliteLedger::open(Path::new(location)).map(AnyLedger::Sqlite)
 }
@@ -245,23 +245,49 @@ pub fn open(location: &str) -> Result<AnyLedger, BankError> {
 pub fn open_existing(location: &str) -> Result<AnyLedger, BankError> {
     check_location(location)?;
     if is_postgres(location) {
-        return open_postgres(location, true);
+        return open_postgres(location, Opening::Existing);
     }
     SqliteLedger::open_existing(Path::new(location)).map(AnyLedger::Sqlite)
 }
 
+/// Opens the ledger at `location` for work that does not commit only (`verify`, `balance`,
+/// `history`, `export`, a preview): never created, migrated or written, and it takes no lock
+/// a writer holds, so it never waits for one (DESIGN §6, "Read-only use"). An SQLite file is
+/// readable when it or its directory is read-only ([`SqliteLedger::open_read_only`]); a
+/// PostgreSQL ledger is read in read-only transactions, so a role with only `SELECT` on the
+/// tables, or a hot standby, serves. Work that commits fails with [`BankError::ReadOnly`].
+///
+/// # Errors
+/// As [`open_existing`], and [`BankError::NotALedger`] for a ledger of an older schema
+/// version (a reader does not migrate; a writer must open it once).
+pub fn open_read_only(location: &str) -> Result<AnyLedger, BankError> {
+    check_location(location)?;
+    if is_postgres(location) {
+        return open_postgres(location, Opening::ReadOnly);
+    }
+    SqliteLedger::open_read_only(Path::new(location)).map(AnyLedger::Sqlite)
+}
+
+/// How a PostgreSQL ledger is opened.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))]
+enum Opening {
+    Create,
+    Existing,
+    ReadOnly,
+}
+
 #[cfg(feature = "postgres")]
-fn open_postgres(location: &str, existing: bool) -> Result<AnyLedger, BankError> {
-    let l = if existing {
-        PostgresLedger::open_existing(location)?
-    } else {
-        PostgresLedger::open(location)?
+fn open_postgres(location: &str, how: Opening) -> Result<AnyLedger, BankError> {
+    let l = match how {
+        Opening::Create => PostgresLedger::open(location)?,
+        Opening::Existing => PostgresLedger::open_existing(location)?,
+        Opening::ReadOnly => PostgresLedger::open_read_only(location)?,
     };
     Ok(AnyLedger::Postgres(l))
 }
 
 #[cfg(not(feature = "postgres"))]
-fn open_postgres(location: &str, _existing: bool) -> Result<AnyLedger, BankError> {
+fn open_postgres(location: &str, _how: Opening) -> Result<AnyLedger, BankError> {
     Err(BankError::BackendNotEnabled {
         location: redact(location),
         feature: "postgres",
@@ -360,7 +386,11 @@ mod tests {
             "mysql://u:s3cret@h/ledger",
             "",
         ] {
-            for result in [super::open(location), super::open_existing(location)] {
+            for result in [
+                super::open(location),
+                super::open_existing(location),
+                super::open_read_only(location),
+            ] {
                 match result {
                     Err(crate::ledger::BankError::NotALedger { file, reason }) => {
                         assert!(!file.contains("s3cret"), "{file}");

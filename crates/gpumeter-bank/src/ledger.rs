@@ -124,6 +124,13 @@ pub enum BankError {
         /// What is wrong.
         reason: String,
     },
+    /// Work that commits on a ledger opened for reading only ([`crate::open_read_only`]):
+    /// nothing was written.
+    #[error("{file}: the bank was opened for reading only; nothing was written")]
+    ReadOnly {
+        /// The bank's location (a password removed).
+        file: String,
+    },
     /// [`crate::transfer::import`] fills an empty ledger only, and this one holds
     /// transactions; nothing was imported.
     #[error("{file}: the ledger already holds {transactions} transactions; import fills an empty ledger only, nothing was imported")]
@@ -408,6 +415,16 @@ pub trait LedgerTx {
     /// [`BankError::Storage`].
     fn head(&self) -> Result<Option<String>, BankError>;
 
+    /// The sequence number and hash of the last transaction, `None` for an empty ledger: what
+    /// the next append follows. The default reads every transaction; the databases select
+    /// the last row.
+    ///
+    /// # Errors
+    /// [`BankError::Storage`].
+    fn last(&self) -> Result<Option<(u64, String)>, BankError> {
+        Ok(self.transactions(None)?.pop().map(|t| (t.seq, t.hash)))
+    }
+
     /// Holds `tenants` for this database transaction: another writer that holds one of them
     /// waits until this transaction ends, and so does this one. A writer calls it before it
     /// reads what it decides on (a tenant's grants, fragments, earlier finalizations), so that
@@ -492,11 +509,27 @@ pub(crate) fn ledger_version(
     let version = meta("schema_version")?.ok_or_else(|| {
         not_a_ledger("a gpumeter ledger without a `schema_version` in `meta`".to_string())
     })?;
-    let version: u32 = version.parse().map_err(|_| {
-        not_a_ledger(format!(
-            "a gpumeter ledger whose `schema_version` `{version}` is not a version number"
-        ))
-    })?;
+    // Only the text a ledger writes: `1`, never `+1`, `01` or ` 1`.
+    let version: u32 = version
+        .parse()
+        .ok()
+        .filter(|v: &u32| v.to_string() == version)
+        .ok_or_else(|| {
+            not_a_ledger(format!(
+                "a gpumeter ledger whose `schema_version` `{}` is not a version number",
+                version.escape_debug()
+            ))
+        })?;
+    if version == 0 {
+        // The `meta` table is made by the migration to version 1: a ledger that has one and
+        // says 0 was edited or damaged, and migrating it again would fail on its tables.
+        return Err(not_a_ledger(
+            "a gpumeter ledger whose `schema_version` is 0, which no ledger has (version 1 \
+             made its `meta` table): it was edited or damaged; restore it from a backup or an \
+             export"
+                .to_string(),
+        ));
+    }
     if version > newest {
         return Err(not_a_ledger(format!(
             "a gpumeter ledger of schema version {version}, newer than this gpumeter \
@@ -557,8 +590,7 @@ impl Assembler {
         };
         let seq_u = u64::try_from(seq)
             .map_err(|_| corrupt(format!("sequence number {seq} is negative")))?;
-        let memo: serde_json::Value = serde_json::from_str(&memo)
-            .map_err(|e| corrupt(format!("its memo is not JSON: {e}")))?;
+        let memo = crate::verify::parse_memo(&memo).map_err(corrupt)?;
         self.index.insert(seq, self.out.len());
         self.out.push(StoredTransaction {
             seq: seq_u,

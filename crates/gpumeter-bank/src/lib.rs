@@ -15,13 +15,14 @@ pub mod bank;
 pub mod grants;
 pub mod ledger;
 pub mod memory;
+mod overlay;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
 pub mod transfer;
 pub mod verify;
 
-pub use backend::{is_postgres, open, open_existing, redact, AnyLedger};
+pub use backend::{is_postgres, open, open_existing, open_read_only, redact, AnyLedger};
 pub use bank::{
     balance, close, expire, finalization_key, finalize, grant, reserve, Balance, Closed, Finalized,
     GrantRequest, Outcome, ReserveRequest,

@@ -32,14 +32,13 @@
 //!   and balances are updated in place (`amount = balances.amount + excluded.amount`), never
 //!   read and written back.
 //!
-//! Work without a commit that only reads (`balance`, `verify`, `history`) runs at REPEATABLE
-//! READ: one snapshot of the whole ledger, so `verify` never sees half of a concurrent commit.
-//! A preview also locks tenants and appends (then rolls back): the first time it locks or
-//! appends, its work is rolled back and run again at READ COMMITTED, as a write runs. A
-//! snapshot is taken by a transaction's first statement, before any lock it then waits for:
-//! after the wait it would not show what the lock's holder committed (credits spent, the
-//! chain's head moved). At READ COMMITTED the preview takes the tenants, then the chain, in
-//! the order every writer does, so it deadlocks with none.
+//! Work without a commit (`balance`, `verify`, `history`, `export`, a preview) runs in a READ
+//! ONLY transaction at REPEATABLE READ: one snapshot of the whole ledger, so `verify` never
+//! sees half of a concurrent commit. It takes no lock (a snapshot does not change under it)
+//! and writes nothing: what a preview appends stays in memory (an overlay), so it
+//! never waits for a writer, nor a writer for it (DESIGN §6, "Read-only use").
+//! [`PostgresLedger::open_read_only`] opens a ledger for such work only, without the
+//! migration's lock: a role with only `SELECT` on the tables, or a hot standby, serves.
 //!
 //! A serialization failure (SQLSTATE 40001) or a deadlock (40P01) rolls the work back and runs
 //! it again, at most [`MAX_ATTEMPTS`] times, then fails with [`BankError::Contended`]. A lock
@@ -119,6 +118,8 @@ const TABLES: [&str; 4] = ["meta", "transactions", "postings", "balances"];
 pub struct PostgresLedger {
     client: Client,
     location: String,
+    /// Opened by [`PostgresLedger::open_read_only`]: work that commits is refused.
+    read_only: bool,
     /// The advisory lock keys of this ledger (they name its schema, so ledgers in two schemas
     /// of one database do not wait for each other).
     keys: LockKeys,
@@ -222,7 +223,7 @@ impl PostgresLedger {
     /// - [`BankError::NotALedger`]: the schema holds tables of the ledger's names without a
     ///   ledger's `meta`, another application's `meta`, or a ledger of a newer schema version.
     pub fn open(location: &str) -> Result<PostgresLedger, BankError> {
-        Self::connect(location, true)
+        Self::connect(location, How::Create)
     }
 
     /// Opens the ledger like [`PostgresLedger::open`], but never creates one.
@@ -231,7 +232,20 @@ impl PostgresLedger {
     /// [`BankError::NotALedger`] when the schema holds no ledger, and every error of
     /// [`PostgresLedger::open`].
     pub fn open_existing(location: &str) -> Result<PostgresLedger, BankError> {
-        Self::connect(location, false)
+        Self::connect(location, How::Existing)
+    }
+
+    /// Opens the ledger for work that does not commit only, without the migration's lock and
+    /// without migrating: it takes no lock and writes nothing, so a role with only `SELECT`
+    /// on the ledger's tables, or a hot standby, serves. Work that commits fails with
+    /// [`BankError::ReadOnly`].
+    ///
+    /// # Errors
+    /// [`BankError::NotALedger`] when the schema holds no ledger or one of an older schema
+    /// version (a writer must migrate it first), and every error of
+    /// [`PostgresLedger::open`].
+    pub fn open_read_only(location: &str) -> Result<PostgresLedger, BankError> {
+        Self::connect(location, How::ReadOnly)
     }
 
     /// The location as error messages show it: the URL without its password.
@@ -239,7 +253,7 @@ impl PostgresLedger {
         &self.location
     }
 
-    fn connect(url: &str, create: bool) -> Result<PostgresLedger, BankError> {
+    fn connect(url: &str, how: How) -> Result<PostgresLedger, BankError> {
         let location = redact(url);
         // A scheme is case-insensitive (RFC 3986; `is_postgres` reads it so), but the client
         // knows only `postgres://` and `postgresql://`: it would read `POSTGRES://…` as
@@ -284,9 +298,50 @@ impl PostgresLedger {
             client,
             location,
             keys,
+            read_only: matches!(how, How::ReadOnly),
         };
-        ledger.migrate(create)?;
+        match how {
+            How::Create => ledger.migrate(true)?,
+            How::Existing => ledger.migrate(false)?,
+            How::ReadOnly => ledger.check_readable()?,
+        }
         Ok(ledger)
+    }
+
+    /// For [`PostgresLedger::open_read_only`]: the schema holds a ledger of this version,
+    /// read in a read-only transaction without any lock.
+    fn check_readable(&mut self) -> Result<(), BankError> {
+        let location = self.location.clone();
+        let schema = self.keys.schema.clone();
+        let mut tx = self
+            .client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .map_err(|e| storage(&location, "cannot begin a transaction", &e))?;
+        let found = contents(&mut tx, &location, &schema)?;
+        // A failed rollback shows at the next statement.
+        let _ = tx.rollback();
+        match found {
+            Some(SCHEMA_VERSION) => Ok(()),
+            Some(v) => Err(BankError::NotALedger {
+                file: location,
+                reason: format!(
+                    "a gpumeter ledger of schema version {v}, older than this gpumeter's \
+                     ({SCHEMA_VERSION}): it needs a migration, which a command that only \
+                     reads does not make; run a command that writes to it once with a role \
+                     that may migrate it (docs/BANK.md, Migrations), then read it"
+                ),
+            }),
+            None => Err(BankError::NotALedger {
+                file: location,
+                reason: format!(
+                    "there is no bank in schema `{schema}`; `bank grant`, `bank reserve`, \
+                     `bank import` and `invoice finalize` create one"
+                ),
+            }),
+        }
     }
 
     /// Looks at the schema under the migration lock, then creates or migrates the tables.
@@ -338,6 +393,17 @@ impl PostgresLedger {
         tx.commit()
             .map_err(|e| storage(&location, "cannot commit the migration", &e))
     }
+}
+
+/// How [`PostgresLedger::connect`] opens a ledger.
+#[derive(Clone, Copy)]
+enum How {
+    /// Creating or migrating it as needed.
+    Create,
+    /// Migrating it as needed, never creating one.
+    Existing,
+    /// Neither: for work that does not commit.
+    ReadOnly,
 }
 
 /// Connects with TLS as the URL's `sslmode` asks. Under `prefer` (the default) a machine
@@ -462,14 +528,12 @@ impl Ledger for PostgresLedger {
         mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<T, BankError> {
         let location = self.location.clone();
+        if commit && self.read_only {
+            return Err(BankError::ReadOnly { file: location });
+        }
         let mut last_conflict = String::new();
-        // Work without a commit reads one snapshot until it locks or appends, as a preview
-        // does (`PgTx::needs_fresh_reads`); then it runs again at READ COMMITTED.
-        let mut snapshot = !commit;
-        let mut attempt = 0;
-        while attempt < MAX_ATTEMPTS {
-            attempt += 1;
-            if attempt > 1 && !last_conflict.is_empty() {
+        for attempt in 1..=MAX_ATTEMPTS {
+            if attempt > 1 {
                 // Back off before the next attempt, longer each time, so the writers that
                 // conflicted do not meet again at once (1, 2, 4, … ms, at most 256 ms, and a
                 // part that differs between processes).
@@ -477,14 +541,9 @@ impl Ledger for PostgresLedger {
                 let jitter = u64::from(std::process::id()) % (base + 1);
                 std::thread::sleep(Duration::from_millis(base + jitter));
             }
-            match self.attempt(commit, snapshot, &mut f)? {
+            match self.attempt(commit, &mut f)? {
                 Attempt::Done(v) => return Ok(v),
                 Attempt::Conflict(message) => last_conflict = message,
-                Attempt::NeedsFreshReads => {
-                    snapshot = false;
-                    // Not a conflict: this run does not count.
-                    attempt -= 1;
-                }
             }
         }
         Err(BankError::Contended {
@@ -501,29 +560,27 @@ enum Attempt<T> {
     Done(T),
     /// Rolled back after a conflict with concurrent writers (the database's message).
     Conflict(String),
-    /// Rolled back: work on a snapshot locked or appended; it runs again at READ COMMITTED.
-    NeedsFreshReads,
 }
 
 impl PostgresLedger {
-    /// One run of `f` in one database transaction: on a snapshot (REPEATABLE READ) or at
-    /// READ COMMITTED.
+    /// One run of `f` in one database transaction: at READ COMMITTED to commit; otherwise a
+    /// READ ONLY snapshot (REPEATABLE READ) under an overlay that keeps its appends in memory.
     fn attempt<T>(
         &mut self,
         commit: bool,
-        snapshot: bool,
         f: &mut impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<Attempt<T>, BankError> {
         let location = self.location.clone();
-        let isolation = if snapshot {
-            IsolationLevel::RepeatableRead
-        } else {
+        let isolation = if commit {
             IsolationLevel::ReadCommitted
+        } else {
+            IsolationLevel::RepeatableRead
         };
         let tx = self
             .client
             .build_transaction()
             .isolation_level(isolation)
+            .read_only(!commit)
             .start()
             .map_err(|e| storage(&location, "cannot begin a transaction", &e))?;
         let mut work = PgTx {
@@ -532,40 +589,33 @@ impl PostgresLedger {
             keys: &self.keys,
             conflict: Cell::new(None),
             chain_held: false,
-            snapshot,
-            needs_fresh_reads: Cell::new(false),
         };
-        let out = f(&mut work);
+        let out = if commit {
+            f(&mut work)
+        } else {
+            f(&mut crate::overlay::Overlay::new(&work))
+        };
         let conflict = work.conflict.take();
-        let needs_fresh_reads = work.needs_fresh_reads.get();
         let tx = work.tx.into_inner();
-        if needs_fresh_reads {
-            // Even if `f` went on after the refusal: what it did was on the snapshot. A failed
-            // rollback shows at the next `begin`.
-            let _ = tx.rollback();
-            return Ok(Attempt::NeedsFreshReads);
-        }
-        {
-            match out {
-                Ok(v) if commit => match tx.commit() {
-                    Ok(()) => Ok(Attempt::Done(v)),
-                    Err(e) if is_conflict(&e) => Ok(Attempt::Conflict(describe(&e))),
-                    Err(e) => Err(storage(&location, "cannot commit", &e)),
-                },
-                Ok(v) => {
-                    tx.rollback()
-                        .map_err(|e| storage(&location, "cannot roll back", &e))?;
-                    Ok(Attempt::Done(v))
-                }
-                Err(e) => {
-                    // A failed rollback leaves the server to end the transaction when the
-                    // connection next speaks or closes; the error of `f` is what matters.
-                    let _ = tx.rollback();
-                    if let Some(message) = conflict {
-                        Ok(Attempt::Conflict(message))
-                    } else {
-                        Err(e)
-                    }
+        match out {
+            Ok(v) if commit => match tx.commit() {
+                Ok(()) => Ok(Attempt::Done(v)),
+                Err(e) if is_conflict(&e) => Ok(Attempt::Conflict(describe(&e))),
+                Err(e) => Err(storage(&location, "cannot commit", &e)),
+            },
+            Ok(v) => {
+                tx.rollback()
+                    .map_err(|e| storage(&location, "cannot roll back", &e))?;
+                Ok(Attempt::Done(v))
+            }
+            Err(e) => {
+                // A failed rollback leaves the server to end the transaction when the
+                // connection next speaks or closes; the error of `f` is what matters.
+                let _ = tx.rollback();
+                if let Some(message) = conflict {
+                    Ok(Attempt::Conflict(message))
+                } else {
+                    Err(e)
                 }
             }
         }
@@ -582,28 +632,9 @@ struct PgTx<'a, 'c> {
     conflict: Cell<Option<String>>,
     /// Whether this transaction holds the hash chain's lock.
     chain_held: bool,
-    /// A snapshot (REPEATABLE READ, no commit): its reads are of the instant it began.
-    snapshot: bool,
-    /// Set when work on a snapshot locked or appended: it runs again at READ COMMITTED.
-    needs_fresh_reads: Cell<bool>,
 }
 
 impl PgTx<'_, '_> {
-    /// Refuses to lock or append on a snapshot, so that [`Ledger::atomically`] runs the work
-    /// again at READ COMMITTED: a snapshot is taken by the first statement, before the lock
-    /// is waited for, and would not show what the lock's holder committed meanwhile (nor the
-    /// chain's head it moved, after which the append would collide on its sequence number).
-    fn needs_fresh_reads(&self) -> Result<(), BankError> {
-        if self.snapshot {
-            self.needs_fresh_reads.set(true);
-            return Err(storage_msg(
-                self.location,
-                "work on a snapshot locks or appends (run again at READ COMMITTED)".into(),
-            ));
-        }
-        Ok(())
-    }
-
     fn err(&self, what: &str, e: &postgres::Error) -> BankError {
         if is_conflict(e) {
             let first = self.conflict.take();
@@ -785,7 +816,6 @@ impl LedgerTx for PgTx<'_, '_> {
         }
         tx.canonicalize();
         tx.check_balanced()?;
-        self.needs_fresh_reads()?;
         if !self.chain_held {
             self.query(
                 "cannot lock the chain's head",
@@ -972,14 +1002,32 @@ impl LedgerTx for PgTx<'_, '_> {
         rows.first().map(|r| self.get(what, r, 0)).transpose()
     }
 
+    fn last(&self) -> Result<Option<(u64, String)>, BankError> {
+        let what = "cannot read the chain head";
+        let rows = self.query(
+            what,
+            "SELECT seq, hash FROM transactions ORDER BY seq DESC LIMIT 1",
+            &[],
+        )?;
+        let Some(r) = rows.first() else {
+            return Ok(None);
+        };
+        let seq: i64 = self.get(what, r, 0)?;
+        let seq = u64::try_from(seq).map_err(|_| {
+            storage_msg(
+                self.location,
+                format!("the last sequence number {seq} is negative"),
+            )
+        })?;
+        Ok(Some((seq, self.get(what, r, 1)?)))
+    }
+
     fn lock_tenants(&mut self, tenants: &[&str]) -> Result<(), BankError> {
-        self.needs_fresh_reads()?;
         let keys = tenants.iter().map(|t| self.keys.tenant(t)).collect();
         self.lock(keys)
     }
 
     fn lock_all(&mut self) -> Result<(), BankError> {
-        self.needs_fresh_reads()?;
         self.query(
             "cannot lock the bank",
             "SELECT pg_advisory_xact_lock($1)",

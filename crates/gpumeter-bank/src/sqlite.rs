@@ -20,6 +20,24 @@
 //! # Versions
 //! [`SqliteLedger::open`] applies the migrations from the file's `schema_version` up to
 //! [`SCHEMA_VERSION`] in one database transaction, and refuses a file of a newer version.
+//!
+//! # Readers
+//! Work that does not commit (`verify`, `balance`, `history`, `export`, a preview) runs in a
+//! deferred (read) transaction: WAL gives it one snapshot, it waits for no writer, and what it
+//! appends stays in memory (an overlay). [`SqliteLedger::open_read_only`] opens a bank
+//! for such work only, without migrating it, on a read-only file or in a read-only
+//! directory:
+//! - a file this process may write is opened read-write with `PRAGMA query_only`, as a writer
+//!   opens it (WAL's `-wal` and `-shm` files are made and removed as for any connection);
+//! - a file it may not write, with a `-wal` file beside it (a writer has it open, or left
+//!   transactions to checkpoint), is opened `SQLITE_OPEN_READONLY`: SQLite reads the WAL
+//!   through the `-shm` file, read-only if it must;
+//! - otherwise (a read-only file without a `-wal`, or a writable one in a directory where no
+//!   `-wal` can be made) it is opened `immutable=1`: SQLite reads the file without locks and
+//!   makes no file beside it. The trade-off: a writer that starts during the read and
+//!   checkpoints into the file would go unseen by SQLite, so the file's size, times and
+//!   inode, and the absence of a `-wal`, are compared before and after each read, and a read
+//!   across a change is run again (at most [`IMMUTABLE_ATTEMPTS`] times).
 
 use std::fs::File;
 use std::io::Read;
@@ -82,6 +100,10 @@ const MIGRATIONS: &[&str] = &[
      );",
 ];
 
+/// How many times a read of an `immutable=1` bank ([`SqliteLedger::open_read_only`]) runs
+/// when the file changes under it, before it fails.
+pub const IMMUTABLE_ATTEMPTS: u32 = 5;
+
 /// The first 16 bytes of every SQLite 3 database file.
 const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 
@@ -91,6 +113,60 @@ const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
 pub struct SqliteLedger {
     conn: Connection,
     file: String,
+    access: Access,
+}
+
+/// How a ledger was opened.
+#[derive(Debug)]
+enum Access {
+    /// [`SqliteLedger::open`]: reads and writes.
+    Write,
+    /// [`SqliteLedger::open_read_only`] through SQLite's locks (a read-write connection with
+    /// `query_only`, or `SQLITE_OPEN_READONLY`): reads only.
+    Read,
+    /// [`SqliteLedger::open_read_only`] with `immutable=1`: reads only, without locks; `stamp`
+    /// is the file as it was when the connection read it last.
+    Immutable {
+        path: std::path::PathBuf,
+        stamp: Stamp,
+    },
+}
+
+/// What shows that a file changed: its inode, size and times, and whether a `-wal` file is
+/// beside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+    wal: bool,
+}
+
+impl Stamp {
+    fn of(path: &Path, file: &str) -> Result<Stamp, BankError> {
+        use std::os::unix::fs::MetadataExt as _;
+        let m = std::fs::metadata(path).map_err(|e| BankError::Storage {
+            file: file.to_string(),
+            message: format!("cannot read it: {e}"),
+        })?;
+        Ok(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+            wal: sibling(path, "-wal").symlink_metadata().is_ok(),
+        })
+    }
+}
+
+/// `path` with `suffix` added to its file name (`bank.db` → `bank.db-wal`).
+fn sibling(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_os_string();
+    name.push(suffix);
+    std::path::PathBuf::from(name)
 }
 
 /// What a file holds, before it is used as a ledger.
@@ -114,15 +190,24 @@ impl SqliteLedger {
     /// - [`BankError::Storage`]: the file cannot be opened, read or written.
     pub fn open(path: &Path) -> Result<SqliteLedger, BankError> {
         let file = path.display().to_string();
+        check_regular(path, &file)?;
         check_header(path, &file)?;
         let conn = Connection::open(path).map_err(|e| storage(&file, "cannot open it", &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| storage(&file, "cannot set the busy timeout", &e))?;
         // Look before writing anything: WAL mode changes the file's header.
-        contents(&conn, &file)?;
-        let mut ledger = SqliteLedger { conn, file };
+        let found = contents(&conn, &file)?;
+        let mut ledger = SqliteLedger {
+            conn,
+            file,
+            access: Access::Write,
+        };
         ledger.configure()?;
-        ledger.migrate()?;
+        // A ledger of this version needs no migration, nor the write lock one takes: a writer
+        // that opens a bank another is writing waits for its own work only.
+        if !matches!(found, Contents::Ledger(SCHEMA_VERSION)) {
+            ledger.migrate()?;
+        }
         Ok(ledger)
     }
 
@@ -135,18 +220,135 @@ impl SqliteLedger {
     /// [`BankError::NotALedger`] naming the file when it does not exist or is empty, and every
     /// error of [`SqliteLedger::open`].
     pub fn open_existing(path: &Path) -> Result<SqliteLedger, BankError> {
-        let file = path.display().to_string();
-        let len = std::fs::metadata(path).map(|m| m.len()).map_err(|e| BankError::NotALedger {
-            file: file.clone(),
-            reason: format!("there is no bank here ({e}); `bank grant`, `bank reserve`, `bank import` and `invoice finalize` create one"),
-        })?;
-        if len == 0 {
-            return Err(BankError::NotALedger {
-                file,
-                reason: "the file is empty, not a bank; `bank grant`, `bank reserve`, `bank import` and `invoice finalize` create one".into(),
-            });
-        }
+        check_existing(path, &path.display().to_string())?;
         Self::open(path)
+    }
+
+    /// Opens the ledger in `path` for work that does not commit only (`verify`, `balance`,
+    /// `history`, `export`, a preview): never created, never migrated, never written, and
+    /// readable when the file or its directory is read-only (the module's "Readers" says
+    /// how). [`Ledger::atomically`] with `commit` fails with [`BankError::ReadOnly`].
+    ///
+    /// # Errors
+    /// - [`BankError::NotALedger`] naming the file: none there, an empty file, not a regular
+    ///   file, not a ledger, a ledger of a newer schema version, or one of an older version
+    ///   (a reader does not migrate: open it once with a writer).
+    /// - [`BankError::Storage`]: it cannot be opened or read.
+    pub fn open_read_only(path: &Path) -> Result<SqliteLedger, BankError> {
+        use rusqlite::OpenFlags;
+        let file = path.display().to_string();
+        check_existing(path, &file)?;
+        check_header(path, &file)?;
+        let writable = std::fs::OpenOptions::new().write(true).open(path).is_ok();
+        let wal = sibling(path, "-wal").symlink_metadata().is_ok();
+        let locked = |flags: OpenFlags| -> Result<SqliteLedger, BankError> {
+            let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|e| storage(&file, "cannot open it", &e))?;
+            conn.busy_timeout(BUSY_TIMEOUT)
+                .map_err(|e| storage(&file, "cannot set the busy timeout", &e))?;
+            if flags.contains(OpenFlags::SQLITE_OPEN_READ_WRITE) {
+                conn.execute_batch("PRAGMA query_only = ON")
+                    .map_err(|e| storage(&file, "cannot configure the connection", &e))?;
+            }
+            Ok(SqliteLedger {
+                conn,
+                file: file.clone(),
+                access: Access::Read,
+            })
+        };
+        let opened = if writable {
+            Some(locked(OpenFlags::SQLITE_OPEN_READ_WRITE)?)
+        } else if wal {
+            Some(locked(OpenFlags::SQLITE_OPEN_READ_ONLY)?)
+        } else {
+            None
+        };
+        let mut ledger = match opened {
+            Some(l) => match contents(&l.conn, &file) {
+                Ok(found) => {
+                    readable_version(&file, &found)?;
+                    return Ok(l);
+                }
+                // A writable file in a directory where its `-wal` cannot be made: read it
+                // without locks, as a read-only one.
+                Err(e) if !wal && cannot_make_wal(&e) => Self::open_immutable(path, &file)?,
+                Err(e) => return Err(e),
+            },
+            None => Self::open_immutable(path, &file)?,
+        };
+        let found = ledger.immutable_read(|conn| contents(conn, &file))?;
+        readable_version(&file, &found)?;
+        Ok(ledger)
+    }
+
+    /// `path` opened `immutable=1` (read-only, no locks, no file made beside it).
+    fn open_immutable(path: &Path, file: &str) -> Result<SqliteLedger, BankError> {
+        use rusqlite::OpenFlags;
+        let absolute = std::path::absolute(path).map_err(|e| BankError::Storage {
+            file: file.to_string(),
+            message: format!("cannot open it: {e}"),
+        })?;
+        let stamp = Stamp::of(path, file)?;
+        let conn = Connection::open_with_flags(
+            format!("file:{}?immutable=1", uri_path(&absolute)),
+            OpenFlags::SQLITE_OPEN_READ_ONLY
+                | OpenFlags::SQLITE_OPEN_URI
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| storage(file, "cannot open it", &e))?;
+        Ok(SqliteLedger {
+            conn,
+            file: file.to_string(),
+            access: Access::Immutable {
+                path: path.to_path_buf(),
+                stamp,
+            },
+        })
+    }
+
+    /// Runs `read` on an `immutable=1` connection and keeps its result only if the file did
+    /// not change meanwhile (nor since the connection last read it: SQLite may keep pages
+    /// in its cache between reads of an immutable file); otherwise opens the file again and
+    /// reads again, at most [`IMMUTABLE_ATTEMPTS`] times. On other connections, runs `read`.
+    fn immutable_read<T>(
+        &mut self,
+        mut read: impl FnMut(&Connection) -> Result<T, BankError>,
+    ) -> Result<T, BankError> {
+        let Access::Immutable { path, stamp } = &self.access else {
+            return read(&self.conn);
+        };
+        let path = path.clone();
+        let mut last = stamp.clone();
+        for _ in 0..IMMUTABLE_ATTEMPTS {
+            let before = Stamp::of(&path, &self.file)?;
+            if before != last || before.wal {
+                // Changed since the connection read it, or a writer is at work: a fresh
+                // connection (no cached page), or a locked one now that a `-wal` exists.
+                *self = Self::open_read_only(&path)?;
+                if !matches!(self.access, Access::Immutable { .. }) {
+                    return read(&self.conn);
+                }
+                last = Stamp::of(&path, &self.file)?;
+                continue;
+            }
+            let out = read(&self.conn);
+            let after = Stamp::of(&path, &self.file)?;
+            if after == before {
+                if let Access::Immutable { stamp, .. } = &mut self.access {
+                    *stamp = after;
+                }
+                return out;
+            }
+            last = after;
+        }
+        Err(BankError::Storage {
+            file: self.file.clone(),
+            message: format!(
+                "it changed during each of {IMMUTABLE_ATTEMPTS} reads without locks (its \
+                 directory is read-only, so SQLite's locks cannot be had); try again when \
+                 no writer is at work"
+            ),
+        })
     }
 
     /// The file this ledger lives in, as given to [`SqliteLedger::open`].
@@ -274,6 +476,93 @@ impl SqliteLedger {
     }
 }
 
+/// Refuses a location that exists and is not a regular file (a directory, `/dev/null`, a
+/// FIFO), before SQLite opens it: SQLite would make a `-journal` or `-wal` file beside it
+/// (`/dev/null-journal`). A symbolic link to a regular file is one.
+fn check_regular(path: &Path, file: &str) -> Result<(), BankError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            let what = if m.is_dir() {
+                "a directory"
+            } else {
+                "not a regular file (a device, a FIFO or a socket)"
+            };
+            Err(BankError::NotALedger {
+                file: file.to_string(),
+                reason: format!("{what}, not a bank; a bank is an SQLite file"),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Refuses a location where no bank is: nothing there, an empty file, or not a regular file.
+fn check_existing(path: &Path, file: &str) -> Result<(), BankError> {
+    const CREATE: &str =
+        "`bank grant`, `bank reserve`, `bank import` and `invoice finalize` create one";
+    let len = std::fs::metadata(path)
+        .map(|m| m.len())
+        .map_err(|e| BankError::NotALedger {
+            file: file.to_string(),
+            reason: format!("there is no bank here ({e}); {CREATE}"),
+        })?;
+    check_regular(path, file)?;
+    if len == 0 {
+        return Err(BankError::NotALedger {
+            file: file.to_string(),
+            reason: format!("the file is empty, not a bank; {CREATE}"),
+        });
+    }
+    Ok(())
+}
+
+/// Refuses what a reader cannot use: a file without a ledger's tables, or a ledger older than
+/// [`SCHEMA_VERSION`], which only a writer migrates.
+fn readable_version(file: &str, found: &Contents) -> Result<(), BankError> {
+    match found {
+        Contents::Ledger(SCHEMA_VERSION) => Ok(()),
+        Contents::Ledger(v) => Err(BankError::NotALedger {
+            file: file.to_string(),
+            reason: format!(
+                "a gpumeter ledger of schema version {v}, older than this gpumeter's \
+                 ({SCHEMA_VERSION}): it needs a migration, which a command that only reads \
+                 does not make; run a command that writes to it once (`bank expire` with a \
+                 past --at, or any grant or finalization) with write access, then read it"
+            ),
+        }),
+        Contents::Empty => Err(BankError::NotALedger {
+            file: file.to_string(),
+            reason: "an SQLite database without tables, not a bank; `bank grant`, `bank \
+                     reserve`, `bank import` and `invoice finalize` create one"
+                .to_string(),
+        }),
+    }
+}
+
+/// Whether a read failed because SQLite could not make the `-wal` (or `-shm`) file it needs
+/// to read a WAL database: a read-only directory.
+fn cannot_make_wal(e: &BankError) -> bool {
+    // `contents` reports these as Storage errors with SQLite's message.
+    matches!(e, BankError::Storage { message, .. }
+        if message.contains("readonly database") || message.contains("unable to open"))
+}
+
+/// `path` as the path part of an SQLite URI filename: percent-encoded but for unreserved
+/// characters and `/`, so that `?`, `#` and `%` in a name stay part of it.
+fn uri_path(path: &Path) -> String {
+    use std::fmt::Write as _;
+    use std::os::unix::ffi::OsStrExt as _;
+    let mut out = String::new();
+    for &b in path.as_os_str().as_bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(char::from(b));
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
 /// Refuses a non-empty file that does not start with SQLite's header, before SQLite sees it.
 fn check_header(path: &Path, file: &str) -> Result<(), BankError> {
     let mut f = match File::open(path) {
@@ -304,20 +593,51 @@ fn check_header(path: &Path, file: &str) -> Result<(), BankError> {
     }
 }
 
+/// A storage error on one line: SQLite's message, without the SQL of a statement that failed
+/// (rusqlite quotes the whole statement, a migration's dozens of lines).
 fn storage(file: &str, what: &str, e: &rusqlite::Error) -> BankError {
+    let message = match e {
+        rusqlite::Error::SqlInputError { msg, .. } => msg.clone(),
+        e => e.to_string(),
+    };
     BankError::Storage {
         file: file.to_string(),
-        message: format!("{what}: {e}"),
+        message: format!(
+            "{what}: {}",
+            message.split_whitespace().collect::<Vec<_>>().join(" ")
+        ),
     }
 }
 
 impl Ledger for SqliteLedger {
+    /// Work that commits runs in a `BEGIN IMMEDIATE` transaction (one writer at a time);
+    /// work that does not runs in a deferred one, a snapshot that waits for no writer, with
+    /// its appends kept in memory (an overlay).
     fn atomically<T>(
         &mut self,
         commit: bool,
         mut f: impl FnMut(&mut dyn LedgerTx) -> Result<T, BankError>,
     ) -> Result<T, BankError> {
         let file = self.file.clone();
+        if !commit {
+            return self.immutable_read(|conn| {
+                let tx = conn
+                    .unchecked_transaction()
+                    .map_err(|e| storage(&file, "cannot begin a transaction", &e))?;
+                let base = SqliteTx {
+                    conn: &tx,
+                    file: &file,
+                };
+                let out = f(&mut crate::overlay::Overlay::new(&base));
+                // Nothing was written; a failed rollback is undone when the connection
+                // closes.
+                let _ = tx.rollback();
+                out
+            });
+        }
+        if !matches!(self.access, Access::Write) {
+            return Err(BankError::ReadOnly { file });
+        }
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -330,14 +650,9 @@ impl Ledger for SqliteLedger {
             f(&mut work)
         };
         match out {
-            Ok(v) if commit => {
+            Ok(v) => {
                 tx.commit()
                     .map_err(|e| storage(&file, "cannot commit", &e))?;
-                Ok(v)
-            }
-            Ok(v) => {
-                tx.rollback()
-                    .map_err(|e| storage(&file, "cannot roll back", &e))?;
                 Ok(v)
             }
             Err(e) => {
@@ -595,6 +910,23 @@ impl LedgerTx for SqliteTx<'_> {
             .and_then(|mut st| st.query_row([], |r| r.get(0)).optional())
             .map_err(|e| self.err("cannot read the chain head", &e))
     }
+
+    fn last(&self) -> Result<Option<(u64, String)>, BankError> {
+        let last: Option<(i64, String)> = self
+            .conn
+            .prepare_cached("SELECT seq, hash FROM transactions ORDER BY seq DESC LIMIT 1")
+            .and_then(|mut st| st.query_row([], |r| Ok((r.get(0)?, r.get(1)?))).optional())
+            .map_err(|e| self.err("cannot read the chain head", &e))?;
+        last.map(|(seq, hash)| {
+            u64::try_from(seq)
+                .map(|s| (s, hash))
+                .map_err(|_| BankError::Storage {
+                    file: self.file.to_string(),
+                    message: format!("the last sequence number {seq} is negative"),
+                })
+        })
+        .transpose()
+    }
 }
 
 #[cfg(test)]
@@ -604,5 +936,28 @@ mod tests {
     #[test]
     fn one_migration_per_schema_version() {
         assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
+    }
+
+    /// A reader refuses a ledger older than this build's schema (no reader migrates), saying
+    /// that a writer must open it once; today's version is read.
+    #[test]
+    fn readers_refuse_a_ledger_that_needs_a_migration() {
+        use super::{readable_version, Contents};
+        let older = readable_version("bank.db", &Contents::Ledger(SCHEMA_VERSION - 1))
+            .expect_err("an older version");
+        let text = older.to_string();
+        assert!(text.contains("needs a migration"), "{text}");
+        assert!(text.contains("a command that writes"), "{text}");
+        assert!(readable_version("bank.db", &Contents::Ledger(SCHEMA_VERSION)).is_ok());
+        assert!(readable_version("bank.db", &Contents::Empty).is_err());
+    }
+
+    /// A path in an SQLite URI keeps `?`, `#` and `%` as part of the name.
+    #[test]
+    fn uri_paths_escape_what_a_uri_reads() {
+        assert_eq!(
+            super::uri_path(std::path::Path::new("/a b/x?y#z%.db")),
+            "/a%20b/x%3Fy%23z%25.db"
+        );
     }
 }

@@ -99,7 +99,8 @@ pub struct Export {
 
 impl Export {
     /// Reads the JSON Lines of an [`export`] from `reader` and checks the chain they state:
-    /// each line must be one transaction (a blank line is refused too), line `n` must have
+    /// each line must be one transaction (a blank line is refused too, and so is a line whose
+    /// JSON gives a key twice in one object: serde_json would keep the last), line `n` must have
     /// sequence number `n`, and its `prev_hash` must be the hash of line `n − 1` (`""` for
     /// the first). `name` names the input in errors (a file path, `<stdin>`).
     ///
@@ -186,6 +187,14 @@ fn read_lines<R: BufRead>(mut reader: R, name: &str) -> Result<Vec<Line>, BankEr
         line += 1;
         let text = buf.strip_suffix(b"\n").unwrap_or(&buf);
         let text = text.strip_suffix(b"\r").unwrap_or(text);
+        // serde_json keeps the last of two equal keys (and a transaction's hash is over the
+        // value read): a line that gives one twice hides a value, as a memo in a ledger would.
+        crate::verify::check_unique_keys(text).map_err(|e| BankError::Import {
+            file: name.to_string(),
+            line,
+            transaction: None,
+            reason: format!("not a transaction: it {e}"),
+        })?;
         let t: StoredTransaction = serde_json::from_slice(text).map_err(|e| BankError::Import {
             file: name.to_string(),
             line,

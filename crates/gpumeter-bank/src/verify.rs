@@ -28,6 +28,8 @@ pub struct VerifyReport {
 /// - each `prev_hash` is the previous transaction's `hash` (`""` for the first);
 /// - each `hash` recomputes with [`chain_hash`] from the transaction as stored (so an edited
 ///   amount, account, memo or a removed posting is caught);
+/// - each memo is JSON whose objects give each key once (a second value for a key would be
+///   hidden from the hash: [`LedgerTx::transactions`] refuses it as it reads the memo);
 /// - each transaction's postings sum to zero per commodity;
 /// - the ledger's head ([`LedgerTx::head`]) is the last transaction's hash;
 /// - the balances the ledger reports ([`LedgerTx::balances`] of every account) equal the sums
@@ -148,4 +150,92 @@ fn check_balances(
         }
     }
     Ok(())
+}
+
+/// A stored memo's JSON text as a value, refusing text that is not JSON and objects that give
+/// a key twice. serde_json keeps the last of two equal keys, and a transaction's hash is over
+/// the value read back, so `{"credits": "500", "credits": "5"}` would hash as `{"credits":
+/// "5"}` while a person reading the row (or another JSON reader, which may keep the first)
+/// sees 500: every reader of the ledger refuses it, and so `verify` fails naming the
+/// transaction ([`BankError::Corrupt`]).
+///
+/// # Errors
+/// Why, for [`BankError::Corrupt`]'s reason.
+pub(crate) fn parse_memo(text: &str) -> Result<serde_json::Value, String> {
+    check_unique_keys(text.as_bytes()).map_err(|e| format!("its memo {e}"))?;
+    serde_json::from_str(text).map_err(|e| format!("its memo is not JSON: {e}"))
+}
+
+/// Checks that no JSON object in `text` gives a key twice (keys compared after unescaping,
+/// so `"a"` and `"\u0061"` are one key), reading `text` with serde_json's parser. Text that is
+/// not JSON passes here and is refused by the caller's parse.
+///
+/// # Errors
+/// `gives the key `k` twice in one object (at line L column C)`.
+pub(crate) fn check_unique_keys(text: &[u8]) -> Result<(), String> {
+    match serde_json::from_slice::<UniqueKeys>(text) {
+        Ok(UniqueKeys) => Ok(()),
+        Err(e) if e.is_data() => Err(e.to_string()),
+        Err(_) => Ok(()),
+    }
+}
+
+/// Deserializes any JSON value, failing on an object that gives a key twice.
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_none<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<UniqueKeys, D::Error> {
+        serde::Deserialize::deserialize(d)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "gives the key `{}` twice in one object",
+                    key.escape_debug()
+                )));
+            }
+            map.next_value::<UniqueKeys>()?;
+        }
+        Ok(UniqueKeys)
+    }
 }

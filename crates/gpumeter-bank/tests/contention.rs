@@ -481,147 +481,91 @@ fn the_same_key_appended_at_once_applies_once_on_postgres() {
     the_same_key_at_once(Backend::Postgres);
 }
 
-/// A preview (`commit = false`, as `finalize` without committing runs) that waits for a
-/// writer of its tenant sees what the writer committed once it holds the tenant, and can
-/// append after it: it decides on the ledger as it is then, not as it was when the preview
-/// began.
-fn a_preview_after_a_writer(backend: Backend) {
+/// A preview (`commit = false`, as `finalize` without committing runs) while a writer holds
+/// its tenant and the chain, its append not yet committed, neither waits for the writer nor
+/// sees its work (DESIGN §6, "Read-only use"): it reads the ledger as last committed, appends
+/// after that head in memory, and stores nothing; the writer, which waits for the preview to
+/// end before it commits, is not held up by it either. Before issue 30 a preview took the
+/// tenant's lock and waited (the writer here would then wait for it for ever: the test fails
+/// by its timeout).
+fn a_preview_beside_a_writer(backend: Backend) {
     let Some(place) = Place::new(backend, "preview") else {
         return;
     };
     let mut writer = place.open();
+    let committed = writer
+        .atomically(true, |t| t.append(transfer("committed")))
+        .expect("a first transaction");
+    let committed = committed.stored().clone();
     let mut preview = gpumeter_bank::open(&place.child_location("preview"))
         .expect("opening the ledger a second time");
     let account = "tenant:acme:credits:g-1";
     let (held_tx, held) = mpsc::channel::<()>();
-    let (seen, previewed) = std::thread::scope(|s| {
-        let place = &place;
+    let (done_tx, done) = mpsc::channel::<()>();
+    let (written, previewed) = std::thread::scope(|s| {
         let w = s.spawn(move || {
             writer.atomically(true, |t| {
                 t.lock_tenants(&["acme"])?;
+                let out = t.append(transfer("written"))?;
                 held_tx.send(()).expect("the test");
-                match backend {
-                    Backend::Postgres => wait_until_waiting(place, "preview"),
-                    Backend::Sqlite => std::thread::sleep(Duration::from_millis(200)),
-                }
-                t.append(transfer("written"))
+                done.recv_timeout(Duration::from_secs(20))
+                    .map_err(|e| BankError::Refused(format!("the preview waited: {e}")))?;
+                Ok(out)
             })
         });
-        held.recv().expect("the writer holds acme");
+        held.recv().expect("the writer holds acme and the chain");
         let previewed = preview.atomically(false, |t| {
-            // Read before the tenant is held (a finalization reads the bank's currency
-            // first), then hold it, then decide.
             let before = t.balance(account, CREDITS)?;
             t.lock_tenants(&["acme"])?;
-            let after = t.balance(account, CREDITS)?;
+            t.lock_all()?;
             let appended = t.append(transfer("previewed"))?;
-            Ok((before, after, appended))
+            let after = t.balance(account, CREDITS)?;
+            let listed = t.balances("tenant:acme:")?;
+            let head = t.head()?;
+            Ok((before, appended, after, listed, head))
         });
+        done_tx.send(()).expect("the writer");
         let written = w.join().expect("the writer").expect("the writer's append");
         (written, previewed)
     });
-    let written = seen.stored().clone();
-    let (_, after, appended) = previewed.expect("the preview");
-    assert_eq!(after, d("1.5"), "the preview sees the writer's transfer");
+    let (before, appended, after, listed, head) = previewed.expect("the preview");
+    assert_eq!(before, d("1.5"), "the committed transfer only");
+    assert_eq!(
+        after,
+        d("3.0"),
+        "the committed transfer and the preview's own"
+    );
+    assert_eq!(
+        listed,
+        vec![(account.to_string(), CREDITS.to_string(), d("3.0"))]
+    );
     match appended {
         Appended::Applied(p) => {
-            assert_eq!((p.seq, &p.prev_hash), (written.seq + 1, &written.hash));
+            assert_eq!((p.seq, &p.prev_hash), (2, &committed.hash));
+            assert_eq!(head.as_deref(), Some(p.hash.as_str()));
         }
         other => panic!("the preview's append: {other:?}"),
     }
-    // Rolled back: only the writer's transaction is stored.
-    assert_eq!(place.count("transactions"), 1);
+    // The writer committed after the preview; the preview stored nothing.
+    assert_eq!(written.stored().seq, 2);
+    assert_eq!(place.count("transactions"), 2);
+    assert_eq!(place.count("transactions WHERE key = 'previewed'"), 0);
     let report = place
         .open()
         .atomically(false, |t| verify(t))
         .expect("verify");
-    assert_eq!(report.transactions, 1);
+    assert_eq!(report.transactions, 2);
 }
 
 #[test]
-fn a_preview_waiting_for_a_writer_sees_its_work() {
-    a_preview_after_a_writer(Backend::Sqlite);
+fn a_preview_beside_a_writer_neither_waits_nor_sees_its_uncommitted_work() {
+    a_preview_beside_a_writer(Backend::Sqlite);
 }
 
 #[test]
 #[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
-fn a_preview_waiting_for_a_writer_sees_its_work_on_postgres() {
-    a_preview_after_a_writer(Backend::Postgres);
-}
-
-/// PostgreSQL: a preview among finalizers of its tenant, in their order (the tenant, then the
-/// chain), deadlocks with none of them. Two finalizers hold the tenant in turn; the preview
-/// gets it between them and appends; the second finalizer gets it next and appends once the
-/// preview waits again (if it does). Deadlocks would be found only after 5 s: every
-/// transaction must be done well before.
-#[test]
-#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
-fn a_preview_between_two_finalizers_of_its_tenant_does_not_deadlock() {
-    let Some(place) = Place::new(Backend::Postgres, "preview_deadlock") else {
-        return;
-    };
-    let url = place.with_settings(&[("deadlock_timeout", "5s")]);
-    let mut first = gpumeter_bank::open(&url).expect("a ledger");
-    let mut second = gpumeter_bank::open(&place.tagged(&url, "second")).expect("a ledger");
-    let mut preview = gpumeter_bank::open(&place.tagged(&url, "preview")).expect("a ledger");
-    let (held_tx, held) = mpsc::channel::<()>();
-    let preview_done = AtomicBool::new(false);
-    let second_runs = AtomicU32::new(0);
-    let t0 = Instant::now();
-    std::thread::scope(|s| {
-        let place = &place;
-        let (preview_done, second_runs) = (&preview_done, &second_runs);
-        let f1 = s.spawn(move || {
-            first.atomically(true, |t| {
-                t.lock_tenants(&["acme"])?;
-                held_tx.send(()).expect("the test");
-                // Until the preview and the second finalizer both wait for acme.
-                wait_until_waiting(place, "preview");
-                wait_until_waiting(place, "second");
-                t.append(transfer("first"))
-            })
-        });
-        held.recv().expect("the first finalizer holds acme");
-        let p = s.spawn(move || {
-            let out = preview.atomically(false, |t| {
-                t.lock_tenants(&["acme"])?;
-                t.append(transfer("previewed"))
-            });
-            preview_done.store(true, Ordering::SeqCst);
-            out
-        });
-        wait_until_waiting(place, "preview");
-        let f2 = s.spawn(move || {
-            second.atomically(true, |t| {
-                second_runs.fetch_add(1, Ordering::SeqCst);
-                t.lock_tenants(&["acme"])?;
-                // The preview may run again and wait for acme now: append then, as a
-                // finalizer that rated its usage meanwhile would.
-                let t1 = Instant::now();
-                while !preview_done.load(Ordering::SeqCst)
-                    && !place.waits_for_a_lock("preview")
-                    && t1.elapsed() < Duration::from_secs(2)
-                {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                t.append(transfer("second"))
-            })
-        });
-        f1.join().expect("first").expect("the first finalizer");
-        p.join().expect("preview").expect("the preview");
-        f2.join().expect("second").expect("the second finalizer");
-    });
-    let elapsed = t0.elapsed();
-    assert!(
-        elapsed < Duration::from_secs(4),
-        "{elapsed:?}: a deadlock was waited out"
-    );
-    assert_eq!(
-        second_runs.into_inner(),
-        1,
-        "the second finalizer ran again"
-    );
-    assert_eq!(place.count("transactions"), 2);
+fn a_preview_beside_a_writer_neither_waits_nor_sees_its_uncommitted_work_on_postgres() {
+    a_preview_beside_a_writer(Backend::Postgres);
 }
 
 /// PostgreSQL: tenant locks of different tenants are held at once; a second writer of a
@@ -753,8 +697,9 @@ fn retries_that_run_out_are_contended() {
     let result = std::thread::scope(|s| {
         // The other connection: each round holds bob, then asks for alice once the victim
         // holds alice (and asks for bob): a deadlock. It ends when the victim's side closes.
+        // (Its work commits, so that it takes locks: work without a commit takes none.)
         s.spawn(move || loop {
-            let round = other.atomically(false, |t| {
+            let round = other.atomically(true, |t| {
                 t.lock_tenants(&["bob"])?;
                 let _ = holds_bob_tx.send(());
                 holds_alice

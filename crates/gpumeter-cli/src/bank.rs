@@ -205,6 +205,13 @@ pub(crate) fn open_existing(location: &str) -> Result<AnyLedger, Failure> {
     gpumeter::bank::open_existing(location).map_err(bank_err)
 }
 
+/// Opens an existing bank for reading only (`balance`, `history`, `verify`, `export`,
+/// `preview --bank`): never created, migrated or written, readable on a read-only file or in
+/// a read-only directory, and never waiting for a writer ([`gpumeter::bank::open_read_only`]).
+pub(crate) fn open_read_only(location: &str) -> Result<AnyLedger, Failure> {
+    gpumeter::bank::open_read_only(location).map_err(bank_err)
+}
+
 fn bank_err(e: gpumeter::bank::BankError) -> Failure {
     Failure::from(gpumeter::Error::from(e))
 }
@@ -272,7 +279,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
                 Some(s) => time("--at", &s)?,
                 None => now(),
             };
-            let mut ledger = open_existing(&bank.bank)?;
+            let mut ledger = open_read_only(&bank.bank)?;
             let b = gpumeter::bank::balance(&mut ledger, &t, at).map_err(bank_err)?;
             if json {
                 return to_json(&b);
@@ -315,13 +322,13 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             Ok(text_out(&out))
         }
         BankCommand::History { bank, tenant, json } => {
-            let mut ledger = open_existing(&bank.bank)?;
+            let mut ledger = open_read_only(&bank.bank)?;
             let all = ledger
                 .atomically(false, |t| t.transactions(None))
                 .map_err(bank_err)?;
             let txs: Vec<_> = all
                 .into_iter()
-                .filter(|t| tenant.is_none() || t.tx.tenant == tenant)
+                .filter(|t| tenant.as_deref().is_none_or(|name| concerns(t, name)))
                 .collect();
             if json {
                 return to_json(&txs);
@@ -412,7 +419,7 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
         },
         BankCommand::Import(a) => crate::bank_io::import(a),
         BankCommand::Verify { bank } => {
-            let mut ledger = open_existing(&bank.bank)?;
+            let mut ledger = open_read_only(&bank.bank)?;
             let report = ledger
                 .atomically(false, |t| gpumeter::bank::verify::verify(t))
                 .map_err(bank_err)?;
@@ -424,6 +431,15 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             )))
         }
     }
+}
+
+/// Whether transaction `t` concerns `tenant` (`history --tenant`): it names the tenant, or
+/// posts to one of its accounts. An expiry names no tenant (it moves the credits of every
+/// expired grant at once) but posts to each one's credits account.
+fn concerns(t: &gpumeter::bank::StoredTransaction, tenant: &str) -> bool {
+    let prefix = gpumeter::bank::accounts::tenant_prefix(tenant);
+    t.tx.tenant.as_deref() == Some(tenant)
+        || t.tx.postings.iter().any(|p| p.account.starts_with(&prefix))
 }
 
 fn grant(a: GrantArgs) -> Result<String, Failure> {

@@ -2,7 +2,7 @@
 //! between backends (an SQLite file to PostgreSQL) or keep a copy that `import` checks line by
 //! line ([`gpumeter::bank::transfer`]).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 use gpumeter::bank::{BankError, Export, Transferred};
@@ -50,11 +50,15 @@ fn io_failure(message: String) -> Failure {
 /// `gpumeter bank export`: the JSON Lines on standard output (as they are, a newline after
 /// each line, nothing for an empty bank), or written to `--output` with a one-line summary.
 pub(crate) fn export(a: ExportArgs) -> Result<Output, Failure> {
-    let mut ledger = gpumeter::bank::open_existing(&a.bank).map_err(bank_err)?;
-    let mut lines = |w: &mut Vec<u8>, name: &str| {
+    crate::output::Files::new()
+        .bank(Some(&a.bank), false)
+        .output("--output", a.output.as_deref())
+        .check()?;
+    let mut ledger = gpumeter::bank::open_read_only(&a.bank).map_err(bank_err)?;
+    let mut lines = |w: &mut dyn std::io::Write, name: &str| {
         // Strings with control or bidirectional characters (a memo's text) are `\uXXXX`
         // escapes: the same JSON to `import`, nothing a terminal acts on.
-        gpumeter::bank::transfer::export_with(&mut ledger, w, name, || {
+        gpumeter::bank::transfer::export_with(&mut ledger, &mut *w, name, || {
             crate::events::CompactTerminalSafe
         })
         .map_err(bank_err)
@@ -69,9 +73,7 @@ pub(crate) fn export(a: ExportArgs) -> Result<Output, Failure> {
         }
         Some(path) => {
             let name = path.display().to_string();
-            let mut out = Vec::new();
-            let done = lines(&mut out, &name)?;
-            write_whole(&path, &out)?;
+            let done = crate::output::write_atomically(&path, |w| lines(w, &name))?;
             Ok(Output::Text(crate::text_out(&format!(
                 "exported {} transactions to {name}; head {}",
                 done.transactions,
@@ -81,28 +83,13 @@ pub(crate) fn export(a: ExportArgs) -> Result<Output, Failure> {
     }
 }
 
-/// Writes `bytes` to `path` through a temporary file in its directory, renamed over it once
-/// complete: an export that fails leaves no partial file behind.
-fn write_whole(path: &Path, bytes: &[u8]) -> Result<(), Failure> {
-    use std::io::Write as _;
-    let fail = |e: std::io::Error| io_failure(format!("{}: cannot write: {e}", path.display()));
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".gpumeter-export-")
-        .tempfile_in(dir)
-        .map_err(fail)?;
-    tmp.write_all(bytes).map_err(fail)?;
-    tmp.as_file().sync_all().map_err(fail)?;
-    tmp.persist(path).map_err(|e| fail(e.error))?;
-    Ok(())
-}
-
 /// `gpumeter bank import`: reads and checks the whole input, then appends its transactions
 /// to an empty bank, each against the hash it states; a one-line summary.
 pub(crate) fn import(a: ImportArgs) -> Result<String, Failure> {
+    crate::output::Files::new()
+        .input("the export to import", Some(&a.input))
+        .bank(Some(&a.bank), true)
+        .check()?;
     // The input first: one that cannot be read, or does not chain, creates no bank.
     let export = if is_stdin(&a.input) {
         Export::read(std::io::stdin().lock(), STDIN_NAME)

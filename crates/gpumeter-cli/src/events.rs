@@ -79,6 +79,13 @@ impl EventsArgs {
         Ok(())
     }
 
+    /// `files` with the events file as an output and the mapping as an input.
+    pub(crate) fn files(&self, files: crate::output::Files) -> crate::output::Files {
+        files
+            .input("--events-map", self.events_map.as_deref())
+            .output("--events", self.events.as_deref())
+    }
+
     /// The mapping (`--events-map`), read before any input is metered, as the price book is,
     /// so a bad one is told at once rather than after a long metering run; `None` without it.
     pub(crate) fn map(&self) -> Result<Option<EventMap>, Failure> {
@@ -148,9 +155,9 @@ impl EventsArgs {
         if self.to_stdout() {
             return Ok(Some(lines));
         }
-        std::fs::write(path, &lines).map_err(|e| Failure {
-            code: 1,
-            message: format!("cannot write {}: {e}", path.display()),
+        crate::output::write_atomically(path, |w| {
+            w.write_all(lines.as_bytes())
+                .map_err(crate::output::cannot_write(path))
         })?;
         Ok(None)
     }

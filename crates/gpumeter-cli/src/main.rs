@@ -22,6 +22,7 @@ use gpumeter::{Format, MeterConfig, UsageOptions, WindowSize};
 mod bank;
 mod bank_io;
 mod events;
+mod output;
 mod record;
 mod stdin;
 mod table;
@@ -81,8 +82,8 @@ enum Command {
         render: RenderArgs,
         /// Credit bank, an existing one: the path of an SQLite file or a PostgreSQL URL
         /// (postgres://billing@db.example/ledger?sslmode=require). Shows the credits, carried
-        /// fragments and reservations that would apply; nothing is written (the bank's
-        /// transaction is rolled back).
+        /// fragments and reservations that would apply; the bank is only read (a read-only
+        /// file or directory serves) and nothing is written, nor waited for.
         #[arg(long, value_name = "LOCATION", value_hint = clap::ValueHint::AnyPath)]
         bank: Option<String>,
     },
@@ -145,7 +146,15 @@ struct RenderArgs {
 }
 
 impl RenderArgs {
-    /// Writes the files asked for; a file that cannot be written is exit 1 naming its path.
+    /// `files` with the renderings as outputs.
+    fn files(&self, files: output::Files) -> output::Files {
+        files
+            .output("--csv", self.csv.as_deref())
+            .output("--html", self.html.as_deref())
+    }
+
+    /// Writes the files asked for, each whole or not at all ([`output::write_atomically`]); a
+    /// file that cannot be written is exit 1 naming its path.
     fn write(
         &self,
         invoices: &gpumeter::InvoiceDocument,
@@ -167,9 +176,9 @@ impl RenderArgs {
 }
 
 fn write_file(path: &std::path::Path, text: &str) -> Result<(), Failure> {
-    std::fs::write(path, text).map_err(|e| Failure {
-        code: 1,
-        message: format!("cannot write {}: {e}", path.display()),
+    output::write_atomically(path, |w| {
+        w.write_all(text.as_bytes())
+            .map_err(output::cannot_write(path))
     })
 }
 
@@ -329,6 +338,15 @@ impl UsageArgs {
                 .map(gpumeter::ApiVersion::cupti_api_version),
             opening: self.opening.clone(),
         })
+    }
+
+    /// `files` with the inputs and the files the options name, as inputs.
+    fn files(&self, files: output::Files) -> output::Files {
+        files
+            .inputs("the input", &self.inputs)
+            .input("--tenant-map", self.tenant_map.as_deref())
+            .input("--devices", self.devices.as_deref())
+            .input("--opening", self.opening.as_deref())
     }
 
     /// The usage report of the inputs: metered, or, for usage reports, merged. With reports,
@@ -570,6 +588,7 @@ fn usage_output(
     events: &events::EventsArgs,
 ) -> Result<Output, Failure> {
     events.check(json, by_window)?;
+    events.files(usage.files(output::Files::new())).check()?;
     let options = usage.options()?;
     let map = events.map()?;
     let report = usage.report(&options)?;
@@ -618,11 +637,16 @@ fn run_text(command: Command) -> Result<String, Failure> {
             render,
             bank,
         } => {
+            render
+                .files(usage.files(output::Files::new()))
+                .input("--prices", Some(&prices))
+                .bank(bank.as_deref(), false)
+                .check()?;
             let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let invoices = match bank {
                 None => gpumeter::preview(&report, &book, period),
                 Some(location) => {
-                    let mut ledger = bank::open_existing(&location)?;
+                    let mut ledger = bank::open_read_only(&location)?;
                     gpumeter::bill(&mut ledger, &report, &book, period, false).map(|f| f.document)
                 }
             }
@@ -654,6 +678,11 @@ fn run_text(command: Command) -> Result<String, Failure> {
                     allow_incomplete,
                 },
         } => {
+            usage
+                .files(output::Files::new())
+                .input("--prices", Some(&prices))
+                .bank(Some(&bank), true)
+                .check()?;
             let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let mut ledger = bank::open(&bank)?;
             let options = gpumeter::BillOptions::new(true).allow_incomplete(allow_incomplete);
@@ -793,19 +822,35 @@ fn man(dir: Option<PathBuf>) -> Result<String, Failure> {
     match &dir {
         Some(d) => {
             std::fs::create_dir_all(d).map_err(fail)?;
-            clap_mangen::generate_to(cmd.clone(), d).map_err(fail)?;
-            // The pages `generate_to` writes: one per command but `help`, named by its path.
-            fn pages(cmd: &clap::Command, dir: &std::path::Path, out: &mut Vec<String>) {
-                let name = cmd.get_display_name().unwrap_or(cmd.get_name());
-                out.push(dir.join(format!("{name}.1")).display().to_string());
+            // A page per command but `help` (as clap_mangen's `generate_to`), named by the
+            // command's path, each written whole ([`output::write_atomically`]).
+            fn pages(
+                cmd: &clap::Command,
+                dir: &std::path::Path,
+                out: &mut Vec<String>,
+            ) -> Result<(), Failure> {
+                let man = clap_mangen::Man::new(cmd.clone());
+                let path = dir.join(man.get_filename());
+                output::write_atomically(&path, |w| {
+                    man.render(w).map_err(output::cannot_write(&path))
+                })?;
+                out.push(path.display().to_string());
                 for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-                    pages(sub, dir, out);
+                    pages(sub, dir, out)?;
                 }
+                Ok(())
             }
             let mut cmd = cmd.disable_help_subcommand(true);
             cmd.build();
             let mut written = Vec::new();
-            pages(&cmd, d, &mut written);
+            pages(&cmd, d, &mut written).map_err(|f| Failure {
+                code: f.code,
+                message: format!(
+                    "cannot write the man pages to {}: {}",
+                    d.display(),
+                    f.message
+                ),
+            })?;
             Ok(text_out(&written.join("\n")))
         }
         None => {
@@ -904,6 +949,9 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(code) => return code,
     };
+    if !matches!(cli.command, Command::Record(_)) {
+        output::ignore_file_size_signal();
+    }
     match run(cli) {
         Ok(out) => {
             use std::io::Write as _;

@@ -35,8 +35,10 @@ pub(crate) const INJECT_LIB_NAME: &str = "libgpumeter_inject.so";
 /// `gpumeter record` arguments.
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
-    /// Where to write the recording (.gmr); an existing file is replaced. Other processes of
-    /// the command that use CUDA write `<stem>.<pid>.gmr` beside it.
+    /// Where to write the recording (.gmr); an existing file is replaced (never the injection
+    /// library or the command's program: exit 2). The injection library writes it as the
+    /// command runs, frame by frame, so that it can be metered while it grows. Other processes
+    /// of the command that use CUDA write `<stem>.<pid>.gmr` beside it.
     #[arg(long, value_name = "FILE.gmr")]
     out: PathBuf,
     /// The injection library. Default: $GPUMETER_INJECT_LIB, else libgpumeter_inject.so beside
@@ -304,10 +306,40 @@ fn write_empty(path: &Path, pid: u32) -> Result<(), String> {
         },
         instrumented: false,
     };
-    let file = std::fs::File::create(path).map_err(|e| e.to_string())?;
+    // Whole or not at all, as every file gpumeter writes (a temporary file beside it,
+    // renamed); never over a recording the command's processes made meanwhile.
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let tmp = tempfile::Builder::new()
+        .prefix(".gpumeter-record.")
+        .suffix(".tmp")
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+        .tempfile_in(dir)
+        .map_err(|e| e.to_string())?;
+    let file = tmp.as_file().try_clone().map_err(|e| e.to_string())?;
     let w = GmrWriter::new(file, &header).map_err(|e| e.to_string())?;
     let f = w.finish().map_err(|e| e.to_string())?;
-    f.sync_all().map_err(|e| e.to_string())
+    f.sync_all().map_err(|e| e.to_string())?;
+    tmp.persist_noclobber(path)
+        .map(drop)
+        .map_err(|e| e.error.to_string())
+}
+
+/// The file `program` runs: itself when it names a path (has a `/`), else the first
+/// executable of its name on `PATH`; `None` when there is none (the spawn then says so).
+fn program_path(program: &OsString) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let p = Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return Some(p.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|dir| dir.join(p))
+        .find(|c| {
+            std::fs::metadata(c).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
 }
 
 /// Recordings other processes of the command wrote beside `out` (`<stem>.<pid>.gmr`, modified
@@ -346,6 +378,13 @@ fn sibling_recordings(out: &Path, since: SystemTime) -> Vec<PathBuf> {
 /// `gpumeter record`: runs the command and exits with its code (see the module docs).
 pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
     let lib = find_inject_lib(args.inject_lib)?;
+    // `--out` is replaced before the command runs: never the library or the program.
+    let program = args.command.first().and_then(program_path);
+    crate::output::Files::new()
+        .input("the injection library", Some(&lib))
+        .input("the command's program", program.as_deref())
+        .output("--out", Some(&args.out))
+        .check()?;
     let out = std::path::absolute(&args.out)
         .map_err(|e| fail(125, format!("--out {}: {e}", args.out.display())))?;
     if let Some(dir) = out.parent() {
