@@ -9,9 +9,9 @@
  * by its invoice (gm_rate_json); a real agent would ship the report to the billing service
  * instead. At the end everything left is drained.
  *
- *   cargo build -p gpumeter-ffi
+ *   scripts/build-c-abi
  *   gcc -std=c11 -Wall -Wextra -Werror -Ibindings/c examples/c/agent.c \
- *       -Ltarget/debug -Wl,-rpath,$PWD/target/debug -lgpumeter_ffi -o agent
+ *       -Ltarget/debug/c-abi/lib -Wl,-rpath,$PWD/target/debug/c-abi/lib -lgpumeter_ffi -o agent
  *   ./agent examples/data/h200-cuda13-smoke.gmr
  *
  * In an agent with a live subscription, the BUFFER case below is the body of CUPTI's

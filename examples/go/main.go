@@ -10,18 +10,22 @@
 // line), followed by its invoice (gm_rate_json); a real agent would ship the report to the
 // billing service instead. At the end everything left is drained.
 //
-//	cargo build -p gpumeter-ffi
+//	scripts/build-c-abi
 //	go run ./examples/go examples/data/h200-cuda13-smoke.gmr
 //
-// The directives below find the header in bindings/c and the library in target/debug; with
-// another CARGO_TARGET_DIR, put its directory first:
+// The directives below find the header in bindings/c and the library in target/debug/c-abi/lib
+// (scripts/build-c-abi's output); with another CARGO_TARGET_DIR, put its directory first:
 //
-//	CGO_LDFLAGS="-L$CARGO_TARGET_DIR/debug -Wl,-rpath,$CARGO_TARGET_DIR/debug" go run ./examples/go ...
+//	L=$CARGO_TARGET_DIR/debug/c-abi/lib
+//	CGO_LDFLAGS="-L$L -Wl,-rpath,$L" go run ./examples/go ...
+//
+// or, with an installed copy (docs/C_ABI.md, "Installing"), CGO_CFLAGS and CGO_LDFLAGS from
+// `pkg-config --cflags --libs gpumeter`.
 package main
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../bindings/c
-#cgo LDFLAGS: -L${SRCDIR}/../../target/debug -Wl,-rpath,${SRCDIR}/../../target/debug -lgpumeter_ffi
+#cgo LDFLAGS: -L${SRCDIR}/../../target/debug/c-abi/lib -Wl,-rpath,${SRCDIR}/../../target/debug/c-abi/lib -lgpumeter_ffi
 #include <stdlib.h>
 #include "gpumeter.h"
 */

@@ -8,8 +8,10 @@ passes a window edge the windows closed before it are drained. Each drained usag
 printed to stdout, followed by its invoice (`gm_rate_json`); a real agent would ship the
 report to the billing service instead. At the end everything left is drained.
 
-    GPUMETER_FFI_LIB=target/debug/libgpumeter_ffi.so \
-        python3 examples/python/agent.py examples/data/h200-cuda13-smoke.gmr
+    scripts/build-c-abi
+    python3 examples/python/agent.py examples/data/h200-cuda13-smoke.gmr
+
+(the library: --lib, else $GPUMETER_FFI_LIB, else target/debug/c-abi/lib/libgpumeter_ffi.so.1).
 
 Only the standard library: the declarations below mirror bindings/c/gpumeter.h.
 """
@@ -67,7 +69,7 @@ def load(path):
         lib = ctypes.CDLL(path)
     except OSError as e:
         raise GpumeterError(
-            f"cannot load {path} ({e}): build it with `cargo build -p gpumeter-ffi`, "
+            f"cannot load {path} ({e}): build it with `scripts/build-c-abi`, "
             "or give its path with --lib or GPUMETER_FFI_LIB"
         ) from None
     P = ctypes.POINTER
@@ -120,8 +122,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("recording", help=".gmr recording or raw CUPTI activity buffer file")
     ap.add_argument("--lib", default=os.environ.get("GPUMETER_FFI_LIB",
-                    os.path.join(root, "target", "debug", "libgpumeter_ffi.so")),
-                    help="libgpumeter_ffi.so (default: $GPUMETER_FFI_LIB, else target/debug)")
+                    os.path.join(root, "target", "debug", "c-abi", "lib",
+                                 "libgpumeter_ffi.so.1")),
+                    help="libgpumeter_ffi.so.1 (default: $GPUMETER_FFI_LIB, else "
+                         "target/debug/c-abi/lib)")
     ap.add_argument("--prices", default="examples/pricebook.toml", help="price book (TOML)")
     ap.add_argument("--window-seconds", type=int, default=3600)
     ap.add_argument("--reorder-horizon-ns", type=int, help="default: the library's (60 s)")
