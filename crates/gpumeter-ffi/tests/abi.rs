@@ -964,6 +964,45 @@ fn drain_then_snapshot_never_double_counts() {
     assert!(report(&drained.usage()).usage.is_empty());
 }
 
+/// Issue 30 item 19: the drain of everything (`UINT64_MAX`) hands over the last window before
+/// the end of time too (its end is past `u64::MAX`): what a snapshot shows, with no loss.
+#[test]
+fn draining_everything_keeps_the_last_window_before_the_end_of_time() {
+    // 20 kernels, one a second, from 100 s before the end of u64 time: inside the last hourly
+    // window, which starts 2 073.7 s before it.
+    let buffers = gpumeter_synth::buffers(&gpumeter_synth::SynthConfig {
+        kernels: 20,
+        devices: 1,
+        kernels_per_second: 1,
+        start_ns: u64::MAX - 100_000_000_000,
+        kernels_per_buffer: 5,
+        external_correlation: false,
+        api_records: false,
+        ..gpumeter_synth::SynthConfig::default()
+    })
+    .expect("the workload generates");
+    for window_seconds in [3600, 60, 1] {
+        let m = M::new(&format!(
+            r#"{{"cupti_api_version": 26, "window_seconds": {window_seconds}}}"#
+        ));
+        for b in &buffers {
+            expect_ok(m.ingest(b));
+        }
+        let snap = report(&m.usage());
+        assert!(!snap.usage.is_empty(), "{window_seconds} s: usage");
+        let all = report(&m.drain(u64::MAX));
+        assert_eq!(
+            rows(&all),
+            rows(&snap),
+            "{window_seconds} s: the drain of everything is the snapshot"
+        );
+        assert!(all.loss.is_empty(), "{window_seconds} s: {:?}", all.loss);
+        assert_eq!(all.records, snap.records, "{window_seconds} s");
+        // Nothing is left, and nothing can come: a later record is late.
+        assert!(report(&m.usage()).usage.is_empty(), "{window_seconds} s");
+    }
+}
+
 #[test]
 fn rate_json_equals_preview() {
     let m = smoke_meter("");
