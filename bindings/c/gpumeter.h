@@ -14,8 +14,10 @@
 #include <stdint.h>
 
 // The C ABI version of this library (`gm_abi_version`). It changes only when a function,
-// type or code changes meaning; additions keep it.
-#define GM_ABI_VERSION 1
+// type or code changes meaning; additions keep it. 2: `gm_device_info` and
+// `gm_recording_item` start with `struct_size` (and `gm_recording_item.device` is a pointer);
+// the library has a SONAME (`libgpumeter_ffi.so.1`) and `GM_1` symbol versions.
+#define GM_ABI_VERSION 2
 
 // `device_id` of `gm_meter_report_dropped` when CUPTI does not say which device dropped
 // the records: the loss is booked on the meter's stream as a whole.
@@ -113,15 +115,17 @@ typedef uint32_t gm_status;
 
 // A CUDA device described by the agent, for buffers that carry no DEVICE record
 // (`gm_meter_register_device`). Strings are borrowed for the call.
+//
+// The caller sets `struct_size` to `sizeof(gm_device_info)`, after zeroing the struct
+// (`gm_device_info info = {0};` or `memset`), so that a later library can add fields at the
+// end: a library reads the fields the size covers (a field an older program does not have is
+// zero) and refuses a larger struct whose extra bytes are set.
 typedef struct gm_device_info {
+  // `sizeof(gm_device_info)` as the caller's header declares it; less than the first
+  // version's size (0: not set) is `GM_ERR_INVALID_ARGUMENT`.
+  size_t struct_size;
   // CUPTI's `deviceId` (the CUDA device ordinal) of the device's records.
   uint32_t device_id;
-  // Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
-  const char *name;
-  // UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
-  // UTF-8; NULL = unknown (then the device is keyed
-  // `<source_name>@<meter instance>#<device_id>`, unique to the meter).
-  const char *uuid;
   // Streaming multiprocessors; 0 = unknown (then `sm_ns` and `warp_ns` are not
   // meterable).
   uint32_t sm_count;
@@ -129,25 +133,40 @@ typedef struct gm_device_info {
   uint32_t cc_major;
   // Compute capability, minor.
   uint32_t cc_minor;
+  // Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
+  const char *name;
+  // UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
+  // UTF-8; NULL = unknown (then the device is keyed
+  // `<source_name>@<meter instance>#<device_id>`, unique to the meter).
+  const char *uuid;
 } gm_device_info;
 
 // One replayed event. Only the fields of its `kind` are set; the others are zero/NULL.
 // Pointers stay valid until the next `gm_recording_next` or `gm_recording_free`.
+//
+// The caller sets `struct_size` to `sizeof(gm_recording_item)` before the first
+// `gm_recording_next` (the library keeps it), so that a later library can add fields at the
+// end: a library writes the fields the size covers, and zeroes the bytes of a larger struct
+// past its own (fields it does not know).
 typedef struct gm_recording_item {
+  // `sizeof(gm_recording_item)` as the caller's header declares it; less than the first
+  // version's size (0: not set) is `GM_ERR_INVALID_ARGUMENT`.
+  size_t struct_size;
   // A `gm_recording_item_kind` number.
   uint32_t kind;
-  // `GM_ITEM_DEVICE`: the device (strings owned by the recording).
-  struct gm_device_info device;
+  // `GM_ITEM_DROPPED`: the device, or `GM_UNKNOWN_DEVICE`.
+  uint32_t device_id;
+  // `GM_ITEM_PROCESS_EXIT`: the process.
+  uint32_t pid;
+  // `GM_ITEM_DEVICE`: the device, a `gm_device_info` owned by the recording (its
+  // `struct_size` this library's); pass it to `gm_meter_register_device` as it is.
+  const struct gm_device_info *device;
   // `GM_ITEM_BUFFER`: the buffer's bytes (owned by the recording).
   const uint8_t *buffer;
   // `GM_ITEM_BUFFER`: its size in bytes.
   size_t buffer_size;
-  // `GM_ITEM_DROPPED`: the device, or `GM_UNKNOWN_DEVICE`.
-  uint32_t device_id;
   // `GM_ITEM_DROPPED`: records dropped since the last count.
   uint64_t dropped;
-  // `GM_ITEM_PROCESS_EXIT`: the process.
-  uint32_t pid;
   // `GM_ITEM_PROCESS_EXIT`: when it ended, ns since the epoch.
   uint64_t timestamp_ns;
 } gm_recording_item;
@@ -370,11 +389,12 @@ void gm_meter_free(struct gm_meter *meter);
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
-// `uuid`), `GM_ERR_INVALID_ARGUMENT` (an empty `uuid`).
+// `uuid`), `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger
+// struct with fields this library does not know set; an empty `uuid`).
 //
 // # Safety
-// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` whose strings are
-// NULL or NUL-terminated.
+// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
+// `info->struct_size` readable bytes whose strings are NULL or NUL-terminated.
 gm_status gm_meter_register_device(struct gm_meter *meter, const struct gm_device_info *info);
 
 // Meters one completed CUPTI activity buffer: the `valid_size` bytes CUPTI's buffer-completed
@@ -562,14 +582,16 @@ gm_status gm_recording_open(const char *path,
 uint32_t gm_recording_cupti_api_version(const struct gm_recording *recording);
 
 // Writes the next event into `*item` (kind `GM_ITEM_END` when there are no more, and again
-// on every later call).
+// on every later call). `item->struct_size` must be set (`sizeof(gm_recording_item)`); it is
+// kept. On failure `*item` is not written.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_ARGUMENT` (`item->struct_size` not set or too
+// small).
 //
 // # Safety
-// `recording` is a live recording used by no other thread; `item` points to writable
-// storage for a `gm_recording_item`.
+// `recording` is a live recording used by no other thread; `item` points to a
+// `gm_recording_item` of `item->struct_size` writable bytes.
 gm_status gm_recording_next(struct gm_recording *recording, struct gm_recording_item *item);
 
 // Frees a recording (and the buffers and strings its items pointed to). NULL is fine.

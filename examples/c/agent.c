@@ -181,6 +181,9 @@ int main(int argc, char **argv) {
     if (failed(gm_recording_open(path, (uint32_t)raw_api, &rec), "gm_recording_open")) {
         goto out;
     }
+    /* A struct the library fills says how big it is: a later library adds fields at its end. */
+    memset(&item, 0, sizeof item);
+    item.struct_size = sizeof item;
 
     /* The buffers' layout is the producer's CUPTI API version: a live agent passes its
      * CUPTI_API_VERSION, a replay the recording's. */
@@ -210,7 +213,7 @@ int main(int argc, char **argv) {
         }
         switch (item.kind) {
         case GM_ITEM_DEVICE:
-            if (failed(gm_meter_register_device(meter, &item.device), "gm_meter_register_device")) {
+            if (failed(gm_meter_register_device(meter, item.device), "gm_meter_register_device")) {
                 goto out;
             }
             break;

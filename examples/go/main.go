@@ -42,7 +42,7 @@ import (
 )
 
 // abiVersion is GM_ABI_VERSION of the header this file was written against.
-const abiVersion = 1
+const abiVersion = 2
 
 // call runs one library call and turns a failed status into an error with the library's
 // message. The message is kept per OS thread, and Go moves goroutines between threads, so
@@ -129,7 +129,9 @@ func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath st
 
 	windowNs := windowSeconds * 1_000_000_000
 	var drainedEdge uint64
+	// A struct the library fills says how big it is: a later library adds fields at its end.
 	var item C.gm_recording_item
+	item.struct_size = C.size_t(unsafe.Sizeof(item))
 	for {
 		if err := call("gm_recording_next", func() C.gm_status { return C.gm_recording_next(rec, &item) }); err != nil {
 			return err
@@ -140,7 +142,7 @@ func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath st
 			return drain(meter, math.MaxUint64, prices)
 		case C.GM_ITEM_DEVICE:
 			err = call("gm_meter_register_device", func() C.gm_status {
-				return C.gm_meter_register_device(meter, &item.device)
+				return C.gm_meter_register_device(meter, item.device)
 			})
 		case C.GM_ITEM_BUFFER:
 			// CUPTI's buffer-completed callback: hand the valid bytes over, then drain the

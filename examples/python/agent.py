@@ -23,7 +23,7 @@ import os
 import sys
 
 # The ABI version these declarations were written against (GM_ABI_VERSION in gpumeter.h).
-GM_ABI_VERSION = 1
+GM_ABI_VERSION = 2
 GM_OK = 0
 UINT64_MAX = 2**64 - 1
 
@@ -35,12 +35,13 @@ class DeviceInfo(ctypes.Structure):
     """struct gm_device_info"""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("device_id", ctypes.c_uint32),
-        ("name", ctypes.c_char_p),
-        ("uuid", ctypes.c_char_p),
         ("sm_count", ctypes.c_uint32),
         ("cc_major", ctypes.c_uint32),
         ("cc_minor", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("uuid", ctypes.c_char_p),
     ]
 
 
@@ -48,13 +49,14 @@ class RecordingItem(ctypes.Structure):
     """struct gm_recording_item"""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("kind", ctypes.c_uint32),
-        ("device", DeviceInfo),
+        ("device_id", ctypes.c_uint32),
+        ("pid", ctypes.c_uint32),
+        ("device", ctypes.POINTER(DeviceInfo)),
         ("buffer", ctypes.c_void_p),
         ("buffer_size", ctypes.c_size_t),
-        ("device_id", ctypes.c_uint32),
         ("dropped", ctypes.c_uint64),
-        ("pid", ctypes.c_uint32),
         ("timestamp_ns", ctypes.c_uint64),
     ]
 
@@ -163,13 +165,14 @@ def main():
 def run(lib, rec, meter, window_ns, prices):
     """The agent's loop: what a CUPTI subscription's callbacks would do, in order."""
     drained_edge = 0
-    item = RecordingItem()
+    # A struct the library fills says how big it is: a later library adds fields at its end.
+    item = RecordingItem(struct_size=ctypes.sizeof(RecordingItem))
     while True:
         check(lib, lib.gm_recording_next(rec, ctypes.byref(item)), "gm_recording_next")
         if item.kind == GM_ITEM_END:
             break
         if item.kind == GM_ITEM_DEVICE:
-            check(lib, lib.gm_meter_register_device(meter, ctypes.byref(item.device)),
+            check(lib, lib.gm_meter_register_device(meter, item.device),
                   "gm_meter_register_device")
         elif item.kind == GM_ITEM_BUFFER:
             # CUPTI's buffer-completed callback: hand the valid bytes over, then drain the

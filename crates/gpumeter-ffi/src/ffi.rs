@@ -166,6 +166,120 @@ impl<T> OutPtr<T> {
     }
 }
 
+/// A struct the caller allocates, whose first field is `size_t struct_size`: the caller sets it
+/// to `sizeof` the struct as its header declares it, so the struct can grow in later versions
+/// (fields are only ever added at the end). `MIN_SIZE` is the size of the struct's first
+/// version: the end of its last field then.
+///
+/// # Safety
+/// `Self` is `#[repr(C)]`, starts with a `usize` (`struct_size`), and every bit pattern of
+/// zeros is a valid value of it (integers and pointers only).
+pub(crate) unsafe trait SizedStruct: Copy {
+    /// The size of the struct's first version.
+    const MIN_SIZE: usize;
+    /// Its C name, for messages.
+    const C_NAME: &'static str;
+}
+
+/// The size a caller's struct says it has, checked: at least the first version's.
+///
+/// # Safety
+/// `p` is non-NULL and points to at least a readable `usize`.
+unsafe fn struct_size<T: SizedStruct>(p: *const T, name: &str) -> Result<usize, Failure> {
+    // SAFETY: non-NULL and readable for a usize (the caller's contract); unaligned reads are
+    // allowed.
+    let n = unsafe { p.cast::<usize>().read_unaligned() };
+    if n < T::MIN_SIZE {
+        return Err(Failure::new(
+            gm_status_code::GM_ERR_INVALID_ARGUMENT,
+            format!(
+                "{name}->struct_size is {n}: set it to sizeof({}) ({} in this library)",
+                T::C_NAME,
+                std::mem::size_of::<T>()
+            ),
+        ));
+    }
+    Ok(n)
+}
+
+/// Reads a struct the caller allocated and sized (`struct_size`): the fields its size covers;
+/// fields of a later version than the caller's are zero. A caller's struct larger than this
+/// library's (built with a newer header) is accepted when the fields this library does not
+/// know are all zero (unset), and refused otherwise, never silently ignored.
+///
+/// # Safety
+/// `p` is NULL or points to `struct_size` readable bytes (at least a `usize`).
+pub(crate) unsafe fn sized_arg<T: SizedStruct>(p: *const T, name: &str) -> Result<T, Failure> {
+    if p.is_null() {
+        return Err(null(name));
+    }
+    // SAFETY: non-NULL, at least a usize (the caller's contract).
+    let n = unsafe { struct_size(p, name) }?;
+    let ours = std::mem::size_of::<T>();
+    // SAFETY: the caller's struct is `n` readable bytes (the caller's contract).
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) };
+    if let Some(at) = bytes.iter().skip(ours).position(|b| *b != 0) {
+        return Err(Failure::new(
+            gm_status_code::GM_ERR_INVALID_ARGUMENT,
+            format!(
+                "{name}: byte {} is set, past the {ours} bytes of {} this library knows                  (struct_size {n}: the program was built with a newer gpumeter.h than this                  library's and uses a field it does not have)",
+                ours + at,
+                T::C_NAME
+            ),
+        ));
+    }
+    let mut v = std::mem::MaybeUninit::<T>::zeroed();
+    let take = n.min(ours);
+    // SAFETY: `take` bytes fit both the caller's struct and `v`; all-zero is a valid `T` (the
+    // trait's contract), and so is any prefix of a valid `T` over zeros.
+    unsafe {
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), v.as_mut_ptr().cast::<u8>(), take);
+        Ok(v.assume_init())
+    }
+}
+
+/// An output struct the caller allocated and sized (`struct_size`), checked before any work.
+pub(crate) struct SizedOut<T> {
+    p: *mut T,
+    size: usize,
+}
+
+/// Checks an output struct the caller sized (`struct_size`, at least the first version's).
+///
+/// # Safety
+/// `p` is NULL or points to `struct_size` writable bytes (at least a `usize`).
+pub(crate) unsafe fn sized_out<T: SizedStruct>(p: *mut T, name: &str) -> Result<SizedOut<T>, Failure> {
+    if p.is_null() {
+        return Err(null(name));
+    }
+    // SAFETY: non-NULL, at least a usize (the caller's contract).
+    let size = unsafe { struct_size(p.cast_const(), name) }?;
+    Ok(SizedOut { p, size })
+}
+
+impl<T: SizedStruct> SizedOut<T> {
+    /// Writes `v` into the caller's struct: the fields its size covers; bytes past this
+    /// library's struct (a newer caller's fields) are zero (unset). `struct_size` stays the
+    /// caller's.
+    ///
+    /// # Safety
+    /// As [`sized_out`]: the caller's struct is `struct_size` writable bytes.
+    pub(crate) unsafe fn write(self, v: T) {
+        let ours = std::mem::size_of::<T>();
+        let put = self.size.min(ours);
+        let out = self.p.cast::<u8>();
+        // SAFETY: `put` bytes fit both `v` and the caller's struct, `self.size` bytes are the
+        // caller's and writable (the caller's contract); the first usize is `struct_size`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(std::ptr::from_ref(&v).cast::<u8>(), out, put);
+            if self.size > ours {
+                std::ptr::write_bytes(out.add(ours), 0, self.size - ours);
+            }
+            out.cast::<usize>().write_unaligned(self.size);
+        }
+    }
+}
+
 /// A string for C (caller frees it with `gm_string_free`).
 pub(crate) fn c_string(s: String, what: &str) -> Result<*mut c_char, Failure> {
     CString::new(s).map(CString::into_raw).map_err(|_| {

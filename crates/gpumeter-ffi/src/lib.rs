@@ -49,5 +49,7 @@ pub use recording::*;
 pub use status::{gm_status, gm_status_code};
 
 /// The C ABI version of this library (`gm_abi_version`). It changes only when a function,
-/// type or code changes meaning; additions keep it.
-pub const GM_ABI_VERSION: u32 = 1;
+/// type or code changes meaning; additions keep it. 2: `gm_device_info` and
+/// `gm_recording_item` start with `struct_size` (and `gm_recording_item.device` is a pointer);
+/// the library has a SONAME (`libgpumeter_ffi.so.1`) and `GM_1` symbol versions.
+pub const GM_ABI_VERSION: u32 = 2;

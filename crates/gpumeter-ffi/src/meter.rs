@@ -10,7 +10,7 @@ use serde::Deserialize;
 
 use crate::ffi::{
     borrow, boundary, bytes_arg, c_string, free_box, infallible, into_handle, opt_str_arg, out_arg,
-    str_arg, unwind_safe,
+    sized_arg, str_arg, unwind_safe, SizedStruct,
 };
 use crate::status::{gm_status, gm_status_code, Failure};
 
@@ -57,18 +57,20 @@ impl gm_meter {
 
 /// A CUDA device described by the agent, for buffers that carry no DEVICE record
 /// (`gm_meter_register_device`). Strings are borrowed for the call.
+///
+/// The caller sets `struct_size` to `sizeof(gm_device_info)`, after zeroing the struct
+/// (`gm_device_info info = {0};` or `memset`), so that a later library can add fields at the
+/// end: a library reads the fields the size covers (a field an older program does not have is
+/// zero) and refuses a larger struct whose extra bytes are set.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct gm_device_info {
+    /// `sizeof(gm_device_info)` as the caller's header declares it; less than the first
+    /// version's size (0: not set) is `GM_ERR_INVALID_ARGUMENT`.
+    pub struct_size: usize,
     /// CUPTI's `deviceId` (the CUDA device ordinal) of the device's records.
     pub device_id: u32,
-    /// Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
-    pub name: *const c_char,
-    /// UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
-    /// UTF-8; NULL = unknown (then the device is keyed
-    /// `<source_name>@<meter instance>#<device_id>`, unique to the meter).
-    pub uuid: *const c_char,
     /// Streaming multiprocessors; 0 = unknown (then `sm_ns` and `warp_ns` are not
     /// meterable).
     pub sm_count: u32,
@@ -76,6 +78,36 @@ pub struct gm_device_info {
     pub cc_major: u32,
     /// Compute capability, minor.
     pub cc_minor: u32,
+    /// Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
+    pub name: *const c_char,
+    /// UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
+    /// UTF-8; NULL = unknown (then the device is keyed
+    /// `<source_name>@<meter instance>#<device_id>`, unique to the meter).
+    pub uuid: *const c_char,
+}
+
+// SAFETY: `#[repr(C)]`, `struct_size` first, integers and pointers only (all-zero is valid).
+unsafe impl SizedStruct for gm_device_info {
+    // The first version ends with `uuid`.
+    const MIN_SIZE: usize =
+        std::mem::offset_of!(gm_device_info, uuid) + std::mem::size_of::<*const c_char>();
+    const C_NAME: &'static str = "gm_device_info";
+}
+
+impl gm_device_info {
+    /// A description with this library's `struct_size` and nothing known but the id (for
+    /// Rust callers; C zeroes the struct and sets `struct_size`).
+    pub fn new(device_id: u32) -> Self {
+        gm_device_info {
+            struct_size: std::mem::size_of::<Self>(),
+            device_id,
+            sm_count: 0,
+            cc_major: 0,
+            cc_minor: 0,
+            name: std::ptr::null(),
+            uuid: std::ptr::null(),
+        }
+    }
 }
 
 /// `config_json` of `gm_meter_new`.
@@ -239,11 +271,12 @@ pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
-/// `uuid`), `GM_ERR_INVALID_ARGUMENT` (an empty `uuid`).
+/// `uuid`), `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger
+/// struct with fields this library does not know set; an empty `uuid`).
 ///
 /// # Safety
-/// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` whose strings are
-/// NULL or NUL-terminated.
+/// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
+/// `info->struct_size` readable bytes whose strings are NULL or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn gm_meter_register_device(
     meter: *mut gm_meter,
@@ -252,8 +285,9 @@ pub unsafe extern "C" fn gm_meter_register_device(
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
         let meter = unsafe { borrow(meter, "meter") }?;
-        // SAFETY: NULL or a readable `gm_device_info` (the contract above).
-        let info = unsafe { borrow(info, "info") }?;
+        // SAFETY: NULL or a `gm_device_info` of `struct_size` readable bytes (the contract
+        // above).
+        let info = unsafe { sized_arg(info, "info") }?;
         // SAFETY: NULL or NUL-terminated strings (the contract above).
         let name = unsafe { opt_str_arg(info.name, "info->name") }?;
         // SAFETY: as for `name`.

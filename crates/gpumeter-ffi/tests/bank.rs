@@ -772,17 +772,15 @@ fn stream_reports() -> (CString, CString) {
     // SAFETY: a NUL-terminated config, a writable pointer.
     assert_eq!(unsafe { gm_meter_new(config.as_ptr(), &mut m) }, OK);
     loop {
-        let mut it = std::mem::MaybeUninit::<gm_recording_item>::uninit();
-        // SAFETY: a live recording, storage for an item.
-        assert_eq!(unsafe { gm_recording_next(rec, it.as_mut_ptr()) }, OK);
-        // SAFETY: written on success.
-        let it = unsafe { it.assume_init() };
+        let mut it = gm_recording_item::new();
+        // SAFETY: a live recording, a sized item.
+        assert_eq!(unsafe { gm_recording_next(rec, &mut it) }, OK);
         let kind = it.kind;
         // SAFETY (each call): a live meter and what the recording's item points to.
         let s = if kind == gm_recording_item_kind::GM_ITEM_END as u32 {
             break;
         } else if kind == gm_recording_item_kind::GM_ITEM_DEVICE as u32 {
-            unsafe { gm_meter_register_device(m, &it.device) }
+            unsafe { gm_meter_register_device(m, it.device) }
         } else if kind == gm_recording_item_kind::GM_ITEM_BUFFER as u32 {
             unsafe { gm_meter_ingest_cupti_buffer(m, it.buffer, it.buffer_size) }
         } else if kind == gm_recording_item_kind::GM_ITEM_PROCESS_EXIT as u32 {
