@@ -137,7 +137,8 @@ typedef struct gm_device_info {
   const char *name;
   // UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
   // UTF-8; NULL = unknown (then the device is keyed
-  // `<source_name>@<meter instance>#<device_id>`, unique to the meter).
+  // `<source_name>@<meter instance>#<device_id>`, unique to the meter). One UUID is one
+  // device: a second device id with the UUID of one the meter knows is refused.
   const char *uuid;
 } gm_device_info;
 
@@ -390,7 +391,8 @@ void gm_meter_free(struct gm_meter *meter);
 // # Errors
 // `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
 // `uuid`), `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger
-// struct with fields this library does not know set; an empty `uuid`).
+// struct with fields this library does not know set; an empty `uuid`; a `uuid` another
+// device id of the meter has, from a description or a DEVICE record: nothing is registered).
 //
 // # Safety
 // `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of

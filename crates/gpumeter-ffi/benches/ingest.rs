@@ -85,7 +85,9 @@ fn via_rust(api: ApiVersion, buffers: &[Vec<u8>], device: Option<&DeviceInfo>) -
     let mut meter = Meter::new(MeterConfig::default());
     let mut stream = CuptiStream::new("gm_meter", api);
     if let Some(d) = device {
-        stream.register_device(&mut meter, d.clone());
+        stream
+            .register_device(&mut meter, d.clone())
+            .expect("one device");
     }
     for b in buffers {
         stream

@@ -82,7 +82,8 @@ pub struct gm_device_info {
     pub name: *const c_char,
     /// UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
     /// UTF-8; NULL = unknown (then the device is keyed
-    /// `<source_name>@<meter instance>#<device_id>`, unique to the meter).
+    /// `<source_name>@<meter instance>#<device_id>`, unique to the meter). One UUID is one
+    /// device: a second device id with the UUID of one the meter knows is refused.
     pub uuid: *const c_char,
 }
 
@@ -272,7 +273,8 @@ pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
 /// `uuid`), `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger
-/// struct with fields this library does not know set; an empty `uuid`).
+/// struct with fields this library does not know set; an empty `uuid`; a `uuid` another
+/// device id of the meter has, from a description or a DEVICE record: nothing is registered).
 ///
 /// # Safety
 /// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
@@ -306,9 +308,13 @@ pub unsafe extern "C" fn gm_meter_register_device(
             major: info.cc_major,
             minor: info.cc_minor,
         });
-        meter.with(|meter, stream| {
-            stream.register_device(meter, d);
-        })
+        meter.with(|meter, stream| stream.register_device(meter, d))?
+            .map_err(|e| {
+                Failure::new(
+                    gm_status_code::GM_ERR_INVALID_ARGUMENT,
+                    format!("info: {e}"),
+                )
+            })
     }))
 }
 

@@ -1218,3 +1218,46 @@ fn sized_structs_are_checked_and_can_grow() {
     // SAFETY: the recording from `gm_recording_open`, freed once.
     unsafe { gm_recording_free(rec) };
 }
+
+/// Issue 30 item 19: one UUID is one device. A second device id described with a UUID the
+/// meter knows (from a description or a DEVICE record, in any spelling) is refused, so the
+/// two GPUs are never metered as one (one's usage lost against the other's).
+#[test]
+fn a_second_device_with_one_uuid_is_refused() {
+    const INVALID: gm_status_code = gm_status_code::GM_ERR_INVALID_ARGUMENT;
+    let m = M::new(r#"{"cupti_api_version": 26}"#);
+    let register = |id: u32, uuid: &CString| {
+        let info = gm_device_info {
+            uuid: uuid.as_ptr(),
+            ..gm_device_info::new(id)
+        };
+        // SAFETY: a live meter and a description whose strings live for the call.
+        unsafe { gm_meter_register_device(m.0, &info) }
+    };
+    let a = c("GPU-aaaaaaaa-0000-0000-0000-000000000001");
+    let bare = c("aaaaaaaa-0000-0000-0000-000000000001");
+    let b = c("GPU-bbbbbbbb-0000-0000-0000-000000000002");
+    expect_ok(register(0, &a));
+    expect_ok(register(0, &a)); // the same device again
+    expect_ok(register(0, &bare)); // its other spelling
+    expect_err(register(1, &a), INVALID, "device 1: UUID GPU-aaaaaaaa");
+    assert!(last_error().contains("device 0's"), "{}", last_error());
+    expect_err(register(1, &bare), INVALID, "device 0's");
+    expect_ok(register(1, &b));
+    // The crafted buffer's DEVICE record (device 0) has a UUID of its own: once seen, it is
+    // device 0's.
+    let (_, buf) = crafted(26);
+    let fresh = M::new(r#"{"cupti_api_version": 26}"#);
+    expect_ok(fresh.ingest(&buf));
+    let key = report(&fresh.usage()).devices[0].device_key.clone();
+    let record_uuid = c(&key);
+    let info = gm_device_info {
+        uuid: record_uuid.as_ptr(),
+        ..gm_device_info::new(7)
+    };
+    // SAFETY: a live meter and a description whose strings live for the call.
+    let s = unsafe { gm_meter_register_device(fresh.0, &info) };
+    expect_err(s, INVALID, "device 0's");
+    let devices = report(&fresh.usage()).devices;
+    assert_eq!(devices.len(), 1, "nothing registered: {devices:?}");
+}
