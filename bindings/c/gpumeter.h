@@ -233,7 +233,9 @@ void gm_bank_free(struct gm_bank *bank);
 // empty: all),
 // `key` (idempotency key: the same key grants once, however often the call is made; default:
 // derived from the terms and `at_ns`, so a retry at another instant is a new grant) and
-// `at_ns` (when the grant is recorded; default now). Unknown keys are refused.
+// `at_ns` (when the grant is recorded; default now). Unknown keys are refused; an array or
+// any other value than an object is refused; integers past their range (64 bits) are "too
+// large".
 //
 // On success `*out_json` is a new string the caller owns and frees with
 // `gm_string_free`: `{"grant": {"grant": "g-…", "tenant",
@@ -352,14 +354,16 @@ uint32_t gm_abi_version(void);
 
 // Makes a meter.
 //
-// `config_json`: NULL for the defaults, else a JSON object with any of
+// `config_json`: NULL for the defaults, else a JSON object (an array or any other value is
+// refused) with any of
 // `window_seconds` (window size in s, dividing one day; default 3600),
 // `tenant` (the tenant of work no tenant rule matches; default none: `unattributed`),
 // `cupti_api_version` (the producer's `CUPTI_API_VERSION`, which picks record layouts: 26
 // for CUDA 12.8, 130001 for 13.0, 130401 for 13.4; default 26),
 // `reorder_horizon_ns` (how far records may arrive out of order; default 60 s) and
 // `source_name` (the meter's source in reports and the label of devices without a UUID;
-// default `gm_meter`). Unknown keys are refused.
+// default `gm_meter`). Unknown keys are refused; integers are JSON integers in their range
+// (`cupti_api_version` 32 bits, the others 64: past it is "too large").
 //
 // On success `*out` is a new meter the caller owns and frees with `gm_meter_free`; on
 // failure `*out` is not written.

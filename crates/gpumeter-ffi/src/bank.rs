@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::ffi::{
     borrow, boundary, c_string, free_box, infallible, into_handle, out_arg, str_arg, unwind_safe,
 };
+use crate::json;
 use crate::rate::{price_book_arg, usage_arg};
 use crate::status::{gm_status, gm_status_code, Failure};
 
@@ -106,9 +107,11 @@ struct GrantJson {
     tenant: String,
     credits: String,
     rate: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "json::int")]
     priority: i64,
+    #[serde(default, deserialize_with = "json::opt_int")]
     effective_ns: Option<u64>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     expires_ns: Option<u64>,
     #[serde(default)]
     kind: RequestKind,
@@ -117,6 +120,7 @@ struct GrantJson {
     #[serde(default)]
     meters: Vec<String>,
     key: Option<String>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     at_ns: Option<u64>,
 }
 
@@ -129,8 +133,7 @@ fn decimal(field: &str, text: &str) -> Result<Decimal, Failure> {
 }
 
 fn grant_request(text: &str) -> Result<GrantRequest, Failure> {
-    let g: GrantJson =
-        serde_json::from_str(text).map_err(|e| invalid(format!("grant_json: {e}")))?;
+    let g: GrantJson = json::object(text).map_err(|e| invalid(format!("grant_json: {e}")))?;
     let credits = decimal("credits", &g.credits)?;
     let rate = decimal("rate", &g.rate)?;
     if credits <= Decimal::ZERO || rate <= Decimal::ZERO {
@@ -264,7 +267,9 @@ pub unsafe extern "C" fn gm_bank_free(bank: *mut gm_bank) {
 /// empty: all),
 /// `key` (idempotency key: the same key grants once, however often the call is made; default:
 /// derived from the terms and `at_ns`, so a retry at another instant is a new grant) and
-/// `at_ns` (when the grant is recorded; default now). Unknown keys are refused.
+/// `at_ns` (when the grant is recorded; default now). Unknown keys are refused; an array or
+/// any other value than an object is refused; integers past their range (64 bits) are "too
+/// large".
 ///
 /// On success `*out_json` is a new string the caller owns and frees with
 /// `gm_string_free`: `{"grant": {"grant": "g-…", "tenant",

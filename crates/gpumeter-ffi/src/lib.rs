@@ -37,6 +37,7 @@
 
 mod bank;
 mod ffi;
+mod json;
 mod meter;
 mod rate;
 mod recording;

@@ -12,6 +12,7 @@ use crate::ffi::{
     borrow, boundary, bytes_arg, c_string, free_box, infallible, into_handle, opt_str_arg, out_arg,
     sized_arg, str_arg, unwind_safe, SizedStruct,
 };
+use crate::json;
 use crate::status::{gm_status, gm_status_code, Failure};
 
 /// `device_id` of `gm_meter_report_dropped` when CUPTI does not say which device dropped
@@ -115,9 +116,12 @@ impl gm_device_info {
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
+    #[serde(default, deserialize_with = "json::opt_int")]
     window_seconds: Option<u64>,
     tenant: Option<String>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     cupti_api_version: Option<u32>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     reorder_horizon_ns: Option<u64>,
     source_name: Option<String>,
 }
@@ -132,7 +136,7 @@ fn config_error(message: String) -> Failure {
 fn parse_config(text: Option<&str>) -> Result<(MeterConfig, ApiVersion, String), Failure> {
     let c: Config = match text {
         None => Config::default(),
-        Some(t) => serde_json::from_str(t).map_err(|e| config_error(e.to_string()))?,
+        Some(t) => json::object(t).map_err(config_error)?,
     };
     let mut config = MeterConfig::default();
     if let Some(s) = c.window_seconds {
@@ -209,14 +213,16 @@ pub extern "C" fn gm_abi_version() -> u32 {
 
 /// Makes a meter.
 ///
-/// `config_json`: NULL for the defaults, else a JSON object with any of
+/// `config_json`: NULL for the defaults, else a JSON object (an array or any other value is
+/// refused) with any of
 /// `window_seconds` (window size in s, dividing one day; default 3600),
 /// `tenant` (the tenant of work no tenant rule matches; default none: `unattributed`),
 /// `cupti_api_version` (the producer's `CUPTI_API_VERSION`, which picks record layouts: 26
 /// for CUDA 12.8, 130001 for 13.0, 130401 for 13.4; default 26),
 /// `reorder_horizon_ns` (how far records may arrive out of order; default 60 s) and
 /// `source_name` (the meter's source in reports and the label of devices without a UUID;
-/// default `gm_meter`). Unknown keys are refused.
+/// default `gm_meter`). Unknown keys are refused; integers are JSON integers in their range
+/// (`cupti_api_version` 32 bits, the others 64: past it is "too large").
 ///
 /// On success `*out` is a new meter the caller owns and frees with `gm_meter_free`; on
 /// failure `*out` is not written.

@@ -561,12 +561,30 @@ fn bad_configs_are_refused() {
         (r#"{"tenant": ""}"#, "tenant"),
         (r#"{"source_name": ""}"#, "source_name"),
         (r#"{"window_seconds": "60"}"#, "config_json"),
+        // Issue 30 item 17: an object only (serde read an array field by field), and integers
+        // past their range are too large, not "floating point".
+        (r#"[60, "acme", 26, 0, "node-7"]"#, "must be a JSON object"),
+        (r#"[60, null, null, null, null]"#, "not an array"),
+        ("60", "not a number"),
+        ("null", "not null"),
+        (
+            r#"{"window_seconds": 18446744073709551616}"#,
+            "18446744073709551616 is too large (from 0 to 18446744073709551615)",
+        ),
+        (
+            r#"{"reorder_horizon_ns": 99999999999999999999999}"#,
+            "99999999999999999999999 is too large",
+        ),
+        (r#"{"cupti_api_version": 4294967296}"#, "4294967296 is too large (from 0 to 4294967295)"),
+        (r#"{"window_seconds": -60}"#, "-60 is too small"),
+        (r#"{"window_seconds": 60.5}"#, "60.5 is not an integer"),
     ] {
         let text = c(config);
         let mut out: *mut gm_meter = sentinel();
         // SAFETY: a NUL-terminated config and a writable out-pointer.
         let s = unsafe { gm_meter_new(text.as_ptr(), &mut out) };
         expect_err(s, gm_status_code::GM_ERR_INVALID_CONFIG, needle);
+        assert!(!last_error().contains("floating point"), "{}", last_error());
         assert_eq!(out, sentinel(), "{config}: out untouched");
     }
     // The documented keys are accepted.

@@ -393,6 +393,24 @@ fn grant_requests_are_checked() {
             "key",
         ),
         (r#"{"credits": "5", "rate": "1"}"#, "tenant"),
+        // Issue 30 item 17: an object only (serde read an array field by field), and integers
+        // past their range are too large, not "floating point".
+        (
+            r#"["acme", "5", "1", 0, null, null, "purchased", [], [], "k", 1700000000000000000]"#,
+            "must be a JSON object",
+        ),
+        (
+            r#"{"tenant": "acme", "credits": "5", "rate": "1", "at_ns": 18446744073709551616}"#,
+            "18446744073709551616 is too large",
+        ),
+        (
+            r#"{"tenant": "acme", "credits": "5", "rate": "1", "expires_ns": 1e30}"#,
+            "1e30 is not an integer",
+        ),
+        (
+            r#"{"tenant": "acme", "credits": "5", "rate": "1", "priority": 9223372036854775808}"#,
+            "9223372036854775808 is too large",
+        ),
     ];
     for (json, says) in bad {
         let (s, msg) = bank.grant(json).expect_err(json);
@@ -402,6 +420,7 @@ fn grant_requests_are_checked() {
             "{json}: {msg}"
         );
         assert!(msg.contains(says), "{json}: {msg}");
+        assert!(!msg.contains("floating point"), "{json}: {msg}");
     }
     assert_eq!(bank.verify()["transactions"], 0);
     // Scopes and defaults.
