@@ -63,6 +63,11 @@ enum gm_status_code
   GM_ERR_PANIC = 12,
   // The handle was left unusable by an earlier internal error (`GM_ERR_PANIC`): free it.
   GM_ERR_POISONED = 13,
+  // The handle (meter, bank, recording) was made in another process: this is a child
+  // after `fork()` (e.g. Python's `multiprocessing` with the fork start method). A handle
+  // is not usable in a child (a thread that did not fork may have held it); nothing was
+  // done. Make a new handle in the child; its `_free` leaves the parent's alone.
+  GM_ERR_FORKED = 14,
 };
 #ifndef __cplusplus
 typedef uint32_t gm_status_code;
@@ -202,7 +207,7 @@ extern "C" {
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),
 // `GM_ERR_BANK` (the file cannot be opened or created, is not an SQLite database or not a
 // gpumeter ledger, or is a ledger of a newer version; the server cannot be reached or refuses
-// the login; the message names the location).
+// the login; the message names the location), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `location` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
@@ -210,7 +215,8 @@ gm_status gm_bank_open(const char *location,
                        struct gm_bank **out);
 
 // Closes a bank and frees it (the file or database stays; everything committed is in it).
-// NULL is fine.
+// NULL is fine. In a child after `fork()`, a bank the parent opened is left alone (its
+// connection is the parent's: closing it here could end the parent's).
 // No other call may use the bank during or after this one.
 //
 // # Safety
@@ -247,9 +253,11 @@ void gm_bank_free(struct gm_bank *bank);
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (`grant_json` is
-// not JSON, has an unknown key or a bad field, or the bank refuses the terms: credits or rate
-// not positive, too many decimals, an expiry not after the start), `GM_ERR_BANK` (the ledger
-// cannot be read or written), `GM_ERR_POISONED`.
+// not a JSON object, has an unknown key or a bad field, or the bank refuses the terms: credits
+// or rate not positive, too many decimals, an expiry not after the start), `GM_ERR_BANK` (the
+// ledger cannot be read or written), `GM_ERR_FORKED` (a bank made before a `fork()`, in the
+// child), `GM_ERR_POISONED` (the bank was left unusable by an earlier `GM_ERR_PANIC`),
+// `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `grant_json` is NULL or NUL-terminated; `out_json` points to
@@ -272,8 +280,10 @@ gm_status gm_bank_grant_json(struct gm_bank *bank, const char *grant_json, char 
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
-// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the ledger cannot be read,
-// or keeps another currency than the book's), `GM_ERR_POISONED`.
+// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the bank refuses the
+// usage, or the ledger cannot be read, or keeps another currency than the book's),
+// `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `usage_json` and `price_book_toml` are NULL or
@@ -295,7 +305,12 @@ gm_status gm_bank_preview_json(struct gm_bank *bank,
 // is committed.
 //
 // # Errors
-// As `gm_bank_preview_json` (`GM_ERR_BANK` also when the ledger cannot be written).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
+// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the bank refuses the
+// finalization, or the ledger cannot be read or written, or keeps another currency than the
+// book's), `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED`
+// (the bank was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal
+// error, caught).
 //
 // # Safety
 // As `gm_bank_preview_json`.
@@ -318,7 +333,9 @@ gm_status gm_bank_finalize_json(struct gm_bank *bank,
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (not a tenant
-// name), `GM_ERR_BANK` (the ledger cannot be read, or is damaged), `GM_ERR_POISONED`.
+// name), `GM_ERR_BANK` (the ledger cannot be read, or is damaged), `GM_ERR_FORKED` (a bank
+// made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank was left unusable by an
+// earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `tenant` is NULL or NUL-terminated; `out_json` points to
@@ -342,7 +359,8 @@ gm_status gm_bank_balance_json(struct gm_bank *bank,
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_BANK` (verification failed, or the ledger cannot be read),
-// `GM_ERR_POISONED`.
+// `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `out_json` points to writable storage for a pointer.
@@ -369,7 +387,9 @@ uint32_t gm_abi_version(void);
 // failure `*out` is not written.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_CONFIG`.
+// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8` (`config_json`),
+// `GM_ERR_INVALID_CONFIG` (not a JSON object, an unknown key, a value out of range),
+// `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `config_json` is NULL or a NUL-terminated string; `out` points to writable storage for a
@@ -377,7 +397,8 @@ uint32_t gm_abi_version(void);
 gm_status gm_meter_new(const char *config_json, struct gm_meter **out);
 
 // Frees a meter and everything it holds. NULL is fine. No other call may use the meter
-// during or after this one.
+// during or after this one. In a child after `fork()`, a meter the parent made is left alone
+// (not freed: a thread of the parent may have been changing it).
 //
 // # Safety
 // `meter` is NULL or a meter from `gm_meter_new` not freed before.
@@ -393,10 +414,12 @@ void gm_meter_free(struct gm_meter *meter);
 // fills what is still unknown. `info`'s strings are copied.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
-// `uuid`), `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger
-// struct with fields this library does not know set; an empty `uuid`; a `uuid` another
-// device id of the meter has, from a description or a DEVICE record: nothing is registered).
+// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or `uuid`),
+// `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger struct with
+// fields this library does not know set; an empty `uuid`; a `uuid` another device id of the
+// meter has, from a description or a DEVICE record: nothing is registered), `GM_ERR_FORKED` (a
+// meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left unusable
+// by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
@@ -411,9 +434,11 @@ gm_status gm_meter_register_device(struct gm_meter *meter, const struct gm_devic
 // reordering horizon, or before a drained edge, are counted as loss `late`.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size), `GM_ERR_DECODE`
-// (the buffer does not decode: a truncated record, an impossible size; nothing of it is
-// metered).
+// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size),
+// `GM_ERR_INVALID_ARGUMENT` (`valid_size` past `PTRDIFF_MAX`), `GM_ERR_DECODE` (the buffer
+// does not decode: a truncated record, an impossible size; nothing of it is metered),
+// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `buffer` is NULL or points to `valid_size` readable bytes.
@@ -427,8 +452,10 @@ gm_status gm_meter_ingest_cupti_buffer(struct gm_meter *meter,
 // after the records; a later call for the same id replaces the tenant. `tenant` is copied.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name
-// that the tenant rules refuse: empty, control characters, look-alikes of `idle`).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+// the tenant rules refuse: empty, control characters, look-alikes of `idle`), `GM_ERR_FORKED`
+// (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left
+// unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `tenant` is NULL or NUL-terminated.
@@ -440,7 +467,10 @@ gm_status gm_meter_set_tenant_for_external_id(struct gm_meter *meter,
 // `gm_meter_set_tenant_for_external_id` otherwise.
 //
 // # Errors
-// As `gm_meter_set_tenant_for_external_id`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+// the tenant rules refuse), `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // As `gm_meter_set_tenant_for_external_id`.
@@ -451,7 +481,9 @@ gm_status gm_meter_set_tenant_for_pid(struct gm_meter *meter, uint32_t pid, cons
 // meter has never heard of, books it on the meter's source as a whole. 0 does nothing.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter.
@@ -464,7 +496,9 @@ gm_status gm_meter_report_dropped(struct gm_meter *meter,
 // are billed up to there (`memory_byte_ns`).
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter.
@@ -476,7 +510,9 @@ gm_status gm_meter_process_exited(struct gm_meter *meter, uint32_t pid, uint64_t
 // loses nothing the horizon would have kept; a record starting before it is `late`.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `out_ns` points to writable storage for a `uint64_t`.
@@ -492,7 +528,9 @@ gm_status gm_meter_watermark_ns(const struct gm_meter *meter, uint64_t *out_ns);
 // on failure it is not written.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows),
+// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -515,7 +553,10 @@ gm_status gm_meter_usage_json(const struct gm_meter *meter, char **out_json);
 // on failure it is not written and the meter is left exactly as it was.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, held memory billed to an
+// edge past the meter's cell budget), `GM_ERR_FORKED` (a meter made before a `fork()`, in the
+// child), `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`),
+// `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -550,7 +591,7 @@ size_t gm_last_error_message(char *buf, size_t len);
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
-// `GM_ERR_RATING`.
+// `GM_ERR_RATING`, `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `usage_json` and `price_book_toml` are NULL or NUL-terminated; `out_invoice_json` points
@@ -569,9 +610,9 @@ gm_status gm_rate_json(const char *usage_json,
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
 // `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read; a `.gmr` that cannot be
-// read, that has damaged frames — their records are loss the events cannot carry — or
-// SASS instruction-count frames, or a device string holding a NUL byte: meter those whole
-// with `gpumeter usage`).
+// read, that has damaged frames — their records are loss the events cannot carry — or SASS
+// instruction-count frames, or a device string holding a NUL byte: meter those whole with
+// `gpumeter usage`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
@@ -581,7 +622,8 @@ gm_status gm_recording_open(const char *path,
 
 // The CUPTI API version the recording's buffers are laid out by (the `.gmr` header's, or
 // the one given for a raw buffer): pass it as `cupti_api_version` in `gm_meter_new`'s
-// configuration. 0 when `recording` is NULL.
+// configuration. 0 when `recording` is NULL or was opened in another process (a child after
+// `fork()`), and then the last error message says which.
 //
 // # Safety
 // `recording` is NULL or a live recording.
@@ -593,14 +635,16 @@ uint32_t gm_recording_cupti_api_version(const struct gm_recording *recording);
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_ARGUMENT` (`item->struct_size` not set or too
-// small).
+// small), `GM_ERR_FORKED` (a recording made before a `fork()`, in the child), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // `recording` is a live recording used by no other thread; `item` points to a
 // `gm_recording_item` of `item->struct_size` writable bytes.
 gm_status gm_recording_next(struct gm_recording *recording, struct gm_recording_item *item);
 
-// Frees a recording (and the buffers and strings its items pointed to). NULL is fine.
+// Frees a recording (and the buffers and strings its items pointed to). NULL is fine. In a
+// child after `fork()`, a recording the parent opened is left alone.
 //
 // # Safety
 // `recording` is NULL or a recording from `gm_recording_open` not freed before.

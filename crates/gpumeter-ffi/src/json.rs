@@ -24,7 +24,9 @@ pub(crate) fn object<T: DeserializeOwned>(text: &str) -> Result<T, String> {
             Some(_) => "not JSON",
             None => "empty",
         };
-        return Err(format!("must be a JSON object ({{\"key\": value, …}}), not {what}"));
+        return Err(format!(
+            "must be a JSON object ({{\"key\": value, …}}), not {what}"
+        ));
     }
     serde_json::from_str(text).map_err(|e| e.to_string())
 }
@@ -128,7 +130,10 @@ mod tests {
     fn an_object_only() {
         let f: Fields = object(" \n{\"a\": 5, \"c\": -3}").expect("an object");
         assert_eq!((f.a, f.b, f.c), (Some(5), None, -3));
-        assert!(object::<Fields>(r#"{"a": null}"#).expect("null").a.is_none());
+        assert!(object::<Fields>(r#"{"a": null}"#)
+            .expect("null")
+            .a
+            .is_none());
         for (text, what) in [
             ("[5, 6, 7]", "an array"),
             ("5", "a number"),
@@ -140,7 +145,10 @@ mod tests {
             ("x", "not JSON"),
         ] {
             let e = err(text);
-            assert!(e.contains("must be a JSON object") && e.ends_with(what), "{text}: {e}");
+            assert!(
+                e.contains("must be a JSON object") && e.ends_with(what),
+                "{text}: {e}"
+            );
         }
     }
 
@@ -152,7 +160,10 @@ mod tests {
                 "18446744073709551616 is too large (from 0 to 18446744073709551615)",
             ),
             (r#"{"a": -1}"#, "-1 is too small (from 0 to"),
-            (r#"{"b": 4294967296}"#, "4294967296 is too large (from 0 to 4294967295)"),
+            (
+                r#"{"b": 4294967296}"#,
+                "4294967296 is too large (from 0 to 4294967295)",
+            ),
             (
                 r#"{"c": 9223372036854775808}"#,
                 "too large (from -9223372036854775808 to 9223372036854775807)",

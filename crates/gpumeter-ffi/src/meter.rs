@@ -9,8 +9,8 @@ use gpumeter::{ApiVersion, Meter, UsageReport, WindowSize};
 use serde::Deserialize;
 
 use crate::ffi::{
-    borrow, boundary, bytes_arg, c_string, free_box, infallible, into_handle, opt_str_arg, out_arg,
-    sized_arg, str_arg, unwind_safe, SizedStruct,
+    boundary, bytes_arg, c_string, free_handle, handle, infallible, into_handle, opt_str_arg,
+    out_arg, sized_arg, str_arg, unwind_safe, Handle, Origin, SizedStruct,
 };
 use crate::json;
 use crate::status::{gm_status, gm_status_code, Failure};
@@ -30,6 +30,14 @@ pub const GM_DEFAULT_SOURCE_NAME: &str = "gm_meter";
 pub struct gm_meter {
     api: ApiVersion,
     state: Mutex<State>,
+    origin: Origin,
+}
+
+impl Handle for gm_meter {
+    const WHAT: &'static str = "meter";
+    fn origin(&self) -> &Origin {
+        &self.origin
+    }
 }
 
 struct State {
@@ -186,7 +194,7 @@ unsafe fn set_tenant_rule(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         // SAFETY: NULL or NUL-terminated (the contract above).
         let t = tenant_arg(unsafe { str_arg(tenant, "tenant") }?)?;
         meter.with(|meter, _| add(meter.tenant_map_mut(), t))?;
@@ -228,7 +236,9 @@ pub extern "C" fn gm_abi_version() -> u32 {
 /// failure `*out` is not written.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_CONFIG`.
+/// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8` (`config_json`),
+/// `GM_ERR_INVALID_CONFIG` (not a JSON object, an unknown key, a value out of range),
+/// `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `config_json` is NULL or a NUL-terminated string; `out` points to writable storage for a
@@ -249,6 +259,7 @@ pub unsafe extern "C" fn gm_meter_new(
                 meter: Meter::new(config),
                 stream: CuptiStream::new(&name, api),
             }),
+            origin: Origin::here(),
         };
         // SAFETY: `out` is writable storage for a pointer (the contract above).
         unsafe { out.write(into_handle(meter)) };
@@ -257,14 +268,15 @@ pub unsafe extern "C" fn gm_meter_new(
 }
 
 /// Frees a meter and everything it holds. NULL is fine. No other call may use the meter
-/// during or after this one.
+/// during or after this one. In a child after `fork()`, a meter the parent made is left alone
+/// (not freed: a thread of the parent may have been changing it).
 ///
 /// # Safety
 /// `meter` is NULL or a meter from `gm_meter_new` not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
     // SAFETY: NULL or a live meter from `gm_meter_new`, freed once (the contract above).
-    infallible((), || unsafe { free_box(meter) })
+    infallible((), || unsafe { free_handle(meter) })
 }
 
 /// Describes a device for buffers without a DEVICE record, or adds what its DEVICE record
@@ -277,10 +289,12 @@ pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
 /// fills what is still unknown. `info`'s strings are copied.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
-/// `uuid`), `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger
-/// struct with fields this library does not know set; an empty `uuid`; a `uuid` another
-/// device id of the meter has, from a description or a DEVICE record: nothing is registered).
+/// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or `uuid`),
+/// `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger struct with
+/// fields this library does not know set; an empty `uuid`; a `uuid` another device id of the
+/// meter has, from a description or a DEVICE record: nothing is registered), `GM_ERR_FORKED` (a
+/// meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left unusable
+/// by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
@@ -292,7 +306,7 @@ pub unsafe extern "C" fn gm_meter_register_device(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         // SAFETY: NULL or a `gm_device_info` of `struct_size` readable bytes (the contract
         // above).
         let info = unsafe { sized_arg(info, "info") }?;
@@ -314,7 +328,8 @@ pub unsafe extern "C" fn gm_meter_register_device(
             major: info.cc_major,
             minor: info.cc_minor,
         });
-        meter.with(|meter, stream| stream.register_device(meter, d))?
+        meter
+            .with(|meter, stream| stream.register_device(meter, d))?
             .map_err(|e| {
                 Failure::new(
                     gm_status_code::GM_ERR_INVALID_ARGUMENT,
@@ -332,9 +347,11 @@ pub unsafe extern "C" fn gm_meter_register_device(
 /// reordering horizon, or before a drained edge, are counted as loss `late`.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size), `GM_ERR_DECODE`
-/// (the buffer does not decode: a truncated record, an impossible size; nothing of it is
-/// metered).
+/// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size),
+/// `GM_ERR_INVALID_ARGUMENT` (`valid_size` past `PTRDIFF_MAX`), `GM_ERR_DECODE` (the buffer
+/// does not decode: a truncated record, an impossible size; nothing of it is metered),
+/// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+/// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `buffer` is NULL or points to `valid_size` readable bytes.
@@ -346,7 +363,7 @@ pub unsafe extern "C" fn gm_meter_ingest_cupti_buffer(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         // SAFETY: NULL or `valid_size` readable bytes (the contract above).
         let bytes = unsafe { bytes_arg(buffer, valid_size, "buffer") }?;
         let prepared = CuptiStream::prepare(meter.api, bytes)
@@ -365,8 +382,10 @@ pub unsafe extern "C" fn gm_meter_ingest_cupti_buffer(
 /// after the records; a later call for the same id replaces the tenant. `tenant` is copied.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name
-/// that the tenant rules refuse: empty, control characters, look-alikes of `idle`).
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+/// the tenant rules refuse: empty, control characters, look-alikes of `idle`), `GM_ERR_FORKED`
+/// (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left
+/// unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `tenant` is NULL or NUL-terminated.
@@ -388,7 +407,10 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_external_id(
 /// `gm_meter_set_tenant_for_external_id` otherwise.
 ///
 /// # Errors
-/// As `gm_meter_set_tenant_for_external_id`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+/// the tenant rules refuse), `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// As `gm_meter_set_tenant_for_external_id`.
@@ -411,7 +433,9 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_pid(
 /// meter has never heard of, books it on the meter's source as a whole. 0 does nothing.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter.
@@ -423,7 +447,7 @@ pub unsafe extern "C" fn gm_meter_report_dropped(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         meter.with(|meter, stream| {
             let device = (device_id != GM_UNKNOWN_DEVICE).then_some(device_id);
             stream.report_dropped(meter, device, dropped_delta);
@@ -436,7 +460,9 @@ pub unsafe extern "C" fn gm_meter_report_dropped(
 /// are billed up to there (`memory_byte_ns`).
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter.
@@ -448,7 +474,7 @@ pub unsafe extern "C" fn gm_meter_process_exited(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         meter.with(|meter, stream| {
             stream.process_exited(meter, pid, timestamp_ns);
         })
@@ -461,7 +487,9 @@ pub unsafe extern "C" fn gm_meter_process_exited(
 /// loses nothing the horizon would have kept; a record starting before it is `late`.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `out_ns` points to writable storage for a `uint64_t`.
@@ -473,7 +501,7 @@ pub unsafe extern "C" fn gm_meter_watermark_ns(
     boundary(unwind_safe(|| {
         let out = out_arg(out_ns, "out_ns")?;
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         let w = meter.with(|meter, _| meter.watermark_ns())?;
         // SAFETY: writable storage for a u64 (the contract above).
         unsafe { out.write(w) };
@@ -491,7 +519,9 @@ pub unsafe extern "C" fn gm_meter_watermark_ns(
 /// on failure it is not written.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows).
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows),
+/// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+/// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -503,7 +533,7 @@ pub unsafe extern "C" fn gm_meter_usage_json(
     boundary(unwind_safe(|| {
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         let json = { meter.with(|meter, stream| report_json(stream.snapshot(meter)))?? };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).
@@ -529,7 +559,10 @@ pub unsafe extern "C" fn gm_meter_usage_json(
 /// on failure it is not written and the meter is left exactly as it was.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, held memory billed to an
+/// edge past the meter's cell budget), `GM_ERR_FORKED` (a meter made before a `fork()`, in the
+/// child), `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`),
+/// `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -542,7 +575,7 @@ pub unsafe extern "C" fn gm_meter_drain_usage_json(
     boundary(unwind_safe(|| {
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         let json = { meter.with(|meter, stream| report_json(stream.drain(meter, before_ns)))?? };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).

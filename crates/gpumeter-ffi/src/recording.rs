@@ -9,11 +9,11 @@ use gpumeter::cupti::replay::{Replay, ReplayItem};
 use gpumeter::ApiVersion;
 
 use crate::ffi::{
-    borrow, boundary, free_box, infallible, into_handle, out_arg, sized_out, str_arg,
-    unwind_safe, SizedStruct,
+    boundary, free_handle, handle, handle_mut, infallible, into_handle, out_arg, sized_out,
+    str_arg, unwind_safe, Handle, Origin, SizedStruct,
 };
 use crate::meter::{gm_device_info, GM_UNKNOWN_DEVICE};
-use crate::status::{gm_status, gm_status_code, Failure};
+use crate::status::{gm_status, gm_status_code, set_last_error, Failure};
 
 /// What a `gm_recording_item` is.
 #[allow(non_camel_case_types)]
@@ -85,6 +85,14 @@ pub struct gm_recording {
     strings: Vec<Option<(Option<CString>, Option<CString>)>>,
     /// The device the last `GM_ITEM_DEVICE` item points to.
     device: gm_device_info,
+    origin: Origin,
+}
+
+impl Handle for gm_recording {
+    const WHAT: &'static str = "recording";
+    fn origin(&self) -> &Origin {
+        &self.origin
+    }
 }
 
 impl gm_recording_item {
@@ -125,9 +133,9 @@ fn item_default() -> gm_recording_item {
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
 /// `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read; a `.gmr` that cannot be
-/// read, that has damaged frames — their records are loss the events cannot carry — or
-/// SASS instruction-count frames, or a device string holding a NUL byte: meter those whole
-/// with `gpumeter usage`).
+/// read, that has damaged frames — their records are loss the events cannot carry — or SASS
+/// instruction-count frames, or a device string holding a NUL byte: meter those whole with
+/// `gpumeter usage`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
@@ -190,6 +198,7 @@ pub unsafe extern "C" fn gm_recording_open(
             next: 0,
             strings,
             device: gm_device_info::new(0),
+            origin: Origin::here(),
         };
         // SAFETY: writable storage for a pointer (the contract above).
         unsafe { out.write(into_handle(rec)) };
@@ -199,7 +208,8 @@ pub unsafe extern "C" fn gm_recording_open(
 
 /// The CUPTI API version the recording's buffers are laid out by (the `.gmr` header's, or
 /// the one given for a raw buffer): pass it as `cupti_api_version` in `gm_meter_new`'s
-/// configuration. 0 when `recording` is NULL.
+/// configuration. 0 when `recording` is NULL or was opened in another process (a child after
+/// `fork()`), and then the last error message says which.
 ///
 /// # Safety
 /// `recording` is NULL or a live recording.
@@ -207,9 +217,13 @@ pub unsafe extern "C" fn gm_recording_open(
 pub unsafe extern "C" fn gm_recording_cupti_api_version(recording: *const gm_recording) -> u32 {
     infallible(0, || {
         // SAFETY: NULL or a live recording (the contract above).
-        unsafe { borrow(recording, "recording") }
-            .map(|r| r.replay.api.cupti_api_version())
-            .unwrap_or(0)
+        match unsafe { handle(recording, "recording") } {
+            Ok(r) => r.replay.api.cupti_api_version(),
+            Err(f) => {
+                set_last_error(f.message);
+                0
+            }
+        }
     })
 }
 
@@ -219,7 +233,8 @@ pub unsafe extern "C" fn gm_recording_cupti_api_version(recording: *const gm_rec
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_ARGUMENT` (`item->struct_size` not set or too
-/// small).
+/// small), `GM_ERR_FORKED` (a recording made before a `fork()`, in the child), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// `recording` is a live recording used by no other thread; `item` points to a
@@ -233,9 +248,7 @@ pub unsafe extern "C" fn gm_recording_next(
         // SAFETY: NULL or `struct_size` writable bytes (the contract above).
         let out = unsafe { sized_out(item, "item") }?;
         // SAFETY: NULL or a live recording, used by this thread only (the contract above).
-        let rec = unsafe { recording.as_mut() }.ok_or_else(|| {
-            Failure::new(gm_status_code::GM_ERR_NULL_ARGUMENT, "recording is NULL")
-        })?;
+        let rec = unsafe { handle_mut(recording, "recording") }?;
         let mut it = item_default();
         if let Some(i) = rec.replay.items.get(rec.next) {
             match i {
@@ -292,12 +305,13 @@ pub unsafe extern "C" fn gm_recording_next(
     }))
 }
 
-/// Frees a recording (and the buffers and strings its items pointed to). NULL is fine.
+/// Frees a recording (and the buffers and strings its items pointed to). NULL is fine. In a
+/// child after `fork()`, a recording the parent opened is left alone.
 ///
 /// # Safety
 /// `recording` is NULL or a recording from `gm_recording_open` not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn gm_recording_free(recording: *mut gm_recording) {
     // SAFETY: NULL or a live recording, freed once (the contract above).
-    infallible((), || unsafe { free_box(recording) })
+    infallible((), || unsafe { free_handle(recording) })
 }

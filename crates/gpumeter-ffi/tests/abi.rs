@@ -575,7 +575,10 @@ fn bad_configs_are_refused() {
             r#"{"reorder_horizon_ns": 99999999999999999999999}"#,
             "99999999999999999999999 is too large",
         ),
-        (r#"{"cupti_api_version": 4294967296}"#, "4294967296 is too large (from 0 to 4294967295)"),
+        (
+            r#"{"cupti_api_version": 4294967296}"#,
+            "4294967296 is too large (from 0 to 4294967295)",
+        ),
         (r#"{"window_seconds": -60}"#, "-60 is too small"),
         (r#"{"window_seconds": 60.5}"#, "60.5 is not an integer"),
     ] {
@@ -1192,7 +1195,9 @@ fn sized_structs_are_checked_and_can_grow() {
     expect_ok(m26.ingest(&buf));
     let devices = report(&m26.usage()).devices;
     assert!(
-        devices.iter().any(|d| d.name.as_deref() == Some("Newer GPU")),
+        devices
+            .iter()
+            .any(|d| d.name.as_deref() == Some("Newer GPU")),
         "the description was read: {devices:?}"
     );
 
@@ -1207,7 +1212,11 @@ fn sized_structs_are_checked_and_can_grow() {
         ..gm_recording_item::new()
     };
     // SAFETY: a live recording and an item (too small a size: nothing is written).
-    expect_err(unsafe { gm_recording_next(rec, &mut item) }, INVALID, "item->struct_size");
+    expect_err(
+        unsafe { gm_recording_next(rec, &mut item) },
+        INVALID,
+        "item->struct_size",
+    );
     assert_eq!((item.struct_size, item.kind), (0, 0xffff), "untouched");
     #[repr(C)]
     struct NewerItem {
@@ -1223,9 +1232,19 @@ fn sized_structs_are_checked_and_can_grow() {
     };
     // SAFETY: a live recording and an item of `struct_size` writable bytes.
     expect_ok(unsafe { gm_recording_next(rec, std::ptr::from_mut(&mut newer).cast()) });
-    assert_eq!(newer.item.struct_size, std::mem::size_of::<NewerItem>(), "kept");
-    assert_eq!(newer.extra, [0; 24], "the fields this library does not know: unset");
-    assert_eq!(newer.item.kind, gm_recording_item_kind::GM_ITEM_DEVICE as u32);
+    assert_eq!(
+        newer.item.struct_size,
+        std::mem::size_of::<NewerItem>(),
+        "kept"
+    );
+    assert_eq!(
+        newer.extra, [0; 24],
+        "the fields this library does not know: unset"
+    );
+    assert_eq!(
+        newer.item.kind,
+        gm_recording_item_kind::GM_ITEM_DEVICE as u32
+    );
     // SAFETY: the recording's device, alive until the next call.
     let d = unsafe { &*newer.item.device };
     assert_eq!(d.struct_size, ours);

@@ -220,7 +220,11 @@ fn a_program_with_its_own_sqlite_links_either_library() {
 #[test]
 fn pkg_config_finds_an_installed_copy() {
     if !have("gcc", "--version", "the installed copy was not tried")
-        || !have("pkg-config", "--version", "the installed copy was not tried")
+        || !have(
+            "pkg-config",
+            "--version",
+            "the installed copy was not tried",
+        )
     {
         return;
     }
