@@ -62,7 +62,7 @@ func call(what string, f func() C.gm_status) error {
 
 func main() {
 	windowSeconds := flag.Uint64("window-seconds", 3600, "window size in seconds (divides one day)")
-	horizon := flag.Int64("reorder-horizon-ns", -1, "how far records may arrive out of order (default: the library's, 60 s)")
+	horizon := flag.Uint64("reorder-horizon-ns", 0, "how far records may arrive out of order (default: the library's, 60 s)")
 	tenant := flag.String("tenant", "", "tenant of work no rule attributes (default: unattributed)")
 	prices := flag.String("prices", "examples/pricebook.toml", "price book (TOML)")
 	rawAPI := flag.Uint("raw-cupti-api-version", 0, "layout of a raw buffer file (0 = 26, CUDA 12.8's); a .gmr has its own")
@@ -71,17 +71,25 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 1 || *windowSeconds == 0 || *rawAPI > math.MaxUint32 {
+	haveHorizon := false
+	flag.Visit(func(f *flag.Flag) { haveHorizon = haveHorizon || f.Name == "reorder-horizon-ns" })
+	// The ranges the C agent (and the library's configuration) take.
+	if flag.NArg() != 1 || *windowSeconds == 0 || *windowSeconds > 86400 || *rawAPI > math.MaxUint32 ||
+		len(*tenant) > 128 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(flag.Arg(0), *windowSeconds, *horizon, *tenant, *prices, uint32(*rawAPI)); err != nil {
+	var horizonNs *uint64
+	if haveHorizon {
+		horizonNs = horizon
+	}
+	if err := run(flag.Arg(0), *windowSeconds, horizonNs, *tenant, *prices, uint32(*rawAPI)); err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)
 	}
 }
 
-func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath string, rawAPI uint32) error {
+func run(path string, windowSeconds uint64, horizon *uint64, tenant, pricesPath string, rawAPI uint32) error {
 	// A library built for another ABI would misread our calls: refuse to run.
 	if v := C.gm_abi_version(); v != abiVersion {
 		return fmt.Errorf("library ABI %d, agent built for %d", uint32(v), abiVersion)
@@ -109,8 +117,8 @@ func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath st
 		"cupti_api_version": uint32(C.gm_recording_cupti_api_version(rec)),
 		"window_seconds":    windowSeconds,
 	}
-	if horizon >= 0 {
-		config["reorder_horizon_ns"] = horizon
+	if horizon != nil {
+		config["reorder_horizon_ns"] = *horizon
 	}
 	if tenant != "" {
 		config["tenant"] = tenant

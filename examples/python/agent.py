@@ -20,6 +20,7 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import sys
 
 # The ABI version these declarations were written against (GM_ABI_VERSION in gpumeter.h).
@@ -119,6 +120,33 @@ def take_string(lib, ptr):
         lib.gm_string_free(ptr)
 
 
+def number(lo, hi):
+    """An argparse type: a decimal integer from lo to hi (the C agent's ranges)."""
+
+    def parse(text):
+        if not re.fullmatch(r"[0-9]+", text) or not lo <= int(text) <= hi:
+            raise argparse.ArgumentTypeError(f"not a number from {lo} to {hi}: {text}")
+        return int(text)
+
+    return parse
+
+
+def tenant_name(text):
+    """An argparse type: a tenant name of at most 128 bytes (the library checks the rest)."""
+    if len(text.encode()) > 128:
+        raise argparse.ArgumentTypeError("a tenant name of at most 128 bytes")
+    return text
+
+
+def read_prices(path):
+    """The price book's bytes; a file that cannot be read is an error with its reason."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise GpumeterError(f"{path}: {e.strerror or e}") from None
+
+
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -129,18 +157,20 @@ def main():
                     help="libgpumeter_ffi.so.1 (default: $GPUMETER_FFI_LIB, else "
                          "target/debug/c-abi/lib)")
     ap.add_argument("--prices", default="examples/pricebook.toml", help="price book (TOML)")
-    ap.add_argument("--window-seconds", type=int, default=3600)
-    ap.add_argument("--reorder-horizon-ns", type=int, help="default: the library's (60 s)")
-    ap.add_argument("--tenant", help="tenant of work no rule attributes (default: unattributed)")
-    ap.add_argument("--raw-cupti-api-version", type=int, default=0,
+    # The ranges the C agent (and the library's configuration) take.
+    ap.add_argument("--window-seconds", type=number(1, 86400), default=3600)
+    ap.add_argument("--reorder-horizon-ns", type=number(0, UINT64_MAX),
+                    help="default: the library's (60 s)")
+    ap.add_argument("--tenant", type=tenant_name,
+                    help="tenant of work no rule attributes (default: unattributed)")
+    ap.add_argument("--raw-cupti-api-version", type=number(0, 2**32 - 1), default=0,
                     help="layout of a raw buffer file (0 = 26, CUDA 12.8's); a .gmr has its own")
     args = ap.parse_args()
 
     lib = load(args.lib)
     if lib.gm_abi_version() != GM_ABI_VERSION:
         sys.exit(f"agent.py: library ABI {lib.gm_abi_version()}, agent written for {GM_ABI_VERSION}")
-    with open(args.prices, encoding="utf-8") as f:
-        prices = f.read().encode()
+    prices = read_prices(args.prices)
 
     rec = ctypes.c_void_p()
     check(lib, lib.gm_recording_open(args.recording.encode(), args.raw_cupti_api_version,
@@ -214,3 +244,7 @@ if __name__ == "__main__":
         main()
     except GpumeterError as e:
         sys.exit(f"agent.py: {e}")
+    except BrokenPipeError:
+        # The reader went away (`| head`): as the C agent, which SIGPIPE ends, stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

@@ -18,8 +18,9 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 use common::{built, compile_c, have, root, run, sanitizer_env, SANITIZE};
 use serde_json::Value;
@@ -346,27 +347,125 @@ fn python_agent() {
     });
 }
 
-/// `go run ./examples/go` with Go's caches in the target directory (HOME may be read-only, and
-/// nothing is downloaded: the module has no dependencies), linked against the shared library.
-fn go_agent_command() -> Command {
-    let b = built();
-    let l = b.lib();
-    let l = l.to_str().expect("UTF-8 target path");
-    let target = b.profile_dir.parent().expect("the target directory");
-    let mut c = Command::new("go");
-    c.args(["run", "./examples/go"])
-        .env("CGO_ENABLED", "1")
-        .env("CGO_LDFLAGS", format!("-L{l} -Wl,-rpath,{l}"))
-        .env("GOCACHE", target.join("go-build"))
-        .env("GOPATH", target.join("go-path"))
-        .env("GOPROXY", "off");
-    c
+/// The Go agent, built once per test binary with `go build` (`go run` would turn the agent's
+/// exit status into its own) against the shared library, Go's caches in the target directory
+/// (HOME may be read-only, and nothing is downloaded: the module has no dependencies).
+fn go_agent() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let b = built();
+        let l = b.lib();
+        let l = l.to_str().expect("UTF-8 target path");
+        let target = b.profile_dir.parent().expect("the target directory");
+        let binary = b.profile_dir.join("go-agent");
+        run(Command::new("go")
+            .args(["build", "-o"])
+            .arg(&binary)
+            .arg("./examples/go")
+            .env("CGO_ENABLED", "1")
+            .env("CGO_LDFLAGS", format!("-L{l} -Wl,-rpath,{l}"))
+            .env("GOCACHE", target.join("go-build"))
+            .env("GOPATH", target.join("go-path"))
+            .env("GOPROXY", "off")
+            .current_dir(root()));
+        binary
+    })
 }
 
 #[test]
-fn go_agent() {
+fn go_agent_equals_the_cli() {
     if !have("go", "version", "the Go agent was not run") {
         return;
     }
-    check_agent("Go agent", &built().cli(), go_agent_command);
+    check_agent("Go agent", &built().cli(), || Command::new(go_agent()));
+}
+
+/// The C agent against the shared library, built once per test binary.
+fn c_agent_binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let binary = built().profile_dir.join("c-agent");
+        compile_agent(&binary, &[], &built().dynamic_args());
+        binary
+    })
+}
+
+/// Issue 30 item 19: the three agents refuse the same out-of-range arguments (exit 2, before
+/// anything is read) and report a file they cannot read in one line (exit 1), never with a
+/// traceback; the ends of the ranges are accepted.
+#[test]
+fn agents_refuse_bad_arguments_alike() {
+    let mut agents: Vec<(&str, Box<dyn Fn() -> Command>)> = Vec::new();
+    if have("gcc", "--version", "the C agent was not run") {
+        agents.push(("C", Box::new(|| Command::new(c_agent_binary()))));
+    }
+    if have("python3", "--version", "the Python agent was not run") {
+        agents.push((
+            "Python",
+            Box::new(|| {
+                let mut c = Command::new("python3");
+                c.arg("examples/python/agent.py")
+                    .env("GPUMETER_FFI_LIB", built().shared());
+                c
+            }),
+        ));
+    }
+    if have("go", "version", "the Go agent was not run") {
+        agents.push(("Go", Box::new(|| Command::new(go_agent()))));
+    }
+    let long_tenant = "a".repeat(129);
+    let refused: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["--window-seconds", "0", RECORDING],
+        vec!["--window-seconds", "86401", RECORDING],
+        vec!["--window-seconds", "-60", RECORDING],
+        vec!["--window-seconds", "sixty", RECORDING],
+        vec!["--window-seconds", "18446744073709551616", RECORDING],
+        vec!["--reorder-horizon-ns", "-1", RECORDING],
+        vec!["--reorder-horizon-ns", "18446744073709551616", RECORDING],
+        vec!["--raw-cupti-api-version", "4294967296", RECORDING],
+        vec!["--raw-cupti-api-version", "-26", RECORDING],
+        vec!["--tenant", &long_tenant, RECORDING],
+        vec!["--no-such-flag", "1", RECORDING],
+    ];
+    let accepted: Vec<Vec<&str>> = vec![
+        vec!["--window-seconds", "86400", RECORDING],
+        vec!["--reorder-horizon-ns", "18446744073709551615", RECORDING],
+        vec!["--reorder-horizon-ns", "0", "--tenant", &long_tenant[..128], RECORDING],
+    ];
+    // (arguments, what the message names)
+    let unreadable: [(Vec<&str>, &str); 3] = [
+        (
+            vec!["--prices", "/nonexistent/book.toml", RECORDING],
+            "/nonexistent/book.toml",
+        ),
+        (vec!["--prices", "examples", RECORDING], "examples"),
+        (vec!["/nonexistent/recording.gmr"], "recording.gmr"),
+    ];
+    for (agent, command) in &agents {
+        let go = |args: &[&str]| {
+            let mut c = command();
+            c.args(args).current_dir(root());
+            c.output().unwrap_or_else(|e| panic!("{agent}: {e}"))
+        };
+        for args in &refused {
+            let out = go(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{agent} {args:?}: {stderr}");
+            assert!(out.stdout.is_empty(), "{agent} {args:?}: nothing is printed");
+            assert!(!stderr.contains("Traceback"), "{agent} {args:?}: {stderr}");
+        }
+        for args in &accepted {
+            let out = go(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{agent} {args:?}: {stderr}");
+        }
+        for (args, named) in &unreadable {
+            let out = go(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{agent} {args:?}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{agent} {args:?}: {stderr}");
+            assert!(stderr.contains(named), "{agent} {args:?}: {stderr}");
+        }
+    }
 }
