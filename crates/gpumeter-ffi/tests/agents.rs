@@ -431,7 +431,13 @@ fn agents_refuse_bad_arguments_alike() {
     let accepted: Vec<Vec<&str>> = vec![
         vec!["--window-seconds", "86400", RECORDING],
         vec!["--reorder-horizon-ns", "18446744073709551615", RECORDING],
-        vec!["--reorder-horizon-ns", "0", "--tenant", &long_tenant[..128], RECORDING],
+        vec![
+            "--reorder-horizon-ns",
+            "0",
+            "--tenant",
+            &long_tenant[..128],
+            RECORDING,
+        ],
     ];
     // (arguments, what the message names)
     let unreadable: [(Vec<&str>, &str); 3] = [
@@ -452,7 +458,10 @@ fn agents_refuse_bad_arguments_alike() {
             let out = go(args);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{agent} {args:?}: {stderr}");
-            assert!(out.stdout.is_empty(), "{agent} {args:?}: nothing is printed");
+            assert!(
+                out.stdout.is_empty(),
+                "{agent} {args:?}: nothing is printed"
+            );
             assert!(!stderr.contains("Traceback"), "{agent} {args:?}: {stderr}");
         }
         for args in &accepted {
@@ -464,7 +473,11 @@ fn agents_refuse_bad_arguments_alike() {
             let out = go(args);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(1), "{agent} {args:?}: {stderr}");
-            assert_eq!(stderr.trim_end().lines().count(), 1, "{agent} {args:?}: {stderr}");
+            assert_eq!(
+                stderr.trim_end().lines().count(),
+                1,
+                "{agent} {args:?}: {stderr}"
+            );
             assert!(stderr.contains(named), "{agent} {args:?}: {stderr}");
         }
     }

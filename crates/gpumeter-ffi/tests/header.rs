@@ -116,14 +116,17 @@ fn every_function_lists_the_statuses_it_can_return() {
     let fs = functions(&header);
     assert!(fs.len() > 20, "{} functions", fs.len());
     for f in &fs {
-        let errors = f.doc.split_once("# Errors").map(|(_, e)| {
-            e.split("\n#")
-                .next()
-                .expect("the section")
-                .to_string()
-        });
+        let errors = f
+            .doc
+            .split_once("# Errors")
+            .map(|(_, e)| e.split("\n#").next().expect("the section").to_string());
         if f.returns != "gm_status" {
-            assert!(errors.is_none(), "{}: returns {}, no status", f.name, f.returns);
+            assert!(
+                errors.is_none(),
+                "{}: returns {}, no status",
+                f.name,
+                f.returns
+            );
             continue;
         }
         let errors = errors.unwrap_or_else(|| panic!("{}: no # Errors section", f.name));
