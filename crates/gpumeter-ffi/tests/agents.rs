@@ -390,12 +390,15 @@ fn c_agent_binary() -> &'static Path {
     })
 }
 
+/// Makes a command that runs one agent.
+type AgentCommand = Box<dyn Fn() -> Command>;
+
 /// Issue 30 item 19: the three agents refuse the same out-of-range arguments (exit 2, before
 /// anything is read) and report a file they cannot read in one line (exit 1), never with a
 /// traceback; the ends of the ranges are accepted.
 #[test]
 fn agents_refuse_bad_arguments_alike() {
-    let mut agents: Vec<(&str, Box<dyn Fn() -> Command>)> = Vec::new();
+    let mut agents: Vec<(&str, AgentCommand)> = Vec::new();
     if have("gcc", "--version", "the C agent was not run") {
         agents.push(("C", Box::new(|| Command::new(c_agent_binary()))));
     }
