@@ -127,7 +127,7 @@ typedef uint32_t gm_status;
 // zero) and refuses a larger struct whose extra bytes are set.
 typedef struct gm_device_info {
   // `sizeof(gm_device_info)` as the caller's header declares it; less than the first
-  // version's size (0: not set) is `GM_ERR_INVALID_ARGUMENT`.
+  // version's size (0: not set), or more than 4096, is `GM_ERR_INVALID_ARGUMENT`.
   size_t struct_size;
   // CUPTI's `deviceId` (the CUDA device ordinal) of the device's records.
   uint32_t device_id;
@@ -156,7 +156,7 @@ typedef struct gm_device_info {
 // past its own (fields it does not know).
 typedef struct gm_recording_item {
   // `sizeof(gm_recording_item)` as the caller's header declares it; less than the first
-  // version's size (0: not set) is `GM_ERR_INVALID_ARGUMENT`.
+  // version's size (0: not set), or more than 4096, is `GM_ERR_INVALID_ARGUMENT`.
   size_t struct_size;
   // A `gm_recording_item_kind` number.
   uint32_t kind;

@@ -298,7 +298,12 @@ pub(crate) unsafe trait SizedStruct: Copy {
     const C_NAME: &'static str;
 }
 
-/// The size a caller's struct says it has, checked: at least the first version's.
+/// The largest `struct_size` taken: more is not the size of a struct of this ABI but a value
+/// never set (a struct not zeroed), which must not make the library read or write that far.
+const MAX_STRUCT_SIZE: usize = 4096;
+
+/// The size a caller's struct says it has, checked: at least the first version's, at most
+/// [`MAX_STRUCT_SIZE`].
 ///
 /// # Safety
 /// `p` is non-NULL and points to at least a readable `usize`.
@@ -306,7 +311,7 @@ unsafe fn struct_size<T: SizedStruct>(p: *const T, name: &str) -> Result<usize, 
     // SAFETY: non-NULL and readable for a usize (the caller's contract); unaligned reads are
     // allowed.
     let n = unsafe { p.cast::<usize>().read_unaligned() };
-    if n < T::MIN_SIZE {
+    if !(T::MIN_SIZE..=MAX_STRUCT_SIZE).contains(&n) {
         return Err(Failure::new(
             gm_status_code::GM_ERR_INVALID_ARGUMENT,
             format!(

@@ -76,7 +76,7 @@ impl gm_meter {
 #[derive(Debug, Clone, Copy)]
 pub struct gm_device_info {
     /// `sizeof(gm_device_info)` as the caller's header declares it; less than the first
-    /// version's size (0: not set) is `GM_ERR_INVALID_ARGUMENT`.
+    /// version's size (0: not set), or more than 4096, is `GM_ERR_INVALID_ARGUMENT`.
     pub struct_size: usize,
     /// CUPTI's `deviceId` (the CUDA device ordinal) of the device's records.
     pub device_id: u32,

@@ -46,7 +46,7 @@ pub enum gm_recording_item_kind {
 #[derive(Debug, Clone, Copy)]
 pub struct gm_recording_item {
     /// `sizeof(gm_recording_item)` as the caller's header declares it; less than the first
-    /// version's size (0: not set) is `GM_ERR_INVALID_ARGUMENT`.
+    /// version's size (0: not set), or more than 4096, is `GM_ERR_INVALID_ARGUMENT`.
     pub struct_size: usize,
     /// A `gm_recording_item_kind` number.
     pub kind: u32,

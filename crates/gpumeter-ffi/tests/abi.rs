@@ -1157,7 +1157,9 @@ fn sized_structs_are_checked_and_can_grow() {
         unsafe { gm_meter_register_device(m.0, info) }
     };
     let ours = std::mem::size_of::<gm_device_info>();
-    for size in [0, 8, ours - 1] {
+    // Not set, too small, and far more than any version (a struct never zeroed): refused
+    // before anything past the size field is read.
+    for size in [0, 8, ours - 1, 4097, 1 << 40, usize::MAX] {
         let info = gm_device_info {
             struct_size: size,
             uuid: uuid.as_ptr(),
