@@ -122,7 +122,7 @@ typedef uint32_t gm_status;
 // (`gm_meter_register_device`). Strings are borrowed for the call.
 //
 // The caller sets `struct_size` to `sizeof(gm_device_info)`, after zeroing the struct
-// (`gm_device_info info = {0};` or `memset`), so that a later library can add fields at the
+// (`= {0}` in C, `{}` in C++, or `memset`), so that a later library can add fields at the
 // end: a library reads the fields the size covers (a field an older program does not have is
 // zero) and refuses a larger struct whose extra bytes are set.
 typedef struct gm_device_info {

@@ -4,8 +4,9 @@
 //! CUPTI subscription: hand each completed activity buffer to a `gm_meter`, read usage as
 //! `gpumeter.usage/v1` JSON (a snapshot, or drained window by window), rate it with a price
 //! book, and keep the credit bank. The header is `bindings/c/gpumeter.h`, generated from this
-//! crate by cbindgen (`bindings/c/cbindgen.toml`); the library is `libgpumeter_ffi.so` /
-//! `libgpumeter_ffi.a`.
+//! crate by cbindgen (`bindings/c/cbindgen.toml`); the libraries, `libgpumeter_ffi.so.1` and
+//! `libgpumeter_ffi.a`, are made from this crate's staticlib by `scripts/build-c-abi`, which
+//! leaves only the `gm_*` functions global (docs/C_ABI.md, "Installing").
 //!
 //! ```c
 //! gm_meter *m = NULL;
