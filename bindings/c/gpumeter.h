@@ -14,8 +14,10 @@
 #include <stdint.h>
 
 // The C ABI version of this library (`gm_abi_version`). It changes only when a function,
-// type or code changes meaning; additions keep it.
-#define GM_ABI_VERSION 1
+// type or code changes meaning; additions keep it. 2: `gm_device_info` and
+// `gm_recording_item` start with `struct_size` (and `gm_recording_item.device` is a pointer);
+// the library has a SONAME (`libgpumeter_ffi.so.1`) and `GM_1` symbol versions.
+#define GM_ABI_VERSION 2
 
 // `device_id` of `gm_meter_report_dropped` when CUPTI does not say which device dropped
 // the records: the loss is booked on the meter's stream as a whole.
@@ -61,6 +63,11 @@ enum gm_status_code
   GM_ERR_PANIC = 12,
   // The handle was left unusable by an earlier internal error (`GM_ERR_PANIC`): free it.
   GM_ERR_POISONED = 13,
+  // The handle (meter, bank, recording) was made in another process: this is a child
+  // after `fork()` (e.g. Python's `multiprocessing` with the fork start method). A handle
+  // is not usable in a child (a thread that did not fork may have held it); nothing was
+  // done. Make a new handle in the child; its `_free` leaves the parent's alone.
+  GM_ERR_FORKED = 14,
 };
 #ifndef __cplusplus
 typedef uint32_t gm_status_code;
@@ -113,15 +120,17 @@ typedef uint32_t gm_status;
 
 // A CUDA device described by the agent, for buffers that carry no DEVICE record
 // (`gm_meter_register_device`). Strings are borrowed for the call.
+//
+// The caller sets `struct_size` to `sizeof(gm_device_info)`, after zeroing the struct
+// (`= {0}` in C, `{}` in C++, or `memset`), so that a later library can add fields at the
+// end: a library reads the fields the size covers (a field an older program does not have is
+// zero) and refuses a larger struct whose extra bytes are set.
 typedef struct gm_device_info {
+  // `sizeof(gm_device_info)` as the caller's header declares it; less than the first
+  // version's size (0: not set), or more than 4096, is `GM_ERR_INVALID_ARGUMENT`.
+  size_t struct_size;
   // CUPTI's `deviceId` (the CUDA device ordinal) of the device's records.
   uint32_t device_id;
-  // Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
-  const char *name;
-  // UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
-  // UTF-8; NULL = unknown (then the device is keyed
-  // `<source_name>@<meter instance>#<device_id>`, unique to the meter).
-  const char *uuid;
   // Streaming multiprocessors; 0 = unknown (then `sm_ns` and `warp_ns` are not
   // meterable).
   uint32_t sm_count;
@@ -129,25 +138,41 @@ typedef struct gm_device_info {
   uint32_t cc_major;
   // Compute capability, minor.
   uint32_t cc_minor;
+  // Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
+  const char *name;
+  // UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
+  // UTF-8; NULL = unknown (then the device is keyed
+  // `<source_name>@<meter instance>#<device_id>`, unique to the meter). One UUID is one
+  // device: a second device id with the UUID of one the meter knows is refused.
+  const char *uuid;
 } gm_device_info;
 
 // One replayed event. Only the fields of its `kind` are set; the others are zero/NULL.
 // Pointers stay valid until the next `gm_recording_next` or `gm_recording_free`.
+//
+// The caller sets `struct_size` to `sizeof(gm_recording_item)` before the first
+// `gm_recording_next` (the library keeps it), so that a later library can add fields at the
+// end: a library writes the fields the size covers, and zeroes the bytes of a larger struct
+// past its own (fields it does not know).
 typedef struct gm_recording_item {
+  // `sizeof(gm_recording_item)` as the caller's header declares it; less than the first
+  // version's size (0: not set), or more than 4096, is `GM_ERR_INVALID_ARGUMENT`.
+  size_t struct_size;
   // A `gm_recording_item_kind` number.
   uint32_t kind;
-  // `GM_ITEM_DEVICE`: the device (strings owned by the recording).
-  struct gm_device_info device;
+  // `GM_ITEM_DROPPED`: the device, or `GM_UNKNOWN_DEVICE`.
+  uint32_t device_id;
+  // `GM_ITEM_PROCESS_EXIT`: the process.
+  uint32_t pid;
+  // `GM_ITEM_DEVICE`: the device, a `gm_device_info` owned by the recording (its
+  // `struct_size` this library's); pass it to `gm_meter_register_device` as it is.
+  const struct gm_device_info *device;
   // `GM_ITEM_BUFFER`: the buffer's bytes (owned by the recording).
   const uint8_t *buffer;
   // `GM_ITEM_BUFFER`: its size in bytes.
   size_t buffer_size;
-  // `GM_ITEM_DROPPED`: the device, or `GM_UNKNOWN_DEVICE`.
-  uint32_t device_id;
   // `GM_ITEM_DROPPED`: records dropped since the last count.
   uint64_t dropped;
-  // `GM_ITEM_PROCESS_EXIT`: the process.
-  uint32_t pid;
   // `GM_ITEM_PROCESS_EXIT`: when it ended, ns since the epoch.
   uint64_t timestamp_ns;
 } gm_recording_item;
@@ -182,7 +207,7 @@ extern "C" {
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),
 // `GM_ERR_BANK` (the file cannot be opened or created, is not an SQLite database or not a
 // gpumeter ledger, or is a ledger of a newer version; the server cannot be reached or refuses
-// the login; the message names the location).
+// the login; the message names the location), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `location` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
@@ -190,7 +215,8 @@ gm_status gm_bank_open(const char *location,
                        struct gm_bank **out);
 
 // Closes a bank and frees it (the file or database stays; everything committed is in it).
-// NULL is fine.
+// NULL is fine. In a child after `fork()`, a bank the parent opened is left alone (its
+// connection is the parent's: closing it here could end the parent's).
 // No other call may use the bank during or after this one.
 //
 // # Safety
@@ -213,24 +239,25 @@ void gm_bank_free(struct gm_bank *bank);
 // empty: all),
 // `key` (idempotency key: the same key grants once, however often the call is made; default:
 // derived from the terms and `at_ns`, so a retry at another instant is a new grant) and
-// `at_ns` (when the grant is recorded; default now). Unknown keys are refused.
+// `at_ns` (when the grant is recorded; default now). Unknown keys are refused; an array or
+// any other value than an object is refused; integers past their range (64 bits) are "too
+// large".
 //
 // On success `*out_json` is a new string the caller owns and frees with
 // `gm_string_free`: `{"grant": {"grant": "g-…", "tenant",
 // "credits", "rate", "priority", "effective", "expires", "kind", "skus", "meters"},
 // "applied": true}`, times RFC 3339 UTC (`expires` null for never), decimals as strings;
-// `applied` is false when the same request was recorded before under the same key (nothing
-// changed; the grant shown is that one; a request without `effective_ns` matches the start
-// recorded then). The same key with other terms is `GM_ERR_BANK`, naming the key and the
-// first field that differs, and nothing is applied. On failure `*out_json` is not written
-// and the bank is unchanged. Any thread.
+// `applied` is false when a grant with the same key was recorded before (nothing changed;
+// the grant shown is that one). On failure `*out_json` is not written and the bank is
+// unchanged. Any thread.
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (`grant_json` is
-// not JSON, has an unknown key or a bad field, or the bank refuses the terms: credits or rate
-// not positive or beyond the bank's bounds (docs/BANK.md, "Bounds"), too many decimals, an
-// expiry not after the start), `GM_ERR_BANK` (the ledger cannot be read or written; the key
-// names an earlier request with other terms), `GM_ERR_POISONED`.
+// not a JSON object, has an unknown key or a bad field, or the bank refuses the terms: credits
+// or rate not positive, too many decimals, an expiry not after the start), `GM_ERR_BANK` (the
+// ledger cannot be read or written), `GM_ERR_FORKED` (a bank made before a `fork()`, in the
+// child), `GM_ERR_POISONED` (the bank was left unusable by an earlier `GM_ERR_PANIC`),
+// `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `grant_json` is NULL or NUL-terminated; `out_json` points to
@@ -253,8 +280,10 @@ gm_status gm_bank_grant_json(struct gm_bank *bank, const char *grant_json, char 
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
-// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the ledger cannot be read,
-// or keeps another currency than the book's), `GM_ERR_POISONED`.
+// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the bank refuses the
+// usage, or the ledger cannot be read, or keeps another currency than the book's),
+// `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `usage_json` and `price_book_toml` are NULL or
@@ -276,7 +305,12 @@ gm_status gm_bank_preview_json(struct gm_bank *bank,
 // is committed.
 //
 // # Errors
-// As `gm_bank_preview_json` (`GM_ERR_BANK` also when the ledger cannot be written).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
+// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the bank refuses the
+// finalization, or the ledger cannot be read or written, or keeps another currency than the
+// book's), `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED`
+// (the bank was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal
+// error, caught).
 //
 // # Safety
 // As `gm_bank_preview_json`.
@@ -299,7 +333,9 @@ gm_status gm_bank_finalize_json(struct gm_bank *bank,
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (not a tenant
-// name), `GM_ERR_BANK` (the ledger cannot be read, or is damaged), `GM_ERR_POISONED`.
+// name), `GM_ERR_BANK` (the ledger cannot be read, or is damaged), `GM_ERR_FORKED` (a bank
+// made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank was left unusable by an
+// earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `tenant` is NULL or NUL-terminated; `out_json` points to
@@ -323,7 +359,8 @@ gm_status gm_bank_balance_json(struct gm_bank *bank,
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_BANK` (verification failed, or the ledger cannot be read),
-// `GM_ERR_POISONED`.
+// `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `out_json` points to writable storage for a pointer.
@@ -335,20 +372,24 @@ uint32_t gm_abi_version(void);
 
 // Makes a meter.
 //
-// `config_json`: NULL for the defaults, else a JSON object with any of
+// `config_json`: NULL for the defaults, else a JSON object (an array or any other value is
+// refused) with any of
 // `window_seconds` (window size in s, dividing one day; default 3600),
 // `tenant` (the tenant of work no tenant rule matches; default none: `unattributed`),
 // `cupti_api_version` (the producer's `CUPTI_API_VERSION`, which picks record layouts: 26
 // for CUDA 12.8, 130001 for 13.0, 130401 for 13.4; default 26),
 // `reorder_horizon_ns` (how far records may arrive out of order; default 60 s) and
 // `source_name` (the meter's source in reports and the label of devices without a UUID;
-// default `gm_meter`). Unknown keys are refused.
+// default `gm_meter`). Unknown keys are refused; integers are JSON integers in their range
+// (`cupti_api_version` 32 bits, the others 64: past it is "too large").
 //
 // On success `*out` is a new meter the caller owns and frees with `gm_meter_free`; on
 // failure `*out` is not written.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_CONFIG`.
+// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8` (`config_json`),
+// `GM_ERR_INVALID_CONFIG` (not a JSON object, an unknown key, a value out of range),
+// `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `config_json` is NULL or a NUL-terminated string; `out` points to writable storage for a
@@ -356,7 +397,8 @@ uint32_t gm_abi_version(void);
 gm_status gm_meter_new(const char *config_json, struct gm_meter **out);
 
 // Frees a meter and everything it holds. NULL is fine. No other call may use the meter
-// during or after this one.
+// during or after this one. In a child after `fork()`, a meter the parent made is left alone
+// (not freed: a thread of the parent may have been changing it).
 //
 // # Safety
 // `meter` is NULL or a meter from `gm_meter_new` not freed before.
@@ -372,12 +414,16 @@ void gm_meter_free(struct gm_meter *meter);
 // fills what is still unknown. `info`'s strings are copied.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
-// `uuid`), `GM_ERR_INVALID_ARGUMENT` (an empty `uuid`).
+// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or `uuid`),
+// `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger struct with
+// fields this library does not know set; an empty `uuid`; a `uuid` another device id of the
+// meter has, from a description or a DEVICE record: nothing is registered), `GM_ERR_FORKED` (a
+// meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left unusable
+// by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
-// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` whose strings are
-// NULL or NUL-terminated.
+// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
+// `info->struct_size` readable bytes whose strings are NULL or NUL-terminated.
 gm_status gm_meter_register_device(struct gm_meter *meter, const struct gm_device_info *info);
 
 // Meters one completed CUPTI activity buffer: the `valid_size` bytes CUPTI's buffer-completed
@@ -388,9 +434,11 @@ gm_status gm_meter_register_device(struct gm_meter *meter, const struct gm_devic
 // reordering horizon, or before a drained edge, are counted as loss `late`.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size), `GM_ERR_DECODE`
-// (the buffer does not decode: a truncated record, an impossible size; nothing of it is
-// metered).
+// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size),
+// `GM_ERR_INVALID_ARGUMENT` (`valid_size` past `PTRDIFF_MAX`), `GM_ERR_DECODE` (the buffer
+// does not decode: a truncated record, an impossible size; nothing of it is metered),
+// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `buffer` is NULL or points to `valid_size` readable bytes.
@@ -404,8 +452,10 @@ gm_status gm_meter_ingest_cupti_buffer(struct gm_meter *meter,
 // after the records; a later call for the same id replaces the tenant. `tenant` is copied.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name
-// that the tenant rules refuse: empty, control characters, look-alikes of `idle`).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+// the tenant rules refuse: empty, control characters, look-alikes of `idle`), `GM_ERR_FORKED`
+// (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left
+// unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `tenant` is NULL or NUL-terminated.
@@ -417,7 +467,10 @@ gm_status gm_meter_set_tenant_for_external_id(struct gm_meter *meter,
 // `gm_meter_set_tenant_for_external_id` otherwise.
 //
 // # Errors
-// As `gm_meter_set_tenant_for_external_id`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+// the tenant rules refuse), `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // As `gm_meter_set_tenant_for_external_id`.
@@ -428,7 +481,9 @@ gm_status gm_meter_set_tenant_for_pid(struct gm_meter *meter, uint32_t pid, cons
 // meter has never heard of, books it on the meter's source as a whole. 0 does nothing.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter.
@@ -441,7 +496,9 @@ gm_status gm_meter_report_dropped(struct gm_meter *meter,
 // are billed up to there (`memory_byte_ns`).
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter.
@@ -453,7 +510,9 @@ gm_status gm_meter_process_exited(struct gm_meter *meter, uint32_t pid, uint64_t
 // loses nothing the horizon would have kept; a record starting before it is `late`.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `out_ns` points to writable storage for a `uint64_t`.
@@ -469,7 +528,9 @@ gm_status gm_meter_watermark_ns(const struct gm_meter *meter, uint64_t *out_ns);
 // on failure it is not written.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows),
+// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -492,7 +553,10 @@ gm_status gm_meter_usage_json(const struct gm_meter *meter, char **out_json);
 // on failure it is not written and the meter is left exactly as it was.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, held memory billed to an
+// edge past the meter's cell budget), `GM_ERR_FORKED` (a meter made before a `fork()`, in the
+// child), `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`),
+// `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -527,7 +591,7 @@ size_t gm_last_error_message(char *buf, size_t len);
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
-// `GM_ERR_RATING`.
+// `GM_ERR_RATING`, `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `usage_json` and `price_book_toml` are NULL or NUL-terminated; `out_invoice_json` points
@@ -546,9 +610,9 @@ gm_status gm_rate_json(const char *usage_json,
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (an unknown
 // `raw_cupti_api_version`), `GM_ERR_IO` (the file cannot be read; a `.gmr` that cannot be
-// read, that has damaged frames — their records are loss the events cannot carry — or
-// SASS instruction-count frames, or a device string holding a NUL byte: meter those whole
-// with `gpumeter usage`).
+// read, that has damaged frames — their records are loss the events cannot carry — or SASS
+// instruction-count frames, or a device string holding a NUL byte: meter those whole with
+// `gpumeter usage`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `path` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
@@ -558,24 +622,29 @@ gm_status gm_recording_open(const char *path,
 
 // The CUPTI API version the recording's buffers are laid out by (the `.gmr` header's, or
 // the one given for a raw buffer): pass it as `cupti_api_version` in `gm_meter_new`'s
-// configuration. 0 when `recording` is NULL.
+// configuration. 0 when `recording` is NULL or was opened in another process (a child after
+// `fork()`), and then the last error message says which.
 //
 // # Safety
 // `recording` is NULL or a live recording.
 uint32_t gm_recording_cupti_api_version(const struct gm_recording *recording);
 
 // Writes the next event into `*item` (kind `GM_ITEM_END` when there are no more, and again
-// on every later call).
+// on every later call). `item->struct_size` must be set (`sizeof(gm_recording_item)`); it is
+// kept. On failure `*item` is not written.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`.
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_ARGUMENT` (`item->struct_size` not set or too
+// small), `GM_ERR_FORKED` (a recording made before a `fork()`, in the child), `GM_ERR_PANIC`
+// (an internal error, caught).
 //
 // # Safety
-// `recording` is a live recording used by no other thread; `item` points to writable
-// storage for a `gm_recording_item`.
+// `recording` is a live recording used by no other thread; `item` points to a
+// `gm_recording_item` of `item->struct_size` writable bytes.
 gm_status gm_recording_next(struct gm_recording *recording, struct gm_recording_item *item);
 
-// Frees a recording (and the buffers and strings its items pointed to). NULL is fine.
+// Frees a recording (and the buffers and strings its items pointed to). NULL is fine. In a
+// child after `fork()`, a recording the parent opened is left alone.
 //
 // # Safety
 // `recording` is NULL or a recording from `gm_recording_open` not freed before.

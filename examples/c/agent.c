@@ -9,9 +9,9 @@
  * by its invoice (gm_rate_json); a real agent would ship the report to the billing service
  * instead. At the end everything left is drained.
  *
- *   cargo build -p gpumeter-ffi
+ *   scripts/build-c-abi
  *   gcc -std=c11 -Wall -Wextra -Werror -Ibindings/c examples/c/agent.c \
- *       -Ltarget/debug -Wl,-rpath,$PWD/target/debug -lgpumeter_ffi -o agent
+ *       -Ltarget/debug/c-abi/lib -Wl,-rpath,$PWD/target/debug/c-abi/lib -lgpumeter_ffi -o agent
  *   ./agent examples/data/h200-cuda13-smoke.gmr
  *
  * In an agent with a live subscription, the BUFFER case below is the body of CUPTI's
@@ -181,6 +181,9 @@ int main(int argc, char **argv) {
     if (failed(gm_recording_open(path, (uint32_t)raw_api, &rec), "gm_recording_open")) {
         goto out;
     }
+    /* A struct the library fills says how big it is: a later library adds fields at its end. */
+    memset(&item, 0, sizeof item);
+    item.struct_size = sizeof item;
 
     /* The buffers' layout is the producer's CUPTI API version: a live agent passes its
      * CUPTI_API_VERSION, a replay the recording's. */
@@ -210,7 +213,7 @@ int main(int argc, char **argv) {
         }
         switch (item.kind) {
         case GM_ITEM_DEVICE:
-            if (failed(gm_meter_register_device(meter, &item.device), "gm_meter_register_device")) {
+            if (failed(gm_meter_register_device(meter, item.device), "gm_meter_register_device")) {
                 goto out;
             }
             break;

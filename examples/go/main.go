@@ -10,18 +10,22 @@
 // line), followed by its invoice (gm_rate_json); a real agent would ship the report to the
 // billing service instead. At the end everything left is drained.
 //
-//	cargo build -p gpumeter-ffi
+//	scripts/build-c-abi
 //	go run ./examples/go examples/data/h200-cuda13-smoke.gmr
 //
-// The directives below find the header in bindings/c and the library in target/debug; with
-// another CARGO_TARGET_DIR, put its directory first:
+// The directives below find the header in bindings/c and the library in target/debug/c-abi/lib
+// (scripts/build-c-abi's output); with another CARGO_TARGET_DIR, put its directory first:
 //
-//	CGO_LDFLAGS="-L$CARGO_TARGET_DIR/debug -Wl,-rpath,$CARGO_TARGET_DIR/debug" go run ./examples/go ...
+//	L=$CARGO_TARGET_DIR/debug/c-abi/lib
+//	CGO_LDFLAGS="-L$L -Wl,-rpath,$L" go run ./examples/go ...
+//
+// or, with an installed copy (docs/C_ABI.md, "Installing"), CGO_CFLAGS and CGO_LDFLAGS from
+// `pkg-config --cflags --libs gpumeter`.
 package main
 
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../bindings/c
-#cgo LDFLAGS: -L${SRCDIR}/../../target/debug -Wl,-rpath,${SRCDIR}/../../target/debug -lgpumeter_ffi
+#cgo LDFLAGS: -L${SRCDIR}/../../target/debug/c-abi/lib -Wl,-rpath,${SRCDIR}/../../target/debug/c-abi/lib -lgpumeter_ffi
 #include <stdlib.h>
 #include "gpumeter.h"
 */
@@ -38,7 +42,7 @@ import (
 )
 
 // abiVersion is GM_ABI_VERSION of the header this file was written against.
-const abiVersion = 1
+const abiVersion = 2
 
 // call runs one library call and turns a failed status into an error with the library's
 // message. The message is kept per OS thread, and Go moves goroutines between threads, so
@@ -58,7 +62,7 @@ func call(what string, f func() C.gm_status) error {
 
 func main() {
 	windowSeconds := flag.Uint64("window-seconds", 3600, "window size in seconds (divides one day)")
-	horizon := flag.Int64("reorder-horizon-ns", -1, "how far records may arrive out of order (default: the library's, 60 s)")
+	horizon := flag.Uint64("reorder-horizon-ns", 0, "how far records may arrive out of order (default: the library's, 60 s)")
 	tenant := flag.String("tenant", "", "tenant of work no rule attributes (default: unattributed)")
 	prices := flag.String("prices", "examples/pricebook.toml", "price book (TOML)")
 	rawAPI := flag.Uint("raw-cupti-api-version", 0, "layout of a raw buffer file (0 = 26, CUDA 12.8's); a .gmr has its own")
@@ -67,17 +71,25 @@ func main() {
 		flag.PrintDefaults()
 	}
 	flag.Parse()
-	if flag.NArg() != 1 || *windowSeconds == 0 || *rawAPI > math.MaxUint32 {
+	haveHorizon := false
+	flag.Visit(func(f *flag.Flag) { haveHorizon = haveHorizon || f.Name == "reorder-horizon-ns" })
+	// The ranges the C agent (and the library's configuration) take.
+	if flag.NArg() != 1 || *windowSeconds == 0 || *windowSeconds > 86400 || *rawAPI > math.MaxUint32 ||
+		len(*tenant) > 128 {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(flag.Arg(0), *windowSeconds, *horizon, *tenant, *prices, uint32(*rawAPI)); err != nil {
+	var horizonNs *uint64
+	if haveHorizon {
+		horizonNs = horizon
+	}
+	if err := run(flag.Arg(0), *windowSeconds, horizonNs, *tenant, *prices, uint32(*rawAPI)); err != nil {
 		fmt.Fprintln(os.Stderr, "agent:", err)
 		os.Exit(1)
 	}
 }
 
-func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath string, rawAPI uint32) error {
+func run(path string, windowSeconds uint64, horizon *uint64, tenant, pricesPath string, rawAPI uint32) error {
 	// A library built for another ABI would misread our calls: refuse to run.
 	if v := C.gm_abi_version(); v != abiVersion {
 		return fmt.Errorf("library ABI %d, agent built for %d", uint32(v), abiVersion)
@@ -105,8 +117,8 @@ func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath st
 		"cupti_api_version": uint32(C.gm_recording_cupti_api_version(rec)),
 		"window_seconds":    windowSeconds,
 	}
-	if horizon >= 0 {
-		config["reorder_horizon_ns"] = horizon
+	if horizon != nil {
+		config["reorder_horizon_ns"] = *horizon
 	}
 	if tenant != "" {
 		config["tenant"] = tenant
@@ -125,7 +137,9 @@ func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath st
 
 	windowNs := windowSeconds * 1_000_000_000
 	var drainedEdge uint64
+	// A struct the library fills says how big it is: a later library adds fields at its end.
 	var item C.gm_recording_item
+	item.struct_size = C.size_t(unsafe.Sizeof(item))
 	for {
 		if err := call("gm_recording_next", func() C.gm_status { return C.gm_recording_next(rec, &item) }); err != nil {
 			return err
@@ -136,7 +150,7 @@ func run(path string, windowSeconds uint64, horizon int64, tenant, pricesPath st
 			return drain(meter, math.MaxUint64, prices)
 		case C.GM_ITEM_DEVICE:
 			err = call("gm_meter_register_device", func() C.gm_status {
-				return C.gm_meter_register_device(meter, &item.device)
+				return C.gm_meter_register_device(meter, item.device)
 			})
 		case C.GM_ITEM_BUFFER:
 			// CUPTI's buffer-completed callback: hand the valid bytes over, then drain the

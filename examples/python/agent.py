@@ -8,8 +8,10 @@ passes a window edge the windows closed before it are drained. Each drained usag
 printed to stdout, followed by its invoice (`gm_rate_json`); a real agent would ship the
 report to the billing service instead. At the end everything left is drained.
 
-    GPUMETER_FFI_LIB=target/debug/libgpumeter_ffi.so \
-        python3 examples/python/agent.py examples/data/h200-cuda13-smoke.gmr
+    scripts/build-c-abi
+    python3 examples/python/agent.py examples/data/h200-cuda13-smoke.gmr
+
+(the library: --lib, else $GPUMETER_FFI_LIB, else target/debug/c-abi/lib/libgpumeter_ffi.so.1).
 
 Only the standard library: the declarations below mirror bindings/c/gpumeter.h.
 """
@@ -18,10 +20,11 @@ import argparse
 import ctypes
 import json
 import os
+import re
 import sys
 
 # The ABI version these declarations were written against (GM_ABI_VERSION in gpumeter.h).
-GM_ABI_VERSION = 1
+GM_ABI_VERSION = 2
 GM_OK = 0
 UINT64_MAX = 2**64 - 1
 
@@ -33,12 +36,13 @@ class DeviceInfo(ctypes.Structure):
     """struct gm_device_info"""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("device_id", ctypes.c_uint32),
-        ("name", ctypes.c_char_p),
-        ("uuid", ctypes.c_char_p),
         ("sm_count", ctypes.c_uint32),
         ("cc_major", ctypes.c_uint32),
         ("cc_minor", ctypes.c_uint32),
+        ("name", ctypes.c_char_p),
+        ("uuid", ctypes.c_char_p),
     ]
 
 
@@ -46,13 +50,14 @@ class RecordingItem(ctypes.Structure):
     """struct gm_recording_item"""
 
     _fields_ = [
+        ("struct_size", ctypes.c_size_t),
         ("kind", ctypes.c_uint32),
-        ("device", DeviceInfo),
+        ("device_id", ctypes.c_uint32),
+        ("pid", ctypes.c_uint32),
+        ("device", ctypes.POINTER(DeviceInfo)),
         ("buffer", ctypes.c_void_p),
         ("buffer_size", ctypes.c_size_t),
-        ("device_id", ctypes.c_uint32),
         ("dropped", ctypes.c_uint64),
-        ("pid", ctypes.c_uint32),
         ("timestamp_ns", ctypes.c_uint64),
     ]
 
@@ -67,7 +72,7 @@ def load(path):
         lib = ctypes.CDLL(path)
     except OSError as e:
         raise GpumeterError(
-            f"cannot load {path} ({e}): build it with `cargo build -p gpumeter-ffi`, "
+            f"cannot load {path} ({e}): build it with `scripts/build-c-abi`, "
             "or give its path with --lib or GPUMETER_FFI_LIB"
         ) from None
     P = ctypes.POINTER
@@ -115,26 +120,57 @@ def take_string(lib, ptr):
         lib.gm_string_free(ptr)
 
 
+def number(lo, hi):
+    """An argparse type: a decimal integer from lo to hi (the C agent's ranges)."""
+
+    def parse(text):
+        if not re.fullmatch(r"[0-9]+", text) or not lo <= int(text) <= hi:
+            raise argparse.ArgumentTypeError(f"not a number from {lo} to {hi}: {text}")
+        return int(text)
+
+    return parse
+
+
+def tenant_name(text):
+    """An argparse type: a tenant name of at most 128 bytes (the library checks the rest)."""
+    if len(text.encode()) > 128:
+        raise argparse.ArgumentTypeError("a tenant name of at most 128 bytes")
+    return text
+
+
+def read_prices(path):
+    """The price book's bytes; a file that cannot be read is an error with its reason."""
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise GpumeterError(f"{path}: {e.strerror or e}") from None
+
+
 def main():
     root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("recording", help=".gmr recording or raw CUPTI activity buffer file")
     ap.add_argument("--lib", default=os.environ.get("GPUMETER_FFI_LIB",
-                    os.path.join(root, "target", "debug", "libgpumeter_ffi.so")),
-                    help="libgpumeter_ffi.so (default: $GPUMETER_FFI_LIB, else target/debug)")
+                    os.path.join(root, "target", "debug", "c-abi", "lib",
+                                 "libgpumeter_ffi.so.1")),
+                    help="libgpumeter_ffi.so.1 (default: $GPUMETER_FFI_LIB, else "
+                         "target/debug/c-abi/lib)")
     ap.add_argument("--prices", default="examples/pricebook.toml", help="price book (TOML)")
-    ap.add_argument("--window-seconds", type=int, default=3600)
-    ap.add_argument("--reorder-horizon-ns", type=int, help="default: the library's (60 s)")
-    ap.add_argument("--tenant", help="tenant of work no rule attributes (default: unattributed)")
-    ap.add_argument("--raw-cupti-api-version", type=int, default=0,
+    # The ranges the C agent (and the library's configuration) take.
+    ap.add_argument("--window-seconds", type=number(1, 86400), default=3600)
+    ap.add_argument("--reorder-horizon-ns", type=number(0, UINT64_MAX),
+                    help="default: the library's (60 s)")
+    ap.add_argument("--tenant", type=tenant_name,
+                    help="tenant of work no rule attributes (default: unattributed)")
+    ap.add_argument("--raw-cupti-api-version", type=number(0, 2**32 - 1), default=0,
                     help="layout of a raw buffer file (0 = 26, CUDA 12.8's); a .gmr has its own")
     args = ap.parse_args()
 
     lib = load(args.lib)
     if lib.gm_abi_version() != GM_ABI_VERSION:
         sys.exit(f"agent.py: library ABI {lib.gm_abi_version()}, agent written for {GM_ABI_VERSION}")
-    with open(args.prices, encoding="utf-8") as f:
-        prices = f.read().encode()
+    prices = read_prices(args.prices)
 
     rec = ctypes.c_void_p()
     check(lib, lib.gm_recording_open(args.recording.encode(), args.raw_cupti_api_version,
@@ -159,13 +195,14 @@ def main():
 def run(lib, rec, meter, window_ns, prices):
     """The agent's loop: what a CUPTI subscription's callbacks would do, in order."""
     drained_edge = 0
-    item = RecordingItem()
+    # A struct the library fills says how big it is: a later library adds fields at its end.
+    item = RecordingItem(struct_size=ctypes.sizeof(RecordingItem))
     while True:
         check(lib, lib.gm_recording_next(rec, ctypes.byref(item)), "gm_recording_next")
         if item.kind == GM_ITEM_END:
             break
         if item.kind == GM_ITEM_DEVICE:
-            check(lib, lib.gm_meter_register_device(meter, ctypes.byref(item.device)),
+            check(lib, lib.gm_meter_register_device(meter, item.device),
                   "gm_meter_register_device")
         elif item.kind == GM_ITEM_BUFFER:
             # CUPTI's buffer-completed callback: hand the valid bytes over, then drain the
@@ -207,3 +244,7 @@ if __name__ == "__main__":
         main()
     except GpumeterError as e:
         sys.exit(f"agent.py: {e}")
+    except BrokenPipeError:
+        # The reader went away (`| head`): as the C agent, which SIGPIPE ends, stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(1)

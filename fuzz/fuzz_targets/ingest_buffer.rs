@@ -18,7 +18,7 @@
 #![no_main]
 
 use std::ffi::{c_char, CStr};
-use std::ptr::{null, null_mut};
+use std::ptr::null_mut;
 
 use gpumeter_ffi::*;
 use libfuzzer_sys::fuzz_target;
@@ -84,12 +84,11 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(s, OK, "gm_meter_new");
     if flags & 4 != 0 {
         let info = gm_device_info {
-            device_id: 0,
             name: c"NVIDIA H200".as_ptr(),
-            uuid: null(),
             sm_count: 132,
             cc_major: 9,
             cc_minor: 0,
+            ..gm_device_info::new(0)
         };
         // SAFETY: a live meter and a description whose strings are static.
         assert_eq!(unsafe { gm_meter_register_device(m, &info) }, OK);

@@ -109,6 +109,24 @@ pub struct BufferSummary {
     pub invalid: u64,
 }
 
+/// A device description refused by [`CuptiStream::register_device`]: its UUID is another
+/// device's. One UUID is one device: the meter keys devices by UUID, so two CUPTI device ids
+/// with one UUID would be metered as one device, and one's work would be lost against the
+/// other's (overlapping kernels of two GPUs on one device's concurrency limit).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "device {id}: UUID {key} is device {other}'s already (one UUID is one device; a second \
+     device with it would be metered as the first)"
+)]
+pub struct DuplicateUuid {
+    /// The CUPTI device id described.
+    pub id: u32,
+    /// The device id that has the UUID.
+    pub other: u32,
+    /// The UUID, as a device key (`GPU-…`, `MIG-…`).
+    pub key: String,
+}
+
 /// The join and device state of a stream of CUPTI activity buffers feeding one [`Meter`].
 #[derive(Debug)]
 pub struct CuptiStream {
@@ -463,18 +481,50 @@ impl CuptiStream {
     /// description. Once the device is placed, a description (a later call, or a DEVICE record
     /// in a later buffer) only fills what is still unknown; a later call replaces what the
     /// stream remembers for devices not yet placed.
-    pub fn register_device(&mut self, meter: &mut Meter, mut info: DeviceInfo) {
-        self.seal(meter);
+    ///
+    /// # Errors
+    /// [`DuplicateUuid`] when another device id of the stream (described, placed, or named by
+    /// a DEVICE record) has the same UUID; nothing is registered.
+    pub fn register_device(
+        &mut self,
+        meter: &mut Meter,
+        mut info: DeviceInfo,
+    ) -> Result<(), DuplicateUuid> {
         info.key = match &info.uuid {
             Some(u) => DeviceInfo::uuid_key(u),
             None => DeviceInfo::source_key(&self.key_label, info.id),
         };
         info.uuid = info.uuid.as_deref().map(DeviceInfo::uuid_key);
         let id = info.id;
+        if info.uuid.is_some() {
+            if let Some(other) = self.device_keyed(&info.key, id) {
+                return Err(DuplicateUuid {
+                    id,
+                    other,
+                    key: info.key,
+                });
+            }
+        }
+        self.seal(meter);
         if let Some(&slot) = self.slots.get(&id) {
             meter.fill_device(slot, &info);
         }
         self.registered.insert(id, info);
+        Ok(())
+    }
+
+    /// A device id other than `except` that the stream knows (described, placed, or named by
+    /// a DEVICE record) and keys `key`.
+    fn device_keyed(&self, key: &str, except: u32) -> Option<u32> {
+        let ids: BTreeSet<u32> = self
+            .registered
+            .keys()
+            .chain(self.slots.keys())
+            .chain(self.joins.device_recs.keys())
+            .copied()
+            .filter(|&id| id != except)
+            .collect();
+        ids.into_iter().find(|&id| self.info(id).key == key)
     }
 
     /// Books `count` records CUPTI dropped (a delta, `cuptiActivityGetNumDroppedRecords`) on

@@ -29,7 +29,9 @@ fn replay_into(meter: &mut Meter, path: &PathBuf) -> CuptiStream {
                 info.uuid = d.uuid;
                 info.sm_count = d.sm_count;
                 info.compute_capability = d.compute_capability.and_then(|c| c.parse().ok());
-                stream.register_device(meter, info);
+                stream
+                    .register_device(meter, info)
+                    .expect("one UUID per device");
             }
             ReplayItem::Buffer(b) => {
                 stream.ingest(meter, &b).expect("buffer decodes");
@@ -439,7 +441,9 @@ fn a_device_record_wins_over_the_agents_description() {
     let mut fake = gpumeter_core::DeviceInfo::bare("", 0);
     fake.name = Some("Fake GPU".to_string());
     fake.sm_count = Some(16);
-    stream.register_device(&mut meter, fake);
+    stream
+        .register_device(&mut meter, fake)
+        .expect("no UUID, no conflict");
     stream.ingest(&mut meter, &buf).expect("decodes");
     let r = meter.snapshot().expect("snapshot");
     let d = &r.devices[0];

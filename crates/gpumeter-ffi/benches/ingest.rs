@@ -85,7 +85,9 @@ fn via_rust(api: ApiVersion, buffers: &[Vec<u8>], device: Option<&DeviceInfo>) -
     let mut meter = Meter::new(MeterConfig::default());
     let mut stream = CuptiStream::new("gm_meter", api);
     if let Some(d) = device {
-        stream.register_device(&mut meter, d.clone());
+        stream
+            .register_device(&mut meter, d.clone())
+            .expect("one device");
     }
     for b in buffers {
         stream
@@ -139,12 +141,12 @@ fn bench(c: &mut Criterion) {
         .compute_capability
         .map_or((0, 0), |c| (c.major, c.minor));
     let info = gm_device_info {
-        device_id: device.id,
         name: name.as_ptr(),
         uuid: uuid.as_ptr(),
         sm_count: device.sm_count.unwrap_or(0),
         cc_major,
         cc_minor,
+        ..gm_device_info::new(device.id)
     };
     let config = CString::new(format!(
         r#"{{"cupti_api_version": {}}}"#,

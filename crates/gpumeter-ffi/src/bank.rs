@@ -11,8 +11,10 @@ use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
 use crate::ffi::{
-    borrow, boundary, c_string, free_box, infallible, into_handle, out_arg, str_arg, unwind_safe,
+    boundary, c_string, free_handle, handle, infallible, into_handle, out_arg, str_arg,
+    unwind_safe, Handle, Origin,
 };
+use crate::json;
 use crate::rate::{price_book_arg, usage_arg};
 use crate::status::{gm_status, gm_status_code, Failure};
 
@@ -24,6 +26,14 @@ use crate::status::{gm_status, gm_status_code, Failure};
 #[allow(non_camel_case_types)]
 pub struct gm_bank {
     ledger: Mutex<AnyLedger>,
+    origin: Origin,
+}
+
+impl Handle for gm_bank {
+    const WHAT: &'static str = "bank";
+    fn origin(&self) -> &Origin {
+        &self.origin
+    }
 }
 
 impl gm_bank {
@@ -107,9 +117,11 @@ struct GrantJson {
     tenant: String,
     credits: String,
     rate: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "json::int")]
     priority: i64,
+    #[serde(default, deserialize_with = "json::opt_int")]
     effective_ns: Option<u64>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     expires_ns: Option<u64>,
     #[serde(default)]
     kind: RequestKind,
@@ -118,6 +130,7 @@ struct GrantJson {
     #[serde(default)]
     meters: Vec<String>,
     key: Option<String>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     at_ns: Option<u64>,
 }
 
@@ -130,8 +143,7 @@ fn decimal(field: &str, text: &str) -> Result<Decimal, Failure> {
 }
 
 fn grant_request(text: &str) -> Result<GrantRequest, Failure> {
-    let g: GrantJson =
-        serde_json::from_str(text).map_err(|e| invalid(format!("grant_json: {e}")))?;
+    let g: GrantJson = json::object(text).map_err(|e| invalid(format!("grant_json: {e}")))?;
     let credits = decimal("credits", &g.credits)?;
     let rate = decimal("rate", &g.rate)?;
     if credits <= Decimal::ZERO || rate <= Decimal::ZERO {
@@ -211,7 +223,7 @@ struct Granted {
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (empty),
 /// `GM_ERR_BANK` (the file cannot be opened or created, is not an SQLite database or not a
 /// gpumeter ledger, or is a ledger of a newer version; the server cannot be reached or refuses
-/// the login; the message names the location).
+/// the login; the message names the location), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `location` is NULL or NUL-terminated; `out` points to writable storage for a pointer.
@@ -230,6 +242,7 @@ pub unsafe extern "C" fn gm_bank_open(
         let ledger = gpumeter::bank::open(location).map_err(bank_failure)?;
         let bank = gm_bank {
             ledger: Mutex::new(ledger),
+            origin: Origin::here(),
         };
         // SAFETY: `out` is writable storage for a pointer (the contract above).
         unsafe { out.write(into_handle(bank)) };
@@ -238,7 +251,8 @@ pub unsafe extern "C" fn gm_bank_open(
 }
 
 /// Closes a bank and frees it (the file or database stays; everything committed is in it).
-/// NULL is fine.
+/// NULL is fine. In a child after `fork()`, a bank the parent opened is left alone (its
+/// connection is the parent's: closing it here could end the parent's).
 /// No other call may use the bank during or after this one.
 ///
 /// # Safety
@@ -246,7 +260,7 @@ pub unsafe extern "C" fn gm_bank_open(
 #[no_mangle]
 pub unsafe extern "C" fn gm_bank_free(bank: *mut gm_bank) {
     // SAFETY: NULL or a live bank from `gm_bank_open`, freed once (the contract above).
-    infallible((), || unsafe { free_box(bank) })
+    infallible((), || unsafe { free_handle(bank) })
 }
 
 /// Grants credits to a tenant (`gpumeter bank grant`), in one ledger transaction.
@@ -265,7 +279,9 @@ pub unsafe extern "C" fn gm_bank_free(bank: *mut gm_bank) {
 /// empty: all),
 /// `key` (idempotency key: the same key grants once, however often the call is made; default:
 /// derived from the terms and `at_ns`, so a retry at another instant is a new grant) and
-/// `at_ns` (when the grant is recorded; default now). Unknown keys are refused.
+/// `at_ns` (when the grant is recorded; default now). Unknown keys are refused; an array or
+/// any other value than an object is refused; integers past their range (64 bits) are "too
+/// large".
 ///
 /// On success `*out_json` is a new string the caller owns and frees with
 /// `gm_string_free`: `{"grant": {"grant": "g-…", "tenant",
@@ -279,10 +295,12 @@ pub unsafe extern "C" fn gm_bank_free(bank: *mut gm_bank) {
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (`grant_json` is
-/// not JSON, has an unknown key or a bad field, or the bank refuses the terms: credits or rate
-/// not positive or beyond the bank's bounds (docs/BANK.md, "Bounds"), too many decimals, an
-/// expiry not after the start), `GM_ERR_BANK` (the ledger cannot be read or written; the key
-/// names an earlier request with other terms), `GM_ERR_POISONED`.
+/// not a JSON object, has an unknown key or a bad field, or the bank refuses the terms: credits
+/// or rate not positive or beyond the bank's bounds (docs/BANK.md, "Bounds"), too many
+/// decimals, an expiry not after the start), `GM_ERR_BANK` (the ledger cannot be read or
+/// written; the key names an earlier request with other terms), `GM_ERR_FORKED` (a bank made
+/// before a `fork()`, in the child), `GM_ERR_POISONED` (the bank was left unusable by an
+/// earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `bank` is NULL or a live bank; `grant_json` is NULL or NUL-terminated; `out_json` points to
@@ -296,7 +314,7 @@ pub unsafe extern "C" fn gm_bank_grant_json(
     boundary(unwind_safe(|| {
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: NULL or a live bank (the contract above).
-        let bank = unsafe { borrow(bank, "bank") }?;
+        let bank = unsafe { handle(bank, "bank") }?;
         // SAFETY: NULL or NUL-terminated (the contract above).
         let req = grant_request(unsafe { str_arg(grant_json, "grant_json") }?)?;
         let (grant, applied) = {
@@ -327,7 +345,7 @@ unsafe fn bill(
     boundary(unwind_safe(|| {
         let out = out_arg(out_invoice_json, "out_invoice_json")?;
         // SAFETY: NULL or a live bank (the caller's contract).
-        let bank = unsafe { borrow(bank, "bank") }?;
+        let bank = unsafe { handle(bank, "bank") }?;
         // SAFETY: NULL or NUL-terminated (the caller's contract).
         let usage = usage_arg(unsafe { str_arg(usage_json, "usage_json") }?)?;
         // SAFETY: NULL or NUL-terminated (the caller's contract).
@@ -359,8 +377,10 @@ unsafe fn bill(
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
-/// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the ledger cannot be read,
-/// or keeps another currency than the book's), `GM_ERR_POISONED`.
+/// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the bank refuses the
+/// usage, or the ledger cannot be read, or keeps another currency than the book's),
+/// `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank
+/// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `bank` is NULL or a live bank; `usage_json` and `price_book_toml` are NULL or
@@ -388,9 +408,13 @@ pub unsafe extern "C" fn gm_bank_preview_json(
 /// is committed.
 ///
 /// # Errors
-/// As `gm_bank_preview_json` (`GM_ERR_BANK` also when the ledger cannot be written);
-/// `GM_ERR_USAGE_JSON` also for an incomplete report (`"complete": false`: a snapshot from
-/// `gm_meter_usage_json`), whose windows may still grow: finalize drained reports.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON` (also for an incomplete
+/// report, `"complete": false`: a snapshot from `gm_meter_usage_json`, whose windows may still
+/// grow: finalize drained reports), `GM_ERR_PRICE_BOOK`, `GM_ERR_RATING` (the book cannot rate
+/// this usage), `GM_ERR_BANK` (the bank refuses the finalization, or the ledger cannot be read
+/// or written, or keeps another currency than the book's), `GM_ERR_FORKED` (a bank made before
+/// a `fork()`, in the child), `GM_ERR_POISONED` (the bank was left unusable by an earlier
+/// `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// As `gm_bank_preview_json`.
@@ -419,7 +443,9 @@ pub unsafe extern "C" fn gm_bank_finalize_json(
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (not a tenant
-/// name), `GM_ERR_BANK` (the ledger cannot be read, or is damaged), `GM_ERR_POISONED`.
+/// name), `GM_ERR_BANK` (the ledger cannot be read, or is damaged), `GM_ERR_FORKED` (a bank
+/// made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank was left unusable by an
+/// earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `bank` is NULL or a live bank; `tenant` is NULL or NUL-terminated; `out_json` points to
@@ -434,7 +460,7 @@ pub unsafe extern "C" fn gm_bank_balance_json(
     boundary(unwind_safe(|| {
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: NULL or a live bank (the contract above).
-        let bank = unsafe { borrow(bank, "bank") }?;
+        let bank = unsafe { handle(bank, "bank") }?;
         // SAFETY: NULL or NUL-terminated (the contract above).
         let tenant = bank_tenant("tenant", unsafe { str_arg(tenant, "tenant") }?)?;
         let at = if at_ns == 0 { now_ns() } else { at_ns };
@@ -463,7 +489,8 @@ pub unsafe extern "C" fn gm_bank_balance_json(
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_BANK` (verification failed, or the ledger cannot be read),
-/// `GM_ERR_POISONED`.
+/// `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED` (the bank
+/// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `bank` is NULL or a live bank; `out_json` points to writable storage for a pointer.
@@ -475,7 +502,7 @@ pub unsafe extern "C" fn gm_bank_verify_json(
     boundary(unwind_safe(|| {
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: NULL or a live bank (the contract above).
-        let bank = unsafe { borrow(bank, "bank") }?;
+        let bank = unsafe { handle(bank, "bank") }?;
         let report = {
             let mut ledger = bank.lock()?;
             ledger

@@ -4,8 +4,9 @@
 //! CUPTI subscription: hand each completed activity buffer to a `gm_meter`, read usage as
 //! `gpumeter.usage/v1` JSON (a snapshot, or drained window by window), rate it with a price
 //! book, and keep the credit bank. The header is `bindings/c/gpumeter.h`, generated from this
-//! crate by cbindgen (`bindings/c/cbindgen.toml`); the library is `libgpumeter_ffi.so` /
-//! `libgpumeter_ffi.a`.
+//! crate by cbindgen (`bindings/c/cbindgen.toml`); the libraries, `libgpumeter_ffi.so.1` and
+//! `libgpumeter_ffi.a`, are made from this crate's staticlib by `scripts/build-c-abi`, which
+//! leaves only the `gm_*` functions global (docs/C_ABI.md, "Installing").
 //!
 //! ```c
 //! gm_meter *m = NULL;
@@ -37,6 +38,7 @@
 
 mod bank;
 mod ffi;
+mod json;
 mod meter;
 mod rate;
 mod recording;
@@ -49,5 +51,7 @@ pub use recording::*;
 pub use status::{gm_status, gm_status_code};
 
 /// The C ABI version of this library (`gm_abi_version`). It changes only when a function,
-/// type or code changes meaning; additions keep it.
-pub const GM_ABI_VERSION: u32 = 1;
+/// type or code changes meaning; additions keep it. 2: `gm_device_info` and
+/// `gm_recording_item` start with `struct_size` (and `gm_recording_item.device` is a pointer);
+/// the library has a SONAME (`libgpumeter_ffi.so.1`) and `GM_1` symbol versions.
+pub const GM_ABI_VERSION: u32 = 2;

@@ -9,9 +9,10 @@ use gpumeter::{ApiVersion, Meter, UsageReport, WindowSize};
 use serde::Deserialize;
 
 use crate::ffi::{
-    borrow, boundary, bytes_arg, c_string, free_box, infallible, into_handle, opt_str_arg, out_arg,
-    str_arg, unwind_safe,
+    boundary, bytes_arg, c_string, free_handle, handle, infallible, into_handle, opt_str_arg,
+    out_arg, sized_arg, str_arg, unwind_safe, Handle, Origin, SizedStruct,
 };
+use crate::json;
 use crate::status::{gm_status, gm_status_code, Failure};
 
 /// `device_id` of `gm_meter_report_dropped` when CUPTI does not say which device dropped
@@ -29,6 +30,14 @@ pub const GM_DEFAULT_SOURCE_NAME: &str = "gm_meter";
 pub struct gm_meter {
     api: ApiVersion,
     state: Mutex<State>,
+    origin: Origin,
+}
+
+impl Handle for gm_meter {
+    const WHAT: &'static str = "meter";
+    fn origin(&self) -> &Origin {
+        &self.origin
+    }
 }
 
 struct State {
@@ -57,18 +66,20 @@ impl gm_meter {
 
 /// A CUDA device described by the agent, for buffers that carry no DEVICE record
 /// (`gm_meter_register_device`). Strings are borrowed for the call.
+///
+/// The caller sets `struct_size` to `sizeof(gm_device_info)`, after zeroing the struct
+/// (`= {0}` in C, `{}` in C++, or `memset`), so that a later library can add fields at the
+/// end: a library reads the fields the size covers (a field an older program does not have is
+/// zero) and refuses a larger struct whose extra bytes are set.
 #[allow(non_camel_case_types)]
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct gm_device_info {
+    /// `sizeof(gm_device_info)` as the caller's header declares it; less than the first
+    /// version's size (0: not set), or more than 4096, is `GM_ERR_INVALID_ARGUMENT`.
+    pub struct_size: usize,
     /// CUPTI's `deviceId` (the CUDA device ordinal) of the device's records.
     pub device_id: u32,
-    /// Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
-    pub name: *const c_char,
-    /// UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
-    /// UTF-8; NULL = unknown (then the device is keyed
-    /// `<source_name>@<meter instance>#<device_id>`, unique to the meter).
-    pub uuid: *const c_char,
     /// Streaming multiprocessors; 0 = unknown (then `sm_ns` and `warp_ns` are not
     /// meterable).
     pub sm_count: u32,
@@ -76,15 +87,49 @@ pub struct gm_device_info {
     pub cc_major: u32,
     /// Compute capability, minor.
     pub cc_minor: u32,
+    /// Marketing name (`NVIDIA H100 80GB HBM3`), NUL-terminated UTF-8; NULL = unknown.
+    pub name: *const c_char,
+    /// UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
+    /// UTF-8; NULL = unknown (then the device is keyed
+    /// `<source_name>@<meter instance>#<device_id>`, unique to the meter). One UUID is one
+    /// device: a second device id with the UUID of one the meter knows is refused.
+    pub uuid: *const c_char,
+}
+
+// SAFETY: `#[repr(C)]`, `struct_size` first, integers and pointers only (all-zero is valid).
+unsafe impl SizedStruct for gm_device_info {
+    // The first version ends with `uuid`.
+    const MIN_SIZE: usize =
+        std::mem::offset_of!(gm_device_info, uuid) + std::mem::size_of::<*const c_char>();
+    const C_NAME: &'static str = "gm_device_info";
+}
+
+impl gm_device_info {
+    /// A description with this library's `struct_size` and nothing known but the id (for
+    /// Rust callers; C zeroes the struct and sets `struct_size`).
+    pub fn new(device_id: u32) -> Self {
+        gm_device_info {
+            struct_size: std::mem::size_of::<Self>(),
+            device_id,
+            sm_count: 0,
+            cc_major: 0,
+            cc_minor: 0,
+            name: std::ptr::null(),
+            uuid: std::ptr::null(),
+        }
+    }
 }
 
 /// `config_json` of `gm_meter_new`.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Config {
+    #[serde(default, deserialize_with = "json::opt_int")]
     window_seconds: Option<u64>,
     tenant: Option<String>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     cupti_api_version: Option<u32>,
+    #[serde(default, deserialize_with = "json::opt_int")]
     reorder_horizon_ns: Option<u64>,
     source_name: Option<String>,
 }
@@ -99,7 +144,7 @@ fn config_error(message: String) -> Failure {
 fn parse_config(text: Option<&str>) -> Result<(MeterConfig, ApiVersion, String), Failure> {
     let c: Config = match text {
         None => Config::default(),
-        Some(t) => serde_json::from_str(t).map_err(|e| config_error(e.to_string()))?,
+        Some(t) => json::object(t).map_err(config_error)?,
     };
     let mut config = MeterConfig::default();
     if let Some(s) = c.window_seconds {
@@ -149,7 +194,7 @@ unsafe fn set_tenant_rule(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         // SAFETY: NULL or NUL-terminated (the contract above).
         let t = tenant_arg(unsafe { str_arg(tenant, "tenant") }?)?;
         meter.with(|meter, _| add(meter.tenant_map_mut(), t))?;
@@ -176,20 +221,24 @@ pub extern "C" fn gm_abi_version() -> u32 {
 
 /// Makes a meter.
 ///
-/// `config_json`: NULL for the defaults, else a JSON object with any of
+/// `config_json`: NULL for the defaults, else a JSON object (an array or any other value is
+/// refused) with any of
 /// `window_seconds` (window size in s, dividing one day; default 3600),
 /// `tenant` (the tenant of work no tenant rule matches; default none: `unattributed`),
 /// `cupti_api_version` (the producer's `CUPTI_API_VERSION`, which picks record layouts: 26
 /// for CUDA 12.8, 130001 for 13.0, 130401 for 13.4; default 26),
 /// `reorder_horizon_ns` (how far records may arrive out of order; default 60 s) and
 /// `source_name` (the meter's source in reports and the label of devices without a UUID;
-/// default `gm_meter`). Unknown keys are refused.
+/// default `gm_meter`). Unknown keys are refused; integers are JSON integers in their range
+/// (`cupti_api_version` 32 bits, the others 64: past it is "too large").
 ///
 /// On success `*out` is a new meter the caller owns and frees with `gm_meter_free`; on
 /// failure `*out` is not written.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_CONFIG`.
+/// `GM_ERR_NULL_ARGUMENT` (`out` NULL), `GM_ERR_INVALID_UTF8` (`config_json`),
+/// `GM_ERR_INVALID_CONFIG` (not a JSON object, an unknown key, a value out of range),
+/// `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `config_json` is NULL or a NUL-terminated string; `out` points to writable storage for a
@@ -210,6 +259,7 @@ pub unsafe extern "C" fn gm_meter_new(
                 meter: Meter::new(config),
                 stream: CuptiStream::new(&name, api),
             }),
+            origin: Origin::here(),
         };
         // SAFETY: `out` is writable storage for a pointer (the contract above).
         unsafe { out.write(into_handle(meter)) };
@@ -218,14 +268,15 @@ pub unsafe extern "C" fn gm_meter_new(
 }
 
 /// Frees a meter and everything it holds. NULL is fine. No other call may use the meter
-/// during or after this one.
+/// during or after this one. In a child after `fork()`, a meter the parent made is left alone
+/// (not freed: a thread of the parent may have been changing it).
 ///
 /// # Safety
 /// `meter` is NULL or a meter from `gm_meter_new` not freed before.
 #[no_mangle]
 pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
     // SAFETY: NULL or a live meter from `gm_meter_new`, freed once (the contract above).
-    infallible((), || unsafe { free_box(meter) })
+    infallible((), || unsafe { free_handle(meter) })
 }
 
 /// Describes a device for buffers without a DEVICE record, or adds what its DEVICE record
@@ -238,12 +289,16 @@ pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
 /// fills what is still unknown. `info`'s strings are copied.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or
-/// `uuid`), `GM_ERR_INVALID_ARGUMENT` (an empty `uuid`).
+/// `GM_ERR_NULL_ARGUMENT` (`meter` or `info` NULL), `GM_ERR_INVALID_UTF8` (`name` or `uuid`),
+/// `GM_ERR_INVALID_ARGUMENT` (`info->struct_size` not set or too small, or a larger struct with
+/// fields this library does not know set; an empty `uuid`; a `uuid` another device id of the
+/// meter has, from a description or a DEVICE record: nothing is registered), `GM_ERR_FORKED` (a
+/// meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left unusable
+/// by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
-/// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` whose strings are
-/// NULL or NUL-terminated.
+/// `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
+/// `info->struct_size` readable bytes whose strings are NULL or NUL-terminated.
 #[no_mangle]
 pub unsafe extern "C" fn gm_meter_register_device(
     meter: *mut gm_meter,
@@ -251,9 +306,10 @@ pub unsafe extern "C" fn gm_meter_register_device(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
-        // SAFETY: NULL or a readable `gm_device_info` (the contract above).
-        let info = unsafe { borrow(info, "info") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
+        // SAFETY: NULL or a `gm_device_info` of `struct_size` readable bytes (the contract
+        // above).
+        let info = unsafe { sized_arg(info, "info") }?;
         // SAFETY: NULL or NUL-terminated strings (the contract above).
         let name = unsafe { opt_str_arg(info.name, "info->name") }?;
         // SAFETY: as for `name`.
@@ -272,9 +328,14 @@ pub unsafe extern "C" fn gm_meter_register_device(
             major: info.cc_major,
             minor: info.cc_minor,
         });
-        meter.with(|meter, stream| {
-            stream.register_device(meter, d);
-        })
+        meter
+            .with(|meter, stream| stream.register_device(meter, d))?
+            .map_err(|e| {
+                Failure::new(
+                    gm_status_code::GM_ERR_INVALID_ARGUMENT,
+                    format!("info: {e}"),
+                )
+            })
     }))
 }
 
@@ -286,9 +347,11 @@ pub unsafe extern "C" fn gm_meter_register_device(
 /// reordering horizon, or before a drained edge, are counted as loss `late`.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size), `GM_ERR_DECODE`
-/// (the buffer does not decode: a truncated record, an impossible size; nothing of it is
-/// metered).
+/// `GM_ERR_NULL_ARGUMENT` (`meter` NULL, or `buffer` NULL with a size),
+/// `GM_ERR_INVALID_ARGUMENT` (`valid_size` past `PTRDIFF_MAX`), `GM_ERR_DECODE` (the buffer
+/// does not decode: a truncated record, an impossible size; nothing of it is metered),
+/// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+/// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `buffer` is NULL or points to `valid_size` readable bytes.
@@ -300,7 +363,7 @@ pub unsafe extern "C" fn gm_meter_ingest_cupti_buffer(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         // SAFETY: NULL or `valid_size` readable bytes (the contract above).
         let bytes = unsafe { bytes_arg(buffer, valid_size, "buffer") }?;
         let prepared = CuptiStream::prepare(meter.api, bytes)
@@ -319,8 +382,10 @@ pub unsafe extern "C" fn gm_meter_ingest_cupti_buffer(
 /// after the records; a later call for the same id replaces the tenant. `tenant` is copied.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name
-/// that the tenant rules refuse: empty, control characters, look-alikes of `idle`).
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+/// the tenant rules refuse: empty, control characters, look-alikes of `idle`), `GM_ERR_FORKED`
+/// (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter was left
+/// unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `tenant` is NULL or NUL-terminated.
@@ -342,7 +407,10 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_external_id(
 /// `gm_meter_set_tenant_for_external_id` otherwise.
 ///
 /// # Errors
-/// As `gm_meter_set_tenant_for_external_id`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (a tenant name that
+/// the tenant rules refuse), `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// As `gm_meter_set_tenant_for_external_id`.
@@ -365,7 +433,9 @@ pub unsafe extern "C" fn gm_meter_set_tenant_for_pid(
 /// meter has never heard of, books it on the meter's source as a whole. 0 does nothing.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter.
@@ -377,7 +447,7 @@ pub unsafe extern "C" fn gm_meter_report_dropped(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         meter.with(|meter, stream| {
             let device = (device_id != GM_UNKNOWN_DEVICE).then_some(device_id);
             stream.report_dropped(meter, device, dropped_delta);
@@ -390,7 +460,9 @@ pub unsafe extern "C" fn gm_meter_report_dropped(
 /// are billed up to there (`memory_byte_ns`).
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter.
@@ -402,7 +474,7 @@ pub unsafe extern "C" fn gm_meter_process_exited(
 ) -> gm_status {
     boundary(unwind_safe(|| {
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         meter.with(|meter, stream| {
             stream.process_exited(meter, pid, timestamp_ns);
         })
@@ -415,7 +487,9 @@ pub unsafe extern "C" fn gm_meter_process_exited(
 /// loses nothing the horizon would have kept; a record starting before it is `late`.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_FORKED` (a meter made before a `fork()`, in the child),
+/// `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC`
+/// (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `out_ns` points to writable storage for a `uint64_t`.
@@ -427,7 +501,7 @@ pub unsafe extern "C" fn gm_meter_watermark_ns(
     boundary(unwind_safe(|| {
         let out = out_arg(out_ns, "out_ns")?;
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         let w = meter.with(|meter, _| meter.watermark_ns())?;
         // SAFETY: writable storage for a u64 (the contract above).
         unsafe { out.write(w) };
@@ -445,7 +519,9 @@ pub unsafe extern "C" fn gm_meter_watermark_ns(
 /// on failure it is not written.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows).
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, too many windows),
+/// `GM_ERR_FORKED` (a meter made before a `fork()`, in the child), `GM_ERR_POISONED` (the meter
+/// was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -457,7 +533,7 @@ pub unsafe extern "C" fn gm_meter_usage_json(
     boundary(unwind_safe(|| {
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         let json = { meter.with(|meter, stream| report_json(stream.snapshot(meter)))?? };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).
@@ -483,7 +559,10 @@ pub unsafe extern "C" fn gm_meter_usage_json(
 /// on failure it is not written and the meter is left exactly as it was.
 ///
 /// # Errors
-/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER`.
+/// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_METER` (a quantity beyond 128 bits, held memory billed to an
+/// edge past the meter's cell budget), `GM_ERR_FORKED` (a meter made before a `fork()`, in the
+/// child), `GM_ERR_POISONED` (the meter was left unusable by an earlier `GM_ERR_PANIC`),
+/// `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `meter` is a live meter; `out_json` points to writable storage for a pointer.
@@ -496,7 +575,7 @@ pub unsafe extern "C" fn gm_meter_drain_usage_json(
     boundary(unwind_safe(|| {
         let out = out_arg(out_json, "out_json")?;
         // SAFETY: a live meter or NULL (the contract above).
-        let meter = unsafe { borrow(meter, "meter") }?;
+        let meter = unsafe { handle(meter, "meter") }?;
         let json = { meter.with(|meter, stream| report_json(stream.drain(meter, before_ns)))?? };
         let c = c_string(json, "the usage report")?;
         // SAFETY: writable storage for a pointer (the contract above).

@@ -50,7 +50,7 @@ pub(crate) fn json_out<T: serde::Serialize>(v: &T, what: &str) -> Result<*mut c_
 ///
 /// # Errors
 /// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
-/// `GM_ERR_RATING`.
+/// `GM_ERR_RATING`, `GM_ERR_PANIC` (an internal error, caught).
 ///
 /// # Safety
 /// `usage_json` and `price_book_toml` are NULL or NUL-terminated; `out_invoice_json` points

@@ -47,6 +47,11 @@ pub enum gm_status_code {
     GM_ERR_PANIC = 12,
     /// The handle was left unusable by an earlier internal error (`GM_ERR_PANIC`): free it.
     GM_ERR_POISONED = 13,
+    /// The handle (meter, bank, recording) was made in another process: this is a child
+    /// after `fork()` (e.g. Python's `multiprocessing` with the fork start method). A handle
+    /// is not usable in a child (a thread that did not fork may have held it); nothing was
+    /// done. Make a new handle in the child; its `_free` leaves the parent's alone.
+    GM_ERR_FORKED = 14,
 }
 
 /// A failure on its way to the caller: its status and message.

@@ -139,12 +139,12 @@ impl M {
                 cc,
             } => {
                 let info = gm_device_info {
-                    device_id: *id,
                     name: name.as_ref().map_or(null(), |s| s.as_ptr()),
                     uuid: uuid.as_ref().map_or(null(), |s| s.as_ptr()),
                     sm_count: *sm_count,
                     cc_major: cc.0,
                     cc_minor: cc.1,
+                    ..gm_device_info::new(*id)
                 };
                 // SAFETY: a live meter and a device description whose strings live for the call.
                 expect_ok(unsafe { gm_meter_register_device(self.0, &info) });
@@ -214,21 +214,23 @@ fn recording(path: &std::path::Path) -> (u32, Vec<Event>) {
     let api = unsafe { gm_recording_cupti_api_version(rec) };
     let mut events = Vec::new();
     loop {
-        let mut it = std::mem::MaybeUninit::<gm_recording_item>::uninit();
-        // SAFETY: a live recording used by this thread only, and storage for an item.
-        expect_ok(unsafe { gm_recording_next(rec, it.as_mut_ptr()) });
-        // SAFETY: written on success.
-        let it = unsafe { it.assume_init() };
+        let mut it = gm_recording_item::new();
+        // SAFETY: a live recording used by this thread only, and a sized item.
+        expect_ok(unsafe { gm_recording_next(rec, &mut it) });
+        assert_eq!(it.struct_size, std::mem::size_of::<gm_recording_item>());
         let kind = it.kind;
         if kind == gm_recording_item_kind::GM_ITEM_END as u32 {
             break;
         } else if kind == gm_recording_item_kind::GM_ITEM_DEVICE as u32 {
+            // SAFETY: the recording's device, alive until the next call.
+            let d = unsafe { &*it.device };
+            assert_eq!(d.struct_size, std::mem::size_of::<gm_device_info>());
             events.push(Event::Device {
-                id: it.device.device_id,
-                name: opt_cstring(it.device.name),
-                uuid: opt_cstring(it.device.uuid),
-                sm_count: it.device.sm_count,
-                cc: (it.device.cc_major, it.device.cc_minor),
+                id: d.device_id,
+                name: opt_cstring(d.name),
+                uuid: opt_cstring(d.uuid),
+                sm_count: d.sm_count,
+                cc: (d.cc_major, d.cc_minor),
             });
         } else if kind == gm_recording_item_kind::GM_ITEM_BUFFER as u32 {
             // SAFETY: `buffer_size` bytes owned by the recording, alive until the next call.
@@ -249,14 +251,10 @@ fn recording(path: &std::path::Path) -> (u32, Vec<Event>) {
         }
     }
     // After the end: the end again.
-    let mut it = std::mem::MaybeUninit::<gm_recording_item>::uninit();
+    let mut it = gm_recording_item::new();
     // SAFETY: as above.
-    expect_ok(unsafe { gm_recording_next(rec, it.as_mut_ptr()) });
-    // SAFETY: written on success.
-    assert_eq!(
-        unsafe { it.assume_init() }.kind,
-        gm_recording_item_kind::GM_ITEM_END as u32
-    );
+    expect_ok(unsafe { gm_recording_next(rec, &mut it) });
+    assert_eq!(it.kind, gm_recording_item_kind::GM_ITEM_END as u32);
     // SAFETY: a recording from `gm_recording_open`, freed once.
     unsafe { gm_recording_free(rec) };
     (api, events)
@@ -348,7 +346,7 @@ fn crafted(api: u32) -> (ApiVersion, Vec<u8>) {
 #[test]
 fn abi_version_is_the_constant() {
     assert_eq!(gm_abi_version(), GM_ABI_VERSION);
-    assert_eq!(GM_ABI_VERSION, 1);
+    assert_eq!(GM_ABI_VERSION, 2);
 }
 
 #[test]
@@ -366,14 +364,7 @@ fn null_pointers_are_refused_and_outputs_stay_untouched() {
         expect_err(gm_meter_new(config.as_ptr(), null_mut()), NULL, "out");
         expect_err(gm_meter_new(null(), null_mut()), NULL, "out");
 
-        let info = gm_device_info {
-            device_id: 0,
-            name: null(),
-            uuid: null(),
-            sm_count: 0,
-            cc_major: 0,
-            cc_minor: 0,
-        };
+        let info = gm_device_info::new(0);
         expect_err(gm_meter_register_device(null_mut(), &info), NULL, "meter");
         expect_err(gm_meter_register_device(m.0, null()), NULL, "info");
 
@@ -448,7 +439,7 @@ fn null_pointers_are_refused_and_outputs_stay_untouched() {
         expect_err(gm_recording_open(null(), 0, &mut rec), NULL, "path");
         assert_eq!(rec, sentinel());
         expect_err(gm_recording_open(path.as_ptr(), 0, null_mut()), NULL, "out");
-        let mut item = std::mem::zeroed::<gm_recording_item>();
+        let mut item = gm_recording_item::new();
         item.kind = 0xffff;
         expect_err(gm_recording_next(null_mut(), &mut item), NULL, "recording");
         assert_eq!(item.kind, 0xffff);
@@ -531,12 +522,8 @@ fn invalid_utf8_is_refused() {
         );
         assert_eq!(s, sentinel());
         let name = gm_device_info {
-            device_id: 0,
             name: bad.as_ptr(),
-            uuid: null(),
-            sm_count: 0,
-            cc_major: 0,
-            cc_minor: 0,
+            ..gm_device_info::new(0)
         };
         expect_err(gm_meter_register_device(m.0, &name), UTF8, "info->name");
         let uuid = gm_device_info {
@@ -574,12 +561,33 @@ fn bad_configs_are_refused() {
         (r#"{"tenant": ""}"#, "tenant"),
         (r#"{"source_name": ""}"#, "source_name"),
         (r#"{"window_seconds": "60"}"#, "config_json"),
+        // Issue 30 item 17: an object only (serde read an array field by field), and integers
+        // past their range are too large, not "floating point".
+        (r#"[60, "acme", 26, 0, "node-7"]"#, "must be a JSON object"),
+        (r#"[60, null, null, null, null]"#, "not an array"),
+        ("60", "not a number"),
+        ("null", "not null"),
+        (
+            r#"{"window_seconds": 18446744073709551616}"#,
+            "18446744073709551616 is too large (from 0 to 18446744073709551615)",
+        ),
+        (
+            r#"{"reorder_horizon_ns": 99999999999999999999999}"#,
+            "99999999999999999999999 is too large",
+        ),
+        (
+            r#"{"cupti_api_version": 4294967296}"#,
+            "4294967296 is too large (from 0 to 4294967295)",
+        ),
+        (r#"{"window_seconds": -60}"#, "-60 is too small"),
+        (r#"{"window_seconds": 60.5}"#, "60.5 is not an integer"),
     ] {
         let text = c(config);
         let mut out: *mut gm_meter = sentinel();
         // SAFETY: a NUL-terminated config and a writable out-pointer.
         let s = unsafe { gm_meter_new(text.as_ptr(), &mut out) };
         expect_err(s, gm_status_code::GM_ERR_INVALID_CONFIG, needle);
+        assert!(!last_error().contains("floating point"), "{}", last_error());
         assert_eq!(out, sentinel(), "{config}: out untouched");
     }
     // The documented keys are accepted.
@@ -980,6 +988,45 @@ fn drain_then_snapshot_never_double_counts() {
     assert!(report(&drained.usage()).usage.is_empty());
 }
 
+/// Issue 30 item 19: the drain of everything (`UINT64_MAX`) hands over the last window before
+/// the end of time too (its end is past `u64::MAX`): what a snapshot shows, with no loss.
+#[test]
+fn draining_everything_keeps_the_last_window_before_the_end_of_time() {
+    // 20 kernels, one a second, from 100 s before the end of u64 time: inside the last hourly
+    // window, which starts 2 073.7 s before it.
+    let buffers = gpumeter_synth::buffers(&gpumeter_synth::SynthConfig {
+        kernels: 20,
+        devices: 1,
+        kernels_per_second: 1,
+        start_ns: u64::MAX - 100_000_000_000,
+        kernels_per_buffer: 5,
+        external_correlation: false,
+        api_records: false,
+        ..gpumeter_synth::SynthConfig::default()
+    })
+    .expect("the workload generates");
+    for window_seconds in [3600, 60, 1] {
+        let m = M::new(&format!(
+            r#"{{"cupti_api_version": 26, "window_seconds": {window_seconds}}}"#
+        ));
+        for b in &buffers {
+            expect_ok(m.ingest(b));
+        }
+        let snap = report(&m.usage());
+        assert!(!snap.usage.is_empty(), "{window_seconds} s: usage");
+        let all = report(&m.drain(u64::MAX));
+        assert_eq!(
+            rows(&all),
+            rows(&snap),
+            "{window_seconds} s: the drain of everything is the snapshot"
+        );
+        assert!(all.loss.is_empty(), "{window_seconds} s: {:?}", all.loss);
+        assert_eq!(all.records, snap.records, "{window_seconds} s");
+        // Nothing is left, and nothing can come: a later record is late.
+        assert!(report(&m.usage()).usage.is_empty(), "{window_seconds} s");
+    }
+}
+
 #[test]
 fn rate_json_equals_preview() {
     let m = smoke_meter("");
@@ -1103,14 +1150,169 @@ fn invalid_tenant_names_are_refused() {
     // An empty UUID is refused as well.
     let empty = c(" ");
     let info = gm_device_info {
-        device_id: 0,
-        name: null(),
         uuid: empty.as_ptr(),
-        sm_count: 0,
-        cc_major: 0,
-        cc_minor: 0,
+        ..gm_device_info::new(0)
     };
     // SAFETY: a live meter and a readable description.
     let s = unsafe { gm_meter_register_device(m.0, &info) };
     expect_err(s, gm_status_code::GM_ERR_INVALID_ARGUMENT, "uuid");
+}
+
+/// Issue 30 item 17: `gm_device_info` and `gm_recording_item` start with their size, which
+/// the caller sets: not set or too small is refused (nothing read or written); a newer
+/// program's larger struct is accepted when the fields this library does not know are unset,
+/// and an output's extra bytes are zeroed.
+#[test]
+fn sized_structs_are_checked_and_can_grow() {
+    const INVALID: gm_status_code = gm_status_code::GM_ERR_INVALID_ARGUMENT;
+    let m = M::new("{}");
+    let uuid = c("GPU-11111111-2222-3333-4444-555555555555");
+    let name = c("Newer GPU");
+    let register = |info: *const gm_device_info| {
+        // SAFETY: a live meter and a description of `struct_size` readable bytes.
+        unsafe { gm_meter_register_device(m.0, info) }
+    };
+    let ours = std::mem::size_of::<gm_device_info>();
+    // Not set, too small, and far more than any version (a struct never zeroed): refused
+    // before anything past the size field is read.
+    for size in [0, 8, ours - 1, 4097, 1 << 40, usize::MAX] {
+        let info = gm_device_info {
+            struct_size: size,
+            uuid: uuid.as_ptr(),
+            ..gm_device_info::new(0)
+        };
+        expect_err(register(&info), INVALID, "struct_size");
+        assert!(last_error().contains(&format!("struct_size is {size}")));
+    }
+    #[repr(C)]
+    struct Newer {
+        info: gm_device_info,
+        extra: u64,
+    }
+    let mut newer = Newer {
+        info: gm_device_info {
+            struct_size: std::mem::size_of::<Newer>(),
+            name: name.as_ptr(),
+            uuid: uuid.as_ptr(),
+            ..gm_device_info::new(0)
+        },
+        extra: 7,
+    };
+    expect_err(
+        register(std::ptr::from_ref(&newer).cast()),
+        INVALID,
+        "newer gpumeter.h",
+    );
+    assert!(report(&m.usage()).devices.is_empty(), "nothing registered");
+    newer.extra = 0;
+    expect_ok(register(std::ptr::from_ref(&newer).cast()));
+    let (_, buf) = crafted(26);
+    let m26 = M::new(r#"{"cupti_api_version": 26}"#);
+    // SAFETY: as above, on the meter that reads the crafted buffer (device 0).
+    expect_ok(unsafe { gm_meter_register_device(m26.0, std::ptr::from_ref(&newer).cast()) });
+    expect_ok(m26.ingest(&buf));
+    let devices = report(&m26.usage()).devices;
+    assert!(
+        devices
+            .iter()
+            .any(|d| d.name.as_deref() == Some("Newer GPU")),
+        "the description was read: {devices:?}"
+    );
+
+    // The recording's items.
+    let path = c(smoke_path().to_str().expect("UTF-8"));
+    let mut rec = null_mut();
+    // SAFETY: a NUL-terminated path and a writable out-pointer.
+    expect_ok(unsafe { gm_recording_open(path.as_ptr(), 0, &mut rec) });
+    let mut item = gm_recording_item {
+        struct_size: 0,
+        kind: 0xffff,
+        ..gm_recording_item::new()
+    };
+    // SAFETY: a live recording and an item (too small a size: nothing is written).
+    expect_err(
+        unsafe { gm_recording_next(rec, &mut item) },
+        INVALID,
+        "item->struct_size",
+    );
+    assert_eq!((item.struct_size, item.kind), (0, 0xffff), "untouched");
+    #[repr(C)]
+    struct NewerItem {
+        item: gm_recording_item,
+        extra: [u8; 24],
+    }
+    let mut newer = NewerItem {
+        item: gm_recording_item {
+            struct_size: std::mem::size_of::<NewerItem>(),
+            ..gm_recording_item::new()
+        },
+        extra: [0xa5; 24],
+    };
+    // SAFETY: a live recording and an item of `struct_size` writable bytes.
+    expect_ok(unsafe { gm_recording_next(rec, std::ptr::from_mut(&mut newer).cast()) });
+    assert_eq!(
+        newer.item.struct_size,
+        std::mem::size_of::<NewerItem>(),
+        "kept"
+    );
+    assert_eq!(
+        newer.extra, [0; 24],
+        "the fields this library does not know: unset"
+    );
+    assert_eq!(
+        newer.item.kind,
+        gm_recording_item_kind::GM_ITEM_DEVICE as u32
+    );
+    // SAFETY: the recording's device, alive until the next call.
+    let d = unsafe { &*newer.item.device };
+    assert_eq!(d.struct_size, ours);
+    // It goes to the meter as it is.
+    let fresh = M::new("{}");
+    // SAFETY: a live meter and the recording's device.
+    expect_ok(unsafe { gm_meter_register_device(fresh.0, newer.item.device) });
+    // SAFETY: the recording from `gm_recording_open`, freed once.
+    unsafe { gm_recording_free(rec) };
+}
+
+/// Issue 30 item 19: one UUID is one device. A second device id described with a UUID the
+/// meter knows (from a description or a DEVICE record, in any spelling) is refused, so the
+/// two GPUs are never metered as one (one's usage lost against the other's).
+#[test]
+fn a_second_device_with_one_uuid_is_refused() {
+    const INVALID: gm_status_code = gm_status_code::GM_ERR_INVALID_ARGUMENT;
+    let m = M::new(r#"{"cupti_api_version": 26}"#);
+    let register = |id: u32, uuid: &CString| {
+        let info = gm_device_info {
+            uuid: uuid.as_ptr(),
+            ..gm_device_info::new(id)
+        };
+        // SAFETY: a live meter and a description whose strings live for the call.
+        unsafe { gm_meter_register_device(m.0, &info) }
+    };
+    let a = c("GPU-aaaaaaaa-0000-0000-0000-000000000001");
+    let bare = c("aaaaaaaa-0000-0000-0000-000000000001");
+    let b = c("GPU-bbbbbbbb-0000-0000-0000-000000000002");
+    expect_ok(register(0, &a));
+    expect_ok(register(0, &a)); // the same device again
+    expect_ok(register(0, &bare)); // its other spelling
+    expect_err(register(1, &a), INVALID, "device 1: UUID GPU-aaaaaaaa");
+    assert!(last_error().contains("device 0's"), "{}", last_error());
+    expect_err(register(1, &bare), INVALID, "device 0's");
+    expect_ok(register(1, &b));
+    // The crafted buffer's DEVICE record (device 0) has a UUID of its own: once seen, it is
+    // device 0's.
+    let (_, buf) = crafted(26);
+    let fresh = M::new(r#"{"cupti_api_version": 26}"#);
+    expect_ok(fresh.ingest(&buf));
+    let key = report(&fresh.usage()).devices[0].device_key.clone();
+    let record_uuid = c(&key);
+    let info = gm_device_info {
+        uuid: record_uuid.as_ptr(),
+        ..gm_device_info::new(7)
+    };
+    // SAFETY: a live meter and a description whose strings live for the call.
+    let s = unsafe { gm_meter_register_device(fresh.0, &info) };
+    expect_err(s, INVALID, "device 0's");
+    let devices = report(&fresh.usage()).devices;
+    assert_eq!(devices.len(), 1, "nothing registered: {devices:?}");
 }

@@ -1,6 +1,7 @@
 //! The example agents of `examples/` (examples/README.md, "Agents"), run on committed
-//! inputs: the C agent compiled with `gcc -std=c11 -Wall -Wextra -Werror` against the shared
-//! library, once against the static one and once under AddressSanitizer (leaks included) and
+//! inputs against the libraries as they are installed (`scripts/build-c-abi`): the C agent
+//! compiled with `gcc -std=c11 -Wall -Wextra -Werror` against the shared library, once
+//! against the static one and once under AddressSanitizer (leaks included) and
 //! UndefinedBehaviorSanitizer; the Go agent through `go run ./examples/go`; the Python agent
 //! with `python3`.
 //!
@@ -14,111 +15,18 @@
 //! A tool that is missing (gcc, go, python3) fails the test under `CI=true` and skips its
 //! agent with a notice otherwise.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
+use common::{built, compile_c, have, root, run, sanitizer_env, SANITIZE};
 use serde_json::Value;
 
 const RECORDING: &str = "examples/data/h200-cuda13-smoke.gmr";
 const PRICES: &str = "examples/pricebook.toml";
-
-/// The repository root (agents and the CLI run there).
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .expect("repository root")
-}
-
-/// `target/debug` (or `$CARGO_TARGET_DIR/debug`, or `release`): this test binary lives in its
-/// `deps/`. `cargo test` builds only the crate's rlib for its tests, not the cdylib and
-/// staticlib the agents link, so the first call runs `cargo build -p gpumeter-ffi -p
-/// gpumeter-cli` (in this profile) once: the libraries and the `gpumeter` binary the agents
-/// are compared with are then those of the code under test, never stale ones.
-fn lib_dir() -> PathBuf {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let exe = std::env::current_exe().expect("test binary path");
-            let dir = exe
-                .parent()
-                .and_then(Path::parent)
-                .expect("target/<profile> above deps/")
-                .to_path_buf();
-            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-            let mut build = Command::new(cargo);
-            build.args([
-                "build",
-                "--quiet",
-                "-p",
-                "gpumeter-ffi",
-                "-p",
-                "gpumeter-cli",
-            ]);
-            if dir.file_name().is_some_and(|n| n == "release") {
-                build.arg("--release");
-            }
-            let status = build
-                .current_dir(root())
-                .status()
-                .expect("run cargo build -p gpumeter-ffi -p gpumeter-cli");
-            assert!(
-                status.success(),
-                "cargo build -p gpumeter-ffi -p gpumeter-cli failed"
-            );
-            for f in ["libgpumeter_ffi.so", "libgpumeter_ffi.a", "gpumeter"] {
-                assert!(
-                    dir.join(f).is_file(),
-                    "{} was not built",
-                    dir.join(f).display()
-                );
-            }
-            dir
-        })
-        .clone()
-}
-
-/// The `gpumeter` binary of the library's target directory ([`lib_dir`] built it).
-fn cli(lib_dir: &Path) -> PathBuf {
-    lib_dir.join("gpumeter")
-}
-
-/// Whether `tool` runs (`tool <version_arg>`). Missing under `CI=true`: a failure; otherwise
-/// a notice and `false`.
-fn have(tool: &str, version_arg: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg(version_arg)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "CI=true: {tool} not found (`.ci/run` installs it)"
-        );
-        // Straight to stderr, past the test harness's capture: a skip is never silent.
-        let _ = writeln!(
-            std::io::stderr(),
-            "skipped: {tool} not found; its agent was not run (CI=true makes this a failure)"
-        );
-    }
-    ok
-}
-
-/// Runs a command and returns its output, failing with its stderr unless it succeeded.
-fn run(cmd: &mut Command) -> Output {
-    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
-}
 
 /// One run: an input and options, as agent flags and as the CLI's.
 #[derive(Clone, Copy)]
@@ -395,106 +303,185 @@ fn check_agent(agent: &str, cli: &Path, command: impl Fn() -> Command) {
 }
 
 /// Compiles examples/c/agent.c with `extra` flags (and after the source, `libs`).
-fn compile_c(out: &Path, extra: &[&str], libs: &[&str]) {
-    let root = root();
-    run(Command::new("gcc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-g"])
-        .args(extra)
-        .arg("-I")
-        .arg(root.join("bindings/c"))
-        .arg(root.join("examples/c/agent.c"))
-        .arg("-o")
-        .arg(out)
-        .args(libs));
+fn compile_agent(out: &Path, extra: &[&str], libs: &[String]) {
+    compile_c(out, &[root().join("examples/c/agent.c")], extra, libs);
 }
 
 #[test]
 fn c_agent() {
-    if !have("gcc", "--version") {
+    if !have("gcc", "--version", "the C agent was not run") {
         return;
     }
-    let lib = lib_dir();
-    let cli = cli(&lib);
+    let b = built();
+    let cli = b.cli();
     let tmp = tempfile::tempdir().expect("temp dir");
-    let l = lib.to_str().expect("UTF-8 target path");
-    let dynamic = [format!("-L{l}"), format!("-Wl,-rpath,{l}")];
-    let dynamic: Vec<&str> = dynamic
-        .iter()
-        .map(String::as_str)
-        .chain(["-lgpumeter_ffi"])
-        .collect();
 
     let shared = tmp.path().join("agent");
-    compile_c(&shared, &[], &dynamic);
+    compile_agent(&shared, &[], &b.dynamic_args());
     check_agent("C agent (shared library)", &cli, || Command::new(&shared));
 
-    let static_lib = lib.join("libgpumeter_ffi.a");
     let linked = tmp.path().join("agent-static");
-    compile_c(
-        &linked,
-        &[],
-        &[
-            static_lib.to_str().expect("UTF-8 path"),
-            "-lpthread",
-            "-ldl",
-            "-lm",
-        ],
-    );
+    compile_agent(&linked, &[], &b.static_args());
     check_agent("C agent (static library)", &cli, || Command::new(&linked));
 
     let sanitized = tmp.path().join("agent-sanitized");
-    compile_c(
-        &sanitized,
-        &[
-            "-fsanitize=address,undefined",
-            "-fno-sanitize-recover=all",
-            "-fno-omit-frame-pointer",
-        ],
-        &dynamic,
-    );
+    compile_agent(&sanitized, &SANITIZE, &b.dynamic_args());
     check_agent("C agent (ASan, UBSan)", &cli, || {
         let mut c = Command::new(&sanitized);
-        c.env("ASAN_OPTIONS", "detect_leaks=1:abort_on_error=0")
-            .env("UBSAN_OPTIONS", "halt_on_error=1:print_stacktrace=1");
+        sanitizer_env(&mut c);
         c
     });
 }
 
 #[test]
 fn python_agent() {
-    if !have("python3", "--version") {
+    if !have("python3", "--version", "the Python agent was not run") {
         return;
     }
-    let lib = lib_dir();
-    let cli = cli(&lib);
-    let so = lib.join("libgpumeter_ffi.so");
-    check_agent("Python agent", &cli, || {
+    let b = built();
+    check_agent("Python agent", &b.cli(), || {
         let mut c = Command::new("python3");
         c.arg("examples/python/agent.py")
-            .env("GPUMETER_FFI_LIB", &so);
+            .env("GPUMETER_FFI_LIB", b.shared());
         c
     });
 }
 
-#[test]
-fn go_agent() {
-    if !have("go", "version") {
-        return;
-    }
-    let lib = lib_dir();
-    let cli = cli(&lib);
-    let l = lib.to_str().expect("UTF-8 target path");
-    // Go's caches in the target directory: HOME may be read-only, and nothing is downloaded
-    // (the module has no dependencies).
-    let target = lib.parent().expect("the target directory");
-    check_agent("Go agent", &cli, || {
-        let mut c = Command::new("go");
-        c.args(["run", "./examples/go"])
+/// The Go agent, built once per test binary with `go build` (`go run` would turn the agent's
+/// exit status into its own) against the shared library, Go's caches in the target directory
+/// (HOME may be read-only, and nothing is downloaded: the module has no dependencies).
+fn go_agent() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let b = built();
+        let l = b.lib();
+        let l = l.to_str().expect("UTF-8 target path");
+        let target = b.profile_dir.parent().expect("the target directory");
+        let binary = b.profile_dir.join("go-agent");
+        run(Command::new("go")
+            .args(["build", "-o"])
+            .arg(&binary)
+            .arg("./examples/go")
             .env("CGO_ENABLED", "1")
             .env("CGO_LDFLAGS", format!("-L{l} -Wl,-rpath,{l}"))
             .env("GOCACHE", target.join("go-build"))
             .env("GOPATH", target.join("go-path"))
-            .env("GOPROXY", "off");
-        c
-    });
+            .env("GOPROXY", "off")
+            .current_dir(root()));
+        binary
+    })
+}
+
+#[test]
+fn go_agent_equals_the_cli() {
+    if !have("go", "version", "the Go agent was not run") {
+        return;
+    }
+    check_agent("Go agent", &built().cli(), || Command::new(go_agent()));
+}
+
+/// The C agent against the shared library, built once per test binary.
+fn c_agent_binary() -> &'static Path {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        let binary = built().profile_dir.join("c-agent");
+        compile_agent(&binary, &[], &built().dynamic_args());
+        binary
+    })
+}
+
+/// Makes a command that runs one agent.
+type AgentCommand = Box<dyn Fn() -> Command>;
+
+/// Issue 30 item 19: the three agents refuse the same out-of-range arguments (exit 2, before
+/// anything is read) and report a file they cannot read in one line (exit 1), never with a
+/// traceback; the ends of the ranges are accepted.
+#[test]
+fn agents_refuse_bad_arguments_alike() {
+    let mut agents: Vec<(&str, AgentCommand)> = Vec::new();
+    if have("gcc", "--version", "the C agent was not run") {
+        agents.push(("C", Box::new(|| Command::new(c_agent_binary()))));
+    }
+    if have("python3", "--version", "the Python agent was not run") {
+        agents.push((
+            "Python",
+            Box::new(|| {
+                let mut c = Command::new("python3");
+                c.arg("examples/python/agent.py")
+                    .env("GPUMETER_FFI_LIB", built().shared());
+                c
+            }),
+        ));
+    }
+    if have("go", "version", "the Go agent was not run") {
+        agents.push(("Go", Box::new(|| Command::new(go_agent()))));
+    }
+    let long_tenant = "a".repeat(129);
+    let refused: Vec<Vec<&str>> = vec![
+        vec![],
+        vec!["--window-seconds", "0", RECORDING],
+        vec!["--window-seconds", "86401", RECORDING],
+        vec!["--window-seconds", "-60", RECORDING],
+        vec!["--window-seconds", "sixty", RECORDING],
+        vec!["--window-seconds", "18446744073709551616", RECORDING],
+        vec!["--reorder-horizon-ns", "-1", RECORDING],
+        vec!["--reorder-horizon-ns", "18446744073709551616", RECORDING],
+        vec!["--raw-cupti-api-version", "4294967296", RECORDING],
+        vec!["--raw-cupti-api-version", "-26", RECORDING],
+        vec!["--tenant", &long_tenant, RECORDING],
+        vec!["--no-such-flag", "1", RECORDING],
+    ];
+    let accepted: Vec<Vec<&str>> = vec![
+        vec!["--window-seconds", "86400", RECORDING],
+        vec!["--reorder-horizon-ns", "18446744073709551615", RECORDING],
+        vec![
+            "--reorder-horizon-ns",
+            "0",
+            "--tenant",
+            &long_tenant[..128],
+            RECORDING,
+        ],
+    ];
+    // (arguments, what the message names)
+    let unreadable: [(Vec<&str>, &str); 3] = [
+        (
+            vec!["--prices", "/nonexistent/book.toml", RECORDING],
+            "/nonexistent/book.toml",
+        ),
+        (vec!["--prices", "examples", RECORDING], "examples"),
+        (vec!["/nonexistent/recording.gmr"], "recording.gmr"),
+    ];
+    for (agent, command) in &agents {
+        let go = |args: &[&str]| {
+            let mut c = command();
+            c.args(args).current_dir(root());
+            c.output().unwrap_or_else(|e| panic!("{agent}: {e}"))
+        };
+        for args in &refused {
+            let out = go(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{agent} {args:?}: {stderr}");
+            assert!(
+                out.stdout.is_empty(),
+                "{agent} {args:?}: nothing is printed"
+            );
+            assert!(!stderr.contains("Traceback"), "{agent} {args:?}: {stderr}");
+        }
+        for args in &accepted {
+            let out = go(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{agent} {args:?}: {stderr}");
+        }
+        for (args, named) in &unreadable {
+            let out = go(args);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{agent} {args:?}: {stderr}");
+            assert_eq!(
+                stderr.trim_end().lines().count(),
+                1,
+                "{agent} {args:?}: {stderr}"
+            );
+            assert!(stderr.contains(named), "{agent} {args:?}: {stderr}");
+        }
+    }
 }

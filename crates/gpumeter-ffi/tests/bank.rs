@@ -403,6 +403,24 @@ fn grant_requests_are_checked() {
             "key",
         ),
         (r#"{"credits": "5", "rate": "1"}"#, "tenant"),
+        // Issue 30 item 17: an object only (serde read an array field by field), and integers
+        // past their range are too large, not "floating point".
+        (
+            r#"["acme", "5", "1", 0, null, null, "purchased", [], [], "k", 1700000000000000000]"#,
+            "must be a JSON object",
+        ),
+        (
+            r#"{"tenant": "acme", "credits": "5", "rate": "1", "at_ns": 18446744073709551616}"#,
+            "18446744073709551616 is too large",
+        ),
+        (
+            r#"{"tenant": "acme", "credits": "5", "rate": "1", "expires_ns": 1e30}"#,
+            "1e30 is not an integer",
+        ),
+        (
+            r#"{"tenant": "acme", "credits": "5", "rate": "1", "priority": 9223372036854775808}"#,
+            "9223372036854775808 is too large",
+        ),
     ];
     for (json, says) in bad {
         let (s, msg) = bank.grant(json).expect_err(json);
@@ -412,6 +430,7 @@ fn grant_requests_are_checked() {
             "{json}: {msg}"
         );
         assert!(msg.contains(says), "{json}: {msg}");
+        assert!(!msg.contains("floating point"), "{json}: {msg}");
     }
     assert_eq!(bank.verify()["transactions"], 0);
     // Scopes and defaults.
@@ -782,17 +801,15 @@ fn stream_reports() -> (CString, CString) {
     // SAFETY: a NUL-terminated config, a writable pointer.
     assert_eq!(unsafe { gm_meter_new(config.as_ptr(), &mut m) }, OK);
     loop {
-        let mut it = std::mem::MaybeUninit::<gm_recording_item>::uninit();
-        // SAFETY: a live recording, storage for an item.
-        assert_eq!(unsafe { gm_recording_next(rec, it.as_mut_ptr()) }, OK);
-        // SAFETY: written on success.
-        let it = unsafe { it.assume_init() };
+        let mut it = gm_recording_item::new();
+        // SAFETY: a live recording, a sized item.
+        assert_eq!(unsafe { gm_recording_next(rec, &mut it) }, OK);
         let kind = it.kind;
         // SAFETY (each call): a live meter and what the recording's item points to.
         let s = if kind == gm_recording_item_kind::GM_ITEM_END as u32 {
             break;
         } else if kind == gm_recording_item_kind::GM_ITEM_DEVICE as u32 {
-            unsafe { gm_meter_register_device(m, &it.device) }
+            unsafe { gm_meter_register_device(m, it.device) }
         } else if kind == gm_recording_item_kind::GM_ITEM_BUFFER as u32 {
             unsafe { gm_meter_ingest_cupti_buffer(m, it.buffer, it.buffer_size) }
         } else if kind == gm_recording_item_kind::GM_ITEM_PROCESS_EXIT as u32 {

@@ -322,8 +322,9 @@ impl Meter {
     ///   edge keeps its later pieces for the next report: exact, as for work;
     /// - allocations still held are billed up to the edge (they are held at least that long:
     ///   a release before it would now be late) and stay held from there; with `before_ns =
-    ///   u64::MAX` (everything: the meter's end) up to the report's end, as [`Meter::finish`]
-    ///   bills them;
+    ///   u64::MAX` (everything: the meter's end; every window is handed over, also the last
+    ///   one before the end of time, which ends past `u64::MAX`) up to the report's end, as
+    ///   [`Meter::finish`] bills them;
     /// - the report is built from the windows before the edge, with the loss, skipped counts,
     ///   record counts and warnings gathered since the last drain, which the meter then
     ///   forgets; a device's meterability (`not_meterable`) is not forgotten. Kernels the
@@ -368,7 +369,14 @@ impl Meter {
     pub(super) fn drain_now(&mut self, before_ns: u64) -> Result<UsageReport, MeterError> {
         let window = self.config.window;
         let end = before_ns == u64::MAX;
-        let edge = window.start_of(before_ns);
+        // Everything: every window, also the last one before the end of time, which ends past
+        // u64::MAX (rounding u64::MAX down to its start left that window out of the report and
+        // in the meter, where nothing could ever hand it over).
+        let edge = if end {
+            u64::MAX
+        } else {
+            window.start_of(before_ns)
+        };
         for d in &mut self.devices {
             if !d.started || d.swept_to < edge {
                 d.started = true;
