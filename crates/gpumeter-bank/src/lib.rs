@@ -23,8 +23,8 @@ pub mod verify;
 
 pub use backend::{is_postgres, open, open_existing, redact, AnyLedger};
 pub use bank::{
-    balance, close, expire, finalization_key, finalize, grant, reserve, Balance, Closed, Finalized,
-    GrantRequest, Outcome, ReserveRequest,
+    balance, close, expire, finalization_key, finalize, finalize_with, grant, reserve, Balance,
+    Closed, FinalizeOptions, FinalizeRefusal, Finalized, GrantRequest, Outcome, ReserveRequest,
 };
 pub use grants::{Grant, GrantKind, Reservation};
 pub use ledger::{
