@@ -889,14 +889,17 @@ impl From<gpumeter_bank::BankError> for Error {
 }
 
 /// Rates a usage report with a price book against the credit bank: preview and
-/// finalization are this one function ([`gpumeter_bank::finalize`]). With `commit = false`
+/// finalization are this one function ([`gpumeter_bank::finalize_with`]). With `commit = false`
 /// (`preview --bank`) everything is rolled back and the invoices show the credits that would
 /// apply; with `commit = true` (`invoice finalize`) each invoice is applied once, keyed by
-/// (tenant, period, usage SHA-256, price-book SHA-256), and a retry changes nothing.
+/// (tenant, period, usage SHA-256, price-book SHA-256), and a retry changes nothing. A later
+/// report of a finalized (tenant, period) is a supplement; a report without sources, usage
+/// billed before and a period not yet ended by the system clock are refused when committing
+/// ([`bill_with`] takes the clock, or none, from the caller).
 ///
 /// # Errors
 /// [`Error::Rating`] when the usage cannot be rated; [`Error::Bank`] when the ledger cannot be
-/// read or written.
+/// read or written, or refuses the finalization ([`gpumeter_bank::BankError::Finalize`]).
 #[cfg(feature = "bank")]
 pub fn bill<L: gpumeter_bank::Ledger>(
     ledger: &mut L,
@@ -905,12 +908,41 @@ pub fn bill<L: gpumeter_bank::Ledger>(
     period: Option<Period>,
     commit: bool,
 ) -> Result<gpumeter_bank::Finalized, Error> {
-    Ok(gpumeter_bank::finalize(
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+    bill_with(
+        ledger,
+        usage,
+        book,
+        period,
+        gpumeter_bank::FinalizeOptions {
+            commit,
+            now: Some(now),
+        },
+    )
+}
+
+/// [`bill`] with the caller's options: `options.now` is the current time (ns since the Unix
+/// epoch) a committed period must have ended by, or `None` to finalize a period that has not
+/// ended (`invoice finalize --allow-open-period`).
+///
+/// # Errors
+/// As [`bill`].
+#[cfg(feature = "bank")]
+pub fn bill_with<L: gpumeter_bank::Ledger>(
+    ledger: &mut L,
+    usage: &UsageReport,
+    book: &PriceBook,
+    period: Option<Period>,
+    options: gpumeter_bank::FinalizeOptions,
+) -> Result<gpumeter_bank::Finalized, Error> {
+    Ok(gpumeter_bank::finalize_with(
         ledger,
         usage,
         book,
         period.map(Period::as_ns),
-        commit,
+        options,
     )?)
 }
 

@@ -201,6 +201,10 @@ enum InvoiceCommand {
         /// Write the invoices as JSON instead of a text table.
         #[arg(long)]
         json: bool,
+        /// Finalize a period that has not ended yet (by this machine's clock); without it such
+        /// a period is refused (exit 1), since its usage may still arrive.
+        #[arg(long)]
+        allow_open_period: bool,
     },
 }
 
@@ -645,12 +649,21 @@ fn run_text(command: Command) -> Result<String, Failure> {
                     from,
                     to,
                     json,
+                    allow_open_period,
                 },
         } => {
             let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let mut ledger = bank::open(&bank)?;
-            let done = gpumeter::bill(&mut ledger, &report, &book, period, true)
-                .map_err(|e| period_failure(e, period))?;
+            let done = if allow_open_period {
+                let options = gpumeter::bank::FinalizeOptions {
+                    commit: true,
+                    now: None,
+                };
+                gpumeter::bill_with(&mut ledger, &report, &book, period, options)
+            } else {
+                gpumeter::bill(&mut ledger, &report, &book, period, true)
+            }
+            .map_err(|e| period_failure(e, period))?;
             if done.document.invoices.is_empty() {
                 say("notice: no usage to invoice in the period");
             }
@@ -660,6 +673,17 @@ fn run_text(command: Command) -> Result<String, Failure> {
                         "notice: the invoice of tenant {} for {} to {} was finalized before \
                          (same tenant, period, usage and price book): nothing changed",
                         inv.tenant, inv.period.from, inv.period.to
+                    ));
+                } else if let Some(kind) = inv.extensions.kind {
+                    say(&format!(
+                        "notice: tenant {}'s period {} to {} was invoiced before: this is a {} \
+                         of subtotal {} {}, billing what this usage adds to the period",
+                        inv.tenant,
+                        inv.period.from,
+                        inv.period.to,
+                        kind.label(),
+                        inv.subtotal,
+                        inv.currency
                     ));
                 }
             }

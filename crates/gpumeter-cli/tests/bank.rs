@@ -972,7 +972,10 @@ fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_
     const TRACES: u64 = 5;
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
-    let traces = small_traces(dir.path(), TRACES);
+    // A trace of its own per (tenant, trace) pair: a source is billed once, to one tenant
+    // (issue 30); a tenant's traces are of one hour, so its first finalization is an invoice
+    // and the others supplements of it.
+    let traces = small_traces(dir.path(), TENANTS as u64 * TRACES);
     let bank = dir.path().join("bank.db");
     let tenants: Vec<String> = (0..TENANTS).map(|i| format!("crash-{i}")).collect();
     for t in &tenants {
@@ -993,7 +996,7 @@ fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_
     // How long one finalization takes here: the kill instants spread over it.
     let scratch = dir.path().join("scratch.db");
     let t0 = Instant::now();
-    for (i, trace) in traces.iter().enumerate() {
+    for (i, trace) in traces.iter().take(TRACES as usize).enumerate() {
         finalize_to_end(trace, &format!("calibrate-{i}"), &scratch);
     }
     let span_us = u64::try_from(t0.elapsed().as_micros()).expect("µs") / TRACES * 3 / 2;
@@ -1008,7 +1011,7 @@ fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_
         // Attempt i finalizes (tenant, trace) pair i mod 50: new invoices first, then retries.
         let pair = attempt % (TENANTS * TRACES as usize);
         let tenant = &tenants[pair % TENANTS];
-        let trace = &traces[pair / TENANTS];
+        let trace = &traces[pair];
         attempt += 1;
         let before = history(&bank);
         let delay = Duration::from_micros(rng.next() % span_us.max(1));

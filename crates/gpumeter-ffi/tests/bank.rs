@@ -826,7 +826,9 @@ fn usage_lines(doc: &Value) -> usize {
 
 /// A snapshot finalized, then a drained report of the same stream and windows: the windows
 /// are billed once (the stream's source has one identity in all its reports, and the bank
-/// bills each source and window once).
+/// bills each source, device and time once): the drained report is refused, naming the source
+/// and the invoice that billed it, and the ledger is unchanged (issue 30: until then it
+/// finalized an invoice of no usage lines).
 #[test]
 fn a_streams_window_is_billed_once_through_a_snapshot_and_a_drain() {
     let bank = Bank::new();
@@ -835,8 +837,11 @@ fn a_streams_window_is_billed_once_through_a_snapshot_and_a_drain() {
         .call(gm_bank_finalize_json, &snapshot, &price_book())
         .expect("the snapshot finalizes");
     assert!(usage_lines(&first) > 0, "{first}");
-    let (_, second) = bank
+    let before = bank.verify()["transactions"].clone();
+    let (status, msg) = bank
         .call(gm_bank_finalize_json, &drained, &price_book())
-        .expect("the drained report finalizes");
-    assert_eq!(usage_lines(&second), 0, "billed once: {second}");
+        .expect_err("the drained report bills the same windows again");
+    assert_eq!(status, code(gm_status_code::GM_ERR_BANK), "{msg}");
+    assert!(msg.contains("was billed before"), "{msg}");
+    assert_eq!(bank.verify()["transactions"], before);
 }
