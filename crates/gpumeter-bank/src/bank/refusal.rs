@@ -162,12 +162,12 @@ pub enum FinalizeRefusal {
         /// The caller's current time.
         now: String,
     },
-    /// The finalization would make an as-of balance negative: a fragment drawn before, at an
-    /// earlier business time, than it was deposited.
+    /// The finalization would make an as-of balance negative: a supplement takes back part of
+    /// its period's fragment after a later finalization (or a close) drew it.
     #[error(
         "tenant `{tenant}`, period {from} to {to}: this finalization would leave {account} at \
-         {balance} as of {at}; a fragment's balance is never negative at any instant (finalize \
-         the tenant's periods in order)"
+         {balance} as of {at}: a later finalization or a close drew the fragment it takes \
+         back, and a fragment's balance is never negative at any instant"
     )]
     NegativeBalance {
         /// The tenant.
