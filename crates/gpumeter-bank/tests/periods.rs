@@ -406,12 +406,50 @@ fn an_open_period_is_refused<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
     Ok(())
 }
 
+/// A supplement is rated in the window size of the usage finalized for the period before:
+/// another is refused, saying which to meter with. A tenant that owes only a reservation's fee
+/// (reserved after its period's first invoice) gets a supplement of that fee from a report of
+/// another tenant in another window size, its earlier rows rated as they were.
+fn supplements_keep_the_window_size<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
+    let b = with_minimum();
+    finalize(
+        bank,
+        &report("acme", &[(0, 3_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let mut quarter = report("acme", &[(1, 1_000)], "b");
+    quarter.window_seconds = 900;
+    quarter.seal().expect("seal");
+    let err = finalize(bank, &quarter, &b, Some(dec()), true).expect_err("15-minute windows");
+    assert!(err.to_string().contains("--window 3600s"), "{err}");
+
+    gpumeter_bank::reserve(bank, &support::reservation("acme", "2.00", None))?;
+    let mut beta = report("beta", &[(1, 1_000)], "c");
+    beta.window_seconds = 900;
+    beta.seal().expect("seal");
+    let f = finalize(bank, &beta, &b, Some(dec()), true)?;
+    let acme = f
+        .document
+        .invoices
+        .iter()
+        .find(|i| i.tenant == "acme")
+        .expect("acme owes the fee");
+    assert_eq!(acme.extensions.kind, Some(InvoiceKind::Supplement));
+    let kinds: Vec<LineKind> = acme.lines.iter().map(|l| l.kind).collect();
+    assert_eq!(kinds, vec![LineKind::Reservation]);
+    assert_eq!(acme.subtotal, d("2.00"));
+    Ok(())
+}
+
 /// The explicit cases above on one backend.
 fn cases<L: Ledger>(open: &mut dyn FnMut() -> L) {
     a_volume_tier_rechosen_is_a_credit_note(&mut open()).expect("credit note");
     periods_never_overlap_unless_equal(&mut open()).expect("overlaps");
     supplements_take_back_what_they_consumed(&mut open()).expect("take-backs");
     an_open_period_is_refused(&mut open()).expect("open period");
+    supplements_keep_the_window_size(&mut open()).expect("window sizes");
 }
 
 #[test]

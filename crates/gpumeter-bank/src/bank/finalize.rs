@@ -917,7 +917,7 @@ fn credits_and_totals(
     let mut applied: Vec<CreditApplied> = Vec::new();
     let mut covered_total: u128 = 0;
     for g in grants(t, Some(tenant))? {
-        if subtotal_minor <= 0 {
+        if subtotal_minor < 0 {
             break;
         }
         if g.remaining <= Decimal::ZERO {

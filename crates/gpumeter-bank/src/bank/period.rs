@@ -197,6 +197,18 @@ pub(crate) fn cumulative_report(
     earlier: &[Earlier],
 ) -> Result<UsageReport, BankError> {
     let period = || (rfc3339(from), rfc3339(to));
+    // The window size of the cumulative usage: this report's when it adds rows (the earlier
+    // rows must be in it too), else the earlier rows' (a supplement that adds only a
+    // reservation's fee rates them as they were).
+    let window_seconds = if rows.is_empty() {
+        earlier
+            .iter()
+            .filter_map(|e| e.usage.as_ref())
+            .find(|u| !u.rows.is_empty())
+            .map_or(usage.window_seconds, |u| u.window_seconds)
+    } else {
+        usage.window_seconds
+    };
     let mut devices: BTreeMap<String, DeviceEntry> = BTreeMap::new();
     for d in &usage.devices {
         devices
@@ -234,7 +246,7 @@ pub(crate) fn cumulative_report(
             }
             .into());
         };
-        if !kept.rows.is_empty() && kept.window_seconds != usage.window_seconds {
+        if !kept.rows.is_empty() && kept.window_seconds != window_seconds {
             return Err(FinalizeRefusal::OtherWindow {
                 tenant: tenant.to_string(),
                 from: period().0,
@@ -299,7 +311,7 @@ pub(crate) fn cumulative_report(
     Ok(UsageReport {
         schema: usage.schema.clone(),
         metering_policy: usage.metering_policy.clone(),
-        window_seconds: usage.window_seconds,
+        window_seconds,
         sources: usage.sources.clone(),
         devices: devices.into_values().collect(),
         records: RecordCounts::default(),
