@@ -8,11 +8,13 @@ mod asof;
 mod balance;
 mod close;
 mod expire;
+mod fees;
 mod finalize;
 mod grant;
 mod period;
 mod refusal;
 mod reserve;
+mod settle;
 mod sources;
 
 pub use balance::{balance, Balance, CreditBalance, FragmentBalance};
@@ -46,9 +48,14 @@ use crate::ledger::{
     Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction, CREDITS,
 };
 use asof::{check_fragments, fragment_booking};
+use fees::{
+    all_reservations, conversions_and_takebacks, reservation_lines, reservation_periods,
+    BilledReservation, Converted, Measured,
+};
 use period::{
     cumulative_report, finalizations, place, stored_invoice, Earlier, Place, StoredUsage,
 };
+use settle::{credits_and_totals, signed_minor};
 use sources::{billed_sources, claims_of, lock_sources, BilledSources};
 
 pub(crate) fn sha(v: &serde_json::Value) -> Result<String, BankError> {
