@@ -955,10 +955,13 @@ impl From<gpumeter_bank::BankError> for Error {
 }
 
 /// Rates a usage report with a price book against the credit bank: preview and
-/// finalization are this one function ([`gpumeter_bank::finalize`]). With `commit = false`
+/// finalization are this one function ([`gpumeter_bank::finalize_with`]). With `commit = false`
 /// (`preview --bank`) everything is rolled back and the invoices show the credits that would
 /// apply; with `commit = true` (`invoice finalize`) each invoice is applied once, keyed by
-/// (tenant, period, usage SHA-256, price-book SHA-256), and a retry changes nothing.
+/// (tenant, period, usage SHA-256, price-book SHA-256), and a retry changes nothing. A later
+/// report of a finalized (tenant, period) is a supplement; a report without sources, usage
+/// billed before and a period not yet ended by the system clock are refused when committing
+/// ([`bill_with`] takes the clock, or none, from the caller).
 ///
 /// The report is checked first as every reader checks it ([`check_usage_report`]), and a
 /// finalization (`commit = true`) of an incomplete report is refused ([`Error::Incomplete`]);
@@ -967,7 +970,7 @@ impl From<gpumeter_bank::BankError> for Error {
 /// # Errors
 /// [`Error::Check`] for a report that fails the checks; [`Error::Incomplete`];
 /// [`Error::Rating`] when the usage cannot be rated; [`Error::Bank`] when the ledger cannot be
-/// read or written.
+/// read or written, or refuses the finalization ([`gpumeter_bank::BankError::Finalize`]).
 #[cfg(feature = "bank")]
 pub fn bill<L: gpumeter_bank::Ledger>(
     ledger: &mut L,
@@ -981,15 +984,13 @@ pub fn bill<L: gpumeter_bank::Ledger>(
         usage,
         book,
         period,
-        &BillOptions {
-            commit,
-            ..BillOptions::default()
+        &BillOptions::new(commit),
         },
     )
 }
 
 /// How [`bill_with`] bills.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BillOptions {
     /// Commit (`invoice finalize`) or roll back (`preview --bank`), as [`bill`]'s `commit`.
@@ -998,14 +999,23 @@ pub struct BillOptions {
     /// the warning `incomplete_usage`. Without it, finalizing one is [`Error::Incomplete`]
     /// (a snapshot's half-window would be billed as the whole).
     pub allow_incomplete: bool,
+    /// The current time (ns since the Unix epoch) a committed period must have ended by, or
+    /// `None` to finalize a period that has not ended (`invoice finalize
+    /// --allow-open-period`). [`BillOptions::new`] reads the system clock.
+    pub now: Option<u64>,
 }
 
 impl BillOptions {
-    /// Options that commit (`commit = true`) or roll back, refusing incomplete reports.
+    /// Options that commit (`commit = true`) or roll back, refusing incomplete reports and
+    /// periods that have not ended by the system clock.
     pub fn new(commit: bool) -> Self {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
         BillOptions {
             commit,
             allow_incomplete: false,
+            now: Some(now),
         }
     }
 
@@ -1016,10 +1026,32 @@ impl BillOptions {
             ..self
         }
     }
+
+    /// The same options, allowing (or not) a period that has not ended: allowing forgets the
+    /// clock; not allowing reads the system clock again.
+    pub fn allow_open_period(self, allow: bool) -> Self {
+        if allow {
+            BillOptions { now: None, ..self }
+        } else {
+            BillOptions {
+                now: BillOptions::new(self.commit).now,
+                ..self
+            }
+        }
+    }
+
+    /// The same options with `now` (ns since the Unix epoch) as the current time.
+    pub fn at(self, now_ns: u64) -> Self {
+        BillOptions {
+            now: Some(now_ns),
+            ..self
+        }
+    }
 }
 
-/// [`bill`] with options ([`BillOptions`]): whether to commit, and whether to finalize an
-/// incomplete report.
+/// [`bill`] with options ([`BillOptions`]): whether to commit, whether to finalize an
+/// incomplete report, and the clock a committed period must have ended by (none: a period
+/// not yet ended is finalized too).
 ///
 /// # Errors
 /// As [`bill`].
@@ -1038,12 +1070,15 @@ pub fn bill_with<L: gpumeter_bank::Ledger>(
             return Err(Error::Incomplete { why });
         }
     }
-    Ok(gpumeter_bank::finalize(
+    Ok(gpumeter_bank::finalize_with(
         ledger,
         usage,
         book,
         period.map(Period::as_ns),
-        commit,
+        gpumeter_bank::FinalizeOptions {
+            commit,
+            now: options.now,
+        },
     )?)
 }
 

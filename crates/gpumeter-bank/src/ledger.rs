@@ -83,6 +83,10 @@ pub enum BankError {
     /// Rating failed while finalizing.
     #[error(transparent)]
     Rating(#[from] gpumeter_rating::RatingError),
+    /// A finalization the bank refuses (a source billed before, a report without sources, a
+    /// period overlapping a finalized one, an open period, …), naming what is in the way.
+    #[error(transparent)]
+    Finalize(Box<crate::bank::FinalizeRefusal>),
     /// The location names a backend this build leaves out (a `postgres://` URL without the
     /// Cargo feature `postgres`).
     #[error("{location}: this gpumeter was built without the `{feature}` feature, which this bank needs")]
@@ -140,6 +144,12 @@ pub enum BankError {
         /// How many transactions the ledger holds.
         transactions: u64,
     },
+}
+
+impl From<crate::bank::FinalizeRefusal> for BankError {
+    fn from(r: crate::bank::FinalizeRefusal) -> Self {
+        BankError::Finalize(Box::new(r))
+    }
 }
 
 /// `transaction 3 (`key`): ` for an import error that names its transaction, else nothing.

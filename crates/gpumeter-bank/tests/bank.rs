@@ -9,11 +9,11 @@
 mod support;
 
 use gpumeter_bank::{
-    balance, close, expire, finalize, grant, reserve, BankError, GrantKind, Ledger, MemoryLedger,
-    Outcome, Reservation, ReserveRequest, CREDITS,
+    balance, close, expire, finalize, grant, reserve, BankError, FinalizeRefusal, GrantKind,
+    Ledger, MemoryLedger, Outcome, Reservation, ReserveRequest, CREDITS,
 };
 use gpumeter_core::{MeterKind, Quantity, Warning, WarningCode};
-use gpumeter_rating::{InvoiceDocument, LineKind, PriceBook};
+use gpumeter_rating::{InvoiceDocument, InvoiceKind, LineKind, PriceBook};
 use rust_decimal::Decimal;
 use support::{book, d, grant_req, hex_of, report_of, reservation, t, usage, Backend, Place};
 
@@ -207,8 +207,11 @@ fn a_preview_changes_nothing() {
     assert_eq!(bal.credits[0].remaining, d("50"));
 }
 
+/// The same report over another, overlapping period (a different finalization key) is
+/// refused, naming the source and the invoice that billed it (issue 30: a source is billed
+/// once; until then the windows billed before were left out with a warning).
 #[test]
-fn a_source_billed_for_a_window_is_not_billed_again_under_another_period() {
+fn a_source_billed_for_a_window_is_refused_under_another_period() {
     let mut bank = MemoryLedger::new();
     let b = book();
     let u = usage("acme", "2026-12-01T00:00:00Z", 3000);
@@ -220,25 +223,30 @@ fn a_source_billed_for_a_window_is_not_billed_again_under_another_period() {
         true,
     )
     .expect("finalize");
-    // The same report over another period (a different finalization key).
-    let f = finalize(
+    let err = finalize(
         &mut bank,
         &u,
         &b,
         Some((t("2026-11-01T00:00:00Z"), t("2027-01-01T00:00:00Z"))),
         true,
     )
-    .expect("finalize again");
-    let inv = &f.document.invoices[0];
-    assert_eq!(inv.subtotal, d("0.00"), "{inv:?}");
-    assert!(
-        inv.warnings
-            .iter()
-            .any(|w| *w.code() == WarningCode::UsageBilledBefore
-                && w.contains("was billed before")),
-        "{:?}",
-        inv.warnings
-    );
+    .expect_err("billed again");
+    match &err {
+        BankError::Finalize(r) => match r.as_ref() {
+            FinalizeRefusal::SourceBilled {
+                source_name,
+                tenant,
+                period_from,
+                ..
+            } => {
+                assert_eq!(source_name, "acme-2026-12-01T00:00:00Z.json");
+                assert_eq!(tenant, "acme");
+                assert_eq!(period_from, "2026-12-01T00:00:00Z");
+            }
+            other => panic!("{other}"),
+        },
+        other => panic!("{other}"),
+    }
 }
 
 mod properties {
@@ -536,8 +544,12 @@ fn a_narrower_period_marks_only_its_own_windows_billed() {
     );
 }
 
+/// A report one of whose sources was billed before is refused, naming that source (usage rows
+/// do not say which source they came from); the new source alone is then a supplement of the
+/// period (issue 30: until then the window was refused with advice, and the new source billed
+/// as an invoice of its own).
 #[test]
-fn a_window_some_of_whose_sources_were_billed_before_is_refused_not_dropped() {
+fn a_report_with_a_source_billed_before_is_refused_and_the_new_source_supplements() {
     let mut bank = MemoryLedger::new();
     let b = book();
     let a = report_of(&[("acme", &hour(0), 1000)], "a");
@@ -550,48 +562,41 @@ fn a_window_some_of_whose_sources_were_billed_before_is_refused_not_dropped() {
     });
     both.seal().expect("seal");
     let err = finalize(&mut bank, &both, &b, None, true).expect_err("mixed sources");
-    assert!(
-        err.to_string()
-            .contains("finalize a report of the new sources alone"),
-        "{err}"
-    );
-    // The new source alone is billed.
+    assert!(err.to_string().contains("source a.json"), "{err}");
+    // The new source alone: 1000 + 3000 launches in the period bill 2.00, of which 0.50 were.
     let only_b = report_of(&[("acme", &hour(0), 3000)], "b");
     let f = finalize(&mut bank, &only_b, &b, None, true).expect("b");
-    assert_eq!(f.document.invoices[0].subtotal, d("1.50"));
+    let inv = &f.document.invoices[0];
+    assert_eq!(inv.subtotal, d("1.50"));
+    assert_eq!(inv.extensions.kind, Some(InvoiceKind::Supplement));
 }
 
+/// A period's supplement is rated with the book of its first invoice: another book is refused,
+/// naming both (issue 30; until then the same usage under another book was billed again as
+/// nothing). The same report under another book is refused first as billed before.
 #[test]
-fn the_same_usage_under_another_book_charges_nothing_not_even_a_minimum() {
+fn a_supplement_under_another_book_is_refused() {
     let mut bank = MemoryLedger::new();
     let u = usage("acme", &hour(0), 1500);
-    let first = finalize(
-        &mut bank,
-        &u,
-        &book_in("USD", "m1", "invoice_minimum = \"0.50\""),
-        None,
-        true,
-    )
-    .expect("first");
+    let m1 = book_in("USD", "m1", "invoice_minimum = \"0.50\"");
+    let first = finalize(&mut bank, &u, &m1, None, true).expect("first");
     assert_eq!(first.document.invoices[0].total, d("0.50"));
-    let again = finalize(
-        &mut bank,
-        &u,
-        &book_in("USD", "m2", "invoice_minimum = \"0.50\""),
-        None,
-        true,
-    )
-    .expect("again");
-    assert_eq!(again.outcomes, vec![Outcome::Applied]);
-    assert_eq!(again.document.invoices[0].total, d("0"));
-    assert!(again.document.invoices[0].lines.is_empty());
+    let m2 = book_in("USD", "m2", "invoice_minimum = \"0.50\"");
+    let err = finalize(&mut bank, &u, &m2, None, true).expect_err("the same usage again");
+    assert!(
+        matches!(&err, BankError::Finalize(r) if matches!(r.as_ref(), FinalizeRefusal::SourceBilled { .. })),
+        "{err}"
+    );
+    let late = report_of(&[("acme", &hour(0), 100)], "late");
+    let err = finalize(&mut bank, &late, &m2, None, true).expect_err("another book");
+    let text = err.to_string();
+    assert!(
+        text.contains("price book m1") && text.contains("not m2"),
+        "{text}"
+    );
     let bal = balance(&mut bank, "acme", t("2027-01-01T00:00:00Z")).expect("balance");
     assert_eq!(bal.receivable.get("USD"), Some(&d("0.50")));
-    assert_eq!(
-        bal.fragments[0].quantity,
-        Quantity(500),
-        "the fragment stays"
-    );
+    assert_eq!(bal.fragments[0].quantity, Quantity(500));
 }
 
 #[test]
@@ -615,11 +620,12 @@ fn a_reservation_is_billed_once_per_period_and_without_usage_too() {
         .find(|i| i.tenant == "acme")
         .expect("acme's invoice");
     assert_eq!(acme.subtotal, d("2.00"));
-    // The same period under another book: no second fee, no second conversion.
+    // A report of acme's usage in the period, from another source: a supplement of the
+    // fee-only invoice, with no second fee and no second conversion.
     let g = finalize(
         &mut bank,
-        &usage("acme", &hour(0), 1000),
-        &book_in("USD", "v2", ""),
+        &report_of(&[("acme", &hour(0), 1000)], "acme-node"),
+        &book(),
         dec,
         true,
     )

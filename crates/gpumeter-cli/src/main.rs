@@ -215,6 +215,10 @@ enum InvoiceCommand {
         /// warning incomplete_usage. Without it such a report is refused (exit 1).
         #[arg(long)]
         allow_incomplete: bool,
+        /// Finalize a period that has not ended yet (by this machine's clock); without it such
+        /// a period is refused (exit 1), since its usage may still arrive.
+        #[arg(long)]
+        allow_open_period: bool,
     },
 }
 
@@ -676,6 +680,7 @@ fn run_text(command: Command) -> Result<String, Failure> {
                     to,
                     json,
                     allow_incomplete,
+                    allow_open_period,
                 },
         } => {
             usage
@@ -685,7 +690,9 @@ fn run_text(command: Command) -> Result<String, Failure> {
                 .check()?;
             let (period, book, report) = rating_inputs(&usage, &prices, from, to)?;
             let mut ledger = bank::open(&bank)?;
-            let options = gpumeter::BillOptions::new(true).allow_incomplete(allow_incomplete);
+            let options = gpumeter::BillOptions::new(true)
+                .allow_incomplete(allow_incomplete)
+                .allow_open_period(allow_open_period);
             let done = gpumeter::bill_with(&mut ledger, &report, &book, period, &options)
                 .map_err(|e| period_failure(e, period))?;
             if let Some(why) = report.incomplete_because() {
@@ -704,6 +711,17 @@ fn run_text(command: Command) -> Result<String, Failure> {
                         "notice: the invoice of tenant {} for {} to {} was finalized before \
                          (same tenant, period, usage and price book): nothing changed",
                         inv.tenant, inv.period.from, inv.period.to
+                    ));
+                } else if let Some(kind) = inv.extensions.kind {
+                    say(&format!(
+                        "notice: tenant {}'s period {} to {} was invoiced before: this is a {} \
+                         of subtotal {} {}, billing what this usage adds to the period",
+                        inv.tenant,
+                        inv.period.from,
+                        inv.period.to,
+                        kind.label(),
+                        inv.subtotal,
+                        inv.currency
                     ));
                 }
             }

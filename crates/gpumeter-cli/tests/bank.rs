@@ -972,7 +972,10 @@ fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_
     const TRACES: u64 = 5;
     let started = Instant::now();
     let dir = tempfile::tempdir().expect("tempdir");
-    let traces = small_traces(dir.path(), TRACES);
+    // A trace of its own per (tenant, trace) pair: a source is billed once, to one tenant
+    // (issue 30); a tenant's traces are of one hour, so its first finalization is an invoice
+    // and the others supplements of it.
+    let traces = small_traces(dir.path(), TENANTS as u64 * TRACES);
     let bank = dir.path().join("bank.db");
     let tenants: Vec<String> = (0..TENANTS).map(|i| format!("crash-{i}")).collect();
     for t in &tenants {
@@ -993,7 +996,7 @@ fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_
     // How long one finalization takes here: the kill instants spread over it.
     let scratch = dir.path().join("scratch.db");
     let t0 = Instant::now();
-    for (i, trace) in traces.iter().enumerate() {
+    for (i, trace) in traces.iter().take(TRACES as usize).enumerate() {
         finalize_to_end(trace, &format!("calibrate-{i}"), &scratch);
     }
     let span_us = u64::try_from(t0.elapsed().as_micros()).expect("µs") / TRACES * 3 / 2;
@@ -1008,7 +1011,7 @@ fn finalize_killed_at_random_instants_leaves_a_valid_ledger_and_applies_once_on_
         // Attempt i finalizes (tenant, trace) pair i mod 50: new invoices first, then retries.
         let pair = attempt % (TENANTS * TRACES as usize);
         let tenant = &tenants[pair % TENANTS];
-        let trace = &traces[pair / TENANTS];
+        let trace = &traces[pair];
         attempt += 1;
         let before = history(&bank);
         let delay = Duration::from_micros(rng.next() % span_us.max(1));
@@ -1490,4 +1493,225 @@ fn expiring_in_the_future_is_refused() {
     assert!(stderr(&o).contains("in the future"), "{}", stderr(&o));
     let bal = balance(&b, "acme", "2498-01-01T00:00:00Z");
     assert_eq!(bal["credits"][0]["remaining"], "5");
+}
+
+// --- 7. Periods and sources (issue 30 items 1, 2, 9) ------------------------------------------
+
+/// `invoice finalize` of `inputs` for `tenant` (none: `""`, for a usage report) with the
+/// example book and `extra` arguments.
+fn finalize_with_args(inputs: &[&Path], tenant: &str, bank: &Path, extra: &[&str]) -> Output {
+    let mut c = bin();
+    c.args(["invoice", "finalize"]);
+    c.args(inputs.iter().map(|p| s(p)));
+    if !tenant.is_empty() {
+        c.args(["--tenant", tenant]);
+    }
+    c.args(["--prices", s(&example_book()), "--bank", s(bank)])
+        .args(extra);
+    c.output().expect("run")
+}
+
+/// Two traces of one tenant's hour finalized one after the other: an invoice, then a
+/// supplement naming it, billing together what the two traces rated at once bill (one
+/// minimum); a preview of the second against the bank already shows the supplement, in CSV
+/// too; the text rendering says it is a supplement; a retry changes nothing.
+#[test]
+fn two_reports_of_one_period_give_an_invoice_and_a_supplement() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = small_traces(dir.path(), 2);
+    let bank = dir.path().join("bank.db");
+    let book = example_book();
+    let once = json(&ok(
+        gpumeter(&[
+            "preview",
+            s(&traces[0]),
+            s(&traces[1]),
+            "--tenant",
+            "acme",
+            "--prices",
+            s(&book),
+            "--json",
+        ]),
+        "preview of both",
+    ));
+    let first = ok(
+        finalize_with_args(&[&traces[0]], "acme", &bank, &["--json"]),
+        "the first report",
+    );
+    let first = json(&first)["invoices"][0].clone();
+    assert!(first["extensions"]["kind"].is_null(), "{first:#}");
+
+    let csv = dir.path().join("supplement.csv");
+    let preview = ok(
+        gpumeter(&[
+            "preview",
+            s(&traces[1]),
+            "--tenant",
+            "acme",
+            "--prices",
+            s(&book),
+            "--bank",
+            s(&bank),
+            "--csv",
+            s(&csv),
+        ]),
+        "preview of the second",
+    );
+    assert!(
+        stdout(&preview).starts_with("Supplement for tenant acme"),
+        "{}",
+        stdout(&preview)
+    );
+    let csv = std::fs::read_to_string(&csv).expect("the CSV");
+    let header: Vec<&str> = csv.lines().next().expect("a header").split(',').collect();
+    let kind = header
+        .iter()
+        .position(|c| *c == "invoice_kind")
+        .expect("invoice_kind");
+    let of = header
+        .iter()
+        .position(|c| *c == "supplement_of")
+        .expect("supplement_of");
+    for row in csv.lines().skip(1) {
+        let cells: Vec<&str> = row.split(',').collect();
+        assert_eq!(cells[kind], "supplement", "{row}");
+        assert_eq!(
+            cells[of],
+            first["sha256"].as_str().expect("sha256"),
+            "{row}"
+        );
+    }
+
+    let second = ok(
+        finalize_with_args(&[&traces[1]], "acme", &bank, &["--json"]),
+        "the second report",
+    );
+    assert!(
+        stderr(&second).contains("this is a supplement"),
+        "{}",
+        stderr(&second)
+    );
+    let doc = json(&second);
+    validate("gpumeter.invoice.v1.schema.json", &doc);
+    let sup = &doc["invoices"][0];
+    assert_eq!(sup["extensions"]["kind"], "supplement");
+    assert_eq!(
+        sup["extensions"]["supplement_of"]["sha256"],
+        first["sha256"]
+    );
+    assert_eq!(sup["period"], first["period"]);
+    let billed = d(&first["subtotal"]) + d(&sup["subtotal"]);
+    assert_eq!(
+        billed,
+        d(&once["invoices"][0]["subtotal"]),
+        "{once:#}\n{sup:#}"
+    );
+
+    let again = ok(
+        finalize_with_args(&[&traces[1]], "acme", &bank, &[]),
+        "the second report again",
+    );
+    assert!(stderr(&again).contains(SAID_BEFORE), "{}", stderr(&again));
+    assert!(
+        stdout(&again).starts_with("Supplement for tenant acme"),
+        "{}",
+        stdout(&again)
+    );
+    assert!(
+        stdout(&again).contains("supplement of invoice sha256"),
+        "{}",
+        stdout(&again)
+    );
+    verify_ok(&bank);
+}
+
+/// The same trace is billed once: again under 1-minute windows, or for another tenant, it is
+/// refused (exit 1) naming the trace and the invoice that billed it; a report that names no
+/// source previews against the bank but is not finalized.
+#[test]
+fn a_trace_is_billed_once_and_a_report_without_sources_is_not_finalized() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = small_traces(dir.path(), 2);
+    let bank = dir.path().join("bank.db");
+    ok(
+        finalize_with_args(&[&traces[0]], "acme", &bank, &[]),
+        "the trace",
+    );
+    let n = history(&bank).len();
+    for (tenant, extra) in [("acme", &["--window", "1m"][..]), ("beta", &[][..])] {
+        let o = finalize_with_args(&[&traces[0]], tenant, &bank, extra);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "{tenant} {extra:?}: {}",
+            stderr(&o)
+        );
+        let err = stderr(&o);
+        assert!(
+            err.contains("source trace-0.json") && err.contains("was billed before"),
+            "{err}"
+        );
+        assert!(err.contains("tenant `acme`"), "{err}");
+        assert_eq!(history(&bank).len(), n, "nothing written");
+    }
+
+    // A report of the other trace with its sources removed (and its digest made again).
+    let report = stdout(&ok(
+        gpumeter(&["usage", s(&traces[1]), "--tenant", "gamma", "--json"]),
+        "usage",
+    ));
+    let mut report: gpumeter::UsageReport = serde_json::from_str(&report).expect("a report");
+    report.sources.clear();
+    report.seal().expect("seal");
+    let anonymous = dir.path().join("anonymous.json");
+    std::fs::write(&anonymous, serde_json::to_string(&report).expect("JSON")).expect("write");
+    let preview = gpumeter(&[
+        "preview",
+        s(&anonymous),
+        "--format",
+        "usage",
+        "--prices",
+        s(&example_book()),
+        "--bank",
+        s(&bank),
+        "--json",
+    ]);
+    let preview = json(&ok(preview, "preview of a report without sources"));
+    assert_eq!(preview["invoices"][0]["tenant"], "gamma");
+    let o = finalize_with_args(&[&anonymous], "", &bank, &["--format", "usage"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("names no source"), "{}", stderr(&o));
+    assert_eq!(history(&bank).len(), n, "nothing written");
+    verify_ok(&bank);
+}
+
+/// A period that has not ended is refused (exit 1) unless `--allow-open-period`; `preview
+/// --bank` of it runs.
+#[test]
+fn an_open_period_is_refused_unless_allowed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let traces = small_traces(dir.path(), 1);
+    let bank = dir.path().join("bank.db");
+    let period = [
+        "--from",
+        "2026-11-01T00:00:00Z",
+        "--to",
+        "2100-01-01T00:00:00Z",
+    ];
+    let o = finalize_with_args(&[&traces[0]], "acme", &bank, &period);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("has not ended"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("--allow-open-period"), "{}", stderr(&o));
+    let book = example_book();
+    let mut preview = vec!["preview", s(&traces[0]), "--tenant", "acme"];
+    preview.extend(["--prices", s(&book), "--bank", s(&bank)]);
+    preview.extend(period);
+    ok(gpumeter(&preview), "preview of an open period");
+    let mut allowed = period.to_vec();
+    allowed.push("--allow-open-period");
+    ok(
+        finalize_with_args(&[&traces[0]], "acme", &bank, &allowed),
+        "an open period, allowed",
+    );
+    verify_ok(&bank);
 }

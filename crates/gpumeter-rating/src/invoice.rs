@@ -106,8 +106,8 @@ pub struct Invoice {
     /// SHA-256 over the RFC 8785 canonical JSON of this invoice without this field.
     pub sha256: String,
     /// Extra facts (extra keys only under `extensions`): the billing-increment
-    /// fragments carried in and out. Absent when empty, so invoices without increments are
-    /// unchanged.
+    /// fragments carried in and out; on a supplement or credit note its kind and the invoices
+    /// it supplements. Absent when empty, so invoices without increments are unchanged.
     #[serde(default, skip_serializing_if = "InvoiceExtensions::is_empty")]
     pub extensions: InvoiceExtensions,
 }
@@ -125,13 +125,72 @@ pub struct InvoiceExtensions {
     /// that no rate in force could bill.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fragments_out: Vec<Fragment>,
+    /// `supplement` or `credit_note` on a later invoice of a finalized (tenant, period);
+    /// absent on the period's first invoice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<InvoiceKind>,
+    /// On a supplement or credit note: the period's first invoice.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supplement_of: Option<InvoiceRef>,
+    /// On a supplement or credit note: every earlier invoice of the period, in the order they
+    /// were finalized (the first one first), each with its subtotal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<InvoiceRef>,
 }
 
 impl InvoiceExtensions {
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.fragments_in.is_empty() && self.fragments_out.is_empty()
+        self.fragments_in.is_empty()
+            && self.fragments_out.is_empty()
+            && self.kind.is_none()
+            && self.supplement_of.is_none()
+            && self.earlier.is_empty()
     }
+}
+
+/// What a later invoice of a finalized (tenant, period) is (DESIGN §5 "Invoices"): the
+/// invoice's `extensions.kind`, absent on the period's first invoice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InvoiceKind {
+    /// Bills what the period's usage adds: the period rated on its cumulative usage, less what
+    /// its earlier invoices billed; a subtotal of zero or more.
+    Supplement,
+    /// A supplement whose subtotal is negative (a volume tier re-chosen at a lower price, an
+    /// invoice minimum no longer topped up): money owed back, never paid by credits.
+    CreditNote,
+}
+
+impl InvoiceKind {
+    /// `supplement` or `credit_note`, as in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            InvoiceKind::Supplement => "supplement",
+            InvoiceKind::CreditNote => "credit_note",
+        }
+    }
+
+    /// For people: `supplement`, `credit note`.
+    pub fn label(self) -> &'static str {
+        match self {
+            InvoiceKind::Supplement => "supplement",
+            InvoiceKind::CreditNote => "credit note",
+        }
+    }
+}
+
+/// An earlier invoice of the same (tenant, period), as a supplement names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InvoiceRef {
+    /// The invoice's `sha256`, as finalized (with its `ledger_head`).
+    pub sha256: String,
+    /// Its finalization key (SHA-256, lowercase hex), as the bank's `finalize:` transaction
+    /// names it.
+    pub finalization: String,
+    /// Its subtotal; present in `extensions.earlier`, absent in `extensions.supplement_of`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subtotal: Option<Decimal>,
 }
 
 /// A billing-increment fragment of one SKU and meter.
@@ -151,12 +210,113 @@ pub struct LineExtensions {
     /// Whole packages billed on a `package` line (`amount` = packages × `unit_price`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub packages: Option<Quantity>,
+    /// On a usage line of a supplement or credit note: the signed changes of the line's
+    /// quantities (its `quantity`, `billable_quantity` and `fragment_carried` are `null` there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub change: Option<LineChange>,
 }
 
 impl LineExtensions {
     /// Whether there is nothing to write.
     pub fn is_empty(&self) -> bool {
-        self.packages.is_none()
+        self.packages.is_none() && self.change.is_none()
+    }
+}
+
+/// What a usage line of a supplement changes (DESIGN §5 "Invoices"): per line key, the
+/// period's cumulative rating less the sum of its earlier invoices, canonical units.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineChange {
+    /// The change of `quantity`.
+    pub quantity: SignedQuantity,
+    /// The change of `billable_quantity`.
+    pub billable_quantity: SignedQuantity,
+    /// The change of `fragment_carried`.
+    pub fragment_carried: SignedQuantity,
+    /// The change of the whole packages billed, on a `package` line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub packages: Option<SignedQuantity>,
+}
+
+/// A signed whole number of canonical units, `-(2^128 − 1)` to `2^128 − 1`: a decimal string
+/// of digits with a leading `-` when negative (never `-0`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SignedQuantity {
+    /// Whether it is below zero (never for zero).
+    pub negative: bool,
+    /// Its absolute value.
+    pub magnitude: u128,
+}
+
+impl SignedQuantity {
+    /// `magnitude`, negative when `negative` and not zero.
+    pub fn new(negative: bool, magnitude: u128) -> Self {
+        SignedQuantity {
+            negative: negative && magnitude != 0,
+            magnitude,
+        }
+    }
+
+    /// Whether it is zero.
+    pub fn is_zero(self) -> bool {
+        self.magnitude == 0
+    }
+
+    /// The value as a big integer.
+    pub fn to_bigint(self) -> num_bigint::BigInt {
+        let m = num_bigint::BigInt::from(self.magnitude);
+        if self.negative {
+            -m
+        } else {
+            m
+        }
+    }
+
+    /// `v`, or `None` when its absolute value exceeds `u128`.
+    pub fn from_bigint(v: &num_bigint::BigInt) -> Option<Self> {
+        let magnitude = u128::try_from(v.magnitude().clone()).ok()?;
+        Some(SignedQuantity::new(
+            v.sign() == num_bigint::Sign::Minus,
+            magnitude,
+        ))
+    }
+}
+
+impl std::fmt::Display for SignedQuantity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.negative {
+            write!(f, "-{}", self.magnitude)
+        } else {
+            write!(f, "{}", self.magnitude)
+        }
+    }
+}
+
+impl Serialize for SignedQuantity {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for SignedQuantity {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let (negative, digits) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s.as_str()),
+        };
+        let bad = || serde::de::Error::custom(format!("`{s}` is not a signed quantity"));
+        if digits.is_empty()
+            || !digits.bytes().all(|b| b.is_ascii_digit())
+            || (digits.len() > 1 && digits.starts_with('0'))
+        {
+            return Err(bad());
+        }
+        let magnitude: u128 = digits.parse().map_err(|_| bad())?;
+        if negative && magnitude == 0 {
+            return Err(bad());
+        }
+        Ok(SignedQuantity::new(negative, magnitude))
     }
 }
 
@@ -270,11 +430,53 @@ impl Line {
             (_, Some(q), None) => escape(q),
             _ => String::new(),
         };
-        match self.extensions.packages {
-            Some(Quantity(1)) => format!("{base} = 1 package"),
-            Some(p) => format!("{base} = {p} packages"),
-            None => base,
+        let changed = self.extensions.change.and_then(|c| c.packages);
+        match (self.extensions.packages, changed) {
+            (Some(Quantity(1)), _) => format!("{base} = 1 package"),
+            (Some(p), _) => format!("{base} = {p} packages"),
+            (None, Some(c)) if c.magnitude == 1 => format!("{base} = {} package", signed(c)),
+            (None, Some(c)) => format!("{base} = {} packages", signed(c)),
+            (None, None) => base,
         }
+    }
+
+    /// The note the text and HTML renderings write under a line that carries part of its usage
+    /// to the next period (`None` when it carries nothing): `carried to the next period: 7 ns;
+    /// billed 993 ns of 1000 ns`. On a supplement's line (`extensions.change`) the note gives
+    /// the signed changes: `carried to the next period: -7 ns (change); billed +7 ns of +0 ns`.
+    /// Input text (the unit) goes through `escape`.
+    pub fn carried_note(&self, escape: impl Fn(&str) -> String) -> Option<String> {
+        let unit = self.unit.as_deref().map(&escape).unwrap_or_default();
+        if let Some(c) = &self.extensions.change {
+            if c.fragment_carried.is_zero() {
+                return None;
+            }
+            return Some(format!(
+                "carried to the next period: {} {unit} (change); billed {} {unit} of {} {unit}",
+                c.fragment_carried,
+                signed(c.billable_quantity),
+                signed(c.quantity)
+            ));
+        }
+        let carried = self.fragment_carried.filter(|f| f.0 > 0)?;
+        let billed = self
+            .billable_quantity
+            .map_or_else(String::new, |b| format!("; billed {b} {unit}"));
+        let of = self
+            .quantity
+            .map_or_else(String::new, |q| format!(" of {q} {unit}"));
+        Some(format!(
+            "carried to the next period: {carried} {unit}{billed}{of}"
+        ))
+    }
+}
+
+/// A change with its sign written: `+7`, `-7`, `+0`.
+fn signed(q: SignedQuantity) -> String {
+    if q.negative {
+        q.to_string()
+    } else {
+        format!("+{q}")
     }
 }
 
@@ -324,6 +526,33 @@ impl Invoice {
     pub fn seal(&mut self) -> Result<(), RatingError> {
         self.sha256 = self.digest()?;
         Ok(())
+    }
+
+    /// For a supplement or credit note, what it supplements, for people: `supplement of invoice
+    /// sha256 0123456789ab… (the period's first), after 2 earlier invoices billing 8.00`;
+    /// `None` for the period's first invoice. Input text goes through `escape`.
+    pub fn supplement_note(&self, escape: impl Fn(&str) -> String) -> Option<String> {
+        let kind = self.extensions.kind?;
+        let first = self.extensions.supplement_of.as_ref()?;
+        let n = self.extensions.earlier.len();
+        let billed: Decimal = self
+            .extensions
+            .earlier
+            .iter()
+            .filter_map(|e| e.subtotal)
+            .sum();
+        let mut billed = billed;
+        if let Some(scale) = self.extensions.earlier.iter().find_map(|e| e.subtotal) {
+            billed.rescale(scale.scale());
+        }
+        Some(format!(
+            "{} of invoice sha256 {}… (the period's first), after {n} earlier invoice{} billing \
+             {billed} {}",
+            kind.label(),
+            escape(short_hash(&first.sha256)),
+            if n == 1 { "" } else { "s" },
+            escape(&self.currency)
+        ))
     }
 
     /// Whether the stored `sha256` matches the invoice's content.
@@ -428,7 +657,12 @@ fn esc(s: &str) -> String {
 
 fn invoice_text(inv: &Invoice) -> String {
     let mut out = String::new();
-    out.push_str(&format!("Invoice for tenant {}\n", esc(&inv.tenant)));
+    let title = match inv.extensions.kind {
+        None => "Invoice",
+        Some(InvoiceKind::Supplement) => "Supplement",
+        Some(InvoiceKind::CreditNote) => "Credit note",
+    };
+    out.push_str(&format!("{title} for tenant {}\n", esc(&inv.tenant)));
     out.push_str(&format!(
         "  period      {} to {} (end exclusive)\n",
         esc(&inv.period.from),
@@ -446,6 +680,9 @@ fn invoice_text(inv: &Invoice) -> String {
     ));
     if let Some(head) = &inv.ledger_head {
         out.push_str(&format!("  ledger head {} (finalized)\n", esc(head)));
+    }
+    if let Some(note) = inv.supplement_note(esc) {
+        out.push_str(&format!("  {note}\n"));
     }
     out.push('\n');
 
@@ -559,17 +796,8 @@ fn table_rows(inv: &Invoice, opt: Optional, n: usize) -> Vec<Row> {
         let first_of_group = shown_group != Some(group);
         shown_group = Some(group);
         rows.push(Row::Cells(line_cells(l, opt, first_of_group)));
-        if let Some(carried) = l.fragment_carried.filter(|f| f.0 > 0) {
-            let unit = l.unit.as_deref().map(esc).unwrap_or_default();
-            let billed = l
-                .billable_quantity
-                .map_or_else(String::new, |b| format!("; billed {b} {unit}"));
-            let of = l
-                .quantity
-                .map_or_else(String::new, |q| format!(" of {q} {unit}"));
-            rows.push(Row::Note(format!(
-                "carried to the next period: {carried} {unit}{billed}{of}"
-            )));
+        if let Some(note) = l.carried_note(esc) {
+            rows.push(Row::Note(note));
         }
     }
     rows

@@ -114,6 +114,7 @@ pub mod model;
 pub mod money;
 pub mod rating;
 pub mod render;
+pub mod supplement;
 pub mod units;
 
 pub use book::{
@@ -123,11 +124,13 @@ pub use book::{
 pub use currency::Currency;
 pub use invoice::{
     CreditApplied, DocumentExtensions, Fragment, IdleRow, IdleUsage, Invoice, InvoiceDocument,
-    InvoiceExtensions, Line, LineExtensions, LineKind, Period, PriceBookRef, Unpriced,
+    InvoiceExtensions, InvoiceKind, InvoiceRef, Line, LineChange, LineExtensions, LineKind,
+    Period, PriceBookRef, SignedQuantity, Unpriced,
     INVOICE_SCHEMA,
 };
 pub use money::{line_amount, Rounding};
 pub use rating::{
     rate, BandEdge, CarriedFragments, FragmentKey, RatingError, PRICING_UNIT_DECIMALS,
 };
+pub use supplement::{unpriced_change, LineKey, LineTotals, PeriodLines};
 pub use units::PricingUnit;

@@ -1175,7 +1175,10 @@ fn rate_series(
             fragment_carried: Some(Quantity(fragment)),
             unit_price: Some(acc.unit_price),
             amount,
-            extensions: LineExtensions { packages },
+            extensions: LineExtensions {
+                packages,
+                ..LineExtensions::default()
+            },
         });
     }
     for (_, ri, k) in fees {

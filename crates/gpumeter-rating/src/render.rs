@@ -35,8 +35,12 @@ use crate::invoice::{Invoice, InvoiceDocument, Line, LineKind};
 /// fields on each of its lines, so every row stands alone and an auditor can tie it to the
 /// sealed invoice (`invoice_sha256` is the invoice's `sha256`). The other columns are the
 /// line's fields as in the JSON document (`packages` is the line's `extensions.packages`, the
-/// whole packages a `package` line bills); a `null` is an empty cell.
-pub const CSV_COLUMNS: [&str; 19] = [
+/// whole packages a `package` line bills); a `null` is an empty cell. On a supplement or credit
+/// note, whose lines bill changes, `quantity`, `billable_quantity`, `fragment_carried` and
+/// `packages` are the line's signed changes (`extensions.change`). `invoice_kind` is
+/// `invoice`, `supplement` or `credit_note`, and `supplement_of` the `sha256` of the period's
+/// first invoice that a supplement or credit note supplements (empty on an invoice).
+pub const CSV_COLUMNS: [&str; 21] = [
     "tenant",
     "period_from",
     "period_to",
@@ -56,6 +60,8 @@ pub const CSV_COLUMNS: [&str; 19] = [
     "unit_price",
     "amount",
     "invoice_sha256",
+    "invoice_kind",
+    "supplement_of",
 ];
 
 /// Windows drawn per device at most: a longer period is drawn in buckets of whole windows
@@ -113,9 +119,15 @@ pub fn invoice_csv(doc: &InvoiceDocument) -> Result<String, RenderError> {
     String::from_utf8(bytes).map_err(|e| RenderError::Csv(e.to_string()))
 }
 
-fn csv_row(inv: &Invoice, l: &Line) -> [String; 19] {
+fn csv_row(inv: &Invoice, l: &Line) -> [String; 21] {
     let text = |s: &Option<String>| s.as_deref().map(csv_text_cell).unwrap_or_default().into();
     let num = |v: Option<String>| v.unwrap_or_default();
+    let change = l.extensions.change;
+    let or_change = |q: Option<gpumeter_core::Quantity>, c: Option<crate::SignedQuantity>| {
+        q.map(|q| q.to_string())
+            .or_else(|| c.map(|c| c.to_string()))
+            .unwrap_or_default()
+    };
     [
         csv_text_cell(&inv.tenant).into_owned(),
         inv.period.from.clone(),
@@ -126,16 +138,25 @@ fn csv_row(inv: &Invoice, l: &Line) -> [String; 19] {
         l.meter.map(|m| m.to_string()).unwrap_or_default(),
         text(&l.band),
         text(&l.tier),
-        num(l.quantity.map(|q| q.to_string())),
+        or_change(l.quantity, change.map(|c| c.quantity)),
         num(l.unit.clone()),
         num(l.pricing_unit.clone()),
         num(l.quantity_in_pricing_unit.clone()),
-        num(l.billable_quantity.map(|q| q.to_string())),
-        num(l.fragment_carried.map(|q| q.to_string())),
-        num(l.extensions.packages.map(|q| q.to_string())),
+        or_change(l.billable_quantity, change.map(|c| c.billable_quantity)),
+        or_change(l.fragment_carried, change.map(|c| c.fragment_carried)),
+        or_change(l.extensions.packages, change.and_then(|c| c.packages)),
         num(l.unit_price.map(|p| p.to_string())),
         l.amount.to_string(),
         inv.sha256.clone(),
+        inv.extensions
+            .kind
+            .map_or("invoice", crate::InvoiceKind::as_str)
+            .to_string(),
+        inv.extensions
+            .supplement_of
+            .as_ref()
+            .map(|f| f.sha256.clone())
+            .unwrap_or_default(),
     ]
 }
 
@@ -412,8 +433,11 @@ fn window_text(seconds: u64) -> String {
 fn invoice_section(out: &mut String, inv: &Invoice) {
     let _ = writeln!(
         out,
-        "<section class=\"invoice\">\n<h2>Tenant {}</h2>",
-        html_text(&inv.tenant)
+        "<section class=\"invoice\">\n<h2>Tenant {}{}</h2>",
+        html_text(&inv.tenant),
+        inv.extensions
+            .kind
+            .map_or_else(String::new, |k| format!(" ({})", k.label()))
     );
     invoice_header(out, inv);
     lines_table(out, inv);
@@ -456,6 +480,16 @@ fn invoice_header(out: &mut String, inv: &Invoice) {
         "Invoice",
         format!("<span class=\"mono\">sha256 {}</span>", h(&inv.sha256)),
     );
+    if let Some(first) = &inv.extensions.supplement_of {
+        let note = inv.supplement_note(h).unwrap_or_default();
+        row(
+            "Supplement of",
+            format!(
+                "<span class=\"mono\">sha256 {}</span> ({note})",
+                h(&first.sha256)
+            ),
+        );
+    }
     out.push_str("</dl>\n");
 }
 
@@ -593,20 +627,10 @@ fn line_row(out: &mut String, l: &Line, cols: Columns) {
                 "<td class=\"n\">{quantity}</td><td class=\"n\">{price}</td>\
                  <td class=\"n\">{amount}</td></tr>"
             );
-            if let Some(carried) = l.fragment_carried.filter(|f| f.0 > 0) {
-                let unit = opt(&l.unit);
-                let billed = l
-                    .billable_quantity
-                    .map(|b| format!("; billed {b} {unit}"))
-                    .unwrap_or_default();
-                let of = l
-                    .quantity
-                    .map(|q| format!(" of {q} {unit}"))
-                    .unwrap_or_default();
+            if let Some(note) = l.carried_note(h) {
                 let _ = writeln!(
                     out,
-                    "<tr class=\"note\"><td></td><td colspan=\"{}\">\u{21b3} carried to the \
-                     next period: {carried} {unit}{billed}{of}</td></tr>",
+                    "<tr class=\"note\"><td></td><td colspan=\"{}\">\u{21b3} {note}</td></tr>",
                     cols.count() - 1
                 );
             }

@@ -84,6 +84,9 @@ pub struct Measured {
     pub machine_cpu: f64,
     /// Transactions in the ledger afterwards (`verify` passed over them).
     pub transactions: u64,
+    /// Of them, `carry` transactions: the fragments of a shared tenant's hours finalized out
+    /// of order, booked at the latest business time of its fragment postings.
+    pub carries: u64,
     /// PostgreSQL only: what the workers' connections were doing, sampled during the run.
     pub sessions: Option<Sessions>,
 }
@@ -480,12 +483,16 @@ fn timed(
         )
         .into());
     }
+    let carries = l
+        .atomically(false, |t| t.transactions(Some("carry")))?
+        .len() as u64;
     Ok(Measured {
         seconds,
         rate: job.invoices as f64 / seconds,
         worker_cpu,
         machine_cpu,
         transactions: report.transactions,
+        carries,
         sessions: None,
     })
 }

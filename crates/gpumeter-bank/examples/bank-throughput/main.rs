@@ -159,7 +159,7 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
                             })?;
                         println!(
                             "round {} {:<10} {:<8} history {:>5} workers {} : {:>7.1} /s \
-                             ({:.2} s, worker CPU {:.1} ms/finalization, machine busy {:.2} of {:.2} s × cores; {} transactions verified)",
+                             ({:.2} s, worker CPU {:.1} ms/finalization, machine busy {:.2} of {:.2} s × cores; {} transactions verified, {} carries)",
                             round + 1,
                             backend(location),
                             tenants,
@@ -171,6 +171,7 @@ fn measure(args: &Args) -> Result<(), driver::Error> {
                             m.machine_cpu,
                             m.seconds,
                             m.transactions,
+                            m.carries,
                         );
                         if let Some(x) = &m.sessions {
                             println!(

@@ -42,29 +42,22 @@ pub struct Finalized {
     pub outcomes: Vec<Outcome>,
 }
 
-/// Usage rows of `tenant` in windows whose source was billed before under another key.
-type BilledBefore = BTreeMap<String, BTreeSet<(String, String)>>;
+/// How [`finalize_with`] runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FinalizeOptions {
+    /// Commit (`invoice finalize`), or roll everything back (a preview, `preview --bank`).
+    pub commit: bool,
+    /// The caller's current time, ns since the Unix epoch: a committed finalization of a
+    /// period that ends after it is refused ([`FinalizeRefusal::OpenPeriod`]: usage of the
+    /// period may still arrive). `None` checks nothing (the bank reads no clock of its own;
+    /// `gpumeter::bill` passes the system's, and `--allow-open-period` none).
+    pub now: Option<u64>,
+}
 
-/// Rates `usage` with `book` for `period` against the bank, applying each tenant's carried
-/// fragments, reservations and credits: preview and finalization are this one
-/// function; `commit = false` (a preview) rolls everything back.
-///
-/// Per tenant with usage in the period: if its finalization key ([`finalization_key`]) is in
-/// the ledger, the invoice finalized then is returned unchanged ([`Outcome::AlreadyFinalized`]).
-/// Otherwise, inside one ledger transaction: windows of the tenant's usage whose source was
-/// already billed under another key (same source SHA-256 and window) are left out with a
-/// warning that lists them; the usage is rated with the tenant's carried-in fragments
-/// ([`gpumeter_rating::rate`]); each reservation whose span holds the period adds its fee as a
-/// `reservation` line; credits in force at the period's end burn against the lines they may
-/// pay for, in burn order, whole minor units at a time, the credits rounded down (the
-/// tenant's favour); the new fragments replace the carried-in ones; unused capacity of each
-/// reservation billed here converts to a grant at its rate; and one `finalize` transaction
-/// records it all with the invoice in its memo. The invoice's `ledger_head` is that
-/// transaction's hash when committed.
+/// [`finalize_with`] without a clock: `commit` and no check of an open period.
 ///
 /// # Errors
-/// [`BankError::Rating`] when rating fails, [`BankError::Storage`], [`BankError::Refused`] for
-/// amounts beyond a decimal.
+/// As [`finalize_with`].
 pub fn finalize<L: Ledger>(
     ledger: &mut L,
     usage: &UsageReport,
@@ -72,8 +65,83 @@ pub fn finalize<L: Ledger>(
     period: Option<(u64, u64)>,
     commit: bool,
 ) -> Result<Finalized, BankError> {
+    finalize_with(
+        ledger,
+        usage,
+        book,
+        period,
+        FinalizeOptions { commit, now: None },
+    )
+}
+
+/// Rates `usage` with `book` for `period` against the bank, applying each tenant's carried
+/// fragments, reservations and credits: preview and finalization are this one
+/// function; `options.commit = false` (a preview) rolls everything back.
+///
+/// Per tenant with usage in the period (and per tenant owing a reservation's fee for it): if
+/// its finalization key ([`finalization_key`]) is in the ledger, the invoice finalized then is
+/// returned unchanged ([`Outcome::AlreadyFinalized`]). Otherwise, inside one ledger
+/// transaction for all tenants:
+/// - **Sources billed once.** The report's sources are held (a lock per source), and the
+///   tenant's rows claim, for every source of the report, the time ranges of every device of
+///   the rows; a claim overlapping one of any earlier finalization (any tenant, window size or
+///   period) is refused ([`FinalizeRefusal::SourceBilled`]). A committed finalization of a
+///   report without sources is refused ([`FinalizeRefusal::NoSources`]); a preview of it runs.
+/// - **A period is one unit.** A period that overlaps a finalized period of the tenant without
+///   being equal is refused ([`FinalizeRefusal::PeriodOverlap`]). The tenant's first
+///   finalization of a period rates its usage with the carried-in fragments (the tenant's
+///   whole fragment balance, [`gpumeter_rating::rate`]). A later finalization of a
+///   finalized period is a *supplement*: the period's cumulative usage (the rows every earlier
+///   finalization of the period kept in its memo, and this report's) is rated with the first
+///   invoice's price book ([`FinalizeRefusal::OtherBook`]) and carried-in fragments, and the
+///   supplement bills per line the cumulative amount less what the period's invoices billed
+///   ([`gpumeter_rating::PeriodLines`]); its `extensions` name its kind (`supplement`, or
+///   `credit_note` when its subtotal is negative: no credits burn, the receivable goes down)
+///   and the earlier invoices; its fragments move by the change of the period's fragment.
+/// - Each reservation whose span holds the period adds its fee as a `reservation` line, once
+///   per period; credits in force at the period's end burn against the lines they may pay for,
+///   in burn order, whole minor units at a time, the credits rounded down (the tenant's
+///   favour); the fragments move; unused capacity of each reservation billed here converts to
+///   a grant at its rate, and a supplement's usage takes back what it consumed of the period's
+///   conversion.
+/// - **As-of balances.** The fragment postings are booked at the period's end, or, when the
+///   tenant's fragment accounts have postings at a later business time (a later period
+///   finalized first, a close), in a `carry` transaction at the latest of them, so no fragment
+///   balance is negative as of any instant; postings that would still make one negative are
+///   refused ([`FinalizeRefusal::NegativeBalance`]).
+/// - One `finalize` transaction records it all, its memo holding the invoice, the claims and
+///   the rows billed. The invoice's `ledger_head` is that transaction's hash when committed.
+///
+/// # Errors
+/// [`BankError::Rating`] when rating fails, [`BankError::Finalize`] for a refusal above,
+/// [`BankError::Storage`], [`BankError::Refused`] for amounts beyond a decimal.
+pub fn finalize_with<L: Ledger>(
+    ledger: &mut L,
+    usage: &UsageReport,
+    book: &PriceBook,
+    period: Option<(u64, u64)>,
+    options: FinalizeOptions,
+) -> Result<Finalized, BankError> {
+    let commit = options.commit;
     // The period and the tenants come from rating the report once, bank-free.
     let plain = rate(usage, book, period, &CarriedFragments::new())?;
+    if let (true, Some(now)) = (commit, options.now) {
+        let rated = plain
+            .invoices
+            .first()
+            .map(|i| Ok::<_, BankError>((parse_time(&i.period.from)?, parse_time(&i.period.to)?)))
+            .transpose()?;
+        if let Some((from, to)) = period.or(rated) {
+            if to > now {
+                return Err(FinalizeRefusal::OpenPeriod {
+                    from: rfc3339(from),
+                    to: rfc3339(to),
+                    now: rfc3339(now),
+                }
+                .into());
+            }
+        }
+    }
     ledger.atomically(commit, |t| {
         check_currency(t, book)?;
         // Which tenants this finalization bills depends on the reservations in the ledger:
@@ -94,8 +162,8 @@ pub fn finalize<L: Ledger>(
             held.get_or_insert_with(BTreeSet::new)
                 .extend(names.iter().map(|n| (*n).to_string()));
         };
-        let mut invoices = Vec::with_capacity(tenants.len());
-        let mut outcomes = Vec::with_capacity(tenants.len());
+        // Each tenant's key, and the invoice of those finalized before.
+        let mut work: Vec<(&Invoice, String, Option<Invoice>)> = Vec::with_capacity(tenants.len());
         for inv in &tenants {
             let key = finalization_key(
                 &inv.tenant,
@@ -103,13 +171,42 @@ pub fn finalize<L: Ledger>(
                 &inv.usage_sha256,
                 &inv.price_book.sha256,
             )?;
-            if let Some(done) = t.find(&format!("finalize:{key}"))? {
-                invoices.push(stored_invoice(&done)?);
+            let done = t
+                .find(&format!("finalize:{key}"))?
+                .map(|d| stored_invoice(&d))
+                .transpose()?;
+            work.push((inv, key, done));
+        }
+        // What the sources billed before this call, read once under the sources' locks
+        // (the tenants of one report are one finalization: not checked against each other).
+        let billing_rows = work
+            .iter()
+            .any(|(inv, _, done)| done.is_none() && !rows_of(usage, inv).is_empty());
+        if billing_rows && commit && usage.sources.is_empty() {
+            return Err(FinalizeRefusal::NoSources.into());
+        }
+        let billed = if billing_rows && !usage.sources.is_empty() {
+            lock_sources(t, usage)?;
+            Some(billed_sources(t)?)
+        } else {
+            None
+        };
+        let call = Call {
+            usage,
+            book,
+            commit,
+            default_period: period.is_none(),
+            billed: billed.as_ref(),
+        };
+        let mut invoices = Vec::with_capacity(work.len());
+        let mut outcomes = Vec::with_capacity(work.len());
+        for (inv, key, done) in work {
+            if let Some(done) = done {
+                invoices.push(done);
                 outcomes.push(Outcome::AlreadyFinalized);
                 continue;
             }
-            let (inv, outcome) =
-                finalize_tenant(t, usage, book, inv, &key, commit, period.is_none())?;
+            let (inv, outcome) = finalize_tenant(t, &call, inv, &key)?;
             invoices.push(inv);
             outcomes.push(outcome);
         }
@@ -118,6 +215,32 @@ pub fn finalize<L: Ledger>(
         document.extensions = plain.extensions.clone();
         Ok(Finalized { document, outcomes })
     })
+}
+
+/// What every tenant of one finalization shares.
+struct Call<'a> {
+    usage: &'a UsageReport,
+    book: &'a PriceBook,
+    commit: bool,
+    /// No period was given: the usage's span.
+    default_period: bool,
+    /// The ranges the report's sources billed before this call (`None`: none to check).
+    billed: Option<&'a BilledSources>,
+}
+
+/// The rows of `inv`'s tenant in its period.
+fn rows_of<'u>(usage: &'u UsageReport, inv: &Invoice) -> Vec<&'u UsageRow> {
+    let (Ok(from), Ok(to)) = (parse_time(&inv.period.from), parse_time(&inv.period.to)) else {
+        return vec![];
+    };
+    usage
+        .usage
+        .iter()
+        .filter(|r| {
+            r.tenant == inv.tenant
+                && parse_rfc3339(&r.window_start).is_ok_and(|w| from <= w && w < to)
+        })
+        .collect()
 }
 
 /// The invoices a finalization starts from, by tenant: the tenants with usage in the
@@ -147,7 +270,7 @@ fn tenants_to_bill(
             let holds = parse_time(&r.from)? <= from && to <= parse_time(&r.to)?;
             let billed = reservation_periods(t, &r.tenant, &r.reservation)?
                 .into_iter()
-                .any(|(a, b, _)| a < to && from < b);
+                .any(|b| b.from < to && from < b.to);
             // A rerun returns the fee-only invoice finalized then.
             let done = t
                 .find(&format!(
@@ -215,474 +338,113 @@ fn empty_invoice(
     })
 }
 
-/// Every reservation in the ledger, in ledger order.
-fn all_reservations(t: &dyn LedgerTx) -> Result<Vec<Reservation>, BankError> {
-    let mut out = Vec::new();
-    for tx in t.transactions(Some("reserve"))? {
-        let r: Reservation =
-            serde_json::from_value(tx.tx.memo.clone()).map_err(|e| BankError::Corrupt {
-                seq: tx.seq,
-                key: tx.tx.key.clone(),
-                reason: format!("the memo of a reservation is not a reservation: {e}"),
-            })?;
-        out.push(r);
-    }
-    Ok(out)
+/// A tenant's invoice rated for this finalization, before the bank's lines and credits.
+struct Rated {
+    /// The invoice: a first invoice as rating made it, or a supplement's changes.
+    invoice: Invoice,
+    /// The fragments this finalization draws (−) and deposits (+), per (SKU, meter).
+    fragments: BTreeMap<(String, MeterKind), i128>,
+    measured: Measured,
 }
 
-/// Periods of `reservation` that earlier finalizations billed (its fee and conversion).
-///
-/// Only the finalizations of the reservation's tenant bill it.
-fn reservation_periods(
-    t: &dyn LedgerTx,
-    tenant: &str,
-    reservation: &str,
-) -> Result<Vec<(u64, u64, Option<String>)>, BankError> {
-    let mut out = Vec::new();
-    for done in t.tenant_transactions("finalize", tenant)? {
-        let billed: Vec<BilledReservation> =
-            serde_json::from_value(done.tx.memo["reservations"].clone()).unwrap_or_default();
-        for b in billed {
-            if b.reservation == reservation {
-                out.push((parse_time(&b.from)?, parse_time(&b.to)?, b.conversion));
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// A reservation's period as a finalization records it: billed (its fee, or noted as not
-/// billable), and the grant its unused capacity converted to, if any.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct BilledReservation {
-    reservation: String,
-    from: String,
-    to: String,
-    conversion: Option<String>,
-}
-
-/// The invoice a `finalize` transaction recorded, with its `ledger_head` and digest.
-fn stored_invoice(t: &crate::ledger::StoredTransaction) -> Result<Invoice, BankError> {
-    let mut inv: Invoice =
-        serde_json::from_value(t.tx.memo["invoice"].clone()).map_err(|e| BankError::Corrupt {
-            seq: t.seq,
-            key: t.tx.key.clone(),
-            reason: format!("the memo of a finalization is not an invoice: {e}"),
-        })?;
-    inv.ledger_head = Some(t.hash.clone());
-    inv.seal()?;
-    Ok(inv)
-}
-
-/// `(source sha256, window start)` pairs each earlier finalization of `tenant` billed, with
-/// its key.
-fn billed_before(t: &dyn LedgerTx, tenant: &str) -> Result<BilledBefore, BankError> {
-    let mut out: BilledBefore = BTreeMap::new();
-    for done in t.tenant_transactions("finalize", tenant)? {
-        let pairs: Vec<(String, String)> =
-            serde_json::from_value(done.tx.memo["billed"].clone()).unwrap_or_default();
-        for (source, window) in pairs {
-            out.entry(source)
-                .or_default()
-                .insert((window, done.tx.key.clone()));
-        }
-    }
-    Ok(out)
-}
-
-#[allow(clippy::too_many_lines)]
 fn finalize_tenant(
     t: &mut dyn LedgerTx,
-    usage: &UsageReport,
-    book: &PriceBook,
+    call: &Call<'_>,
     plain: &Invoice,
     key: &str,
-    commit: bool,
-    default_period: bool,
 ) -> Result<(Invoice, Outcome), BankError> {
     let tenant = plain.tenant.as_str();
     let from = parse_time(&plain.period.from)?;
     let to = parse_time(&plain.period.to)?;
-    let currency = book.currency();
-    let scale = currency.scale();
+    let scale = call.book.currency().scale();
 
-    // 1. The tenant's usage in the period, less windows this report's sources were all billed
-    //    for already (usage rows do not name their source: a window some of whose sources
-    //    were billed before and others not cannot be split, and is refused).
-    let before = billed_before(t, tenant)?;
-    let mut left_out: BTreeSet<(String, String)> = BTreeSet::new();
-    let mut mine = usage.clone();
-    mine.usage.retain(|r| {
-        r.tenant == tenant && parse_rfc3339(&r.window_start).is_ok_and(|w| from <= w && w < to)
-    });
-    let windows: BTreeSet<String> = mine.usage.iter().map(|r| r.window_start.clone()).collect();
-    let mut drop_windows = BTreeSet::new();
-    for w in &windows {
-        let billed: Vec<&gpumeter_core::SourceEntry> = usage
-            .sources
-            .iter()
-            .filter(|s| {
-                before
-                    .get(&s.sha256)
-                    .is_some_and(|done| done.iter().any(|(bw, _)| bw == w))
-            })
-            .collect();
-        if billed.is_empty() {
-            continue;
-        }
-        if billed.len() < usage.sources.len() {
-            let names: Vec<&str> = billed.iter().map(|s| s.name.as_str()).collect();
-            return Err(refused(format!(
-                "tenant `{tenant}`, window starting {w}: source(s) {} of this report were billed \
-                 for it before and the others were not; usage rows do not say which source they \
-                 came from, so finalize a report of the new sources alone",
-                names.join(", ")
-            )));
-        }
-        for s in &billed {
-            left_out.insert((s.name.clone(), w.clone()));
-        }
-        drop_windows.insert(w.clone());
+    // 1. The tenant's rows in the period, and what they claim of the report's sources.
+    let rows = rows_of(call.usage, plain);
+    let claims = claims_of(call.usage, &rows)?;
+    if let Some(billed) = call.billed {
+        billed.check(call.usage, &claims)?;
     }
-    mine.usage
-        .retain(|r| !drop_windows.contains(&r.window_start));
-    let billed: BTreeSet<(String, String)> = mine
-        .usage
-        .iter()
-        .flat_map(|r| {
-            usage
-                .sources
-                .iter()
-                .map(move |s| (s.sha256.clone(), r.window_start.clone()))
-        })
-        .collect();
 
-    // 2. Rate with the carried-in fragments; with no usage left to bill, nothing is rated and
-    //    the fragments stay as they are (a re-submission bills nothing, not even a minimum).
-    let carried: CarriedFragments = if mine.usage.is_empty() {
-        CarriedFragments::new()
-    } else {
-        fragment_balances(t, tenant)?
-            .into_iter()
-            .map(|((sku, meter), q)| {
-                (
-                    FragmentKey {
-                        tenant: tenant.to_string(),
-                        sku,
-                        meter,
-                    },
-                    q,
-                )
-            })
-            .collect()
+    // 2. Rated as the period's first invoice, or as a supplement of it.
+    let Rated {
+        invoice: mut inv,
+        fragments,
+        measured,
+    } = match place(tenant, (from, to), finalizations(t, tenant)?)? {
+        Place::New => rate_first(t, call, plain, &rows)?,
+        Place::Supplement(earlier) => rate_supplement(call, plain, &rows, &earlier)?,
     };
-    let rated = if mine.usage.is_empty() {
-        None
-    } else {
-        rate(&mine, book, Some((from, to)), &carried)?
-            .invoices
-            .into_iter()
-            .find(|i| i.tenant == tenant)
-    };
-    let mut inv = match rated {
-        Some(i) => i,
-        // Nothing left to rate: an invoice of no lines.
-        None => {
-            let mut i = plain.clone();
-            i.lines.clear();
-            i.unpriced.clear();
-            i.extensions = Default::default();
-            i
-        }
-    };
-    for (name, window) in &left_out {
-        inv.warnings.push(Warning::new(
-            WarningCode::UsageBilledBefore,
-            format!(
-                "usage of source {name} in the window starting {window} was billed before and is \
-             not billed again"
-            ),
-        ));
-    }
 
     // 3. Reservations whose span holds the period: their fee is a line, once per period.
-    let mut reserved = Vec::new();
-    let mut clawbacks: Vec<(Reservation, Vec<String>)> = Vec::new();
-    let mut unbillable: Vec<Reservation> = Vec::new();
-    for r in reservations(t, tenant)? {
-        let (rf, rt) = (parse_time(&r.from)?, parse_time(&r.to)?);
-        if !(rf <= from && to <= rt) {
-            if rf < to && from < rt {
-                inv.warnings.push(Warning::new(
-                    WarningCode::ReservationPartOfPeriod,
-                    format!(
-                        "reservation {} ({} to {}) covers only part of the period: its fee and \
-                     unused capacity are billed for periods inside its span",
-                        r.reservation, r.from, r.to
-                    ),
-                ));
-            }
-            continue;
-        }
-        let overlapping: Vec<(u64, u64, Option<String>)> =
-            reservation_periods(t, &r.tenant, &r.reservation)?
-                .into_iter()
-                .filter(|&(a, b, _)| a < to && from < b)
-                .collect();
-        if let Some((a, b, _)) = overlapping.first() {
-            inv.warnings.push(Warning::new(
-                WarningCode::ReservationBilledBefore,
-                format!(
-                "reservation {} was billed for {} to {} already, which overlaps this period: its \
-                 fee is not billed again",
-                r.reservation,
-                rfc3339(*a),
-                rfc3339(*b)
-            ),
-            ));
-            let grants: Vec<String> = overlapping.into_iter().filter_map(|(_, _, g)| g).collect();
-            clawbacks.push((r, grants));
-            continue;
-        }
-        if r.fee.normalize().scale() > scale {
-            inv.warnings.push(Warning::new(
-                WarningCode::ReservationFeeTooFine,
-                format!(
-                "reservation {}: its fee {} is finer than {}'s minor unit, so it is not billed \
-                 (a fee is never rounded)",
-                r.reservation,
-                r.fee,
-                currency.code()
-            ),
-            ));
-            // Recorded as this period's, so later reports do not bill its tenant again.
-            unbillable.push(r);
-            continue;
-        }
-        if r.fee <= Decimal::ZERO {
-            // Made before `reserve` refused a fee of 0 (issue 30 item 6): unpaid capacity
-            // never converts, so it bills nothing and converts nothing.
-            inv.warnings.push(Warning::new(
-                WarningCode::ReservationUnpaid,
-                format!(
-                    "reservation {}: its fee is {}, and unpaid capacity never converts to \
-                     credits: it bills nothing and converts nothing",
-                    r.reservation, r.fee
-                ),
-            ));
-            unbillable.push(r);
-            continue;
-        }
-        if default_period {
-            inv.warnings.push(Warning::new(
-                WarningCode::ReservationDefaultPeriod,
-                format!(
-                    "reservation {}: its fee is billed per invoice period, and this period is the \
-                 usage's span, not a billing period given with --from/--to",
-                    r.reservation
-                ),
-            ));
-        }
-        let mut fee = r.fee;
-        fee.rescale(scale);
-        inv.lines.push(Line {
-            kind: LineKind::Reservation,
-            sku: Some(r.sku.clone()),
-            meter: Some(r.meter),
-            unit_price: Some(fee),
-            pricing_unit: Some(r.unit.clone()),
-            quantity_in_pricing_unit: Some(r.capacity.to_string()),
-            ..Line::minimum(fee)
+    let held = reservation_lines(t, (call.book, call.default_period), &mut inv, (from, to))?;
+    let subtotal_minor = signed_minor(inv.lines.iter().map(|l| l.amount), scale)?;
+    if inv.extensions.supplement_of.is_some() {
+        inv.extensions.kind = Some(if subtotal_minor < 0 {
+            InvoiceKind::CreditNote
+        } else {
+            InvoiceKind::Supplement
         });
-        reserved.push(r);
     }
-    let subtotal_minor = minor(inv.lines.iter().map(|l| l.amount), scale)?;
 
-    // 4. Credits in force at the period's end burn against the lines they may pay for.
-    let at_end = to.saturating_sub(1);
-    let mut left: Vec<u128> = inv
-        .lines
-        .iter()
-        .map(|l| minor(std::iter::once(l.amount), scale))
-        .collect::<Result<_, _>>()?;
+    // 4. Credits in force at the period's end burn against the lines they may pay for (a
+    //    credit note burns none: the receivable goes down).
     let mut postings: Vec<Posting> = Vec::new();
-    let mut applied: Vec<CreditApplied> = Vec::new();
-    let mut covered_total: u128 = 0;
-    for g in grants(t, Some(tenant))? {
-        if g.remaining <= Decimal::ZERO {
-            continue;
-        }
-        if !g.grant.in_force_at(at_end) {
-            inv.warnings.push(Warning::new(
-                WarningCode::GrantNotInForce,
-                format!(
-                "grant {} ({} credits left, usable from {} until {}) is not in force at the end \
-                 of the period and pays nothing on this invoice",
-                g.grant.grant,
-                g.remaining,
-                g.grant.effective,
-                g.grant.expires.as_deref().unwrap_or("never")
-            ),
-            ));
-            continue;
-        }
-        let (burned_credits, covered) = burn(&g, &inv.lines, &mut left, scale)?;
-        if covered == 0 {
-            continue;
-        }
-        let amount = minor_units_to_decimal(&covered.into(), &currency)
-            .ok_or_else(|| refused("a credit amount exceeds a decimal"))?;
-        let source = g.grant.kind.source_account();
-        postings.push(Posting::new(
-            accounts::credits(tenant, &g.grant.grant),
-            CREDITS,
-            -burned_credits,
-        ));
-        postings.push(Posting::new(source, CREDITS, burned_credits));
-        postings.push(Posting::new(source, currency.code(), amount));
-        applied.push(CreditApplied {
-            grant: g.grant.grant.clone(),
-            credits: burned_credits.normalize(),
-            amount,
-        });
-        covered_total += covered;
-    }
-    let subtotal = minor_units_to_decimal(&subtotal_minor.into(), &currency)
-        .ok_or_else(|| refused("the subtotal exceeds a decimal"))?;
-    bounded(tenant, subtotal, &inv)?;
-    let total_minor = subtotal_minor - covered_total;
-    let total = minor_units_to_decimal(&total_minor.into(), &currency)
-        .ok_or_else(|| refused("the total exceeds a decimal"))?;
-    inv.subtotal = subtotal;
-    inv.credits_applied = applied;
-    inv.total = total;
-    postings.push(Posting::new(
-        accounts::receivable(tenant),
-        currency.code(),
-        total,
-    ));
-    postings.push(Posting::new(accounts::REVENUE, currency.code(), -subtotal));
+    credits_and_totals(
+        t,
+        &mut inv,
+        tenant,
+        to,
+        subtotal_minor,
+        call.book,
+        &mut postings,
+    )?;
 
-    // 5. Fragments: draw the carried-in ones, deposit the new ones.
-    let out = inv.extensions.fragments_out.clone();
-    let mut delta: BTreeMap<(String, MeterKind), i128> = BTreeMap::new();
-    for (k, q) in &carried {
-        *delta.entry((k.sku.clone(), k.meter)).or_insert(0) -= to_i128(*q)?;
-    }
-    for f in &out {
-        *delta.entry((f.sku.clone(), f.meter)).or_insert(0) += to_i128(f.quantity.0)?;
-    }
-    for ((sku, meter), d) in delta {
+    // 5. Fragments: draw the carried-in ones, deposit the new ones (a supplement: the change
+    //    of the period's fragment); at the period's end, or in a `carry` transaction at the
+    //    latest business time of the accounts' postings when that is later (as-of balances
+    //    never go negative).
+    let mut moved: Vec<Posting> = Vec::new();
+    for ((sku, meter), d) in fragments {
         if d == 0 {
             continue;
         }
         let amount = Decimal::try_from_i128_with_scale(d, 0)
             .map_err(|_| refused("a fragment exceeds a decimal"))?;
-        postings.push(Posting::new(
+        moved.push(Posting::new(
             accounts::fragments(tenant, &sku, meter),
             meter.canonical_unit(),
             amount,
         ));
-        postings.push(Posting::new(
+        moved.push(Posting::new(
             accounts::FRAGMENTS,
             meter.canonical_unit(),
             -amount,
         ));
     }
+    let carry_at = fragment_booking(t, tenant, to, &moved)?;
+    check_fragments(t, tenant, carry_at.unwrap_or(to), &moved, (from, to))?;
+    let carry = match carry_at {
+        None => {
+            postings.append(&mut moved);
+            None
+        }
+        Some(at) => Some((at, moved)),
+    };
 
-    // 6. Unused reserved capacity converts to credits (a grant) at the reservation's rate.
-    let mut conversions = Vec::new();
-    // Usage is consumed by the reservations of a SKU and meter in ledger order, so two
-    // reservations never both count the same usage.
-    let mut consumed: BTreeMap<(String, MeterKind), u128> = BTreeMap::new();
-    for r in &reserved {
-        let unit = PricingUnit::parse(&r.unit)
-            .ok_or_else(|| refused(format!("reservation {}: unit {}", r.reservation, r.unit)))?;
-        let capacity = unit.to_canonical(r.capacity).ok_or_else(|| {
-            refused(format!(
-                "reservation {}: capacity {} {} is not a whole number of canonical units",
-                r.reservation, r.capacity, r.unit
-            ))
-        })?;
-        let before = consumed.entry((r.sku.clone(), r.meter)).or_insert(0);
-        let available = measured_in(&inv, r).saturating_sub(*before);
-        let used = available.min(capacity);
-        *before += used;
-        let unused = capacity - used;
-        if unused == 0 {
-            continue;
-        }
-        let credits = credits_of(unused, &unit)?;
-        if credits.is_zero() {
-            continue;
-        }
-        let id = format!(
-            "g-{}",
-            &hex::encode(Sha256::digest(
-                format!("{key}:{}", r.reservation).as_bytes()
-            ))[..12]
-        );
-        let g = Grant {
-            grant: id.clone(),
-            tenant: tenant.to_string(),
-            credits,
-            rate: r.rate,
-            priority: 0,
-            effective: rfc3339(to),
-            expires: r.credit_expiry.clone(),
-            kind: GrantKind::Reservation,
-            skus: vec![],
-            meters: vec![],
-            reservation: Some(r.reservation.clone()),
-        };
-        conversions.push(g);
-    }
-
-    // 6b. A reservation already billed for an overlapping period converted capacity that this
-    //     usage (of the same period, in another report) consumed: take those credits back
-    //     from its conversion grants, in the tenant's favour (rounded down).
-    let mut clawed = Vec::new();
-    for (r, conversion_grants) in &clawbacks {
-        let Some(unit) = PricingUnit::parse(&r.unit) else {
-            continue;
-        };
-        let mut owed = credits_of(measured_in(&inv, r), &unit)?;
-        for g in grants(t, Some(tenant))? {
-            if owed.is_zero() {
-                break;
-            }
-            if !conversion_grants.contains(&g.grant.grant) || g.remaining <= Decimal::ZERO {
-                continue;
-            }
-            let back = owed.min(g.remaining);
-            postings.push(Posting::new(
-                accounts::credits(tenant, &g.grant.grant),
-                CREDITS,
-                -back,
-            ));
-            postings.push(Posting::new(accounts::RESERVATIONS, CREDITS, back));
-            owed -= back;
-            clawed.push((g.grant.grant.clone(), back.to_string()));
-            inv.warnings.push(Warning::new(
-                WarningCode::CreditsTakenBack,
-                format!(
-                "{back} credits converted from reservation {} for capacity this usage consumed \
-                 are taken back from grant {}",
-                r.reservation, g.grant.grant
-            ),
-            ));
-        }
-        if !owed.is_zero() && !conversion_grants.is_empty() {
-            inv.warnings.push(Warning::new(
-                WarningCode::CreditsNotTakenBack,
-                format!(
-                    "{owed} more credits converted from reservation {} for capacity this usage \
-                 consumed cannot be taken back: they were used or have expired",
-                    r.reservation
-                ),
-            ));
-        }
-    }
+    // 6. Unused reserved capacity converts to credits (a grant) at the reservation's rate; a
+    //    supplement's usage takes back what it consumed of the period's conversion.
+    let Converted {
+        grants: conversions,
+        clawed_back: clawed,
+    } = conversions_and_takebacks(
+        t,
+        &held,
+        &measured,
+        &mut inv,
+        key,
+        (tenant, to),
+        &mut postings,
+    )?;
 
     // 7. One transaction for the invoice; conversions as grants after it.
     let memo_invoice = {
@@ -699,18 +461,20 @@ fn finalize_tenant(
         postings,
         memo: serde_json::json!({
             "invoice": memo_invoice,
-            "billed": billed,
-            "reservations": reserved
+            "claims": claims,
+            "usage": StoredUsage::of(call.usage, &rows),
+            "reservations": held
                 .iter()
-                .chain(unbillable.iter())
-                .map(|r| BilledReservation {
-                    reservation: r.reservation.clone(),
+                .filter(|h| h.billed_now || h.unbillable)
+                .map(|h| BilledReservation {
+                    reservation: h.reservation.reservation.clone(),
                     from: rfc3339(from),
                     to: rfc3339(to),
                     conversion: conversions
                         .iter()
-                        .find(|g| g.reservation.as_deref() == Some(r.reservation.as_str()))
+                        .find(|g| g.reservation.as_deref() == Some(h.reservation.reservation.as_str()))
                         .map(|g| g.grant.clone()),
+                    unbillable: h.unbillable,
                 })
                 .collect::<Vec<_>>(),
             "clawed_back": clawed,
@@ -721,6 +485,21 @@ fn finalize_tenant(
         // Another finalizer applied this key first (the tenant's lock keeps it from happening
         // on the shipped ledgers): its invoice, and nothing of this one.
         return Ok((stored_invoice(earlier)?, Outcome::AlreadyFinalized));
+    }
+    if let Some((at, moved)) = carry {
+        t.append(NewTransaction {
+            key: format!("carry:{key}"),
+            kind: "carry".into(),
+            at: rfc3339(at),
+            tenant: Some(tenant.to_string()),
+            postings: moved,
+            memo: serde_json::json!({
+                "finalization": key,
+                "period": {"from": rfc3339(from), "to": rfc3339(to)},
+                "why": "the tenant's fragment accounts have postings after the period's end: \
+                        the finalization's fragments move at the latest of them",
+            }),
+        })?;
     }
     for g in conversions {
         t.append(NewTransaction {
@@ -735,7 +514,7 @@ fn finalize_tenant(
             memo: serde_json::to_value(&g).map_err(|e| refused(e.to_string()))?,
         })?;
     }
-    if commit {
+    if call.commit {
         Ok((stored_invoice(stored.stored())?, Outcome::Applied))
     } else {
         inv.ledger_head = None;
@@ -744,76 +523,183 @@ fn finalize_tenant(
     }
 }
 
-/// The usage of a reservation's SKU and meter measured in this invoice's period, canonical
-/// units: its usage lines' quantities less the carried-in fragment (measured in an earlier
-/// period).
-fn measured_in(inv: &Invoice, r: &Reservation) -> u128 {
-    let lines: u128 = inv
-        .lines
-        .iter()
-        .filter(|l| {
-            l.kind == LineKind::Usage
-                && l.sku.as_deref() == Some(r.sku.as_str())
-                && l.meter == Some(r.meter)
-        })
-        .map(|l| l.quantity.map_or(0, |q| q.0))
-        .sum();
-    let carried_in: u128 = inv
+/// An invoice of no lines for `plain`'s tenant and period.
+fn no_lines(plain: &Invoice) -> Invoice {
+    let mut i = plain.clone();
+    i.lines.clear();
+    i.unpriced.clear();
+    i.extensions = Default::default();
+    i
+}
+
+/// The tenant's first invoice of the period: its rows rated with the carried-in fragments,
+/// the tenant's whole fragment balance (none without rows: they stay for the next period).
+fn rate_first(
+    t: &dyn LedgerTx,
+    call: &Call<'_>,
+    plain: &Invoice,
+    rows: &[&UsageRow],
+) -> Result<Rated, BankError> {
+    let tenant = plain.tenant.as_str();
+    let period = (
+        parse_time(&plain.period.from)?,
+        parse_time(&plain.period.to)?,
+    );
+    let carried: CarriedFragments = if rows.is_empty() {
+        CarriedFragments::new()
+    } else {
+        fragment_balances(t, tenant)?
+            .into_iter()
+            .map(|((sku, meter), q)| {
+                (
+                    FragmentKey {
+                        tenant: tenant.to_string(),
+                        sku,
+                        meter,
+                    },
+                    q,
+                )
+            })
+            .collect()
+    };
+    let invoice = if rows.is_empty() {
+        no_lines(plain)
+    } else {
+        let mut mine = call.usage.clone();
+        mine.usage = rows.iter().map(|r| (*r).clone()).collect();
+        rate(&mine, call.book, Some(period), &carried)?
+            .invoices
+            .into_iter()
+            .find(|i| i.tenant == tenant)
+            .unwrap_or_else(|| no_lines(plain))
+    };
+    let mut fragments: BTreeMap<(String, MeterKind), i128> = BTreeMap::new();
+    for (k, q) in &carried {
+        *fragments.entry((k.sku.clone(), k.meter)).or_insert(0) -= to_i128(*q)?;
+    }
+    for f in &invoice.extensions.fragments_out {
+        *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) += to_i128(f.quantity.0)?;
+    }
+    let measured = Measured {
+        before: BTreeMap::new(),
+        now: measured_in(&PeriodLines::of(&invoice)?, &invoice),
+    };
+    Ok(Rated {
+        invoice,
+        fragments,
+        measured,
+    })
+}
+
+/// A supplement of the period finalized as `earlier` (its finalizations, the first one first):
+/// the period's cumulative usage rated with the first invoice's book and carried-in fragments,
+/// less what `earlier` billed.
+fn rate_supplement(
+    call: &Call<'_>,
+    plain: &Invoice,
+    rows: &[&UsageRow],
+    earlier: &[Earlier],
+) -> Result<Rated, BankError> {
+    let tenant = plain.tenant.as_str();
+    let period = (
+        parse_time(&plain.period.from)?,
+        parse_time(&plain.period.to)?,
+    );
+    let Some(first) = earlier.first() else {
+        return Err(refused("a supplement of no invoice"));
+    };
+    if first.invoice.price_book.sha256 != call.book.sha256() {
+        return Err(FinalizeRefusal::OtherBook {
+            tenant: tenant.to_string(),
+            from: plain.period.from.clone(),
+            to: plain.period.to.clone(),
+            first_version: first.invoice.price_book.version.clone(),
+            first_sha256: first.invoice.price_book.sha256.clone(),
+            version: call.book.version().to_string(),
+            sha256: call.book.sha256().to_string(),
+        }
+        .into());
+    }
+    let merged = cumulative_report(call.usage, tenant, period, rows, earlier)?;
+    let carried: CarriedFragments = first
+        .invoice
         .extensions
         .fragments_in
         .iter()
-        .filter(|f| f.sku == r.sku && f.meter == r.meter)
-        .map(|f| f.quantity.0)
-        .sum();
-    lines.saturating_sub(carried_in)
+        .map(|f| {
+            (
+                FragmentKey {
+                    tenant: tenant.to_string(),
+                    sku: f.sku.clone(),
+                    meter: f.meter,
+                },
+                f.quantity.0,
+            )
+        })
+        .collect();
+    let cumulative = rate(&merged, call.book, Some(period), &carried)?
+        .invoices
+        .into_iter()
+        .find(|i| i.tenant == tenant)
+        .unwrap_or_else(|| no_lines(plain));
+    let mut before = PeriodLines::new();
+    for e in earlier {
+        before.add(&e.invoice)?;
+    }
+    let invoices: Vec<&Invoice> = earlier.iter().map(|e| &e.invoice).collect();
+    let mut invoice = Invoice {
+        lines: before.supplement_lines(&cumulative)?,
+        unpriced: unpriced_change(&invoices, &cumulative),
+        warnings: cumulative.warnings.clone(),
+        usage_sha256: plain.usage_sha256.clone(),
+        extensions: Default::default(),
+        ..cumulative.clone()
+    };
+    invoice.extensions.fragments_out = cumulative.extensions.fragments_out.clone();
+    invoice.extensions.supplement_of = Some(first.reference(false));
+    invoice.extensions.earlier = earlier.iter().map(|e| e.reference(true)).collect();
+
+    // The fragments move by the change of the period's fragment out (the last invoice's is
+    // what the period carried out so far).
+    let mut fragments: BTreeMap<(String, MeterKind), i128> = BTreeMap::new();
+    if let Some(last) = earlier.last() {
+        for f in &last.invoice.extensions.fragments_out {
+            *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) -= to_i128(f.quantity.0)?;
+        }
+    }
+    for f in &cumulative.extensions.fragments_out {
+        *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) += to_i128(f.quantity.0)?;
+    }
+    let measured = Measured {
+        before: measured_in(&before, &first.invoice),
+        now: measured_in(&PeriodLines::of(&cumulative)?, &cumulative),
+    };
+    Ok(Rated {
+        invoice,
+        fragments,
+        measured,
+    })
 }
 
-/// Σ amounts in minor units of a currency of `scale` decimals.
-fn minor(amounts: impl Iterator<Item = Decimal>, scale: u32) -> Result<u128, BankError> {
-    let mut sum: u128 = 0;
-    for a in amounts {
-        let mut a = a;
-        a.rescale(scale);
-        let m = u128::try_from(a.mantissa()).map_err(|_| refused("a negative amount"))?;
-        sum = sum
-            .checked_add(m)
-            .ok_or_else(|| refused("amounts exceed 2^128 minor units"))?;
-    }
-    Ok(sum)
-}
-
-/// Burns grant `g` against the lines it may pay for, in line order: returns the credits
-/// burned and the minor units covered, and lowers `left` (minor units left per line).
-fn burn(
-    g: &GrantBalance,
-    lines: &[Line],
-    left: &mut [u128],
-    scale: u32,
-) -> Result<(Decimal, u128), BankError> {
-    let mut remaining = g.remaining;
-    let mut burned = Decimal::ZERO;
-    let mut covered_total = 0u128;
-    for (l, rest) in lines.iter().zip(left.iter_mut()) {
-        if *rest == 0 || !g.grant.covers(l.sku.as_deref(), l.meter) {
+/// The usage measured per (SKU, meter) in `lines`: their usage quantities less the fragments
+/// carried into the period (`carried_in`'s `fragments_in`, measured in an earlier period).
+fn measured_in(lines: &PeriodLines, carried_in: &Invoice) -> BTreeMap<(String, MeterKind), u128> {
+    let mut out: BTreeMap<(String, MeterKind), u128> = BTreeMap::new();
+    for (k, totals) in lines.totals() {
+        let (Some(sku), Some(meter)) = (k.sku.as_ref(), k.meter) else {
+            continue;
+        };
+        if k.kind != "usage" {
             continue;
         }
-        // The credits that pay the line, and the whole minor units they cover: never more
-        // than one minor unit beyond their value, whatever the rate (issue 30 item 6).
-        let (credits, covered) = crate::grants::pay(*rest, remaining, g.grant.rate, scale)
-            .ok_or_else(|| {
-                refused(format!(
-                    "grant {}: {} minor units at a rate of {} cannot be expressed in credits",
-                    g.grant.grant, *rest, g.grant.rate
-                ))
-            })?;
-        if covered == 0 {
-            // Worth less than one credit at 9 decimals: a burn of nothing pays nothing.
-            continue;
-        }
-        remaining -= credits;
-        burned += credits;
-        *rest -= covered;
-        covered_total += covered;
+        let q = u128::try_from(totals.quantity.clone()).unwrap_or(0);
+        let slot = out.entry((sku.clone(), meter)).or_insert(0);
+        *slot = slot.saturating_add(q);
     }
-    Ok((burned, covered_total))
+    for f in &carried_in.extensions.fragments_in {
+        if let Some(slot) = out.get_mut(&(f.sku.clone(), f.meter)) {
+            *slot = slot.saturating_sub(f.quantity.0);
+        }
+    }
+    out
 }

@@ -4,28 +4,37 @@
 //! One module per operation; what several of them share (the bank's currency, fragment
 //! balances, digests, times) is here.
 
+mod asof;
 mod balance;
 mod close;
 mod expire;
+mod fees;
 mod finalize;
 mod grant;
+mod period;
+mod refusal;
 mod reserve;
+mod settle;
+mod sources;
 
 pub use balance::{balance, Balance, CreditBalance, FragmentBalance};
 pub use close::{close, Closed, ClosedLine};
 pub use expire::expire;
-pub use finalize::{finalization_key, finalize, Finalized, Outcome};
+pub use finalize::{
+    finalization_key, finalize, finalize_with, FinalizeOptions, Finalized, Outcome,
+};
 pub use grant::{grant, GrantRequest};
+pub use refusal::FinalizeRefusal;
 pub use reserve::{reserve, ReserveRequest};
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpumeter_core::time::{parse_rfc3339, rfc3339};
-use gpumeter_core::{MeterKind, Quantity, UsageReport, Warning, WarningCode};
+use gpumeter_core::{MeterKind, Quantity, UsageReport, UsageRow, Warning, WarningCode};
 use gpumeter_rating::money::{amount_minor_units, minor_units_to_decimal};
 use gpumeter_rating::{
-    rate, CarriedFragments, CreditApplied, FragmentKey, Invoice, InvoiceDocument, Line, LineKind,
-    PriceBook, PricingUnit,
+    rate, unpriced_change, CarriedFragments, CreditApplied, FragmentKey, Invoice, InvoiceDocument,
+    InvoiceKind, Line, LineKind, PeriodLines, PriceBook, PricingUnit,
 };
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
@@ -36,6 +45,16 @@ use crate::grants::{grants, reservations, Grant, GrantBalance, GrantKind, Reserv
 use crate::ledger::{
     Appended, BankError, Ledger, LedgerTx, NewTransaction, Posting, StoredTransaction, CREDITS,
 };
+use asof::{check_fragments, fragment_booking};
+use fees::{
+    all_reservations, conversions_and_takebacks, reservation_lines, reservation_periods,
+    BilledReservation, Converted, Measured,
+};
+use period::{
+    cumulative_report, finalizations, place, stored_invoice, Earlier, Place, StoredUsage,
+};
+use settle::{credits_and_totals, signed_minor};
+use sources::{billed_sources, claims_of, lock_sources, BilledSources};
 
 pub(crate) fn sha(v: &serde_json::Value) -> Result<String, BankError> {
     let bytes = gpumeter_core::canonical_json(v).map_err(|e| BankError::Refused(e.to_string()))?;

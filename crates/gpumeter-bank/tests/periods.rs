@@ -1,0 +1,808 @@
+//! A period is one unit (issue 30 item 1, DESIGN §5 "Invoices"): a (tenant, period) finalized
+//! from several reports bills what the period's usage rated at once bills, to the cent:
+//! graduated tiers continue, flat fees and the invoice minimum are charged once, a volume tier
+//! is re-chosen (a credit note when the price falls).
+//!
+//! Each body runs on a memory ledger, on SQLite and (feature `postgres`, the test server) on
+//! PostgreSQL.
+
+mod support;
+
+use gpumeter_bank::{
+    balance, finalize, finalize_with, BankError, FinalizeOptions, FinalizeRefusal, Ledger,
+    MemoryLedger, Outcome,
+};
+use gpumeter_core::{MeterKind, Quantity, UsageReport, UsageRow, WarningCode};
+use gpumeter_rating::{InvoiceKind, LineKind, PriceBook};
+use rust_decimal::Decimal;
+use support::{d, hex_of, t, usage, Backend, Place};
+
+/// December 2026, the period every test here bills.
+fn dec() -> (u64, u64) {
+    (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"))
+}
+
+/// A book of kernel launches on H100s, per 1K, with `rate` (the `[[rate]]` keys after `unit`)
+/// and `extra` book-level keys (an invoice minimum).
+fn book_with(extra: &str, rate: &str) -> PriceBook {
+    PriceBook::from_toml_str(
+        "periods.toml",
+        &format!(
+            "schema = \"gpumeter.pricebook/v1\"\nversion = \"periods\"\ncurrency = \"USD\"\n{extra}\n\
+             [[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n\
+             [[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1K\"\n{rate}\n"
+        ),
+    )
+    .expect("the test's price book")
+}
+
+/// Graduated: the first 10K launches at 1.00 per 1K, the rest at 0.80 with a flat fee of 2.00
+/// for reaching the second tier.
+fn graduated() -> PriceBook {
+    book_with(
+        "",
+        "model = \"graduated\"\ntiers = [ { up_to = \"10\", unit_price = \"1.00\" }, \
+         { up_to = \"inf\", unit_price = \"0.80\", flat_fee = \"2.00\" } ]",
+    )
+}
+
+/// 0.50 per 1K launches with an invoice minimum of 5.00.
+fn with_minimum() -> PriceBook {
+    book_with("invoice_minimum = \"5.00\"", "unit_price = \"0.50\"")
+}
+
+/// A sealed report of `tenant`'s launches in the given hours of December 2026 (counted from
+/// its start), from one source of its own named `source`.
+fn report(tenant: &str, hours: &[(u32, u128)], source: &str) -> UsageReport {
+    let mut r = usage(tenant, "2026-12-01T00:00:00Z", 1);
+    r.sources[0].name = format!("{source}.json");
+    r.sources[0].sha256 = hex_of(source);
+    r.usage = hours
+        .iter()
+        .map(|&(h, q)| UsageRow {
+            tenant: tenant.into(),
+            device: 0,
+            device_key: "GPU-0".into(),
+            window_start: gpumeter_core::time::rfc3339(
+                t("2026-12-01T00:00:00Z") + u64::from(h) * 3_600_000_000_000,
+            ),
+            meter: MeterKind::KernelLaunches,
+            quantity: Quantity(q),
+        })
+        .collect();
+    r.seal().expect("seal");
+    r
+}
+
+/// Σ subtotals of every invoice of `reports`, each finalized in turn for December.
+fn billed<L: Ledger>(
+    bank: &mut L,
+    book: &PriceBook,
+    reports: &[UsageReport],
+) -> Result<Decimal, BankError> {
+    let mut sum = Decimal::ZERO;
+    for r in reports {
+        let f = finalize(bank, r, book, Some(dec()), true)?;
+        sum += f
+            .document
+            .invoices
+            .iter()
+            .map(|i| i.subtotal)
+            .sum::<Decimal>();
+    }
+    Ok(sum)
+}
+
+/// 16K launches in one report bill 10 × 1.00 + 6 × 0.80 + the fee 2.00 = 16.80; the same
+/// launches in two reports of 8K each (two nodes) bill the same, not 8.00 + 8.00 (each report
+/// restarting the tiers) — and three reports of one month bill one minimum, not three.
+fn two_reports_of_one_period_bill_as_one<L: Ledger>(
+    one: &mut L,
+    two: &mut L,
+    three: &mut L,
+) -> Result<(), BankError> {
+    let b = graduated();
+    let whole = billed(one, &b, &[report("acme", &[(0, 16_000)], "node-ab")])?;
+    assert_eq!(whole, d("16.80"));
+    let split = billed(
+        two,
+        &b,
+        &[
+            report("acme", &[(0, 8_000)], "node-a"),
+            report("acme", &[(0, 8_000)], "node-b"),
+        ],
+    )?;
+    assert_eq!(split, whole, "one period split over two reports");
+
+    // 1K launches in each of three reports: 1.50 of usage, topped up once to 5.00.
+    let m = with_minimum();
+    let three_reports: Vec<UsageReport> = (0..3)
+        .map(|i| report("acme", &[(i, 1_000)], &format!("day-{i}")))
+        .collect();
+    assert_eq!(billed(three, &m, &three_reports)?, d("5.00"), "one minimum");
+    Ok(())
+}
+
+#[test]
+fn two_reports_of_one_period_bill_as_one_on_memory() {
+    two_reports_of_one_period_bill_as_one(
+        &mut MemoryLedger::new(),
+        &mut MemoryLedger::new(),
+        &mut MemoryLedger::new(),
+    )
+    .expect("finalizations");
+}
+
+fn two_reports_of_one_period_bill_as_one_on(backend: Backend) {
+    let (Some(a), Some(b), Some(c)) = (
+        Place::new(backend, "period_one"),
+        Place::new(backend, "period_two"),
+        Place::new(backend, "period_three"),
+    ) else {
+        return;
+    };
+    two_reports_of_one_period_bill_as_one(&mut a.open(), &mut b.open(), &mut c.open())
+        .expect("finalizations");
+}
+
+#[test]
+fn two_reports_of_one_period_bill_as_one_on_sqlite() {
+    two_reports_of_one_period_bill_as_one_on(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn two_reports_of_one_period_bill_as_one_on_postgres() {
+    two_reports_of_one_period_bill_as_one_on(Backend::Postgres);
+}
+
+/// A volume tier re-chosen at a lower price makes the period cost less than its first invoice
+/// billed: the supplement is a credit note. Its tier lines change by the old tier taken back
+/// and the new one billed; it burns no credits and lowers the receivable; the text says so.
+fn a_volume_tier_rechosen_is_a_credit_note<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
+    let b = book_with(
+        "",
+        "model = \"volume\"\ntiers = [ { up_to = \"5\", unit_price = \"1.00\" }, \
+         { up_to = \"inf\", unit_price = \"0.10\" } ]",
+    );
+    gpumeter_bank::grant(
+        bank,
+        &support::grant_req(
+            "acme",
+            "100",
+            1,
+            gpumeter_bank::GrantKind::Purchased,
+            None,
+            "po",
+        ),
+    )?;
+    // 5K launches: tier 1, 5.00, paid by 50 credits.
+    let first = finalize(
+        bank,
+        &report("acme", &[(0, 5_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let first = &first.document.invoices[0];
+    assert_eq!((first.subtotal, first.total), (d("5.00"), d("0.00")));
+    // 1K more: 6K at 0.10 = 0.60 for the period, so −4.40.
+    let f = finalize(
+        bank,
+        &report("acme", &[(1, 1_000)], "b"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let note = &f.document.invoices[0];
+    assert_eq!(note.extensions.kind, Some(InvoiceKind::CreditNote));
+    assert_eq!((note.subtotal, note.total), (d("-4.40"), d("-4.40")));
+    assert!(note.credits_applied.is_empty());
+    let first_ref = note
+        .extensions
+        .supplement_of
+        .as_ref()
+        .expect("supplement_of");
+    assert_eq!(first_ref.sha256, first.sha256);
+    assert_eq!(note.extensions.earlier.len(), 1);
+    assert_eq!(note.extensions.earlier[0].subtotal, Some(d("5.00")));
+    let changes: Vec<(String, String, String)> = note
+        .lines
+        .iter()
+        .map(|l| {
+            let c = l.extensions.change.expect("a usage line's change");
+            (
+                l.tier.clone().unwrap_or_default(),
+                c.quantity.to_string(),
+                l.amount.to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        changes,
+        vec![
+            (
+                "2: 5–inf".to_string(),
+                "6000".to_string(),
+                "0.60".to_string()
+            ),
+            (
+                "1: 0–5".to_string(),
+                "-5000".to_string(),
+                "-5.00".to_string()
+            ),
+        ]
+    );
+    assert!(note.lines.iter().all(|l| l.quantity.is_none()));
+    assert!(note.verify_digest());
+    let text = f.document.to_text_table();
+    assert!(text.starts_with("Credit note for tenant acme"), "{text}");
+    assert!(text.contains("credit note of invoice sha256"), "{text}");
+    let bal = balance(bank, "acme", dec().1)?;
+    assert_eq!(bal.receivable.get("USD"), Some(&d("-4.40")));
+    assert_eq!(
+        bal.credits[0].remaining,
+        d("50"),
+        "nothing burned for a credit note"
+    );
+    let revenue = bank.atomically(false, |t| {
+        t.balance(gpumeter_bank::accounts::REVENUE, "USD")
+    })?;
+    assert_eq!(
+        revenue,
+        d("-0.60"),
+        "the period's revenue is its rating at once"
+    );
+    Ok(())
+}
+
+/// A tenant's periods never overlap unless equal: a period overlapping a finalized one is
+/// refused, naming it; an equal one is a supplement, a period beside it a new invoice. A retry
+/// of the supplement changes nothing.
+fn periods_never_overlap_unless_equal<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
+    let b = graduated();
+    let first = finalize(
+        bank,
+        &report("acme", &[(0, 1_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let mid = (t("2026-12-15T00:00:00Z"), t("2027-01-15T00:00:00Z"));
+    // 1K launches on December 20.
+    let late = report("acme", &[(19 * 24, 1_000)], "b");
+    let err = finalize(bank, &late, &b, Some(mid), true).expect_err("overlapping");
+    match &err {
+        BankError::Finalize(r) => match r.as_ref() {
+            FinalizeRefusal::PeriodOverlap {
+                other_from,
+                other_to,
+                ..
+            } => {
+                assert_eq!(other_from, "2026-12-01T00:00:00Z");
+                assert_eq!(other_to, "2027-01-01T00:00:00Z");
+            }
+            other => panic!("{other}"),
+        },
+        other => panic!("{other}"),
+    }
+    // Another tenant may bill that period (its periods are its own).
+    finalize(
+        bank,
+        &report("beta", &[(19 * 24, 1_000)], "c"),
+        &b,
+        Some(mid),
+        true,
+    )?;
+    // The equal period: a supplement, applied once.
+    let sup = finalize(bank, &late, &b, Some(dec()), true)?;
+    assert_eq!(sup.outcomes, vec![Outcome::Applied]);
+    assert_eq!(
+        sup.document.invoices[0].extensions.kind,
+        Some(InvoiceKind::Supplement)
+    );
+    let again = finalize(bank, &late, &b, Some(dec()), true)?;
+    assert_eq!(again.outcomes, vec![Outcome::AlreadyFinalized]);
+    assert_eq!(again.document, sup.document);
+    let first_again = finalize(
+        bank,
+        &report("acme", &[(0, 1_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    assert_eq!(first_again.outcomes, vec![Outcome::AlreadyFinalized]);
+    assert_eq!(first_again.document, first.document);
+    Ok(())
+}
+
+/// A reservation's fee is billed once per period, and a supplement's usage takes back what it
+/// consumed of the capacity the period's first invoice converted, no more: 2K launches of 5K
+/// reserved convert 3 credits; 1.5K more take back 1.5; 4K more take back the last 1.5 (not
+/// 4, with a warning that 2.5 cannot be).
+fn supplements_take_back_what_they_consumed<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
+    let b = with_minimum();
+    gpumeter_bank::reserve(bank, &support::reservation("acme", "2.00", None))?;
+    let f = finalize(
+        bank,
+        &report("acme", &[(0, 2_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let inv = &f.document.invoices[0];
+    assert!(inv.lines.iter().any(|l| l.kind == LineKind::Reservation));
+    let left = |bank: &mut L| -> Result<Decimal, BankError> {
+        let all = bank.atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))?;
+        Ok(all.iter().map(|g| g.remaining).sum())
+    };
+    assert_eq!(left(bank)?, d("3"));
+    let f = finalize(
+        bank,
+        &report("acme", &[(1, 1_500)], "b"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let inv = &f.document.invoices[0];
+    assert!(inv.lines.iter().all(|l| l.kind != LineKind::Reservation));
+    assert_eq!(left(bank)?, d("1.5"));
+    let f = finalize(
+        bank,
+        &report("acme", &[(2, 4_000)], "c"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let inv = &f.document.invoices[0];
+    assert_eq!(left(bank)?, d("0"));
+    assert!(
+        inv.warnings
+            .iter()
+            .all(|w| *w.code() != WarningCode::CreditsNotTakenBack),
+        "{:?}",
+        inv.warnings
+    );
+    // The period: 7.5K launches at 0.50 per 1K = 3.75 (over the 5.00 minimum? no: topped up
+    // to 5.00 once), and the fee once.
+    let bal = balance(bank, "acme", dec().1)?;
+    assert_eq!(bal.receivable.get("USD"), Some(&d("7.00")));
+    Ok(())
+}
+
+/// A period not yet ended (by the caller's clock) is refused when committing, unless the
+/// caller passes no clock; a preview of it runs.
+fn an_open_period_is_refused<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
+    let b = graduated();
+    let r = report("acme", &[(0, 1_000)], "a");
+    let mid_december = t("2026-12-15T00:00:00Z");
+    let open = FinalizeOptions {
+        commit: true,
+        now: Some(mid_december),
+    };
+    let err = finalize_with(bank, &r, &b, Some(dec()), open).expect_err("open");
+    assert!(
+        matches!(&err, BankError::Finalize(x) if matches!(x.as_ref(), FinalizeRefusal::OpenPeriod { .. })),
+        "{err}"
+    );
+    assert!(err.to_string().contains("has not ended"), "{err}");
+    let preview = FinalizeOptions {
+        commit: false,
+        now: Some(mid_december),
+    };
+    finalize_with(bank, &r, &b, Some(dec()), preview)?;
+    // The default period (the usage's hour) ended before the clock: finalized.
+    finalize_with(bank, &r, &b, None, open)?;
+    let allowed = FinalizeOptions {
+        commit: true,
+        now: None,
+    };
+    let jan = (t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z"));
+    let january = report("acme", &[(0, 1_000)], "january");
+    let mut january = january;
+    january.usage[0].window_start = "2027-01-01T00:00:00Z".into();
+    january.seal().expect("seal");
+    finalize_with(bank, &january, &b, Some(jan), allowed)?;
+    Ok(())
+}
+
+/// A supplement is rated in the window size of the usage finalized for the period before:
+/// another is refused, saying which to meter with. A tenant that owes only a reservation's fee
+/// (reserved after its period's first invoice) gets a supplement of that fee from a report of
+/// another tenant in another window size, its earlier rows rated as they were.
+fn supplements_keep_the_window_size<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
+    let b = with_minimum();
+    finalize(
+        bank,
+        &report("acme", &[(0, 3_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let mut quarter = report("acme", &[(1, 1_000)], "b");
+    quarter.window_seconds = 900;
+    quarter.seal().expect("seal");
+    let err = finalize(bank, &quarter, &b, Some(dec()), true).expect_err("15-minute windows");
+    assert!(err.to_string().contains("--window 3600s"), "{err}");
+
+    gpumeter_bank::reserve(bank, &support::reservation("acme", "2.00", None))?;
+    let mut beta = report("beta", &[(1, 1_000)], "c");
+    beta.window_seconds = 900;
+    beta.seal().expect("seal");
+    let f = finalize(bank, &beta, &b, Some(dec()), true)?;
+    let acme = f
+        .document
+        .invoices
+        .iter()
+        .find(|i| i.tenant == "acme")
+        .expect("acme owes the fee");
+    assert_eq!(acme.extensions.kind, Some(InvoiceKind::Supplement));
+    let kinds: Vec<LineKind> = acme.lines.iter().map(|l| l.kind).collect();
+    assert_eq!(kinds, vec![LineKind::Reservation]);
+    assert_eq!(acme.subtotal, d("2.00"));
+    Ok(())
+}
+
+/// The explicit cases above on one backend.
+fn cases<L: Ledger>(open: &mut dyn FnMut() -> L) {
+    a_volume_tier_rechosen_is_a_credit_note(&mut open()).expect("credit note");
+    periods_never_overlap_unless_equal(&mut open()).expect("overlaps");
+    supplements_take_back_what_they_consumed(&mut open()).expect("take-backs");
+    an_open_period_is_refused(&mut open()).expect("open period");
+    supplements_keep_the_window_size(&mut open()).expect("window sizes");
+}
+
+#[test]
+fn supplements_credit_notes_overlaps_take_backs_open_periods_on_memory() {
+    cases(&mut MemoryLedger::new);
+}
+
+fn cases_on(backend: Backend) {
+    let mut places = Vec::new();
+    cases(&mut || {
+        let Some(p) = Place::new(backend, "period_cases") else {
+            panic!("the test server went away");
+        };
+        let l = p.open();
+        places.push(p);
+        l
+    });
+}
+
+#[test]
+fn supplements_credit_notes_overlaps_take_backs_open_periods_on_sqlite() {
+    cases_on(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn supplements_credit_notes_overlaps_take_backs_open_periods_on_postgres() {
+    if gpumeter_test_postgres::server_for("period_cases").is_none() {
+        return;
+    }
+    cases_on(Backend::Postgres);
+}
+
+/// Two reports of one tenant's period finalized at once, on their own connections: one is the
+/// invoice, the other its supplement, and together they bill the period once (the tenant's
+/// lock orders them).
+fn two_reports_at_once(backend: Backend) {
+    let Some(place) = Place::new(backend, "period_at_once") else {
+        return;
+    };
+    let b = graduated();
+    for round in 0..4u32 {
+        let start = std::sync::Barrier::new(2);
+        let tenant = format!("t{round}");
+        let reports = [
+            report(&tenant, &[(0, 8_000)], &format!("{tenant}-a")),
+            report(&tenant, &[(1, 8_000)], &format!("{tenant}-b")),
+        ];
+        let subtotals: Vec<(Decimal, bool)> = std::thread::scope(|s| {
+            let handles: Vec<_> = reports
+                .iter()
+                .map(|r| {
+                    let (start, place, b) = (&start, &place, &b);
+                    s.spawn(move || {
+                        let mut l = place.open();
+                        start.wait();
+                        let f = finalize(&mut l, r, b, Some(dec()), true).expect("finalize");
+                        let inv = &f.document.invoices[0];
+                        (inv.subtotal, inv.extensions.kind.is_some())
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a finalizer"))
+                .collect()
+        });
+        let sum: Decimal = subtotals.iter().map(|(s, _)| *s).sum();
+        assert_eq!(sum, d("16.80"), "round {round}: {subtotals:?}");
+        assert_eq!(subtotals.iter().filter(|(_, sup)| *sup).count(), 1);
+    }
+    place
+        .open()
+        .atomically(false, |t| gpumeter_bank::verify(t))
+        .expect("verify");
+}
+
+#[test]
+fn two_reports_of_one_period_at_once_on_sqlite() {
+    two_reports_at_once(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn two_reports_of_one_period_at_once_on_postgres() {
+    two_reports_at_once(Backend::Postgres);
+}
+
+/// The invariant of DESIGN §5 "Invoices" as a property: for any usage of a period split into
+/// one to four reports (rows, and parts of rows, from different sources), finalized in any
+/// order after a period that carries a fragment in, the period's invoices sum, in their
+/// subtotals and per line key (amounts and quantities), to the rating of all its usage at once
+/// with the same carried-in fragments, to the cent; and the fragment carried out is the
+/// merged rating's.
+mod split_periods {
+    use super::*;
+    use gpumeter_bank::grants::grants;
+    use gpumeter_rating::{rate, CarriedFragments, FragmentKey, LineKey, LineTotals, PeriodLines};
+    use num_bigint::BigInt;
+    use proptest::prelude::*;
+    use proptest::test_runner::TestCaseError;
+    use std::collections::BTreeMap;
+
+    /// A book of one of the models, tiers with flat fees, an increment, a minimum, a price
+    /// change on Dec 2 and a time-of-use band.
+    fn any_book(model: usize) -> PriceBook {
+        match model {
+            0 => book_with(
+                "",
+                "model = \"graduated\"\ntiers = [ { up_to = \"10\", unit_price = \"1.00\" }, \
+                 { up_to = \"inf\", unit_price = \"0.80\", flat_fee = \"2.00\" } ]\n\
+                 increment = \"0.1\"",
+            ),
+            1 => book_with(
+                "",
+                "model = \"volume\"\ntiers = [ { up_to = \"5\", unit_price = \"1.00\", \
+                 flat_fee = \"0.50\" }, { up_to = \"inf\", unit_price = \"0.60\", flat_fee = \
+                 \"1.00\" } ]",
+            ),
+            2 => book_with(
+                "",
+                "model = \"package\"\npackage_size = \"2\"\nunit_price = \"1.50\"",
+            ),
+            3 => book_with(
+                "invoice_minimum = \"5.00\"\nrounding = \"half_up\"",
+                "unit_price = \"0.0137\"\nincrement = \"1\"",
+            ),
+            _ => book_with(
+                "[[band]]\nname = \"off-peak\"\ntz = \"Europe/Berlin\"\nhours = \"22:00-06:00\"\n\
+                 multiplier = \"0.65\"\n",
+                "unit_price = \"0.50\"\nincrement = \"0.1\"\nvalid_to = \"2026-12-02T00:00:00Z\"\n\
+                 [[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1K\"\n\
+                 unit_price = \"0.45\"\nincrement = \"0.1\"\nvalid_from = \"2026-12-02T00:00:00Z\"",
+            ),
+        }
+    }
+
+    /// One usage row of December: (device 0 or 1, hour from Dec 1, launches, the report that
+    /// gets it, the report that gets a part of it, the part in percent).
+    type Row = (u32, u64, u128, usize, usize, u128);
+
+    /// A sealed report of `rows` of acme, each `(device, hour, launches)`, from source `source`.
+    fn report_of(rows: &BTreeMap<(u32, u64), u128>, source: &str) -> UsageReport {
+        let mut r = report("acme", &[(0, 1)], source);
+        let second = gpumeter_core::DeviceEntry {
+            device: 1,
+            device_key: "GPU-1".into(),
+            ..r.devices[0].clone()
+        };
+        r.devices.push(second);
+        let start = t("2026-12-01T00:00:00Z");
+        r.usage = rows
+            .iter()
+            .map(|(&(device, hour), &q)| UsageRow {
+                tenant: "acme".into(),
+                device,
+                device_key: format!("GPU-{device}"),
+                window_start: gpumeter_core::time::rfc3339(start + hour * 3_600_000_000_000),
+                meter: MeterKind::KernelLaunches,
+                quantity: Quantity(q),
+            })
+            .collect();
+        r.seal().expect("seal");
+        r
+    }
+
+    /// The December reports: each row's launches to its report, less the part that goes to the
+    /// other one; empty reports left out; in the order of `order`.
+    fn split(rows: &[Row], order: &[u32; 4]) -> (Vec<UsageReport>, BTreeMap<(u32, u64), u128>) {
+        let mut parts: Vec<BTreeMap<(u32, u64), u128>> = vec![BTreeMap::new(); 4];
+        let mut all: BTreeMap<(u32, u64), u128> = BTreeMap::new();
+        for &(device, hour, q, a, b, percent) in rows {
+            let moved = if a == b { 0 } else { q * percent / 100 };
+            for (k, part) in [(a, q - moved), (b, moved)] {
+                if part > 0 {
+                    *parts[k].entry((device, hour)).or_insert(0) += part;
+                }
+            }
+            *all.entry((device, hour)).or_insert(0) += q;
+        }
+        let mut keyed: Vec<(u32, usize)> = (0..4).map(|k| (order[k], k)).collect();
+        keyed.sort_unstable();
+        let reports = keyed
+            .into_iter()
+            .filter(|&(_, k)| !parts[k].is_empty())
+            .map(|(_, k)| report_of(&parts[k], &format!("node-{k}")))
+            .collect();
+        (reports, all)
+    }
+
+    /// Totals per line key, keys whose every total is zero left out (a line billed and then
+    /// taken back whole).
+    fn by_key(lines: &PeriodLines) -> BTreeMap<LineKey, LineTotals> {
+        lines
+            .totals()
+            .filter(|(_, t)| {
+                let zero = BigInt::from(0);
+                !(t.quantity == zero
+                    && t.billable_quantity == zero
+                    && t.fragment_carried == zero
+                    && t.packages.as_ref().is_none_or(|p| *p == zero)
+                    && t.amount.is_zero())
+            })
+            .map(|(k, t)| {
+                let mut t = t.clone();
+                t.packages = t.packages.filter(|p| *p != BigInt::from(0));
+                t.amount = t.amount.normalize();
+                (k.clone(), t)
+            })
+            .collect()
+    }
+
+    fn fail(e: BankError) -> TestCaseError {
+        TestCaseError::fail(e.to_string())
+    }
+
+    pub(super) fn the_period_is_one_unit<L: Ledger>(
+        bank: &mut L,
+        model: usize,
+        november: u128,
+        rows: &[Row],
+        order: &[u32; 4],
+    ) -> Result<(), TestCaseError> {
+        let b = any_book(model);
+        let nov = (t("2026-11-01T00:00:00Z"), t("2026-12-01T00:00:00Z"));
+        let mut n = usage("acme", "2026-11-30T23:00:00Z", november);
+        n.sources[0].sha256 = hex_of("november");
+        n.seal().expect("seal");
+        finalize(bank, &n, &b, Some(nov), true).map_err(fail)?;
+        let carried_in = balance(bank, "acme", nov.1).map_err(fail)?;
+        let carried: CarriedFragments = carried_in
+            .fragments
+            .iter()
+            .map(|f| {
+                let key = FragmentKey {
+                    tenant: "acme".into(),
+                    sku: f.sku.clone(),
+                    meter: f.meter,
+                };
+                (key, f.quantity.0)
+            })
+            .collect();
+
+        let (reports, all) = split(rows, order);
+        let mut billed = PeriodLines::new();
+        let mut subtotals = Decimal::ZERO;
+        for (i, r) in reports.iter().enumerate() {
+            let f = finalize(bank, r, &b, Some(dec()), true).map_err(fail)?;
+            let inv = &f.document.invoices[0];
+            prop_assert_eq!(
+                inv.extensions.kind.is_some(),
+                i > 0,
+                "report {} of {}: {:?}",
+                i,
+                reports.len(),
+                inv.extensions
+            );
+            prop_assert!(inv.verify_digest());
+            prop_assert!(inv.total >= Decimal::ZERO || inv.subtotal < Decimal::ZERO);
+            billed
+                .add(inv)
+                .map_err(|e| TestCaseError::fail(e.to_string()))?;
+            subtotals += inv.subtotal;
+        }
+        // The period's usage rated at once, with the same carried-in fragment.
+        let merged = report_of(&all, "merged");
+        let once = rate(&merged, &b, Some(dec()), &carried)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        let once = &once.invoices[0];
+        prop_assert_eq!(subtotals, once.subtotal);
+        let once_lines = PeriodLines::of(once).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(by_key(&billed), by_key(&once_lines));
+        // The fragment carried out of December is the merged rating's.
+        let after = balance(bank, "acme", t("2027-06-01T00:00:00Z")).map_err(fail)?;
+        let left: Vec<(String, u128)> = after
+            .fragments
+            .iter()
+            .map(|f| (f.sku.clone(), f.quantity.0))
+            .collect();
+        let out: Vec<(String, u128)> = once
+            .extensions
+            .fragments_out
+            .iter()
+            .map(|f| (f.sku.clone(), f.quantity.0))
+            .collect();
+        prop_assert_eq!(left, out);
+        // Nothing burned from nothing: no grants were made, none exist.
+        let none = bank
+            .atomically(false, |t| grants(t, Some("acme")))
+            .map_err(fail)?;
+        prop_assert!(none.is_empty());
+        let report = bank
+            .atomically(false, |t| gpumeter_bank::verify(t))
+            .map_err(fail)?;
+        prop_assert!(report.transactions > reports.len() as u64);
+        Ok(())
+    }
+
+    pub(super) fn rows() -> impl Strategy<Value = Vec<Row>> {
+        proptest::collection::vec(
+            (
+                0u32..2,
+                0u64..48,
+                1u128..6_000,
+                0usize..4,
+                0usize..4,
+                0u128..100,
+            ),
+            1..10,
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        #[test]
+        fn the_period_is_one_unit_on_memory(
+            model in 0usize..5,
+            november in 0u128..3_000,
+            rows in rows(),
+            order in any::<[u32; 4]>(),
+        ) {
+            the_period_is_one_unit(&mut MemoryLedger::new(), model, november, &rows, &order)?;
+        }
+    }
+}
+
+fn the_period_is_one_unit_on(backend: Backend) {
+    use proptest::prelude::*;
+    let cases = (
+        0usize..5,
+        0u128..3_000,
+        split_periods::rows(),
+        any::<[u32; 4]>(),
+    );
+    support::run_cases(
+        backend,
+        "one_unit",
+        8,
+        cases,
+        |place, (model, november, rows, order)| {
+            split_periods::the_period_is_one_unit(&mut place.open(), model, november, &rows, &order)
+        },
+    );
+}
+
+#[test]
+fn the_period_is_one_unit_on_sqlite() {
+    the_period_is_one_unit_on(Backend::Sqlite);
+}
+
+#[test]
+#[cfg_attr(not(feature = "postgres"), ignore = "needs the `postgres` feature")]
+fn the_period_is_one_unit_on_postgres() {
+    the_period_is_one_unit_on(Backend::Postgres);
+}
