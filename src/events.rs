@@ -874,7 +874,9 @@ pub fn usage_events(
     report: &UsageReport,
     options: &EventOptions<'_>,
 ) -> Result<UsageEvents, EventsError> {
-    report.check().map_err(|e| EventsError::Check(Box::new(e)))?;
+    report
+        .check()
+        .map_err(|e| EventsError::Check(Box::new(e)))?;
     let incomplete = report.incomplete_because();
     if let Some(why) = incomplete {
         if !options.allow_incomplete {

@@ -979,14 +979,7 @@ pub fn bill<L: gpumeter_bank::Ledger>(
     period: Option<Period>,
     commit: bool,
 ) -> Result<gpumeter_bank::Finalized, Error> {
-    bill_with(
-        ledger,
-        usage,
-        book,
-        period,
-        &BillOptions::new(commit),
-        },
-    )
+    bill_with(ledger, usage, book, period, &BillOptions::new(commit))
 }
 
 /// How [`bill_with`] bills.

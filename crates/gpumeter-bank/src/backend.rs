@@ -252,7 +252,7 @@ pub fn open_existing(location: &str) -> Result<AnyLedger, BankError> {
 
 /// Opens the ledger at `location` for work that does not commit only (`verify`, `balance`,
 /// `history`, `export`, a preview): never created, migrated or written, and it takes no lock
-/// a writer holds, so it never waits for one (DESIGN §6, "Read-only use"). An SQLite file is
+/// a writer holds, so it never waits for one. An SQLite file is
 /// readable when it or its directory is read-only ([`SqliteLedger::open_read_only`]); a
 /// PostgreSQL ledger is read in read-only transactions, so a role with only `SELECT` on the
 /// tables, or a hot standby, serves. Work that commits fails with [`BankError::ReadOnly`].

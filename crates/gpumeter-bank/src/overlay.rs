@@ -2,7 +2,7 @@
 //! database's read-only snapshot: [`Overlay`] reads through to the snapshot and keeps what the
 //! work appends in memory, so a preview can rate, burn credits and append its finalization
 //! without writing to the database, taking its write lock or any lock a writer holds. Both
-//! databases run every `atomically(false, …)` through it (DESIGN §6, "Read-only use").
+//! databases run every `atomically(false, …)` through it.
 
 use std::collections::BTreeMap;
 

@@ -36,7 +36,7 @@
 //! ONLY transaction at REPEATABLE READ: one snapshot of the whole ledger, so `verify` never
 //! sees half of a concurrent commit. It takes no lock (a snapshot does not change under it)
 //! and writes nothing: what a preview appends stays in memory (an overlay), so it
-//! never waits for a writer, nor a writer for it (DESIGN §6, "Read-only use").
+//! never waits for a writer, nor a writer for it.
 //! [`PostgresLedger::open_read_only`] opens a ledger for such work only, without the
 //! migration's lock: a role with only `SELECT` on the tables, or a hot standby, serves.
 //!

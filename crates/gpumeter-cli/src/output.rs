@@ -1,4 +1,4 @@
-//! The files a command writes (DESIGN §7): checked against its inputs before anything is read
+//! The files a command writes: checked against its inputs before anything is read
 //! ([`Files::check`]), and each written whole or not at all ([`write_atomically`]).
 //!
 //! **Outputs never name inputs.** An output file that is an input (a usage input, the price

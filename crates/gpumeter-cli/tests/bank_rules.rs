@@ -34,6 +34,7 @@ fn report_file(dir: &Path, source: &str, rows: &[(&str, &str, u128)]) -> PathBuf
             not_meterable: vec![],
         }],
         records: RecordCounts::default(),
+        complete: Some(true),
         loss: vec![],
         usage: rows
             .iter()

@@ -442,7 +442,7 @@ fn check_tenants(report: &UsageReport) -> Result<(), ReportCheckError> {
                         // space is as invisible in a message as in an invoice.
                         tenant: crate::tenant::escaped_text(tenant),
                         reason: e.to_string(),
-                    })
+                    });
                 }
             }
         };

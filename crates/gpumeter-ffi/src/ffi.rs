@@ -94,7 +94,7 @@ unsafe extern "C" fn after_fork_in_child() {
 }
 
 /// Where a handle was made: the process, and the forks before it. In a child after `fork()` a
-/// handle of the parent is not usable (DESIGN §9): a thread of the parent may have held its
+/// handle of the parent is not usable: a thread of the parent may have held its
 /// lock, or been halfway through changing it, and that thread does not exist in the child, so
 /// the lock would never be released (the first call hung) and the state may be torn; a bank's
 /// connection is the parent's. Calls on it fail with `GM_ERR_FORKED` instead, without

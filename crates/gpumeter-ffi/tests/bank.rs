@@ -864,7 +864,11 @@ fn a_snapshot_is_refused_and_the_drained_report_of_its_windows_is_billed_once() 
     let (status, msg) = bank
         .call(gm_bank_finalize_json, &snapshot, &price_book())
         .expect_err("the snapshot is refused");
-    assert_eq!(status, gm_status_code::GM_ERR_USAGE_JSON as gm_status, "{msg}");
+    assert_eq!(
+        status,
+        gm_status_code::GM_ERR_USAGE_JSON as gm_status,
+        "{msg}"
+    );
     assert!(msg.contains("incomplete"), "{msg}");
     let (_, preview) = bank
         .call(gm_bank_preview_json, &snapshot, &price_book())

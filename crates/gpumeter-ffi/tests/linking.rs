@@ -12,6 +12,7 @@
 mod common;
 
 use std::collections::BTreeSet;
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -140,7 +141,9 @@ fn have_system_sqlite(dir: &Path) -> bool {
             "CI=true: the system's SQLite (sqlite3.h, -lsqlite3) is missing (`.ci/run` installs \
              libsqlite3-dev)"
         );
-        eprintln!(
+        // Past the harness's capture, so the skip is seen.
+        let _ = writeln!(
+            std::io::stderr(),
             "skipped: no sqlite3.h / libsqlite3 (Debian's libsqlite3-dev); the two-SQLites \
              program was not built (CI=true makes this a failure)"
         );

@@ -149,7 +149,7 @@ impl InvoiceExtensions {
     }
 }
 
-/// What a later invoice of a finalized (tenant, period) is (DESIGN §5 "Invoices"): the
+/// What a later invoice of a finalized (tenant, period) is: the
 /// invoice's `extensions.kind`, absent on the period's first invoice.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -223,7 +223,7 @@ impl LineExtensions {
     }
 }
 
-/// What a usage line of a supplement changes (DESIGN §5 "Invoices"): per line key, the
+/// What a usage line of a supplement changes: per line key, the
 /// period's cumulative rating less the sum of its earlier invoices, canonical units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LineChange {

@@ -124,9 +124,8 @@ pub use book::{
 pub use currency::Currency;
 pub use invoice::{
     CreditApplied, DocumentExtensions, Fragment, IdleRow, IdleUsage, Invoice, InvoiceDocument,
-    InvoiceExtensions, InvoiceKind, InvoiceRef, Line, LineChange, LineExtensions, LineKind,
-    Period, PriceBookRef, SignedQuantity, Unpriced,
-    INVOICE_SCHEMA,
+    InvoiceExtensions, InvoiceKind, InvoiceRef, Line, LineChange, LineExtensions, LineKind, Period,
+    PriceBookRef, SignedQuantity, Unpriced, INVOICE_SCHEMA,
 };
 pub use money::{line_amount, Rounding};
 pub use rating::{

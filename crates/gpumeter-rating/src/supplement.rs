@@ -1,4 +1,4 @@
-//! Supplements (DESIGN §5 "Invoices"): a later invoice of a finalized (tenant, period) bills
+//! Supplements: a later invoice of a finalized (tenant, period) bills
 //! the period's usage rated at once, less what the period's earlier invoices billed, per line.
 //!
 //! The caller (the credit bank) rates the period's cumulative usage with [`crate::rate`] and

@@ -1,4 +1,4 @@
-//! As-of balances never fail (DESIGN §6, issue 30 item 9): the fragment postings of a
+//! As-of balances never fail (issue 30 item 9): the fragment postings of a
 //! finalization are ordered so that no fragment account is negative as of any instant.
 //!
 //! A finalization's business time is its period's end. A tenant's carried fragments are one

@@ -1,4 +1,4 @@
-//! A tenant's finalized periods (DESIGN §5 "Invoices"): where a new finalization's period
+//! A tenant's finalized periods: where a new finalization's period
 //! stands among them (new, or a supplement of an equal one; an overlap is refused), and what a
 //! supplement rates: the period's cumulative usage, from the rows every finalization keeps in
 //! its memo.
@@ -321,6 +321,7 @@ pub(crate) fn cumulative_report(
         open_allocations: vec![],
         extensions: Default::default(),
         warnings: usage.warnings.clone(),
+        complete: usage.complete,
         // Rating cites it; the supplement cites the report being finalized instead.
         sha256: usage.sha256.clone(),
     })

@@ -1,4 +1,4 @@
-//! Sources billed once (DESIGN §6): each finalization records the (source, device, time
+//! Sources billed once: each finalization records the (source, device, time
 //! ranges) it billed, and a finalization overlapping any earlier one, of any tenant, is refused.
 //!
 //! Usage rows do not name their source. A finalization therefore claims, for **every source of

@@ -369,7 +369,9 @@ fn events_and_finalization_of_an_unfinished_recording_are_refused_unless_allowed
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(!stdout(&o).is_empty());
     assert!(
-        stderr(&o).starts_with("warning: the usage report is incomplete (a .gmr recording has no end frame"),
+        stderr(&o).starts_with(
+            "warning: the usage report is incomplete (a .gmr recording has no end frame"
+        ),
         "{}",
         stderr(&o)
     );
@@ -398,7 +400,11 @@ fn events_and_finalization_of_an_unfinished_recording_are_refused_unless_allowed
     assert!(stderr(&o).contains("is incomplete"), "{}", stderr(&o));
     let o = finalize(&["--allow-incomplete"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(stderr(&o).contains("warning: the usage report is incomplete"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("warning: the usage report is incomplete"),
+        "{}",
+        stderr(&o)
+    );
     let doc: serde_json::Value = serde_json::from_str(&stdout(&o)).expect("json");
     for inv in doc["invoices"].as_array().expect("invoices") {
         assert!(

@@ -97,10 +97,7 @@ fn written(recs: &[Rec], window: WindowSize, cut: u64) -> Vec<(&'static str, Usa
         // union on its own): the merge refuses that, naming the merged report.
         Err(gpumeter_core::MergeError::Check { name, error }) => {
             assert_eq!(name, "the merged report");
-            assert!(
-                matches!(*error, ReportCheckError::Impossible(_)),
-                "{error}"
-            );
+            assert!(matches!(*error, ReportCheckError::Impossible(_)), "{error}");
         }
         Err(e) => panic!("merge: {e}"),
     }
