@@ -247,17 +247,20 @@ void gm_bank_free(struct gm_bank *bank);
 // `gm_string_free`: `{"grant": {"grant": "g-…", "tenant",
 // "credits", "rate", "priority", "effective", "expires", "kind", "skus", "meters"},
 // "applied": true}`, times RFC 3339 UTC (`expires` null for never), decimals as strings;
-// `applied` is false when a grant with the same key was recorded before (nothing changed;
-// the grant shown is that one). On failure `*out_json` is not written and the bank is
-// unchanged. Any thread.
+// `applied` is false when the same request was recorded before under the same key (nothing
+// changed; the grant shown is that one; a request without `effective_ns` matches the start
+// recorded then). The same key with other terms is `GM_ERR_BANK`, naming the key and the
+// first field that differs, and nothing is applied. On failure `*out_json` is not written
+// and the bank is unchanged. Any thread.
 //
 // # Errors
 // `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_INVALID_ARGUMENT` (`grant_json` is
 // not a JSON object, has an unknown key or a bad field, or the bank refuses the terms: credits
-// or rate not positive, too many decimals, an expiry not after the start), `GM_ERR_BANK` (the
-// ledger cannot be read or written), `GM_ERR_FORKED` (a bank made before a `fork()`, in the
-// child), `GM_ERR_POISONED` (the bank was left unusable by an earlier `GM_ERR_PANIC`),
-// `GM_ERR_PANIC` (an internal error, caught).
+// or rate not positive or beyond the bank's bounds (docs/BANK.md, "Bounds"), too many
+// decimals, an expiry not after the start), `GM_ERR_BANK` (the ledger cannot be read or
+// written; the key names an earlier request with other terms), `GM_ERR_FORKED` (a bank made
+// before a `fork()`, in the child), `GM_ERR_POISONED` (the bank was left unusable by an
+// earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // `bank` is NULL or a live bank; `grant_json` is NULL or NUL-terminated; `out_json` points to
@@ -305,12 +308,13 @@ gm_status gm_bank_preview_json(struct gm_bank *bank,
 // is committed.
 //
 // # Errors
-// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON`, `GM_ERR_PRICE_BOOK`,
-// `GM_ERR_RATING` (the book cannot rate this usage), `GM_ERR_BANK` (the bank refuses the
-// finalization, or the ledger cannot be read or written, or keeps another currency than the
-// book's), `GM_ERR_FORKED` (a bank made before a `fork()`, in the child), `GM_ERR_POISONED`
-// (the bank was left unusable by an earlier `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal
-// error, caught).
+// `GM_ERR_NULL_ARGUMENT`, `GM_ERR_INVALID_UTF8`, `GM_ERR_USAGE_JSON` (also for an incomplete
+// report, `"complete": false`: a snapshot from `gm_meter_usage_json`, whose windows may still
+// grow: finalize drained reports), `GM_ERR_PRICE_BOOK`, `GM_ERR_RATING` (the book cannot rate
+// this usage), `GM_ERR_BANK` (the bank refuses the finalization, or the ledger cannot be read
+// or written, or keeps another currency than the book's), `GM_ERR_FORKED` (a bank made before
+// a `fork()`, in the child), `GM_ERR_POISONED` (the bank was left unusable by an earlier
+// `GM_ERR_PANIC`), `GM_ERR_PANIC` (an internal error, caught).
 //
 // # Safety
 // As `gm_bank_preview_json`.
@@ -583,7 +587,10 @@ size_t gm_last_error_message(char *buf, size_t len);
 // not applied (see `gm_bank_preview_json`).
 //
 // `usage_json`: a `gpumeter.usage/v1` report (from `gm_meter_usage_json`,
-// a drain, or `gpumeter usage --json`), its `sha256` checked; `price_book_toml`: the text of
+// a drain, or `gpumeter usage --json`), checked as every reader checks one (its `sha256`,
+// one row per tenant, device, window and meter, no zero rows, rows on window edges, totals
+// equal to the rows, quantities a device can do, tenant names none of which look alike:
+// `GM_ERR_USAGE_JSON` naming the row); `price_book_toml`: the text of
 // a `gpumeter.pricebook/v1` file. Both are read during the call only.
 //
 // On success `*out_invoice_json` is a new string the caller owns and frees with

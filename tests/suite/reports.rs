@@ -268,3 +268,47 @@ fn a_1h_and_a_30min_run_of_one_trace_send_different_ids() {
     assert!(shared_start > 0, "the runs share window starts");
     assert!(hour.usage.iter().any(|u| u.meter == MeterKind::GpuBusyNs));
 }
+
+/// Item 9 through the facade: `bill_with` refuses a period that has not ended by the
+/// options' clock (`BillOptions::at`), finalizes it with `allow_open_period(true)`, and a
+/// retry under the system clock (`BillOptions::new`, the period long past) changes nothing.
+#[test]
+fn a_period_not_ended_by_the_callers_clock_is_refused_unless_allowed() {
+    use gpumeter::bank::{BankError, FinalizeRefusal, Outcome};
+    let d = tmp();
+    let report = ok(meter_inputs(
+        &[example("finetune-2xh100.json.gz")],
+        &UsageOptions::default(),
+    ));
+    let book = ok(PriceBook::from_path(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples/pricebook.toml")
+            .as_path(),
+    ));
+    let mut ledger = ok(gpumeter::bank::open(
+        &d.path().join("bank.db").display().to_string(),
+    ));
+    let early = BillOptions::new(true).at(0);
+    match gpumeter::bill_with(&mut ledger, &report, &book, None, &early) {
+        Err(Error::Bank(BankError::Finalize(r))) => {
+            assert!(matches!(*r, FinalizeRefusal::OpenPeriod { .. }), "{r}");
+        }
+        other => panic!("expected OpenPeriod, got {:?}", other.map(|f| f.outcomes)),
+    }
+    // Nothing was written: the bank has no invoice yet.
+    let preview = ok(gpumeter::bill(&mut ledger, &report, &book, None, false));
+    assert!(preview.outcomes.iter().all(|o| *o == Outcome::Applied));
+    let open = early.allow_open_period(true);
+    let done = ok(gpumeter::bill_with(&mut ledger, &report, &book, None, &open));
+    assert!(!done.document.invoices.is_empty());
+    assert!(done.outcomes.iter().all(|o| *o == Outcome::Applied));
+    let again = ok(gpumeter::bill_with(
+        &mut ledger,
+        &report,
+        &book,
+        None,
+        &BillOptions::new(true),
+    ));
+    assert!(again.outcomes.iter().all(|o| *o == Outcome::AlreadyFinalized));
+    assert_eq!(again.document.invoices, done.document.invoices);
+}

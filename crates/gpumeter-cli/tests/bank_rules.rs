@@ -53,7 +53,7 @@ fn report_file(dir: &Path, source: &str, rows: &[(&str, &str, u128)]) -> PathBuf
         warnings: vec![],
         sha256: String::new(),
     };
-    r.seal().expect("seal");
+    r.seal_with_totals().expect("seal");
     let path = dir.join(format!("{source}.usage.json"));
     std::fs::write(&path, serde_json::to_string(&r).expect("json")).expect("write report");
     path
@@ -188,9 +188,9 @@ fn a_reservation_of_fee_0_is_refused() {
                 "--rate",
                 "0.10",
                 "--from",
-                "2026-12-01T00:00:00Z",
+                "2022-12-01T00:00:00Z",
                 "--to",
-                "2027-02-01T00:00:00Z",
+                "2023-02-01T00:00:00Z",
             ],
         );
         assert_eq!(o.status.code(), Some(2), "{fee}: {}", stderr(&o));
@@ -253,13 +253,13 @@ fn a_close_under_a_package_rate_bills_a_share_of_a_package() {
         dir.path(),
         "model = \"package\"\npackage_size = \"25\"\nunit_price = \"2.00\"\nincrement = \"10\"",
     );
-    let report = report_file(dir.path(), "dec", &[("acme", "2026-12-03T00:00:00Z", 78)]);
+    let report = report_file(dir.path(), "dec", &[("acme", "2022-12-03T00:00:00Z", 78)]);
     let doc = finalize(
         &report,
         &book,
         &bank,
-        "2026-12-01T00:00:00Z",
-        "2027-01-01T00:00:00Z",
+        "2022-12-01T00:00:00Z",
+        "2023-01-01T00:00:00Z",
     );
     assert_eq!(doc["invoices"][0]["subtotal"], "6.00");
     let o = ok(
@@ -290,8 +290,8 @@ fn idle_is_listed_apart_and_never_invoiced_granted_or_closed() {
         dir.path(),
         "dec",
         &[
-            ("acme", "2026-12-03T00:00:00Z", 100),
-            ("idle", "2026-12-03T00:00:00Z", 40),
+            ("acme", "2022-12-03T00:00:00Z", 100),
+            ("idle", "2022-12-03T00:00:00Z", 40),
         ],
     );
     let o = ok(
@@ -330,8 +330,8 @@ fn idle_is_listed_apart_and_never_invoiced_granted_or_closed() {
         &report,
         &book,
         &bank,
-        "2026-12-01T00:00:00Z",
-        "2027-01-01T00:00:00Z",
+        "2022-12-01T00:00:00Z",
+        "2023-01-01T00:00:00Z",
     );
     validate("gpumeter.invoice.v1.schema.json", &done);
     assert_eq!(done["invoices"].as_array().map(Vec::len), Some(1));
@@ -371,9 +371,9 @@ fn idle_is_listed_apart_and_never_invoiced_granted_or_closed() {
             "--rate",
             "0.1",
             "--from",
-            "2026-12-01T00:00:00Z",
+            "2022-12-01T00:00:00Z",
             "--to",
-            "2027-02-01T00:00:00Z",
+            "2023-02-01T00:00:00Z",
         ],
         vec!["close", "--tenant", "idle", "--prices", s(&book)],
     ] {
