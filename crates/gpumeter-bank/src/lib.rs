@@ -24,8 +24,9 @@ pub mod verify;
 
 pub use backend::{is_postgres, open, open_existing, open_read_only, redact, AnyLedger};
 pub use bank::{
-    balance, close, expire, finalization_key, finalize, finalize_with, grant, reserve, Balance,
-    Closed, FinalizeOptions, FinalizeRefusal, Finalized, GrantRequest, Outcome, ReserveRequest,
+    balance, check_grant, check_reservation, close, expire, finalization_key, finalize,
+    finalize_with, grant, reserve, Balance, Closed, FinalizeOptions, FinalizeRefusal, Finalized,
+    GrantRequest, Outcome, ReserveRequest,
 };
 pub use grants::{Grant, GrantKind, Reservation};
 pub use ledger::{

@@ -675,3 +675,45 @@ fn idle_is_never_finalized_granted_reserved_or_closed() {
     assert!(matches!(c, Err(BankError::Refused(m)) if m.contains("never invoiced")));
     assert_eq!(all(&mut bank).len(), n);
 }
+
+/// The same reservation terms spelled otherwise (a fee of `2` after `2.00`, a capacity of
+/// `5.000` after `5`, the span in another time zone) are the one reservation recorded: the
+/// retry is not applied, and the period bills one fee. Before, each spelling hashed to its own
+/// key, so December billed three fees and made three conversions (hostile review of issue 30).
+#[test]
+fn the_same_reservation_terms_by_value_are_one_reservation() {
+    let mut bank = MemoryLedger::new();
+    let (first, new) = reserve(&mut bank, &reservation("acme", "2.00", None)).expect("reserve");
+    assert!(new);
+    let mut spellings = vec![reservation("acme", "2", None)];
+    let mut five = reservation("acme", "2.0", None);
+    five.terms.capacity = d("5.000");
+    spellings.push(five);
+    let mut zoned = reservation("acme", "2.00", None);
+    zoned.terms.from = "2026-11-30T19:00:00-05:00".into();
+    spellings.push(zoned);
+    for again in &spellings {
+        let (r, new) = reserve(&mut bank, again).expect("reserve again");
+        assert!(!new, "{:?}", again.terms);
+        assert_eq!(r, first);
+    }
+    // Other terms are another reservation.
+    let (other, new) = reserve(&mut bank, &reservation("acme", "3.00", None)).expect("reserve");
+    assert!(new);
+    assert_ne!(other.reservation, first.reservation);
+    let f = finalize(
+        &mut bank,
+        &report_of(&[("acme", "2026-12-03T00:00:00Z", 1000)], "dec"),
+        &book(),
+        Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"))),
+        true,
+    )
+    .expect("finalize");
+    let fees: Vec<Decimal> = f.document.invoices[0]
+        .lines
+        .iter()
+        .filter(|l| l.kind == LineKind::Reservation)
+        .map(|l| l.amount)
+        .collect();
+    assert_eq!(fees, vec![d("2.00"), d("3.00")]);
+}

@@ -483,6 +483,8 @@ fn grant(a: GrantArgs) -> Result<String, Failure> {
         key: a.key.clone(),
         at,
     };
+    // Refused before the bank is opened, so a refused request creates no bank.
+    gpumeter::bank::check_grant(&req).map_err(|e| usage_error(e.to_string()))?;
     let mut ledger = open(&a.bank.bank)?;
     let (g, new) = gpumeter::bank::grant(&mut ledger, &req).map_err(|e| match e {
         gpumeter::bank::BankError::Refused(m) => usage_error(m),
@@ -524,6 +526,8 @@ fn reserve(a: ReserveArgs) -> Result<String, Failure> {
             .map(|s| time("--credit-expiry", s).map(rfc3339))
             .transpose()?,
     };
+    // Refused before the bank is opened, so a refused request creates no bank.
+    gpumeter::bank::check_reservation(&terms).map_err(|e| usage_error(e.to_string()))?;
     let mut ledger = open(&a.bank.bank)?;
     let (r, new) = gpumeter::bank::reserve(
         &mut ledger,

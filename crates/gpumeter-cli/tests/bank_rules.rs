@@ -198,6 +198,74 @@ fn a_reservation_of_fee_0_is_refused() {
     }
 }
 
+/// A grant or reservation the bank would refuse is refused before the bank is opened: no bank
+/// file is created (hostile review of issue 30: a grant beyond the bounds left a new, empty
+/// bank behind). A reservation retried with its fee spelled otherwise (`2` after `2.00`) is the
+/// one recorded, not a second reservation.
+#[test]
+fn a_refused_request_creates_no_bank_and_a_respelled_reservation_is_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bank = dir.path().join("bank.db");
+    let o = bank_cmd(
+        &bank,
+        &[
+            "grant",
+            "--tenant",
+            "acme",
+            "--credits",
+            "1000000000001",
+            "--rate",
+            "0.10",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("1000000000000"), "{}", stderr(&o));
+    assert!(!bank.exists(), "a refused grant created the bank");
+    let reserve = |fee: &str| {
+        bank_cmd(
+            &bank,
+            &[
+                "reserve",
+                "--tenant",
+                "acme",
+                "--sku",
+                "h100",
+                "--meter",
+                "kernel_launches",
+                "--capacity",
+                "5",
+                "--unit",
+                "1K",
+                "--fee",
+                fee,
+                "--rate",
+                "0.10",
+                "--from",
+                "2022-12-01T00:00:00Z",
+                "--to",
+                "2023-02-01T00:00:00Z",
+            ],
+        )
+    };
+    let o = reserve("0");
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(!bank.exists(), "a refused reservation created the bank");
+    let o = reserve("2.00");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let first = stdout(&o);
+    assert!(first.starts_with("reserved "), "{first}");
+    let o = reserve("2");
+    assert!(o.status.success(), "{}", stderr(&o));
+    let again = stdout(&o);
+    assert!(!again.starts_with("reserved "), "{again}");
+    let id = |text: &str| {
+        text.split_whitespace()
+            .find(|w| w.starts_with("r-"))
+            .map(|w| w.trim_end_matches(':').to_string())
+    };
+    assert_eq!(id(&again), id(&first), "{first} / {again}");
+}
+
 /// The grant of the largest decimal that used to lock every later purchased grant is refused
 /// (exit 2, naming the bound); after a maximal grant another tenant's grant works.
 #[test]

@@ -38,23 +38,12 @@ pub struct GrantRequest {
     pub at: u64,
 }
 
-/// Records a grant: `credits` on the tenant's new credits account, from the provider's
-/// `credit_sales` or `promotions`. Returns the grant and whether it was applied now or
-/// already (same key, same request).
-///
-/// With a key already in the ledger, the request must be the one recorded under it (Stripe's
-/// rule: a key names one request): the same tenant, credits, rate, priority, start (when given),
-/// expiry, kind and scope (SKUs and meters as sets); decimals compare by value (`5` and
-/// `5.00` are one amount). A key the caller gives lives in its own namespace
-/// ([`crate::ledger::user_grant_key`]); in a ledger written before issue 30, such a key may
-/// name a conversion the bank made, which is refused as another request too.
+/// Checks a grant request without a ledger, as [`grant`] does first: a caller (the CLI) refuses
+/// a request before it opens, or creates, a bank.
 ///
 /// # Errors
-/// [`BankError::Refused`] for the tenant `idle`, non-positive credits or rate, credits or a
-/// rate beyond the bounds ([`crate::grants::check_bounds`]), an expiry not after the start,
-/// more than 9 decimals; [`BankError::KeyReused`] naming the first parameter that differs
-/// from the request recorded under the key; [`BankError::Storage`].
-pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bool), BankError> {
+/// [`BankError::Refused`] as [`grant`]'s, for everything but a reused key.
+pub fn check_grant(req: &GrantRequest) -> Result<(), BankError> {
     never_idle(&req.tenant)?;
     if req.credits <= Decimal::ZERO {
         return Err(refused(format!(
@@ -80,6 +69,28 @@ pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bo
             req.credits, req.rate
         )));
     }
+    Ok(())
+}
+
+/// Records a grant: `credits` on the tenant's new credits account, from the provider's
+/// `credit_sales` or `promotions`. Returns the grant and whether it was applied now or
+/// already (same key, same request).
+///
+/// With a key already in the ledger, the request must be the one recorded under it (Stripe's
+/// rule: a key names one request): the same tenant, credits, rate, priority, start (when given),
+/// expiry, kind and scope (SKUs and meters as sets); decimals compare by value (`5` and
+/// `5.00` are one amount). A key the caller gives lives in its own namespace
+/// ([`crate::ledger::user_grant_key`]); in a ledger written before issue 30, such a key may
+/// name a conversion the bank made, which is refused as another request too.
+///
+/// # Errors
+/// [`BankError::Refused`] for the tenant `idle`, non-positive credits or rate, credits or a
+/// rate beyond the bounds ([`crate::grants::check_bounds`]), an expiry not after the start,
+/// more than 9 decimals; [`BankError::KeyReused`] naming the first parameter that differs
+/// from the request recorded under the key; [`BankError::Storage`].
+pub fn grant<L: Ledger>(ledger: &mut L, req: &GrantRequest) -> Result<(Grant, bool), BankError> {
+    check_grant(req)?;
+    let effective = req.effective.unwrap_or(req.at);
     let terms = serde_json::json!({
         "tenant": req.tenant, "credits": req.credits.to_string(), "rate": req.rate.to_string(),
         "priority": req.priority, "effective": rfc3339(effective),

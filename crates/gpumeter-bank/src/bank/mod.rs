@@ -23,9 +23,9 @@ pub use expire::expire;
 pub use finalize::{
     finalization_key, finalize, finalize_with, FinalizeOptions, Finalized, Outcome,
 };
-pub use grant::{grant, GrantRequest};
+pub use grant::{check_grant, grant, GrantRequest};
 pub use refusal::FinalizeRefusal;
-pub use reserve::{reserve, ReserveRequest};
+pub use reserve::{check_reservation, reserve, ReserveRequest};
 
 use std::collections::{BTreeMap, BTreeSet};
 
