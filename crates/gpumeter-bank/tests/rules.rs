@@ -717,3 +717,48 @@ fn the_same_reservation_terms_by_value_are_one_reservation() {
         .collect();
     assert_eq!(fees, vec![d("2.00"), d("3.00")]);
 }
+
+/// Two reports of one day finalized without a period (the CLI's default: each report's usage
+/// span) are two periods, each billing the invoice minimum: each invoice says so
+/// (`period_from_usage`). With the month given, the second is a supplement and bills the
+/// minimum once, without the warning; an invoice with nothing billed per period (no minimum,
+/// flat fee, tier or package) has no such warning either (hostile review of issue 30).
+#[test]
+fn a_period_from_the_usage_warns_when_it_bills_per_period() {
+    let with_minimum = PriceBook::from_toml_str(
+        "minimum.toml",
+        "schema = \"gpumeter.pricebook/v1\"\nversion = \"m\"\ncurrency = \"USD\"\n\
+         invoice_minimum = \"5.00\"\n\
+         [[sku]]\nid = \"h100\"\nmatch = [\"NVIDIA H100*\"]\n\
+         [[rate]]\nsku = \"h100\"\nmeter = \"kernel_launches\"\nunit = \"1\"\n\
+         unit_price = \"0.0005\"\n",
+    )
+    .expect("book");
+    let first = report_of(&[("acme", "2026-12-03T00:00:00Z", 1000)], "a");
+    let second = report_of(&[("acme", "2026-12-03T05:00:00Z", 1000)], "b");
+    let warned = |f: &gpumeter_bank::Finalized| {
+        f.document.invoices[0]
+            .warnings
+            .iter()
+            .any(|w| *w.code() == WarningCode::PeriodFromUsage)
+    };
+    let mut bank = MemoryLedger::new();
+    for r in [&first, &second] {
+        let f = finalize(&mut bank, r, &with_minimum, None, true).expect("finalize");
+        assert_eq!(f.document.invoices[0].subtotal, d("5.00"));
+        assert!(warned(&f), "{:?}", f.document.invoices[0].warnings);
+    }
+    let month = Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z")));
+    let mut bank = MemoryLedger::new();
+    let a = finalize(&mut bank, &first, &with_minimum, month, true).expect("finalize");
+    let b = finalize(&mut bank, &second, &with_minimum, month, true).expect("supplement");
+    assert_eq!(
+        a.document.invoices[0].subtotal + b.document.invoices[0].subtotal,
+        d("5.00")
+    );
+    assert!(!warned(&a) && !warned(&b));
+    // Per unit, no minimum: nothing restarts with a period, so no warning.
+    let mut bank = MemoryLedger::new();
+    let f = finalize(&mut bank, &first, &book(), None, true).expect("finalize");
+    assert!(!warned(&f), "{:?}", f.document.invoices[0].warnings);
+}

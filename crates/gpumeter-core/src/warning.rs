@@ -217,6 +217,10 @@ codes! {
         /// Invoice (bank): a reservation's fee is billed per invoice period, and the period is
         /// the usage's span, not one given with `--from`/`--to`.
         ReservationDefaultPeriod = "reservation_default_period",
+        /// Invoice (bank): the period is the usage's span, not one given with `--from`/`--to`,
+        /// and the invoice bills per period (a minimum, a flat fee, tiers or packages): a later
+        /// report of other days is another period, which bills them again.
+        PeriodFromUsage = "period_from_usage",
         /// Invoice (bank): a grant with credits left is not in force at the period's end and
         /// pays nothing on the invoice.
         GrantNotInForce = "grant_not_in_force",
@@ -250,6 +254,7 @@ impl WarningCode {
         WarningCode::ReservationFeeTooFine,
         WarningCode::ReservationUnpaid,
         WarningCode::ReservationDefaultPeriod,
+        WarningCode::PeriodFromUsage,
         WarningCode::GrantNotInForce,
         WarningCode::CreditsTakenBack,
         WarningCode::CreditsNotTakenBack,

@@ -377,6 +377,9 @@ fn finalize_tenant(
 
     // 3. Reservations whose span holds the period: their fee is a line, once per period.
     let held = reservation_lines(t, (call.book, call.default_period), &mut inv, (from, to))?;
+    if call.default_period {
+        warn_period_from_usage(&mut inv);
+    }
     let subtotal_minor = signed_minor(inv.lines.iter().map(|l| l.amount), scale)?;
     if inv.extensions.supplement_of.is_some() {
         inv.extensions.kind = Some(if subtotal_minor < 0 {
@@ -702,4 +705,26 @@ fn measured_in(lines: &PeriodLines, carried_in: &Invoice) -> BTreeMap<(String, M
         }
     }
     out
+}
+
+/// Warns (`period_from_usage`) when an invoice whose period is its usage's span (no period
+/// given) bills per period: a minimum, a flat fee, a tier or packages. A later report of other
+/// days of the same month is then another period and bills them again, where one period given
+/// with `--from`/`--to` would make the later report a supplement.
+fn warn_period_from_usage(inv: &mut Invoice) {
+    let per_period = inv.lines.iter().any(|l| {
+        matches!(l.kind, LineKind::Minimum | LineKind::FlatFee)
+            || (l.kind == LineKind::Usage && (l.tier.is_some() || l.extensions.packages.is_some()))
+    });
+    if per_period {
+        inv.warnings.push(Warning::new(
+            WarningCode::PeriodFromUsage,
+            format!(
+                "the period {} to {} is the usage's span, not one given with --from/--to: a later \
+                 report of other days is another period, whose minimum, flat fees, tiers and \
+                 packages start again; finalize a billing period with --from/--to",
+                inv.period.from, inv.period.to
+            ),
+        ));
+    }
 }
