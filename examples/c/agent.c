@@ -94,9 +94,15 @@ static void json_string(char *out, size_t cap, const char *s) {
 static unsigned long long number(const char *flag, const char *text) {
     char *end = NULL;
     unsigned long long v;
+    /* Decimal digits only, as the Go and Python agents take: strtoull alone also skips
+     * leading spaces and takes a sign (" -1" wraps to 2^64 - 1). */
+    if (text[0] == '\0' || strspn(text, "0123456789") != strlen(text)) {
+        fprintf(stderr, "agent: %s: not a number: %s\n", flag, text);
+        exit(2);
+    }
     errno = 0;
     v = strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || text[0] == '-') {
+    if (errno != 0 || end == text || *end != '\0') {
         fprintf(stderr, "agent: %s: not a number: %s\n", flag, text);
         exit(2);
     }

@@ -38,6 +38,8 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"unsafe"
 )
 
@@ -60,12 +62,36 @@ func call(what string, f func() C.gm_status) error {
 	return fmt.Errorf("%s: status %d: %s", what, uint32(status), buf[:n])
 }
 
+// decimal is a flag value of decimal digits only, as the C and Python agents take: the flag
+// package's own integers also read 0x3c, 060 (octal) and 6_0.
+type decimal uint64
+
+func (d *decimal) String() string { return strconv.FormatUint(uint64(*d), 10) }
+
+func (d *decimal) Set(text string) error {
+	if text == "" || strings.TrimLeft(text, "0123456789") != "" {
+		return fmt.Errorf("not a number: %q", text)
+	}
+	v, err := strconv.ParseUint(text, 10, 64)
+	if err != nil {
+		return fmt.Errorf("not a number: %q", text)
+	}
+	*d = decimal(v)
+	return nil
+}
+
 func main() {
-	windowSeconds := flag.Uint64("window-seconds", 3600, "window size in seconds (divides one day)")
-	horizon := flag.Uint64("reorder-horizon-ns", 0, "how far records may arrive out of order (default: the library's, 60 s)")
+	var windowSecondsFlag, horizonFlag, rawAPIFlag decimal = 3600, 0, 0
+	flag.Var(&windowSecondsFlag, "window-seconds", "window size in seconds (divides one day)")
+	flag.Var(&horizonFlag, "reorder-horizon-ns",
+		"how far records may arrive out of order (default: the library's, 60 s)")
+	windowSeconds := (*uint64)(&windowSecondsFlag)
+	horizon := (*uint64)(&horizonFlag)
 	tenant := flag.String("tenant", "", "tenant of work no rule attributes (default: unattributed)")
 	prices := flag.String("prices", "examples/pricebook.toml", "price book (TOML)")
-	rawAPI := flag.Uint("raw-cupti-api-version", 0, "layout of a raw buffer file (0 = 26, CUDA 12.8's); a .gmr has its own")
+	flag.Var(&rawAPIFlag, "raw-cupti-api-version",
+		"layout of a raw buffer file (0 = 26, CUDA 12.8's); a .gmr has its own")
+	rawAPI := (*uint64)(&rawAPIFlag)
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: go run ./examples/go [flags] RECORDING")
 		flag.PrintDefaults()

@@ -173,7 +173,7 @@ def main():
     prices = read_prices(args.prices)
 
     rec = ctypes.c_void_p()
-    check(lib, lib.gm_recording_open(args.recording.encode(), args.raw_cupti_api_version,
+    check(lib, lib.gm_recording_open(os.fsencode(args.recording), args.raw_cupti_api_version,
                                      ctypes.byref(rec)), "gm_recording_open")
     meter = ctypes.c_void_p()
     try:

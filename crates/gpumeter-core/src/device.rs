@@ -64,7 +64,7 @@ pub struct SmLimits {
 ///
 /// `key` is the device's identity across sources: `GPU-<uuid>` when the source gives
 /// a UUID, else [`DeviceInfo::source_key`] of a label that identifies the source (the importers
-/// use `<file name>@<first 8 hex digits of its SHA-256>`) and the device id.
+/// use [`source_label`]: the first 16 hex digits of its content's SHA-256) and the device id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceInfo {
     /// Identity across sources: the UUID (`GPU-…`) or `<source label>#<id>`.

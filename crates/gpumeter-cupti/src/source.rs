@@ -655,8 +655,9 @@ struct Buffer {
 /// A source being gathered before planning.
 struct Input<'n> {
     name: &'n str,
-    /// Label for device keys without a UUID: `<name>@<8 hex digits of the SHA-256>`, so two
-    /// different files of the same name never share a device (as in `gpumeter-import`).
+    /// Label for device keys without a UUID: the first 16 hex digits of the content's SHA-256
+    /// ([`gpumeter_core::source_label`]; a `.gmr`'s from its header identity), so two different
+    /// files never share a device and a renamed copy keeps its keys (as in `gpumeter-import`).
     key_label: String,
     /// SHA-256 of the source's bytes, lowercase hex.
     sha256: String,

@@ -131,7 +131,7 @@ pub struct DuplicateUuid {
 #[derive(Debug)]
 pub struct CuptiStream {
     name: String,
-    /// `<name>@<8 hex digits of the instance id>`: the label of device keys without a UUID,
+    /// The first 16 hex digits of the instance id: the label of device keys without a UUID,
     /// so that two streams (two nodes) never share a device they cannot tell apart.
     key_label: String,
     api: ApiVersion,
@@ -475,8 +475,8 @@ impl CuptiStream {
     /// Registers a device's description for buffers without a DEVICE record (or to add what
     /// they lack: name, UUID). `info.id` is CUPTI's device id; `info.key` is replaced by the
     /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, else
-    /// `<name>@<instance>#<id>`). The device is placed when its first record (or dropped
-    /// count) arrives, from its DEVICE record if one has been seen — which wins where both
+    /// `<16 hex digits of the instance id>#<id>`). The device is placed when its first record
+    /// (or dropped count) arrives, from its DEVICE record if one has been seen — which wins where both
     /// know a field, the key included unless the record has no UUID — filled from this
     /// description. Once the device is placed, a description (a later call, or a DEVICE record
     /// in a later buffer) only fills what is still unknown; a later call replaces what the

@@ -425,6 +425,13 @@ fn agents_refuse_bad_arguments_alike() {
         vec!["--window-seconds", "sixty", RECORDING],
         vec!["--window-seconds", "18446744073709551616", RECORDING],
         vec!["--reorder-horizon-ns", "-1", RECORDING],
+        // Decimal digits only, in every agent (Go's flag package read 0x3c, 6_0 and 060 as
+        // octal 48; C's strtoull took a sign and leading spaces, " -1" wrapping to 2^64 - 1).
+        vec!["--window-seconds", "0x3c", RECORDING],
+        vec!["--window-seconds", "6_0", RECORDING],
+        vec!["--window-seconds", "+60", RECORDING],
+        vec!["--window-seconds", " 60", RECORDING],
+        vec!["--reorder-horizon-ns", " -1", RECORDING],
         vec!["--reorder-horizon-ns", "18446744073709551616", RECORDING],
         vec!["--raw-cupti-api-version", "4294967296", RECORDING],
         vec!["--raw-cupti-api-version", "-26", RECORDING],
@@ -471,6 +478,25 @@ fn agents_refuse_bad_arguments_alike() {
             let out = go(args);
             let stderr = String::from_utf8_lossy(&out.stderr);
             assert!(out.status.success(), "{agent} {args:?}: {stderr}");
+        }
+        // `060` is sixty seconds in every agent (each report says its window size).
+        let leading_zero = go(&["--window-seconds", "060", RECORDING]);
+        let text = String::from_utf8_lossy(&leading_zero.stdout);
+        assert!(leading_zero.status.success(), "{agent}");
+        assert!(
+            text.contains("\"window_seconds\":60,") && !text.contains("\"window_seconds\":48,"),
+            "{agent}: 060 is not 60 seconds"
+        );
+        // A recording path that is not UTF-8: one line naming the failure, no traceback.
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let mut c = command();
+            c.arg(std::ffi::OsStr::from_bytes(b"/nonexistent/\xff.gmr"))
+                .current_dir(root());
+            let out = c.output().unwrap_or_else(|e| panic!("{agent}: {e}"));
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "{agent}: {stderr}");
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{agent}: {stderr}");
         }
         for (args, named) in &unreadable {
             let out = go(args);
