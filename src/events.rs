@@ -417,7 +417,8 @@ impl Default for EventMap {
 }
 
 /// A non-empty id or name without control characters, bidirectional formatting characters,
-/// line or paragraph separators ([`gpumeter_core::text::is_escaped`]) or surrounding
+/// line or paragraph separators ([`gpumeter_core::text::is_escaped`]), characters a person
+/// cannot see ([`gpumeter_core::tenant::unseen`], as in tenant names) or surrounding
 /// whitespace (a mapping value): each receiver shows these names to people, where such a
 /// character would reorder or hide text. The TOML parser attaches the value's place to the
 /// error.
@@ -438,6 +439,19 @@ impl<'de> Deserialize<'de> for Text {
         if let Some(c) = s.chars().find(|&c| gpumeter_core::text::is_escaped(c)) {
             return Err(serde::de::Error::custom(format!(
                 "must not hold control or bidirectional formatting characters (U+{:04X})",
+                u32::from(c)
+            )));
+        }
+        // Nor characters a person cannot see, as in tenant names (zero-width spaces, U+FEFF,
+        // a Hangul filler): two ids that read alike would be two meters or customers.
+        if let Some((c, why)) = s.chars().find_map(|c| {
+            gpumeter_core::tenant::unseen(c).map(|u| match u {
+                gpumeter_core::tenant::Unseen::NotPrintable(w)
+                | gpumeter_core::tenant::Unseen::Invisible(w) => (c, w),
+            })
+        }) {
+            return Err(serde::de::Error::custom(format!(
+                "must not hold characters a person cannot see (U+{:04X}: {why})",
                 u32::from(c)
             )));
         }
@@ -1317,6 +1331,27 @@ mod tests {
                 "[meters.sm_ns]\nlago_code = \"gpu\u{2028}sm\"\n",
                 "m.toml:2:13: ",
                 "U+2028",
+            ),
+            // Characters a person cannot see, refused in tenant names too (hostile review).
+            (
+                "[tenants.alice]\nsubject = \"cus\u{200b}tomer\"\n",
+                "m.toml:2:11: ",
+                "U+200B",
+            ),
+            (
+                "[tenants.alice]\nsubject = \"\u{feff}customer\"\n",
+                "m.toml:2:11: ",
+                "U+FEFF",
+            ),
+            (
+                "[meters.sm_ns]\nlago_code = \"gpu\u{3164}\"\n",
+                "m.toml:2:13: ",
+                "U+3164",
+            ),
+            (
+                "[meters.sm_ns]\nlago_code = \"gpu\u{ad}sm\"\n",
+                "m.toml:2:13: ",
+                "U+00AD",
             ),
         ] {
             let msg = EventMap::from_toml_str("m.toml", text)

@@ -188,42 +188,30 @@ impl TenantName {
         }
         let mut visible = false;
         for (index, c) in text.chars().enumerate() {
-            if c == ' ' {
-                continue;
-            }
-            let what = match c.general_category_group() {
-                GeneralCategoryGroup::Letter
-                | GeneralCategoryGroup::Number
-                | GeneralCategoryGroup::Punctuation
-                | GeneralCategoryGroup::Symbol => {
-                    visible = true;
-                    None
+            match unseen(c) {
+                Some(Unseen::NotPrintable(what)) => {
+                    return Err(TenantNameError::NotPrintable {
+                        index,
+                        code: u32::from(c),
+                        what,
+                    })
                 }
-                GeneralCategoryGroup::Mark => None,
-                GeneralCategoryGroup::Separator => Some("a space or separator other than U+0020"),
-                GeneralCategoryGroup::Other => Some(other_kind(c)),
-            };
-            if let Some(what) = what {
-                return Err(TenantNameError::NotPrintable {
-                    index,
-                    code: u32::from(c),
-                    what,
-                });
+                Some(Unseen::Invisible(what)) => {
+                    return Err(TenantNameError::Invisible {
+                        index,
+                        code: u32::from(c),
+                        what,
+                    })
+                }
+                None => {}
             }
-            let invisible = if DEFAULT_IGNORABLE.contains(c) {
-                Some("a default-ignorable code point (Unicode Default_Ignorable_Code_Point)")
-            } else if BLANK_CHARACTERS.contains(&c) {
-                Some("a blank character (one with an empty glyph, see BLANK_CHARACTERS)")
-            } else {
-                None
-            };
-            if let Some(what) = invisible {
-                return Err(TenantNameError::Invisible {
-                    index,
-                    code: u32::from(c),
-                    what,
-                });
-            }
+            visible |= matches!(
+                c.general_category_group(),
+                GeneralCategoryGroup::Letter
+                    | GeneralCategoryGroup::Number
+                    | GeneralCategoryGroup::Punctuation
+                    | GeneralCategoryGroup::Symbol
+            );
         }
         if !visible {
             return Err(TenantNameError::NoVisibleCharacter {
@@ -286,6 +274,46 @@ impl TenantName {
 /// dropped).
 fn skeleton_of(text: &str) -> String {
     unicode_security::skeleton(text).collect()
+}
+
+/// Why a person does not see a character as it is, where a name must be seen to be told apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unseen {
+    /// Not printable: a control, format, private-use or unassigned character, or a space or
+    /// separator other than U+0020 (general categories C and Z, Unicode 15's UCD).
+    NotPrintable(&'static str),
+    /// Printable but drawn as nothing: a default-ignorable code point (Unicode's
+    /// `Default_Ignorable_Code_Point`) or a blank character ([`BLANK_CHARACTERS`]).
+    Invisible(&'static str),
+}
+
+/// Whether `c` is a character a person would not see in a name (a tenant name, an event
+/// mapping's ids and names), and why; `None` for U+0020 and every visible character or mark.
+/// The rule [`TenantName::parse`] applies to each character.
+pub fn unseen(c: char) -> Option<Unseen> {
+    if c == ' ' {
+        return None;
+    }
+    match c.general_category_group() {
+        GeneralCategoryGroup::Separator => {
+            return Some(Unseen::NotPrintable(
+                "a space or separator other than U+0020",
+            ))
+        }
+        GeneralCategoryGroup::Other => return Some(Unseen::NotPrintable(other_kind(c))),
+        _ => {}
+    }
+    if DEFAULT_IGNORABLE.contains(c) {
+        Some(Unseen::Invisible(
+            "a default-ignorable code point (Unicode Default_Ignorable_Code_Point)",
+        ))
+    } else if BLANK_CHARACTERS.contains(&c) {
+        Some(Unseen::Invisible(
+            "a blank character (one with an empty glyph, see BLANK_CHARACTERS)",
+        ))
+    } else {
+        None
+    }
 }
 
 /// `text` with its first character upper-cased.
