@@ -762,3 +762,50 @@ fn a_period_from_the_usage_warns_when_it_bills_per_period() {
     let f = finalize(&mut bank, &first, &book(), None, true).expect("finalize");
     assert!(!warned(&f), "{:?}", f.document.invoices[0].warnings);
 }
+
+/// A tenant with a reservation whose own periods run mid-month does not block another
+/// tenant's report of a calendar month: the fee-only invoice it would get for that month
+/// overlaps its finalized period, so it gets none (its fee is billed with its own periods),
+/// and the other tenant's month finalizes. Before, every December report of every tenant was
+/// refused with "period overlap" naming acme (hostile review of issue 30).
+#[test]
+fn another_tenants_reservation_never_blocks_a_finalization() {
+    let mut bank = MemoryLedger::new();
+    finalize(
+        &mut bank,
+        &report_of(&[("acme", "2026-11-20T00:00:00Z", 1000)], "acme-mid"),
+        &book(),
+        Some((t("2026-11-15T00:00:00Z"), t("2026-12-15T00:00:00Z"))),
+        true,
+    )
+    .expect("acme's mid-month period");
+    reserve(&mut bank, &reservation("acme", "2.00", None)).expect("reserve");
+    let f = finalize(
+        &mut bank,
+        &report_of(&[("beta", "2026-12-20T00:00:00Z", 1000)], "beta-dec"),
+        &book(),
+        Some((t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"))),
+        true,
+    )
+    .expect("beta's December is not refused because of acme");
+    let tenants: Vec<&str> = f
+        .document
+        .invoices
+        .iter()
+        .map(|i| i.tenant.as_str())
+        .collect();
+    assert_eq!(tenants, ["beta"]);
+    // acme's own next period, inside the reservation's span, bills the fee.
+    let f = finalize(
+        &mut bank,
+        &report_of(&[("acme", "2026-12-20T00:00:00Z", 1000)], "acme-next"),
+        &book(),
+        Some((t("2026-12-15T00:00:00Z"), t("2027-01-15T00:00:00Z"))),
+        true,
+    )
+    .expect("acme's next period");
+    assert!(f.document.invoices[0]
+        .lines
+        .iter()
+        .any(|l| l.kind == LineKind::Reservation));
+}

@@ -284,7 +284,14 @@ fn tenants_to_bill(
                 ))?
                 .is_some();
             let billed = billed && !done;
-            if holds && !billed && !tenants.iter().any(|i| i.tenant == r.tenant) {
+            // A tenant whose own finalized periods overlap this one without being equal (its
+            // periods run mid-month, say) cannot take a fee-only invoice for it: another
+            // tenant's report must not be refused for that. Its fee is billed with its own
+            // periods (those inside the reservation's span).
+            let fits = || -> Result<bool, BankError> {
+                Ok(place(&r.tenant, (from, to), finalizations(t, &r.tenant)?).is_ok())
+            };
+            if holds && !billed && !tenants.iter().any(|i| i.tenant == r.tenant) && fits()? {
                 let mut empty = template.clone();
                 empty.tenant = r.tenant.clone();
                 empty.lines.clear();
