@@ -286,7 +286,11 @@ fn a_close_inside_an_open_period_is_booked_at_its_end_and_balances_answer() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bank = dir.path().join("bank.db");
     let book = launches_book(dir.path(), "unit_price = \"0.0005\"\nincrement = \"1000\"");
-    let report = report_file(dir.path(), "open", &[("acme", "2099-12-03T00:00:00Z", 2_500)]);
+    let report = report_file(
+        dir.path(),
+        "open",
+        &[("acme", "2099-12-03T00:00:00Z", 2_500)],
+    );
     ok(
         gpumeter(&[
             "invoice",
@@ -313,9 +317,16 @@ fn a_close_inside_an_open_period_is_booked_at_its_end_and_balances_answer() {
     let text = stdout(&o);
     assert!(text.contains("h100 kernel_launches: 500 1"), "{text}");
     assert!(text.contains("booked at 2100-01-01T00:00:00Z"), "{text}");
-    for at in ["2050-01-01T00:00:00Z", "2099-12-31T23:59:59Z", "2100-01-01T00:00:00Z"] {
+    for at in [
+        "2050-01-01T00:00:00Z",
+        "2099-12-31T23:59:59Z",
+        "2100-01-01T00:00:00Z",
+    ] {
         let b = json(&ok(
-            bank_cmd(&bank, &["balance", "--tenant", "acme", "--at", at, "--json"]),
+            bank_cmd(
+                &bank,
+                &["balance", "--tenant", "acme", "--at", at, "--json"],
+            ),
             "balance --at",
         ));
         assert_eq!(b["fragments"], Value::Array(vec![]), "{at}: {b}");
