@@ -149,8 +149,11 @@ pub fn close<L: Ledger>(
             crate::grants::MAX_AMOUNT,
             "one request may be worth",
         )?;
-        // Booked at `at`, or after the latest posting of the accounts it draws (the same
-        // booking as a finalization's fragments, `asof::fragment_booking`).
+        // Booked at `at`, or at the latest posting of the accounts it draws when that is later
+        // (the same booking as a finalization's fragments, `asof::fragment_booking`). Drawn
+        // then, at or after every posting of them, the accounts are as they were before it and
+        // empty from it on: no as-of balance goes negative, so `asof::check_fragments` would
+        // have nothing to refuse.
         let booked = fragment_booking(t, tenant, at, &postings)?;
         let closed = Closed {
             tenant: tenant.to_string(),
