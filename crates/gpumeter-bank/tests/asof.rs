@@ -7,8 +7,8 @@
 
 mod support;
 
-use gpumeter_bank::{balance, finalize, BankError, Ledger, MemoryLedger};
-use support::{book, report_of, t, Backend, Place};
+use gpumeter_bank::{balance, close, finalize, BankError, Ledger, MemoryLedger, Posting};
+use support::{book, d, report_of, t, Backend, Place};
 
 /// Every instant at which a balance can change, and one between each two: the business times
 /// of the ledger's transactions, a nanosecond before each, and the ends.
@@ -69,8 +69,133 @@ fn out_of_order_periods_keep_every_balance_on_postgres() {
     out_of_order_periods_keep_every_balance_on(Backend::Postgres);
 }
 
+/// A period finalized before it ended (`invoice finalize --allow-open-period`: its fragment is
+/// deposited at its end, in the future), then a close "now", inside the period (hostile review
+/// E6, E6b): the close draws that fragment, so it is booked at the period's end, not before the
+/// deposit. Every as-of balance answers, none is negative, and the tenant's next period is not
+/// refused.
+fn a_close_inside_an_open_period_keeps_every_balance<L: Ledger>(
+    bank: &mut L,
+) -> Result<(), BankError> {
+    let b = book();
+    let dec = (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"));
+    let jan = (t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z"));
+    let december = report_of(&[("acme", "2026-12-03T00:00:00Z", 2_500)], "december");
+    finalize(bank, &december, &b, Some(dec), true)?;
+    let closed = close(bank, "acme", &b, t("2026-12-15T00:00:00Z"))?;
+    assert_eq!(closed.lines.len(), 1, "{closed:?}");
+    assert_eq!(closed.lines[0].quantity.0, 500, "{closed:?}");
+    assert_eq!(closed.booked_at.as_deref(), Some("2027-01-01T00:00:00Z"));
+    let booked = bank.atomically(false, |t| t.transactions(None))?;
+    let at = booked
+        .iter()
+        .find(|x| x.tx.kind == "close")
+        .map(|x| x.tx.at.clone());
+    assert_eq!(at.as_deref(), Some("2027-01-01T00:00:00Z"));
+    for at in instants(bank)? {
+        let bal = balance(bank, "acme", at)?;
+        assert!(
+            bal.fragments.iter().all(|f| f.quantity.0 > 0),
+            "{at}: {bal:?}"
+        );
+    }
+    // Between the close's "now" and the period's end the fragment is still there.
+    let mid = balance(bank, "acme", t("2026-12-20T00:00:00Z"))?;
+    assert!(
+        mid.fragments.is_empty(),
+        "December's fragment is deposited at its end: {mid:?}"
+    );
+    let end = balance(bank, "acme", t("2027-01-01T00:00:00Z"))?;
+    assert!(end.fragments.is_empty(), "the close emptied it: {end:?}");
+    let january = report_of(&[("acme", "2027-01-03T00:00:00Z", 2_700)], "january");
+    finalize(bank, &january, &b, Some(jan), true)?;
+    let after = balance(bank, "acme", u64::MAX)?;
+    assert_eq!(after.fragments.len(), 1, "{after:?}");
+    assert_eq!(after.fragments[0].quantity.0, 700, "{after:?}");
+    // A close with nothing after its instant is booked at it.
+    let again = close(bank, "acme", &b, t("2027-03-01T00:00:00Z"))?;
+    assert_eq!(again.booked_at, None, "{again:?}");
+    Ok(())
+}
+
+#[test]
+fn a_close_inside_an_open_period_keeps_every_balance_on_memory() {
+    a_close_inside_an_open_period_keeps_every_balance(&mut MemoryLedger::new()).expect("close");
+}
+
+#[test]
+fn a_close_inside_an_open_period_keeps_every_balance_on_sqlite() {
+    let Some(place) = Place::new(Backend::Sqlite, "asof_close") else {
+        return;
+    };
+    a_close_inside_an_open_period_keeps_every_balance(&mut place.open()).expect("close");
+}
+
+/// A ledger written before issue 30 (hostile review E12): December was finalized after
+/// January and drew January's fragment of 700 at December's end, so the fragment account is
+/// -700 as of every instant of January. That history blocks no later finalization (February
+/// changes balances only from its own end on); `balance` as of an instant inside it still
+/// refuses, naming the account and its balance, and answers before and after it. (That a
+/// posting making such a history more negative is still refused: the unit tests of
+/// `bank::asof`.)
+#[test]
+fn a_legacy_negative_history_blocks_no_later_finalization() {
+    let b = book();
+    let jan = (t("2027-01-01T00:00:00Z"), t("2027-02-01T00:00:00Z"));
+    let feb = (t("2027-02-01T00:00:00Z"), t("2027-03-01T00:00:00Z"));
+    // December's invoice, for the legacy transaction's memo (a preview of the period).
+    let dec = (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"));
+    let december = report_of(&[("acme", "2026-12-03T00:00:00Z", 2_300)], "december");
+    let preview = finalize(&mut MemoryLedger::new(), &december, &b, Some(dec), false);
+    let mut invoice =
+        serde_json::to_value(&preview.expect("preview").document.invoices[0]).expect("an invoice");
+    invoice["ledger_head"] = serde_json::Value::Null;
+    invoice["sha256"] = serde_json::Value::String(String::new());
+    let mut bank = MemoryLedger::new();
+    let january = report_of(&[("acme", "2027-01-03T00:00:00Z", 1_700)], "january");
+    finalize(&mut bank, &january, &b, Some(jan), true).expect("January");
+    let frag = "tenant:acme:fragments:h100:kernel_launches";
+    bank.atomically(true, |t| {
+        t.append(gpumeter_bank::NewTransaction {
+            key: "finalize:legacy-december".into(),
+            kind: "finalize".into(),
+            at: "2027-01-01T00:00:00Z".into(),
+            tenant: Some("acme".into()),
+            postings: vec![
+                Posting::new(frag, "1", d("-700")),
+                Posting::new("provider:fragments", "1", d("700")),
+                Posting::new("tenant:acme:receivable", "USD", d("1.50")),
+                Posting::new("provider:revenue", "USD", d("-1.50")),
+            ],
+            memo: serde_json::json!({
+                "invoice": invoice,
+                "billed": [[support::hex_of("december"), "2026-12-03T00:00:00Z"]],
+            }),
+        })
+    })
+    .expect("the legacy December");
+    let inside = balance(&mut bank, "acme", t("2027-01-15T00:00:00Z"));
+    assert!(
+        matches!(&inside, Err(BankError::Refused(m)) if m.contains(frag) && m.contains("-700")),
+        "{inside:?}"
+    );
+    balance(&mut bank, "acme", t("2026-12-15T00:00:00Z")).expect("before the history");
+    let now = balance(&mut bank, "acme", u64::MAX).expect("now");
+    assert!(now.fragments.is_empty(), "{now:?}");
+    // February draws the (empty) pool and deposits its own 700 at its end: refused before
+    // issue 30's follow-up ("-700 as of 2027-01-01"), though it changes nothing before then.
+    let february = report_of(&[("acme", "2027-02-03T00:00:00Z", 2_700)], "february");
+    finalize(&mut bank, &february, &b, Some(feb), true).expect("February is not refused");
+    let end = balance(&mut bank, "acme", u64::MAX).expect("after February");
+    assert_eq!(end.fragments.len(), 1, "{end:?}");
+    assert_eq!(end.fragments[0].quantity.0, 700, "{end:?}");
+    let still = balance(&mut bank, "acme", t("2027-01-15T00:00:00Z"));
+    assert!(matches!(&still, Err(BankError::Refused(_))), "{still:?}");
+}
+
 /// Issue 30 item 9 as a property: after any sequence of grants, finalizations (in and out of
-/// period order, supplements of finalized periods) and expiries, the balance of every tenant
+/// period order, supplements of finalized periods, periods finalized before a close inside
+/// them), closes and expiries, the balance of every tenant
 /// answers as of every instant, no credit or fragment account is negative as of any instant,
 /// and Σ billed + fragments = Σ metered per tenant.
 mod any_order {
@@ -83,7 +208,9 @@ mod any_order {
     use support::grant_req;
 
     /// One operation: 0 a grant (tenant, credits, month it expires or 0), 1 a finalization
-    /// (tenant, month, launches), 2 an expiry (month); months from 1 (December 2026).
+    /// (tenant, month, launches), 2 an expiry (month), 3 a close (tenant, on the 15th of the
+    /// month, a month that may be finalized already: an open period); months from 1 (December
+    /// 2026).
     type Op = (u8, usize, u32, u128);
 
     fn month(m: u32) -> (String, String) {
@@ -134,8 +261,12 @@ mod any_order {
                         Err(e) => return Err(fail(e)),
                     }
                 }
-                _ => {
+                2 => {
                     expire(bank, t(&month(m).0)).map_err(fail)?;
+                }
+                _ => {
+                    let mid = t(&month(m).0) + 14 * 86_400 * 1_000_000_000;
+                    close(bank, tenant, &b, mid).map_err(fail)?;
                 }
             }
         }
@@ -188,6 +319,18 @@ mod any_order {
                     };
                 }
             }
+            for tx in all
+                .iter()
+                .filter(|x| x.tx.kind == "close" && x.tx.tenant.as_deref() == Some(tenant))
+            {
+                let closed: gpumeter_bank::Closed = serde_json::from_value(tx.tx.memo.clone())
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                billed += closed
+                    .lines
+                    .iter()
+                    .map(|l| l.quantity.0 as i128)
+                    .sum::<i128>();
+            }
             let end = balance(bank, tenant, u64::MAX).map_err(fail)?;
             let carried: i128 = end.fragments.iter().map(|f| f.quantity.0 as i128).sum();
             let metered = metered.get(tenant).copied().unwrap_or(0) as i128;
@@ -199,7 +342,7 @@ mod any_order {
     }
 
     pub(super) fn ops() -> impl Strategy<Value = Vec<Op>> {
-        proptest::collection::vec((0u8..3, 0usize..2, 0u32..5, 0u128..4_000), 1..14)
+        proptest::collection::vec((0u8..4, 0usize..2, 0u32..5, 0u128..4_000), 1..14)
     }
 
     proptest! {

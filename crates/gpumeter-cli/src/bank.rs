@@ -409,6 +409,12 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             } else {
                 out.push_str(&format!("total {} {}\n", closed.total, closed.currency));
             }
+            if let Some(booked) = &closed.booked_at {
+                out.push_str(&format!(
+                    "booked at {booked}: the tenant's fragments have postings up to then (a \
+                     period finalized before it ended)\n"
+                ));
+            }
             Ok(text_out(&out))
         }
         // `main` answers `export` itself (its JSON Lines as they are); this is the same

@@ -345,6 +345,67 @@ fn a_close_under_a_package_rate_bills_a_share_of_a_package() {
     assert!(text.contains("total 0.24 USD"), "{text}");
 }
 
+/// A period finalized before it ended (`--allow-open-period`: its fragment is deposited at its
+/// end, 2100), then `bank close` now (hostile review C1): the close draws that fragment, so it
+/// is booked at the period's end and says so; `bank balance --at` an instant between and
+/// `bank balance` answer (they exited 1, "fragment balance of -500"), and nothing is left.
+#[test]
+fn a_close_inside_an_open_period_is_booked_at_its_end_and_balances_answer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let bank = dir.path().join("bank.db");
+    let book = launches_book(dir.path(), "unit_price = \"0.0005\"\nincrement = \"1000\"");
+    let report = report_file(
+        dir.path(),
+        "open",
+        &[("acme", "2099-12-03T00:00:00Z", 2_500)],
+    );
+    ok(
+        gpumeter(&[
+            "invoice",
+            "finalize",
+            "--format",
+            "usage",
+            s(&report),
+            "--prices",
+            s(&book),
+            "--bank",
+            s(&bank),
+            "--from",
+            "2099-12-01T00:00:00Z",
+            "--to",
+            "2100-01-01T00:00:00Z",
+            "--allow-open-period",
+        ]),
+        "finalize an open period",
+    );
+    let o = ok(
+        bank_cmd(&bank, &["close", "--tenant", "acme", "--prices", s(&book)]),
+        "close",
+    );
+    let text = stdout(&o);
+    assert!(text.contains("h100 kernel_launches: 500 1"), "{text}");
+    assert!(text.contains("booked at 2100-01-01T00:00:00Z"), "{text}");
+    for at in [
+        "2050-01-01T00:00:00Z",
+        "2099-12-31T23:59:59Z",
+        "2100-01-01T00:00:00Z",
+    ] {
+        let b = json(&ok(
+            bank_cmd(
+                &bank,
+                &["balance", "--tenant", "acme", "--at", at, "--json"],
+            ),
+            "balance --at",
+        ));
+        assert_eq!(b["fragments"], Value::Array(vec![]), "{at}: {b}");
+    }
+    ok(
+        bank_cmd(&bank, &["balance", "--tenant", "acme"]),
+        "balance now",
+    );
+    ok(bank_cmd(&bank, &["verify"]), "verify");
+}
+
 /// A report with `idle` rows: `preview` and `invoice finalize` invoice the tenants only and
 /// list `idle` apart (`extensions.idle`, valid against the schema, with a notice on stderr);
 /// the bank holds nothing of `idle`, whose balance shows nothing; grant, reserve and close

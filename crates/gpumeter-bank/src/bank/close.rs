@@ -14,6 +14,13 @@ pub struct Closed {
     pub lines: Vec<ClosedLine>,
     /// Σ amounts.
     pub total: Decimal,
+    /// The business time the close is booked at (RFC 3339 UTC) when it is not the instant it
+    /// was asked for: the tenant's fragment accounts have postings after that instant (a
+    /// period finalized before it ended deposits its fragment at its end), and the close,
+    /// which draws them whole, is booked at the latest of those postings, so no as-of balance
+    /// is negative. Absent when the close is booked at the instant asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub booked_at: Option<String>,
 }
 
 /// One fragment billed at contract close.
@@ -55,6 +62,13 @@ pub struct ClosedLine {
 /// the room left (`packages × size − billable`) holds that much of the fragment, which is
 /// then not billed again. Without such a finalization (or when it did not carry out this
 /// fragment), nothing counts as covered.
+///
+/// The close's business time is `at`, or, when the fragment accounts it draws have postings
+/// at a later business time (a period finalized before it ended, whose fragment is deposited
+/// at its end), the latest of them ([`Closed::booked_at`]): the close draws the accounts'
+/// balances at the end of time, so booked earlier it would leave them negative as of every
+/// instant between (issue 30 item 9). As of every instant before its booking the accounts are
+/// as they were, and from then on they are empty.
 ///
 /// # Errors
 /// [`BankError::Refused`] for the tenant `idle`, a fragment whose SKU and meter the book has
@@ -135,11 +149,18 @@ pub fn close<L: Ledger>(
             crate::grants::MAX_AMOUNT,
             "one request may be worth",
         )?;
+        // Booked at `at`, or at the latest posting of the accounts it draws when that is later
+        // (the same booking as a finalization's fragments, `asof::fragment_booking`). Drawn
+        // then, at or after every posting of them, the accounts are as they were before it and
+        // empty from it on: no as-of balance goes negative, so `asof::check_fragments` would
+        // have nothing to refuse.
+        let booked = fragment_booking(t, tenant, at, &postings)?;
         let closed = Closed {
             tenant: tenant.to_string(),
             currency: currency.code().to_string(),
             lines,
             total,
+            booked_at: booked.map(rfc3339),
         };
         if !postings.is_empty() {
             postings.push(Posting::new(
@@ -151,7 +172,7 @@ pub fn close<L: Ledger>(
             t.append(NewTransaction {
                 key: format!("close:{tenant}:{}", t.head()?.unwrap_or_default()),
                 kind: "close".into(),
-                at: rfc3339(at),
+                at: rfc3339(booked.unwrap_or(at)),
                 tenant: Some(tenant.to_string()),
                 postings,
                 memo: serde_json::to_value(&closed).map_err(|e| refused(e.to_string()))?,

@@ -107,8 +107,10 @@ pub fn finalize<L: Ledger>(
 /// - **As-of balances.** The fragment postings are booked at the period's end, or, when the
 ///   tenant's fragment accounts have postings at a later business time (a later period
 ///   finalized first, a close), in a `carry` transaction at the latest of them, so no fragment
-///   balance is negative as of any instant; postings that would still make one negative are
-///   refused ([`FinalizeRefusal::NegativeBalance`]).
+///   balance is negative as of any instant; postings that would still make one negative as of
+///   some instant, and lower than it was without them, are refused
+///   ([`FinalizeRefusal::NegativeBalance`]; a negative as-of history already in a ledger
+///   written before issue 30 is not refused on).
 /// - One `finalize` transaction records it all, its memo holding the invoice, the claims and
 ///   the rows billed. The invoice's `ledger_head` is that transaction's hash when committed.
 ///
