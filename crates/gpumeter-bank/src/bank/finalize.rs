@@ -95,7 +95,9 @@ pub fn finalize<L: Ledger>(
 ///   whole fragment balance, [`gpumeter_rating::rate`]). A later finalization of a
 ///   finalized period is a *supplement*: the period's cumulative usage (the rows every earlier
 ///   finalization of the period kept in its memo, and this report's) is rated with the first
-///   invoice's price book ([`FinalizeRefusal::OtherBook`]) and carried-in fragments, and the
+///   invoice's price book ([`FinalizeRefusal::OtherBook`]) and the period's carried-in
+///   fragments (drawn once, by its first finalization with rows: a fee-only first invoice
+///   leaves them to the supplement that brings the first rows), and the
 ///   supplement bills per line the cumulative amount less what the period's invoices billed
 ///   ([`gpumeter_rating::PeriodLines`]); its `extensions` name its kind (`supplement`, or
 ///   `credit_note` when its subtotal is negative: no credits burn, the receivable goes down)
@@ -111,8 +113,9 @@ pub fn finalize<L: Ledger>(
 ///   finalized first, a close), in a `carry` transaction at the latest of them, so no fragment
 ///   balance is negative as of any instant; postings that would still make one negative are
 ///   refused ([`FinalizeRefusal::NegativeBalance`]).
-/// - One `finalize` transaction records it all, its memo holding the invoice, the claims and
-///   the rows billed. The invoice's `ledger_head` is that transaction's hash when committed.
+/// - One `finalize` transaction records it all, its memo holding the invoice, the claims,
+///   the rows billed and the last package span of the period's cumulative rating per SKU and
+///   meter (`paid_packages`, what [`crate::close`] reads). The invoice's `ledger_head` is that transaction's hash when committed.
 ///
 /// # Errors
 /// [`BankError::Rating`] when rating fails, [`BankError::Finalize`] for a refusal above,
