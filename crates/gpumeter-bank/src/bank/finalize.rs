@@ -115,7 +115,8 @@ pub fn finalize<L: Ledger>(
 ///   refused ([`FinalizeRefusal::NegativeBalance`]).
 /// - One `finalize` transaction records it all, its memo holding the invoice, the claims,
 ///   the rows billed and the last package span of the period's cumulative rating per SKU and
-///   meter (`paid_packages`, what [`crate::close`] reads). The invoice's `ledger_head` is that transaction's hash when committed.
+///   meter (`paid_packages`, what [`crate::close`] reads). The invoice's `ledger_head` is
+///   that transaction's hash when committed.
 ///
 /// # Errors
 /// [`BankError::Rating`] when rating fails, [`BankError::Finalize`] for a refusal above,
