@@ -443,6 +443,100 @@ fn supplements_keep_the_window_size<L: Ledger>(bank: &mut L) -> Result<(), BankE
     Ok(())
 }
 
+/// A period whose first invoice is fee-only (the tenant has a reservation but no rows in the
+/// report of another tenant that finalized the period first) draws the fragment carried into
+/// it when its usage arrives in a supplement, as its first invoice would have: November's
+/// 1.5K launches bill 1K and carry 500; December's 2.6K then bill 3K (500 + 2.6K = 3.1K,
+/// 100 carried), 1.50 with the 2.00 fee, 3.50 as one report bills; not 1.00 with 1.1K
+/// carried (the supplement drew nothing, the first invoice had drawn nothing either). A
+/// third report does not draw again. The conversion is the merged one's: 2.4 credits (2.4K of
+/// the 5K launches reserved unused).
+fn a_fee_only_first_invoice_leaves_the_carried_fragment_to_the_usage<L: Ledger>(
+    bank: &mut L,
+) -> Result<(), BankError> {
+    let b = support::book();
+    gpumeter_bank::reserve(bank, &support::reservation("acme", "2.00", None))?;
+    let nov = (t("2026-11-01T00:00:00Z"), t("2026-12-01T00:00:00Z"));
+    let mut n = usage("acme", "2026-11-03T00:00:00Z", 1_500);
+    n.sources[0].sha256 = hex_of("november");
+    n.seal().expect("seal");
+    finalize(bank, &n, &b, Some(nov), true)?;
+    let carried = |bank: &mut L| -> Result<Vec<u128>, BankError> {
+        Ok(balance(bank, "acme", t("2027-06-01T00:00:00Z"))?
+            .fragments
+            .iter()
+            .map(|f| f.quantity.0)
+            .collect())
+    };
+    assert_eq!(carried(bank)?, vec![500]);
+
+    let f = finalize(
+        bank,
+        &report("beta", &[(2, 1_000)], "beta"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let fee_only = f
+        .document
+        .invoices
+        .iter()
+        .find(|i| i.tenant == "acme")
+        .expect("acme owes the fee");
+    let kinds: Vec<LineKind> = fee_only.lines.iter().map(|l| l.kind).collect();
+    assert_eq!(kinds, vec![LineKind::Reservation]);
+    assert!(fee_only.extensions.fragments_in.is_empty());
+    assert_eq!(
+        carried(bank)?,
+        vec![500],
+        "a fee-only invoice draws nothing"
+    );
+
+    let f = finalize(
+        bank,
+        &report("acme", &[(2, 2_600)], "acme"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let usage_in = &f.document.invoices[0];
+    assert_eq!(usage_in.extensions.kind, Some(InvoiceKind::Supplement));
+    assert_eq!(
+        usage_in
+            .extensions
+            .fragments_in
+            .iter()
+            .map(|f| f.quantity.0)
+            .collect::<Vec<_>>(),
+        vec![500],
+        "the supplement records the fragment it drew"
+    );
+    assert_eq!(fee_only.subtotal + usage_in.subtotal, d("3.50"));
+    assert_eq!(carried(bank)?, vec![100]);
+    let left = |bank: &mut L| -> Result<Decimal, BankError> {
+        let all = bank.atomically(false, |t| gpumeter_bank::grants::grants(t, Some("acme")))?;
+        Ok(all.iter().map(|g| g.remaining).sum())
+    };
+    assert_eq!(left(bank)?, d("2.4"));
+
+    // 1K more: 4.1K bill 4K (0.50 more), 100 carried; the 500 are not drawn twice.
+    let f = finalize(
+        bank,
+        &report("acme", &[(3, 1_000)], "acme-late"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let late = &f.document.invoices[0];
+    assert!(late.extensions.fragments_in.is_empty());
+    assert_eq!(late.subtotal, d("0.50"));
+    assert_eq!(carried(bank)?, vec![100]);
+    assert_eq!(left(bank)?, d("1.4"));
+    let verified = bank.atomically(false, |t| gpumeter_bank::verify(t))?;
+    assert!(verified.transactions > 4);
+    Ok(())
+}
+
 /// The explicit cases above on one backend.
 fn cases<L: Ledger>(open: &mut dyn FnMut() -> L) {
     a_volume_tier_rechosen_is_a_credit_note(&mut open()).expect("credit note");
@@ -450,6 +544,8 @@ fn cases<L: Ledger>(open: &mut dyn FnMut() -> L) {
     supplements_take_back_what_they_consumed(&mut open()).expect("take-backs");
     an_open_period_is_refused(&mut open()).expect("open period");
     supplements_keep_the_window_size(&mut open()).expect("window sizes");
+    a_fee_only_first_invoice_leaves_the_carried_fragment_to_the_usage(&mut open())
+        .expect("fee-only first invoice");
 }
 
 #[test]
@@ -543,7 +639,9 @@ fn two_reports_of_one_period_at_once_on_postgres() {
 /// order after a period that carries a fragment in, the period's invoices sum, in their
 /// subtotals and per line key (amounts and quantities), to the rating of all its usage at once
 /// with the same carried-in fragments, to the cent; and the fragment carried out is the
-/// merged rating's.
+/// merged rating's. With `fee_only`, the tenant holds a reservation and another tenant's
+/// report finalizes the period first, so the period's first invoice is the fee alone and all
+/// its usage comes in supplements: they sum to the same, the fee apart.
 mod split_periods {
     use super::*;
     use gpumeter_bank::grants::grants;
@@ -672,8 +770,13 @@ mod split_periods {
         november: u128,
         rows: &[Row],
         order: &[u32; 4],
+        fee_only: bool,
     ) -> Result<(), TestCaseError> {
         let b = any_book(model);
+        if fee_only {
+            gpumeter_bank::reserve(bank, &support::reservation("acme", "2.00", None))
+                .map_err(fail)?;
+        }
         let nov = (t("2026-11-01T00:00:00Z"), t("2026-12-01T00:00:00Z"));
         let mut n = usage("acme", "2026-11-30T23:00:00Z", november);
         n.sources[0].sha256 = hex_of("november");
@@ -696,12 +799,23 @@ mod split_periods {
         let (reports, all) = split(rows, order);
         let mut billed = PeriodLines::new();
         let mut subtotals = Decimal::ZERO;
+        if fee_only {
+            // Beta's report finalizes December first: acme owes the fee alone.
+            let beta = report("beta", &[(5, 1_000)], "beta");
+            let f = finalize(bank, &beta, &b, Some(dec()), true).map_err(fail)?;
+            let acme = f.document.invoices.iter().find(|i| i.tenant == "acme");
+            let Some(acme) = acme else {
+                return Err(TestCaseError::fail("acme owes the reservation's fee"));
+            };
+            prop_assert!(acme.lines.iter().all(|l| l.kind == LineKind::Reservation));
+            prop_assert_eq!(acme.subtotal, d("2.00"));
+        }
         for (i, r) in reports.iter().enumerate() {
             let f = finalize(bank, r, &b, Some(dec()), true).map_err(fail)?;
             let inv = &f.document.invoices[0];
             prop_assert_eq!(
                 inv.extensions.kind.is_some(),
-                i > 0,
+                i > 0 || fee_only,
                 "report {} of {}: {:?}",
                 i,
                 reports.len(),
@@ -736,11 +850,14 @@ mod split_periods {
             .map(|f| (f.sku.clone(), f.quantity.0))
             .collect();
         prop_assert_eq!(left, out);
-        // Nothing burned from nothing: no grants were made, none exist.
-        let none = bank
+        // Nothing burned from nothing: no grants were made, none exist (but the conversions of
+        // the reservation's unused capacity).
+        let made = bank
             .atomically(false, |t| grants(t, Some("acme")))
             .map_err(fail)?;
-        prop_assert!(none.is_empty());
+        prop_assert!(made
+            .iter()
+            .all(|g| fee_only && g.grant.kind == gpumeter_bank::GrantKind::Reservation));
         let report = bank
             .atomically(false, |t| gpumeter_bank::verify(t))
             .map_err(fail)?;
@@ -771,8 +888,16 @@ mod split_periods {
             november in 0u128..3_000,
             rows in rows(),
             order in any::<[u32; 4]>(),
+            fee_only in any::<bool>(),
         ) {
-            the_period_is_one_unit(&mut MemoryLedger::new(), model, november, &rows, &order)?;
+            the_period_is_one_unit(
+                &mut MemoryLedger::new(),
+                model,
+                november,
+                &rows,
+                &order,
+                fee_only,
+            )?;
         }
     }
 }
@@ -784,14 +909,22 @@ fn the_period_is_one_unit_on(backend: Backend) {
         0u128..3_000,
         split_periods::rows(),
         any::<[u32; 4]>(),
+        any::<bool>(),
     );
     support::run_cases(
         backend,
         "one_unit",
         8,
         cases,
-        |place, (model, november, rows, order)| {
-            split_periods::the_period_is_one_unit(&mut place.open(), model, november, &rows, &order)
+        |place, (model, november, rows, order, fee_only)| {
+            split_periods::the_period_is_one_unit(
+                &mut place.open(),
+                model,
+                november,
+                &rows,
+                &order,
+                fee_only,
+            )
         },
     );
 }

@@ -608,6 +608,102 @@ fn a_close_under_a_package_rate_of_a_fragment_no_package_holds_bills_its_share()
     );
 }
 
+/// A close after a period split over reports (a first invoice and its supplements) bills what
+/// a close after the period in one report bills. 78 launches as 40 + 38: the supplement's
+/// lines carry the change of the packages (`extensions.change`), not the period's packages,
+/// and the close read no room in them and billed the 8 carried at 8 × 2.00 ÷ 25 = 0.64; the
+/// period's 3 packages hold 75 of which 70 are billed, so 5 of the 8 are paid for: 0.24.
+#[test]
+fn a_close_after_a_supplement_reads_the_period_s_packages() {
+    let whole = closed_after(&[("dec", DEC, 78)]);
+    assert_eq!(whole.total, d("0.24"));
+    for split in [
+        &[("dec-a", DEC, 40), ("dec-b", DEC, 38)][..],
+        &[("dec-a", DEC, 70), ("dec-b", DEC, 8)][..],
+        &[("dec-a", DEC, 3), ("dec-b", DEC, 50), ("dec-c", DEC, 25)][..],
+    ] {
+        assert_eq!(closed_after(split), whole, "{split:?}");
+    }
+    // Carried into January, whose two reports (20 + 8 carried = 28: 1 package holds 25, 20
+    // billed, 8 carried) bill as one.
+    let whole = closed_after(&[("dec", DEC, 78), ("jan", JAN, 20)]);
+    let split = closed_after(&[("dec", DEC, 78), ("jan-a", JAN, 9), ("jan-b", JAN, 11)]);
+    assert_eq!(split, whole);
+    assert_eq!(whole.total, d("0.24"));
+}
+
+/// A finalization's memo keeps its period's last package span (`paid_packages`); a memo of a
+/// gpumeter before it is read from its invoice's own lines, as then: the 78 launches of one
+/// report close for 0.24 either way, and a supplement's memo without them finds no room, as
+/// before (0.64).
+#[test]
+fn a_close_reads_an_older_memo_without_paid_packages_from_its_invoice() {
+    let older = |reports: &[(&str, u128)]| -> gpumeter_bank::Closed {
+        let mut bank = MemoryLedger::new();
+        for &(source, q) in reports {
+            finalize(
+                &mut bank,
+                &report_of(&[("acme", "2026-12-03T00:00:00Z", q)], source),
+                &package_book(),
+                period(DEC),
+                true,
+            )
+            .expect("finalize");
+        }
+        let mut old = MemoryLedger::new();
+        let mut stripped = 0;
+        for stored in all(&mut bank) {
+            let mut tx = stored.tx;
+            if let Some(memo) = tx.memo.as_object_mut() {
+                stripped += usize::from(memo.remove("paid_packages").is_some());
+            }
+            append(&mut old, tx);
+        }
+        assert_eq!(stripped, reports.len());
+        close(&mut old, "acme", &package_book(), t("2027-03-01T00:00:00Z")).expect("close")
+    };
+    assert_eq!(older(&[("dec", 78)]).total, d("0.24"));
+    assert_eq!(older(&[("dec-a", 40), ("dec-b", 38)]).total, d("0.64"));
+}
+
+mod close_after_split {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// For any December usage split into one to four reports (and, when `january` is
+        /// not 0, January's usage after it split likewise), a close bills what it bills after
+        /// each period in one report.
+        #[test]
+        fn a_close_after_any_split_bills_as_after_the_whole(
+            december in proptest::collection::vec(1u128..80, 1..5),
+            january in proptest::collection::vec(0u128..40, 1..4),
+        ) {
+            let sources: Vec<String> = (0..8).map(|i| format!("part-{i}")).collect();
+            let mut split: Vec<(&str, (&str, &str), u128)> = december
+                .iter()
+                .enumerate()
+                .map(|(i, &q)| (sources[i].as_str(), DEC, q))
+                .collect();
+            let mut whole = vec![("dec", DEC, december.iter().sum::<u128>())];
+            let jan: u128 = january.iter().sum();
+            if jan > 0 {
+                split.extend(
+                    january
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, &q)| q > 0)
+                        .map(|(i, &q)| (sources[4 + i].as_str(), JAN, q)),
+                );
+                whole.push(("jan", JAN, jan));
+            }
+            prop_assert_eq!(closed_after(&split), closed_after(&whole));
+        }
+    }
+}
+
 // --- Item 7: idle ---------------------------------------------------------------------------
 
 /// A report with `idle` rows finalizes its tenants only: `idle` gets no invoice, no

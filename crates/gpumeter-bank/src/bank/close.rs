@@ -57,11 +57,13 @@ pub struct ClosedLine {
 /// bills at most the fragment's pro-rata share of one: `round(uncovered × unit_price ÷
 /// package_size)`, where `uncovered` is the part of the fragment the packages already paid
 /// for do not hold. The tenant's latest finalization that carried the fragment out says what
-/// was paid: when its last lines of the SKU and meter are package lines (the period's last
-/// package span), they paid `Σ packages × package_size` units for `Σ billable` units, and
-/// the room left (`packages × size − billable`) holds that much of the fragment, which is
-/// then not billed again. Without such a finalization (or when it did not carry out this
-/// fragment), nothing counts as covered.
+/// was paid: when the last lines of the SKU and meter of its period's cumulative rating are
+/// package lines (the period's last package span, whichever of the period's invoices billed
+/// them: its memo's `paid_packages`), they paid `Σ packages × package_size` units for
+/// `Σ billable` units, and the room left (`packages × size − billable`) holds that much of the
+/// fragment, which is then not billed again. Without such a finalization (or when it did not
+/// carry out this fragment), nothing counts as covered. A memo without `paid_packages` (a
+/// gpumeter before it) is read from its invoice's own lines, as it was then.
 ///
 /// The close's business time is `at`, or, when the fragment accounts it draws have postings
 /// at a later business time (a period finalized before it ended, whose fragment is deposited
@@ -182,11 +184,62 @@ pub fn close<L: Ledger>(
     })
 }
 
+/// The last package span of a period's cumulative rating on one SKU and meter: what a
+/// finalization's memo keeps (`paid_packages`) for [`close`], so that a close after a
+/// supplement reads the period's packages, not the supplement's changes of them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct PaidPackages {
+    /// The SKU.
+    pub(crate) sku: String,
+    /// The meter.
+    pub(crate) meter: MeterKind,
+    /// Σ packages of the trailing package lines of the SKU and meter.
+    pub(crate) packages: Quantity,
+    /// Σ billable canonical units of those lines.
+    pub(crate) billable: Quantity,
+}
+
+/// The last package span of each SKU and meter of `inv`, a whole rating (a first invoice, or
+/// a period's cumulative rating; not a supplement's changes): per SKU and meter, its trailing
+/// `usage` lines that are package lines, summed. A SKU and meter whose last usage line is not
+/// a package line has none.
+pub(crate) fn paid_packages(inv: &Invoice) -> Vec<PaidPackages> {
+    let mut spans: BTreeMap<(String, MeterKind), (u128, u128)> = BTreeMap::new();
+    for l in &inv.lines {
+        let (LineKind::Usage, Some(sku), Some(meter)) = (&l.kind, l.sku.as_ref(), l.meter) else {
+            continue;
+        };
+        let key = (sku.clone(), meter);
+        match l.extensions.packages {
+            Some(p) => {
+                let slot = spans.entry(key).or_insert((0, 0));
+                slot.0 = slot.0.saturating_add(p.0);
+                slot.1 = slot
+                    .1
+                    .saturating_add(l.billable_quantity.map_or(0, |b| b.0));
+            }
+            // A line after a package span ends it.
+            None => {
+                spans.remove(&key);
+            }
+        }
+    }
+    spans
+        .into_iter()
+        .map(|((sku, meter), (packages, billable))| PaidPackages {
+            sku,
+            meter,
+            packages: Quantity(packages),
+            billable: Quantity(billable),
+        })
+        .collect()
+}
+
 /// The canonical units of `tenant`'s fragment of `q` on (`sku`, `meter`) that the packages of
 /// its last period already hold: from the latest finalization whose invoice names the SKU and
-/// meter, when it carried out exactly this fragment and its last usage lines of them are
-/// package lines, `Σ packages × size − Σ billable` over those trailing package lines (the
-/// period's last package span); 0 otherwise.
+/// meter, when it carried out exactly this fragment, `Σ packages × size − Σ billable` over the
+/// last package span of its period's cumulative rating (its memo's `paid_packages`; for a memo
+/// without them, the trailing package lines of its own invoice); 0 otherwise.
 fn paid_room(
     t: &dyn LedgerTx,
     tenant: &str,
@@ -227,15 +280,23 @@ fn paid_room(
         if out != q {
             return Ok(0);
         }
-        let (mut packages, mut billable) = (0u128, 0u128);
-        for l in lines.iter().rev() {
-            let Some(p) = l.extensions.packages else {
-                break;
-            };
-            packages = packages.saturating_add(p.0);
-            billable = billable.saturating_add(l.billable_quantity.map_or(0, |b| b.0));
-        }
-        return Ok(packages.saturating_mul(size).saturating_sub(billable));
+        let spans: Vec<PaidPackages> = match done.tx.memo.get("paid_packages") {
+            Some(kept) => serde_json::from_value(kept.clone()).map_err(|e| BankError::Corrupt {
+                seq: done.seq,
+                key: done.tx.key.clone(),
+                reason: format!("the memo's `paid_packages` are not the packages paid for: {e}"),
+            })?,
+            // A memo of a gpumeter before `paid_packages`: its invoice's own lines.
+            None => paid_packages(&inv),
+        };
+        let Some(span) = spans.iter().find(|p| ours(&p.sku, p.meter)) else {
+            return Ok(0);
+        };
+        return Ok(span
+            .packages
+            .0
+            .saturating_mul(size)
+            .saturating_sub(span.billable.0));
     }
     Ok(0)
 }

@@ -1,7 +1,9 @@
 //! Finalization and preview of invoices against the bank (`gpumeter invoice finalize`,
 //! `gpumeter preview --bank`).
 
+use super::close::{paid_packages, PaidPackages};
 use super::*;
+use gpumeter_rating::Fragment;
 
 /// The finalization key: SHA-256 over the RFC 8785 canonical JSON of
 /// `{tenant, period: {from, to}, usage_sha256, price_book_sha256}`: independent of the bank's
@@ -93,7 +95,9 @@ pub fn finalize<L: Ledger>(
 ///   whole fragment balance, [`gpumeter_rating::rate`]). A later finalization of a
 ///   finalized period is a *supplement*: the period's cumulative usage (the rows every earlier
 ///   finalization of the period kept in its memo, and this report's) is rated with the first
-///   invoice's price book ([`FinalizeRefusal::OtherBook`]) and carried-in fragments, and the
+///   invoice's price book ([`FinalizeRefusal::OtherBook`]) and the period's carried-in
+///   fragments (drawn once, by its first finalization with rows: a fee-only first invoice
+///   leaves them to the supplement that brings the first rows), and the
 ///   supplement bills per line the cumulative amount less what the period's invoices billed
 ///   ([`gpumeter_rating::PeriodLines`]); its `extensions` name its kind (`supplement`, or
 ///   `credit_note` when its subtotal is negative: no credits burn, the receivable goes down)
@@ -111,8 +115,10 @@ pub fn finalize<L: Ledger>(
 ///   some instant, and lower than it was without them, are refused
 ///   ([`FinalizeRefusal::NegativeBalance`]; a negative as-of history already in a ledger
 ///   written before issue 30 is not refused on).
-/// - One `finalize` transaction records it all, its memo holding the invoice, the claims and
-///   the rows billed. The invoice's `ledger_head` is that transaction's hash when committed.
+/// - One `finalize` transaction records it all, its memo holding the invoice, the claims,
+///   the rows billed and the last package span of the period's cumulative rating per SKU and
+///   meter (`paid_packages`, what [`crate::close`] reads). The invoice's `ledger_head` is
+///   that transaction's hash when committed.
 ///
 /// # Errors
 /// [`BankError::Rating`] when rating fails, [`BankError::Finalize`] for a refusal above,
@@ -354,6 +360,9 @@ struct Rated {
     /// The fragments this finalization draws (−) and deposits (+), per (SKU, meter).
     fragments: BTreeMap<(String, MeterKind), i128>,
     measured: Measured,
+    /// The last package span of the period's cumulative rating, per (SKU, meter) (what a
+    /// close reads of the packages paid for).
+    paid: Vec<PaidPackages>,
 }
 
 fn finalize_tenant(
@@ -379,9 +388,10 @@ fn finalize_tenant(
         invoice: mut inv,
         fragments,
         measured,
+        paid,
     } = match place(tenant, (from, to), finalizations(t, tenant)?)? {
         Place::New => rate_first(t, call, plain, &rows)?,
-        Place::Supplement(earlier) => rate_supplement(call, plain, &rows, &earlier)?,
+        Place::Supplement(earlier) => rate_supplement(t, call, plain, &rows, &earlier)?,
     };
 
     // 3. Reservations whose span holds the period: their fee is a line, once per period.
@@ -490,6 +500,7 @@ fn finalize_tenant(
                 })
                 .collect::<Vec<_>>(),
             "clawed_back": clawed,
+            "paid_packages": paid,
         }),
     };
     let stored = t.append(tx)?;
@@ -560,19 +571,7 @@ fn rate_first(
     let carried: CarriedFragments = if rows.is_empty() {
         CarriedFragments::new()
     } else {
-        fragment_balances(t, tenant)?
-            .into_iter()
-            .map(|((sku, meter), q)| {
-                (
-                    FragmentKey {
-                        tenant: tenant.to_string(),
-                        sku,
-                        meter,
-                    },
-                    q,
-                )
-            })
-            .collect()
+        carried_balance(t, tenant)?
     };
     let invoice = if rows.is_empty() {
         no_lines(plain)
@@ -594,19 +593,49 @@ fn rate_first(
     }
     let measured = Measured {
         before: BTreeMap::new(),
-        now: measured_in(&PeriodLines::of(&invoice)?, &invoice),
+        now: measured_in(
+            &PeriodLines::of(&invoice)?,
+            &invoice.extensions.fragments_in,
+        ),
     };
+    let paid = paid_packages(&invoice);
     Ok(Rated {
         invoice,
         fragments,
         measured,
+        paid,
     })
 }
 
+/// The tenant's whole fragment balance, as the fragments a first invoice carries in.
+fn carried_balance(t: &dyn LedgerTx, tenant: &str) -> Result<CarriedFragments, BankError> {
+    Ok(fragment_balances(t, tenant)?
+        .into_iter()
+        .map(|((sku, meter), q)| {
+            (
+                FragmentKey {
+                    tenant: tenant.to_string(),
+                    sku,
+                    meter,
+                },
+                q,
+            )
+        })
+        .collect())
+}
+
 /// A supplement of the period finalized as `earlier` (its finalizations, the first one first):
-/// the period's cumulative usage rated with the first invoice's book and carried-in fragments,
-/// less what `earlier` billed.
+/// the period's cumulative usage rated with the first invoice's book and the period's
+/// carried-in fragments, less what `earlier` billed.
+///
+/// The period draws the tenant's fragment pool once, as its first finalization with rows (a
+/// first invoice with rows, or the first supplement with rows after fee-only invoices): the
+/// fragments that finalization's invoice carried in (`fragments_in`) are the period's. When
+/// no earlier finalization of the period had rows, this supplement draws the tenant's whole
+/// fragment balance as a first invoice would (none when the cumulative usage has no rows
+/// either), and its invoice's `fragments_in` records it.
 fn rate_supplement(
+    t: &dyn LedgerTx,
     call: &Call<'_>,
     plain: &Invoice,
     rows: &[&UsageRow],
@@ -633,22 +662,31 @@ fn rate_supplement(
         .into());
     }
     let merged = cumulative_report(call.usage, tenant, period, rows, earlier)?;
-    let carried: CarriedFragments = first
-        .invoice
-        .extensions
-        .fragments_in
+    // The finalization that drew the period's carried-in fragments: the first with rows.
+    let drew = earlier
         .iter()
-        .map(|f| {
-            (
-                FragmentKey {
-                    tenant: tenant.to_string(),
-                    sku: f.sku.clone(),
-                    meter: f.meter,
-                },
-                f.quantity.0,
-            )
-        })
-        .collect();
+        .find(|e| e.usage.as_ref().is_some_and(|u| !u.rows.is_empty()));
+    let draws = drew.is_none() && !merged.usage.is_empty();
+    let carried: CarriedFragments = match drew {
+        Some(e) => e
+            .invoice
+            .extensions
+            .fragments_in
+            .iter()
+            .map(|f| {
+                (
+                    FragmentKey {
+                        tenant: tenant.to_string(),
+                        sku: f.sku.clone(),
+                        meter: f.meter,
+                    },
+                    f.quantity.0,
+                )
+            })
+            .collect(),
+        None if draws => carried_balance(t, tenant)?,
+        None => CarriedFragments::new(),
+    };
     let cumulative = rate(&merged, call.book, Some(period), &carried)?
         .invoices
         .into_iter()
@@ -668,12 +706,21 @@ fn rate_supplement(
         ..cumulative.clone()
     };
     invoice.extensions.fragments_out = cumulative.extensions.fragments_out.clone();
+    if draws {
+        invoice.extensions.fragments_in = cumulative.extensions.fragments_in.clone();
+    }
     invoice.extensions.supplement_of = Some(first.reference(false));
     invoice.extensions.earlier = earlier.iter().map(|e| e.reference(true)).collect();
 
     // The fragments move by the change of the period's fragment out (the last invoice's is
-    // what the period carried out so far).
+    // what the period carried out so far), and, when this supplement draws the period's
+    // carried-in fragments, by those.
     let mut fragments: BTreeMap<(String, MeterKind), i128> = BTreeMap::new();
+    if draws {
+        for (k, q) in &carried {
+            *fragments.entry((k.sku.clone(), k.meter)).or_insert(0) -= to_i128(*q)?;
+        }
+    }
     if let Some(last) = earlier.last() {
         for f in &last.invoice.extensions.fragments_out {
             *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) -= to_i128(f.quantity.0)?;
@@ -683,19 +730,30 @@ fn rate_supplement(
         *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) += to_i128(f.quantity.0)?;
     }
     let measured = Measured {
-        before: measured_in(&before, &first.invoice),
-        now: measured_in(&PeriodLines::of(&cumulative)?, &cumulative),
+        before: measured_in(
+            &before,
+            drew.map_or(&[][..], |e| &e.invoice.extensions.fragments_in),
+        ),
+        now: measured_in(
+            &PeriodLines::of(&cumulative)?,
+            &cumulative.extensions.fragments_in,
+        ),
     };
+    let paid = paid_packages(&cumulative);
     Ok(Rated {
         invoice,
         fragments,
         measured,
+        paid,
     })
 }
 
 /// The usage measured per (SKU, meter) in `lines`: their usage quantities less the fragments
-/// carried into the period (`carried_in`'s `fragments_in`, measured in an earlier period).
-fn measured_in(lines: &PeriodLines, carried_in: &Invoice) -> BTreeMap<(String, MeterKind), u128> {
+/// carried into the period (`carried_in`, measured in an earlier period).
+fn measured_in(
+    lines: &PeriodLines,
+    carried_in: &[Fragment],
+) -> BTreeMap<(String, MeterKind), u128> {
     let mut out: BTreeMap<(String, MeterKind), u128> = BTreeMap::new();
     for (k, totals) in lines.totals() {
         let (Some(sku), Some(meter)) = (k.sku.as_ref(), k.meter) else {
@@ -708,7 +766,7 @@ fn measured_in(lines: &PeriodLines, carried_in: &Invoice) -> BTreeMap<(String, M
         let slot = out.entry((sku.clone(), meter)).or_insert(0);
         *slot = slot.saturating_add(q);
     }
-    for f in &carried_in.extensions.fragments_in {
+    for f in carried_in {
         if let Some(slot) = out.get_mut(&(f.sku.clone(), f.meter)) {
             *slot = slot.saturating_sub(f.quantity.0);
         }
