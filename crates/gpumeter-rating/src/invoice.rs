@@ -89,7 +89,9 @@ pub struct Invoice {
     pub unpriced: Vec<Unpriced>,
     /// Σ `lines[].amount`, at the currency's scale.
     pub subtotal: Decimal,
-    /// Credits burned against the subtotal (empty until the credit bank applies grants).
+    /// Credits burned against the subtotal (empty until the credit bank applies grants); on a
+    /// credit note, the credits it gives back of those its period burned, as entries with
+    /// negative `credits` and `amount`. `total = subtotal − Σ amount` either way.
     pub credits_applied: Vec<CreditApplied>,
     /// `subtotal` − credits applied, never below zero.
     pub total: Decimal,
@@ -502,9 +504,9 @@ pub struct Unpriced {
 pub struct CreditApplied {
     /// The grant's id.
     pub grant: String,
-    /// Credits burned.
+    /// Credits burned (negative: given back by a credit note).
     pub credits: Decimal,
-    /// Their value in the invoice's currency, at its scale.
+    /// Their value in the invoice's currency, at its scale (negative when given back).
     pub amount: Decimal,
 }
 

@@ -96,7 +96,9 @@ pub fn finalize<L: Ledger>(
 ///   invoice's price book ([`FinalizeRefusal::OtherBook`]) and carried-in fragments, and the
 ///   supplement bills per line the cumulative amount less what the period's invoices billed
 ///   ([`gpumeter_rating::PeriodLines`]); its `extensions` name its kind (`supplement`, or
-///   `credit_note` when its subtotal is negative: no credits burn, the receivable goes down)
+///   `credit_note` when its subtotal is negative: no credits burn; it lowers what the period
+///   left to pay in money, then gives back the period's credits, latest burn first, as
+///   negative `credits_applied` entries, and the rest lowers the receivable)
 ///   and the earlier invoices; its fragments move by the change of the period's fragment.
 /// - Each reservation whose span holds the period adds its fee as a `reservation` line, once
 ///   per period; credits in force at the period's end burn against the lines they may pay for,
