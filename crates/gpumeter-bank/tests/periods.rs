@@ -246,6 +246,13 @@ fn a_volume_tier_rechosen_is_a_credit_note<L: Ledger>(bank: &mut L) -> Result<()
     assert!(text.starts_with("Credit note for tenant acme"), "{text}");
     assert!(text.contains("credit note of invoice sha256"), "{text}");
     assert!(text.contains("Credits given back"), "{text}");
+    assert!(text.contains("+4.40") && !text.contains("--4.40"), "{text}");
+    let html =
+        gpumeter_rating::render::invoice_html(&f.document, &report("acme", &[(1, 1_000)], "b"));
+    assert!(
+        html.contains("Credits given back") && html.contains(">+4.40<"),
+        "{html}"
+    );
     let bal = balance(bank, "acme", dec().1)?;
     assert_eq!(
         bal.receivable.get("USD").copied().unwrap_or_default(),
