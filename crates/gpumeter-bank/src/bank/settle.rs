@@ -248,9 +248,8 @@ fn burns_standing(invoices: &[Invoice], scale: u32) -> Result<Vec<Burned>, BankE
 /// A credit note of `need` minor units undoes the period's settlement in reverse: first what
 /// the period's earlier invoices left to pay in money (the sum of their totals, which the
 /// credit note's total takes off the receivable), then the credits they burned, latest burn
-/// first, to
-/// the same grants at the credits' own rate: a burn given back whole returns exactly the
-/// credits it burned, a part of one the credits worth that part, rounded up to
+/// first, to the same grants at the credits' own rate: a burn given back whole returns
+/// exactly the credits it burned, a part of one the credits worth that part, rounded up to
 /// [`crate::grants::CREDIT_DECIMALS`] (the tenant's favour) and never more than it burned. The
 /// postings mirror the burn's: `credits:<grant> +c`, `<source> −c` (credits), `<source> −m`
 /// (currency); for a grant expired since ([`Settled::expired_by`]) the credits go to
