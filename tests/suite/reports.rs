@@ -299,13 +299,7 @@ fn a_period_not_ended_by_the_callers_clock_is_refused_unless_allowed() {
     let preview = ok(gpumeter::bill(&mut ledger, &report, &book, None, false));
     assert!(preview.outcomes.iter().all(|o| *o == Outcome::Applied));
     let open = early.allow_open_period(true);
-    let done = ok(gpumeter::bill_with(
-        &mut ledger,
-        &report,
-        &book,
-        None,
-        &open,
-    ));
+    let done = ok(gpumeter::bill_with(&mut ledger, &report, &book, None, &open));
     assert!(!done.document.invoices.is_empty());
     assert!(done.outcomes.iter().all(|o| *o == Outcome::Applied));
     let again = ok(gpumeter::bill_with(
@@ -315,9 +309,6 @@ fn a_period_not_ended_by_the_callers_clock_is_refused_unless_allowed() {
         None,
         &BillOptions::new(true),
     ));
-    assert!(again
-        .outcomes
-        .iter()
-        .all(|o| *o == Outcome::AlreadyFinalized));
+    assert!(again.outcomes.iter().all(|o| *o == Outcome::AlreadyFinalized));
     assert_eq!(again.document.invoices, done.document.invoices);
 }
