@@ -158,7 +158,9 @@ fn two_reports_of_one_period_bill_as_one_on_postgres() {
 
 /// A volume tier re-chosen at a lower price makes the period cost less than its first invoice
 /// billed: the supplement is a credit note. Its tier lines change by the old tier taken back
-/// and the new one billed; it burns no credits and lowers the receivable; the text says so.
+/// and the new one billed; it burns no credits: the first invoice was paid with credits, so it
+/// gives back 44 of the 50 credits burned (a negative `credits_applied` entry) and leaves the
+/// receivable at zero, as the period's usage finalized at once would; the text says so.
 fn a_volume_tier_rechosen_is_a_credit_note<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
     let b = book_with(
         "",
@@ -196,8 +198,13 @@ fn a_volume_tier_rechosen_is_a_credit_note<L: Ledger>(bank: &mut L) -> Result<()
     )?;
     let note = &f.document.invoices[0];
     assert_eq!(note.extensions.kind, Some(InvoiceKind::CreditNote));
-    assert_eq!((note.subtotal, note.total), (d("-4.40"), d("-4.40")));
-    assert!(note.credits_applied.is_empty());
+    assert_eq!((note.subtotal, note.total), (d("-4.40"), d("0.00")));
+    let given: Vec<(Decimal, Decimal)> = note
+        .credits_applied
+        .iter()
+        .map(|c| (c.credits, c.amount))
+        .collect();
+    assert_eq!(given, vec![(d("-44"), d("-4.40"))], "credits given back");
     let first_ref = note
         .extensions
         .supplement_of
@@ -238,12 +245,23 @@ fn a_volume_tier_rechosen_is_a_credit_note<L: Ledger>(bank: &mut L) -> Result<()
     let text = f.document.to_text_table();
     assert!(text.starts_with("Credit note for tenant acme"), "{text}");
     assert!(text.contains("credit note of invoice sha256"), "{text}");
+    assert!(text.contains("Credits given back"), "{text}");
+    assert!(text.contains("+4.40") && !text.contains("--4.40"), "{text}");
+    let html =
+        gpumeter_rating::render::invoice_html(&f.document, &report("acme", &[(1, 1_000)], "b"));
+    assert!(
+        html.contains("Credits given back") && html.contains(">+4.40<"),
+        "{html}"
+    );
     let bal = balance(bank, "acme", dec().1)?;
-    assert_eq!(bal.receivable.get("USD"), Some(&d("-4.40")));
+    assert_eq!(
+        bal.receivable.get("USD").copied().unwrap_or_default(),
+        Decimal::ZERO
+    );
     assert_eq!(
         bal.credits[0].remaining,
-        d("50"),
-        "nothing burned for a credit note"
+        d("94"),
+        "the 6 credits the period's 0.60 is worth stay burned, the rest came back"
     );
     let revenue = bank.atomically(false, |t| {
         t.balance(gpumeter_bank::accounts::REVENUE, "USD")
@@ -252,6 +270,242 @@ fn a_volume_tier_rechosen_is_a_credit_note<L: Ledger>(bank: &mut L) -> Result<()
         revenue,
         d("-0.60"),
         "the period's revenue is its rating at once"
+    );
+    Ok(())
+}
+
+/// Volume tiers: 1.00 per 1K up to 5K, 0.60 beyond (6K cost 3.60, less than 5K).
+fn volume_060() -> PriceBook {
+    book_with(
+        "",
+        "model = \"volume\"\ntiers = [ { up_to = \"5\", unit_price = \"1.00\" }, \
+         { up_to = \"inf\", unit_price = \"0.60\" } ]",
+    )
+}
+
+/// A grant of `credits` at 0.10 of `kind`, priority `priority`, expiring at `expires`.
+fn grant_of<L: Ledger>(
+    bank: &mut L,
+    credits: &str,
+    priority: i64,
+    kind: gpumeter_bank::GrantKind,
+    expires: Option<&str>,
+    key: &str,
+) -> Result<String, BankError> {
+    let g = gpumeter_bank::grant(
+        bank,
+        &support::grant_req("acme", credits, priority, kind, expires, key),
+    )?;
+    Ok(g.0.grant)
+}
+
+/// The hostile review's e7: 50 promotional credits pay the first invoice's 5.00; a later 1K of
+/// the same period drops the volume tier, a credit note of −1.40. It once lowered the
+/// receivable to −1.40 (promotional credits turned into cash owed to the tenant) and left no
+/// credits; now it gives back 14 credits to the grant and the receivable stays 0, as the
+/// period finalized at once leaves them (3.60 = 36 credits burned, 14 left). The give-back is
+/// posted as the burn reversed: the promotions account gives back the credits and the 1.40
+/// they covered.
+fn a_credit_note_gives_credits_back_not_cash<L: Ledger>(
+    split: &mut L,
+    merged: &mut L,
+) -> Result<(), BankError> {
+    let b = volume_060();
+    let promo = gpumeter_bank::GrantKind::Promotional;
+    let g = grant_of(split, "50", 1, promo, None, "promo")?;
+    grant_of(merged, "50", 1, promo, None, "promo")?;
+    let first = finalize(
+        split,
+        &report("acme", &[(0, 5_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    assert_eq!(first.document.invoices[0].total, d("0.00"));
+    let note = finalize(
+        split,
+        &report("acme", &[(1, 1_000)], "b"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let note = &note.document.invoices[0];
+    assert_eq!(note.extensions.kind, Some(InvoiceKind::CreditNote));
+    assert_eq!((note.subtotal, note.total), (d("-1.40"), d("0.00")));
+    assert_eq!(note.credits_applied.len(), 1);
+    assert_eq!(note.credits_applied[0].grant, g);
+    assert_eq!(
+        (
+            note.credits_applied[0].credits,
+            note.credits_applied[0].amount
+        ),
+        (d("-14"), d("-1.40"))
+    );
+    finalize(
+        merged,
+        &report("acme", &[(0, 5_000), (1, 1_000)], "ab"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let end = t("2027-06-01T00:00:00Z");
+    let (s, m) = (balance(split, "acme", end)?, balance(merged, "acme", end)?);
+    assert_eq!(
+        s.receivable.get("USD").copied().unwrap_or_default(),
+        Decimal::ZERO
+    );
+    assert_eq!(s.receivable, m.receivable);
+    let left = |b: &gpumeter_bank::Balance| -> Vec<Decimal> {
+        b.credits.iter().map(|c| c.remaining.normalize()).collect()
+    };
+    assert_eq!(left(&s), vec![d("14")]);
+    assert_eq!(left(&s), left(&m));
+    for bank in [&mut *split, &mut *merged] {
+        let (credits, usd) = bank.atomically(false, |t| {
+            Ok((
+                t.balance(gpumeter_bank::accounts::PROMOTIONS, "credits")?,
+                t.balance(gpumeter_bank::accounts::PROMOTIONS, "USD")?,
+            ))
+        })?;
+        // Issued −50, burned +50, given back −14: 14 credits outstanding; 3.60 covered.
+        assert_eq!((credits.normalize(), usd.normalize()), (d("-14"), d("3.6")));
+    }
+    // The as-of rule: the give-back is booked at the period's end, as the burn was.
+    let at_end = balance(split, "acme", dec().1)?;
+    assert_eq!(left(&at_end), vec![d("14")]);
+    Ok(())
+}
+
+/// A credit note undoes the period's settlement in reverse: what the period left to pay in
+/// money first, then credits, latest burn first. 30 purchased credits (priority 1) and 100
+/// promotional ones (priority 2) pay 5.00 as 3.00 + 2.00; a credit note of −1.40 gives back
+/// 14 promotional credits (the latest burn), not purchased ones. With only 30 credits, the
+/// first invoice leaves 2.00 to pay: a credit note of −1.40 lowers that to 0.60 and gives no
+/// credit back (the period at once: 3.00 in credits, 0.60 to pay).
+fn a_credit_note_undoes_the_latest_settlement_first<L: Ledger>(
+    two: &mut L,
+    short: &mut L,
+) -> Result<(), BankError> {
+    use gpumeter_bank::GrantKind::{Promotional, Purchased};
+    let b = volume_060();
+    let bought = grant_of(two, "30", 1, Purchased, None, "po")?;
+    let promo = grant_of(two, "100", 2, Promotional, None, "promo")?;
+    let first = finalize(
+        two,
+        &report("acme", &[(0, 5_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let paid: Vec<(String, Decimal)> = first.document.invoices[0]
+        .credits_applied
+        .iter()
+        .map(|c| (c.grant.clone(), c.credits))
+        .collect();
+    assert_eq!(
+        paid,
+        vec![(bought.clone(), d("30")), (promo.clone(), d("20"))]
+    );
+    let note = finalize(
+        two,
+        &report("acme", &[(1, 1_000)], "b"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let note = &note.document.invoices[0];
+    let given: Vec<(String, Decimal)> = note
+        .credits_applied
+        .iter()
+        .map(|c| (c.grant.clone(), c.credits))
+        .collect();
+    assert_eq!(given, vec![(promo, d("-14"))]);
+    let bal = balance(two, "acme", t("2027-06-01T00:00:00Z"))?;
+    assert_eq!(
+        bal.receivable.get("USD").copied().unwrap_or_default(),
+        Decimal::ZERO
+    );
+    let left: Vec<Decimal> = bal
+        .credits
+        .iter()
+        .map(|c| c.remaining.normalize())
+        .collect();
+    assert_eq!(left, vec![d("94")], "the purchased grant stays spent");
+
+    grant_of(short, "30", 1, Purchased, None, "po")?;
+    let first = finalize(
+        short,
+        &report("acme", &[(0, 5_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    assert_eq!(first.document.invoices[0].total, d("2.00"));
+    let note = finalize(
+        short,
+        &report("acme", &[(1, 1_000)], "b"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let note = &note.document.invoices[0];
+    assert!(
+        note.credits_applied.is_empty(),
+        "{:?}",
+        note.credits_applied
+    );
+    assert_eq!(note.total, d("-1.40"));
+    let bal = balance(short, "acme", t("2027-06-01T00:00:00Z"))?;
+    assert_eq!(bal.receivable.get("USD"), Some(&d("0.60")));
+    assert!(bal.credits.is_empty());
+    Ok(())
+}
+
+/// Credits given back to a grant that expired since go where expiry sends them: the grant of
+/// 60 credits expires on Jan 15, the expiry runs on Feb 1 (moving the 10 left), then the
+/// credit note of −1.40 gives its 14 credits to `provider:breakage` (a warning says so), not
+/// to the tenant; the receivable stays 0.
+fn credits_of_a_grant_expired_since_go_to_breakage<L: Ledger>(
+    bank: &mut L,
+) -> Result<(), BankError> {
+    let b = volume_060();
+    let promo = gpumeter_bank::GrantKind::Promotional;
+    let g = grant_of(bank, "60", 1, promo, Some("2027-01-15T00:00:00Z"), "promo")?;
+    finalize(
+        bank,
+        &report("acme", &[(0, 5_000)], "a"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    gpumeter_bank::expire(bank, t("2027-02-01T00:00:00Z"))?;
+    let note = finalize(
+        bank,
+        &report("acme", &[(1, 1_000)], "b"),
+        &b,
+        Some(dec()),
+        true,
+    )?;
+    let note = &note.document.invoices[0];
+    assert_eq!(note.credits_applied[0].credits, d("-14"));
+    assert!(note
+        .warnings
+        .iter()
+        .any(|w| *w.code() == WarningCode::GrantNotInForce && w.message().contains("breakage")));
+    let (tenant, breakage) = bank.atomically(false, |t| {
+        Ok((
+            t.balance(&gpumeter_bank::accounts::credits("acme", &g), "credits")?,
+            t.balance(gpumeter_bank::accounts::BREAKAGE, "credits")?,
+        ))
+    })?;
+    assert_eq!(
+        (tenant.normalize(), breakage.normalize()),
+        (d("0"), d("24"))
+    );
+    let bal = balance(bank, "acme", t("2027-06-01T00:00:00Z"))?;
+    assert_eq!(
+        bal.receivable.get("USD").copied().unwrap_or_default(),
+        Decimal::ZERO
     );
     Ok(())
 }
@@ -540,6 +794,10 @@ fn a_fee_only_first_invoice_leaves_the_carried_fragment_to_the_usage<L: Ledger>(
 /// The explicit cases above on one backend.
 fn cases<L: Ledger>(open: &mut dyn FnMut() -> L) {
     a_volume_tier_rechosen_is_a_credit_note(&mut open()).expect("credit note");
+    a_credit_note_gives_credits_back_not_cash(&mut open(), &mut open()).expect("give-back");
+    a_credit_note_undoes_the_latest_settlement_first(&mut open(), &mut open())
+        .expect("reverse settlement");
+    credits_of_a_grant_expired_since_go_to_breakage(&mut open()).expect("breakage");
     periods_never_overlap_unless_equal(&mut open()).expect("overlaps");
     supplements_take_back_what_they_consumed(&mut open()).expect("take-backs");
     an_open_period_is_refused(&mut open()).expect("open period");
@@ -652,7 +910,7 @@ mod split_periods {
     use std::collections::BTreeMap;
 
     /// A book of one of the models, tiers with flat fees, an increment, a minimum, a price
-    /// change on Dec 2 and a time-of-use band.
+    /// change on Dec 2 and a time-of-use band (and, 5, volume tiers with a steep drop).
     fn any_book(model: usize) -> PriceBook {
         match model {
             0 => book_with(
@@ -674,6 +932,12 @@ mod split_periods {
             3 => book_with(
                 "invoice_minimum = \"5.00\"\nrounding = \"half_up\"",
                 "unit_price = \"0.0137\"\nincrement = \"1\"",
+            ),
+            // Volume tiers with a steep drop: a report past 5K makes most splits a credit note.
+            5 => book_with(
+                "",
+                "model = \"volume\"\ntiers = [ { up_to = \"5\", unit_price = \"1.00\" }, \
+                 { up_to = \"inf\", unit_price = \"0.10\" } ]",
             ),
             _ => book_with(
                 "[[band]]\nname = \"off-peak\"\ntz = \"Europe/Berlin\"\nhours = \"22:00-06:00\"\n\
@@ -865,6 +1129,121 @@ mod split_periods {
         Ok(())
     }
 
+    /// A grant of the property below: (kind: purchased or promotional, credits, index of its
+    /// rate, priority).
+    type GrantSpec = (bool, u32, usize, i64);
+
+    /// Rates at which a cent is a whole number of 10^-9 credits, so burns round nothing.
+    const RATES: [&str; 5] = ["0.10", "0.05", "0.25", "1", "2"];
+
+    /// Credits of a split period follow the merged run: with `grants` of several kinds and
+    /// rates paying the invoices, a period's usage split into reports finalized in any order
+    /// (credit notes giving credits back, latest burn first) leaves the receivable, the value
+    /// of credits consumed (what the grants' source accounts hold in currency) and every
+    /// grant's credits left as the period finalized at once does, to 9 decimals.
+    pub(super) fn credits_follow_the_merged_run<L: Ledger>(
+        split_bank: &mut L,
+        merged_bank: &mut L,
+        model: usize,
+        november: u128,
+        rows: &[Row],
+        order: &[u32; 4],
+        specs: &[GrantSpec],
+    ) -> Result<(), TestCaseError> {
+        let b = any_book(model);
+        let nov = (t("2026-11-01T00:00:00Z"), t("2026-12-01T00:00:00Z"));
+        let mut n = usage("acme", "2026-11-30T23:00:00Z", november);
+        n.sources[0].sha256 = hex_of("november");
+        n.seal().expect("seal");
+        let (reports, all) = split(rows, order);
+        for (bank, reports) in [
+            (&mut *split_bank, reports),
+            (&mut *merged_bank, vec![report_of(&all, "merged")]),
+        ] {
+            for (i, &(bought, credits, rate, priority)) in specs.iter().enumerate() {
+                let kind = if bought {
+                    gpumeter_bank::GrantKind::Purchased
+                } else {
+                    gpumeter_bank::GrantKind::Promotional
+                };
+                let mut req = support::grant_req(
+                    "acme",
+                    &credits.to_string(),
+                    priority,
+                    kind,
+                    None,
+                    &format!("g{i}"),
+                );
+                req.rate = d(RATES[rate]);
+                gpumeter_bank::grant(bank, &req).map_err(fail)?;
+            }
+            finalize(bank, &n, &b, Some(nov), true).map_err(fail)?;
+            for r in &reports {
+                let inv = finalize(bank, r, &b, Some(dec()), true).map_err(fail)?;
+                let inv = &inv.document.invoices[0];
+                let given: Decimal = inv.credits_applied.iter().map(|c| c.amount).sum();
+                prop_assert_eq!(inv.total, inv.subtotal - given);
+                if inv.subtotal < Decimal::ZERO {
+                    prop_assert!(inv
+                        .credits_applied
+                        .iter()
+                        .all(|c| c.credits < Decimal::ZERO));
+                }
+            }
+        }
+        let end = t("2027-06-01T00:00:00Z");
+        let state = |bank: &mut L| -> Result<_, BankError> {
+            let bal = balance(bank, "acme", end)?;
+            let (left, consumed) = bank.atomically(false, |t| {
+                let left: Vec<Decimal> = grants(t, Some("acme"))?
+                    .iter()
+                    .map(|g| g.remaining.normalize())
+                    .collect();
+                let mut consumed = Decimal::ZERO;
+                for account in [
+                    gpumeter_bank::accounts::CREDIT_SALES,
+                    gpumeter_bank::accounts::PROMOTIONS,
+                ] {
+                    consumed += t.balance(account, "USD")?;
+                }
+                Ok((left, consumed.normalize()))
+            })?;
+            let receivable = bal.receivable.get("USD").copied().unwrap_or_default();
+            Ok((receivable.normalize(), consumed, left))
+        };
+        let (s, m) = (
+            state(split_bank).map_err(fail)?,
+            state(merged_bank).map_err(fail)?,
+        );
+        prop_assert_eq!(s.0 + s.1, m.0 + m.1, "receivable + credits consumed");
+        prop_assert_eq!(&s, &m, "(receivable, credits consumed, credits left)");
+        let report = split_bank
+            .atomically(false, |t| gpumeter_bank::verify(t))
+            .map_err(fail)?;
+        prop_assert!(report.transactions > 0);
+        Ok(())
+    }
+
+    pub(super) fn grant_specs() -> impl Strategy<Value = Vec<GrantSpec>> {
+        proptest::collection::vec((any::<bool>(), 1u32..40, 0usize..5, 0i64..3), 1..4)
+    }
+
+    /// Up to four rows of at most 2 500 launches: a first report below the volume tier's 5K
+    /// that later ones take past it (a credit note).
+    pub(super) fn few_rows() -> impl Strategy<Value = Vec<Row>> {
+        proptest::collection::vec(
+            (
+                0u32..2,
+                0u64..48,
+                1u128..2_500,
+                0usize..4,
+                0usize..4,
+                0u128..100,
+            ),
+            1..5,
+        )
+    }
+
     pub(super) fn rows() -> impl Strategy<Value = Vec<Row>> {
         proptest::collection::vec(
             (
@@ -897,6 +1276,27 @@ mod split_periods {
                 &rows,
                 &order,
                 fee_only,
+            )?;
+        }
+
+        #[test]
+        fn credits_follow_the_merged_run_on_memory(
+            // The steep volume tiers half the time, and small reports, so credit notes are
+            // common.
+            model in prop_oneof![Just(5usize), 0usize..6],
+            november in 0u128..3_000,
+            rows in prop_oneof![rows(), few_rows()],
+            order in any::<[u32; 4]>(),
+            grants in grant_specs(),
+        ) {
+            credits_follow_the_merged_run(
+                &mut MemoryLedger::new(),
+                &mut MemoryLedger::new(),
+                model,
+                november,
+                &rows,
+                &order,
+                &grants,
             )?;
         }
     }

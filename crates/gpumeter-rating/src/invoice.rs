@@ -89,7 +89,9 @@ pub struct Invoice {
     pub unpriced: Vec<Unpriced>,
     /// Σ `lines[].amount`, at the currency's scale.
     pub subtotal: Decimal,
-    /// Credits burned against the subtotal (empty until the credit bank applies grants).
+    /// Credits burned against the subtotal (empty until the credit bank applies grants); on a
+    /// credit note, the credits it gives back of those its period burned, as entries with
+    /// negative `credits` and `amount`. `total = subtotal − Σ amount` either way.
     pub credits_applied: Vec<CreditApplied>,
     /// `subtotal` − credits applied, never below zero.
     pub total: Decimal,
@@ -502,9 +504,9 @@ pub struct Unpriced {
 pub struct CreditApplied {
     /// The grant's id.
     pub grant: String,
-    /// Credits burned.
+    /// Credits burned (negative: given back by a credit note).
     pub credits: Decimal,
-    /// Their value in the invoice's currency, at its scale.
+    /// Their value in the invoice's currency, at its scale (negative when given back).
     pub amount: Decimal,
 }
 
@@ -830,6 +832,26 @@ fn line_cells(l: &Line, opt: Optional, first_of_group: bool) -> Vec<String> {
     cells
 }
 
+/// How a renderer labels an entry of `credits_applied`: `Credits <grant>` for a burn,
+/// `Credits given back <grant>` for a credit note's give-back (a negative entry).
+pub(crate) fn credit_label(c: &CreditApplied, esc: impl Fn(&str) -> String) -> String {
+    if c.amount.is_sign_negative() {
+        format!("Credits given back {}", esc(&c.grant))
+    } else {
+        format!("Credits {}", esc(&c.grant))
+    }
+}
+
+/// An entry of `credits_applied` as the totals show it: what it takes off the subtotal (a
+/// burn `-1.40`, a give-back `+1.40`).
+pub(crate) fn credit_amount(c: &CreditApplied) -> String {
+    if c.amount.is_sign_negative() {
+        format!("+{}", c.amount.abs())
+    } else {
+        format!("-{}", c.amount)
+    }
+}
+
 /// Header, rule, rows, rule and the totals under the last two columns, aligned.
 fn lay_out(inv: &Invoice, columns: &[(String, Align)], rows: &[Row]) -> String {
     let n = columns.len();
@@ -838,12 +860,7 @@ fn lay_out(inv: &Invoice, columns: &[(String, Align)], rows: &[Row]) -> String {
     let credits: Vec<(String, String)> = inv
         .credits_applied
         .iter()
-        .map(|c| {
-            (
-                format!("Credits {}", esc(&c.grant)),
-                format!("-{}", c.amount),
-            )
-        })
+        .map(|c| (credit_label(c, esc), credit_amount(c)))
         .collect();
     let mut widths: Vec<usize> = columns.iter().map(|(h, _)| width(h)).collect();
     for row in rows {

@@ -537,10 +537,10 @@ fn lines_table(out: &mut String, inv: &Invoice) {
     for c in &inv.credits_applied {
         let _ = writeln!(
             out,
-            "<tr><td colspan=\"{span}\" class=\"n\">Credits {}</td>\
-             <td class=\"n\">-{}</td></tr>",
-            h(&c.grant),
-            c.amount
+            "<tr><td colspan=\"{span}\" class=\"n\">{}</td>\
+             <td class=\"n\">{}</td></tr>",
+            crate::invoice::credit_label(c, h),
+            crate::invoice::credit_amount(c)
         );
     }
     let _ = writeln!(

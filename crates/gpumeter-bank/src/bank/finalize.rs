@@ -100,7 +100,9 @@ pub fn finalize<L: Ledger>(
 ///   leaves them to the supplement that brings the first rows), and the
 ///   supplement bills per line the cumulative amount less what the period's invoices billed
 ///   ([`gpumeter_rating::PeriodLines`]); its `extensions` name its kind (`supplement`, or
-///   `credit_note` when its subtotal is negative: no credits burn, the receivable goes down)
+///   `credit_note` when its subtotal is negative: no credits burn; it lowers what the period
+///   left to pay in money, then gives back the period's credits, latest burn first, as
+///   negative `credits_applied` entries, and the rest lowers the receivable)
 ///   and the earlier invoices; its fragments move by the change of the period's fragment.
 /// - Each reservation whose span holds the period adds its fee as a `reservation` line, once
 ///   per period; credits in force at the period's end burn against the lines they may pay for,
@@ -205,6 +207,7 @@ pub fn finalize_with<L: Ledger>(
             commit,
             default_period: period.is_none(),
             billed: billed.as_ref(),
+            now: options.now,
         };
         let mut invoices = Vec::with_capacity(work.len());
         let mut outcomes = Vec::with_capacity(work.len());
@@ -234,6 +237,21 @@ struct Call<'a> {
     default_period: bool,
     /// The ranges the report's sources billed before this call (`None`: none to check).
     billed: Option<&'a BilledSources>,
+    /// The caller's clock ([`FinalizeOptions::now`]): a grant expired by then takes back no
+    /// credits from a credit note.
+    now: Option<u64>,
+}
+
+/// The instant by which a grant counts as expired for a credit note's give-back: the latest
+/// `expire` run's instant (it moved the expired grants' credits to breakage) or `now`,
+/// whichever is later; `None` when neither is known.
+fn expired_by(t: &dyn LedgerTx, now: Option<u64>) -> Result<Option<u64>, BankError> {
+    let mut by = now;
+    for run in t.transactions(Some("expire"))? {
+        let at = parse_time(&run.tx.at)?;
+        by = Some(by.map_or(at, |b| b.max(at)));
+    }
+    Ok(by)
 }
 
 /// The rows of `inv`'s tenant in its period.
@@ -384,12 +402,17 @@ fn finalize_tenant(
     }
 
     // 2. Rated as the period's first invoice, or as a supplement of it.
+    let placed = place(tenant, (from, to), finalizations(t, tenant)?)?;
+    let period_invoices: Vec<Invoice> = match &placed {
+        Place::New => vec![],
+        Place::Supplement(earlier) => earlier.iter().map(|e| e.invoice.clone()).collect(),
+    };
     let Rated {
         invoice: mut inv,
         fragments,
         measured,
         paid,
-    } = match place(tenant, (from, to), finalizations(t, tenant)?)? {
+    } = match placed {
         Place::New => rate_first(t, call, plain, &rows)?,
         Place::Supplement(earlier) => rate_supplement(t, call, plain, &rows, &earlier)?,
     };
@@ -409,8 +432,17 @@ fn finalize_tenant(
     }
 
     // 4. Credits in force at the period's end burn against the lines they may pay for (a
-    //    credit note burns none: the receivable goes down).
+    //    credit note burns none: it lowers what the period left to pay in money, then gives
+    //    back the period's credits, latest burn first, then lowers the receivable).
     let mut postings: Vec<Posting> = Vec::new();
+    let settled = Settled {
+        invoices: &period_invoices,
+        expired_by: if subtotal_minor < 0 {
+            expired_by(t, call.now)?
+        } else {
+            None
+        },
+    };
     credits_and_totals(
         t,
         &mut inv,
@@ -418,6 +450,7 @@ fn finalize_tenant(
         to,
         subtotal_minor,
         call.book,
+        &settled,
         &mut postings,
     )?;
 

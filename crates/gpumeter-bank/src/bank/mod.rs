@@ -53,7 +53,7 @@ use fees::{
 use period::{
     cumulative_report, finalizations, place, stored_invoice, Earlier, Place, StoredUsage,
 };
-use settle::{credits_and_totals, signed_minor};
+use settle::{credits_and_totals, signed_minor, Settled};
 use sources::{billed_sources, claims_of, lock_sources, BilledSources};
 
 pub(crate) fn sha(v: &serde_json::Value) -> Result<String, BankError> {

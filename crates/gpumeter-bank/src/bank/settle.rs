@@ -3,11 +3,25 @@
 
 use super::*;
 
+/// What the period's earlier invoices settled, for a credit note to undo: the invoices, in
+/// ledger order (the first one first), and the instant from which a grant counts as expired
+/// (its credits given back go to breakage, as [`super::expire`] sends them).
+pub(crate) struct Settled<'a> {
+    /// The period's earlier invoices (none for a first invoice).
+    pub(crate) invoices: &'a [Invoice],
+    /// A grant whose expiry is at or before this instant (ns) has expired: the latest
+    /// `expire` run's instant, or the caller's clock when later. `None`: none has.
+    pub(crate) expired_by: Option<u64>,
+}
+
 /// Burns the credits in force at the period's end against the invoice's lines and sets its
 /// subtotal, credits applied and total; adds the postings of the burns, the receivable and the
 /// revenue. A supplement's negative lines first offset what its positive lines leave to pay
-/// (those of the same SKU and meter, then the others in line order); a credit note (a negative
-/// subtotal) burns nothing.
+/// (those of the same SKU and meter, then the others in line order). A credit note (a negative
+/// subtotal) burns nothing: it undoes the period's settlement in reverse ([`give_back`]): first
+/// what the period's invoices left to pay in money, then the credits they burned, latest burn
+/// first, as negative `credits_applied` entries.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn credits_and_totals(
     t: &dyn LedgerTx,
     inv: &mut Invoice,
@@ -15,6 +29,7 @@ pub(crate) fn credits_and_totals(
     to: u64,
     subtotal_minor: i128,
     book: &PriceBook,
+    settled: &Settled<'_>,
     postings: &mut Vec<Posting>,
 ) -> Result<(), BankError> {
     let currency = book.currency();
@@ -23,6 +38,13 @@ pub(crate) fn credits_and_totals(
     let mut left = payable(&inv.lines, scale)?;
     let mut applied: Vec<CreditApplied> = Vec::new();
     let mut covered_total: u128 = 0;
+    let mut returned_total: u128 = 0;
+    if subtotal_minor < 0 {
+        let returned = give_back(t, inv, tenant, subtotal_minor.unsigned_abs(), book, settled)?;
+        returned_total = returned.minor;
+        applied = returned.applied;
+        postings.extend(returned.postings);
+    }
     for g in grants(t, Some(tenant))? {
         if subtotal_minor < 0 {
             break;
@@ -71,11 +93,13 @@ pub(crate) fn credits_and_totals(
         Ok::<_, BankError>(if m < 0 { -d } else { d })
     };
     let covered = i128::try_from(covered_total).map_err(|_| refused("credits exceed 2^127"))?;
+    let returned = i128::try_from(returned_total).map_err(|_| refused("credits exceed 2^127"))?;
     inv.subtotal = decimal(subtotal_minor, "subtotal")?;
     // A credit note is bounded as the invoice it takes back.
     bounded(tenant, inv.subtotal.abs(), inv)?;
     inv.credits_applied = applied;
-    inv.total = decimal(subtotal_minor - covered, "total")?;
+    // total = subtotal − Σ credits_applied.amount, the credits given back counting negative.
+    inv.total = decimal(subtotal_minor - covered + returned, "total")?;
     postings.push(Posting::new(
         accounts::receivable(tenant),
         currency.code(),
@@ -170,4 +194,178 @@ fn burn(
         covered_total += covered;
     }
     Ok((burned, covered_total))
+}
+
+/// One burn of a period's earlier invoice not given back yet: its grant, credits and the minor
+/// units they covered.
+struct Burned {
+    grant: String,
+    credits: Decimal,
+    minor: u128,
+}
+
+/// What a credit note gives back of the period's credits.
+struct GivenBack {
+    /// The negative `credits_applied` entries, latest burn first.
+    applied: Vec<CreditApplied>,
+    /// The minor units the credits given back had covered.
+    minor: u128,
+    /// The burns' postings reversed (to breakage for a grant expired since).
+    postings: Vec<Posting>,
+}
+
+/// The burns of the period's earlier invoices not given back yet, in burn order (the first
+/// invoice's first burn first): each invoice's positive `credits_applied` entries pushed, its
+/// negative ones (an earlier credit note's give-back) taking back the latest burns of their
+/// grant, as [`give_back`] took them.
+fn burns_standing(invoices: &[Invoice], scale: u32) -> Result<Vec<Burned>, BankError> {
+    let mut stack: Vec<Burned> = Vec::new();
+    for inv in invoices {
+        for c in &inv.credits_applied {
+            let minor = signed_minor(std::iter::once(c.amount), scale)?;
+            if c.credits > Decimal::ZERO {
+                stack.push(Burned {
+                    grant: c.grant.clone(),
+                    credits: c.credits,
+                    minor: minor.max(0).unsigned_abs(),
+                });
+                continue;
+            }
+            let (mut credits, mut minor) = (-c.credits, minor.min(0).unsigned_abs());
+            for b in stack.iter_mut().rev().filter(|b| b.grant == c.grant) {
+                let (dc, dm) = (b.credits.min(credits), b.minor.min(minor));
+                b.credits -= dc;
+                b.minor -= dm;
+                credits -= dc;
+                minor -= dm;
+            }
+        }
+        stack.retain(|b| b.credits > Decimal::ZERO || b.minor > 0);
+    }
+    Ok(stack)
+}
+
+/// A credit note of `need` minor units undoes the period's settlement in reverse: first what
+/// the period's earlier invoices left to pay in money (the sum of their totals, which the
+/// credit note's total takes off the receivable), then the credits they burned, latest burn
+/// first, to the same grants at the credits' own rate: a burn given back whole returns
+/// exactly the credits it burned, a part of one the credits worth that part, rounded up to
+/// [`crate::grants::CREDIT_DECIMALS`] (the tenant's favour) and never more than it burned. The
+/// postings mirror the burn's: `credits:<grant> +c`, `<source> −c` (credits), `<source> −m`
+/// (currency); for a grant expired since ([`Settled::expired_by`]) the credits go to
+/// `provider:breakage` instead of the tenant (a warning says so). What is left of `need` after
+/// both lowers the receivable.
+fn give_back(
+    t: &dyn LedgerTx,
+    inv: &mut Invoice,
+    tenant: &str,
+    need: u128,
+    book: &PriceBook,
+    settled: &Settled<'_>,
+) -> Result<GivenBack, BankError> {
+    let currency = book.currency();
+    let scale = currency.scale();
+    let owed = signed_minor(settled.invoices.iter().map(|i| i.total), scale)?;
+    let mut need = need.saturating_sub(owed.max(0).unsigned_abs());
+    let terms: BTreeMap<String, Grant> = grants(t, Some(tenant))?
+        .into_iter()
+        .map(|g| (g.grant.grant.clone(), g.grant))
+        .collect();
+    let mut out = GivenBack {
+        applied: Vec::new(),
+        minor: 0,
+        postings: Vec::new(),
+    };
+    let mut stack = burns_standing(settled.invoices, scale)?;
+    while need > 0 {
+        let Some(b) = stack.pop() else { break };
+        if b.minor == 0 {
+            continue;
+        }
+        let g = terms.get(&b.grant).ok_or_else(|| {
+            refused(format!(
+                "tenant `{tenant}`: grant {} burned on the period's invoices is not in the ledger",
+                b.grant
+            ))
+        })?;
+        let minor = b.minor.min(need);
+        let credits = if minor == b.minor {
+            b.credits
+        } else {
+            credits_worth(minor, g.rate, scale)
+                .ok_or_else(|| {
+                    refused(format!(
+                        "grant {}: {minor} minor units at a rate of {} cannot be expressed in \
+                         credits",
+                        b.grant, g.rate
+                    ))
+                })?
+                .min(b.credits)
+        };
+        let amount = minor_units_to_decimal(&minor.into(), &currency)
+            .ok_or_else(|| refused("a credit amount exceeds a decimal"))?;
+        let source = g.kind.source_account();
+        let expired = g
+            .expires_ns()
+            .zip(settled.expired_by)
+            .is_some_and(|(e, by)| e <= by);
+        if expired {
+            postings_to(&mut out.postings, accounts::BREAKAGE, credits);
+            inv.warnings.push(Warning::new(
+                WarningCode::GrantNotInForce,
+                format!(
+                    "grant {} expired at {} since it paid this period: the {} credits this \
+                     credit note gives back of it go to breakage, not to the tenant",
+                    g.grant,
+                    g.expires.as_deref().unwrap_or("never"),
+                    credits.normalize()
+                ),
+            ));
+        } else {
+            postings_to(
+                &mut out.postings,
+                &accounts::credits(tenant, &g.grant),
+                credits,
+            );
+        }
+        out.postings.push(Posting::new(source, CREDITS, -credits));
+        out.postings
+            .push(Posting::new(source, currency.code(), -amount));
+        match out.applied.last_mut() {
+            Some(last) if last.grant == g.grant => {
+                last.credits -= credits;
+                last.amount -= amount;
+            }
+            _ => out.applied.push(CreditApplied {
+                grant: g.grant.clone(),
+                credits: -credits.normalize(),
+                amount: -amount,
+            }),
+        }
+        out.minor += minor;
+        need -= minor;
+    }
+    for a in &mut out.applied {
+        a.credits = a.credits.normalize();
+    }
+    Ok(out)
+}
+
+/// A posting of `credits` into `account` (the tenant's grant, or breakage).
+fn postings_to(postings: &mut Vec<Posting>, account: &str, credits: Decimal) {
+    postings.push(Posting::new(account.to_string(), CREDITS, credits));
+}
+
+/// The credits worth `minor` minor units at `rate`, rounded up to
+/// [`crate::grants::CREDIT_DECIMALS`]: what a part of a burn gives back. `None` for a zero or
+/// negative rate.
+fn credits_worth(minor: u128, rate: Decimal, scale: u32) -> Option<Decimal> {
+    let down = crate::grants::credits_for(minor, rate, scale, crate::grants::MAX_CREDITS)?;
+    let want = Decimal::try_from_i128_with_scale(i128::try_from(minor).ok()?, scale).ok()?;
+    let exact = down.checked_mul(rate).is_some_and(|v| v == want);
+    Some(if exact {
+        down
+    } else {
+        down + Decimal::new(1, crate::grants::CREDIT_DECIMALS)
+    })
 }
