@@ -120,13 +120,25 @@ fn other_scheme(location: &str) -> Option<&str> {
 }
 
 /// Refuses a location that can be neither backend's: an empty one (SQLite would open a
-/// temporary database), or a URL of another scheme (a mistyped `postgres://`, which as an SQLite
-/// path would be created or named in messages with its password).
+/// temporary database), a URL of another scheme (a mistyped `postgres://`, which as an SQLite
+/// path would be created or named in messages with its password), or an SQLite URI
+/// (`file:…`), whose parameters would bypass what a bank's path is checked for (`mode`,
+/// `vfs`, `immutable`) and which names another file than the path the CLI checks its outputs
+/// against; a file whose name begins with `file:` is `./file:…`.
 fn check_location(location: &str) -> Result<(), BankError> {
     if location.is_empty() {
         return Err(BankError::NotALedger {
             file: "\"\"".to_string(),
             reason: "an empty location: a bank is the path of an SQLite file or a postgres:// URL"
+                .to_string(),
+        });
+    }
+    if location.starts_with("file:") {
+        return Err(BankError::NotALedger {
+            file: location.to_string(),
+            reason: "an SQLite URI, which gpumeter does not open: a bank is the path of an \
+                     SQLite file (`./file:…` for a file whose name begins with `file:`) or a \
+                     postgres:// URL"
                 .to_string(),
         });
     }

@@ -192,7 +192,8 @@ impl SqliteLedger {
         let file = path.display().to_string();
         check_regular(path, &file)?;
         check_header(path, &file)?;
-        let conn = Connection::open(path).map_err(|e| storage(&file, "cannot open it", &e))?;
+        let conn =
+            Connection::open(not_a_uri(path)).map_err(|e| storage(&file, "cannot open it", &e))?;
         conn.busy_timeout(BUSY_TIMEOUT)
             .map_err(|e| storage(&file, "cannot set the busy timeout", &e))?;
         // Look before writing anything: WAL mode changes the file's header.
@@ -242,8 +243,11 @@ impl SqliteLedger {
         let writable = std::fs::OpenOptions::new().write(true).open(path).is_ok();
         let wal = sibling(path, "-wal").symlink_metadata().is_ok();
         let locked = |flags: OpenFlags| -> Result<SqliteLedger, BankError> {
-            let conn = Connection::open_with_flags(path, flags | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-                .map_err(|e| storage(&file, "cannot open it", &e))?;
+            let conn = Connection::open_with_flags(
+                not_a_uri(path),
+                flags | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| storage(&file, "cannot open it", &e))?;
             conn.busy_timeout(BUSY_TIMEOUT)
                 .map_err(|e| storage(&file, "cannot set the busy timeout", &e))?;
             if flags.contains(OpenFlags::SQLITE_OPEN_READ_WRITE) {
@@ -473,6 +477,19 @@ impl SqliteLedger {
         .map_err(|e| storage(&file, "cannot record the schema version", &e))?;
         tx.commit()
             .map_err(|e| storage(&file, "cannot commit the migration", &e))
+    }
+}
+
+/// `path` as SQLite must be given it to open that file: SQLite (built with `SQLITE_USE_URI`)
+/// takes every name that begins with `file:` as a URI, whatever the open's flags, so such a
+/// relative path is given as `./file:…`. A path is never a URI: the only URIs this module
+/// opens are its own (`immutable=1`, [`SqliteLedger::open_read_only`]).
+fn not_a_uri(path: &Path) -> std::borrow::Cow<'_, Path> {
+    use std::os::unix::ffi::OsStrExt as _;
+    if path.as_os_str().as_bytes().starts_with(b"file:") {
+        std::borrow::Cow::Owned(Path::new(".").join(path))
+    } else {
+        std::borrow::Cow::Borrowed(path)
     }
 }
 
@@ -953,6 +970,20 @@ mod tests {
     }
 
     /// A path in an SQLite URI keeps `?`, `#` and `%` as part of the name.
+    #[test]
+    fn a_path_beginning_with_file_is_given_as_a_path() {
+        use std::path::Path;
+        assert_eq!(
+            super::not_a_uri(Path::new("file:x.db?mode=ro")),
+            Path::new("./file:x.db?mode=ro")
+        );
+        assert_eq!(
+            super::not_a_uri(Path::new("/a/file:x")),
+            Path::new("/a/file:x")
+        );
+        assert_eq!(super::not_a_uri(Path::new("x.db")), Path::new("x.db"));
+    }
+
     #[test]
     fn uri_paths_escape_what_a_uri_reads() {
         assert_eq!(

@@ -316,6 +316,40 @@ fn locations_that_are_not_files_are_refused_without_a_journal() {
     }
 }
 
+/// A location beginning with `file:` is never opened as an SQLite URI (SQLite is built with
+/// `SQLITE_USE_URI`, so it would be whatever the open's flags): every open refuses it, and
+/// `file:/dev/null` makes no `/dev/null-journal`, nor `file:BANK?mode=rwc` a bank.
+#[test]
+fn file_uris_are_no_bank_location() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let bank = dir.path().join("uri.sqlite");
+    let null_journal = Path::new("/dev/null-journal").exists();
+    for location in [
+        "file:/dev/null".to_string(),
+        format!("file:{}?mode=rwc", bank.display()),
+        format!("file:{}", bank.display()),
+    ] {
+        for (how, opened) in [
+            ("open", gpumeter_bank::open(&location)),
+            ("open_existing", gpumeter_bank::open_existing(&location)),
+            ("open_read_only", gpumeter_bank::open_read_only(&location)),
+        ] {
+            match opened {
+                Err(BankError::NotALedger { reason, .. }) => {
+                    assert!(reason.contains("SQLite URI"), "{how} {location}: {reason}");
+                }
+                other => panic!("{how} {location}: expected NotALedger, got {other:?}"),
+            }
+        }
+        assert!(!bank.exists(), "{location} made {}", bank.display());
+        assert_eq!(
+            Path::new("/dev/null-journal").exists(),
+            null_journal,
+            "{location}"
+        );
+    }
+}
+
 /// A `schema_version` a ledger never has (0, which would run the first migration again over
 /// the tables, or a number written otherwise than a ledger writes it) is one line naming the
 /// value, from every open, and the file is left as it was.

@@ -52,7 +52,7 @@ fn io_failure(message: String) -> Failure {
 pub(crate) fn export(a: ExportArgs) -> Result<Output, Failure> {
     crate::output::Files::new()
         .bank(Some(&a.bank), false)
-        .output("--output", a.output.as_deref())
+        .output_or_stdout("--output", a.output.as_deref())
         .check()?;
     let mut ledger = gpumeter::bank::open_read_only(&a.bank).map_err(bank_err)?;
     let mut lines = |w: &mut dyn std::io::Write, name: &str| {

@@ -83,7 +83,7 @@ impl EventsArgs {
     pub(crate) fn files(&self, files: crate::output::Files) -> crate::output::Files {
         files
             .input("--events-map", self.events_map.as_deref())
-            .output("--events", self.events.as_deref())
+            .output_or_stdout("--events", self.events.as_deref())
     }
 
     /// The mapping (`--events-map`), read before any input is metered, as the price book is,

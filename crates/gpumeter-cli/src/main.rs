@@ -137,10 +137,11 @@ enum Command {
 #[derive(Debug, Args)]
 struct RenderArgs {
     /// Also write the invoice lines as CSV (RFC 4180, one row per line of every invoice).
+    /// Not `-`: standard output carries the invoices (exit 2; `./-` is a file so named).
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
     /// Also write the invoices as one self-contained HTML page with a utilization chart per
-    /// device (inline CSS and SVG, no script, no external resource).
+    /// device (inline CSS and SVG, no script, no external resource). Not `-`, as --csv.
     #[arg(long, value_name = "FILE")]
     html: Option<PathBuf>,
 }

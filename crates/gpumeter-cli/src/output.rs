@@ -8,7 +8,13 @@
 //! is a bad command line, exit 2, before any file is read or written. Files are compared by
 //! identity: the device and inode of a file that exists (so a hard link or a symbolic link to
 //! an input is that input), else the canonical directory and the name of the file to be
-//! made. An input that is standard output's own file (`gpumeter usage a.json > a.json`, which
+//! made, a symbolic link followed to the end first ([`resolve_links`]: a link to a file not
+//! made yet is that file). The bank's `-wal`, `-shm` and `-journal` are those beside the file
+//! its links lead to, where SQLite keeps them. `-` as an output is standard output: where an
+//! option says so it replaces the report there (`usage --events -`, `bank export -o -`);
+//! elsewhere (`preview --csv/--html`, `record --out`) standard output already carries the
+//! command's own output, so `-` is exit 2 as `/dev/stdout` is, and a file named `-` is `./-`.
+//! An input that is standard output's own file (`gpumeter usage a.json > a.json`, which
 //! the shell emptied before gpumeter ran) is refused too. Standard output and error are
 //! compared as the files they are; a terminal or `/dev/null` named twice is no conflict, nor
 //! is `/dev/null` as an output when standard output goes there too.
@@ -18,7 +24,8 @@
 //! flushes it to disk, and renames it over the output, then flushes the directory: a full
 //! disk, a file-size limit, a signal or a crash leaves the old file or none, never a part of
 //! one. The new file keeps an old file's permissions (a new one gets `0666` less the umask, as
-//! any file), and a symbolic link stays one (its target is replaced). A SIGKILL can leave
+//! any file), and a symbolic link stays one: its target, found by [`resolve_links`], is
+//! replaced, or made when the link dangles. A SIGKILL can leave
 //! the temporary file behind, never at the output's name. An output that exists and is not a
 //! regular file (a FIFO, a terminal, `/dev/null`) is written directly, as standard output
 //! (`-`) is: those are streams, and renaming over them would replace the device.
@@ -51,11 +58,12 @@ impl Identity {
     }
 
     /// `path`'s identity: the file it names (through symbolic links), or, when there is none,
-    /// its canonical directory and name.
+    /// the canonical directory and name of the file its links lead to ([`resolve_links`]).
     fn of(path: &Path) -> Identity {
         if let Ok(m) = std::fs::metadata(path) {
             return Identity::of_metadata(&m);
         }
+        let path = resolve_links(path);
         let name = path.file_name().map(PathBuf::from).unwrap_or_default();
         let dir = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -97,11 +105,37 @@ impl Named {
     }
 }
 
+/// `path` with its symbolic links followed to the end, as the kernel follows them when the
+/// file is opened: each link's target ([`std::fs::read_link`]), a relative one taken from the
+/// link's directory, until a name that is no link, or nothing (a dangling link's target, the
+/// file an open would make). `path` itself when it is no link, and after 40 links (a loop,
+/// which opening fails on too).
+pub(crate) fn resolve_links(path: &Path) -> PathBuf {
+    let mut p = path.to_path_buf();
+    for _ in 0..40 {
+        let is_link = std::fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+        if !is_link {
+            return p;
+        }
+        let Ok(target) = std::fs::read_link(&p) else {
+            return p;
+        };
+        p = match p.parent() {
+            Some(dir) if target.is_relative() => dir.join(target),
+            _ => target,
+        };
+    }
+    path.to_path_buf()
+}
+
 /// The files of one command, to check before it reads or writes any.
 #[derive(Default)]
 pub(crate) struct Files {
     inputs: Vec<Named>,
     outputs: Vec<Named>,
+    /// Outputs given as `-` (standard output): their option, and whether standard output is
+    /// theirs alone (`usage --events -`, `bank export -o -`: the report is not written there).
+    to_stdout: Vec<(String, bool)>,
     /// Standard input is an input (`-` among the inputs).
     stdin: bool,
 }
@@ -140,13 +174,15 @@ impl Files {
             return self;
         }
         let path = Path::new(location);
+        // SQLite keeps its files beside the file the links lead to.
+        let resolved = resolve_links(path);
         if output {
             self.outputs.push(Named::new("--bank", path));
         } else {
             self.inputs.push(Named::new("--bank", path));
         }
         for suffix in ["-wal", "-shm", "-journal"] {
-            let mut name = path.as_os_str().to_os_string();
+            let mut name = resolved.as_os_str().to_os_string();
             name.push(suffix);
             let what = format!("the bank's {suffix} file");
             self.inputs.push(Named::new(&what, Path::new(&name)));
@@ -154,10 +190,26 @@ impl Files {
         self
     }
 
-    /// An output file (`what`: its option, e.g. `--csv`); `-` (standard output) is none.
-    pub(crate) fn output(mut self, what: &str, path: Option<&Path>) -> Files {
-        if let Some(p) = path.filter(|p| !crate::stdin::is_stdin(p)) {
-            self.outputs.push(Named::new(what, p));
+    /// An output file (`what`: its option, e.g. `--csv`). `-` is standard output, where the
+    /// command writes its own output (its report, or the output of the command `record`
+    /// runs): [`Files::check`] refuses it; a file named `-` is `./-`.
+    pub(crate) fn output(self, what: &str, path: Option<&Path>) -> Files {
+        self.output_to(what, path, false)
+    }
+
+    /// An output whose `-` is standard output instead of the command's report (`usage
+    /// --events -`, `bank export -o -`), which the command writes there and nowhere else.
+    pub(crate) fn output_or_stdout(self, what: &str, path: Option<&Path>) -> Files {
+        self.output_to(what, path, true)
+    }
+
+    fn output_to(mut self, what: &str, path: Option<&Path>, stdout_alone: bool) -> Files {
+        match path {
+            Some(p) if crate::stdin::is_stdin(p) => {
+                self.to_stdout.push((what.to_string(), stdout_alone));
+            }
+            Some(p) => self.outputs.push(Named::new(what, p)),
+            None => {}
         }
         self
     }
@@ -165,6 +217,18 @@ impl Files {
     /// Refuses (exit 2) an output that is an input, another output, standard output or
     /// standard error's file, and an input that is standard output's file.
     pub(crate) fn check(&self) -> Result<(), Failure> {
+        if let Some((what, _)) = self.to_stdout.iter().find(|(_, alone)| !alone) {
+            return Err(usage_error(format!(
+                "{what} - is standard output, where this command writes its own output: name a \
+                 file (`./-` for a file named `-`)"
+            )));
+        }
+        if let [(first, _), (second, _), ..] = self.to_stdout.as_slice() {
+            return Err(usage_error(format!(
+                "{first} - and {second} - both name standard output: each output needs a file \
+                 of its own"
+            )));
+        }
         let stdout = Identity::of_stream(std::io::stdout().as_fd());
         let stderr = Identity::of_stream(std::io::stderr().as_fd());
         let stdin = if self.stdin {
@@ -284,13 +348,8 @@ pub(crate) fn write_atomically<T>(
         w.flush().map_err(&fail)?;
         return Ok(out);
     }
-    // A symbolic link stays one: its target is what is replaced.
-    let target = match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => {
-            std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf())
-        }
-        _ => path.to_path_buf(),
-    };
+    // A symbolic link stays one: the file it leads to is what is replaced, or made.
+    let target = resolve_links(path);
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),

@@ -36,7 +36,8 @@ pub(crate) const INJECT_LIB_NAME: &str = "libgpumeter_inject.so";
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
     /// Where to write the recording (.gmr); an existing file is replaced (never the injection
-    /// library or the command's program: exit 2). The injection library writes it as the
+    /// library or the command's program: exit 2), through a symbolic link. Not `-`: standard
+    /// output is the command's (exit 2; `./-` is a file so named). The injection library writes it as the
     /// command runs, frame by frame, so that it can be metered while it grows. Other processes
     /// of the command that use CUDA write `<stem>.<pid>.gmr` beside it.
     #[arg(long, value_name = "FILE.gmr")]
@@ -385,7 +386,8 @@ pub(crate) fn run(args: RecordArgs) -> Result<String, Failure> {
         .input("the command's program", program.as_deref())
         .output("--out", Some(&args.out))
         .check()?;
-    let out = std::path::absolute(&args.out)
+    // A symbolic link stays one: the recording is written where it leads.
+    let out = std::path::absolute(crate::output::resolve_links(&args.out))
         .map_err(|e| fail(125, format!("--out {}: {e}", args.out.display())))?;
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir)

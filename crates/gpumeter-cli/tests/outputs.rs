@@ -610,3 +610,160 @@ fn links_modes_and_devices_survive_an_output() {
     let null = std::fs::metadata("/dev/null").expect("/dev/null");
     assert!(null.file_type().is_char_device(), "/dev/null was replaced");
 }
+
+/// `-` as an output is standard output, as `--events -` and `bank export -o -` say. Where the
+/// command writes its own output there (`preview`'s invoices, the command `record` runs), it
+/// is exit 2 as `/dev/stdout` is, and a file named `-` (here an input, and the program
+/// `record` would run) stays as it was; before, `--csv -`, `--html -` and `record --out -`
+/// wrote or removed `./-`, unchecked.
+#[test]
+fn a_dash_output_is_standard_output_never_a_file_named_dash() {
+    let i = Inputs::new();
+    std::fs::write(i.path("-"), GARBAGE).expect("an input named -");
+    let lib = i.path("libgpumeter_inject.so");
+    std::fs::write(&lib, b"a library").expect("a library");
+    let before = i.snapshot();
+    let preview = ["preview", "./-", "--prices", "book.toml"];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            [&preview[..], &["--html", "-"]].concat(),
+            "--html - is standard output",
+        ),
+        (
+            [&preview[..], &["--csv", "-"]].concat(),
+            "--csv - is standard output",
+        ),
+        (
+            [&preview[..], &["--csv", "-", "--html", "-"]].concat(),
+            "is standard output",
+        ),
+        // `./-` is the file named `-`: the input.
+        (
+            [&preview[..], &["--html", "./-"]].concat(),
+            "is the input (./-)",
+        ),
+        (
+            vec![
+                "record",
+                "--inject-lib",
+                "libgpumeter_inject.so",
+                "--out",
+                "-",
+                "--",
+                "./-",
+            ],
+            "--out - is standard output",
+        ),
+        (
+            vec![
+                "record",
+                "--inject-lib",
+                "libgpumeter_inject.so",
+                "--out",
+                "./-",
+                "--",
+                "./-",
+            ],
+            "is the command's program",
+        ),
+    ];
+    for (args, says) in &cases {
+        let o = run_in(i.dir.path(), args);
+        refused(&o, &args.join(" "), says);
+        assert_eq!(i.snapshot(), before, "{}: a file changed", args.join(" "));
+    }
+}
+
+/// An output that is a symbolic link to a file not made yet (a dangling link, or a chain of
+/// relative links) is the file it leads to: the same file as another output, or as the bank's
+/// `-journal`, is exit 2 (before, the check compared the link's own name and the second
+/// write replaced the first, or the export went into the bank's journal).
+#[test]
+fn a_link_to_a_file_not_made_yet_is_that_file() {
+    let i = Inputs::new();
+    let d = i.dir.path();
+    std::os::unix::fs::symlink("t.csv", d.join("l")).expect("a dangling link");
+    std::fs::create_dir(d.join("sub")).expect("a directory");
+    std::os::unix::fs::symlink("../l", d.join("sub/l2")).expect("a link to the link");
+    std::os::unix::fs::symlink("bank.sqlite-journal", d.join("out.jsonl")).expect("a link");
+    let before = i.snapshot();
+    let preview = ["preview", "trace.json.gz", "--prices", "book.toml"];
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            [&preview[..], &["--csv", "t.csv", "--html", "l"]].concat(),
+            "--csv and --html name the same file (l)",
+        ),
+        (
+            [&preview[..], &["--csv", "l", "--html", "sub/l2"]].concat(),
+            "--csv and --html name the same file (sub/l2)",
+        ),
+        (
+            vec!["bank", "export", "--bank", "bank.sqlite", "-o", "out.jsonl"],
+            "the bank's -journal file (bank.sqlite-journal)",
+        ),
+    ];
+    for (args, says) in &cases {
+        let o = run_in(d, args);
+        refused(&o, &args.join(" "), says);
+        assert_eq!(i.snapshot(), before, "{}: a file changed", args.join(" "));
+        assert!(!d.join("t.csv").exists(), "{}", args.join(" "));
+    }
+}
+
+/// The bank given through a symbolic link keeps its `-wal`, `-shm` and `-journal` beside the
+/// file the link leads to, where SQLite makes them: an output naming those is exit 2 (before,
+/// only `<link>-wal` was protected and an export replaced the live WAL).
+#[test]
+fn a_linked_bank_protects_the_files_beside_its_target() {
+    let i = Inputs::new();
+    let d = i.dir.path();
+    std::fs::create_dir(d.join("data")).expect("a directory");
+    std::fs::write(d.join("data/real.sqlite"), GARBAGE).expect("a bank");
+    std::fs::write(d.join("data/real.sqlite-wal"), GARBAGE).expect("its wal");
+    std::os::unix::fs::symlink("data/real.sqlite", d.join("linked.sqlite")).expect("a link");
+    let before = i.snapshot();
+    let data_before = std::fs::read(d.join("data/real.sqlite-wal")).expect("the wal");
+    for (out, says) in [
+        (
+            "data/real.sqlite-wal",
+            "the bank's -wal file (data/real.sqlite-wal)",
+        ),
+        (
+            "data/real.sqlite-shm",
+            "the bank's -shm file (data/real.sqlite-shm)",
+        ),
+    ] {
+        let args = ["bank", "export", "--bank", "linked.sqlite", "-o", out];
+        let o = run_in(d, &args);
+        refused(&o, &args.join(" "), says);
+        assert_eq!(i.snapshot(), before, "{}: a file changed", args.join(" "));
+        assert_eq!(
+            std::fs::read(d.join("data/real.sqlite-wal")).expect("the wal"),
+            data_before
+        );
+        assert!(!d.join("data/real.sqlite-shm").exists());
+    }
+}
+
+/// An output through a dangling symbolic link makes the file the link leads to, and the link
+/// stays a link (before, the link was replaced by a regular file).
+#[test]
+fn an_output_through_a_dangling_link_makes_its_target() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let d = dir.path();
+    let (ex, bk) = (example(), book());
+    std::fs::create_dir(d.join("out")).expect("a directory");
+    std::os::unix::fs::symlink("out/made.csv", d.join("link.csv")).expect("a dangling link");
+    ok(
+        run_in(
+            d,
+            &["preview", s(&ex), "--prices", s(&bk), "--csv", "link.csv"],
+        ),
+        "preview --csv link.csv",
+    );
+    let link = std::fs::symlink_metadata(d.join("link.csv")).expect("the link");
+    assert!(link.file_type().is_symlink(), "the link was replaced");
+    assert!(std::fs::read_to_string(d.join("out/made.csv"))
+        .expect("the csv made through the link")
+        .contains(','));
+}

@@ -295,3 +295,82 @@ fn a_bank_that_is_no_file_or_of_version_0_is_one_line() {
         assert!(!e.contains("CREATE"), "{e}");
     }
 }
+
+/// A `--bank` location that begins with `file:` is never taken as an SQLite URI (which SQLite
+/// would open whatever the CLI checked: `file:/dev/null` made `/dev/null-journal`, and
+/// `file:BANK` wrote BANK while the output check saw another file): it is refused, one line,
+/// exit 1 as other locations no bank has, and nothing is written; `./file:…` is a file so named.
+#[test]
+fn a_file_uri_is_no_bank_location() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let bank = a_bank(dir.path());
+    let before = std::fs::read(&bank).expect("the bank");
+    let names_before = names(dir.path());
+    let uri = format!("file:{}", s(&bank));
+    let null_journal = Path::new("/dev/null-journal").exists();
+    for args in [
+        vec![
+            "bank",
+            "grant",
+            "--bank",
+            &uri,
+            "--tenant",
+            "a",
+            "--credits",
+            "1",
+            "--rate",
+            "1",
+            "--from",
+            "2025-01-01T00:00:00Z",
+        ],
+        vec!["bank", "verify", "--bank", &uri],
+        vec![
+            "bank",
+            "grant",
+            "--bank",
+            "file:/dev/null",
+            "--tenant",
+            "a",
+            "--credits",
+            "1",
+            "--rate",
+            "1",
+            "--from",
+            "2025-01-01T00:00:00Z",
+        ],
+    ] {
+        let o = gpumeter(&args);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
+        let e = stderr(&o);
+        assert_eq!(e.lines().count(), 1, "{e}");
+        assert!(e.contains("an SQLite URI"), "{e}");
+        assert_eq!(std::fs::read(&bank).expect("the bank"), before, "{args:?}");
+        assert_eq!(names(dir.path()), names_before, "{args:?}");
+        assert_eq!(
+            Path::new("/dev/null-journal").exists(),
+            null_journal,
+            "{args:?}"
+        );
+    }
+    // `./file:x` is the file so named: a new bank there.
+    let o = Command::new(env!("CARGO_BIN_EXE_gpumeter"))
+        .current_dir(dir.path())
+        .args([
+            "bank",
+            "grant",
+            "--bank",
+            "./file:x.sqlite",
+            "--tenant",
+            "a",
+            "--credits",
+            "1",
+            "--rate",
+            "1",
+            "--from",
+            "2025-01-01T00:00:00Z",
+        ])
+        .output()
+        .expect("run gpumeter");
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(dir.path().join("file:x.sqlite").is_file());
+}
