@@ -474,7 +474,8 @@ impl CuptiStream {
 
     /// Registers a device's description for buffers without a DEVICE record (or to add what
     /// they lack: name, UUID). `info.id` is CUPTI's device id; `info.key` is replaced by the
-    /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, else
+    /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, in one spelling whatever the
+    /// case or prefix of the given one, [`DeviceInfo::uuid_key`]; else
     /// `<name>@<instance>#<id>`). The device is placed when its first record (or dropped
     /// count) arrives, from its DEVICE record if one has been seen — which wins where both
     /// know a field, the key included unless the record has no UUID — filled from this
@@ -484,7 +485,7 @@ impl CuptiStream {
     ///
     /// # Errors
     /// [`DuplicateUuid`] when another device id of the stream (described, placed, or named by
-    /// a DEVICE record) has the same UUID; nothing is registered.
+    /// a DEVICE record) has the same UUID, in any spelling; nothing is registered.
     pub fn register_device(
         &mut self,
         meter: &mut Meter,
