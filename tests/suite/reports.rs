@@ -336,17 +336,19 @@ fn every_reader_refuses_a_key_the_schema_does_not_define() {
         &UsageOptions::default(),
     ));
     let sealed: serde_json::Value = ok(serde_json::to_value(&r));
-    let cases: [(&str, fn(&mut serde_json::Value)); 4] = [
-        ("quantity_override", |v| {
-            v["usage"][0]["quantity_override"] = "999".into();
-        }),
-        ("note", |v| v["note"] = "see row 0".into()),
-        ("uuid", |v| v["devices"][0]["uuid"] = "GPU-0".into()),
-        ("tenant_hint", |v| v["records"]["tenant_hint"] = 1.into()),
+    // (the key, the object it is added to, as a JSON pointer)
+    let cases = [
+        ("quantity_override", "/usage/0"),
+        ("note", ""),
+        ("uuid", "/devices/0"),
+        ("tenant_hint", "/records"),
     ];
-    for (key, edit) in cases {
+    for (key, at) in cases {
         let mut v = sealed.clone();
-        edit(&mut v);
+        let Some(serde_json::Value::Object(object)) = v.pointer_mut(at) else {
+            panic!("{at} is an object of the report");
+        };
+        object.insert(key.to_string(), "999".into());
         let text = ok(serde_json::to_string_pretty(&v));
         let file = write(d.path(), "extra.json", text.as_bytes());
         let needle = format!("unknown field `{key}`");
