@@ -142,9 +142,8 @@ typedef struct gm_device_info {
   const char *name;
   // UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
   // UTF-8; NULL = unknown (then the device is keyed
-  // `<first 16 hex digits of the meter's instance id>#<device_id>`, unique to the meter).
-  // One UUID is one device: a second device id with the UUID of one the meter knows is
-  // refused.
+  // `<source_name>@<meter instance>#<device_id>`, unique to the meter). One UUID is one
+  // device: a second device id with the UUID of one the meter knows is refused.
   const char *uuid;
 } gm_device_info;
 
@@ -411,10 +410,11 @@ void gm_meter_free(struct gm_meter *meter);
 
 // Describes a device for buffers without a DEVICE record, or adds what its DEVICE record
 // lacks (name, UUID). Without a DEVICE record the device is keyed `GPU-<uuid>` when `uuid`
-// is given, else `<first 16 hex digits of the meter's instance id>#<device_id>` (unique to
-// this meter, so give the UUID for a key that is stable across agent restarts and nodes).
-// Where a DEVICE record (in the same buffer as the device's first record, or earlier) and
-// this description both know a field, the record wins. Register before the device's first buffer: a device is
+// is given (in any spelling: the prefix in any case or none, the hex written in lower case),
+// else `<source_name>@<meter instance>#<device_id>` (unique to this meter, so give the UUID
+// for a key that is stable across agent restarts and nodes). Where a DEVICE record
+// (in the same buffer as the device's first record, or earlier) and this description both
+// know a field, the record wins. Register before the device's first buffer: a device is
 // placed, and its key fixed, when its first record arrives; afterwards a description only
 // fills what is still unknown. `info`'s strings are copied.
 //
@@ -429,8 +429,7 @@ void gm_meter_free(struct gm_meter *meter);
 // # Safety
 // `meter` is a live meter; `info` is NULL or points to a `gm_device_info` of
 // `info->struct_size` readable bytes whose strings are NULL or NUL-terminated.
-gm_status gm_meter_register_device(struct gm_meter *meter,
-                                   const struct gm_device_info *info);
+gm_status gm_meter_register_device(struct gm_meter *meter, const struct gm_device_info *info);
 
 // Meters one completed CUPTI activity buffer: the `valid_size` bytes CUPTI's buffer-completed
 // callback reports, laid out by the meter's `cupti_api_version`. The bytes are read during

@@ -321,3 +321,95 @@ fn a_period_not_ended_by_the_callers_clock_is_refused_unless_allowed() {
         .all(|o| *o == Outcome::AlreadyFinalized));
     assert_eq!(again.document.invoices, done.document.invoices);
 }
+
+/// Hostile review of issue 30, finding 5: a key `gpumeter.usage/v1` does not define (a row's
+/// `quantity_override`, a top-level `note`, a key in a device or in a recording's entry) is
+/// outside what `sha256` covers, so every reader refuses it, naming the file and the key,
+/// instead of ignoring it (it was read with the digest still verifying). Keys inside
+/// `extensions` stay free-form and covered by the digest; a report written before `complete`
+/// still reads.
+#[test]
+fn every_reader_refuses_a_key_the_schema_does_not_define() {
+    let d = tmp();
+    let r = ok(meter_inputs(
+        &[example("finetune-2xh100.json.gz")],
+        &UsageOptions::default(),
+    ));
+    let sealed: serde_json::Value = ok(serde_json::to_value(&r));
+    // (the key, the object it is added to, as a JSON pointer)
+    let cases = [
+        ("quantity_override", "/usage/0"),
+        ("note", ""),
+        ("uuid", "/devices/0"),
+        ("tenant_hint", "/records"),
+    ];
+    for (key, at) in cases {
+        let mut v = sealed.clone();
+        let Some(serde_json::Value::Object(object)) = v.pointer_mut(at) else {
+            panic!("{at} is an object of the report");
+        };
+        object.insert(key.to_string(), "999".into());
+        let text = ok(serde_json::to_string_pretty(&v));
+        let file = write(d.path(), "extra.json", text.as_bytes());
+        let needle = format!("unknown field `{key}`");
+        for (reader, result) in [
+            ("read", gpumeter::read_usage_report(&file).map(|_| ())),
+            (
+                "parse",
+                gpumeter::parse_usage_report(text.as_bytes(), Path::new("usage_json")).map(|_| ()),
+            ),
+            (
+                "merge",
+                meter_inputs(std::slice::from_ref(&file), &usage_options()).map(|_| ()),
+            ),
+        ] {
+            let msg = result.expect_err(reader).to_string();
+            let name = if reader == "parse" {
+                "usage_json"
+            } else {
+                "extra.json"
+            };
+            assert!(
+                msg.contains(name) && msg.contains(&needle),
+                "{reader}: {msg}"
+            );
+        }
+    }
+    // A recording's entry in `extensions` has a schema of its own: no other key either.
+    let mut v = sealed.clone();
+    v["extensions"] = serde_json::json!({"recordings": [{
+        "recording": "h/1/2/3", "device_ends": [], "weight": 2
+    }]});
+    let msg = gpumeter::parse_usage_report(ok(serde_json::to_vec(&v)).as_slice(), Path::new("r"))
+        .expect_err("recording entry")
+        .to_string();
+    assert!(msg.contains("unknown field `weight`"), "{msg}");
+    // Any key of `extensions` itself is kept, covered by the digest: it verifies once sealed,
+    // and changing it afterwards is caught.
+    let mut with = r.clone();
+    with.extensions
+        .other
+        .insert("note".to_string(), "kept".into());
+    ok(with.seal());
+    let text = ok(serde_json::to_string(&with));
+    assert_eq!(
+        ok(gpumeter::parse_usage_report(
+            text.as_bytes(),
+            Path::new("x")
+        )),
+        with
+    );
+    let tampered = text.replace("\"kept\"", "\"changed\"");
+    assert!(gpumeter::parse_usage_report(tampered.as_bytes(), Path::new("x")).is_err());
+    // A report written before `complete` existed still reads.
+    let mut old = r.clone();
+    old.complete = None;
+    ok(old.seal());
+    let text = ok(serde_json::to_string(&old));
+    assert!(!text.contains("\"complete\""), "{text:.200}");
+    let read = ok(gpumeter::parse_usage_report(
+        text.as_bytes(),
+        Path::new("old"),
+    ));
+    assert_eq!(read.complete, None);
+}

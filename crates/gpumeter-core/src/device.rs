@@ -107,15 +107,46 @@ impl DeviceInfo {
         format!("{source_label}#{id}")
     }
 
-    /// The key for a device with a UUID: `GPU-<uuid>` (the form `nvidia-smi -L` prints), the
-    /// prefix added when the source omits it.
+    /// The key for a device with a UUID: `GPU-<uuid>` (or `MIG-<uuid>`), the prefix added when
+    /// the source omits it. One UUID has one key in any spelling, so that one GPU is never
+    /// two devices (billed twice, or escaping the refusal of a second device id with its
+    /// UUID): the prefix is recognized in any case and written upper-case, the rest is written
+    /// lower-case — the form `nvidia-smi -L`, NVML, CUPTI's DEVICE records and Nsight Systems'
+    /// `TARGET_INFO_GPU` give, so the keys of real traces are as they print them. An old-style
+    /// MIG name (`MIG-GPU-<uuid>/<gi>/<ci>`) keeps its inner `GPU-`.
+    ///
+    /// ```
+    /// use gpumeter_core::device::DeviceInfo;
+    /// let key = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
+    /// for spelling in [
+    ///     key,
+    ///     "74E128B2-90B6-B409-07C8-33BEE5FF6F88",
+    ///     " gpu-74e128b2-90b6-b409-07c8-33bee5ff6f88 ",
+    ///     "Gpu-74E128b2-90b6-b409-07c8-33bee5ff6f88",
+    /// ] {
+    ///     assert_eq!(DeviceInfo::uuid_key(spelling), key);
+    /// }
+    /// assert_eq!(DeviceInfo::uuid_key("mig-AB12-3"), "MIG-ab12-3");
+    /// assert_eq!(DeviceInfo::uuid_key("MIG-gpu-AB12/1/0"), "MIG-GPU-ab12/1/0");
+    /// ```
     pub fn uuid_key(uuid: &str) -> String {
-        let u = uuid.trim();
-        if u.starts_with("GPU-") || u.starts_with("MIG-") {
-            u.to_string()
-        } else {
-            format!("GPU-{u}")
+        /// `s` without `prefix`, compared ignoring ASCII case.
+        fn strip<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+            let head = s.get(..prefix.len())?;
+            if head.eq_ignore_ascii_case(prefix) {
+                s.get(prefix.len()..)
+            } else {
+                None
+            }
         }
+        let u = uuid.trim();
+        if let Some(rest) = strip(u, "MIG-") {
+            return match strip(rest, "GPU-") {
+                Some(_) => format!("MIG-{}", DeviceInfo::uuid_key(rest)),
+                None => format!("MIG-{}", rest.to_ascii_lowercase()),
+            };
+        }
+        format!("GPU-{}", strip(u, "GPU-").unwrap_or(u).to_ascii_lowercase())
     }
 
     /// Fills every field this device does not know from `other`; known fields stay.

@@ -320,6 +320,7 @@ impl std::fmt::Display for MeterKind {
 
 /// One input the report was built from.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SourceEntry {
     /// File name (no directories).
     pub name: String,
@@ -334,6 +335,7 @@ pub struct SourceEntry {
 
 /// A meter that cannot be computed for a device, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NotMeterable {
     /// The meter's name.
     pub meter: MeterKind,
@@ -347,6 +349,7 @@ pub struct NotMeterable {
 
 /// A device with activity in the report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DeviceEntry {
     /// Device id within its source.
     pub device: u32,
@@ -366,6 +369,7 @@ pub struct DeviceEntry {
 
 /// Counts of records read, by kind, and of events skipped as not work.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RecordCounts {
     /// Kernel records metered.
     pub kernel: u64,
@@ -381,6 +385,7 @@ pub struct RecordCounts {
 /// `memory_byte_ns` up to `billed_to`; a later report bills it from there
 /// ([`Meter::set_opening`](crate::Meter::set_opening)).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct OpenAllocation {
     /// Device id within its source.
     pub device: u32,
@@ -404,6 +409,7 @@ pub struct OpenAllocation {
 
 /// Records lost on one device for one reason.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct LossEntry {
     /// Device id within its source; `null` when the source does not tell the device (a record
     /// whose device id cannot be represented, a damaged `.gmr` frame with no readable record).
@@ -429,6 +435,7 @@ fn is_false(b: &bool) -> bool {
 
 /// Usage of one tenant on one device in one window for one meter.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UsageRow {
     /// Tenant (`unattributed` when none matched).
     pub tenant: String,
@@ -446,6 +453,7 @@ pub struct UsageRow {
 
 /// Usage of one tenant on one device for one meter over the whole report.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TotalRow {
     /// Tenant.
     pub tenant: String,
@@ -464,7 +472,12 @@ pub struct TotalRow {
 /// `usage` has one row per (tenant, device, window, meter) with a non-zero quantity, sorted by
 /// device key, window, meter, tenant; `totals` one per (tenant, device, meter), no aggregate
 /// rows. `sha256` is the digest of the document without it ([`UsageReport::seal`]).
+///
+/// Reading refuses a key the schema does not define, here and in every entry (serde names it:
+/// "unknown field `…`"): the digest is computed from these fields, so a key they do not hold
+/// would be outside it. [`UsageReport::extensions`] is the one free-form place.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct UsageReport {
     /// Always [`USAGE_SCHEMA`].
     pub schema: String,
@@ -537,6 +550,7 @@ impl Extensions {
 
 /// How far a chain of reports has read one `.gmr` recording ([`Extensions::recordings`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct RecordingEnds {
     /// The recording's identity: `<host>/<process id>/<CUPTI clock at start>/<wall clock at
     /// start>` from its header (the same while the recording grows, and when it is rewritten
@@ -548,6 +562,7 @@ pub struct RecordingEnds {
 
 /// A time per device ([`RecordingEnds::device_ends`]).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DeviceEnd {
     /// Identity of the device.
     pub device_key: String,

@@ -474,17 +474,18 @@ impl CuptiStream {
 
     /// Registers a device's description for buffers without a DEVICE record (or to add what
     /// they lack: name, UUID). `info.id` is CUPTI's device id; `info.key` is replaced by the
-    /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, else
+    /// stream's key for it (`GPU-<uuid>` when `info.uuid` is set, in one spelling whatever the
+    /// case or prefix of the given one, [`DeviceInfo::uuid_key`]; else
     /// `<16 hex digits of the instance id>#<id>`). The device is placed when its first record
-    /// (or dropped count) arrives, from its DEVICE record if one has been seen — which wins where both
-    /// know a field, the key included unless the record has no UUID — filled from this
-    /// description. Once the device is placed, a description (a later call, or a DEVICE record
+    /// (or dropped count) arrives, from its DEVICE record if one has been seen — which wins
+    /// where both know a field, the key included unless the record has no UUID — filled from
+    /// this description. Once the device is placed, a description (a later call, or a DEVICE record
     /// in a later buffer) only fills what is still unknown; a later call replaces what the
     /// stream remembers for devices not yet placed.
     ///
     /// # Errors
     /// [`DuplicateUuid`] when another device id of the stream (described, placed, or named by
-    /// a DEVICE record) has the same UUID; nothing is registered.
+    /// a DEVICE record) has the same UUID, in any spelling; nothing is registered.
     pub fn register_device(
         &mut self,
         meter: &mut Meter,

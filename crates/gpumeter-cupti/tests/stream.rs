@@ -456,6 +456,43 @@ fn a_device_record_wins_over_the_agents_description() {
     );
 }
 
+/// Hostile review of issue 30, finding 6: a description of another device id with the UUID of
+/// a DEVICE record, spelled in upper case or with a lower-case prefix, is that record's UUID
+/// (`DuplicateUuid`, nothing registered); device 0 described so is the same device, and its
+/// key stays the record's (`GPU-` and lower-case hex). Before, the other spellings were other
+/// devices.
+#[test]
+fn a_uuid_in_another_spelling_is_the_device_records_uuid() {
+    let live =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/live/h200_r580_cupti_130001.bin");
+    let buf = std::fs::read(live).expect("read");
+    let api = ApiVersion::from_cupti(130_001).expect("api");
+    let key = "GPU-7251c3cc-143b-27a0-9151-7bdbbf954522";
+    for spelling in [
+        "GPU-7251C3CC-143B-27A0-9151-7BDBBF954522",
+        "gpu-7251c3cc-143b-27a0-9151-7bdbbf954522",
+        "7251C3CC-143b-27a0-9151-7bdbbf954522",
+    ] {
+        let mut meter = Meter::new(MeterConfig::default());
+        let mut stream = CuptiStream::new("agent", api);
+        stream.ingest(&mut meter, &buf).expect("decodes");
+        let mut other = gpumeter_core::DeviceInfo::bare("", 5);
+        other.uuid = Some(spelling.to_string());
+        let e = stream
+            .register_device(&mut meter, other)
+            .expect_err("device 0's UUID");
+        assert!(e.to_string().contains(key), "{spelling}: {e}");
+        let mut same = gpumeter_core::DeviceInfo::bare("", 0);
+        same.uuid = Some(spelling.to_string());
+        stream
+            .register_device(&mut meter, same)
+            .expect("device 0 itself");
+        let r = meter.snapshot().expect("snapshot");
+        let keys: Vec<&str> = r.devices.iter().map(|d| d.device_key.as_str()).collect();
+        assert_eq!(keys, [key], "{spelling}");
+    }
+}
+
 /// INSTRUCTION_EXECUTION counts: a count in the kernel's buffer is metered, a count that comes
 /// a buffer after its kernel is said in a warning (never dropped silently), and every drained
 /// report of an instrumented period carries the instrumented-run warning.

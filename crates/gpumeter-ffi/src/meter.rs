@@ -282,10 +282,11 @@ pub unsafe extern "C" fn gm_meter_free(meter: *mut gm_meter) {
 
 /// Describes a device for buffers without a DEVICE record, or adds what its DEVICE record
 /// lacks (name, UUID). Without a DEVICE record the device is keyed `GPU-<uuid>` when `uuid`
-/// is given, else `<first 16 hex digits of the meter's instance id>#<device_id>` (unique to
-/// this meter, so give the UUID for a key that is stable across agent restarts and nodes).
-/// Where a DEVICE record (in the same buffer as the device's first record, or earlier) and
-/// this description both know a field, the record wins. Register before the device's first buffer: a device is
+/// is given (in any spelling: the prefix in any case or none, the hex written in lower case),
+/// else `<first 16 hex digits of the meter's instance id>#<device_id>` (unique to this meter,
+/// so give the UUID for a key that is stable across agent restarts and nodes). Where a DEVICE
+/// record (in the same buffer as the device's first record, or earlier) and this description
+/// both know a field, the record wins. Register before the device's first buffer: a device is
 /// placed, and its key fixed, when its first record arrives; afterwards a description only
 /// fills what is still unknown. `info`'s strings are copied.
 ///

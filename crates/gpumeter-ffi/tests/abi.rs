@@ -1316,3 +1316,83 @@ fn a_second_device_with_one_uuid_is_refused() {
     let devices = report(&fresh.usage()).devices;
     assert_eq!(devices.len(), 1, "nothing registered: {devices:?}");
 }
+
+/// Hostile review of issue 30, finding 6: one UUID in another spelling (hex in upper case, no
+/// prefix, a lower-case `gpu-` prefix) is one device. Buffers without DEVICE records, so the
+/// descriptions name the devices: a second device id described with another spelling of
+/// device 0's UUID is refused, device 0 described again in it is the same device, and its key
+/// is `GPU-` and lower-case hex (as CUPTI and `nvidia-smi -L` print it) whatever the spelling.
+/// Before, each spelling keyed a device of its own (`gpu-…` even became `GPU-gpu-…`), so one
+/// GPU could be metered, and billed, twice.
+#[test]
+fn one_uuid_in_any_spelling_is_one_device() {
+    const INVALID: gm_status_code = gm_status_code::GM_ERR_INVALID_ARGUMENT;
+    let api = ApiVersion::from_cupti(26).expect("api");
+    let buffers: Vec<Vec<u8>> = gpumeter_synth::buffers(&gpumeter_synth::SynthConfig {
+        kernels: 40,
+        devices: 2,
+        kernels_per_second: 1,
+        start_ns: 1_700_000_000_000_000_000,
+        kernels_per_buffer: 5,
+        external_correlation: false,
+        api_records: false,
+        ..gpumeter_synth::SynthConfig::default()
+    })
+    .expect("the workload generates")
+    .into_iter()
+    .map(|b| {
+        let d = decode(&b, api).expect("decodes");
+        let mut out = Vec::new();
+        for r in &d.records {
+            if !matches!(r.record, Record::Device(_)) {
+                out.extend_from_slice(&b[r.offset..r.offset + r.size]);
+            }
+        }
+        out
+    })
+    .collect();
+    let canonical = "GPU-aaaaaaaa-0000-0000-0000-00000000000a";
+    let other = "GPU-bbbbbbbb-0000-0000-0000-00000000000b";
+    for (first, second) in [
+        (canonical, "GPU-AAAAAAAA-0000-0000-0000-00000000000A"),
+        (canonical, "AAAAAAAA-0000-0000-0000-00000000000A"),
+        (
+            "aaaaaaaa-0000-0000-0000-00000000000a",
+            "gpu-aaaaaaaa-0000-0000-0000-00000000000a",
+        ),
+        ("Gpu-AAAAaaaa-0000-0000-0000-00000000000a", canonical),
+    ] {
+        let m = M::new(r#"{"cupti_api_version": 26}"#);
+        let register = |id: u32, uuid: &str| {
+            let uuid = c(uuid);
+            let info = gm_device_info {
+                uuid: uuid.as_ptr(),
+                sm_count: 132,
+                ..gm_device_info::new(id)
+            };
+            // SAFETY: a live meter and a description whose strings live for the call.
+            unsafe { gm_meter_register_device(m.0, &info) }
+        };
+        expect_ok(register(0, first));
+        expect_err(register(1, second), INVALID, "device 0's");
+        expect_ok(register(0, second)); // device 0 again, in its other spelling
+        expect_ok(register(1, other));
+        for b in &buffers {
+            expect_ok(m.ingest(b));
+        }
+        let r = report(&m.drain(u64::MAX));
+        let keys: Vec<(u32, &str)> = r
+            .devices
+            .iter()
+            .map(|d| (d.device, d.device_key.as_str()))
+            .collect();
+        assert_eq!(keys, [(0, canonical), (1, other)], "{first} then {second}");
+        assert!(r
+            .usage
+            .iter()
+            .all(|u| u.device_key == canonical || u.device_key == other));
+        if let Err(e) = r.check() {
+            panic!("{first} then {second}: {e}");
+        }
+    }
+}
