@@ -142,8 +142,9 @@ typedef struct gm_device_info {
   const char *name;
   // UUID, `GPU-…`/`MIG-…` or bare hex with dashes (NVML's or CUDA's), NUL-terminated
   // UTF-8; NULL = unknown (then the device is keyed
-  // `<source_name>@<meter instance>#<device_id>`, unique to the meter). One UUID is one
-  // device: a second device id with the UUID of one the meter knows is refused.
+  // `<first 16 hex digits of the meter's instance id>#<device_id>`, unique to the meter).
+  // One UUID is one device: a second device id with the UUID of one the meter knows is
+  // refused.
   const char *uuid;
 } gm_device_info;
 
@@ -411,10 +412,10 @@ void gm_meter_free(struct gm_meter *meter);
 // Describes a device for buffers without a DEVICE record, or adds what its DEVICE record
 // lacks (name, UUID). Without a DEVICE record the device is keyed `GPU-<uuid>` when `uuid`
 // is given (in any spelling: the prefix in any case or none, the hex written in lower case),
-// else `<source_name>@<meter instance>#<device_id>` (unique to this meter, so give the UUID
-// for a key that is stable across agent restarts and nodes). Where a DEVICE record
-// (in the same buffer as the device's first record, or earlier) and this description both
-// know a field, the record wins. Register before the device's first buffer: a device is
+// else `<first 16 hex digits of the meter's instance id>#<device_id>` (unique to this meter,
+// so give the UUID for a key that is stable across agent restarts and nodes). Where a DEVICE
+// record (in the same buffer as the device's first record, or earlier) and this description
+// both know a field, the record wins. Register before the device's first buffer: a device is
 // placed, and its key fixed, when its first record arrives; afterwards a description only
 // fills what is still unknown. `info`'s strings are copied.
 //
