@@ -22,6 +22,24 @@ fn dec() -> (u64, u64) {
     (t("2026-12-01T00:00:00Z"), t("2027-01-01T00:00:00Z"))
 }
 
+/// Finalizes (commits) December for `tenant`'s `hours` of source `source` ([`report`]) with
+/// `book`.
+fn december<L: Ledger>(
+    bank: &mut L,
+    tenant: &str,
+    hours: &[(u32, u128)],
+    source: &str,
+    book: &PriceBook,
+) -> Result<gpumeter_bank::Finalized, BankError> {
+    finalize(
+        bank,
+        &report(tenant, hours, source),
+        book,
+        Some(dec()),
+        true,
+    )
+}
+
 /// A book of kernel launches on H100s, per 1K, with `rate` (the `[[rate]]` keys after `unit`)
 /// and `extra` book-level keys (an invoice minimum).
 fn book_with(extra: &str, rate: &str) -> PriceBook {
@@ -179,23 +197,11 @@ fn a_volume_tier_rechosen_is_a_credit_note<L: Ledger>(bank: &mut L) -> Result<()
         ),
     )?;
     // 5K launches: tier 1, 5.00, paid by 50 credits.
-    let first = finalize(
-        bank,
-        &report("acme", &[(0, 5_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let first = december(bank, "acme", &[(0, 5_000)], "a", &b)?;
     let first = &first.document.invoices[0];
     assert_eq!((first.subtotal, first.total), (d("5.00"), d("0.00")));
     // 1K more: 6K at 0.10 = 0.60 for the period, so −4.40.
-    let f = finalize(
-        bank,
-        &report("acme", &[(1, 1_000)], "b"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let f = december(bank, "acme", &[(1, 1_000)], "b", &b)?;
     let note = &f.document.invoices[0];
     assert_eq!(note.extensions.kind, Some(InvoiceKind::CreditNote));
     assert_eq!((note.subtotal, note.total), (d("-4.40"), d("0.00")));
@@ -314,21 +320,9 @@ fn a_credit_note_gives_credits_back_not_cash<L: Ledger>(
     let promo = gpumeter_bank::GrantKind::Promotional;
     let g = grant_of(split, "50", 1, promo, None, "promo")?;
     grant_of(merged, "50", 1, promo, None, "promo")?;
-    let first = finalize(
-        split,
-        &report("acme", &[(0, 5_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let first = december(split, "acme", &[(0, 5_000)], "a", &b)?;
     assert_eq!(first.document.invoices[0].total, d("0.00"));
-    let note = finalize(
-        split,
-        &report("acme", &[(1, 1_000)], "b"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let note = december(split, "acme", &[(1, 1_000)], "b", &b)?;
     let note = &note.document.invoices[0];
     assert_eq!(note.extensions.kind, Some(InvoiceKind::CreditNote));
     assert_eq!((note.subtotal, note.total), (d("-1.40"), d("0.00")));
@@ -341,13 +335,7 @@ fn a_credit_note_gives_credits_back_not_cash<L: Ledger>(
         ),
         (d("-14"), d("-1.40"))
     );
-    finalize(
-        merged,
-        &report("acme", &[(0, 5_000), (1, 1_000)], "ab"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    december(merged, "acme", &[(0, 5_000), (1, 1_000)], "ab", &b)?;
     let end = t("2027-06-01T00:00:00Z");
     let (s, m) = (balance(split, "acme", end)?, balance(merged, "acme", end)?);
     assert_eq!(
@@ -390,13 +378,7 @@ fn a_credit_note_undoes_the_latest_settlement_first<L: Ledger>(
     let b = volume_060();
     let bought = grant_of(two, "30", 1, Purchased, None, "po")?;
     let promo = grant_of(two, "100", 2, Promotional, None, "promo")?;
-    let first = finalize(
-        two,
-        &report("acme", &[(0, 5_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let first = december(two, "acme", &[(0, 5_000)], "a", &b)?;
     let paid: Vec<(String, Decimal)> = first.document.invoices[0]
         .credits_applied
         .iter()
@@ -406,13 +388,7 @@ fn a_credit_note_undoes_the_latest_settlement_first<L: Ledger>(
         paid,
         vec![(bought.clone(), d("30")), (promo.clone(), d("20"))]
     );
-    let note = finalize(
-        two,
-        &report("acme", &[(1, 1_000)], "b"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let note = december(two, "acme", &[(1, 1_000)], "b", &b)?;
     let note = &note.document.invoices[0];
     let given: Vec<(String, Decimal)> = note
         .credits_applied
@@ -433,21 +409,9 @@ fn a_credit_note_undoes_the_latest_settlement_first<L: Ledger>(
     assert_eq!(left, vec![d("94")], "the purchased grant stays spent");
 
     grant_of(short, "30", 1, Purchased, None, "po")?;
-    let first = finalize(
-        short,
-        &report("acme", &[(0, 5_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let first = december(short, "acme", &[(0, 5_000)], "a", &b)?;
     assert_eq!(first.document.invoices[0].total, d("2.00"));
-    let note = finalize(
-        short,
-        &report("acme", &[(1, 1_000)], "b"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let note = december(short, "acme", &[(1, 1_000)], "b", &b)?;
     let note = &note.document.invoices[0];
     assert!(
         note.credits_applied.is_empty(),
@@ -471,21 +435,9 @@ fn credits_of_a_grant_expired_since_go_to_breakage<L: Ledger>(
     let b = volume_060();
     let promo = gpumeter_bank::GrantKind::Promotional;
     let g = grant_of(bank, "60", 1, promo, Some("2027-01-15T00:00:00Z"), "promo")?;
-    finalize(
-        bank,
-        &report("acme", &[(0, 5_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    december(bank, "acme", &[(0, 5_000)], "a", &b)?;
     gpumeter_bank::expire(bank, t("2027-02-01T00:00:00Z"))?;
-    let note = finalize(
-        bank,
-        &report("acme", &[(1, 1_000)], "b"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let note = december(bank, "acme", &[(1, 1_000)], "b", &b)?;
     let note = &note.document.invoices[0];
     assert_eq!(note.credits_applied[0].credits, d("-14"));
     assert!(note
@@ -515,13 +467,7 @@ fn credits_of_a_grant_expired_since_go_to_breakage<L: Ledger>(
 /// of the supplement changes nothing.
 fn periods_never_overlap_unless_equal<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
     let b = graduated();
-    let first = finalize(
-        bank,
-        &report("acme", &[(0, 1_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let first = december(bank, "acme", &[(0, 1_000)], "a", &b)?;
     let mid = (t("2026-12-15T00:00:00Z"), t("2027-01-15T00:00:00Z"));
     // 1K launches on December 20.
     let late = report("acme", &[(19 * 24, 1_000)], "b");
@@ -558,13 +504,7 @@ fn periods_never_overlap_unless_equal<L: Ledger>(bank: &mut L) -> Result<(), Ban
     let again = finalize(bank, &late, &b, Some(dec()), true)?;
     assert_eq!(again.outcomes, vec![Outcome::AlreadyFinalized]);
     assert_eq!(again.document, sup.document);
-    let first_again = finalize(
-        bank,
-        &report("acme", &[(0, 1_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let first_again = december(bank, "acme", &[(0, 1_000)], "a", &b)?;
     assert_eq!(first_again.outcomes, vec![Outcome::AlreadyFinalized]);
     assert_eq!(first_again.document, first.document);
     Ok(())
@@ -577,13 +517,7 @@ fn periods_never_overlap_unless_equal<L: Ledger>(bank: &mut L) -> Result<(), Ban
 fn supplements_take_back_what_they_consumed<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
     let b = with_minimum();
     gpumeter_bank::reserve(bank, &support::reservation("acme", "2.00", None))?;
-    let f = finalize(
-        bank,
-        &report("acme", &[(0, 2_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let f = december(bank, "acme", &[(0, 2_000)], "a", &b)?;
     let inv = &f.document.invoices[0];
     assert!(inv.lines.iter().any(|l| l.kind == LineKind::Reservation));
     let left = |bank: &mut L| -> Result<Decimal, BankError> {
@@ -591,23 +525,11 @@ fn supplements_take_back_what_they_consumed<L: Ledger>(bank: &mut L) -> Result<(
         Ok(all.iter().map(|g| g.remaining).sum())
     };
     assert_eq!(left(bank)?, d("3"));
-    let f = finalize(
-        bank,
-        &report("acme", &[(1, 1_500)], "b"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let f = december(bank, "acme", &[(1, 1_500)], "b", &b)?;
     let inv = &f.document.invoices[0];
     assert!(inv.lines.iter().all(|l| l.kind != LineKind::Reservation));
     assert_eq!(left(bank)?, d("1.5"));
-    let f = finalize(
-        bank,
-        &report("acme", &[(2, 4_000)], "c"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let f = december(bank, "acme", &[(2, 4_000)], "c", &b)?;
     let inv = &f.document.invoices[0];
     assert_eq!(left(bank)?, d("0"));
     assert!(
@@ -666,13 +588,7 @@ fn an_open_period_is_refused<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
 /// another tenant in another window size, its earlier rows rated as they were.
 fn supplements_keep_the_window_size<L: Ledger>(bank: &mut L) -> Result<(), BankError> {
     let b = with_minimum();
-    finalize(
-        bank,
-        &report("acme", &[(0, 3_000)], "a"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    december(bank, "acme", &[(0, 3_000)], "a", &b)?;
     let mut quarter = report("acme", &[(1, 1_000)], "b");
     quarter.window_seconds = 900;
     quarter.seal().expect("seal");
@@ -724,13 +640,7 @@ fn a_fee_only_first_invoice_leaves_the_carried_fragment_to_the_usage<L: Ledger>(
     };
     assert_eq!(carried(bank)?, vec![500]);
 
-    let f = finalize(
-        bank,
-        &report("beta", &[(2, 1_000)], "beta"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let f = december(bank, "beta", &[(2, 1_000)], "beta", &b)?;
     let fee_only = f
         .document
         .invoices
@@ -746,13 +656,7 @@ fn a_fee_only_first_invoice_leaves_the_carried_fragment_to_the_usage<L: Ledger>(
         "a fee-only invoice draws nothing"
     );
 
-    let f = finalize(
-        bank,
-        &report("acme", &[(2, 2_600)], "acme"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let f = december(bank, "acme", &[(2, 2_600)], "acme", &b)?;
     let usage_in = &f.document.invoices[0];
     assert_eq!(usage_in.extensions.kind, Some(InvoiceKind::Supplement));
     assert_eq!(
@@ -774,13 +678,7 @@ fn a_fee_only_first_invoice_leaves_the_carried_fragment_to_the_usage<L: Ledger>(
     assert_eq!(left(bank)?, d("2.4"));
 
     // 1K more: 4.1K bill 4K (0.50 more), 100 carried; the 500 are not drawn twice.
-    let f = finalize(
-        bank,
-        &report("acme", &[(3, 1_000)], "acme-late"),
-        &b,
-        Some(dec()),
-        true,
-    )?;
+    let f = december(bank, "acme", &[(3, 1_000)], "acme-late", &b)?;
     let late = &f.document.invoices[0];
     assert!(late.extensions.fragments_in.is_empty());
     assert_eq!(late.subtotal, d("0.50"));

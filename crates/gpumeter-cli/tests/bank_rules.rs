@@ -164,35 +164,42 @@ fn a_keyed_grant_retried_with_other_parameters_exits_1_naming_the_difference() {
     assert_eq!(history(&bank), n, "nothing granted");
 }
 
+/// `bank reserve` of 5K kernel launches on h100 per period for acme at 0.10 a credit, from
+/// December 2022 to February 2023, with `fee`.
+fn reserve_cmd(bank: &Path, fee: &str) -> std::process::Output {
+    let fee = format!("--fee={fee}");
+    bank_cmd(
+        bank,
+        &[
+            "reserve",
+            "--tenant",
+            "acme",
+            "--sku",
+            "h100",
+            "--meter",
+            "kernel_launches",
+            "--capacity",
+            "5",
+            "--unit",
+            "1K",
+            &fee,
+            "--rate",
+            "0.10",
+            "--from",
+            "2022-12-01T00:00:00Z",
+            "--to",
+            "2023-02-01T00:00:00Z",
+        ],
+    )
+}
+
 /// `--fee 0` would turn capacity into credits from nothing every period: refused (exit 2).
 #[test]
 fn a_reservation_of_fee_0_is_refused() {
     let dir = tempfile::tempdir().expect("tempdir");
     let bank = dir.path().join("bank.db");
-    for fee in ["--fee=0", "--fee=-1.00"] {
-        let o = bank_cmd(
-            &bank,
-            &[
-                "reserve",
-                "--tenant",
-                "acme",
-                "--sku",
-                "h100",
-                "--meter",
-                "kernel_launches",
-                "--capacity",
-                "5",
-                "--unit",
-                "1K",
-                fee,
-                "--rate",
-                "0.10",
-                "--from",
-                "2022-12-01T00:00:00Z",
-                "--to",
-                "2023-02-01T00:00:00Z",
-            ],
-        );
+    for fee in ["0", "-1.00"] {
+        let o = reserve_cmd(&bank, fee);
         assert_eq!(o.status.code(), Some(2), "{fee}: {}", stderr(&o));
         assert!(stderr(&o).contains("must be positive"), "{}", stderr(&o));
     }
@@ -221,32 +228,7 @@ fn a_refused_request_creates_no_bank_and_a_respelled_reservation_is_one() {
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(stderr(&o).contains("1000000000000"), "{}", stderr(&o));
     assert!(!bank.exists(), "a refused grant created the bank");
-    let reserve = |fee: &str| {
-        bank_cmd(
-            &bank,
-            &[
-                "reserve",
-                "--tenant",
-                "acme",
-                "--sku",
-                "h100",
-                "--meter",
-                "kernel_launches",
-                "--capacity",
-                "5",
-                "--unit",
-                "1K",
-                "--fee",
-                fee,
-                "--rate",
-                "0.10",
-                "--from",
-                "2022-12-01T00:00:00Z",
-                "--to",
-                "2023-02-01T00:00:00Z",
-            ],
-        )
-    };
+    let reserve = |fee: &str| reserve_cmd(&bank, fee);
     let o = reserve("0");
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
     assert!(!bank.exists(), "a refused reservation created the bank");

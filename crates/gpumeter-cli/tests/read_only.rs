@@ -122,6 +122,22 @@ fn a_bank(dir: &Path) -> std::path::PathBuf {
     bank
 }
 
+/// `gpumeter bank grant` of 1 credit at 1 to tenant `a` in the bank at `bank`.
+fn grant_args(bank: &str) -> Vec<&str> {
+    vec![
+        "bank",
+        "grant",
+        "--bank",
+        bank,
+        "--tenant",
+        "a",
+        "--credits",
+        "1",
+        "--rate",
+        "1",
+    ]
+}
+
 #[test]
 fn every_reader_works_on_a_read_only_bank_and_beside_a_writer() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -239,18 +255,7 @@ fn a_bank_that_is_no_file_or_of_version_0_is_one_line() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     for args in [
         vec!["bank", "verify", "--bank", "/dev/null"],
-        vec![
-            "bank",
-            "grant",
-            "--bank",
-            "/dev/null",
-            "--tenant",
-            "a",
-            "--credits",
-            "1",
-            "--rate",
-            "1",
-        ],
+        grant_args("/dev/null"),
     ] {
         let o = gpumeter(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
@@ -274,18 +279,7 @@ fn a_bank_that_is_no_file_or_of_version_0_is_one_line() {
         .expect("editing the version");
     for args in [
         vec!["bank", "verify", "--bank", s(&bank)],
-        vec![
-            "bank",
-            "grant",
-            "--bank",
-            s(&bank),
-            "--tenant",
-            "a",
-            "--credits",
-            "1",
-            "--rate",
-            "1",
-        ],
+        grant_args(s(&bank)),
     ] {
         let o = gpumeter(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
@@ -309,35 +303,13 @@ fn a_file_uri_is_no_bank_location() {
     let uri = format!("file:{}", s(&bank));
     let null_journal = Path::new("/dev/null-journal").exists();
     for args in [
-        vec![
-            "bank",
-            "grant",
-            "--bank",
-            &uri,
-            "--tenant",
-            "a",
-            "--credits",
-            "1",
-            "--rate",
-            "1",
-            "--from",
-            "2025-01-01T00:00:00Z",
-        ],
+        [grant_args(&uri), vec!["--from", "2025-01-01T00:00:00Z"]].concat(),
         vec!["bank", "verify", "--bank", &uri],
-        vec![
-            "bank",
-            "grant",
-            "--bank",
-            "file:/dev/null",
-            "--tenant",
-            "a",
-            "--credits",
-            "1",
-            "--rate",
-            "1",
-            "--from",
-            "2025-01-01T00:00:00Z",
-        ],
+        [
+            grant_args("file:/dev/null"),
+            vec!["--from", "2025-01-01T00:00:00Z"],
+        ]
+        .concat(),
     ] {
         let o = gpumeter(&args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", stderr(&o));
