@@ -458,7 +458,7 @@ fn report_name(path: &Path) -> String {
 
 /// Checks a usage report as every reader must before trusting it
 /// ([`gpumeter_core::check_report`]); `report` names it in the error. [`preview`],
-/// [`bill`], [`merge_usage_reports`], [`read_usage_report`], [`parse_usage_report`] and
+/// `bill` (feature `bank`), [`merge_usage_reports`], [`read_usage_report`], [`parse_usage_report`] and
 /// [`events::usage_events`] call it; a caller that rates or sends a report it got elsewhere
 /// may call it first to tell a bad report from a bad price book.
 ///
@@ -982,11 +982,11 @@ pub fn bill<L: gpumeter_bank::Ledger>(
     bill_with(ledger, usage, book, period, &BillOptions::new(commit))
 }
 
-/// How [`bill_with`] bills.
+/// How `bill_with` bills (feature `bank`; a plain value, so it is there without it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct BillOptions {
-    /// Commit (`invoice finalize`) or roll back (`preview --bank`), as [`bill`]'s `commit`.
+    /// Commit (`invoice finalize`) or roll back (`preview --bank`), as `bill`'s `commit`.
     pub commit: bool,
     /// Finalize an incomplete report too (`--allow-incomplete`): each invoice then carries
     /// the warning `incomplete_usage`. Without it, finalizing one is [`Error::Incomplete`]
