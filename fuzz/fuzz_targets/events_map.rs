@@ -58,9 +58,9 @@ fuzz_target!(|data: &[u8]| {
     ] {
         for closed_before_ns in [None, Some(1_796_112_000_000_000_000)] {
             let opts = EventOptions {
-                format,
                 map: Some(&map),
                 closed_before_ns,
+                ..EventOptions::new(format)
             };
             let Ok(events) = usage_events(&report, &opts) else {
                 continue;
