@@ -11,8 +11,9 @@ use gpumeter_core::report::Quantity;
 use gpumeter_core::{MeterKind, UsageReport};
 use libfuzzer_sys::fuzz_target;
 
-/// A sealed report with one row per (tenant, meter): the map's first tenant, `unattributed`,
-/// and a tenant no map names; `sm_ns` and `warp_ns` (past Stripe's 15 digits) for each.
+/// A sealed, complete report with one row per (tenant, meter): the map's first tenant,
+/// `unattributed`, and a tenant no map names; `sm_ns` (within what the device's 1000 SMs can
+/// do in the hour) and `warp_ns` (past Stripe's 15 digits) for each.
 fn report(first_tenant: Option<&str>) -> UsageReport {
     let mut tenants = vec!["unattributed".to_string(), "zed".to_string()];
     // Once each: two rows of one key are refused (`usage_events` would send one id twice).
@@ -21,7 +22,9 @@ fn report(first_tenant: Option<&str>) -> UsageReport {
     }
     let text = serde_json::json!({
         "schema": "gpumeter.usage/v1", "metering_policy": "v1", "window_seconds": 3600,
-        "sources": [], "devices": [],
+        "complete": true, "sources": [],
+        "devices": [{"device": 0, "device_key": "00000000000000f0#0", "name": "NVIDIA H100",
+                     "sm_count": 1000, "compute_capability": "9.0", "not_meterable": []}],
         "records": {"kernel": 0, "memcpy": 0, "memset": 0, "skipped": {}},
         "loss": [], "usage": [], "totals": [], "open_allocations": [], "warnings": [],
         "sha256": ""
@@ -35,13 +38,16 @@ fn report(first_tenant: Option<&str>) -> UsageReport {
             report.usage.push(gpumeter_core::UsageRow {
                 tenant: tenant.clone(),
                 device: 0,
-                device_key: "fuzz.json@00000000#0".into(),
+                device_key: "00000000000000f0#0".into(),
                 window_start: "2026-12-01T08:00:00Z".into(),
                 meter,
                 quantity: Quantity(quantity),
             });
         }
     }
+    // Totals and digest as the meter writes them, so the report passes the readers' checks
+    // (a report that fails them would make every map's events an error, reaching nothing).
+    report.seal_with_totals().expect("a sealed report");
     report
 }
 
