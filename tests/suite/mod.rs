@@ -8,6 +8,7 @@ mod golden;
 mod gpu_flops;
 mod gpu_truth;
 mod hostile;
+mod house;
 mod merge_files;
 mod readme;
 mod reports;
