@@ -2,6 +2,9 @@
 //! published crate refers to the design file outside the crate ("DESIGN §4", `DESIGN.md`).
 //! The docs state the rule where it applies instead. Plain `//` comments may keep the
 //! references: they are read beside the repository, not on docs.rs.
+//!
+//! And the project's Markdown docs (README.md, docs/, issue 31): they cite no file outside the
+//! repository, and no line says something is "not implemented".
 
 use std::path::{Path, PathBuf};
 
@@ -98,4 +101,103 @@ fn the_c_header_names_no_design_file() {
             .collect();
         assert!(found.is_empty(), "{}", found.join("\n"));
     }
+}
+
+/// README.md and every `.md` file under `docs/`, sorted: the project's own documentation.
+fn markdown_files(root: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+            .expect("read a docs folder")
+            .map(|e| e.expect("a docs entry").path())
+            .collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "md") {
+                out.push(p);
+            }
+        }
+    }
+    let mut files = vec![root.join("README.md")];
+    walk(&root.join("docs"), &mut files);
+    files
+}
+
+/// `file:line: text` of each line of `text` that `bad` finds fault with.
+fn lines_where(file: &str, text: &str, bad: impl Fn(&str) -> bool) -> Vec<String> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| bad(l))
+        .map(|(i, l)| format!("{file}:{}: {}", i + 1, l.trim()))
+        .collect()
+}
+
+/// A line of prose with its inline code spans (`` `…` ``) removed: what a doc says in its own
+/// words, not what it quotes.
+fn prose(line: &str) -> String {
+    line.split('`').step_by(2).collect::<Vec<_>>().join(" ")
+}
+
+/// Every line of the project's docs that `bad` finds fault with, as `file:line: text`.
+fn doc_lines_where(bad: impl Fn(&str) -> bool) -> Vec<String> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let files = markdown_files(root);
+    assert!(files.len() > 10, "found only {} docs", files.len());
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read a doc");
+        let name = f.strip_prefix(root).unwrap_or(f).display().to_string();
+        found.extend(lines_where(&name, &text, &bad));
+    }
+    found
+}
+
+#[test]
+fn the_doc_probes_see_prose_and_only_prose() {
+    let text = "--format usage is not implemented yet\nall implemented\nNot Implemented\n";
+    assert_eq!(
+        lines_where("d.md", text, |l| l
+            .to_lowercase()
+            .contains("not implemented")),
+        [
+            "d.md:1: --format usage is not implemented yet",
+            "d.md:3: Not Implemented"
+        ]
+    );
+    assert_eq!(prose("a `DESIGN §4` b `c` d"), "a   b   d");
+}
+
+/// Issue 31: a doc that says a feature is "not implemented" is checked against the code the
+/// day it becomes true, so the phrase is not left in the docs: say what exists instead, or
+/// what it does not do.
+#[test]
+fn the_docs_say_nothing_is_not_implemented() {
+    let found = doc_lines_where(|l| l.to_lowercase().contains("not implemented"));
+    assert!(
+        found.is_empty(),
+        "{} lines of README.md or docs/ say \"not implemented\"; check each against the code \
+         and say what is there:\n{}",
+        found.len(),
+        found.join("\n")
+    );
+}
+
+/// Issue 31: the docs stand alone in a clone. They cite the project's own pages
+/// (docs/ARCHITECTURE.md, docs/METERING.md, …), never the design file beside the repository;
+/// `../shared/data`, the shared test traces the tests read, is the one path outside it they
+/// name. Quotes in inline code (an old warning's text) are not citations.
+#[test]
+fn the_docs_cite_no_file_outside_the_repository() {
+    let found = doc_lines_where(|l| {
+        let p = prose(l);
+        p.contains("DESIGN") || p.replace("../shared/data", "").contains("../shared")
+    });
+    assert!(
+        found.is_empty(),
+        "{} lines of README.md or docs/ cite a file outside the repository; cite \
+         docs/ARCHITECTURE.md, docs/METERING.md or the page that says it:\n{}",
+        found.len(),
+        found.join("\n")
+    );
 }

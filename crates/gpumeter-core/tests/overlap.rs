@@ -131,7 +131,8 @@ fn fifty_thousand_overlapping_kernels_of_one_tenant() {
 
 /// 20 000 processes, each with one kernel (and one copy) in a 1 s window of its own: a cell
 /// holds what was booked in it, never an entry per key of its device (20 000 cells × 20 000
-/// keys of 16-byte accumulators would be 6.4 GB; DECISIONS "Cells as flat arrays").
+/// keys of 16-byte accumulators would be 6.4 GB; docs/decisions/metering-at-memory-speed.md,
+/// "Cells as flat arrays").
 #[test]
 fn keys_each_in_a_window_of_their_own_hold_no_cells_times_keys() {
     if !in_child("keys_each_in_a_window_of_their_own_hold_no_cells_times_keys") {

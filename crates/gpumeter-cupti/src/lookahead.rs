@@ -1,5 +1,5 @@
 //! The correlation joins of a streamed file, bounded by its *join distance* (issue 13: memory
-//! flat in the input's size; docs/DECISIONS.md, "Streaming a raw buffer or a `.gmr` file").
+//! flat in the input's size; docs/decisions/cupti-streaming-a-buffer-or-recording.md).
 //!
 //! The whole-file path learns every API and EXTERNAL_CORRELATION record of a file before it
 //! converts the first work record ([`Joins::learn`], [`crate::join::convert`]): about 45 bytes

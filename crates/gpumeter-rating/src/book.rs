@@ -7,8 +7,8 @@
 //! tier edges, one increment per SKU and meter, bands that never meet on one rate, exact
 //! price × multiplier products). Every error names the file, the line and column of the
 //! offending key, the table (`rate[3]`, counting each `[[rate]]` from 0 in file order), the
-//! field and the value ([`PriceBookError`]); `docs/DECISIONS.md` "Price book validation" lists
-//! the rules.
+//! field and the value ([`PriceBookError`]);
+//! `docs/decisions/rating-price-book-validation.md` lists the rules.
 //!
 //! Every price-book feature is rated: the models ([`RateModel`], in [`crate::model`]), tiers with
 //! their flat fees, time-of-use bands, billing increments and effective dating.

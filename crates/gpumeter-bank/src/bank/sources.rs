@@ -110,7 +110,7 @@ fn merged(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
 }
 
 /// Every range every finalization of the ledger billed, all tenants: O(finalizations) (see
-/// docs/DECISIONS.md).
+/// docs/decisions/integrity-periods-and-sources.md).
 pub(crate) fn billed_sources(t: &dyn LedgerTx) -> Result<BilledSources, BankError> {
     let mut out = BilledSources::default();
     for done in t.transactions(Some("finalize"))? {

@@ -8,7 +8,8 @@
 //! cell-local index it had where it was last booked, so booking the same slot in the same
 //! window again (the steady state) is two array reads, no hash. Memory: per device, one entry
 //! per slot ever booked (and 4 bytes per attribution key of the meter); per cell, one entry
-//! per slot booked in it: never cells × keys (DECISIONS, issue 13 "Cells as flat arrays").
+//! per slot booked in it: never cells × keys (docs/decisions/metering-at-memory-speed.md,
+//! "Cells as flat arrays").
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
