@@ -23,9 +23,9 @@ use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
 use crate::currency::Currency;
+use crate::error::RatingError;
 pub use crate::model::RateModel;
 use crate::money::{decimal_to_minor_units, Rounding};
-use crate::rating::RatingError;
 use crate::units::PricingUnit;
 
 /// Schema id a price book must declare (`schema = "gpumeter.pricebook/v1"`).

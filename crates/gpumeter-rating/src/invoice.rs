@@ -1,11 +1,13 @@
 //! The invoice document, `gpumeter.invoice/v1`, and its text rendering.
 
+use std::collections::BTreeMap;
+
 use gpumeter_core::text::printable;
 use gpumeter_core::{document_sha256, MeterKind, Quantity, Warning};
 use rust_decimal::Decimal;
 use serde::{Deserialize, Serialize};
 
-use crate::rating::RatingError;
+use crate::error::RatingError;
 
 /// Schema id of the invoice document.
 pub const INVOICE_SCHEMA: &str = "gpumeter.invoice/v1";
@@ -204,6 +206,21 @@ pub struct Fragment {
     pub meter: MeterKind,
     /// Canonical units of the meter.
     pub quantity: Quantity,
+}
+
+/// Fragments below one billing increment carried between periods, per (tenant, SKU, meter),
+/// in the meter's canonical units.
+pub type CarriedFragments = BTreeMap<FragmentKey, u128>;
+
+/// Whose fragment: a tenant's usage of one meter on one SKU.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FragmentKey {
+    /// The tenant.
+    pub tenant: String,
+    /// The SKU id.
+    pub sku: String,
+    /// The meter.
+    pub meter: MeterKind,
 }
 
 /// An invoice line's `extensions` object.
@@ -576,11 +593,11 @@ impl InvoiceDocument {
     /// The fragments every invoice carries out to the next period, per (tenant, SKU, meter),
     /// canonical units (from each invoice's `extensions.fragments_out`): what the bank keeps
     /// and passes back as the next period's `carried_in` ([`crate::rate`]).
-    pub fn fragments_out(&self) -> crate::CarriedFragments {
-        let mut out = crate::CarriedFragments::new();
+    pub fn fragments_out(&self) -> CarriedFragments {
+        let mut out = CarriedFragments::new();
         for inv in &self.invoices {
             for f in &inv.extensions.fragments_out {
-                let key = crate::FragmentKey {
+                let key = FragmentKey {
                     tenant: inv.tenant.clone(),
                     sku: f.sku.clone(),
                     meter: f.meter,
