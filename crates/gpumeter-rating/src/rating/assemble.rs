@@ -7,7 +7,10 @@ use gpumeter_core::time::rfc3339;
 use gpumeter_core::{MeterKind, Quantity, UsageReport, Warning, WarningCode, IDLE};
 use num_bigint::BigUint;
 use num_traits::Zero;
+use rust_decimal::Decimal;
 
+use crate::book::PriceBook;
+use crate::currency::Currency;
 use crate::error::RatingError;
 use crate::invoice::{
     Fragment, IdleRow, IdleUsage, Invoice, InvoiceExtensions, Line, Period, PriceBookRef, Unpriced,
@@ -17,13 +20,14 @@ use crate::money::minor_units_to_decimal;
 use super::series::rate_series;
 use super::{Context, TenantUsage};
 
+/// One tenant's invoice for the period, unsealed: its series' lines, the invoice minimum,
+/// unpriced usage, and `common_warnings` followed by its own.
 pub(super) fn build_invoice(
     ctx: &mut Context<'_>,
     tenant: &str,
     acc: TenantUsage<'_>,
     common_warnings: &[Warning],
 ) -> Result<Invoice, RatingError> {
-    let usage = ctx.usage;
     let book = ctx.book;
     let (from, to) = ctx.period;
     let currency = book.currency();
@@ -34,7 +38,54 @@ pub(super) fn build_invoice(
         currency: currency.code().to_string(),
     };
     let mut warnings = common_warnings.to_vec();
+    let (mut lines, usage_sum, extensions) = usage_lines(ctx, tenant, &acc, &mut warnings)?;
+    let (subtotal_minor, minimum_waived) = apply_minimum(book, &mut lines, &usage_sum, overflow)?;
+    let subtotal = minor_units_to_decimal(&subtotal_minor, &currency)
+        .ok_or_else(|| overflow("subtotal".into(), &subtotal_minor))?;
 
+    let unpriced = unpriced_usage(ctx.usage, &acc, &mut warnings);
+    if let Some(minimum) = minimum_waived {
+        warnings.push(minimum_waived_warning(
+            minimum,
+            currency,
+            !unpriced.is_empty(),
+            &acc,
+        ));
+    }
+
+    Ok(Invoice {
+        tenant: tenant.to_string(),
+        currency: currency.code().to_string(),
+        period: Period {
+            from: rfc3339(from),
+            to: rfc3339(to),
+        },
+        price_book: PriceBookRef {
+            version: book.version().to_string(),
+            sha256: book.sha256().to_string(),
+        },
+        lines,
+        unpriced,
+        subtotal,
+        credits_applied: Vec::new(),
+        total: subtotal,
+        warnings,
+        usage_sha256: ctx.usage_sha256.clone(),
+        ledger_head: None,
+        sha256: String::new(),
+        extensions,
+    })
+}
+
+/// The lines of the tenant's series in (SKU id, meter) order, the sum of their amounts in
+/// minor units, and the fragments carried in and out (the invoice's `extensions`).
+fn usage_lines(
+    ctx: &mut Context<'_>,
+    tenant: &str,
+    acc: &TenantUsage<'_>,
+    warnings: &mut Vec<Warning>,
+) -> Result<(Vec<Line>, BigUint, InvoiceExtensions), RatingError> {
+    let book = ctx.book;
     // Series in (SKU id, meter) order.
     let mut keys: Vec<(usize, MeterKind)> = acc.series.keys().copied().collect();
     keys.sort_by(|a, b| {
@@ -48,7 +99,7 @@ pub(super) fn build_invoice(
     for key in keys {
         let windows = acc.series.get(&key).unwrap_or(&empty);
         let fragment_in = acc.fragments_in.get(&key).copied().unwrap_or(0);
-        let series = rate_series(ctx, tenant, key, windows, fragment_in, &mut warnings)?;
+        let series = rate_series(ctx, tenant, key, windows, fragment_in, warnings)?;
         let sku = book
             .skus()
             .get(key.0)
@@ -70,7 +121,19 @@ pub(super) fn build_invoice(
         usage_sum += series.minor;
         lines.extend(series.lines);
     }
+    Ok((lines, usage_sum, extensions))
+}
 
+/// Applies the book's invoice minimum to the usage lines summing `usage_sum` minor units: a
+/// `minimum` line tops them up; with no usage line it does not apply. Returns the subtotal in
+/// minor units and, when the minimum does not apply, its amount (for the warning).
+fn apply_minimum(
+    book: &PriceBook,
+    lines: &mut Vec<Line>,
+    usage_sum: &BigUint,
+    overflow: impl Fn(String, &BigUint) -> RatingError,
+) -> Result<(BigUint, Option<Decimal>), RatingError> {
+    let currency = book.currency();
     // The minimum tops up priced usage only: an invoice without a usage line (all of its
     // usage unpriced, or of meters the book does not rate) has nothing to top up, and says so.
     // (`idle` has no invoice at all: it is listed apart.)
@@ -84,17 +147,23 @@ pub(super) fn build_invoice(
                     .ok_or_else(|| overflow("minimum".into(), &min_minor))?;
                 minimum_waived = Some(amount);
             }
-        } else if usage_sum < min_minor {
-            let top_up = &min_minor - &usage_sum;
+        } else if *usage_sum < min_minor {
+            let top_up = &min_minor - usage_sum;
             let amount = minor_units_to_decimal(&top_up, &currency)
                 .ok_or_else(|| overflow("minimum".into(), &top_up))?;
             lines.push(Line::minimum(amount));
             subtotal_minor = min_minor;
         }
     }
-    let subtotal = minor_units_to_decimal(&subtotal_minor, &currency)
-        .ok_or_else(|| overflow("subtotal".into(), &subtotal_minor))?;
+    Ok((subtotal_minor, minimum_waived))
+}
 
+/// The invoice's `unpriced` block, with one warning per (device, reason).
+fn unpriced_usage(
+    usage: &UsageReport,
+    acc: &TenantUsage<'_>,
+    warnings: &mut Vec<Warning>,
+) -> Vec<Unpriced> {
     let mut unpriced = Vec::with_capacity(acc.unpriced.len());
     let mut warned: BTreeSet<(&str, &str)> = BTreeSet::new();
     for ((device_key, meter, reason), q) in &acc.unpriced {
@@ -120,52 +189,37 @@ pub(super) fn build_invoice(
             reason: reason.clone(),
         });
     }
-    if let Some(minimum) = minimum_waived {
-        let mut why = Vec::new();
-        if !unpriced.is_empty() {
-            why.push("see unpriced".to_string());
-        }
-        if !acc.unrated.is_empty() {
-            let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
-            why.push(format!(
-                "the price book has no rate for {} on this usage's SKUs (not billed)",
-                meters.join(", ")
-            ));
-        }
-        let mut w = format!(
-            "the invoice minimum of {minimum} {} does not apply: this invoice has no priced \
-             usage",
-            currency.code()
-        );
-        for part in why {
-            w.push_str("; ");
-            w.push_str(&part);
-        }
-        warnings.push(Warning::new(WarningCode::MinimumNotApplied, w));
-    }
+    unpriced
+}
 
-    Ok(Invoice {
-        tenant: tenant.to_string(),
-        currency: currency.code().to_string(),
-        period: Period {
-            from: rfc3339(from),
-            to: rfc3339(to),
-        },
-        price_book: PriceBookRef {
-            version: book.version().to_string(),
-            sha256: book.sha256().to_string(),
-        },
-        lines,
-        unpriced,
-        subtotal,
-        credits_applied: Vec::new(),
-        total: subtotal,
-        warnings,
-        usage_sha256: ctx.usage_sha256.clone(),
-        ledger_head: None,
-        sha256: String::new(),
-        extensions,
-    })
+/// The warning of an invoice whose minimum does not apply (no priced usage), saying why.
+fn minimum_waived_warning(
+    minimum: Decimal,
+    currency: Currency,
+    has_unpriced: bool,
+    acc: &TenantUsage<'_>,
+) -> Warning {
+    let mut why = Vec::new();
+    if has_unpriced {
+        why.push("see unpriced".to_string());
+    }
+    if !acc.unrated.is_empty() {
+        let meters: Vec<String> = acc.unrated.iter().map(ToString::to_string).collect();
+        why.push(format!(
+            "the price book has no rate for {} on this usage's SKUs (not billed)",
+            meters.join(", ")
+        ));
+    }
+    let mut w = format!(
+        "the invoice minimum of {minimum} {} does not apply: this invoice has no priced \
+         usage",
+        currency.code()
+    );
+    for part in why {
+        w.push_str("; ");
+        w.push_str(&part);
+    }
+    Warning::new(WarningCode::MinimumNotApplied, w)
 }
 
 /// Warnings every invoice from this report carries: loss, then the report's own warnings.

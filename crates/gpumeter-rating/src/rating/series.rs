@@ -9,7 +9,7 @@ use num_bigint::BigUint;
 use num_traits::Zero;
 use rust_decimal::Decimal;
 
-use crate::book::Rate;
+use crate::book::{PriceBook, Rate};
 use crate::error::RatingError;
 use crate::invoice::{Line, LineExtensions, LineKind};
 use crate::model::RateModel;
@@ -36,10 +36,39 @@ pub(super) struct SeriesLines {
     pub(super) fragment_out: u128,
 }
 
+/// A (piece of) usage in time order: (rate index, band, canonical quantity).
+type Piece = (usize, Option<usize>, u128);
+
+/// Which series: the tenant, the SKU id, the meter, and the SKU's rates for the meter.
+struct Series<'a> {
+    tenant: &'a str,
+    sku: &'a str,
+    meter: MeterKind,
+    candidates: Vec<&'a Rate>,
+}
+
+impl Series<'_> {
+    /// The error of a canonical quantity of the series beyond `u128`.
+    fn overflow(&self) -> RatingError {
+        RatingError::QuantityOverflow {
+            tenant: self.tenant.to_string(),
+            sku: self.sku.to_string(),
+            meter: self.meter,
+        }
+    }
+}
+
+/// The series' lines keyed by (validity start, rate index, tier, band), so they print in
+/// time order, and its flat fees by (validity start, rate index, tier) of the rate where
+/// each was charged.
+struct Priced {
+    accs: BTreeMap<(u64, usize, Option<usize>, Option<usize>), LineAcc>,
+    fees: BTreeSet<(u64, usize, usize)>,
+}
+
 /// Rates one tenant's series of one SKU and meter: window pieces in time order (the carried-in
 /// fragment first), the increment on the total, the model's parts, one line per (rate, tier,
 /// band), then the flat fees of the tiers reached.
-#[allow(clippy::too_many_lines)]
 pub(super) fn rate_series(
     ctx: &mut Context<'_>,
     tenant: &str,
@@ -49,17 +78,46 @@ pub(super) fn rate_series(
     warnings: &mut Vec<Warning>,
 ) -> Result<SeriesLines, RatingError> {
     let book = ctx.book;
-    let currency = book.currency();
-    let sku = book.skus().get(s).map_or("", |k| k.id.as_str());
-    let candidates: Vec<&Rate> = ctx.rates_of.get(&(s, meter)).cloned().unwrap_or_default();
-    let overflow = || RatingError::QuantityOverflow {
-        tenant: tenant.to_string(),
-        sku: sku.to_string(),
+    let se = Series {
+        tenant,
+        sku: book.skus().get(s).map_or("", |k| k.id.as_str()),
         meter,
+        candidates: ctx.rates_of.get(&(s, meter)).cloned().unwrap_or_default(),
     };
+    let (pieces, unbilled_in) = series_pieces(ctx, &se, windows, fragment_in, warnings)?;
 
+    // One increment per SKU and meter (the price book refuses rates that differ).
+    let increment = se
+        .candidates
+        .iter()
+        .find_map(|r| r.increment_canonical)
+        .unwrap_or(1)
+        .max(1);
+    let mut total = 0u128;
+    for &(_, _, q) in &pieces {
+        total = total.checked_add(q).ok_or_else(|| se.overflow())?;
+    }
+    let billable_total = total - total % increment;
+
+    let priced = price_pieces(ctx, &se, &pieces, billable_total)?;
+    series_lines(ctx, &se, priced, unbilled_in)
+}
+
+/// The series' pieces in time order: the carried-in fragment first, as usage of the period's
+/// first window (carried on whole, with a warning, when no rate of the series is in force in
+/// the period), then each window with a rate in force; and the carried-in units no rate
+/// prices.
+fn series_pieces(
+    ctx: &mut Context<'_>,
+    se: &Series<'_>,
+    windows: &BTreeMap<u64, u128>,
+    fragment_in: u128,
+    warnings: &mut Vec<Warning>,
+) -> Result<(Vec<Piece>, u128), RatingError> {
+    let book = ctx.book;
+    let (sku, meter, candidates) = (se.sku, se.meter, &se.candidates);
     // Pieces in time order: (rate index, band, canonical quantity).
-    let mut pieces: Vec<(usize, Option<usize>, u128)> = Vec::with_capacity(windows.len() + 1);
+    let mut pieces: Vec<Piece> = Vec::with_capacity(windows.len() + 1);
     let mut unbilled_in = 0u128;
     if fragment_in > 0 {
         let (from, _) = ctx.period;
@@ -77,7 +135,7 @@ pub(super) fn rate_series(
         });
         match at_start.or(first_used) {
             Some((r, ws)) => {
-                check_rate_edges(book, &candidates, ws, ctx.bands.window)?;
+                check_rate_edges(book, candidates, ws, ctx.bands.window)?;
                 let band = ctx.bands.band_for(sku, meter, ws)?;
                 pieces.push((r, band, fragment_in));
             }
@@ -102,19 +160,19 @@ pub(super) fn rate_series(
         let band = ctx.bands.band_for(sku, meter, ws)?;
         pieces.push((r.index, band, q));
     }
+    Ok((pieces, unbilled_in))
+}
 
-    // One increment per SKU and meter (the price book refuses rates that differ).
-    let increment = candidates
-        .iter()
-        .find_map(|r| r.increment_canonical)
-        .unwrap_or(1)
-        .max(1);
-    let mut total = 0u128;
-    for &(_, _, q) in &pieces {
-        total = total.checked_add(q).ok_or_else(overflow)?;
-    }
-    let billable_total = total - total % increment;
-
+/// The model's parts of each piece summed per line (rate, tier, band), and the flat fees
+/// charged: graduated once per tier reached, volume once for the tier chosen.
+fn price_pieces(
+    ctx: &Context<'_>,
+    se: &Series<'_>,
+    pieces: &[Piece],
+    billable_total: u128,
+) -> Result<Priced, RatingError> {
+    let book = ctx.book;
+    let overflow = || se.overflow();
     // Lines keyed by (validity start, rate index, tier, band), so they print in time order.
     let mut accs: BTreeMap<(u64, usize, Option<usize>, Option<usize>), LineAcc> = BTreeMap::new();
     // Flat fees: tier → rate index where first reached.
@@ -129,7 +187,7 @@ pub(super) fn rate_series(
     // counted from the span's start, so usage under another model earlier in the period
     // never fills them.
     let mut span_start: Option<u128> = None;
-    for &(ri, band, q) in &pieces {
+    for &(ri, band, q) in pieces {
         let Some(terms) = ctx.terms.get(ri) else {
             continue;
         };
@@ -144,30 +202,7 @@ pub(super) fn rate_series(
         };
         let multiplier = band.and_then(|b| book.bands().get(b)).map(|b| b.multiplier);
         for part in terms.parts(cum, q, billable_total, span) {
-            let unit_price = match multiplier {
-                None => part.unit_price,
-                Some(m) => {
-                    let exact = exact_product(part.unit_price, m).ok_or_else(|| {
-                        RatingError::Unrateable {
-                            book: book.name().to_string(),
-                            table: format!("band[{}]", band.unwrap_or_default()),
-                            field: "multiplier".into(),
-                            reason: format!(
-                                "{m} × {} (rate[{}]) cannot be held exactly in a decimal",
-                                part.unit_price, r.index
-                            ),
-                        }
-                    })?;
-                    // Shown without the multiplier's trailing zeros, never with fewer
-                    // decimals than the book wrote the price with (0.019000 × 0.60 shows
-                    // 0.011400); the value is the same exact product.
-                    let mut shown = exact.normalize();
-                    if shown.scale() < part.unit_price.scale() {
-                        shown.rescale(part.unit_price.scale());
-                    }
-                    shown
-                }
-            };
+            let unit_price = banded_price(book, part.unit_price, (band, multiplier), r.index)?;
             let key = (r.valid_from.unwrap_or(0), r.index, part.tier, band);
             let acc = accs.entry(key).or_insert(LineAcc {
                 quantity: 0,
@@ -198,7 +233,55 @@ pub(super) fn rate_series(
         }
         cum = cum.checked_add(q).ok_or_else(overflow)?;
     }
+    Ok(Priced { accs, fees })
+}
 
+/// `unit_price` times the multiplier of the band that holds (`band`, `multiplier`), exactly,
+/// shown to at least the book's decimals; `unit_price` itself outside every band.
+fn banded_price(
+    book: &PriceBook,
+    unit_price: Decimal,
+    (band, multiplier): (Option<usize>, Option<Decimal>),
+    rate: usize,
+) -> Result<Decimal, RatingError> {
+    let price = match multiplier {
+        None => unit_price,
+        Some(m) => {
+            let exact = exact_product(unit_price, m).ok_or_else(|| RatingError::Unrateable {
+                book: book.name().to_string(),
+                table: format!("band[{}]", band.unwrap_or_default()),
+                field: "multiplier".into(),
+                reason: format!(
+                    "{m} × {} (rate[{}]) cannot be held exactly in a decimal",
+                    unit_price, rate
+                ),
+            })?;
+            // Shown without the multiplier's trailing zeros, never with fewer
+            // decimals than the book wrote the price with (0.019000 × 0.60 shows
+            // 0.011400); the value is the same exact product.
+            let mut shown = exact.normalize();
+            if shown.scale() < unit_price.scale() {
+                shown.rescale(unit_price.scale());
+            }
+            shown
+        }
+    };
+    Ok(price)
+}
+
+/// One usage line per (rate, tier, band), in time order, each amount rounded once, then the
+/// flat fees; with the sum of their amounts and the fragment carried out.
+fn series_lines(
+    ctx: &Context<'_>,
+    se: &Series<'_>,
+    priced: Priced,
+    unbilled_in: u128,
+) -> Result<SeriesLines, RatingError> {
+    let book = ctx.book;
+    let currency = book.currency();
+    let (tenant, sku, meter) = (se.tenant, se.sku, se.meter);
+    let overflow = || se.overflow();
+    let Priced { accs, fees } = priced;
     let amount_overflow = |what: String, minor: &BigUint| RatingError::AmountOverflow {
         tenant: tenant.to_string(),
         what,
