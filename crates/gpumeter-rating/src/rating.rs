@@ -1,4 +1,9 @@
 //! Rating: a usage report and a price book become one invoice per tenant and period.
+//!
+//! [`rate`] reads as its steps, one part each: `checks.rs` (the report, its windows and the
+//! period), `gather.rs` (the rows into each tenant's usage), `bands.rs` (which band holds over
+//! a window), `series.rs` (one SKU and meter's usage into priced lines) and `assemble.rs` (a
+//! tenant's invoice, and `idle` listed apart).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use chrono::Weekday;
 use gpumeter_core::time::rfc3339;
 use gpumeter_core::MeterKind;
 use rust_decimal::Decimal;
@@ -545,17 +546,7 @@ fn parse_bands(
                 "not an IANA time zone of the tz database (such as \"America/New_York\", \"UTC\")",
             )
         })?;
-        let mut days = Vec::new();
-        for d in r.filter_list("days")? {
-            let v = toml::Value::String(d.to_string());
-            let day = parse_weekday(d).ok_or_else(|| {
-                r.invalid("days", &v, "expected mon, tue, wed, thu, fri, sat or sun")
-            })?;
-            if days.contains(&day) {
-                return Err(r.invalid("days", &v, "listed twice"));
-            }
-            days.push(day);
-        }
+        let days = band_days(&r)?;
         let hours = r.required_string("hours")?;
         let hv = r.required("hours")?;
         let (start_minute, end_minute) = hours
@@ -572,33 +563,8 @@ fn parse_bands(
         let multiplier = r
             .decimal("multiplier")?
             .ok_or_else(|| r.missing("multiplier"))?;
-        let mut meters = Vec::new();
-        for m in r.filter_list("meters")? {
-            let v = toml::Value::String(m.to_string());
-            let names: Vec<&str> = MeterKind::ALL.iter().map(|m| m.as_str()).collect();
-            let meter = MeterKind::parse(m).ok_or_else(|| {
-                r.invalid(
-                    "meters",
-                    &v,
-                    format!("not a meter; meters: {}", names.join(", ")),
-                )
-            })?;
-            if meters.contains(&meter) {
-                return Err(r.invalid("meters", &v, "listed twice"));
-            }
-            meters.push(meter);
-        }
-        let mut band_skus: Vec<String> = Vec::new();
-        for s in r.filter_list("skus")? {
-            let v = toml::Value::String(s.to_string());
-            if !skus.iter().any(|k| k.id == s) {
-                return Err(r.invalid("skus", &v, "no [[sku]] has this id"));
-            }
-            if band_skus.iter().any(|b| b == s) {
-                return Err(r.invalid("skus", &v, "listed twice"));
-            }
-            band_skus.push(s.to_string());
-        }
+        let meters = band_meters(&r)?;
+        let band_skus = band_skus(&r, skus)?;
         bands.push(Band {
             index: i,
             name,
@@ -612,4 +578,56 @@ fn parse_bands(
         });
     }
     Ok(bands)
+}
+
+/// A band's `days`: weekday names, each once; empty (every day) when absent.
+fn band_days(r: &Reader<'_>) -> Result<Vec<Weekday>, PriceBookError> {
+    let mut days = Vec::new();
+    for d in r.filter_list("days")? {
+        let v = toml::Value::String(d.to_string());
+        let day = parse_weekday(d)
+            .ok_or_else(|| r.invalid("days", &v, "expected mon, tue, wed, thu, fri, sat or sun"))?;
+        if days.contains(&day) {
+            return Err(r.invalid("days", &v, "listed twice"));
+        }
+        days.push(day);
+    }
+    Ok(days)
+}
+
+/// A band's `meters`: meter names, each once; empty (every meter) when absent.
+fn band_meters(r: &Reader<'_>) -> Result<Vec<MeterKind>, PriceBookError> {
+    let mut meters = Vec::new();
+    for m in r.filter_list("meters")? {
+        let v = toml::Value::String(m.to_string());
+        let names: Vec<&str> = MeterKind::ALL.iter().map(|m| m.as_str()).collect();
+        let meter = MeterKind::parse(m).ok_or_else(|| {
+            r.invalid(
+                "meters",
+                &v,
+                format!("not a meter; meters: {}", names.join(", ")),
+            )
+        })?;
+        if meters.contains(&meter) {
+            return Err(r.invalid("meters", &v, "listed twice"));
+        }
+        meters.push(meter);
+    }
+    Ok(meters)
+}
+
+/// A band's `skus`: ids of the book's SKUs, each once; empty (every SKU) when absent.
+fn band_skus(r: &Reader<'_>, skus: &[Sku]) -> Result<Vec<String>, PriceBookError> {
+    let mut band_skus: Vec<String> = Vec::new();
+    for s in r.filter_list("skus")? {
+        let v = toml::Value::String(s.to_string());
+        if !skus.iter().any(|k| k.id == s) {
+            return Err(r.invalid("skus", &v, "no [[sku]] has this id"));
+        }
+        if band_skus.iter().any(|b| b == s) {
+            return Err(r.invalid("skus", &v, "listed twice"));
+        }
+        band_skus.push(s.to_string());
+    }
+    Ok(band_skus)
 }

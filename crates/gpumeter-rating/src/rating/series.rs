@@ -278,16 +278,9 @@ fn series_lines(
     unbilled_in: u128,
 ) -> Result<SeriesLines, RatingError> {
     let book = ctx.book;
-    let currency = book.currency();
-    let (tenant, sku, meter) = (se.tenant, se.sku, se.meter);
+    let (sku, meter) = (se.sku, se.meter);
     let overflow = || se.overflow();
     let Priced { accs, fees } = priced;
-    let amount_overflow = |what: String, minor: &BigUint| RatingError::AmountOverflow {
-        tenant: tenant.to_string(),
-        what,
-        minor_units: minor.to_string(),
-        currency: currency.code().to_string(),
-    };
     let mut lines = Vec::with_capacity(accs.len() + fees.len());
     let mut minor_sum = BigUint::zero();
     let mut fragment_out = unbilled_in;
@@ -297,16 +290,7 @@ fn series_lines(
         };
         let r = terms.rate;
         let what = format!("sku {sku} {meter}");
-        let minor = amount_minor_units(
-            acc.count,
-            acc.unit_price,
-            acc.factor,
-            &currency,
-            book.rounding(),
-        )
-        .ok_or_else(|| amount_overflow(what.clone(), &BigUint::zero()))?;
-        let amount = minor_units_to_decimal(&minor, &currency)
-            .ok_or_else(|| amount_overflow(what, &minor))?;
+        let (minor, amount) = line_amount(book, se, (acc.count, acc.unit_price, acc.factor), what)?;
         minor_sum += &minor;
         let fragment = acc.quantity - acc.billable;
         fragment_out = fragment_out.checked_add(fragment).ok_or_else(overflow)?;
@@ -346,10 +330,7 @@ fn series_lines(
             continue;
         };
         let what = format!("sku {sku} {meter} flat fee");
-        let minor = amount_minor_units(1, fee, (1, 1), &currency, book.rounding())
-            .ok_or_else(|| amount_overflow(what.clone(), &BigUint::zero()))?;
-        let amount = minor_units_to_decimal(&minor, &currency)
-            .ok_or_else(|| amount_overflow(what, &minor))?;
+        let (minor, amount) = line_amount(book, se, (1, fee, (1, 1)), what)?;
         minor_sum += &minor;
         lines.push(Line {
             kind: LineKind::FlatFee,
@@ -366,4 +347,27 @@ fn series_lines(
         minor: minor_sum,
         fragment_out,
     })
+}
+
+/// A line's amount, rounded once with the book's rounding: `count × unit_price ÷ factor`, in
+/// minor units and as a decimal at the currency's scale; `what` names the line in the error
+/// of an amount a decimal cannot hold.
+fn line_amount(
+    book: &PriceBook,
+    se: &Series<'_>,
+    (count, unit_price, factor): (u128, Decimal, (u128, u128)),
+    what: String,
+) -> Result<(BigUint, Decimal), RatingError> {
+    let currency = book.currency();
+    let amount_overflow = |what: String, minor: &BigUint| RatingError::AmountOverflow {
+        tenant: se.tenant.to_string(),
+        what,
+        minor_units: minor.to_string(),
+        currency: currency.code().to_string(),
+    };
+    let minor = amount_minor_units(count, unit_price, factor, &currency, book.rounding())
+        .ok_or_else(|| amount_overflow(what.clone(), &BigUint::zero()))?;
+    let amount =
+        minor_units_to_decimal(&minor, &currency).ok_or_else(|| amount_overflow(what, &minor))?;
+    Ok((minor, amount))
 }
