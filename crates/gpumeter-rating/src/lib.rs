@@ -109,6 +109,7 @@
 
 pub mod book;
 pub mod currency;
+pub mod error;
 pub mod invoice;
 pub mod model;
 pub mod money;
@@ -122,14 +123,13 @@ pub use book::{
     PRICEBOOK_SCHEMA,
 };
 pub use currency::Currency;
+pub use error::{BandEdge, RatingError};
 pub use invoice::{
-    CreditApplied, DocumentExtensions, Fragment, IdleRow, IdleUsage, Invoice, InvoiceDocument,
-    InvoiceExtensions, InvoiceKind, InvoiceRef, Line, LineChange, LineExtensions, LineKind, Period,
-    PriceBookRef, SignedQuantity, Unpriced, INVOICE_SCHEMA,
+    CarriedFragments, CreditApplied, DocumentExtensions, Fragment, FragmentKey, IdleRow, IdleUsage,
+    Invoice, InvoiceDocument, InvoiceExtensions, InvoiceKind, InvoiceRef, Line, LineChange,
+    LineExtensions, LineKind, Period, PriceBookRef, SignedQuantity, Unpriced, INVOICE_SCHEMA,
 };
 pub use money::{line_amount, Rounding};
-pub use rating::{
-    rate, BandEdge, CarriedFragments, FragmentKey, RatingError, PRICING_UNIT_DECIMALS,
-};
+pub use rating::{rate, PRICING_UNIT_DECIMALS};
 pub use supplement::{unpriced_change, LineKey, LineTotals, PeriodLines};
 pub use units::PricingUnit;

@@ -18,11 +18,13 @@ use num_bigint::BigInt;
 use num_traits::{Signed, Zero};
 use rust_decimal::Decimal;
 
-use crate::invoice::{Invoice, Line, LineChange, LineExtensions, LineKind, SignedQuantity};
+use crate::error::RatingError;
+use crate::invoice::{
+    Invoice, Line, LineChange, LineExtensions, LineKind, SignedQuantity, Unpriced,
+};
 use crate::money::quantity_in_unit;
-use crate::rating::{RatingError, PRICING_UNIT_DECIMALS};
+use crate::rating::PRICING_UNIT_DECIMALS;
 use crate::units::PricingUnit;
-use crate::Unpriced;
 
 /// What identifies a line across the invoices of one (tenant, period): its kind, SKU, meter,
 /// band, tier, unit price and pricing unit. Two rates of one SKU and meter in one period (a
