@@ -55,12 +55,11 @@ use postgres::{Client, Config, IsolationLevel, NoTls, Transaction};
 use rust_decimal::Decimal;
 use sha2::{Digest, Sha256};
 
-use crate::backend::redact;
 use crate::ledger::{
-    chain_hash, ledger_version, Appended, Assembler, BankError, Ledger, LedgerTx, NewTransaction,
-    PostingRow, StoredTransaction, TransactionRow,
+    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, StoredTransaction,
 };
-use crate::sqlite::SCHEMA_VERSION;
+use crate::location::redact;
+use crate::tables::{ledger_version, Assembler, PostingRow, TransactionRow, SCHEMA_VERSION};
 
 /// How many times [`Ledger::atomically`] runs work that conflicts with concurrent writers
 /// (serialization failures, deadlocks) before it gives up with [`BankError::Contended`].

@@ -48,15 +48,10 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use rust_decimal::Decimal;
 
 use crate::ledger::{
-    chain_hash, ledger_version, Appended, Assembler, BankError, Ledger, LedgerTx, NewTransaction,
-    PostingRow, StoredTransaction, TransactionRow,
+    chain_hash, Appended, BankError, Ledger, LedgerTx, NewTransaction, StoredTransaction,
 };
-
-/// The `meta` row `application` of every gpumeter ledger.
-pub const APPLICATION: &str = "gpumeter-ledger";
-
-/// The schema version this build writes, and the newest it can open.
-pub const SCHEMA_VERSION: u32 = 1;
+use crate::tables::{ledger_version, Assembler, PostingRow, TransactionRow};
+pub use crate::tables::{APPLICATION, SCHEMA_VERSION};
 
 /// How long a writer waits for another process's write transaction before failing with
 /// [`BankError::Storage`] (`database is locked`).
