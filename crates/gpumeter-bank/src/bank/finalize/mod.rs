@@ -11,7 +11,7 @@ mod tenants;
 
 use super::*;
 use tenant::finalize_tenant;
-use tenants::{rows_of, tenants_to_bill};
+use tenants::{hold_tenants, rows_of};
 
 /// The finalization key: SHA-256 over the RFC 8785 canonical JSON of
 /// `{tenant, period: {from, to}, usage_sha256, price_book_sha256}`: independent of the bank's
@@ -144,42 +144,11 @@ pub fn finalize_with<L: Ledger>(
     // The period and the tenants come from rating the report once, bank-free.
     let plain = rate(usage, book, period, &CarriedFragments::new())?;
     if let (true, Some(now)) = (commit, options.now) {
-        let rated = plain
-            .invoices
-            .first()
-            .map(|i| Ok::<_, BankError>((parse_time(&i.period.from)?, parse_time(&i.period.to)?)))
-            .transpose()?;
-        if let Some((from, to)) = period.or(rated) {
-            if to > now {
-                return Err(FinalizeRefusal::OpenPeriod {
-                    from: rfc3339(from),
-                    to: rfc3339(to),
-                    now: rfc3339(now),
-                }
-                .into());
-            }
-        }
+        refuse_open_period(&plain, period, now)?;
     }
     ledger.atomically(commit, |t| {
         check_currency(t, book)?;
-        // Which tenants this finalization bills depends on the reservations in the ledger:
-        // find them, hold them, then find them again under the locks, until every tenant
-        // found was found while it was held (a tenant added in between was found before its
-        // lock: another finalizer may have billed it meanwhile). A deadlock the later locks
-        // may cause is retried by the ledger.
-        let mut held: Option<BTreeSet<String>> = None;
-        let tenants = loop {
-            let found = tenants_to_bill(t, usage, book, &plain, period)?;
-            let names: Vec<&str> = found.iter().map(|i| i.tenant.as_str()).collect();
-            if let Some(held) = &held {
-                if names.iter().all(|n| held.contains(*n)) {
-                    break found;
-                }
-            }
-            t.lock_tenants(&names)?;
-            held.get_or_insert_with(BTreeSet::new)
-                .extend(names.iter().map(|n| (*n).to_string()));
-        };
+        let tenants = hold_tenants(t, usage, book, &plain, period)?;
         // Each tenant's key, and the invoice of those finalized before.
         let mut work: Vec<(&Invoice, String, Option<Invoice>)> = Vec::with_capacity(tenants.len());
         for inv in &tenants {
@@ -234,6 +203,31 @@ pub fn finalize_with<L: Ledger>(
         document.extensions = plain.extensions.clone();
         Ok(Finalized { document, outcomes })
     })
+}
+
+/// Refuses a committed finalization of a period (`period`, or the one rating found in the
+/// report) that ends after `now` ([`FinalizeRefusal::OpenPeriod`]).
+fn refuse_open_period(
+    plain: &InvoiceDocument,
+    period: Option<(u64, u64)>,
+    now: u64,
+) -> Result<(), BankError> {
+    let rated = plain
+        .invoices
+        .first()
+        .map(|i| Ok::<_, BankError>((parse_time(&i.period.from)?, parse_time(&i.period.to)?)))
+        .transpose()?;
+    if let Some((from, to)) = period.or(rated) {
+        if to > now {
+            return Err(FinalizeRefusal::OpenPeriod {
+                from: rfc3339(from),
+                to: rfc3339(to),
+                now: rfc3339(now),
+            }
+            .into());
+        }
+    }
+    Ok(())
 }
 
 /// What every tenant of one finalization shares.

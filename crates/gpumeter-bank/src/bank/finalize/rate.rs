@@ -184,23 +184,7 @@ pub(super) fn rate_supplement(
     invoice.extensions.supplement_of = Some(first.reference(false));
     invoice.extensions.earlier = earlier.iter().map(|e| e.reference(true)).collect();
 
-    // The fragments move by the change of the period's fragment out (the last invoice's is
-    // what the period carried out so far), and, when this supplement draws the period's
-    // carried-in fragments, by those.
-    let mut fragments: BTreeMap<(String, MeterKind), i128> = BTreeMap::new();
-    if draws {
-        for (k, q) in &carried {
-            *fragments.entry((k.sku.clone(), k.meter)).or_insert(0) -= to_i128(*q)?;
-        }
-    }
-    if let Some(last) = earlier.last() {
-        for f in &last.invoice.extensions.fragments_out {
-            *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) -= to_i128(f.quantity.0)?;
-        }
-    }
-    for f in &cumulative.extensions.fragments_out {
-        *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) += to_i128(f.quantity.0)?;
-    }
+    let fragments = supplement_fragments(draws.then_some(&carried), earlier, &cumulative)?;
     let measured = Measured {
         before: measured_in(
             &before,
@@ -218,6 +202,32 @@ pub(super) fn rate_supplement(
         measured,
         paid,
     })
+}
+
+/// The fragments a supplement draws (−) and deposits (+), per (SKU, meter): they move by the
+/// change of the period's fragment out (the last invoice's, `earlier`'s last, is what the
+/// period carried out so far; `cumulative`'s is what it carries out now), and, when this
+/// supplement draws the period's carried-in fragments (`drawn`), by those.
+fn supplement_fragments(
+    drawn: Option<&CarriedFragments>,
+    earlier: &[Earlier],
+    cumulative: &Invoice,
+) -> Result<BTreeMap<(String, MeterKind), i128>, BankError> {
+    let mut fragments: BTreeMap<(String, MeterKind), i128> = BTreeMap::new();
+    if let Some(carried) = drawn {
+        for (k, q) in carried {
+            *fragments.entry((k.sku.clone(), k.meter)).or_insert(0) -= to_i128(*q)?;
+        }
+    }
+    if let Some(last) = earlier.last() {
+        for f in &last.invoice.extensions.fragments_out {
+            *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) -= to_i128(f.quantity.0)?;
+        }
+    }
+    for f in &cumulative.extensions.fragments_out {
+        *fragments.entry((f.sku.clone(), f.meter)).or_insert(0) += to_i128(f.quantity.0)?;
+    }
+    Ok(fragments)
 }
 
 /// The usage measured per (SKU, meter) in `lines`: their usage quantities less the fragments

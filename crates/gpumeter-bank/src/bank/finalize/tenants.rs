@@ -18,9 +18,37 @@ pub(super) fn rows_of<'u>(usage: &'u UsageReport, inv: &Invoice) -> Vec<&'u Usag
         .collect()
 }
 
+/// The tenants this finalization bills ([`tenants_to_bill`]), each held
+/// ([`LedgerTx::lock_tenants`]). Which they are depends on the reservations in the ledger:
+/// find them, hold them, then find them again under the locks, until every tenant found was
+/// found while it was held (a tenant added in between was found before its lock: another
+/// finalizer may have billed it meanwhile). A deadlock the later locks may cause is retried
+/// by the ledger.
+pub(super) fn hold_tenants(
+    t: &mut dyn LedgerTx,
+    usage: &UsageReport,
+    book: &PriceBook,
+    plain: &InvoiceDocument,
+    period: Option<(u64, u64)>,
+) -> Result<Vec<Invoice>, BankError> {
+    let mut held: Option<BTreeSet<String>> = None;
+    loop {
+        let found = tenants_to_bill(t, usage, book, plain, period)?;
+        let names: Vec<&str> = found.iter().map(|i| i.tenant.as_str()).collect();
+        if let Some(held) = &held {
+            if names.iter().all(|n| held.contains(*n)) {
+                return Ok(found);
+            }
+        }
+        t.lock_tenants(&names)?;
+        held.get_or_insert_with(BTreeSet::new)
+            .extend(names.iter().map(|n| (*n).to_string()));
+    }
+}
+
 /// The invoices a finalization starts from, by tenant: the tenants with usage in the
 /// report, and those owing a reservation's fee for the period without usage in it.
-pub(super) fn tenants_to_bill(
+fn tenants_to_bill(
     t: &dyn LedgerTx,
     usage: &UsageReport,
     book: &PriceBook,
