@@ -14,11 +14,13 @@ pub mod backend;
 pub mod bank;
 pub mod grants;
 pub mod ledger;
+mod location;
 pub mod memory;
 mod overlay;
 #[cfg(feature = "postgres")]
 pub mod postgres;
 pub mod sqlite;
+mod tables;
 pub mod transfer;
 pub mod verify;
 

@@ -101,8 +101,7 @@ pub(crate) fn reservation_lines(
     inv: &mut Invoice,
     (from, to): (u64, u64),
 ) -> Result<Vec<Held>, BankError> {
-    let currency = book.currency();
-    let scale = currency.scale();
+    let scale = book.currency().scale();
     let mut held = Vec::new();
     for r in reservations(t, &inv.tenant)? {
         let (rf, rt) = (parse_time(&r.from)?, parse_time(&r.to)?);
@@ -146,38 +145,8 @@ pub(crate) fn reservation_lines(
             });
             continue;
         }
-        if r.fee.normalize().scale() > scale {
-            inv.warnings.push(Warning::new(
-                WarningCode::ReservationFeeTooFine,
-                format!(
-                "reservation {}: its fee {} is finer than {}'s minor unit, so it is not billed \
-                 (a fee is never rounded)",
-                r.reservation,
-                r.fee,
-                currency.code()
-            ),
-            ));
+        if fee_unbillable(&r, book, inv) {
             // Recorded as this period's, so later reports do not bill its tenant again.
-            held.push(Held {
-                reservation: r,
-                billed_now: false,
-                unbillable: true,
-                conversions_before: vec![],
-                unbillable_before: false,
-            });
-            continue;
-        }
-        if r.fee <= Decimal::ZERO {
-            // Made before `reserve` refused a fee of 0 (issue 30 item 6): unpaid capacity
-            // never converts, so it bills nothing and converts nothing.
-            inv.warnings.push(Warning::new(
-                WarningCode::ReservationUnpaid,
-                format!(
-                    "reservation {}: its fee is {}, and unpaid capacity never converts to \
-                     credits: it bills nothing and converts nothing",
-                    r.reservation, r.fee
-                ),
-            ));
             held.push(Held {
                 reservation: r,
                 billed_now: false,
@@ -197,17 +166,7 @@ pub(crate) fn reservation_lines(
                 ),
             ));
         }
-        let mut fee = r.fee;
-        fee.rescale(scale);
-        inv.lines.push(Line {
-            kind: LineKind::Reservation,
-            sku: Some(r.sku.clone()),
-            meter: Some(r.meter),
-            unit_price: Some(fee),
-            pricing_unit: Some(r.unit.clone()),
-            quantity_in_pricing_unit: Some(r.capacity.to_string()),
-            ..Line::minimum(fee)
-        });
+        inv.lines.push(fee_line(&r, scale));
         held.push(Held {
             reservation: r,
             billed_now: true,
@@ -217,6 +176,54 @@ pub(crate) fn reservation_lines(
         });
     }
     Ok(held)
+}
+
+/// Whether the fee of `r` cannot be billed, with the warning that says why: finer than the
+/// currency's minor unit (a fee is never rounded), or not positive.
+fn fee_unbillable(r: &Reservation, book: &PriceBook, inv: &mut Invoice) -> bool {
+    let currency = book.currency();
+    if r.fee.normalize().scale() > currency.scale() {
+        inv.warnings.push(Warning::new(
+            WarningCode::ReservationFeeTooFine,
+            format!(
+                "reservation {}: its fee {} is finer than {}'s minor unit, so it is not billed \
+                 (a fee is never rounded)",
+                r.reservation,
+                r.fee,
+                currency.code()
+            ),
+        ));
+        return true;
+    }
+    if r.fee <= Decimal::ZERO {
+        // Made before `reserve` refused a fee of 0 (issue 30 item 6): unpaid capacity
+        // never converts, so it bills nothing and converts nothing.
+        inv.warnings.push(Warning::new(
+            WarningCode::ReservationUnpaid,
+            format!(
+                "reservation {}: its fee is {}, and unpaid capacity never converts to \
+                 credits: it bills nothing and converts nothing",
+                r.reservation, r.fee
+            ),
+        ));
+        return true;
+    }
+    false
+}
+
+/// The `reservation` line of `r`: its fee at the currency's `scale`, for its capacity.
+fn fee_line(r: &Reservation, scale: u32) -> Line {
+    let mut fee = r.fee;
+    fee.rescale(scale);
+    Line {
+        kind: LineKind::Reservation,
+        sku: Some(r.sku.clone()),
+        meter: Some(r.meter),
+        unit_price: Some(fee),
+        pricing_unit: Some(r.unit.clone()),
+        quantity_in_pricing_unit: Some(r.capacity.to_string()),
+        ..Line::minimum(fee)
+    }
 }
 
 /// The conversions of the reservations billed now (their unused capacity), and the credits a

@@ -256,43 +256,7 @@ pub(crate) fn cumulative_report(
             }
             .into());
         }
-        for d in &kept.devices {
-            match devices.get(&d.device_key) {
-                Some(now)
-                    if used.contains(d.device_key.as_str())
-                        && (now.name != d.name || now.sm_count != d.sm_count) =>
-                {
-                    let text = |s: Option<String>| s.unwrap_or_else(|| "unknown".into());
-                    return Err(FinalizeRefusal::DeviceDiffers {
-                        tenant: tenant.to_string(),
-                        from: period().0,
-                        to: period().1,
-                        device_key: d.device_key.clone(),
-                        name: text(now.name.clone()),
-                        sm_count: text(now.sm_count.map(|n| n.to_string())),
-                        first_name: text(d.name.clone()),
-                        first_sm_count: text(d.sm_count.map(|n| n.to_string())),
-                    }
-                    .into());
-                }
-                Some(_) if used.contains(d.device_key.as_str()) => {}
-                _ => {
-                    // A device of the earlier rows only (or described here, but without rows of
-                    // this tenant in the period): as it was billed.
-                    devices.insert(
-                        d.device_key.clone(),
-                        DeviceEntry {
-                            device: d.device,
-                            device_key: d.device_key.clone(),
-                            name: d.name.clone(),
-                            sm_count: d.sm_count,
-                            compute_capability: None,
-                            not_meterable: vec![],
-                        },
-                    );
-                }
-            }
-        }
+        keep_devices(&mut devices, &used, kept, tenant, (from, to))?;
         for r in &kept.rows {
             add(&r.device_key, &r.window_start, r.meter, r.quantity.0)?;
         }
@@ -325,4 +289,54 @@ pub(crate) fn cumulative_report(
         // Rating cites it; the supplement cites the report being finalized instead.
         sha256: usage.sha256.clone(),
     })
+}
+
+/// The devices of an earlier finalization's rows (`kept`) in the cumulative report's
+/// `devices`: one that this report's rows use (`used`) must be described as it was
+/// ([`FinalizeRefusal::DeviceDiffers`]); one that they do not use is added as it was billed.
+fn keep_devices(
+    devices: &mut BTreeMap<String, DeviceEntry>,
+    used: &BTreeSet<&str>,
+    kept: &StoredUsage,
+    tenant: &str,
+    (from, to): (u64, u64),
+) -> Result<(), BankError> {
+    for d in &kept.devices {
+        match devices.get(&d.device_key) {
+            Some(now)
+                if used.contains(d.device_key.as_str())
+                    && (now.name != d.name || now.sm_count != d.sm_count) =>
+            {
+                let text = |s: Option<String>| s.unwrap_or_else(|| "unknown".into());
+                return Err(FinalizeRefusal::DeviceDiffers {
+                    tenant: tenant.to_string(),
+                    from: rfc3339(from),
+                    to: rfc3339(to),
+                    device_key: d.device_key.clone(),
+                    name: text(now.name.clone()),
+                    sm_count: text(now.sm_count.map(|n| n.to_string())),
+                    first_name: text(d.name.clone()),
+                    first_sm_count: text(d.sm_count.map(|n| n.to_string())),
+                }
+                .into());
+            }
+            Some(_) if used.contains(d.device_key.as_str()) => {}
+            _ => {
+                // A device of the earlier rows only (or described here, but without rows of
+                // this tenant in the period): as it was billed.
+                devices.insert(
+                    d.device_key.clone(),
+                    DeviceEntry {
+                        device: d.device,
+                        device_key: d.device_key.clone(),
+                        name: d.name.clone(),
+                        sm_count: d.sm_count,
+                        compute_capability: None,
+                        not_meterable: vec![],
+                    },
+                );
+            }
+        }
+    }
+    Ok(())
 }
