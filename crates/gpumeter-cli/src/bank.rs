@@ -8,7 +8,8 @@ use gpumeter::core::time::{parse_rfc3339, rfc3339};
 use gpumeter::core::{MeterKind, TenantName};
 use rust_decimal::Decimal;
 
-use crate::{text_out, to_json, usage_error, Failure};
+use crate::json::to_json;
+use crate::{text_out, usage_error, Failure};
 
 /// The bank's subcommands.
 #[derive(Debug, Subcommand)]
@@ -273,170 +274,187 @@ pub(crate) fn run(cmd: BankCommand) -> Result<String, Failure> {
             tenant: t,
             at,
             json,
-        } => {
-            let t = balance_tenant(&t)?;
-            let at = match at {
-                Some(s) => time("--at", &s)?,
-                None => now(),
-            };
-            let mut ledger = open_read_only(&bank.bank)?;
-            let b = gpumeter::bank::balance(&mut ledger, &t, at).map_err(bank_err)?;
-            if json {
-                return to_json(&b);
-            }
-            let mut out = format!("tenant {} at {}\n", b.tenant, b.at);
-            out.push_str("  credits (in burn order):\n");
-            if b.credits.is_empty() {
-                out.push_str("    none\n");
-            }
-            for c in &b.credits {
-                out.push_str(&format!(
-                    "    {}  {}  priority {}  expires {}  remaining {}\n",
-                    c.grant,
-                    c.kind.as_str(),
-                    c.priority,
-                    c.expires.as_deref().unwrap_or("never"),
-                    c.remaining
-                ));
-            }
-            out.push_str("  fragments carried:\n");
-            if b.fragments.is_empty() {
-                out.push_str("    none\n");
-            }
-            for f in &b.fragments {
-                out.push_str(&format!(
-                    "    {} {}: {} {}\n",
-                    f.sku,
-                    f.meter,
-                    f.quantity,
-                    f.meter.canonical_unit()
-                ));
-            }
-            out.push_str("  receivable:\n");
-            if b.receivable.is_empty() {
-                out.push_str("    none\n");
-            }
-            for (currency, amount) in &b.receivable {
-                out.push_str(&format!("    {amount} {currency}\n"));
-            }
-            Ok(text_out(&out))
-        }
-        BankCommand::History { bank, tenant, json } => {
-            let mut ledger = open_read_only(&bank.bank)?;
-            let all = ledger
-                .atomically(false, |t| t.transactions(None))
-                .map_err(bank_err)?;
-            let txs: Vec<_> = all
-                .into_iter()
-                .filter(|t| tenant.as_deref().is_none_or(|name| concerns(t, name)))
-                .collect();
-            if json {
-                return to_json(&txs);
-            }
-            let mut out = String::new();
-            for t in &txs {
-                out.push_str(&format!(
-                    "#{} {} {} {} {}\n",
-                    t.seq,
-                    t.tx.at,
-                    t.tx.kind,
-                    t.tx.tenant.as_deref().unwrap_or("-"),
-                    t.tx.key
-                ));
-                for p in &t.tx.postings {
-                    out.push_str(&format!(
-                        "    {:>24} {} {}\n",
-                        p.amount, p.commodity, p.account
-                    ));
-                }
-                out.push_str(&format!("    hash {}\n", t.hash));
-            }
-            if txs.is_empty() {
-                out.push_str("no transactions\n");
-            }
-            Ok(text_out(&out))
-        }
-        BankCommand::Expire { bank, at } => {
-            let at = time("--at", &at)?;
-            if at > now() {
-                return Err(usage_error(format!(
-                    "--at {}: in the future; expiring credits still in force would lose them",
-                    rfc3339(at)
-                )));
-            }
-            let mut ledger = open_existing(&bank.bank)?;
-            let moved = gpumeter::bank::expire(&mut ledger, at).map_err(bank_err)?;
-            let mut out = String::new();
-            for (g, c) in &moved {
-                out.push_str(&format!("expired {g}: {c} credits to breakage\n"));
-            }
-            if moved.is_empty() {
-                out.push_str(&format!("nothing expired at {}\n", rfc3339(at)));
-            }
-            Ok(text_out(&out))
-        }
+        } => balance(&bank, &t, at, json),
+        BankCommand::History { bank, tenant, json } => history(&bank, tenant, json),
+        BankCommand::Expire { bank, at } => expire(&bank, &at),
         BankCommand::Close {
             bank,
             tenant: t,
             prices,
-        } => {
-            let t = tenant(&t)?;
-            let book = gpumeter::load_price_book(&prices)?;
-            let mut ledger = open_existing(&bank.bank)?;
-            let closed = gpumeter::bank::close(&mut ledger, &t, &book, now()).map_err(bank_err)?;
-            let mut out = String::new();
-            for l in &closed.lines {
-                let per = match (l.package_size, l.covered) {
-                    (Some(size), Some(covered)) => format!(
-                        "package of {size} {} ({covered} of them held by packages paid for)",
-                        l.meter.canonical_unit()
-                    ),
-                    _ => l.pricing_unit.clone(),
-                };
-                out.push_str(&format!(
-                    "{} {}: {} {} at {} per {per} = {} {}\n",
-                    l.sku,
-                    l.meter,
-                    l.quantity,
-                    l.meter.canonical_unit(),
-                    l.unit_price,
-                    l.amount,
-                    closed.currency
-                ));
-            }
-            if closed.lines.is_empty() {
-                out.push_str(&format!("tenant {t} has no fragments to bill\n"));
-            } else {
-                out.push_str(&format!("total {} {}\n", closed.total, closed.currency));
-            }
-            if let Some(booked) = &closed.booked_at {
-                out.push_str(&format!(
-                    "booked at {booked}: the tenant's fragments have postings up to then (a \
-                     period finalized before it ended)\n"
-                ));
-            }
-            Ok(text_out(&out))
-        }
+        } => close(&bank, &t, &prices),
         // `main` answers `export` itself (its JSON Lines as they are); this is the same
         // command for a caller that wants text.
         BankCommand::Export(a) => match crate::bank_io::export(a)? {
             crate::Output::Text(text) | crate::Output::Events(text) => Ok(text),
-            crate::Output::Report(report) => crate::to_json(&report),
+            crate::Output::Report(report) => to_json(&report),
         },
         BankCommand::Import(a) => crate::bank_io::import(a),
-        BankCommand::Verify { bank } => {
-            let mut ledger = open_read_only(&bank.bank)?;
-            let report = ledger
-                .atomically(false, |t| gpumeter::bank::verify::verify(t))
-                .map_err(bank_err)?;
-            Ok(text_out(&format!(
-                "ok: {} transactions, {} postings, head {}\n",
-                report.transactions,
-                report.postings,
-                report.head.as_deref().unwrap_or("(empty ledger)")
-            )))
-        }
+        BankCommand::Verify { bank } => verify(&bank),
     }
+}
+
+/// `bank balance`: the tenant's credits in burn order, carried fragments and receivables at
+/// `--at` (default now).
+fn balance(bank: &BankFile, t: &str, at: Option<String>, json: bool) -> Result<String, Failure> {
+    let t = balance_tenant(t)?;
+    let at = match at {
+        Some(s) => time("--at", &s)?,
+        None => now(),
+    };
+    let mut ledger = open_read_only(&bank.bank)?;
+    let b = gpumeter::bank::balance(&mut ledger, &t, at).map_err(bank_err)?;
+    if json {
+        return to_json(&b);
+    }
+    let mut out = format!("tenant {} at {}\n", b.tenant, b.at);
+    out.push_str("  credits (in burn order):\n");
+    if b.credits.is_empty() {
+        out.push_str("    none\n");
+    }
+    for c in &b.credits {
+        out.push_str(&format!(
+            "    {}  {}  priority {}  expires {}  remaining {}\n",
+            c.grant,
+            c.kind.as_str(),
+            c.priority,
+            c.expires.as_deref().unwrap_or("never"),
+            c.remaining
+        ));
+    }
+    out.push_str("  fragments carried:\n");
+    if b.fragments.is_empty() {
+        out.push_str("    none\n");
+    }
+    for f in &b.fragments {
+        out.push_str(&format!(
+            "    {} {}: {} {}\n",
+            f.sku,
+            f.meter,
+            f.quantity,
+            f.meter.canonical_unit()
+        ));
+    }
+    out.push_str("  receivable:\n");
+    if b.receivable.is_empty() {
+        out.push_str("    none\n");
+    }
+    for (currency, amount) in &b.receivable {
+        out.push_str(&format!("    {amount} {currency}\n"));
+    }
+    Ok(text_out(&out))
+}
+
+/// `bank history`: the ledger's transactions (those concerning `--tenant`), with postings and
+/// hashes.
+fn history(bank: &BankFile, tenant: Option<String>, json: bool) -> Result<String, Failure> {
+    let mut ledger = open_read_only(&bank.bank)?;
+    let all = ledger
+        .atomically(false, |t| t.transactions(None))
+        .map_err(bank_err)?;
+    let txs: Vec<_> = all
+        .into_iter()
+        .filter(|t| tenant.as_deref().is_none_or(|name| concerns(t, name)))
+        .collect();
+    if json {
+        return to_json(&txs);
+    }
+    let mut out = String::new();
+    for t in &txs {
+        out.push_str(&format!(
+            "#{} {} {} {} {}\n",
+            t.seq,
+            t.tx.at,
+            t.tx.kind,
+            t.tx.tenant.as_deref().unwrap_or("-"),
+            t.tx.key
+        ));
+        for p in &t.tx.postings {
+            out.push_str(&format!(
+                "    {:>24} {} {}\n",
+                p.amount, p.commodity, p.account
+            ));
+        }
+        out.push_str(&format!("    hash {}\n", t.hash));
+    }
+    if txs.is_empty() {
+        out.push_str("no transactions\n");
+    }
+    Ok(text_out(&out))
+}
+
+/// `bank expire --at T`: credits expired by `T` (not in the future) moved to breakage.
+fn expire(bank: &BankFile, at: &str) -> Result<String, Failure> {
+    let at = time("--at", at)?;
+    if at > now() {
+        return Err(usage_error(format!(
+            "--at {}: in the future; expiring credits still in force would lose them",
+            rfc3339(at)
+        )));
+    }
+    let mut ledger = open_existing(&bank.bank)?;
+    let moved = gpumeter::bank::expire(&mut ledger, at).map_err(bank_err)?;
+    let mut out = String::new();
+    for (g, c) in &moved {
+        out.push_str(&format!("expired {g}: {c} credits to breakage\n"));
+    }
+    if moved.is_empty() {
+        out.push_str(&format!("nothing expired at {}\n", rfc3339(at)));
+    }
+    Ok(text_out(&out))
+}
+
+/// `bank close`: the tenant's remaining fragments billed at the last unit price.
+fn close(bank: &BankFile, t: &str, prices: &std::path::Path) -> Result<String, Failure> {
+    let t = tenant(t)?;
+    let book = gpumeter::load_price_book(prices)?;
+    let mut ledger = open_existing(&bank.bank)?;
+    let closed = gpumeter::bank::close(&mut ledger, &t, &book, now()).map_err(bank_err)?;
+    let mut out = String::new();
+    for l in &closed.lines {
+        let per = match (l.package_size, l.covered) {
+            (Some(size), Some(covered)) => format!(
+                "package of {size} {} ({covered} of them held by packages paid for)",
+                l.meter.canonical_unit()
+            ),
+            _ => l.pricing_unit.clone(),
+        };
+        out.push_str(&format!(
+            "{} {}: {} {} at {} per {per} = {} {}\n",
+            l.sku,
+            l.meter,
+            l.quantity,
+            l.meter.canonical_unit(),
+            l.unit_price,
+            l.amount,
+            closed.currency
+        ));
+    }
+    if closed.lines.is_empty() {
+        out.push_str(&format!("tenant {t} has no fragments to bill\n"));
+    } else {
+        out.push_str(&format!("total {} {}\n", closed.total, closed.currency));
+    }
+    if let Some(booked) = &closed.booked_at {
+        out.push_str(&format!(
+            "booked at {booked}: the tenant's fragments have postings up to then (a \
+             period finalized before it ended)\n"
+        ));
+    }
+    Ok(text_out(&out))
+}
+
+/// `bank verify`: the ledger's hash chain and balances checked.
+fn verify(bank: &BankFile) -> Result<String, Failure> {
+    let mut ledger = open_read_only(&bank.bank)?;
+    let report = ledger
+        .atomically(false, |t| gpumeter::bank::verify::verify(t))
+        .map_err(bank_err)?;
+    Ok(text_out(&format!(
+        "ok: {} transactions, {} postings, head {}\n",
+        report.transactions,
+        report.postings,
+        report.head.as_deref().unwrap_or("(empty ledger)")
+    )))
 }
 
 /// Whether transaction `t` concerns `tenant` (`history --tenant`): it names the tenant, or

@@ -257,7 +257,7 @@ impl serde_json::ser::Formatter for CompactTerminalSafe {
         w: &mut W,
         fragment: &str,
     ) -> std::io::Result<()> {
-        crate::write_terminal_safe_fragment(w, fragment)
+        crate::json::write_terminal_safe_fragment(w, fragment)
     }
 }
 
