@@ -77,9 +77,9 @@ pub use gpumeter_core::{
     PeriodBound, PeriodError, UsageReport, WindowSize,
 };
 #[cfg(feature = "cupti")]
-pub use gpumeter_cupti as cupti;
+pub mod cupti;
 #[cfg(feature = "cupti")]
-pub use gpumeter_cupti::{ApiVersion, CuptiSourceError};
+pub use cupti::{ApiVersion, CuptiSourceError};
 pub use gpumeter_import as import;
 pub use gpumeter_import::{DeviceCatalog, ImportError, ImportOptions, TenantMapFile};
 #[cfg(feature = "nvml")]
@@ -234,7 +234,7 @@ pub enum Error {
         /// feature `cupti`; the variant is `#[non_exhaustive]`, so a pattern names the fields
         /// it reads and `..`, and compiles whichever features are on).
         #[cfg(feature = "cupti")]
-        api: gpumeter_cupti::ApiVersion,
+        api: cupti::ApiVersion,
     },
     /// The input is in a format this build of gpumeter leaves out (its Cargo feature is off):
     /// detected from its bytes or named by [`UsageOptions::format`]. The file may be good; the
@@ -372,7 +372,7 @@ fn is_usage_report_json(path: &Path) -> bool {
 /// The first bytes of a gzip file (RFC 1952).
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// The 16 bytes a `.gmr` recording starts with (`gpumeter_cupti::gmr::GMR_MAGIC`), so a
+/// The 16 bytes a `.gmr` recording starts with (`cupti::gmr::GMR_MAGIC`), so a
 /// build without the Cargo feature `cupti` still tells a recording from an unknown file.
 #[cfg_attr(feature = "cupti", allow(dead_code))]
 const GMR_MAGIC: [u8; 16] = *b"GPUMETER-GMR\0\r\n\x1a";
@@ -380,7 +380,7 @@ const GMR_MAGIC: [u8; 16] = *b"GPUMETER-GMR\0\r\n\x1a";
 /// Whether bytes start like a `.gmr` recording.
 fn is_gmr(head: &[u8]) -> bool {
     #[cfg(feature = "cupti")]
-    return gpumeter_cupti::gmr::is_gmr(head);
+    return cupti::gmr::is_gmr(head);
     #[cfg(not(feature = "cupti"))]
     return head.starts_with(&GMR_MAGIC);
 }
@@ -722,9 +722,7 @@ fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Error> {
             .map(u32::from_le_bytes);
         let api = cupti_api(options)?;
         match first_kind {
-            Some(k) if api.record_size(gpumeter_cupti::ActivityKind(k)).is_some() => {
-                Ok(Format::Cupti)
-            }
+            Some(k) if api.record_size(cupti::ActivityKind(k)).is_some() => Ok(Format::Cupti),
             _ => Err(Error::UnknownFormat {
                 path: path.to_path_buf(),
                 api,
@@ -854,7 +852,7 @@ fn meter_recordings(
             c.apply_to(m, slot);
         }
     };
-    let copts = gpumeter_cupti::CuptiOptions {
+    let copts = cupti::CuptiOptions {
         api: cupti_api(options)?,
         strings: None,
         on_device: Some(&hook),
@@ -864,22 +862,22 @@ fn meter_recordings(
     // `meter_gmr_file`).
     match (traces, recordings.as_slice()) {
         ([], [(input, Format::Cupti)]) => {
-            gpumeter_cupti::meter_buffer_file(meter, input, &copts)?;
+            cupti::meter_buffer_file(meter, input, &copts)?;
             return Ok(true);
         }
         ([], [(input, Format::Gmr)]) => {
-            gpumeter_cupti::meter_gmr_file(meter, input, &copts)?;
+            cupti::meter_gmr_file(meter, input, &copts)?;
             return Ok(true);
         }
         ([], [_, _, ..]) => {
             // Several: streamed too, merged in time order exactly as `push_batches` merges
             // them (`meter_files`), unless a file must be read whole or the files may repeat
             // one another's work; then, and with traces, as below.
-            let paths: Vec<(&Path, gpumeter_cupti::CuptiFormat)> = recordings
+            let paths: Vec<(&Path, cupti::CuptiFormat)> = recordings
                 .iter()
                 .map(|(input, format)| (input.as_path(), cupti_format(*format)))
                 .collect();
-            if gpumeter_cupti::meter_files(meter, &paths, &copts)?.is_some() {
+            if cupti::meter_files(meter, &paths, &copts)?.is_some() {
                 return Ok(true);
             }
         }
@@ -890,18 +888,18 @@ fn meter_recordings(
     // another's records late.
     let mut files = Vec::with_capacity(recordings.len());
     for (input, format) in recordings {
-        let (name, bytes) = gpumeter_cupti::read_source(input)?;
+        let (name, bytes) = cupti::read_source(input)?;
         files.push((name, bytes, cupti_format(format)));
     }
-    let sources: Vec<gpumeter_cupti::CuptiInput<'_>> = files
+    let sources: Vec<cupti::CuptiInput<'_>> = files
         .iter()
-        .map(|(name, bytes, format)| gpumeter_cupti::CuptiInput {
+        .map(|(name, bytes, format)| cupti::CuptiInput {
             name,
             bytes,
             format: *format,
         })
         .collect();
-    let (_, recorded) = gpumeter_cupti::announce_sources(meter, &sources, &copts)?;
+    let (_, recorded) = cupti::announce_sources(meter, &sources, &copts)?;
     // The batches own what they push: the recordings' bytes can go first.
     drop(sources);
     drop(files);
@@ -911,11 +909,11 @@ fn meter_recordings(
 
 /// The CUPTI crate's format of a raw buffer or a recording.
 #[cfg(feature = "cupti")]
-fn cupti_format(format: Format) -> gpumeter_cupti::CuptiFormat {
+fn cupti_format(format: Format) -> cupti::CuptiFormat {
     if format == Format::Gmr {
-        gpumeter_cupti::CuptiFormat::Gmr
+        cupti::CuptiFormat::Gmr
     } else {
-        gpumeter_cupti::CuptiFormat::Cupti
+        cupti::CuptiFormat::Cupti
     }
 }
 
@@ -1217,7 +1215,7 @@ mod feature_tests {
     #[test]
     fn the_gmr_magic_is_the_recordings() {
         #[cfg(feature = "cupti")]
-        assert_eq!(GMR_MAGIC, gpumeter_cupti::gmr::GMR_MAGIC);
+        assert_eq!(GMR_MAGIC, cupti::gmr::GMR_MAGIC);
         assert!(is_gmr(&GMR_MAGIC));
     }
 
