@@ -78,7 +78,7 @@ fn is_usage_report_json(path: &Path) -> bool {
 /// The first bytes of a gzip file (RFC 1952).
 pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
-/// The 16 bytes a `.gmr` recording starts with (`gpumeter_cupti::gmr::GMR_MAGIC`), so a
+/// The 16 bytes a `.gmr` recording starts with (`cupti::gmr::GMR_MAGIC`), so a
 /// build without the Cargo feature `cupti` still tells a recording from an unknown file.
 #[cfg_attr(feature = "cupti", allow(dead_code))]
 pub(crate) const GMR_MAGIC: [u8; 16] = *b"GPUMETER-GMR\0\r\n\x1a";
@@ -86,7 +86,7 @@ pub(crate) const GMR_MAGIC: [u8; 16] = *b"GPUMETER-GMR\0\r\n\x1a";
 /// Whether bytes start like a `.gmr` recording.
 pub(crate) fn is_gmr(head: &[u8]) -> bool {
     #[cfg(feature = "cupti")]
-    return gpumeter_cupti::gmr::is_gmr(head);
+    return crate::cupti::gmr::is_gmr(head);
     #[cfg(not(feature = "cupti"))]
     return head.starts_with(&GMR_MAGIC);
 }
@@ -204,7 +204,7 @@ pub(crate) fn resolve(path: &Path, options: &UsageOptions) -> Result<Format, Err
             .map(u32::from_le_bytes);
         let api = cupti_api(options)?;
         match first_kind {
-            Some(k) if api.record_size(gpumeter_cupti::ActivityKind(k)).is_some() => {
+            Some(k) if api.record_size(crate::cupti::ActivityKind(k)).is_some() => {
                 Ok(Format::Cupti)
             }
             _ => Err(Error::UnknownFormat {

@@ -86,9 +86,9 @@ pub use gpumeter_core::{
     PeriodBound, PeriodError, UsageReport, WindowSize,
 };
 #[cfg(feature = "cupti")]
-pub use gpumeter_cupti as cupti;
+pub mod cupti;
 #[cfg(feature = "cupti")]
-pub use gpumeter_cupti::{ApiVersion, CuptiSourceError};
+pub use cupti::{ApiVersion, CuptiSourceError};
 pub use gpumeter_import as import;
 pub use gpumeter_import::{DeviceCatalog, ImportError, ImportOptions, TenantMapFile};
 #[cfg(feature = "nvml")]
@@ -248,7 +248,7 @@ pub enum Error {
         /// feature `cupti`; the variant is `#[non_exhaustive]`, so a pattern names the fields
         /// it reads and `..`, and compiles whichever features are on).
         #[cfg(feature = "cupti")]
-        api: gpumeter_cupti::ApiVersion,
+        api: crate::cupti::ApiVersion,
     },
     /// The input is in a format this build of gpumeter leaves out (its Cargo feature is off):
     /// detected from its bytes or named by [`UsageOptions::format`]. The file may be good; the
@@ -440,7 +440,7 @@ mod feature_tests {
     #[test]
     fn the_gmr_magic_is_the_recordings() {
         #[cfg(feature = "cupti")]
-        assert_eq!(GMR_MAGIC, gpumeter_cupti::gmr::GMR_MAGIC);
+        assert_eq!(GMR_MAGIC, crate::cupti::gmr::GMR_MAGIC);
         assert!(is_gmr(&GMR_MAGIC));
     }
 

@@ -183,7 +183,7 @@ fn meter_recordings(
             c.apply_to(m, slot);
         }
     };
-    let copts = gpumeter_cupti::CuptiOptions {
+    let copts = crate::cupti::CuptiOptions {
         api: cupti_api(options)?,
         strings: None,
         on_device: Some(&hook),
@@ -193,22 +193,22 @@ fn meter_recordings(
     // `meter_gmr_file`).
     match (traces, recordings.as_slice()) {
         ([], [(input, Format::Cupti)]) => {
-            gpumeter_cupti::meter_buffer_file(meter, input, &copts)?;
+            crate::cupti::meter_buffer_file(meter, input, &copts)?;
             return Ok(true);
         }
         ([], [(input, Format::Gmr)]) => {
-            gpumeter_cupti::meter_gmr_file(meter, input, &copts)?;
+            crate::cupti::meter_gmr_file(meter, input, &copts)?;
             return Ok(true);
         }
         ([], [_, _, ..]) => {
             // Several: streamed too, merged in time order exactly as `push_batches` merges
             // them (`meter_files`), unless a file must be read whole or the files may repeat
             // one another's work; then, and with traces, as below.
-            let paths: Vec<(&Path, gpumeter_cupti::CuptiFormat)> = recordings
+            let paths: Vec<(&Path, crate::cupti::CuptiFormat)> = recordings
                 .iter()
                 .map(|(input, format)| (input.as_path(), cupti_format(*format)))
                 .collect();
-            if gpumeter_cupti::meter_files(meter, &paths, &copts)?.is_some() {
+            if crate::cupti::meter_files(meter, &paths, &copts)?.is_some() {
                 return Ok(true);
             }
         }
@@ -219,18 +219,18 @@ fn meter_recordings(
     // another's records late.
     let mut files = Vec::with_capacity(recordings.len());
     for (input, format) in recordings {
-        let (name, bytes) = gpumeter_cupti::read_source(input)?;
+        let (name, bytes) = crate::cupti::read_source(input)?;
         files.push((name, bytes, cupti_format(format)));
     }
-    let sources: Vec<gpumeter_cupti::CuptiInput<'_>> = files
+    let sources: Vec<crate::cupti::CuptiInput<'_>> = files
         .iter()
-        .map(|(name, bytes, format)| gpumeter_cupti::CuptiInput {
+        .map(|(name, bytes, format)| crate::cupti::CuptiInput {
             name,
             bytes,
             format: *format,
         })
         .collect();
-    let (_, recorded) = gpumeter_cupti::announce_sources(meter, &sources, &copts)?;
+    let (_, recorded) = crate::cupti::announce_sources(meter, &sources, &copts)?;
     // The batches own what they push: the recordings' bytes can go first.
     drop(sources);
     drop(files);
@@ -240,10 +240,10 @@ fn meter_recordings(
 
 /// The CUPTI crate's format of a raw buffer or a recording.
 #[cfg(feature = "cupti")]
-fn cupti_format(format: Format) -> gpumeter_cupti::CuptiFormat {
+fn cupti_format(format: Format) -> crate::cupti::CuptiFormat {
     if format == Format::Gmr {
-        gpumeter_cupti::CuptiFormat::Gmr
+        crate::cupti::CuptiFormat::Gmr
     } else {
-        gpumeter_cupti::CuptiFormat::Cupti
+        crate::cupti::CuptiFormat::Cupti
     }
 }

@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use gpumeter_core::MeterConfig;
 #[cfg(feature = "cupti")]
-use gpumeter_cupti::ApiVersion;
+use crate::cupti::ApiVersion;
+use gpumeter_core::MeterConfig;
 
 #[cfg(feature = "cupti")]
 use crate::Error;

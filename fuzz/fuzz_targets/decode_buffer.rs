@@ -5,7 +5,8 @@
 #![no_main]
 
 use gpumeter_core::{Meter, MeterConfig};
-use gpumeter_cupti::{decode, meter_buffer, ApiVersion, CuptiOptions};
+use gpumeter_cupti::{decode, ApiVersion};
+use gpumeter_recording::{meter_buffer, CuptiOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,8 +5,8 @@
 #![no_main]
 
 use gpumeter_core::{Meter, MeterConfig};
-use gpumeter_cupti::gmr::{read_gmr, GMR_FORMAT_VERSION, GMR_MAGIC};
-use gpumeter_cupti::{meter_gmr, CuptiOptions};
+use gpumeter_recording::gmr::{read_gmr, GMR_FORMAT_VERSION, GMR_MAGIC};
+use gpumeter_recording::{meter_gmr, CuptiOptions};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

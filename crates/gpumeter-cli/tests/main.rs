@@ -592,8 +592,8 @@ fn one_gpu_header(
     producer: &str,
     name: &str,
     uuid: Option<&str>,
-) -> gpumeter_cupti::gmr::GmrHeader {
-    use gpumeter_cupti::gmr::{ClockPair, GmrDevice, GmrHeader, Producer};
+) -> gpumeter_recording::gmr::GmrHeader {
+    use gpumeter_recording::gmr::{ClockPair, GmrDevice, GmrHeader, Producer};
     GmrHeader {
         cupti_api_version: 26,
         host: host.into(),
@@ -966,7 +966,7 @@ fn open_allocations_carry_into_the_next_report_with_opening() {
 /// the trace is read first, and the argument order changes nothing.
 #[test]
 fn a_trace_and_a_recording_of_one_gpu_merge_in_time_order() {
-    use gpumeter_cupti::gmr::{Frame, GmrWriter};
+    use gpumeter_recording::gmr::{Frame, GmrWriter};
     let uuid = "GPU-74e128b2-90b6-b409-07c8-33bee5ff6f88";
     let t0: u64 = 1_793_606_160_000_000_000;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1290,7 +1290,7 @@ fn control_characters_from_inputs_are_escaped_in_text_output() {
 /// [t0 + 1000, t0 + 2000) after an overflow, 13 200 cycles, 100 bytes read, no write counter.
 fn pm_recording(dir: &Path) -> PathBuf {
     use gpumeter::core::PmSample;
-    use gpumeter_cupti::gmr::{Frame, GmrWriter, PmSamples};
+    use gpumeter_recording::gmr::{Frame, GmrWriter, PmSamples};
     let t0: u64 = 1_793_606_160_000_000_000;
     let mut buf = Vec::new();
     one_kernel(
@@ -1384,8 +1384,8 @@ fn recording_show_lists_pm_samples_per_device() {
     // A recording without PM frames has no pm line and an empty list.
     let plain = dir.path().join("plain.gmr");
     let bytes = std::fs::read(&rec).expect("read");
-    let file = gpumeter_cupti::gmr::read_gmr(&bytes).expect("gmr");
-    let mut w = gpumeter_cupti::gmr::GmrWriter::new(Vec::new(), &file.header).expect("w");
+    let file = gpumeter_recording::gmr::read_gmr(&bytes).expect("gmr");
+    let mut w = gpumeter_recording::gmr::GmrWriter::new(Vec::new(), &file.header).expect("w");
     w.write_frame(&file.frames[0].frame).expect("frame");
     std::fs::write(&plain, w.finish().expect("finish")).expect("write");
     let text = stdout(&gpumeter(&["recording", "show", s(&plain)]));
@@ -1423,7 +1423,7 @@ fn usage_meters_pm_samples_of_a_recording() {
 /// `recording show` prints a recording's host, device and kernel names escaped.
 #[test]
 fn recording_show_escapes_names_from_the_recording() {
-    use gpumeter_cupti::gmr::{Frame, GmrWriter, StringTable};
+    use gpumeter_recording::gmr::{Frame, GmrWriter, StringTable};
     let t0: u64 = 1_793_606_160_000_000_000;
     let mut buf = Vec::new();
     one_kernel(&mut buf, t0, &[("gridX", 1), ("name", 0x1000)]);

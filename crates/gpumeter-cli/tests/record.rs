@@ -81,7 +81,7 @@ fn a_command_without_cuda_yields_an_empty_recording_that_meters() {
     );
 
     let bytes = std::fs::read(&out).expect("recording exists");
-    let file = gpumeter_cupti::gmr::read_gmr(&bytes).expect("valid .gmr");
+    let file = gpumeter_recording::gmr::read_gmr(&bytes).expect("valid .gmr");
     assert!(file.finished && file.torn.is_none() && file.frames.is_empty());
     assert_eq!(file.header.cupti_api_version, 26);
     assert_eq!(file.header.producer.name, "gpumeter record");
@@ -384,7 +384,7 @@ fn a_fake_cuda_program_records_meters_and_previews() {
 /// and frames out of time order or with a falling counter (a hand-written recording).
 #[test]
 fn recording_show_summarises_energy_per_device() {
-    use gpumeter_cupti::gmr::{EnergySample, Frame, GmrHeader, GmrWriter};
+    use gpumeter_recording::gmr::{EnergySample, Frame, GmrHeader, GmrWriter};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("energy.gmr");
     let header = GmrHeader {
@@ -448,7 +448,7 @@ fn recording_show_summarises_energy_per_device() {
 /// was not read instead of showing the Unix epoch as its time.
 #[test]
 fn recording_show_tells_a_clock_that_was_not_read() {
-    use gpumeter_cupti::gmr::{GmrHeader, GmrWriter};
+    use gpumeter_recording::gmr::{GmrHeader, GmrWriter};
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("empty.gmr");
     let mut header = GmrHeader {
@@ -478,7 +478,7 @@ fn recording_show_tells_a_clock_that_was_not_read() {
 /// warp instructions per function summed over them (a hand-written recording).
 #[test]
 fn recording_show_sums_instruction_counts_per_function() {
-    use gpumeter_cupti::gmr::{
+    use gpumeter_recording::gmr::{
         Frame, FunctionInstructions, GmrHeader, GmrWriter, InstructionCounts,
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -569,12 +569,12 @@ fn a_fake_cuda_program_records_pm_samples() {
     // The overflow and the unusable value are reported, never silent.
     assert!(err.contains("overflowed 1 time"), "{err}");
     assert!(err.contains("1 counter value"), "{err}");
-    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let file = gpumeter_recording::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
     let frames: Vec<_> = file
         .frames
         .into_iter()
         .filter_map(|f| match f.frame {
-            gpumeter_cupti::gmr::Frame::PmSamples(p) => Some(p),
+            gpumeter_recording::gmr::Frame::PmSamples(p) => Some(p),
             _ => None,
         })
         .collect();
@@ -628,12 +628,12 @@ fn pm_sampling_without_permission_says_how_to_allow_it() {
         "{err}"
     );
     assert!(err.contains("device 0"), "{err}");
-    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let file = gpumeter_recording::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
     assert!(file.finished);
     assert!(!file
         .frames
         .iter()
-        .any(|f| matches!(f.frame, gpumeter_cupti::gmr::Frame::PmSamples(_))));
+        .any(|f| matches!(f.frame, gpumeter_recording::gmr::Frame::PmSamples(_))));
 }
 
 /// `--flops` reaches the injection library as GPUMETER_FLOPS=1, and an inherited value never
@@ -696,12 +696,12 @@ fn a_fake_cuda_program_records_flop_counters() {
         err.contains("4 kernel launches in 1 frames, 0 without counters"),
         "{err}"
     );
-    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let file = gpumeter_recording::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
     let frames: Vec<_> = file
         .frames
         .into_iter()
         .filter_map(|f| match f.frame {
-            gpumeter_cupti::gmr::Frame::OpCounts(c) => Some(c),
+            gpumeter_recording::gmr::Frame::OpCounts(c) => Some(c),
             _ => None,
         })
         .collect();
@@ -792,12 +792,12 @@ fn flops_without_permission_says_how_to_allow_it() {
         err.contains("NVreg_RestrictProfilingToAdminUsers=0"),
         "{err}"
     );
-    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let file = gpumeter_recording::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
     assert!(file.finished);
     assert!(!file
         .frames
         .iter()
-        .any(|f| matches!(f.frame, gpumeter_cupti::gmr::Frame::OpCounts(_))));
+        .any(|f| matches!(f.frame, gpumeter_recording::gmr::Frame::OpCounts(_))));
 }
 
 /// A launch that returns an error makes no range: it is not noted, so the ranges stay paired
@@ -829,12 +829,12 @@ fn a_failed_launch_does_not_shift_the_ranges() {
         err.contains("3 kernel launches in 1 frames, 0 without counters"),
         "{err}"
     );
-    let file = gpumeter_cupti::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
+    let file = gpumeter_recording::gmr::read_gmr(&std::fs::read(&out).expect("read")).expect("gmr");
     let kernels: Vec<(u32, u64)> = file
         .frames
         .into_iter()
         .filter_map(|f| match f.frame {
-            gpumeter_cupti::gmr::Frame::OpCounts(c) => Some(c.kernels),
+            gpumeter_recording::gmr::Frame::OpCounts(c) => Some(c.kernels),
             _ => None,
         })
         .flatten()

@@ -699,7 +699,7 @@ pub fn decode(buf: &[u8], api: ApiVersion) -> Result<Decoded, DecodeError> {
 
 /// Counts `record` under its category in `skipped` when it is of a kind the meter steps over
 /// ([`ActivityKind::category`]); any other record counts nothing.
-pub(crate) fn count_skipped(record: &Record, skipped: &mut BTreeMap<&'static str, u64>) {
+pub fn count_skipped(record: &Record, skipped: &mut BTreeMap<&'static str, u64>) {
     if let Record::Other(k) = record {
         if let Some(cat) = k.category() {
             *skipped.entry(cat).or_insert(0) += 1;

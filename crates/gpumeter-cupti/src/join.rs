@@ -1,5 +1,5 @@
 //! What one CUPTI activity record becomes for the meter, and the facts records are joined by (process
-//! ids and external correlation ids, which attribute usage to tenants): shared by whole sources ([`crate::source`]) and buffer streams
+//! ids and external correlation ids, which attribute usage to tenants): shared by whole sources (`gpumeter_recording`'s `source`) and buffer streams
 //! ([`crate::stream`]).
 
 use std::collections::BTreeMap;
@@ -8,23 +8,20 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use gpumeter_core::{
-    ActivityRecord, CopyDirection, DeviceSlot, KernelLaunch, MemoryEvent, MemoryOp, Work,
+    ActivityRecord, ComputeCapability, CopyDirection, DeviceInfo, DeviceSlot, KernelLaunch,
+    MemoryEvent, MemoryOp, SmLimits, Work,
 };
 
 use crate::decode::{
     DeviceRecord, KernelRecord, LocatedRecord, MemoryOperation, Record, EXTERNAL_KIND_CUSTOM0,
     EXTERNAL_KIND_CUSTOM2,
 };
-use crate::gmr::StringTable;
+use crate::strings::StringTable;
 
 /// Interns the name a kernel or device record points to (its `name_ptr`, looked up in
 /// `strings`) into `names`, once per pointer; a record of another kind, a null pointer or one
 /// the table does not hold adds nothing.
-pub(crate) fn intern_name(
-    record: &Record,
-    strings: &StringTable,
-    names: &mut FxHashMap<u64, Arc<str>>,
-) {
+pub fn intern_name(record: &Record, strings: &StringTable, names: &mut FxHashMap<u64, Arc<str>>) {
     let ptr = match record {
         Record::Kernel(k) => k.name_ptr,
         Record::Device(d) => d.name_ptr,
@@ -38,8 +35,7 @@ pub(crate) fn intern_name(
 }
 
 /// Why a kernel record with a negative dimension or shared-memory size is lost.
-pub(crate) const INVALID_KERNEL_FIELD: &str =
-    "a kernel dimension or shared-memory size is negative";
+pub const INVALID_KERNEL_FIELD: &str = "a kernel dimension or shared-memory size is negative";
 
 /// `CUpti_ActivityMemoryKind` values of GPU memory, metered as `memory_byte_ns`: DEVICE (3),
 /// ARRAY (4), MANAGED (5), DEVICE_STATIC (6), MANAGED_STATIC (7). PAGEABLE (1) and PINNED (2)
@@ -51,25 +47,25 @@ pub const DEVICE_MEMORY_KINDS: [u32; 5] = [3, 4, 5, 6, 7];
 /// of EXTERNAL_CORRELATION records (by correlation id), DEVICE records, the device of each
 /// context, green contexts and INSTRUCTION_EXECUTION counts.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct Joins {
+pub struct Joins {
     /// Correlation id → process id (RUNTIME, DRIVER, INTERNAL_LAUNCH_API records).
-    pub(crate) pid_of: FxHashMap<u32, u32>,
+    pub pid_of: FxHashMap<u32, u32>,
     /// Correlation id → (external kind, external id); CUSTOM0 before CUSTOM1 before CUSTOM2.
-    pub(crate) ext_of: FxHashMap<u32, (u32, u64)>,
+    pub ext_of: FxHashMap<u32, (u32, u64)>,
     /// Device id → DEVICE record and its name.
-    pub(crate) device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
+    pub device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
     /// Context id → device id (CONTEXT records).
-    pub(crate) device_of_context: FxHashMap<u32, u32>,
+    pub device_of_context: FxHashMap<u32, u32>,
     /// (device id, context id) → SMs of a green context.
-    pub(crate) green: BTreeMap<(u32, u32), u32>,
+    pub green: BTreeMap<(u32, u32), u32>,
     /// Correlation id → Σ INSTRUCTION_EXECUTION `executed` (`None` past 64 bits).
-    pub(crate) instructions_of: FxHashMap<u32, Option<u64>>,
+    pub instructions_of: FxHashMap<u32, Option<u64>>,
 }
 
 impl Joins {
     /// The joins [`convert`] reads: these process and external ids, and `default_pid` for
     /// records no API record names.
-    pub(crate) fn joins_ref(&self, default_pid: Option<u32>) -> JoinsRef<'_> {
+    pub fn joins_ref(&self, default_pid: Option<u32>) -> JoinsRef<'_> {
         JoinsRef {
             pid_of: &self.pid_of,
             ext_of: &self.ext_of,
@@ -79,7 +75,7 @@ impl Joins {
 
     /// Learns the facts of `records` (the first fact for a key is kept, except that a lower
     /// external kind replaces a higher one).
-    pub(crate) fn learn(&mut self, records: &[LocatedRecord], names: &FxHashMap<u64, Arc<str>>) {
+    pub fn learn(&mut self, records: &[LocatedRecord], names: &FxHashMap<u64, Arc<str>>) {
         for r in records {
             match &r.record {
                 Record::Api(a) if a.correlation_id != 0 => {
@@ -133,9 +129,9 @@ impl Joins {
 /// is one [`Joins::learn`] learns from (`true`: an API record, or an EXTERNAL_CORRELATION
 /// record of kind CUSTOM0..=CUSTOM2) rather than one [`convert`] looks up (`false`: a work
 /// record or a memory event); `None` for any other record and for correlation id 0, which no
-/// join holds. The bounded joins of a streamed file ([`crate::lookahead`]) measure and keep
+/// join holds. The bounded joins of a streamed file (`gpumeter_recording`'s `lookahead`) measure and keep
 /// what these name.
-pub(crate) fn correlation_named(record: &Record) -> Option<(u32, bool)> {
+pub fn correlation_named(record: &Record) -> Option<(u32, bool)> {
     let (id, learner) = match record {
         Record::Api(a) => (a.correlation_id, true),
         Record::ExternalCorrelation(e)
@@ -155,31 +151,35 @@ pub(crate) fn correlation_named(record: &Record) -> Option<(u32, bool)> {
 }
 
 /// The joins a conversion reads.
-pub(crate) struct JoinsRef<'a> {
-    pub(crate) pid_of: &'a FxHashMap<u32, u32>,
-    pub(crate) ext_of: &'a FxHashMap<u32, (u32, u64)>,
+pub struct JoinsRef<'a> {
+    /// Process id per correlation id (from API records).
+    pub pid_of: &'a FxHashMap<u32, u32>,
+    /// External correlation (kind, id) per correlation id (from EXTERNAL_CORRELATION records).
+    pub ext_of: &'a FxHashMap<u32, (u32, u64)>,
     /// The process id of records no API record names (a `.gmr` header's).
-    pub(crate) default_pid: Option<u32>,
+    pub default_pid: Option<u32>,
 }
 
 /// A kernel record [`convert`] refuses: its device, the field that cannot be represented and
 /// its value.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct InvalidField {
+pub struct InvalidField {
     /// The record's CUDA device ordinal.
-    pub(crate) device_id: u32,
+    pub device_id: u32,
     /// The field's name.
-    pub(crate) field: &'static str,
+    pub field: &'static str,
     /// Its value.
-    pub(crate) value: i64,
+    pub value: i64,
 }
 
 /// What one record becomes. Device slots are left at `DeviceSlot(u32::MAX)`: the caller
 /// places the record by `device_id`.
-pub(crate) enum Converted {
+pub enum Converted {
     /// A work record (kernel, copy, memset, graph launch).
     Work {
+        /// The record's CUDA device ordinal.
         device_id: u32,
+        /// The record for the meter.
         rec: ActivityRecord,
         /// Its process id came from an API record.
         pid_joined: bool,
@@ -187,7 +187,12 @@ pub(crate) enum Converted {
         ext_joined: bool,
     },
     /// A device-memory allocation or release.
-    Memory { device_id: u32, ev: MemoryEvent },
+    Memory {
+        /// The record's CUDA device ordinal.
+        device_id: u32,
+        /// The event for the meter.
+        ev: MemoryEvent,
+    },
     /// Not work: counted as skipped in this category.
     Skipped(&'static str),
     /// A kernel with a field that cannot be represented: lost (`invalid_field`).
@@ -198,7 +203,7 @@ pub(crate) enum Converted {
 
 /// Converts one record: work with its joined process and external ids, device
 /// memory events, skipped categories.
-pub(crate) fn convert(
+pub fn convert(
     r: &LocatedRecord,
     names: &FxHashMap<u64, Arc<str>>,
     joins: &JoinsRef<'_>,
@@ -316,7 +321,7 @@ pub(crate) fn convert(
 
 /// Gives work record `rec` the process id and external id `joins` hold for its correlation
 /// id (a process id from an API record, else `joins.default_pid`); whether each was joined.
-pub(crate) fn join_work(rec: &mut ActivityRecord, joins: &JoinsRef<'_>) -> (bool, bool) {
+pub fn join_work(rec: &mut ActivityRecord, joins: &JoinsRef<'_>) -> (bool, bool) {
     let corr = rec.correlation_id;
     let (mut pid_joined, mut ext_joined) = (false, false);
     if corr != 0 {
@@ -335,13 +340,14 @@ pub(crate) fn join_work(rec: &mut ActivityRecord, joins: &JoinsRef<'_>) -> (bool
     (pid_joined, ext_joined)
 }
 
-pub(crate) fn nonzero(v: u32) -> Option<u32> {
+/// `v` when it is not 0: CUPTI's zero for "unknown".
+pub fn nonzero(v: u32) -> Option<u32> {
     (v != 0).then_some(v)
 }
 
 /// `CUpti_ActivityMemcpyKind` to a billing direction: 1 HTOD, 2 DTOH, 8 DTOD, 10
 /// PTOP; array copies, host-to-host and unknown values are "other".
-pub(crate) fn direction(copy_kind: u8) -> CopyDirection {
+pub fn direction(copy_kind: u8) -> CopyDirection {
     match copy_kind {
         1 => CopyDirection::HostToDevice,
         2 => CopyDirection::DeviceToHost,
@@ -353,7 +359,7 @@ pub(crate) fn direction(copy_kind: u8) -> CopyDirection {
 
 /// A kernel record's launch configuration; `Err((field, value))` for a negative dimension or
 /// shared-memory size.
-pub(crate) fn kernel_launch(
+pub fn kernel_launch(
     k: &KernelRecord,
     names: &FxHashMap<u64, Arc<str>>,
 ) -> Result<KernelLaunch, (&'static str, i64)> {
@@ -379,4 +385,140 @@ pub(crate) fn kernel_launch(
         warp_instructions: None,
         ops: Default::default(),
     })
+}
+
+/// A DEVICE record as a [`DeviceInfo`]: zero values are "unknown".
+pub fn device_info(source: &str, d: &DeviceRecord, name: Option<&str>) -> DeviceInfo {
+    let uuid = d.uuid_key();
+    let key = uuid
+        .clone()
+        .unwrap_or_else(|| DeviceInfo::source_key(source, d.id));
+    let warp = nonzero(d.threads_per_warp);
+    DeviceInfo {
+        key,
+        id: d.id,
+        name: name.map(str::to_string),
+        sm_count: nonzero(d.multiprocessors),
+        compute_capability: (d.compute_capability_major != 0).then_some(ComputeCapability {
+            major: d.compute_capability_major,
+            minor: d.compute_capability_minor,
+        }),
+        uuid,
+        limits: SmLimits {
+            max_threads_per_sm: nonzero(d.max_warps_per_sm)
+                .zip(warp)
+                .and_then(|(w, t)| w.checked_mul(t)),
+            max_blocks_per_sm: nonzero(d.max_blocks_per_sm),
+            max_warps_per_sm: nonzero(d.max_warps_per_sm),
+            registers_per_sm: nonzero(d.max_registers_per_sm),
+            registers_per_block: nonzero(d.max_registers_per_block),
+            shared_mem_per_sm_bytes: nonzero(d.max_shared_memory_per_sm).map(u64::from),
+            shared_mem_per_block_bytes: nonzero(d.max_shared_memory_per_block).map(u64::from),
+            shared_mem_per_block_optin_bytes: None,
+            warp_size: warp,
+        },
+    }
+}
+
+/// Gives kernels their `warp_instructions` from the counts of their correlation id:
+/// a launch call's SASS-metrics counts per function go to its kernel records of
+/// that function's name (to all of the call's kernels when no name matches), else the call's
+/// Σ INSTRUCTION_EXECUTION `executed` to all of its kernels; a count shared by several kernels
+/// (a graph launch runs many under one correlation id) is split equally, the remainder one by
+/// one to the earliest, so the call's total is given exactly once. Every kernel of a counted
+/// call gets a count (possibly 0), unless a kernel's count would pass 64 bits (or the call's
+/// INSTRUCTION_EXECUTION sum did): then none of the call's kernels gets one. Returns how many
+/// kernels got one and how many calls' counts passed 64 bits.
+pub fn assign_instructions(
+    records: &mut [ActivityRecord],
+    sass_of: &FxHashMap<u32, Vec<(String, u64)>>,
+    instructions_of: &FxHashMap<u32, Option<u64>>,
+) -> (u64, u64) {
+    let mut by_corr: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, r) in records.iter().enumerate() {
+        if let Work::Kernel(_) = r.work {
+            if r.correlation_id != 0
+                && (sass_of.contains_key(&r.correlation_id)
+                    || instructions_of.contains_key(&r.correlation_id))
+            {
+                by_corr.entry(r.correlation_id).or_default().push(i);
+            }
+        }
+    }
+    let mut given = 0;
+    let mut overflowed = 0;
+    for (corr, idx) in by_corr {
+        let mut counts: Vec<Option<u64>> = vec![Some(0); idx.len()];
+        let mut split = |n: Option<u64>, among: &[usize]| {
+            let k = among.len() as u64;
+            if k == 0 {
+                return;
+            }
+            for (j, &pos) in among.iter().enumerate() {
+                let part = n.map(|n| n / k + u64::from((j as u64) < n % k));
+                counts[pos] = counts[pos].zip(part).and_then(|(a, b)| a.checked_add(b));
+            }
+        };
+        let all: Vec<usize> = (0..idx.len()).collect();
+        if let Some(functions) = sass_of.get(&corr) {
+            for (name, n) in functions {
+                let named: Vec<usize> = all
+                    .iter()
+                    .copied()
+                    .filter(|&p| match &records[idx[p]].work {
+                        Work::Kernel(k) => k.name.as_deref() == Some(name.as_str()),
+                        _ => false,
+                    })
+                    .collect();
+                split(Some(*n), if named.is_empty() { &all } else { &named });
+            }
+        } else if let Some(&n) = instructions_of.get(&corr) {
+            split(n, &all);
+        }
+        if counts.iter().any(Option::is_none) {
+            overflowed += 1;
+            continue;
+        }
+        for (pos, &i) in idx.iter().enumerate() {
+            if let Work::Kernel(k) = &mut records[i].work {
+                k.warp_instructions = counts[pos];
+                given += 1;
+            }
+        }
+    }
+    (given, overflowed)
+}
+
+/// What an `instrumented_run` warning says after naming the instrumentation: the meters the
+/// patched kernels inflate. When the recording holds PM samples (`pm_sampled`), `sm_active_ns`
+/// is named too: it is measured, but the patched kernels run longer, so the hardware sees their
+/// SMs active longer. Recordings without PM samples keep the text they had before issue 16.
+pub fn instrumented_meters(pm_sampled: bool) -> String {
+    let base = "kernels ran slower than they would uninstrumented, so this report's time meters \
+                (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work";
+    if pm_sampled {
+        format!(
+            "{base}, and so does sm_active_ns (measured, but the patched kernels run longer, so \
+             the hardware sees them active longer)"
+        )
+    } else {
+        base.to_string()
+    }
+}
+
+#[cfg(test)]
+mod instrumented_text {
+    /// PM-sampled recordings name `sm_active_ns` among what instrumentation inflates; others
+    /// keep the text they had before issue 16.
+    #[test]
+    fn sm_active_ns_is_named_only_when_pm_sampled() {
+        let with = super::instrumented_meters(true);
+        let without = super::instrumented_meters(false);
+        assert!(with.starts_with(&without), "{with}");
+        assert!(with.contains("and so does sm_active_ns"), "{with}");
+        assert!(!without.contains("sm_active_ns"), "{without}");
+        assert!(without.ends_with(
+            "(gpu_busy_ns, kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work"
+        ));
+    }
 }

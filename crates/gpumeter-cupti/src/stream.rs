@@ -1,7 +1,7 @@
 //! A stream of CUPTI activity buffers, metered one by one as CUPTI completes them: the node
 //! agent's hot path (the C ABI's `gm_meter_ingest_cupti_buffer`).
 //!
-//! A whole source ([`crate::meter_buffer`], [`crate::meter_gmr`]) is joined over all its
+//! A whole source (`gpumeter_recording::meter_buffer`, `gpumeter_recording::meter_gmr`) is joined over all its
 //! records before the meter sees any; a stream cannot wait for its end. A [`CuptiStream`]
 //! keeps the facts that join records across buffers (API records' process ids and
 //! EXTERNAL_CORRELATION external ids by correlation id, DEVICE and CONTEXT records, green
@@ -47,9 +47,9 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sha2::{Digest, Sha256};
 
 use crate::decode::{decode, DecodeError, Decoded};
+use crate::join::{assign_instructions, device_info};
 use crate::join::{convert, Converted, InvalidField, Joins, INVALID_KERNEL_FIELD};
 use crate::layout::ApiVersion;
-use crate::source::{assign_instructions, device_info};
 
 /// Correlation ids the join tables keep: when a table holds more, ids further than this below
 /// the latest one are forgotten (CUPTI numbers correlation ids upwards per process).
@@ -263,7 +263,7 @@ impl CuptiStream {
                     "{}: instrumented run (instruction-level collection: INSTRUCTION_EXECUTION \
                  records): {}",
                     self.name,
-                    crate::source::instrumented_meters(false)
+                    crate::join::instrumented_meters(false)
                 ),
             ));
             report.seal()?;

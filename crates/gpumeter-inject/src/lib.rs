@@ -3,7 +3,7 @@
 //! The CUDA injection library: `libgpumeter_inject.so` meters any unmodified CUDA
 //! program into a `.gmr` recording. The CUDA driver loads the library named by
 //! `CUDA_INJECTION64_PATH` when the program initialises CUDA (`cuInit`) and calls its
-//! [`InitializeInjection`], which starts a [`gpumeter_cupti::Collector`] and registers an exit
+//! [`InitializeInjection`], which starts a [`gpumeter_collector::Collector`] and registers an exit
 //! handler that stops it (forced flush) and finishes the recording. `gpumeter record` sets
 //! everything up:
 //!
@@ -58,11 +58,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
-use gpumeter_cupti::collector::{
+use gpumeter_collector::{
     Collector, CollectorConfig, ExternalKind, FlopsConfig, GmrFileSink, PmSamplingConfig,
     StopReport, ENERGY_INTERVAL_RANGE, PM_INTERVAL_RANGE,
 };
-use gpumeter_cupti::gmr::Producer;
+use gpumeter_recording::gmr::Producer;
 
 /// Default recording path template (in the working directory).
 pub const DEFAULT_OUT: &str = "gpumeter-%h-%p.gmr";

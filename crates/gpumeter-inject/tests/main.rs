@@ -282,7 +282,7 @@ fn a_fake_cupti_program_is_recorded_end_to_end() {
     assert!(stderr.contains("3 records dropped by CUPTI"), "{stderr}");
 
     let bytes = std::fs::read(&out).expect("the recording");
-    let file = gpumeter_cupti::gmr::read_gmr(&bytes).expect("a valid .gmr");
+    let file = gpumeter_recording::gmr::read_gmr(&bytes).expect("a valid .gmr");
     assert!(file.finished && file.torn.is_none());
     let h = &file.header;
     assert_eq!(h.cupti_api_version, 26);
@@ -297,8 +297,8 @@ fn a_fake_cupti_program_is_recorded_end_to_end() {
     let mut attribution = Vec::new();
     for f in &file.frames {
         match &f.frame {
-            gpumeter_cupti::gmr::Frame::StringTable(t) => names.extend_from(t),
-            gpumeter_cupti::gmr::Frame::ActivityBuffer(b) => {
+            gpumeter_recording::gmr::Frame::StringTable(t) => names.extend_from(t),
+            gpumeter_recording::gmr::Frame::ActivityBuffer(b) => {
                 let d = gpumeter_cupti::decode(b, gpumeter_cupti::ApiVersion::Cupti12_8)
                     .expect("decodes");
                 for r in d.records {
@@ -308,7 +308,7 @@ fn a_fake_cupti_program_is_recorded_end_to_end() {
                     }
                 }
             }
-            gpumeter_cupti::gmr::Frame::Attribution(a) => attribution.push(a.clone()),
+            gpumeter_recording::gmr::Frame::Attribution(a) => attribution.push(a.clone()),
             _ => {}
         }
     }
@@ -328,7 +328,7 @@ fn a_fake_cupti_program_is_recorded_end_to_end() {
     );
 
     let mut meter = gpumeter_core::Meter::new(gpumeter_core::MeterConfig::default());
-    let s = gpumeter_cupti::meter_gmr(&mut meter, "run.gmr", &bytes, &Default::default())
+    let s = gpumeter_recording::meter_gmr(&mut meter, "run.gmr", &bytes, &Default::default())
         .expect("meters");
     assert_eq!((s.records, s.dropped), (25, 3));
     assert_eq!(s.device_keys, ["GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"]);

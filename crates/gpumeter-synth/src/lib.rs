@@ -38,10 +38,10 @@
 
 use std::io::Write;
 
-use gpumeter_cupti::gmr::{
+use gpumeter_cupti::{format_uuid, ActivityKind, ApiVersion};
+use gpumeter_recording::gmr::{
     ClockPair, GmrDevice, GmrError, GmrHeader, GmrWriter, Producer, StringTable,
 };
-use gpumeter_cupti::{format_uuid, ActivityKind, ApiVersion};
 use rand_chacha::ChaCha8Rng;
 use rand_core::{RngCore, SeedableRng};
 

@@ -6,8 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use gpumeter_core::{Meter, MeterConfig, MeterKind};
-use gpumeter_cupti::gmr::{read_gmr, Frame};
-use gpumeter_cupti::{decode, meter_buffer, meter_gmr, ActivityKind, CuptiOptions, Record};
+use gpumeter_cupti::{decode, ActivityKind, Record};
+use gpumeter_recording::gmr::{read_gmr, Frame};
+use gpumeter_recording::{meter_buffer, meter_gmr, CuptiOptions};
 use gpumeter_synth::{
     buffer, buffers, device_uuid, write_gmr, write_raw, Generator, SynthConfig, SynthError, API,
     PROCESS_ID_BASE, TENANT_EXTERNAL_ID_BASE,

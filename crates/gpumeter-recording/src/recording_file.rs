@@ -1,4 +1,4 @@
-//! Metering a `.gmr` recording file as a stream (issue 13), as [`crate::file`] meters a raw
+//! Metering a `.gmr` recording file as a stream (issue 13), as [`crate::buffer_file`] meters a raw
 //! buffer: two passes over the file read in chunks, frame by frame, the SHA-256 computed by
 //! the reading thread of the first, the records handed to the meter in the whole-file path's
 //! order through a reorder buffer as wide as the file's disorder.
@@ -22,9 +22,7 @@ use std::sync::Arc;
 use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::decode::count_skipped;
-use crate::decode::{DecodeError, Walk};
-use crate::file::{
+use crate::buffer_file::{
     refused_pm, refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder, SourceItem,
 };
 use crate::gmr::{
@@ -32,14 +30,16 @@ use crate::gmr::{
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
     T_INSTRUCTIONS, T_OP_COUNTS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
 };
-use crate::join::{convert, correlation_named, intern_name, Converted, Joins};
-use crate::layout::ApiVersion;
 use crate::lookahead::{JoinDistance, Lookahead};
+use crate::merge::{Replayed, Replayer, Sketch, Streamed};
 use crate::source::{
     meter_gmr, note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions,
     CuptiSourceError, CuptiSummary, Devices, FrameRef,
 };
-use crate::streams::{Replayed, Replayer, Sketch, Streamed};
+use gpumeter_cupti::decode::count_skipped;
+use gpumeter_cupti::decode::{DecodeError, Walk};
+use gpumeter_cupti::join::{convert, correlation_named, intern_name, Converted, Joins};
+use gpumeter_cupti::layout::ApiVersion;
 
 /// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
 /// bytes): its place, type and payload; `each` returns `false` to stop. Returns the header and
@@ -423,7 +423,7 @@ pub fn meter_gmr_file(
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
     let scanned = scan_stream(path, opts, false)?;
-    crate::streams::meter_single(meter, path, opts, scanned, meter_gmr)
+    crate::merge::meter_single(meter, path, opts, scanned, meter_gmr)
 }
 
 /// A well-formed recording scanned (pass 1), ready to replay its items (pass 2).
@@ -440,7 +440,7 @@ pub(crate) struct GmrStream {
     strings: crate::gmr::StringTable,
 }
 
-/// Pass 1 over the `.gmr` at `path` as a source for [`crate::streams`] (module docs), with the
+/// Pass 1 over the `.gmr` at `path` as a source for [`crate::merge`] (module docs), with the
 /// sketches of its devices' work when `sketch` is set; `None` when the whole-file path must
 /// meter it.
 pub(crate) fn scan_stream(
@@ -769,8 +769,8 @@ impl GmrStream {
 mod tests {
     use super::*;
     use crate::gmr::{GmrDevice, GmrWriter, PmSamples};
-    use crate::kind::ActivityKind;
     use gpumeter_core::PmSample;
+    use gpumeter_cupti::kind::ActivityKind;
 
     const T: u64 = 1_752_826_085_000_000_000;
 

@@ -2,7 +2,7 @@
 //! flat in the input's size; docs/decisions/cupti-streaming-a-buffer-or-recording.md).
 //!
 //! The whole-file path learns every API and EXTERNAL_CORRELATION record of a file before it
-//! converts the first work record ([`Joins::learn`], [`crate::join::convert`]): about 45 bytes
+//! converts the first work record ([`Joins::learn`], [`gpumeter_cupti::join::convert`]): about 45 bytes
 //! a launch held to the end. A streamed file instead:
 //!
 //! 1. **measures** in its first pass ([`JoinDistance`]) the widest span, in records, between
@@ -14,7 +14,7 @@
 //! 2. **reads that many records ahead** in its second pass ([`Lookahead`]): a record is
 //!    converted without joins as it is read, held until every record within the distance
 //!    after it has been read (all that can name its correlation id), then given the joins'
-//!    process and external ids ([`join_item`], exactly what [`crate::join::convert`] would
+//!    process and external ids ([`join_item`], exactly what [`gpumeter_cupti::join::convert`] would
 //!    give it with the whole file's joins) and handed on, in file order. A join is learned as
 //!    its record is read and forgotten once no record held or still to come can name it.
 //!
@@ -29,9 +29,9 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::decode::{LocatedRecord, Record};
-use crate::file::SourceItem;
-use crate::join::{correlation_named, Joins, JoinsRef};
+use crate::buffer_file::SourceItem;
+use gpumeter_cupti::decode::{LocatedRecord, Record};
+use gpumeter_cupti::join::{correlation_named, Joins, JoinsRef};
 
 /// The widest join distance, in records, a streamed file is metered with bounded joins; a
 /// file whose distance is wider has its joins learned whole (the whole-file path's tables,
@@ -297,12 +297,12 @@ impl JoinDistance {
 }
 
 /// Gives a work record or memory event converted without joins (an empty [`JoinsRef`], no
-/// default process id) the joined process and external ids [`crate::join::convert`] would
+/// default process id) the joined process and external ids [`gpumeter_cupti::join::convert`] would
 /// have given it with `joins`; whether its process id and its external id were joined (always
 /// `false` for a memory event, as `convert` counts only work).
 pub(crate) fn join_item(item: &mut SourceItem, joins: &JoinsRef<'_>) -> (bool, bool) {
     match item {
-        SourceItem::Work(rec) => crate::join::join_work(rec, joins),
+        SourceItem::Work(rec) => gpumeter_cupti::join::join_work(rec, joins),
         SourceItem::Memory(ev) => {
             // `convert` took the record's own process id first, unjoined here.
             if ev.process_id.is_none() {
@@ -444,8 +444,8 @@ mod tests {
     }
 
     /// One record of `kind` in the 12.8 layout with `fields` (CUPTI header name, value).
-    fn raw(kind: crate::ActivityKind, fields: &[(&str, u64)]) -> Vec<u8> {
-        crate::ApiVersion::Cupti12_8
+    fn raw(kind: gpumeter_cupti::ActivityKind, fields: &[(&str, u64)]) -> Vec<u8> {
+        gpumeter_cupti::ApiVersion::Cupti12_8
             .layouts()
             .into_iter()
             .find(|l| l.kind == kind)
@@ -474,9 +474,9 @@ mod tests {
     /// through the window, exactly as with the whole file's joins (`convert`).
     #[test]
     fn the_window_joins_as_the_whole_file_for_random_files() {
-        use crate::decode::Walk;
-        use crate::join::{convert, Converted};
-        use crate::ActivityKind;
+        use gpumeter_cupti::decode::Walk;
+        use gpumeter_cupti::join::{convert, Converted};
+        use gpumeter_cupti::ActivityKind;
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
         let (mut windowed, mut whole, mut zero) = (0u32, 0u32, 0u32);
         for case in 0..3_000u32 {
@@ -541,9 +541,10 @@ mod tests {
                 };
                 bytes.extend(rec);
             }
-            let records: Vec<LocatedRecord> = Walk::new(&bytes, crate::ApiVersion::Cupti12_8)
-                .collect::<Result<_, _>>()
-                .expect("decodes");
+            let records: Vec<LocatedRecord> =
+                Walk::new(&bytes, gpumeter_cupti::ApiVersion::Cupti12_8)
+                    .collect::<Result<_, _>>()
+                    .expect("decodes");
             let names = FxHashMap::default();
             let item = |c: Converted| match c {
                 Converted::Work {

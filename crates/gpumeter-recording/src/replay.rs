@@ -2,7 +2,7 @@
 //! descriptions, completed activity buffers in the order they were completed, dropped-record
 //! counts, and the end of the recorded process (the C ABI's `gm_recording_*`).
 //!
-//! An agent feeds these to a [`CuptiStream`](crate::stream::CuptiStream) one by one, exactly
+//! An agent feeds these to a [`CuptiStream`](gpumeter_cupti::stream::CuptiStream) one by one, exactly
 //! as it would feed CUPTI's callbacks, and gets the usage that `gpumeter usage` computes for
 //! the whole file: the recording's device inventory becomes descriptions, its dropped counts
 //! deltas, and a finished recording ends with a [`ReplayItem::ProcessExit`] per process at
@@ -12,11 +12,11 @@ use std::collections::{BTreeSet, HashMap};
 
 use gpumeter_core::time::MAX_RECORD_NS;
 
-use crate::decode::{decode_prefix, Record};
 use crate::gmr::{is_gmr, read_gmr, Frame, GmrDevice};
-use crate::join::DEVICE_MEMORY_KINDS;
-use crate::layout::ApiVersion;
 use crate::source::{CuptiSourceError, FrameRef};
+use gpumeter_cupti::decode::{decode_prefix, Record};
+use gpumeter_cupti::join::DEVICE_MEMORY_KINDS;
+use gpumeter_cupti::layout::ApiVersion;
 
 /// One event of a replay.
 #[derive(Debug, Clone, PartialEq, Eq)]

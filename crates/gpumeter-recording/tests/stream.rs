@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use gpumeter_core::{Meter, MeterConfig, UsageReport, WindowSize};
-use gpumeter_cupti::replay::{Replay, ReplayItem};
 use gpumeter_cupti::stream::CuptiStream;
-use gpumeter_cupti::{meter_path, ApiVersion, CuptiOptions};
+use gpumeter_cupti::ApiVersion;
+use gpumeter_recording::replay::{Replay, ReplayItem};
+use gpumeter_recording::{meter_path, CuptiOptions};
 
 fn totals(r: &UsageReport) -> BTreeMap<String, u128> {
     let mut t = BTreeMap::new();
@@ -252,7 +253,7 @@ fn drains_mid_stream_hold_usage_and_sum_to_the_whole_source() {
     let mut whole = Meter::new(config.clone());
     whole.set_tenant_map(tenants.clone());
     let all: Vec<u8> = buffers.concat();
-    gpumeter_cupti::meter_buffer(&mut whole, "all.bin", &all, &CuptiOptions::default())
+    gpumeter_recording::meter_buffer(&mut whole, "all.bin", &all, &CuptiOptions::default())
         .expect("meter");
     let whole = whole.finish().expect("report");
     let mut want = Rows::new();
@@ -356,7 +357,7 @@ fn an_allocation_long_before_the_first_kernel_of_its_buffer_is_metered() {
         &mem(2, t0 + 100_000_000_000),
     );
     let mut whole = Meter::new(MeterConfig::default());
-    gpumeter_cupti::meter_buffer(&mut whole, "b.bin", &buf, &CuptiOptions::default())
+    gpumeter_recording::meter_buffer(&mut whole, "b.bin", &buf, &CuptiOptions::default())
         .expect("meter");
     let whole = whole.finish().expect("report");
     let mut meter = Meter::new(MeterConfig::default());
@@ -432,8 +433,8 @@ fn replay_refuses_damaged_and_instrumented_recordings() {
 /// the record wins (key, SM count); the description fills only what the record lacks.
 #[test]
 fn a_device_record_wins_over_the_agents_description() {
-    let live =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/live/h200_r580_cupti_130001.bin");
+    let live = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../gpumeter-cupti/tests/c/live/h200_r580_cupti_130001.bin");
     let buf = std::fs::read(live).expect("read");
     let api = ApiVersion::from_cupti(130_001).expect("api");
     let mut meter = Meter::new(MeterConfig::default());
@@ -463,8 +464,8 @@ fn a_device_record_wins_over_the_agents_description() {
 /// devices.
 #[test]
 fn a_uuid_in_another_spelling_is_the_device_records_uuid() {
-    let live =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/c/live/h200_r580_cupti_130001.bin");
+    let live = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../gpumeter-cupti/tests/c/live/h200_r580_cupti_130001.bin");
     let buf = std::fs::read(live).expect("read");
     let api = ApiVersion::from_cupti(130_001).expect("api");
     let key = "GPU-7251c3cc-143b-27a0-9151-7bdbbf954522";

@@ -57,24 +57,25 @@ use std::sync::Arc;
 
 use gpumeter_core::{
     push_batches, ActivityRecord, Batch, ComputeCapability, DeviceInfo, DeviceSlot, LossReason,
-    MemoryEvent, MemoryOp, Meter, PartitionId, PmSample, SmLimits, SourceInfo, Work,
+    MemoryEvent, MemoryOp, Meter, PartitionId, PmSample, SourceInfo, Work,
 };
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
-use crate::decode::{
-    decode, decode_prefix, DecodeError, Decoded, DeviceRecord, LocatedRecord, MemoryOperation,
-    Record, Walk,
-};
 use crate::gmr::{
     read_gmr, Damage, DamagedFrame, DroppedRecords, Frame, GmrDevice, GmrError, OpCounterValue,
     StringTable, TornFrame, TornReason,
 };
-use crate::join::{
-    convert, intern_name, nonzero, Converted, InvalidField, Joins, JoinsRef, INVALID_KERNEL_FIELD,
+use gpumeter_cupti::decode::{
+    decode, decode_prefix, DecodeError, Decoded, DeviceRecord, LocatedRecord, MemoryOperation,
+    Record, Walk,
 };
-use crate::kind::ActivityKind;
-use crate::layout::ApiVersion;
+use gpumeter_cupti::join::{
+    assign_instructions, convert, device_info, instrumented_meters, intern_name, Converted,
+    InvalidField, Joins, JoinsRef, INVALID_KERNEL_FIELD,
+};
+use gpumeter_cupti::kind::ActivityKind;
+use gpumeter_cupti::layout::ApiVersion;
 
 /// A source that cannot be metered. Every variant names the source (the file name given to
 /// [`meter_buffer`] / [`meter_gmr`]); when one is returned the meter is untouched.
@@ -248,7 +249,7 @@ pub struct CuptiSummary {
 ///
 /// ```
 /// use gpumeter_core::{Meter, MeterConfig, MeterKind};
-/// use gpumeter_cupti::{meter_buffer, CuptiOptions};
+/// use gpumeter_recording::{meter_buffer, CuptiOptions};
 /// // One 12.8 CONCURRENT_KERNEL record (`CUpti_ActivityKernel9`, 208 bytes).
 /// let mut k = vec![0u8; 208];
 /// k[0..4].copy_from_slice(&10u32.to_le_bytes());
@@ -261,7 +262,7 @@ pub struct CuptiSummary {
 /// assert_eq!(s.device_keys, [key.clone()]);
 /// let report = meter.finish().expect("report");
 /// assert_eq!(report.device_total(&key, MeterKind::KernelNs), 500);
-/// # Ok::<(), gpumeter_cupti::CuptiSourceError>(())
+/// # Ok::<(), gpumeter_recording::CuptiSourceError>(())
 /// ```
 ///
 /// # Errors
@@ -1202,40 +1203,6 @@ pub(crate) fn assign_op_counts(
     join
 }
 
-/// What an `instrumented_run` warning says after naming the instrumentation: the meters the
-/// patched kernels inflate. When the recording holds PM samples (`pm_sampled`), `sm_active_ns`
-/// is named too: it is measured, but the patched kernels run longer, so the hardware sees their
-/// SMs active longer. Recordings without PM samples keep the text they had before issue 16.
-pub(crate) fn instrumented_meters(pm_sampled: bool) -> String {
-    let base = "kernels ran slower than they would uninstrumented, so this report's time meters \
-                (gpu_busy_ns, kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work";
-    if pm_sampled {
-        format!(
-            "{base}, and so does sm_active_ns (measured, but the patched kernels run longer, so \
-             the hardware sees them active longer)"
-        )
-    } else {
-        base.to_string()
-    }
-}
-
-#[cfg(test)]
-mod instrumented_text {
-    /// PM-sampled recordings name `sm_active_ns` among what instrumentation inflates; others
-    /// keep the text they had before issue 16.
-    #[test]
-    fn sm_active_ns_is_named_only_when_pm_sampled() {
-        let with = super::instrumented_meters(true);
-        let without = super::instrumented_meters(false);
-        assert!(with.starts_with(&without), "{with}");
-        assert!(with.contains("and so does sm_active_ns"), "{with}");
-        assert!(!without.contains("sm_active_ns"), "{without}");
-        assert!(without.ends_with(
-            "(gpu_busy_ns, kernel_ns, sm_ns, warp_ns, memory_byte_ns) overstate the work"
-        ));
-    }
-}
-
 /// The devices of a source, registered locally in order of first activity.
 pub(crate) struct Devices<'a> {
     pub(crate) source: &'a str,
@@ -1569,39 +1536,6 @@ fn damaged_records(
     (per, exact, what, "records")
 }
 
-/// A DEVICE record as a [`DeviceInfo`]: zero values are "unknown".
-pub(crate) fn device_info(source: &str, d: &DeviceRecord, name: Option<&str>) -> DeviceInfo {
-    let uuid = d.uuid_key();
-    let key = uuid
-        .clone()
-        .unwrap_or_else(|| DeviceInfo::source_key(source, d.id));
-    let warp = nonzero(d.threads_per_warp);
-    DeviceInfo {
-        key,
-        id: d.id,
-        name: name.map(str::to_string),
-        sm_count: nonzero(d.multiprocessors),
-        compute_capability: (d.compute_capability_major != 0).then_some(ComputeCapability {
-            major: d.compute_capability_major,
-            minor: d.compute_capability_minor,
-        }),
-        uuid,
-        limits: SmLimits {
-            max_threads_per_sm: nonzero(d.max_warps_per_sm)
-                .zip(warp)
-                .and_then(|(w, t)| w.checked_mul(t)),
-            max_blocks_per_sm: nonzero(d.max_blocks_per_sm),
-            max_warps_per_sm: nonzero(d.max_warps_per_sm),
-            registers_per_sm: nonzero(d.max_registers_per_sm),
-            registers_per_block: nonzero(d.max_registers_per_block),
-            shared_mem_per_sm_bytes: nonzero(d.max_shared_memory_per_sm).map(u64::from),
-            shared_mem_per_block_bytes: nonzero(d.max_shared_memory_per_block).map(u64::from),
-            shared_mem_per_block_optin_bytes: None,
-            warp_size: warp,
-        },
-    }
-}
-
 fn inventory_info(source: &str, d: &GmrDevice) -> DeviceInfo {
     let uuid = d
         .uuid
@@ -1750,11 +1684,11 @@ pub(crate) fn pm_unread(
 /// before any source's records: a [`Batch`] carries no PM samples, and samples pushed before
 /// the records are never `late` (the meter holds them until its sweep passes their end; the
 /// whole-file path holds the files in memory anyway). A streamed recording hands them on
-/// among its records instead ([`crate::gmr_file`]).
+/// among its records instead ([`crate::recording_file`]).
 ///
 /// They are pushed in the order the streamed paths hand them on: by start; at equal starts,
 /// the source whose SHA-256 sorts first ([`crate::meter_files`]' merge); within a source, the
-/// file's order ([`crate::file::Reorder`]). Of two overlapping samples the meter keeps the one
+/// file's order ([`crate::buffer_file::Reorder`]). Of two overlapping samples the meter keeps the one
 /// it is handed first, so the files' order would otherwise make the whole-file report differ
 /// from the streamed one.
 pub(crate) fn push_pm(meter: &mut Meter, sources: Vec<(String, Vec<(DeviceSlot, PmSample)>)>) {
@@ -1858,75 +1792,6 @@ pub fn announce_sources(
     Ok((summaries, batches))
 }
 
-/// Gives kernels their `warp_instructions` from the counts of their correlation id:
-/// a launch call's SASS-metrics counts per function go to its kernel records of
-/// that function's name (to all of the call's kernels when no name matches), else the call's
-/// Σ INSTRUCTION_EXECUTION `executed` to all of its kernels; a count shared by several kernels
-/// (a graph launch runs many under one correlation id) is split equally, the remainder one by
-/// one to the earliest, so the call's total is given exactly once. Every kernel of a counted
-/// call gets a count (possibly 0), unless a kernel's count would pass 64 bits (or the call's
-/// INSTRUCTION_EXECUTION sum did): then none of the call's kernels gets one. Returns how many
-/// kernels got one and how many calls' counts passed 64 bits.
-pub(crate) fn assign_instructions(
-    records: &mut [ActivityRecord],
-    sass_of: &FxHashMap<u32, Vec<(String, u64)>>,
-    instructions_of: &FxHashMap<u32, Option<u64>>,
-) -> (u64, u64) {
-    let mut by_corr: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-    for (i, r) in records.iter().enumerate() {
-        if let Work::Kernel(_) = r.work {
-            if r.correlation_id != 0
-                && (sass_of.contains_key(&r.correlation_id)
-                    || instructions_of.contains_key(&r.correlation_id))
-            {
-                by_corr.entry(r.correlation_id).or_default().push(i);
-            }
-        }
-    }
-    let mut given = 0;
-    let mut overflowed = 0;
-    for (corr, idx) in by_corr {
-        let mut counts: Vec<Option<u64>> = vec![Some(0); idx.len()];
-        let mut split = |n: Option<u64>, among: &[usize]| {
-            let k = among.len() as u64;
-            if k == 0 {
-                return;
-            }
-            for (j, &pos) in among.iter().enumerate() {
-                let part = n.map(|n| n / k + u64::from((j as u64) < n % k));
-                counts[pos] = counts[pos].zip(part).and_then(|(a, b)| a.checked_add(b));
-            }
-        };
-        let all: Vec<usize> = (0..idx.len()).collect();
-        if let Some(functions) = sass_of.get(&corr) {
-            for (name, n) in functions {
-                let named: Vec<usize> = all
-                    .iter()
-                    .copied()
-                    .filter(|&p| match &records[idx[p]].work {
-                        Work::Kernel(k) => k.name.as_deref() == Some(name.as_str()),
-                        _ => false,
-                    })
-                    .collect();
-                split(Some(*n), if named.is_empty() { &all } else { &named });
-            }
-        } else if let Some(&n) = instructions_of.get(&corr) {
-            split(n, &all);
-        }
-        if counts.iter().any(Option::is_none) {
-            overflowed += 1;
-            continue;
-        }
-        for (pos, &i) in idx.iter().enumerate() {
-            if let Work::Kernel(k) = &mut records[i].work {
-                k.warp_instructions = counts[pos];
-                given += 1;
-            }
-        }
-    }
-    (given, overflowed)
-}
-
 /// The end of a finished recording: one process-exit event at `end` per device of the source
 /// (`devices` local slots) and process id of `pids` (those of its memory events and its
 /// header's), which ends every allocation that process still holds there, also allocations
@@ -1969,7 +1834,7 @@ fn close_at_end(
     held.len() as u64
 }
 
-pub use crate::join::DEVICE_MEMORY_KINDS;
+pub use gpumeter_cupti::join::DEVICE_MEMORY_KINDS;
 
 /// Kinds whose records [`meter_buffer`] turns into work (the rest are joined or skipped).
 pub const WORK_KINDS: [ActivityKind; 6] = [

@@ -7,9 +7,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpumeter_core::{Meter, MeterConfig};
-use gpumeter_cupti::{
-    decode, meter_buffer, meter_buffer_file, meter_gmr, meter_gmr_file, ActivityKind, ApiVersion,
-    BufferFile, CuptiOptions, CuptiSourceError, SourceItem, CHUNK_BYTES,
+use gpumeter_cupti::{decode, ActivityKind, ApiVersion};
+use gpumeter_recording::{
+    meter_buffer, meter_buffer_file, meter_gmr, meter_gmr_file, BufferFile, CuptiOptions,
+    CuptiSourceError, SourceItem, CHUNK_BYTES,
 };
 
 /// Counts allocations (of every thread), to show the replay allocates nothing per record.
@@ -168,7 +169,7 @@ fn out_of_order_beyond_the_horizon_meters_as_whole() {
 
 #[test]
 fn committed_raw_buffers_meter_as_whole() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/live");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../gpumeter-cupti/tests/c/live");
     for (name, api) in [
         ("h200_r580_cupti_26.bin", ApiVersion::Cupti12_8),
         ("h200_r580_cupti_130001.bin", ApiVersion::Cupti13_0),
@@ -393,7 +394,7 @@ fn a_recording_chain_meters_as_whole() {
     ] {
         let path = root.join(file);
         let bytes = std::fs::read(&path).expect("read");
-        let file = gpumeter_cupti::gmr::read_gmr(&bytes).expect("gmr");
+        let file = gpumeter_recording::gmr::read_gmr(&bytes).expect("gmr");
         // Cut after about half of the frames.
         let half = file
             .frames
@@ -420,7 +421,7 @@ fn a_recording_chain_meters_as_whole() {
 
 #[test]
 fn a_synthetic_recording_out_of_order_meters_as_whole() {
-    use gpumeter_cupti::gmr::GmrWriter;
+    use gpumeter_recording::gmr::GmrWriter;
     let hour = 3_600_000_000_000u64;
     let bytes = kernels(30_000, |i| {
         let t = hour + (i as u64 / 2) * 1_000;
@@ -449,7 +450,7 @@ fn a_recording_with_strings_drops_attribution_and_energy_meters_as_whole() {
     // recording_26.gmr without its INSTRUCTION_EXECUTION record (which sends a file to the
     // whole-file path): string tables, a dropped count, an attribution event and energy
     // samples around its buffer, all streamed; also cut before its end frame.
-    use gpumeter_cupti::gmr::{read_gmr, Frame, GmrWriter};
+    use gpumeter_recording::gmr::{read_gmr, Frame, GmrWriter};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bytes = std::fs::read(root.join("fuzz/seeds/gmr_reader/recording_26.gmr")).expect("read");
     let file = read_gmr(&bytes).expect("gmr");
@@ -608,8 +609,8 @@ const T0: u64 = 1_793_606_160_000_000_000;
 
 /// A `.gmr` header (CUPTI API 26, host "test") of process `pid` on one H100 (device 0,
 /// 132 SMs, uuid `GPU-…0001`).
-fn h100_header(pid: u32) -> gpumeter_cupti::gmr::GmrHeader {
-    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader};
+fn h100_header(pid: u32) -> gpumeter_recording::gmr::GmrHeader {
+    use gpumeter_recording::gmr::{GmrDevice, GmrHeader};
     GmrHeader {
         cupti_api_version: 26,
         host: "test".into(),
@@ -723,7 +724,7 @@ fn tenant_map() -> gpumeter_core::TenantMap {
 /// and from a `.gmr` (buffer frames of `per_frame` records), as text; each report bills at
 /// least `tenants` tenants.
 fn joins_three_ways(records: &[Vec<u8>], per_frame: usize, tenants: usize) -> [String; 4] {
-    use gpumeter_cupti::gmr::{GmrHeader, GmrWriter};
+    use gpumeter_recording::gmr::{GmrHeader, GmrWriter};
     let bytes = records.concat();
     let dir = tempfile::tempdir().expect("tempdir");
     let raw = dir.path().join("joins.bin");
@@ -741,25 +742,26 @@ fn joins_three_ways(records: &[Vec<u8>], per_frame: usize, tenants: usize) -> [S
     let gmr_bytes = w.finish().expect("finish");
     let gmr = dir.path().join("joins.gmr");
     std::fs::write(&gmr, &gmr_bytes).expect("write");
-    let run = |f: &dyn Fn(&mut Meter) -> Result<gpumeter_cupti::CuptiSummary, CuptiSourceError>| {
-        let mut meter = Meter::new(MeterConfig::default());
-        meter.set_tenant_map(tenant_map());
-        let s = f(&mut meter).expect("metered");
-        let report = meter.finish().expect("report");
-        // The joins are exercised: so many tenants are billed.
-        assert!(
-            report
-                .totals
-                .iter()
-                .map(|t| t.tenant.as_str())
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-                >= tenants,
-            "{:?}",
-            report.totals
-        );
-        format!("{s:?}\n{}", serde_json::to_string(&report).expect("json"))
-    };
+    let run =
+        |f: &dyn Fn(&mut Meter) -> Result<gpumeter_recording::CuptiSummary, CuptiSourceError>| {
+            let mut meter = Meter::new(MeterConfig::default());
+            meter.set_tenant_map(tenant_map());
+            let s = f(&mut meter).expect("metered");
+            let report = meter.finish().expect("report");
+            // The joins are exercised: so many tenants are billed.
+            assert!(
+                report
+                    .totals
+                    .iter()
+                    .map(|t| t.tenant.as_str())
+                    .collect::<std::collections::BTreeSet<_>>()
+                    .len()
+                    >= tenants,
+                "{:?}",
+                report.totals
+            );
+            format!("{s:?}\n{}", serde_json::to_string(&report).expect("json"))
+        };
     let o = CuptiOptions::default();
     [
         run(&|m| meter_buffer(m, "joins.bin", &bytes, &o)),
@@ -949,7 +951,7 @@ fn random_joins_stream_as_whole() {
 /// its joins: the streamed report equals the whole-file one.
 #[test]
 fn joins_across_damaged_gmr_frames_stream_as_whole() {
-    use gpumeter_cupti::gmr::{GmrHeader, GmrWriter};
+    use gpumeter_recording::gmr::{GmrHeader, GmrWriter};
     let header = GmrHeader {
         cupti_api_version: 26,
         host: "test".into(),
@@ -980,13 +982,14 @@ fn joins_across_damaged_gmr_frames_stream_as_whole() {
     let dir = tempfile::tempdir().expect("tempdir");
     let gmr = dir.path().join("damaged.gmr");
     std::fs::write(&gmr, &gmr_bytes).expect("write");
-    let run = |f: &dyn Fn(&mut Meter) -> Result<gpumeter_cupti::CuptiSummary, CuptiSourceError>| {
-        let mut meter = Meter::new(MeterConfig::default());
-        meter.set_tenant_map(tenant_map());
-        let s = f(&mut meter).expect("metered");
-        let report = meter.finish().expect("report");
-        format!("{s:?}\n{}", serde_json::to_string(&report).expect("json"))
-    };
+    let run =
+        |f: &dyn Fn(&mut Meter) -> Result<gpumeter_recording::CuptiSummary, CuptiSourceError>| {
+            let mut meter = Meter::new(MeterConfig::default());
+            meter.set_tenant_map(tenant_map());
+            let s = f(&mut meter).expect("metered");
+            let report = meter.finish().expect("report");
+            format!("{s:?}\n{}", serde_json::to_string(&report).expect("json"))
+        };
     let o = CuptiOptions::default();
     let whole = run(&|m| meter_gmr(m, "damaged.gmr", &gmr_bytes, &o));
     let streamed = run(&|m| meter_gmr_file(m, &gmr, &o));
@@ -1001,8 +1004,8 @@ fn joins_across_damaged_gmr_frames_stream_as_whole() {
 #[test]
 fn a_recording_with_pm_samples_meters_as_whole() {
     use gpumeter_core::PmSample;
-    use gpumeter_cupti::gmr::{read_gmr, Frame, GmrWriter, PmSamples};
     use gpumeter_cupti::Record;
+    use gpumeter_recording::gmr::{read_gmr, Frame, GmrWriter, PmSamples};
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let bytes = std::fs::read(root.join("examples/data/h200-cuda13-smoke.gmr")).expect("read");
     let file = read_gmr(&bytes).expect("gmr");
@@ -1092,7 +1095,7 @@ fn a_recording_with_pm_samples_meters_as_whole() {
 /// samples it is handed, so both paths must hand them over in the same (time) order.
 #[test]
 fn overlapping_pm_samples_out_of_order_meter_as_whole() {
-    use gpumeter_cupti::gmr::{GmrWriter, PmSamples};
+    use gpumeter_recording::gmr::{GmrWriter, PmSamples};
     let header = h100_header(77);
     let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
     w.write_buffer(&[kernel_rec(0, 1), kernel_rec(5, 2)].concat())
@@ -1129,7 +1132,7 @@ fn overlapping_pm_samples_out_of_order_meter_as_whole() {
 #[test]
 fn random_pm_recordings_meter_as_whole() {
     use gpumeter_core::PmSample;
-    use gpumeter_cupti::gmr::{GmrWriter, PmSamples};
+    use gpumeter_recording::gmr::{GmrWriter, PmSamples};
     use proptest::prelude::*;
     use proptest::test_runner::{Config, TestRunner};
     let header = h100_header(77);
@@ -1211,8 +1214,8 @@ fn random_pm_recordings_meter_as_whole() {
 #[test]
 fn overlapping_pm_samples_of_two_recordings_meter_as_whole() {
     use gpumeter_core::PmSample;
-    use gpumeter_cupti::gmr::{GmrWriter, PmSamples};
-    use gpumeter_cupti::{meter_files, meter_sources, CuptiFormat, CuptiInput};
+    use gpumeter_recording::gmr::{GmrWriter, PmSamples};
+    use gpumeter_recording::{meter_files, meter_sources, CuptiFormat, CuptiInput};
     let recording = |pid: u32, kernel_at: u64, s: PmSample| {
         let header = h100_header(pid);
         let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
@@ -1275,7 +1278,7 @@ fn overlapping_pm_samples_of_two_recordings_meter_as_whole() {
 #[test]
 fn a_sampled_device_without_kernels_streams_as_whole() {
     use gpumeter_core::PmSample;
-    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use gpumeter_recording::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
     let gpu = |id: u32| GmrDevice {
         id,
         name: Some("NVIDIA H100 80GB HBM3".into()),
@@ -1335,7 +1338,7 @@ fn a_sampled_device_without_kernels_streams_as_whole() {
 #[test]
 fn a_recording_chain_cuts_pm_samples_and_records_apart() {
     use gpumeter_core::{MeterKind, PmSample};
-    use gpumeter_cupti::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
+    use gpumeter_recording::gmr::{GmrDevice, GmrHeader, GmrWriter, PmSamples};
     let header = GmrHeader {
         cupti_api_version: 26,
         host: "test".into(),

@@ -4,7 +4,7 @@
 use super::merged_recordings::{gmr, kernel, meter_all, API, GPU};
 use super::*;
 use gpumeter_core::{NotMeterableCode, WarningCode, OP_METERS};
-use gpumeter_cupti::gmr::{KernelOpCounters, OpCounterValue, OpCounters};
+use gpumeter_recording::gmr::{KernelOpCounters, OpCounterValue, OpCounters};
 
 const DADD: &str = "smsp__sass_thread_inst_executed_op_dadd_pred_on.sum";
 const DMUL: &str = "smsp__sass_thread_inst_executed_op_dmul_pred_on.sum";
@@ -354,7 +354,7 @@ fn whole_and_streamed_agree_and_replay_refuses() {
     };
     let streamed = {
         let mut m = meter();
-        let s = ok(gpumeter_cupti::meter_gmr_file(
+        let s = ok(gpumeter_recording::meter_gmr_file(
             &mut m,
             &path,
             &CuptiOptions::default(),
@@ -363,7 +363,7 @@ fn whole_and_streamed_agree_and_replay_refuses() {
     };
     assert_eq!(whole, streamed);
     assert!(whole.1.contains("flops_fp32"), "{}", whole.1);
-    let e = gpumeter_cupti::replay::Replay::from_bytes("flops.gmr", &bytes, API)
+    let e = gpumeter_recording::replay::Replay::from_bytes("flops.gmr", &bytes, API)
         .expect_err("not replayable");
     assert!(
         e.to_string()
@@ -399,7 +399,7 @@ mod never_panics {
     }
 
     /// A recording with one kernel and, after it, a type-10 frame around `payload`, metered.
-    fn meter_with(payload: &[u8]) -> (gpumeter_cupti::gmr::GmrFile, UsageReport) {
+    fn meter_with(payload: &[u8]) -> (gpumeter_recording::gmr::GmrFile, UsageReport) {
         let mut b = Buf::new(API);
         kernel(&mut b, T0, 200, 1, 1, 0);
         let (good, offsets) = gmr_format::write(

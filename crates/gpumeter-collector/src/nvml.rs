@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use gpumeter_nvml::{Gpu, Nvml, Telemetry};
 
-use crate::gmr::GmrDevice;
+use gpumeter_recording::gmr::GmrDevice;
 
 /// How long [`Collector::stop`](super::Collector::stop) waits for NVML before going on
 /// without it.

@@ -4,7 +4,7 @@
 //! [`push_batches`](gpumeter_core::push_batches), for every order of the inputs, in memory
 //! bounded by the files' reorder widths and the meter's running work, not by their records.
 //!
-//! Each file is scanned first ([`crate::file`], [`crate::gmr_file`]: validated, hashed, its
+//! Each file is scanned first ([`crate::buffer_file`], [`crate::recording_file`]: validated, hashed, its
 //! joins, devices, losses and disorder known), then the sources are announced in argument
 //! order as [`push_batches`](gpumeter_core::push_batches)' callers announce them, their
 //! recording continuations, losses, skipped counts and energy spans booked in its order, and
@@ -35,8 +35,8 @@ use gpumeter_core::{
     Continuation, DeviceInfo, DeviceSlot, LossReason, MemoryOp, Meter, PartitionId, REPEAT_PROBES,
 };
 
-use crate::file::{refused_item, refused_pm, refused_work, BufferFile, Settle, SourceItem};
-use crate::gmr_file::GmrStream;
+use crate::buffer_file::{refused_item, refused_pm, refused_work, BufferFile, Settle, SourceItem};
+use crate::recording_file::GmrStream;
 use crate::source::{
     begin, energy_spans, on_slots, pm_read_earlier, pm_recording, record_losses, register_devices,
     register_partitions, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
@@ -309,8 +309,8 @@ pub fn meter_files(
     let mut sources = Vec::with_capacity(inputs.len());
     for &(path, format) in inputs {
         let scanned = match format {
-            CuptiFormat::Cupti => crate::file::scan_stream(path, opts, sketch)?,
-            CuptiFormat::Gmr => crate::gmr_file::scan_stream(path, opts, sketch)?,
+            CuptiFormat::Cupti => crate::buffer_file::scan_stream(path, opts, sketch)?,
+            CuptiFormat::Gmr => crate::recording_file::scan_stream(path, opts, sketch)?,
         };
         match scanned {
             Some(s) => sources.push(s),

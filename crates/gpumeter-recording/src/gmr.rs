@@ -58,6 +58,8 @@ use std::io::{Read, Write};
 
 use serde::{Deserialize, Serialize};
 
+pub use gpumeter_cupti::strings::StringTable;
+
 /// The 16 bytes every `.gmr` file starts with.
 pub const GMR_MAGIC: [u8; 16] = *b"GPUMETER-GMR\0\r\n\x1a";
 /// The format version this crate writes and reads.
@@ -222,53 +224,6 @@ pub struct GmrHeader {
 
 fn is_false(b: &bool) -> bool {
     !*b
-}
-
-/// Pointer values of the producing process and the strings they pointed to (kernel, device and
-/// allocation names), copied while CUPTI's buffer was live. Lets a reader name things without
-/// ever dereferencing a pointer read from a buffer.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct StringTable {
-    /// Pointer value → string.
-    pub entries: BTreeMap<u64, String>,
-}
-
-impl StringTable {
-    /// An empty table.
-    pub fn new() -> Self {
-        StringTable::default()
-    }
-
-    /// Adds or replaces the string for a pointer value.
-    pub fn insert(&mut self, ptr: u64, text: impl Into<String>) {
-        self.entries.insert(ptr, text.into());
-    }
-
-    /// The string for a pointer value; `None` for 0 or an unknown value.
-    pub fn get(&self, ptr: u64) -> Option<&str> {
-        if ptr == 0 {
-            return None;
-        }
-        self.entries.get(&ptr).map(String::as_str)
-    }
-
-    /// Adds every entry of `other`, replacing equal pointer values (later tables win: a pointer
-    /// may be reused for another string once CUPTI freed the first).
-    pub fn extend_from(&mut self, other: &StringTable) {
-        for (k, v) in &other.entries {
-            self.entries.insert(*k, v.clone());
-        }
-    }
-
-    /// Number of entries.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// Whether the table is empty.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
 }
 
 /// Records CUPTI dropped (`cuptiActivityGetNumDroppedRecords`) since the previous frame for the
@@ -751,7 +706,7 @@ fn frame_crc(frame_type: u32, payload: &[u8]) -> u32 {
 /// [`GmrWriter::finish`].
 ///
 /// ```
-/// use gpumeter_cupti::gmr::{read_gmr, GmrHeader, GmrWriter};
+/// use gpumeter_recording::gmr::{read_gmr, GmrHeader, GmrWriter};
 /// let header = GmrHeader { cupti_api_version: 26, ..GmrHeader::default() };
 /// let mut w = GmrWriter::new(Vec::<u8>::new(), &header)?;
 /// w.write_buffer(&[0u8; 0])?;
@@ -759,7 +714,7 @@ fn frame_crc(frame_type: u32, payload: &[u8]) -> u32 {
 /// let file = read_gmr(&bytes)?;
 /// assert!(file.finished && file.torn.is_none());
 /// assert_eq!(file.header.cupti_api_version, 26);
-/// # Ok::<(), gpumeter_cupti::gmr::GmrError>(())
+/// # Ok::<(), gpumeter_recording::gmr::GmrError>(())
 /// ```
 ///
 /// Each `write_*` call writes one whole frame with one `write_all`; wrap a file in a

@@ -4,7 +4,7 @@ use std::fs::File;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use crate::gmr::{
+use gpumeter_recording::gmr::{
     AttributionEvent, DroppedRecords, EnergySample, GmrError, GmrHeader, GmrWriter, StringTable,
     FRAME_OVERHEAD,
 };
@@ -62,12 +62,15 @@ pub trait CompletionSink: Send {
     ///
     /// # Errors
     /// Any; reported in the stop report.
-    fn instructions(&mut self, counts: &crate::gmr::InstructionCounts) -> Result<(), GmrError> {
+    fn instructions(
+        &mut self,
+        counts: &gpumeter_recording::gmr::InstructionCounts,
+    ) -> Result<(), GmrError> {
         let _ = counts;
         Ok(())
     }
 
-    /// PM samples of one device ([`crate::gmr::PmSamples`];
+    /// PM samples of one device ([`gpumeter_recording::gmr::PmSamples`];
     /// [`CollectorConfig::pm_sampling`](super::CollectorConfig::pm_sampling)), from the
     /// collector's decode thread while collecting, from an application thread whose context is
     /// being destroyed, and from the stopping thread before [`CompletionSink::finish`]. The
@@ -75,20 +78,23 @@ pub trait CompletionSink: Send {
     ///
     /// # Errors
     /// Any; the samples are then counted as unwritten in the stop report.
-    fn pm_samples(&mut self, samples: &crate::gmr::PmSamples) -> Result<(), GmrError> {
+    fn pm_samples(&mut self, samples: &gpumeter_recording::gmr::PmSamples) -> Result<(), GmrError> {
         let _ = samples;
         Ok(())
     }
 
     /// The operation counters of one context's kernel launches
-    /// ([`crate::gmr::OpCounters`]; [`CollectorConfig::flops`](super::CollectorConfig::flops)),
+    /// ([`gpumeter_recording::gmr::OpCounters`]; [`CollectorConfig::flops`](super::CollectorConfig::flops)),
     /// from the launching application thread after a decode of the range profiler, from a
     /// thread whose context is being destroyed, and from the stopping thread before
     /// [`CompletionSink::finish`]. The default ignores them.
     ///
     /// # Errors
     /// Any; the launches are then counted as unwritten in the stop report.
-    fn op_counts(&mut self, counters: &crate::gmr::OpCounters) -> Result<(), GmrError> {
+    fn op_counts(
+        &mut self,
+        counters: &gpumeter_recording::gmr::OpCounters,
+    ) -> Result<(), GmrError> {
         let _ = counters;
         Ok(())
     }
@@ -110,7 +116,7 @@ pub trait CompletionSink: Send {
 /// The header is written at [`begin`](CompletionSink::begin), then one frame per call (a
 /// string table before the buffer that needs it), each with a single `write` so a producer
 /// killed mid-run leaves a file whose complete frames are readable (a torn last frame at
-/// worst, [`crate::gmr`]). At [`finish`](CompletionSink::finish) the end frame is written and,
+/// worst, [`gpumeter_recording::gmr`]). At [`finish`](CompletionSink::finish) the end frame is written and,
 /// when the final header differs from the first (devices learned while collecting), the file
 /// is rewritten with the final header through a temporary file in the same directory and an
 /// atomic rename; if that fails the file keeps its first header and is still valid. After a
@@ -253,17 +259,23 @@ impl CompletionSink for GmrFileSink {
         self.check(r)
     }
 
-    fn instructions(&mut self, counts: &crate::gmr::InstructionCounts) -> Result<(), GmrError> {
+    fn instructions(
+        &mut self,
+        counts: &gpumeter_recording::gmr::InstructionCounts,
+    ) -> Result<(), GmrError> {
         let r = self.writer()?.write_instructions(counts);
         self.check(r)
     }
 
-    fn pm_samples(&mut self, samples: &crate::gmr::PmSamples) -> Result<(), GmrError> {
+    fn pm_samples(&mut self, samples: &gpumeter_recording::gmr::PmSamples) -> Result<(), GmrError> {
         let r = self.writer()?.write_pm_samples(samples);
         self.check(r)
     }
 
-    fn op_counts(&mut self, counters: &crate::gmr::OpCounters) -> Result<(), GmrError> {
+    fn op_counts(
+        &mut self,
+        counters: &gpumeter_recording::gmr::OpCounters,
+    ) -> Result<(), GmrError> {
         let r = self.writer()?.write_op_counts(counters);
         self.check(r)
     }

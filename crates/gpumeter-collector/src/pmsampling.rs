@@ -53,7 +53,7 @@ use gpumeter_core::PmSample;
 
 use super::completion::panic_message;
 use super::pool::lock;
-use crate::gmr::PmSamples;
+use gpumeter_recording::gmr::PmSamples;
 
 /// Candidates for Σ over SMs of active cycles, in order of preference.
 pub const SM_ACTIVE_CANDIDATES: &[&str] = &["sm__cycles_active.sum"];

@@ -45,16 +45,16 @@ use gpumeter_core::{
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
-use crate::decode::count_skipped;
-use crate::decode::{DecodeError, LocatedRecord, Walk};
-use crate::join::{convert, correlation_named, intern_name, Converted, Joins};
-use crate::layout::ApiVersion;
 use crate::lookahead::{JoinDistance, Lookahead};
+use crate::merge::{Replayer, Sketch, Streamed};
 use crate::source::{
     meter_buffer, note_invalid, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
     CuptiSummary, Devices,
 };
-use crate::streams::{Replayer, Sketch, Streamed};
+use gpumeter_cupti::decode::count_skipped;
+use gpumeter_cupti::decode::{DecodeError, LocatedRecord, Walk};
+use gpumeter_cupti::join::{convert, correlation_named, intern_name, Converted, Joins};
+use gpumeter_cupti::layout::ApiVersion;
 
 /// Bytes read from the file at a time (a few such chunks are in flight at once).
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -889,11 +889,11 @@ pub fn meter_buffer_file(
     opts: &CuptiOptions<'_>,
 ) -> Result<CuptiSummary, CuptiSourceError> {
     let scanned = scan_stream(path, opts, false)?;
-    crate::streams::meter_single(meter, path, opts, scanned, meter_buffer)
+    crate::merge::meter_single(meter, path, opts, scanned, meter_buffer)
 }
 
 /// Pass 1 over the raw buffer file at `path` ([`BufferFile::scan`]) as a source for
-/// [`crate::streams`]; with the sketches of its devices' work when `sketch` is set. `None`
+/// [`crate::merge`]; with the sketches of its devices' work when `sketch` is set. `None`
 /// when the file must be metered whole.
 pub(crate) fn scan_stream(
     path: &Path,

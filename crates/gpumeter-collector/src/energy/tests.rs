@@ -426,10 +426,10 @@ fn wall_times_map_through_the_clock_pair() {
 /// `.gmr` holds type-6 frames under CUDA ordinals, readable back.
 #[test]
 fn frames_reach_the_recording() {
-    use crate::collector::completion::{Core, Session};
-    use crate::collector::{GmrFileSink, MIN_BUFFER_SIZE};
-    use crate::gmr::{read_gmr, Frame, GmrHeader};
-    use crate::layout::ApiVersion;
+    use crate::completion::{Core, Session};
+    use crate::{GmrFileSink, MIN_BUFFER_SIZE};
+    use gpumeter_cupti::layout::ApiVersion;
+    use gpumeter_recording::gmr::{read_gmr, Frame, GmrHeader};
 
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("energy.gmr");

@@ -1,3 +1,5 @@
+//! # gpumeter-collector
+//!
 //! Live collection: CUPTI activity records of this process into a `.gmr`.
 //!
 //! A [`Collector`] loads libcupti, reads `cuptiGetVersion()` to pick the record layouts
@@ -9,7 +11,7 @@
 //! books the last dropped-record count, and finishes the sink with the final header.
 //!
 //! ```
-//! use gpumeter_cupti::collector::{Collector, CollectorConfig, CollectorError, GmrFileSink};
+//! use gpumeter_collector::{Collector, CollectorConfig, CollectorError, GmrFileSink};
 //!
 //! let dir = std::env::temp_dir().join(format!("gpumeter-doc-{}", std::process::id()));
 //! std::fs::create_dir_all(&dir)?;
@@ -49,6 +51,7 @@
 //! runs at a time ([`CollectorError::AlreadyRunning`]); after [`Collector::stop`] another may
 //! start.
 #![allow(unsafe_code)]
+#![deny(missing_docs)]
 
 mod completion;
 mod energy;
@@ -82,9 +85,11 @@ pub use self::pmsampling::{
     DRAM_READ_CANDIDATES, DRAM_WRITE_CANDIDATES, PM_DECODE_PERIOD_RANGE, PM_HW_BUFFER_RANGE,
     PM_INTERVAL_RANGE, SM_ACTIVE_CANDIDATES, SM_ELAPSED_CANDIDATES,
 };
-use crate::gmr::{AttributionEvent, AttributionKind, ClockPair, GmrDevice, GmrHeader, Producer};
-use crate::kind::ActivityKind;
-use crate::layout::ApiVersion;
+use gpumeter_cupti::kind::ActivityKind;
+use gpumeter_cupti::layout::ApiVersion;
+use gpumeter_recording::gmr::{
+    AttributionEvent, AttributionKind, ClockPair, GmrDevice, GmrHeader, Producer,
+};
 
 pub use self::sink::{CompletionSink, GmrFileSink};
 
@@ -164,7 +169,7 @@ pub struct CollectorConfig {
     /// start, every [`CollectorConfig::energy_interval`] and at stop after the final flush, on
     /// a helper thread (never blocking the application; the stop waits for NVML a few
     /// seconds at most). Frames carry the CUDA ordinal of the matched inventory entry and
-    /// CUPTI-clock timestamps ([`crate::gmr::EnergySample`]). A GPU without the counter, or no
+    /// CUPTI-clock timestamps ([`gpumeter_recording::gmr::EnergySample`]). A GPU without the counter, or no
     /// NVML, gives warnings in the [`StopReport`], never an error. Default `true`.
     pub energy: bool,
     /// How often energy is sampled, from 10 ms to 1 hour ([`ENERGY_INTERVAL_RANGE`]);
@@ -309,7 +314,7 @@ pub enum CollectorError {
     Cupti(CuptiError),
     /// The sink could not begin the recording.
     #[error("cannot begin the recording: {0}")]
-    Sink(#[source] crate::gmr::GmrError),
+    Sink(#[source] gpumeter_recording::gmr::GmrError),
 }
 
 impl CollectorError {

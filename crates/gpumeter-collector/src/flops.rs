@@ -44,7 +44,7 @@ use cupti_sys::{Cupti, CuptiError, MetricType, PmHost};
 use gpumeter_core::ops::{is_tensor_op_metric, SASS_OP_METRICS, TENSOR_OP_PREFIX};
 
 use super::pmsampling::{to_count, MetricProbe};
-use crate::gmr::{KernelOpCounters, OpCounterValue, OpCounters};
+use gpumeter_recording::gmr::{KernelOpCounters, OpCounterValue, OpCounters};
 
 /// Allowed [`FlopsConfig::ranges_per_pass`]: 1 to 65 536 kernel launches per counter-data
 /// image.

@@ -14,9 +14,9 @@ use super::completion::{Core, NameReader, Session};
 use super::ffi::{serve_completion, serve_request, LiveNames};
 use super::pool::lock;
 use super::*;
-use crate::decode::{decode, Record};
-use crate::gmr::{read_gmr, DroppedRecords, Frame, GmrError, StringTable};
-use crate::layout::KindLayout;
+use gpumeter_cupti::decode::{decode, Record};
+use gpumeter_cupti::layout::KindLayout;
+use gpumeter_recording::gmr::{read_gmr, DroppedRecords, Frame, GmrError, StringTable};
 
 const API: ApiVersion = ApiVersion::Cupti12_8;
 
@@ -538,8 +538,8 @@ fn file_sink_writes_a_recording_that_meters() {
     );
 
     let mut meter = gpumeter_core::Meter::new(gpumeter_core::MeterConfig::default());
-    let summary =
-        crate::meter_gmr(&mut meter, "run.gmr", &bytes, &Default::default()).expect("meters");
+    let summary = gpumeter_recording::meter_gmr(&mut meter, "run.gmr", &bytes, &Default::default())
+        .expect("meters");
     assert_eq!(summary.records, 3);
     assert_eq!(summary.dropped, 2);
     assert_eq!(
@@ -762,7 +762,7 @@ fn start_errors_in_fresh_processes() {
         let mut cmd = std::process::Command::new(&exe);
         cmd.args([
             "--exact",
-            "collector::tests::child_start",
+            "tests::child_start",
             "--ignored",
             "--nocapture",
             "--test-threads=1",
@@ -931,7 +931,7 @@ mod pm {
     use gpumeter_core::PmSample;
 
     use super::*;
-    use crate::gmr::PmSamples;
+    use gpumeter_recording::gmr::PmSamples;
 
     #[test]
     fn config_is_validated_field_by_field() {
@@ -1503,7 +1503,7 @@ mod pm {
 /// library: another CUPTI may answer otherwise.
 mod flops_selection {
     use super::*;
-    use crate::collector::{select_flops_metrics, RangeHostProbe};
+    use crate::{select_flops_metrics, RangeHostProbe};
     use gpumeter_core::ops::{is_tensor_op_metric, SASS_OP_METRICS};
 
     /// (chip, tensor-path totals, passes of the 9 SASS counters alone, passes of all).

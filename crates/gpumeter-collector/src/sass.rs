@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use cupti_sys::{Cupti, SassGranularity, SASS_INST_EXECUTED};
 
 use super::{ffi, LIVE};
-use crate::gmr::{FunctionInstructions, InstructionCounts};
+use gpumeter_recording::gmr::{FunctionInstructions, InstructionCounts};
 
 /// Warnings kept for the stop report; later ones are counted.
 const KEEP_WARNINGS: usize = 32;

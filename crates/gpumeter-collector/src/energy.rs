@@ -42,7 +42,7 @@ use gpumeter_nvml::{Gpu, Telemetry, TelemetryError};
 use super::completion::panic_message;
 use super::nvml::ordinals;
 use super::pool::lock;
-use crate::gmr::{ClockPair, EnergySample, GmrDevice};
+use gpumeter_recording::gmr::{ClockPair, EnergySample, GmrDevice};
 
 /// Readings of one GPU held back while its CUDA ordinal is unknown; past this, the newest
 /// replaces the last one kept (the first and the latest survive).

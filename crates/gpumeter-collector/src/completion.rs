@@ -22,11 +22,11 @@ use std::sync::Mutex;
 
 use super::pool::{lock, BufferPool, Lent, PoolStats};
 use super::sink::CompletionSink;
-use crate::decode::{DeviceRecord, Record, Walk};
-use crate::gmr::{
+use gpumeter_cupti::decode::{DeviceRecord, Record, Walk};
+use gpumeter_cupti::layout::ApiVersion;
+use gpumeter_recording::gmr::{
     AttributionEvent, DroppedRecords, EnergySample, GmrDevice, GmrError, GmrHeader, StringTable,
 };
-use crate::layout::ApiVersion;
 
 /// Reads the NUL-terminated string a producer pointer points to, in this process.
 pub(crate) trait NameReader {
@@ -304,7 +304,7 @@ impl Core {
     }
 
     /// Writes the instruction counts of one launch to the sink (instrumented mode).
-    pub(crate) fn instructions(&self, c: &crate::gmr::InstructionCounts) {
+    pub(crate) fn instructions(&self, c: &gpumeter_recording::gmr::InstructionCounts) {
         let _ = self.with_sink("instruction counts", |s| s.instructions(c));
     }
 
@@ -316,13 +316,13 @@ impl Core {
 
     /// Writes a frame of PM samples to the sink; `true` when the sink took it (else the
     /// problem is recorded for the stop report).
-    pub(crate) fn pm_samples(&self, s: &crate::gmr::PmSamples) -> bool {
+    pub(crate) fn pm_samples(&self, s: &gpumeter_recording::gmr::PmSamples) -> bool {
         self.with_sink("PM samples", |sink| sink.pm_samples(s))
     }
 
     /// Writes a frame of operation counters to the sink; `true` when the sink took it (else
     /// the problem is recorded for the stop report).
-    pub(crate) fn op_counts(&self, c: &crate::gmr::OpCounters) -> bool {
+    pub(crate) fn op_counts(&self, c: &gpumeter_recording::gmr::OpCounters) -> bool {
         self.with_sink("operation counters", |sink| sink.op_counts(c))
     }
 
@@ -450,7 +450,7 @@ pub(crate) struct Scan {
     /// Name pointer → text, for kernel and device names.
     pub(crate) names: BTreeMap<u64, String>,
     pub(crate) devices: Vec<GmrDevice>,
-    pub(crate) decode_error: Option<crate::decode::DecodeError>,
+    pub(crate) decode_error: Option<gpumeter_cupti::decode::DecodeError>,
 }
 
 /// Walks `bytes` with the layouts of `api`: counts records and kernels, copies the names

@@ -14,7 +14,7 @@ use cupti_sys::{Bindings, Cupti, CuptiError};
 use super::completion::{Core, NameReader};
 use super::pool::Lent;
 use super::LIVE;
-use crate::gmr::{DroppedRecords, GmrDevice};
+use gpumeter_recording::gmr::{DroppedRecords, GmrDevice};
 
 /// `CUPTI_ACTIVITY_FLAG_FLUSH_FORCED`, the same in every CUPTI version.
 pub(crate) const FLUSH_FORCED: u32 = 1;
@@ -720,7 +720,7 @@ pub(crate) fn driver_inventory() -> Result<Vec<GmrDevice>, String> {
             let mut u = [0u8; 16];
             // SAFETY: `u` is 16 writable bytes, the size of CUuuid.
             (unsafe { f(&mut u, dev) } == 0 && u != [0; 16])
-                .then(|| format!("GPU-{}", crate::decode::format_uuid(&u)))
+                .then(|| format!("GPU-{}", gpumeter_cupti::decode::format_uuid(&u)))
         });
         let attribute = |a: c_int| {
             let mut v: c_int = 0;
