@@ -39,20 +39,29 @@ fn fixture(root: &Path, circle: bool, long_lines: usize) {
     write_tree(
         root,
         &[
-            ("Cargo.toml", "[package]\nname = \"fx\"\nversion = \"0.0.0\"\n".into()),
+            (
+                "Cargo.toml",
+                "[package]\nname = \"fx\"\nversion = \"0.0.0\"\n".into(),
+            ),
             (
                 "src/lib.rs",
                 "mod a;\nmod b;\nmod long;\npub mod p;\n#[cfg(test)]\nmod tests;\npub use b::B;\n"
                     .into(),
             ),
-            ("src/a.rs", "use crate::B;\npub struct A;\npub fn g(_: B) {}\n".into()),
+            (
+                "src/a.rs",
+                "use crate::B;\npub struct A;\npub fn g(_: B) {}\n".into(),
+            ),
             ("src/b.rs", b.into()),
             ("src/long.rs", long),
             (
                 "src/p.rs",
                 "mod q;\npub use q::Q;\npub struct P;\npub fn h() -> Q {\n    q::Q\n}\n".into(),
             ),
-            ("src/p/q.rs", "pub struct Q;\npub fn k() -> super::P {\n    super::P\n}\n".into()),
+            (
+                "src/p/q.rs",
+                "pub struct Q;\npub fn k() -> super::P {\n    super::P\n}\n".into(),
+            ),
             ("src/tests.rs", tests),
         ],
     );
@@ -69,7 +78,10 @@ fn a_circle_through_a_re_export_and_a_long_file_fail_the_check() {
         stdout.contains("import circle in fx: src/a.rs <-> src/b.rs"),
         "{stdout}"
     );
-    assert!(stdout.contains("src/long.rs: 1001 lines outside tests"), "{stdout}");
+    assert!(
+        stdout.contains("src/long.rs: 1001 lines outside tests"),
+        "{stdout}"
+    );
     // A module and its part using each other is no circle; a test file is no long file.
     assert!(!stdout.contains("src/p"), "{stdout}");
     assert!(!stdout.contains("src/tests.rs:"), "{stdout}");
