@@ -42,10 +42,12 @@
 #![deny(missing_docs)]
 
 mod catalog;
+mod cut;
 mod error;
 mod kineto;
 #[cfg(feature = "nsys")]
 mod nsys;
+mod parsed;
 mod tenant_map;
 pub mod units;
 
@@ -54,15 +56,17 @@ use std::io::Read;
 use std::path::Path;
 
 use gpumeter_core::{
-    push_batches, ActivityRecord, Batch, DeviceInfo, DeviceSlot, LossReason, Meter, SourceInfo,
+    push_batches, ActivityRecord, Batch, DeviceSlot, LossReason, Meter, SourceInfo,
 };
 use gpumeter_core::{Warning, WarningCode};
 use sha2::{Digest, Sha256};
 
 pub use catalog::{CatalogDevice, DeviceCatalog};
+pub use cut::{CUT_MARK, CUT_SUFFIX_BYTES, MAX_STRING_BYTES};
 pub use error::{ImportError, RecordLocation};
-pub use kineto::{CUT_MARK, CUT_SUFFIX_BYTES, MAX_STRING_BYTES};
 pub use tenant_map::TenantMapFile;
+
+use parsed::{file_name, Parsed};
 
 /// An input format (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -149,74 +153,6 @@ pub struct ImportSummary {
     pub device_keys: Vec<String>,
 }
 
-/// A file parsed and validated, not yet given to a meter. Device slots in `records` and
-/// `losses` are indices into `devices`.
-#[derive(Debug, Default)]
-pub(crate) struct Parsed {
-    pub(crate) devices: Vec<DeviceInfo>,
-    pub(crate) records: Vec<ActivityRecord>,
-    pub(crate) losses: Vec<(DeviceSlot, LossReason)>,
-    /// Records lost whose device the file does not tell.
-    pub(crate) source_losses: Vec<LossReason>,
-    pub(crate) skipped: BTreeMap<String, u64>,
-    pub(crate) warnings: Vec<Warning>,
-    /// Record-level faults (`invalid_field`), for one warning per field.
-    pub(crate) faults: Faults,
-}
-
-impl Parsed {
-    /// Books a record lost to a field that cannot be represented (loss `invalid_field`):
-    /// on its device when the file tells it, else on the source; `fault` (a
-    /// [`ImportError::BadField`]) names the record and field in the report's warnings.
-    pub(crate) fn invalid(&mut self, device: Option<DeviceSlot>, fault: &ImportError) {
-        match device {
-            Some(d) => self.losses.push((d, LossReason::InvalidField)),
-            None => self.source_losses.push(LossReason::InvalidField),
-        }
-        self.faults.note(fault);
-    }
-}
-
-/// Record-level faults of one file, summarized for the report's warnings: per field, how many
-/// records were lost and the first one's full message (file, record, field, value, why).
-#[derive(Debug, Default)]
-pub(crate) struct Faults {
-    by_field: BTreeMap<String, (u64, String)>,
-}
-
-impl Faults {
-    /// Notes one lost record. The message names the file by its name only (reports are
-    /// the same wherever the file lies).
-    pub(crate) fn note(&mut self, fault: &ImportError) {
-        let (field, text) = match fault {
-            ImportError::BadField {
-                path,
-                record,
-                field,
-                value,
-                reason,
-            } => (
-                (*field).to_string(),
-                format!(
-                    "{}: {record}: field `{field}` = `{value}`: {reason}",
-                    file_name(path)
-                ),
-            ),
-            other => (String::new(), other.to_string()),
-        };
-        let e = self.by_field.entry(field).or_insert_with(|| (0, text));
-        e.0 += 1;
-    }
-
-    /// One warning per field, in field order.
-    pub(crate) fn warnings(&self) -> Vec<Warning> {
-        self.by_field
-            .values()
-            .map(|(n, first)| gpumeter_core::invalid_field_warning(first, *n))
-            .collect()
-    }
-}
-
 const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
 const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
 
@@ -253,13 +189,6 @@ pub fn detect_format(path: &Path, head: &[u8]) -> Option<Format> {
     }
 }
 
-/// The file name of `path` (no directories), as sources are named in reports.
-pub(crate) fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string())
-}
-
 fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format, ImportError> {
     match requested {
         Format::Auto => detect_format(path, head).ok_or_else(|| ImportError::UnknownFormat {
@@ -275,32 +204,6 @@ fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format,
 /// can cost (a 9.7 MB gzip of 9 GiB of whitespace is refused after 34 s, at 8 MB peak RSS, in
 /// a release build); real traces are far smaller.
 pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
-
-/// Cuts `s` as a Kineto string is cut as it is read: the characters that
-/// start before [`MAX_STRING_BYTES`] bytes are kept, and when any is dropped, [`CUT_MARK`], the
-/// first 16 bytes of the SHA-256 of the UTF-8 text dropped (32 lowercase hex digits) and `]`
-/// follow, so two names that differ only past the cut stay two names (and two records of
-/// kernels with such names are not one record and a duplicate). Returns whether it was cut.
-/// For names an importer keeps whole before cutting (Nsight kernel and device names).
-#[cfg(any(feature = "nsys", test))]
-pub(crate) fn cut_string(s: &mut String) -> bool {
-    if s.len() <= MAX_STRING_BYTES {
-        return false;
-    }
-    let mut end = MAX_STRING_BYTES;
-    while !s.is_char_boundary(end) {
-        end += 1;
-    }
-    if end >= s.len() {
-        return false;
-    }
-    let digest = Sha256::digest(&s.as_bytes()[end..]);
-    s.truncate(end);
-    s.push_str(CUT_MARK);
-    s.push_str(&hex::encode(&digest[..16]));
-    s.push(']');
-    true
-}
 
 /// One input read, hashed, parsed and validated, not yet given to a meter.
 struct Loaded {
@@ -910,6 +813,7 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gpumeter_core::DeviceInfo;
     use std::io::Write;
 
     fn gz(data: &[u8]) -> Vec<u8> {
@@ -992,47 +896,5 @@ mod tests {
             DeviceInfo::source_key(&gpumeter_core::source_label(&want), 0),
             keys[0][0]
         );
-    }
-}
-
-#[cfg(test)]
-mod cut_tests {
-    use super::*;
-
-    #[test]
-    fn a_cut_name_keeps_a_digest_of_what_it_drops() {
-        let base = "k".repeat(MAX_STRING_BYTES);
-        let (mut a, mut b) = (format!("{base}<A>"), format!("{base}<B>"));
-        assert!(cut_string(&mut a) && cut_string(&mut b));
-        assert_ne!(a, b, "names that differ past the cut stay two names");
-        assert!(a.starts_with(&base) && a[MAX_STRING_BYTES..].starts_with(CUT_MARK));
-        assert_eq!(a.len(), MAX_STRING_BYTES + CUT_SUFFIX_BYTES);
-        let want = hex::encode(&Sha256::digest(b"<A>")[..16]);
-        assert!(
-            a.ends_with(&format!("{want}]")),
-            "{}",
-            &a[MAX_STRING_BYTES..]
-        );
-        // Not longer than the limit: untouched.
-        let mut short = base.clone();
-        assert!(!cut_string(&mut short));
-        assert_eq!(short, base);
-    }
-
-    #[test]
-    fn the_character_under_way_at_the_limit_is_kept_whole() {
-        // 'é' is 2 bytes: one starts at byte MAX_STRING_BYTES - 1 and ends past the limit.
-        let head = "k".repeat(MAX_STRING_BYTES - 1);
-        let mut s = format!("{head}éx");
-        assert!(cut_string(&mut s));
-        assert!(
-            s.starts_with(&format!("{head}é{CUT_MARK}")),
-            "{}",
-            &s[s.len() - 60..]
-        );
-        // A string that ends with that character drops nothing: not cut.
-        let mut whole = format!("{head}é");
-        assert!(!cut_string(&mut whole));
-        assert_eq!(whole, format!("{head}é"));
     }
 }

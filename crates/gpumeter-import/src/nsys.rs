@@ -80,8 +80,9 @@ use rusqlite::limits::Limit;
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, ErrorCode, OpenFlags};
 
+use crate::cut::{cut_string, CUT_MARK, MAX_STRING_BYTES};
 use crate::error::{shorten, ImportError, RecordLocation};
-use crate::{Parsed, CUT_MARK, MAX_STRING_BYTES};
+use crate::parsed::Parsed;
 
 const KERNEL: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
 const MEMCPY: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
@@ -695,7 +696,7 @@ pub(crate) fn parse(
     // Names kept cut at MAX_STRING_BYTES (counted in one warning).
     let mut cut_names = 0u64;
     for name in gpus.iter_mut().filter_map(|g| g.info.name.as_mut()) {
-        cut_names += u64::from(crate::cut_string(name));
+        cut_names += u64::from(cut_string(name));
     }
     let strings = if has(STRINGS) {
         let cols = schema.columns(&db, STRINGS)?;
@@ -809,7 +810,7 @@ fn name_kernels(db: &Db<'_>, cols: &Columns, good: &mut [Good]) -> Result<u64, I
             ValueRef::Text(b) | ValueRef::Blob(b) => String::from_utf8_lossy(b).into_owned(),
             v => RowReader::shown(v),
         };
-        cut += u64::from(crate::cut_string(&mut name));
+        cut += u64::from(cut_string(&mut name));
         names.insert(id, Arc::from(name.as_str()));
     }
     for g in good {
