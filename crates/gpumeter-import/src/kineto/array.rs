@@ -61,7 +61,7 @@ enum Attempt {
 /// | 10× gzip   | 0.22–0.24 s, 83 MB       | 0.46–0.63 s, 15 MB   | 0.23–0.26 s, 15 MB   |
 ///
 /// The rest of the time is serde_json's parse, SHA-256 and inflate; the string cap costs a few
-/// SIMD searches per chunk ([`StringCap`]'s fast path) and positions are counted a chunk at a
+/// SIMD searches per chunk ([`super::string_cap::StringCap`]'s fast path) and positions are counted a chunk at a
 /// time ([`Source`]). The elements' ends are found by serde_json itself (one
 /// `StreamDeserializer` step reports where the value ended), not by a scanner of brackets and
 /// strings of our own: the first version of this had one, and it was a fifth of the profile.

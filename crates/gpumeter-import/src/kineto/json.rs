@@ -37,7 +37,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for JStr<'a> {
     }
 }
 
-/// A JSON value read and dropped, as [`IgnoredAny`] but with every string in it decoded (into
+/// A JSON value read and dropped, as [`serde::de::IgnoredAny`] but with every string in it decoded (into
 /// serde_json's reused scratch buffer, nothing allocated), so that a string that is not valid
 /// UTF-8 is still the JSON error it was when the field was kept as a raw value. Used where
 /// fields are owned (an element read by the streaming reader): it also refuses an escape of a
