@@ -70,7 +70,7 @@ use std::path::Path;
 
 use gpumeter_core::{ActivityRecord, Warning, WarningCode, Work};
 
-use self::collect::{Collector, Open, NOT_AN_EVENT_OBJECT, NO_CATEGORY_WITH_DEVICE};
+use self::collect::{Open, NOT_AN_EVENT_OBJECT, NO_CATEGORY_WITH_DEVICE};
 use self::devices::{parse_device_properties, Devices};
 use self::event::{device_hint, is_work, read_args, Args, Class};
 use self::fault::Fault;
@@ -80,6 +80,7 @@ use crate::cut::MAX_STRING_BYTES;
 use crate::error::{ImportError, RecordLocation};
 use crate::parsed::{file_name, Parsed};
 
+pub(crate) use self::collect::Collector;
 pub(crate) use self::document::read_events;
 
 /// Turns the events read by [`read_events`] into records, devices and warnings.

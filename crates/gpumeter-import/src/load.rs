@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ImportError;
 use crate::hash::{HashWorker, Sink, Tally};
-use crate::kineto;
+use crate::kineto::{self, Collector};
 #[cfg(feature = "nsys")]
 use crate::nsys;
 use crate::parsed::{file_name, Parsed};
@@ -139,47 +139,12 @@ fn load_kineto(
         None => Sink::Inline(Sha256::new()),
     };
     let mut file = Tally::new(input, u64::MAX, sink(0));
-    let mut magic = [0u8; 2];
-    let mut got = 0;
-    while got < magic.len() {
-        match file.read(&mut magic[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_err(e)),
-        }
-    }
-    let magic = &magic[..got];
-    let (collected, content_sha256) = if magic == GZIP_MAGIC {
-        let (result, gzip_error, over, hasher) = {
-            let gz = flate2::read::MultiGzDecoder::new(magic.chain(&mut file));
-            let mut text = Tally::new(gz, limit, sink(1));
-            let result = kineto::read_events(path, &mut text);
-            if result.is_err() {
-                // As if the whole file had been decompressed first: a gzip fault or the size
-                // limit anywhere in it outranks a JSON fault (the rest is read, not kept).
-                let _ = std::io::copy(&mut text, &mut std::io::sink());
-            }
-            (result, text.error, text.over, text.sink)
-        };
-        if let Some(source) = file.error.take() {
-            return Err(io_err(source));
-        }
-        if let Some(source) = gzip_error {
-            return Err(ImportError::Gzip {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-        if over {
-            return Err(ImportError::DecompressedTooLarge {
-                path: path.to_path_buf(),
-                limit,
-            });
-        }
-        (result?, Some(hasher.detach()))
+    let magic = read_magic(&mut file).map_err(io_err)?;
+    let (collected, content_sink) = if magic == GZIP_MAGIC {
+        let (collected, text_sink) = read_gzip(path, &magic, &mut file, limit, sink(1))?;
+        (collected, Some(text_sink.detach()))
     } else {
-        let result = kineto::read_events(path, magic.chain(&mut file));
+        let result = kineto::read_events(path, magic.as_slice().chain(&mut file));
         if let Some(source) = file.error.take() {
             return Err(io_err(source));
         }
@@ -189,21 +154,7 @@ fn load_kineto(
     // parsed), hashed too.
     std::io::copy(&mut file, &mut std::io::sink()).map_err(io_err)?;
     let file_sink = file.sink.detach();
-    let worker_digests = match worker {
-        Some(w) => Some(
-            w.finish()
-                .ok_or_else(|| io_err(std::io::Error::other("the SHA-256 worker thread failed")))?,
-        ),
-        None => None,
-    };
-    let digest = |sink: Result<Sha256, usize>| match (sink, &worker_digests) {
-        (Ok(h), _) => hex::encode(h.finalize()),
-        (Err(which), Some(d)) => hex::encode(d[which % 2].clone().finalize()),
-        // Not met: a worker sink exists only with a worker.
-        (Err(_), None) => String::new(),
-    };
-    let content_sha256 = content_sha256.map(digest);
-    let file_sha256 = digest(file_sink);
+    let (file_sha256, content_sha256) = digests(worker, file_sink, content_sink).map_err(io_err)?;
     // The source's identity is its content: a gzip file's decompressed text (DESIGN §4).
     let sha256 = content_sha256.unwrap_or_else(|| file_sha256.clone());
     let label = gpumeter_core::source_label(&sha256);
@@ -215,6 +166,94 @@ fn load_kineto(
         file_sha256,
         parsed,
     })
+}
+
+/// The first bytes of `file`, up to the length of the gzip magic.
+fn read_magic(file: &mut impl Read) -> std::io::Result<Vec<u8>> {
+    let mut magic = [0u8; 2];
+    let mut got = 0;
+    while got < magic.len() {
+        match file.read(&mut magic[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(magic[..got].to_vec())
+}
+
+/// Reads the events of a gzip file (`magic`, its first bytes, then the rest of `file`)
+/// from its decompressed text, at most `limit` bytes of it, hashed through `sink`; returns
+/// them with the text's sink.
+///
+/// # Errors
+/// As if the whole file had been decompressed first: a read error of `file`, then a gzip
+/// fault, then the size limit, outrank a fault of the JSON.
+fn read_gzip<'p, 'w, R: Read>(
+    path: &'p Path,
+    magic: &[u8],
+    file: &mut Tally<'w, R>,
+    limit: u64,
+    sink: Sink<'w>,
+) -> Result<(Collector<'p>, Sink<'w>), ImportError> {
+    let (result, gzip_error, over, text_sink) = {
+        let gz = flate2::read::MultiGzDecoder::new(magic.chain(&mut *file));
+        let mut text = Tally::new(gz, limit, sink);
+        let result = kineto::read_events(path, &mut text);
+        if result.is_err() {
+            // As if the whole file had been decompressed first: a gzip fault or the size
+            // limit anywhere in it outranks a JSON fault (the rest is read, not kept).
+            let _ = std::io::copy(&mut text, &mut std::io::sink());
+        }
+        (result, text.error, text.over, text.sink)
+    };
+    if let Some(source) = file.error.take() {
+        return Err(ImportError::Io {
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    if let Some(source) = gzip_error {
+        return Err(ImportError::Gzip {
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    if over {
+        return Err(ImportError::DecompressedTooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    Ok((result?, text_sink))
+}
+
+/// The hex SHA-256 digests of a file's bytes and of its decompressed text (when it has one),
+/// from their sinks: hashed inline, or by `worker`, which is finished here.
+///
+/// # Errors
+/// When the worker thread failed.
+fn digests(
+    worker: Option<HashWorker>,
+    file: Result<Sha256, usize>,
+    content: Option<Result<Sha256, usize>>,
+) -> std::io::Result<(String, Option<String>)> {
+    let worker_digests = match worker {
+        Some(w) => Some(
+            w.finish()
+                .ok_or_else(|| std::io::Error::other("the SHA-256 worker thread failed"))?,
+        ),
+        None => None,
+    };
+    let digest = |sink: Result<Sha256, usize>| match (sink, &worker_digests) {
+        (Ok(h), _) => hex::encode(h.finalize()),
+        (Err(which), Some(d)) => hex::encode(d[which % 2].clone().finalize()),
+        // Not met: a worker sink exists only with a worker.
+        (Err(_), None) => String::new(),
+    };
+    let content = content.map(digest);
+    Ok((digest(file), content))
 }
 
 #[cfg(feature = "nsys")]

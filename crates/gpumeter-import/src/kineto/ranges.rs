@@ -373,41 +373,7 @@ pub(super) fn range_warnings(
     warnings: &mut Vec<Warning>,
 ) {
     if r.launches + r.attached > 0 {
-        let how = match (r.launches, r.attached) {
-            (l, 0) => format!(
-                "{l} kernel launches are CUPTI-profiler ranges (`cuda_profiler_range`, no \
-                 kernel events on their devices): their times are the ranges', which Kineto \
-                 does not measure (it gives each range an equal share of the profiling \
-                 session's span)"
-            ),
-            (0, a) => format!("{a} kernels carry the counters of their CUPTI-profiler range"),
-            (l, a) => format!(
-                "{l} kernel launches are CUPTI-profiler ranges (their times are the ranges', \
-                 which Kineto does not measure: it gives each range an equal share of the \
-                 profiling session's span) and {a} kernels carry their range's counters"
-            ),
-        };
-        let who = match (r.launches, range_pid) {
-            (0, _) => String::new(),
-            (_, Some(pid)) => format!(
-                "; ranges carry no correlation id, so their launches are given the process id \
-                 of the trace's one launching process ({pid})"
-            ),
-            (_, None) => format!(
-                "; ranges carry no correlation id and the trace has {launch_pids} launching \
-                 processes, so their launches have no process id and a tenant map's [pid] \
-                 rules cannot attribute them"
-            ),
-        };
-        warnings.push(Warning::new(
-            WarningCode::InstrumentedRun,
-            format!(
-                "{name}: an instrumented run (PyTorch profiler in CUPTI-profiler mode): {how}; \
-                 kernel_ns, gpu_busy_ns and the other time meters describe the profiled run, \
-                 not an unprofiled one, while flops_fp64, flops_fp32, flops_fp16 and tensor_ops \
-                 are the counters' own{who}"
-            ),
-        ));
+        warnings.push(instrumented_run(name, r, range_pid, launch_pids));
     }
     if let Some(index) = r.first_session {
         warnings.push(Warning::new(
@@ -455,4 +421,49 @@ pub(super) fn range_warnings(
             ),
         ));
     }
+}
+
+/// The warning of an instrumented run: how many launches are ranges and how many kernels carry
+/// a range's counters, what the time meters then describe, and whose the range launches are.
+fn instrumented_run(
+    name: &str,
+    r: &RangeOutcome,
+    range_pid: Option<u32>,
+    launch_pids: usize,
+) -> Warning {
+    let how = match (r.launches, r.attached) {
+        (l, 0) => format!(
+            "{l} kernel launches are CUPTI-profiler ranges (`cuda_profiler_range`, no \
+             kernel events on their devices): their times are the ranges', which Kineto \
+             does not measure (it gives each range an equal share of the profiling \
+             session's span)"
+        ),
+        (0, a) => format!("{a} kernels carry the counters of their CUPTI-profiler range"),
+        (l, a) => format!(
+            "{l} kernel launches are CUPTI-profiler ranges (their times are the ranges', \
+             which Kineto does not measure: it gives each range an equal share of the \
+             profiling session's span) and {a} kernels carry their range's counters"
+        ),
+    };
+    let who = match (r.launches, range_pid) {
+        (0, _) => String::new(),
+        (_, Some(pid)) => format!(
+            "; ranges carry no correlation id, so their launches are given the process id \
+             of the trace's one launching process ({pid})"
+        ),
+        (_, None) => format!(
+            "; ranges carry no correlation id and the trace has {launch_pids} launching \
+             processes, so their launches have no process id and a tenant map's [pid] \
+             rules cannot attribute them"
+        ),
+    };
+    Warning::new(
+        WarningCode::InstrumentedRun,
+        format!(
+            "{name}: an instrumented run (PyTorch profiler in CUPTI-profiler mode): {how}; \
+             kernel_ns, gpu_busy_ns and the other time meters describe the profiled run, \
+             not an unprofiled one, while flops_fp64, flops_fp32, flops_fp16 and tensor_ops \
+             are the counters' own{who}"
+        ),
+    )
 }
