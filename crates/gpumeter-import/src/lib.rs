@@ -362,17 +362,7 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
     if !fresh {
         return (summary, Batch::default());
     }
-    let slots: Vec<DeviceSlot> = parsed
-        .devices
-        .into_iter()
-        .map(|info| {
-            let slot = meter.register_device(info);
-            if let Some(catalog) = &opts.catalog {
-                catalog.apply_to(meter, slot);
-            }
-            slot
-        })
-        .collect();
+    let slots = register_devices(meter, parsed.devices, opts);
     let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
     for w in parsed.warnings.into_iter().chain(parsed.faults.warnings()) {
         meter.warn(w);
@@ -417,4 +407,23 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
         ..Batch::default()
     };
     (summary, batch)
+}
+
+/// Registers a source's devices with `meter`, the catalog applied to each before any of its
+/// records is pushed; their slots, in the source's order.
+fn register_devices(
+    meter: &mut Meter,
+    devices: Vec<gpumeter_core::DeviceInfo>,
+    opts: &ImportOptions,
+) -> Vec<DeviceSlot> {
+    devices
+        .into_iter()
+        .map(|info| {
+            let slot = meter.register_device(info);
+            if let Some(catalog) = &opts.catalog {
+                catalog.apply_to(meter, slot);
+            }
+            slot
+        })
+        .collect()
 }

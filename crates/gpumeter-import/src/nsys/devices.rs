@@ -97,55 +97,62 @@ pub(super) fn read_gpus(db: &Db<'_>, schema: &Schema) -> Result<Vec<Gpu>, Import
             table: GPU,
             rowid,
         };
-        let nz32 = |i: usize, f: &'static str| r.u32(i, f).map(|v| v.filter(|&x| x > 0));
-        let nz64 = |i: usize, f: &'static str| r.u64(i, f).map(|v| v.filter(|&x| x > 0));
-        let id = r.int(1, "id")?;
-        let cu_device = r.int(2, "cuDevice")?;
-        let uuid = r.text(5, "uuid")?.filter(|u| !u.trim().is_empty());
-        let major = r.u32(7, "computeMajor")?;
-        let minor = r.u32(8, "computeMinor")?;
-        let dev_id = id
-            .or(cu_device)
-            .and_then(|v| u32::try_from(v).ok())
-            .unwrap_or(0);
-        let info = DeviceInfo {
-            // Replaced by the caller when the GPU has no UUID.
-            key: uuid
-                .as_deref()
-                .map(DeviceInfo::uuid_key)
-                .unwrap_or_default(),
-            id: dev_id,
-            name: r.text(4, "name")?,
-            sm_count: nz32(6, "smCount")?,
-            compute_capability: match (major, minor) {
-                (Some(major), Some(minor)) if major > 0 => Some(ComputeCapability { major, minor }),
-                _ => None,
-            },
-            uuid,
-            limits: SmLimits {
-                max_threads_per_sm: None,
-                max_blocks_per_sm: nz32(16, "maxBlocksPerSm")?,
-                max_warps_per_sm: nz32(15, "maxWarpsPerSm")?,
-                registers_per_sm: nz32(12, "maxRegistersPerSm")?,
-                registers_per_block: nz32(13, "maxRegistersPerBlock")?,
-                shared_mem_per_sm_bytes: nz64(11, "maxShmemPerSm")?,
-                shared_mem_per_block_bytes: nz64(9, "maxShmemPerBlock")?,
-                shared_mem_per_block_optin_bytes: nz64(10, "maxShmemPerBlockOptin")?,
-                warp_size: nz32(14, "threadsPerWarp")?,
-            },
-        };
-        let mut info = info;
-        if let (Some(w), Some(t)) = (info.limits.max_warps_per_sm, info.limits.warp_size) {
-            info.limits.max_threads_per_sm = w.checked_mul(t);
-        }
-        out.push(Gpu {
-            id,
-            cu_device,
-            vm: r.int(3, "vmId")?,
-            info,
-        });
+        out.push(gpu_of_row(&r)?);
     }
     Ok(out)
+}
+
+/// The GPU a `TARGET_INFO_GPU` row describes (its columns in the order of `read_gpus`'s
+/// query): a zero is "unknown", never a value to meter with; the threads an SM holds are its
+/// warps times the warp size.
+fn gpu_of_row(r: &RowReader<'_, '_>) -> Result<Gpu, ImportError> {
+    let nz32 = |i: usize, f: &'static str| r.u32(i, f).map(|v| v.filter(|&x| x > 0));
+    let nz64 = |i: usize, f: &'static str| r.u64(i, f).map(|v| v.filter(|&x| x > 0));
+    let id = r.int(1, "id")?;
+    let cu_device = r.int(2, "cuDevice")?;
+    let uuid = r.text(5, "uuid")?.filter(|u| !u.trim().is_empty());
+    let major = r.u32(7, "computeMajor")?;
+    let minor = r.u32(8, "computeMinor")?;
+    let dev_id = id
+        .or(cu_device)
+        .and_then(|v| u32::try_from(v).ok())
+        .unwrap_or(0);
+    let info = DeviceInfo {
+        // Replaced by the caller when the GPU has no UUID.
+        key: uuid
+            .as_deref()
+            .map(DeviceInfo::uuid_key)
+            .unwrap_or_default(),
+        id: dev_id,
+        name: r.text(4, "name")?,
+        sm_count: nz32(6, "smCount")?,
+        compute_capability: match (major, minor) {
+            (Some(major), Some(minor)) if major > 0 => Some(ComputeCapability { major, minor }),
+            _ => None,
+        },
+        uuid,
+        limits: SmLimits {
+            max_threads_per_sm: None,
+            max_blocks_per_sm: nz32(16, "maxBlocksPerSm")?,
+            max_warps_per_sm: nz32(15, "maxWarpsPerSm")?,
+            registers_per_sm: nz32(12, "maxRegistersPerSm")?,
+            registers_per_block: nz32(13, "maxRegistersPerBlock")?,
+            shared_mem_per_sm_bytes: nz64(11, "maxShmemPerSm")?,
+            shared_mem_per_block_bytes: nz64(9, "maxShmemPerBlock")?,
+            shared_mem_per_block_optin_bytes: nz64(10, "maxShmemPerBlockOptin")?,
+            warp_size: nz32(14, "threadsPerWarp")?,
+        },
+    };
+    let mut info = info;
+    if let (Some(w), Some(t)) = (info.limits.max_warps_per_sm, info.limits.warp_size) {
+        info.limits.max_threads_per_sm = w.checked_mul(t);
+    }
+    Ok(Gpu {
+        id,
+        cu_device,
+        vm: r.int(3, "vmId")?,
+        info,
+    })
 }
 
 /// Resolves activity rows' devices to slots of [`Parsed::devices`], registering each device at
