@@ -42,27 +42,31 @@
 #![deny(missing_docs)]
 
 mod catalog;
+mod cut;
 mod error;
+mod hash;
 mod kineto;
+mod load;
 #[cfg(feature = "nsys")]
 mod nsys;
+mod parsed;
 mod tenant_map;
 pub mod units;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::Path;
 
 use gpumeter_core::{
-    push_batches, ActivityRecord, Batch, DeviceInfo, DeviceSlot, LossReason, Meter, SourceInfo,
+    push_batches, ActivityRecord, Batch, DeviceSlot, LossReason, Meter, SourceInfo,
 };
 use gpumeter_core::{Warning, WarningCode};
-use sha2::{Digest, Sha256};
 
 pub use catalog::{CatalogDevice, DeviceCatalog};
+pub use cut::{CUT_MARK, CUT_SUFFIX_BYTES, MAX_STRING_BYTES};
 pub use error::{ImportError, RecordLocation};
-pub use kineto::{CUT_MARK, CUT_SUFFIX_BYTES, MAX_STRING_BYTES};
 pub use tenant_map::TenantMapFile;
+
+use load::{load_bytes, load_path, Loaded};
 
 /// An input format (`--format`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -149,76 +153,8 @@ pub struct ImportSummary {
     pub device_keys: Vec<String>,
 }
 
-/// A file parsed and validated, not yet given to a meter. Device slots in `records` and
-/// `losses` are indices into `devices`.
-#[derive(Debug, Default)]
-pub(crate) struct Parsed {
-    pub(crate) devices: Vec<DeviceInfo>,
-    pub(crate) records: Vec<ActivityRecord>,
-    pub(crate) losses: Vec<(DeviceSlot, LossReason)>,
-    /// Records lost whose device the file does not tell.
-    pub(crate) source_losses: Vec<LossReason>,
-    pub(crate) skipped: BTreeMap<String, u64>,
-    pub(crate) warnings: Vec<Warning>,
-    /// Record-level faults (`invalid_field`), for one warning per field.
-    pub(crate) faults: Faults,
-}
-
-impl Parsed {
-    /// Books a record lost to a field that cannot be represented (loss `invalid_field`):
-    /// on its device when the file tells it, else on the source; `fault` (a
-    /// [`ImportError::BadField`]) names the record and field in the report's warnings.
-    pub(crate) fn invalid(&mut self, device: Option<DeviceSlot>, fault: &ImportError) {
-        match device {
-            Some(d) => self.losses.push((d, LossReason::InvalidField)),
-            None => self.source_losses.push(LossReason::InvalidField),
-        }
-        self.faults.note(fault);
-    }
-}
-
-/// Record-level faults of one file, summarized for the report's warnings: per field, how many
-/// records were lost and the first one's full message (file, record, field, value, why).
-#[derive(Debug, Default)]
-pub(crate) struct Faults {
-    by_field: BTreeMap<String, (u64, String)>,
-}
-
-impl Faults {
-    /// Notes one lost record. The message names the file by its name only (reports are
-    /// the same wherever the file lies).
-    pub(crate) fn note(&mut self, fault: &ImportError) {
-        let (field, text) = match fault {
-            ImportError::BadField {
-                path,
-                record,
-                field,
-                value,
-                reason,
-            } => (
-                (*field).to_string(),
-                format!(
-                    "{}: {record}: field `{field}` = `{value}`: {reason}",
-                    file_name(path)
-                ),
-            ),
-            other => (String::new(), other.to_string()),
-        };
-        let e = self.by_field.entry(field).or_insert_with(|| (0, text));
-        e.0 += 1;
-    }
-
-    /// One warning per field, in field order.
-    pub(crate) fn warnings(&self) -> Vec<Warning> {
-        self.by_field
-            .values()
-            .map(|(n, first)| gpumeter_core::invalid_field_warning(first, *n))
-            .collect()
-    }
-}
-
-const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
-const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
+pub(crate) const SQLITE_MAGIC: &[u8] = b"SQLite format 3\0";
+pub(crate) const GZIP_MAGIC: &[u8] = &[0x1f, 0x8b];
 
 /// Tells the format from a file's first bytes (`head`, 16 bytes suffice), else from its name:
 ///
@@ -253,383 +189,12 @@ pub fn detect_format(path: &Path, head: &[u8]) -> Option<Format> {
     }
 }
 
-/// The file name of `path` (no directories), as sources are named in reports.
-pub(crate) fn file_name(path: &Path) -> String {
-    path.file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| path.display().to_string())
-}
-
-fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format, ImportError> {
-    match requested {
-        Format::Auto => detect_format(path, head).ok_or_else(|| ImportError::UnknownFormat {
-            path: path.to_path_buf(),
-        }),
-        f => Ok(f),
-    }
-}
-
 /// The largest decompressed size of a gzip-compressed Kineto input: 8 GiB. A file that
 /// decompresses to more is refused with [`ImportError::DecompressedTooLarge`]. Memory does not
 /// need it (the text is parsed as a stream, never held): it bounds the time a small "gzip bomb"
 /// can cost (a 9.7 MB gzip of 9 GiB of whitespace is refused after 34 s, at 8 MB peak RSS, in
 /// a release build); real traces are far smaller.
 pub const MAX_DECOMPRESSED_BYTES: u64 = 8 << 30;
-
-/// Cuts `s` as a Kineto string is cut as it is read: the characters that
-/// start before [`MAX_STRING_BYTES`] bytes are kept, and when any is dropped, [`CUT_MARK`], the
-/// first 16 bytes of the SHA-256 of the UTF-8 text dropped (32 lowercase hex digits) and `]`
-/// follow, so two names that differ only past the cut stay two names (and two records of
-/// kernels with such names are not one record and a duplicate). Returns whether it was cut.
-/// For names an importer keeps whole before cutting (Nsight kernel and device names).
-#[cfg(any(feature = "nsys", test))]
-pub(crate) fn cut_string(s: &mut String) -> bool {
-    if s.len() <= MAX_STRING_BYTES {
-        return false;
-    }
-    let mut end = MAX_STRING_BYTES;
-    while !s.is_char_boundary(end) {
-        end += 1;
-    }
-    if end >= s.len() {
-        return false;
-    }
-    let digest = Sha256::digest(&s.as_bytes()[end..]);
-    s.truncate(end);
-    s.push_str(CUT_MARK);
-    s.push_str(&hex::encode(&digest[..16]));
-    s.push(']');
-    true
-}
-
-/// One input read, hashed, parsed and validated, not yet given to a meter.
-struct Loaded {
-    name: String,
-    format: Format,
-    /// The source's identity: SHA-256 of the content as parsed (of the decompressed text for a
-    /// gzip file, else of the bytes). The same trace given gzipped and plain has one identity.
-    sha256: String,
-    /// SHA-256 of the file's bytes as stored: which of several files of one content names
-    /// the source (the one whose bytes' SHA-256 sorts first).
-    file_sha256: String,
-    parsed: Parsed,
-}
-
-/// Reads, hashes and parses one file without touching any meter.
-fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, ImportError> {
-    let io_err = |source| ImportError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut file = std::fs::File::open(path).map_err(io_err)?;
-    let mut head = Vec::with_capacity(16);
-    (&mut file)
-        .take(16)
-        .read_to_end(&mut head)
-        .map_err(io_err)?;
-    let format = resolve_format(path, &head, opts.format)?;
-    let name = file_name(path);
-    match format {
-        #[cfg(not(feature = "nsys"))]
-        Format::Nsys => Err(ImportError::FormatNotEnabled {
-            path: path.to_path_buf(),
-            format: "nsys",
-            feature: "nsys",
-        }),
-        #[cfg(feature = "nsys")]
-        Format::Nsys => {
-            drop(file);
-            let sha256 = sha256_of_file(path)?;
-            // Read-only, immutable and guarded against hostile files (nsys module docs).
-            let export = nsys::Export::open_path(path)?;
-            let label = gpumeter_core::source_label(&sha256);
-            let parsed = nsys::parse(path, &name, &label, &export)?;
-            Ok(Loaded {
-                name,
-                format: Format::Nsys,
-                file_sha256: sha256.clone(),
-                sha256,
-                parsed,
-            })
-        }
-        _ => load_kineto(
-            path,
-            name,
-            head.as_slice().chain(file),
-            MAX_DECOMPRESSED_BYTES,
-        ),
-    }
-}
-
-/// As [`load_path`] for bytes in memory; `name` names the file in errors and reports.
-fn load_bytes(name: &str, bytes: &[u8], opts: &ImportOptions) -> Result<Loaded, ImportError> {
-    let path = Path::new(name);
-    let format = resolve_format(path, bytes, opts.format)?;
-    let name = file_name(path);
-    match format {
-        #[cfg(not(feature = "nsys"))]
-        Format::Nsys => Err(ImportError::FormatNotEnabled {
-            path: path.to_path_buf(),
-            format: "nsys",
-            feature: "nsys",
-        }),
-        #[cfg(feature = "nsys")]
-        Format::Nsys => {
-            let sha256 = hex::encode(Sha256::digest(bytes));
-            let conn = open_sqlite_bytes(path, bytes)?;
-            let label = gpumeter_core::source_label(&sha256);
-            let parsed = nsys::parse(path, &name, &label, &conn)?;
-            Ok(Loaded {
-                name,
-                format: Format::Nsys,
-                file_sha256: sha256.clone(),
-                sha256,
-                parsed,
-            })
-        }
-        _ => load_kineto(path, name, bytes, MAX_DECOMPRESSED_BYTES),
-    }
-}
-
-/// Hashes, decompresses (at most `limit` bytes) and parses a Kineto file, all in one pass
-/// over `input` as a stream: memory holds what the trace keeps (its GPU work events), not the
-/// file nor its decompressed text, so a gzip bomb of whitespace or of CPU-side events streams
-/// through in bounded memory.
-fn load_kineto(
-    path: &Path,
-    name: String,
-    input: impl Read,
-    limit: u64,
-) -> Result<Loaded, ImportError> {
-    let io_err = |source| ImportError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    // Both digests (of the file, and of the decompressed text) on one worker thread, off the
-    // parse's path; inline when no thread can be started.
-    let worker = HashWorker::start();
-    let sink = |which| match &worker {
-        Some(w) => Sink::Worker(w, which),
-        None => Sink::Inline(Sha256::new()),
-    };
-    let mut file = Tally::new(input, u64::MAX, sink(0));
-    let mut magic = [0u8; 2];
-    let mut got = 0;
-    while got < magic.len() {
-        match file.read(&mut magic[got..]) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(io_err(e)),
-        }
-    }
-    let magic = &magic[..got];
-    let (collected, content_sha256) = if magic == GZIP_MAGIC {
-        let (result, gzip_error, over, hasher) = {
-            let gz = flate2::read::MultiGzDecoder::new(magic.chain(&mut file));
-            let mut text = Tally::new(gz, limit, sink(1));
-            let result = kineto::read_events(path, &mut text);
-            if result.is_err() {
-                // As if the whole file had been decompressed first: a gzip fault or the size
-                // limit anywhere in it outranks a JSON fault (the rest is read, not kept).
-                let _ = std::io::copy(&mut text, &mut std::io::sink());
-            }
-            (result, text.error, text.over, text.sink)
-        };
-        if let Some(source) = file.error.take() {
-            return Err(io_err(source));
-        }
-        if let Some(source) = gzip_error {
-            return Err(ImportError::Gzip {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-        if over {
-            return Err(ImportError::DecompressedTooLarge {
-                path: path.to_path_buf(),
-                limit,
-            });
-        }
-        (result?, Some(hasher.detach()))
-    } else {
-        let result = kineto::read_events(path, magic.chain(&mut file));
-        if let Some(source) = file.error.take() {
-            return Err(io_err(source));
-        }
-        (result?, None)
-    };
-    // Whatever follows the end of the JSON or of the last gzip member (nothing, in a file that
-    // parsed), hashed too.
-    std::io::copy(&mut file, &mut std::io::sink()).map_err(io_err)?;
-    let file_sink = file.sink.detach();
-    let worker_digests = match worker {
-        Some(w) => Some(
-            w.finish()
-                .ok_or_else(|| io_err(std::io::Error::other("the SHA-256 worker thread failed")))?,
-        ),
-        None => None,
-    };
-    let digest = |sink: Result<Sha256, usize>| match (sink, &worker_digests) {
-        (Ok(h), _) => hex::encode(h.finalize()),
-        (Err(which), Some(d)) => hex::encode(d[which % 2].clone().finalize()),
-        // Not met: a worker sink exists only with a worker.
-        (Err(_), None) => String::new(),
-    };
-    let content_sha256 = content_sha256.map(digest);
-    let file_sha256 = digest(file_sink);
-    // The source's identity is its content: a gzip file's decompressed text (DESIGN §4).
-    let sha256 = content_sha256.unwrap_or_else(|| file_sha256.clone());
-    let label = gpumeter_core::source_label(&sha256);
-    let parsed = kineto::finish(collected, &label)?;
-    Ok(Loaded {
-        name,
-        format: Format::Kineto,
-        sha256,
-        file_sha256,
-        parsed,
-    })
-}
-
-/// A thread that computes SHA-256 digests of two streams (0: a file's bytes, 1: its
-/// decompressed text) from chunks handed to it, so that hashing (a sixth of a Kineto import's
-/// CPU time) runs beside the parse instead of on its path. At most 4 chunks (each at most the
-/// reader's buffer, 1 MiB) wait for it; their buffers come back to be reused.
-struct HashWorker {
-    tx: Option<std::sync::mpsc::SyncSender<(usize, Vec<u8>)>>,
-    back: std::sync::mpsc::Receiver<Vec<u8>>,
-    thread: Option<std::thread::JoinHandle<[Sha256; 2]>>,
-    /// Set when a chunk could not be handed over (the thread is gone).
-    lost: std::cell::Cell<bool>,
-}
-
-impl HashWorker {
-    /// The worker, or `None` when no thread can be started.
-    fn start() -> Option<Self> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<(usize, Vec<u8>)>(4);
-        let (back_tx, back) = std::sync::mpsc::sync_channel::<Vec<u8>>(6);
-        let thread = std::thread::Builder::new()
-            .name("gpumeter-sha256".into())
-            .stack_size(64 << 10)
-            .spawn(move || {
-                let mut h = [Sha256::new(), Sha256::new()];
-                for (which, buf) in rx {
-                    if let Some(h) = h.get_mut(which) {
-                        h.update(&buf);
-                    }
-                    let _ = back_tx.try_send(buf);
-                }
-                h
-            })
-            .ok()?;
-        Some(HashWorker {
-            tx: Some(tx),
-            back,
-            thread: Some(thread),
-            lost: std::cell::Cell::new(false),
-        })
-    }
-
-    /// Hands a copy of `bytes` to the digest of stream `which`.
-    fn feed(&self, which: usize, bytes: &[u8]) {
-        let mut buf = self.back.try_recv().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(bytes);
-        let sent = self
-            .tx
-            .as_ref()
-            .is_some_and(|tx| tx.send((which, buf)).is_ok());
-        if !sent {
-            self.lost.set(true);
-        }
-    }
-
-    /// Both digests once every chunk is hashed; `None` when a chunk was lost.
-    fn finish(mut self) -> Option<[Sha256; 2]> {
-        drop(self.tx.take());
-        let digests = self.thread.take()?.join().ok()?;
-        (!self.lost.get()).then_some(digests)
-    }
-}
-
-/// Where a [`Tally`] sends what it reads to be hashed.
-enum Sink<'w> {
-    /// Hashed on the reading thread.
-    Inline(Sha256),
-    /// Hashed by the worker, as its stream 0 or 1.
-    Worker(&'w HashWorker, usize),
-}
-
-impl Sink<'_> {
-    /// The digest so far when hashed inline, else the worker's stream to ask for it.
-    fn detach(self) -> Result<Sha256, usize> {
-        match self {
-            Sink::Inline(h) => Ok(h),
-            Sink::Worker(_, which) => Err(which),
-        }
-    }
-
-    fn update(&mut self, bytes: &[u8]) {
-        match self {
-            Sink::Inline(h) => h.update(bytes),
-            Sink::Worker(w, which) => w.feed(*which, bytes),
-        }
-    }
-}
-
-/// A reader that hashes (SHA-256, through its [`Sink`]) and counts what is read through it,
-/// refuses to read more than `limit` bytes (`over` is then set), and keeps the first I/O error
-/// of the reader under it (handing up a copy), so that the caller can tell a read or gzip
-/// fault from a JSON one.
-struct Tally<'w, R> {
-    inner: R,
-    read: u64,
-    limit: u64,
-    over: bool,
-    sink: Sink<'w>,
-    error: Option<std::io::Error>,
-}
-
-impl<'w, R: Read> Tally<'w, R> {
-    fn new(inner: R, limit: u64, sink: Sink<'w>) -> Self {
-        Tally {
-            inner,
-            read: 0,
-            limit,
-            over: false,
-            sink,
-            error: None,
-        }
-    }
-}
-
-impl<R: Read> Read for Tally<'_, R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if self.over {
-            return Err(std::io::Error::other("over the decompressed size limit"));
-        }
-        // At most one byte over the limit, to tell "exactly at the limit" from "over".
-        let room = self.limit.saturating_add(1).saturating_sub(self.read);
-        let want = buf.len().min(usize::try_from(room).unwrap_or(usize::MAX));
-        match self.inner.read(&mut buf[..want]) {
-            Ok(n) => {
-                self.read += n as u64;
-                if self.read > self.limit {
-                    self.over = true;
-                    return Err(std::io::Error::other("over the decompressed size limit"));
-                }
-                self.sink.update(&buf[..n]);
-                Ok(n)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => Err(e),
-            Err(e) => {
-                let copy = std::io::Error::new(e.kind(), e.to_string());
-                self.error.get_or_insert(e);
-                Err(copy)
-            }
-        }
-    }
-}
 
 /// Imports one file into `meter`.
 ///
@@ -760,59 +325,6 @@ pub fn import_bytes(
     Ok(commit_one(meter, loaded, opts))
 }
 
-#[cfg(feature = "nsys")]
-fn sha256_of_file(path: &Path) -> Result<String, ImportError> {
-    let io_err = |source| ImportError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut file = std::fs::File::open(path).map_err(io_err)?;
-    let mut hasher = Sha256::new();
-    std::io::copy(&mut file, &mut hasher).map_err(io_err)?;
-    Ok(hex::encode(hasher.finalize()))
-}
-
-/// Opens SQLite bytes as a read-only in-memory database with the guards of a file (nsys module
-/// docs).
-#[cfg(feature = "nsys")]
-fn open_sqlite_bytes(path: &Path, bytes: &[u8]) -> Result<nsys::Export, ImportError> {
-    // sqlite3_deserialize sizes are C ints.
-    if i32::try_from(bytes.len()).is_err() {
-        return Err(ImportError::TooLarge {
-            path: path.to_path_buf(),
-            len: bytes.len(),
-        });
-    }
-    let sql_err = |context: &str| {
-        let context = context.to_string();
-        move |source| ImportError::Sqlite {
-            path: path.to_path_buf(),
-            context,
-            source,
-        }
-    };
-    let mut conn =
-        rusqlite::Connection::open_in_memory().map_err(sql_err("opening an in-memory database"))?;
-    // An in-memory database cannot be in WAL mode (header bytes 18 and 19 = 2: SQLite answers
-    // "unable to open"), but a WAL-mode file read alone holds all its content, as `import_path`
-    // reads it (immutable): the copy SQLite makes is marked rollback-mode (1, 1) instead.
-    let wal = bytes.starts_with(SQLITE_MAGIC) && bytes.get(18..20) == Some(&[2, 2][..]);
-    let (head, tail) = if wal {
-        (&bytes[..18], &bytes[20..])
-    } else {
-        (bytes, &[][..])
-    };
-    let mode: &[u8] = if wal { &[1, 1] } else { &[] };
-    conn.deserialize_read_exact(
-        rusqlite::MAIN_DB,
-        head.chain(mode).chain(tail),
-        bytes.len(),
-        true,
-    )
-    .map_err(sql_err("loading the database from memory"))?;
-    nsys::Export::guard(path, conn, bytes.len() as u64)
-}
-
 /// Announces a single source and pushes its records.
 fn commit_one(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> ImportSummary {
     let (summary, batch) = announce(meter, loaded, opts);
@@ -850,17 +362,7 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
     if !fresh {
         return (summary, Batch::default());
     }
-    let slots: Vec<DeviceSlot> = parsed
-        .devices
-        .into_iter()
-        .map(|info| {
-            let slot = meter.register_device(info);
-            if let Some(catalog) = &opts.catalog {
-                catalog.apply_to(meter, slot);
-            }
-            slot
-        })
-        .collect();
+    let slots = register_devices(meter, parsed.devices, opts);
     let slot_of = |local: DeviceSlot| slots.get(local.0 as usize).copied();
     for w in parsed.warnings.into_iter().chain(parsed.faults.warnings()) {
         meter.warn(w);
@@ -907,132 +409,21 @@ fn announce(meter: &mut Meter, loaded: Loaded, opts: &ImportOptions) -> (ImportS
     (summary, batch)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::io::Write;
-
-    fn gz(data: &[u8]) -> Vec<u8> {
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-        let _ = e.write_all(data);
-        e.finish().unwrap_or_default()
-    }
-
-    #[test]
-    fn decompressed_size_is_capped() {
-        let text = br#"{"traceEvents": []}"#;
-        let len = text.len() as u64;
-        let path = Path::new("dir/bomb.json.gz");
-        // Exactly at the limit: read whole.
-        match load_kineto(path, "bomb.json.gz".into(), gz(text).as_slice(), len) {
-            Ok(l) => assert_eq!(l.sha256, hex::encode(Sha256::digest(text))),
-            Err(e) => panic!("unexpected error: {e}"),
-        }
-        // One byte over, also across gzip members: refused, naming the file and the limit.
-        let mut two = gz(text);
-        two.extend(gz(text));
-        for (bytes, limit) in [(gz(text), len - 1), (two, 2 * len - 1)] {
-            match load_kineto(path, "bomb.json.gz".into(), bytes.as_slice(), limit) {
-                Err(e @ ImportError::DecompressedTooLarge { .. }) => {
-                    let msg = e.to_string();
-                    assert!(
-                        msg.contains("dir/bomb.json.gz") && msg.contains(&limit.to_string()),
-                        "{msg}"
-                    );
-                }
-                Err(e) => panic!("expected DecompressedTooLarge, got {e}"),
-                Ok(_) => panic!("expected DecompressedTooLarge, got a parse"),
+/// Registers a source's devices with `meter`, the catalog applied to each before any of its
+/// records is pushed; their slots, in the source's order.
+fn register_devices(
+    meter: &mut Meter,
+    devices: Vec<gpumeter_core::DeviceInfo>,
+    opts: &ImportOptions,
+) -> Vec<DeviceSlot> {
+    devices
+        .into_iter()
+        .map(|info| {
+            let slot = meter.register_device(info);
+            if let Some(catalog) = &opts.catalog {
+                catalog.apply_to(meter, slot);
             }
-        }
-        // A megabyte of zeros compresses to about a kilobyte.
-        let zeros = gz(&vec![0u8; 1 << 20]);
-        assert!(zeros.len() < 4096);
-        assert!(matches!(
-            load_kineto(path, "bomb.json.gz".into(), zeros.as_slice(), 1 << 16),
-            Err(ImportError::DecompressedTooLarge { limit: 65_536, .. })
-        ));
-        assert_eq!(MAX_DECOMPRESSED_BYTES, 8 * 1024 * 1024 * 1024);
-    }
-
-    /// Item 3 of issue 30: a trace gzipped, gunzipped or re-gzipped (another compression
-    /// level, several members) is one source: one identity, the SHA-256 of the text, and one
-    /// device key, which names no file. (Before, the identity and the key were the file's
-    /// bytes' and name's: `t.json.gz@<8 hex>#0`.)
-    #[test]
-    fn recompressed_copies_are_one_source_with_one_device_key() {
-        let text = br#"{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0,
-            "tid": 7, "ts": 1700000000000000, "dur": 5, "args": {"device": 0, "stream": 7,
-            "correlation": 1, "grid": [1, 1, 1], "block": [32, 1, 1]}}]}"#;
-        let mut fast = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        let _ = fast.write_all(text);
-        let fast = fast.finish().unwrap_or_default();
-        let mut members = gz(&text[..10]);
-        members.extend(gz(&text[10..]));
-        let want = hex::encode(Sha256::digest(text));
-        let mut keys = Vec::new();
-        for (name, bytes) in [
-            ("t.json", text.to_vec()),
-            ("t.json.gz", gz(text)),
-            ("other-name.gz", fast),
-            ("two-members.json.gz", members),
-        ] {
-            let l = load_bytes(name, &bytes, &ImportOptions::default()).expect("a trace");
-            assert_eq!(l.sha256, want, "{name}: the identity is the content's");
-            assert_eq!(
-                l.file_sha256,
-                hex::encode(Sha256::digest(&bytes)),
-                "{name}: the bytes' digest is kept apart"
-            );
-            let key: Vec<String> = l.parsed.devices.iter().map(|d| d.key.clone()).collect();
-            keys.push(key);
-        }
-        assert_eq!(keys[0], vec![format!("{}#0", &want[..16])]);
-        assert!(keys.iter().all(|k| *k == keys[0]), "{keys:?}");
-        assert_eq!(
-            DeviceInfo::source_key(&gpumeter_core::source_label(&want), 0),
-            keys[0][0]
-        );
-    }
-}
-
-#[cfg(test)]
-mod cut_tests {
-    use super::*;
-
-    #[test]
-    fn a_cut_name_keeps_a_digest_of_what_it_drops() {
-        let base = "k".repeat(MAX_STRING_BYTES);
-        let (mut a, mut b) = (format!("{base}<A>"), format!("{base}<B>"));
-        assert!(cut_string(&mut a) && cut_string(&mut b));
-        assert_ne!(a, b, "names that differ past the cut stay two names");
-        assert!(a.starts_with(&base) && a[MAX_STRING_BYTES..].starts_with(CUT_MARK));
-        assert_eq!(a.len(), MAX_STRING_BYTES + CUT_SUFFIX_BYTES);
-        let want = hex::encode(&Sha256::digest(b"<A>")[..16]);
-        assert!(
-            a.ends_with(&format!("{want}]")),
-            "{}",
-            &a[MAX_STRING_BYTES..]
-        );
-        // Not longer than the limit: untouched.
-        let mut short = base.clone();
-        assert!(!cut_string(&mut short));
-        assert_eq!(short, base);
-    }
-
-    #[test]
-    fn the_character_under_way_at_the_limit_is_kept_whole() {
-        // 'é' is 2 bytes: one starts at byte MAX_STRING_BYTES - 1 and ends past the limit.
-        let head = "k".repeat(MAX_STRING_BYTES - 1);
-        let mut s = format!("{head}éx");
-        assert!(cut_string(&mut s));
-        assert!(
-            s.starts_with(&format!("{head}é{CUT_MARK}")),
-            "{}",
-            &s[s.len() - 60..]
-        );
-        // A string that ends with that character drops nothing: not cut.
-        let mut whole = format!("{head}é");
-        assert!(!cut_string(&mut whole));
-        assert_eq!(whole, format!("{head}é"));
-    }
+            slot
+        })
+        .collect()
 }
