@@ -160,7 +160,7 @@ pub fn inputs_are_reports(inputs: &[PathBuf], options: &UsageOptions) -> Result<
                 Format::Gmr => "gmr",
                 Format::Cupti => "cupti",
                 Format::Nsys => "nsys",
-                _ => "kineto",
+                Format::Kineto | Format::Auto | Format::Usage => "kineto",
             },
         }),
         (Some(_), None) => Ok(true),

@@ -126,7 +126,7 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         format_enabled(input, format)?;
         match format {
             f @ (Format::Gmr | Format::Cupti) => recordings.push((input, f)),
-            _ => traces.push(input),
+            Format::Kineto | Format::Nsys | Format::Auto | Format::Usage => traces.push(input),
         }
     }
     let mut meter = Meter::new(options.meter.clone());
@@ -142,7 +142,9 @@ pub fn meter_inputs(inputs: &[PathBuf], options: &UsageOptions) -> Result<UsageR
         format: match options.format {
             Format::Kineto => gpumeter_import::Format::Kineto,
             Format::Nsys => gpumeter_import::Format::Nsys,
-            _ => gpumeter_import::Format::Auto,
+            Format::Auto | Format::Gmr | Format::Cupti | Format::Usage => {
+                gpumeter_import::Format::Auto
+            }
         },
         catalog,
     };
@@ -241,9 +243,10 @@ fn meter_recordings(
 /// The CUPTI crate's format of a raw buffer or a recording.
 #[cfg(feature = "cupti")]
 fn cupti_format(format: Format) -> crate::cupti::CuptiFormat {
-    if format == Format::Gmr {
-        crate::cupti::CuptiFormat::Gmr
-    } else {
-        crate::cupti::CuptiFormat::Cupti
+    match format {
+        Format::Gmr => crate::cupti::CuptiFormat::Gmr,
+        Format::Cupti | Format::Auto | Format::Kineto | Format::Nsys | Format::Usage => {
+            crate::cupti::CuptiFormat::Cupti
+        }
     }
 }

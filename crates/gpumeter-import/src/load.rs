@@ -74,7 +74,8 @@ pub(crate) fn load_path(path: &Path, opts: &ImportOptions) -> Result<Loaded, Imp
                 parsed,
             })
         }
-        _ => load_kineto(
+        // `Auto` is resolved above; every format is named, so a new one is a compile error here.
+        Format::Kineto | Format::Auto => load_kineto(
             path,
             name,
             head.as_slice().chain(file),
@@ -113,7 +114,7 @@ pub(crate) fn load_bytes(
                 parsed,
             })
         }
-        _ => load_kineto(path, name, bytes, MAX_DECOMPRESSED_BYTES),
+        Format::Kineto | Format::Auto => load_kineto(path, name, bytes, MAX_DECOMPRESSED_BYTES),
     }
 }
 
