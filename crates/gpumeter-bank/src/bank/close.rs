@@ -1,7 +1,6 @@
 //! Contract close: the remaining fragments billed (`gpumeter bank close`).
 
 use super::*;
-use gpumeter_rating::RateModel;
 
 /// What `close` billed: one line per fragment, and the transaction.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -107,7 +106,7 @@ pub fn close<L: Ledger>(
                     ))
                 })?;
             let (billed, factor, package) = match last.package_size_canonical {
-                Some(size) if last.model == RateModel::Package => {
+                Some(size) if last.model.priced_per_package() => {
                     let covered = paid_room(t, tenant, &sku, meter, q, size)?.min(q);
                     (q - covered, (size.max(1), 1), Some((size, covered)))
                 }

@@ -9,7 +9,6 @@ use rust_decimal::Decimal;
 
 use crate::currency::Currency;
 use crate::error::RatingError;
-use crate::model::RateModel;
 use crate::money::Rounding;
 
 use super::error::{at, PriceBookError};
@@ -221,8 +220,12 @@ impl PriceBook {
 fn rate_summary(r: &Rate, code: &str) -> Vec<String> {
     let unit = r.unit.name();
     let canonical = r.meter.canonical_unit();
-    let price = match (r.model, r.package_size, r.package_size_canonical) {
-        (RateModel::Package, Some(size), Some(c)) => format!(
+    let price = match (
+        r.model.priced_per_package(),
+        r.package_size,
+        r.package_size_canonical,
+    ) {
+        (true, Some(size), Some(c)) => format!(
             "{} {code} per package of {size} {unit} ({c} {canonical}), whole packages rounded up",
             r.unit_price
         ),

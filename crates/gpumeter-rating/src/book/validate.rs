@@ -25,7 +25,7 @@ pub(super) fn check_model(
     unit_price: Option<Decimal>,
     package_size: Option<u128>,
 ) -> Result<Decimal, PriceBookError> {
-    let tiered = matches!(model, RateModel::Graduated | RateModel::Volume);
+    let tiered = model.has_tiers();
     match (tiered, tiers) {
         (true, None) => {
             return Err(r.invalid_field(
@@ -42,7 +42,7 @@ pub(super) fn check_model(
                 format!(
                     "tiers are only for model = \"graduated\" or \"volume\", and this rate's \
                      model is {model}{}",
-                    if model == RateModel::Package {
+                    if model.priced_per_package() {
                         " (one unit_price per package)"
                     } else {
                         ""
@@ -52,7 +52,7 @@ pub(super) fn check_model(
         }
         _ => {}
     }
-    match (model == RateModel::Package, package_size) {
+    match (model.priced_per_package(), package_size) {
         (true, None) => {
             return Err(r.invalid_field(
                 "model",

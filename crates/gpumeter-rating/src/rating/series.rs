@@ -12,7 +12,6 @@ use rust_decimal::Decimal;
 use crate::book::{PriceBook, Rate};
 use crate::error::RatingError;
 use crate::invoice::{Line, LineExtensions, LineKind};
-use crate::model::RateModel;
 use crate::money::{amount_minor_units, exact_product, minor_units_to_decimal, quantity_in_unit};
 
 use super::checks::check_rate_edges;
@@ -192,7 +191,7 @@ fn price_pieces(
             continue;
         };
         let r = terms.rate;
-        let span = if r.model == RateModel::Package {
+        let span = if r.model.priced_per_package() {
             *span_start.get_or_insert(cum)
         } else {
             if q > 0 {
@@ -221,9 +220,10 @@ fn price_pieces(
                 .ok_or_else(overflow)?;
             acc.count = acc.count.checked_add(part.count).ok_or_else(overflow)?;
             if let (Some(k), true) = (part.tier, part.billable > 0) {
-                let first = match r.model {
-                    RateModel::Volume => !std::mem::replace(&mut volume_fee_charged, true),
-                    _ => tiers_reached.insert(k),
+                let first = if r.model.one_flat_fee_per_period() {
+                    !std::mem::replace(&mut volume_fee_charged, true)
+                } else {
+                    tiers_reached.insert(k)
                 };
                 let has_fee = r.tiers.get(k).is_some_and(|t| t.flat_fee.is_some());
                 if first && has_fee {
@@ -294,7 +294,7 @@ fn series_lines(
         minor_sum += &minor;
         let fragment = acc.quantity - acc.billable;
         fragment_out = fragment_out.checked_add(fragment).ok_or_else(overflow)?;
-        let packages = (r.model == RateModel::Package).then_some(Quantity(acc.count));
+        let packages = r.model.priced_per_package().then_some(Quantity(acc.count));
         lines.push(Line {
             kind: LineKind::Usage,
             sku: Some(r.sku.clone()),
