@@ -1,4 +1,4 @@
-//! Criterion bench `decode_cupti` (DESIGN §12): decode and meter a buffer of 1 M CUPTI 12.8
+//! Criterion bench `decode_cupti` (docs/PERFORMANCE.md, "Targets"): decode and meter a buffer of 1 M CUPTI 12.8
 //! CONCURRENT_KERNEL records (made by `gpumeter-synth`, kernels only), side by side with a bare `cuptiActivityGetNextRecord` walk of the
 //! same buffer by the real libcupti 12.8 (through `cupti-sys`). Results and the command are in
 //! docs/PERFORMANCE.md.

@@ -1,4 +1,4 @@
-//! Criterion bench `pipeline` (issue 13 "Deliver 3", DESIGN §12): every stage of metering a
+//! Criterion bench `pipeline` (issue 13 "Deliver 3", docs/PERFORMANCE.md, "Targets"): every stage of metering a
 //! CUPTI 12.8 workload, side by side in one group of one run, on the same bytes, so that their
 //! ratios come from one run on one machine state:
 //!

@@ -1,4 +1,4 @@
-//! Criterion bench `rating`: rating throughput in usage rows per second (DESIGN §12 asks at
+//! Criterion bench `rating`: rating throughput in usage rows per second (docs/PERFORMANCE.md, "Targets", asks at
 //! least 1 M rows/s) on a synthetic month of hourly usage, 1 008 000 rows: 100 tenants × 2 H100s
 //! × 720 windows × 7 meters. Two price books side by side in one run: the reference, per-unit
 //! prices only (what rating did before tiers and bands), and the full book: graduated SM-time

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpumeter collection overhead on a GPU (issue 13 "Deliver 6", DESIGN §12: ≤ 2 %;
+# gpumeter collection overhead on a GPU (issue 13 "Deliver 6", docs/PERFORMANCE.md, "Targets": ≤ 2 %;
 # docs/PERFORMANCE.md "Issue 13"). Not part of CI.
 #
 # Runs one kernel-heavy CUDA workload — many small kernels (launch-bound: CUPTI's worst case,
@@ -7,7 +7,7 @@
 # `gpumeter record`, OVERHEAD_REPS times each (the order flips every rep so drift cancels), and
 # prints the median times and the overhead ratio, for
 #   * the workload's own timed loop (after a warm-up, CUDA and CUPTI set-up excluded: the
-#     steady-state cost of collection), the figure DESIGN §12 bounds, and
+#     steady-state cost of collection), the figure docs/PERFORMANCE.md, "Targets" bounds, and
 #   * the whole process (start, CUDA context, collector start-up and final flush included).
 # It checks that the last recording metered every launch (`gpumeter usage --json`).
 #
@@ -153,5 +153,5 @@ pl="$(med "$WORK/plain.times" 1)"; rl="$(med "$WORK/record.times" 1)"
 pw="$(med "$WORK/plain.times" 2)"; rw="$(med "$WORK/record.times" 2)"
 pct() { awk -v r="$1" -v p="$2" 'BEGIN {printf "%+.2f %%", (r/p-1)*100}'; }
 say "== medians of $REPS ($LAUNCHES launches a run, all $METERED metered)"
-say "   timed loop:    unmetered $pl s, recorded $rl s: overhead $(pct "$rl" "$pl") (DESIGN §12: ≤ 2 %)"
+say "   timed loop:    unmetered $pl s, recorded $rl s: overhead $(pct "$rl" "$pl") (docs/PERFORMANCE.md: ≤ 2 %)"
 say "   whole process: unmetered $pw s, recorded $rw s: overhead $(pct "$rw" "$pw")"

@@ -1,5 +1,5 @@
 //! Hardening tests of the facade (issue 9): the hostile corpus of `tests/hostile/` (one test
-//! per class of defect, with the outcome DESIGN §3, §4 and §11 ask), binary cases generated
+//! per class of defect, with the outcome docs/METERING.md and docs/ARCHITECTURE.md, "Invariants" ask), binary cases generated
 //! here (damaged `.gmr` recordings, CUPTI buffers with bad fields, quantities past `u128`), the
 //! real shared traces, and a property test that records in = records metered + records lost,
 //! per device, whatever faults are injected.

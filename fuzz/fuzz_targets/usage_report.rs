@@ -9,7 +9,7 @@
 //!    first open allocation is registered, a release
 //!    of that allocation and a kernel after it are pushed, and the report is built;
 //! 3. the report itself is rated with a fixed price book (`gpumeter_rating::rate`), the path
-//!    of a usage report given as input to rating (the library API; DESIGN §8's
+//!    of a usage report given as input to rating (the library API; the README's
 //!    `--format usage`).
 //!
 //! The whole input is the JSON document.

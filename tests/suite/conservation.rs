@@ -1,4 +1,4 @@
-//! DESIGN §4 "No record is ever dropped without being counted": for random record sets with
+//! docs/ARCHITECTURE.md, "Invariants" (loss is counted): for random record sets with
 //! random faults injected, records metered + records lost = records in, per device, exactly
 //! (and, for records whose device cannot be told, per source).
 

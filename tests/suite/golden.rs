@@ -42,7 +42,7 @@ const REPOSITORY_INPUTS: &[(&str, Option<u32>)] = &[
     ),
 ];
 
-/// The shared traces of `../shared/data` (DESIGN §3's peers' recordings).
+/// The shared traces of `../shared/data` (recordings of other tools: docs/METERING.md, "Inputs per source").
 const SHARED_TRACES: &[&str] = &[
     "hta_alexnet_benchmark_result_2869224_1695835535_trace.json.gz",
     "hta_sampled_rank-0.json.gz",

@@ -1,4 +1,4 @@
-//! As-of balances never fail (issue 30 item 9, DESIGN §6): after finalizations in and out of
+//! As-of balances never fail (issue 30 item 9, docs/BANK.md): after finalizations in and out of
 //! period order, `balance(tenant, at)` answers for every instant, and no fragment or credit
 //! balance is negative at any instant.
 //!

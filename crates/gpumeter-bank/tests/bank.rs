@@ -1,6 +1,6 @@
 //! The bank's operations on a ledger: the worked example of docs/BANK.md (two periods with a
 //! grant, usage with a fragment, an expiry and a reservation), idempotent finalization, and
-//! the conservation laws of DESIGN §6 as property tests.
+//! the conservation laws of docs/BANK.md as property tests.
 //!
 //! The worked example and the property tests run on a memory ledger and, through a location
 //! opened with `gpumeter_bank::open`, on SQLite and on PostgreSQL (one body, a `#[test]` per

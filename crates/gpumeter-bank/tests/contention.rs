@@ -492,7 +492,7 @@ fn the_same_key_appended_at_once_applies_once_on_postgres() {
 
 /// A preview (`commit = false`, as `finalize` without committing runs) while a writer holds
 /// its tenant and the chain, its append not yet committed, neither waits for the writer nor
-/// sees its work (DESIGN §6, "Read-only use"): it reads the ledger as last committed, appends
+/// sees its work (docs/BANK.md, "Reading a bank"): it reads the ledger as last committed, appends
 /// after that head in memory, and stores nothing; the writer, which waits for the preview to
 /// end before it commits, is not held up by it either. Before issue 30 a preview took the
 /// tenant's lock and waited (the writer here would then wait for it for ever: the test fails

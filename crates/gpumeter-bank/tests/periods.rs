@@ -1,4 +1,4 @@
-//! A period is one unit (issue 30 item 1, DESIGN §5 "Invoices"): a (tenant, period) finalized
+//! A period is one unit (issue 30 item 1, docs/BANK.md, "A period is one unit: supplements and credit notes"): a (tenant, period) finalized
 //! from several reports bills what the period's usage rated at once bills, to the cent:
 //! graduated tiers continue, flat fees and the invoice minimum are charged once, a volume tier
 //! is re-chosen (a credit note when the price falls).
@@ -790,7 +790,7 @@ fn two_reports_of_one_period_at_once_on_postgres() {
     two_reports_at_once(Backend::Postgres);
 }
 
-/// The invariant of DESIGN §5 "Invoices" as a property: for any usage of a period split into
+/// The invariant of docs/BANK.md, "A period is one unit: supplements and credit notes" as a property: for any usage of a period split into
 /// one to four reports (rows, and parts of rows, from different sources), finalized in any
 /// order after a period that carries a fragment in, the period's invoices sum, in their
 /// subtotals and per line key (amounts and quantities), to the rating of all its usage at once

@@ -1,4 +1,4 @@
-//! Reading a bank (issue 30 item 15, DESIGN §6 "Read-only use"): work that does not commit
+//! Reading a bank (issue 30 item 15, docs/BANK.md, "Reading a bank"): work that does not commit
 //! waits for no writer and writes nothing, on SQLite and PostgreSQL; `open_read_only` never
 //! creates, migrates or writes a ledger, and serves a PostgreSQL role that may only read; a
 //! file, directory or FIFO that is not a bank is refused without a `-journal` beside it; a bad

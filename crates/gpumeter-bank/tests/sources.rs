@@ -1,4 +1,4 @@
-//! A source is billed once (issue 30 item 2, DESIGN §6 "Sources billed once"): usage of a
+//! A source is billed once (issue 30 item 2, docs/BANK.md, "Sources billed once"): usage of a
 //! (source, device, time) is billed at most once, whatever the tenant, window size or period,
 //! and a report that names no source can be previewed, never finalized.
 //!
@@ -156,7 +156,7 @@ fn one_source_for_tenants_at_once_on_postgres() {
     one_source_for_tenants_at_once(Backend::Postgres);
 }
 
-/// DESIGN §6 "Sources billed once" as a property: one source's usage (launches per minute over
+/// docs/BANK.md, "Sources billed once" as a property: one source's usage (launches per minute over
 /// two hours of one device) metered in 1-minute, 15-minute or 1-hour windows, finalized for
 /// random tenants and periods in any sequence: every (source, device, nanosecond) is billed at
 /// most once. A finalization succeeds exactly when none of the minutes it bills was billed

@@ -161,7 +161,7 @@ impl From<gpumeter::Error> for Failure {
     /// `--from`/`--to` period off the window edges) is mapped where the period is passed.
     fn from(e: gpumeter::Error) -> Self {
         // A call that mixes usage reports with inputs to meter, or gives metering options to
-        // reports, is the command line's fault: every file may be good (DESIGN §8).
+        // reports, is the command line's fault: every file may be good (README.md, "Command line").
         let code = match e {
             gpumeter::Error::MixedInputs { .. }
             | gpumeter::Error::NotAReport { .. }

@@ -1,5 +1,5 @@
-//! Acceptance tests of the credit bank through the `gpumeter` binary (issue 11, DESIGN §6 and
-//! §8): a shared real trace end to end (grant, `preview --bank`, `invoice finalize` twice,
+//! Acceptance tests of the credit bank through the `gpumeter` binary (issue 11, docs/BANK.md and
+//! README.md, "Command line"): a shared real trace end to end (grant, `preview --bank`, `invoice finalize` twice,
 //! `balance`, `history`, `verify`) on an SQLite file and on PostgreSQL (issue 15: one test
 //! body, the bank's location a path or a URL), a stored posting edited with the `sqlite3`
 //! tool, files and PostgreSQL schemas that are not ledgers, passwords kept out of messages,

@@ -1,4 +1,4 @@
-//! Outputs never destroy inputs, and are written whole (issue 30 item 14, DESIGN §7): an
+//! Outputs never destroy inputs, and are written whole (issue 30 item 14, docs/ARCHITECTURE.md, "Documents"): an
 //! output that names an input of any kind (a usage input, the price book, the bank and its
 //! SQLite files, a tenant map, a device catalog, an opening report, an events map, standard
 //! input's file), another output or standard output is exit 2 before anything is read or

@@ -1,4 +1,4 @@
-//! A read-only bank is readable (issue 30 item 15, DESIGN §6 "Read-only use"): `bank verify`,
+//! A read-only bank is readable (issue 30 item 15, docs/BANK.md, "Reading a bank"): `bank verify`,
 //! `balance`, `history`, `export` and `preview --bank` on a read-only file, in a read-only
 //! directory, and beside a writer holding the write lock, each giving what it gives on a
 //! writable bank and leaving no file beside it; `history --tenant` lists the tenant's

@@ -1,4 +1,4 @@
-//! Criterion bench `ingest` (issue 12, DESIGN §9/§12): the C ABI's hot path,
+//! Criterion bench `ingest` (issue 12, docs/C_ABI.md, "The hot path: gm_meter"; docs/PERFORMANCE.md, "Targets"): the C ABI's hot path,
 //! `gm_meter_ingest_cupti_buffer`, against the Rust API it wraps (`CuptiStream::ingest` on a
 //! `Meter`), on the same buffers, side by side in one run. Target: the C ABI within 5 % of the
 //! Rust API. Each iteration makes a meter, ingests every buffer and frees the meter (no

@@ -1,5 +1,5 @@
-//! The C ABI called as C calls it, through the exported `gm_*` functions (DESIGN §9, STYLE
-//! "FFI: our C ABI", issue 12): NULLs, bad UTF-8, bad configs, price books and usage, truncated
+//! The C ABI called as C calls it, through the exported `gm_*` functions (docs/C_ABI.md, "Conventions",
+//! issue 12): NULLs, bad UTF-8, bad configs, price books and usage, truncated
 //! and unaligned buffers, the last-error rules, eight threads on one meter, drains against
 //! snapshots, rating against `gpumeter::preview`, tenant rules.
 
@@ -77,7 +77,7 @@ fn take(p: *mut c_char) -> String {
 }
 
 /// A meter handle for the tests; freed on drop. The C ABI lets any thread call a meter, also
-/// at once (DESIGN §9), so the handle may be shared across threads.
+/// at once (docs/C_ABI.md), so the handle may be shared across threads.
 struct M(*mut gm_meter);
 
 // SAFETY: a `gm_meter` synchronizes inside (its state sits behind a mutex); the header says any

@@ -1,4 +1,4 @@
-//! `fork()` while another thread is inside a call on a handle (DESIGN §9, issue 30 item 18):
+//! `fork()` while another thread is inside a call on a handle (docs/C_ABI.md, issue 30 item 18):
 //! the child's calls on the parent's handles fail at once with `GM_ERR_FORKED` (before, its
 //! first call waited forever for a lock that a thread of the parent held), handles made in the
 //! child work, and the parent goes on. From C (`tests/c/fork.c`, also under ASan and UBSan)

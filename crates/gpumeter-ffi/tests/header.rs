@@ -1,5 +1,5 @@
 //! The committed header, `bindings/c/gpumeter.h`, is what the pinned cbindgen makes of this
-//! crate now (DESIGN §9: generated, committed, checked in CI). With `GPUMETER_BLESS=1` the
+//! crate now (docs/C_ABI.md: generated, committed, checked in CI). With `GPUMETER_BLESS=1` the
 //! test rewrites the header instead of failing.
 
 use std::collections::BTreeSet;

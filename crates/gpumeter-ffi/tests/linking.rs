@@ -1,4 +1,4 @@
-//! The libraries as they are installed (`scripts/build-c-abi`; DESIGN §9, issue 30 items 16
+//! The libraries as they are installed (`scripts/build-c-abi`; docs/C_ABI.md, issue 30 items 16
 //! and 17): the static library exports the `gm_*` functions and nothing else (no bundled
 //! SQLite, ring or Rust symbol); the shared library has the SONAME `libgpumeter_ffi.so.1` and
 //! exports the same functions, each versioned `GM_1`; a program with its own SQLite links

@@ -156,7 +156,7 @@ fn load_kineto(
     std::io::copy(&mut file, &mut std::io::sink()).map_err(io_err)?;
     let file_sink = file.sink.detach();
     let (file_sha256, content_sha256) = digests(worker, file_sink, content_sink).map_err(io_err)?;
-    // The source's identity is its content: a gzip file's decompressed text (DESIGN §4).
+    // The source's identity is its content: a gzip file's decompressed text (docs/ARCHITECTURE.md, "Invariants").
     let sha256 = content_sha256.unwrap_or_else(|| file_sha256.clone());
     let label = gpumeter_core::source_label(&sha256);
     let parsed = kineto::finish(collected, &label)?;

@@ -1,4 +1,4 @@
-//! Integration tests of gpumeter-rating: price books, exact amounts, invoices (DESIGN §5, §7).
+//! Integration tests of gpumeter-rating: price books, exact amounts, invoices (docs/ARCHITECTURE.md, "Rating in brief" and "Documents").
 
 use gpumeter_core::{
     DeviceEntry, LossEntry, MeterKind, Quantity, RecordCounts, UsageReport, UsageRow, WarningCode,
@@ -1661,7 +1661,7 @@ mod invoices {
     }
 
     /// `idle` (what the GPU measured while no tenant's kernel ran) is a report tenant, never
-    /// invoiced (DESIGN §6, issue 30 item 7): no invoice, no minimum, its usage summed per
+    /// invoiced (docs/BANK.md, issue 30 item 7): no invoice, no minimum, its usage summed per
     /// device and meter under the document's `extensions.idle` with an `idle_not_invoiced`
     /// warning. `unattributed` (a single-tenant preview without `--tenant`) and real tenants
     /// keep their invoices and the minimum, unchanged by the idle rows beside them. (Before
@@ -2014,7 +2014,7 @@ unit_price = "0.17"
 mod throughput {
     use super::*;
 
-    /// DESIGN §12 target: rating ≥ 1 M usage rows/s. A smoke measurement, not a benchmark:
+    /// Target (docs/PERFORMANCE.md, "Targets"): rating ≥ 1 M usage rows/s. A smoke measurement, not a benchmark:
     /// `cargo test --release -p gpumeter-rating -- --ignored --nocapture throughput`.
     #[test]
     #[ignore = "timing; run in release"]
@@ -2250,7 +2250,7 @@ mod book_check {
         assert!(msg.starts_with("t.toml:8:7: "), "{msg}");
     }
 
-    /// Every feature of DESIGN §5 at once (also used by the CLI tests of `prices check`).
+    /// Every feature of docs/ARCHITECTURE.md, "Rating in brief" at once (also used by the CLI tests of `prices check`).
     const FULL: &str = include_str!("data/pricebook_full.toml");
 
     #[test]

@@ -1,4 +1,4 @@
-//! Pricing rules of DESIGN §5, each invoice computed by hand: tiers (graduated, volume,
+//! Pricing rules of docs/ARCHITECTURE.md, "Rating in brief", each invoice computed by hand: tiers (graduated, volume,
 //! package, flat fees), time-of-use bands in real zones across DST, effective dating, billing
 //! increments with carried fragments, rounding; and the conservation and exactness laws as
 //! property tests.

@@ -1,5 +1,5 @@
 /*
- * fork() while another thread is inside a call on a handle (tests/fork.rs; DESIGN §9, issue 30
+ * fork() while another thread is inside a call on a handle (tests/fork.rs; docs/C_ABI.md, issue 30
  * item 18): the child's calls on the parent's handles fail at once with GM_ERR_FORKED (before,
  * the first one waited forever for a lock held by a thread that does not exist in the child),
  * handles made in the child work, the parent's _free in the child leaves them alone, and the

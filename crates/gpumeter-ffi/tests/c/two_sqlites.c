@@ -1,5 +1,5 @@
 /*
- * A program with SQLite of its own that links gpumeter's C ABI (tests/linking.rs; DESIGN §9,
+ * A program with SQLite of its own that links gpumeter's C ABI (tests/linking.rs; docs/C_ABI.md,
  * issue 30 item 16). The program's sqlite3_* calls must reach its own SQLite (the system's:
  * its version is the one its header names), while the gm_* bank calls run on gpumeter's
  * bundled SQLite, on the same ledger file, in the same process.

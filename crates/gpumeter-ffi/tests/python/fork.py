@@ -1,5 +1,5 @@
-"""fork() while another thread is inside a call on a handle, from Python (tests/fork.rs; DESIGN
-§9, issue 30 item 18): multiprocessing's fork start method, the common case. The child's calls
+"""fork() while another thread is inside a call on a handle, from Python (tests/fork.rs; docs/C_ABI.md,
+"Processes: fork()", issue 30 item 18): multiprocessing's fork start method, the common case. The child's calls
 on the parent's handles fail at once with GM_ERR_FORKED (before, the first one waited forever
 for a lock held by a thread that does not exist in the child); a meter made in the child works.
 

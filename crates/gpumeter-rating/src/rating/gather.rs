@@ -95,7 +95,7 @@ pub(super) fn gather<'a>(
     let mut pricing: HashMap<&str, Pricing> = HashMap::new();
     let mut tenants: BTreeMap<&str, TenantUsage<'_>> = BTreeMap::new();
     let mut left_out = LeftOut::default();
-    // `idle` is a report tenant, never invoiced (DESIGN §6): its usage in the period is
+    // `idle` is a report tenant, never invoiced (docs/BANK.md): its usage in the period is
     // summed per (device key, meter) and listed apart.
     let mut idle: BTreeMap<(&str, MeterKind), u128> = BTreeMap::new();
     for (row, &ws) in usage.usage.iter().zip(starts) {

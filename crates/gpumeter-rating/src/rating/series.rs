@@ -176,7 +176,7 @@ fn price_pieces(
     let mut accs: BTreeMap<(u64, usize, Option<usize>, Option<usize>), LineAcc> = BTreeMap::new();
     // Flat fees: tier → rate index where first reached.
     // Flat fees, by (validity start, rate index, tier) of the rate where each was charged.
-    // Graduated: once per tier reached; volume: once, for the tier chosen (DESIGN §5).
+    // Graduated: once per tier reached; volume: once, for the tier chosen (docs/ARCHITECTURE.md, "Rating in brief").
     let mut fees: BTreeSet<(u64, usize, usize)> = BTreeSet::new();
     let mut tiers_reached: BTreeSet<usize> = BTreeSet::new();
     let mut volume_fee_charged = false;
