@@ -30,7 +30,9 @@
 //! pairs allocations and books `memory_byte_ns`; `energy.rs` books `energy_mj`; `pm.rs` holds
 //! PM samples until the sweep passes them and apportions `sm_active_ns` and `dram_bytes` by the
 //! `sm_ns` the sweep booked inside each; `opening.rs`
-//! takes opening state and report chains; `assemble.rs` drains and builds reports.
+//! takes opening state and report chains; `assemble.rs` drains and builds reports, with
+//! `meterable.rs` deciding which meters each device's report carries and `shares.rs` turning a
+//! cell's exact shares into integers.
 
 mod assemble;
 mod caps;
@@ -38,15 +40,16 @@ mod cells;
 mod dup;
 mod energy;
 mod memory;
+mod meterable;
 mod opening;
 mod pm;
 mod queue;
+mod shares;
 mod sweep;
 mod work;
 
 pub use sweep::MAX_RESIDENT_GRIDS;
 
-use assemble::*;
 use caps::*;
 use cells::*;
 use dup::*;
