@@ -48,6 +48,7 @@ mod shares;
 mod sweep;
 mod work;
 
+pub use crate::report::{STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT};
 pub use sweep::MAX_RESIDENT_GRIDS;
 
 use caps::*;
@@ -73,17 +74,6 @@ use crate::report::{DigestError, MeterKind, RecordCounts, SourceEntry, UsageRepo
 use crate::tenant::TenantName;
 use crate::time::{rfc3339, rfc3339_ns, WindowSize, NS_PER_SECOND};
 use crate::warning::{Warning, WarningCode};
-
-/// The format of a stream of CUPTI buffers metered one by one (the C ABI's meter) in a drained
-/// report: the report holds windows no other report of the stream holds, so
-/// [`crate::merge_reports`] merges the drained reports of one stream (same source SHA-256)
-/// when their windows are disjoint.
-pub const STREAM_FORMAT: &str = "cupti-stream";
-
-/// The format of a stream's source in a snapshot ([`Meter::snapshot`] of a meter still
-/// running): its windows may be handed over again later, so a snapshot never merges with
-/// another report of the same stream.
-pub const STREAM_SNAPSHOT_FORMAT: &str = "cupti-stream-snapshot";
 
 /// Default reordering horizon: 60 s of record time.
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
