@@ -107,6 +107,27 @@ impl Meter {
         // (`u64::MAX`) is the end: held memory is billed to the report's end as `finish`
         // bills it, and nothing can follow (every later record is late).
         let bill_to = if end { self.report_end() } else { edge };
+        self.hold_open_to(bill_to);
+        // Kernels still buffered (not yet started by the sweep) were counted at arrival, but
+        // they may yet be lost to the concurrent-kernel limit, which takes their count back:
+        // they are counted in the report that meters them, the next one, not in this one.
+        let carried: Vec<u64> = self
+            .devices
+            .iter()
+            .map(|d| d.pending.iter().filter(|p| p.0.is_kernel()).count() as u64)
+            .collect();
+        // The handed-over part: the windows before the edge and what was gathered since the
+        // last drain, nothing buffered; at the end (`u64::MAX`) the allocations still held,
+        // listed in `open_allocations` for the next report's opening state.
+        let part = self.handed_over(edge, end, &carried);
+        let report = part.finish()?;
+        self.forget_handed_over(edge, end, &carried);
+        Ok(report)
+    }
+
+    /// Bills the allocations still held up to `bill_to` (from then on they are held from it).
+    fn hold_open_to(&mut self, bill_to: u64) {
+        let window = self.config.window;
         for d in &mut self.devices {
             let held: Vec<HeldAt> = d
                 .open
@@ -124,21 +145,18 @@ impl Meter {
                 }
             }
         }
-        // Kernels still buffered (not yet started by the sweep) were counted at arrival, but
-        // they may yet be lost to the concurrent-kernel limit, which takes their count back:
-        // they are counted in the report that meters them, the next one, not in this one.
-        let carried: Vec<u64> = self
-            .devices
-            .iter()
-            .map(|d| d.pending.iter().filter(|p| p.0.is_kernel()).count() as u64)
-            .collect();
+    }
+
+    /// The handed-over part of a drain to `edge` (`end`: the drain of everything): a copy of
+    /// the meter with the windows before the edge and what was gathered since the last drain,
+    /// nothing buffered, less the `carried` kernels (per device) counted in the next report;
+    /// at the end the allocations still held, listed in `open_allocations` for the next
+    /// report's opening state.
+    fn handed_over(&self, edge: u64, end: bool, carried: &[u64]) -> Meter {
         let carried_total: u64 = carried.iter().sum();
-        // The handed-over part: the windows before the edge and what was gathered since the
-        // last drain, nothing buffered; at the end (`u64::MAX`) the allocations still held,
-        // listed in `open_allocations` for the next report's opening state.
         let mut part = self.deep_clone();
         part.counts.kernel = part.counts.kernel.saturating_sub(carried_total);
-        for (d, &c) in part.devices.iter_mut().zip(&carried) {
+        for (d, &c) in part.devices.iter_mut().zip(carried) {
             d.records = d.records.saturating_sub(c);
             d.kernels = d.kernels.saturating_sub(c);
             let later = d.cells.split_off(edge);
@@ -155,10 +173,14 @@ impl Meter {
             d.clear_dups();
         }
         part.opening.clear();
-        let report = part.finish()?;
-        // Forget what was handed over.
+        part
+    }
+
+    /// Forgets what a drain to `edge` handed over: the windows before it (freeing their cells
+    /// in the budget), loss, counts and warnings; the `carried` kernels stay counted.
+    fn forget_handed_over(&mut self, edge: u64, end: bool, carried: &[u64]) {
         let mut freed = 0u64;
-        for (d, &c) in self.devices.iter_mut().zip(&carried) {
+        for (d, &c) in self.devices.iter_mut().zip(carried) {
             let later = d.cells.split_off(edge);
             freed += d.cells.len() as u64;
             d.cells = later;
@@ -177,12 +199,11 @@ impl Meter {
             .used
             .fetch_sub(freed.min(self.budget.used()), AtomicOrdering::Relaxed);
         self.counts = RecordCounts {
-            kernel: carried_total,
+            kernel: carried.iter().sum(),
             ..RecordCounts::default()
         };
         self.unplaced.clear();
         self.warnings.clear();
-        Ok(report)
     }
 
     /// Books everything still buffered and builds the report, digest included.
