@@ -30,9 +30,9 @@
 //! pairs allocations and books `memory_byte_ns`; `energy.rs` books `energy_mj`; `pm.rs` holds
 //! PM samples until the sweep passes them and apportions `sm_active_ns` and `dram_bytes` by the
 //! `sm_ns` the sweep booked inside each; `opening.rs`
-//! takes opening state and report chains; `devices.rs` registers devices and partitions; `assemble.rs` drains and builds reports, with
-//! `meterable.rs` deciding which meters each device's report carries and `shares.rs` turning a
-//! cell's exact shares into integers.
+//! takes opening state and report chains; `devices.rs` registers devices and partitions;
+//! `assemble.rs` drains and builds reports, with `meterable.rs` deciding which meters each
+//! device's report carries and `shares.rs` turning a cell's exact shares into integers.
 
 mod assemble;
 mod caps;
