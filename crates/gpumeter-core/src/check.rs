@@ -31,7 +31,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::meter::MAX_RESIDENT_GRIDS;
-use crate::report::{MeterKind, UsageReport, USAGE_SCHEMA};
+use crate::report::{MeterKind, UsageReport, STREAM_SNAPSHOT_FORMAT, USAGE_SCHEMA};
 use crate::tenant::{TenantName, IDLE, UNATTRIBUTED};
 use crate::text::printable;
 use crate::time::{parse_rfc3339, rfc3339, WindowSize, NS_PER_SECOND};
@@ -199,7 +199,7 @@ pub fn check_report(report: &UsageReport) -> Result<(), ReportCheckError> {
         let why = if report
             .sources
             .iter()
-            .any(|s| s.format == crate::meter::STREAM_SNAPSHOT_FORMAT)
+            .any(|s| s.format == STREAM_SNAPSHOT_FORMAT)
         {
             "a source is a snapshot of a stream (format cupti-stream-snapshot)"
         } else {
@@ -208,6 +208,18 @@ pub fn check_report(report: &UsageReport) -> Result<(), ReportCheckError> {
         return Err(ReportCheckError::FalselyComplete { why: why.into() });
     }
     Ok(())
+}
+
+impl UsageReport {
+    /// Checks the report as every reader must before trusting it ([`check_report`]:
+    /// schema, digest, one row per key, no zero rows, rows on window edges, totals equal to
+    /// the rows, quantities a device can do, tenant names, completeness).
+    ///
+    /// # Errors
+    /// The first [`ReportCheckError`] found.
+    pub fn check(&self) -> Result<(), ReportCheckError> {
+        check_report(self)
+    }
 }
 
 /// (device key, window start ns, meter) → (first row, Σ over tenants).

@@ -52,7 +52,7 @@ pub use ingest::{identity_digest, push_batches, Batch, Continuation, REPEAT_PROB
 pub use merge::{merge_reports, DeviceConflict, MergeError, MERGED_REPORTS_KEY};
 pub use meter::{
     Meter, MeterConfig, MeterError, SourceInfo, TenantMap, DEFAULT_MAX_CELLS,
-    DEFAULT_REORDER_HORIZON_NS, MAX_RESIDENT_GRIDS, STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT,
+    DEFAULT_REORDER_HORIZON_NS, MAX_RESIDENT_GRIDS,
 };
 pub use ops::{OpCountError, OpCounter, OpCounts, OP_METERS};
 pub use record::{
@@ -63,7 +63,7 @@ pub use report::{
     canonical_json, document_sha256, Booking, DeviceEnd, DeviceEntry, DigestError, Dimension,
     Extensions, LossEntry, MeterKind, MeterSpec, Needs, NotMeterable, OpenAllocation, Quantity,
     RecordCounts, RecordingEnds, SourceEntry, Split, TotalRow, UsageReport, UsageRow,
-    METERING_POLICY, METERS, USAGE_SCHEMA,
+    METERING_POLICY, METERS, STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT, USAGE_SCHEMA,
 };
 pub use tenant::{TenantName, TenantNameError, IDLE, RESERVED_TENANTS, UNATTRIBUTED};
 pub use time::{Period, PeriodBound, PeriodError, WindowSize};

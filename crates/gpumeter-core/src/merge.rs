@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::check::{check_report, ReportCheckError};
-use crate::meter::STREAM_FORMAT;
 use crate::record::LossReason;
+use crate::report::STREAM_FORMAT;
 use crate::report::{
     DeviceEnd, DeviceEntry, DigestError, Extensions, LossEntry, MeterKind, NotMeterable,
     OpenAllocation, Quantity, RecordCounts, RecordingEnds, SourceEntry, TotalRow, UsageReport,

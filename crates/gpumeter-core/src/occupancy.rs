@@ -380,66 +380,8 @@ fn compute(arch: &ArchLimits, launch: &LaunchConfig, mode: Mode) -> Result<Occup
     let warps = threads.div_ceil(WARP_SIZE);
     let by_warps = arch.max_warps_per_sm / warps;
 
-    // Registers: per warp, rounded up to the allocation unit; each sub-partition holds whole
-    // warps out of its quarter of the register file.
-    let regs = launch.registers_per_thread;
-    if regs > MAX_REGISTERS_PER_THREAD {
-        return Err((
-            OccupancyError::TooManyRegistersPerThread {
-                registers: regs,
-                max: MAX_REGISTERS_PER_THREAD,
-            },
-            Some(LimitingFactor::Registers),
-        ));
-    }
-    let regs_per_warp = round_up(
-        u64::from(regs) * u64::from(WARP_SIZE),
-        u64::from(REGISTER_ALLOCATION_UNIT),
-    ) as u32;
-    // No registers: not a limit.
-    let by_regs = match (arch.registers_per_sm / arch.sub_partitions).checked_div(regs_per_warp) {
-        None => None,
-        Some(warps_per_sub) => {
-            let warps_per_sm = warps_per_sub * arch.sub_partitions;
-            let per_block_ok =
-                u64::from(regs_per_warp) * u64::from(warps) <= u64::from(arch.registers_per_block);
-            let n = warps_per_sm / warps;
-            if n == 0 || !per_block_ok {
-                return Err((
-                    OccupancyError::TooManyRegistersPerBlock {
-                        registers_per_warp: regs_per_warp,
-                        warps,
-                    },
-                    Some(LimitingFactor::Registers),
-                ));
-            }
-            Some(n)
-        }
-    };
-
-    // Shared memory: the driver's reserve is added, then rounded up to the granularity.
-    let allocated = round_up(
-        launch.shared_mem_per_block_bytes + arch.reserved_shared_mem_per_block,
-        arch.shared_mem_granularity,
-    );
-    let per_block_limit = match mode {
-        Mode::Corrected => arch.shared_mem_per_block_optin,
-        Mode::KinetoCompatible => DEFAULT_SHARED_MEM_PER_BLOCK,
-    } + arch.reserved_shared_mem_per_block;
-    if allocated > per_block_limit {
-        return Err((
-            OccupancyError::SharedMemoryPerBlock {
-                allocated,
-                limit: per_block_limit,
-            },
-            Some(LimitingFactor::SharedMemory),
-        ));
-    }
-    // No shared memory: not a limit.
-    let by_smem = arch
-        .shared_mem_per_sm
-        .checked_div(allocated)
-        .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+    let by_regs = blocks_by_registers(arch, launch, warps)?;
+    let (allocated, by_smem) = blocks_by_shared_mem(arch, launch, mode)?;
 
     let by_blocks = arch.max_blocks_per_sm;
     let by_barriers = match (arch.barriers_per_block_slot, launch.barriers_per_block) {
@@ -490,6 +432,85 @@ fn compute(arch: &ArchLimits, launch: &LaunchConfig, mode: Mode) -> Result<Occup
         allocated_shared_mem_per_block: allocated,
         carveout_bytes,
     })
+}
+
+/// Blocks per SM the registers allow (`None`: the kernel uses no registers, not a limit), for
+/// blocks of `warps` warps.
+fn blocks_by_registers(
+    arch: &ArchLimits,
+    launch: &LaunchConfig,
+    warps: u32,
+) -> Result<Option<u32>, Failure> {
+    // Registers: per warp, rounded up to the allocation unit; each sub-partition holds whole
+    // warps out of its quarter of the register file.
+    let regs = launch.registers_per_thread;
+    if regs > MAX_REGISTERS_PER_THREAD {
+        return Err((
+            OccupancyError::TooManyRegistersPerThread {
+                registers: regs,
+                max: MAX_REGISTERS_PER_THREAD,
+            },
+            Some(LimitingFactor::Registers),
+        ));
+    }
+    let regs_per_warp = round_up(
+        u64::from(regs) * u64::from(WARP_SIZE),
+        u64::from(REGISTER_ALLOCATION_UNIT),
+    ) as u32;
+    // No registers: not a limit.
+    let by_regs = match (arch.registers_per_sm / arch.sub_partitions).checked_div(regs_per_warp) {
+        None => None,
+        Some(warps_per_sub) => {
+            let warps_per_sm = warps_per_sub * arch.sub_partitions;
+            let per_block_ok =
+                u64::from(regs_per_warp) * u64::from(warps) <= u64::from(arch.registers_per_block);
+            let n = warps_per_sm / warps;
+            if n == 0 || !per_block_ok {
+                return Err((
+                    OccupancyError::TooManyRegistersPerBlock {
+                        registers_per_warp: regs_per_warp,
+                        warps,
+                    },
+                    Some(LimitingFactor::Registers),
+                ));
+            }
+            Some(n)
+        }
+    };
+    Ok(by_regs)
+}
+
+/// The shared memory allocated per block (with the driver's reserve, rounded up to the
+/// granularity) and the blocks per SM it allows (`None`: no shared memory, not a limit).
+fn blocks_by_shared_mem(
+    arch: &ArchLimits,
+    launch: &LaunchConfig,
+    mode: Mode,
+) -> Result<(u64, Option<u32>), Failure> {
+    // Shared memory: the driver's reserve is added, then rounded up to the granularity.
+    let allocated = round_up(
+        launch.shared_mem_per_block_bytes + arch.reserved_shared_mem_per_block,
+        arch.shared_mem_granularity,
+    );
+    let per_block_limit = match mode {
+        Mode::Corrected => arch.shared_mem_per_block_optin,
+        Mode::KinetoCompatible => DEFAULT_SHARED_MEM_PER_BLOCK,
+    } + arch.reserved_shared_mem_per_block;
+    if allocated > per_block_limit {
+        return Err((
+            OccupancyError::SharedMemoryPerBlock {
+                allocated,
+                limit: per_block_limit,
+            },
+            Some(LimitingFactor::SharedMemory),
+        ));
+    }
+    // No shared memory: not a limit.
+    let by_smem = arch
+        .shared_mem_per_sm
+        .checked_div(allocated)
+        .map(|n| u32::try_from(n).unwrap_or(u32::MAX));
+    Ok((allocated, by_smem))
 }
 
 /// PyTorch profiler's `est. achieved occupancy %`, exact: min(grid blocks ÷ SMs, active blocks

@@ -12,6 +12,17 @@ pub const USAGE_SCHEMA: &str = "gpumeter.usage/v1";
 /// Metering policy written into every usage report.
 pub const METERING_POLICY: &str = "v1";
 
+/// The format of a stream of CUPTI buffers metered one by one (the C ABI's meter) in a drained
+/// report: the report holds windows no other report of the stream holds, so
+/// [`crate::merge_reports`] merges the drained reports of one stream (same source SHA-256)
+/// when their windows are disjoint.
+pub const STREAM_FORMAT: &str = "cupti-stream";
+
+/// The format of a stream's source in a snapshot ([`crate::Meter::snapshot`] of a meter still
+/// running): its windows may be handed over again later, so a snapshot never merges with
+/// another report of the same stream.
+pub const STREAM_SNAPSHOT_FORMAT: &str = "cupti-stream-snapshot";
+
 /// A non-negative integer quantity in a meter's canonical unit (ns, SM·ns, bytes, count),
 /// written as a decimal string in JSON so no reader loses precision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -680,16 +691,6 @@ impl UsageReport {
         Ok(())
     }
 
-    /// Checks the report as every reader must before trusting it ([`crate::check_report`]:
-    /// schema, digest, one row per key, no zero rows, rows on window edges, totals equal to
-    /// the rows, quantities a device can do, tenant names, completeness).
-    ///
-    /// # Errors
-    /// The first [`crate::ReportCheckError`] found.
-    pub fn check(&self) -> Result<(), crate::ReportCheckError> {
-        crate::check_report(self)
-    }
-
     /// Recomputes the digest and compares it with the stored one.
     pub fn verify_digest(&self) -> bool {
         self.digest().is_ok_and(|d| d == self.sha256)
@@ -712,7 +713,7 @@ impl UsageReport {
         !self
             .sources
             .iter()
-            .any(|s| s.format == crate::meter::STREAM_SNAPSHOT_FORMAT)
+            .any(|s| s.format == STREAM_SNAPSHOT_FORMAT)
             && !self
                 .warnings
                 .iter()
@@ -729,7 +730,7 @@ impl UsageReport {
             if self
                 .sources
                 .iter()
-                .any(|s| s.format == crate::meter::STREAM_SNAPSHOT_FORMAT)
+                .any(|s| s.format == STREAM_SNAPSHOT_FORMAT)
             {
                 "a source is a snapshot of a stream still running"
             } else if self

@@ -2,6 +2,8 @@
 
 use super::*;
 
+use super::shares::largest_remainder;
+
 use std::collections::BTreeMap;
 
 use num_bigint::BigInt;

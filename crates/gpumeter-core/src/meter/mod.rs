@@ -30,23 +30,28 @@
 //! pairs allocations and books `memory_byte_ns`; `energy.rs` books `energy_mj`; `pm.rs` holds
 //! PM samples until the sweep passes them and apportions `sm_active_ns` and `dram_bytes` by the
 //! `sm_ns` the sweep booked inside each; `opening.rs`
-//! takes opening state and report chains; `assemble.rs` drains and builds reports.
+//! takes opening state and report chains; `devices.rs` registers devices and partitions;
+//! `assemble.rs` drains and builds reports, with `meterable.rs` deciding which meters each
+//! device's report carries and `shares.rs` turning a cell's exact shares into integers.
 
 mod assemble;
 mod caps;
 mod cells;
+mod devices;
 mod dup;
 mod energy;
 mod memory;
+mod meterable;
 mod opening;
 mod pm;
 mod queue;
+mod shares;
 mod sweep;
 mod work;
 
+pub use crate::report::{STREAM_FORMAT, STREAM_SNAPSHOT_FORMAT};
 pub use sweep::MAX_RESIDENT_GRIDS;
 
-use assemble::*;
 use caps::*;
 use cells::*;
 use dup::*;
@@ -70,17 +75,6 @@ use crate::report::{DigestError, MeterKind, RecordCounts, SourceEntry, UsageRepo
 use crate::tenant::TenantName;
 use crate::time::{rfc3339, rfc3339_ns, WindowSize, NS_PER_SECOND};
 use crate::warning::{Warning, WarningCode};
-
-/// The format of a stream of CUPTI buffers metered one by one (the C ABI's meter) in a drained
-/// report: the report holds windows no other report of the stream holds, so
-/// [`crate::merge_reports`] merges the drained reports of one stream (same source SHA-256)
-/// when their windows are disjoint.
-pub const STREAM_FORMAT: &str = "cupti-stream";
-
-/// The format of a stream's source in a snapshot ([`Meter::snapshot`] of a meter still
-/// running): its windows may be handed over again later, so a snapshot never merges with
-/// another report of the same stream.
-pub const STREAM_SNAPSHOT_FORMAT: &str = "cupti-stream-snapshot";
 
 /// Default reordering horizon: 60 s of record time.
 pub const DEFAULT_REORDER_HORIZON_NS: u64 = 60 * NS_PER_SECOND;
@@ -435,141 +429,6 @@ impl Meter {
             sha256: source.sha256,
         });
         true
-    }
-
-    /// Registers a device, or fills the unknown fields of the device already registered under
-    /// the same key. Returns its slot for [`ActivityRecord::device`].
-    pub fn register_device(&mut self, info: DeviceInfo) -> DeviceSlot {
-        // Descriptions are ranked by the SHA-256 of the source announcing them (the last
-        // [`Meter::begin_source`]), so the result never depends on the order of the inputs.
-        let rank = self
-            .sources
-            .last()
-            .map(|s| s.sha256.clone())
-            .unwrap_or_default();
-        if let Some(&slot) = self.device_index.get(&info.key) {
-            let d = &mut self.devices[slot.0 as usize];
-            let known = &d.info;
-            let name_differs = matches!((&known.name, &info.name), (Some(a), Some(b)) if a != b);
-            let sms_differ =
-                matches!((known.sm_count, info.sm_count), (Some(a), Some(b)) if a != b);
-            if name_differs || sms_differ {
-                self.warnings.push(Warning::new(
-                    WarningCode::DeviceDescribedTwice,
-                    format!(
-                    "device {} is described twice with different facts ({:?}, {:?} SMs vs {:?}, \
-                     {:?} SMs); where they differ, the description of the source whose SHA-256 \
-                     sorts first is kept",
-                    info.key, known.name, known.sm_count, info.name, info.sm_count
-                ),
-                ));
-            }
-            // Every description, field by field, in source-SHA order: the first that knows a
-            // field gives it.
-            d.descriptions.push((rank, info));
-            d.descriptions.sort_by(|a, b| a.0.cmp(&b.0));
-            let mut merged = d.descriptions[0].1.clone();
-            for (_, other) in &d.descriptions[1..] {
-                merged.fill_from(other);
-            }
-            merged.key = d.info.key.clone();
-            d.info = merged;
-            return slot;
-        }
-        let descriptions = vec![(rank, info.clone())];
-        let slot = DeviceSlot(self.devices.len() as u32);
-        self.device_index.insert(info.key.clone(), slot);
-        self.devices.push(DeviceState {
-            info,
-            descriptions,
-            pending: MostlySorted::new(),
-            run: Running::default(),
-            // After a drain the handed-over windows are closed on new devices too.
-            swept_to: self.drained_to,
-            started: self.drained_to > 0,
-            max_start: 0,
-            dups: DupTable::default(),
-            cells: Cells::default(),
-            slots: Slots::default(),
-            loss: BTreeMap::new(),
-            fault: None,
-            budget: Arc::clone(&self.budget),
-            records: 0,
-            kernels_without_grid: 0,
-            kernels_without_occupancy: 0,
-            summary: ActiveSummary::default(),
-            sets: Vec::new(),
-            set_index: FxHashMap::default(),
-            occupancy: OccupancyCache::default(),
-            partitions: Vec::new(),
-            mem_pending: MostlySorted::new(),
-            open: BTreeMap::new(),
-            kernels: 0,
-            memory_events: 0,
-            reallocations: 0,
-            energy: Vec::new(),
-            energy_spans: Vec::new(),
-            pm: Box::default(),
-            kernels_with_instructions: 0,
-            kernels_without_instructions: 0,
-            kernels_with_ops: [0; 4],
-            kernels_without_ops: [0; 4],
-            op_slab: Vec::new(),
-            op_free: Vec::new(),
-            kernels_over_limit: 0,
-            starting: Vec::new(),
-            last_ns: 0,
-            work_end: 0,
-        });
-        if let Some(held) = self.opening.remove(&self.devices[slot.0 as usize].info.key) {
-            let d = &mut self.devices[slot.0 as usize];
-            for (key, a) in held {
-                d.last_ns = d.last_ns.max(a.since);
-                d.memory_events += 1;
-                d.open.insert(key, a);
-            }
-        }
-        slot
-    }
-
-    /// Declares a partition of a device's SMs: a green context (CUPTI CONTEXT record with
-    /// `isGreenContext` and `numMultiprocessors`). Records whose [`ActivityRecord::partition`]
-    /// is the returned id hold at most `sm_count` SMs and are capped to it before the device
-    /// cap. The source maps its own context ids to partitions
-    /// (context ids are per process). A MIG instance needs no partition: CUDA presents it as a
-    /// device of its own (key `MIG-<uuid>`) whose SM count is the instance's. `None` for an
-    /// unknown slot or an `sm_count` of 0.
-    pub fn register_partition(&mut self, device: DeviceSlot, sm_count: u32) -> Option<PartitionId> {
-        let d = self.devices.get_mut(device.0 as usize)?;
-        if sm_count == 0 {
-            return None;
-        }
-        d.partitions.push(sm_count);
-        Some(PartitionId(d.partitions.len() as u32 - 1))
-    }
-
-    /// Overrides fields of a registered device (a device catalog entry): every field
-    /// `Some` in `over` replaces the device's. Returns `false` when no device has that key.
-    pub fn override_device(&mut self, key: &str, over: &DeviceInfo) -> bool {
-        let Some(&slot) = self.device_index.get(key) else {
-            return false;
-        };
-        let d = &mut self.devices[slot.0 as usize].info;
-        let mut merged = over.clone();
-        merged.key = d.key.clone();
-        merged.id = d.id;
-        merged.fill_from(d);
-        *d = merged;
-        true
-    }
-
-    /// Fills the fields the device registered under `slot` does not know from `other` (a copy
-    /// of its work from another source knew them); known fields stay, the key stays. Unknown
-    /// slots are ignored.
-    pub fn fill_device(&mut self, slot: DeviceSlot, other: &DeviceInfo) {
-        if let Some(d) = self.devices.get_mut(slot.0 as usize) {
-            d.info.fill_from(other);
-        }
     }
 
     /// Records held in the reorder and duplicate buffers of every device: bounded by the

@@ -173,12 +173,39 @@ impl Meter {
             || s.sm_elapsed_cycles.is_some()
             || s.dram_read_bytes.is_some()
             || s.dram_write_bytes.is_some();
-        let invalid =
-            |field: &'static str, value: String| Some((LossReason::InvalidField, field, value));
-        let reason = if !any_counter {
+        if !any_counter {
             // Nothing measured (a sample only carrying the overflow flag): nothing to meter.
             return;
-        } else if s.start_ns == 0 || s.end_ns == 0 {
+        }
+        let reason = d.pm_sample_fault(&s).or_else(|| d.hold_pm_sample(s, q));
+        if let Some((r, field, value)) = reason {
+            d.loss.entry(r).or_default().add(1, false);
+            if r == LossReason::InvalidField {
+                d.pm.invalid += 1;
+                if d.pm.first_invalid.is_none() {
+                    d.pm.first_invalid = Some(format!(
+                        "PM sample [{}, {}): {field} = {value}",
+                        s.start_ns, s.end_ns
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Why a PM sample is lost: the reason, and for `invalid_field` the field and its value.
+type PmFault = (LossReason, &'static str, String);
+
+/// An `invalid_field` loss of `field` with `value`.
+fn invalid(field: &'static str, value: String) -> Option<PmFault> {
+    Some((LossReason::InvalidField, field, value))
+}
+
+impl DeviceState {
+    /// Why sample `s` (carrying some counter) is lost on its own — times, counters, late —, or
+    /// `None`.
+    fn pm_sample_fault(&self, s: &PmSample) -> Option<PmFault> {
+        if s.start_ns == 0 || s.end_ns == 0 {
             Some((LossReason::ZeroTimestamp, "", String::new()))
         } else if s.end_ns < s.start_ns {
             Some((LossReason::EndBeforeStart, "", String::new()))
@@ -198,7 +225,7 @@ impl Meter {
                 ),
             )
         } else if let Some((a, e, n)) = match (s.sm_active_cycles, s.sm_elapsed_cycles) {
-            (Some(a), Some(e)) => d
+            (Some(a), Some(e)) => self
                 .info
                 .sm_count
                 .filter(|&n| u128::from(a) > u128::from(e) * u128::from(n))
@@ -209,60 +236,50 @@ impl Meter {
                 "sm_active_cycles",
                 format!("{a} > sm_elapsed_cycles {e} × {n} SMs"),
             )
-        } else if d.started && s.start_ns < d.swept_to {
+        } else if self.started && s.start_ns < self.swept_to {
             Some((LossReason::Late, "", String::new()))
         } else {
             None
-        };
-        let reason = reason.or_else(|| {
-            // Overlap with a held sample: the neighbours in start order.
-            let at =
-                d.pm.held
-                    .partition_point(|h| h.sample.start_ns < s.start_ns);
-            let before = at.checked_sub(1).and_then(|i| d.pm.held.get(i));
-            let after = d.pm.held.get(at);
-            let over = before
-                .filter(|h| h.sample.end_ns > s.start_ns)
-                .or(after.filter(|h| h.sample.start_ns < s.end_ns));
-            match over {
-                Some(h) if h.sample == s => Some((LossReason::Duplicate, "", String::new())),
-                Some(h) => invalid(
-                    "start_ns",
-                    format!(
-                        "[{}, {}) overlaps the sample [{}, {})",
-                        s.start_ns, s.end_ns, h.sample.start_ns, h.sample.end_ns
-                    ),
+        }
+    }
+
+    /// Holds sample `s` (quantities `q`) in start order until the sweep passes it, or the loss
+    /// when it overlaps a held sample: `duplicate` for an exact copy, else `invalid_field`.
+    fn hold_pm_sample(&mut self, s: PmSample, q: [Option<u128>; 2]) -> Option<PmFault> {
+        // Overlap with a held sample: the neighbours in start order.
+        let at = self
+            .pm
+            .held
+            .partition_point(|h| h.sample.start_ns < s.start_ns);
+        let before = at.checked_sub(1).and_then(|i| self.pm.held.get(i));
+        let after = self.pm.held.get(at);
+        let over = before
+            .filter(|h| h.sample.end_ns > s.start_ns)
+            .or(after.filter(|h| h.sample.start_ns < s.end_ns));
+        match over {
+            Some(h) if h.sample == s => Some((LossReason::Duplicate, "", String::new())),
+            Some(h) => invalid(
+                "start_ns",
+                format!(
+                    "[{}, {}) overlaps the sample [{}, {})",
+                    s.start_ns, s.end_ns, h.sample.start_ns, h.sample.end_ns
                 ),
-                None => {
-                    d.pm.held.insert(
-                        at,
-                        Held {
-                            sample: s,
-                            q,
-                            done_to: s.start_ns,
-                            shares: Vec::new(),
-                        },
-                    );
-                    None
-                }
-            }
-        });
-        if let Some((r, field, value)) = reason {
-            d.loss.entry(r).or_default().add(1, false);
-            if r == LossReason::InvalidField {
-                d.pm.invalid += 1;
-                if d.pm.first_invalid.is_none() {
-                    d.pm.first_invalid = Some(format!(
-                        "PM sample [{}, {}): {field} = {value}",
-                        s.start_ns, s.end_ns
-                    ));
-                }
+            ),
+            None => {
+                self.pm.held.insert(
+                    at,
+                    Held {
+                        sample: s,
+                        q,
+                        done_to: s.start_ns,
+                        shares: Vec::new(),
+                    },
+                );
+                None
             }
         }
     }
-}
 
-impl DeviceState {
     /// Adds the running set's Σ len·held per SM·ns slot over `[a, b)` (already booked as
     /// `sm_ns`) to the held samples overlapping it, per window. Only called when samples are
     /// held.

@@ -4,9 +4,20 @@ use super::*;
 
 use std::cmp::Reverse;
 
-use crate::record::{ActivityRecord, CopyDirection, LossReason, Work};
-use crate::report::MeterKind;
+use crate::record::{ActivityRecord, CopyDirection, KernelLaunch, LossReason, Work};
+use crate::report::{MeterKind, RecordCounts};
 use crate::time::MAX_RECORD_NS;
+
+/// What a work record's [`Pending`] carries from its arrival (all 0 for a record that is not
+/// a kernel).
+#[derive(Debug, Clone, Copy, Default)]
+struct Arrival {
+    held: u32,
+    warps: u32,
+    flags: u8,
+    instructions: u64,
+    ops: u32,
+}
 
 impl Meter {
     /// Meters one record. Invalid records (a zero timestamp, end before start, over 7 days,
@@ -16,18 +27,7 @@ impl Meter {
         let Some(dev) = self.devices.get(rec.device.0 as usize) else {
             return;
         };
-        let reason = if rec.start_ns == 0 || rec.end_ns == 0 {
-            Some(LossReason::ZeroTimestamp)
-        } else if rec.end_ns < rec.start_ns {
-            Some(LossReason::EndBeforeStart)
-        } else if rec.end_ns - rec.start_ns > MAX_RECORD_NS {
-            Some(LossReason::TooLong)
-        } else if dev.started && rec.start_ns < dev.swept_to {
-            Some(LossReason::Late)
-        } else {
-            None
-        };
-        if let Some(r) = reason {
+        if let Some(r) = dev.loss_reason(&rec) {
             self.record_loss(rec.device, r, 1);
             return;
         }
@@ -57,92 +57,108 @@ impl Meter {
                 .sm_count
                 .map(|n| n.min(dev.partitions[(p - 1) as usize])),
         };
-        let mut held = 0u32;
-        let mut warps = 0u32;
-        let mut flags = 0u8;
-        let mut instructions = 0u64;
-        let mut ops = 0u32;
+        let mut arrival = dev.book_at_start(&rec, key, window, &mut self.counts);
+        if let Work::Kernel(k) = &rec.work {
+            dev.kernel_residency(k, sm_count, &mut arrival);
+            dev.book_kernel_ns(&rec, key, window);
+        }
+        self.seq += 1;
+        dev.pending.push(Reverse(Pending {
+            start: rec.start_ns,
+            seq: self.seq,
+            end: rec.end_ns,
+            key,
+            held: arrival.held,
+            warps: arrival.warps,
+            part,
+            flags: arrival.flags,
+            instructions: arrival.instructions,
+            ops: arrival.ops,
+        }));
+        dev.note_start(
+            rec.start_ns,
+            self.config.reorder_horizon_ns,
+            window,
+            &self.keys,
+        );
+    }
+}
+
+impl DeviceState {
+    /// Why `rec` is lost on arrival (a zero timestamp, end before start, over 7 days, before
+    /// the sweep), or `None`.
+    fn loss_reason(&self, rec: &ActivityRecord) -> Option<LossReason> {
+        if rec.start_ns == 0 || rec.end_ns == 0 {
+            Some(LossReason::ZeroTimestamp)
+        } else if rec.end_ns < rec.start_ns {
+            Some(LossReason::EndBeforeStart)
+        } else if rec.end_ns - rec.start_ns > MAX_RECORD_NS {
+            Some(LossReason::TooLong)
+        } else if self.started && rec.start_ns < self.swept_to {
+            Some(LossReason::Late)
+        } else {
+            None
+        }
+    }
+
+    /// Books what `rec` books in the window of its start (kernel launches, warp instructions,
+    /// operation counts, copied and set bytes) and counts it in `counts`; the cell of its
+    /// start is made for every record.
+    fn book_at_start(
+        &mut self,
+        rec: &ActivityRecord,
+        key: u32,
+        window: WindowSize,
+        counts: &mut RecordCounts,
+    ) -> Arrival {
+        let mut arrival = Arrival::default();
         let w0 = window.start_of(rec.start_ns);
-        let start_cell = dev.cells.at(&dev.budget, &mut dev.fault, w0, window);
-        let fault = &mut dev.fault;
-        let slots = &mut dev.slots;
+        let start_cell = self.cells.at(&self.budget, &mut self.fault, w0, window);
+        let fault = &mut self.fault;
+        let slots = &mut self.slots;
         let mut add = |cell: &mut Cell, m: MeterKind, v: u128| {
             let slot = slots.int(key, m);
             add_checked(cell.entry(slot, slots), v, fault, m, w0);
         };
         match &rec.work {
             Work::Kernel(k) => {
-                self.counts.kernel += 1;
-                dev.kernels += 1;
+                counts.kernel += 1;
+                self.kernels += 1;
                 add(start_cell, MeterKind::KernelLaunches, 1);
-                flags |= KERNEL;
+                arrival.flags |= KERNEL;
                 if let Some(n) = k.warp_instructions {
-                    dev.kernels_with_instructions += 1;
-                    flags |= WITH_INSTRUCTIONS;
-                    instructions = n;
+                    self.kernels_with_instructions += 1;
+                    arrival.flags |= WITH_INSTRUCTIONS;
+                    arrival.instructions = n;
                     add(start_cell, MeterKind::WarpInstructions, u128::from(n));
                 } else {
-                    dev.kernels_without_instructions += 1;
+                    self.kernels_without_instructions += 1;
                 }
-                let counts = k.op_counts().as_array();
+                let op_counts = k.op_counts().as_array();
                 if k.ops.is_some() {
-                    ops = match dev.op_free.pop() {
+                    arrival.ops = match self.op_free.pop() {
                         Some(i) => {
-                            dev.op_slab[i as usize] = counts;
+                            self.op_slab[i as usize] = op_counts;
                             i + 1
                         }
                         None => {
-                            dev.op_slab.push(counts);
-                            dev.op_slab.len() as u32
+                            self.op_slab.push(op_counts);
+                            self.op_slab.len() as u32
                         }
                     };
                 }
-                for (i, (m, n)) in crate::OP_METERS.iter().zip(counts).enumerate() {
+                for (i, (m, n)) in crate::OP_METERS.iter().zip(op_counts).enumerate() {
                     match n {
                         Some(n) => {
-                            dev.kernels_with_ops[i] += 1;
+                            self.kernels_with_ops[i] += 1;
                             add(start_cell, *m, u128::from(n));
                         }
-                        None => dev.kernels_without_ops[i] += 1,
+                        None => self.kernels_without_ops[i] += 1,
                     }
-                }
-                match (sm_count, k.blocks()) {
-                    (Some(n), Some(blocks)) => held = blocks.min(u64::from(n)) as u32,
-                    (_, None) => {
-                        dev.kernels_without_grid += 1;
-                        flags |= WITHOUT_GRID;
-                    }
-                    (None, Some(_)) => {}
-                }
-                match dev.occupancy.resident_warps(&dev.info, k, held) {
-                    Some(w) => warps = w,
-                    None => {
-                        dev.kernels_without_occupancy += 1;
-                        flags |= WITHOUT_OCCUPANCY;
-                    }
-                }
-                // kernel_ns: split by time at window edges.
-                let mut t = rec.start_ns;
-                while t < rec.end_ns {
-                    let w = window.start_of(t);
-                    let edge = w.saturating_add(window.ns()).min(rec.end_ns);
-                    let slot = dev.slots.int(key, MeterKind::KernelNs);
-                    let q = dev
-                        .cells
-                        .at(&dev.budget, &mut dev.fault, w, window)
-                        .entry(slot, &mut dev.slots);
-                    add_checked(
-                        q,
-                        u128::from(edge - t),
-                        &mut dev.fault,
-                        MeterKind::KernelNs,
-                        w,
-                    );
-                    t = edge;
                 }
             }
             Work::Memcpy { bytes, direction } => {
-                self.counts.memcpy += 1;
+                counts.memcpy += 1;
                 let m = match direction {
                     CopyDirection::HostToDevice => MeterKind::MemcpyHtodBytes,
                     CopyDirection::DeviceToHost => MeterKind::MemcpyDtohBytes,
@@ -153,29 +169,53 @@ impl Meter {
                 add(start_cell, m, u128::from(*bytes));
             }
             Work::Memset { bytes } => {
-                self.counts.memset += 1;
+                counts.memset += 1;
                 add(start_cell, MeterKind::MemsetBytes, u128::from(*bytes));
             }
             Work::GraphLaunch => {}
         }
-        self.seq += 1;
-        dev.pending.push(Reverse(Pending {
-            start: rec.start_ns,
-            seq: self.seq,
-            end: rec.end_ns,
-            key,
-            held,
-            warps,
-            part,
-            flags,
-            instructions,
-            ops,
-        }));
-        dev.note_start(
-            rec.start_ns,
-            self.config.reorder_horizon_ns,
-            window,
-            &self.keys,
-        );
+        arrival
+    }
+
+    /// A kernel's SMs held (its blocks, at most the `sm_count` of its partition) and resident
+    /// warps per SM, or the flags that say they are unknown.
+    fn kernel_residency(&mut self, k: &KernelLaunch, sm_count: Option<u32>, a: &mut Arrival) {
+        match (sm_count, k.blocks()) {
+            (Some(n), Some(blocks)) => a.held = blocks.min(u64::from(n)) as u32,
+            (_, None) => {
+                self.kernels_without_grid += 1;
+                a.flags |= WITHOUT_GRID;
+            }
+            (None, Some(_)) => {}
+        }
+        match self.occupancy.resident_warps(&self.info, k, a.held) {
+            Some(w) => a.warps = w,
+            None => {
+                self.kernels_without_occupancy += 1;
+                a.flags |= WITHOUT_OCCUPANCY;
+            }
+        }
+    }
+
+    /// `kernel_ns`: the kernel's time, split at window edges.
+    fn book_kernel_ns(&mut self, rec: &ActivityRecord, key: u32, window: WindowSize) {
+        let mut t = rec.start_ns;
+        while t < rec.end_ns {
+            let w = window.start_of(t);
+            let edge = w.saturating_add(window.ns()).min(rec.end_ns);
+            let slot = self.slots.int(key, MeterKind::KernelNs);
+            let q = self
+                .cells
+                .at(&self.budget, &mut self.fault, w, window)
+                .entry(slot, &mut self.slots);
+            add_checked(
+                q,
+                u128::from(edge - t),
+                &mut self.fault,
+                MeterKind::KernelNs,
+                w,
+            );
+            t = edge;
+        }
     }
 }
