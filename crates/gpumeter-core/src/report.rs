@@ -54,56 +54,76 @@ impl std::fmt::Display for Quantity {
     }
 }
 
-/// The meters of policy v1, with their canonical units.
-///
-/// Each meter's facts (name, dimension, how it is booked and split, what it needs) are one row
-/// of [`METERS`], the meter registry; [`MeterKind::as_str`] and [`MeterKind::dimension`] read
-/// it. A new meter is a variant here (in report order), a row there, and its booking in one
-/// file of `meter/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[repr(u8)]
-pub enum MeterKind {
+/// Declares the meter registry from one list: the [`MeterKind`] enum (a variant per entry, in
+/// entry order, which is report order) and [`METERS`] (the entry's row, whose length the list
+/// gives). A new meter is one entry here; nothing else in this file counts or names meters.
+macro_rules! meter_registry {
+    ($($(#[doc = $doc:literal])* $kind:ident => ($name:literal, $dim:path, $booking:ident, $split:ident, $needs:ident),)*) => {
+        /// The meters of policy v1, with their canonical units.
+        ///
+        /// Each meter's facts (name, dimension, how it is booked and split, what it needs) are
+        /// one row of [`METERS`], the meter registry; [`MeterKind::as_str`] and
+        /// [`MeterKind::dimension`] read it. A new meter is an entry of the registry's one list
+        /// (in `report.rs`, in report order) and its booking in one file of `meter/`.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[serde(rename_all = "snake_case")]
+        #[repr(u8)]
+        pub enum MeterKind {
+            $($(#[doc = $doc])* $kind,)*
+        }
+
+        /// The meter registry: every meter of policy v1, in report order (row `i` is the meter
+        /// whose discriminant is `i`, checked at compile time). Both JSON Schemas' meter lists
+        /// are this list (a root test holds them to it).
+        pub const METERS: [MeterSpec; [$(MeterKind::$kind),*].len()] = {
+            use {Booking::*, Dimension as D, Needs::*, Split::*};
+            [$(spec(MeterKind::$kind, $name, $dim, $booking, $split, $needs)),*]
+        };
+    };
+}
+
+#[rustfmt::skip]
+meter_registry! {
     /// Union of work intervals, ns; divided equally among tenants with work at an instant.
-    GpuBusyNs,
+    GpuBusyNs        => ("gpu_busy_ns",        D::Time,       Sweep,              EquallyAmongRunning, Records),
     /// Σ kernel (end − start), ns.
-    KernelNs,
+    KernelNs         => ("kernel_ns",          D::Time,       SplitAtWindowEdges, PerRecord,           Records),
     /// Number of kernel records, count.
-    KernelLaunches,
+    KernelLaunches   => ("kernel_launches",    D::Count,      AtStart,            PerRecord,           Records),
     /// Σ kernel duration × SMs held, capped at the device's SMs, SM·ns.
-    SmNs,
+    SmNs             => ("sm_ns",              D::SmTime,     Sweep,              CappedShares,        SmCountAndGrids),
     /// Σ kernel SM·ns × resident warps per SM, warp·ns.
-    WarpNs,
+    WarpNs           => ("warp_ns",            D::WarpTime,   Sweep,              CappedShares,        Occupancy),
     /// Host-to-device bytes.
-    MemcpyHtodBytes,
+    MemcpyHtodBytes  => ("memcpy_htod_bytes",  D::Bytes,      AtStart,            PerRecord,           Records),
     /// Device-to-host bytes.
-    MemcpyDtohBytes,
+    MemcpyDtohBytes  => ("memcpy_dtoh_bytes",  D::Bytes,      AtStart,            PerRecord,           Records),
     /// Device-to-device bytes.
-    MemcpyDtodBytes,
+    MemcpyDtodBytes  => ("memcpy_dtod_bytes",  D::Bytes,      AtStart,            PerRecord,           Records),
     /// Peer bytes.
-    MemcpyPeerBytes,
+    MemcpyPeerBytes  => ("memcpy_peer_bytes",  D::Bytes,      AtStart,            PerRecord,           Records),
     /// Other copy bytes.
-    MemcpyOtherBytes,
+    MemcpyOtherBytes => ("memcpy_other_bytes", D::Bytes,      AtStart,            PerRecord,           Records),
     /// Bytes set by memsets.
-    MemsetBytes,
+    MemsetBytes      => ("memset_bytes",       D::Bytes,      AtStart,            PerRecord,           Records),
     /// Σ allocation bytes × time held, byte·ns.
-    MemoryByteNs,
+    MemoryByteNs     => ("memory_byte_ns",     D::ByteTime,   WhileHeld,          PerRecord,           Records),
     /// Warp-level instructions executed, count.
-    WarpInstructions,
+    WarpInstructions => ("warp_instructions",  D::Count,      AtStart,            PerRecord,           EveryKernelCounted),
     /// Energy, mJ.
-    EnergyMj,
+    EnergyMj         => ("energy_mj",          D::Energy,     Counter,            BySmNs,              EnergySamplesAndSmNs),
     /// SM activity the hardware measured (CUPTI PM sampling), SM·ns.
-    SmActiveNs,
+    SmActiveNs       => ("sm_active_ns",       D::SmTime,     Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
     /// Device-memory traffic the hardware measured (CUPTI PM sampling), bytes read + written.
-    DramBytes,
+    DramBytes        => ("dram_bytes",         D::Bytes,      Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
     /// Double-precision floating-point operations (SASS op counters: add, mul 1; FMA 2), FLOP.
-    FlopsFp64,
+    FlopsFp64        => ("flops_fp64",         D::Operations, AtStart,            PerRecord,           EveryKernelOpCounted),
     /// Single-precision floating-point operations (as `flops_fp64`), FLOP.
-    FlopsFp32,
+    FlopsFp32        => ("flops_fp32",         D::Operations, AtStart,            PerRecord,           EveryKernelOpCounted),
     /// Half-precision floating-point operations (as `flops_fp64`), FLOP.
-    FlopsFp16,
+    FlopsFp16        => ("flops_fp16",         D::Operations, AtStart,            PerRecord,           EveryKernelOpCounted),
     /// Tensor-core math operations (the tensor-path operation counters), operations.
-    TensorOps,
+    TensorOps        => ("tensor_ops",         D::Operations, AtStart,            PerRecord,           EveryKernelOpCounted),
 }
 
 /// The canonical unit's dimension of a meter, for price-book unit checks.
@@ -222,54 +242,20 @@ const fn spec(
     }
 }
 
-/// The meter registry: every meter of policy v1, in report order (row `i` is the meter whose
-/// discriminant is `i`, checked at compile time). Both JSON Schemas' meter lists are this list
-/// (a root test holds them to it).
-#[rustfmt::skip]
-pub const METERS: [MeterSpec; 20] = {
-    use Booking::*;
-    use Dimension as D;
-    use MeterKind as M;
-    use Needs::*;
-    use Split::*;
-    [
-        spec(M::GpuBusyNs,        "gpu_busy_ns",        D::Time,     Sweep,              EquallyAmongRunning, Records),
-        spec(M::KernelNs,         "kernel_ns",          D::Time,     SplitAtWindowEdges, PerRecord,           Records),
-        spec(M::KernelLaunches,   "kernel_launches",    D::Count,    AtStart,            PerRecord,           Records),
-        spec(M::SmNs,             "sm_ns",              D::SmTime,   Sweep,              CappedShares,        SmCountAndGrids),
-        spec(M::WarpNs,           "warp_ns",            D::WarpTime, Sweep,              CappedShares,        Occupancy),
-        spec(M::MemcpyHtodBytes,  "memcpy_htod_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
-        spec(M::MemcpyDtohBytes,  "memcpy_dtoh_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
-        spec(M::MemcpyDtodBytes,  "memcpy_dtod_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
-        spec(M::MemcpyPeerBytes,  "memcpy_peer_bytes",  D::Bytes,    AtStart,            PerRecord,           Records),
-        spec(M::MemcpyOtherBytes, "memcpy_other_bytes", D::Bytes,    AtStart,            PerRecord,           Records),
-        spec(M::MemsetBytes,      "memset_bytes",       D::Bytes,    AtStart,            PerRecord,           Records),
-        spec(M::MemoryByteNs,     "memory_byte_ns",     D::ByteTime, WhileHeld,          PerRecord,           Records),
-        spec(M::WarpInstructions, "warp_instructions",  D::Count,    AtStart,            PerRecord,           EveryKernelCounted),
-        spec(M::EnergyMj,         "energy_mj",          D::Energy,   Counter,            BySmNs,              EnergySamplesAndSmNs),
-        spec(M::SmActiveNs,       "sm_active_ns",       D::SmTime,   Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
-        spec(M::DramBytes,        "dram_bytes",         D::Bytes,    Sampled,            BySmNsPerSample,     PmSamplesAndSmNs),
-        spec(M::FlopsFp64,        "flops_fp64",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
-        spec(M::FlopsFp32,        "flops_fp32",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
-        spec(M::FlopsFp16,        "flops_fp16",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
-        spec(M::TensorOps,        "tensor_ops",         D::Operations, AtStart,          PerRecord,           EveryKernelOpCounted),
-    ]
-};
-
-// Row `i` of the registry is the meter with discriminant `i`, and the last variant has a row.
+// Row `i` of the registry is the meter with discriminant `i` (the macro writes them in one
+// order; this holds it).
 const _: () = {
     let mut i = 0;
     while i < METERS.len() {
         assert!(METERS[i].kind as usize == i);
         i += 1;
     }
-    assert!(MeterKind::TensorOps as usize + 1 == METERS.len());
 };
 
 impl MeterKind {
     /// Every meter, in report order (the registry's order).
-    pub const ALL: [MeterKind; 20] = {
-        let mut out = [MeterKind::GpuBusyNs; 20];
+    pub const ALL: [MeterKind; METERS.len()] = {
+        let mut out = [MeterKind::GpuBusyNs; METERS.len()];
         let mut i = 0;
         while i < METERS.len() {
             out[i] = METERS[i].kind;
