@@ -43,6 +43,7 @@ use std::collections::VecDeque;
 use cupti_sys::{Cupti, CuptiError, MetricType, PmHost};
 use gpumeter_core::ops::{is_tensor_op_metric, SASS_OP_METRICS, TENSOR_OP_PREFIX};
 
+use super::event::ApiCall;
 use super::pmsampling::{to_count, MetricProbe};
 use gpumeter_recording::gmr::{KernelOpCounters, OpCounterValue, OpCounters};
 
@@ -623,7 +624,7 @@ pub(crate) fn on_context_destroying(ctx: usize) {
 
 /// The outermost kernel-launch API call's exit: its correlation id noted in launch order; a full image is decoded. A graph launch is decoded alone (before and after),
 /// its ranges summed into its one correlation id.
-pub(crate) fn on_launch_exit(call: super::sass::ApiCall) {
+pub(crate) fn on_launch_exit(call: ApiCall) {
     let (ctx, context_uid, correlation_id) = (call.context, call.context_uid, call.correlation_id);
     let mut g = super::pool::lock(&GLOBAL);
     let Some(global) = g.as_mut() else {
