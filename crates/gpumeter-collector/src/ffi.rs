@@ -149,7 +149,7 @@ pub(crate) unsafe fn device_of(cupti: &Cupti, ctx: usize) -> Result<u32, CuptiEr
     })
 }
 
-/// `cuptiUnsubscribe` of a handle [`subscribe`] returned.
+/// `cuptiUnsubscribe` of a handle [`subscribe`](super::callbacks::subscribe) returned.
 pub(crate) fn unsubscribe(cupti: &Cupti, handle: usize) -> Result<(), CuptiError> {
     table!(cupti, t, b => {
         let f = sym(&t.cuptiUnsubscribe, "cuptiUnsubscribe")?;

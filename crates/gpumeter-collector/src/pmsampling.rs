@@ -34,7 +34,7 @@
 //! # What is never silent
 //!
 //! * A hardware-buffer overflow (`overflow` of a decode: the buffer was full, newer samples
-//!   were not kept) sets [`PmSample::overflow`] on the next sample written for the device, or,
+//!   were not kept) sets [`PmSample::overflow`](gpumeter_core::PmSample::overflow) on the next sample written for the device, or,
 //!   when none follows, on a counter-free sample at the last sample's end; counted in
 //!   [`PmSamplingTally::overflows`].
 //! * A value CUPTI evaluates to NaN, ±∞, a negative number or more than `u64::MAX` leaves that

@@ -65,7 +65,7 @@ pub fn is_tensor_path_total(base: &str) -> bool {
 ///
 /// # Errors
 /// A failed probe call other than a refusal. An empty selection is not an error here (the
-/// caller's [`FlopsError::NoMetrics`]).
+/// caller's [`FlopsError::NoMetrics`](crate::FlopsError::NoMetrics)).
 pub fn select_flops_metrics(probe: &mut dyn PassProbe) -> Result<FlopsSelection, CuptiError> {
     let bases = probe.base_counters()?;
     let listed = |m: &str| {

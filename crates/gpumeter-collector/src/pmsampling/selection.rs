@@ -29,13 +29,13 @@ pub(super) fn all_candidates() -> Vec<&'static str> {
 /// The metric chosen for each role (`None`: the chip has none of its candidates).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetricSelection {
-    /// Σ SM active cycles ([`PmSample::sm_active_cycles`]).
+    /// Σ SM active cycles ([`PmSample::sm_active_cycles`](gpumeter_core::PmSample::sm_active_cycles)).
     pub sm_active: Option<&'static str>,
-    /// SM elapsed cycles ([`PmSample::sm_elapsed_cycles`]).
+    /// SM elapsed cycles ([`PmSample::sm_elapsed_cycles`](gpumeter_core::PmSample::sm_elapsed_cycles)).
     pub sm_elapsed: Option<&'static str>,
-    /// DRAM bytes read ([`PmSample::dram_read_bytes`]).
+    /// DRAM bytes read ([`PmSample::dram_read_bytes`](gpumeter_core::PmSample::dram_read_bytes)).
     pub dram_read: Option<&'static str>,
-    /// DRAM bytes written ([`PmSample::dram_write_bytes`]).
+    /// DRAM bytes written ([`PmSample::dram_write_bytes`](gpumeter_core::PmSample::dram_write_bytes)).
     pub dram_write: Option<&'static str>,
 }
 
