@@ -5,7 +5,7 @@
 //! lists its GPUs, and reads every GPU's counter (`nvmlDeviceGetTotalEnergyConsumption`, mJ
 //! since the driver was loaded) at once, then every interval (default 1 s), and a last time
 //! when [`EnergySampler::stop`] asks, which the collector does right after its forced flush.
-//! NVML is never called on the application's threads, so [`Collector::start`] never waits
+//! NVML is never called on the application's threads, so [`Collector::start`](crate::Collector::start) never waits
 //! for it, and [`EnergySampler::stop`] waits at most its timeout: a wedged driver costs the
 //! final sample, never a hung exit.
 //!

@@ -38,12 +38,19 @@
 //!   [`FlopsTally::unusable_values`].
 //! * Set-up failures are typed ([`FlopsError`]) errors of the stop report.
 
+mod selection;
+#[cfg(test)]
+mod tests;
+
 use std::collections::VecDeque;
 
-use cupti_sys::{Cupti, CuptiError, MetricType, PmHost};
-use gpumeter_core::ops::{is_tensor_op_metric, SASS_OP_METRICS, TENSOR_OP_PREFIX};
+use cupti_sys::{Cupti, CuptiError, PmHost};
 
-use super::pmsampling::{to_count, MetricProbe};
+pub use self::selection::{
+    is_tensor_path_total, select_flops_metrics, FlopsSelection, PassProbe, RangeHostProbe,
+};
+use super::event::ApiCall;
+use super::pmsampling::to_count;
 use gpumeter_recording::gmr::{KernelOpCounters, OpCounterValue, OpCounters};
 
 /// Allowed [`FlopsConfig::ranges_per_pass`]: 1 to 65 536 kernel launches per counter-data
@@ -167,185 +174,6 @@ impl FlopsError {
             },
             _ => FlopsError::Cupti { device, error },
         }
-    }
-}
-
-/// The metrics chosen for one chip and what collecting them costs.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FlopsSelection {
-    /// The SASS op counters the chip offers (of the nine), in [`SASS_OP_METRICS`] order.
-    pub sass: Vec<String>,
-    /// The tensor-path totals the chip offers (`sm__ops_path_tensor_src_<type>[_dst_<type>].sum`,
-    /// not their `_sparsity_on/off` parts), sorted.
-    pub tensor: Vec<String>,
-    /// Replay passes the configuration of all of them needs
-    /// (`cuptiProfilerHostGetNumOfPasses`): each kernel runs this many times.
-    pub passes: usize,
-}
-
-impl FlopsSelection {
-    /// Every chosen metric, SASS first: the order values are evaluated and written in.
-    pub fn metrics(&self) -> Vec<&str> {
-        self.sass
-            .iter()
-            .chain(&self.tensor)
-            .map(String::as_str)
-            .collect()
-    }
-
-    /// The tensor-path totals chosen that `tensor_ops` does not add up
-    /// ([`gpumeter_core::ops::is_tensor_op_metric`]): recorded raw, not metered.
-    pub fn tensor_not_metered(&self) -> Vec<&str> {
-        self.tensor
-            .iter()
-            .map(String::as_str)
-            .filter(|m| !is_tensor_op_metric(m))
-            .collect()
-    }
-}
-
-/// What [`select_flops_metrics`] asks of a chip beyond [`MetricProbe`].
-pub trait PassProbe: MetricProbe {
-    /// Replay passes one range-profiler configuration of `metrics` needs.
-    ///
-    /// # Errors
-    /// A failed CUPTI call.
-    fn passes(&mut self, metrics: &[&str]) -> Result<usize, CuptiError>;
-}
-
-/// Whether `base` (a base metric, no rollup) is a tensor-path total: the prefix
-/// `sm__ops_path_tensor_src_`, not a `_sparsity_on` / `_sparsity_off` part.
-pub fn is_tensor_path_total(base: &str) -> bool {
-    base.starts_with(TENSOR_OP_PREFIX)
-        && !base.ends_with("_sparsity_on")
-        && !base.ends_with("_sparsity_off")
-}
-
-/// Chooses the FLOP counters of a chip: the SASS op counters whose base metric it lists, and
-/// every tensor-path total it lists ([`is_tensor_path_total`], with `.sum`), all of them
-/// together when one configuration accepts them, else one by one in that order, each kept when
-/// the configuration accepts it with those kept before; then the pass count of what was kept.
-///
-/// # Errors
-/// A failed probe call other than a refusal. An empty selection is not an error here (the
-/// caller's [`FlopsError::NoMetrics`]).
-pub fn select_flops_metrics(probe: &mut dyn PassProbe) -> Result<FlopsSelection, CuptiError> {
-    let bases = probe.base_counters()?;
-    let listed = |m: &str| {
-        let base = m.strip_suffix(".sum").unwrap_or(m);
-        bases.iter().any(|b| b == base)
-    };
-    let sass: Vec<String> = SASS_OP_METRICS
-        .iter()
-        .map(|m| m.name)
-        .filter(|m| listed(m))
-        .map(str::to_string)
-        .collect();
-    let mut tensor: Vec<String> = bases
-        .iter()
-        .filter(|b| is_tensor_path_total(b))
-        .map(|b| format!("{b}.sum"))
-        .collect();
-    tensor.sort();
-    let all: Vec<&str> = sass.iter().chain(&tensor).map(String::as_str).collect();
-    let mut sel = if all.is_empty() || probe.accepts(&all)? {
-        FlopsSelection {
-            sass,
-            tensor,
-            passes: 0,
-        }
-    } else {
-        let mut kept: Vec<&str> = Vec::new();
-        for m in &all {
-            let mut with = kept.clone();
-            with.push(m);
-            if probe.accepts(&with)? {
-                kept = with;
-            }
-        }
-        FlopsSelection {
-            sass: sass
-                .iter()
-                .filter(|m| kept.contains(&m.as_str()))
-                .cloned()
-                .collect(),
-            tensor: tensor
-                .iter()
-                .filter(|m| kept.contains(&m.as_str()))
-                .cloned()
-                .collect(),
-            passes: 0,
-        }
-    };
-    let metrics = sel.metrics();
-    if !metrics.is_empty() {
-        sel.passes = probe.passes(&metrics)?;
-    }
-    Ok(sel)
-}
-
-/// [`PassProbe`] through the real profiler host API, range-profiler type, for one chip: each
-/// question on a fresh host object (a refused `cuptiProfilerHostConfigAddMetrics` leaves an
-/// object's state undefined).
-pub struct RangeHostProbe<'a> {
-    cupti: &'a Cupti,
-    chip: String,
-    availability: Option<Vec<u8>>,
-}
-
-impl<'a> RangeHostProbe<'a> {
-    /// A probe of chip `chip` (e.g. `"GH100"`) with the device's counter-availability image
-    /// when there is one (`None` offline).
-    pub fn new(cupti: &'a Cupti, chip: &str, availability: Option<Vec<u8>>) -> RangeHostProbe<'a> {
-        RangeHostProbe {
-            cupti,
-            chip: chip.to_string(),
-            availability,
-        }
-    }
-
-    fn with_host<T>(
-        &mut self,
-        f: impl FnOnce(&Cupti, &PmHost) -> Result<T, CuptiError>,
-    ) -> Result<T, CuptiError> {
-        let host = self
-            .cupti
-            .range_host_initialize(&self.chip, self.availability.as_deref())?;
-        let r = f(self.cupti, &host);
-        let _ = self.cupti.pm_host_deinitialize(host);
-        r
-    }
-}
-
-impl MetricProbe for RangeHostProbe<'_> {
-    fn base_counters(&mut self) -> Result<Vec<String>, CuptiError> {
-        self.with_host(|c, h| c.pm_host_base_metrics(h, MetricType::Counter))
-    }
-
-    fn accepts(&mut self, metrics: &[&str]) -> Result<bool, CuptiError> {
-        use cupti_sys::v13_4 as h;
-        self.with_host(|c, host| match c.pm_host_add_metrics(host, metrics) {
-            Ok(()) => Ok(true),
-            Err(e)
-                if matches!(
-                    e.code(),
-                    Some(h::CUPTI_ERROR_INVALID_PARAMETER | h::CUPTI_ERROR_INVALID_METRIC_NAME)
-                ) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(e),
-        })
-    }
-}
-
-impl PassProbe for RangeHostProbe<'_> {
-    fn passes(&mut self, metrics: &[&str]) -> Result<usize, CuptiError> {
-        self.with_host(|c, host| {
-            c.pm_host_add_metrics(host, metrics)?;
-            let image = c.pm_host_config_image(host)?;
-            c.profiler_host_num_passes(&image)
-        })
     }
 }
 
@@ -623,7 +451,7 @@ pub(crate) fn on_context_destroying(ctx: usize) {
 
 /// The outermost kernel-launch API call's exit: its correlation id noted in launch order; a full image is decoded. A graph launch is decoded alone (before and after),
 /// its ranges summed into its one correlation id.
-pub(crate) fn on_launch_exit(call: super::sass::ApiCall) {
+pub(crate) fn on_launch_exit(call: ApiCall) {
     let (ctx, context_uid, correlation_id) = (call.context, call.context_uid, call.correlation_id);
     let mut g = super::pool::lock(&GLOBAL);
     let Some(global) = g.as_mut() else {
@@ -838,119 +666,5 @@ impl Global {
         if let Some(h) = c.host.take() {
             let _ = self.cupti.pm_host_deinitialize(h);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct Fake {
-        bases: Vec<String>,
-        refuse: Vec<&'static str>,
-    }
-
-    impl MetricProbe for Fake {
-        fn base_counters(&mut self) -> Result<Vec<String>, CuptiError> {
-            Ok(self.bases.clone())
-        }
-        fn accepts(&mut self, metrics: &[&str]) -> Result<bool, CuptiError> {
-            Ok(!metrics.iter().any(|m| self.refuse.contains(m)))
-        }
-    }
-
-    impl PassProbe for Fake {
-        fn passes(&mut self, metrics: &[&str]) -> Result<usize, CuptiError> {
-            Ok(metrics.len().div_ceil(4))
-        }
-    }
-
-    #[test]
-    fn selection_takes_what_the_chip_lists_and_leaves_sparsity_parts() {
-        let mut bases: Vec<String> = SASS_OP_METRICS
-            .iter()
-            .map(|m| m.name)
-            .filter(|m| !m.contains("_op_h"))
-            .map(|m| m.trim_end_matches(".sum").to_string())
-            .collect();
-        for b in [
-            "sm__ops_path_tensor_src_fp16_dst_fp32",
-            "sm__ops_path_tensor_src_fp16_dst_fp32_sparsity_on",
-            "sm__ops_path_tensor_src_fp64",
-            "smsp__ops_path_tensor_src_fp64",
-            "sm__inst_executed_pipe_tensor",
-        ] {
-            bases.push(b.to_string());
-        }
-        let mut p = Fake {
-            bases,
-            refuse: vec!["sm__ops_path_tensor_src_fp64.sum"],
-        };
-        let s = select_flops_metrics(&mut p).expect("selection");
-        assert_eq!(s.sass.len(), 6, "{s:?}");
-        assert_eq!(s.tensor, ["sm__ops_path_tensor_src_fp16_dst_fp32.sum"]);
-        assert_eq!(s.passes, 2);
-        assert!(s.tensor_not_metered().is_empty());
-    }
-
-    #[test]
-    fn ranges_pair_with_launches_in_order_and_drops_leave_launches_without_counts() {
-        let mut o = LaunchOrder::default();
-        for c in [7, 0, 8, 9] {
-            o.launch(c);
-        }
-        assert_eq!(o.pending(), 3);
-        let metrics = ["a.sum", "b.sum"];
-        let d = DecodedRanges {
-            ranges: vec![vec![1.0, 2.4], vec![f64::NAN, 3.0]],
-            dropped: 1,
-        };
-        let mut t = FlopsTally::default();
-        let k = o.pair(&metrics, &d, &mut t);
-        assert_eq!(k.len(), 2);
-        assert_eq!((k[0].correlation_id, k[1].correlation_id), (7, 8));
-        assert_eq!(k[0].counters[1].value, 2);
-        assert_eq!(k[1].counters.len(), 1);
-        assert_eq!(
-            t,
-            FlopsTally {
-                launches_with_counts: 2,
-                launches_without_counts: 1,
-                ranges_without_launch: 0,
-                mismatched_decodes: 0,
-                unusable_values: 1,
-            }
-        );
-        assert_eq!(o.pending(), 0);
-        // Ranges without launches: which is whose is unknown, nothing is written.
-        let k = o.pair(&metrics, &d, &mut t);
-        assert!(k.is_empty());
-        assert_eq!((t.ranges_without_launch, t.mismatched_decodes), (2, 1));
-        // A launch that made no range (3 launches, 2 ranges, none dropped): none paired, so no
-        // kernel gets another's counts.
-        for c in [1, 2, 3] {
-            o.launch(c);
-        }
-        let two = DecodedRanges {
-            ranges: vec![vec![1.0, 1.0], vec![2.0, 2.0]],
-            dropped: 0,
-        };
-        assert!(o.pair(&metrics, &two, &mut t).is_empty());
-        assert_eq!((t.launches_without_counts, t.mismatched_decodes), (4, 2));
-        assert_eq!(o.pending(), 0);
-    }
-
-    #[test]
-    fn config_is_validated() {
-        assert!(FlopsConfig::default().validate().is_ok());
-        let e = FlopsConfig { ranges_per_pass: 0 }
-            .validate()
-            .expect_err("0 ranges");
-        assert!(e.contains("flops.ranges_per_pass is 0"), "{e}");
-        assert!(FlopsConfig {
-            ranges_per_pass: 65_537
-        }
-        .validate()
-        .is_err());
     }
 }

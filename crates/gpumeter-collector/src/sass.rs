@@ -37,39 +37,15 @@ use std::time::{Duration, Instant};
 
 use cupti_sys::{Cupti, SassGranularity, SASS_INST_EXECUTED};
 
-use super::{ffi, LIVE};
+use super::event::{ApiCall, Event};
+use super::live::LIVE;
+use super::{driver, ffi};
 use gpumeter_recording::gmr::{FunctionInstructions, InstructionCounts};
 
 /// Warnings kept for the stop report; later ones are counted.
 const KEEP_WARNINGS: usize = 32;
 /// How long [`end`] waits for launches in flight to finish before disabling anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One launch API callback, as read from CUPTI's callback data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ApiCall {
-    /// `true` at the API's entry, `false` at its exit.
-    pub(crate) enter: bool,
-    /// The call's correlation id (its kernels carry it).
-    pub(crate) correlation_id: u32,
-    /// The `CUcontext`, as an address.
-    pub(crate) context: usize,
-    /// CUPTI's id of that context.
-    pub(crate) context_uid: u32,
-    /// A graph launch (one correlation id, many kernels).
-    pub(crate) graph: bool,
-    /// At the exit: the call returned an error (no kernel was launched).
-    pub(crate) failed: bool,
-}
-
-/// What a callback reports.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Event {
-    /// A kernel-launch API call's entry or exit.
-    Api(ApiCall),
-    /// A context is about to be destroyed (`CUPTI_CBID_RESOURCE_CONTEXT_DESTROY_STARTING`).
-    ContextDestroying(usize),
-}
 
 /// A launch that holds its context's slot until its exit.
 #[derive(Debug, Clone, Copy)]
@@ -238,7 +214,7 @@ pub(crate) fn end(cupti: &Cupti) -> Ended {
     }
 }
 
-/// Handles one callback (from [`ffi`]'s subscriber callback, which catches panics).
+/// Handles one callback (from [`super::callbacks`]'s subscriber callback, which catches panics).
 pub(crate) fn on_event(event: Event) {
     if INSIDE.with(Cell::get) {
         return;
@@ -408,7 +384,7 @@ fn collect(o: Outer) {
     };
     let cupti = live.cupti;
     let c = o.call;
-    let synced = ffi::synchronize_current_context();
+    let synced = driver::synchronize_current_context();
     // SAFETY: `c.context` is the context of the launch whose exit callback is running on this
     // thread, so it is live.
     let flushed = unsafe { cupti.sass_flush(c.context as *mut c_void) };

@@ -10,13 +10,16 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use super::callbacks::{serve_completion, serve_request, LiveNames};
 use super::completion::{Core, NameReader, Session};
-use super::ffi::{serve_completion, serve_request, LiveNames};
 use super::pool::lock;
+use super::report::add_pm_tally;
+use super::stop::merge_inventory;
 use super::*;
+use cupti_sys::CuptiError;
 use gpumeter_cupti::decode::{decode, Record};
 use gpumeter_cupti::layout::KindLayout;
-use gpumeter_recording::gmr::{read_gmr, DroppedRecords, Frame, GmrError, StringTable};
+use gpumeter_recording::gmr::{read_gmr, DroppedRecords, Frame, GmrDevice, GmrError, StringTable};
 
 const API: ApiVersion = ApiVersion::Cupti12_8;
 
