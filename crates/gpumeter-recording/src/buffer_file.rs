@@ -39,17 +39,15 @@ use std::sync::Arc;
 
 use gpumeter_core::time::MAX_RECORD_NS;
 use gpumeter_core::{
-    identity_digest, ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter,
-    PmSample,
+    identity_digest, ActivityRecord, DeviceInfo, DeviceSlot, LossReason, Meter, PmSample,
 };
 use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::lookahead::{JoinDistance, Lookahead};
-use crate::merge::{Replayer, Sketch, Streamed};
+use crate::scanned::{Sketch, SourceItem, Streamed};
 use crate::source::{
-    meter_buffer, note_invalid, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
-    CuptiSummary, Devices,
+    note_invalid, source_name, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary, Devices,
 };
 use gpumeter_cupti::decode::count_skipped;
 use gpumeter_cupti::decode::{DecodeError, LocatedRecord, Walk};
@@ -324,19 +322,6 @@ impl Settle {
     }
 }
 
-/// One item of a replay, on the source's own device slots ([`BufferFile::devices`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceItem {
-    /// A work record (its `partition` unset; its `context_id` names a green context of
-    /// [`BufferFile::partitions`] if any).
-    Work(ActivityRecord),
-    /// A device-memory allocation or release.
-    Memory(MemoryEvent),
-    /// A CUPTI PM-sampling sample of a device (a `.gmr`'s type-9 frames), at its start in
-    /// the replay's time order.
-    Pm(DeviceSlot, PmSample),
-}
-
 /// What identifies a file's contents between the two passes without reading it again: its
 /// length and modification time, and on Unix its inode and inode change time (`st_ctime`,
 /// which every write and every `utime` call moves and no call sets back, so a writer that
@@ -594,11 +579,11 @@ impl BufferFile {
     /// Pass 1 over the file at `path` (module docs): decodes and validates every record with
     /// the layouts of [`CuptiOptions::api`], learns the joins, computes the SHA-256 on the
     /// reading thread. Names come from [`CuptiOptions::strings`]. `Ok(None)` when the file has
-    /// INSTRUCTION_EXECUTION records (meter it whole with [`meter_buffer`]).
+    /// INSTRUCTION_EXECUTION records (meter it whole with [`meter_buffer`](crate::meter_buffer)).
     ///
     /// # Errors
     /// [`CuptiSourceError::Io`] when the file cannot be read; [`CuptiSourceError::Decode`] when
-    /// it does not decode (as [`meter_buffer`], with the same offsets).
+    /// it does not decode (as [`meter_buffer`](crate::meter_buffer), with the same offsets).
     pub fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Self>, CuptiSourceError> {
         match scan(path, opts, false)? {
             Scan::Streamable(b) => Ok(Some(*b)),
@@ -875,23 +860,6 @@ fn learn_correlations(
     stamp.check(FileStamp::at(path)).map_err(WalkError::Io)
 }
 
-/// Meters the raw CUPTI buffer file at `path` as a stream (module docs): the same report as
-/// reading it and calling [`meter_buffer`], in memory flat in the file's size. The report
-/// names it by its file name.
-///
-/// # Errors
-/// [`CuptiSourceError::Io`] when the file cannot be read, [`CuptiSourceError::Decode`] when it
-/// does not decode: then the meter is untouched (the whole file is validated first). An error
-/// of the second pass (the file changed between the passes) leaves what was pushed.
-pub fn meter_buffer_file(
-    meter: &mut Meter,
-    path: &Path,
-    opts: &CuptiOptions<'_>,
-) -> Result<CuptiSummary, CuptiSourceError> {
-    let scanned = scan_stream(path, opts, false)?;
-    crate::merge::meter_single(meter, path, opts, scanned, meter_buffer)
-}
-
 /// Pass 1 over the raw buffer file at `path` ([`BufferFile::scan`]) as a source for
 /// [`crate::merge`]; with the sketches of its devices' work when `sketch` is set. `None`
 /// when the file must be metered whole.
@@ -899,7 +867,7 @@ pub(crate) fn scan_stream(
     path: &Path,
     opts: &CuptiOptions<'_>,
     sketch: bool,
-) -> Result<Option<Streamed>, CuptiSourceError> {
+) -> Result<Option<Streamed<Box<BufferFile>>>, CuptiSourceError> {
     let mut file = match scan(path, opts, sketch)? {
         Scan::Streamable(b) => b,
         Scan::Whole => return Ok(None),
@@ -942,7 +910,7 @@ pub(crate) fn scan_stream(
         ends: Vec::new(),
         pm_ends: Vec::new(),
         sketches: std::mem::take(&mut file.sketches),
-        replayer: Replayer::Buffer(file),
+        replayer: file,
     }))
 }
 

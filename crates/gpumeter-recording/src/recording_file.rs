@@ -19,11 +19,11 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
+use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp};
 use rustc_hash::{FxHashMap, FxHashSet};
 
 use crate::buffer_file::{
-    refused_pm, refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder, SourceItem,
+    refused_pm, refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder,
 };
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
@@ -31,10 +31,10 @@ use crate::gmr::{
     T_INSTRUCTIONS, T_OP_COUNTS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
 };
 use crate::lookahead::{JoinDistance, Lookahead};
-use crate::merge::{Replayed, Replayer, Sketch, Streamed};
+use crate::scanned::{Replayed, Sketch, SourceItem, Streamed};
 use crate::source::{
-    meter_gmr, note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions,
-    CuptiSourceError, CuptiSummary, Devices, FrameRef,
+    note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
+    CuptiSummary, Devices, FrameRef,
 };
 use gpumeter_cupti::decode::count_skipped;
 use gpumeter_cupti::decode::{DecodeError, Walk};
@@ -408,24 +408,6 @@ fn learn_correlations(
     Ok(complete)
 }
 
-/// Meters the `.gmr` recording at `path` as a stream (module docs): the same report as
-/// reading it and calling [`meter_gmr`], in memory flat in the file's size for a
-/// well-formed recording; any other is metered by [`meter_gmr`] itself. The report names it
-/// by its file name.
-///
-/// # Errors
-/// As [`meter_gmr`] (the file is validated whole before the meter is touched), and
-/// [`CuptiSourceError::Io`] when it cannot be read; an error of the second pass (the file
-/// changed between the passes) leaves what was pushed.
-pub fn meter_gmr_file(
-    meter: &mut Meter,
-    path: &Path,
-    opts: &CuptiOptions<'_>,
-) -> Result<CuptiSummary, CuptiSourceError> {
-    let scanned = scan_stream(path, opts, false)?;
-    crate::merge::meter_single(meter, path, opts, scanned, meter_gmr)
-}
-
 /// A well-formed recording scanned (pass 1), ready to replay its items (pass 2).
 #[derive(Debug)]
 pub(crate) struct GmrStream {
@@ -447,7 +429,7 @@ pub(crate) fn scan_stream(
     path: &Path,
     opts: &CuptiOptions<'_>,
     sketch: bool,
-) -> Result<Option<Streamed>, CuptiSourceError> {
+) -> Result<Option<Streamed<Box<GmrStream>>>, CuptiSourceError> {
     let Some(mut s) = scan(path, opts, sketch)? else {
         return Ok(None);
     };
@@ -600,14 +582,14 @@ pub(crate) fn scan_stream(
         ends,
         pm_ends,
         sketches,
-        replayer: Replayer::Gmr(Box::new(GmrStream {
+        replayer: Box::new(GmrStream {
             s,
             path: path.to_path_buf(),
             index,
             default_pid,
             exit_devices,
             strings: opts.string_table(),
-        })),
+        }),
     }))
 }
 
@@ -904,9 +886,7 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.contains("1 PM samples name a device")));
-        let Replayer::Gmr(g) = &streamed.replayer else {
-            panic!("not a recording replayer");
-        };
+        let g = &streamed.replayer;
         let mut got = Vec::new();
         if let Err(e) = g.replay(&mut |item| {
             got.push(match item {
