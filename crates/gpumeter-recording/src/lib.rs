@@ -48,15 +48,18 @@
 #![deny(missing_docs)]
 
 mod buffer_file;
+mod chunks;
 pub mod gmr;
 mod lookahead;
 mod merge;
 mod recording_file;
+mod reorder;
 pub mod replay;
 mod scanned;
 mod source;
 
-pub use buffer_file::{BufferFile, CHUNK_BYTES};
+pub use buffer_file::BufferFile;
+pub use chunks::CHUNK_BYTES;
 pub use gmr::{GmrError, TornFrame};
 pub use merge::{meter_buffer_file, meter_files, meter_gmr_file};
 pub use scanned::{SourceItem, SKETCH_DIGESTS};

@@ -33,8 +33,9 @@ use rustc_hash::FxHashMap;
 
 use gpumeter_core::{Continuation, DeviceSlot, MemoryOp, Meter, PartitionId};
 
-use crate::buffer_file::{refused_item, refused_pm, refused_work, BufferFile, Settle};
+use crate::buffer_file::BufferFile;
 use crate::recording_file::GmrStream;
+use crate::reorder::{refused_item, refused_pm, refused_work, Settle};
 use crate::scanned::{Replayed, Sketch, SourceItem, Streamed};
 use crate::source::{
     begin, energy_spans, meter_buffer, meter_gmr, on_slots, pm_read_earlier, pm_recording,

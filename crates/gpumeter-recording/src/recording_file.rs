@@ -22,15 +22,14 @@ use std::sync::Arc;
 use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::buffer_file::{
-    refused_pm, refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder,
-};
+use crate::chunks::{with_chunks, Chunks, FileStamp};
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
     T_INSTRUCTIONS, T_OP_COUNTS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
 };
 use crate::lookahead::{JoinDistance, Lookahead};
+use crate::reorder::{refused_pm, refused_work, replay_item, Reorder};
 use crate::scanned::{Replayed, Sketch, SourceItem, Streamed};
 use crate::source::{
     note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
