@@ -83,6 +83,21 @@ pub(super) struct Plan {
     pub(super) warnings: Vec<gpumeter_core::Warning>,
 }
 
+/// What pass 2 of [`Input::plan`] makes of the buffers' records.
+#[derive(Default)]
+pub(super) struct Read {
+    /// Work records, on the source's device slots.
+    pub(super) records: Vec<ActivityRecord>,
+    /// Device-memory allocations and releases.
+    pub(super) memory: Vec<MemoryEvent>,
+    /// Records not work, by category.
+    pub(super) skipped: BTreeMap<&'static str, u64>,
+    /// Records with a field that cannot be represented, per CUDA device ordinal.
+    pub(super) invalid: BTreeMap<u32, u64>,
+    /// Per field, how many such records and the first one's description.
+    pub(super) faults: BTreeMap<&'static str, (u64, String)>,
+}
+
 impl<'n> Input<'n> {
     pub(super) fn new(name: &'n str, bytes: &[u8], format: CuptiFormat, api: ApiVersion) -> Self {
         let sha256 = hex::encode(Sha256::digest(bytes));
@@ -133,30 +148,9 @@ impl<'n> Input<'n> {
         });
     }
 
-    pub(super) fn plan(self) -> Result<Plan, CuptiSourceError> {
-        // Pass 1: joins, devices and contexts over the whole source.
-        let mut joins = Joins::default();
-        for b in &self.buffers {
-            joins.learn(&b.decoded.records, &b.names);
-        }
-        let Joins {
-            pid_of,
-            ext_of,
-            device_recs,
-            device_of_context,
-            green,
-            instructions_of,
-        } = joins;
-        let mut devs = Devices {
-            source: &self.key_label,
-            inventory: &self.inventory,
-            device_recs: &device_recs,
-            devices: Vec::new(),
-            index: FxHashMap::default(),
-        };
-        let mut records = Vec::new();
-        let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();
-        let mut summary = CuptiSummary {
+    /// The summary before the records are read: what the source says of itself.
+    fn summary(&self) -> CuptiSummary {
+        CuptiSummary {
             source_name: self.name.to_string(),
             format: self.format,
             api: self.api,
@@ -180,67 +174,18 @@ impl<'n> Input<'n> {
             unknown_frames: self.unknown_frames,
             torn: self.torn,
             finished: self.finished,
-        };
-
-        // Pass 2: work records. A record with a field that cannot be represented is lost
-        // (`invalid_field`), counted on its device and named in one warning per field.
-        let mut memory = Vec::new();
-        let mut invalid: BTreeMap<u32, u64> = BTreeMap::new();
-        let mut faults: BTreeMap<&'static str, (u64, String)> = BTreeMap::new();
-        let joins = JoinsRef {
-            pid_of: &pid_of,
-            ext_of: &ext_of,
-            default_pid: self.default_pid,
-        };
-        for b in &self.buffers {
-            for (cat, n) in &b.decoded.skipped {
-                *skipped.entry(cat).or_insert(0) += n;
-            }
-            for r in &b.decoded.records {
-                match convert(r, &b.names, &joins) {
-                    Converted::Work {
-                        device_id,
-                        mut rec,
-                        pid_joined,
-                        ext_joined,
-                    } => {
-                        rec.device = devs.slot(device_id);
-                        summary.process_ids_joined += u64::from(pid_joined);
-                        summary.external_ids_joined += u64::from(ext_joined);
-                        records.push(rec);
-                    }
-                    Converted::Memory { device_id, mut ev } => {
-                        ev.device = devs.slot(device_id);
-                        memory.push(ev);
-                    }
-                    Converted::Skipped(cat) => *skipped.entry(cat).or_insert(0) += 1,
-                    Converted::Invalid(bad) => {
-                        note_invalid(&mut invalid, &mut faults, self.name, b.frame, r, bad);
-                        // Registered so that its loss has a device entry.
-                        devs.slot(bad.device_id);
-                    }
-                    Converted::Consumed => {}
-                }
-            }
         }
-        let mut warnings: Vec<gpumeter_core::Warning> = faults
-            .into_values()
-            .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
-            .collect();
-        let invalid_records: u64 = invalid.values().sum();
-        let mut losses: Vec<(DeviceSlot, LossReason, u64, bool)> = invalid
-            .into_iter()
-            .map(|(id, n)| (devs.slot(id), LossReason::InvalidField, n, false))
-            .collect();
-        let mut source_losses: Vec<(LossReason, u64, bool)> = Vec::new();
-        summary.dropped = devs.book_dropped(
-            &self.dropped,
-            &device_of_context,
-            self.name,
-            &mut warnings,
-            &mut losses,
-            &mut source_losses,
-        );
+    }
+
+    /// Books the records of damaged `.gmr` frames as loss (`torn_frame`, `corrupt_frame`) on
+    /// the devices they name, with one warning per frame.
+    fn book_damaged(
+        &self,
+        devs: &mut Devices<'_>,
+        warnings: &mut Vec<gpumeter_core::Warning>,
+        losses: &mut Vec<(DeviceSlot, LossReason, u64, bool)>,
+        source_losses: &mut Vec<(LossReason, u64, bool)>,
+    ) {
         for d in &self.damaged {
             let known = |id: u32| devs.describes(id);
             let (per_device, exact, what, unit) = damaged_records(d, self.api, &known);
@@ -284,6 +229,167 @@ impl<'n> Input<'n> {
                 ),
             ));
         }
+    }
+
+    /// The end of a finished recording (its latest valid work record or memory event) closes
+    /// what its processes still hold ([`close_at_end`]); returns the allocations it closed.
+    fn close_recording(
+        &self,
+        records: &[ActivityRecord],
+        memory: &mut Vec<MemoryEvent>,
+        devices: usize,
+    ) -> u64 {
+        // The recording's end: its latest valid work record or memory event (a record the
+        // meter will refuse, or an energy sample, must not stretch it).
+        let valid = |r: &ActivityRecord| {
+            r.start_ns != 0
+                && r.end_ns >= r.start_ns
+                && r.end_ns - r.start_ns <= gpumeter_core::time::MAX_RECORD_NS
+        };
+        let end = records
+            .iter()
+            .filter(|r| valid(r))
+            .map(|r| r.end_ns)
+            .chain(memory.iter().map(|m| m.timestamp_ns))
+            .max()
+            .unwrap_or(0);
+        let pids: Vec<Option<u32>> = memory
+            .iter()
+            .map(|m| m.process_id)
+            .chain(std::iter::once(self.default_pid))
+            .collect();
+        close_at_end(memory, end, &pids, devices)
+    }
+
+    /// Gives kernels their instruction counts ([`assign_instructions`]), with a warning for
+    /// launch calls whose counts pass 64 bits; returns how many kernels got one.
+    fn give_instructions(
+        &self,
+        records: &mut [ActivityRecord],
+        instructions_of: &FxHashMap<u32, Option<u64>>,
+        warnings: &mut Vec<gpumeter_core::Warning>,
+    ) -> u64 {
+        let (given, overflowed) = assign_instructions(records, &self.sass_of, instructions_of);
+        if overflowed > 0 {
+            warnings.push(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::InstructionCountOverflow,
+                format!(
+                    "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
+                 kernels have no count, so warp_instructions is not meterable on their device \
+                 (never a clamped count)",
+                    self.name
+                ),
+            ));
+        }
+        given
+    }
+
+    /// Pass 2 over the buffers' records: each converted with the joins and placed on its
+    /// device, or counted as skipped or invalid.
+    fn read_records(
+        &self,
+        joins: &JoinsRef<'_>,
+        devs: &mut Devices<'_>,
+        summary: &mut CuptiSummary,
+    ) -> Read {
+        let mut out = Read::default();
+        for b in &self.buffers {
+            for (cat, n) in &b.decoded.skipped {
+                *out.skipped.entry(cat).or_insert(0) += n;
+            }
+            for r in &b.decoded.records {
+                match convert(r, &b.names, joins) {
+                    Converted::Work {
+                        device_id,
+                        mut rec,
+                        pid_joined,
+                        ext_joined,
+                    } => {
+                        rec.device = devs.slot(device_id);
+                        summary.process_ids_joined += u64::from(pid_joined);
+                        summary.external_ids_joined += u64::from(ext_joined);
+                        out.records.push(rec);
+                    }
+                    Converted::Memory { device_id, mut ev } => {
+                        ev.device = devs.slot(device_id);
+                        out.memory.push(ev);
+                    }
+                    Converted::Skipped(cat) => *out.skipped.entry(cat).or_insert(0) += 1,
+                    Converted::Invalid(bad) => {
+                        note_invalid(
+                            &mut out.invalid,
+                            &mut out.faults,
+                            self.name,
+                            b.frame,
+                            r,
+                            bad,
+                        );
+                        // Registered so that its loss has a device entry.
+                        devs.slot(bad.device_id);
+                    }
+                    Converted::Consumed => {}
+                }
+            }
+        }
+        out
+    }
+
+    pub(super) fn plan(self) -> Result<Plan, CuptiSourceError> {
+        // Pass 1: joins, devices and contexts over the whole source.
+        let mut joins = Joins::default();
+        for b in &self.buffers {
+            joins.learn(&b.decoded.records, &b.names);
+        }
+        let Joins {
+            pid_of,
+            ext_of,
+            device_recs,
+            device_of_context,
+            green,
+            instructions_of,
+        } = joins;
+        let mut devs = Devices {
+            source: &self.key_label,
+            inventory: &self.inventory,
+            device_recs: &device_recs,
+            devices: Vec::new(),
+            index: FxHashMap::default(),
+        };
+        let mut summary = self.summary();
+
+        // Pass 2: work records. A record with a field that cannot be represented is lost
+        // (`invalid_field`), counted on its device and named in one warning per field.
+        let joins = JoinsRef {
+            pid_of: &pid_of,
+            ext_of: &ext_of,
+            default_pid: self.default_pid,
+        };
+        let Read {
+            mut records,
+            mut memory,
+            skipped,
+            invalid,
+            faults,
+        } = self.read_records(&joins, &mut devs, &mut summary);
+        let mut warnings: Vec<gpumeter_core::Warning> = faults
+            .into_values()
+            .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
+            .collect();
+        let invalid_records: u64 = invalid.values().sum();
+        let mut losses: Vec<(DeviceSlot, LossReason, u64, bool)> = invalid
+            .into_iter()
+            .map(|(id, n)| (devs.slot(id), LossReason::InvalidField, n, false))
+            .collect();
+        let mut source_losses: Vec<(LossReason, u64, bool)> = Vec::new();
+        summary.dropped = devs.book_dropped(
+            &self.dropped,
+            &device_of_context,
+            self.name,
+            &mut warnings,
+            &mut losses,
+            &mut source_losses,
+        );
+        self.book_damaged(&mut devs, &mut warnings, &mut losses, &mut source_losses);
         recording_warnings(
             self.name,
             &self.undecodable,
@@ -310,45 +416,14 @@ impl<'n> Input<'n> {
         // Sorted by start so that a file's own records are never late (DESIGN §3 "Order"), and
         // so that a shared instruction count's remainder goes to the earliest kernels.
         records.sort_by_key(|r| r.start_ns);
-        let (given, overflowed) =
-            assign_instructions(&mut records, &self.sass_of, &instructions_of);
-        summary.kernels_with_instructions = given;
-        if overflowed > 0 {
-            warnings.push(gpumeter_core::Warning::new(
-                gpumeter_core::WarningCode::InstructionCountOverflow,
-                format!(
-                    "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
-                 kernels have no count, so warp_instructions is not meterable on their device \
-                 (never a clamped count)",
-                    self.name
-                ),
-            ));
-        }
+        summary.kernels_with_instructions =
+            self.give_instructions(&mut records, &instructions_of, &mut warnings);
         let ops = assign_op_counts(&mut records, &self.ops_of);
         summary.kernels_with_op_counts = ops.given;
         ops.warn(self.name, self.op_repeats, &mut warnings);
         if self.finished && self.format == CuptiFormat::Gmr {
-            // The recording's end: its latest valid work record or memory event (a record the
-            // meter will refuse, or an energy sample, must not stretch it).
-            let valid = |r: &ActivityRecord| {
-                r.start_ns != 0
-                    && r.end_ns >= r.start_ns
-                    && r.end_ns - r.start_ns <= gpumeter_core::time::MAX_RECORD_NS
-            };
-            let end = records
-                .iter()
-                .filter(|r| valid(r))
-                .map(|r| r.end_ns)
-                .chain(memory.iter().map(|m| m.timestamp_ns))
-                .max()
-                .unwrap_or(0);
-            let pids: Vec<Option<u32>> = memory
-                .iter()
-                .map(|m| m.process_id)
-                .chain(std::iter::once(self.default_pid))
-                .collect();
             summary.allocations_closed_at_end =
-                close_at_end(&mut memory, end, &pids, devs.devices.len());
+                self.close_recording(&records, &mut memory, devs.devices.len());
         }
         // Energy: samples of a device CUPTI or the inventory knows (by CUDA ordinal).
         let energy = devs.place_energy(
