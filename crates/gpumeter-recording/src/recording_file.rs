@@ -167,6 +167,105 @@ struct Scanned {
     sketches: FxHashMap<u32, Sketch>,
 }
 
+impl Scanned {
+    /// Nothing read yet of the recording `name` whose length and identity `stamp` holds.
+    fn new(stamp: FileStamp, name: String) -> Scanned {
+        Scanned {
+            stamp,
+            name,
+            sha256: String::new(),
+            header: GmrHeader::default(),
+            api: ApiVersion::default(),
+            finished: false,
+            joins: Joins::default(),
+            join_distance: None,
+            order: Vec::new(),
+            skipped: BTreeMap::new(),
+            invalid: BTreeMap::new(),
+            faults: BTreeMap::new(),
+            records: 0,
+            memory_events: 0,
+            ends: BTreeMap::new(),
+            end: 0,
+            latest: 0,
+            displacement: 0,
+            buffers: 0,
+            dropped: Vec::new(),
+            energy_frames: Vec::new(),
+            pm_frames: Vec::new(),
+            pm_ends: BTreeMap::new(),
+            attribution_events: 0,
+            unknown_frames: 0,
+            undecodable: Vec::new(),
+            sketches: FxHashMap::default(),
+        }
+    }
+}
+
+/// Pass 1 of a type-9 frame (PM samples): their device and count, the latest end per device,
+/// and their disorder (each is replayed at its start). `false` when it does not parse (the
+/// recording goes by the whole-file path).
+fn scan_pm_frame(s: &mut Scanned, frame_type: u32, payload: &[u8]) -> bool {
+    match parse_payload(frame_type, payload) {
+        Ok(Some(Frame::PmSamples(p))) => {
+            s.pm_frames.push((p.device_id, p.samples.len() as u64));
+            for x in &p.samples {
+                let e = s.pm_ends.entry(p.device_id).or_insert(0);
+                *e = (*e).max(x.end_ns.max(x.start_ns));
+                // Replayed at its start (`replay`), unless the meter refuses it
+                // whatever its time.
+                if !refused_pm(x) {
+                    s.latest = s.latest.max(x.start_ns);
+                    s.displacement = s.displacement.max(s.latest - x.start_ns);
+                }
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Pass 1 of a frame that is neither an activity buffer nor PM samples: string tables, dropped
+/// counts, attribution events and energy samples are kept; `false` for a frame the whole-file
+/// path must meter (or one that does not parse).
+fn scan_other_frame(
+    s: &mut Scanned,
+    strings: &mut crate::gmr::StringTable,
+    at: FrameRef,
+    frame_type: u32,
+    payload: &[u8],
+) -> bool {
+    match parse_payload(frame_type, payload) {
+        Ok(Some(Frame::StringTable(t))) => {
+            strings.extend_from(&t);
+            true
+        }
+        Ok(Some(Frame::Dropped(d))) => {
+            s.dropped.push(d);
+            true
+        }
+        Ok(Some(Frame::Attribution(_))) => {
+            s.attribution_events += 1;
+            true
+        }
+        Ok(Some(frame @ Frame::Energy(_))) => {
+            s.energy_frames.push(LocatedFrame {
+                offset: at.offset,
+                index: at.index,
+                frame,
+            });
+            true
+        }
+        // PM samples (and any other frame) go by the whole-file path.
+        Ok(Some(_)) => false,
+        Ok(None) => {
+            s.unknown_frames += 1;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Pass 1: `None` when the whole-file path must meter the file.
 fn scan(
     path: &Path,
@@ -186,35 +285,7 @@ fn scan(
     let none = Joins::default();
     let no_joins = none.joins_ref(None);
     let mut seen: FxHashSet<u32> = FxHashSet::default();
-    let mut s = Scanned {
-        stamp,
-        name: name.clone(),
-        sha256: String::new(),
-        header: GmrHeader::default(),
-        api: ApiVersion::default(),
-        finished: false,
-        joins: Joins::default(),
-        join_distance: None,
-        order: Vec::new(),
-        skipped: BTreeMap::new(),
-        invalid: BTreeMap::new(),
-        faults: BTreeMap::new(),
-        records: 0,
-        memory_events: 0,
-        ends: BTreeMap::new(),
-        end: 0,
-        latest: 0,
-        displacement: 0,
-        buffers: 0,
-        dropped: Vec::new(),
-        energy_frames: Vec::new(),
-        pm_frames: Vec::new(),
-        pm_ends: BTreeMap::new(),
-        attribution_events: 0,
-        unknown_frames: 0,
-        undecodable: Vec::new(),
-        sketches: FxHashMap::default(),
-    };
+    let mut s = Scanned::new(stamp, name.clone());
     let mut api: Option<ApiVersion> = None;
     let mut distance = JoinDistance::default();
     // Only the `len` bytes there were at the start: a recording still being written is
@@ -297,52 +368,8 @@ fn scan(
                 }
                 // Joined over the whole recording: metered by the whole-file path.
                 T_INSTRUCTIONS | T_OP_COUNTS => false,
-                T_PM_SAMPLES => match parse_payload(frame_type, payload) {
-                    Ok(Some(Frame::PmSamples(p))) => {
-                        s.pm_frames.push((p.device_id, p.samples.len() as u64));
-                        for x in &p.samples {
-                            let e = s.pm_ends.entry(p.device_id).or_insert(0);
-                            *e = (*e).max(x.end_ns.max(x.start_ns));
-                            // Replayed at its start (`replay`), unless the meter refuses it
-                            // whatever its time.
-                            if !refused_pm(x) {
-                                s.latest = s.latest.max(x.start_ns);
-                                s.displacement = s.displacement.max(s.latest - x.start_ns);
-                            }
-                        }
-                        true
-                    }
-                    _ => false,
-                },
-                _ => match parse_payload(frame_type, payload) {
-                    Ok(Some(Frame::StringTable(t))) => {
-                        strings.extend_from(&t);
-                        true
-                    }
-                    Ok(Some(Frame::Dropped(d))) => {
-                        s.dropped.push(d);
-                        true
-                    }
-                    Ok(Some(Frame::Attribution(_))) => {
-                        s.attribution_events += 1;
-                        true
-                    }
-                    Ok(Some(frame @ Frame::Energy(_))) => {
-                        s.energy_frames.push(LocatedFrame {
-                            offset: at.offset,
-                            index: at.index,
-                            frame,
-                        });
-                        true
-                    }
-                    // PM samples (and any other frame) go by the whole-file path.
-                    Ok(Some(_)) => false,
-                    Ok(None) => {
-                        s.unknown_frames += 1;
-                        true
-                    }
-                    Err(_) => false,
-                },
+                T_PM_SAMPLES => scan_pm_frame(&mut s, frame_type, payload),
+                _ => scan_other_frame(&mut s, &mut strings, at, frame_type, payload),
             }
         })
     });
