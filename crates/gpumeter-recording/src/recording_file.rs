@@ -448,6 +448,89 @@ pub(crate) struct GmrStream {
     strings: crate::gmr::StringTable,
 }
 
+/// The recording's energy samples through its recorded telemetry (the recorded
+/// implementation of the NVML telemetry trait), as the whole-file path reads them: (CUDA
+/// ordinal, ns, cumulative mJ).
+fn recorded_energy(s: &Scanned) -> Vec<(u32, u64, u64)> {
+    let mut samples: Vec<(u32, u64, u64)> = Vec::new();
+    use gpumeter_nvml::Telemetry as _;
+    let telemetry = GmrFile {
+        header: s.header.clone(),
+        frames: s.energy_frames.clone(),
+        unknown_frames: 0,
+        finished: s.finished,
+        torn: None,
+        damaged: Vec::new(),
+    }
+    .telemetry();
+    for gpu in telemetry.gpus().unwrap_or_default() {
+        while let Ok(r) = telemetry.energy(gpu.index) {
+            samples.push((r.index, r.timestamp_ns, r.energy_mj));
+        }
+    }
+    samples
+}
+
+/// The summary of a streamed recording as pass 1 knows it (memory events are counted as
+/// they are pushed).
+fn stream_summary(
+    s: &Scanned,
+    invalid_records: u64,
+    dropped_total: u64,
+    devices: &[gpumeter_core::DeviceInfo],
+    partitions: &[(DeviceSlot, u32, u32)],
+) -> CuptiSummary {
+    CuptiSummary {
+        source_name: s.name.clone(),
+        format: CuptiFormat::Gmr,
+        api: s.api,
+        records: s.records + invalid_records,
+        skipped: s.skipped.values().sum(),
+        duplicate_source: false,
+        sha256: s.sha256.clone(),
+        device_keys: devices.iter().map(|d| d.key.clone()).collect(),
+        process_ids_joined: 0,
+        external_ids_joined: 0,
+        dropped: dropped_total,
+        buffers: s.buffers,
+        energy_samples: s.energy_frames.len() as u64,
+        pm_samples: s.pm_frames.iter().map(|&(_, n)| n).sum(),
+        // Counted as pushed, process exits at the end included (as `close_at_end` adds them).
+        memory_events: 0,
+        green_contexts: partitions.len() as u64,
+        kernels_with_instructions: 0,
+        kernels_with_op_counts: 0,
+        allocations_closed_at_end: 0,
+        attribution_events: s.attribution_events,
+        unknown_frames: s.unknown_frames,
+        torn: None,
+        finished: s.finished,
+    }
+}
+
+/// The sketch of each slot's work (pass 1 kept them by CUDA ordinal), with the process exits
+/// at a finished recording's end.
+fn slot_sketches(
+    s: &mut Scanned,
+    index: &FxHashMap<u32, DeviceSlot>,
+    devices: usize,
+    exit_devices: usize,
+) -> Vec<Sketch> {
+    let mut sketches = vec![Sketch::default(); devices];
+    for (id, k) in std::mem::take(&mut s.sketches) {
+        if let Some(k0) = index.get(&id).and_then(|l| sketches.get_mut(l.0 as usize)) {
+            *k0 = k;
+        }
+    }
+    // The process exits at the end (their identity has no process id: one per device).
+    let exit = MemoryEvent::new(DeviceSlot(0), s.end, 0, 0, MemoryOp::ProcessExit);
+    let d = identity_digest(&exit.identity());
+    for k in sketches.iter_mut().take(exit_devices) {
+        k.add(d);
+    }
+    sketches
+}
+
 /// Pass 1 over the `.gmr` at `path` as a source for [`crate::merge`] (module docs), with the
 /// sketches of its devices' work when `sketch` is set; `None` when the whole-file path must
 /// meter it.
@@ -518,54 +601,12 @@ pub(crate) fn scan_stream(
         0
     };
     // Energy, through the recorded telemetry as the whole-file path reads it.
-    let mut samples: Vec<(u32, u64, u64)> = Vec::new();
-    {
-        use gpumeter_nvml::Telemetry as _;
-        let telemetry = GmrFile {
-            header: h.clone(),
-            frames: s.energy_frames.clone(),
-            unknown_frames: 0,
-            finished: s.finished,
-            torn: None,
-            damaged: Vec::new(),
-        }
-        .telemetry();
-        for gpu in telemetry.gpus().unwrap_or_default() {
-            while let Ok(r) = telemetry.energy(gpu.index) {
-                samples.push((r.index, r.timestamp_ns, r.energy_mj));
-            }
-        }
-    }
+    let samples = recorded_energy(&s);
     let energy = devs.place_energy(samples, &s.name, &mut warnings);
     devs.place_pm_devices(&s.pm_frames, &s.name, &mut warnings);
     let partitions = devs.partitions(&s.joins.green);
     let Devices { devices, index, .. } = devs;
-    let summary = CuptiSummary {
-        source_name: s.name.clone(),
-        format: CuptiFormat::Gmr,
-        api: s.api,
-        records: s.records + invalid_records,
-        skipped: s.skipped.values().sum(),
-        duplicate_source: false,
-        sha256: s.sha256.clone(),
-        device_keys: devices.iter().map(|d| d.key.clone()).collect(),
-        process_ids_joined: 0,
-        external_ids_joined: 0,
-        dropped: dropped_total,
-        buffers: s.buffers,
-        energy_samples: s.energy_frames.len() as u64,
-        pm_samples: s.pm_frames.iter().map(|&(_, n)| n).sum(),
-        // Counted as pushed, process exits at the end included (as `close_at_end` adds them).
-        memory_events: 0,
-        green_contexts: partitions.len() as u64,
-        kernels_with_instructions: 0,
-        kernels_with_op_counts: 0,
-        allocations_closed_at_end: 0,
-        attribution_events: s.attribution_events,
-        unknown_frames: s.unknown_frames,
-        torn: None,
-        finished: s.finished,
-    };
+    let summary = stream_summary(&s, invalid_records, dropped_total, &devices, &partitions);
     // How far the recording goes on each of its slots, for its continuation: its records and
     // memory events, and the process exits at a finished recording's end.
     let mut ends: Vec<(DeviceSlot, u64)> = s
@@ -580,20 +621,11 @@ pub(crate) fn scan_stream(
         .iter()
         .filter_map(|(id, &t)| Some((*index.get(id)?, t)))
         .collect();
-    let mut sketches = vec![Sketch::default(); devices.len()];
-    if sketch {
-        for (id, k) in std::mem::take(&mut s.sketches) {
-            if let Some(k0) = index.get(&id).and_then(|l| sketches.get_mut(l.0 as usize)) {
-                *k0 = k;
-            }
-        }
-        // The process exits at the end (their identity has no process id: one per device).
-        let exit = MemoryEvent::new(DeviceSlot(0), s.end, 0, 0, MemoryOp::ProcessExit);
-        let d = identity_digest(&exit.identity());
-        for k in sketches.iter_mut().take(exit_devices) {
-            k.add(d);
-        }
-    }
+    let sketches = if sketch {
+        slot_sketches(&mut s, &index, devices.len(), exit_devices)
+    } else {
+        vec![Sketch::default(); devices.len()]
+    };
     let skipped = std::mem::take(&mut s.skipped);
     Ok(Some(Streamed {
         summary,
