@@ -310,6 +310,59 @@ pub(crate) fn meter_single(
     })
 }
 
+/// Begins the recordings' continuations (their energy cut where an earlier report ended);
+/// returns each live source's energy spans.
+fn begin_continuations(
+    meter: &mut Meter,
+    live: &mut [Option<Live<'_>>],
+) -> Vec<Vec<(DeviceSlot, u64, u64)>> {
+    let mut spans: Vec<Vec<(DeviceSlot, u64, u64)>> = Vec::with_capacity(live.len());
+    for l in live.iter_mut().flatten() {
+        let mut sp = energy_spans(&l.energy);
+        if let Some(rec) = &l.source.recording {
+            let ends: Vec<(DeviceSlot, u64)> = l
+                .source
+                .ends
+                .iter()
+                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
+                .chain(l.energy.iter().map(|&(slot, t, _)| (slot, t)))
+                .collect();
+            l.continuation = Continuation::begin(meter, rec, ends);
+            l.continuation.cut_energy(&mut l.energy, &mut sp);
+            let pm_ends: Vec<(DeviceSlot, u64)> = l
+                .source
+                .pm_ends
+                .iter()
+                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
+                .collect();
+            l.pm_continuation = Continuation::begin(meter, &pm_recording(rec), pm_ends);
+        }
+        spans.push(sp);
+    }
+    spans
+}
+
+/// Books each live source's losses (on its devices and on the source) and skipped counts.
+fn book_losses(meter: &mut Meter, live: &[Option<Live<'_>>]) {
+    for l in live.iter().flatten() {
+        let slots = &l.slots;
+        record_losses(meter, &l.source.losses, |local| {
+            slots.get(local.0 as usize).copied()
+        });
+        let s = &l.source.summary;
+        let label = match &l.source.recording {
+            Some(r) => gpumeter_core::device::recording_label(r),
+            None => gpumeter_core::source_label(&s.sha256),
+        };
+        for &(reason, n, lower) in &l.source.source_losses {
+            meter.record_source_loss(&label, reason, n, lower);
+        }
+        for (category, n) in &l.source.skipped {
+            meter.record_skipped(category, *n);
+        }
+    }
+}
+
 /// Announces `sources` and pushes them merged (module docs); one summary per source.
 pub(crate) fn meter_streamed(
     meter: &mut Meter,
@@ -346,46 +399,8 @@ pub(crate) fn meter_streamed(
     }
     // As `push_batches`: recordings' continuations, then losses and skipped counts, then
     // energy spans, then the items merged, then energy samples.
-    let mut spans: Vec<Vec<(DeviceSlot, u64, u64)>> = Vec::with_capacity(live.len());
-    for l in live.iter_mut().flatten() {
-        let mut sp = energy_spans(&l.energy);
-        if let Some(rec) = &l.source.recording {
-            let ends: Vec<(DeviceSlot, u64)> = l
-                .source
-                .ends
-                .iter()
-                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
-                .chain(l.energy.iter().map(|&(slot, t, _)| (slot, t)))
-                .collect();
-            l.continuation = Continuation::begin(meter, rec, ends);
-            l.continuation.cut_energy(&mut l.energy, &mut sp);
-            let pm_ends: Vec<(DeviceSlot, u64)> = l
-                .source
-                .pm_ends
-                .iter()
-                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
-                .collect();
-            l.pm_continuation = Continuation::begin(meter, &pm_recording(rec), pm_ends);
-        }
-        spans.push(sp);
-    }
-    for l in live.iter().flatten() {
-        let slots = &l.slots;
-        record_losses(meter, &l.source.losses, |local| {
-            slots.get(local.0 as usize).copied()
-        });
-        let s = &l.source.summary;
-        let label = match &l.source.recording {
-            Some(r) => gpumeter_core::device::recording_label(r),
-            None => gpumeter_core::source_label(&s.sha256),
-        };
-        for &(reason, n, lower) in &l.source.source_losses {
-            meter.record_source_loss(&label, reason, n, lower);
-        }
-        for (category, n) in &l.source.skipped {
-            meter.record_skipped(category, *n);
-        }
-    }
+    let spans = begin_continuations(meter, &mut live);
+    book_losses(meter, &live);
     for sp in &spans {
         for &(slot, from, to) in sp {
             meter.observe_energy_span(slot, from, to);
