@@ -40,8 +40,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use gpumeter_core::{
-    DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, MeterError, PartitionId,
-    SourceInfo, UsageReport, Work,
+    ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, MeterError,
+    PartitionId, SourceInfo, UsageReport, Work,
 };
 use rustc_hash::{FxHashMap, FxHashSet};
 use sha2::{Digest, Sha256};
@@ -295,16 +295,8 @@ impl CuptiStream {
         Ok(self.apply(meter, prepared))
     }
 
-    /// Books a prepared buffer: learns its joins, places its records on devices and hands
-    /// them to the meter sorted by start.
-    pub fn apply(&mut self, meter: &mut Meter, buffer: PreparedBuffer) -> BufferSummary {
-        self.seal(meter);
-        self.buffers += 1;
-        let decoded = buffer.decoded;
-        let names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
-        self.joins.learn(&decoded.records, &names);
-        self.note_correlations(&decoded);
-        // DEVICE records of devices already placed fill what is unknown.
+    /// DEVICE records of devices already placed fill what is unknown of them.
+    fn fill_described(&mut self, meter: &mut Meter) {
         let newly: Vec<u32> = self
             .joins
             .device_recs
@@ -319,6 +311,89 @@ impl CuptiStream {
                 meter.fill_device(slot, &info);
             }
         }
+    }
+
+    /// Registers the green contexts of placed devices (before their records are pushed).
+    fn register_green(&mut self, meter: &mut Meter) {
+        let green: Vec<((u32, u32), u32)> = self
+            .joins
+            .green
+            .iter()
+            .filter(|(k, _)| !self.partitions.contains_key(k) && self.slots.contains_key(&k.0))
+            .map(|(&k, &v)| (k, v))
+            .collect();
+        for ((device, context), sms) in green {
+            if let Some(p) = self
+                .slots
+                .get(&device)
+                .and_then(|&slot| meter.register_partition(slot, sms))
+            {
+                self.partitions.insert((device, context), p);
+            }
+        }
+    }
+
+    /// Gives kernels their INSTRUCTION_EXECUTION counts ([`assign_instructions`]), each count
+    /// used once; says when counts came after their kernels or pass 64 bits.
+    fn give_instructions(&mut self, meter: &mut Meter, recs: &mut [ActivityRecord]) {
+        self.instrumented = true;
+        let (_, overflowed) =
+            assign_instructions(recs, &FxHashMap::default(), &self.joins.instructions_of);
+        // Each count is used once.
+        for r in recs.iter() {
+            if matches!(r.work, Work::Kernel(_)) {
+                self.joins.instructions_of.remove(&r.correlation_id);
+            }
+        }
+        // A count for a kernel booked from an earlier buffer came after its kernel: it
+        // can no longer be metered. Said, never dropped silently. (A count whose kernel
+        // has not come yet waits for it.)
+        let late: Vec<u32> = self
+            .joins
+            .instructions_of
+            .keys()
+            .copied()
+            .filter(|c| self.booked_kernels.contains(c))
+            .collect();
+        if !late.is_empty() {
+            for c in &late {
+                self.joins.instructions_of.remove(c);
+            }
+            meter.warn(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::LateInstructionCounts,
+                format!(
+                    "{}: {} INSTRUCTION_EXECUTION counts (launch correlation ids from {}) came \
+                 in a buffer after their kernels' and were not metered: those kernels have \
+                 no warp-instruction count",
+                    self.name,
+                    late.len(),
+                    late.iter().min().copied().unwrap_or(0)
+                ),
+            ));
+        }
+        if overflowed > 0 {
+            meter.warn(gpumeter_core::Warning::new(
+                gpumeter_core::WarningCode::InstructionCountOverflow,
+                format!(
+                    "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
+                 kernels have no count, so warp_instructions is not meterable on their \
+                 device (never a clamped count)",
+                    self.name
+                ),
+            ));
+        }
+    }
+
+    /// Books a prepared buffer: learns its joins, places its records on devices and hands
+    /// them to the meter sorted by start.
+    pub fn apply(&mut self, meter: &mut Meter, buffer: PreparedBuffer) -> BufferSummary {
+        self.seal(meter);
+        self.buffers += 1;
+        let decoded = buffer.decoded;
+        let names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
+        self.joins.learn(&decoded.records, &names);
+        self.note_correlations(&decoded);
+        self.fill_described(meter);
         let mut summary = BufferSummary::default();
         let mut skipped: BTreeMap<&'static str, u64> = BTreeMap::new();
         for (cat, n) in &decoded.skipped {
@@ -367,23 +442,7 @@ impl CuptiStream {
                 Converted::Skipped(_) | Converted::Consumed => {}
             }
         }
-        // Green contexts of placed devices, before their records.
-        let green: Vec<((u32, u32), u32)> = self
-            .joins
-            .green
-            .iter()
-            .filter(|(k, _)| !self.partitions.contains_key(k) && self.slots.contains_key(&k.0))
-            .map(|(&k, &v)| (k, v))
-            .collect();
-        for ((device, context), sms) in green {
-            if let Some(p) = self
-                .slots
-                .get(&device)
-                .and_then(|&slot| meter.register_partition(slot, sms))
-            {
-                self.partitions.insert((device, context), p);
-            }
-        }
+        self.register_green(meter);
         let mut recs: Vec<_> = records
             .into_iter()
             .map(|(device_id, mut rec)| {
@@ -393,55 +452,7 @@ impl CuptiStream {
             .collect();
         recs.sort_by_key(|r| r.start_ns);
         if !self.joins.instructions_of.is_empty() {
-            self.instrumented = true;
-            let (_, overflowed) = assign_instructions(
-                &mut recs,
-                &FxHashMap::default(),
-                &self.joins.instructions_of,
-            );
-            // Each count is used once.
-            for r in &recs {
-                if matches!(r.work, Work::Kernel(_)) {
-                    self.joins.instructions_of.remove(&r.correlation_id);
-                }
-            }
-            // A count for a kernel booked from an earlier buffer came after its kernel: it
-            // can no longer be metered. Said, never dropped silently. (A count whose kernel
-            // has not come yet waits for it.)
-            let late: Vec<u32> = self
-                .joins
-                .instructions_of
-                .keys()
-                .copied()
-                .filter(|c| self.booked_kernels.contains(c))
-                .collect();
-            if !late.is_empty() {
-                for c in &late {
-                    self.joins.instructions_of.remove(c);
-                }
-                meter.warn(gpumeter_core::Warning::new(
-                    gpumeter_core::WarningCode::LateInstructionCounts,
-                    format!(
-                    "{}: {} INSTRUCTION_EXECUTION counts (launch correlation ids from {}) came \
-                     in a buffer after their kernels' and were not metered: those kernels have \
-                     no warp-instruction count",
-                    self.name,
-                    late.len(),
-                    late.iter().min().copied().unwrap_or(0)
-                ),
-                ));
-            }
-            if overflowed > 0 {
-                meter.warn(gpumeter_core::Warning::new(
-                    gpumeter_core::WarningCode::InstructionCountOverflow,
-                    format!(
-                    "{}: the instruction counts of {overflowed} launch calls pass 64 bits: their \
-                     kernels have no count, so warp_instructions is not meterable on their \
-                     device (never a clamped count)",
-                    self.name
-                ),
-                ));
-            }
+            self.give_instructions(meter, &mut recs);
         }
         for r in &recs {
             if matches!(r.work, Work::Kernel(_)) && r.correlation_id != 0 {
@@ -451,21 +462,7 @@ impl CuptiStream {
         summary.work_records = recs.len() as u64;
         summary.memory_events = memory.len() as u64;
         summary.skipped = skipped.values().sum();
-        // One stream in time order, as `push_batches` pushes a file's (equal times: work,
-        // then releases, then allocations): an allocation made long before the buffer's
-        // first kernel must reach the meter before that kernel moves the sweep past it.
-        let class = |m: &MemoryEvent| u8::from(m.op == MemoryOp::Allocation) + 1;
-        memory.sort_by_key(|m| (m.timestamp_ns, class(m)));
-        let mut memory = memory.into_iter().peekable();
-        for rec in recs {
-            while let Some(m) = memory.next_if(|m| m.timestamp_ns < rec.start_ns) {
-                meter.push_memory(m);
-            }
-            meter.push(rec);
-        }
-        for m in memory {
-            meter.push_memory(m);
-        }
+        push_in_order(meter, recs, memory);
         for (cat, n) in skipped {
             meter.record_skipped(cat, n);
         }
@@ -630,5 +627,25 @@ impl CuptiStream {
             (None, Some(i)) => i.clone(),
             (None, None) => DeviceInfo::bare(DeviceInfo::source_key(&self.key_label, id), id),
         }
+    }
+}
+
+/// Pushes a buffer's work records (sorted by start) and memory events as one stream in time
+/// order.
+fn push_in_order(meter: &mut Meter, recs: Vec<ActivityRecord>, mut memory: Vec<MemoryEvent>) {
+    // One stream in time order, as `push_batches` pushes a file's (equal times: work,
+    // then releases, then allocations): an allocation made long before the buffer's
+    // first kernel must reach the meter before that kernel moves the sweep past it.
+    let class = |m: &MemoryEvent| u8::from(m.op == MemoryOp::Allocation) + 1;
+    memory.sort_by_key(|m| (m.timestamp_ns, class(m)));
+    let mut memory = memory.into_iter().peekable();
+    for rec in recs {
+        while let Some(m) = memory.next_if(|m| m.timestamp_ns < rec.start_ns) {
+            meter.push_memory(m);
+        }
+        meter.push(rec);
+    }
+    for m in memory {
+        meter.push_memory(m);
     }
 }

@@ -4,7 +4,7 @@
 //! [`meter_buffer`](crate::meter_buffer) decodes a buffer whole, joins, sorts and pushes; on a
 //! file of 10 M records that is ≈ 330 bytes per record on top of the file. [`BufferFile`] does
 //! the same work in two passes over the file, each a sequential read in chunks of
-//! [`CHUNK_BYTES`]:
+//! [`CHUNK_BYTES`](crate::CHUNK_BYTES):
 //!
 //! 1. **Scan** ([`BufferFile::scan`]): every record is decoded and validated (a fault is an
 //!    error before any meter is touched, as for `meter_buffer`), the joins are learned (API,
@@ -29,35 +29,26 @@
 //! [`meter_buffer`](crate::meter_buffer): splitting a launch's instruction count among its
 //! kernels needs all of them.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::{self, Read};
+use std::io;
 use std::path::Path;
-use std::sync::mpsc;
 use std::sync::Arc;
 
-use gpumeter_core::time::MAX_RECORD_NS;
-use gpumeter_core::{
-    identity_digest, ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, Meter,
-    PmSample,
-};
+use gpumeter_core::{identity_digest, DeviceInfo, DeviceSlot, LossReason};
 use rustc_hash::FxHashMap;
-use sha2::{Digest, Sha256};
 
+use crate::chunks::{with_chunks, Chunks, FileStamp};
 use crate::lookahead::{JoinDistance, Lookahead};
-use crate::merge::{Replayer, Sketch, Streamed};
+use crate::reorder::{refused_work, replay_item, Reorder};
+use crate::scanned::{Sketch, SourceItem, Streamed};
 use crate::source::{
-    meter_buffer, note_invalid, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
-    CuptiSummary, Devices,
+    note_invalid, source_name, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary, Devices,
 };
 use gpumeter_cupti::decode::count_skipped;
 use gpumeter_cupti::decode::{DecodeError, LocatedRecord, Walk};
 use gpumeter_cupti::join::{convert, correlation_named, intern_name, Converted, Joins};
 use gpumeter_cupti::layout::ApiVersion;
-
-/// Bytes read from the file at a time (a few such chunks are in flight at once).
-pub const CHUNK_BYTES: usize = 1 << 20;
 
 /// Why a walk over a file stopped.
 enum WalkError {
@@ -102,133 +93,6 @@ fn rebase(e: DecodeError, by: usize) -> DecodeError {
         },
         other => other,
     }
-}
-
-/// A file being read in chunks by another thread ([`with_chunks`]): `buf` holds the file's
-/// bytes from offset `base`, read up to `pos`.
-pub(crate) struct Chunks<'a> {
-    rx: &'a mpsc::Receiver<io::Result<Vec<u8>>>,
-    back: &'a mpsc::SyncSender<Vec<u8>>,
-    buf: Vec<u8>,
-    base: usize,
-    pos: usize,
-    eof: bool,
-}
-
-impl Chunks<'_> {
-    /// The bytes read and not yet consumed.
-    pub(crate) fn rest(&self) -> &[u8] {
-        self.buf.get(self.pos..).unwrap_or(&[])
-    }
-
-    /// The file offset of [`Chunks::rest`]'s first byte.
-    pub(crate) fn offset(&self) -> usize {
-        self.base + self.pos
-    }
-
-    /// Consumes `n` bytes of [`Chunks::rest`].
-    pub(crate) fn consume(&mut self, n: usize) {
-        self.pos = (self.pos + n).min(self.buf.len());
-    }
-
-    /// Whether the whole file has been read into `buf`.
-    pub(crate) fn at_eof(&self) -> bool {
-        self.eof
-    }
-
-    /// Drops what was consumed and reads one more chunk; `false` at the end of the file.
-    pub(crate) fn more(&mut self) -> io::Result<bool> {
-        if self.eof {
-            return Ok(false);
-        }
-        self.buf.drain(..self.pos);
-        self.base += self.pos;
-        self.pos = 0;
-        match self.rx.recv() {
-            Ok(Ok(chunk)) => {
-                self.buf.extend_from_slice(&chunk);
-                let _ = self.back.try_send(chunk);
-                Ok(true)
-            }
-            Ok(Err(e)) => Err(e),
-            Err(_) => {
-                self.eof = true;
-                Ok(false)
-            }
-        }
-    }
-
-    /// Reads until [`Chunks::rest`] holds `n` bytes or the file ends; whether it does.
-    pub(crate) fn ensure(&mut self, n: usize) -> io::Result<bool> {
-        while self.rest().len() < n {
-            if !self.more()? {
-                return Ok(false);
-            }
-        }
-        Ok(true)
-    }
-}
-
-/// Runs `f` over `file` read in chunks of [`CHUNK_BYTES`] by another thread, which also
-/// computes the SHA-256 of every byte it reads when `hash` is set (the file is hashed in the
-/// pass that reads it, while this thread decodes). Returns `f`'s result and the SHA-256 (when
-/// asked and the whole file was read).
-///
-/// Memory: a few chunks (plus what `f` keeps in [`Chunks`]), whatever the file's size.
-/// Allocations: a few chunks, recycled between the threads, not one per chunk.
-pub(crate) fn with_chunks<T>(
-    file: impl Read + Send,
-    hash: bool,
-    f: impl FnOnce(&mut Chunks<'_>) -> T,
-) -> (T, Option<[u8; 32]>) {
-    std::thread::scope(|s| {
-        let (tx, rx) = mpsc::sync_channel::<io::Result<Vec<u8>>>(2);
-        let (back_tx, back_rx) = mpsc::sync_channel::<Vec<u8>>(4);
-        let reader = s.spawn(move || {
-            let mut file = file;
-            let mut hasher = hash.then(Sha256::new);
-            loop {
-                let mut chunk = back_rx
-                    .try_recv()
-                    .unwrap_or_else(|_| Vec::with_capacity(CHUNK_BYTES));
-                chunk.clear();
-                match (&mut file).take(CHUNK_BYTES as u64).read_to_end(&mut chunk) {
-                    Ok(0) => break,
-                    Ok(_) => {
-                        if let Some(h) = hasher.as_mut() {
-                            h.update(&chunk);
-                        }
-                        if tx.send(Ok(chunk)).is_err() {
-                            // The reader stopped early: the digest would not be the file's.
-                            hasher = None;
-                            break;
-                        }
-                    }
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        let _ = tx.send(Err(e));
-                        hasher = None;
-                        break;
-                    }
-                }
-            }
-            hasher.map(|h| <[u8; 32]>::from(h.finalize()))
-        });
-        let out = {
-            let mut chunks = Chunks {
-                rx: &rx,
-                back: &back_tx,
-                buf: Vec::with_capacity(2 * CHUNK_BYTES),
-                base: 0,
-                pos: 0,
-                eof: false,
-            };
-            f(&mut chunks)
-        };
-        drop(rx);
-        let digest = reader.join().unwrap_or(None);
-        (out, digest)
-    })
 }
 
 /// Walks the records of the raw buffer read by `chunks` as [`Walk`] walks a buffer in memory
@@ -292,264 +156,6 @@ fn walk_file(
     walked.map(|()| digest)
 }
 
-/// How many items a device takes between two [`Meter::settle`] calls of a time-ordered replay.
-const SETTLE_EVERY: u32 = 4096;
-
-/// Settles the meter's devices as a replay hands them items in time order
-/// ([`Meter::settle`]): every [`SETTLE_EVERY`] items of a device, before pushing one at time
-/// `t`, nothing earlier than `t` can follow on that device, so its sweep moves to `t` and the
-/// meter holds only the work running there (issue 13: memory flat in the input's size). What
-/// is pushed to those devices while it runs must come in time order: one file's replay, or the
-/// time-ordered merge of several ([`crate::meter_files`]).
-#[derive(Debug, Default)]
-pub(crate) struct Settle {
-    /// Items per device slot since its last settle.
-    counts: Vec<u32>,
-}
-
-impl Settle {
-    /// Called before pushing an item of time `t_ns` (start or timestamp) on `slot`.
-    pub(crate) fn before(&mut self, meter: &mut Meter, slot: DeviceSlot, t_ns: u64) {
-        let i = slot.0 as usize;
-        if self.counts.len() <= i {
-            self.counts.resize(i + 1, 0);
-        }
-        if let Some(n) = self.counts.get_mut(i) {
-            *n += 1;
-            if *n >= SETTLE_EVERY {
-                *n = 0;
-                meter.settle(slot, t_ns);
-            }
-        }
-    }
-}
-
-/// One item of a replay, on the source's own device slots ([`BufferFile::devices`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SourceItem {
-    /// A work record (its `partition` unset; its `context_id` names a green context of
-    /// [`BufferFile::partitions`] if any).
-    Work(ActivityRecord),
-    /// A device-memory allocation or release.
-    Memory(MemoryEvent),
-    /// A CUPTI PM-sampling sample of a device (a `.gmr`'s type-9 frames), at its start in
-    /// the replay's time order.
-    Pm(DeviceSlot, PmSample),
-}
-
-/// What identifies a file's contents between the two passes without reading it again: its
-/// length and modification time, and on Unix its inode and inode change time (`st_ctime`,
-/// which every write and every `utime` call moves and no call sets back, so a writer that
-/// keeps the length and restores the modification time is still seen, as is a file replaced
-/// by another). A file changed between the pass that hashed it and the pass that metered it
-/// would give a report whose SHA-256 is not that of what was metered (the bank's idempotency
-/// key), so the second pass compares the stamp at its start and at its end and refuses a
-/// difference ("the file changed while it was metered").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct FileStamp {
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-    /// (device, inode, ctime seconds, ctime nanoseconds) on Unix; `None` elsewhere.
-    inode: Option<(u64, u64, i64, i64)>,
-}
-
-impl FileStamp {
-    fn from_metadata(m: &std::fs::Metadata) -> Self {
-        #[cfg(unix)]
-        let inode = {
-            use std::os::unix::fs::MetadataExt;
-            Some((m.dev(), m.ino(), m.ctime(), m.ctime_nsec()))
-        };
-        #[cfg(not(unix))]
-        let inode = None;
-        FileStamp {
-            len: m.len(),
-            modified: m.modified().ok(),
-            inode,
-        }
-    }
-
-    /// The stamp of an open file.
-    pub(crate) fn of(file: &File) -> io::Result<Self> {
-        Ok(Self::from_metadata(&file.metadata()?))
-    }
-
-    /// The stamp of the file at `path` now.
-    pub(crate) fn at(path: &Path) -> io::Result<Self> {
-        Ok(Self::from_metadata(&std::fs::metadata(path)?))
-    }
-
-    /// `Ok` when `now` is the same stamp, else the error that the file changed.
-    pub(crate) fn check(self, now: io::Result<Self>) -> io::Result<()> {
-        match now {
-            Ok(n) if n == self => Ok(()),
-            Ok(_) => Err(changed()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// For a `.gmr`, which its collector only appends to (a recording may be metered while it
-    /// is written): `Ok` when the file is the same or the same file (on Unix, the
-    /// same device and inode) has grown (the passes read only the first [`FileStamp`] length
-    /// bytes), else the error that the file changed: a longer file renamed over the recording
-    /// is another file, not the recording grown.
-    pub(crate) fn check_prefix(self, now: io::Result<Self>) -> io::Result<()> {
-        let same_file = |n: &Self| {
-            n.inode.map(|(dev, ino, ..)| (dev, ino)) == self.inode.map(|(dev, ino, ..)| (dev, ino))
-        };
-        match now {
-            Ok(n) if n == self || (n.len > self.len && same_file(&n)) => Ok(()),
-            Ok(_) => Err(changed()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// The length the stamp was taken at, in bytes.
-    pub(crate) fn len(self) -> u64 {
-        self.len
-    }
-}
-
-/// The error of a file that changed between the two passes.
-fn changed() -> io::Error {
-    io::Error::other("the file changed while it was metered")
-}
-
-/// A work record the meter refuses whatever its place in time (zero timestamp, end before
-/// start, longer than [`MAX_RECORD_NS`]): the meter books it as loss without touching its
-/// sweep, so the passes neither count its times in the file's disorder nor hold it in the
-/// reorder buffer (one such record at the end of a file would otherwise make the buffer hold
-/// the whole file).
-pub(crate) fn refused_work(rec: &ActivityRecord) -> bool {
-    rec.start_ns == 0
-        || rec.end_ns == 0
-        || rec.end_ns < rec.start_ns
-        || rec.end_ns - rec.start_ns > MAX_RECORD_NS
-}
-
-/// Whether the meter refuses a PM sample whatever its time (a zero time, an end before its
-/// start, over 7 days: loss by its fields), as [`refused_work`] for a record: handed on at
-/// once by a replay, never held for order, and no measure of a file's disorder.
-pub(crate) fn refused_pm(x: &PmSample) -> bool {
-    x.start_ns == 0
-        || x.end_ns == 0
-        || x.end_ns < x.start_ns
-        || x.end_ns - x.start_ns > MAX_RECORD_NS
-}
-
-/// Whether the meter refuses `item` whatever its time ([`refused_work`], [`refused_pm`]).
-pub(crate) fn refused_item(item: &SourceItem) -> bool {
-    match item {
-        SourceItem::Work(r) => refused_work(r),
-        SourceItem::Memory(_) => false,
-        SourceItem::Pm(_, x) => refused_pm(x),
-    }
-}
-
-/// What a second pass hands on for one converted record: its time (a work record's start, a
-/// memory event's timestamp), the item on its source slot (by `index`, device id → slot), and
-/// whether its process id and its external id were joined. `None` for a record of a device
-/// `index` does not hold, or one that is neither work nor memory.
-pub(crate) fn replay_item(
-    converted: Converted,
-    index: &FxHashMap<u32, DeviceSlot>,
-) -> Option<(u64, SourceItem, bool, bool)> {
-    match converted {
-        Converted::Work {
-            device_id,
-            mut rec,
-            pid_joined,
-            ext_joined,
-        } => {
-            rec.device = *index.get(&device_id)?;
-            Some((rec.start_ns, SourceItem::Work(rec), pid_joined, ext_joined))
-        }
-        Converted::Memory { device_id, mut ev } => {
-            ev.device = *index.get(&device_id)?;
-            Some((ev.timestamp_ns, SourceItem::Memory(ev), false, false))
-        }
-        _ => None,
-    }
-}
-
-/// A bounded reorder buffer that hands items on in the whole-file path's order: by time, work
-/// before memory at equal times, equal keys in arrival order. It holds an item until no later
-/// arrival can precede it: every later arrival's time is at least the latest time seen less the
-/// displacement measured by the scan.
-pub(crate) struct Reorder {
-    heap: BinaryHeap<Reverse<(u64, u8, u64, u32)>>,
-    slab: Vec<Option<SourceItem>>,
-    free: Vec<u32>,
-    seq: u64,
-    latest: u64,
-    displacement: u64,
-}
-
-impl Reorder {
-    pub(crate) fn new(displacement: u64) -> Self {
-        Reorder {
-            heap: BinaryHeap::new(),
-            slab: Vec::new(),
-            free: Vec::new(),
-            seq: 0,
-            latest: 0,
-            displacement,
-        }
-    }
-
-    /// Takes `item` at time `t` and hands on every item no later one can precede. A work
-    /// record the meter refuses whatever its time ([`refused_work`]) is handed on at once.
-    pub(crate) fn push(&mut self, t: u64, item: SourceItem, sink: &mut impl FnMut(SourceItem)) {
-        if refused_item(&item) {
-            sink(item);
-            return;
-        }
-        // At equal times: work, then memory, then PM samples (`streams`' merge key).
-        let class = match item {
-            SourceItem::Work(_) => 0,
-            SourceItem::Memory(_) => 1,
-            SourceItem::Pm(..) => 2,
-        };
-        let idx = match self.free.pop() {
-            Some(i) => {
-                if let Some(slot) = self.slab.get_mut(i as usize) {
-                    *slot = Some(item);
-                }
-                i
-            }
-            None => {
-                self.slab.push(Some(item));
-                (self.slab.len() - 1) as u32
-            }
-        };
-        self.heap.push(Reverse((t, class, self.seq, idx)));
-        self.seq += 1;
-        self.latest = self.latest.max(t);
-        let bound = self.latest.saturating_sub(self.displacement);
-        while let Some(&Reverse((t0, ..))) = self.heap.peek() {
-            if t0 >= bound {
-                break;
-            }
-            self.pop(sink);
-        }
-    }
-
-    fn pop(&mut self, sink: &mut impl FnMut(SourceItem)) -> bool {
-        let Some(Reverse((_, _, _, idx))) = self.heap.pop() else {
-            return false;
-        };
-        if let Some(item) = self.slab.get_mut(idx as usize).and_then(Option::take) {
-            self.free.push(idx);
-            sink(item);
-        }
-        true
-    }
-
-    pub(crate) fn drain(&mut self, sink: &mut impl FnMut(SourceItem)) {
-        while self.pop(sink) {}
-    }
-}
-
 /// A raw CUPTI buffer file, scanned (pass 1, module docs): validated, hashed, joined, its
 /// devices, losses and skipped kinds known; its records are handed on by
 /// [`BufferFile::replay`] (pass 2).
@@ -594,11 +200,11 @@ impl BufferFile {
     /// Pass 1 over the file at `path` (module docs): decodes and validates every record with
     /// the layouts of [`CuptiOptions::api`], learns the joins, computes the SHA-256 on the
     /// reading thread. Names come from [`CuptiOptions::strings`]. `Ok(None)` when the file has
-    /// INSTRUCTION_EXECUTION records (meter it whole with [`meter_buffer`]).
+    /// INSTRUCTION_EXECUTION records (meter it whole with [`meter_buffer`](crate::meter_buffer)).
     ///
     /// # Errors
     /// [`CuptiSourceError::Io`] when the file cannot be read; [`CuptiSourceError::Decode`] when
-    /// it does not decode (as [`meter_buffer`], with the same offsets).
+    /// it does not decode (as [`meter_buffer`](crate::meter_buffer), with the same offsets).
     pub fn scan(path: &Path, opts: &CuptiOptions<'_>) -> Result<Option<Self>, CuptiSourceError> {
         match scan(path, opts, false)? {
             Scan::Streamable(b) => Ok(Some(*b)),
@@ -875,23 +481,6 @@ fn learn_correlations(
     stamp.check(FileStamp::at(path)).map_err(WalkError::Io)
 }
 
-/// Meters the raw CUPTI buffer file at `path` as a stream (module docs): the same report as
-/// reading it and calling [`meter_buffer`], in memory flat in the file's size. The report
-/// names it by its file name.
-///
-/// # Errors
-/// [`CuptiSourceError::Io`] when the file cannot be read, [`CuptiSourceError::Decode`] when it
-/// does not decode: then the meter is untouched (the whole file is validated first). An error
-/// of the second pass (the file changed between the passes) leaves what was pushed.
-pub fn meter_buffer_file(
-    meter: &mut Meter,
-    path: &Path,
-    opts: &CuptiOptions<'_>,
-) -> Result<CuptiSummary, CuptiSourceError> {
-    let scanned = scan_stream(path, opts, false)?;
-    crate::merge::meter_single(meter, path, opts, scanned, meter_buffer)
-}
-
 /// Pass 1 over the raw buffer file at `path` ([`BufferFile::scan`]) as a source for
 /// [`crate::merge`]; with the sketches of its devices' work when `sketch` is set. `None`
 /// when the file must be metered whole.
@@ -899,7 +488,7 @@ pub(crate) fn scan_stream(
     path: &Path,
     opts: &CuptiOptions<'_>,
     sketch: bool,
-) -> Result<Option<Streamed>, CuptiSourceError> {
+) -> Result<Option<Streamed<Box<BufferFile>>>, CuptiSourceError> {
     let mut file = match scan(path, opts, sketch)? {
         Scan::Streamable(b) => b,
         Scan::Whole => return Ok(None),
@@ -942,38 +531,6 @@ pub(crate) fn scan_stream(
         ends: Vec::new(),
         pm_ends: Vec::new(),
         sketches: std::mem::take(&mut file.sketches),
-        replayer: Replayer::Buffer(file),
+        replayer: file,
     }))
-}
-
-#[cfg(test)]
-mod stamp_tests {
-    use super::FileStamp;
-
-    /// Review of the stamp's inode: a `.gmr` that grew is accepted (its collector appends),
-    /// a longer file renamed over it is not (it is another recording: metering its first
-    /// bytes under the first pass's SHA-256 would bill what was not hashed).
-    #[test]
-    fn a_longer_file_renamed_over_a_recording_is_a_change() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("rec.gmr");
-        std::fs::write(&path, b"recording").expect("write");
-        let stamp = FileStamp::at(&path).expect("stamp");
-        // Appended to: the same file, grown.
-        let mut f = std::fs::File::options()
-            .append(true)
-            .open(&path)
-            .expect("open");
-        std::io::Write::write_all(&mut f, b" and more").expect("append");
-        drop(f);
-        assert!(stamp.check_prefix(FileStamp::at(&path)).is_ok(), "grown");
-        // Replaced by a longer file.
-        let next = dir.path().join("next.gmr");
-        std::fs::write(&next, b"another, longer recording").expect("write");
-        std::fs::rename(&next, &path).expect("rename");
-        let got = stamp.check_prefix(FileStamp::at(&path));
-        if cfg!(unix) {
-            assert!(got.is_err(), "another file is not the recording grown");
-        }
-    }
 }

@@ -48,17 +48,21 @@
 #![deny(missing_docs)]
 
 mod buffer_file;
+mod chunks;
 pub mod gmr;
 mod lookahead;
 mod merge;
 mod recording_file;
+mod reorder;
 pub mod replay;
+mod scanned;
 mod source;
 
-pub use buffer_file::{meter_buffer_file, BufferFile, SourceItem, CHUNK_BYTES};
+pub use buffer_file::BufferFile;
+pub use chunks::CHUNK_BYTES;
 pub use gmr::{GmrError, TornFrame};
-pub use merge::{meter_files, SKETCH_DIGESTS};
-pub use recording_file::meter_gmr_file;
+pub use merge::{meter_buffer_file, meter_files, meter_gmr_file};
+pub use scanned::{SourceItem, SKETCH_DIGESTS};
 pub use source::{
     announce_sources, meter_buffer, meter_gmr, meter_path, meter_sources, read_source, CuptiFormat,
     CuptiInput, CuptiOptions, CuptiSourceError, CuptiSummary, DeviceHook, FrameRef, WORK_KINDS,

@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 
 use rustc_hash::FxHashMap;
 
-use crate::buffer_file::SourceItem;
+use crate::scanned::SourceItem;
 use gpumeter_cupti::decode::{LocatedRecord, Record};
 use gpumeter_cupti::join::{correlation_named, Joins, JoinsRef};
 

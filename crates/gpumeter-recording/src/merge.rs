@@ -24,69 +24,24 @@
 //! files whole, as before.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::path::Path;
 use std::sync::mpsc;
 
 use crate::source::{read_source, source_name};
 use rustc_hash::FxHashMap;
 
-use gpumeter_core::{
-    Continuation, DeviceInfo, DeviceSlot, LossReason, MemoryOp, Meter, PartitionId, REPEAT_PROBES,
-};
+use gpumeter_core::{Continuation, DeviceSlot, MemoryOp, Meter, PartitionId};
 
-use crate::buffer_file::{refused_item, refused_pm, refused_work, BufferFile, Settle, SourceItem};
+use crate::buffer_file::BufferFile;
 use crate::recording_file::GmrStream;
+use crate::reorder::{refused_item, refused_pm, refused_work, Settle};
+use crate::scanned::{Replayed, Sketch, SourceItem, Streamed};
 use crate::source::{
-    begin, energy_spans, on_slots, pm_read_earlier, pm_recording, record_losses, register_devices,
-    register_partitions, CuptiFormat, CuptiOptions, CuptiSourceError, CuptiSummary,
+    begin, energy_spans, meter_buffer, meter_gmr, on_slots, pm_read_earlier, pm_recording,
+    record_losses, register_devices, register_partitions, CuptiFormat, CuptiOptions,
+    CuptiSourceError, CuptiSummary,
 };
-
-/// How many of a device's smallest distinct identity digests a scan keeps (module docs):
-/// 32 KiB per device of a source, whatever its records.
-pub const SKETCH_DIGESTS: usize = 4096;
-
-/// The smallest [`SKETCH_DIGESTS`] distinct identity digests of one source's work on one
-/// device (a bottom-k sketch): every digest of the work at or below its largest is in it.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct Sketch {
-    digests: BTreeSet<u64>,
-}
-
-impl Sketch {
-    /// Takes one item's digest.
-    pub(crate) fn add(&mut self, d: u64) {
-        if self.digests.len() >= SKETCH_DIGESTS && self.digests.last().is_some_and(|&max| d >= max)
-        {
-            return;
-        }
-        if self.digests.insert(d) && self.digests.len() > SKETCH_DIGESTS {
-            self.digests.pop_last();
-        }
-    }
-
-    /// Takes another sketch's digests (the sketch of the union of the two works).
-    fn merge(&mut self, other: &Sketch) {
-        for &d in &other.digests {
-            self.add(d);
-        }
-    }
-
-    /// Whether the work holds digest `d`: `None` when the sketch cannot tell (it is full and
-    /// `d` is above its largest digest).
-    fn holds(&self, d: u64) -> Option<bool> {
-        let full = self.digests.len() >= SKETCH_DIGESTS;
-        match self.digests.last() {
-            Some(&max) if full && d > max => None,
-            _ => Some(self.digests.contains(&d)),
-        }
-    }
-
-    /// The digests `push_batches` probes other devices with.
-    fn probes(&self) -> impl Iterator<Item = u64> + '_ {
-        self.digests.iter().copied().take(REPEAT_PROBES)
-    }
-}
 
 /// How a streamed source replays its items (pass 2).
 #[derive(Debug)]
@@ -95,19 +50,6 @@ pub(crate) enum Replayer {
     Buffer(Box<BufferFile>),
     /// A well-formed `.gmr` recording.
     Gmr(Box<GmrStream>),
-}
-
-/// What a replay counted (pass 2).
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct Replayed {
-    /// Work records whose process id was joined.
-    pub(crate) pids: u64,
-    /// Work records whose external id was joined.
-    pub(crate) exts: u64,
-    /// For a recording: memory events handed on (process exits at its end included).
-    pub(crate) memory_events: Option<u64>,
-    /// For a finished recording: its own allocations its end closed.
-    pub(crate) closed_at_end: Option<u64>,
 }
 
 impl Replayer {
@@ -126,36 +68,9 @@ impl Replayer {
     }
 }
 
-/// A source scanned for streaming: what it announces and books, on its own device slots
-/// (those of [`Streamed::devices`]), and how it replays its items.
-#[derive(Debug)]
-pub(crate) struct Streamed {
-    pub(crate) summary: CuptiSummary,
-    pub(crate) devices: Vec<DeviceInfo>,
-    pub(crate) warnings: Vec<gpumeter_core::Warning>,
-    /// Green contexts: (slot, context id, SMs).
-    pub(crate) partitions: Vec<(DeviceSlot, u32, u32)>,
-    pub(crate) losses: Vec<(DeviceSlot, LossReason, u64, bool)>,
-    pub(crate) source_losses: Vec<(LossReason, u64, bool)>,
-    pub(crate) skipped: BTreeMap<&'static str, u64>,
-    /// Energy samples: (slot, ns, cumulative mJ).
-    pub(crate) energy: Vec<(DeviceSlot, u64, u64)>,
-    /// A `.gmr`'s recording identity ([`gpumeter_core::Batch::recording`]).
-    pub(crate) recording: Option<String>,
-    /// For a recording: per slot, the latest time of its records and memory events (energy
-    /// samples are added once on the meter's slots), for its [`Continuation`].
-    pub(crate) ends: Vec<(DeviceSlot, u64)>,
-    /// For a recording: per slot, the latest time of its PM samples, for the continuation of
-    /// its PM samples ([`crate::source::pm_recording`]).
-    pub(crate) pm_ends: Vec<(DeviceSlot, u64)>,
-    /// Per slot, the sketch of its work (empty when the scan was not asked for sketches).
-    pub(crate) sketches: Vec<Sketch>,
-    pub(crate) replayer: Replayer,
-}
-
 /// A source announced on the meter.
 struct Live<'a> {
-    source: &'a Streamed,
+    source: &'a Streamed<Replayer>,
     /// The meter's slot of each of the source's slots.
     slots: Vec<DeviceSlot>,
     partition_of: FxHashMap<(DeviceSlot, u32), PartitionId>,
@@ -252,7 +167,7 @@ fn key(item: &SourceItem) -> (u64, u8) {
 /// among `sources` (module docs): `true` when a device of one source may hold one of the
 /// probes of a device of another, or the sketches cannot tell. A source whose SHA-256 an
 /// earlier one has is left out (it is metered once, as a duplicate with nothing to push).
-fn may_repeat(sources: &[Streamed]) -> bool {
+fn may_repeat(sources: &[Streamed<Replayer>]) -> bool {
     // Per source, its devices' sketches merged by device key (a device's work is one part).
     let mut parts: Vec<(usize, Sketch)> = Vec::new();
     let mut shas: Vec<&str> = Vec::new();
@@ -309,8 +224,10 @@ pub fn meter_files(
     let mut sources = Vec::with_capacity(inputs.len());
     for &(path, format) in inputs {
         let scanned = match format {
-            CuptiFormat::Cupti => crate::buffer_file::scan_stream(path, opts, sketch)?,
-            CuptiFormat::Gmr => crate::recording_file::scan_stream(path, opts, sketch)?,
+            CuptiFormat::Cupti => crate::buffer_file::scan_stream(path, opts, sketch)?
+                .map(|s| s.with_replayer(Replayer::Buffer)),
+            CuptiFormat::Gmr => crate::recording_file::scan_stream(path, opts, sketch)?
+                .map(|s| s.with_replayer(Replayer::Gmr)),
         };
         match scanned {
             Some(s) => sources.push(s),
@@ -330,13 +247,50 @@ pub fn meter_files(
     meter_streamed(meter, &mut sources, opts).map(Some)
 }
 
+/// Meters the raw CUPTI buffer file at `path` as a stream (the `buffer_file` module's docs): the same report as
+/// reading it and calling [`meter_buffer`], in memory flat in the file's size. The report
+/// names it by its file name.
+///
+/// # Errors
+/// [`CuptiSourceError::Io`] when the file cannot be read, [`CuptiSourceError::Decode`] when it
+/// does not decode: then the meter is untouched (the whole file is validated first). An error
+/// of the second pass (the file changed between the passes) leaves what was pushed.
+pub fn meter_buffer_file(
+    meter: &mut Meter,
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let scanned = crate::buffer_file::scan_stream(path, opts, false)?
+        .map(|s| s.with_replayer(Replayer::Buffer));
+    meter_single(meter, path, opts, scanned, meter_buffer)
+}
+
+/// Meters the `.gmr` recording at `path` as a stream (the `recording_file` module's docs): the same report as
+/// reading it and calling [`meter_gmr`], in memory flat in the file's size for a
+/// well-formed recording; any other is metered by [`meter_gmr`] itself. The report names it
+/// by its file name.
+///
+/// # Errors
+/// As [`meter_gmr`] (the file is validated whole before the meter is touched), and
+/// [`CuptiSourceError::Io`] when it cannot be read; an error of the second pass (the file
+/// changed between the passes) leaves what was pushed.
+pub fn meter_gmr_file(
+    meter: &mut Meter,
+    path: &Path,
+    opts: &CuptiOptions<'_>,
+) -> Result<CuptiSummary, CuptiSourceError> {
+    let scanned = crate::recording_file::scan_stream(path, opts, false)?
+        .map(|s| s.with_replayer(Replayer::Gmr));
+    meter_single(meter, path, opts, scanned, meter_gmr)
+}
+
 /// One file at `path`: `scanned` (its first pass) metered as a stream, or, when the file
 /// must be metered whole (`None`), read and handed to `whole` (`meter_buffer`, `meter_gmr`).
 pub(crate) fn meter_single(
     meter: &mut Meter,
     path: &Path,
     opts: &CuptiOptions<'_>,
-    scanned: Option<Streamed>,
+    scanned: Option<Streamed<Replayer>>,
     whole: impl FnOnce(
         &mut Meter,
         &str,
@@ -356,10 +310,63 @@ pub(crate) fn meter_single(
     })
 }
 
+/// Begins the recordings' continuations (their energy cut where an earlier report ended);
+/// returns each live source's energy spans.
+fn begin_continuations(
+    meter: &mut Meter,
+    live: &mut [Option<Live<'_>>],
+) -> Vec<Vec<(DeviceSlot, u64, u64)>> {
+    let mut spans: Vec<Vec<(DeviceSlot, u64, u64)>> = Vec::with_capacity(live.len());
+    for l in live.iter_mut().flatten() {
+        let mut sp = energy_spans(&l.energy);
+        if let Some(rec) = &l.source.recording {
+            let ends: Vec<(DeviceSlot, u64)> = l
+                .source
+                .ends
+                .iter()
+                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
+                .chain(l.energy.iter().map(|&(slot, t, _)| (slot, t)))
+                .collect();
+            l.continuation = Continuation::begin(meter, rec, ends);
+            l.continuation.cut_energy(&mut l.energy, &mut sp);
+            let pm_ends: Vec<(DeviceSlot, u64)> = l
+                .source
+                .pm_ends
+                .iter()
+                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
+                .collect();
+            l.pm_continuation = Continuation::begin(meter, &pm_recording(rec), pm_ends);
+        }
+        spans.push(sp);
+    }
+    spans
+}
+
+/// Books each live source's losses (on its devices and on the source) and skipped counts.
+fn book_losses(meter: &mut Meter, live: &[Option<Live<'_>>]) {
+    for l in live.iter().flatten() {
+        let slots = &l.slots;
+        record_losses(meter, &l.source.losses, |local| {
+            slots.get(local.0 as usize).copied()
+        });
+        let s = &l.source.summary;
+        let label = match &l.source.recording {
+            Some(r) => gpumeter_core::device::recording_label(r),
+            None => gpumeter_core::source_label(&s.sha256),
+        };
+        for &(reason, n, lower) in &l.source.source_losses {
+            meter.record_source_loss(&label, reason, n, lower);
+        }
+        for (category, n) in &l.source.skipped {
+            meter.record_skipped(category, *n);
+        }
+    }
+}
+
 /// Announces `sources` and pushes them merged (module docs); one summary per source.
 pub(crate) fn meter_streamed(
     meter: &mut Meter,
-    sources: &mut [Streamed],
+    sources: &mut [Streamed<Replayer>],
     opts: &CuptiOptions<'_>,
 ) -> Result<Vec<CuptiSummary>, CuptiSourceError> {
     // As `announce`, source by source: the source, its devices (the hook applied), warnings,
@@ -392,46 +399,8 @@ pub(crate) fn meter_streamed(
     }
     // As `push_batches`: recordings' continuations, then losses and skipped counts, then
     // energy spans, then the items merged, then energy samples.
-    let mut spans: Vec<Vec<(DeviceSlot, u64, u64)>> = Vec::with_capacity(live.len());
-    for l in live.iter_mut().flatten() {
-        let mut sp = energy_spans(&l.energy);
-        if let Some(rec) = &l.source.recording {
-            let ends: Vec<(DeviceSlot, u64)> = l
-                .source
-                .ends
-                .iter()
-                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
-                .chain(l.energy.iter().map(|&(slot, t, _)| (slot, t)))
-                .collect();
-            l.continuation = Continuation::begin(meter, rec, ends);
-            l.continuation.cut_energy(&mut l.energy, &mut sp);
-            let pm_ends: Vec<(DeviceSlot, u64)> = l
-                .source
-                .pm_ends
-                .iter()
-                .filter_map(|&(local, t)| Some((l.slot_of(local)?, t)))
-                .collect();
-            l.pm_continuation = Continuation::begin(meter, &pm_recording(rec), pm_ends);
-        }
-        spans.push(sp);
-    }
-    for l in live.iter().flatten() {
-        let slots = &l.slots;
-        record_losses(meter, &l.source.losses, |local| {
-            slots.get(local.0 as usize).copied()
-        });
-        let s = &l.source.summary;
-        let label = match &l.source.recording {
-            Some(r) => gpumeter_core::device::recording_label(r),
-            None => gpumeter_core::source_label(&s.sha256),
-        };
-        for &(reason, n, lower) in &l.source.source_losses {
-            meter.record_source_loss(&label, reason, n, lower);
-        }
-        for (category, n) in &l.source.skipped {
-            meter.record_skipped(category, *n);
-        }
-    }
+    let spans = begin_continuations(meter, &mut live);
+    book_losses(meter, &live);
     for sp in &spans {
         for &(slot, from, to) in sp {
             meter.observe_energy_span(slot, from, to);
@@ -637,39 +606,4 @@ fn merge(
             })
             .collect()
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_sketch_knows_every_digest_up_to_its_largest_and_no_further() {
-        let mut k = Sketch::default();
-        // Not full: it holds every digest it took.
-        for d in [50u64, 7, 7, 3] {
-            k.add(d);
-        }
-        assert_eq!(k.holds(7), Some(true));
-        assert_eq!(k.holds(8), Some(false));
-        assert_eq!(k.holds(u64::MAX), Some(false));
-        assert_eq!(k.probes().collect::<Vec<_>>(), [3, 7, 50]);
-        // Full: the SKETCH_DIGESTS smallest, and no answer above the largest.
-        let mut k = Sketch::default();
-        for d in (0..2 * SKETCH_DIGESTS as u64).rev() {
-            k.add(d * 2);
-        }
-        let max = (SKETCH_DIGESTS as u64 - 1) * 2;
-        assert_eq!(k.holds(max), Some(true));
-        assert_eq!(k.holds(max - 1), Some(false));
-        assert_eq!(k.holds(max + 2), None);
-        assert_eq!(k.probes().count(), REPEAT_PROBES);
-        // The union of two works: the smallest of both.
-        let mut a = Sketch::default();
-        a.add(10);
-        let mut b = Sketch::default();
-        b.add(4);
-        a.merge(&b);
-        assert_eq!(a.probes().collect::<Vec<_>>(), [4, 10]);
-    }
 }

@@ -19,22 +19,21 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter};
+use gpumeter_core::{identity_digest, DeviceSlot, LossReason, MemoryEvent, MemoryOp};
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::buffer_file::{
-    refused_pm, refused_work, replay_item, with_chunks, Chunks, FileStamp, Reorder, SourceItem,
-};
+use crate::chunks::{with_chunks, Chunks, FileStamp};
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
     T_INSTRUCTIONS, T_OP_COUNTS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
 };
 use crate::lookahead::{JoinDistance, Lookahead};
-use crate::merge::{Replayed, Replayer, Sketch, Streamed};
+use crate::reorder::{refused_pm, refused_work, replay_item, Reorder};
+use crate::scanned::{Replayed, Sketch, SourceItem, Streamed};
 use crate::source::{
-    meter_gmr, note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions,
-    CuptiSourceError, CuptiSummary, Devices, FrameRef,
+    note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
+    CuptiSummary, Devices, FrameRef,
 };
 use gpumeter_cupti::decode::count_skipped;
 use gpumeter_cupti::decode::{DecodeError, Walk};
@@ -168,6 +167,105 @@ struct Scanned {
     sketches: FxHashMap<u32, Sketch>,
 }
 
+impl Scanned {
+    /// Nothing read yet of the recording `name` whose length and identity `stamp` holds.
+    fn new(stamp: FileStamp, name: String) -> Scanned {
+        Scanned {
+            stamp,
+            name,
+            sha256: String::new(),
+            header: GmrHeader::default(),
+            api: ApiVersion::default(),
+            finished: false,
+            joins: Joins::default(),
+            join_distance: None,
+            order: Vec::new(),
+            skipped: BTreeMap::new(),
+            invalid: BTreeMap::new(),
+            faults: BTreeMap::new(),
+            records: 0,
+            memory_events: 0,
+            ends: BTreeMap::new(),
+            end: 0,
+            latest: 0,
+            displacement: 0,
+            buffers: 0,
+            dropped: Vec::new(),
+            energy_frames: Vec::new(),
+            pm_frames: Vec::new(),
+            pm_ends: BTreeMap::new(),
+            attribution_events: 0,
+            unknown_frames: 0,
+            undecodable: Vec::new(),
+            sketches: FxHashMap::default(),
+        }
+    }
+}
+
+/// Pass 1 of a type-9 frame (PM samples): their device and count, the latest end per device,
+/// and their disorder (each is replayed at its start). `false` when it does not parse (the
+/// recording goes by the whole-file path).
+fn scan_pm_frame(s: &mut Scanned, frame_type: u32, payload: &[u8]) -> bool {
+    match parse_payload(frame_type, payload) {
+        Ok(Some(Frame::PmSamples(p))) => {
+            s.pm_frames.push((p.device_id, p.samples.len() as u64));
+            for x in &p.samples {
+                let e = s.pm_ends.entry(p.device_id).or_insert(0);
+                *e = (*e).max(x.end_ns.max(x.start_ns));
+                // Replayed at its start (`replay`), unless the meter refuses it
+                // whatever its time.
+                if !refused_pm(x) {
+                    s.latest = s.latest.max(x.start_ns);
+                    s.displacement = s.displacement.max(s.latest - x.start_ns);
+                }
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Pass 1 of a frame that is neither an activity buffer nor PM samples: string tables, dropped
+/// counts, attribution events and energy samples are kept; `false` for a frame the whole-file
+/// path must meter (or one that does not parse).
+fn scan_other_frame(
+    s: &mut Scanned,
+    strings: &mut crate::gmr::StringTable,
+    at: FrameRef,
+    frame_type: u32,
+    payload: &[u8],
+) -> bool {
+    match parse_payload(frame_type, payload) {
+        Ok(Some(Frame::StringTable(t))) => {
+            strings.extend_from(&t);
+            true
+        }
+        Ok(Some(Frame::Dropped(d))) => {
+            s.dropped.push(d);
+            true
+        }
+        Ok(Some(Frame::Attribution(_))) => {
+            s.attribution_events += 1;
+            true
+        }
+        Ok(Some(frame @ Frame::Energy(_))) => {
+            s.energy_frames.push(LocatedFrame {
+                offset: at.offset,
+                index: at.index,
+                frame,
+            });
+            true
+        }
+        // PM samples (and any other frame) go by the whole-file path.
+        Ok(Some(_)) => false,
+        Ok(None) => {
+            s.unknown_frames += 1;
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Pass 1: `None` when the whole-file path must meter the file.
 fn scan(
     path: &Path,
@@ -187,35 +285,7 @@ fn scan(
     let none = Joins::default();
     let no_joins = none.joins_ref(None);
     let mut seen: FxHashSet<u32> = FxHashSet::default();
-    let mut s = Scanned {
-        stamp,
-        name: name.clone(),
-        sha256: String::new(),
-        header: GmrHeader::default(),
-        api: ApiVersion::default(),
-        finished: false,
-        joins: Joins::default(),
-        join_distance: None,
-        order: Vec::new(),
-        skipped: BTreeMap::new(),
-        invalid: BTreeMap::new(),
-        faults: BTreeMap::new(),
-        records: 0,
-        memory_events: 0,
-        ends: BTreeMap::new(),
-        end: 0,
-        latest: 0,
-        displacement: 0,
-        buffers: 0,
-        dropped: Vec::new(),
-        energy_frames: Vec::new(),
-        pm_frames: Vec::new(),
-        pm_ends: BTreeMap::new(),
-        attribution_events: 0,
-        unknown_frames: 0,
-        undecodable: Vec::new(),
-        sketches: FxHashMap::default(),
-    };
+    let mut s = Scanned::new(stamp, name.clone());
     let mut api: Option<ApiVersion> = None;
     let mut distance = JoinDistance::default();
     // Only the `len` bytes there were at the start: a recording still being written is
@@ -298,52 +368,8 @@ fn scan(
                 }
                 // Joined over the whole recording: metered by the whole-file path.
                 T_INSTRUCTIONS | T_OP_COUNTS => false,
-                T_PM_SAMPLES => match parse_payload(frame_type, payload) {
-                    Ok(Some(Frame::PmSamples(p))) => {
-                        s.pm_frames.push((p.device_id, p.samples.len() as u64));
-                        for x in &p.samples {
-                            let e = s.pm_ends.entry(p.device_id).or_insert(0);
-                            *e = (*e).max(x.end_ns.max(x.start_ns));
-                            // Replayed at its start (`replay`), unless the meter refuses it
-                            // whatever its time.
-                            if !refused_pm(x) {
-                                s.latest = s.latest.max(x.start_ns);
-                                s.displacement = s.displacement.max(s.latest - x.start_ns);
-                            }
-                        }
-                        true
-                    }
-                    _ => false,
-                },
-                _ => match parse_payload(frame_type, payload) {
-                    Ok(Some(Frame::StringTable(t))) => {
-                        strings.extend_from(&t);
-                        true
-                    }
-                    Ok(Some(Frame::Dropped(d))) => {
-                        s.dropped.push(d);
-                        true
-                    }
-                    Ok(Some(Frame::Attribution(_))) => {
-                        s.attribution_events += 1;
-                        true
-                    }
-                    Ok(Some(frame @ Frame::Energy(_))) => {
-                        s.energy_frames.push(LocatedFrame {
-                            offset: at.offset,
-                            index: at.index,
-                            frame,
-                        });
-                        true
-                    }
-                    // PM samples (and any other frame) go by the whole-file path.
-                    Ok(Some(_)) => false,
-                    Ok(None) => {
-                        s.unknown_frames += 1;
-                        true
-                    }
-                    Err(_) => false,
-                },
+                T_PM_SAMPLES => scan_pm_frame(&mut s, frame_type, payload),
+                _ => scan_other_frame(&mut s, &mut strings, at, frame_type, payload),
             }
         })
     });
@@ -408,24 +434,6 @@ fn learn_correlations(
     Ok(complete)
 }
 
-/// Meters the `.gmr` recording at `path` as a stream (module docs): the same report as
-/// reading it and calling [`meter_gmr`], in memory flat in the file's size for a
-/// well-formed recording; any other is metered by [`meter_gmr`] itself. The report names it
-/// by its file name.
-///
-/// # Errors
-/// As [`meter_gmr`] (the file is validated whole before the meter is touched), and
-/// [`CuptiSourceError::Io`] when it cannot be read; an error of the second pass (the file
-/// changed between the passes) leaves what was pushed.
-pub fn meter_gmr_file(
-    meter: &mut Meter,
-    path: &Path,
-    opts: &CuptiOptions<'_>,
-) -> Result<CuptiSummary, CuptiSourceError> {
-    let scanned = scan_stream(path, opts, false)?;
-    crate::merge::meter_single(meter, path, opts, scanned, meter_gmr)
-}
-
 /// A well-formed recording scanned (pass 1), ready to replay its items (pass 2).
 #[derive(Debug)]
 pub(crate) struct GmrStream {
@@ -440,6 +448,89 @@ pub(crate) struct GmrStream {
     strings: crate::gmr::StringTable,
 }
 
+/// The recording's energy samples through its recorded telemetry (the recorded
+/// implementation of the NVML telemetry trait), as the whole-file path reads them: (CUDA
+/// ordinal, ns, cumulative mJ).
+fn recorded_energy(s: &Scanned) -> Vec<(u32, u64, u64)> {
+    let mut samples: Vec<(u32, u64, u64)> = Vec::new();
+    use gpumeter_nvml::Telemetry as _;
+    let telemetry = GmrFile {
+        header: s.header.clone(),
+        frames: s.energy_frames.clone(),
+        unknown_frames: 0,
+        finished: s.finished,
+        torn: None,
+        damaged: Vec::new(),
+    }
+    .telemetry();
+    for gpu in telemetry.gpus().unwrap_or_default() {
+        while let Ok(r) = telemetry.energy(gpu.index) {
+            samples.push((r.index, r.timestamp_ns, r.energy_mj));
+        }
+    }
+    samples
+}
+
+/// The summary of a streamed recording as pass 1 knows it (memory events are counted as
+/// they are pushed).
+fn stream_summary(
+    s: &Scanned,
+    invalid_records: u64,
+    dropped_total: u64,
+    devices: &[gpumeter_core::DeviceInfo],
+    partitions: &[(DeviceSlot, u32, u32)],
+) -> CuptiSummary {
+    CuptiSummary {
+        source_name: s.name.clone(),
+        format: CuptiFormat::Gmr,
+        api: s.api,
+        records: s.records + invalid_records,
+        skipped: s.skipped.values().sum(),
+        duplicate_source: false,
+        sha256: s.sha256.clone(),
+        device_keys: devices.iter().map(|d| d.key.clone()).collect(),
+        process_ids_joined: 0,
+        external_ids_joined: 0,
+        dropped: dropped_total,
+        buffers: s.buffers,
+        energy_samples: s.energy_frames.len() as u64,
+        pm_samples: s.pm_frames.iter().map(|&(_, n)| n).sum(),
+        // Counted as pushed, process exits at the end included (as `close_at_end` adds them).
+        memory_events: 0,
+        green_contexts: partitions.len() as u64,
+        kernels_with_instructions: 0,
+        kernels_with_op_counts: 0,
+        allocations_closed_at_end: 0,
+        attribution_events: s.attribution_events,
+        unknown_frames: s.unknown_frames,
+        torn: None,
+        finished: s.finished,
+    }
+}
+
+/// The sketch of each slot's work (pass 1 kept them by CUDA ordinal), with the process exits
+/// at a finished recording's end.
+fn slot_sketches(
+    s: &mut Scanned,
+    index: &FxHashMap<u32, DeviceSlot>,
+    devices: usize,
+    exit_devices: usize,
+) -> Vec<Sketch> {
+    let mut sketches = vec![Sketch::default(); devices];
+    for (id, k) in std::mem::take(&mut s.sketches) {
+        if let Some(k0) = index.get(&id).and_then(|l| sketches.get_mut(l.0 as usize)) {
+            *k0 = k;
+        }
+    }
+    // The process exits at the end (their identity has no process id: one per device).
+    let exit = MemoryEvent::new(DeviceSlot(0), s.end, 0, 0, MemoryOp::ProcessExit);
+    let d = identity_digest(&exit.identity());
+    for k in sketches.iter_mut().take(exit_devices) {
+        k.add(d);
+    }
+    sketches
+}
+
 /// Pass 1 over the `.gmr` at `path` as a source for [`crate::merge`] (module docs), with the
 /// sketches of its devices' work when `sketch` is set; `None` when the whole-file path must
 /// meter it.
@@ -447,7 +538,7 @@ pub(crate) fn scan_stream(
     path: &Path,
     opts: &CuptiOptions<'_>,
     sketch: bool,
-) -> Result<Option<Streamed>, CuptiSourceError> {
+) -> Result<Option<Streamed<Box<GmrStream>>>, CuptiSourceError> {
     let Some(mut s) = scan(path, opts, sketch)? else {
         return Ok(None);
     };
@@ -510,54 +601,12 @@ pub(crate) fn scan_stream(
         0
     };
     // Energy, through the recorded telemetry as the whole-file path reads it.
-    let mut samples: Vec<(u32, u64, u64)> = Vec::new();
-    {
-        use gpumeter_nvml::Telemetry as _;
-        let telemetry = GmrFile {
-            header: h.clone(),
-            frames: s.energy_frames.clone(),
-            unknown_frames: 0,
-            finished: s.finished,
-            torn: None,
-            damaged: Vec::new(),
-        }
-        .telemetry();
-        for gpu in telemetry.gpus().unwrap_or_default() {
-            while let Ok(r) = telemetry.energy(gpu.index) {
-                samples.push((r.index, r.timestamp_ns, r.energy_mj));
-            }
-        }
-    }
+    let samples = recorded_energy(&s);
     let energy = devs.place_energy(samples, &s.name, &mut warnings);
     devs.place_pm_devices(&s.pm_frames, &s.name, &mut warnings);
     let partitions = devs.partitions(&s.joins.green);
     let Devices { devices, index, .. } = devs;
-    let summary = CuptiSummary {
-        source_name: s.name.clone(),
-        format: CuptiFormat::Gmr,
-        api: s.api,
-        records: s.records + invalid_records,
-        skipped: s.skipped.values().sum(),
-        duplicate_source: false,
-        sha256: s.sha256.clone(),
-        device_keys: devices.iter().map(|d| d.key.clone()).collect(),
-        process_ids_joined: 0,
-        external_ids_joined: 0,
-        dropped: dropped_total,
-        buffers: s.buffers,
-        energy_samples: s.energy_frames.len() as u64,
-        pm_samples: s.pm_frames.iter().map(|&(_, n)| n).sum(),
-        // Counted as pushed, process exits at the end included (as `close_at_end` adds them).
-        memory_events: 0,
-        green_contexts: partitions.len() as u64,
-        kernels_with_instructions: 0,
-        kernels_with_op_counts: 0,
-        allocations_closed_at_end: 0,
-        attribution_events: s.attribution_events,
-        unknown_frames: s.unknown_frames,
-        torn: None,
-        finished: s.finished,
-    };
+    let summary = stream_summary(&s, invalid_records, dropped_total, &devices, &partitions);
     // How far the recording goes on each of its slots, for its continuation: its records and
     // memory events, and the process exits at a finished recording's end.
     let mut ends: Vec<(DeviceSlot, u64)> = s
@@ -572,20 +621,11 @@ pub(crate) fn scan_stream(
         .iter()
         .filter_map(|(id, &t)| Some((*index.get(id)?, t)))
         .collect();
-    let mut sketches = vec![Sketch::default(); devices.len()];
-    if sketch {
-        for (id, k) in std::mem::take(&mut s.sketches) {
-            if let Some(k0) = index.get(&id).and_then(|l| sketches.get_mut(l.0 as usize)) {
-                *k0 = k;
-            }
-        }
-        // The process exits at the end (their identity has no process id: one per device).
-        let exit = MemoryEvent::new(DeviceSlot(0), s.end, 0, 0, MemoryOp::ProcessExit);
-        let d = identity_digest(&exit.identity());
-        for k in sketches.iter_mut().take(exit_devices) {
-            k.add(d);
-        }
-    }
+    let sketches = if sketch {
+        slot_sketches(&mut s, &index, devices.len(), exit_devices)
+    } else {
+        vec![Sketch::default(); devices.len()]
+    };
     let skipped = std::mem::take(&mut s.skipped);
     Ok(Some(Streamed {
         summary,
@@ -600,14 +640,14 @@ pub(crate) fn scan_stream(
         ends,
         pm_ends,
         sketches,
-        replayer: Replayer::Gmr(Box::new(GmrStream {
+        replayer: Box::new(GmrStream {
             s,
             path: path.to_path_buf(),
             index,
             default_pid,
             exit_devices,
             strings: opts.string_table(),
-        })),
+        }),
     }))
 }
 
@@ -904,9 +944,7 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.contains("1 PM samples name a device")));
-        let Replayer::Gmr(g) = &streamed.replayer else {
-            panic!("not a recording replayer");
-        };
+        let g = &streamed.replayer;
         let mut got = Vec::new();
         if let Err(e) = g.replay(&mut |item| {
             got.push(match item {
