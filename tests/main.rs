@@ -167,6 +167,31 @@ fn the_schemas_meter_lists_are_the_meter_registry() {
     }
 }
 
+/// The usage schema's `sources[].format` names every format a report's source can have: the C
+/// ABI's streams (`cupti-stream`, and `cupti-stream-snapshot` for a snapshot) besides the input
+/// formats (a report drained from `gm_meter` failed the schema before).
+#[test]
+fn the_usage_schema_names_every_source_format() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/gpumeter.usage.v1.schema.json");
+    let text = std::fs::read_to_string(path).expect("schema");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("schema JSON");
+    let formats = &v["properties"]["sources"]["items"]["properties"]["format"]["enum"];
+    let stream = [
+        gpumeter::core::STREAM_FORMAT,
+        gpumeter::core::STREAM_SNAPSHOT_FORMAT,
+    ];
+    for f in ["kineto", "nsys", "cupti", "gmr", "usage"]
+        .into_iter()
+        .chain(stream)
+    {
+        let listed = formats.as_array().is_some_and(|a| a.iter().any(|x| x == f));
+        assert!(
+            listed,
+            "`{f}` is not in the schema's source formats {formats}"
+        );
+    }
+}
+
 /// The first `"meter": {"enum": [...]}` in a schema.
 fn find_meter_enum(v: &serde_json::Value) -> Option<Vec<String>> {
     match v {

@@ -90,7 +90,10 @@ fn a_circle_through_a_re_export_and_a_long_file_fail_the_check() {
         .collect();
     assert_eq!(failures.len(), 2, "{stdout}");
     assert!(failures.iter().all(|l| !l.contains("src/p")), "{stdout}");
-    assert!(failures.iter().all(|l| !l.contains("src/tests.rs")), "{stdout}");
+    assert!(
+        failures.iter().all(|l| !l.contains("src/tests.rs")),
+        "{stdout}"
+    );
 }
 
 #[test]
