@@ -342,7 +342,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
             order.push(id);
         }
     };
-    // Per device id: the sketch of its work, for `streams::meter_files`.
+    // Per device id: the sketch of its work, for `merge::meter_files`.
     let mut sketches: FxHashMap<u32, Sketch> = FxHashMap::default();
     let mut sketch_of = |id: u32, d: u64| sketches.entry(id).or_default().add(d);
     let walked = walk_file(file, opts.api, true, |r| {

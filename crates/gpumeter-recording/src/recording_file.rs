@@ -165,7 +165,7 @@ struct Scanned {
     attribution_events: u64,
     unknown_frames: u64,
     undecodable: Vec<(FrameRef, DecodeError)>,
-    /// Per device id, the sketch of its work (when asked for, `streams::meter_files`).
+    /// Per device id, the sketch of its work (when asked for, `merge::meter_files`).
     sketches: FxHashMap<u32, Sketch>,
 }
 
