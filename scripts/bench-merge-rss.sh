@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Peak RSS of `gpumeter usage` on one synthetic CUPTI source against two merged as streams
-# (issue 13, `gpumeter_cupti::meter_files`; docs/PERFORMANCE.md "Several inputs merged as
+# (issue 13, `gpumeter_recording::meter_files`; docs/PERFORMANCE.md "Several inputs merged as
 # streams"). Not part of CI. From a clean clone:
 #
 #   bash scripts/bench-merge-rss.sh

@@ -64,7 +64,7 @@ METER_SM = "sm_ns"
 METER_ACTIVE = "sm_active_ns"
 METER_DRAM = "dram_bytes"
 IDLE = "idle"
-# `.gmr` (crates/gpumeter-cupti/src/gmr.rs, docs/COLLECTION.md).
+# `.gmr` (crates/gpumeter-recording/src/gmr.rs, docs/COLLECTION.md).
 GMR_MAGIC = b"GPUMETER-GMR\0\r\n\x1a"
 T_HEADER = 1
 T_PM_SAMPLES = 9

@@ -1,5 +1,5 @@
 //! Several raw CUPTI buffers and `.gmr` recordings metered as streams merged in time order
-//! (issue 13, `gpumeter_cupti::meter_files`): for every order of the inputs the report is, byte
+//! (issue 13, `gpumeter_recording::meter_files`): for every order of the inputs the report is, byte
 //! for byte, the one of the whole-file path (every file read whole, `push_batches`), for the
 //! committed inputs, synthetic ones of other seeds and devices, and crafted sources that tie
 //! in time; inputs the merge must not stream (the same work in two files, instruction counts)

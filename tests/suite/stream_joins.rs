@@ -1,10 +1,10 @@
 //! The correlation joins of a streamed raw buffer are bounded by the file's join distance, not
-//! learned whole (issue 13; `gpumeter_cupti`'s `lookahead` module): a file where every kernel
+//! learned whole (issue 13; `gpumeter_recording`'s `lookahead` module): a file where every kernel
 //! launch has its EXTERNAL_CORRELATION and RUNTIME records (the synthetic "full mix") meters,
 //! every process and external id joined, in a child process under an address-space ceiling
 //! (`ulimit -v`) that the whole file's join tables do not fit in. That streamed reports equal
 //! the whole-file path's, joins far from their work and past the window's cap included, is
-//! shown in `crates/gpumeter-cupti/tests/stream_file.rs`.
+//! shown in `crates/gpumeter-recording/tests/stream_file.rs`.
 
 use std::path::PathBuf;
 use std::process::Command;

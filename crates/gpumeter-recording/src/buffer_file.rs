@@ -342,7 +342,7 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
             order.push(id);
         }
     };
-    // Per device id: the sketch of its work, for `streams::meter_files`.
+    // Per device id: the sketch of its work, for `merge::meter_files`.
     let mut sketches: FxHashMap<u32, Sketch> = FxHashMap::default();
     let mut sketch_of = |id: u32, d: u64| sketches.entry(id).or_default().add(d);
     let walked = walk_file(file, opts.api, true, |r| {
@@ -380,64 +380,23 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
             Converted::Consumed => {}
         }
     });
-    let digest = match walked {
-        Ok(d) => d,
-        Err(WalkError::Io(e)) => return Err(io(e)),
-        Err(WalkError::Decode(error)) => {
-            return Err(CuptiSourceError::Decode {
-                name,
-                frame: None,
-                error,
-            })
-        }
-    };
+    let digest = walked.map_err(|e| walk_error(&name, e))?;
     if !joins.instructions_of.is_empty() {
         return Ok(Scan::Whole);
     }
     let join_distance = distance.finish();
     drop(distance);
     if join_distance.is_none() {
-        learn_correlations(path, opts.api, stamp, &mut joins).map_err(|e| match e {
-            WalkError::Io(e) => io(e),
-            WalkError::Decode(error) => CuptiSourceError::Decode {
-                name: name.clone(),
-                frame: None,
-                error,
-            },
-        })?;
+        learn_correlations(path, opts.api, stamp, &mut joins).map_err(|e| walk_error(&name, e))?;
     }
     let sha256 = digest.map(hex::encode).unwrap_or_default();
     let key_label = gpumeter_core::source_label(&sha256);
-    let (devices, index, losses, partitions) = {
-        let mut devs = Devices {
-            source: &key_label,
-            inventory: &[],
-            device_recs: &joins.device_recs,
-            devices: Vec::new(),
-            index: FxHashMap::default(),
-        };
-        for id in order {
-            devs.slot(id);
-        }
-        let losses: Vec<(DeviceSlot, LossReason, u64, bool)> = invalid
-            .iter()
-            .map(|(&id, &n)| (devs.slot(id), LossReason::InvalidField, n, false))
-            .collect();
-        let partitions = devs.partitions(&joins.green);
-        (devs.devices, devs.index, losses, partitions)
-    };
+    let (devices, index, losses, partitions) = place_devices(&key_label, &joins, order, &invalid);
     let warnings: Vec<gpumeter_core::Warning> = faults
         .into_values()
         .map(|(n, first)| gpumeter_core::invalid_field_warning(&first, n))
         .collect();
-    let mut local_sketches = vec![Sketch::default(); devices.len()];
-    for (id, k) in sketches {
-        if let Some(slot) = index.get(&id) {
-            if let Some(s) = local_sketches.get_mut(slot.0 as usize) {
-                *s = k;
-            }
-        }
-    }
+    let local_sketches = sketches_by_slot(sketches, &index, devices.len());
     Ok(Scan::Streamable(Box::new(BufferFile {
         name,
         path: path.to_path_buf(),
@@ -459,6 +418,70 @@ fn scan(path: &Path, opts: &CuptiOptions<'_>, sketch: bool) -> Result<Scan, Cupt
         stamp,
         sketches: local_sketches,
     })))
+}
+
+/// `e`, met walking the file `name`, as the source's error.
+fn walk_error(name: &str, e: WalkError) -> CuptiSourceError {
+    match e {
+        WalkError::Io(error) => CuptiSourceError::Io {
+            name: name.to_string(),
+            error,
+        },
+        WalkError::Decode(error) => CuptiSourceError::Decode {
+            name: name.to_string(),
+            frame: None,
+            error,
+        },
+    }
+}
+
+/// The file's devices in first-seen `order`, their slots by device id, the invalid records
+/// booked as losses on their device, and the green-context partitions.
+#[allow(clippy::type_complexity)]
+fn place_devices(
+    key_label: &str,
+    joins: &Joins,
+    order: Vec<u32>,
+    invalid: &BTreeMap<u32, u64>,
+) -> (
+    Vec<DeviceInfo>,
+    FxHashMap<u32, DeviceSlot>,
+    Vec<(DeviceSlot, LossReason, u64, bool)>,
+    Vec<(DeviceSlot, u32, u32)>,
+) {
+    let mut devs = Devices {
+        source: key_label,
+        inventory: &[],
+        device_recs: &joins.device_recs,
+        devices: Vec::new(),
+        index: FxHashMap::default(),
+    };
+    for id in order {
+        devs.slot(id);
+    }
+    let losses: Vec<(DeviceSlot, LossReason, u64, bool)> = invalid
+        .iter()
+        .map(|(&id, &n)| (devs.slot(id), LossReason::InvalidField, n, false))
+        .collect();
+    let partitions = devs.partitions(&joins.green);
+    (devs.devices, devs.index, losses, partitions)
+}
+
+/// The sketches by device id placed on their devices' slots (`n` of them).
+fn sketches_by_slot(
+    sketches: FxHashMap<u32, Sketch>,
+    index: &FxHashMap<u32, DeviceSlot>,
+    n: usize,
+) -> Vec<Sketch> {
+    let mut local_sketches = vec![Sketch::default(); n];
+    for (id, k) in sketches {
+        if let Some(slot) = index.get(&id) {
+            if let Some(s) = local_sketches.get_mut(slot.0 as usize) {
+                *s = k;
+            }
+        }
+    }
+    local_sketches
 }
 
 /// The pass of a file whose join distance is past the cap ([`crate::lookahead`]): reads the

@@ -14,7 +14,7 @@
 //! the whole-file path ([`meter_gmr`]), which reports, resynchronizes and books the damage:
 //! those files are the exception, and their error messages stay exactly as they were.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -26,19 +26,21 @@ use crate::chunks::{with_chunks, Chunks, FileStamp};
 use crate::gmr::{
     cut, parse_payload, Cut, DroppedRecords, Frame, GmrFile, GmrHeader, LocatedFrame,
     FRAME_OVERHEAD, GMR_FORMAT_VERSION, GMR_MAGIC, GMR_PREAMBLE_LEN, T_BUFFER, T_END, T_HEADER,
-    T_INSTRUCTIONS, T_OP_COUNTS, T_PM_SAMPLES, T_STRINGS, UNKNOWN_DEVICE,
+    T_INSTRUCTIONS, T_OP_COUNTS, T_PM_SAMPLES,
 };
-use crate::lookahead::{JoinDistance, Lookahead};
-use crate::reorder::{refused_pm, refused_work, replay_item, Reorder};
-use crate::scanned::{Replayed, Sketch, SourceItem, Streamed};
+use crate::lookahead::JoinDistance;
+use crate::reorder::{refused_pm, refused_work};
+use crate::scanned::{Sketch, Streamed};
 use crate::source::{
     note_invalid, recording_warnings, source_name, CuptiFormat, CuptiOptions, CuptiSourceError,
     CuptiSummary, Devices, FrameRef,
 };
 use gpumeter_cupti::decode::count_skipped;
-use gpumeter_cupti::decode::{DecodeError, Walk};
+use gpumeter_cupti::decode::{DecodeError, LocatedRecord, Walk};
 use gpumeter_cupti::join::{convert, correlation_named, intern_name, Converted, Joins};
 use gpumeter_cupti::layout::ApiVersion;
+
+mod replay;
 
 /// Calls `each` for every whole frame after the header of the `.gmr` read by `chunks` (`len`
 /// bytes): its place, type and payload; `each` returns `false` to stop. Returns the header and
@@ -163,7 +165,7 @@ struct Scanned {
     attribution_events: u64,
     unknown_frames: u64,
     undecodable: Vec<(FrameRef, DecodeError)>,
-    /// Per device id, the sketch of its work (when asked for, `streams::meter_files`).
+    /// Per device id, the sketch of its work (when asked for, `merge::meter_files`).
     sketches: FxHashMap<u32, Sketch>,
 }
 
@@ -318,51 +320,8 @@ fn scan(
                         if !matches!(distance.record(&r.record), Some((_, true))) {
                             s.joins.learn(std::slice::from_ref(&r), &names);
                         }
-                        let mut note = |id: u32, t: u64, s: &mut Scanned| {
-                            if seen.insert(id) {
-                                s.order.push(id);
-                            }
-                            let e = s.ends.entry(id).or_insert(t);
-                            *e = (*e).max(t);
-                        };
-                        match convert(&r, &names, &no_joins) {
-                            Converted::Work { device_id, rec, .. } => {
-                                note(device_id, rec.end_ns.max(rec.start_ns), &mut s);
-                                if sketch {
-                                    let d = identity_digest(&rec.identity());
-                                    s.sketches.entry(device_id).or_default().add(d);
-                                }
-                                // A record the meter refuses whatever its time is handed
-                                // on at once in pass 2 (`Reorder::push`): not disorder.
-                                if !refused_work(&rec) {
-                                    s.latest = s.latest.max(rec.start_ns);
-                                    s.displacement = s.displacement.max(s.latest - rec.start_ns);
-                                    s.end = s.end.max(rec.end_ns);
-                                }
-                                s.records += 1;
-                            }
-                            Converted::Memory { device_id, ev } => {
-                                let t = ev.timestamp_ns;
-                                note(device_id, t, &mut s);
-                                if sketch {
-                                    let d = identity_digest(&ev.identity());
-                                    s.sketches.entry(device_id).or_default().add(d);
-                                }
-                                s.latest = s.latest.max(t);
-                                s.displacement = s.displacement.max(s.latest - t);
-                                s.end = s.end.max(t);
-                                s.memory_events += 1;
-                            }
-                            Converted::Skipped(cat) => *s.skipped.entry(cat).or_insert(0) += 1,
-                            Converted::Invalid(bad) => {
-                                let (invalid, faults) = (&mut s.invalid, &mut s.faults);
-                                note_invalid(invalid, faults, &name, Some(at), &r, bad);
-                                if seen.insert(bad.device_id) {
-                                    s.order.push(bad.device_id);
-                                }
-                            }
-                            Converted::Consumed => {}
-                        }
+                        let converted = convert(&r, &names, &no_joins);
+                        scan_record(&mut s, &mut seen, converted, (at, &r), sketch);
                     }
                     true
                 }
@@ -400,6 +359,63 @@ fn scan(
     s.header = header;
     s.finished = finished;
     Ok(Some(s))
+}
+
+/// Pass 1's account of one record of the frame at `at`, `converted` without joins: its
+/// device in first-seen order (`seen`) with its latest time, its identity in the device's
+/// sketch, the file's disorder and end, and its count or the reason it is not metered.
+fn scan_record(
+    s: &mut Scanned,
+    seen: &mut FxHashSet<u32>,
+    converted: Converted,
+    (at, r): (FrameRef, &LocatedRecord),
+    sketch: bool,
+) {
+    let mut note = |id: u32, t: u64, s: &mut Scanned| {
+        if seen.insert(id) {
+            s.order.push(id);
+        }
+        let e = s.ends.entry(id).or_insert(t);
+        *e = (*e).max(t);
+    };
+    match converted {
+        Converted::Work { device_id, rec, .. } => {
+            note(device_id, rec.end_ns.max(rec.start_ns), s);
+            if sketch {
+                let d = identity_digest(&rec.identity());
+                s.sketches.entry(device_id).or_default().add(d);
+            }
+            // A record the meter refuses whatever its time is handed
+            // on at once in pass 2 (`Reorder::push`): not disorder.
+            if !refused_work(&rec) {
+                s.latest = s.latest.max(rec.start_ns);
+                s.displacement = s.displacement.max(s.latest - rec.start_ns);
+                s.end = s.end.max(rec.end_ns);
+            }
+            s.records += 1;
+        }
+        Converted::Memory { device_id, ev } => {
+            let t = ev.timestamp_ns;
+            note(device_id, t, s);
+            if sketch {
+                let d = identity_digest(&ev.identity());
+                s.sketches.entry(device_id).or_default().add(d);
+            }
+            s.latest = s.latest.max(t);
+            s.displacement = s.displacement.max(s.latest - t);
+            s.end = s.end.max(t);
+            s.memory_events += 1;
+        }
+        Converted::Skipped(cat) => *s.skipped.entry(cat).or_insert(0) += 1,
+        Converted::Invalid(bad) => {
+            let (invalid, faults) = (&mut s.invalid, &mut s.faults);
+            note_invalid(invalid, faults, &s.name, Some(at), r, bad);
+            if seen.insert(bad.device_id) {
+                s.order.push(bad.device_id);
+            }
+        }
+        Converted::Consumed => {}
+    }
 }
 
 /// The pass of a recording whose join distance is past the cap ([`crate::lookahead`]): reads
@@ -651,164 +667,11 @@ pub(crate) fn scan_stream(
     }))
 }
 
-impl GmrStream {
-    /// Pass 2: reads the recording again (only the length pass 1 read) and hands every work
-    /// record and memory event, on the source's slots, to `sink` in the whole-file path's
-    /// order, then the process exits of a finished recording's end.
-    pub(crate) fn replay(
-        &self,
-        sink: &mut dyn FnMut(SourceItem),
-    ) -> Result<Replayed, CuptiSourceError> {
-        let s = &self.s;
-        let io = |error| CuptiSourceError::Io {
-            name: s.name.clone(),
-            error,
-        };
-        let file = File::open(&self.path).map_err(io)?;
-        s.stamp.check_prefix(FileStamp::of(&file)).map_err(io)?;
-        let len = s.stamp.len();
-        let joins = s.joins.joins_ref(self.default_pid);
-        let none = Joins::default();
-        let no_joins = none.joins_ref(None);
-        // Converted as read, joined `distance` records later; or, past the cap, joined as
-        // read with every join known (at a distance of 0 no work names a join: as read too).
-        let mut window = s
-            .join_distance
-            .filter(|&d| d > 0)
-            .map(|d| Lookahead::new(d, self.default_pid));
-        let mut strings = self.strings.clone();
-        let mut names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
-        let mut reorder = Reorder::new(if self.exit_devices > 0 {
-            s.displacement.max(s.latest.saturating_sub(s.end))
-        } else {
-            s.displacement
-        });
-        let mut pids: BTreeSet<Option<u32>> = BTreeSet::new();
-        let (mut pid_joined_n, mut ext_joined_n) = (0u64, 0u64);
-        let mut held: FxHashSet<(u32, Option<u32>, u64)> = FxHashSet::default();
-        let mut memory_events = 0u64;
-        let mut counted = |item: SourceItem| {
-            if let SourceItem::Memory(ev) = &item {
-                memory_events += 1;
-                let key = (ev.device.0, ev.process_id, ev.address);
-                match ev.op {
-                    MemoryOp::Allocation => {
-                        held.insert(key);
-                    }
-                    MemoryOp::Release => {
-                        held.remove(&key);
-                    }
-                    MemoryOp::ProcessExit => {}
-                }
-            }
-            sink(item);
-        };
-        let mut emit = |t: u64, item: SourceItem, pid_joined: bool, ext_joined: bool| {
-            pid_joined_n += u64::from(pid_joined);
-            ext_joined_n += u64::from(ext_joined);
-            if let SourceItem::Memory(ev) = &item {
-                pids.insert(ev.process_id);
-            }
-            reorder.push(t, item, &mut counted);
-        };
-        let (framed, _) = with_chunks(std::io::Read::take(file, len), false, |chunks| {
-            frames(chunks, len, |_, _, frame_type, payload| {
-                match frame_type {
-                    T_BUFFER => {
-                        names.clear();
-                        for r in Walk::new(payload, s.api) {
-                            let Ok(r) = r else { break };
-                            intern_name(&r.record, &strings, &mut names);
-                            match window.as_mut() {
-                                Some(w) => {
-                                    let converted = convert(&r, &names, &no_joins);
-                                    let item = replay_item(converted, &self.index)
-                                        .map(|(t, item, ..)| (t, item));
-                                    w.push(&r, item, &mut emit);
-                                }
-                                None => {
-                                    let converted = convert(&r, &names, &joins);
-                                    if let Some((t, item, pid_joined, ext_joined)) =
-                                        replay_item(converted, &self.index)
-                                    {
-                                        emit(t, item, pid_joined, ext_joined);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                    T_STRINGS => {
-                        if let Ok(Some(Frame::StringTable(t))) = parse_payload(frame_type, payload)
-                        {
-                            strings.extend_from(&t);
-                        }
-                    }
-                    T_PM_SAMPLES => {
-                        let Ok(Some(Frame::PmSamples(p))) = parse_payload(frame_type, payload)
-                        else {
-                            return true;
-                        };
-                        let id = p.device_id;
-                        let Some(&slot) = self.index.get(&id).filter(|_| id != UNKNOWN_DEVICE)
-                        else {
-                            return true;
-                        };
-                        for x in p.samples {
-                            let item = SourceItem::Pm(slot, x);
-                            match window.as_mut() {
-                                // Behind the records read before it, as in the file.
-                                Some(w) => w.push_unjoined(x.start_ns, item),
-                                None => emit(x.start_ns, item, false, false),
-                            }
-                        }
-                    }
-                    _ => {}
-                }
-                true
-            })
-        });
-        if let Some(w) = window.as_mut() {
-            w.finish(&mut emit);
-        }
-        let complete = framed.map_err(io)?.is_some();
-        if self.exit_devices > 0 {
-            pids.insert(self.default_pid);
-            for device in 0..self.exit_devices {
-                for &pid in &pids {
-                    let mut exit = MemoryEvent::new(
-                        DeviceSlot(device as u32),
-                        s.end,
-                        0,
-                        0,
-                        MemoryOp::ProcessExit,
-                    );
-                    exit.process_id = pid;
-                    reorder.push(s.end, SourceItem::Memory(exit), &mut counted);
-                }
-            }
-        }
-        reorder.drain(&mut counted);
-        s.stamp
-            .check_prefix(FileStamp::at(&self.path))
-            .map_err(io)?;
-        if !complete {
-            return Err(io(std::io::Error::other(
-                "the file changed while it was metered",
-            )));
-        }
-        Ok(Replayed {
-            pids: pid_joined_n,
-            exts: ext_joined_n,
-            memory_events: Some(memory_events),
-            closed_at_end: Some(if s.finished { held.len() as u64 } else { 0 }),
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::gmr::{GmrDevice, GmrWriter, PmSamples};
+    use crate::scanned::SourceItem;
     use gpumeter_core::PmSample;
     use gpumeter_cupti::kind::ActivityKind;
 

@@ -133,7 +133,7 @@ impl Reorder {
             sink(item);
             return;
         }
-        // At equal times: work, then memory, then PM samples (`streams`' merge key).
+        // At equal times: work, then memory, then PM samples (`merge`'s merge key).
         let class = match item {
             SourceItem::Work(_) => 0,
             SourceItem::Memory(_) => 1,

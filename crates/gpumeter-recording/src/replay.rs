@@ -12,7 +12,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use gpumeter_core::time::MAX_RECORD_NS;
 
-use crate::gmr::{is_gmr, read_gmr, Frame, GmrDevice};
+use crate::gmr::{is_gmr, read_gmr, Frame, GmrDevice, GmrFile};
 use crate::source::{CuptiSourceError, FrameRef};
 use gpumeter_cupti::decode::{decode_prefix, Record};
 use gpumeter_cupti::join::DEVICE_MEMORY_KINDS;
@@ -83,38 +83,7 @@ impl Replay {
             name: name.to_string(),
             error,
         })?;
-        // What the events of a live subscription cannot carry is refused, never skipped: the
-        // records of damaged frames are loss that `gpumeter usage` counts, and SASS
-        // instruction counts come in frames of their own.
-        let refuse = |reason: String| CuptiSourceError::NotReplayable {
-            name: name.to_string(),
-            reason,
-        };
-        if let Some(d) = file.damaged.first() {
-            return Err(refuse(format!(
-                "{} damaged frames (the first: {d}), whose records are loss",
-                file.damaged.len()
-            )));
-        }
-        if file.header.instrumented
-            || file
-                .frames
-                .iter()
-                .any(|f| matches!(f.frame, Frame::Instructions(_)))
-        {
-            return Err(refuse(
-                "an instrumented recording (SASS instruction-count frames)".to_string(),
-            ));
-        }
-        if file
-            .frames
-            .iter()
-            .any(|f| matches!(f.frame, Frame::OpCounts(_)))
-        {
-            return Err(refuse(
-                "an instrumented recording (range-profiler operation-counters frames)".to_string(),
-            ));
-        }
+        refuse_unreplayable(name, &file)?;
         let api = ApiVersion::from_cupti(file.header.cupti_api_version).map_err(|error| {
             CuptiSourceError::Decode {
                 name: name.to_string(),
@@ -129,46 +98,7 @@ impl Replay {
             .cloned()
             .map(ReplayItem::Device)
             .collect();
-        // The recording's end and processes, and the device of each context, as
-        // `gpumeter usage` finds them.
-        let mut end = 0u64;
-        let mut pids: BTreeSet<u32> = BTreeSet::new();
-        if file.header.process_id != 0 {
-            pids.insert(file.header.process_id);
-        }
-        let mut device_of_context: HashMap<u32, u32> = HashMap::new();
-        for f in &file.frames {
-            let Frame::ActivityBuffer(b) = &f.frame else {
-                continue;
-            };
-            let (decoded, _) = decode_prefix(b, api);
-            for r in &decoded.records {
-                let span = match &r.record {
-                    Record::Kernel(k) => Some((k.start, k.end)),
-                    Record::Memcpy(m) => Some((m.start, m.end)),
-                    Record::PeerCopy(p) => Some((p.start, p.end)),
-                    Record::Memset(m) => Some((m.start, m.end)),
-                    Record::GraphTrace(g) => Some((g.start, g.end)),
-                    Record::Memory(m) if DEVICE_MEMORY_KINDS.contains(&m.memory_kind) => {
-                        end = end.max(m.timestamp);
-                        if m.process_id != 0 {
-                            pids.insert(m.process_id);
-                        }
-                        None
-                    }
-                    Record::Context(c) => {
-                        device_of_context.entry(c.context_id).or_insert(c.device_id);
-                        None
-                    }
-                    _ => None,
-                };
-                if let Some((s, e)) = span {
-                    if s != 0 && e >= s && e - s <= MAX_RECORD_NS {
-                        end = end.max(e);
-                    }
-                }
-            }
-        }
+        let (end, pids, device_of_context) = ends_and_contexts(&file, api);
         for f in &file.frames {
             match &f.frame {
                 Frame::ActivityBuffer(b) => items.push(ReplayItem::Buffer(b.clone())),
@@ -193,4 +123,86 @@ impl Replay {
             items,
         })
     }
+}
+
+/// Refuses, with [`CuptiSourceError::NotReplayable`], the recording `name` whose damaged or
+/// instrumented frames a replay cannot carry.
+fn refuse_unreplayable(name: &str, file: &GmrFile) -> Result<(), CuptiSourceError> {
+    // What the events of a live subscription cannot carry is refused, never skipped: the
+    // records of damaged frames are loss that `gpumeter usage` counts, and SASS
+    // instruction counts come in frames of their own.
+    let refuse = |reason: String| CuptiSourceError::NotReplayable {
+        name: name.to_string(),
+        reason,
+    };
+    if let Some(d) = file.damaged.first() {
+        return Err(refuse(format!(
+            "{} damaged frames (the first: {d}), whose records are loss",
+            file.damaged.len()
+        )));
+    }
+    if file.header.instrumented
+        || file
+            .frames
+            .iter()
+            .any(|f| matches!(f.frame, Frame::Instructions(_)))
+    {
+        return Err(refuse(
+            "an instrumented recording (SASS instruction-count frames)".to_string(),
+        ));
+    }
+    if file
+        .frames
+        .iter()
+        .any(|f| matches!(f.frame, Frame::OpCounts(_)))
+    {
+        return Err(refuse(
+            "an instrumented recording (range-profiler operation-counters frames)".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The recording's end and processes, and the device of each context, as `gpumeter usage`
+/// finds them.
+fn ends_and_contexts(file: &GmrFile, api: ApiVersion) -> (u64, BTreeSet<u32>, HashMap<u32, u32>) {
+    let mut end = 0u64;
+    let mut pids: BTreeSet<u32> = BTreeSet::new();
+    if file.header.process_id != 0 {
+        pids.insert(file.header.process_id);
+    }
+    let mut device_of_context: HashMap<u32, u32> = HashMap::new();
+    for f in &file.frames {
+        let Frame::ActivityBuffer(b) = &f.frame else {
+            continue;
+        };
+        let (decoded, _) = decode_prefix(b, api);
+        for r in &decoded.records {
+            let span = match &r.record {
+                Record::Kernel(k) => Some((k.start, k.end)),
+                Record::Memcpy(m) => Some((m.start, m.end)),
+                Record::PeerCopy(p) => Some((p.start, p.end)),
+                Record::Memset(m) => Some((m.start, m.end)),
+                Record::GraphTrace(g) => Some((g.start, g.end)),
+                Record::Memory(m) if DEVICE_MEMORY_KINDS.contains(&m.memory_kind) => {
+                    end = end.max(m.timestamp);
+                    if m.process_id != 0 {
+                        pids.insert(m.process_id);
+                    }
+                    None
+                }
+                Record::Context(c) => {
+                    device_of_context.entry(c.context_id).or_insert(c.device_id);
+                    None
+                }
+                _ => None,
+            };
+            if let Some((s, e)) = span {
+                if s != 0 && e >= s && e - s <= MAX_RECORD_NS {
+                    end = end.max(e);
+                }
+            }
+        }
+    }
+    (end, pids, device_of_context)
 }

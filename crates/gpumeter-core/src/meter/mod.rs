@@ -601,7 +601,7 @@ impl Meter {
     /// Moves the sweep of device `slot` on to `before_ns` when it is behind it and the device
     /// has work: everything before `before_ns` is booked and forgotten now, instead of when a
     /// record [`MeterConfig::reorder_horizon_ns`] later arrives. A source that pushes its items
-    /// in time order (a whole file, sorted: `gpumeter_cupti::meter_buffer_file`) calls it as it
+    /// in time order (a whole file, sorted: `gpumeter_recording::meter_buffer_file`) calls it as it
     /// goes, promising that no work record starting before `before_ns` and no memory event
     /// before it will follow on that device, so the meter holds only the work running at
     /// `before_ns` rather than every record within the horizon (issue 13: memory flat in the

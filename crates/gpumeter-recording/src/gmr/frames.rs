@@ -140,7 +140,7 @@ pub struct AttributionEvent {
 /// A reading of a device's cumulative energy counter (NVML `nvmlDeviceGetTotalEnergyConsumption`),
 /// frame type 6.
 ///
-/// What the live collector writes (`collector` module, `CollectorConfig::energy`): one sample
+/// What the live collector writes (gpumeter-collector, `CollectorConfig::energy`): one sample
 /// per GPU at start, one per interval (default 1 s) and one at stop after the final flush.
 /// `device_id` is the CUDA ordinal of the header's inventory entry the NVML GPU was matched to
 /// (by UUID; by NVML index only where that is provably the CUDA ordinal), so it joins the

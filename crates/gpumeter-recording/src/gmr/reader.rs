@@ -342,15 +342,9 @@ fn resync(bytes: &[u8], at: usize, budget: &mut u64) -> Option<usize> {
     None
 }
 
-/// Reads a whole `.gmr` from memory.
-///
-/// # Errors
-/// [`GmrError::NotGmr`], [`GmrError::UnsupportedFormatVersion`], [`GmrError::BadHeader`];
-/// [`GmrError::CorruptFrame`] for data after the end frame or a second header;
-/// [`GmrError::BadPayload`] for a frame whose checksum is right but whose payload does not
-/// parse. A torn last frame and frames whose checksum does not match are not errors: they are
-/// listed in [`GmrFile::damaged`] (module docs, "Damage").
-pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
+/// Reads the preamble (magic, format version) and the header frame of the `.gmr` in `bytes`:
+/// the header and where the frame after it starts.
+fn read_header(bytes: &[u8]) -> Result<(GmrHeader, usize), GmrError> {
     let (Some(magic), Some(version)) = (bytes.get(0..16), bytes.get(16..20)) else {
         return Err(GmrError::NotGmr);
     };
@@ -365,7 +359,7 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
         offset: GMR_PREAMBLE_LEN as u64,
         reason,
     };
-    let (header, mut at) = match cut(bytes, GMR_PREAMBLE_LEN) {
+    match cut(bytes, GMR_PREAMBLE_LEN) {
         Cut::Whole {
             frame_type: T_HEADER,
             payload,
@@ -373,16 +367,26 @@ pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
         } => {
             let h: GmrHeader = serde_json::from_slice(payload)
                 .map_err(|e| bad_header(format!("not a valid header: {e}")))?;
-            (h, next)
+            Ok((h, next))
         }
-        Cut::Whole { frame_type, .. } => {
-            return Err(bad_header(format!(
-                "the first frame has type {frame_type}, not 1 (header)"
-            )))
-        }
-        Cut::Torn(t, ..) => return Err(bad_header(t.to_string())),
-        Cut::BadCrc { .. } => return Err(bad_header("checksum mismatch".to_string())),
-    };
+        Cut::Whole { frame_type, .. } => Err(bad_header(format!(
+            "the first frame has type {frame_type}, not 1 (header)"
+        ))),
+        Cut::Torn(t, ..) => Err(bad_header(t.to_string())),
+        Cut::BadCrc { .. } => Err(bad_header("checksum mismatch".to_string())),
+    }
+}
+
+/// Reads a whole `.gmr` from memory.
+///
+/// # Errors
+/// [`GmrError::NotGmr`], [`GmrError::UnsupportedFormatVersion`], [`GmrError::BadHeader`];
+/// [`GmrError::CorruptFrame`] for data after the end frame or a second header;
+/// [`GmrError::BadPayload`] for a frame whose checksum is right but whose payload does not
+/// parse. A torn last frame and frames whose checksum does not match are not errors: they are
+/// listed in [`GmrFile::damaged`] (module docs, "Damage").
+pub fn read_gmr(bytes: &[u8]) -> Result<GmrFile, GmrError> {
+    let (header, mut at) = read_header(bytes)?;
     let mut file = GmrFile {
         header,
         frames: Vec::new(),

@@ -334,6 +334,40 @@ impl<'n> Input<'n> {
         out
     }
 
+    /// The recording's warnings (undecodable buffers, an unfinished recording, instrumentation,
+    /// unknown frames) and their source losses; `instruction_records` when the source has
+    /// INSTRUCTION_EXECUTION records.
+    fn warn_recording(
+        &self,
+        instruction_records: bool,
+        warnings: &mut Vec<gpumeter_core::Warning>,
+        source_losses: &mut Vec<(LossReason, u64, bool)>,
+    ) {
+        recording_warnings(
+            self.name,
+            &self.undecodable,
+            !self.finished && self.format == CuptiFormat::Gmr,
+            instrumented_by(
+                if self.instrumented {
+                    Some("SASS metrics")
+                } else if instruction_records {
+                    Some("INSTRUCTION_EXECUTION records")
+                } else {
+                    None
+                },
+                (self.op_frames > 0).then_some(&self.op_passes),
+            )
+            .as_deref()
+            .map(|by| Instrumented {
+                by,
+                pm_sampled: self.pm_samples > 0,
+            }),
+            self.unknown_frames,
+            warnings,
+            source_losses,
+        );
+    }
+
     pub(super) fn plan(self) -> Result<Plan, CuptiSourceError> {
         // Pass 1: joins, devices and contexts over the whole source.
         let mut joins = Joins::default();
@@ -390,26 +424,8 @@ impl<'n> Input<'n> {
             &mut source_losses,
         );
         self.book_damaged(&mut devs, &mut warnings, &mut losses, &mut source_losses);
-        recording_warnings(
-            self.name,
-            &self.undecodable,
-            !self.finished && self.format == CuptiFormat::Gmr,
-            instrumented_by(
-                if self.instrumented {
-                    Some("SASS metrics")
-                } else if !instructions_of.is_empty() {
-                    Some("INSTRUCTION_EXECUTION records")
-                } else {
-                    None
-                },
-                (self.op_frames > 0).then_some(&self.op_passes),
-            )
-            .as_deref()
-            .map(|by| Instrumented {
-                by,
-                pm_sampled: self.pm_samples > 0,
-            }),
-            self.unknown_frames,
+        self.warn_recording(
+            !instructions_of.is_empty(),
             &mut warnings,
             &mut source_losses,
         );
