@@ -61,6 +61,9 @@
 //! types and fields that are there without a feature are the same with it ([`UsageOptions`]
 //! has the same fields in every build), so a crate that asks for `kineto` alone still builds
 //! when another crate of the same build turns on the default set.
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -33,6 +33,9 @@
 //! Search order of [`Cupti::load`]: `GPUMETER_CUPTI_LIB` (a file path, used alone when set),
 //! then CUDA install paths, then a pip wheel's `nvidia/cuda_cupti/lib` or `nvidia/cu13/lib`,
 //! then the dynamic linker's own search; see [`search_locations`].
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![deny(missing_docs)]
 
 mod error;

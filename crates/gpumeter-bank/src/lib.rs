@@ -6,6 +6,9 @@
 //! The ledger lives in an SQLite file ([`SqliteLedger`], the embedded default) or, with the
 //! Cargo feature `postgres`, in a PostgreSQL database shared by many billing workers
 //! (`PostgresLedger`); [`open`] chooses by the location (a path, or a `postgres://` URL).
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -10,6 +10,9 @@
 //! Text for people (tables, `error:` and `notice:` lines) goes through
 //! [`gpumeter::core::text::printable`], so control characters and bidirectional overrides
 //! from inputs never reach a terminal raw; JSON escapes them as `\uXXXX` ([`to_json`](json::to_json)).
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -50,6 +50,9 @@
 //! start naming a different file fails with [`CollectorError::LibraryConflict`]. One collector
 //! runs at a time ([`CollectorError::AlreadyRunning`]); after [`Collector::stop`] another may
 //! start.
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![allow(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -20,6 +20,9 @@
 //! assert_eq!(report.device_total("trace.json#0", MeterKind::GpuBusyNs), 2_240);
 //! assert_eq!(report.totals[0].tenant, "alice");
 //! ```
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

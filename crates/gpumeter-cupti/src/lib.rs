@@ -35,6 +35,9 @@
 //! assert!(matches!(decoded.records[0].record, Record::Kernel(_)));
 //! # Ok::<(), gpumeter_cupti::DecodeError>(())
 //! ```
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

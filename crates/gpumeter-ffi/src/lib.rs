@@ -31,6 +31,9 @@
 //! `(NULL, 0)` is an empty buffer; buffers of any alignment are accepted; strings the library
 //! returns are freed with `gm_string_free`; handles are freed with their `_free`, which
 //! accepts NULL.
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![deny(missing_docs)]
 // The C ABI is an FFI edge: `#[no_mangle]` and raw pointers. Every `unsafe` block says why it
 // holds (`// SAFETY:`); pointer conversions live in `ffi.rs`.

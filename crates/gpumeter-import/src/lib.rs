@@ -38,6 +38,9 @@
 //!          report.device_total(&summary.device_keys[0], MeterKind::GpuBusyNs));
 //! # Ok::<(), gpumeter_import::ImportError>(())
 //! ```
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -44,6 +44,9 @@
 //! already-loaded library (e.g. Python's `ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])`):
 //! [`gpumeter_inject_push_external_id`], [`gpumeter_inject_pop_external_id`] and
 //! [`gpumeter_inject_tenant_hint`].
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 // Exported C functions (`#[no_mangle]`) and `libc::atexit`: every `unsafe` block has a
 // `// SAFETY:` comment, and no panic crosses into C.
 #![allow(unsafe_code)]

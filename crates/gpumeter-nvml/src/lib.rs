@@ -42,6 +42,9 @@
 //! `nvmlDeviceGetName`, `nvmlDeviceGetUUID`, `nvmlDeviceGetTotalEnergyConsumption`: "Volta or
 //! newer fully supported devices", mJ "since the driver was last reloaded"), "Multi Instance
 //! GPU Management" (`nvmlDeviceGetMigMode`), and "Error reporting" (`nvmlReturn_t`).
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -104,6 +104,9 @@
 //!   only an unsealed report (empty `sha256`) has its digest computed.
 //! - Loss is per device, not per tenant, so every invoice from a report with loss carries the
 //!   loss warning; the report's own warnings are copied into every invoice.
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

@@ -44,6 +44,9 @@
 //! assert_eq!(report.device_total(&summary.device_keys[0], MeterKind::KernelNs), 1_000);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 

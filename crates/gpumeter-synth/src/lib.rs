@@ -35,6 +35,9 @@
 //! assert_eq!(bytes.len() as u64, cfg.bytes());
 //! # Ok::<(), gpumeter_synth::SynthError>(())
 //! ```
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 
 use std::io::Write;
 

@@ -21,6 +21,9 @@
 //!
 //! Connections use no TLS ([`postgres::NoTls`]): the test server is a Unix socket, or a URL with
 //! `sslmode=disable` or the default `prefer`.
+//!
+//! Where this crate sits in the flow from sources to the bank, what it owns and what it may
+//! depend on: `docs/ARCHITECTURE.md` in the repository.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
