@@ -1,4 +1,4 @@
-//! `Meter::drain` and `Meter::snapshot` (DESIGN §4 "Conservation", §9): drained reports and
+//! `Meter::drain` and `Meter::snapshot` (docs/METERING.md, "Conservation: what the property tests check"; docs/C_ABI.md, "Reports: snapshot and drain"): drained reports and
 //! the final report sum, row by row, to the report of a meter that was never drained, and no
 //! row is handed over twice; a snapshot is the report an identical meter would finish with,
 //! and leaves the meter as it was.

@@ -1,4 +1,4 @@
-//! The operation meters `flops_fp64`, `flops_fp32`, `flops_fp16` and `tensor_ops` (DESIGN §4,
+//! The operation meters `flops_fp64`, `flops_fp32`, `flops_fp16` and `tensor_ops` (docs/METERING.md,
 //! issue 17): booked per kernel to the window of its start, summed per tenant, all or nothing
 //! per device; and their conservation across tenants and window sizes (proptest).
 

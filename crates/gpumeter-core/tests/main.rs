@@ -1,4 +1,4 @@
-//! Integration tests of the meter: hand-computed cases and DESIGN §4 conservation properties.
+//! Integration tests of the meter: hand-computed cases and the conservation properties of docs/METERING.md.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -477,7 +477,7 @@ fn arb_rec() -> impl Strategy<Value = Rec> {
         )
 }
 
-/// Reference resident warps per SM (DESIGN §4), from the occupancy calculator's active blocks.
+/// Reference resident warps per SM (docs/METERING.md), from the occupancy calculator's active blocks.
 fn ref_warps(r: &Rec, sms: u64) -> u64 {
     use gpumeter_core::occupancy::{active_blocks_per_sm, LaunchConfig, Mode};
     let occ = active_blocks_per_sm(
@@ -622,7 +622,7 @@ fn cell_sums(r: &UsageReport, meter: MeterKind) -> BTreeMap<u64, u128> {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
-    /// DESIGN §4 conservation: per (device, window) cell the tenants' shares sum to the device's
+    /// Conservation (docs/METERING.md, "Conservation: what the property tests check"): per (device, window) cell the tenants' shares sum to the device's
     /// busy union and capped SM·ns; a record's window parts sum to the record; counts and bytes
     /// are conserved; sm_ns ≤ SMs × busy per window; arrival order within the horizon does not
     /// change the report.

@@ -1,4 +1,4 @@
-//! Partitions, `memory_byte_ns`, `energy_mj` and `warp_instructions` (DESIGN §4): hand-computed
+//! Partitions, `memory_byte_ns`, `energy_mj` and `warp_instructions` (docs/METERING.md): hand-computed
 //! cases and conservation properties.
 
 use std::collections::BTreeMap;
@@ -249,7 +249,7 @@ fn memory_pairs_by_process_and_address_and_long_holds_are_billed_whole() {
     m.push_memory(ev(2, 2, MemoryOp::Allocation));
     m.push_memory(ev(5, 2, MemoryOp::Release));
     m.push_memory(ev(10, 1, MemoryOp::Release));
-    // An allocation held for 8 days: memory may be held for any time (DESIGN §4; the 7-day
+    // An allocation held for 8 days: memory may be held for any time (docs/METERING.md; the 7-day
     // bound is for work records), so all of it is billed.
     let mut old = MemoryEvent::new(dev, BASE + 20, 0x900, 1, MemoryOp::Allocation);
     old.process_id = Some(1);

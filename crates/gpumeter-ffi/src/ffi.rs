@@ -1,5 +1,5 @@
 //! The one place where C pointers become Rust references, and the panic boundary every
-//! exported function runs inside (STYLE "FFI: our C ABI").
+//! exported function runs inside (docs/C_ABI.md, "Conventions").
 //!
 //! Ownership, as the header states it per function:
 //! - handles (`gm_meter`, `gm_bank`, `gm_recording`) are `Box`es the caller owns between

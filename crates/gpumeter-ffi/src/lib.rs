@@ -24,7 +24,7 @@
 //! gm_meter_free(m);
 //! ```
 //!
-//! Conventions (STYLE "FFI: our C ABI"): every fallible function returns a `gm_status`
+//! Conventions (docs/C_ABI.md, "Conventions"): every fallible function returns a `gm_status`
 //! (`GM_OK` = 0) and writes its outputs only on success; `gm_last_error_message` gives this
 //! thread's last failure; every exported body runs inside one panic boundary (a panic becomes
 //! `GM_ERR_PANIC`, never an abort or unwinding into C); every pointer is checked for NULL;

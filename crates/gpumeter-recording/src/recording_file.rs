@@ -565,7 +565,7 @@ pub(crate) fn scan_stream(
     );
     let default_pid = (h.process_id != 0).then_some(h.process_id);
     // Keys of devices without a UUID come from the recording's header identity, which stays
-    // the same while it grows (DESIGN §4, §7).
+    // the same while it grows (docs/ARCHITECTURE.md, "Invariants" and "Documents").
     let key_label = gpumeter_core::device::recording_label(&recording);
     let mut devs = Devices {
         source: &key_label,

@@ -349,7 +349,7 @@ fn plan_gmr(name: &str, bytes: &[u8], opts: &CuptiOptions<'_>) -> Result<Plan, C
         h.host, h.process_id, h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
     );
     // Keys of devices without a UUID come from the header identity, which stays the same
-    // while the recording grows (DESIGN §4, §7).
+    // while the recording grows (docs/ARCHITECTURE.md, "Invariants" and "Documents").
     input.key_label = gpumeter_core::device::recording_label(&recording);
     input.recording = Some(recording);
     input.default_pid = (file.header.process_id != 0).then_some(file.header.process_id);

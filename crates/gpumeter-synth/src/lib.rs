@@ -1,7 +1,7 @@
 //! # gpumeter-synth
 //!
 //! Synthetic CUPTI 12.8 (API 26) activity buffers and `.gmr` recordings for gpumeter's
-//! benchmarks (issue 13, DESIGN §12): the input of `benches/pipeline.rs`,
+//! benchmarks (issue 13, docs/PERFORMANCE.md, "Targets"): the input of `benches/pipeline.rs`,
 //! `crates/gpumeter-ffi/benches/ingest.rs` and `scripts/bench-peers.sh`.
 //!
 //! A [`SynthConfig`] describes a workload of N kernel launches; the [`Generator`] turns it into

@@ -576,7 +576,7 @@ impl Meter {
     /// As [`Meter::finish`].
     pub fn snapshot(&self) -> Result<UsageReport, MeterError> {
         let mut report = self.deep_clone().finish()?;
-        // A snapshot is never complete (DESIGN §7): its last windows may still grow, so its
+        // A snapshot is never complete (docs/ARCHITECTURE.md, "Documents"): its last windows may still grow, so its
         // usage must not become final events or a finalized invoice.
         report.complete = Some(false);
         report.seal()?;

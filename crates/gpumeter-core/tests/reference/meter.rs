@@ -112,7 +112,7 @@ impl LossCount {
     }
 }
 
-/// A duplicate key (DESIGN §4: the same record, equal in every field its source gives:
+/// A duplicate key (docs/METERING.md: the same record, equal in every field its source gives:
 /// [`ActivityRecord::identity`]), after the start or timestamp that the sweep prunes by. The
 /// records seen under one key keep their joined facts, and a new record is a duplicate when
 /// its facts agree with one of them ([`Joined::agrees`]).
@@ -189,7 +189,7 @@ type Factor = (u128, u128);
 /// Where an allocation is held: (process id, virtual address).
 type HeldAt = (Option<u32>, u64);
 
-/// (start or timestamp, the record): the record's every field (DESIGN §4), ordered by time
+/// (start or timestamp, the record): the record's every field (docs/METERING.md), ordered by time
 /// so that the sweep can forget what it has passed.
 type DupKey = (u64, Dup);
 
@@ -214,7 +214,7 @@ struct Cell {
 /// What the running work holds: sorted distinct attribution keys, and per (key, cap factor)
 /// Σ SMs held and Σ held × resident warps (non-zero only). The factor is `None` when nothing
 /// is capped, else the reduced `num / den` by which the partition cap and then the device cap
-/// scale the SMs held (DESIGN §4 "Cap").
+/// scale the SMs held (docs/METERING.md, "The meters" (the SM cap)).
 #[derive(Debug, Clone)]
 struct ActiveSummary {
     keys: Vec<u32>,
@@ -362,8 +362,8 @@ impl Meter {
     }
 
     /// Announces a source. Returns `false`, and records a warning, when a source with the same
-    /// SHA-256 was already metered: the caller must not push its records again (DESIGN §4
-    /// "Idempotency").
+    /// SHA-256 was already metered: the caller must not push its records again (docs/ARCHITECTURE.md,
+    /// "Invariants").
     pub fn begin_source(&mut self, source: SourceInfo) -> bool {
         if let Some(prev) = self.earlier.sources.get(&source.sha256) {
             self.warnings.push(Warning::new(
@@ -481,7 +481,7 @@ impl Meter {
     /// Declares a partition of a device's SMs: a green context (CUPTI CONTEXT record with
     /// `isGreenContext` and `numMultiprocessors`). Records whose [`ActivityRecord::partition`]
     /// is the returned id hold at most `sm_count` SMs and are capped to it before the device
-    /// cap (DESIGN §4 "SMs held", "Cap"). The source maps its own context ids to partitions
+    /// cap (docs/METERING.md, "The meters" (sm_ns, the SM cap)). The source maps its own context ids to partitions
     /// (context ids are per process). A MIG instance needs no partition: CUDA presents it as a
     /// device of its own (key `MIG-<uuid>`) whose SM count is the instance's. `None` for an
     /// unknown slot or an `sm_count` of 0.
@@ -494,7 +494,7 @@ impl Meter {
         Some(PartitionId(d.partitions.len() as u32 - 1))
     }
 
-    /// Overrides fields of a registered device (a device catalog entry, DESIGN §3): every field
+    /// Overrides fields of a registered device (a device catalog entry, docs/METERING.md, "Common rules"): every field
     /// `Some` in `over` replaces the device's. Returns `false` when no device has that key.
     pub fn override_device(&mut self, key: &str, over: &DeviceInfo) -> bool {
         let Some(&slot) = self.device_index.get(key) else {
@@ -537,7 +537,7 @@ impl Meter {
         self.devices.get(slot.0 as usize).map(|d| &d.info)
     }
 
-    /// Counts events that are not work (DESIGN §3), by category.
+    /// Counts events that are not work (docs/METERING.md, "Common rules"), by category.
     pub fn record_skipped(&mut self, category: &str, count: u64) {
         *self.counts.skipped.entry(category.to_string()).or_insert(0) += count;
     }
@@ -734,7 +734,7 @@ impl Meter {
         dev.note_start(rec.start_ns, self.config.reorder_horizon_ns, window);
     }
 
-    /// Meters one memory allocation or release (`memory_byte_ns`, DESIGN §4). Events are
+    /// Meters one memory allocation or release (`memory_byte_ns`, docs/METERING.md). Events are
     /// paired by device and address in timestamp order (arrival order for equal timestamps)
     /// within the reordering horizon. A release without an allocation is loss
     /// (`release_without_allocation`); an allocation at an address still held closes the
@@ -748,7 +748,7 @@ impl Meter {
     }
 
     /// Takes the allocations an earlier report left open as opening state (`--opening`,
-    /// DESIGN §4 "Memory"): each is held from that report's `billed_to` on, on the device with
+    /// docs/METERING.md, "Edge cases" (memory)): each is held from that report's `billed_to` on, on the device with
     /// its `device_key` (registered now if no input names it by [`Meter::finish`]), paired with
     /// a later release by process id and address, attributed by its external id and process id
     /// through this meter's tenant map first, then to the tenant the earlier report gave it.
@@ -846,7 +846,7 @@ impl Meter {
         Ok(())
     }
 
-    /// Continues an earlier report (`--opening`, DESIGN §4 "Memory"): takes its
+    /// Continues an earlier report (`--opening`, docs/METERING.md, "Edge cases" (memory)): takes its
     /// `open_allocations` as opening state ([`Meter::set_opening`]) and, so that nothing the
     /// chain of reports metered is metered again, remembers
     ///
@@ -999,7 +999,7 @@ impl Meter {
         }
     }
 
-    /// Records a sample of a device's cumulative energy counter (`energy_mj`, DESIGN §4): NVML
+    /// Records a sample of a device's cumulative energy counter (`energy_mj`, docs/METERING.md): NVML
     /// `nvmlDeviceGetTotalEnergyConsumption`, mJ, at `timestamp_ns` (ns since the epoch,
     /// CUPTI's clock). The counter is interpolated linearly between samples to window edges;
     /// a window's energy is apportioned to tenants by their `sm_ns` in it, or to the tenant
@@ -1084,7 +1084,7 @@ impl Meter {
             .max(self.drained_to)
     }
 
-    /// Hands over and forgets the windows that end at or before `before_ns` (DESIGN §9): the
+    /// Hands over and forgets the windows that end at or before `before_ns` (docs/C_ABI.md): the
     /// returned report holds their usage; the meter keeps the later windows, the records
     /// still inside the reordering horizon and the allocations still held.
     ///
@@ -1836,7 +1836,7 @@ fn capped_shares(
         .map(|t| largest_remainder(shares, t))
 }
 
-/// Energy per window of one device from its cumulative-counter samples (DESIGN §4 "Energy"):
+/// Energy per window of one device from its cumulative-counter samples (docs/METERING.md, "The meters" (energy_mj)):
 /// within each run of samples (a run ends where the counter goes down), the counter is
 /// interpolated linearly between consecutive samples, and a window's energy is
 /// `⌊E(window end)⌋ − ⌊E(window start)⌋` clipped to the run, so the windows of a run sum
@@ -1942,7 +1942,7 @@ fn parse_address(text: &str) -> Result<u64, String> {
     r.map_err(|_| format!("address: `{text}` is not a 64-bit address (0x… hex or decimal)"))
 }
 
-/// Resident warps per SM of kernel `k` holding `held` SMs on device `info` (DESIGN §4):
+/// Resident warps per SM of kernel `k` holding `held` SMs on device `info` (docs/METERING.md):
 /// min(active blocks per SM, ⌈blocks ÷ held⌉) × warps per block, active blocks from the
 /// occupancy calculator in corrected mode. `None` when a fact is unknown (the device's SM count
 /// or compute capability; the kernel's grid, block, registers or shared memory) or the
@@ -1973,7 +1973,7 @@ fn resident_warps(info: &DeviceInfo, k: &crate::record::KernelLaunch, held: u32)
 
 /// Turns exact rational shares summing to `total` into integers summing to `total`: floors,
 /// then one unit each to the largest fractional parts, ties to the tenant name that sorts first
-/// (bytewise). DESIGN §4 "Integer shares".
+/// (bytewise). docs/METERING.md, "Common rules" (cells and integer shares).
 fn largest_remainder(shares: BTreeMap<String, BigRational>, total: u128) -> BTreeMap<String, u128> {
     let mut floors: BTreeMap<String, u128> = BTreeMap::new();
     let mut fracs: Vec<(BigRational, String)> = Vec::new();
@@ -2055,7 +2055,7 @@ impl DeviceState {
         }
     }
 
-    /// Books allocation `a` as held until `end`, for as long as that is (DESIGN §4: memory
+    /// Books allocation `a` as held until `end`, for as long as that is (docs/METERING.md: memory
     /// may be held for any time; the 7-day plausibility bound is for work records). Returns
     /// `false`, booking nothing, when the hold would take the device past
     /// [`MeterConfig::max_cells`] cells ([`Meter::finish`] then fails).
@@ -2214,7 +2214,7 @@ impl DeviceState {
     /// The summary of the active set: per (key, cap factor) Σ held and Σ held × warps. The
     /// partition cap scales a green context's kernels by `S_p / H_p` when they hold more
     /// (`H_p`) than its `S_p` SMs; the device cap then scales everything by `S / T` when the
-    /// SMs held after partition caps, `T`, exceed the device's `S` (DESIGN §4 "Cap").
+    /// SMs held after partition caps, `T`, exceed the device's `S` (docs/METERING.md, "The meters" (the SM cap)).
     fn summarize(&self) -> ActiveSummary {
         let mut part_held: BTreeMap<u32, u64> = BTreeMap::new();
         for a in &self.active {

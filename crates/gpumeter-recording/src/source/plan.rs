@@ -429,7 +429,7 @@ impl<'n> Input<'n> {
             &mut warnings,
             &mut source_losses,
         );
-        // Sorted by start so that a file's own records are never late (DESIGN §3 "Order"), and
+        // Sorted by start so that a file's own records are never late (docs/METERING.md, "Common rules" (order)), and
         // so that a shared instruction count's remainder goes to the earliest kernels.
         records.sort_by_key(|r| r.start_ns);
         summary.kernels_with_instructions =
