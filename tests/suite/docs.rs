@@ -1,7 +1,8 @@
 //! Crate docs that stand alone on docs.rs (issue 14): no rustdoc comment (`///`, `//!`) of a
-//! published crate refers to the design file outside the crate ("DESIGN §4", `DESIGN.md`).
-//! The docs state the rule where it applies instead. Plain `//` comments may keep the
-//! references: they are read beside the repository, not on docs.rs.
+//! published crate refers to the design file outside the crate (by its section numbers or its name).
+//! The docs state the rule where it applies instead. Since issue 31 no code comment of the
+//! workspace does either (sources, tests, benches, examples): a clone alone has no design
+//! file, so comments cite docs/ARCHITECTURE.md, docs/METERING.md or the page that says it.
 //!
 //! And the project's Markdown docs (README.md, docs/, issue 31): they cite no file outside the
 //! repository, and no line says something is "not implemented".
@@ -40,25 +41,70 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// `file:line: text` of each rustdoc line in `text` that names the design file.
+/// `file:line: text` of each comment line in `text` (`//`, `///`, `//!`) that names the design
+/// file.
 fn design_references(file: &str, text: &str) -> Vec<String> {
     text.lines()
         .enumerate()
         .filter(|(_, l)| {
             let t = l.trim_start();
-            (t.starts_with("///") || t.starts_with("//!")) && t.contains("DESIGN")
+            t.starts_with("//") && t.contains("DESIGN")
         })
         .map(|(i, l)| format!("{file}:{}: {}", i + 1, l.trim()))
         .collect()
 }
 
 #[test]
-fn the_probe_sees_doc_lines_and_only_them() {
-    let text =
-        "/// Rule (DESIGN §4).\n// DESIGN §4 in a code comment\n    //! DESIGN.md\nlet x = 1;\n";
+fn the_probe_sees_comment_lines_and_only_them() {
+    let text = "/// Rule (DESIGN §4).\n// DESIGN §4 in a code comment\n    //! DESIGN.md\n\
+                let x = \"DESIGN\";\n";
     assert_eq!(
         design_references("f.rs", text),
-        ["f.rs:1: /// Rule (DESIGN §4).", "f.rs:3: //! DESIGN.md"]
+        [
+            "f.rs:1: /// Rule (DESIGN §4).",
+            "f.rs:2: // DESIGN §4 in a code comment",
+            "f.rs:3: //! DESIGN.md"
+        ]
+    );
+}
+
+/// Every folder of Rust code in the workspace: each package's `src`, `tests`, `benches` and
+/// `examples` (the facade's and every crate's, development tools included).
+fn code_folders(root: &Path) -> Vec<PathBuf> {
+    let mut packages = vec![root.to_path_buf()];
+    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
+        .expect("read crates/")
+        .map(|e| e.expect("a crates/ entry").path())
+        .collect();
+    crates.sort();
+    packages.extend(crates);
+    packages
+        .iter()
+        .flat_map(|p| ["src", "tests", "benches", "examples"].map(|d| p.join(d)))
+        .filter(|d| d.is_dir())
+        .collect()
+}
+
+#[test]
+fn no_code_comment_cites_the_design_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in code_folders(root) {
+        rust_files(&dir, &mut files);
+    }
+    assert!(files.len() > 100, "found only {} Rust files", files.len());
+    let mut found = Vec::new();
+    for f in &files {
+        let text = std::fs::read_to_string(f).expect("read a Rust file");
+        let name = f.strip_prefix(root).unwrap_or(f).display().to_string();
+        found.extend(design_references(&name, &text));
+    }
+    assert!(
+        found.is_empty(),
+        "{} comment lines cite the design file outside the repository; cite \
+         docs/ARCHITECTURE.md, docs/METERING.md or the page that says it:\n{}",
+        found.len(),
+        found.join("\n")
     );
 }
 
