@@ -85,20 +85,31 @@ fn code_folders(root: &Path) -> Vec<PathBuf> {
         .collect()
 }
 
-#[test]
-fn no_code_comment_cites_the_design_file() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+/// `file:line: text` of every comment line naming the design file in the `.rs` files under
+/// `dirs`, which must hold more than `at_least` files (a walk that found nothing proves nothing).
+fn design_references_under(root: &Path, dirs: &[PathBuf], at_least: usize) -> Vec<String> {
     let mut files = Vec::new();
-    for dir in code_folders(root) {
-        rust_files(&dir, &mut files);
+    for dir in dirs {
+        rust_files(dir, &mut files);
     }
-    assert!(files.len() > 100, "found only {} Rust files", files.len());
+    assert!(
+        files.len() > at_least,
+        "found only {} Rust files",
+        files.len()
+    );
     let mut found = Vec::new();
     for f in &files {
         let text = std::fs::read_to_string(f).expect("read a Rust file");
         let name = f.strip_prefix(root).unwrap_or(f).display().to_string();
         found.extend(design_references(&name, &text));
     }
+    found
+}
+
+#[test]
+fn no_code_comment_cites_the_design_file() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let found = design_references_under(root, &code_folders(root), 100);
     assert!(
         found.is_empty(),
         "{} comment lines cite the design file outside the repository; cite \
@@ -111,17 +122,7 @@ fn no_code_comment_cites_the_design_file() {
 #[test]
 fn published_crate_docs_name_no_design_file() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    for dir in published_sources(root) {
-        rust_files(&dir, &mut files);
-    }
-    assert!(files.len() > 50, "found only {} source files", files.len());
-    let mut found = Vec::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).expect("read a source file");
-        let name = f.strip_prefix(root).unwrap_or(f).display().to_string();
-        found.extend(design_references(&name, &text));
-    }
+    let found = design_references_under(root, &published_sources(root), 50);
     assert!(
         found.is_empty(),
         "{} rustdoc lines refer to the design file outside the crate; state the rule in the \
