@@ -1,0 +1,1 @@
+//! Usage events over HTTP: the sender that drains the outbox.

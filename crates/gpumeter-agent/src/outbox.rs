@@ -1,0 +1,1 @@
+//! The durable on-disk outbox of event batches.
