@@ -14,5 +14,10 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod close;
+pub mod config;
 pub mod http;
 pub mod outbox;
+pub mod spool;
+pub mod state;
+pub mod tenant;

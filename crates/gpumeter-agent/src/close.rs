@@ -1,0 +1,312 @@
+//! Closing a window set `[from, to)`: the usage of the spool's recordings in those windows, as
+//! the one report a `gpumeter usage` of the same recordings would give for them.
+//!
+//! Every closing meters the recordings' bytes afresh with a new meter, in two phases
+//! (`docs/AGENT.md`, "Closing a window set"):
+//!
+//! 1. the records (and memory events) that start before `from` and that earlier sets already
+//!    read, so that the meter holds at `from` exactly what an uninterrupted meter would hold
+//!    there (kernels running across `from`, allocations still held, the joins); then
+//!    [`Meter::drain`] at `from` hands over the windows already shipped, and the result is
+//!    dropped;
+//! 2. the records that start in `[from, to)`, the losses and skipped counts the recordings'
+//!    new bytes hold, and, as loss `late`, the records of the new bytes that start before
+//!    `from` (their windows were shipped: they are never sent again); then [`Meter::drain`] at
+//!    `to` gives the set's report. Records starting at or after `to` wait for a later set.
+//!
+//! "Already read" and "new" are told apart by each recording's `read_to` of the last closed
+//! set: the records of its first `read_to` bytes are the old ones (found by their identity
+//! digests, [`gpumeter_core::identity_digest`], so a record is the same one whichever bytes it
+//! was decoded from). The report is a drained piece of each recording's stream: its sources
+//! are named by the recording's identity and have format `cupti-stream`
+//! ([`gpumeter_core::STREAM_FORMAT`]), so a central `gpumeter usage --format usage` merges the
+//! sets of one node, which hold disjoint windows, and refuses two reports of one window.
+
+use std::collections::{BTreeMap, HashMap};
+
+use gpumeter_core::{
+    identity_digest, push_batches, Batch, DeviceSlot, LossReason, Meter, MeterConfig, TenantMap,
+    UsageReport, WarningCode, STREAM_FORMAT,
+};
+use gpumeter_recording::{announce_sources, CuptiFormat, CuptiInput, CuptiOptions};
+use sha2::{Digest as _, Sha256};
+
+/// One recording of a window set.
+#[derive(Debug, Clone, Copy)]
+pub struct SetInput<'a> {
+    /// The file name (the source's name in the report).
+    pub name: &'a str,
+    /// The recording's identity (`crate::spool::identity`).
+    pub identity: &'a str,
+    /// The bytes earlier sets read (empty for a recording new to this set).
+    pub old: &'a [u8],
+    /// The bytes this set reads (complete frames), `old` and more.
+    pub new: &'a [u8],
+}
+
+/// A closed window set.
+#[derive(Debug, Clone)]
+pub struct Closed {
+    /// The report of windows `[from, to)`.
+    pub report: UsageReport,
+    /// Per recording identity, the latest instant any of its records or memory events reaches
+    /// (ns): once the closed edge is past it, the recording has nothing in open windows.
+    pub ends: BTreeMap<String, u64>,
+    /// Records (and memory events) counted as loss `late`.
+    pub late: u64,
+}
+
+/// Why a window set cannot be closed.
+#[derive(Debug, thiserror::Error)]
+pub enum CloseError {
+    /// A recording does not decode.
+    #[error(transparent)]
+    Source(#[from] gpumeter_recording::CuptiSourceError),
+    /// The meter cannot build the report.
+    #[error(transparent)]
+    Meter(#[from] gpumeter_core::MeterError),
+    /// The report cannot be sealed.
+    #[error(transparent)]
+    Digest(#[from] gpumeter_core::DigestError),
+}
+
+/// Closes `[from, to)` over `inputs` ([module docs](self)). `config` and `tenants` are the
+/// meter's (window, horizon; the tenant map with the rule's process ids).
+///
+/// # Errors
+/// [`CloseError`].
+pub fn close_set(
+    inputs: &[SetInput<'_>],
+    from: u64,
+    to: u64,
+    config: &MeterConfig,
+    tenants: &TenantMap,
+) -> Result<Closed, CloseError> {
+    let opts = CuptiOptions::default();
+    let mut meter = Meter::new(config.clone());
+    meter.set_tenant_map(tenants.clone());
+    let new_inputs: Vec<CuptiInput<'_>> = inputs
+        .iter()
+        .map(|i| CuptiInput {
+            name: i.name,
+            bytes: i.new,
+            format: CuptiFormat::Gmr,
+        })
+        .collect();
+    let (_, batches) = announce_sources(&mut meter, &new_inputs, &opts)?;
+    // The old bytes, decoded apart only to know which records they hold.
+    let mut scratch = Meter::new(config.clone());
+    let old_inputs: Vec<CuptiInput<'_>> = inputs
+        .iter()
+        .filter(|i| !i.old.is_empty())
+        .map(|i| CuptiInput {
+            name: i.name,
+            bytes: i.old,
+            format: CuptiFormat::Gmr,
+        })
+        .collect();
+    let (_, old_batches) = announce_sources(&mut scratch, &old_inputs, &opts)?;
+    let old: HashMap<String, OldCounts> = old_batches
+        .iter()
+        .filter_map(|b| Some((b.recording.clone()?, OldCounts::of(b, &scratch, from))))
+        .collect();
+
+    let mut ends = BTreeMap::new();
+    let mut early = Vec::new();
+    let mut current = Vec::new();
+    let mut late: Vec<(DeviceSlot, u64)> = Vec::new();
+    for b in batches {
+        let id = b.recording.clone().unwrap_or_default();
+        let end = b
+            .records
+            .iter()
+            .map(|r| r.end_ns)
+            .chain(b.memory.iter().map(|m| m.timestamp_ns))
+            .max()
+            .unwrap_or(0);
+        ends.insert(id.clone(), end);
+        let split = split(b, &meter, old.get(&id), from, to);
+        early.push(split.early);
+        current.push(split.current);
+        late.extend(split.late);
+    }
+    push_batches(&mut meter, early);
+    if from > 0 {
+        meter.drain(from)?;
+    }
+    push_batches(&mut meter, current);
+    let mut late_total = 0;
+    for (slot, n) in late {
+        late_total += n;
+        meter.record_loss(slot, LossReason::Late, n);
+    }
+    let mut report = meter.drain(to)?;
+    as_stream_piece(&mut report, inputs)?;
+    Ok(Closed {
+        report,
+        ends,
+        late: late_total,
+    })
+}
+
+/// What the old bytes of one recording held: the identity digests of its records and memory
+/// events before `from` (a multiset), and its losses and skipped counts by device key.
+#[derive(Default)]
+struct OldCounts {
+    records: HashMap<u64, u32>,
+    memory: HashMap<u64, u32>,
+    losses: HashMap<(String, LossReason, bool), u64>,
+    source_losses: HashMap<(LossReason, bool), u64>,
+    skipped: BTreeMap<String, u64>,
+}
+
+fn key_of(meter: &Meter, slot: DeviceSlot) -> String {
+    meter
+        .device(slot)
+        .map(|d| d.key.clone())
+        .unwrap_or_default()
+}
+
+impl OldCounts {
+    fn of(b: &Batch, meter: &Meter, from: u64) -> OldCounts {
+        let mut c = OldCounts::default();
+        for r in b.records.iter().filter(|r| r.start_ns < from) {
+            *c.records.entry(identity_digest(&r.identity())).or_default() += 1;
+        }
+        for m in b.memory.iter().filter(|m| m.timestamp_ns < from) {
+            *c.memory.entry(identity_digest(&m.identity())).or_default() += 1;
+        }
+        for (slot, reason, n, lower) in &b.losses {
+            *c.losses
+                .entry((key_of(meter, *slot), *reason, *lower))
+                .or_default() += n;
+        }
+        for (reason, n, lower) in &b.source_losses {
+            *c.source_losses.entry((*reason, *lower)).or_default() += n;
+        }
+        c.skipped = b.skipped.clone();
+        c
+    }
+}
+
+struct Split {
+    early: Batch,
+    current: Batch,
+    late: Vec<(DeviceSlot, u64)>,
+}
+
+/// One recording's batch cut into the phases of [`close_set`].
+fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u64) -> Split {
+    let empty = OldCounts::default();
+    let old = old.unwrap_or(&empty);
+    let mut early = Batch {
+        sha256: b.sha256.clone(),
+        name: b.name.clone(),
+        records: Vec::new(),
+        memory: Vec::new(),
+        energy: Vec::new(),
+        energy_spans: Vec::new(),
+        losses: Vec::new(),
+        source_losses: Vec::new(),
+        skipped: BTreeMap::new(),
+        recording: b.recording.clone(),
+    };
+    let mut late: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+    let mut seen = old.records.clone();
+    let mut records = Vec::new();
+    for r in std::mem::take(&mut b.records) {
+        if r.start_ns >= to {
+            continue;
+        }
+        if r.start_ns >= from {
+            records.push(r);
+            continue;
+        }
+        match seen.get_mut(&identity_digest(&r.identity())) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                early.records.push(r);
+            }
+            _ => *late.entry(r.device).or_default() += 1,
+        }
+    }
+    b.records = records;
+    let mut seen = old.memory.clone();
+    let mut memory = Vec::new();
+    for m in std::mem::take(&mut b.memory) {
+        if m.timestamp_ns >= to {
+            continue;
+        }
+        if m.timestamp_ns >= from {
+            memory.push(m);
+            continue;
+        }
+        match seen.get_mut(&identity_digest(&m.identity())) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                early.memory.push(m);
+            }
+            _ => *late.entry(m.device).or_default() += 1,
+        }
+    }
+    b.memory = memory;
+    // Energy is apportioned over whole runs of samples and cannot be drained (docs/AGENT.md,
+    // "Limits"): the agent meters no energy.
+    b.energy.clear();
+    b.energy_spans.clear();
+    b.losses = b
+        .losses
+        .into_iter()
+        .filter_map(|(slot, reason, n, lower)| {
+            let had = old
+                .losses
+                .get(&(key_of(meter, slot), reason, lower))
+                .copied()
+                .unwrap_or(0);
+            (n > had).then(|| (slot, reason, n - had, lower))
+        })
+        .collect();
+    b.source_losses = b
+        .source_losses
+        .into_iter()
+        .filter_map(|(reason, n, lower)| {
+            let had = old
+                .source_losses
+                .get(&(reason, lower))
+                .copied()
+                .unwrap_or(0);
+            (n > had).then(|| (reason, n - had, lower))
+        })
+        .collect();
+    b.skipped = std::mem::take(&mut b.skipped)
+        .into_iter()
+        .filter_map(|(k, n)| {
+            let had = old.skipped.get(&k).copied().unwrap_or(0);
+            (n > had).then(|| (k, n - had))
+        })
+        .collect();
+    Split {
+        early,
+        current: b,
+        late: late.into_iter().collect(),
+    }
+}
+
+/// Names each source by its recording's identity, as a piece of a stream, marks the report
+/// complete (its windows are closed by the node's watermark, `docs/AGENT.md`) and seals it.
+fn as_stream_piece(report: &mut UsageReport, inputs: &[SetInput<'_>]) -> Result<(), CloseError> {
+    let by_name: HashMap<&str, &str> = inputs.iter().map(|i| (i.name, i.identity)).collect();
+    for s in &mut report.sources {
+        if let Some(id) = by_name.get(s.name.as_str()) {
+            s.sha256 = hex::encode(Sha256::digest(id.as_bytes()));
+            s.format = STREAM_FORMAT.to_string();
+        }
+    }
+    // A live recording has no end frame yet; its closed windows are final all the same.
+    report
+        .warnings
+        .retain(|w| *w.code() != WarningCode::UnfinishedRecording);
+    report.complete = Some(true);
+    report.seal()?;
+    Ok(())
+}

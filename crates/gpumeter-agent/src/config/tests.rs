@@ -1,0 +1,58 @@
+use super::*;
+
+fn parse(text: &str) -> Result<AgentConfig, ConfigError> {
+    AgentConfig::from_toml_str(Path::new("/etc/gpumeter/agent.toml"), text)
+}
+
+#[test]
+fn a_minimal_config_takes_the_defaults_and_relative_paths_from_its_folder() {
+    let c = parse("spool = \"spool\"\nstate_dir = \"/var/lib/a\"\n").expect("config");
+    assert_eq!(c.spool, PathBuf::from("/etc/gpumeter/spool"));
+    assert_eq!(c.state_dir, PathBuf::from("/var/lib/a"));
+    assert_eq!(c.window, WindowSize::HOUR);
+    assert_eq!(c.horizon_ns, 60_000_000_000);
+    assert_eq!(c.finished, Finished::Move);
+    assert!(c.sinks.is_empty());
+}
+
+#[test]
+fn errors_name_the_line_and_column_of_the_value_at_fault() {
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nwindow = \"7m\"\n").unwrap_err();
+    assert_eq!((e.line, e.column), (3, 10), "{e}");
+    assert!(
+        e.to_string().starts_with("/etc/gpumeter/agent.toml:3:10: "),
+        "{e}"
+    );
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\n[[sink]]\nkind = \"email\"\n").unwrap_err();
+    assert_eq!((e.line, e.column), (4, 8), "{e}");
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nhorizon = \"soon\"\n").unwrap_err();
+    assert_eq!(e.line, 3, "{e}");
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nspeed = 1\n").unwrap_err();
+    assert_eq!(e.line, 3, "{e}");
+    assert!(e.message.contains("speed"), "{e}");
+    let e = parse("spool = \"s\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").unwrap_err();
+    assert!(e.line >= 1, "{e}");
+    let e =
+        parse("spool = \"s\"\nstate_dir = \"d\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").unwrap_err();
+    assert_eq!((e.line, e.column), (4, 8), "{e}");
+}
+
+#[test]
+fn an_events_sink_needs_a_format_and_an_http_url() {
+    let head = "spool = \"s\"\nstate_dir = \"d\"\n[[sink]]\nkind = \"events\"\n";
+    let e = parse(&format!("{head}url = \"http://x\"\n")).unwrap_err();
+    assert!(e.message.contains("format"), "{e}");
+    let e = parse(&format!("{head}format = \"lago\"\nurl = \"ftp://x\"\n")).unwrap_err();
+    assert_eq!(e.line, 6, "{e}");
+    let c = parse(&format!(
+        "{head}format = \"cloudevents\"\nurl = \"http://127.0.0.1:9/api/v1/events\"\n\
+         token_env = \"T\"\noutbox_limit_bytes = 1024\n"
+    ))
+    .expect("config");
+    let SinkConfig::Events(s) = &c.sinks[0] else {
+        panic!("an events sink")
+    };
+    assert_eq!(s.name, "cloudevents");
+    assert_eq!(s.outbox_limit_bytes, 1024);
+    assert_eq!(s.token_env.as_deref(), Some("T"));
+}

@@ -1,0 +1,289 @@
+//! The spool: the `.gmr` recordings the injection library writes, followed as they grow.
+//!
+//! Each poll reads every recording whose size or modification time changed, keeps its complete
+//! frames (a torn tail is "not yet written": the writer is inside a frame) and walks the
+//! activity buffers it has not walked yet for the latest record start, the recording's
+//! *progress*. A recording is *finished* when it has its end frame, or when its process is gone
+//! (no `/proc/<pid>` on this host) and the file has been quiet for the grace period; then a torn
+//! tail stays torn and is counted as loss by the meter.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use gpumeter_cupti::{decode_prefix, ApiVersion, Record};
+use gpumeter_recording::gmr::{read_gmr, Frame, GmrHeader};
+
+/// A recording's identity: `<host>/<pid>/<CUPTI clock>/<wall clock>` of its header, the same
+/// as the meter's (`gpumeter_core::Batch::recording`); it stays while the file grows.
+pub fn identity(h: &GmrHeader) -> String {
+    format!(
+        "{}/{}/{}/{}",
+        h.host, h.process_id, h.clock.cupti_timestamp_ns, h.clock.unix_time_ns
+    )
+}
+
+/// The labels of a recording's header (the tenant rule's input).
+pub fn labels(h: &GmrHeader) -> BTreeMap<String, String> {
+    let _ = h;
+    BTreeMap::new() // LABELS-STUB: the header's labels once the field lands
+}
+
+/// One recording of the spool, as far as it is read.
+#[derive(Debug, Clone)]
+pub struct Recording {
+    /// Its file.
+    pub path: PathBuf,
+    /// Its file name (the source's name in reports).
+    pub name: String,
+    /// The header.
+    pub header: GmrHeader,
+    /// [`identity`] of the header.
+    pub identity: String,
+    /// Bytes of complete frames from the start of the file.
+    pub complete_len: u64,
+    /// It has its end frame.
+    pub ended: bool,
+    /// Finished: ended, or its process gone and the file quiet for the grace period (or
+    /// declared finished: `--once`).
+    pub finished: bool,
+    /// The latest start of a work record in its complete frames, ns on CUPTI's clock (the
+    /// header's clock before any).
+    pub progress_ns: u64,
+    /// `header.clock.cupti_timestamp_ns − header.clock.unix_time_ns`: CUPTI's clock minus the
+    /// wall clock, ns.
+    pub clock_offset_ns: i128,
+    /// Activity buffers walked for progress.
+    walked: usize,
+    /// Size and modification time at the last read.
+    seen: (u64, Option<SystemTime>),
+    /// When the file last changed, as this agent saw it.
+    pub changed_at: SystemTime,
+}
+
+/// What a poll saw happen to a recording that the agent should tell an operator about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpoolEvent {
+    /// A new recording appeared.
+    New(String),
+    /// A recording's file shrank below what was read of it.
+    Truncated {
+        /// The file.
+        name: String,
+        /// Bytes read before.
+        was: u64,
+        /// Bytes now.
+        now: u64,
+    },
+    /// A recording's file now has another header (another recording under the same name).
+    Replaced {
+        /// The file.
+        name: String,
+        /// The identity it had.
+        was: String,
+    },
+    /// A recording's file disappeared before it finished.
+    Vanished(String),
+    /// A file that is not a readable recording (yet).
+    Unreadable {
+        /// The file.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Reads the spool: every `*.gmr` file directly in `dir`.
+#[derive(Debug, Default)]
+pub struct Spool {
+    /// By file name.
+    pub recordings: BTreeMap<String, Recording>,
+}
+
+impl Spool {
+    /// Reads what changed. `grace_ns`: how long a gone process's file must be quiet;
+    /// `all_finished`: treat every recording as finished (`--once`).
+    ///
+    /// # Errors
+    /// The spool directory cannot be listed.
+    pub fn poll(
+        &mut self,
+        dir: &Path,
+        grace_ns: u64,
+        all_finished: bool,
+    ) -> std::io::Result<Vec<SpoolEvent>> {
+        let mut events = Vec::new();
+        let mut present = std::collections::BTreeSet::new();
+        let now = SystemTime::now();
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".gmr") || !entry.file_type().is_ok_and(|t| t.is_file()) {
+                continue;
+            }
+            present.insert(name.clone());
+            let Ok(meta) = std::fs::metadata(&path) else {
+                continue;
+            };
+            let seen = (meta.len(), meta.modified().ok());
+            if let Some(r) = self.recordings.get(&name) {
+                if r.seen == seen {
+                    continue;
+                }
+            }
+            match std::fs::read(&path) {
+                Ok(bytes) => self.read(&path, &name, &bytes, seen, now, &mut events),
+                Err(e) => events.push(SpoolEvent::Unreadable {
+                    name: name.clone(),
+                    reason: e.to_string(),
+                }),
+            }
+        }
+        let gone: Vec<String> = self
+            .recordings
+            .keys()
+            .filter(|n| !present.contains(*n))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(r) = self.recordings.remove(&name) {
+                if !r.finished {
+                    events.push(SpoolEvent::Vanished(name));
+                }
+            }
+        }
+        for r in self.recordings.values_mut() {
+            if all_finished {
+                r.finished = true;
+            } else if !r.finished && !process_alive(&r.header) {
+                let quiet = now.duration_since(r.changed_at).unwrap_or_default();
+                r.finished = quiet.as_nanos() >= u128::from(grace_ns);
+            }
+        }
+        Ok(events)
+    }
+
+    /// Forgets a recording (retired: moved, deleted or compressed).
+    pub fn forget(&mut self, name: &str) {
+        self.recordings.remove(name);
+    }
+
+    fn read(
+        &mut self,
+        path: &Path,
+        name: &str,
+        bytes: &[u8],
+        seen: (u64, Option<SystemTime>),
+        now: SystemTime,
+        events: &mut Vec<SpoolEvent>,
+    ) {
+        let file = match read_gmr(bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                // A header still being written is not an error yet.
+                if !self.recordings.contains_key(name) && bytes.len() < 4096 {
+                    return;
+                }
+                events.push(SpoolEvent::Unreadable {
+                    name: name.to_string(),
+                    reason: e.to_string(),
+                });
+                return;
+            }
+        };
+        let id = identity(&file.header);
+        let complete_len = file.torn.map_or(bytes.len() as u64, |t| t.offset);
+        let previous = self.recordings.remove(name);
+        let mut r = match previous {
+            Some(p) if p.identity == id => {
+                if complete_len < p.complete_len {
+                    events.push(SpoolEvent::Truncated {
+                        name: name.to_string(),
+                        was: p.complete_len,
+                        now: complete_len,
+                    });
+                }
+                p
+            }
+            other => {
+                if let Some(p) = other {
+                    events.push(SpoolEvent::Replaced {
+                        name: name.to_string(),
+                        was: p.identity,
+                    });
+                } else {
+                    events.push(SpoolEvent::New(name.to_string()));
+                }
+                let h = &file.header;
+                Recording {
+                    path: path.to_path_buf(),
+                    name: name.to_string(),
+                    identity: id,
+                    complete_len: 0,
+                    ended: false,
+                    finished: false,
+                    progress_ns: h.clock.cupti_timestamp_ns,
+                    clock_offset_ns: i128::from(h.clock.cupti_timestamp_ns)
+                        - i128::from(h.clock.unix_time_ns),
+                    walked: 0,
+                    seen: (0, None),
+                    changed_at: now,
+                    header: file.header.clone(),
+                }
+            }
+        };
+        if complete_len != r.complete_len || seen.0 != r.seen.0 {
+            r.changed_at = now;
+        }
+        let api = ApiVersion::from_cupti(file.header.cupti_api_version).unwrap_or_default();
+        let buffers = file.frames.iter().filter_map(|f| match &f.frame {
+            Frame::ActivityBuffer(b) => Some(b),
+            _ => None,
+        });
+        let mut walked = 0;
+        for (i, b) in buffers.enumerate() {
+            walked = i + 1;
+            if i < r.walked {
+                continue;
+            }
+            let (decoded, _) = decode_prefix(b, api);
+            for rec in &decoded.records {
+                if let Some(start) = work_start(&rec.record) {
+                    r.progress_ns = r.progress_ns.max(start);
+                }
+            }
+        }
+        r.walked = r.walked.max(walked);
+        r.complete_len = complete_len;
+        r.ended = file.finished;
+        r.finished = r.finished || file.finished;
+        r.seen = seen;
+        self.recordings.insert(name.to_string(), r);
+    }
+}
+
+/// The start of a work record or memory event, ns.
+fn work_start(r: &Record) -> Option<u64> {
+    match r {
+        Record::Kernel(k) => Some(k.start),
+        Record::Memcpy(m) => Some(m.start),
+        Record::PeerCopy(m) => Some(m.start),
+        Record::Memset(m) => Some(m.start),
+        Record::Memory(m) => Some(m.timestamp),
+        _ => None,
+    }
+}
+
+/// Whether the recording's process still runs: its host is this host and `/proc/<pid>`
+/// exists. A recording of another host (a spool shared over the network) counts as running
+/// until it ends or `--once`.
+fn process_alive(h: &GmrHeader) -> bool {
+    let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    if !here.is_empty() && !h.host.is_empty() && h.host != here {
+        return true;
+    }
+    Path::new(&format!("/proc/{}", h.process_id)).exists()
+}

@@ -1,0 +1,203 @@
+//! The checkpoint: what the agent has closed and shipped, written atomically (a temporary
+//! file, fsync, rename, fsync of the folder) after each closed window set, and read at start.
+//!
+//! It holds the edge before which every window is shipped, each recording's identity and how
+//! far the last closed set read it, the recordings already retired, and the window set being
+//! closed when the agent stopped (`pending`): a restart closes exactly that set again from the
+//! same bytes, so its report and events are the ones an uninterrupted run would have made.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// The checkpoint's format version.
+pub const CHECKPOINT_VERSION: u32 = 1;
+
+/// How far the agent read one recording.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingState {
+    /// The file name in the spool.
+    pub file: String,
+    /// Bytes of complete frames the last closed window set metered.
+    pub read_to: u64,
+}
+
+/// A window set being closed: `[from_ns, to_ns)` from the recordings' first `read_to` bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingSet {
+    /// The set's first window start, ns.
+    pub from_ns: u64,
+    /// The set's end, ns (`u64::MAX`: everything, `--once`).
+    pub to_ns: u64,
+    /// Per recording identity, the bytes this set meters.
+    pub read_to: BTreeMap<String, u64>,
+}
+
+/// The agent's checkpoint (`<state_dir>/checkpoint.json`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// [`CHECKPOINT_VERSION`].
+    pub version: u32,
+    /// Every window ending at or before this instant (ns since the epoch, on CUPTI's clock)
+    /// is closed and handed to the sinks; 0 before the first set.
+    pub closed_to_ns: u64,
+    /// Closed window sets so far.
+    pub sets: u64,
+    /// Recordings being followed, by identity.
+    pub recordings: BTreeMap<String, RecordingState>,
+    /// Identities of recordings retired (finished, shipped, moved away): a file with one of
+    /// them that shows up again is not metered again.
+    pub retired: BTreeMap<String, String>,
+    /// The set being closed, if the agent stopped inside a closing step.
+    pub pending: Option<PendingSet>,
+}
+
+/// A checkpoint that cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// Reading or writing failed.
+    #[error("checkpoint {}: {error}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The file is not a checkpoint this version reads.
+    #[error("checkpoint {}: {reason}", path.display())]
+    Bad {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Checkpoint {
+    /// The checkpoint's path in `state_dir`.
+    pub fn path(state_dir: &Path) -> PathBuf {
+        state_dir.join("checkpoint.json")
+    }
+
+    /// Reads the checkpoint of `state_dir`; a fresh one when there is none.
+    ///
+    /// # Errors
+    /// [`StateError`] when it exists and cannot be read or parsed, or has another version.
+    pub fn load(state_dir: &Path) -> Result<Checkpoint, StateError> {
+        let path = Checkpoint::path(state_dir);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Checkpoint {
+                    version: CHECKPOINT_VERSION,
+                    ..Checkpoint::default()
+                })
+            }
+            Err(error) => return Err(StateError::Io { path, error }),
+        };
+        let c: Checkpoint = serde_json::from_slice(&bytes).map_err(|e| StateError::Bad {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        if c.version != CHECKPOINT_VERSION {
+            return Err(StateError::Bad {
+                path,
+                reason: format!(
+                    "version {} (this agent reads {CHECKPOINT_VERSION})",
+                    c.version
+                ),
+            });
+        }
+        Ok(c)
+    }
+
+    /// Writes the checkpoint atomically ([`write_atomic`]).
+    ///
+    /// # Errors
+    /// [`StateError::Io`].
+    pub fn save(&self, state_dir: &Path) -> Result<(), StateError> {
+        let path = Checkpoint::path(state_dir);
+        let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| StateError::Bad {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes).map_err(|error| StateError::Io { path, error })
+    }
+}
+
+/// Writes `bytes` to `path` so that a crash at any instant leaves either the old file or the
+/// new one, whole: a temporary file beside it (`.<name>.tmp`), fsync, rename over `path`,
+/// fsync of the folder (POSIX `rename(2)` is atomic; the folder's fsync makes the rename
+/// durable).
+///
+/// # Errors
+/// The I/O error of any step (the temporary file is then removed when possible).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp"));
+    let result = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_checkpoint_survives_a_round_trip_and_a_missing_one_is_fresh() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fresh = Checkpoint::load(dir.path()).expect("fresh");
+        assert_eq!(fresh.version, CHECKPOINT_VERSION);
+        assert_eq!(fresh.closed_to_ns, 0);
+        let mut c = fresh.clone();
+        c.closed_to_ns = 3_600_000_000_000;
+        c.recordings.insert(
+            "h/1/2/3".into(),
+            RecordingState {
+                file: "h-1.gmr".into(),
+                read_to: 4096,
+            },
+        );
+        c.pending = Some(PendingSet {
+            from_ns: 1,
+            to_ns: u64::MAX,
+            read_to: BTreeMap::from([("h/1/2/3".to_string(), 8192)]),
+        });
+        c.save(dir.path()).expect("save");
+        assert_eq!(Checkpoint::load(dir.path()).expect("load"), c);
+        // No temporary file is left behind.
+        let names: Vec<_> = std::fs::read_dir(dir.path())
+            .expect("dir")
+            .map(|e| e.expect("entry").file_name())
+            .collect();
+        assert_eq!(names, vec![std::ffi::OsString::from("checkpoint.json")]);
+    }
+
+    #[test]
+    fn a_damaged_checkpoint_is_an_error_not_a_fresh_start() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(Checkpoint::path(dir.path()), b"{\"version\": 1, \"closed").expect("w");
+        assert!(matches!(
+            Checkpoint::load(dir.path()),
+            Err(StateError::Bad { .. })
+        ));
+    }
+}

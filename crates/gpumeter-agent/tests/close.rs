@@ -1,0 +1,233 @@
+//! Closing window sets as a recording grows gives, merged, the report of the whole recordings
+//! metered at once (`gpumeter usage` of the finished files): row for row, record for record.
+
+use gpumeter_agent::close::{close_set, SetInput};
+use gpumeter_core::{
+    merge_reports, LossReason, Meter, MeterConfig, TenantMap, UsageReport, WindowSize,
+};
+use gpumeter_recording::gmr::GmrWriter;
+use gpumeter_recording::{announce_sources, CuptiFormat, CuptiInput, CuptiOptions};
+use gpumeter_synth::{Generator, SynthConfig};
+use proptest::prelude::*;
+
+const SECOND: u64 = 1_000_000_000;
+
+/// A recording of `kernels` launches from `start_ns`, as (file bytes, end offset of each
+/// frame): the header and string table first, then one frame per buffer, then the end frame.
+fn recording(
+    seed: u64,
+    pid: u32,
+    start_ns: u64,
+    kernels: u64,
+    per_buffer: u64,
+) -> (Vec<u8>, Vec<usize>) {
+    let cfg = SynthConfig {
+        kernels,
+        devices: 1,
+        streams: 2,
+        tenants: 2,
+        processes: 1,
+        kernels_per_second: 2_000,
+        seed,
+        start_ns,
+        kernels_per_buffer: per_buffer,
+        external_correlation: true,
+        api_records: true,
+    };
+    let mut g = Generator::new(&cfg).expect("generator");
+    let mut header = g.gmr_header();
+    header.process_id = pid;
+    header.clock.cupti_timestamp_ns = start_ns + u64::from(pid);
+    let mut cuts = Vec::new();
+    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
+    w.write_strings(&g.string_table()).expect("strings");
+    let mut buf = Vec::new();
+    g.device_records(&mut buf);
+    loop {
+        g.next_launches(&mut buf, per_buffer);
+        if !buf.is_empty() {
+            w.write_buffer(&buf).expect("buffer");
+            cuts.push(0);
+        }
+        buf.clear();
+        if g.remaining() == 0 {
+            break;
+        }
+    }
+    let bytes = w.finish().expect("finish");
+    // Frame ends: re-read the frames' offsets.
+    let file = gpumeter_recording::gmr::read_gmr(&bytes).expect("read");
+    let mut ends: Vec<usize> = file
+        .frames
+        .iter()
+        .skip(1)
+        .map(|f| f.offset as usize)
+        .collect();
+    ends.push(bytes.len());
+    (bytes, ends)
+}
+
+fn whole(inputs: &[(&str, &[u8])], config: &MeterConfig) -> UsageReport {
+    let mut meter = Meter::new(config.clone());
+    let sources: Vec<CuptiInput<'_>> = inputs
+        .iter()
+        .map(|(name, bytes)| CuptiInput {
+            name,
+            bytes,
+            format: CuptiFormat::Gmr,
+        })
+        .collect();
+    let (_, batches) =
+        announce_sources(&mut meter, &sources, &CuptiOptions::default()).expect("announce");
+    gpumeter_core::push_batches(&mut meter, batches);
+    meter.finish().expect("report")
+}
+
+fn rows(r: &UsageReport) -> Vec<String> {
+    let mut v: Vec<String> = r
+        .usage
+        .iter()
+        .map(|u| {
+            format!(
+                "{} {} {} {:?} {:?}",
+                u.tenant, u.device_key, u.window_start, u.meter, u.quantity
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn identity(bytes: &[u8]) -> String {
+    let h = gpumeter_recording::gmr::read_gmr(bytes)
+        .expect("read")
+        .header;
+    gpumeter_agent::spool::identity(&h)
+}
+
+/// Closes sets as both recordings grow one frame at a time, each set up to the watermark
+/// (`min progress − horizon`, window-aligned), then the rest at the end.
+fn closed_in_steps(
+    a: &(Vec<u8>, Vec<usize>),
+    b: &(Vec<u8>, Vec<usize>),
+    config: &MeterConfig,
+    lag: usize,
+) -> Vec<UsageReport> {
+    let window = config.window.ns();
+    let ids = [identity(&a.0), identity(&b.0)];
+    let steps = a.1.len().max(b.1.len() + lag);
+    let mut read = [0usize, 0usize];
+    let mut from = 0u64;
+    let mut out = Vec::new();
+    let tenants = TenantMap::default();
+    for k in 0..=steps {
+        let last = k == steps;
+        let cut = |r: &(Vec<u8>, Vec<usize>), n: usize| {
+            if last {
+                r.0.len()
+            } else {
+                r.1[n.min(r.1.len() - 1)]
+            }
+        };
+        let now = [cut(a, k), cut(b, k.saturating_sub(lag))];
+        let progress = |bytes: &[u8]| {
+            let f = gpumeter_recording::gmr::read_gmr(bytes).expect("prefix");
+            let mut p = 0;
+            for fr in &f.frames {
+                if let gpumeter_recording::gmr::Frame::ActivityBuffer(buf) = &fr.frame {
+                    let (d, _) =
+                        gpumeter_cupti::decode_prefix(buf, gpumeter_cupti::ApiVersion::Cupti12_8);
+                    for r in &d.records {
+                        if let gpumeter_cupti::Record::Kernel(k) = &r.record {
+                            p = p.max(k.start);
+                        }
+                    }
+                }
+            }
+            p
+        };
+        let to = if last {
+            u64::MAX
+        } else {
+            let w = progress(&a.0[..now[0]])
+                .min(progress(&b.0[..now[1]]))
+                .saturating_sub(config.reorder_horizon_ns);
+            w / window * window
+        };
+        if to <= from {
+            continue;
+        }
+        let inputs = [
+            SetInput {
+                name: "a.gmr",
+                identity: &ids[0],
+                old: &a.0[..read[0]],
+                new: &a.0[..now[0]],
+            },
+            SetInput {
+                name: "b.gmr",
+                identity: &ids[1],
+                old: &b.0[..read[1]],
+                new: &b.0[..now[1]],
+            },
+        ];
+        let closed = close_set(&inputs, from, to, config, &tenants).expect("close");
+        assert_eq!(
+            closed.late, 0,
+            "no record is late when sets follow the watermark"
+        );
+        out.push(closed.report);
+        read = now;
+        from = to;
+    }
+    out
+}
+
+fn check(seed: u64, window_s: u64, horizon_ms: u64, per_buffer: u64, lag: usize) {
+    let config = MeterConfig {
+        window: WindowSize::from_seconds(window_s).expect("window"),
+        reorder_horizon_ns: horizon_ms * 1_000_000,
+        ..MeterConfig::default()
+    };
+    let t0 = 1_796_083_200 * SECOND;
+    let a = recording(seed, 100, t0 + 300_000_000, 3_000, per_buffer);
+    let b = recording(seed + 1, 200, t0 + 700_000_000, 2_000, per_buffer);
+    let oracle = whole(&[("a.gmr", &a.0), ("b.gmr", &b.0)], &config);
+    let sets = closed_in_steps(&a, &b, &config, lag);
+    assert!(
+        sets.len() >= 2,
+        "the run closes several sets ({})",
+        sets.len()
+    );
+    let named: Vec<(String, UsageReport)> = sets
+        .into_iter()
+        .enumerate()
+        .map(|(i, r)| (format!("set-{i:03}.json"), r))
+        .collect();
+    let merged = merge_reports(&named).expect("the sets merge");
+    assert_eq!(rows(&merged), rows(&oracle));
+    assert_eq!(merged.records.kernel, oracle.records.kernel);
+    assert_eq!(merged.records.skipped, oracle.records.skipped);
+    assert!(!merged
+        .loss
+        .iter()
+        .any(|l| l.reason == LossReason::Late.as_str()));
+}
+
+#[test]
+fn sets_closed_on_the_watermark_merge_to_the_whole_report() {
+    check(7, 1, 200, 250, 0);
+}
+
+#[test]
+fn a_recording_that_lags_the_other_holds_its_windows_open() {
+    check(11, 1, 100, 200, 3);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 12, .. ProptestConfig::default() })]
+    #[test]
+    fn any_cutting_merges_to_the_whole_report(seed in 0u64..1000, window in prop::sample::select(vec![1u64, 2, 3]), horizon in 0u64..400, per_buffer in 100u64..700, lag in 0usize..4) {
+        check(seed, window, horizon, per_buffer, lag);
+    }
+}
