@@ -320,6 +320,76 @@ impl AgentConfig {
     }
 }
 
+impl AgentConfig {
+    /// Reads every file the configuration names, as the agent will: the tenant map, each
+    /// events sink's mapping and bearer token (`gpumeter agent --check`).
+    ///
+    /// # Errors
+    /// [`crate::AgentError::TenantMap`] or [`crate::AgentError::Sink`], with the file's own
+    /// message (a mapping's `FILE:LINE:COLUMN`).
+    pub fn check_files(&self) -> Result<(), crate::AgentError> {
+        if let Some(p) = &self.tenant_map {
+            use gpumeter::TenantMapFile as _;
+            gpumeter_core::TenantMap::from_path(p)
+                .map_err(|e| crate::AgentError::TenantMap(e.to_string()))?;
+        }
+        for s in &self.sinks {
+            if let SinkConfig::Events(e) = s {
+                e.event_map()?;
+                e.token()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl EventsSinkConfig {
+    fn fail(&self, reason: String) -> crate::AgentError {
+        crate::AgentError::Sink {
+            sink: self.name.clone(),
+            reason,
+        }
+    }
+
+    /// The events mapping, read.
+    ///
+    /// # Errors
+    /// [`crate::AgentError::Sink`] with the mapping's error.
+    pub fn event_map(&self) -> Result<Option<gpumeter::events::EventMap>, crate::AgentError> {
+        self.mapping
+            .as_deref()
+            .map(gpumeter::events::EventMap::from_path)
+            .transpose()
+            .map_err(|e| self.fail(e.to_string()))
+    }
+
+    /// The bearer token: the file's text without trailing white space, or the environment
+    /// variable's value; `None` when neither is configured.
+    ///
+    /// # Errors
+    /// [`crate::AgentError::Sink`] when the file cannot be read, the variable is unset, or the
+    /// token is empty or holds characters a header cannot carry.
+    pub fn token(&self) -> Result<Option<String>, crate::AgentError> {
+        let token = if let Some(p) = &self.token_file {
+            std::fs::read_to_string(p)
+                .map_err(|e| self.fail(format!("token file {}: {e}", p.display())))?
+                .trim_end()
+                .to_string()
+        } else if let Some(v) = &self.token_env {
+            std::env::var(v)
+                .map_err(|_| self.fail(format!("environment variable {v} is not set")))?
+        } else {
+            return Ok(None);
+        };
+        if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic()) {
+            return Err(self.fail(
+                "the bearer token is empty or holds characters other than visible ASCII".into(),
+            ));
+        }
+        Ok(Some(token))
+    }
+}
+
 fn sink(
     s: &Spanned<RawSink>,
     at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,

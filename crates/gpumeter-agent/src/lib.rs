@@ -14,10 +14,55 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod agent;
 pub mod close;
 pub mod config;
 pub mod http;
 pub mod outbox;
+mod run;
+pub mod sinks;
 pub mod spool;
 pub mod state;
 pub mod tenant;
+
+pub use agent::{Agent, StepOutcome};
+pub use config::{AgentConfig, ConfigError};
+pub use run::{run, RunSummary};
+
+/// Why the agent cannot go on (each names the file or sink at fault).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A file or folder of the agent's.
+    #[error("{}: {error}", path.display())]
+    Io {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// The error.
+        #[source]
+        error: std::io::Error,
+    },
+    /// The checkpoint.
+    #[error(transparent)]
+    State(#[from] state::StateError),
+    /// The tenant map.
+    #[error("tenant map: {0}")]
+    TenantMap(String),
+    /// A window set that cannot be metered.
+    #[error("closing a window set: {0}")]
+    Close(#[from] close::CloseError),
+    /// A report or event that cannot be encoded.
+    #[error("encoding: {0}")]
+    Encode(String),
+    /// An events sink.
+    #[error("events sink `{sink}`: {reason}")]
+    Sink {
+        /// The sink's name.
+        sink: String,
+        /// What went wrong.
+        reason: String,
+    },
+}

@@ -22,6 +22,9 @@ pub struct RecordingState {
     pub file: String,
     /// Bytes of complete frames the last closed window set metered.
     pub read_to: u64,
+    /// The latest instant its records and memory events reach, as far as read (ns).
+    #[serde(default)]
+    pub end_ns: u64,
 }
 
 /// A window set being closed: `[from_ns, to_ns)` from the recordings' first `read_to` bytes.
@@ -174,6 +177,7 @@ mod tests {
             RecordingState {
                 file: "h-1.gmr".into(),
                 read_to: 4096,
+                end_ns: 7,
             },
         );
         c.pending = Some(PendingSet {

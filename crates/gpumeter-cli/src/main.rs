@@ -20,6 +20,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory as _, Parser, Subcommand};
 use gpumeter::core::text::{is_escaped, printable};
 
+mod agent;
 mod bank;
 mod bank_io;
 mod events;
@@ -106,6 +107,9 @@ enum Command {
     /// Run a command with gpumeter's CUDA injection library and record its GPU activity into a
     /// .gmr; exits with the command's exit code.
     Record(record::RecordArgs),
+    /// The node agent: meter a node's spool of recordings as it grows, close windows on the
+    /// node's watermark and ship them to sinks (docs/AGENT.md).
+    Agent(agent::AgentArgs),
     /// Inspect .gmr recordings.
     Recording {
         #[command(subcommand)]
@@ -222,11 +226,11 @@ fn run(cli: Cli) -> Result<Output, Failure> {
         Command::Bank {
             command: bank::BankCommand::Export(args),
         } => bank_io::export(args),
-        command => run_text(command).map(Output::Text),
+        command => run_text(command, cli.quiet).map(Output::Text),
     }
 }
 
-fn run_text(command: Command) -> Result<String, Failure> {
+fn run_text(command: Command, quiet: bool) -> Result<String, Failure> {
     match command {
         // `run` answers `usage` itself; this is the same command for a caller that wants text.
         Command::Usage {
@@ -250,6 +254,7 @@ fn run_text(command: Command) -> Result<String, Failure> {
         Command::Invoice { command } => invoice::invoice(command),
         Command::Bank { command } => bank::run(command),
         Command::Record(args) => record::run(args),
+        Command::Agent(args) => agent::run(args, quiet),
         Command::Recording { command } => record::recording(command),
         Command::Completions { shell } => completions(shell),
         Command::Man { dir } => man(dir),

@@ -1,0 +1,349 @@
+//! The agent's step: read the spool, close the windows the node's watermark allows, hand the
+//! set to every sink, checkpoint, retire what is finished and shipped.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use gpumeter_core::{MeterConfig, TenantMap};
+
+use crate::close::{close_set, SetInput};
+use crate::config::{AgentConfig, Finished};
+use crate::sinks::Sinks;
+use crate::spool::{Spool, SpoolEvent};
+use crate::state::{Checkpoint, PendingSet};
+use crate::AgentError;
+
+/// What one step did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StepOutcome {
+    /// Window sets closed and handed to the sinks.
+    pub sets_closed: u64,
+    /// Recordings retired (moved, deleted or compressed).
+    pub retired: u64,
+    /// Records counted as loss `late` in the sets closed.
+    pub late: u64,
+}
+
+/// The node agent ([crate docs](crate)).
+pub struct Agent {
+    config: AgentConfig,
+    spool: Spool,
+    checkpoint: Checkpoint,
+    sinks: Sinks,
+    tenant_map: TenantMap,
+    host: String,
+}
+
+impl Agent {
+    /// Opens the agent: creates the state folder, reads the checkpoint and the tenant map, and
+    /// opens every sink (its outbox).
+    ///
+    /// # Errors
+    /// [`AgentError`] when a folder cannot be made, the checkpoint or the tenant map cannot be
+    /// read, or a sink cannot be opened.
+    pub fn open(config: AgentConfig) -> Result<Agent, AgentError> {
+        let dir = |p: &Path| {
+            std::fs::create_dir_all(p).map_err(|error| AgentError::Io {
+                path: p.to_path_buf(),
+                error,
+            })
+        };
+        dir(&config.state_dir)?;
+        dir(&config.spool)?;
+        let checkpoint = Checkpoint::load(&config.state_dir)?;
+        let tenant_map = match &config.tenant_map {
+            Some(p) => {
+                use gpumeter::TenantMapFile as _;
+                TenantMap::from_path(p).map_err(|e| AgentError::TenantMap(e.to_string()))?
+            }
+            None => TenantMap::default(),
+        };
+        let sinks = Sinks::open(&config)?;
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|s| s.trim().to_string())
+            .ok()
+            .filter(|s| {
+                !s.is_empty()
+                    && s.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
+            })
+            .unwrap_or_else(|| "node".to_string());
+        Ok(Agent {
+            config,
+            spool: Spool::default(),
+            checkpoint,
+            sinks,
+            tenant_map,
+            host,
+        })
+    }
+
+    /// Whether nothing is left to do: no set pending and no recording in the spool.
+    pub fn is_idle(&self) -> bool {
+        self.checkpoint.pending.is_none() && self.spool.recordings.is_empty()
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// The checkpoint as it stands.
+    pub fn checkpoint(&self) -> &Checkpoint {
+        &self.checkpoint
+    }
+
+    /// The sinks (the events senders run from them).
+    pub fn sinks(&self) -> &Sinks {
+        &self.sinks
+    }
+
+    /// One step: finishes a set a stopped agent left pending, reads the spool, closes every
+    /// window the watermark allows (`once`: every window, every recording finished), and
+    /// retires finished recordings whose windows every sink has acknowledged.
+    ///
+    /// # Errors
+    /// [`AgentError`]: the spool cannot be read, a set cannot be metered or written, the
+    /// checkpoint cannot be written. Nothing is then marked done: the next step does it again.
+    pub fn step(&mut self, once: bool) -> Result<StepOutcome, AgentError> {
+        let mut out = StepOutcome::default();
+        let events = self
+            .spool
+            .poll(&self.config.spool, self.config.grace_ns, once)
+            .map_err(|error| AgentError::Io {
+                path: self.config.spool.clone(),
+                error,
+            })?;
+        self.report_spool_events(&events);
+        if let Some(p) = self.checkpoint.pending.clone() {
+            out.late += self.close(&p)?;
+            out.sets_closed += 1;
+        }
+        let to = self.edge(once);
+        if to > self.checkpoint.closed_to_ns {
+            let pending = self.pending(to);
+            self.checkpoint.pending = Some(pending.clone());
+            self.checkpoint.save(&self.config.state_dir)?;
+            out.late += self.close(&pending)?;
+            out.sets_closed += 1;
+        }
+        out.retired = self.retire()?;
+        Ok(out)
+    }
+
+    /// The edge up to which windows can close now: `u64::MAX` for `once`; else the node's
+    /// watermark — the least, over unfinished recordings, of the latest record start minus the
+    /// horizon, and the wall clock (on CUPTI's clock) minus the horizon, for processes whose
+    /// recordings are not in the spool yet — rounded down to a window boundary.
+    fn edge(&self, once: bool) -> u64 {
+        if once {
+            return u64::MAX;
+        }
+        let h = self.config.horizon_ns;
+        let now_unix = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let live = self.live();
+        let offset = live.iter().map(|r| r.clock_offset_ns).min().unwrap_or(0);
+        let now = u64::try_from((now_unix as i128 + offset).max(0)).unwrap_or(u64::MAX);
+        let mut w = now.saturating_sub(h);
+        for r in live.iter().filter(|r| !r.finished) {
+            w = w.min(r.progress_ns.saturating_sub(h));
+        }
+        let window = self.config.window.ns();
+        w / window * window
+    }
+
+    /// Recordings being followed: in the spool and not retired.
+    fn live(&self) -> Vec<&crate::spool::Recording> {
+        self.spool
+            .recordings
+            .values()
+            .filter(|r| !self.checkpoint.retired.contains_key(&r.identity))
+            .collect()
+    }
+
+    /// The next set: from the closed edge to `to`, over every live recording's complete bytes.
+    fn pending(&self, to: u64) -> PendingSet {
+        PendingSet {
+            from_ns: self.checkpoint.closed_to_ns,
+            to_ns: to,
+            read_to: self
+                .live()
+                .iter()
+                .map(|r| (r.identity.clone(), r.complete_len))
+                .collect(),
+        }
+    }
+
+    /// Closes `set`, hands it to the sinks and checkpoints. Returns the late records.
+    fn close(&mut self, set: &PendingSet) -> Result<u64, AgentError> {
+        let mut files: Vec<(String, String, Vec<u8>, u64, u64)> = Vec::new();
+        for (id, &read_to) in &set.read_to {
+            let Some(r) = self.spool.recordings.values().find(|r| &r.identity == id) else {
+                tracing::warn!(recording = %id, "a recording of the set being closed is gone: its usage in the set is not billed");
+                continue;
+            };
+            let bytes = match std::fs::read(&r.path) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::warn!(file = %r.path.display(), error = %e, "cannot read a recording of the set being closed: its usage in the set is not billed");
+                    continue;
+                }
+            };
+            let old = self.checkpoint.recordings.get(id).map_or(0, |s| s.read_to);
+            let new = read_to.min(bytes.len() as u64);
+            if new < read_to {
+                tracing::warn!(file = %r.path.display(), was = read_to, now = bytes.len(), "a recording shrank while its set was closed: what it lost is not billed");
+            }
+            files.push((r.name.clone(), id.clone(), bytes, old.min(new), new));
+        }
+        let inputs: Vec<SetInput<'_>> = files
+            .iter()
+            .map(|(name, id, bytes, old, new)| SetInput {
+                name,
+                identity: id,
+                old: &bytes[..*old as usize],
+                new: &bytes[..*new as usize],
+            })
+            .collect();
+        let config = MeterConfig {
+            window: self.config.window,
+            reorder_horizon_ns: self.config.horizon_ns,
+            ..MeterConfig::default()
+        };
+        let tenants = self.tenants();
+        let closed = close_set(&inputs, set.from_ns, set.to_ns, &config, &tenants)?;
+        if closed.late > 0 {
+            tracing::warn!(late = closed.late, "records arrived after their windows were closed: counted as loss `late`, never sent");
+        }
+        let set_id = format!("{}-{:020}-{:020}", self.host, set.from_ns, set.to_ns);
+        self.sinks.hand_over(&set_id, &closed.report)?;
+        for (name, id, _, _, new) in &files {
+            let s = self.checkpoint.recordings.entry(id.clone()).or_default();
+            s.file.clone_from(name);
+            s.read_to = *new;
+            if let Some(&end) = closed.ends.get(id) {
+                s.end_ns = s.end_ns.max(end);
+            }
+        }
+        // Recordings that left the spool (vanished, replaced) are no longer followed.
+        self.checkpoint
+            .recordings
+            .retain(|id, _| set.read_to.contains_key(id));
+        self.checkpoint.closed_to_ns = set.to_ns;
+        self.checkpoint.sets += 1;
+        self.checkpoint.pending = None;
+        self.checkpoint.save(&self.config.state_dir)?;
+        tracing::info!(set = %set_id, rows = closed.report.usage.len(), "closed a window set");
+        Ok(closed.late)
+    }
+
+    /// The tenant map with the rule's tenants by process id (the map's own entries first).
+    fn tenants(&self) -> TenantMap {
+        let mut map = self.tenant_map.clone();
+        let mut by_pid: BTreeMap<u32, String> = BTreeMap::new();
+        for r in self.live() {
+            let labels = crate::spool::labels(&r.header);
+            let Some((tenant, _)) = self.config.tenant.tenant(&labels) else {
+                continue;
+            };
+            let pid = r.header.process_id;
+            if let Some(other) = by_pid.insert(pid, tenant.as_str().to_string()) {
+                if other != tenant.as_str() {
+                    tracing::warn!(pid, first = %other, second = %tenant.as_str(), "two recordings of one process id name two tenants: the later one is used");
+                }
+            }
+            map.pid.entry(pid).or_insert(tenant);
+        }
+        map
+    }
+
+    /// Retires finished recordings whose every record lies in shipped windows and whose sets
+    /// every sink has acknowledged: recorded in the checkpoint first, then moved, deleted or
+    /// compressed (a restart between the two finishes the move).
+    fn retire(&mut self) -> Result<u64, AgentError> {
+        if !self.sinks.all_acknowledged()? {
+            return Ok(0);
+        }
+        let mut n = 0;
+        let candidates: Vec<(String, String, PathBuf)> = self
+            .spool
+            .recordings
+            .values()
+            .filter(|r| r.finished)
+            .filter(|r| {
+                self.checkpoint.retired.contains_key(&r.identity)
+                    || self
+                        .checkpoint
+                        .recordings
+                        .get(&r.identity)
+                        .is_some_and(|s| {
+                            s.read_to >= r.complete_len && s.end_ns <= self.checkpoint.closed_to_ns
+                        })
+            })
+            .map(|r| (r.name.clone(), r.identity.clone(), r.path.clone()))
+            .collect();
+        for (name, id, path) in candidates {
+            if !self.checkpoint.retired.contains_key(&id) {
+                self.checkpoint.recordings.remove(&id);
+                self.checkpoint.retired.insert(id.clone(), name.clone());
+                self.checkpoint.save(&self.config.state_dir)?;
+            }
+            self.put_away(&path)?;
+            self.spool.forget(&name);
+            tracing::info!(file = %name, "retired a finished, shipped recording");
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn put_away(&self, path: &Path) -> Result<(), AgentError> {
+        let io = |error| AgentError::Io {
+            path: path.to_path_buf(),
+            error,
+        };
+        let done = self.config.spool.join("done");
+        let name = path.file_name().unwrap_or_default();
+        match self.config.finished {
+            Finished::Delete => std::fs::remove_file(path).map_err(io),
+            Finished::Move => {
+                std::fs::create_dir_all(&done).map_err(io)?;
+                std::fs::rename(path, done.join(name)).map_err(io)
+            }
+            Finished::Compress => {
+                std::fs::create_dir_all(&done).map_err(io)?;
+                let mut gz = name.to_os_string();
+                gz.push(".gz");
+                let bytes = std::fs::read(path).map_err(io)?;
+                let mut enc =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                std::io::Write::write_all(&mut enc, &bytes).map_err(io)?;
+                let packed = enc.finish().map_err(io)?;
+                crate::state::write_atomic(&done.join(gz), &packed).map_err(io)?;
+                std::fs::remove_file(path).map_err(io)
+            }
+        }
+    }
+
+    fn report_spool_events(&self, events: &[SpoolEvent]) {
+        for e in events {
+            match e {
+                SpoolEvent::New(name) => tracing::info!(file = %name, "following a new recording"),
+                SpoolEvent::Truncated { name, was, now } => {
+                    tracing::warn!(file = %name, was, now, "a recording shrank below what was read of it: what it lost in open windows is not billed")
+                }
+                SpoolEvent::Replaced { name, was } => {
+                    tracing::warn!(file = %name, was = %was, "a recording was replaced by another under the same name: the first one's usage in open windows is not billed; the new one is followed, and its records in closed windows are loss `late`")
+                }
+                SpoolEvent::Vanished(name) => {
+                    tracing::warn!(file = %name, "a recording disappeared before it finished: its usage in open windows is not billed")
+                }
+                SpoolEvent::Unreadable { name, reason } => {
+                    tracing::warn!(file = %name, reason = %reason, "a file in the spool is not a readable recording")
+                }
+            }
+        }
+    }
+}

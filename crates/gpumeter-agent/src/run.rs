@@ -1,0 +1,103 @@
+//! The agent's loop: a step whenever the spool changes (inotify through `notify`) or the poll
+//! period passes, until the stop flag is set (SIGTERM, SIGINT) or, with `once`, until every
+//! window is closed and delivered.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use notify::Watcher as _;
+
+use crate::{Agent, AgentConfig, AgentError};
+
+/// What a run did, for its last log line.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    /// Steps taken.
+    pub steps: u64,
+    /// Window sets closed.
+    pub sets_closed: u64,
+    /// Recordings retired.
+    pub retired: u64,
+    /// Records counted as loss `late`.
+    pub late: u64,
+}
+
+/// Runs the agent of `config` until `stop` is set, or, with `once`, until the spool as it
+/// stands is closed, shipped and retired. A step in progress when `stop` is set is finished
+/// (its set handed over and checkpointed) before the run returns.
+///
+/// The spool is watched with inotify where the system offers it; else, and always as a
+/// backstop, it is read every `poll`.
+///
+/// # Errors
+/// [`AgentError`] of [`Agent::open`] or of a step that fails: the checkpoint then still holds
+/// the last set handed over, and a restart goes on from there.
+pub fn run(
+    config: AgentConfig,
+    once: bool,
+    stop: Arc<AtomicBool>,
+) -> Result<RunSummary, AgentError> {
+    let poll = config.poll;
+    let spool = config.spool.clone();
+    let mut agent = Agent::open(config)?;
+    let senders = agent.sinks().start_senders(Arc::clone(&stop));
+    let (tx, rx) = mpsc::channel::<()>();
+    let _watcher = watch(&spool, tx);
+    let mut summary = RunSummary::default();
+    let result = (|| {
+        while !stop.load(Ordering::SeqCst) {
+            let out = agent.step(once)?;
+            summary.steps += 1;
+            summary.sets_closed += out.sets_closed;
+            summary.retired += out.retired;
+            summary.late += out.late;
+            if once && agent.sinks().all_acknowledged()? && agent.is_idle() {
+                break;
+            }
+            // Wait for a change in the spool, the poll period, or the stop flag.
+            let _ = rx.recv_timeout(if once {
+                Duration::from_millis(50)
+            } else {
+                poll
+            });
+            while rx.try_recv().is_ok() {}
+        }
+        Ok(summary.clone())
+    })();
+    stop.store(true, Ordering::SeqCst);
+    agent.sinks().wake_senders();
+    for s in senders {
+        let _ = s.join();
+    }
+    tracing::info!(
+        steps = summary.steps,
+        sets = summary.sets_closed,
+        retired = summary.retired,
+        late = summary.late,
+        "agent stopped"
+    );
+    result
+}
+
+/// Watches `dir` for changes: each event sends `()` on `tx`. `None` (the loop polls) when the
+/// system has no watcher for it.
+fn watch(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
+    let handler = move |_event: notify::Result<notify::Event>| {
+        let _ = tx.send(());
+    };
+    match notify::recommended_watcher(handler) {
+        Ok(mut w) => match w.watch(dir, notify::RecursiveMode::NonRecursive) {
+            Ok(()) => Some(w),
+            Err(e) => {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot watch the spool: polling it");
+                None
+            }
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "no file watcher: polling the spool");
+            None
+        }
+    }
+}
