@@ -614,6 +614,7 @@ fn one_gpu_header(
             version: "0".into(),
         },
         instrumented: false,
+        labels: Default::default(),
     }
 }
 

@@ -1,6 +1,7 @@
 //! How a [`Collector`](crate::Collector) runs: [`CollectorConfig`], its defaults and accepted ranges, and the
 //! check made before CUPTI is touched.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -123,6 +124,11 @@ pub struct CollectorConfig {
     /// unsupported GPU) is an error of the stop report, and collection goes on. Default
     /// `None` (off).
     pub flops: Option<FlopsConfig>,
+    /// Labels of the process for the header's
+    /// [`labels`](gpumeter_recording::gmr::GmrHeader::labels) (key → value), copied as given;
+    /// [`labels::process_labels`](crate::labels::process_labels) gives the ones the injection
+    /// library records. Default empty (no `labels` key in the header).
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Default for CollectorConfig {
@@ -145,6 +151,7 @@ impl Default for CollectorConfig {
             instructions: false,
             pm_sampling: None,
             flops: None,
+            labels: BTreeMap::new(),
         }
     }
 }

@@ -65,6 +65,7 @@ mod error;
 mod event;
 mod ffi;
 mod flops;
+pub mod labels;
 mod live;
 mod nvml;
 mod pmsampling;

@@ -79,7 +79,7 @@ fn check_apis(cupti: &Cupti, config: &CollectorConfig) -> Result<(), CollectorEr
     Ok(())
 }
 
-/// The header the sink begins with: API version, host, clock pair, process, producer.
+/// The header the sink begins with: API version, host, clock pair, process, producer, labels.
 fn start_header(cupti: &Cupti, api: ApiVersion, config: &CollectorConfig) -> GmrHeader {
     let clock = ClockPair {
         cupti_timestamp_ns: cupti.timestamp().unwrap_or(0),
@@ -93,6 +93,7 @@ fn start_header(cupti: &Cupti, api: ApiVersion, config: &CollectorConfig) -> Gmr
         devices: Vec::new(),
         producer: config.producer.clone(),
         instrumented: config.instructions,
+        labels: config.labels.clone(),
     }
 }
 

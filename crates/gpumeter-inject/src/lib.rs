@@ -33,6 +33,7 @@
 //! | `GPUMETER_FLOPS` | `1`: FLOP counters (`CollectorConfig::flops`, CUDA 12.6+): per kernel launch, CUPTI's SASS op counters and the chip's tensor-path operation counters, collected with the range profiler (auto range, kernel replay: kernels are serialized and each runs once per counter pass) into operation-counters frames. Needs GPU performance-counter permission, like PM sampling; a context that cannot be profiled is reported on stderr, the program runs on. A report from such a recording carries the instrumentation warning. |
 //! | `GPUMETER_PM_INTERVAL_NS` | time between PM samples, 1000 … 1000000000 ns (default 100000, 100 µs). |
 //! | `GPUMETER_VERBOSE` | `1`: say on stderr where the recording goes and what it holds. |
+//! | `GPUMETER_TENANT`, `POD_NAMESPACE`, `POD_NAME`, `POD_UID` | not read by the library: recorded as they are in the recording header's `labels` (each under its own name, when set and not empty), with `cgroup`, the process's cgroup path from `/proc/self/cgroup` (the cgroup v2 `0::` line, else the first line), so that the node agent's tenant rule (`tenant = "{POD_NAMESPACE}"`) can attribute the process's work. Kubernetes sets the `POD_*` variables through the downward API (docs/AGENT.md). |
 //!
 //! Problems are reported on stderr with the prefix `gpumeter-inject:`; the program itself
 //! always runs on. If the collector cannot start, `InitializeInjection` returns 0 and nothing
@@ -253,6 +254,7 @@ fn config_from_env() -> CollectorConfig {
         &mut |m| say(m),
     );
     config.flops = flops_from_env(env_nonempty("GPUMETER_FLOPS").as_deref(), &mut |m| say(m));
+    config.labels = gpumeter_collector::labels::process_labels();
     config
 }
 

@@ -402,3 +402,150 @@ fn a_second_process_does_not_clobber_the_first() {
         .expect("job.<pid>.gmr");
     assert!(pid.bytes().all(|b| b.is_ascii_digit()), "{names:?}");
 }
+
+/// The one `.gmr` in `spool`, if there is one yet.
+fn spooled(spool: &Path) -> Option<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(spool)
+        .ok()?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "gmr"))
+        .collect();
+    assert!(found.len() <= 1, "one process, one recording: {found:?}");
+    found.pop()
+}
+
+/// The kernel records of a recording's activity buffers, per buffer: `(start_ns, end_ns)`.
+fn kernels_per_buffer(file: &gpumeter_recording::gmr::GmrFile) -> Vec<Vec<(u64, u64)>> {
+    let mut out = Vec::new();
+    for f in &file.frames {
+        if let gpumeter_recording::gmr::Frame::ActivityBuffer(b) = &f.frame {
+            let d =
+                gpumeter_cupti::decode(b, gpumeter_cupti::ApiVersion::Cupti12_8).expect("decodes");
+            let k: Vec<(u64, u64)> = d
+                .records
+                .into_iter()
+                .filter_map(|r| match r.record {
+                    gpumeter_cupti::Record::Kernel(k) => Some((k.start, k.end)),
+                    _ => None,
+                })
+                .collect();
+            if !k.is_empty() {
+                out.push(k);
+            }
+        }
+    }
+    out
+}
+
+/// The fake's streaming mode under the injection library, as the node agent sees a process:
+/// the recording in the spool grows while the process runs (complete frames readable from
+/// the bytes so far), and ends finished, with the process's labels in its header and kernel
+/// records from many buffers, in time order.
+#[test]
+fn a_running_process_streams_a_labelled_recording() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some((fake, app)) = build_fakes(dir.path()) else {
+        return;
+    };
+    let spool = dir.path().join("spool");
+    let mut child = Command::new(&app)
+        .env("CUDA_INJECTION64_PATH", inject_lib())
+        .env("GPUMETER_CUPTI_LIB", &fake)
+        .env("GPUMETER_OUT", spool.join("%h-%p.gmr"))
+        .env("GPUMETER_FLUSH_PERIOD_MS", "50")
+        .env("FAKE_CUPTI_STREAM_MS", "50")
+        .env("FAKE_APP_RUN_MS", "600")
+        .env("POD_NAMESPACE", "team-a")
+        .env("GPUMETER_TENANT", "alice")
+        .env("POD_NAME", "")
+        .env_remove("POD_UID")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the fake CUDA program");
+    let pid = child.id();
+    // Frame counts of the recording read while the process was still running (checked
+    // after each read).
+    let mut seen = std::collections::BTreeSet::new();
+    let status = loop {
+        let counted = spooled(&spool)
+            .and_then(|p| std::fs::read(p).ok())
+            .and_then(|bytes| gpumeter_recording::gmr::read_gmr(&bytes).ok())
+            .map(|f| f.frames.len());
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        seen.extend(counted);
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let o = child.wait_with_output().expect("output");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(status.success(), "{status}: {stdout}\n{stderr}");
+    assert!(
+        stdout.contains("InitializeInjection=1"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        seen.len() >= 2,
+        "the recording grows while the process runs: frame counts seen {seen:?}\n{stderr}"
+    );
+
+    let path = spooled(&spool).expect("the recording");
+    let name = path
+        .file_name()
+        .expect("name")
+        .to_string_lossy()
+        .into_owned();
+    assert!(name.ends_with(&format!("-{pid}.gmr")), "{name}");
+    let bytes = std::fs::read(&path).expect("read");
+    let file = gpumeter_recording::gmr::read_gmr(&bytes).expect("a valid .gmr");
+    assert!(file.finished && file.torn.is_none() && file.damaged.is_empty());
+    assert!(file.frames.len() >= *seen.last().expect("seen"), "{seen:?}");
+    let labels = &file.header.labels;
+    assert_eq!(
+        labels.get("POD_NAMESPACE").map(String::as_str),
+        Some("team-a")
+    );
+    assert_eq!(
+        labels.get("GPUMETER_TENANT").map(String::as_str),
+        Some("alice")
+    );
+    assert!(!labels.contains_key("POD_NAME") && !labels.contains_key("POD_UID"));
+    // The child's cgroup is this test's (inherited).
+    let cgroup = std::fs::read_to_string("/proc/self/cgroup").ok();
+    assert_eq!(
+        labels.get("cgroup").map(String::as_str),
+        cgroup
+            .as_deref()
+            .and_then(gpumeter_collector::labels::cgroup_path),
+        "{labels:?}"
+    );
+    assert_eq!(
+        file.header.devices[0].uuid.as_deref(),
+        Some("GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf")
+    );
+
+    let buffers = kernels_per_buffer(&file);
+    assert!(
+        buffers.len() >= 2,
+        "kernels in several buffers: {buffers:?}"
+    );
+    assert!(buffers.iter().all(|b| b.len() == 5), "{buffers:?}");
+    let kernels: Vec<(u64, u64)> = buffers.concat();
+    assert!(
+        kernels.windows(2).all(|w| w[0].1 <= w[1].0),
+        "the process's kernels are in time order: {kernels:?}"
+    );
+    assert!(kernels.iter().all(|(s, e)| e - s == 2000), "{kernels:?}");
+    // Near the recording's clock: after its start, not before.
+    let t0 = file.header.clock.cupti_timestamp_ns;
+    assert!(kernels[0].0 + 1_000_000 >= t0, "{t0} {kernels:?}");
+
+    let mut meter = gpumeter_core::Meter::new(gpumeter_core::MeterConfig::default());
+    let s = gpumeter_recording::meter_gmr(&mut meter, &name, &bytes, &Default::default())
+        .expect("meters");
+    assert_eq!(s.records, kernels.len() as u64);
+    assert_eq!(s.device_keys, ["GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf"]);
+}

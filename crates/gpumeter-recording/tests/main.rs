@@ -605,6 +605,7 @@ mod gmr_format {
                 version: "0".into(),
             },
             instrumented: false,
+            labels: Default::default(),
         }
     }
 

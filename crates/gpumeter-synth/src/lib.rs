@@ -681,6 +681,7 @@ impl Generator {
                 version: env!("CARGO_PKG_VERSION").into(),
             },
             instrumented: false,
+            labels: Default::default(),
         }
     }
 }

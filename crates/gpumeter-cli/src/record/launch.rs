@@ -206,6 +206,7 @@ fn write_empty(path: &Path, pid: u32) -> Result<(), String> {
             version: env!("CARGO_PKG_VERSION").to_string(),
         },
         instrumented: false,
+        labels: Default::default(),
     };
     // Whole or not at all, as every file gpumeter writes (a temporary file beside it,
     // renamed); never over a recording the command's processes made meanwhile.

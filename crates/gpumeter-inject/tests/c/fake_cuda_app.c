@@ -4,7 +4,9 @@
  * InitializeInjection; then it tags some "work" for a tenant through the library's helpers
  * and exits with the status given as its first argument (0 by default), so the injection
  * library's exit handler runs as in a real CUDA program. With fake_cupti.c as libcupti, the
- * recording then holds the fake's kernel records.
+ * recording then holds the fake's kernel records. FAKE_APP_RUN_MS=<ms> (default 0) makes it
+ * sleep that long before exiting, as a program whose work runs a while (with the fake's
+ * streaming mode, its recording grows meanwhile).
  *
  * Build: cc -o fake_cuda_app fake_cuda_app.c -ldl
  */
@@ -12,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 int main(int argc, char **argv) {
   const char *path = getenv("CUDA_INJECTION64_PATH");
@@ -45,5 +48,12 @@ int main(int argc, char **argv) {
     printf("push=%d hint=%d pop=%d last=%llu\n", a, b, c, (unsigned long long)last);
   }
   fflush(stdout);
+  const char *run = getenv("FAKE_APP_RUN_MS");
+  long ms = run && *run ? strtol(run, NULL, 10) : 0;
+  if (ms > 0) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0) {
+    }
+  }
   return argc > 1 ? atoi(argv[1]) : 0;
 }

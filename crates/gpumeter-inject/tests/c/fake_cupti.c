@@ -34,9 +34,25 @@
  * the tensor total 100*(r+1). FAKE_CUPTI_FAILED_LAUNCH=k makes launch k return an error at its
  * exit callback (functionReturnValue nonzero) and make no range (its kernel record stays).
  *
+ * Streaming mode (FAKE_CUPTI_STREAM_MS=<ms>, default 0 = off): once the buffer callbacks are
+ * registered and CONCURRENT_KERNEL is enabled, a background thread completes one buffer every
+ * <ms> ms, as CUPTI does with a flush period, each holding FAKE_CUPTI_STREAM_KERNELS (default 5)
+ * CONCURRENT_KERNEL records taken from the real clock (CLOCK_REALTIME, as cuptiGetTimestamp)
+ * when the buffer is made: kernel i of n starts at now - (n - i) * step and lasts
+ * FAKE_CUPTI_KERNEL_NS (default 2000) ns, step = 100 us (or the duration + 1 us when longer),
+ * so every kernel has ended by the buffer's completion and the kernels of a process are in
+ * time order (a start never earlier than the previous one's plus the step). The first buffer
+ * made carries the DEVICE record (the same UUID in every process: processes share one GPU). A
+ * non-forced cuptiActivityFlushAll completes one such buffer at once; the forced flush at exit
+ * stops the thread (joined: no callback after it returns) and completes one last buffer.
+ * FAKE_CUPTI_KERNELS and the launch callbacks of the FLOP counters apply only when streaming
+ * is off, which keeps the behaviour above unchanged. The fake's shared state is behind a mutex:
+ * the collector's callbacks may run on any thread.
+ *
  * Build: cc -shared -fPIC -Ibindings/cupti/shim -I"$CUPTI12_INCLUDE" -I"$CUDA12_INCLUDE" -o libcupti.so.12
  *        fake_cupti.c -lpthread
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,6 +73,9 @@
 
 static CUpti_BuffersCallbackRequestFunc g_request;
 static CUpti_BuffersCallbackCompleteFunc g_complete;
+/* Guards g_dropped_reported, g_next_correlation and the streaming state below; never held
+ * while a callback of the collector runs. */
+static pthread_mutex_t g_state_lock = PTHREAD_MUTEX_INITIALIZER;
 static int g_dropped_reported;
 static uint32_t g_next_correlation = 1;
 
@@ -114,6 +133,8 @@ CUptiResult cuptiUnsubscribe(CUpti_SubscriberHandle subscriber) {
   return CUPTI_SUCCESS;
 }
 
+static void stream_start(void);
+
 CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc request,
                                            CUpti_BuffersCallbackCompleteFunc complete) {
   g_request = request;
@@ -122,8 +143,9 @@ CUptiResult cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requ
 }
 
 CUptiResult cuptiActivityEnable(CUpti_ActivityKind kind) {
-  (void)kind;
-  return (CUptiResult)env_long("FAKE_CUPTI_ENABLE_RC", 0);
+  long rc = env_long("FAKE_CUPTI_ENABLE_RC", 0);
+  if (rc == 0 && kind == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) stream_start();
+  return (CUptiResult)rc;
 }
 
 CUptiResult cuptiActivityDisable(CUpti_ActivityKind kind) {
@@ -156,8 +178,10 @@ CUptiResult cuptiActivityGetNumDroppedRecords(CUcontext ctx, uint32_t stream, si
     abort();
   }
   if (!dropped) return CUPTI_ERROR_INVALID_PARAMETER;
+  pthread_mutex_lock(&g_state_lock);
   *dropped = g_dropped_reported ? 0 : (size_t)env_long("FAKE_CUPTI_DROPPED", 0);
   g_dropped_reported = 1;
+  pthread_mutex_unlock(&g_state_lock);
   return CUPTI_SUCCESS;
 }
 
@@ -168,7 +192,8 @@ struct job {
   size_t valid;
 };
 
-static struct job make_buffer(long n, int with_device, uint64_t *t) {
+/* A buffer from the collector, checked: 8-byte aligned and zeroed. */
+static struct job request_buffer(void) {
   struct job j = {0};
   size_t max = 0;
   g_request(&j.buf, &j.size, &max);
@@ -182,48 +207,70 @@ static struct job make_buffer(long n, int with_device, uint64_t *t) {
       abort();
     }
   }
-  if (with_device) {
-    CUpti_ActivityDevice5 d;
-    memset(&d, 0, sizeof d);
-    d.kind = CUPTI_ACTIVITY_KIND_DEVICE;
-    d.id = 0;
-    d.name = DEVICE_NAME;
-    d.numMultiprocessors = 132;
-    d.computeCapabilityMajor = 9;
-    d.computeCapabilityMinor = 0;
-    d.numThreadsPerWarp = 32;
-    d.maxWarpsPerMultiprocessor = 64;
-    d.maxBlocksPerMultiprocessor = 32;
-    d.maxRegistersPerMultiprocessor = 65536;
-    d.maxRegistersPerBlock = 65536;
-    d.maxSharedMemoryPerMultiprocessor = 233472;
-    d.maxSharedMemoryPerBlock = 49152;
-    for (int b = 0; b < 16; b++) d.uuid.bytes[b] = (char)(0xa0 + b);
-    memcpy(j.buf + j.valid, &d, sizeof d);
-    j.valid += sizeof d;
-  }
+  return j;
+}
+
+/* Appends the DEVICE record of the one fake GPU (device 0, an H200 with a fixed UUID). */
+static void put_device(struct job *j) {
+  CUpti_ActivityDevice5 d;
+  memset(&d, 0, sizeof d);
+  d.kind = CUPTI_ACTIVITY_KIND_DEVICE;
+  d.id = 0;
+  d.name = DEVICE_NAME;
+  d.numMultiprocessors = 132;
+  d.computeCapabilityMajor = 9;
+  d.computeCapabilityMinor = 0;
+  d.numThreadsPerWarp = 32;
+  d.maxWarpsPerMultiprocessor = 64;
+  d.maxBlocksPerMultiprocessor = 32;
+  d.maxRegistersPerMultiprocessor = 65536;
+  d.maxRegistersPerBlock = 65536;
+  d.maxSharedMemoryPerMultiprocessor = 233472;
+  d.maxSharedMemoryPerBlock = 49152;
+  for (int b = 0; b < 16; b++) d.uuid.bytes[b] = (char)(0xa0 + b);
+  memcpy(j->buf + j->valid, &d, sizeof d);
+  j->valid += sizeof d;
+}
+
+static uint32_t next_correlation(void) {
+  pthread_mutex_lock(&g_state_lock);
+  uint32_t id = g_next_correlation++;
+  pthread_mutex_unlock(&g_state_lock);
+  return id;
+}
+
+/* Appends a kernel record of [start, end) ns; 0 when the buffer is full. */
+static int put_kernel(struct job *j, uint64_t start, uint64_t end) {
+  CUpti_ActivityKernel9 k;
+  memset(&k, 0, sizeof k);
+  k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
+  k.start = start;
+  k.end = end;
+  k.deviceId = 0;
+  k.contextId = 1;
+  k.streamId = 7;
+  k.correlationId = next_correlation();
+  k.gridX = 264;
+  k.gridY = 1;
+  k.gridZ = 1;
+  k.blockX = 256;
+  k.blockY = 1;
+  k.blockZ = 1;
+  k.registersPerThread = 32;
+  k.name = KERNEL_NAMES[k.correlationId % 2];
+  if (j->valid + sizeof k > j->size) return 0;
+  memcpy(j->buf + j->valid, &k, sizeof k);
+  j->valid += sizeof k;
+  return 1;
+}
+
+static struct job make_buffer(long n, int with_device, uint64_t *t) {
+  struct job j = request_buffer();
+  if (with_device) put_device(&j);
   for (long i = 0; i < n; i++) {
-    CUpti_ActivityKernel9 k;
-    memset(&k, 0, sizeof k);
-    k.kind = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL;
-    k.start = *t;
-    k.end = *t + 2000;
+    uint64_t start = *t;
     *t += 3000;
-    k.deviceId = 0;
-    k.contextId = 1;
-    k.streamId = 7;
-    k.correlationId = g_next_correlation++;
-    k.gridX = 264;
-    k.gridY = 1;
-    k.gridZ = 1;
-    k.blockX = 256;
-    k.blockY = 1;
-    k.blockZ = 1;
-    k.registersPerThread = 32;
-    k.name = KERNEL_NAMES[k.correlationId % 2];
-    if (j.valid + sizeof k > j.size) break;
-    memcpy(j.buf + j.valid, &k, sizeof k);
-    j.valid += sizeof k;
+    if (!put_kernel(&j, start, start + 2000)) break;
   }
   return j;
 }
@@ -238,8 +285,115 @@ static void *complete_on_worker(void *arg) {
 static int g_launch_callback;
 static void play_launches(long n);
 
+/* ---- streaming mode (FAKE_CUPTI_STREAM_MS) ---- */
+
+/* One stream buffer is made and completed at a time (held across the completion callback;
+ * the callback never takes it). */
+static pthread_mutex_t g_produce_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_stream_wake = PTHREAD_COND_INITIALIZER;
+/* Under g_state_lock: */
+static int g_stream_started, g_stream_stop, g_stream_device_sent;
+static uint64_t g_stream_last_start;
+static pthread_t g_stream_thread;
+
+static long stream_ms(void) { return env_long("FAKE_CUPTI_STREAM_MS", 0); }
+
+/* Makes and completes one buffer of FAKE_CUPTI_STREAM_KERNELS kernels that ended by now. */
+static void stream_buffer(void) {
+  long n = env_long("FAKE_CUPTI_STREAM_KERNELS", 5);
+  uint64_t dur = (uint64_t)env_long("FAKE_CUPTI_KERNEL_NS", 2000);
+  uint64_t step = dur < 100000 ? 100000 : dur + 1000;
+  pthread_mutex_lock(&g_produce_lock);
+  pthread_mutex_lock(&g_state_lock);
+  int with_device = !g_stream_device_sent;
+  g_stream_device_sent = 1;
+  pthread_mutex_unlock(&g_state_lock);
+  struct job j = request_buffer();
+  if (with_device) put_device(&j);
+  uint64_t now = now_ns();
+  for (long i = 0; i < n; i++) {
+    uint64_t start = now - (uint64_t)(n - i) * step;
+    pthread_mutex_lock(&g_state_lock);
+    if (g_stream_last_start != 0 && start < g_stream_last_start + step)
+      start = g_stream_last_start + step;
+    g_stream_last_start = start;
+    pthread_mutex_unlock(&g_state_lock);
+    if (!put_kernel(&j, start, start + dur)) break;
+  }
+  complete_on_worker(&j);
+  pthread_mutex_unlock(&g_produce_lock);
+}
+
+static void *stream_main(void *arg) {
+  long ms = (long)(intptr_t)arg;
+  pthread_mutex_lock(&g_state_lock);
+  while (!g_stream_stop) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+      until.tv_sec++;
+      until.tv_nsec -= 1000000000L;
+    }
+    int rc = 0;
+    while (!g_stream_stop && rc != ETIMEDOUT)
+      rc = pthread_cond_timedwait(&g_stream_wake, &g_state_lock, &until);
+    if (g_stream_stop) break;
+    pthread_mutex_unlock(&g_state_lock);
+    stream_buffer();
+    pthread_mutex_lock(&g_state_lock);
+  }
+  pthread_mutex_unlock(&g_state_lock);
+  return NULL;
+}
+
+/* Starts the stream thread once, when streaming is on and the callbacks are registered. */
+static void stream_start(void) {
+  long ms = stream_ms();
+  if (ms <= 0 || !g_request || !g_complete) return;
+  pthread_mutex_lock(&g_state_lock);
+  int start = !g_stream_started;
+  g_stream_started = 1;
+  pthread_mutex_unlock(&g_state_lock);
+  if (start && pthread_create(&g_stream_thread, NULL, stream_main, (void *)(intptr_t)ms) != 0) {
+    fprintf(stderr, "fake_cupti: cannot start the stream thread\n");
+    abort();
+  }
+}
+
+/* Stops the stream thread and waits for it: no completion from it after this returns. */
+static void stream_stop(void) {
+  pthread_mutex_lock(&g_state_lock);
+  int join = g_stream_started && !g_stream_stop;
+  g_stream_stop = 1;
+  pthread_cond_broadcast(&g_stream_wake);
+  pthread_mutex_unlock(&g_state_lock);
+  if (join) pthread_join(g_stream_thread, NULL);
+}
+
+/* cuptiActivityFlushAll in streaming mode: one buffer now; the forced flush stops the thread
+ * first and completes the last buffer, once. */
+static void stream_flush(uint32_t flag) {
+  static int final_done;
+  if (!g_request || !g_complete) return;
+  if (!(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED)) {
+    stream_buffer();
+    return;
+  }
+  stream_stop();
+  pthread_mutex_lock(&g_state_lock);
+  int last = !final_done;
+  final_done = 1;
+  pthread_mutex_unlock(&g_state_lock);
+  if (last) stream_buffer();
+}
+
 CUptiResult cuptiActivityFlushAll(uint32_t flag) {
-  (void)flag;
+  if (stream_ms() > 0) {
+    stream_flush(flag);
+    return CUPTI_SUCCESS;
+  }
   static int flushed;
   if (flushed || !g_request || !g_complete) return CUPTI_SUCCESS;
   flushed = 1;

@@ -67,6 +67,16 @@ pub struct GmrHeader {
     /// recordings without it (and their digests) are unchanged.
     #[serde(default, skip_serializing_if = "is_false")]
     pub instrumented: bool,
+    /// Labels of the metered process, for a tenant rule (the node agent's `tenant = "{KEY}"`):
+    /// key → value, both UTF-8. The injection library records the environment variables
+    /// `GPUMETER_TENANT`, `POD_NAMESPACE`, `POD_NAME` and `POD_UID` under their own names,
+    /// each only when set and non-empty in the process's environment, and `cgroup`: the
+    /// process's cgroup path (the path of the `0::` line of `/proc/self/cgroup`, cgroup v2;
+    /// else the first line's path), absent when unreadable. Other producers may add other
+    /// keys. Omitted from the JSON when empty, so recordings without labels (and their
+    /// digests) are unchanged, and older recordings read as having none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 fn is_false(b: &bool) -> bool {

@@ -105,3 +105,35 @@ proptest! {
         }
     }
 }
+
+/// The header's `labels`: absent from the JSON when empty (recordings without labels are
+/// byte-identical to before), read back when present, and empty for a header without the key.
+#[test]
+fn header_labels_are_omitted_when_empty_and_round_trip() {
+    let plain = GmrHeader {
+        cupti_api_version: 26,
+        process_id: 7,
+        ..GmrHeader::default()
+    };
+    let json = serde_json::to_string(&plain).expect("serializes");
+    assert!(!json.contains("labels"), "{json}");
+
+    let mut labelled = plain.clone();
+    labelled
+        .labels
+        .insert("POD_NAMESPACE".to_string(), "team-a".to_string());
+    labelled
+        .labels
+        .insert("cgroup".to_string(), "/kubepods.slice/x".to_string());
+    let mut bytes = Vec::new();
+    GmrWriter::new(&mut bytes, &labelled)
+        .and_then(GmrWriter::finish)
+        .expect("writes");
+    let back = read_gmr(&bytes).expect("reads");
+    assert_eq!(back.header, labelled);
+
+    let older: GmrHeader =
+        serde_json::from_str(r#"{"cupti_api_version":26,"process_id":7}"#).expect("reads");
+    assert!(older.labels.is_empty());
+    assert_eq!(older, plain);
+}
