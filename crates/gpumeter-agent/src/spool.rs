@@ -25,8 +25,7 @@ pub fn identity(h: &GmrHeader) -> String {
 
 /// The labels of a recording's header (the tenant rule's input).
 pub fn labels(h: &GmrHeader) -> BTreeMap<String, String> {
-    let _ = h;
-    BTreeMap::new() // LABELS-STUB: the header's labels once the field lands
+    h.labels.clone()
 }
 
 /// One recording of the spool, as far as it is read.

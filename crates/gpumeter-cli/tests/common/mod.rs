@@ -3,6 +3,8 @@
 //! the project's schemas. Each test target uses some of them.
 #![allow(dead_code)]
 
+pub mod fakes;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
