@@ -26,6 +26,9 @@ use crate::outbox::{Outbox, OutboxError, Progress, Rejection, Request};
 /// The most bytes of a response body kept for logs and `rejected/<id>.reason`.
 const RESPONSE_EXCERPT_BYTES: u64 = 4096;
 
+/// From this many failed tries in a row, a failed try is logged as an error, not a warning.
+pub const ESCALATE_AFTER: u32 = 5;
+
 /// The longest `Retry-After` honoured; a longer one is cut to this.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(3600);
 
@@ -239,75 +242,94 @@ impl Sender {
     pub fn deliver(&mut self, outbox: &Outbox, stop: &AtomicBool) -> Result<Delivered, HttpError> {
         let mut done = Delivered::default();
         for id in outbox.pending() {
-            if stop.load(Ordering::SeqCst) {
-                done.stopped = true;
-                return Ok(done);
-            }
-            let (batch, mut progress) = match outbox.load(&id) {
-                Ok(loaded) => loaded,
-                Err(OutboxError::Corrupt { path, reason }) => {
-                    let why = format!(
-                        "the stored batch {} cannot be read: {reason}",
-                        path.display()
-                    );
-                    outbox.reject(&id, &why)?;
-                    done.rejected_batches += 1;
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if batch.format() != self.config.format {
-                let why = format!(
-                    "a {} batch in the outbox of a {} sink",
-                    batch.format(),
-                    self.config.format
-                );
-                outbox.reject(&id, &why)?;
-                done.rejected_batches += 1;
-                continue;
-            }
-            let requests = batch.requests();
-            while progress.next < requests.len() {
-                if stop.load(Ordering::SeqCst) {
-                    done.stopped = true;
-                    return Ok(done);
-                }
-                let request = &requests[progress.next];
-                match self.send(request) {
-                    Outcome::Acknowledged => done.requests += 1,
-                    Outcome::Refused(mut r) => {
-                        r.request = progress.next;
-                        tracing::error!(url = %self.config.url, batch = %id, request = r.request, status = r.status, response = %r.response, "events REFUSED by the receiver; they will not be sent again");
-                        progress.rejected.push(r);
-                    }
-                    Outcome::Retry {
-                        reason,
-                        retry_after,
-                    } => {
-                        let wait = retry_after.unwrap_or_else(|| self.backoff.next_delay());
-                        tracing::warn!(url = %self.config.url, batch = %id, request = progress.next, attempt = self.backoff.failures(), retry_in = ?wait, pending_batches = outbox.pending().len(), pending_bytes = outbox.bytes(), "events not delivered, retrying: {reason}");
-                        done.retry_in = Some(wait);
-                        return Ok(done);
-                    }
-                }
-                self.backoff.reset();
-                progress.next += 1;
-                if progress.next < requests.len() {
-                    outbox.record_progress(&id, &progress)?;
-                }
-            }
-            if progress.rejected.is_empty() {
-                outbox.mark_delivered(&id)?;
-                done.batches += 1;
-            } else {
-                outbox.reject(
-                    &id,
-                    &rejection_reason(&self.config.url, requests, &progress),
-                )?;
-                done.rejected_batches += 1;
+            if !self.deliver_batch(outbox, &id, stop, &mut done)? {
+                break;
             }
         }
         Ok(done)
+    }
+
+    /// Sends what is left of pending batch `id`, counting in `done`; `false` when the pass
+    /// stops here (a failure to retry, or `stop`).
+    fn deliver_batch(
+        &mut self,
+        outbox: &Outbox,
+        id: &str,
+        stop: &AtomicBool,
+        done: &mut Delivered,
+    ) -> Result<bool, HttpError> {
+        let (batch, mut progress) = match outbox.load(id) {
+            Ok(loaded) => loaded,
+            Err(OutboxError::Corrupt { path, reason }) => {
+                let why = format!(
+                    "the stored batch {} cannot be read: {reason}",
+                    path.display()
+                );
+                outbox.reject(id, &why)?;
+                done.rejected_batches += 1;
+                return Ok(true);
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if batch.format() != self.config.format {
+            let why = format!(
+                "a {} batch in the outbox of a {} sink",
+                batch.format(),
+                self.config.format
+            );
+            outbox.reject(id, &why)?;
+            done.rejected_batches += 1;
+            return Ok(true);
+        }
+        let requests = batch.requests();
+        while progress.next < requests.len() {
+            if stop.load(Ordering::SeqCst) {
+                done.stopped = true;
+                return Ok(false);
+            }
+            match self.send(&requests[progress.next]) {
+                Outcome::Acknowledged => done.requests += 1,
+                Outcome::Refused(mut r) => {
+                    r.request = progress.next;
+                    tracing::error!(url = %self.config.url, batch = %id, request = r.request, status = r.status, response = %r.response, "events REFUSED by the receiver; they will not be sent again");
+                    progress.rejected.push(r);
+                }
+                Outcome::Retry {
+                    reason,
+                    retry_after,
+                } => {
+                    let wait = retry_after.unwrap_or_else(|| self.backoff.next_delay());
+                    self.log_retry(outbox, id, progress.next, wait, &reason);
+                    done.retry_in = Some(wait);
+                    return Ok(false);
+                }
+            }
+            self.backoff.reset();
+            progress.next += 1;
+            if progress.next < requests.len() {
+                outbox.record_progress(id, &progress)?;
+            }
+        }
+        if progress.rejected.is_empty() {
+            outbox.mark_delivered(id)?;
+            done.batches += 1;
+        } else {
+            outbox.reject(id, &rejection_reason(&self.config.url, requests, &progress))?;
+            done.rejected_batches += 1;
+        }
+        Ok(true)
+    }
+
+    /// Logs a failed try: a warning, an error from the [`ESCALATE_AFTER`]th failure in a row.
+    fn log_retry(&self, outbox: &Outbox, id: &str, request: usize, wait: Duration, reason: &str) {
+        let failures = self.backoff.failures();
+        let (batches, bytes, limit) =
+            (outbox.pending_count(), outbox.bytes(), outbox.limit_bytes());
+        if failures >= ESCALATE_AFTER {
+            tracing::error!(url = %self.config.url, batch = %id, request, failures, retry_in = ?wait, pending_batches = batches, pending_bytes = bytes, limit_bytes = limit, "events sink UNREACHABLE, retrying: {reason}");
+        } else {
+            tracing::warn!(url = %self.config.url, batch = %id, request, failures, retry_in = ?wait, pending_batches = batches, pending_bytes = bytes, limit_bytes = limit, "events not delivered, retrying: {reason}");
+        }
     }
 
     /// Delivers until `stop` is set: a [`deliver`](Self::deliver) pass, then a wait — the

@@ -321,6 +321,11 @@ impl Outbox {
         self.lock().pending.keys().cloned().collect()
     }
 
+    /// How many batches are pending.
+    pub fn pending_count(&self) -> usize {
+        self.lock().pending.len()
+    }
+
     /// The bytes of the pending batches.
     pub fn bytes(&self) -> u64 {
         self.lock().bytes
