@@ -143,12 +143,8 @@ fn a_rejected_batch_moves_with_its_reason_and_is_not_stored_again() {
 
 #[test]
 fn mixed_formats_are_refused_and_waits_end_on_a_put() {
-    let cloud = gpumeter::events::UsageEvent::Stripe(match stripe("x", 1) {
-        UsageEvent::Stripe(s) => s,
-        _ => unreachable!(),
-    });
     assert!(matches!(
-        Batch::from_events(EventFormat::Lago, &[cloud]),
+        Batch::from_events(EventFormat::Lago, &[stripe("x", 1)]),
         Err(OutboxError::MixedFormat { .. })
     ));
     let tmp = tempfile::tempdir().expect("tempdir");
