@@ -128,6 +128,7 @@ impl Agent {
             out.late += self.close(&pending)?;
             out.sets_closed += 1;
         }
+        self.sinks.settle_owed()?;
         out.retired = self.retire()?;
         Ok(out)
     }
@@ -236,6 +237,8 @@ impl Agent {
         self.checkpoint.sets += 1;
         self.checkpoint.pending = None;
         self.checkpoint.save(&self.config.state_dir)?;
+        self.sinks.forget_before(&set_id);
+        self.sinks.wake_senders();
         tracing::info!(set = %set_id, rows = closed.report.usage.len(), "closed a window set");
         Ok(closed.late)
     }

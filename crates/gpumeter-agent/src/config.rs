@@ -336,7 +336,7 @@ impl AgentConfig {
         for s in &self.sinks {
             if let SinkConfig::Events(e) = s {
                 e.event_map()?;
-                e.token()?;
+                e.sender()?;
             }
         }
         Ok(())
@@ -363,30 +363,28 @@ impl EventsSinkConfig {
             .map_err(|e| self.fail(e.to_string()))
     }
 
-    /// The bearer token: the file's text without trailing white space, or the environment
-    /// variable's value; `None` when neither is configured.
+    /// The sender's configuration: URL, format, token source, timeouts and back-off.
+    pub fn sender_config(&self) -> crate::http::SenderConfig {
+        let mut c = crate::http::SenderConfig::new(self.url.clone(), self.format.event_format());
+        c.token = match (&self.token_file, &self.token_env) {
+            (Some(p), _) => crate::http::TokenSource::File(p.clone()),
+            (None, Some(v)) => crate::http::TokenSource::Env(v.clone()),
+            (None, None) => crate::http::TokenSource::None,
+        };
+        c.connect_timeout = self.timeout;
+        c.request_timeout = self.timeout;
+        c.retry_initial = self.retry_initial;
+        c.retry_max = self.retry_max;
+        c
+    }
+
+    /// A sender for this sink: reads the bearer token now.
     ///
     /// # Errors
-    /// [`crate::AgentError::Sink`] when the file cannot be read, the variable is unset, or the
-    /// token is empty or holds characters a header cannot carry.
-    pub fn token(&self) -> Result<Option<String>, crate::AgentError> {
-        let token = if let Some(p) = &self.token_file {
-            std::fs::read_to_string(p)
-                .map_err(|e| self.fail(format!("token file {}: {e}", p.display())))?
-                .trim_end()
-                .to_string()
-        } else if let Some(v) = &self.token_env {
-            std::env::var(v)
-                .map_err(|_| self.fail(format!("environment variable {v} is not set")))?
-        } else {
-            return Ok(None);
-        };
-        if token.is_empty() || !token.chars().all(|c| c.is_ascii_graphic()) {
-            return Err(self.fail(
-                "the bearer token is empty or holds characters other than visible ASCII".into(),
-            ));
-        }
-        Ok(Some(token))
+    /// [`crate::AgentError::Sink`] when the token cannot be read or the URL or back-off is
+    /// refused.
+    pub fn sender(&self) -> Result<crate::http::Sender, crate::AgentError> {
+        crate::http::Sender::new(self.sender_config()).map_err(|e| self.fail(e.to_string()))
     }
 }
 

@@ -11,6 +11,9 @@ use notify::Watcher as _;
 
 use crate::{Agent, AgentConfig, AgentError};
 
+/// How long the loop lets a burst of spool changes settle before a step.
+const SETTLE: Duration = Duration::from_millis(20);
+
 /// What a run did, for its last log line.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunSummary {
@@ -84,8 +87,11 @@ pub fn run(
 /// Watches `dir` for changes: each event sends `()` on `tx`. `None` (the loop polls) when the
 /// system has no watcher for it.
 fn watch(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
-    let handler = move |_event: notify::Result<notify::Event>| {
-        let _ = tx.send(());
+    // Only changes wake the loop: the agent's own reads of the spool are access events.
+    let handler = move |event: notify::Result<notify::Event>| {
+        if event.is_ok_and(|e| !matches!(e.kind, notify::EventKind::Access(_))) {
+            let _ = tx.send(());
+        }
     };
     match notify::recommended_watcher(handler) {
         Ok(mut w) => match w.watch(dir, notify::RecursiveMode::NonRecursive) {

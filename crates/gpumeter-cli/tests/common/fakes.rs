@@ -92,4 +92,3 @@ pub fn build_fakes(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     }
     Some((lib, app))
 }
-

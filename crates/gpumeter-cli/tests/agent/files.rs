@@ -1,0 +1,1 @@
+//! Recordings deleted, truncated, replaced or rewritten while the agent reads them.
