@@ -125,6 +125,7 @@ impl Agent {
             let pending = self.pending(to);
             self.checkpoint.pending = Some(pending.clone());
             self.checkpoint.save(&self.config.state_dir)?;
+            crate::crash::point("pending-saved");
             out.late += self.close(&pending)?;
             out.sets_closed += 1;
         }
@@ -221,6 +222,7 @@ impl Agent {
         }
         let set_id = format!("{}-{:020}-{:020}", self.host, set.from_ns, set.to_ns);
         self.sinks.hand_over(&set_id, &closed.report)?;
+        crate::crash::point("events-stored");
         for (name, id, _, _, new) in &files {
             let s = self.checkpoint.recordings.entry(id.clone()).or_default();
             s.file.clone_from(name);
@@ -293,6 +295,7 @@ impl Agent {
                 self.checkpoint.recordings.remove(&id);
                 self.checkpoint.retired.insert(id.clone(), name.clone());
                 self.checkpoint.save(&self.config.state_dir)?;
+                crate::crash::point("retire-saved");
             }
             self.put_away(&path)?;
             self.spool.forget(&name);

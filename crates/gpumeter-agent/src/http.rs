@@ -288,7 +288,10 @@ impl Sender {
                 return Ok(false);
             }
             match self.send(&requests[progress.next]) {
-                Outcome::Acknowledged => done.requests += 1,
+                Outcome::Acknowledged => {
+                    crate::crash::point("request-acknowledged");
+                    done.requests += 1;
+                }
                 Outcome::Refused(mut r) => {
                     r.request = progress.next;
                     tracing::error!(url = %self.config.url, batch = %id, request = r.request, status = r.status, response = %r.response, "events REFUSED by the receiver; they will not be sent again");

@@ -17,6 +17,7 @@
 mod agent;
 pub mod close;
 pub mod config;
+pub mod crash;
 pub mod http;
 pub mod outbox;
 mod run;

@@ -48,6 +48,7 @@ pub fn run(
     let senders = agent.sinks().start_senders(Arc::clone(&stop));
     let (tx, rx) = mpsc::channel::<()>();
     let _watcher = watch(&spool, tx);
+    tracing::info!(spool = %spool.display(), "agent started");
     let mut summary = RunSummary::default();
     let result = (|| {
         while !stop.load(Ordering::SeqCst) {
@@ -59,12 +60,14 @@ pub fn run(
             if once && agent.sinks().all_acknowledged()? && agent.is_idle() {
                 break;
             }
-            // Wait for a change in the spool, the poll period, or the stop flag.
+            // Wait for a change in the spool, the poll period, or the stop flag; then let a
+            // burst of changes (a recording's frames) settle into one step.
             let _ = rx.recv_timeout(if once {
                 Duration::from_millis(50)
             } else {
                 poll
             });
+            std::thread::sleep(SETTLE.min(poll));
             while rx.try_recv().is_ok() {}
         }
         Ok(summary.clone())

@@ -53,6 +53,7 @@ impl Sinks {
             match s {
                 SinkConfig::Reports { dir } => {
                     std::fs::create_dir_all(dir).map_err(io(dir))?;
+                    remove_temporaries(dir);
                     reports.push(dir.clone());
                 }
                 SinkConfig::Events(e) => {
@@ -96,6 +97,7 @@ impl Sinks {
             }
             crate::state::write_atomic(&path, &bytes).map_err(io(&path))?;
         }
+        crate::crash::point("report-written");
         for sink in &self.events {
             sink.settle_owed()?;
             let owed_before = sink.owed_sets()?;
@@ -226,5 +228,16 @@ impl EventsSink {
             tracing::info!(sink = %self.config.name, set = %set, "stored a set's events that a full outbox had refused");
         }
         Ok(())
+    }
+}
+
+/// Removes the temporary files a write cut short left in `dir` (`.<name>.tmp`,
+/// `crate::state::write_atomic`).
+fn remove_temporaries(dir: &Path) {
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.ends_with(".tmp") {
+            let _ = std::fs::remove_file(e.path());
+        }
     }
 }

@@ -128,7 +128,8 @@ impl Checkpoint {
             reason: e.to_string(),
         })?;
         bytes.push(b'\n');
-        write_atomic(&path, &bytes).map_err(|error| StateError::Io { path, error })
+        write_atomic_then(&path, &bytes, || crate::crash::point("checkpoint-temp"))
+            .map_err(|error| StateError::Io { path, error })
     }
 }
 
@@ -140,6 +141,11 @@ impl Checkpoint {
 /// # Errors
 /// The I/O error of any step (the temporary file is then removed when possible).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_then(path, bytes, || ())
+}
+
+/// [`write_atomic`], calling `synced` between the temporary file's fsync and its rename.
+fn write_atomic_then(path: &Path, bytes: &[u8], synced: impl FnOnce()) -> std::io::Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path
         .file_name()
@@ -151,6 +157,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         f.write_all(bytes)?;
         f.sync_all()?;
         drop(f);
+        synced();
         std::fs::rename(&tmp, path)?;
         std::fs::File::open(dir)?.sync_all()
     })();

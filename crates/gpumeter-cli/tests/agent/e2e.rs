@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::*;
 
 #[path = "../../../gpumeter-agent/tests/support/receiver.rs"]
-mod receiver;
+pub(crate) mod receiver;
 
 /// The events a report gives (`gpumeter usage --format usage --events -`), by id.
 pub(crate) fn expected_events(node: &Node) -> BTreeMap<String, serde_json::Value> {

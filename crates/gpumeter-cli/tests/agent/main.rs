@@ -70,15 +70,39 @@ impl Node {
         path
     }
 
-    /// Starts `gpumeter agent --config agent.toml`.
-    pub(crate) fn agent(&self, config: &Path) -> Child {
-        gpumeter()
+    /// Starts `gpumeter agent --config agent.toml` and waits until it says it started (its
+    /// signal handlers are in place).
+    pub(crate) fn agent(&self, config: &Path) -> Agent {
+        let mut child = gpumeter()
             .args(["agent", "--config"])
             .arg(config)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
-            .expect("start the agent")
+            .expect("start the agent");
+        let stderr = child.stderr.take().expect("stderr");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let reader = {
+            let log = std::sync::Arc::clone(&log);
+            std::thread::spawn(move || {
+                use std::io::BufRead as _;
+                for line in std::io::BufReader::new(stderr)
+                    .lines()
+                    .map_while(Result::ok)
+                {
+                    let mut l = log
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            })
+        };
+        let agent = Agent { child, log, reader };
+        wait_for("the agent to start", Duration::from_secs(30), || {
+            agent.log().contains("agent started")
+        });
+        agent
     }
 
     /// Starts a fake CUDA process writing into the spool.
@@ -232,15 +256,35 @@ pub(crate) fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bo
     }
 }
 
+/// A running agent and what it has logged so far.
+pub(crate) struct Agent {
+    child: Child,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Agent {
+    /// Its standard error so far.
+    pub(crate) fn log(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
 /// Stops the agent with SIGTERM and returns its exit status and standard error.
-pub(crate) fn terminate(agent: Child) -> (Option<i32>, String) {
-    let pid = i32::try_from(agent.id()).expect("pid");
-    // SAFETY: none needed: `kill` is the command-line tool.
-    let _ = Command::new("kill")
-        .args(["-TERM", &pid.to_string()])
-        .status();
-    let out = agent.wait_with_output().expect("wait for the agent");
-    (out.status.code(), text(&out.stderr))
+pub(crate) fn terminate(mut agent: Agent) -> (Option<i32>, String) {
+    let pid = agent.child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let status = agent.child.wait().expect("wait for the agent");
+    let log = std::sync::Arc::clone(&agent.log);
+    let _ = agent.reader.join();
+    let text = log
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    (status.code(), text)
 }
 
 /// Four processes on one GPU, overlapping, starting and ending at different times, two
