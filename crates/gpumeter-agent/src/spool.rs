@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use gpumeter_cupti::{decode_prefix, ApiVersion, Record};
-use gpumeter_recording::gmr::{read_gmr, Frame, GmrHeader};
+use gpumeter_recording::gmr::{read_gmr, Frame, GmrHeader, FRAME_OVERHEAD, GMR_PREAMBLE_LEN};
 
 /// A recording's identity: `<host>/<pid>/<CUPTI clock>/<wall clock>` of its header, the same
 /// as the meter's (`gpumeter_core::Batch::recording`); it stays while the file grows.
@@ -52,8 +52,9 @@ pub struct Recording {
     /// `header.clock.cupti_timestamp_ns − header.clock.unix_time_ns`: CUPTI's clock minus the
     /// wall clock, ns.
     pub clock_offset_ns: i128,
-    /// Activity buffers walked for progress.
-    walked: usize,
+    /// The file's first bytes up to the end of its header frame: a change means another
+    /// recording was written under the name.
+    head: Vec<u8>,
     /// Size and modification time at the last read.
     seen: (u64, Option<SystemTime>),
     /// When the file last changed, as this agent saw it.
@@ -126,13 +127,20 @@ impl Spool {
                 continue;
             };
             let seen = (meta.len(), meta.modified().ok());
-            if let Some(r) = self.recordings.get(&name) {
-                if r.seen == seen {
-                    continue;
+            let grown = match self.recordings.get(&name) {
+                Some(r) if r.seen == seen => continue,
+                Some(r) if seen.0 >= r.complete_len && same_head(&path, &r.head) => {
+                    Some(r.complete_len)
                 }
-            }
-            match std::fs::read(&path) {
-                Ok(bytes) => self.read(&path, &name, &bytes, seen, now, &mut events),
+                _ => None,
+            };
+            let read = match grown {
+                Some(offset) => read_from(&path, offset).map(|b| (offset, b)),
+                None => std::fs::read(&path).map(|b| (0, b)),
+            };
+            match read {
+                Ok((0, bytes)) => self.read(&path, &name, &bytes, seen, now, &mut events),
+                Ok((_, suffix)) => self.grow(&name, &suffix, seen, now, &mut events),
                 Err(e) => events.push(SpoolEvent::Unreadable {
                     name: name.clone(),
                     reason: e.to_string(),
@@ -158,6 +166,11 @@ impl Spool {
             } else if !r.finished && !process_alive(&r.header) {
                 let quiet = now.duration_since(r.changed_at).unwrap_or_default();
                 r.finished = quiet.as_nanos() >= u128::from(grace_ns);
+            }
+            if r.finished && !r.ended {
+                // Its producer is gone: a torn tail will never be completed. Metered with the
+                // file, it is counted as loss (`torn_frame`), as `gpumeter usage` counts it.
+                r.complete_len = r.complete_len.max(r.seen.0);
             }
         }
         Ok(events)
@@ -225,7 +238,7 @@ impl Spool {
                     progress_ns: h.clock.cupti_timestamp_ns,
                     clock_offset_ns: i128::from(h.clock.cupti_timestamp_ns)
                         - i128::from(h.clock.unix_time_ns),
-                    walked: 0,
+                    head: Vec::new(),
                     seen: (0, None),
                     changed_at: now,
                     header: file.header.clone(),
@@ -235,31 +248,108 @@ impl Spool {
         if complete_len != r.complete_len || seen.0 != r.seen.0 {
             r.changed_at = now;
         }
-        let api = ApiVersion::from_cupti(file.header.cupti_api_version).unwrap_or_default();
-        let buffers = file.frames.iter().filter_map(|f| match &f.frame {
-            Frame::ActivityBuffer(b) => Some(b),
-            _ => None,
-        });
-        let mut walked = 0;
-        for (i, b) in buffers.enumerate() {
-            walked = i + 1;
-            if i < r.walked {
-                continue;
-            }
-            let (decoded, _) = decode_prefix(b, api);
-            for rec in &decoded.records {
-                if let Some(start) = work_start(&rec.record) {
-                    r.progress_ns = r.progress_ns.max(start);
-                }
-            }
+        if r.complete_len == 0 || complete_len < r.complete_len {
+            r.progress_ns = r.header.clock.cupti_timestamp_ns;
         }
-        r.walked = r.walked.max(walked);
+        r.progress_ns = r.progress_ns.max(progress(&file));
+        r.head = bytes[..head_len(bytes).min(bytes.len())].to_vec();
         r.complete_len = complete_len;
         r.ended = file.finished;
         r.finished = r.finished || file.finished;
         r.seen = seen;
         self.recordings.insert(name.to_string(), r);
     }
+}
+
+impl Spool {
+    /// Reads what was appended to recording `name` since its complete bytes: the header
+    /// again, then `suffix` (the bytes from there on), through the same reader.
+    fn grow(
+        &mut self,
+        name: &str,
+        suffix: &[u8],
+        seen: (u64, Option<SystemTime>),
+        now: SystemTime,
+        events: &mut Vec<SpoolEvent>,
+    ) {
+        let Some(r) = self.recordings.get_mut(name) else {
+            return;
+        };
+        let mut bytes = r.head.clone();
+        bytes.extend_from_slice(suffix);
+        let file = match read_gmr(&bytes) {
+            Ok(f) => f,
+            Err(e) => {
+                events.push(SpoolEvent::Unreadable {
+                    name: name.to_string(),
+                    reason: format!("after byte {}: {e}", r.complete_len),
+                });
+                r.seen = seen;
+                return;
+            }
+        };
+        let head = r.head.len() as u64;
+        let added = file.torn.map_or(bytes.len() as u64, |t| t.offset) - head;
+        if added > 0 || seen.0 != r.seen.0 {
+            r.changed_at = now;
+        }
+        r.progress_ns = r.progress_ns.max(progress(&file));
+        r.complete_len += added;
+        r.ended = r.ended || file.finished;
+        r.finished = r.finished || file.finished;
+        r.seen = seen;
+    }
+}
+
+/// The bytes of a `.gmr`'s magic, version and header frame (`gpumeter_recording::gmr`: the
+/// header is the first frame, `type:u32 len:u64 payload crc:u32`).
+fn head_len(bytes: &[u8]) -> usize {
+    let len = bytes
+        .get(GMR_PREAMBLE_LEN + 4..GMR_PREAMBLE_LEN + 12)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map_or(0, u64::from_le_bytes);
+    GMR_PREAMBLE_LEN
+        .saturating_add(FRAME_OVERHEAD)
+        .saturating_add(usize::try_from(len).unwrap_or(usize::MAX))
+}
+
+/// Whether the file at `path` still starts with `head`.
+fn same_head(path: &Path, head: &[u8]) -> bool {
+    use std::io::Read as _;
+    let mut buf = vec![0u8; head.len()];
+    !head.is_empty()
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut buf))
+            .is_ok()
+        && buf == head
+}
+
+/// The bytes of the file at `path` from `offset` on.
+fn read_from(path: &Path, offset: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read as _, Seek as _};
+    let mut f = std::fs::File::open(path)?;
+    f.seek(std::io::SeekFrom::Start(offset))?;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// The latest start of a work record or memory event in `file`'s activity buffers, ns (0 when
+/// none).
+fn progress(file: &gpumeter_recording::gmr::GmrFile) -> u64 {
+    let api = ApiVersion::from_cupti(file.header.cupti_api_version).unwrap_or_default();
+    let mut latest = 0;
+    for f in &file.frames {
+        if let Frame::ActivityBuffer(b) = &f.frame {
+            let (decoded, _) = decode_prefix(b, api);
+            for rec in &decoded.records {
+                if let Some(start) = work_start(&rec.record) {
+                    latest = latest.max(start);
+                }
+            }
+        }
+    }
+    latest
 }
 
 /// The start of a work record or memory event, ns.
