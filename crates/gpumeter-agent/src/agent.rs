@@ -221,7 +221,10 @@ impl Agent {
             tracing::warn!(late = closed.late, "records arrived after their windows were closed: counted as loss `late`, never sent");
         }
         let set_id = format!("{}-{:020}-{:020}", self.host, set.from_ns, set.to_ns);
-        self.sinks.hand_over(&set_id, &closed.report)?;
+        // A set without any recording (an idle node) has nothing to report.
+        if !files.is_empty() {
+            self.sinks.hand_over(&set_id, &closed.report)?;
+        }
         crate::crash::point("events-stored");
         for (name, id, _, _, new) in &files {
             let s = self.checkpoint.recordings.entry(id.clone()).or_default();

@@ -150,7 +150,7 @@ mod tests {
     #[test]
     fn unknown_labels_and_lone_braces_are_refused() {
         assert!(TenantRule::parse(&["{POD}".into()])
-            .unwrap_err()
+            .expect_err("refused")
             .contains("not a label"));
         assert!(TenantRule::parse(&["a}".into()]).is_err());
         assert!(TenantRule::parse(&[]).is_err());

@@ -17,32 +17,32 @@ fn a_minimal_config_takes_the_defaults_and_relative_paths_from_its_folder() {
 
 #[test]
 fn errors_name_the_line_and_column_of_the_value_at_fault() {
-    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nwindow = \"7m\"\n").unwrap_err();
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nwindow = \"7m\"\n").expect_err("refused");
     assert_eq!((e.line, e.column), (3, 10), "{e}");
     assert!(
         e.to_string().starts_with("/etc/gpumeter/agent.toml:3:10: "),
         "{e}"
     );
-    let e = parse("spool = \"s\"\nstate_dir = \"d\"\n[[sink]]\nkind = \"email\"\n").unwrap_err();
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\n[[sink]]\nkind = \"email\"\n").expect_err("refused");
     assert_eq!((e.line, e.column), (4, 8), "{e}");
-    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nhorizon = \"soon\"\n").unwrap_err();
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nhorizon = \"soon\"\n").expect_err("refused");
     assert_eq!(e.line, 3, "{e}");
-    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nspeed = 1\n").unwrap_err();
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\nspeed = 1\n").expect_err("refused");
     assert_eq!(e.line, 3, "{e}");
     assert!(e.message.contains("speed"), "{e}");
-    let e = parse("spool = \"s\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").unwrap_err();
+    let e = parse("spool = \"s\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").expect_err("refused");
     assert!(e.line >= 1, "{e}");
     let e =
-        parse("spool = \"s\"\nstate_dir = \"d\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").unwrap_err();
+        parse("spool = \"s\"\nstate_dir = \"d\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").expect_err("refused");
     assert_eq!((e.line, e.column), (4, 8), "{e}");
 }
 
 #[test]
 fn an_events_sink_needs_a_format_and_an_http_url() {
     let head = "spool = \"s\"\nstate_dir = \"d\"\n[[sink]]\nkind = \"events\"\n";
-    let e = parse(&format!("{head}url = \"http://x\"\n")).unwrap_err();
+    let e = parse(&format!("{head}url = \"http://x\"\n")).expect_err("refused");
     assert!(e.message.contains("format"), "{e}");
-    let e = parse(&format!("{head}format = \"lago\"\nurl = \"ftp://x\"\n")).unwrap_err();
+    let e = parse(&format!("{head}format = \"lago\"\nurl = \"ftp://x\"\n")).expect_err("refused");
     assert_eq!(e.line, 6, "{e}");
     let c = parse(&format!(
         "{head}format = \"cloudevents\"\nurl = \"http://127.0.0.1:9/api/v1/events\"\n\
