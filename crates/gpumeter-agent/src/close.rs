@@ -212,44 +212,24 @@ fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u6
         recording: b.recording.clone(),
     };
     let mut late: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
-    let mut seen = old.records.clone();
-    let mut records = Vec::new();
-    for r in std::mem::take(&mut b.records) {
-        if r.start_ns >= to {
-            continue;
-        }
-        if r.start_ns >= from {
-            records.push(r);
-            continue;
-        }
-        match seen.get_mut(&identity_digest(&r.identity())) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                early.records.push(r);
-            }
-            _ => *late.entry(r.device).or_default() += 1,
-        }
-    }
-    b.records = records;
-    let mut seen = old.memory.clone();
-    let mut memory = Vec::new();
-    for m in std::mem::take(&mut b.memory) {
-        if m.timestamp_ns >= to {
-            continue;
-        }
-        if m.timestamp_ns >= from {
-            memory.push(m);
-            continue;
-        }
-        match seen.get_mut(&identity_digest(&m.identity())) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                early.memory.push(m);
-            }
-            _ => *late.entry(m.device).or_default() += 1,
-        }
-    }
-    b.memory = memory;
+    let records = std::mem::take(&mut b.records);
+    b.records = partition(
+        records,
+        &old.records,
+        (from, to),
+        &mut early.records,
+        &mut late,
+        |r| (r.start_ns, r.device, identity_digest(&r.identity())),
+    );
+    let memory = std::mem::take(&mut b.memory);
+    b.memory = partition(
+        memory,
+        &old.memory,
+        (from, to),
+        &mut early.memory,
+        &mut late,
+        |m| (m.timestamp_ns, m.device, identity_digest(&m.identity())),
+    );
     // Energy is apportioned over whole runs of samples and cannot be drained (docs/AGENT.md,
     // "Limits"): the agent meters no energy.
     b.energy.clear();
@@ -290,6 +270,40 @@ fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u6
         current: b,
         late: late.into_iter().collect(),
     }
+}
+
+/// Cuts `items` by start time: before `from`, the items the old bytes held (`old`, a multiset
+/// of identity digests) go to `early` and the others are counted `late` per device; from
+/// `from` to `to`, the items returned; from `to` on, dropped (a later set takes them).
+/// `key` gives an item's start (ns), device and identity digest.
+fn partition<T>(
+    items: Vec<T>,
+    old: &HashMap<u64, u32>,
+    (from, to): (u64, u64),
+    early: &mut Vec<T>,
+    late: &mut BTreeMap<DeviceSlot, u64>,
+    key: impl Fn(&T) -> (u64, DeviceSlot, u64),
+) -> Vec<T> {
+    let mut seen = old.clone();
+    let mut current = Vec::new();
+    for item in items {
+        let (start, device, digest) = key(&item);
+        if start >= to {
+            continue;
+        }
+        if start >= from {
+            current.push(item);
+            continue;
+        }
+        match seen.get_mut(&digest) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                early.push(item);
+            }
+            _ => *late.entry(device).or_default() += 1,
+        }
+    }
+    current
 }
 
 /// Names each source by its recording's identity, as a piece of a stream, marks the report

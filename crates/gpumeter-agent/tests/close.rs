@@ -231,3 +231,89 @@ proptest! {
         check(seed, window, horizon, per_buffer, lag);
     }
 }
+
+#[test]
+fn a_recording_that_shows_up_after_its_windows_closed_is_late_not_billed() {
+    let config = MeterConfig {
+        window: WindowSize::from_seconds(1).expect("window"),
+        reorder_horizon_ns: 100_000_000,
+        ..MeterConfig::default()
+    };
+    let t0 = 1_796_083_200 * SECOND;
+    let a = recording(3, 100, t0, 3_000, 500);
+    let b = recording(4, 200, t0, 3_000, 500);
+    let (ida, idb) = (identity(&a.0), identity(&b.0));
+    let edge = t0 + SECOND;
+    let tenants = TenantMap::default();
+    // The first set closes [0, t0 + 1 s) from A alone: B is not in the spool yet.
+    let first = close_set(
+        &[SetInput {
+            name: "a.gmr",
+            identity: &ida,
+            old: &[],
+            new: &a.0,
+        }],
+        0,
+        edge,
+        &config,
+        &tenants,
+    )
+    .expect("first set");
+    assert_eq!(first.late, 0);
+    // B appears: its records before the closed edge are late; the rest is billed.
+    let second = close_set(
+        &[
+            SetInput {
+                name: "a.gmr",
+                identity: &ida,
+                old: &a.0,
+                new: &a.0,
+            },
+            SetInput {
+                name: "b.gmr",
+                identity: &idb,
+                old: &[],
+                new: &b.0,
+            },
+        ],
+        edge,
+        u64::MAX,
+        &config,
+        &tenants,
+    )
+    .expect("second set");
+    let b_before: u64 = {
+        let f = gpumeter_recording::gmr::read_gmr(&b.0).expect("b");
+        f.frames
+            .iter()
+            .filter_map(|fr| match &fr.frame {
+                gpumeter_recording::gmr::Frame::ActivityBuffer(buf) => Some(buf),
+                _ => None,
+            })
+            .map(|buf| {
+                let (d, _) = gpumeter_cupti::decode_prefix(buf, gpumeter_cupti::ApiVersion::Cupti12_8);
+                d.records
+                    .iter()
+                    .filter(|r| matches!(&r.record, gpumeter_cupti::Record::Kernel(k) if k.start < edge))
+                    .count() as u64
+            })
+            .sum()
+    };
+    assert!(b_before > 0, "the test puts some of B before the edge");
+    assert_eq!(second.late, b_before);
+    let late: u64 = second
+        .report
+        .loss
+        .iter()
+        .filter(|l| l.reason == LossReason::Late.as_str())
+        .map(|l| l.records)
+        .sum();
+    assert_eq!(late, b_before, "the report counts them as loss `late`");
+    // No window before the edge is in the second set: nothing is sent twice.
+    let edge_text = "2026-12-01T00:00:01Z";
+    assert!(second
+        .report
+        .usage
+        .iter()
+        .all(|u| u.window_start.as_str() >= edge_text));
+}

@@ -23,7 +23,8 @@ fn errors_name_the_line_and_column_of_the_value_at_fault() {
         e.to_string().starts_with("/etc/gpumeter/agent.toml:3:10: "),
         "{e}"
     );
-    let e = parse("spool = \"s\"\nstate_dir = \"d\"\n[[sink]]\nkind = \"email\"\n").expect_err("refused");
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\n[[sink]]\nkind = \"email\"\n")
+        .expect_err("refused");
     assert_eq!((e.line, e.column), (4, 8), "{e}");
     let e = parse("spool = \"s\"\nstate_dir = \"d\"\nhorizon = \"soon\"\n").expect_err("refused");
     assert_eq!(e.line, 3, "{e}");
@@ -32,8 +33,8 @@ fn errors_name_the_line_and_column_of_the_value_at_fault() {
     assert!(e.message.contains("speed"), "{e}");
     let e = parse("spool = \"s\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").expect_err("refused");
     assert!(e.line >= 1, "{e}");
-    let e =
-        parse("spool = \"s\"\nstate_dir = \"d\"\n[tenant]\nrule = \"{NAMESPACE}\"\n").expect_err("refused");
+    let e = parse("spool = \"s\"\nstate_dir = \"d\"\n[tenant]\nrule = \"{NAMESPACE}\"\n")
+        .expect_err("refused");
     assert_eq!((e.line, e.column), (4, 8), "{e}");
 }
 
