@@ -135,9 +135,11 @@ impl Agent {
     }
 
     /// The edge up to which windows can close now: `u64::MAX` for `once`; else the node's
-    /// watermark — the least, over unfinished recordings, of the latest record start minus the
-    /// horizon, and the wall clock (on CUPTI's clock) minus the horizon, for processes whose
-    /// recordings are not in the spool yet — rounded down to a window boundary.
+    /// watermark — the least, over unfinished recordings, of the latest record start (or, for
+    /// a recording quiet for the grace period, the wall clock minus the grace, if later) minus
+    /// the horizon, and the wall clock (on CUPTI's clock) minus the horizon, for processes
+    /// whose recordings are not in the spool yet — rounded down to a window boundary
+    /// (docs/AGENT.md, "When a window closes").
     fn edge(&self, once: bool) -> u64 {
         if once {
             return u64::MAX;
@@ -150,8 +152,18 @@ impl Agent {
         let offset = live.iter().map(|r| r.clock_offset_ns).min().unwrap_or(0);
         let now = u64::try_from((now_unix as i128 + offset).max(0)).unwrap_or(u64::MAX);
         let mut w = now.saturating_sub(h);
+        let grace = self.config.grace_ns;
+        let wall = SystemTime::now();
         for r in live.iter().filter(|r| !r.finished) {
-            w = w.min(r.progress_ns.saturating_sub(h));
+            // A live producer flushes at least every GPUMETER_FLUSH_PERIOD_MS (well under the
+            // grace): a recording quiet for the grace has nothing pending that ended before
+            // then, so an idle process does not hold the node's windows open.
+            let quiet = wall.duration_since(r.changed_at).unwrap_or_default();
+            let mut progress = r.progress_ns;
+            if quiet.as_nanos() >= u128::from(grace) {
+                progress = progress.max(now.saturating_sub(grace));
+            }
+            w = w.min(progress.saturating_sub(h));
         }
         let window = self.config.window.ns();
         w / window * window
