@@ -83,7 +83,17 @@ pub enum SpoolEvent {
     },
     /// A recording's file disappeared before it finished.
     Vanished(String),
-    /// A file that is not a readable recording (yet).
+    /// A second file holding the same recording (the same header identity, e.g. a copy):
+    /// only the file with the most complete frames is followed, so the recording is billed
+    /// once; `name` is the file no longer (or never) followed.
+    Copy {
+        /// The file not followed.
+        name: String,
+        /// The file followed.
+        of: String,
+    },
+    /// A file that is not a readable recording (yet); a recording being followed whose file
+    /// becomes unreadable is no longer followed.
     Unreadable {
         /// The file.
         name: String,
@@ -97,6 +107,9 @@ pub enum SpoolEvent {
 pub struct Spool {
     /// By file name.
     pub recordings: BTreeMap<String, Recording>,
+    /// Files not followed (unreadable, or a copy of a followed recording), with their size
+    /// and modification time when read: read again only when they change.
+    ignored: BTreeMap<String, (u64, Option<SystemTime>)>,
 }
 
 impl Spool {
@@ -131,6 +144,10 @@ impl Spool {
                     continue;
                 }
             }
+            if self.ignored.get(&name) == Some(&seen) {
+                continue;
+            }
+            self.ignored.remove(&name);
             match std::fs::read(&path) {
                 Ok(bytes) => self.read(&path, &name, &bytes, seen, now, &mut events),
                 Err(e) => events.push(SpoolEvent::Unreadable {
@@ -150,8 +167,11 @@ impl Spool {
                 if !r.finished {
                     events.push(SpoolEvent::Vanished(name));
                 }
+                // A copy of it, if any, is read again (and followed) at the next poll.
+                self.ignored.clear();
             }
         }
+        self.ignored.retain(|n, _| present.contains(n));
         for r in self.recordings.values_mut() {
             if all_finished {
                 r.finished = true;
@@ -184,16 +204,58 @@ impl Spool {
                 if !self.recordings.contains_key(name) && bytes.len() < 4096 {
                     return;
                 }
+                // A followed recording whose header is gone (truncated, overwritten) is no
+                // longer followed: kept, it would hold the node's watermark for ever.
+                let reason = match self.recordings.remove(name) {
+                    Some(_) => format!("no longer followed: {e}"),
+                    None => e.to_string(),
+                };
+                self.ignored.insert(name.to_string(), seen);
                 events.push(SpoolEvent::Unreadable {
                     name: name.to_string(),
-                    reason: e.to_string(),
+                    reason,
                 });
                 return;
             }
         };
         let id = identity(&file.header);
         let complete_len = file.torn.map_or(bytes.len() as u64, |t| t.offset);
-        let previous = self.recordings.remove(name);
+        let mut previous = self.recordings.remove(name);
+        // One file per recording: followed twice, a copy would be billed twice, or stall the
+        // watermark at the copy's progress.
+        let twin = self
+            .recordings
+            .values()
+            .find(|r| r.identity == id)
+            .map(|r| (r.name.clone(), r.complete_len));
+        if let Some((other, other_len)) = twin {
+            // Identities are unique among followed files: this name held another one.
+            if let Some(p) = previous.take() {
+                events.push(SpoolEvent::Replaced {
+                    name: name.to_string(),
+                    was: p.identity,
+                });
+            }
+            if complete_len <= other_len {
+                self.ignored.insert(name.to_string(), seen);
+                events.push(SpoolEvent::Copy {
+                    name: name.to_string(),
+                    of: other,
+                });
+                return;
+            }
+            // This file holds more of the recording: it is followed from now on.
+            if let Some(mut o) = self.recordings.remove(&other) {
+                self.ignored.insert(other.clone(), o.seen);
+                events.push(SpoolEvent::Copy {
+                    name: other,
+                    of: name.to_string(),
+                });
+                o.path = path.to_path_buf();
+                o.name = name.to_string();
+                previous = Some(o);
+            }
+        }
         let mut r = match previous {
             Some(p) if p.identity == id => {
                 if complete_len < p.complete_len {
