@@ -221,40 +221,8 @@ impl Spool {
         let id = identity(&file.header);
         let complete_len = file.torn.map_or(bytes.len() as u64, |t| t.offset);
         let mut previous = self.recordings.remove(name);
-        // One file per recording: followed twice, a copy would be billed twice, or stall the
-        // watermark at the copy's progress.
-        let twin = self
-            .recordings
-            .values()
-            .find(|r| r.identity == id)
-            .map(|r| (r.name.clone(), r.complete_len));
-        if let Some((other, other_len)) = twin {
-            // Identities are unique among followed files: this name held another one.
-            if let Some(p) = previous.take() {
-                events.push(SpoolEvent::Replaced {
-                    name: name.to_string(),
-                    was: p.identity,
-                });
-            }
-            if complete_len <= other_len {
-                self.ignored.insert(name.to_string(), seen);
-                events.push(SpoolEvent::Copy {
-                    name: name.to_string(),
-                    of: other,
-                });
-                return;
-            }
-            // This file holds more of the recording: it is followed from now on.
-            if let Some(mut o) = self.recordings.remove(&other) {
-                self.ignored.insert(other.clone(), o.seen);
-                events.push(SpoolEvent::Copy {
-                    name: other,
-                    of: name.to_string(),
-                });
-                o.path = path.to_path_buf();
-                o.name = name.to_string();
-                previous = Some(o);
-            }
+        if self.is_copy(path, &id, complete_len, seen, &mut previous, events) {
+            return;
         }
         let mut r = match previous {
             Some(p) if p.identity == id => {
@@ -321,6 +289,56 @@ impl Spool {
         r.finished = r.finished || file.finished;
         r.seen = seen;
         self.recordings.insert(name.to_string(), r);
+    }
+    /// One file per recording: followed twice, a copy would be billed twice, or stall the
+    /// watermark at the copy's progress. Whether the file at `path` (holding recording `id`, of
+    /// `complete_len` complete bytes) is a copy of a followed file with as many complete
+    /// bytes or more, and then not to be followed; when it holds more, it takes the other
+    /// file's place (its state becomes `previous`) and the other is no longer followed.
+    fn is_copy(
+        &mut self,
+        path: &Path,
+        id: &str,
+        complete_len: u64,
+        seen: (u64, Option<SystemTime>),
+        previous: &mut Option<Recording>,
+        events: &mut Vec<SpoolEvent>,
+    ) -> bool {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let twin = self
+            .recordings
+            .values()
+            .find(|r| r.identity == id)
+            .map(|r| (r.name.clone(), r.complete_len));
+        if let Some((other, other_len)) = twin {
+            // Identities are unique among followed files: this name held another one.
+            if let Some(p) = previous.take() {
+                events.push(SpoolEvent::Replaced {
+                    name: name.to_string(),
+                    was: p.identity,
+                });
+            }
+            if complete_len <= other_len {
+                self.ignored.insert(name.clone(), seen);
+                events.push(SpoolEvent::Copy { name, of: other });
+                return true;
+            }
+            // This file holds more of the recording: it is followed from now on.
+            if let Some(mut o) = self.recordings.remove(&other) {
+                self.ignored.insert(other.clone(), o.seen);
+                events.push(SpoolEvent::Copy {
+                    name: other,
+                    of: name.to_string(),
+                });
+                o.path = path.to_path_buf();
+                o.name = name.to_string();
+                *previous = Some(o);
+            }
+        }
+        false
     }
 }
 
