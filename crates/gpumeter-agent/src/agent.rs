@@ -361,6 +361,9 @@ impl Agent {
                 SpoolEvent::Vanished(name) => {
                     tracing::warn!(file = %name, "a recording disappeared before it finished: its usage in open windows is not billed")
                 }
+                SpoolEvent::Copy { name, of } => {
+                    tracing::warn!(file = %name, of = %of, "a copy of a followed recording (the same header identity): only the fuller file is followed and billed")
+                }
                 SpoolEvent::Unreadable { name, reason } => {
                     tracing::warn!(file = %name, reason = %reason, "a file in the spool is not a readable recording")
                 }

@@ -84,7 +84,17 @@ pub enum SpoolEvent {
     },
     /// A recording's file disappeared before it finished.
     Vanished(String),
-    /// A file that is not a readable recording (yet).
+    /// A second file holding the same recording (the same header identity, e.g. a copy):
+    /// only the file with the most complete frames is followed, so the recording is billed
+    /// once; `name` is the file no longer (or never) followed.
+    Copy {
+        /// The file not followed.
+        name: String,
+        /// The file followed.
+        of: String,
+    },
+    /// A file that is not a readable recording (yet); a recording being followed whose file
+    /// becomes unreadable is no longer followed.
     Unreadable {
         /// The file.
         name: String,
@@ -98,6 +108,9 @@ pub enum SpoolEvent {
 pub struct Spool {
     /// By file name.
     pub recordings: BTreeMap<String, Recording>,
+    /// Files not followed (unreadable, or a copy of a followed recording), with their size
+    /// and modification time when read: read again only when they change.
+    ignored: BTreeMap<String, (u64, Option<SystemTime>)>,
 }
 
 impl Spool {
@@ -134,6 +147,12 @@ impl Spool {
                 }
                 _ => None,
             };
+            if grown.is_none() {
+                if self.ignored.get(&name) == Some(&seen) {
+                    continue;
+                }
+                self.ignored.remove(&name);
+            }
             let read = match grown {
                 Some(offset) => read_from(&path, offset).map(|b| (offset, b)),
                 None => std::fs::read(&path).map(|b| (0, b)),
@@ -158,8 +177,11 @@ impl Spool {
                 if !r.finished {
                     events.push(SpoolEvent::Vanished(name));
                 }
+                // A copy of it, if any, is read again (and followed) at the next poll.
+                self.ignored.clear();
             }
         }
+        self.ignored.retain(|n, _| present.contains(n));
         for r in self.recordings.values_mut() {
             if all_finished {
                 r.finished = true;
@@ -197,16 +219,26 @@ impl Spool {
                 if !self.recordings.contains_key(name) && bytes.len() < 4096 {
                     return;
                 }
+                // A followed recording whose header is gone (truncated, overwritten) is no
+                // longer followed: kept, it would hold the node's watermark for ever.
+                let reason = match self.recordings.remove(name) {
+                    Some(_) => format!("no longer followed: {e}"),
+                    None => e.to_string(),
+                };
+                self.ignored.insert(name.to_string(), seen);
                 events.push(SpoolEvent::Unreadable {
                     name: name.to_string(),
-                    reason: e.to_string(),
+                    reason,
                 });
                 return;
             }
         };
         let id = identity(&file.header);
         let complete_len = file.torn.map_or(bytes.len() as u64, |t| t.offset);
-        let previous = self.recordings.remove(name);
+        let mut previous = self.recordings.remove(name);
+        if self.is_copy(path, &id, complete_len, seen, &mut previous, events) {
+            return;
+        }
         let mut r = match previous {
             Some(p) if p.identity == id => {
                 if complete_len < p.complete_len {
@@ -258,6 +290,56 @@ impl Spool {
         r.finished = r.finished || file.finished;
         r.seen = seen;
         self.recordings.insert(name.to_string(), r);
+    }
+    /// One file per recording: followed twice, a copy would be billed twice, or stall the
+    /// watermark at the copy's progress. Whether the file at `path` (holding recording `id`, of
+    /// `complete_len` complete bytes) is a copy of a followed file with as many complete
+    /// bytes or more, and then not to be followed; when it holds more, it takes the other
+    /// file's place (its state becomes `previous`) and the other is no longer followed.
+    fn is_copy(
+        &mut self,
+        path: &Path,
+        id: &str,
+        complete_len: u64,
+        seen: (u64, Option<SystemTime>),
+        previous: &mut Option<Recording>,
+        events: &mut Vec<SpoolEvent>,
+    ) -> bool {
+        let name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let twin = self
+            .recordings
+            .values()
+            .find(|r| r.identity == id)
+            .map(|r| (r.name.clone(), r.complete_len));
+        if let Some((other, other_len)) = twin {
+            // Identities are unique among followed files: this name held another one.
+            if let Some(p) = previous.take() {
+                events.push(SpoolEvent::Replaced {
+                    name: name.to_string(),
+                    was: p.identity,
+                });
+            }
+            if complete_len <= other_len {
+                self.ignored.insert(name.clone(), seen);
+                events.push(SpoolEvent::Copy { name, of: other });
+                return true;
+            }
+            // This file holds more of the recording: it is followed from now on.
+            if let Some(mut o) = self.recordings.remove(&other) {
+                self.ignored.insert(other.clone(), o.seen);
+                events.push(SpoolEvent::Copy {
+                    name: other,
+                    of: name.to_string(),
+                });
+                o.path = path.to_path_buf();
+                o.name = name.to_string();
+                *previous = Some(o);
+            }
+        }
+        false
     }
 }
 
