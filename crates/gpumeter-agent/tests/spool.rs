@@ -232,13 +232,19 @@ struct Node {
 
 impl Node {
     fn new() -> Node {
+        Node::with_grace("1h")
+    }
+
+    fn with_grace(grace: &str) -> Node {
         let dir = tempfile::tempdir().expect("tempdir");
         let root = dir.path().to_path_buf();
-        let text = "spool = \"spool\"\nstate_dir = \"state\"\nwindow = \"1s\"\n\
-                    horizon = \"100ms\"\ngrace = \"1h\"\n\n[[sink]]\nkind = \"reports\"\n\
-                    dir = \"reports\"\n";
+        let text = format!(
+            "spool = \"spool\"\nstate_dir = \"state\"\nwindow = \"1s\"\n\
+             horizon = \"100ms\"\ngrace = \"{grace}\"\n\n[[sink]]\nkind = \"reports\"\n\
+             dir = \"reports\"\n"
+        );
         let config =
-            AgentConfig::from_toml_str(&root.join("agent.toml"), text).expect("agent.toml");
+            AgentConfig::from_toml_str(&root.join("agent.toml"), &text).expect("agent.toml");
         Node {
             _dir: dir,
             root,
@@ -670,4 +676,48 @@ fn a_copy_named_before_the_recording_is_not_billed_twice() {
 #[test]
 fn a_copy_found_by_a_restarted_agent_is_not_billed_twice() {
     copied("0-copy.gmr", true);
+}
+
+/// An idle process (its recording stops growing, its process runs on) does not hold the
+/// node's windows open past the grace period: once its file is quiet that long, its windows
+/// close, while a recording that is still growing holds them as before.
+#[test]
+fn a_quiet_recording_of_a_running_process_lets_its_windows_close_after_the_grace() {
+    let node = Node::with_grace("300ms");
+    let mut agent = node.open();
+    let (a, _) = two();
+    // Half of `a`, unfinished (its host is `synth`: the process counts as running).
+    let half = a.steps() / 2;
+    node.write("a.gmr", a.open(half));
+    step(&mut agent);
+    let held = closed_to(&agent);
+    let last_start = {
+        let cut = read_gmr(a.open(half)).expect("prefix");
+        let mut p = 0;
+        for f in &cut.frames {
+            if let gpumeter_recording::gmr::Frame::ActivityBuffer(b) = &f.frame {
+                let (d, _) =
+                    gpumeter_cupti::decode_prefix(b, gpumeter_cupti::ApiVersion::Cupti12_8);
+                for r in &d.records {
+                    if let gpumeter_cupti::Record::Kernel(k) = &r.record {
+                        p = p.max(k.start);
+                    }
+                }
+            }
+        }
+        p
+    };
+    assert!(
+        held <= last_start,
+        "a growing recording holds its last windows open"
+    );
+    // Quiet for longer than the grace: the windows up to the wall clock close.
+    std::thread::sleep(std::time::Duration::from_millis(400));
+    step(&mut agent);
+    assert!(
+        closed_to(&agent) > last_start + SECOND,
+        "the quiet recording's windows closed: {} vs {last_start}",
+        closed_to(&agent)
+    );
+    assert_eq!(rows(&[&node.merged()]), rows(&[&whole(a.open(half))]));
 }
