@@ -1,7 +1,6 @@
 //! The agent's step: read the spool, close the windows the node's watermark allows, hand the
 //! set to every sink, checkpoint, retire what is finished and shipped.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -32,7 +31,18 @@ pub struct Agent {
     checkpoint: Checkpoint,
     sinks: Sinks,
     tenant_map: TenantMap,
-    host: String,
+}
+
+/// A recording of the set being closed: its bytes and where the set's old and new bytes end.
+struct SetFile {
+    name: String,
+    id: String,
+    bytes: Vec<u8>,
+    old: u64,
+    new: u64,
+    /// `new`, counted after the header frame (the checkpoint's `read_to`).
+    read_to: u64,
+    tenant: Option<gpumeter_core::TenantName>,
 }
 
 impl Agent {
@@ -51,7 +61,7 @@ impl Agent {
         };
         dir(&config.state_dir)?;
         dir(&config.spool)?;
-        let checkpoint = Checkpoint::load(&config.state_dir)?;
+        let mut checkpoint = Checkpoint::load(&config.state_dir)?;
         let tenant_map = match &config.tenant_map {
             Some(p) => {
                 use gpumeter::TenantMapFile as _;
@@ -69,13 +79,17 @@ impl Agent {
                         .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.')
             })
             .unwrap_or_else(|| "node".to_string());
+        // The node's name in set names, fixed at the first start: a host name that changes
+        // later (a replaced pod) must not rename a set being closed again.
+        if checkpoint.node.is_empty() {
+            checkpoint.node = host;
+        }
         Ok(Agent {
             config,
             spool: Spool::default(),
             checkpoint,
             sinks,
             tenant_map,
-            host,
         })
     }
 
@@ -131,6 +145,21 @@ impl Agent {
         }
         self.sinks.settle_owed()?;
         out.retired = self.retire()?;
+        // A retired recording moved out of the spool need not be remembered: a copy put back
+        // would be read again, and its records, all in closed windows, are `late`.
+        let before = self.checkpoint.retired.len();
+        let present: std::collections::BTreeSet<&str> = self
+            .spool
+            .recordings
+            .values()
+            .map(|r| r.identity.as_str())
+            .collect();
+        self.checkpoint
+            .retired
+            .retain(|id, _| present.contains(id.as_str()));
+        if self.checkpoint.retired.len() != before {
+            self.checkpoint.save(&self.config.state_dir)?;
+        }
         Ok(out)
     }
 
@@ -142,7 +171,12 @@ impl Agent {
     /// (docs/AGENT.md, "When a window closes").
     fn edge(&self, once: bool) -> u64 {
         if once {
-            return u64::MAX;
+            // Everything, when there is anything to close.
+            return if self.live().is_empty() {
+                self.checkpoint.closed_to_ns
+            } else {
+                u64::MAX
+            };
         }
         let h = self.config.horizon_ns;
         let now_unix = SystemTime::now()
@@ -178,7 +212,9 @@ impl Agent {
             .collect()
     }
 
-    /// The next set: from the closed edge to `to`, over every live recording's complete bytes.
+    /// The next set: from the closed edge to `to`, over every live recording's complete bytes
+    /// (counted after the header frame: the injection library may rewrite a finished
+    /// recording with a longer header, `docs/AGENT.md`).
     fn pending(&self, to: u64) -> PendingSet {
         PendingSet {
             from_ns: self.checkpoint.closed_to_ns,
@@ -186,14 +222,14 @@ impl Agent {
             read_to: self
                 .live()
                 .iter()
-                .map(|r| (r.identity.clone(), r.complete_len))
+                .map(|r| (r.identity.clone(), r.complete_len - r.head_len()))
                 .collect(),
         }
     }
 
     /// Closes `set`, hands it to the sinks and checkpoints. Returns the late records.
     fn close(&mut self, set: &PendingSet) -> Result<u64, AgentError> {
-        let mut files: Vec<(String, String, Vec<u8>, u64, u64)> = Vec::new();
+        let mut files: Vec<SetFile> = Vec::new();
         for (id, &read_to) in &set.read_to {
             let Some(r) = self.spool.recordings.values().find(|r| &r.identity == id) else {
                 tracing::warn!(recording = %id, "a recording of the set being closed is gone: its usage in the set is not billed");
@@ -206,20 +242,35 @@ impl Agent {
                     continue;
                 }
             };
-            let old = self.checkpoint.recordings.get(id).map_or(0, |s| s.read_to);
-            let new = read_to.min(bytes.len() as u64);
-            if new < read_to {
-                tracing::warn!(file = %r.path.display(), was = read_to, now = bytes.len(), "a recording shrank while its set was closed: what it lost is not billed");
+            let head = crate::spool::head_len(&bytes) as u64;
+            let len = bytes.len() as u64;
+            let new = head.saturating_add(read_to).min(len);
+            if new < head.saturating_add(read_to) {
+                tracing::warn!(file = %r.path.display(), was = read_to, now = len, "a recording shrank while its set was closed: what it lost is not billed");
             }
-            files.push((r.name.clone(), id.clone(), bytes, old.min(new), new));
+            let old = match self.checkpoint.recordings.get(id).map_or(0, |s| s.read_to) {
+                0 => 0,
+                old => head.saturating_add(old).min(new),
+            };
+            let tenant = self.tenant_of(r);
+            files.push(SetFile {
+                name: r.name.clone(),
+                id: id.clone(),
+                bytes,
+                old,
+                new,
+                read_to,
+                tenant,
+            });
         }
         let inputs: Vec<SetInput<'_>> = files
             .iter()
-            .map(|(name, id, bytes, old, new)| SetInput {
-                name,
-                identity: id,
-                old: &bytes[..*old as usize],
-                new: &bytes[..*new as usize],
+            .map(|f| SetInput {
+                name: &f.name,
+                identity: &f.id,
+                old: &f.bytes[..f.old as usize],
+                new: &f.bytes[..f.new as usize],
+                tenant: f.tenant.as_ref(),
             })
             .collect();
         let config = MeterConfig {
@@ -227,22 +278,24 @@ impl Agent {
             reorder_horizon_ns: self.config.horizon_ns,
             ..MeterConfig::default()
         };
-        let tenants = self.tenants();
-        let closed = close_set(&inputs, set.from_ns, set.to_ns, &config, &tenants)?;
+        let closed = close_set(&inputs, set.from_ns, set.to_ns, &config, &self.tenant_map)?;
         if closed.late > 0 {
             tracing::warn!(late = closed.late, "records arrived after their windows were closed: counted as loss `late`, never sent");
         }
-        let set_id = format!("{}-{:020}-{:020}", self.host, set.from_ns, set.to_ns);
+        let set_id = format!(
+            "{}-{:020}-{:020}",
+            self.checkpoint.node, set.from_ns, set.to_ns
+        );
         // A set without any recording (an idle node) has nothing to report.
         if !files.is_empty() {
             self.sinks.hand_over(&set_id, &closed.report)?;
         }
         crate::crash::point("events-stored");
-        for (name, id, _, _, new) in &files {
-            let s = self.checkpoint.recordings.entry(id.clone()).or_default();
-            s.file.clone_from(name);
-            s.read_to = *new;
-            if let Some(&end) = closed.ends.get(id) {
+        for f in &files {
+            let s = self.checkpoint.recordings.entry(f.id.clone()).or_default();
+            s.file.clone_from(&f.name);
+            s.read_to = f.read_to;
+            if let Some(&end) = closed.ends.get(&f.id) {
                 s.end_ns = s.end_ns.max(end);
             }
         }
@@ -250,7 +303,16 @@ impl Agent {
         self.checkpoint
             .recordings
             .retain(|id, _| set.read_to.contains_key(id));
-        self.checkpoint.closed_to_ns = set.to_ns;
+        self.checkpoint.closed_to_ns = match set.to_ns {
+            // Everything (`--once`) is closed up to the end of the last window anything
+            // reached: a later run goes on from there.
+            u64::MAX => {
+                let w = self.config.window.ns();
+                let end = closed.ends.values().copied().max().unwrap_or(0);
+                set.from_ns.max(end.div_ceil(w).saturating_mul(w))
+            }
+            to => to,
+        };
         self.checkpoint.sets += 1;
         self.checkpoint.pending = None;
         self.checkpoint.save(&self.config.state_dir)?;
@@ -260,24 +322,14 @@ impl Agent {
         Ok(closed.late)
     }
 
-    /// The tenant map with the rule's tenants by process id (the map's own entries first).
-    fn tenants(&self) -> TenantMap {
-        let mut map = self.tenant_map.clone();
-        let mut by_pid: BTreeMap<u32, String> = BTreeMap::new();
-        for r in self.live() {
-            let labels = crate::spool::labels(&r.header);
-            let Some((tenant, _)) = self.config.tenant.tenant(&labels) else {
-                continue;
-            };
-            let pid = r.header.process_id;
-            if let Some(other) = by_pid.insert(pid, tenant.as_str().to_string()) {
-                if other != tenant.as_str() {
-                    tracing::warn!(pid, first = %other, second = %tenant.as_str(), "two recordings of one process id name two tenants: the later one is used");
-                }
-            }
-            map.pid.entry(pid).or_insert(tenant);
+    /// The tenant the rule gives recording `r` by its header's labels, unless the tenant map
+    /// names its process (the map comes first).
+    fn tenant_of(&self, r: &crate::spool::Recording) -> Option<gpumeter_core::TenantName> {
+        if self.tenant_map.pid.contains_key(&r.header.process_id) {
+            return None;
         }
-        map
+        let labels = crate::spool::labels(&r.header);
+        self.config.tenant.tenant(&labels).map(|(t, _)| t)
     }
 
     /// Retires finished recordings whose every record lies in shipped windows and whose sets
@@ -300,7 +352,8 @@ impl Agent {
                         .recordings
                         .get(&r.identity)
                         .is_some_and(|s| {
-                            s.read_to >= r.complete_len && s.end_ns <= self.checkpoint.closed_to_ns
+                            s.read_to >= r.complete_len - r.head_len()
+                                && s.end_ns <= self.checkpoint.closed_to_ns
                         })
             })
             .map(|r| (r.name.clone(), r.identity.clone(), r.path.clone()))

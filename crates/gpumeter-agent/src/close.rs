@@ -42,6 +42,18 @@ pub struct SetInput<'a> {
     pub old: &'a [u8],
     /// The bytes this set reads (complete frames), `old` and more.
     pub new: &'a [u8],
+    /// The recording's tenant by the agent's tenant rule, if any: its work is attributed to
+    /// it by a process id of the agent's own for the recording ([`agent_pid`]), so that two
+    /// recordings with the same process id (two pods' process-id namespaces) keep their own
+    /// tenants.
+    pub tenant: Option<&'a gpumeter_core::TenantName>,
+}
+
+/// The process id the agent gives a recording's work for its tenant: `0x8000_0000` or'd with
+/// 31 bits of the SHA-256 of its identity (above any Linux process id, `pid_max` ≤ 2^22).
+pub fn agent_pid(identity: &str) -> u32 {
+    let d = Sha256::digest(identity.as_bytes());
+    0x8000_0000 | (u32::from_le_bytes([d[0], d[1], d[2], d[3]]) & 0x7fff_ffff)
 }
 
 /// A closed window set.
@@ -84,7 +96,16 @@ pub fn close_set(
 ) -> Result<Closed, CloseError> {
     let opts = CuptiOptions::default();
     let mut meter = Meter::new(config.clone());
-    meter.set_tenant_map(tenants.clone());
+    let mut tenants = tenants.clone();
+    let mut by_id: HashMap<&str, u32> = HashMap::new();
+    for i in inputs {
+        if let Some(t) = i.tenant {
+            let pid = agent_pid(i.identity);
+            tenants.pid.insert(pid, t.clone());
+            by_id.insert(i.identity, pid);
+        }
+    }
+    meter.set_tenant_map(tenants);
     let new_inputs: Vec<CuptiInput<'_>> = inputs
         .iter()
         .map(|i| CuptiInput {
@@ -115,8 +136,16 @@ pub fn close_set(
     let mut early = Vec::new();
     let mut current = Vec::new();
     let mut late: Vec<(DeviceSlot, u64)> = Vec::new();
-    for b in batches {
+    for mut b in batches {
         let id = b.recording.clone().unwrap_or_default();
+        if let Some(&pid) = by_id.get(id.as_str()) {
+            for r in &mut b.records {
+                r.process_id = Some(pid);
+            }
+            for m in &mut b.memory {
+                m.process_id = Some(pid);
+            }
+        }
         let end = b
             .records
             .iter()

@@ -61,6 +61,13 @@ pub struct Recording {
     pub changed_at: SystemTime,
 }
 
+impl Recording {
+    /// Bytes of its magic, version and header frame.
+    pub fn head_len(&self) -> u64 {
+        self.head.len() as u64
+    }
+}
+
 /// What a poll saw happen to a recording that the agent should tell an operator about.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpoolEvent {
@@ -241,7 +248,10 @@ impl Spool {
         }
         let mut r = match previous {
             Some(p) if p.identity == id => {
-                if complete_len < p.complete_len {
+                // Counted after the header frame: a finished recording rewritten with a
+                // longer header (the injection library's last step) has not shrunk.
+                let body = complete_len.saturating_sub(head_len(bytes) as u64);
+                if body < p.complete_len.saturating_sub(p.head_len()) {
                     events.push(SpoolEvent::Truncated {
                         name: name.to_string(),
                         was: p.complete_len,
@@ -385,7 +395,7 @@ impl Spool {
 
 /// The bytes of a `.gmr`'s magic, version and header frame (`gpumeter_recording::gmr`: the
 /// header is the first frame, `type:u32 len:u64 payload crc:u32`).
-fn head_len(bytes: &[u8]) -> usize {
+pub(crate) fn head_len(bytes: &[u8]) -> usize {
     let len = bytes
         .get(GMR_PREAMBLE_LEN + 4..GMR_PREAMBLE_LEN + 12)
         .and_then(|b| <[u8; 8]>::try_from(b).ok())

@@ -20,7 +20,8 @@ pub const CHECKPOINT_VERSION: u32 = 1;
 pub struct RecordingState {
     /// The file name in the spool.
     pub file: String,
-    /// Bytes of complete frames the last closed window set metered.
+    /// Bytes of complete frames the last closed window set metered, counted after the header
+    /// frame.
     pub read_to: u64,
     /// The latest instant its records and memory events reach, as far as read (ns).
     #[serde(default)]
@@ -34,7 +35,7 @@ pub struct PendingSet {
     pub from_ns: u64,
     /// The set's end, ns (`u64::MAX`: everything, `--once`).
     pub to_ns: u64,
-    /// Per recording identity, the bytes this set meters.
+    /// Per recording identity, the bytes this set meters, counted after the header frame.
     pub read_to: BTreeMap<String, u64>,
 }
 
@@ -43,6 +44,9 @@ pub struct PendingSet {
 pub struct Checkpoint {
     /// [`CHECKPOINT_VERSION`].
     pub version: u32,
+    /// The node's name in set names: the host name at the agent's first start.
+    #[serde(default)]
+    pub node: String,
     /// Every window ending at or before this instant (ns since the epoch, on CUPTI's clock)
     /// is closed and handed to the sinks; 0 before the first set.
     pub closed_to_ns: u64,

@@ -163,12 +163,14 @@ fn closed_in_steps(
                 identity: &ids[0],
                 old: &a.0[..read[0]],
                 new: &a.0[..now[0]],
+                tenant: None,
             },
             SetInput {
                 name: "b.gmr",
                 identity: &ids[1],
                 old: &b.0[..read[1]],
                 new: &b.0[..now[1]],
+                tenant: None,
             },
         ];
         let closed = close_set(&inputs, from, to, config, &tenants).expect("close");
@@ -252,6 +254,7 @@ fn a_recording_that_shows_up_after_its_windows_closed_is_late_not_billed() {
             identity: &ida,
             old: &[],
             new: &a.0,
+            tenant: None,
         }],
         0,
         edge,
@@ -268,12 +271,14 @@ fn a_recording_that_shows_up_after_its_windows_closed_is_late_not_billed() {
                 identity: &ida,
                 old: &a.0,
                 new: &a.0,
+                tenant: None,
             },
             SetInput {
                 name: "b.gmr",
                 identity: &idb,
                 old: &[],
                 new: &b.0,
+                tenant: None,
             },
         ],
         edge,
@@ -316,4 +321,66 @@ fn a_recording_that_shows_up_after_its_windows_closed_is_late_not_billed() {
         .usage
         .iter()
         .all(|u| u.window_start.as_str() >= edge_text));
+}
+
+/// Two pods' processes often share a process id (each pod has its own namespace): the rule's
+/// tenant of each recording still bills its own work.
+#[test]
+fn two_recordings_with_one_process_id_keep_their_own_tenants() {
+    let config = MeterConfig {
+        window: WindowSize::from_seconds(1).expect("window"),
+        reorder_horizon_ns: 100_000_000,
+        ..MeterConfig::default()
+    };
+    let t0 = 1_796_083_200 * SECOND;
+    // Process id 1 in both, other clocks: two recordings.
+    let a = recording(5, 1, t0, 2_000, 500);
+    let b = recording(6, 1, t0 + 1_000_000, 2_000, 500);
+    let (ida, idb) = (identity(&a.0), identity(&b.0));
+    assert_ne!(ida, idb);
+    let alice = gpumeter_core::TenantName::parse("alice").expect("name");
+    let bob = gpumeter_core::TenantName::parse("bob").expect("name");
+    let closed = close_set(
+        &[
+            SetInput {
+                name: "a.gmr",
+                identity: &ida,
+                old: &[],
+                new: &a.0,
+                tenant: Some(&alice),
+            },
+            SetInput {
+                name: "b.gmr",
+                identity: &idb,
+                old: &[],
+                new: &b.0,
+                tenant: Some(&bob),
+            },
+        ],
+        0,
+        u64::MAX,
+        &config,
+        &TenantMap::default(),
+    )
+    .expect("set");
+    let kernel_ns = |tenant: &str| -> u128 {
+        closed
+            .report
+            .usage
+            .iter()
+            .filter(|u| u.tenant == tenant && u.meter == gpumeter_core::MeterKind::KernelNs)
+            .map(|u| u.quantity.0)
+            .sum()
+    };
+    let alone = |bytes: &[u8]| -> u128 {
+        let r = whole(&[("x.gmr", bytes)], &config);
+        r.usage
+            .iter()
+            .filter(|u| u.meter == gpumeter_core::MeterKind::KernelNs)
+            .map(|u| u.quantity.0)
+            .sum()
+    };
+    assert!(kernel_ns("alice") > 0 && kernel_ns("bob") > 0);
+    assert_eq!(kernel_ns("alice"), alone(&a.0));
+    assert_eq!(kernel_ns("bob"), alone(&b.0));
 }
