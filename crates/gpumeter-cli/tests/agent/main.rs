@@ -1,7 +1,9 @@
 //! `gpumeter agent` end to end, without a GPU: real processes run under the real injection
 //! library with the fake libcupti in its streaming mode (`crates/gpumeter-inject/tests/c`), so
 //! their recordings grow in a spool while the agent runs; the agent's reports, merged, must
-//! equal `gpumeter usage` of the finished recordings metered together, row for row.
+//! equal `gpumeter usage` of the finished recordings metered together, row for row (`e2e`), also
+//! when the agent is killed at any instant (`crash`). Recordings deleted, truncated, replaced or
+//! copied under the agent are `crates/gpumeter-agent/tests/spool.rs`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -12,7 +14,6 @@ mod common;
 
 mod crash;
 mod e2e;
-mod files;
 
 use common::fakes::{build_fakes, inject_lib};
 

@@ -1,1 +1,0 @@
-//! Recordings deleted, truncated, replaced or rewritten while the agent reads them.
