@@ -18,6 +18,7 @@
 //!    CPU time is the process's user + system time (`getrusage(RUSAGE_SELF)`) around the
 //!    metering or the steps only (not the writing of the spool); wall time beside it. Each
 //!    scenario runs `GPUMETER_AGENT_BENCH_RUNS` times, alternated; the medians are printed.
+//!    `GPUMETER_AGENT_BENCH_SCENARIOS` picks some of `memory merged once live` (to profile one).
 //! 2. **Peak RSS with many concurrent recordings** (`GPUMETER_AGENT_BENCH_RSS_RECORDINGS`,
 //!    default 1 000): each measured in a child process of this binary, so that its peak RSS
 //!    (`VmHWM`) is its own: the bare process, the recordings metered in memory, and the agent (a spool of
@@ -325,48 +326,63 @@ fn cpu_part() {
         e.0.push(c);
         e.1.push(w);
     };
+    // `GPUMETER_AGENT_BENCH_SCENARIOS`: a subset of `memory merged once live` (profiling one).
+    let only = std::env::var("GPUMETER_AGENT_BENCH_SCENARIOS")
+        .unwrap_or_else(|_| "memory merged once live".into());
+    let on = |k: &str| only.split_whitespace().any(|w| w == k);
     let mut notes = Vec::new();
     for _ in 0..runs {
-        let (_, c, w) = timed(|| in_memory(&recs));
-        push("a", c, w);
-        let (_, c, w) = timed(|| in_memory_merged(&recs));
-        push("b", c, w);
-        let (c, w, s) = agent_once(&recs);
-        push("c", c, w);
-        let (c, w, s2, steps) = agent_live(&recs, sets);
-        push("d", c, w);
-        notes.push(format!("once: {s} set; live: {s2} sets in {steps} steps"));
+        if on("memory") {
+            let (_, c, w) = timed(|| in_memory(&recs));
+            push("memory", c, w);
+        }
+        if on("merged") {
+            let (_, c, w) = timed(|| in_memory_merged(&recs));
+            push("merged", c, w);
+        }
+        if on("once") {
+            let (c, w, s) = agent_once(&recs);
+            push("once", c, w);
+            notes.push(format!("once: {s} set"));
+        }
+        if on("live") {
+            let (c, w, s, steps) = agent_live(&recs, sets);
+            push("live", c, w);
+            notes.push(format!("live: {s} sets in {steps} steps"));
+        }
     }
     let per_m = |ns: u64| ns as f64 / (total as f64 / 1e6);
     let mut med: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     for (k, (c, w)) in rows.iter_mut() {
         med.insert(k, (median(c), median(w)));
     }
-    let base = med["a"].0 as f64;
+    let base = med.get("memory").map(|m| m.0 as f64);
     println!("\n| scenario ({total} kernel launches in {n} recordings) | CPU ms | wall ms | CPU ms per 1 M kernel records | ÷ in-memory `meter_gmr` (CPU) |");
     println!("|---|---:|---:|---:|---:|");
     for (k, label) in [
         (
-            "a",
+            "memory",
             "in memory: `meter_gmr` of each recording into one meter, report",
         ),
         (
-            "b",
+            "merged",
             "in memory: `announce_sources` + `push_batches` (merged as streams)",
         ),
-        ("c", "agent `--once`: one `step(true)` over the spool"),
+        ("once", "agent `--once`: one `step(true)` over the spool"),
         (
-            "d",
+            "live",
             "agent live: frame by frame, `step(false)` every few frames",
         ),
     ] {
-        let (c, w) = med[k];
+        let Some(&(c, w)) = med.get(k) else {
+            continue;
+        };
         println!(
-            "| {label} | {} | {} | {:.1} | {:.2}× |",
+            "| {label} | {} | {} | {:.1} | {} |",
             ms(c),
             ms(w),
             per_m(c) / 1e6,
-            c as f64 / base
+            base.map_or("—".to_string(), |b| format!("{:.2}×", c as f64 / b))
         );
     }
     println!("\n({})", notes.join("; "));
