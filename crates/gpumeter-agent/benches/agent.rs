@@ -331,7 +331,7 @@ fn cpu_part() {
         .unwrap_or_else(|_| "memory merged once live".into());
     let on = |k: &str| only.split_whitespace().any(|w| w == k);
     let mut notes = Vec::new();
-    for _ in 0..runs {
+    for run in 0..runs {
         if on("memory") {
             let (_, c, w) = timed(|| in_memory(&recs));
             push("memory", c, w);
@@ -343,12 +343,16 @@ fn cpu_part() {
         if on("once") {
             let (c, w, s) = agent_once(&recs);
             push("once", c, w);
-            notes.push(format!("once: {s} set"));
+            if run == 0 {
+                notes.push(format!("once: {s} set closed"));
+            }
         }
         if on("live") {
             let (c, w, s, steps) = agent_live(&recs, sets);
             push("live", c, w);
-            notes.push(format!("live: {s} sets in {steps} steps"));
+            if run == 0 {
+                notes.push(format!("live: {s} sets closed in {steps} steps"));
+            }
         }
     }
     let per_m = |ns: u64| ns as f64 / (total as f64 / 1e6);
