@@ -30,7 +30,9 @@
 //!    events minus the instant the window could close (its end plus the horizon), and minus
 //!    the write of the frame that let it close.
 //!
-//! Run: `cargo bench -p gpumeter-agent --bench agent`.
+//! Run: `cargo bench -p gpumeter-agent --bench agent`. Without `--bench` (`cargo test --bench
+//! agent`, as CI runs the benches) every size defaults to a small one (2 recordings of 5 000
+//! launches, 3 sets, one run, 20 recordings for the RSS, 2 windows): a check that it runs.
 
 #![allow(missing_docs)]
 
@@ -53,6 +55,22 @@ use gpumeter_synth::{Generator, SynthConfig};
 
 const SECOND: u64 = 1_000_000_000;
 const HORIZON_NS: u64 = 200_000_000;
+
+/// Set when the binary runs without `--bench` (`cargo test --bench agent`, CI's benches in
+/// test mode): every size defaults to a small one.
+static QUICK: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+
+/// `name` from the environment, else `full` (`cargo bench`) or `quick` (test mode).
+fn size(name: &str, full: u64, quick: u64) -> u64 {
+    env_u64(
+        name,
+        if *QUICK.get().unwrap_or(&false) {
+            quick
+        } else {
+            full
+        },
+    )
+}
 
 fn env_u64(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -283,10 +301,10 @@ fn ms(ns: u64) -> String {
 
 /// Part 1: CPU per million kernel records, the agent against the in-memory path.
 fn cpu_part() {
-    let n = env_u64("GPUMETER_AGENT_BENCH_RECORDINGS", 4) as u32;
-    let kernels = env_u64("GPUMETER_AGENT_BENCH_KERNELS", 250_000);
-    let sets = env_u64("GPUMETER_AGENT_BENCH_SETS", 10);
-    let runs = env_u64("GPUMETER_AGENT_BENCH_RUNS", 3).max(1);
+    let n = size("GPUMETER_AGENT_BENCH_RECORDINGS", 4, 2) as u32;
+    let kernels = size("GPUMETER_AGENT_BENCH_KERNELS", 250_000, 5_000);
+    let sets = size("GPUMETER_AGENT_BENCH_SETS", 10, 3);
+    let runs = size("GPUMETER_AGENT_BENCH_RUNS", 3, 1).max(1);
     let only = kernels_only();
     // An hour ago, on a second: every window can close on the wall clock.
     let start_ns = (unix_ns() / SECOND - 3_600) * SECOND;
@@ -398,6 +416,7 @@ fn main() {
         rss_child(&args[i + 1], Path::new(&args[i + 2]));
         return;
     }
+    let _ = QUICK.set(!args.iter().any(|a| a == "--bench"));
     let parts = std::env::var("GPUMETER_AGENT_BENCH_PARTS").unwrap_or("cpu rss latency".into());
     println!(
         "agent bench: {} cores, {}",
@@ -516,7 +535,7 @@ fn rss_child(mode: &str, root: &Path) {
 }
 
 fn rss_part() {
-    let n = env_u64("GPUMETER_AGENT_BENCH_RSS_RECORDINGS", 1_000) as u32;
+    let n = size("GPUMETER_AGENT_BENCH_RSS_RECORDINGS", 1_000, 20) as u32;
     let root = tempfile::tempdir().expect("a temp dir");
     let bytes = rss_spool(root.path(), n);
     let exe = std::env::current_exe().expect("this bench's path");
@@ -644,7 +663,7 @@ fn produce(path: &Path, start_ns: u64, until_ns: u64, flush: Duration) -> Vec<(u
 }
 
 fn latency_part() {
-    let windows = env_u64("GPUMETER_AGENT_BENCH_WINDOWS", 10);
+    let windows = size("GPUMETER_AGENT_BENCH_WINDOWS", 10, 2);
     let flush = Duration::from_millis(env_u64("GPUMETER_AGENT_BENCH_FLUSH_MS", 50));
     let rx = receiver::Receiver::start(receiver::Faults::default());
     let root = tempfile::tempdir().expect("a temp dir");
