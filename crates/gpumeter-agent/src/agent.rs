@@ -31,6 +31,9 @@ pub struct Agent {
     checkpoint: Checkpoint,
     sinks: Sinks,
     tenant_map: TenantMap,
+    /// Per recording identity, what its bytes up to `read_to` (the map's number) hold, as the
+    /// last set found it: the next set need not decode them again.
+    known: std::collections::HashMap<String, (u64, crate::close::OldCounts)>,
 }
 
 /// A recording of the set being closed: its bytes and where the set's old and new bytes end.
@@ -43,6 +46,8 @@ struct SetFile {
     /// `new`, counted after the header frame (the checkpoint's `read_to`).
     read_to: u64,
     tenant: Option<gpumeter_core::TenantName>,
+    /// `old`, counted after the header frame.
+    old_read_to: u64,
 }
 
 impl Agent {
@@ -90,6 +95,7 @@ impl Agent {
             checkpoint,
             sinks,
             tenant_map,
+            known: std::collections::HashMap::new(),
         })
     }
 
@@ -253,6 +259,7 @@ impl Agent {
                 old => head.saturating_add(old).min(new),
             };
             let tenant = self.tenant_of(r);
+            let old_read_to = self.checkpoint.recordings.get(id).map_or(0, |s| s.read_to);
             files.push(SetFile {
                 name: r.name.clone(),
                 id: id.clone(),
@@ -261,6 +268,7 @@ impl Agent {
                 new,
                 read_to,
                 tenant,
+                old_read_to,
             });
         }
         let inputs: Vec<SetInput<'_>> = files
@@ -271,6 +279,11 @@ impl Agent {
                 old: &f.bytes[..f.old as usize],
                 new: &f.bytes[..f.new as usize],
                 tenant: f.tenant.as_ref(),
+                known: self
+                    .known
+                    .get(&f.id)
+                    .filter(|(at, _)| *at == f.old_read_to && f.old_read_to > 0)
+                    .map(|(_, k)| k),
             })
             .collect();
         let config = MeterConfig {
@@ -286,6 +299,14 @@ impl Agent {
             "{}-{:020}-{:020}",
             self.checkpoint.node, set.from_ns, set.to_ns
         );
+        self.known = closed
+            .next
+            .iter()
+            .filter_map(|(id, k)| {
+                let f = files.iter().find(|f| &f.id == id)?;
+                Some((id.clone(), (f.read_to, k.clone())))
+            })
+            .collect();
         // A set without any recording (an idle node) has nothing to report.
         if !files.is_empty() {
             self.sinks.hand_over(&set_id, &closed.report)?;

@@ -47,6 +47,9 @@ pub struct SetInput<'a> {
     /// recordings with the same process id (two pods' process-id namespaces) keep their own
     /// tenants.
     pub tenant: Option<&'a gpumeter_core::TenantName>,
+    /// What `old` holds, as the previous set found it ([`Closed::next`]); `None`: `old` is
+    /// decoded again to know it (after a restart).
+    pub known: Option<&'a OldCounts>,
 }
 
 /// The process id the agent gives a recording's work for its tenant: `0x8000_0000` or'd with
@@ -66,6 +69,9 @@ pub struct Closed {
     pub ends: BTreeMap<String, u64>,
     /// Records (and memory events) counted as loss `late`.
     pub late: u64,
+    /// Per recording identity, what this set's `new` bytes hold before `to`: the next set's
+    /// [`SetInput::known`] for the same bytes (empty when `to` is `u64::MAX`).
+    pub next: BTreeMap<String, OldCounts>,
 }
 
 /// Why a window set cannot be closed.
@@ -119,7 +125,7 @@ pub fn close_set(
     let mut scratch = Meter::new(config.clone());
     let old_inputs: Vec<CuptiInput<'_>> = inputs
         .iter()
-        .filter(|i| !i.old.is_empty())
+        .filter(|i| !i.old.is_empty() && i.known.is_none())
         .map(|i| CuptiInput {
             name: i.name,
             bytes: i.old,
@@ -127,10 +133,17 @@ pub fn close_set(
         })
         .collect();
     let (_, old_batches) = announce_sources(&mut scratch, &old_inputs, &opts)?;
-    let old: HashMap<String, OldCounts> = old_batches
+    let decoded: HashMap<String, OldCounts> = old_batches
         .iter()
         .filter_map(|b| Some((b.recording.clone()?, OldCounts::of(b, &scratch, from))))
         .collect();
+    let mut old: HashMap<&str, &OldCounts> = decoded.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    for i in inputs {
+        if let Some(k) = i.known {
+            old.insert(i.identity, k);
+        }
+    }
+    let mut next = BTreeMap::new();
 
     let mut ends = BTreeMap::new();
     let mut early = Vec::new();
@@ -154,7 +167,10 @@ pub fn close_set(
             .max()
             .unwrap_or(0);
         ends.insert(id.clone(), end);
-        let split = split(b, &meter, old.get(&id), from, to);
+        if to != u64::MAX {
+            next.insert(id.clone(), OldCounts::of(&b, &meter, to));
+        }
+        let split = split(b, &meter, old.get(id.as_str()).copied(), from, to);
         early.push(split.early);
         current.push(split.current);
         late.extend(split.late);
@@ -175,13 +191,15 @@ pub fn close_set(
         report,
         ends,
         late: late_total,
+        next,
     })
 }
 
-/// What the old bytes of one recording held: the identity digests of its records and memory
-/// events before `from` (a multiset), and its losses and skipped counts by device key.
-#[derive(Default)]
-struct OldCounts {
+/// What the old bytes of one recording hold: the identity digests of its records and memory
+/// events before a set's start (a multiset), and its losses and skipped counts by device key.
+/// Opaque: a set makes it for the next ([`Closed::next`]).
+#[derive(Debug, Clone, Default)]
+pub struct OldCounts {
     records: HashMap<u64, u32>,
     memory: HashMap<u64, u32>,
     losses: HashMap<(String, LossReason, bool), u64>,
@@ -248,7 +266,14 @@ fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u6
         (from, to),
         &mut early.records,
         &mut late,
-        |r| (r.start_ns, r.device, identity_digest(&r.identity())),
+        |r| {
+            (
+                r.start_ns,
+                r.end_ns,
+                r.device,
+                identity_digest(&r.identity()),
+            )
+        },
     );
     let memory = std::mem::take(&mut b.memory);
     b.memory = partition(
@@ -257,7 +282,14 @@ fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u6
         (from, to),
         &mut early.memory,
         &mut late,
-        |m| (m.timestamp_ns, m.device, identity_digest(&m.identity())),
+        |m| {
+            (
+                m.timestamp_ns,
+                u64::MAX,
+                m.device,
+                identity_digest(&m.identity()),
+            )
+        },
     );
     // Energy is apportioned over whole runs of samples and cannot be drained (docs/AGENT.md,
     // "Limits"): the agent meters no energy.
@@ -304,19 +336,20 @@ fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u6
 /// Cuts `items` by start time: before `from`, the items the old bytes held (`old`, a multiset
 /// of identity digests) go to `early` and the others are counted `late` per device; from
 /// `from` to `to`, the items returned; from `to` on, dropped (a later set takes them).
-/// `key` gives an item's start (ns), device and identity digest.
+/// `key` gives an item's start and end (ns), device and identity digest; an early item that
+/// ends at or before `from` is dropped too (it changes no window from `from` on).
 fn partition<T>(
     items: Vec<T>,
     old: &HashMap<u64, u32>,
     (from, to): (u64, u64),
     early: &mut Vec<T>,
     late: &mut BTreeMap<DeviceSlot, u64>,
-    key: impl Fn(&T) -> (u64, DeviceSlot, u64),
+    key: impl Fn(&T) -> (u64, u64, DeviceSlot, u64),
 ) -> Vec<T> {
     let mut seen = old.clone();
     let mut current = Vec::new();
     for item in items {
-        let (start, device, digest) = key(&item);
+        let (start, end, device, digest) = key(&item);
         if start >= to {
             continue;
         }
@@ -327,7 +360,10 @@ fn partition<T>(
         match seen.get_mut(&digest) {
             Some(n) if *n > 0 => {
                 *n -= 1;
-                early.push(item);
+                // Only what reaches `from` changes the windows from there on.
+                if end > from {
+                    early.push(item);
+                }
             }
             _ => *late.entry(device).or_default() += 1,
         }

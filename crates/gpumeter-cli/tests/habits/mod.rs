@@ -17,12 +17,13 @@ use serde_json::Value;
 use super::common::*;
 
 /// Every subcommand of `gpumeter`, as `--help` lists them.
-const SUBCOMMANDS: [&str; 10] = [
+const SUBCOMMANDS: [&str; 11] = [
     "usage",
     "preview",
     "invoice",
     "bank",
     "record",
+    "agent",
     "recording",
     "prices",
     "completions",
