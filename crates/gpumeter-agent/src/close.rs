@@ -4,20 +4,20 @@
 //! Every closing meters the recordings' bytes afresh with a new meter, in two phases
 //! (`docs/AGENT.md`, "Closing a window set"):
 //!
-//! 1. the records (and memory events) that start before `from` and that earlier sets already
-//!    read, so that the meter holds at `from` exactly what an uninterrupted meter would hold
-//!    there (kernels running across `from`, allocations still held, the joins); then
-//!    [`Meter::drain`] at `from` hands over the windows already shipped, and the result is
-//!    dropped;
+//! 1. the records (and memory events) that start before `from` and reach past it, so that the
+//!    meter holds at `from` what an uninterrupted meter would hold there (kernels running
+//!    across `from`, allocations still held); then [`Meter::drain`] at `from` hands over the
+//!    windows already shipped, and the result is dropped;
 //! 2. the records that start in `[from, to)`, the losses and skipped counts the recordings'
-//!    new bytes hold, and, as loss `late`, the records of the new bytes that start before
-//!    `from` (their windows were shipped: they are never sent again); then [`Meter::drain`] at
-//!    `to` gives the set's report. Records starting at or after `to` wait for a later set.
+//!    new bytes hold, and, as loss `late`, as many records as the new bytes add before `from`
+//!    (their windows were shipped: they are never sent again); then [`Meter::drain`] at `to`
+//!    gives the set's report. Records starting at or after `to` wait for a later set.
 //!
 //! "Already read" and "new" are told apart by each recording's `read_to` of the last closed
-//! set: the records of its first `read_to` bytes are the old ones (found by their identity
-//! digests, [`gpumeter_core::identity_digest`], so a record is the same one whichever bytes it
-//! was decoded from). The report is a drained piece of each recording's stream: its sources
+//! set: per device, the records before `from` in its first `read_to` bytes were there before;
+//! those the whole bytes hold beyond that number are late. (A late record that runs past
+//! `from` is counted late, and its part after `from` is metered in phase 1 all the same: the
+//! counts do not say which record it was.) The report is a drained piece of each recording's stream: its sources
 //! are named by the recording's identity and have format `cupti-stream`
 //! ([`gpumeter_core::STREAM_FORMAT`]), so a central `gpumeter usage --format usage` merges the
 //! sets of one node, which hold disjoint windows, and refuses two reports of one window.
@@ -25,8 +25,8 @@
 use std::collections::{BTreeMap, HashMap};
 
 use gpumeter_core::{
-    identity_digest, push_batches, Batch, DeviceSlot, LossReason, Meter, MeterConfig, TenantMap,
-    UsageReport, WarningCode, STREAM_FORMAT,
+    push_batches, Batch, DeviceSlot, LossReason, Meter, MeterConfig, TenantMap, UsageReport,
+    WarningCode, STREAM_FORMAT,
 };
 use gpumeter_recording::{announce_sources, CuptiFormat, CuptiInput, CuptiOptions};
 use sha2::{Digest as _, Sha256};
@@ -195,13 +195,13 @@ pub fn close_set(
     })
 }
 
-/// What the old bytes of one recording hold: the identity digests of its records and memory
-/// events before a set's start (a multiset), and its losses and skipped counts by device key.
-/// Opaque: a set makes it for the next ([`Closed::next`]).
+/// What the old bytes of one recording hold: per device key, how many records and memory
+/// events start before a set's start, and its losses and skipped counts. Opaque: a set makes
+/// it for the next ([`Closed::next`]).
 #[derive(Debug, Clone, Default)]
 pub struct OldCounts {
-    records: HashMap<u64, u32>,
-    memory: HashMap<u64, u32>,
+    records: HashMap<String, u64>,
+    memory: HashMap<String, u64>,
     losses: HashMap<(String, LossReason, bool), u64>,
     source_losses: HashMap<(LossReason, bool), u64>,
     skipped: BTreeMap<String, u64>,
@@ -217,12 +217,14 @@ fn key_of(meter: &Meter, slot: DeviceSlot) -> String {
 impl OldCounts {
     fn of(b: &Batch, meter: &Meter, from: u64) -> OldCounts {
         let mut c = OldCounts::default();
-        for r in b.records.iter().filter(|r| r.start_ns < from) {
-            *c.records.entry(identity_digest(&r.identity())).or_default() += 1;
-        }
-        for m in b.memory.iter().filter(|m| m.timestamp_ns < from) {
-            *c.memory.entry(identity_digest(&m.identity())).or_default() += 1;
-        }
+        let by_key = |slots: HashMap<DeviceSlot, u64>| -> HashMap<String, u64> {
+            slots
+                .into_iter()
+                .map(|(slot, n)| (key_of(meter, slot), n))
+                .collect()
+        };
+        c.records = by_key(before(&b.records, from, |r| (r.start_ns, r.device)));
+        c.memory = by_key(before(&b.memory, from, |m| (m.timestamp_ns, m.device)));
         for (slot, reason, n, lower) in &b.losses {
             *c.losses
                 .entry((key_of(meter, *slot), *reason, *lower))
@@ -259,38 +261,29 @@ fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u6
         recording: b.recording.clone(),
     };
     let mut late: BTreeMap<DeviceSlot, u64> = BTreeMap::new();
+    let old_of = |counts: &HashMap<String, u64>, slot: DeviceSlot| {
+        counts.get(&key_of(meter, slot)).copied().unwrap_or(0)
+    };
+    for (slot, n) in before(&b.records, from, |r| (r.start_ns, r.device)) {
+        let had = old_of(&old.records, slot);
+        if n > had {
+            *late.entry(slot).or_default() += n - had;
+        }
+    }
+    for (slot, n) in before(&b.memory, from, |m| (m.timestamp_ns, m.device)) {
+        let had = old_of(&old.memory, slot);
+        if n > had {
+            *late.entry(slot).or_default() += n - had;
+        }
+    }
     let records = std::mem::take(&mut b.records);
-    b.records = partition(
-        records,
-        &old.records,
-        (from, to),
-        &mut early.records,
-        &mut late,
-        |r| {
-            (
-                r.start_ns,
-                r.end_ns,
-                r.device,
-                identity_digest(&r.identity()),
-            )
-        },
-    );
+    b.records = partition(records, (from, to), &mut early.records, |r| {
+        (r.start_ns, r.end_ns)
+    });
     let memory = std::mem::take(&mut b.memory);
-    b.memory = partition(
-        memory,
-        &old.memory,
-        (from, to),
-        &mut early.memory,
-        &mut late,
-        |m| {
-            (
-                m.timestamp_ns,
-                u64::MAX,
-                m.device,
-                identity_digest(&m.identity()),
-            )
-        },
-    );
+    b.memory = partition(memory, (from, to), &mut early.memory, |m| {
+        (m.timestamp_ns, u64::MAX)
+    });
     // Energy is apportioned over whole runs of samples and cannot be drained (docs/AGENT.md,
     // "Limits"): the agent meters no energy.
     b.energy.clear();
@@ -333,39 +326,41 @@ fn split(mut b: Batch, meter: &Meter, old: Option<&OldCounts>, from: u64, to: u6
     }
 }
 
-/// Cuts `items` by start time: before `from`, the items the old bytes held (`old`, a multiset
-/// of identity digests) go to `early` and the others are counted `late` per device; from
-/// `from` to `to`, the items returned; from `to` on, dropped (a later set takes them).
-/// `key` gives an item's start and end (ns), device and identity digest; an early item that
-/// ends at or before `from` is dropped too (it changes no window from `from` on).
+/// How many of `items` start before `from`, per device (`key`: start, device).
+fn before<T>(
+    items: &[T],
+    from: u64,
+    key: impl Fn(&T) -> (u64, DeviceSlot),
+) -> HashMap<DeviceSlot, u64> {
+    let mut n: HashMap<DeviceSlot, u64> = HashMap::new();
+    for item in items {
+        let (start, device) = key(item);
+        if start < from {
+            *n.entry(device).or_default() += 1;
+        }
+    }
+    n
+}
+
+/// Cuts `items` by start time: before `from`, those that reach past `from` go to `early` (the
+/// others change no window from `from` on); from `from` to `to`, the items returned; from
+/// `to` on, dropped (a later set takes them). `key` gives an item's start and end (ns).
 fn partition<T>(
     items: Vec<T>,
-    old: &HashMap<u64, u32>,
     (from, to): (u64, u64),
     early: &mut Vec<T>,
-    late: &mut BTreeMap<DeviceSlot, u64>,
-    key: impl Fn(&T) -> (u64, u64, DeviceSlot, u64),
+    key: impl Fn(&T) -> (u64, u64),
 ) -> Vec<T> {
-    let mut seen = old.clone();
     let mut current = Vec::new();
     for item in items {
-        let (start, end, device, digest) = key(&item);
+        let (start, end) = key(&item);
         if start >= to {
             continue;
         }
         if start >= from {
             current.push(item);
-            continue;
-        }
-        match seen.get_mut(&digest) {
-            Some(n) if *n > 0 => {
-                *n -= 1;
-                // Only what reaches `from` changes the windows from there on.
-                if end > from {
-                    early.push(item);
-                }
-            }
-            _ => *late.entry(device).or_default() += 1,
+        } else if end > from {
+            early.push(item);
         }
     }
     current
