@@ -38,6 +38,9 @@
 
 #[path = "../tests/support/receiver.rs"]
 mod receiver;
+#[path = "../tests/support/recording.rs"]
+mod recording_support;
+use recording_support::Synthetic;
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -49,7 +52,7 @@ use std::time::{Duration, Instant, SystemTime};
 use gpumeter_agent::{Agent, AgentConfig};
 use gpumeter_core::{push_batches, Meter, MeterConfig, WindowSize};
 use gpumeter_cupti::{decode_prefix, ApiVersion, Record};
-use gpumeter_recording::gmr::{read_gmr, GmrWriter};
+use gpumeter_recording::gmr::GmrWriter;
 use gpumeter_recording::{announce_sources, meter_gmr, CuptiFormat, CuptiInput, CuptiOptions};
 use gpumeter_synth::{Generator, SynthConfig};
 
@@ -137,41 +140,7 @@ struct Rec {
 
 /// One process's recording (`cfg` with `pid` in its header; its identity differs by `pid`).
 fn recording(cfg: &SynthConfig, pid: u32) -> Rec {
-    let mut g = Generator::new(cfg).expect("the workload generates");
-    let mut header = g.gmr_header();
-    header.process_id = pid;
-    header.clock.cupti_timestamp_ns = cfg.start_ns + u64::from(pid);
-    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
-    w.write_strings(&g.string_table()).expect("strings");
-    let mut buf = Vec::new();
-    g.device_records(&mut buf);
-    loop {
-        g.next_launches(&mut buf, cfg.kernels_per_buffer);
-        if !buf.is_empty() {
-            w.write_buffer(&buf).expect("buffer");
-        }
-        buf.clear();
-        if g.remaining() == 0 {
-            break;
-        }
-    }
-    let bytes = w.finish().expect("finish");
-    let file = read_gmr(&bytes).expect("reads back");
-    let mut ends: Vec<usize> = file
-        .frames
-        .iter()
-        .skip(1)
-        .map(|f| f.offset as usize)
-        .collect();
-    // The end frame (an empty payload: type, length, checksum) is not among the frames.
-    let body_end = bytes.len() - 16;
-    let body = read_gmr(&bytes[..body_end]).expect("reads back");
-    assert!(
-        body.torn.is_none() && !body.finished,
-        "the end frame is 16 bytes"
-    );
-    ends.push(body_end);
-    ends.push(bytes.len());
+    let Synthetic { bytes, ends } = Synthetic::new(cfg, pid, Some(cfg.start_ns + u64::from(pid)));
     Rec {
         name: format!("synth-{pid}.gmr"),
         bytes,

@@ -5,15 +5,18 @@ use gpumeter_agent::close::{close_set, SetInput};
 use gpumeter_core::{
     merge_reports, LossReason, Meter, MeterConfig, TenantMap, UsageReport, WindowSize,
 };
-use gpumeter_recording::gmr::GmrWriter;
 use gpumeter_recording::{announce_sources, CuptiFormat, CuptiInput, CuptiOptions};
-use gpumeter_synth::{Generator, SynthConfig};
+use gpumeter_synth::SynthConfig;
+
+#[path = "support/recording.rs"]
+mod recording_support;
 use proptest::prelude::*;
+use recording_support::Synthetic;
 
 const SECOND: u64 = 1_000_000_000;
 
 /// A recording of `kernels` launches from `start_ns`, as (file bytes, end offset of each
-/// frame): the header and string table first, then one frame per buffer, then the end frame.
+/// frame after the header: the string table, each buffer, the end frame).
 fn recording(
     seed: u64,
     pid: u32,
@@ -34,37 +37,8 @@ fn recording(
         external_correlation: true,
         api_records: true,
     };
-    let mut g = Generator::new(&cfg).expect("generator");
-    let mut header = g.gmr_header();
-    header.process_id = pid;
-    header.clock.cupti_timestamp_ns = start_ns + u64::from(pid);
-    let mut cuts = Vec::new();
-    let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
-    w.write_strings(&g.string_table()).expect("strings");
-    let mut buf = Vec::new();
-    g.device_records(&mut buf);
-    loop {
-        g.next_launches(&mut buf, per_buffer);
-        if !buf.is_empty() {
-            w.write_buffer(&buf).expect("buffer");
-            cuts.push(0);
-        }
-        buf.clear();
-        if g.remaining() == 0 {
-            break;
-        }
-    }
-    let bytes = w.finish().expect("finish");
-    // Frame ends: re-read the frames' offsets.
-    let file = gpumeter_recording::gmr::read_gmr(&bytes).expect("read");
-    let mut ends: Vec<usize> = file
-        .frames
-        .iter()
-        .skip(1)
-        .map(|f| f.offset as usize)
-        .collect();
-    ends.push(bytes.len());
-    (bytes, ends)
+    let r = Synthetic::new(&cfg, pid, Some(start_ns + u64::from(pid)));
+    (r.bytes, r.ends)
 }
 
 fn whole(inputs: &[(&str, &[u8])], config: &MeterConfig) -> UsageReport {

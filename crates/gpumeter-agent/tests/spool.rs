@@ -16,9 +16,13 @@ use std::sync::{Arc, Mutex};
 
 use gpumeter_agent::{Agent, AgentConfig};
 use gpumeter_core::{merge_reports, LossReason, Meter, MeterConfig, UsageReport, WindowSize};
-use gpumeter_recording::gmr::{read_gmr, GmrWriter};
+use gpumeter_recording::gmr::read_gmr;
 use gpumeter_recording::{announce_sources, CuptiFormat, CuptiInput, CuptiOptions};
-use gpumeter_synth::{Generator, SynthConfig};
+use gpumeter_synth::SynthConfig;
+
+#[path = "support/recording.rs"]
+mod recording_support;
+use recording_support::Synthetic;
 
 const SECOND: u64 = 1_000_000_000;
 /// 2026-12-01T00:00:00Z, ns.
@@ -48,32 +52,7 @@ impl Rec {
             external_correlation: true,
             api_records: true,
         };
-        let mut g = Generator::new(&cfg).expect("generator");
-        let mut header = g.gmr_header();
-        header.process_id = pid;
-        let mut w = GmrWriter::new(Vec::new(), &header).expect("writer");
-        w.write_strings(&g.string_table()).expect("strings");
-        let mut buf = Vec::new();
-        g.device_records(&mut buf);
-        loop {
-            g.next_launches(&mut buf, per_buffer);
-            if !buf.is_empty() {
-                w.write_buffer(&buf).expect("buffer");
-            }
-            buf.clear();
-            if g.remaining() == 0 {
-                break;
-            }
-        }
-        let bytes = w.finish().expect("finish");
-        let file = read_gmr(&bytes).expect("read");
-        let mut ends: Vec<usize> = file
-            .frames
-            .iter()
-            .skip(1)
-            .map(|f| f.offset as usize)
-            .collect();
-        ends.push(bytes.len());
+        let Synthetic { bytes, ends } = Synthetic::new(&cfg, pid, None);
         let rec = Rec { bytes, ends };
         assert!(
             !read_gmr(rec.open(usize::MAX)).expect("prefix").finished,
