@@ -141,7 +141,7 @@ fn closed_in_steps(
                 old: &a.0[..read[0]],
                 new: &a.0[..now[0]],
                 tenant: None,
-                known: known.get(&ids[0]).filter(|_| lag % 2 == 0),
+                known: known.get(&ids[0]).filter(|_| lag.is_multiple_of(2)),
             },
             SetInput {
                 name: "b.gmr",
@@ -149,7 +149,7 @@ fn closed_in_steps(
                 old: &b.0[..read[1]],
                 new: &b.0[..now[1]],
                 tenant: None,
-                known: known.get(&ids[1]).filter(|_| lag % 2 == 0),
+                known: known.get(&ids[1]).filter(|_| lag.is_multiple_of(2)),
             },
         ];
         let closed = close_set(&inputs, from, to, config, &tenants).expect("close");
