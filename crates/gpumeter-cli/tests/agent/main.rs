@@ -63,7 +63,7 @@ impl Node {
             &path,
             format!(
                 "spool = \"spool\"\nstate_dir = \"state\"\nwindow = \"1s\"\nhorizon = \"300ms\"\n\
-                 grace = \"500ms\"\npoll = \"100ms\"\n\n[tenant]\nrule = [\"{{GPUMETER_TENANT}}\", \
+                 grace = \"3s\"\npoll = \"100ms\"\n\n[tenant]\nrule = [\"{{GPUMETER_TENANT}}\", \
                  \"ns-{{POD_NAMESPACE}}\"]\n\n[[sink]]\nkind = \"reports\"\ndir = \"reports\"\n{extra}"
             ),
         )
