@@ -177,8 +177,18 @@ impl Agent {
     /// (docs/AGENT.md, "When a window closes").
     fn edge(&self, once: bool) -> u64 {
         if once {
-            // Everything, when there is anything to close.
-            return if self.live().is_empty() {
+            // Everything, when there is anything to close: a live recording with bytes the
+            // last set did not read, or records it read past the closed edge. Not again while
+            // `--once` waits for its events sinks (docs/AGENT.md: "one set, up to the end of
+            // time").
+            let closed = self.checkpoint.closed_to_ns;
+            let open = self.live().iter().any(|r| {
+                self.checkpoint
+                    .recordings
+                    .get(&r.identity)
+                    .is_none_or(|s| s.read_to != r.complete_len - r.head_len() || s.end_ns > closed)
+            });
+            return if !open {
                 self.checkpoint.closed_to_ns
             } else {
                 u64::MAX
