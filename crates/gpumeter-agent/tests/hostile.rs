@@ -91,3 +91,27 @@ fn once_waiting_for_an_events_sink_closes_one_set_only() {
     assert_eq!(agent.checkpoint().sets, 1);
     assert_eq!(node.reports().len(), 1, "one report: {:?}", node.reports());
 }
+
+/// Two agents on one state folder (a second unit started by mistake, a DaemonSet update with a
+/// surge): there was no lock, both read the checkpoint, closed sets from the same edge to
+/// their own watermarks (overlapping window sets, so the same windows reported twice, events
+/// with the same ids and possibly other quantities), and shared one checkpoint temporary
+/// file, so one of them usually died on "checkpoint …: No such file or directory". The second
+/// agent must refuse to start, naming the lock.
+#[test]
+fn a_second_agent_on_one_state_folder_is_refused() {
+    let node = Node::new();
+    let rec = synthetic(4, 100);
+    std::fs::write(node.root.join("spool/a.gmr"), rec.open(3)).expect("write");
+    let mut first = Agent::open(node.config("")).expect("open");
+    first.step(false).expect("step");
+    let err = match Agent::open(node.config("")) {
+        Ok(_) => panic!("a second agent opened the state folder of a running one"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("another agent"), "{err}");
+    assert!(err.contains("lock"), "{err}");
+    drop(first);
+    // Once the first is gone (exit, SIGKILL), the next starts.
+    Agent::open(node.config("")).expect("open after the first stopped");
+}
