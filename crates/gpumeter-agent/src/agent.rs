@@ -34,6 +34,33 @@ pub struct Agent {
     /// Per recording identity, what its bytes up to `read_to` (the map's number) hold, as the
     /// last set found it: the next set need not decode them again.
     known: std::collections::HashMap<String, (u64, crate::close::OldCounts)>,
+    /// `<state_dir>/lock`, locked while the agent lives (the kernel drops the lock when the
+    /// process ends, SIGKILL included).
+    _lock: std::fs::File,
+}
+
+/// Takes `<state_dir>/lock` (an advisory `flock`): one agent per state folder
+/// (docs/AGENT.md, "Limits": two agents on one spool would each bill it).
+///
+/// # Errors
+/// [`AgentError::Locked`] when another process holds it; [`AgentError::Io`] when the file
+/// cannot be opened or locked.
+fn lock(state_dir: &Path) -> Result<std::fs::File, AgentError> {
+    let path = state_dir.join("lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| AgentError::Io {
+            path: path.clone(),
+            error,
+        })?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(AgentError::Locked { path }),
+        Err(std::fs::TryLockError::Error(error)) => Err(AgentError::Io { path, error }),
+    }
 }
 
 /// A recording of the set being closed: its bytes and where the set's old and new bytes end.
@@ -65,6 +92,7 @@ impl Agent {
             })
         };
         dir(&config.state_dir)?;
+        let lock = lock(&config.state_dir)?;
         dir(&config.spool)?;
         let mut checkpoint = Checkpoint::load(&config.state_dir)?;
         let tenant_map = match &config.tenant_map {
@@ -96,6 +124,7 @@ impl Agent {
             sinks,
             tenant_map,
             known: std::collections::HashMap::new(),
+            _lock: lock,
         })
     }
 
@@ -177,8 +206,18 @@ impl Agent {
     /// (docs/AGENT.md, "When a window closes").
     fn edge(&self, once: bool) -> u64 {
         if once {
-            // Everything, when there is anything to close.
-            return if self.live().is_empty() {
+            // Everything, when there is anything to close: a live recording with bytes the
+            // last set did not read, or records it read past the closed edge. Not again while
+            // `--once` waits for its events sinks (docs/AGENT.md: "one set, up to the end of
+            // time").
+            let closed = self.checkpoint.closed_to_ns;
+            let open = self.live().iter().any(|r| {
+                self.checkpoint
+                    .recordings
+                    .get(&r.identity)
+                    .is_none_or(|s| s.read_to != r.complete_len - r.head_len() || s.end_ns > closed)
+            });
+            return if !open {
                 self.checkpoint.closed_to_ns
             } else {
                 u64::MAX

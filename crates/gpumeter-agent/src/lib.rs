@@ -46,6 +46,13 @@ pub enum AgentError {
         #[source]
         error: std::io::Error,
     },
+    /// Another agent holds the state folder's lock (`<state_dir>/lock`): two agents on one
+    /// state folder would overwrite each other's checkpoint and close overlapping window sets.
+    #[error("{}: another agent runs on this state folder (it holds this lock): one agent per state folder and spool", path.display())]
+    Locked {
+        /// The lock file.
+        path: std::path::PathBuf,
+    },
     /// The checkpoint.
     #[error(transparent)]
     State(#[from] state::StateError),

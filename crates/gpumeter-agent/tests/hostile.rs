@@ -1,0 +1,117 @@
+//! Defects found by a hostile operator's review of the agent (issue 32), each kept as a
+//! regression test. The agent runs as a library, one `step` at a time, over synthetic
+//! recordings whose header host is `synth` (not this machine).
+
+use std::path::PathBuf;
+
+use gpumeter_agent::{Agent, AgentConfig};
+use gpumeter_synth::SynthConfig;
+
+#[path = "support/recording.rs"]
+mod recording_support;
+use recording_support::Synthetic;
+
+const SECOND: u64 = 1_000_000_000;
+/// 2026-12-01T00:00:00Z, ns.
+const T0: u64 = 1_796_083_200 * SECOND;
+
+fn synthetic(seed: u64, pid: u32) -> Synthetic {
+    let cfg = SynthConfig {
+        kernels: 2_000,
+        devices: 1,
+        streams: 2,
+        tenants: 1,
+        processes: 1,
+        kernels_per_second: 2_000,
+        seed,
+        start_ns: T0,
+        kernels_per_buffer: 250,
+        external_correlation: true,
+        api_records: true,
+    };
+    Synthetic::new(&cfg, pid, None)
+}
+
+struct Node {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+impl Node {
+    fn new() -> Node {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let root = dir.path().to_path_buf();
+        std::fs::create_dir_all(root.join("spool")).expect("spool");
+        Node { _dir: dir, root }
+    }
+
+    fn config(&self, extra: &str) -> AgentConfig {
+        let text = format!(
+            "spool = \"spool\"\nstate_dir = \"state\"\nwindow = \"1s\"\n\
+             horizon = \"100ms\"\ngrace = \"1h\"\n\n[[sink]]\nkind = \"reports\"\n\
+             dir = \"reports\"\n{extra}"
+        );
+        AgentConfig::from_toml_str(&self.root.join("agent.toml"), &text).expect("agent.toml")
+    }
+
+    fn reports(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.root.join("reports"))
+            .map(|d| {
+                d.map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+/// `--once` while an events sink has not acknowledged yet (a receiver that is down): each
+/// step of the wait closed another, empty set `[last window's end, end of time)`, so one
+/// `--once` run printed "38 window sets closed", wrote a second report overlapping the first
+/// one's range, and rewrote the checkpoint twice at every step. docs/AGENT.md: "every window
+/// is closed (one set, up to the end of time)".
+#[test]
+fn once_waiting_for_an_events_sink_closes_one_set_only() {
+    let node = Node::new();
+    let rec = synthetic(3, 100);
+    std::fs::write(node.root.join("spool/a.gmr"), &rec.bytes).expect("write");
+    // Port 9 (discard) on loopback: nothing listens; the senders are not even started here,
+    // so the outbox's batch stays pending for every step below.
+    let config = node.config(
+        "\n[[sink]]\nkind = \"events\"\nformat = \"cloudevents\"\n\
+         url = \"http://127.0.0.1:9/api/v1/events\"\n",
+    );
+    let mut agent = Agent::open(config).expect("open");
+    let mut sets = 0;
+    for _ in 0..5 {
+        sets += agent.step(true).expect("step").sets_closed;
+    }
+    assert_eq!(sets, 1, "one --once run closes one set");
+    assert_eq!(agent.checkpoint().sets, 1);
+    assert_eq!(node.reports().len(), 1, "one report: {:?}", node.reports());
+}
+
+/// Two agents on one state folder (a second unit started by mistake, a DaemonSet update with a
+/// surge): there was no lock, both read the checkpoint, closed sets from the same edge to
+/// their own watermarks (overlapping window sets, so the same windows reported twice, events
+/// with the same ids and possibly other quantities), and shared one checkpoint temporary
+/// file, so one of them usually died on "checkpoint …: No such file or directory". The second
+/// agent must refuse to start, naming the lock.
+#[test]
+fn a_second_agent_on_one_state_folder_is_refused() {
+    let node = Node::new();
+    let rec = synthetic(4, 100);
+    std::fs::write(node.root.join("spool/a.gmr"), rec.open(3)).expect("write");
+    let mut first = Agent::open(node.config("")).expect("open");
+    first.step(false).expect("step");
+    let err = match Agent::open(node.config("")) {
+        Ok(_) => panic!("a second agent opened the state folder of a running one"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("another agent"), "{err}");
+    assert!(err.contains("lock"), "{err}");
+    drop(first);
+    // Once the first is gone (exit, SIGKILL), the next starts.
+    Agent::open(node.config("")).expect("open after the first stopped");
+}
