@@ -418,13 +418,22 @@ impl Agent {
             })
             .map(|r| (r.name.clone(), r.identity.clone(), r.path.clone()))
             .collect();
-        for (name, id, path) in candidates {
-            if !self.checkpoint.retired.contains_key(&id) {
-                self.checkpoint.recordings.remove(&id);
+        // Every candidate is recorded in one checkpoint write before any is put away: a write
+        // per recording rewrote the whole checkpoint (with fsyncs) once per recording, so a
+        // spool of thousands of finished recordings took minutes in one step.
+        let mut marked = false;
+        for (name, id, _) in &candidates {
+            if !self.checkpoint.retired.contains_key(id) {
+                self.checkpoint.recordings.remove(id);
                 self.checkpoint.retired.insert(id.clone(), name.clone());
-                self.checkpoint.save(&self.config.state_dir)?;
-                crate::crash::point("retire-saved");
+                marked = true;
             }
+        }
+        if marked {
+            self.checkpoint.save(&self.config.state_dir)?;
+            crate::crash::point("retire-saved");
+        }
+        for (name, _, path) in candidates {
             self.put_away(&path)?;
             self.spool.forget(&name);
             tracing::info!(file = %name, "retired a finished, shipped recording");

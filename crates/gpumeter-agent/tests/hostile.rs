@@ -115,3 +115,48 @@ fn a_second_agent_on_one_state_folder_is_refused() {
     // Once the first is gone (exit, SIGKILL), the next starts.
     Agent::open(node.config("")).expect("open after the first stopped");
 }
+
+/// A spool of many small finished recordings (a node running short jobs): each retired
+/// recording was written to the checkpoint with its own checkpoint write (the whole file, two
+/// fsyncs), so one step retiring 3 000 recordings took 67 s (debug build) against 2 s with one
+/// write for all of them. Not timed here: every recording is retired in that one step, moved
+/// to `done/`, billed once, and the checkpoint forgets them all.
+#[test]
+fn many_finished_recordings_retire_in_one_step() {
+    let node = Node::new();
+    let n = 200u32;
+    for i in 0..n {
+        let cfg = SynthConfig {
+            kernels: 4,
+            devices: 1,
+            streams: 1,
+            tenants: 1,
+            processes: 1,
+            kernels_per_second: 2_000,
+            seed: 20 + u64::from(i % 3),
+            start_ns: T0,
+            kernels_per_buffer: 2,
+            external_correlation: true,
+            api_records: true,
+        };
+        let rec = Synthetic::new(&cfg, 1_000 + i, None);
+        std::fs::write(node.root.join(format!("spool/r{i}.gmr")), &rec.bytes).expect("write");
+    }
+    let mut agent = Agent::open(node.config("")).expect("open");
+    let out = agent.step(false).expect("step");
+    assert_eq!(out.sets_closed, 1);
+    assert_eq!(
+        out.retired,
+        u64::from(n),
+        "every finished, shipped recording retires"
+    );
+    assert!(agent.is_idle());
+    assert!(agent.checkpoint().retired.is_empty());
+    assert!(agent.checkpoint().recordings.is_empty());
+    let done = std::fs::read_dir(node.root.join("spool/done"))
+        .expect("done")
+        .count();
+    assert_eq!(done, n as usize);
+    assert_eq!(node.reports().len(), 1, "{:?}", node.reports());
+    assert_eq!(agent.step(true).expect("once").sets_closed, 0);
+}
