@@ -63,6 +63,50 @@ fn lock(state_dir: &Path) -> Result<std::fs::File, AgentError> {
     }
 }
 
+/// Refuses a fresh start (no checkpoint) where this node already handed sets over: its report
+/// files in a reports sink, or batches in an events sink's outbox. Started afresh, the agent
+/// would close those windows again (docs/AGENT.md, "Checkpoint and restart").
+///
+/// # Errors
+/// [`AgentError::LostCheckpoint`] naming what was found.
+fn refuse_lost_checkpoint(config: &AgentConfig, node: &str) -> Result<(), AgentError> {
+    let prefix = format!("{node}-");
+    let mut found = None;
+    for s in &config.sinks {
+        if let crate::config::SinkConfig::Reports { dir } = s {
+            let ours = std::fs::read_dir(dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .find(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.starts_with(&prefix) && n.ends_with(".usage.json")
+                });
+            if let Some(e) = ours {
+                found = Some(e.path());
+            }
+        }
+    }
+    let outboxes = config.state_dir.join("outbox");
+    for sink in std::fs::read_dir(&outboxes).into_iter().flatten().flatten() {
+        for part in ["pending", "delivered"] {
+            let dir = sink.path().join(part);
+            if let Some(e) = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .next()
+            {
+                found = Some(e.path());
+            }
+        }
+    }
+    match found {
+        Some(path) => Err(AgentError::LostCheckpoint { path }),
+        None => Ok(()),
+    }
+}
+
 /// A recording of the set being closed: its bytes and where the set's old and new bytes end.
 struct SetFile {
     name: String,
@@ -94,6 +138,7 @@ impl Agent {
         dir(&config.state_dir)?;
         let lock = lock(&config.state_dir)?;
         dir(&config.spool)?;
+        let fresh = !Checkpoint::path(&config.state_dir).exists();
         let mut checkpoint = Checkpoint::load(&config.state_dir)?;
         let tenant_map = match &config.tenant_map {
             Some(p) => {
@@ -116,6 +161,9 @@ impl Agent {
         // later (a replaced pod) must not rename a set being closed again.
         if checkpoint.node.is_empty() {
             checkpoint.node = host;
+        }
+        if fresh {
+            refuse_lost_checkpoint(&config, &checkpoint.node)?;
         }
         Ok(Agent {
             config,
@@ -224,12 +272,8 @@ impl Agent {
             };
         }
         let h = self.config.horizon_ns;
-        let now_unix = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
         let live = self.live();
-        let offset = live.iter().map(|r| r.clock_offset_ns).min().unwrap_or(0);
-        let now = u64::try_from((now_unix as i128 + offset).max(0)).unwrap_or(u64::MAX);
+        let now = self.now_cupti();
         let mut w = now.saturating_sub(h);
         let grace = self.config.grace_ns;
         let wall = SystemTime::now();
@@ -246,6 +290,21 @@ impl Agent {
         }
         let window = self.config.window.ns();
         w / window * window
+    }
+
+    /// The wall clock on CUPTI's clock: moved by the smallest (CUPTI clock − wall clock) of the
+    /// live recordings' headers (0 when there is none), ns.
+    fn now_cupti(&self) -> u64 {
+        let now_unix = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let offset = self
+            .live()
+            .iter()
+            .map(|r| r.clock_offset_ns)
+            .min()
+            .unwrap_or(0);
+        u64::try_from((now_unix as i128 + offset).max(0)).unwrap_or(u64::MAX)
     }
 
     /// Recordings being followed: in the spool and not retired.
@@ -367,8 +426,11 @@ impl Agent {
             // Everything (`--once`) is closed up to the end of the last window anything
             // reached: a later run goes on from there.
             u64::MAX => {
+                // Not past the wall clock (plus the horizon): a recording with a clock far in
+                // the future must not make every later recording's records `late`.
                 let w = self.config.window.ns();
                 let end = closed.ends.values().copied().max().unwrap_or(0);
+                let end = end.min(self.now_cupti().saturating_add(self.config.horizon_ns));
                 set.from_ns.max(end.div_ceil(w).saturating_mul(w))
             }
             to => to,

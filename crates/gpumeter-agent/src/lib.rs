@@ -53,6 +53,13 @@ pub enum AgentError {
         /// The lock file.
         path: std::path::PathBuf,
     },
+    /// The checkpoint is missing but this node already handed window sets over (`path` is
+    /// one of them): started afresh, the agent would close their windows again.
+    #[error("{}: this node handed window sets over, but its checkpoint is missing: started afresh the agent would report their windows again; restore <state_dir>/checkpoint.json, or move this node's reports and the outbox away first", path.display())]
+    LostCheckpoint {
+        /// A report file or outbox batch of this node.
+        path: std::path::PathBuf,
+    },
     /// The checkpoint.
     #[error(transparent)]
     State(#[from] state::StateError),

@@ -47,14 +47,18 @@ impl TenantRule {
     ///
     /// # Errors
     /// A message naming the template: an unclosed `{`, a lone `}`, a label other than
-    /// [`LABELS`], or no template at all.
+    /// [`LABELS`], an empty template, or no template at all.
     pub fn parse(templates: &[String]) -> Result<TenantRule, String> {
         if templates.is_empty() {
             return Err("the tenant rule has no template".into());
         }
         let mut out = Vec::new();
         for t in templates {
-            out.push((t.clone(), parse_template(t)?));
+            let parts = parse_template(t)?;
+            if parts.is_empty() {
+                return Err("an empty tenant template names no tenant".into());
+            }
+            out.push((t.clone(), parts));
         }
         Ok(TenantRule { templates: out })
     }
@@ -154,6 +158,7 @@ mod tests {
             .contains("not a label"));
         assert!(TenantRule::parse(&["a}".into()]).is_err());
         assert!(TenantRule::parse(&[]).is_err());
+        assert!(TenantRule::parse(&[String::new()]).is_err());
         let rule = TenantRule::parse(&["{{x}}-{POD_UID}".into()]).expect("escaped braces");
         let l = labels(&[("POD_UID", "u1")]);
         assert_eq!(

@@ -160,3 +160,86 @@ fn many_finished_recordings_retire_in_one_step() {
     assert_eq!(node.reports().len(), 1, "{:?}", node.reports());
     assert_eq!(agent.step(true).expect("once").sets_closed, 0);
 }
+
+/// A recording whose clock lies far in the future (year 2100), closed with `--once`, moved
+/// the closed edge to 2100 for good: every later recording's records were loss `late`. The
+/// `--once` edge stops at the wall clock plus the horizon.
+#[test]
+fn once_with_a_recording_from_the_future_does_not_make_later_ones_late() {
+    let node = Node::new();
+    let future = Synthetic::new(
+        &SynthConfig {
+            kernels: 500,
+            devices: 1,
+            streams: 1,
+            tenants: 1,
+            processes: 1,
+            kernels_per_second: 2_000,
+            seed: 21,
+            start_ns: 4_102_444_800 * SECOND,
+            kernels_per_buffer: 250,
+            external_correlation: false,
+            api_records: false,
+        },
+        100,
+        None,
+    );
+    std::fs::write(node.root.join("spool/future.gmr"), &future.bytes).expect("write");
+    let mut agent = Agent::open(node.config("")).expect("open");
+    agent.step(true).expect("once");
+    let wall = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos() as u64;
+    assert!(
+        agent.checkpoint().closed_to_ns < wall + 3600 * SECOND,
+        "the closed edge stays near the wall clock: {}",
+        agent.checkpoint().closed_to_ns
+    );
+    // A recording of now (its records a few seconds ago) is billed, not late.
+    let now = Synthetic::new(
+        &SynthConfig {
+            kernels: 500,
+            devices: 1,
+            streams: 1,
+            tenants: 1,
+            processes: 1,
+            kernels_per_second: 2_000,
+            seed: 22,
+            start_ns: (wall / SECOND + 5) * SECOND,
+            kernels_per_buffer: 250,
+            external_correlation: false,
+            api_records: false,
+        },
+        200,
+        None,
+    );
+    std::fs::write(node.root.join("spool/now.gmr"), &now.bytes).expect("write");
+    let out = agent.step(true).expect("once again");
+    assert_eq!(out.late, 0, "the later recording is billed");
+    assert_eq!(out.sets_closed, 1);
+}
+
+/// The checkpoint deleted while the agent was stopped: started afresh, it closed the windows
+/// it had shipped again (a second report over them; the central merge refused the pair). It
+/// refuses to start instead, naming a report of this node.
+#[test]
+fn a_lost_checkpoint_with_this_nodes_reports_refuses_to_start() {
+    let node = Node::new();
+    let rec = synthetic(5, 100);
+    std::fs::write(node.root.join("spool/a.gmr"), rec.open(3)).expect("write");
+    let mut agent = Agent::open(node.config("")).expect("open");
+    agent.step(false).expect("step");
+    assert!(!node.reports().is_empty(), "a set was handed over");
+    drop(agent);
+    std::fs::remove_file(node.root.join("state/checkpoint.json")).expect("delete");
+    let err = match Agent::open(node.config("")) {
+        Ok(_) => panic!("the agent started afresh over its own reports"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("checkpoint is missing"), "{err}");
+    assert!(err.contains(".usage.json"), "{err}");
+    // Once the reports are moved away, a fresh start is allowed.
+    std::fs::rename(node.root.join("reports"), node.root.join("reports.old")).expect("move");
+    Agent::open(node.config("")).expect("a fresh start without this node's reports");
+}
