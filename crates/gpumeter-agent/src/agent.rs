@@ -205,6 +205,14 @@ impl Agent {
     /// checkpoint cannot be written. Nothing is then marked done: the next step does it again.
     pub fn step(&mut self, once: bool) -> Result<StepOutcome, AgentError> {
         let mut out = StepOutcome::default();
+        // A spool folder removed under the agent is made again (the injection library makes
+        // missing folders too).
+        if !self.config.spool.is_dir() {
+            std::fs::create_dir_all(&self.config.spool).map_err(|error| AgentError::Io {
+                path: self.config.spool.clone(),
+                error,
+            })?;
+        }
         let events = self
             .spool
             .poll(&self.config.spool, self.config.grace_ns, once)

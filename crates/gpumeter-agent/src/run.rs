@@ -35,8 +35,9 @@ pub struct RunSummary {
 /// backstop, it is read every `poll`.
 ///
 /// # Errors
-/// [`AgentError`] of [`Agent::open`] or of a step that fails: the checkpoint then still holds
-/// the last set handed over, and a restart goes on from there.
+/// [`AgentError`] of [`Agent::open`], or, with `once`, of a step that fails (the checkpoint
+/// then still holds the last set handed over, and a restart goes on from there). Without
+/// `once`, a failed step is logged and tried again after the poll period.
 pub fn run(
     config: AgentConfig,
     once: bool,
@@ -52,7 +53,18 @@ pub fn run(
     let mut summary = RunSummary::default();
     let result = (|| {
         while !stop.load(Ordering::SeqCst) {
-            let out = agent.step(once)?;
+            let out = match agent.step(once) {
+                Ok(out) => out,
+                // A service keeps going: the checkpoint holds the last set handed over, and
+                // the next step does what this one could not (a full disk, a remounted
+                // volume). `--once` reports the error and exits 1.
+                Err(e) if !once => {
+                    tracing::error!(error = %e, "the step failed; trying again after the poll period");
+                    std::thread::sleep(poll);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             summary.steps += 1;
             summary.sets_closed += out.sets_closed;
             summary.retired += out.retired;

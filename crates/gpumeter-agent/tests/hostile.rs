@@ -243,3 +243,21 @@ fn a_lost_checkpoint_with_this_nodes_reports_refuses_to_start() {
     std::fs::rename(node.root.join("reports"), node.root.join("reports.old")).expect("move");
     Agent::open(node.config("")).expect("a fresh start without this node's reports");
 }
+
+/// The spool folder removed while the agent runs: each step failed ("No such file or
+/// directory") and the loop stopped the agent. The step makes the folder again; the
+/// recordings that went with it are warned about as gone.
+#[test]
+fn a_spool_folder_removed_under_the_agent_is_made_again() {
+    let node = Node::new();
+    let rec = synthetic(6, 100);
+    std::fs::write(node.root.join("spool/a.gmr"), rec.open(2)).expect("write");
+    let mut agent = Agent::open(node.config("")).expect("open");
+    agent.step(false).expect("step");
+    std::fs::remove_dir_all(node.root.join("spool")).expect("remove the spool");
+    agent.step(false).expect("a step after the spool is gone");
+    assert!(node.root.join("spool").is_dir(), "the spool folder is back");
+    std::fs::write(node.root.join("spool/b.gmr"), &synthetic(7, 200).bytes).expect("write");
+    let out = agent.step(true).expect("the agent goes on");
+    assert_eq!(out.sets_closed, 1);
+}
