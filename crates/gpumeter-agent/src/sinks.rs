@@ -197,7 +197,9 @@ impl EventsSink {
             .map_err(|e| fail(e.to_string()))?;
         match self.outbox.put(set, &batch) {
             Ok(_) => Ok(true),
-            Err(OutboxError::Full { .. }) => Ok(false),
+            // Logged loudly by the outbox; the set is owed and metering goes on (a batch
+            // larger than the whole limit stays owed until the limit is raised).
+            Err(OutboxError::Full { .. } | OutboxError::TooLarge { .. }) => Ok(false),
             Err(e) => Err(fail(e.to_string())),
         }
     }
