@@ -261,3 +261,47 @@ fn a_spool_folder_removed_under_the_agent_is_made_again() {
     let out = agent.step(true).expect("the agent goes on");
     assert_eq!(out.sets_closed, 1);
 }
+
+/// A set whose events are larger than the whole outbox failed its step at every poll, so no
+/// later window closed. It is owed instead (logged by the outbox), and metering goes on.
+#[test]
+fn a_batch_larger_than_the_outbox_is_owed_and_metering_goes_on() {
+    let node = Node::new();
+    let rec = synthetic(8, 100);
+    std::fs::write(node.root.join("spool/a.gmr"), &rec.bytes).expect("write");
+    let config = node.config(
+        "\n[[sink]]\nkind = \"events\"\nformat = \"cloudevents\"\n\
+         url = \"http://127.0.0.1:9/api/v1/events\"\noutbox_limit_bytes = 16\n",
+    );
+    let mut agent = Agent::open(config).expect("open");
+    let first = agent.step(false).expect("the step goes on");
+    assert_eq!(first.sets_closed, 1);
+    let owed: Vec<_> = std::fs::read_dir(node.root.join("state/owed/cloudevents"))
+        .expect("owed folder")
+        .collect();
+    assert_eq!(owed.len(), 1, "the set is owed to the sink");
+    // Another recording comes (its records lie in closed windows: late, not billed).
+    let later = Synthetic::new(
+        &SynthConfig {
+            kernels: 500,
+            devices: 1,
+            streams: 1,
+            tenants: 1,
+            processes: 1,
+            kernels_per_second: 2_000,
+            seed: 9,
+            start_ns: T0 + 86_400 * SECOND,
+            kernels_per_buffer: 250,
+            external_correlation: false,
+            api_records: false,
+        },
+        200,
+        None,
+    );
+    std::fs::write(node.root.join("spool/b.gmr"), &later.bytes).expect("write");
+    // A window of the wall clock later, the next set closes (its events owed too).
+    std::thread::sleep(std::time::Duration::from_millis(1_100));
+    let second = agent.step(false).expect("the next step goes on");
+    assert_eq!(second.sets_closed, 1, "later windows still close");
+    assert_eq!(node.reports().len(), 2, "{:?}", node.reports());
+}
