@@ -15,6 +15,7 @@
 #![deny(missing_docs)]
 
 mod agent;
+pub mod cgroup;
 pub mod close;
 pub mod config;
 pub mod crash;

@@ -23,9 +23,21 @@ pub fn identity(h: &GmrHeader) -> String {
     )
 }
 
-/// The labels of a recording's header (the tenant rule's input).
+/// The labels of a recording's header (the tenant rule's input), with the pod UID and the
+/// container id its `cgroup` label names (`cgroup_pod_uid`, `cgroup_container_id`,
+/// [`crate::cgroup::parse_cgroup`]).
 pub fn labels(h: &GmrHeader) -> BTreeMap<String, String> {
-    h.labels.clone()
+    let mut labels = h.labels.clone();
+    if let Some(path) = h.labels.get("cgroup") {
+        let pod = crate::cgroup::parse_cgroup(path);
+        if let Some(uid) = pod.pod_uid {
+            labels.insert("cgroup_pod_uid".into(), uid);
+        }
+        if let Some(id) = pod.container_id {
+            labels.insert("cgroup_container_id".into(), id);
+        }
+    }
+    labels
 }
 
 /// One recording of the spool, as far as it is read.

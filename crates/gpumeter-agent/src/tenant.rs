@@ -1,5 +1,7 @@
 //! The tenant rule: a recording's tenant from the labels the injection library wrote in its
-//! header (`GPUMETER_TENANT`, `POD_NAMESPACE`, `POD_NAME`, `POD_UID`, `cgroup`).
+//! header (`GPUMETER_TENANT`, `POD_NAMESPACE`, `POD_NAME`, `POD_UID`, `cgroup`), and the pod UID
+//! and container id the cgroup path names (`cgroup_pod_uid`, `cgroup_container_id`:
+//! `crate::cgroup`), for pods whose spec does not set the environment.
 //!
 //! A rule is a list of templates tried in order, e.g. `["{GPUMETER_TENANT}",
 //! "{POD_NAMESPACE}"]`. A template is text with `{LABEL}` placeholders (`{{` and `}}` for
@@ -14,12 +16,14 @@ use std::collections::BTreeMap;
 use gpumeter_core::TenantName;
 
 /// The labels a template may name.
-pub const LABELS: [&str; 5] = [
+pub const LABELS: [&str; 7] = [
     "GPUMETER_TENANT",
     "POD_NAMESPACE",
     "POD_NAME",
     "POD_UID",
     "cgroup",
+    "cgroup_pod_uid",
+    "cgroup_container_id",
 ];
 
 #[derive(Debug, Clone, PartialEq, Eq)]
