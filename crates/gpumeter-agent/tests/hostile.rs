@@ -32,6 +32,24 @@ fn synthetic(seed: u64, pid: u32) -> Synthetic {
     Synthetic::new(&cfg, pid, None)
 }
 
+/// 500 kernel launches, no API or external-correlation records, from `start_ns`.
+fn kernels_only(seed: u64, start_ns: u64, pid: u32) -> Synthetic {
+    let cfg = SynthConfig {
+        kernels: 500,
+        devices: 1,
+        streams: 1,
+        tenants: 1,
+        processes: 1,
+        kernels_per_second: 2_000,
+        seed,
+        start_ns,
+        kernels_per_buffer: 250,
+        external_correlation: false,
+        api_records: false,
+    };
+    Synthetic::new(&cfg, pid, None)
+}
+
 struct Node {
     _dir: tempfile::TempDir,
     root: PathBuf,
@@ -167,23 +185,7 @@ fn many_finished_recordings_retire_in_one_step() {
 #[test]
 fn once_with_a_recording_from_the_future_does_not_make_later_ones_late() {
     let node = Node::new();
-    let future = Synthetic::new(
-        &SynthConfig {
-            kernels: 500,
-            devices: 1,
-            streams: 1,
-            tenants: 1,
-            processes: 1,
-            kernels_per_second: 2_000,
-            seed: 21,
-            start_ns: 4_102_444_800 * SECOND,
-            kernels_per_buffer: 250,
-            external_correlation: false,
-            api_records: false,
-        },
-        100,
-        None,
-    );
+    let future = kernels_only(21, 4_102_444_800 * SECOND, 100);
     std::fs::write(node.root.join("spool/future.gmr"), &future.bytes).expect("write");
     let mut agent = Agent::open(node.config("")).expect("open");
     agent.step(true).expect("once");
@@ -197,23 +199,7 @@ fn once_with_a_recording_from_the_future_does_not_make_later_ones_late() {
         agent.checkpoint().closed_to_ns
     );
     // A recording of now (its records a few seconds ago) is billed, not late.
-    let now = Synthetic::new(
-        &SynthConfig {
-            kernels: 500,
-            devices: 1,
-            streams: 1,
-            tenants: 1,
-            processes: 1,
-            kernels_per_second: 2_000,
-            seed: 22,
-            start_ns: (wall / SECOND + 5) * SECOND,
-            kernels_per_buffer: 250,
-            external_correlation: false,
-            api_records: false,
-        },
-        200,
-        None,
-    );
+    let now = kernels_only(22, (wall / SECOND + 5) * SECOND, 200);
     std::fs::write(node.root.join("spool/now.gmr"), &now.bytes).expect("write");
     let out = agent.step(true).expect("once again");
     assert_eq!(out.late, 0, "the later recording is billed");
@@ -281,23 +267,7 @@ fn a_batch_larger_than_the_outbox_is_owed_and_metering_goes_on() {
         .collect();
     assert_eq!(owed.len(), 1, "the set is owed to the sink");
     // Another recording comes (its records lie in closed windows: late, not billed).
-    let later = Synthetic::new(
-        &SynthConfig {
-            kernels: 500,
-            devices: 1,
-            streams: 1,
-            tenants: 1,
-            processes: 1,
-            kernels_per_second: 2_000,
-            seed: 9,
-            start_ns: T0 + 86_400 * SECOND,
-            kernels_per_buffer: 250,
-            external_correlation: false,
-            api_records: false,
-        },
-        200,
-        None,
-    );
+    let later = kernels_only(9, T0 + 86_400 * SECOND, 200);
     std::fs::write(node.root.join("spool/b.gmr"), &later.bytes).expect("write");
     // A window of the wall clock later, the next set closes (its events owed too).
     std::thread::sleep(std::time::Duration::from_millis(1_100));
