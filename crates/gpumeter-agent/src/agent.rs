@@ -2,12 +2,14 @@
 //! set to every sink, checkpoint, retire what is finished and shipped.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use gpumeter_core::{MeterConfig, TenantMap};
 
 use crate::close::{close_set, SetInput};
 use crate::config::{AgentConfig, Finished};
+use crate::metrics::{Metrics, SpoolView};
 use crate::sinks::Sinks;
 use crate::spool::{Spool, SpoolEvent};
 use crate::state::{Checkpoint, PendingSet};
@@ -34,6 +36,8 @@ pub struct Agent {
     /// Per recording identity, what its bytes up to `read_to` (the map's number) hold, as the
     /// last set found it: the next set need not decode them again.
     known: std::collections::HashMap<String, (u64, crate::close::OldCounts)>,
+    /// The agent's metrics (docs/AGENT.md, "Metrics"), also read by the HTTP endpoint.
+    metrics: Arc<Metrics>,
     /// `<state_dir>/lock`, locked while the agent lives (the kernel drops the lock when the
     /// process ends, SIGKILL included).
     _lock: std::fs::File,
@@ -165,6 +169,9 @@ impl Agent {
         if fresh {
             refuse_lost_checkpoint(&config, &checkpoint.node)?;
         }
+        let metrics = Arc::new(Metrics::new(config.metrics.max_tenants, &config.state_dir));
+        metrics.start_from(&mut checkpoint, fresh);
+        sinks.attach_metrics(&metrics);
         Ok(Agent {
             config,
             spool: Spool::default(),
@@ -172,6 +179,7 @@ impl Agent {
             sinks,
             tenant_map,
             known: std::collections::HashMap::new(),
+            metrics,
             _lock: lock,
         })
     }
@@ -194,6 +202,11 @@ impl Agent {
     /// The sinks (the events senders run from them).
     pub fn sinks(&self) -> &Sinks {
         &self.sinks
+    }
+
+    /// The agent's metrics (docs/AGENT.md, "Metrics").
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
     }
 
     /// One step: finishes a set a stopped agent left pending, reads the spool, closes every
@@ -221,6 +234,12 @@ impl Agent {
                 error,
             })?;
         self.report_spool_events(&events);
+        self.metrics
+            .observe_spool(self.live().iter().map(|r| SpoolView {
+                identity: &r.identity,
+                complete_len: r.complete_len,
+                finished: r.finished,
+            }));
         if let Some(p) = self.checkpoint.pending.clone() {
             out.late += self.close(&p)?;
             out.sets_closed += 1;
@@ -251,6 +270,7 @@ impl Agent {
         if self.checkpoint.retired.len() != before {
             self.checkpoint.save(&self.config.state_dir)?;
         }
+        self.metrics.step_finished();
         Ok(out)
     }
 
@@ -445,7 +465,14 @@ impl Agent {
         };
         self.checkpoint.sets += 1;
         self.checkpoint.pending = None;
+        // The set's usage goes into the totals in the write that records it closed: a set
+        // closed again after a crash (still `pending` on disk) is counted once.
+        if !files.is_empty() {
+            self.metrics
+                .count_usage(&mut self.checkpoint, &closed.report);
+        }
         self.checkpoint.save(&self.config.state_dir)?;
+        self.metrics.closed_set(&self.checkpoint, &closed.report);
         self.sinks.forget_before(&set_id);
         self.sinks.wake_senders();
         tracing::info!(set = %set_id, rows = closed.report.usage.len(), "closed a window set");

@@ -26,6 +26,10 @@
 //! mapping = "events.toml"
 //! token_env = "OPENMETER_TOKEN"          # or token_file = "/etc/gpumeter/token"
 //! outbox_limit_bytes = 268435456
+//!
+//! [metrics]                              # optional: no table, no server
+//! listen = "127.0.0.1:9464"              # /metrics, /healthz, /readyz
+//! max_tenants = 1000                     # more tenants are folded into tenant="other"
 //! ```
 //!
 //! Relative paths are taken from the configuration file's folder. Every error names the file,
@@ -168,6 +172,33 @@ pub struct AgentConfig {
     pub tenant_map: Option<PathBuf>,
     /// The sinks, in file order.
     pub sinks: Vec<SinkConfig>,
+    /// The metrics endpoint and its cardinality cap (`[metrics]`).
+    pub metrics: MetricsConfig,
+}
+
+/// The default cap on distinct `tenant` label values of `gpumeter_usage_total`.
+pub const DEFAULT_MAX_TENANTS: usize = 1000;
+
+/// `[metrics]`: where `/metrics`, `/healthz` and `/readyz` are served, and the cap on tenant
+/// label values (docs/AGENT.md, "Metrics").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MetricsConfig {
+    /// The address the HTTP server binds (`listen`, an IP address and a port; port 0: any
+    /// free port, logged as `metrics listening addr=…`); `None` without a `[metrics]` table:
+    /// no server (the usage totals are still kept in the checkpoint).
+    pub listen: Option<std::net::SocketAddr>,
+    /// At most this many distinct tenants get a `tenant` label value of their own; the usage
+    /// of later ones goes to `tenant="other"` (default [`DEFAULT_MAX_TENANTS`]).
+    pub max_tenants: usize,
+}
+
+impl Default for MetricsConfig {
+    fn default() -> Self {
+        MetricsConfig {
+            listen: None,
+            max_tenants: DEFAULT_MAX_TENANTS,
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -184,6 +215,14 @@ struct Raw {
     tenant: Option<RawTenant>,
     #[serde(default)]
     sink: Vec<Spanned<RawSink>>,
+    metrics: Option<Spanned<RawMetrics>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: Option<Spanned<String>>,
+    max_tenants: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -316,6 +355,7 @@ impl AgentConfig {
             tenant,
             tenant_map: raw.tenant.as_ref().and_then(|t| t.map.as_deref()).map(rel),
             sinks,
+            metrics: metrics(raw.metrics.as_ref(), &at)?,
         })
     }
 }
@@ -458,6 +498,35 @@ fn sink(
             format!("sink kind `{other}`: expected `reports` or `events`"),
         )),
     }
+}
+
+/// The `[metrics]` table: `listen` is required in it, an IP address and a port.
+fn metrics(
+    raw: Option<&Spanned<RawMetrics>>,
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<MetricsConfig, ConfigError> {
+    let Some(m) = raw else {
+        return Ok(MetricsConfig::default());
+    };
+    let listen = m
+        .get_ref()
+        .listen
+        .as_ref()
+        .ok_or_else(|| at(Some(m.span()), "[metrics] has no `listen`".into()))?;
+    let addr = listen.get_ref().parse().map_err(|_| {
+        at(
+            Some(listen.span()),
+            format!(
+                "listen `{}` is not an IP address and port (e.g. 127.0.0.1:9464, [::]:9464; port \
+                 0: any free port)",
+                listen.get_ref()
+            ),
+        )
+    })?;
+    Ok(MetricsConfig {
+        listen: Some(addr),
+        max_tenants: m.get_ref().max_tenants.unwrap_or(DEFAULT_MAX_TENANTS),
+    })
 }
 
 /// A duration such as `60s`, `500ms`, `1h` (humantime's forms), in ns.

@@ -169,6 +169,8 @@ pub struct Sender {
     agent: ureq::Agent,
     authorization: Option<String>,
     backoff: Backoff,
+    /// Where failed requests are counted (`gpumeter_agent_send_failures_total`), if anywhere.
+    failures: Option<crate::metrics::SendFailures>,
 }
 
 impl std::fmt::Debug for Sender {
@@ -224,7 +226,20 @@ impl Sender {
             agent,
             authorization,
             backoff,
+            failures: None,
         })
+    }
+
+    /// Counts every request that is not acknowledged in `failures`, by HTTP status or
+    /// transport failure ([`failure_status`]).
+    pub fn count_failures(&mut self, failures: crate::metrics::SendFailures) {
+        self.failures = Some(failures);
+    }
+
+    fn count_failure(&self, status: &str) {
+        if let Some(f) = &self.failures {
+            f.record(status);
+        }
     }
 
     /// The configuration.
@@ -384,13 +399,17 @@ impl Sender {
         let mut response = match call.send(request.body.as_bytes()) {
             Ok(r) => r,
             Err(e) => {
+                self.count_failure(failure_status(&e));
                 return Outcome::Retry {
                     reason: e.to_string(),
                     retry_after: None,
-                }
+                };
             }
         };
         let status = response.status().as_u16();
+        if !(200..=299).contains(&status) {
+            self.count_failure(&status.to_string());
+        }
         let retry_after = response
             .headers()
             .get("retry-after")
@@ -422,6 +441,31 @@ impl Sender {
                 },
             },
         }
+    }
+}
+
+/// The `status` label of a request that got no HTTP answer: `timeout`, `connect` (refused,
+/// reset, unreachable), `dns` (host not found), `tls`, `io` (another I/O error), `protocol`
+/// (a malformed answer), or `other`.
+pub fn failure_status(e: &ureq::Error) -> &'static str {
+    use std::io::ErrorKind;
+    match e {
+        ureq::Error::Timeout(_) => "timeout",
+        ureq::Error::ConnectionFailed => "connect",
+        ureq::Error::HostNotFound => "dns",
+        ureq::Error::Tls(_) | ureq::Error::Rustls(_) | ureq::Error::Pem(_) => "tls",
+        ureq::Error::Protocol(_) => "protocol",
+        ureq::Error::Io(io) => match io.kind() {
+            ErrorKind::TimedOut => "timeout",
+            ErrorKind::ConnectionRefused
+            | ErrorKind::ConnectionReset
+            | ErrorKind::ConnectionAborted
+            | ErrorKind::NotConnected
+            | ErrorKind::HostUnreachable
+            | ErrorKind::NetworkUnreachable => "connect",
+            _ => "io",
+        },
+        _ => "other",
     }
 }
 

@@ -20,6 +20,7 @@ pub mod close;
 pub mod config;
 pub mod crash;
 pub mod http;
+pub mod metrics;
 pub mod outbox;
 mod run;
 pub mod sinks;
@@ -73,6 +74,15 @@ pub enum AgentError {
     /// A report or event that cannot be encoded.
     #[error("encoding: {0}")]
     Encode(String),
+    /// The metrics endpoint's address cannot be bound (`[metrics] listen`).
+    #[error("metrics endpoint {addr}: {error}")]
+    Metrics {
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The error.
+        #[source]
+        error: std::io::Error,
+    },
     /// An events sink.
     #[error("events sink `{sink}`: {reason}")]
     Sink {

@@ -46,6 +46,7 @@ pub fn run(
     let poll = config.poll;
     let spool = config.spool.clone();
     let mut agent = Agent::open(config)?;
+    let metrics_server = serve_metrics(&agent)?;
     let senders = agent.sinks().start_senders(Arc::clone(&stop));
     let (tx, rx) = mpsc::channel::<()>();
     let _watcher = watch(&spool, tx);
@@ -59,6 +60,7 @@ pub fn run(
                 // the next step does what this one could not (a full disk, a remounted
                 // volume). `--once` reports the error and exits 1.
                 Err(e) if !once => {
+                    agent.metrics().step_failed();
                     tracing::error!(error = %e, "the step failed; trying again after the poll period");
                     std::thread::sleep(poll);
                     continue;
@@ -89,6 +91,9 @@ pub fn run(
     for s in senders {
         let _ = s.join();
     }
+    if let Some(server) = metrics_server {
+        server.stop();
+    }
     tracing::info!(
         steps = summary.steps,
         sets = summary.sets_closed,
@@ -97,6 +102,21 @@ pub fn run(
         "agent stopped"
     );
     result
+}
+
+/// Starts the metrics endpoint when the configuration has `[metrics]` (docs/AGENT.md,
+/// "Metrics").
+///
+/// # Errors
+/// [`AgentError::Metrics`] when its address cannot be bound.
+fn serve_metrics(agent: &Agent) -> Result<Option<crate::metrics::MetricsServer>, AgentError> {
+    let Some(addr) = agent.config().metrics.listen else {
+        return Ok(None);
+    };
+    let readiness = crate::metrics::Readiness::for_config(agent.config());
+    crate::metrics::MetricsServer::start(addr, Arc::clone(agent.metrics()), readiness)
+        .map(Some)
+        .map_err(|error| AgentError::Metrics { addr, error })
 }
 
 /// Watches `dir` for changes: each event sends `()` on `tx`. `None` (the loop polls) when the

@@ -161,6 +161,21 @@ impl Sinks {
         threads
     }
 
+    /// Shows each events sink's outbox depth in `metrics`, and has its sender (until started)
+    /// count its failed requests there.
+    pub fn attach_metrics(&self, metrics: &crate::metrics::Metrics) {
+        for sink in &self.events {
+            metrics.watch_outbox(&sink.config.name, Arc::clone(&sink.outbox));
+            let mut sender = sink
+                .sender
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(sender) = sender.as_mut() {
+                sender.count_failures(metrics.send_failures(&sink.config.name));
+            }
+        }
+    }
+
     /// Wakes every sender (a new batch, or the stop flag).
     pub fn wake_senders(&self) {
         for sink in &self.events {

@@ -59,6 +59,11 @@ pub struct Checkpoint {
     pub retired: BTreeMap<String, String>,
     /// The set being closed, if the agent stopped inside a closing step.
     pub pending: Option<PendingSet>,
+    /// The cumulative usage of the closed sets behind `gpumeter_usage_total`, updated in the
+    /// write that records a set as closed (docs/AGENT.md, "Metrics"); `None` in a checkpoint
+    /// of an agent without metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage_totals: Option<crate::metrics::UsageTotals>,
 }
 
 /// A checkpoint that cannot be read or written.

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpumeter_agent::config::{
-    EventsSinkConfig, Finished, LogFormat, SinkConfig, SinkFormat, DEFAULT_OUTBOX_LIMIT_BYTES,
+    EventsSinkConfig, Finished, LogFormat, SinkConfig, SinkFormat, DEFAULT_MAX_TENANTS,
+    DEFAULT_OUTBOX_LIMIT_BYTES,
 };
 use gpumeter_agent::tenant::TenantRule;
 use gpumeter_agent::AgentConfig;
@@ -75,6 +76,11 @@ fn every_value_of_the_example_is_read_back_and_differs_from_the_default() {
     assert_eq!(c.tenant_map, Some(examples.join("tenants.toml")));
     assert_eq!(reports_dir(&c), Path::new("/var/lib/gpumeter/reports"));
     assert_eq!(c.sinks.len(), 2);
+    assert_eq!(
+        c.metrics.listen,
+        Some("127.0.0.1:9464".parse().expect("address"))
+    );
+    assert_eq!(c.metrics.max_tenants, 200);
 
     let e = events(&c);
     assert_eq!(e.name, "openmeter");
@@ -97,6 +103,9 @@ fn every_value_of_the_example_is_read_back_and_differs_from_the_default() {
     assert_ne!(c.log, d.log, "log");
     assert_ne!(c.tenant, d.tenant, "[tenant] rule");
     assert_ne!(c.tenant_map, d.tenant_map, "[tenant] map");
+    assert_ne!(c.metrics.listen, d.metrics.listen, "[metrics] listen");
+    assert_eq!(d.metrics.max_tenants, DEFAULT_MAX_TENANTS);
+    assert_ne!(c.metrics.max_tenants, d.metrics.max_tenants, "max_tenants");
     let de = events(&d);
     assert_eq!(de.outbox_limit_bytes, DEFAULT_OUTBOX_LIMIT_BYTES);
     assert_ne!(e.name, de.name, "name");
@@ -148,15 +157,17 @@ fn the_example_names_every_key_the_configuration_accepts() {
     let top = fields(&source, "Raw");
     let tenant = fields(&source, "RawTenant");
     let sink = fields(&source, "RawSink");
+    let metrics = fields(&source, "RawMetrics");
     assert!(
-        top.len() >= 10 && tenant.len() >= 2 && sink.len() >= 12,
-        "the key scan found too few keys: {top:?} {tenant:?} {sink:?}"
+        top.len() >= 11 && tenant.len() >= 2 && sink.len() >= 12 && metrics.len() >= 2,
+        "the key scan found too few keys: {top:?} {tenant:?} {sink:?} {metrics:?}"
     );
     let mut missing = Vec::new();
-    for key in top.iter().chain(&tenant).chain(&sink) {
+    for key in top.iter().chain(&tenant).chain(&sink).chain(&metrics) {
         let named = match key.as_str() {
             "tenant" => text.lines().any(|l| l.trim() == "[tenant]"),
             "sink" => text.lines().any(|l| l.trim() == "[[sink]]"),
+            "metrics" => text.lines().any(|l| l.trim() == "[metrics]"),
             k => assigns(&text, k),
         };
         if !named {

@@ -57,3 +57,36 @@ fn an_events_sink_needs_a_format_and_an_http_url() {
     assert_eq!(s.outbox_limit_bytes, 1024);
     assert_eq!(s.token_env.as_deref(), Some("T"));
 }
+
+#[test]
+fn metrics_are_off_without_a_table_and_listen_on_the_address_it_names() {
+    let head = "spool = \"s\"\nstate_dir = \"d\"\n";
+    let c = parse(head).expect("config");
+    assert_eq!(c.metrics, MetricsConfig::default());
+    assert_eq!(c.metrics.listen, None);
+    assert_eq!(c.metrics.max_tenants, DEFAULT_MAX_TENANTS);
+    let c = parse(&format!("{head}[metrics]\nlisten = \"127.0.0.1:0\"\n")).expect("config");
+    assert_eq!(c.metrics.listen, Some("127.0.0.1:0".parse().expect("addr")));
+    assert_eq!(c.metrics.max_tenants, 1000);
+    let c = parse(&format!(
+        "{head}[metrics]\nlisten = \"[::]:9464\"\nmax_tenants = 3\n"
+    ))
+    .expect("config");
+    assert_eq!(c.metrics.listen, Some("[::]:9464".parse().expect("addr")));
+    assert_eq!(c.metrics.max_tenants, 3);
+    // A host name is not an address; the error points at the value.
+    let e = parse(&format!("{head}[metrics]\nlisten = \"localhost:9464\"\n")).expect_err("no");
+    assert_eq!((e.line, e.column), (4, 10), "{e}");
+    let e = parse(&format!("{head}[metrics]\nmax_tenants = 3\n")).expect_err("no listen");
+    assert!(e.message.contains("listen"), "{e}");
+    let e = parse(&format!(
+        "{head}[metrics]\nlisten = \"127.0.0.1:1\"\nport = 2\n"
+    ))
+    .expect_err("unknown key");
+    assert!(e.message.contains("port"), "{e}");
+    let e = parse(&format!(
+        "{head}[metrics]\nlisten = \"127.0.0.1:1\"\nmax_tenants = -1\n"
+    ))
+    .expect_err("negative");
+    assert_eq!(e.line, 5, "{e}");
+}
