@@ -110,6 +110,13 @@ fn killed_run(seed: u64, kills: usize, crash_at: &[&str]) {
         "seed {seed}: the killed agent's reports, merged"
     );
     assert_eq!(merged["records"], oracle["records"], "seed {seed}");
+    // The usage counters (docs/AGENT.md, "Metrics") count every set once, however often a set
+    // was closed again after a kill.
+    assert_eq!(
+        super::prometheus::checkpoint_usage(&node),
+        super::prometheus::report_usage(&node),
+        "seed {seed}: the checkpoint's usage totals (left) are the reports' (right)"
+    );
     assert!(
         merged["loss"].as_array().is_none_or(|l| l.is_empty()),
         "seed {seed}: {}",

@@ -3,7 +3,8 @@
 //! their recordings grow in a spool while the agent runs; the agent's reports, merged, must
 //! equal `gpumeter usage` of the finished recordings metered together, row for row (`e2e`), also
 //! when the agent is killed at any instant (`crash`). Recordings deleted, truncated, replaced or
-//! copied under the agent are `crates/gpumeter-agent/tests/spool.rs`.
+//! copied under the agent are `crates/gpumeter-agent/tests/spool.rs`. A real Prometheus
+//! scrapes the agent's metrics and its usage counters equal the reports (`prometheus`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -14,6 +15,7 @@ mod common;
 
 mod crash;
 mod e2e;
+mod prometheus;
 
 use common::fakes::{build_fakes, inject_lib};
 
