@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpumeter_agent::config::{
-    EventsSinkConfig, Finished, LogFormat, SinkConfig, SinkFormat, DEFAULT_OUTBOX_LIMIT_BYTES,
+    EventsSinkConfig, Finished, LogFormat, NvmlConfig, SinkConfig, SinkFormat,
+    DEFAULT_OUTBOX_LIMIT_BYTES,
 };
 use gpumeter_agent::tenant::TenantRule;
 use gpumeter_agent::AgentConfig;
@@ -75,6 +76,13 @@ fn every_value_of_the_example_is_read_back_and_differs_from_the_default() {
     assert_eq!(c.tenant_map, Some(examples.join("tenants.toml")));
     assert_eq!(reports_dir(&c), Path::new("/var/lib/gpumeter/reports"));
     assert_eq!(c.sinks.len(), 2);
+    assert_eq!(
+        c.nvml,
+        NvmlConfig {
+            processes: true,
+            interval: Duration::from_secs(30),
+        }
+    );
 
     let e = events(&c);
     assert_eq!(e.name, "openmeter");
@@ -97,6 +105,8 @@ fn every_value_of_the_example_is_read_back_and_differs_from_the_default() {
     assert_ne!(c.log, d.log, "log");
     assert_ne!(c.tenant, d.tenant, "[tenant] rule");
     assert_ne!(c.tenant_map, d.tenant_map, "[tenant] map");
+    assert_ne!(c.nvml.processes, d.nvml.processes, "[nvml] processes");
+    assert_ne!(c.nvml.interval, d.nvml.interval, "[nvml] interval");
     let de = events(&d);
     assert_eq!(de.outbox_limit_bytes, DEFAULT_OUTBOX_LIMIT_BYTES);
     assert_ne!(e.name, de.name, "name");
@@ -148,14 +158,16 @@ fn the_example_names_every_key_the_configuration_accepts() {
     let top = fields(&source, "Raw");
     let tenant = fields(&source, "RawTenant");
     let sink = fields(&source, "RawSink");
+    let nvml = fields(&source, "RawNvml");
     assert!(
-        top.len() >= 10 && tenant.len() >= 2 && sink.len() >= 12,
-        "the key scan found too few keys: {top:?} {tenant:?} {sink:?}"
+        top.len() >= 11 && tenant.len() >= 2 && sink.len() >= 12 && nvml.len() >= 2,
+        "the key scan found too few keys: {top:?} {tenant:?} {sink:?} {nvml:?}"
     );
     let mut missing = Vec::new();
-    for key in top.iter().chain(&tenant).chain(&sink) {
+    for key in top.iter().chain(&tenant).chain(&sink).chain(&nvml) {
         let named = match key.as_str() {
             "tenant" => text.lines().any(|l| l.trim() == "[tenant]"),
+            "nvml" => text.lines().any(|l| l.trim() == "[nvml]"),
             "sink" => text.lines().any(|l| l.trim() == "[[sink]]"),
             k => assigns(&text, k),
         };
@@ -178,7 +190,14 @@ fn the_files_the_example_names_are_usable() {
     // The other tests of this binary read no environment variable.
     std::env::set_var("OPENMETER_TOKEN", "example-token");
     let c = example();
-    if let Err(e) = c.check_files() {
-        panic!("examples/agent.toml names a file or token that cannot be used: {e}");
+    match (c.check_files(), cfg!(feature = "nvml")) {
+        (Ok(()), true) => {}
+        // The files are read first: this error says they are usable, and that this build
+        // (without the `nvml` feature) cannot list GPU processes.
+        (Err(gpumeter_agent::AgentError::NvmlNotBuilt { .. }), false) => {}
+        (Err(e), _) => {
+            panic!("examples/agent.toml names a file or token that cannot be used: {e}")
+        }
+        (Ok(()), false) => panic!("[nvml] processes = true needs the nvml feature"),
     }
 }
