@@ -295,9 +295,10 @@ impl Agent {
         Ok(out)
     }
 
-    /// Lists the GPUs' processes when `[nvml] interval` has passed, against the recordings in
-    /// the spool without their end frame, and checkpoints what changed: processes found
-    /// unmetered wait for the next set (`crate::unmetered`).
+    /// Takes in the GPU process listings made since the last step (a thread lists them every
+    /// `[nvml] interval`), against the recordings in the spool without their end frame, and
+    /// checkpoints what changed: processes found unmetered wait for the next set
+    /// (`crate::unmetered`).
     ///
     /// # Errors
     /// [`AgentError::State`] when the checkpoint cannot be written.
