@@ -38,6 +38,8 @@ pub struct Agent {
     known: std::collections::HashMap<String, (u64, crate::close::OldCounts)>,
     /// The agent's metrics (docs/AGENT.md, "Metrics"), also read by the HTTP endpoint.
     metrics: Arc<Metrics>,
+    /// GPU processes listed through NVML, to find unmetered ones (`crate::unmetered`).
+    unmetered: crate::unmetered::Watch,
     /// `<state_dir>/lock`, locked while the agent lives (the kernel drops the lock when the
     /// process ends, SIGKILL included).
     _lock: std::fs::File,
@@ -127,12 +129,37 @@ struct SetFile {
 
 impl Agent {
     /// Opens the agent: creates the state folder, reads the checkpoint and the tenant map, and
-    /// opens every sink (its outbox).
+    /// opens every sink (its outbox). With `[nvml] processes = true`, loads NVML to list GPU
+    /// processes (NVML that cannot be used is logged, and the agent goes on without listing).
     ///
     /// # Errors
     /// [`AgentError`] when a folder cannot be made, the checkpoint or the tenant map cannot be
-    /// read, or a sink cannot be opened.
+    /// read, or a sink cannot be opened; [`AgentError::NvmlNotBuilt`] for `[nvml] processes =
+    /// true` without the `nvml` feature.
     pub fn open(config: AgentConfig) -> Result<Agent, AgentError> {
+        let telemetry = crate::unmetered::live_telemetry(&config)?;
+        Agent::open_with(config, telemetry)
+    }
+
+    /// As [`Agent::open`], listing GPU processes through `telemetry` instead of NVML (when
+    /// `[nvml] processes = true`; with `false` it is not used): a
+    /// [`gpumeter_nvml::Recorded`] in tests, or a `gpumeter_nvml::Nvml` the caller made.
+    /// Needs no `nvml` feature.
+    ///
+    /// # Errors
+    /// As [`Agent::open`], but never [`AgentError::NvmlNotBuilt`].
+    pub fn open_with_telemetry(
+        config: AgentConfig,
+        telemetry: std::sync::Arc<dyn gpumeter_nvml::Telemetry>,
+    ) -> Result<Agent, AgentError> {
+        let telemetry = config.nvml.processes.then_some(telemetry);
+        Agent::open_with(config, telemetry)
+    }
+
+    fn open_with(
+        config: AgentConfig,
+        telemetry: Option<std::sync::Arc<dyn gpumeter_nvml::Telemetry>>,
+    ) -> Result<Agent, AgentError> {
         let dir = |p: &Path| {
             std::fs::create_dir_all(p).map_err(|error| AgentError::Io {
                 path: p.to_path_buf(),
@@ -172,6 +199,8 @@ impl Agent {
         let metrics = Arc::new(Metrics::new(config.metrics.max_tenants, &config.state_dir));
         metrics.start_from(&mut checkpoint, fresh);
         sinks.attach_metrics(&metrics);
+        let mut unmetered = crate::unmetered::Watch::new(telemetry, &config.nvml, config.grace_ns);
+        unmetered.restore(&checkpoint.unmetered_found);
         Ok(Agent {
             config,
             spool: Spool::default(),
@@ -180,8 +209,16 @@ impl Agent {
             tenant_map,
             known: std::collections::HashMap::new(),
             metrics,
+            unmetered,
             _lock: lock,
         })
+    }
+
+    /// The GPU processes found unmetered (no recording for longer than the grace period) that
+    /// NVML still listed at the last listing and that still have no recording, by (NVML
+    /// index, host pid); empty without `[nvml] processes` (`crate::unmetered`).
+    pub fn unmetered_processes(&self) -> Vec<crate::unmetered::UnmeteredProcess> {
+        self.unmetered.running()
     }
 
     /// Whether nothing is left to do: no set pending and no recording in the spool.
@@ -240,13 +277,18 @@ impl Agent {
                 complete_len: r.complete_len,
                 finished: r.finished,
             }));
+        self.watch_gpu_processes()?;
+        self.show_unmetered();
         if let Some(p) = self.checkpoint.pending.clone() {
             out.late += self.close(&p)?;
             out.sets_closed += 1;
         }
         let to = self.edge(once);
         if to > self.checkpoint.closed_to_ns {
-            let pending = self.pending(to);
+            let mut pending = self.pending(to);
+            // The unmetered processes waiting move into the set in the same checkpoint write.
+            let waiting = std::mem::take(&mut self.checkpoint.unmetered);
+            pending.unmetered = self.unmetered.refreshed(waiting);
             self.checkpoint.pending = Some(pending.clone());
             self.checkpoint.save(&self.config.state_dir)?;
             crate::crash::point("pending-saved");
@@ -272,6 +314,43 @@ impl Agent {
         }
         self.metrics.step_finished();
         Ok(out)
+    }
+
+    /// Takes in the GPU process listings made since the last step (a thread lists them every
+    /// `[nvml] interval`), against the recordings in the spool without their end frame, and
+    /// checkpoints what changed: processes found unmetered wait for the next set
+    /// (`crate::unmetered`).
+    ///
+    /// # Errors
+    /// [`AgentError::State`] when the checkpoint cannot be written.
+    /// `gpumeter_agent_unmetered_processes`, per device, from the processes found unmetered
+    /// and still running.
+    fn show_unmetered(&self) {
+        let mut counts = std::collections::BTreeMap::new();
+        for p in self.unmetered.running() {
+            *counts.entry(p.device_label()).or_insert(0u64) += 1;
+        }
+        self.metrics.set_unmetered_counts(&counts);
+    }
+
+    fn watch_gpu_processes(&mut self) -> Result<(), AgentError> {
+        let headers: Vec<&gpumeter_recording::gmr::GmrHeader> = self
+            .spool
+            .recordings
+            .values()
+            .filter(|r| !r.ended && !self.checkpoint.retired.contains_key(&r.identity))
+            .map(|r| &r.header)
+            .collect();
+        let Some(change) = self.unmetered.poll(&headers) else {
+            return Ok(());
+        };
+        if change.is_empty() {
+            return Ok(());
+        }
+        self.checkpoint.unmetered.extend(change.found);
+        self.checkpoint.unmetered_found = self.unmetered.found();
+        self.checkpoint.save(&self.config.state_dir)?;
+        Ok(())
     }
 
     /// The edge up to which windows can close now: `u64::MAX` for `once`; else the node's
@@ -356,6 +435,7 @@ impl Agent {
                 .iter()
                 .map(|r| (r.identity.clone(), r.complete_len - r.head_len()))
                 .collect(),
+            unmetered: Vec::new(),
         }
     }
 
@@ -417,7 +497,9 @@ impl Agent {
             reorder_horizon_ns: self.config.horizon_ns,
             ..MeterConfig::default()
         };
-        let closed = close_set(&inputs, set.from_ns, set.to_ns, &config, &self.tenant_map)?;
+        let mut closed = close_set(&inputs, set.from_ns, set.to_ns, &config, &self.tenant_map)?;
+        crate::unmetered::add_to_report(&mut closed.report, &set.unmetered)
+            .map_err(crate::close::CloseError::from)?;
         if closed.late > 0 {
             tracing::warn!(late = closed.late, "records arrived after their windows were closed: counted as loss `late`, never sent");
         }
@@ -433,8 +515,9 @@ impl Agent {
                 Some((id.clone(), (f.read_to, k.clone())))
             })
             .collect();
-        // A set without any recording (an idle node) has nothing to report.
-        if !files.is_empty() {
+        // A set without any recording (an idle node) has nothing to report, unless it warns
+        // of unmetered GPU processes.
+        if !files.is_empty() || !set.unmetered.is_empty() {
             self.sinks.hand_over(&set_id, &closed.report)?;
         }
         crate::crash::point("events-stored");

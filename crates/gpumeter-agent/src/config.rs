@@ -30,6 +30,10 @@
 //! [metrics]                              # optional: no table, no server
 //! listen = "127.0.0.1:9464"              # /metrics, /healthz, /readyz
 //! max_tenants = 1000                     # more tenants are folded into tenant="other"
+//!
+//! [nvml]
+//! processes = true                       # list GPU processes, report unmetered ones
+//! interval = "10s"                       # how often
 //! ```
 //!
 //! Relative paths are taken from the configuration file's folder. Every error names the file,
@@ -144,6 +148,27 @@ pub struct EventsSinkConfig {
     pub retry_max: Duration,
 }
 
+/// `[nvml]`: the host's GPU compute processes, listed through NVML to find those that hold a
+/// GPU with no recording in the spool (`crate::unmetered`, docs/AGENT.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NvmlConfig {
+    /// `processes`: whether to list them (default `false`). Needs an agent built with the
+    /// `nvml` feature (the `gpumeter` CLI is): otherwise [`AgentConfig::check_files`] and
+    /// `Agent::open` refuse the configuration ([`crate::AgentError::NvmlNotBuilt`]).
+    pub processes: bool,
+    /// `interval`: how often they are listed (default 10 s; over 0).
+    pub interval: Duration,
+}
+
+impl Default for NvmlConfig {
+    fn default() -> Self {
+        NvmlConfig {
+            processes: false,
+            interval: Duration::from_secs(10),
+        }
+    }
+}
+
 /// A read, checked `agent.toml`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AgentConfig {
@@ -172,6 +197,8 @@ pub struct AgentConfig {
     pub tenant_map: Option<PathBuf>,
     /// The sinks, in file order.
     pub sinks: Vec<SinkConfig>,
+    /// `[nvml]`: GPU processes listed through NVML.
+    pub nvml: NvmlConfig,
     /// The metrics endpoint and its cardinality cap (`[metrics]`).
     pub metrics: MetricsConfig,
 }
@@ -216,6 +243,7 @@ struct Raw {
     #[serde(default)]
     sink: Vec<Spanned<RawSink>>,
     metrics: Option<Spanned<RawMetrics>>,
+    nvml: Option<RawNvml>,
 }
 
 #[derive(Deserialize)]
@@ -223,6 +251,13 @@ struct Raw {
 struct RawMetrics {
     listen: Option<Spanned<String>>,
     max_tenants: Option<usize>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawNvml {
+    processes: Option<bool>,
+    interval: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -323,6 +358,7 @@ impl AgentConfig {
             }
             None => TenantRule::default(),
         };
+        let nvml = nvml(raw.nvml.as_ref(), &at)?;
         let mut sinks = Vec::new();
         for s in &raw.sink {
             sinks.push(sink(s, &at, &rel, &duration)?);
@@ -356,18 +392,41 @@ impl AgentConfig {
             tenant_map: raw.tenant.as_ref().and_then(|t| t.map.as_deref()).map(rel),
             sinks,
             metrics: metrics(raw.metrics.as_ref(), &at)?,
+            nvml,
         })
     }
 }
 
 impl AgentConfig {
     /// Reads every file the configuration names, as the agent will: the tenant map, each
-    /// events sink's mapping and bearer token (`gpumeter agent --check`).
+    /// events sink's mapping and bearer token (`gpumeter agent --check`); then checks that
+    /// this build has what the configuration asks for (`[nvml] processes`: the `nvml`
+    /// feature).
     ///
     /// # Errors
     /// [`crate::AgentError::TenantMap`] or [`crate::AgentError::Sink`], with the file's own
-    /// message (a mapping's `FILE:LINE:COLUMN`).
+    /// message (a mapping's `FILE:LINE:COLUMN`); [`crate::AgentError::NvmlNotBuilt`] for
+    /// `[nvml] processes = true` in an agent built without the `nvml` feature.
     pub fn check_files(&self) -> Result<(), crate::AgentError> {
+        self.check_named_files()?;
+        self.check_build()
+    }
+
+    /// [`crate::AgentError::NvmlNotBuilt`] when `[nvml] processes = true` and this agent was
+    /// built without the `nvml` feature; else `Ok`.
+    ///
+    /// # Errors
+    /// As said.
+    pub fn check_build(&self) -> Result<(), crate::AgentError> {
+        if self.nvml.processes && !cfg!(feature = "nvml") {
+            return Err(crate::AgentError::NvmlNotBuilt {
+                file: self.file.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn check_named_files(&self) -> Result<(), crate::AgentError> {
         if let Some(p) = &self.tenant_map {
             use gpumeter::TenantMapFile as _;
             gpumeter_core::TenantMap::from_path(p)
@@ -527,6 +586,29 @@ fn metrics(
         listen: Some(addr),
         max_tenants: m.get_ref().max_tenants.unwrap_or(DEFAULT_MAX_TENANTS),
     })
+}
+
+/// `[nvml]`, checked: `interval` a duration over 0.
+fn nvml(
+    raw: Option<&RawNvml>,
+    at: &impl Fn(Option<Range<usize>>, String) -> ConfigError,
+) -> Result<NvmlConfig, ConfigError> {
+    let mut out = NvmlConfig::default();
+    let Some(raw) = raw else {
+        return Ok(out);
+    };
+    out.processes = raw.processes.unwrap_or(out.processes);
+    if let Some(i) = &raw.interval {
+        let ns = parse_duration_ns(i.get_ref()).map_err(|m| at(Some(i.span()), m))?;
+        if ns == 0 {
+            return Err(at(
+                Some(i.span()),
+                "[nvml] interval must be over 0 s".into(),
+            ));
+        }
+        out.interval = Duration::from_nanos(ns);
+    }
+    Ok(out)
 }
 
 /// A duration such as `60s`, `500ms`, `1h` (humantime's forms), in ns.

@@ -27,10 +27,12 @@ pub mod sinks;
 pub mod spool;
 pub mod state;
 pub mod tenant;
+pub mod unmetered;
 
 pub use agent::{Agent, StepOutcome};
 pub use config::{AgentConfig, ConfigError};
 pub use run::{run, RunSummary};
+pub use unmetered::UnmeteredProcess;
 
 /// Why the agent cannot go on (each names the file or sink at fault).
 #[derive(Debug, thiserror::Error)]
@@ -82,6 +84,13 @@ pub enum AgentError {
         /// The error.
         #[source]
         error: std::io::Error,
+    },
+    /// `[nvml] processes = true` in an agent built without the `nvml` feature: it cannot
+    /// list GPU processes (the `gpumeter` CLI has the feature).
+    #[error("{}: [nvml] processes = true, but this agent was built without NVML (the `nvml` feature of gpumeter-agent; the gpumeter CLI has it): use such a build, or set processes = false", file.display())]
+    NvmlNotBuilt {
+        /// The configuration file.
+        file: std::path::PathBuf,
     },
     /// An events sink.
     #[error("events sink `{sink}`: {reason}")]

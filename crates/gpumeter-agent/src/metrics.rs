@@ -21,7 +21,7 @@ mod server;
 mod tests;
 mod usage;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -175,6 +175,8 @@ pub struct Metrics {
     step_failures: Counter,
     send_failures: Family<SinkStatusLabels, Counter>,
     unmetered: Family<DeviceLabels, Gauge>,
+    /// The device labels `gpumeter_agent_unmetered_processes` has shown.
+    unmetered_devices: Mutex<BTreeSet<String>>,
     /// Per recording identity, its complete bytes at the last step (bytes read).
     seen: Mutex<HashMap<String, u64>>,
 }
@@ -215,6 +217,7 @@ impl Metrics {
             step_failures: Counter::default(),
             send_failures: Family::default(),
             unmetered: Family::default(),
+            unmetered_devices: Mutex::new(BTreeSet::new()),
             seen: Mutex::new(HashMap::new()),
         };
         m.register();
@@ -405,6 +408,17 @@ impl Metrics {
                 device: device.to_string(),
             })
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Sets `gpumeter_agent_unmetered_processes` from `counts` (device label → processes):
+    /// a device shown before and absent from `counts` is set to 0, so the gauge falls when a
+    /// process goes away instead of keeping its last value.
+    pub fn set_unmetered_counts(&self, counts: &BTreeMap<String, u64>) {
+        let mut shown = lock(&self.unmetered_devices);
+        shown.extend(counts.keys().cloned());
+        for device in shown.iter() {
+            self.set_unmetered(device, counts.get(device).copied().unwrap_or(0));
+        }
     }
 
     /// The exposition in `format`.

@@ -37,6 +37,11 @@ pub struct PendingSet {
     pub to_ns: u64,
     /// Per recording identity, the bytes this set meters, counted after the header frame.
     pub read_to: BTreeMap<String, u64>,
+    /// Unmetered GPU processes this set's report warns of (`unmetered_process`), moved here
+    /// from [`Checkpoint::unmetered`] when the set was made, so that closing it again after a
+    /// restart gives the same report ([`crate::unmetered`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmetered: Vec<crate::unmetered::UnmeteredProcess>,
 }
 
 /// The agent's checkpoint (`<state_dir>/checkpoint.json`).
@@ -64,6 +69,15 @@ pub struct Checkpoint {
     /// of an agent without metrics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub usage_totals: Option<crate::metrics::UsageTotals>,
+    /// Unmetered GPU processes found and not yet in a window set: the next set's report warns
+    /// of them ([`crate::unmetered`]). Absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmetered: Vec<crate::unmetered::UnmeteredProcess>,
+    /// Unmetered GPU processes already found (reported or waiting) that were still listed
+    /// when this was written: after a restart they are not reported again while they run.
+    /// Absent when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmetered_found: Vec<crate::unmetered::UnmeteredProcess>,
 }
 
 /// A checkpoint that cannot be read or written.
@@ -200,6 +214,7 @@ mod tests {
             from_ns: 1,
             to_ns: u64::MAX,
             read_to: BTreeMap::from([("h/1/2/3".to_string(), 8192)]),
+            unmetered: Vec::new(),
         });
         c.save(dir.path()).expect("save");
         assert_eq!(Checkpoint::load(dir.path()).expect("load"), c);

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use gpumeter_agent::config::{
-    EventsSinkConfig, Finished, LogFormat, SinkConfig, SinkFormat, DEFAULT_MAX_TENANTS,
+    EventsSinkConfig, Finished, LogFormat, NvmlConfig, SinkConfig, SinkFormat, DEFAULT_MAX_TENANTS,
     DEFAULT_OUTBOX_LIMIT_BYTES,
 };
 use gpumeter_agent::tenant::TenantRule;
@@ -81,6 +81,13 @@ fn every_value_of_the_example_is_read_back_and_differs_from_the_default() {
         Some("127.0.0.1:9464".parse().expect("address"))
     );
     assert_eq!(c.metrics.max_tenants, 200);
+    assert_eq!(
+        c.nvml,
+        NvmlConfig {
+            processes: true,
+            interval: Duration::from_secs(30),
+        }
+    );
 
     let e = events(&c);
     assert_eq!(e.name, "openmeter");
@@ -106,6 +113,8 @@ fn every_value_of_the_example_is_read_back_and_differs_from_the_default() {
     assert_ne!(c.metrics.listen, d.metrics.listen, "[metrics] listen");
     assert_eq!(d.metrics.max_tenants, DEFAULT_MAX_TENANTS);
     assert_ne!(c.metrics.max_tenants, d.metrics.max_tenants, "max_tenants");
+    assert_ne!(c.nvml.processes, d.nvml.processes, "[nvml] processes");
+    assert_ne!(c.nvml.interval, d.nvml.interval, "[nvml] interval");
     let de = events(&d);
     assert_eq!(de.outbox_limit_bytes, DEFAULT_OUTBOX_LIMIT_BYTES);
     assert_ne!(e.name, de.name, "name");
@@ -158,14 +167,26 @@ fn the_example_names_every_key_the_configuration_accepts() {
     let tenant = fields(&source, "RawTenant");
     let sink = fields(&source, "RawSink");
     let metrics = fields(&source, "RawMetrics");
+    let nvml = fields(&source, "RawNvml");
     assert!(
-        top.len() >= 11 && tenant.len() >= 2 && sink.len() >= 12 && metrics.len() >= 2,
-        "the key scan found too few keys: {top:?} {tenant:?} {sink:?} {metrics:?}"
+        top.len() >= 11
+            && tenant.len() >= 2
+            && sink.len() >= 12
+            && metrics.len() >= 2
+            && nvml.len() >= 2,
+        "the key scan found too few keys: {top:?} {tenant:?} {sink:?} {metrics:?} {nvml:?}"
     );
     let mut missing = Vec::new();
-    for key in top.iter().chain(&tenant).chain(&sink).chain(&metrics) {
+    for key in top
+        .iter()
+        .chain(&tenant)
+        .chain(&sink)
+        .chain(&metrics)
+        .chain(&nvml)
+    {
         let named = match key.as_str() {
             "tenant" => text.lines().any(|l| l.trim() == "[tenant]"),
+            "nvml" => text.lines().any(|l| l.trim() == "[nvml]"),
             "sink" => text.lines().any(|l| l.trim() == "[[sink]]"),
             "metrics" => text.lines().any(|l| l.trim() == "[metrics]"),
             k => assigns(&text, k),
@@ -189,7 +210,14 @@ fn the_files_the_example_names_are_usable() {
     // The other tests of this binary read no environment variable.
     std::env::set_var("OPENMETER_TOKEN", "example-token");
     let c = example();
-    if let Err(e) = c.check_files() {
-        panic!("examples/agent.toml names a file or token that cannot be used: {e}");
+    match (c.check_files(), cfg!(feature = "nvml")) {
+        (Ok(()), true) => {}
+        // The files are read first: this error says they are usable, and that this build
+        // (without the `nvml` feature) cannot list GPU processes.
+        (Err(gpumeter_agent::AgentError::NvmlNotBuilt { .. }), false) => {}
+        (Err(e), _) => {
+            panic!("examples/agent.toml names a file or token that cannot be used: {e}")
+        }
+        (Ok(()), false) => panic!("[nvml] processes = true needs the nvml feature"),
     }
 }

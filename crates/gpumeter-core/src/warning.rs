@@ -180,6 +180,11 @@ codes! {
         SharedWindows = "shared_windows",
         /// An `extensions` key gpumeter does not know how to merge.
         ExtensionNotMerged = "extension_not_merged",
+        /// Node agent: a process held a GPU (NVML's list of compute processes) for longer than
+        /// the grace period with no recording in the spool: its work is not metered. The
+        /// message gives its pid, the device (NVML index and UUID), when it was first and last
+        /// seen (RFC 3339, UTC) and the most GPU memory it used (bytes).
+        UnmeteredProcess = "unmetered_process",
         /// Invoice: the rated usage report has loss; lost records count in no meter, so the
         /// invoice may bill less than was used.
         UsageLoss = "usage_loss",

@@ -1,13 +1,14 @@
 //! # gpumeter-nvml
 //!
-//! Live device inventory and GPU energy counters from NVIDIA's management library (NVML,
-//! `libnvidia-ml.so.1`, loaded at run time by [`nvml_wrapper`]; nothing is linked), behind the
-//! [`Telemetry`] trait:
+//! Live device inventory, GPU energy counters and GPU compute processes from NVIDIA's
+//! management library (NVML, `libnvidia-ml.so.1`, loaded at run time by [`nvml_wrapper`];
+//! nothing is linked), behind the [`Telemetry`] trait:
 //!
 //! * [`Nvml`]: the live implementation. A missing library or driver, no permission, or a GPU
 //!   without the counter is a typed [`TelemetryError`] that names the NVML call and the GPU,
 //!   never a panic.
-//! * [`Recorded`]: replays given GPUs and energy samples (tests, replays of recordings).
+//! * [`Recorded`]: replays given GPUs, energy samples and process listings (tests, replays of
+//!   recordings).
 //!
 //! ```
 //! use gpumeter_nvml::{Nvml, Telemetry, TelemetryError};
@@ -40,8 +41,11 @@
 //! NVML API Reference Guide (docs.nvidia.com/deploy/nvml-api): "Initialization and Cleanup"
 //! (`nvmlInit_v2`), "Device Queries" (`nvmlDeviceGetCount_v2`, `nvmlDeviceGetHandleByIndex_v2`,
 //! `nvmlDeviceGetName`, `nvmlDeviceGetUUID`, `nvmlDeviceGetTotalEnergyConsumption`: "Volta or
-//! newer fully supported devices", mJ "since the driver was last reloaded"), "Multi Instance
-//! GPU Management" (`nvmlDeviceGetMigMode`), and "Error reporting" (`nvmlReturn_t`).
+//! newer fully supported devices", mJ "since the driver was last reloaded";
+//! `nvmlDeviceGetComputeRunningProcesses`: processes "with a compute context", `usedGpuMemory`
+//! in bytes, aggregate information on a MIG-enabled GPU only with "appropriate privileges"),
+//! "Multi Instance GPU Management" (`nvmlDeviceGetMigMode`), and "Error reporting"
+//! (`nvmlReturn_t`). Process ids and memory: "Device Structs" (`nvmlProcessInfo_t`).
 //!
 //! Where this crate sits in the flow from sources to the bank, what it owns and what it may
 //! depend on: `docs/ARCHITECTURE.md` in the repository.
@@ -118,6 +122,46 @@ pub trait Telemetry: Send + Sync {
     /// are used up.
     #[doc(alias = "nvmlDeviceGetTotalEnergyConsumption")]
     fn energy(&self, index: u32) -> Result<EnergyReading, TelemetryError>;
+
+    /// The processes with a compute context on GPU `index` now (a CUDA program with a
+    /// context), by host process id: NVML's `nvmlDeviceGetComputeRunningProcesses` ("Device
+    /// Queries" in the NVML API Reference Guide). Graphics-only processes are not listed; on a
+    /// GPU in MIG mode the parent GPU's handle lists every instance's processes only to a
+    /// privileged caller (else [`TelemetryError::NoPermission`]); under MPS the MPS server is
+    /// listed, not its clients. The order is NVML's.
+    ///
+    /// The default implementation lists nothing and returns
+    /// [`TelemetryError::NotSupported`], so implementations written before this method (which
+    /// came after [`Telemetry::gpus`] and [`Telemetry::energy`]) keep compiling; [`Nvml`] and
+    /// [`Recorded`] implement it.
+    ///
+    /// # Errors
+    /// [`TelemetryError::NoDevice`] for an index NVML does not know;
+    /// [`TelemetryError::NotSupported`] for a driver library without the `_v3` entry point (an
+    /// old driver) or an implementation that does not list processes; [`TelemetryError::NoPermission`];
+    /// [`TelemetryError::Failed`] otherwise (e.g. the GPU fell off the bus).
+    #[doc(alias = "nvmlDeviceGetComputeRunningProcesses")]
+    #[doc(alias = "nvmlDeviceGetComputeRunningProcesses_v3")]
+    fn processes(&self, index: u32) -> Result<Vec<GpuProcess>, TelemetryError> {
+        Err(TelemetryError::NotSupported {
+            call: CALL_PROCESSES,
+            device: Some(index),
+            detail: "this telemetry does not list GPU processes".to_string(),
+        })
+    }
+}
+
+/// One process with a compute context on a GPU, as NVML lists it
+/// (`nvmlDeviceGetComputeRunningProcesses`, `nvmlProcessInfo_t`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct GpuProcess {
+    /// The process id in the host's (the initial) pid namespace, as the NVIDIA driver knows
+    /// it: not the pid a process in a container sees for itself.
+    pub pid: u32,
+    /// GPU memory the process uses on this GPU, bytes (`usedGpuMemory`); `None` when NVML
+    /// does not say (`NVML_VALUE_NOT_AVAILABLE`: Windows under WDDM, or a caller without
+    /// the privilege to see it).
+    pub used_memory_bytes: Option<u64>,
 }
 
 /// Why NVML gave no answer. Every message names NVML and the call; those about one GPU name
@@ -146,7 +190,8 @@ pub enum TelemetryError {
         detail: String,
     },
     /// The GPU or driver does not support the call (`NVML_ERROR_NOT_SUPPORTED`, or a driver
-    /// library without the function): the energy counter needs Volta or newer.
+    /// library without the function; the energy counter needs Volta or newer), or the
+    /// [`Telemetry`] implementation does not make it.
     #[error("NVML {call}{}: not supported by this GPU or driver: {detail}", gpu(.device))]
     NotSupported {
         /// The NVML call.
@@ -257,6 +302,9 @@ const CALL_COUNT: &str = "nvmlDeviceGetCount_v2";
 const CALL_HANDLE: &str = "nvmlDeviceGetHandleByIndex_v2";
 #[cfg(feature = "live")]
 const CALL_ENERGY: &str = "nvmlDeviceGetTotalEnergyConsumption";
+/// The NVML call behind [`Telemetry::processes`] (nvml-wrapper 0.13 calls the `_v3` entry
+/// point).
+const CALL_PROCESSES: &str = "nvmlDeviceGetComputeRunningProcesses_v3";
 
 #[cfg(feature = "live")]
 /// Runs `f` (a call into nvml-wrapper), turning a panic into [`TelemetryError::Failed`].
@@ -377,6 +425,26 @@ impl Telemetry for Nvml {
             timestamp_ns: before + (after - before) / 2,
             energy_mj,
         })
+    }
+
+    fn processes(&self, index: u32) -> Result<Vec<GpuProcess>, TelemetryError> {
+        use nvml_wrapper::enums::device::UsedGpuMemory;
+        let device = guarded(CALL_HANDLE, Some(index), || {
+            self.nvml.device_by_index(index)
+        })?;
+        let listed = guarded(CALL_PROCESSES, Some(index), || {
+            device.running_compute_processes()
+        })?;
+        Ok(listed
+            .into_iter()
+            .map(|p| GpuProcess {
+                pid: p.pid,
+                used_memory_bytes: match p.used_gpu_memory {
+                    UsedGpuMemory::Used(bytes) => Some(bytes),
+                    UsedGpuMemory::Unavailable => None,
+                },
+            })
+            .collect())
     }
 }
 

@@ -80,6 +80,85 @@ fn recorded_errors_are_replayed_in_place() {
 }
 
 #[test]
+fn recorded_process_listings_replay_in_order_and_the_last_one_repeats() {
+    let p = |pid, used_memory_bytes| GpuProcess {
+        pid,
+        used_memory_bytes,
+    };
+    let lost = TelemetryError::Failed {
+        call: CALL_PROCESSES,
+        device: Some(3),
+        detail: "GPU is lost".into(),
+    };
+    let t = Recorded::new(vec![gpu(0, "GPU-a"), gpu(3, "GPU-b"), gpu(5, "GPU-c")])
+        .with_processes(
+            0,
+            [
+                vec![p(10, Some(1 << 30)), p(11, None)],
+                vec![p(11, Some(7))],
+            ],
+        )
+        .with_processes(3, [vec![p(20, Some(1))]]);
+    t.push_processes_error(3, lost.clone());
+    assert_eq!(t.processes(0), Ok(vec![p(10, Some(1 << 30)), p(11, None)]));
+    assert_eq!(t.processes(3), Ok(vec![p(20, Some(1))]));
+    // The last listing (or error) is the answer from then on.
+    for _ in 0..3 {
+        assert_eq!(t.processes(0), Ok(vec![p(11, Some(7))]));
+        assert_eq!(t.processes(3), Err(lost.clone()));
+    }
+    // Listed later: after what is queued.
+    t.push_processes(0, Vec::new());
+    assert_eq!(t.processes(0), Ok(vec![p(11, Some(7))]));
+    assert_eq!(t.processes(0), Ok(Vec::new()));
+    // A GPU with nothing queued has no processes; an unknown index is no device.
+    assert_eq!(t.processes(5), Ok(Vec::new()));
+    assert_eq!(
+        t.processes(1),
+        Err(TelemetryError::NoDevice {
+            call: "nvmlDeviceGetHandleByIndex_v2",
+            device: 1
+        })
+    );
+    let gone = TelemetryError::Unavailable {
+        call: "nvmlInit_v2",
+        detail: "NVIDIA driver is not loaded".into(),
+    };
+    assert_eq!(Recorded::unavailable(gone.clone()).processes(0), Err(gone));
+}
+
+#[test]
+fn a_telemetry_without_process_listing_says_not_supported() {
+    /// An implementation written before `processes` existed.
+    struct EnergyOnly;
+    impl Telemetry for EnergyOnly {
+        fn gpus(&self) -> Result<Vec<Gpu>, TelemetryError> {
+            Ok(vec![gpu(0, "GPU-a")])
+        }
+        fn energy(&self, index: u32) -> Result<EnergyReading, TelemetryError> {
+            Err(TelemetryError::Exhausted { device: index })
+        }
+    }
+    let e = EnergyOnly.processes(2).expect_err("not listed");
+    assert!(
+        matches!(
+            e,
+            TelemetryError::NotSupported {
+                call: "nvmlDeviceGetComputeRunningProcesses_v3",
+                device: Some(2),
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "NVML nvmlDeviceGetComputeRunningProcesses_v3 on GPU 2: not supported by this GPU or \
+         driver: this telemetry does not list GPU processes"
+    );
+}
+
+#[test]
 fn recorded_delay_plays_a_slow_driver() {
     let t = Recorded::new(vec![gpu(0, "GPU-a")]).with_delay(Duration::from_millis(50));
     let start = Instant::now();
@@ -193,6 +272,15 @@ fn nvml_return_codes_map_to_typed_errors() {
         (CALL_HANDLE, Some(7), W::InvalidArg, "no device"),
         (CALL_HANDLE, Some(7), W::NotFound, "no device"),
         (CALL_COUNT, None, W::Uninitialized, "unavailable"),
+        (
+            CALL_PROCESSES,
+            Some(1),
+            W::FailedToLoadSymbol("nvmlDeviceGetComputeRunningProcesses_v3".into()),
+            "unsupported",
+        ),
+        (CALL_PROCESSES, Some(1), W::NoPermission, "permission"),
+        (CALL_PROCESSES, Some(1), W::GpuLost, "failed"),
+        (CALL_PROCESSES, Some(1), W::InvalidArg, "failed"),
     ];
     for (call, device, e, want) in cases {
         let what = format!("{call} {e:?}");
@@ -231,6 +319,13 @@ fn nvml_init_is_ok_or_a_typed_error_naming_nvml() {
             for g in &gpus {
                 match nvml.energy(g.index) {
                     Ok(r) => assert_eq!(r.index, g.index),
+                    Err(e) => {
+                        assert!(e.to_string().contains("NVML"), "{e}");
+                        assert_eq!(e.device(), Some(g.index), "{e}");
+                    }
+                }
+                match nvml.processes(g.index) {
+                    Ok(list) => assert!(list.iter().all(|p| p.pid > 0), "{list:?}"),
                     Err(e) => {
                         assert!(e.to_string().contains("NVML"), "{e}");
                         assert_eq!(e.device(), Some(g.index), "{e}");

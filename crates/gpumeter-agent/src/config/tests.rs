@@ -90,3 +90,54 @@ fn metrics_are_off_without_a_table_and_listen_on_the_address_it_names() {
     .expect_err("negative");
     assert_eq!(e.line, 5, "{e}");
 }
+
+#[test]
+fn nvml_is_off_by_default_and_its_interval_is_a_duration_over_zero() {
+    let head = "spool = \"s\"\nstate_dir = \"d\"\n";
+    let c = parse(head).expect("config");
+    assert_eq!(c.nvml, NvmlConfig::default());
+    assert!(!c.nvml.processes);
+    assert_eq!(c.nvml.interval, Duration::from_secs(10));
+    let c = parse(&format!(
+        "{head}[nvml]\nprocesses = true\ninterval = \"250ms\"\n"
+    ))
+    .expect("config");
+    assert_eq!(
+        c.nvml,
+        NvmlConfig {
+            processes: true,
+            interval: Duration::from_millis(250),
+        }
+    );
+    let e = parse(&format!("{head}[nvml]\ninterval = \"0s\"\n")).expect_err("refused");
+    assert_eq!((e.line, e.column), (4, 12), "{e}");
+    assert!(e.message.contains("over 0"), "{e}");
+    let e = parse(&format!("{head}[nvml]\ninterval = \"often\"\n")).expect_err("refused");
+    assert_eq!(e.line, 4, "{e}");
+    let e = parse(&format!("{head}[nvml]\nprocesses = \"yes\"\n")).expect_err("refused");
+    assert_eq!(e.line, 4, "{e}");
+    let e = parse(&format!("{head}[nvml]\nenergy = true\n")).expect_err("refused");
+    assert!(e.message.contains("energy"), "{e}");
+}
+
+#[test]
+fn nvml_processes_needs_the_nvml_feature() {
+    let text = "spool = \"s\"\nstate_dir = \"d\"\n[nvml]\nprocesses = true\n";
+    let c = parse(text).expect("config");
+    match (c.check_files(), cfg!(feature = "nvml")) {
+        (Ok(()), true) => {}
+        (Err(e @ crate::AgentError::NvmlNotBuilt { .. }), false) => {
+            let m = e.to_string();
+            assert!(
+                m.starts_with("/etc/gpumeter/agent.toml: [nvml] processes = true"),
+                "{m}"
+            );
+            assert!(m.contains("`nvml` feature"), "{m}");
+        }
+        (other, feature) => panic!("nvml feature {feature}: {other:?}"),
+    }
+    // Off, any build takes it.
+    let off =
+        parse("spool = \"s\"\nstate_dir = \"d\"\n[nvml]\nprocesses = false\n").expect("config");
+    assert!(off.check_files().is_ok());
+}
