@@ -157,7 +157,8 @@ def check_builder(name, image, instructions, outputs):
 
 
 def check_runtime(name, image, instructions, made, outputs, builder):
-    check(image == "debian:bookworm-slim", f"the last stage `{name}` is debian:bookworm-slim: {image}")
+    check(image == "debian:bookworm-slim",
+          f"the last stage `{name}` is debian:bookworm-slim: {image}")
     cmds = run_commands(instructions)
     check(
         any(c[:2] == ["apt-get", "install"] and "ca-certificates" in c for c in cmds),
@@ -220,8 +221,9 @@ def main():
     for key in ("title", "version", "source"):
         check(f"org.opencontainers.image.{key}" in labels, f"label org.opencontainers.image.{key}")
     ignore_path = os.path.join(ROOT, ".dockerignore")
-    ignored = open(ignore_path).read().split() if os.path.exists(ignore_path) else []
-    check("target" in ignored or "target/" in ignored, ".dockerignore keeps target/ out")
+    lines = open(ignore_path).read().splitlines() if os.path.exists(ignore_path) else []
+    patterns = {line.strip().rstrip("/") for line in lines if not line.strip().startswith("#")}
+    check(bool(patterns & {"target", "/target", "**/target"}), ".dockerignore keeps target/ out")
     if failures:
         print(f"{path}: {len(failures)} check(s) failed")
         return 1

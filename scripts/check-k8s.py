@@ -40,6 +40,9 @@ K8S = os.path.join(ROOT, "deploy/k8s")
 CONFIG = "/etc/gpumeter/agent.toml"  # the image's ENTRYPOINT (deploy/Dockerfile)
 IMAGE_LIB = "/opt/gpumeter/lib/libgpumeter_inject.so"  # where the image holds the library
 LABEL_VARS = ["POD_NAMESPACE", "POD_NAME", "POD_UID"]
+# hostPath `type`s (the schema has them as any string).
+HOST_PATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket",
+                   "CharDevice", "BlockDevice"}
 
 failures = []
 
@@ -71,7 +74,8 @@ def agent_check(gpumeter, text, out_dir):
         [gpumeter, "agent", "--check", "--config", path], capture_output=True, text=True
     )
     print(run.stdout + run.stderr, end="")
-    if not check(run.returncode == 0, f"`gpumeter agent --check` of the ConfigMap's agent.toml ({path})"):
+    what = f"`gpumeter agent --check` of the ConfigMap's agent.toml ({path})"
+    if not check(run.returncode == 0, what):
         return None
     got = {}
     for line in run.stdout.splitlines():
@@ -99,11 +103,20 @@ def host_mounts(spec, container):
     return out
 
 
+def check_host_path_types(what, spec):
+    for v in spec.get("volumes", []):
+        if "hostPath" in v:
+            kind = v["hostPath"].get("type", "")
+            check(kind in HOST_PATH_TYPES,
+                  f"{what}: volume {v['name']}: hostPath type {kind!r} is one of Kubernetes'")
+
+
 def host_path_of(mounts, path):
     """The host folder behind `path` in a container, and whether it is writable."""
     for mount_path, host, read_only in mounts:
         if under(path, mount_path):
-            return posixpath.normpath(posixpath.join(host, posixpath.relpath(path, mount_path))), not read_only
+            rest = posixpath.relpath(path, mount_path)
+            return posixpath.normpath(posixpath.join(host, rest)), not read_only
     return None, False
 
 
@@ -117,9 +130,11 @@ def check_daemonset(ds, config_map, agent, conf):
         m["mountPath"] for m in c.get("volumeMounts", [])
         if volumes.get(m["name"], {}).get("configMap", {}).get("name") == config_map
     ]
-    check(posixpath.dirname(CONFIG) in cm_mounts,
-          f"container `{c['name']}`: ConfigMap {config_map} at {posixpath.dirname(CONFIG)} (mounted at {cm_mounts})")
-    check("args" not in c, f"container `{c['name']}` runs the image's ENTRYPOINT (…--config {CONFIG})")
+    folder = posixpath.dirname(CONFIG)
+    check(folder in cm_mounts,
+          f"container `{c['name']}`: ConfigMap {config_map} at {folder} (mounted at {cm_mounts})")
+    check("args" not in c,
+          f"container `{c['name']}` runs the image's ENTRYPOINT (…--config {CONFIG})")
     hosts = {}
     if agent:
         for key in ("spool", "state"):
@@ -130,13 +145,17 @@ def check_daemonset(ds, config_map, agent, conf):
     for s in conf.get("sink", []):
         if s.get("kind") == "reports":
             host, writable = host_path_of(mounts, s["dir"])
-            check(host is not None and writable, f"the reports sink's {s['dir']} is on a writable hostPath")
+            check(host is not None and writable,
+                  f"the reports sink's {s['dir']} is on a writable hostPath (host: {host})")
+    check_host_path_types("DaemonSet", spec)
     check(spec.get("hostPID") is True, "hostPID: true (NVML's host pids, /proc/<pid>)")
-    check(spec.get("nodeSelector", {}).get("nvidia.com/gpu.present") == "true" or "affinity" in spec,
+    gpu_nodes = spec.get("nodeSelector", {}).get("nvidia.com/gpu.present") == "true"
+    check(gpu_nodes or "affinity" in spec,
           "GPU nodes selected (nvidia.com/gpu.present or an affinity)")
     check(any(t.get("key") == "nvidia.com/gpu" for t in spec.get("tolerations", [])),
           "the nvidia.com/gpu taint tolerated")
-    check(spec.get("terminationGracePeriodSeconds", 30) >= 30, "terminationGracePeriodSeconds ≥ 30")
+    check(spec.get("terminationGracePeriodSeconds", 30) >= 30,
+          "terminationGracePeriodSeconds ≥ 30")
     res = c.get("resources", {})
     check(all(k in res.get(kind, {}) for kind in ("requests", "limits") for k in ("cpu", "memory")),
           "cpu and memory requests and limits")
@@ -150,13 +169,15 @@ def check_metrics(spec, ds, c, conf):
     listen = conf.get("metrics", {}).get("listen", "")
     host, _, port = listen.rpartition(":")
     check(host not in ("", "127.0.0.1", "[::1]", "localhost"),
-          f"[metrics] listen {listen!r} is on all interfaces (probes and scrapes come from outside the pod)")
+          f"[metrics] listen {listen!r} is on all interfaces (probes and scrapes come from "
+          "outside the pod)")
     ports = [p["containerPort"] for p in c.get("ports", [])]
-    check(port.isdigit() and int(port) in ports, f"[metrics] port {port} is a containerPort {ports}")
+    check(port.isdigit() and int(port) in ports,
+          f"[metrics] port {port} is a containerPort {ports}")
     notes = ds["spec"]["template"]["metadata"].get("annotations", {})
     for key, want in (("scrape", "true"), ("port", port), ("path", "/metrics")):
-        check(notes.get(f"prometheus.io/{key}") == want,
-              f"annotation prometheus.io/{key}: {want!r} ({notes.get(f'prometheus.io/{key}')!r})")
+        got = notes.get(f"prometheus.io/{key}")
+        check(got == want, f"annotation prometheus.io/{key}: {want!r} ({got!r})")
     for probe, path in (("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")):
         get = c.get(probe, {}).get("httpGet", {})
         check(get.get("path") == path and str(get.get("port")) == port,
@@ -169,9 +190,11 @@ def check_init(spec):
         script = " ".join(c.get("command", []) + c.get("args", []))
         if IMAGE_LIB not in script:
             continue
+        words = re.split(r"[\s;&|]+", script)
         for mount_path, host, _ in host_mounts(spec, c):
-            if posixpath.join(mount_path, posixpath.basename(IMAGE_LIB)) in re.split(r"[\s;&|]+", script):
-                check(True, f"init container `{c['name']}` installs {IMAGE_LIB} into the node's {host}")
+            if posixpath.join(mount_path, posixpath.basename(IMAGE_LIB)) in words:
+                check(True,
+                      f"init container `{c['name']}` installs {IMAGE_LIB} into the node's {host}")
                 return host
     check(False, f"an init container copies the image's {IMAGE_LIB} into a hostPath folder")
     return None
@@ -191,29 +214,36 @@ def check_webhook(out_dir, lib_host, hosts, agent):
     with open(path, "w") as f:
         yaml.safe_dump(patched, f, sort_keys=False)
     print(f"webhook/patch.json applied to webhook/example-gpu-pod.yaml: {path}")
+    check_host_path_types("patched pod", patched["spec"])
     c = patched["spec"]["containers"][0]
     env = env_of(c)
     mounts = host_mounts(patched["spec"], c)
     lib = env.get("CUDA_INJECTION64_PATH", {}).get("value", "")
     lib_on_host, _ = host_path_of(mounts, lib)
     check(lib_on_host == posixpath.join(lib_host or "?", posixpath.basename(IMAGE_LIB)),
-          f"CUDA_INJECTION64_PATH {lib} is the library the init container installs ({lib_on_host})")
+          f"CUDA_INJECTION64_PATH {lib} is the library the init container installs "
+          f"(on the node: {lib_on_host})")
     out = env.get("GPUMETER_OUT", {}).get("value", "")
     out_dir_host, writable = host_path_of(mounts, posixpath.dirname(out))
-    check(writable and out_dir_host == hosts.get("spool"),
-          f"GPUMETER_OUT {out} is in the agent's spool (host {out_dir_host}, agent's {hosts.get('spool')})")
-    check("%p" in out and "%h" in out, "GPUMETER_OUT names host and process (%h, %p): one file per process")
+    if "spool" in hosts:
+        check(writable and out_dir_host == hosts["spool"],
+              f"GPUMETER_OUT {out} is in the agent's spool (on the node: {out_dir_host}; the "
+              f"agent's: {hosts['spool']})")
+    check("%p" in out and "%h" in out,
+          "GPUMETER_OUT names host and process (%h, %p): one file per process")
     for name in LABEL_VARS:
         check("fieldRef" in env.get(name, {}).get("valueFrom", {}), f"{name} from the downward API")
-    flush_ms = int(env.get("GPUMETER_FLUSH_PERIOD_MS", {}).get("value", "0"))
+    flush = env.get("GPUMETER_FLUSH_PERIOD_MS", {}).get("value", "")
     if agent and "horizon_ns" in agent:
         bound = min(agent["horizon_ns"], agent["grace_ns"]) // 1_000_000
-        check(0 < flush_ms * 2 <= bound,
-              f"GPUMETER_FLUSH_PERIOD_MS {flush_ms} is at most half the agent's horizon and grace ({bound} ms)")
+        check(flush.isdigit() and 0 < int(flush) * 2 <= bound,
+              f"GPUMETER_FLUSH_PERIOD_MS {flush or None} is at most half the agent's horizon and "
+              f"grace ({bound} ms)")
     sources = ""
-    for f in glob.glob(os.path.join(ROOT, "crates/gpumeter-inject/src/**/*.rs"), recursive=True) + \
-            glob.glob(os.path.join(ROOT, "crates/gpumeter-collector/src/**/*.rs"), recursive=True):
-        sources += open(f).read()
+    for crate in ("gpumeter-inject", "gpumeter-collector"):
+        for f in glob.glob(os.path.join(ROOT, "crates", crate, "src/**/*.rs"), recursive=True):
+            with open(f) as text:
+                sources += text.read()
     for name in env:
         if name.startswith("GPUMETER_"):
             check(f'"{name}"' in sources, f"{name}: a variable the injection library reads")
@@ -224,12 +254,16 @@ def main():
     objects = load_objects()
     ds = objects.get(("DaemonSet", "gpumeter-agent"))
     cm = objects.get(("ConfigMap", "gpumeter-agent"))
-    if not (check(ds is not None, "DaemonSet gpumeter-agent") and
-            check(cm is not None and "agent.toml" in cm.get("data", {}), "ConfigMap gpumeter-agent with agent.toml")):
+    has_config = cm is not None and "agent.toml" in cm.get("data", {})
+    if not (check(ds is not None, "DaemonSet gpumeter-agent")
+            and check(has_config, "ConfigMap gpumeter-agent with agent.toml")):
         return 1
     text = cm["data"]["agent.toml"]
-    conf = tomllib.loads(text)
     agent = agent_check(gpumeter, text, out_dir)
+    try:
+        conf = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        conf = {}  # agent_check has said why
     spec, container, hosts = check_daemonset(ds, cm["metadata"]["name"], agent, conf)
     check_metrics(spec, ds, container, conf)
     lib_host = check_init(spec)
