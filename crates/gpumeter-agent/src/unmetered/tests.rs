@@ -2,6 +2,8 @@
 //! (no sleeps): the grace, one finding per sighting, a new sighting after a disappearance, a
 //! restart.
 
+use gpumeter_core::WarningCode;
+
 use super::*;
 
 const UID: &str = "4a7ec3f2-5d1b-4c8e-9f3a-0b2c6d8e1f47";
