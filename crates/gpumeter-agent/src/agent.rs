@@ -198,6 +198,7 @@ impl Agent {
         }
         let metrics = Arc::new(Metrics::new(config.metrics.max_tenants, &config.state_dir));
         metrics.start_from(&mut checkpoint, fresh);
+        metrics.show_settings(config.window.ns(), config.horizon_ns, config.grace_ns);
         sinks.attach_metrics(&metrics);
         let mut unmetered = crate::unmetered::Watch::new(telemetry, &config.nvml, config.grace_ns);
         unmetered.restore(&checkpoint.unmetered_found);
@@ -440,7 +441,10 @@ impl Agent {
     }
 
     /// Closes `set`, hands it to the sinks and checkpoints. Returns the late records.
-    fn close(&mut self, set: &PendingSet) -> Result<u64, AgentError> {
+    /// The recordings of `set`, read whole, with where the set's old and new bytes end; a
+    /// recording gone or unreadable is left out with a warning (its usage in the set is not
+    /// billed).
+    fn set_files(&self, set: &PendingSet) -> Vec<SetFile> {
         let mut files: Vec<SetFile> = Vec::new();
         for (id, &read_to) in &set.read_to {
             let Some(r) = self.spool.recordings.values().find(|r| &r.identity == id) else {
@@ -477,6 +481,11 @@ impl Agent {
                 old_read_to,
             });
         }
+        files
+    }
+
+    fn close(&mut self, set: &PendingSet) -> Result<u64, AgentError> {
+        let files = self.set_files(set);
         let inputs: Vec<SetInput<'_>> = files
             .iter()
             .map(|f| SetInput {

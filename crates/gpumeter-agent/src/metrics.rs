@@ -175,6 +175,8 @@ pub struct Metrics {
     step_failures: Counter,
     send_failures: Family<SinkStatusLabels, Counter>,
     unmetered: Family<DeviceLabels, Gauge>,
+    /// `[window, horizon, grace]` of the configuration, seconds (alert rules scale with them).
+    settings: [Gauge<f64, AtomicU64>; 3],
     /// The device labels `gpumeter_agent_unmetered_processes` has shown.
     unmetered_devices: Mutex<BTreeSet<String>>,
     /// Per recording identity, its complete bytes at the last step (bytes read).
@@ -217,6 +219,7 @@ impl Metrics {
             step_failures: Counter::default(),
             send_failures: Family::default(),
             unmetered: Family::default(),
+            settings: Default::default(),
             unmetered_devices: Mutex::new(BTreeSet::new()),
             seen: Mutex::new(HashMap::new()),
         };
@@ -266,6 +269,22 @@ impl Metrics {
             "Processes holding a GPU with no recording in the spool for longer than the grace period, by device",
             self.unmetered.clone(),
         );
+        for (gauge, (name, help)) in self.settings.iter().zip([
+            (
+                "gpumeter_agent_window_seconds",
+                "The configuration's window size, seconds (alert rules scale with it)",
+            ),
+            (
+                "gpumeter_agent_horizon_seconds",
+                "The configuration's reordering horizon, seconds",
+            ),
+            (
+                "gpumeter_agent_grace_seconds",
+                "The configuration's grace period, seconds",
+            ),
+        ]) {
+            r.register(name, help, gauge.clone());
+        }
         r.register_collector(Box::new(Arc::clone(&self.shared)));
         for state in ["open", "finished"] {
             self.recordings.get_or_create(&StateLabels { state }).set(0);
@@ -399,6 +418,15 @@ impl Metrics {
         }
     }
 
+    /// Shows the configuration's window size, horizon and grace period (ns) as
+    /// `gpumeter_agent_window_seconds`, `gpumeter_agent_horizon_seconds` and
+    /// `gpumeter_agent_grace_seconds`, so that alert rules can scale with them.
+    pub fn show_settings(&self, window_ns: u64, horizon_ns: u64, grace_ns: u64) {
+        for (gauge, ns) in self.settings.iter().zip([window_ns, horizon_ns, grace_ns]) {
+            gauge.set(seconds(ns));
+        }
+    }
+
     /// Sets `gpumeter_agent_unmetered_processes{device}`: processes on `device` (its
     /// `GPU-<uuid>` key, as the reports name it) holding the GPU with no recording in the
     /// spool for longer than the grace period (count).
@@ -523,9 +551,16 @@ impl Shared {
 
     /// Each events sink's outbox: batches and bytes pending.
     fn encode_outboxes(&self, encoder: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let depth: Vec<(String, u64, u64)> = lock(&self.outboxes)
+        let depth: Vec<(String, u64, u64, u64)> = lock(&self.outboxes)
             .iter()
-            .map(|(s, o)| (s.clone(), o.pending_count() as u64, o.bytes()))
+            .map(|(s, o)| {
+                (
+                    s.clone(),
+                    o.pending_count() as u64,
+                    o.bytes(),
+                    o.limit_bytes(),
+                )
+            })
             .collect();
         let mut e = encoder.encode_descriptor(
             "gpumeter_agent_outbox_batches",
@@ -533,7 +568,7 @@ impl Shared {
             None,
             MetricType::Gauge,
         )?;
-        for (sink, batches, _) in &depth {
+        for (sink, batches, _, _) in &depth {
             ConstGauge::new(*batches).encode(e.encode_family(&[("sink", sink.as_str())])?)?;
         }
         let mut e = encoder.encode_descriptor(
@@ -542,8 +577,17 @@ impl Shared {
             None,
             MetricType::Gauge,
         )?;
-        for (sink, _, bytes) in &depth {
+        for (sink, _, bytes, _) in &depth {
             ConstGauge::new(*bytes).encode(e.encode_family(&[("sink", sink.as_str())])?)?;
+        }
+        let mut e = encoder.encode_descriptor(
+            "gpumeter_agent_outbox_limit_bytes",
+            "The most bytes an events sink's outbox holds (its outbox_limit_bytes), by sink.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (sink, _, _, limit) in &depth {
+            ConstGauge::new(*limit).encode(e.encode_family(&[("sink", sink.as_str())])?)?;
         }
         Ok(())
     }
