@@ -4,7 +4,8 @@
 //! equal `gpumeter usage` of the finished recordings metered together, row for row (`e2e`), also
 //! when the agent is killed at any instant (`crash`). Recordings deleted, truncated, replaced or
 //! copied under the agent are `crates/gpumeter-agent/tests/spool.rs`. A real Prometheus
-//! scrapes the agent's metrics and its usage counters equal the reports (`prometheus`).
+//! scrapes the agent's metrics and its usage counters equal the reports (`prometheus`); the
+//! deployment files pass `scripts/check-deploy` (`deploy`).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 mod crash;
+mod deploy;
 mod e2e;
 mod prometheus;
 
