@@ -78,6 +78,21 @@ fn check(config: &AgentConfig) -> Result<String, Failure> {
             ),
         });
     }
+    lines.push(match config.metrics.listen {
+        Some(addr) => format!(
+            "metrics: http://{addr}/metrics, /healthz, /readyz (at most {} tenants)",
+            config.metrics.max_tenants
+        ),
+        None => "metrics: off (no [metrics] table)".to_string(),
+    });
+    lines.push(if config.nvml.processes {
+        format!(
+            "nvml: GPU processes listed every {} ms, unmetered ones reported",
+            config.nvml.interval.as_millis()
+        )
+    } else {
+        "nvml: off".to_string()
+    });
     Ok(crate::text_out(&lines.join("\n")))
 }
 

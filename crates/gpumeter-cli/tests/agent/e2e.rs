@@ -157,5 +157,32 @@ fn check_names_the_line_and_column_of_a_fault() {
         .output()
         .expect("run");
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    assert!(text(&o.stdout).contains(": ok"));
+    let out = text(&o.stdout);
+    assert!(out.contains(": ok"), "{out}");
+    assert!(out.contains("\nmetrics: off"), "{out}");
+    assert!(out.contains("\nnvml: off"), "{out}");
+    // What the metrics and NVML tables set up is said too.
+    std::fs::write(
+        &config,
+        "spool = \"s\"\nstate_dir = \"d\"\n[metrics]\nlisten = \"127.0.0.1:9464\"\n\
+         max_tenants = 7\n[nvml]\nprocesses = true\ninterval = \"2s\"\n",
+    )
+    .expect("w");
+    let o = gpumeter()
+        .args(["agent", "--check", "--config"])
+        .arg(&config)
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let out = text(&o.stdout);
+    assert!(
+        out.contains(
+            "\nmetrics: http://127.0.0.1:9464/metrics, /healthz, /readyz (at most 7 tenants)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("\nnvml: GPU processes listed every 2000 ms"),
+        "{out}"
+    );
 }
