@@ -12,7 +12,6 @@
 
 use std::io::Write as _;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 use gpumeter_agent::{Agent, AgentConfig};
 use gpumeter_core::{merge_reports, LossReason, Meter, MeterConfig, UsageReport, WindowSize};
@@ -20,8 +19,11 @@ use gpumeter_recording::gmr::read_gmr;
 use gpumeter_recording::{announce_sources, CuptiFormat, CuptiInput, CuptiOptions};
 use gpumeter_synth::SynthConfig;
 
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "support/recording.rs"]
 mod recording_support;
+use logs::Logs;
 use recording_support::Synthetic;
 
 const SECOND: u64 = 1_000_000_000;
@@ -155,51 +157,6 @@ fn units(bytes: &[u8]) -> u64 {
 /// Work records (kernels, copies, sets) a report meters.
 fn work(r: &UsageReport) -> u64 {
     r.records.kernel + r.records.memcpy + r.records.memset
-}
-
-/// The agent's log lines, kept for the test's thread.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("logs").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
-impl Logs {
-    /// Starts keeping the log lines of this thread (until the guard drops).
-    fn start() -> (Logs, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish();
-        (logs.clone(), tracing::subscriber::set_default(subscriber))
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().expect("logs")).into_owned()
-    }
-
-    /// Warning lines that name `file` and say `what`.
-    fn warned(&self, file: &str, what: &str) -> usize {
-        self.text()
-            .lines()
-            .filter(|l| l.contains("WARN") && l.contains(file) && l.contains(what))
-            .count()
-    }
 }
 
 /// A node: a spool, a state folder and a reports sink in a temporary folder.

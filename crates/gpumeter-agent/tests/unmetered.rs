@@ -14,7 +14,7 @@
 //! process, with no recording).
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpumeter_agent::state::Checkpoint;
@@ -23,8 +23,11 @@ use gpumeter_core::{UsageReport, WarningCode};
 use gpumeter_nvml::{now_unix_ns, Gpu, GpuProcess, Recorded, Telemetry, TelemetryError};
 use gpumeter_synth::SynthConfig;
 
+#[path = "support/logs.rs"]
+mod logs;
 #[path = "support/recording.rs"]
 mod recording_support;
+use logs::Logs;
 use recording_support::Synthetic;
 
 const MS: u64 = 1_000_000;
@@ -405,45 +408,6 @@ fn a_finding_waiting_in_the_checkpoint_reaches_the_first_report_after_a_restart(
     assert!(agent.checkpoint().pending.is_none());
 }
 
-/// The agent's log lines, kept for the test's thread.
-#[derive(Clone, Default)]
-struct Logs(Arc<Mutex<Vec<u8>>>);
-
-impl std::io::Write for Logs {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().expect("logs").extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Logs {
-    type Writer = Logs;
-    fn make_writer(&'a self) -> Logs {
-        self.clone()
-    }
-}
-
-impl Logs {
-    fn start() -> (Logs, tracing::subscriber::DefaultGuard) {
-        let logs = Logs::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(logs.clone())
-            .with_ansi(false)
-            .finish();
-        (logs.clone(), tracing::subscriber::set_default(subscriber))
-    }
-
-    fn warnings(&self, what: &str) -> usize {
-        String::from_utf8_lossy(&self.0.lock().expect("logs"))
-            .lines()
-            .filter(|l| l.contains("WARN") && l.contains(what))
-            .count()
-    }
-}
-
 #[test]
 fn nvml_that_cannot_be_used_is_logged_once_and_metering_goes_on() {
     let (logs, _guard) = Logs::start();
@@ -457,7 +421,7 @@ fn nvml_that_cannot_be_used_is_logged_once_and_metering_goes_on() {
     let later = now_unix_ns() + 2 * SECOND;
     step_past(&mut agent, later);
     assert!(!node.reports().is_empty(), "metering went on");
-    assert_eq!(logs.warnings("cannot list the GPUs through NVML"), 1);
+    assert_eq!(logs.warned("", "cannot list the GPUs through NVML"), 1);
     assert!(agent.unmetered_processes().is_empty());
 }
 
