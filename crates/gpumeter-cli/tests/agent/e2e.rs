@@ -1,7 +1,6 @@
 //! The agent follows growing recordings and its reports and events equal the whole run's.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use super::*;
 
@@ -53,11 +52,7 @@ fn the_agent_follows_a_node_and_its_reports_and_events_equal_the_whole_run() {
     let processes = workload();
     node.run_processes(&processes);
     // Every recording ends, every window closes and is delivered, and the recordings retire.
-    wait_for(
-        "the agent to retire every recording",
-        Duration::from_secs(60),
-        || std::fs::read_dir(node.path("spool/done")).map_or(0, |d| d.count()) == processes.len(),
-    );
+    node.wait_retired(processes.len());
     let (code, stderr) = terminate(agent);
     assert_eq!(
         code,
@@ -137,44 +132,30 @@ fn once_closes_the_spool_as_it_stands_and_exits() {
 fn check_names_the_line_and_column_of_a_fault() {
     let dir = tempfile::tempdir().expect("tempdir");
     let config = dir.path().join("agent.toml");
-    std::fs::write(
-        &config,
-        "spool = \"s\"\nstate_dir = \"d\"\nwindow = \"7m\"\n",
-    )
-    .expect("w");
-    let o = gpumeter()
-        .args(["agent", "--check", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert_eq!(o.status.code(), Some(1));
-    let e = text(&o.stderr);
+    // `gpumeter agent --check` of `toml`: exit code, standard output and error.
+    let check = |toml: &str| {
+        std::fs::write(&config, toml).expect("w");
+        let o = gpumeter()
+            .args(["agent", "--check", "--config"])
+            .arg(&config)
+            .output()
+            .expect("run");
+        (o.status.code(), text(&o.stdout), text(&o.stderr))
+    };
+    let (code, _, e) = check("spool = \"s\"\nstate_dir = \"d\"\nwindow = \"7m\"\n");
+    assert_eq!(code, Some(1));
     assert!(e.contains(&format!("{}:3:10: ", config.display())), "{e}");
-    std::fs::write(&config, "spool = \"s\"\nstate_dir = \"d\"\n").expect("w");
-    let o = gpumeter()
-        .args(["agent", "--check", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let out = text(&o.stdout);
+    let (code, out, e) = check("spool = \"s\"\nstate_dir = \"d\"\n");
+    assert_eq!(code, Some(0), "{e}");
     assert!(out.contains(": ok"), "{out}");
     assert!(out.contains("\nmetrics: off"), "{out}");
     assert!(out.contains("\nnvml: off"), "{out}");
     // What the metrics and NVML tables set up is said too.
-    std::fs::write(
-        &config,
+    let (code, out, e) = check(
         "spool = \"s\"\nstate_dir = \"d\"\n[metrics]\nlisten = \"127.0.0.1:9464\"\n\
          max_tenants = 7\n[nvml]\nprocesses = true\ninterval = \"2s\"\n",
-    )
-    .expect("w");
-    let o = gpumeter()
-        .args(["agent", "--check", "--config"])
-        .arg(&config)
-        .output()
-        .expect("run");
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let out = text(&o.stdout);
+    );
+    assert_eq!(code, Some(0), "{e}");
     assert!(
         out.contains(
             "\nmetrics: http://127.0.0.1:9464/metrics, /healthz, /readyz (at most 7 tenants)"

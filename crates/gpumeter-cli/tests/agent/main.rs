@@ -253,6 +253,17 @@ pub(crate) fn rows(report: &serde_json::Value) -> Vec<String> {
 }
 
 /// Waits until `done` holds (a hang fails the test after `limit`, with `what`).
+impl Node {
+    /// Waits until the agent retired `n` recordings into `spool/done` (60 s at most).
+    pub(crate) fn wait_retired(&self, n: usize) {
+        wait_for(
+            "the agent to retire every recording",
+            Duration::from_secs(60),
+            || std::fs::read_dir(self.path("spool/done")).map_or(0, |d| d.count()) == n,
+        );
+    }
+}
+
 pub(crate) fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
     let t0 = Instant::now();
     while !done() {

@@ -221,11 +221,7 @@ fn prometheus_scrapes_the_agent_and_its_usage_equals_the_reports() {
     let processes = workload();
     node.run_processes(&processes);
     // Every recording retired: every window with a record of them is closed and reported.
-    wait_for(
-        "the agent to retire every recording",
-        Duration::from_secs(60),
-        || std::fs::read_dir(node.path("spool/done")).map_or(0, |d| d.count()) == processes.len(),
-    );
+    node.wait_retired(processes.len());
     assert!(
         node.reports().len() >= 2,
         "several window sets: {:?}",
