@@ -32,21 +32,13 @@ import tomllib
 
 from dockerfile_parse import DockerfileParser
 
+from deploy_checks import check, failures
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 BIN_DEST = "/usr/local/bin/gpumeter"
 LIB_DIR = "/opt/gpumeter/lib"
 CONFIG = "/etc/gpumeter/agent.toml"
 ENTRYPOINT_ARGS = ["agent", "--config", CONFIG]
-
-failures = []
-
-
-def check(ok, what):
-    """Records `what` as checked, or as a failure."""
-    print(("ok: " if ok else "FAILED: ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
 
 
 def toml(path):

@@ -35,6 +35,8 @@ import tomllib
 import jsonpatch
 import yaml
 
+from deploy_checks import check, failures
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 K8S = os.path.join(ROOT, "deploy/k8s")
 CONFIG = "/etc/gpumeter/agent.toml"  # the image's ENTRYPOINT (deploy/Dockerfile)
@@ -43,16 +45,6 @@ LABEL_VARS = ["POD_NAMESPACE", "POD_NAME", "POD_UID"]
 # hostPath `type`s (the schema has them as any string).
 HOST_PATH_TYPES = {"", "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket",
                    "CharDevice", "BlockDevice"}
-
-failures = []
-
-
-def check(ok, what):
-    """Records `what` as checked, or as a failure."""
-    print(("ok: " if ok else "FAILED: ") + what)
-    if not ok:
-        failures.append(what)
-    return ok
 
 
 def load_objects():
