@@ -22,7 +22,7 @@
 //!
 //! | variable | meaning |
 //! |---|---|
-//! | `GPUMETER_OUT` | the recording's path; `%p` → process id, `%h` → host name, `%t` → Unix time (s), `%%` → `%`. Default `gpumeter-%h-%p.gmr` in the working directory. Missing directories are created. If the file exists (another process of the same job wrote it), the recording goes to `<stem>.<pid>.gmr` beside it. |
+//! | `GPUMETER_OUT` | the recording's path; `%p` → process id, `%h` → host name, `%t` → Unix time (s), `%%` → `%`. Default `gpumeter-%h-%p.gmr` in the working directory. Missing directories are created. If the file exists (another process of the same job wrote it), the recording goes to `<stem>.<pid>.gmr` beside it, then `<stem>.<pid>.1.gmr`, …: an existing file is never overwritten. |
 //! | `GPUMETER_CUPTI_LIB` | the libcupti to load. Default: the libcupti the process has already loaded (e.g. PyTorch's), else the CUDA install paths; `python3` is never started from inside the program. |
 //! | `GPUMETER_BUFFER_SIZE` | bytes per CUPTI activity buffer (default 8 MiB). |
 //! | `GPUMETER_FLUSH_PERIOD_MS` | ask CUPTI to complete buffers at least this often (default: only when full and at exit), bounding what a killed process loses. |
@@ -161,25 +161,47 @@ pub fn with_pid(path: &Path, pid: u32) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Creates the recording file without clobbering another process's: `path` if it does not
-/// exist, else [`with_pid`]. Missing parent directories are created.
+/// Creates the recording file without clobbering another's: `path` if it does not exist, else
+/// [`with_pid`], else `<stem>.<pid>.<n>.<ext>` for the first `n` from 1 that does not exist
+/// (a file is never truncated: in a container `%h-%p` repeats — a restarted container, a
+/// recreated pod of one name — and the earlier recording may not be billed yet). Missing
+/// parent directories are created.
+///
+/// # Errors
+/// The file system's, or `AlreadyExists` when 10 000 names are taken.
 fn create_output(path: &Path, pid: u32) -> std::io::Result<(File, PathBuf)> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir)?;
     }
-    match OpenOptions::new().write(true).create_new(true).open(path) {
-        Ok(f) => Ok((f, path.to_path_buf())),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            let alt = with_pid(path, pid);
-            let f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&alt)?;
-            Ok((f, alt))
+    let alt = with_pid(path, pid);
+    // `run.12.gmr` → `run.12.<n>.gmr`; `run.12` (no extension) → `run.12.<n>`.
+    let numbered = |n: u32| match path.extension() {
+        Some(ext) => {
+            let stem = alt.file_stem().unwrap_or_default().to_string_lossy();
+            alt.with_file_name(format!("{stem}.{n}.{}", ext.to_string_lossy()))
         }
-        Err(e) => Err(e),
+        None => {
+            let mut name = alt.clone().into_os_string();
+            name.push(format!(".{n}"));
+            PathBuf::from(name)
+        }
+    };
+    let candidates = [path.to_path_buf(), alt.clone()]
+        .into_iter()
+        .chain((1..10_000).map(numbered));
+    let mut last = None;
+    for candidate in candidates {
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&candidate)
+        {
+            Ok(f) => return Ok((f, candidate)),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
     }
+    Err(last.unwrap_or_else(|| ErrorKind::AlreadyExists.into()))
 }
 
 fn env_nonempty(key: &str) -> Option<String> {
@@ -593,6 +615,25 @@ mod tests {
         assert_eq!(first, p);
         let (_g, second) = create_output(&p, 12).expect("second");
         assert_eq!(second, dir.path().join("sub/run.12.gmr"));
+        // The same name and pid again (a restarted container): a third file, the second kept.
+        std::fs::write(&second, b"the second recording").expect("write");
+        let (_h, third) = create_output(&p, 12).expect("third");
+        assert_eq!(third, dir.path().join("sub/run.12.1.gmr"));
+        let (_i, fourth) = create_output(&p, 12).expect("fourth");
+        assert_eq!(fourth, dir.path().join("sub/run.12.2.gmr"));
+        assert_eq!(
+            std::fs::read(&second).expect("read"),
+            b"the second recording",
+            "never truncated"
+        );
+        let bare = dir.path().join("bare");
+        let names: Vec<PathBuf> = (0..3)
+            .map(|_| create_output(&bare, 5).expect("bare").1)
+            .collect();
+        assert_eq!(
+            names,
+            ["bare", "bare.5", "bare.5.1"].map(|n| dir.path().join(n))
+        );
     }
 
     #[test]

@@ -244,8 +244,8 @@ fn program_path(program: &OsString) -> Option<PathBuf> {
         })
 }
 
-/// Recordings other processes of the command wrote beside `out` (`<stem>.<pid>.gmr`, modified
-/// since `since`), sorted.
+/// Recordings other processes of the command wrote beside `out` (`<stem>.<pid>.gmr` or
+/// `<stem>.<pid>.<n>.gmr`, modified since `since`), sorted.
 fn sibling_recordings(out: &Path, since: SystemTime) -> Vec<PathBuf> {
     let (Some(dir), Some(stem)) = (out.parent(), out.file_stem()) else {
         return Vec::new();
@@ -269,7 +269,13 @@ fn sibling_recordings(out: &Path, since: SystemTime) -> Vec<PathBuf> {
                 .metadata()
                 .and_then(|m| m.modified())
                 .is_ok_and(|t| t >= since);
-            fresh && middle.is_some_and(|m| !m.is_empty() && m.bytes().all(|b| b.is_ascii_digit()))
+            // `<pid>`, or `<pid>.<n>` when that name was taken too (the injection library
+            // never overwrites a recording).
+            let numbers = |m: &str| {
+                m.split('.')
+                    .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            };
+            fresh && middle.is_some_and(numbers)
         })
         .map(|e| e.path())
         .collect();
@@ -419,5 +425,34 @@ fn say_recorded(out: &Path, pid: u32, since: SystemTime) {
             all.len(),
             names.join(" ")
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn siblings_are_the_pid_and_numbered_names_beside_the_output() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let since = SystemTime::now() - std::time::Duration::from_secs(5);
+        for name in [
+            "run.gmr",
+            "run.12.gmr",
+            "run.12.1.gmr",
+            "run.7.gmr",
+            "run..gmr",
+            "run.12.x.gmr",
+            "run.12.gmr.gz",
+            "other.12.gmr",
+        ] {
+            std::fs::write(dir.path().join(name), b"").expect("write");
+        }
+        let found = sibling_recordings(&dir.path().join("run.gmr"), since);
+        let names: Vec<String> = found
+            .iter()
+            .map(|p| p.file_name().expect("name").to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["run.12.1.gmr", "run.12.gmr", "run.7.gmr"]);
     }
 }
