@@ -129,8 +129,9 @@ struct SetFile {
 
 impl Agent {
     /// Opens the agent: creates the state folder, reads the checkpoint and the tenant map, and
-    /// opens every sink (its outbox). With `[nvml] processes = true`, loads NVML to list GPU
-    /// processes (NVML that cannot be used is logged, and the agent goes on without listing).
+    /// opens every sink (its outbox). With `[nvml] processes = true`, a thread loads NVML and lists
+    /// GPU processes (NVML that cannot be used yet is logged and tried again with back-off; the
+    /// agent meters on meanwhile).
     ///
     /// # Errors
     /// [`AgentError`] when a folder cannot be made, the checkpoint or the tenant map cannot be
@@ -152,13 +153,16 @@ impl Agent {
         config: AgentConfig,
         telemetry: std::sync::Arc<dyn gpumeter_nvml::Telemetry>,
     ) -> Result<Agent, AgentError> {
-        let telemetry = config.nvml.processes.then_some(telemetry);
-        Agent::open_with(config, telemetry)
+        let connect: Option<crate::unmetered::Connect> = config
+            .nvml
+            .processes
+            .then(|| Box::new(move || Ok(std::sync::Arc::clone(&telemetry))) as _);
+        Agent::open_with(config, connect)
     }
 
     fn open_with(
         config: AgentConfig,
-        telemetry: Option<std::sync::Arc<dyn gpumeter_nvml::Telemetry>>,
+        telemetry: Option<crate::unmetered::Connect>,
     ) -> Result<Agent, AgentError> {
         let dir = |p: &Path| {
             std::fs::create_dir_all(p).map_err(|error| AgentError::Io {
@@ -327,11 +331,18 @@ impl Agent {
     /// `gpumeter_agent_unmetered_processes`, per device, from the processes found unmetered
     /// and still running.
     fn show_unmetered(&self) {
-        let mut counts = std::collections::BTreeMap::new();
+        // Every GPU of the last listing shows, at 0 when none of its processes is unmetered.
+        let mut counts: std::collections::BTreeMap<String, u64> = self
+            .unmetered
+            .gpu_labels()
+            .into_iter()
+            .map(|g| (g, 0))
+            .collect();
         for p in self.unmetered.running() {
             *counts.entry(p.device_label()).or_insert(0u64) += 1;
         }
         self.metrics.set_unmetered_counts(&counts);
+        self.metrics.set_gpu_listing_up(self.unmetered.listing_up());
     }
 
     fn watch_gpu_processes(&mut self) -> Result<(), AgentError> {

@@ -23,7 +23,7 @@ mod usage;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -157,6 +157,8 @@ struct Shared {
     watermark_ns: AtomicU64,
     /// When the last step finished without error, ns since the epoch (0: none yet).
     last_step_ns: AtomicU64,
+    /// `gpumeter_agent_gpu_listing_up`: 1, 0, or -1 (not shown: no answer yet, or no listing).
+    gpu_listing_up: AtomicI64,
     outboxes: Mutex<Vec<(String, Arc<Outbox>)>>,
     checkpoint: PathBuf,
 }
@@ -204,6 +206,7 @@ impl Metrics {
             usage: Mutex::new(UsageTotals::default()),
             watermark_ns: AtomicU64::new(0),
             last_step_ns: AtomicU64::new(0),
+            gpu_listing_up: AtomicI64::new(-1),
             outboxes: Mutex::new(Vec::new()),
             checkpoint: Checkpoint::path(state_dir),
         });
@@ -449,6 +452,18 @@ impl Metrics {
         }
     }
 
+    /// Sets `gpumeter_agent_gpu_listing_up`: 1 when the last try to list GPU processes
+    /// through NVML gave a listing, 0 when NVML could not be loaded or the GPUs could not be
+    /// listed; `None` (no listing configured, or no answer yet) leaves it as it was (absent
+    /// until the first answer).
+    pub fn set_gpu_listing_up(&self, up: Option<bool>) {
+        if let Some(up) = up {
+            self.shared
+                .gpu_listing_up
+                .store(i64::from(up), Ordering::Relaxed);
+        }
+    }
+
     /// The exposition in `format`.
     pub fn encode(&self, format: Format) -> String {
         let mut out = String::new();
@@ -532,6 +547,16 @@ impl Shared {
                 MetricType::Gauge,
             )?;
             ConstGauge::new(seconds(last)).encode(e)?;
+        }
+        let up = self.gpu_listing_up.load(Ordering::Relaxed);
+        if up >= 0 {
+            let e = encoder.encode_descriptor(
+                "gpumeter_agent_gpu_listing_up",
+                "1 when the last try to list GPU processes through NVML gave a listing, 0 when NVML could not be loaded or the GPUs could not be listed (absent without [nvml] processes = true, and before the first try).",
+                None,
+                MetricType::Gauge,
+            )?;
+            ConstGauge::new(up).encode(e)?;
         }
         let written = std::fs::metadata(&self.checkpoint)
             .and_then(|m| m.modified())

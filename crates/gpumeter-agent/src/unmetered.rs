@@ -154,28 +154,32 @@ pub fn belongs(h: &GmrHeader, pid: u32, facts: Option<&ProcFacts>) -> bool {
         )
 }
 
-/// The telemetry `[nvml] processes` asks for: `None` when it is off, or when NVML cannot be
-/// used (logged once: the agent goes on without listing).
+/// How the listing thread gets its telemetry: called at the thread's start, and again with
+/// back-off while it fails (NVML not loaded yet: the GPU Operator labels a node before its
+/// driver container is up), on the thread, so an `nvmlInit` that hangs holds back only the
+/// listing.
+pub(crate) type Connect = Box<dyn Fn() -> Result<Arc<dyn Telemetry>, TelemetryError> + Send>;
+
+/// The longest wait between two tries to load NVML.
+const CONNECT_BACKOFF_MAX: Duration = Duration::from_secs(300);
+
+/// How to load the telemetry `[nvml] processes` asks for: `None` when it is off (or this
+/// build has no NVML, which [`AgentConfig::check_build`] refuses when it is on).
 ///
 /// # Errors
 /// [`AgentError::NvmlNotBuilt`] when it is on and this agent was built without the `nvml`
 /// feature.
-pub(crate) fn live_telemetry(
-    config: &AgentConfig,
-) -> Result<Option<Arc<dyn Telemetry>>, AgentError> {
+pub(crate) fn live_telemetry(config: &AgentConfig) -> Result<Option<Connect>, AgentError> {
     config.check_build()?;
     if !config.nvml.processes {
         return Ok(None);
     }
     #[cfg(feature = "nvml")]
     {
-        match gpumeter_nvml::Nvml::init() {
-            Ok(nvml) => Ok(Some(Arc::new(nvml))),
-            Err(e) => {
-                tracing::warn!(error = %e, "[nvml] processes = true, but NVML cannot be used: GPU processes are not listed, so unmetered ones are not found");
-                Ok(None)
-            }
-        }
+        let connect: Connect = Box::new(|| {
+            gpumeter_nvml::Nvml::init().map(|nvml| Arc::new(nvml) as Arc<dyn Telemetry>)
+        });
+        Ok(Some(connect))
     }
     #[cfg(not(feature = "nvml"))]
     Ok(None)
@@ -228,11 +232,18 @@ impl Change {
 /// One listing: each GPU with its processes, or why they could not be listed.
 pub(crate) type Listing = Vec<(Gpu, Result<Vec<GpuProcess>, TelemetryError>)>;
 
+/// A listing, or why there is none (NVML cannot be loaded, or the GPUs cannot be listed).
+type Answer = Result<Listing, String>;
+
 /// The agent's watch of GPU processes ([module docs](self)).
 pub(crate) struct Watch {
     lister: Option<Lister>,
     grace_ns: u64,
     seen: BTreeMap<(u32, u32), Sighting>,
+    /// The GPUs of the last listing: NVML index → UUID.
+    gpus: BTreeMap<u32, Option<String>>,
+    /// Whether the last answer was a listing (`None`: no answer yet, or no listing).
+    up: Option<bool>,
     proc_root: PathBuf,
     /// What was logged once.
     warned: BTreeSet<String>,
@@ -240,10 +251,11 @@ pub(crate) struct Watch {
 
 /// The listing thread, started at the first poll.
 struct Lister {
-    telemetry: Arc<dyn Telemetry>,
+    /// Taken by the thread when it starts.
+    connect: Option<Connect>,
     interval: Duration,
-    /// Listings made (ns since the Unix epoch when made); `None` before the thread starts.
-    listings: Option<mpsc::Receiver<(u64, Listing)>>,
+    /// Answers (ns since the Unix epoch when made); `None` before the thread starts.
+    listings: Option<mpsc::Receiver<(u64, Answer)>>,
     /// Set when the watch is dropped: the thread ends at its next turn.
     stop: Arc<AtomicBool>,
     /// When the last listing came in (or the thread started).
@@ -261,26 +273,24 @@ impl Drop for Lister {
 }
 
 impl Lister {
-    /// Starts the thread: every `interval`, one listing, handed over when the agent takes it
+    /// Starts the thread: it loads the telemetry (again and again, with back-off, while that
+    /// fails), then every `interval` makes one listing, handed over when the agent takes it
     /// (a bounded channel: it waits for the agent, so listings are never dropped nor heaped).
     /// Logs go where the starting thread's go.
     fn start(&mut self) -> std::io::Result<()> {
+        let Some(connect) = self.connect.take() else {
+            return Err(std::io::Error::other(
+                "the listing thread was started before",
+            ));
+        };
         let (tx, rx) = mpsc::sync_channel(1);
-        let telemetry = Arc::clone(&self.telemetry);
         let (interval, stop) = (self.interval, Arc::clone(&self.stop));
         let dispatch = tracing::dispatcher::get_default(Clone::clone);
         std::thread::Builder::new()
             .name("gpumeter-nvml".to_string())
             .spawn(move || {
                 tracing::dispatcher::with_default(&dispatch, || {
-                    let mut warned = BTreeSet::new();
-                    while !stop.load(Ordering::SeqCst) {
-                        let listing = list(telemetry.as_ref(), &mut warned);
-                        if tx.send((gpumeter_nvml::now_unix_ns(), listing)).is_err() {
-                            return;
-                        }
-                        std::thread::sleep(interval);
-                    }
+                    listing_loop(&connect, interval, &stop, &tx);
                 });
             })?;
         self.listings = Some(rx);
@@ -290,7 +300,7 @@ impl Lister {
 
     /// The listings made since the last call (starting the thread at the first); `None` when
     /// the thread cannot run (logged).
-    fn take(&mut self) -> Option<Vec<(u64, Listing)>> {
+    fn take(&mut self) -> Option<Vec<(u64, Answer)>> {
         if self.ended {
             return None;
         }
@@ -326,32 +336,78 @@ impl Lister {
     }
 }
 
-/// Every GPU's processes; no GPU (logged once per error) when the GPUs cannot be listed.
-fn list(telemetry: &dyn Telemetry, warned: &mut BTreeSet<String>) -> Listing {
+/// The listing thread's work: load the telemetry through `connect` (tried again after
+/// `interval`, then twice as long each time up to [`CONNECT_BACKOFF_MAX`], while it fails),
+/// then list every `interval`, sending each answer on `tx` until `stop` is set or the agent
+/// is gone.
+fn listing_loop(
+    connect: &Connect,
+    interval: Duration,
+    stop: &AtomicBool,
+    tx: &mpsc::SyncSender<(u64, Answer)>,
+) {
+    let mut telemetry: Option<Arc<dyn Telemetry>> = None;
+    let (mut warned, mut failures, mut backoff) = (BTreeSet::new(), 0u32, interval);
+    while !stop.load(Ordering::SeqCst) {
+        let answer = match telemetry.clone().map_or_else(connect, Ok) {
+            Ok(t) => {
+                if telemetry.is_none() && failures > 0 {
+                    tracing::info!(
+                        tries = failures + 1,
+                        "NVML can be used now: GPU processes are listed"
+                    );
+                }
+                telemetry = Some(Arc::clone(&t));
+                list(t.as_ref(), &mut warned)
+            }
+            Err(e) => {
+                failures += 1;
+                if failures == 1 {
+                    tracing::warn!(error = %e, retry_in_s = backoff.as_secs_f64(), "[nvml] processes = true, but NVML cannot be used (yet): GPU processes are not listed, so unmetered ones are not found; trying again");
+                }
+                Err(e.to_string())
+            }
+        };
+        let wait = if telemetry.is_some() {
+            interval
+        } else {
+            let w = backoff;
+            backoff = (backoff * 2).min(CONNECT_BACKOFF_MAX);
+            w
+        };
+        if tx.send((gpumeter_nvml::now_unix_ns(), answer)).is_err() {
+            return;
+        }
+        std::thread::sleep(wait);
+    }
+}
+
+/// Every GPU's processes; the error (logged once per error) when the GPUs cannot be listed.
+fn list(telemetry: &dyn Telemetry, warned: &mut BTreeSet<String>) -> Answer {
     match telemetry.gpus() {
-        Ok(gpus) => gpus
+        Ok(gpus) => Ok(gpus
             .into_iter()
             .map(|g| {
                 let listed = telemetry.processes(g.index);
                 (g, listed)
             })
-            .collect(),
+            .collect()),
         Err(e) => {
             if warned.insert(e.to_string()) {
                 tracing::warn!(error = %e, "cannot list the GPUs through NVML: unmetered GPU processes are not found until it can");
             }
-            Vec::new()
+            Err(e.to_string())
         }
     }
 }
 
 impl Watch {
-    /// A watch listing through `telemetry` (`None`: no listing) every `nvml.interval`; a
-    /// process is unmetered after `grace_ns` without a recording.
-    pub fn new(telemetry: Option<Arc<dyn Telemetry>>, nvml: &NvmlConfig, grace_ns: u64) -> Watch {
+    /// A watch listing through the telemetry `connect` gives (`None`: no listing) every
+    /// `nvml.interval`; a process is unmetered after `grace_ns` without a recording.
+    pub fn new(connect: Option<Connect>, nvml: &NvmlConfig, grace_ns: u64) -> Watch {
         Watch {
-            lister: telemetry.map(|telemetry| Lister {
-                telemetry,
+            lister: connect.map(|connect| Lister {
+                connect: Some(connect),
                 interval: nvml.interval,
                 listings: None,
                 stop: Arc::new(AtomicBool::new(false)),
@@ -361,6 +417,8 @@ impl Watch {
             }),
             grace_ns,
             seen: BTreeMap::new(),
+            gpus: BTreeMap::new(),
+            up: None,
             proc_root: PathBuf::from("/proc"),
             warned: BTreeSet::new(),
         }
@@ -403,7 +461,12 @@ impl Watch {
             return None;
         }
         let mut change = Change::default();
-        for (at, listing) in &listings {
+        for (at, answer) in &listings {
+            let Ok(listing) = answer else {
+                self.up = Some(false);
+                continue;
+            };
+            self.up = Some(true);
             let c = self.observe(*at, listing, recordings);
             change.found.extend(c.found);
             change.gone |= c.gone;
@@ -416,6 +479,17 @@ impl Watch {
     /// sightings as they were (logged once per GPU and kind of error).
     pub fn observe(&mut self, now_ns: u64, listing: &Listing, recordings: &[&GmrHeader]) -> Change {
         let mut change = Change::default();
+        // A GPU no longer listed (fallen off the bus, unbound) holds no process any more.
+        self.gpus = listing
+            .iter()
+            .map(|(g, _)| (g.index, g.uuid.clone()))
+            .collect();
+        let gpus = &self.gpus;
+        self.seen.retain(|(d, _), s| {
+            let keep = gpus.contains_key(d);
+            change.gone |= !keep && s.found;
+            keep
+        });
         for (gpu, listed) in listing {
             let processes = match listed {
                 Ok(p) => p,
@@ -532,6 +606,22 @@ impl Watch {
     }
 
     /// The processes found unmetered that are still listed and still have no recording.
+    /// Whether the last answer of the listing thread was a listing: `Some(false)` while NVML
+    /// cannot be loaded or the GPUs cannot be listed, `None` before the first answer or
+    /// without listing.
+    pub fn listing_up(&self) -> Option<bool> {
+        self.up
+    }
+
+    /// The device labels ([`UnmeteredProcess::device_label`]) of the GPUs of the last
+    /// listing.
+    pub fn gpu_labels(&self) -> Vec<String> {
+        self.gpus
+            .iter()
+            .map(|(&index, uuid)| uuid.clone().unwrap_or_else(|| format!("nvml-{index}")))
+            .collect()
+    }
+
     pub fn running(&self) -> Vec<UnmeteredProcess> {
         self.seen
             .iter()

@@ -70,6 +70,7 @@ fn exposed() -> BTreeSet<String> {
     m.watch_outbox("openmeter", Arc::new(outbox));
     m.send_failures("openmeter").record("503");
     m.set_unmetered("GPU-1", 1);
+    m.set_gpu_listing_up(Some(true));
     let text = m.encode(Format::Prometheus);
     text.lines()
         .filter(|l| !l.starts_with('#') && !l.is_empty())

@@ -200,7 +200,12 @@ fn a_process_without_a_recording_is_reported_once_after_the_grace() {
         let now = now_unix_ns();
         if now < start_ns + GRACE_NS {
             assert!(a.unmetered_processes().is_empty(), "found before the grace");
-            assert_eq!(gauge(a), Vec::<String>::new(), "a metric before the grace");
+            // The listed GPU shows at 0 (or not yet, before the first listing).
+            let g = gauge(a);
+            assert!(
+                g.iter().all(|l| l.ends_with(" 0")),
+                "{g:?} before the grace"
+            );
             assert!(
                 node.unmetered_warnings().is_empty(),
                 "reported before the grace"
@@ -225,6 +230,7 @@ fn a_process_without_a_recording_is_reported_once_after_the_grace() {
     );
     assert!(start_ns <= u.first_seen_ns && u.first_seen_ns + GRACE_NS <= u.last_seen_ns);
     assert!(u.last_seen_ns <= found_at);
+    assert_eq!(listing_up(&agent), Some(1.0));
     // One metric: the gauge of its GPU, and no other series.
     assert_eq!(
         gauge(&agent),
@@ -423,6 +429,18 @@ fn nvml_that_cannot_be_used_is_logged_once_and_metering_goes_on() {
     assert!(!node.reports().is_empty(), "metering went on");
     assert_eq!(logs.warned("", "cannot list the GPUs through NVML"), 1);
     assert!(agent.unmetered_processes().is_empty());
+    // The metric says the listing is down, so an alert sees that nothing is watched.
+    assert_eq!(listing_up(&agent), Some(0.0));
+}
+
+/// `gpumeter_agent_gpu_listing_up` in the agent's exposition.
+fn listing_up(agent: &Agent) -> Option<f64> {
+    let text = agent
+        .metrics()
+        .encode(gpumeter_agent::metrics::Format::Prometheus);
+    text.lines()
+        .find_map(|l| l.strip_prefix("gpumeter_agent_gpu_listing_up "))
+        .map(|v| v.parse().expect("a number"))
 }
 
 #[test]

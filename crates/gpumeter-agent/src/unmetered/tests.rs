@@ -6,6 +6,11 @@ use gpumeter_core::WarningCode;
 
 use super::*;
 
+/// A telemetry that loads at once.
+fn ready(t: Arc<dyn Telemetry>) -> Connect {
+    Box::new(move || Ok(Arc::clone(&t)))
+}
+
 const UID: &str = "4a7ec3f2-5d1b-4c8e-9f3a-0b2c6d8e1f47";
 const ID: &str = "8f3e2d1c0b9a8f7e6d5c4b3a29180716f5e4d3c2b1a09f8e7d6c5b4a39281706";
 const SECOND: u64 = 1_000_000_000;
@@ -176,7 +181,7 @@ fn listed(index: u32, processes: &[(u32, Option<u64>)]) -> Listing {
 /// A watch fed by `observe` alone (its listing thread is never started: `poll` is not called).
 fn watch(root: &Path, grace_ns: u64) -> Watch {
     let t: Arc<dyn Telemetry> = Arc::new(gpumeter_nvml::Recorded::new(Vec::new()));
-    Watch::new(Some(t), &NvmlConfig::default(), grace_ns).with_proc_root(root)
+    Watch::new(Some(ready(t)), &NvmlConfig::default(), grace_ns).with_proc_root(root)
 }
 
 #[test]
@@ -387,7 +392,7 @@ fn listings_come_from_a_thread_and_a_wedged_driver_never_holds_a_step() {
         interval: Duration::from_millis(5),
     };
     // Grace 0: found at its first listing.
-    let mut w = Watch::new(Some(nvml), &config, 0).with_proc_root(root.path());
+    let mut w = Watch::new(Some(ready(nvml)), &config, 0).with_proc_root(root.path());
     let start = Instant::now();
     let change = loop {
         if let Some(c) = w.poll(&[]) {
@@ -403,8 +408,71 @@ fn listings_come_from_a_thread_and_a_wedged_driver_never_holds_a_step() {
     // A driver that does not answer: the step goes on with nothing listed.
     let wedged: Arc<dyn Telemetry> =
         Arc::new(gpumeter_nvml::Recorded::new(vec![gpu(0)]).with_delay(Duration::from_secs(3600)));
-    let mut w = Watch::new(Some(wedged), &config, 0).with_proc_root(root.path());
+    let mut w = Watch::new(Some(ready(wedged)), &config, 0).with_proc_root(root.path());
     for _ in 0..3 {
         assert_eq!(w.poll(&[]), None);
     }
+}
+
+#[test]
+fn nvml_that_cannot_be_loaded_yet_is_tried_again_until_it_answers() {
+    use std::sync::atomic::AtomicU32;
+    let root = proc_root(&[]);
+    let tries = Arc::new(AtomicU32::new(0));
+    let counted = Arc::clone(&tries);
+    // Two failures (the driver container is not up yet), then NVML answers.
+    let connect: Connect = Box::new(move || {
+        if counted.fetch_add(1, Ordering::SeqCst) < 2 {
+            return Err(TelemetryError::Unavailable {
+                call: "nvmlInit_v2",
+                detail: "NVIDIA driver is not loaded".into(),
+            });
+        }
+        let nvml = gpumeter_nvml::Recorded::new(vec![gpu(0), gpu(1)]).with_processes(
+            0,
+            [vec![GpuProcess {
+                pid: 700,
+                used_memory_bytes: None,
+            }]],
+        );
+        Ok(Arc::new(nvml) as Arc<dyn Telemetry>)
+    });
+    let config = NvmlConfig {
+        processes: true,
+        interval: Duration::from_millis(2),
+    };
+    let mut w = Watch::new(Some(connect), &config, 0).with_proc_root(root.path());
+    assert_eq!(w.listing_up(), None, "no answer yet");
+    let (mut saw_down, start) = (false, Instant::now());
+    while w.listing_up() != Some(true) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "NVML was not tried again"
+        );
+        w.poll(&[]);
+        saw_down |= w.listing_up() == Some(false);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(saw_down, "the failed loads were shown as down");
+    assert_eq!(tries.load(Ordering::SeqCst), 3, "loaded once it answered");
+    assert_eq!(w.gpu_labels().len(), 2, "{:?}", w.gpu_labels());
+}
+
+#[test]
+fn a_gpu_no_longer_listed_holds_no_process() {
+    let root = proc_root(&[]);
+    let mut w = watch(root.path(), 0);
+    let p = GpuProcess {
+        pid: 700,
+        used_memory_bytes: None,
+    };
+    let both: Listing = vec![(gpu(0), Ok(vec![p])), (gpu(1), Ok(Vec::new()))];
+    let found = w.observe(T0, &both, &[]);
+    assert_eq!(found.found.len(), 1);
+    assert_eq!(w.running().len(), 1);
+    // GPU 0 fell off the bus: only GPU 1 is listed.
+    let change = w.observe(T0 + SECOND, &vec![(gpu(1), Ok(Vec::new()))], &[]);
+    assert!(change.gone, "{change:?}");
+    assert!(w.running().is_empty());
+    assert_eq!(w.gpu_labels().len(), 1);
 }
