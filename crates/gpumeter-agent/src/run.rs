@@ -46,7 +46,7 @@ pub fn run(
     let poll = config.poll;
     let spool = config.spool.clone();
     let mut agent = Agent::open(config)?;
-    let metrics_server = serve_metrics(&agent)?;
+    let mut metrics_server = serve_metrics(&agent)?;
     let senders = agent.sinks().start_senders(Arc::clone(&stop));
     let (tx, rx) = mpsc::channel::<()>();
     let _watcher = watch(&spool, tx);
@@ -54,6 +54,7 @@ pub fn run(
     let mut summary = RunSummary::default();
     let result = (|| {
         while !stop.load(Ordering::SeqCst) {
+            keep_serving(&agent, &mut metrics_server)?;
             let out = match agent.step(once) {
                 Ok(out) => out,
                 // A service keeps going: the checkpoint holds the last set handed over, and
@@ -117,6 +118,31 @@ fn serve_metrics(agent: &Agent) -> Result<Option<crate::metrics::MetricsServer>,
     crate::metrics::MetricsServer::start(addr, Arc::clone(agent.metrics()), readiness)
         .map(Some)
         .map_err(|error| AgentError::Metrics { addr, error })
+}
+
+/// Replaces a metrics server whose threads ended (they end only when stopped; should one end
+/// anyway, `/healthz` would not answer while the agent runs on). A new server in the same
+/// process keeps the agent's state and its counters since the start, where exiting for the
+/// supervisor to restart the agent would reset them and re-read the spool; when the address
+/// cannot be bound again, the agent exits 1 and the supervisor (systemd's `Restart=`, the
+/// DaemonSet) restarts it (docs/AGENT.md, "Metrics").
+///
+/// # Errors
+/// [`AgentError::Metrics`] when the new server cannot bind the address.
+fn keep_serving(
+    agent: &Agent,
+    server: &mut Option<crate::metrics::MetricsServer>,
+) -> Result<(), AgentError> {
+    if server.as_ref().is_none_or(|s| s.is_alive()) {
+        return Ok(());
+    }
+    tracing::error!("the metrics endpoint stopped answering: starting it again");
+    // The old one first: its listening socket holds the port.
+    if let Some(old) = server.take() {
+        old.stop();
+    }
+    *server = serve_metrics(agent)?;
+    Ok(())
 }
 
 /// Watches `dir` for changes: each event sends `()` on `tx`. `None` (the loop polls) when the
