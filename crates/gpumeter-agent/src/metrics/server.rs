@@ -118,11 +118,11 @@ pub struct Limits {
 }
 
 impl Default for Limits {
-    /// 4 workers, a queue of 64, 5 s to send the head and 5 s per write, 16 KiB of head.
+    /// 4 workers, a queue of 16, 5 s to send the head and 5 s per write, 16 KiB of head.
     fn default() -> Limits {
         Limits {
             workers: 4,
-            queue: 64,
+            queue: 16,
             read_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(5),
             max_head_bytes: 16 * 1024,
