@@ -1,5 +1,6 @@
 //! The metrics endpoint outlives running out of file descriptors: the agent runs under
-//! `ulimit -n 64`, a client opens 100 connections to its metrics port (the agent's accept fails
+//! `ulimit -n 20` (it holds about 10 at rest, and its metrics server at most 4 + 16
+//! connections), a client opens 100 connections to its metrics port (the agent's accept fails
 //! with EMFILE once its descriptors are used up), closes them, and `/healthz` answers again
 //! (docs/AGENT.md, "Metrics"). Needs no fakes: an empty spool.
 
@@ -46,7 +47,7 @@ fn the_metrics_endpoint_answers_again_after_the_agent_ran_out_of_file_descriptor
     .expect("config");
     let log = dir.path().join("agent.log");
     let child = Command::new("bash")
-        .args(["-c", "ulimit -n 64 && exec \"$0\" agent --config \"$1\""])
+        .args(["-c", "ulimit -n 20 && exec \"$0\" agent --config \"$1\""])
         .arg(env!("CARGO_BIN_EXE_gpumeter"))
         .arg(&config)
         .stdout(Stdio::null())
@@ -75,7 +76,7 @@ fn the_metrics_endpoint_answers_again_after_the_agent_ran_out_of_file_descriptor
     let idle: Vec<TcpStream> = (0..100)
         .filter_map(|_| TcpStream::connect(&addr).ok())
         .collect();
-    assert!(idle.len() >= 64, "only {} connections", idle.len());
+    assert!(idle.len() >= 20, "only {} connections", idle.len());
     wait_for("an accept error logged", Duration::from_secs(30), || {
         read_log().contains("cannot accept a connection")
     });
