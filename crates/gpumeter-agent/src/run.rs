@@ -168,3 +168,45 @@ fn watch(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::Recommen
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metrics_server_whose_threads_ended_is_started_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for d in ["spool", "state", "reports"] {
+            std::fs::create_dir_all(dir.path().join(d)).expect("dir");
+        }
+        let text = "spool = \"spool\"\nstate_dir = \"state\"\n\n[[sink]]\nkind = \"reports\"\n\
+                    dir = \"reports\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
+        let config =
+            AgentConfig::from_toml_str(&dir.path().join("agent.toml"), text).expect("config");
+        let agent = Agent::open(config).expect("agent");
+        let mut server = serve_metrics(&agent).expect("serve");
+        let first = server.as_ref().expect("a server").addr();
+        keep_serving(&agent, &mut server).expect("alive");
+        assert_eq!(server.as_ref().expect("a server").addr(), first);
+
+        server.as_ref().expect("a server").end_threads();
+        let t0 = std::time::Instant::now();
+        while server.as_ref().expect("a server").is_alive() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the threads did not end"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        keep_serving(&agent, &mut server).expect("started again");
+        let s = server.as_ref().expect("a new server");
+        assert!(s.is_alive());
+        let mut c = std::net::TcpStream::connect(s.addr()).expect("connect");
+        use std::io::{Read as _, Write as _};
+        c.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .expect("write");
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).expect("read");
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+    }
+}

@@ -268,6 +268,13 @@ impl MetricsServer {
         self.running.load(Ordering::SeqCst) == self.expected
     }
 
+    /// Ends the threads as a bug would, without waiting for them: tests of what notices.
+    #[cfg(test)]
+    pub(crate) fn end_threads(&self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&wake_address(self.addr), Duration::from_secs(1));
+    }
+
     /// Stops answering and waits for the threads (a request being answered is finished;
     /// connections still queued are closed unanswered).
     pub fn stop(mut self) {
