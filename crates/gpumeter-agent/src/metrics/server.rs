@@ -24,7 +24,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime};
@@ -135,6 +135,9 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// How often an accept error is logged at most (the others are counted in the next line).
 const LOG_EVERY: Duration = Duration::from_secs(60);
+
+/// How often a waiting worker looks at the stop flag.
+const STOP_POLL: Duration = Duration::from_millis(200);
 
 /// The most headers a request may have (more: 431).
 const MAX_HEADERS: usize = 64;
@@ -295,7 +298,7 @@ impl MetricsServer {
                 tracing::warn!(addr = %self.addr, "metrics endpoint: cannot wake the accept thread; it ends at its next connection");
             }
         }
-        // The accept thread dropped the queue's sender: the workers end once it is empty.
+        // The workers see `stop` within STOP_POLL (or the queue's sender dropped).
         for t in self.threads.workers.drain(..) {
             let _ = t.join();
         }
@@ -381,17 +384,21 @@ fn refuse_busy(stream: TcpStream) {
     let _ = stream.shutdown(Shutdown::Both);
 }
 
-/// A worker: answers the connections of the queue until the accept thread ends (closing those
-/// left once `stop` is set).
+/// A worker: answers the connections of the queue until `stop` is set (closing those left) or
+/// the accept thread ends.
 fn work(rx: &Mutex<Receiver<TcpStream>>, context: &Context) {
-    loop {
+    while !context.stop.load(Ordering::SeqCst) {
         let next = rx
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .recv();
-        let Ok(stream) = next else { return };
+            .recv_timeout(STOP_POLL);
+        let stream = match next {
+            Ok(stream) => stream,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
         if context.stop.load(Ordering::SeqCst) {
-            continue;
+            return;
         }
         // A bug answering one request must not take the worker with it.
         let answered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -430,7 +437,9 @@ fn read_head(stream: &mut TcpStream, limits: &Limits) -> Result<Head, HeadError>
     let deadline = Instant::now() + limits.read_timeout;
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
-    loop {
+    // Never more than `max_head_bytes` are read.
+    while buf.len() < limits.max_head_bytes {
+        let room = (limits.max_head_bytes - buf.len()).min(chunk.len());
         let left = deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
@@ -438,7 +447,7 @@ fn read_head(stream: &mut TcpStream, limits: &Limits) -> Result<Head, HeadError>
         stream
             .set_read_timeout(Some(left))
             .map_err(|_| HeadError::Gone)?;
-        let n = match stream.read(&mut chunk) {
+        let n = match stream.read(&mut chunk[..room]) {
             Ok(0) | Err(_) => return Err(HeadError::Gone),
             Ok(n) => n,
         };
@@ -446,10 +455,8 @@ fn read_head(stream: &mut TcpStream, limits: &Limits) -> Result<Head, HeadError>
         if let Some(head) = parse_head(&buf)? {
             return Ok(head);
         }
-        if buf.len() >= limits.max_head_bytes {
-            return Err(HeadError::TooLarge);
-        }
     }
+    Err(HeadError::TooLarge)
 }
 
 /// The head in `buf` if complete (`None`: more bytes are needed).
