@@ -295,7 +295,7 @@ impl Agent {
             let waiting = std::mem::take(&mut self.checkpoint.unmetered);
             pending.unmetered = self.unmetered.refreshed(waiting);
             self.checkpoint.pending = Some(pending.clone());
-            self.checkpoint.save(&self.config.state_dir)?;
+            self.save_checkpoint()?;
             crate::crash::point("pending-saved");
             out.late += self.close(&pending)?;
             out.sets_closed += 1;
@@ -315,7 +315,7 @@ impl Agent {
             .retired
             .retain(|id, _| present.contains(id.as_str()));
         if self.checkpoint.retired.len() != before {
-            self.checkpoint.save(&self.config.state_dir)?;
+            self.save_checkpoint()?;
         }
         self.metrics.step_finished();
         Ok(out)
@@ -361,7 +361,7 @@ impl Agent {
         }
         self.checkpoint.unmetered.extend(change.found);
         self.checkpoint.unmetered_found = self.unmetered.found();
-        self.checkpoint.save(&self.config.state_dir)?;
+        self.save_checkpoint()?;
         Ok(())
     }
 
@@ -495,6 +495,17 @@ impl Agent {
         files
     }
 
+    /// Writes the checkpoint; once written, the metrics show it and count the sets it records
+    /// closed (a set whose own write failed is counted at the next write that succeeds).
+    ///
+    /// # Errors
+    /// [`AgentError::State`] when it cannot be written.
+    fn save_checkpoint(&mut self) -> Result<(), AgentError> {
+        self.checkpoint.save(&self.config.state_dir)?;
+        self.metrics.checkpoint_written(&self.checkpoint);
+        Ok(())
+    }
+
     fn close(&mut self, set: &PendingSet) -> Result<u64, AgentError> {
         let files = self.set_files(set);
         let inputs: Vec<SetInput<'_>> = files
@@ -574,8 +585,8 @@ impl Agent {
             self.metrics
                 .count_usage(&mut self.checkpoint, &closed.report);
         }
-        self.checkpoint.save(&self.config.state_dir)?;
-        self.metrics.closed_set(&self.checkpoint, &closed.report);
+        self.metrics.set_closing(&closed.report);
+        self.save_checkpoint()?;
         self.sinks.forget_before(&set_id);
         self.sinks.wake_senders();
         tracing::info!(set = %set_id, rows = closed.report.usage.len(), "closed a window set");
@@ -630,7 +641,7 @@ impl Agent {
             }
         }
         if marked {
-            self.checkpoint.save(&self.config.state_dir)?;
+            self.save_checkpoint()?;
             crate::crash::point("retire-saved");
         }
         for (name, _, path) in candidates {

@@ -230,8 +230,8 @@ impl Sender {
         })
     }
 
-    /// Counts every request that is not acknowledged in `failures`, by HTTP status or
-    /// transport failure ([`failure_status`]).
+    /// Counts every request in `failures`: acknowledged, or not, by HTTP status or transport
+    /// failure ([`failure_status`]).
     pub fn count_failures(&mut self, failures: crate::metrics::SendFailures) {
         self.failures = Some(failures);
     }
@@ -305,6 +305,9 @@ impl Sender {
             match self.send(&requests[progress.next]) {
                 Outcome::Acknowledged => {
                     crate::crash::point("request-acknowledged");
+                    if let Some(f) = &self.failures {
+                        f.acknowledged();
+                    }
                     done.requests += 1;
                 }
                 Outcome::Refused(mut r) => {

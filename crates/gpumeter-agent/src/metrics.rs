@@ -16,6 +16,7 @@
 //! assert!(text.contains("gpumeter_agent_unmetered_processes{device=\"GPU-74e128b2"));
 //! ```
 
+mod accept;
 mod server;
 #[cfg(test)]
 mod tests;
@@ -39,7 +40,7 @@ use prometheus_client::registry::Registry;
 use crate::outbox::Outbox;
 use crate::state::Checkpoint;
 
-pub use server::{MetricsServer, Readiness};
+pub use server::{Limits, MetricsServer, Readiness};
 pub use usage::{device_label, UsageTotals, OTHER_TENANT, UNKNOWN_DEVICE};
 
 /// The `Content-Type` of the Prometheus text format, version 0.0.4 (what Prometheus 2 and
@@ -61,25 +62,14 @@ pub enum Format {
 }
 
 impl Format {
-    /// The format an `Accept` header asks for: OpenMetrics when it names
-    /// `application/openmetrics-text` with a quality above 0 (as Prometheus' scrapes do), else
-    /// the Prometheus text format.
+    /// The format an `Accept` header asks for, by the rule of Prometheus's Go client: the
+    /// acceptable media range (quality above 0; `q` read case-insensitively) with the highest
+    /// quality wins, a specific type before a wildcard at equal quality, else the header's
+    /// order; `application/openmetrics-text` gives OpenMetrics, `text/plain`, `text/*` and
+    /// `*/*` the Prometheus text format, which is also the answer when nothing served is
+    /// acceptable (or no header).
     pub fn from_accept(accept: Option<&str>) -> Format {
-        let wants = accept.unwrap_or("").split(',').any(|item| {
-            let mut parts = item.split(';').map(str::trim);
-            let media = parts.next().unwrap_or("");
-            media.eq_ignore_ascii_case("application/openmetrics-text")
-                && !parts.any(|p| {
-                    p.strip_prefix("q=")
-                        .and_then(|q| q.parse::<f64>().ok())
-                        .is_some_and(|q| q <= 0.0)
-                })
-        });
-        if wants {
-            Format::OpenMetrics
-        } else {
-            Format::Prometheus
-        }
+        accept::negotiate(accept)
     }
 
     /// Its `Content-Type`.
@@ -113,6 +103,12 @@ struct SinkStatusLabels {
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkOutcomeLabels {
+    sink: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DeviceLabels {
     device: String,
 }
@@ -128,11 +124,13 @@ pub struct SpoolView<'a> {
     pub finished: bool,
 }
 
-/// Where an events sender counts its failed requests
-/// (`gpumeter_agent_send_failures_total{sink, status}`).
+/// Where an events sender counts its requests: each one in
+/// `gpumeter_agent_sends_total{sink, outcome}` (`ok` or `failed`, both shown from the start at
+/// 0), and the failed ones by status in `gpumeter_agent_send_failures_total{sink, status}`.
 #[derive(Debug, Clone)]
 pub struct SendFailures {
     family: Family<SinkStatusLabels, Counter>,
+    sends: Family<SinkOutcomeLabels, Counter>,
     sink: String,
 }
 
@@ -146,7 +144,32 @@ impl SendFailures {
                 status: status.to_string(),
             })
             .inc();
+        self.outcome("failed").inc();
     }
+
+    /// Counts one acknowledged request.
+    pub fn acknowledged(&self) {
+        self.outcome("ok").inc();
+    }
+
+    fn outcome(&self, outcome: &'static str) -> Counter {
+        self.sends
+            .get_or_create(&SinkOutcomeLabels {
+                sink: self.sink.clone(),
+                outcome,
+            })
+            .clone()
+    }
+}
+
+/// What a closed set adds to the counters that are not kept in the checkpoint, held from
+/// [`Metrics::set_closing`] until the checkpoint that records the set closed is written.
+#[derive(Debug, Clone, Default)]
+struct SetCounts {
+    /// Records by kind: kernel, memcpy, memset.
+    records: [u64; 3],
+    /// Records lost, by reason.
+    loss: Vec<(String, u64)>,
 }
 
 /// What is computed at scrape time, and the usage totals (a copy of the checkpoint's).
@@ -159,6 +182,8 @@ struct Shared {
     last_step_ns: AtomicU64,
     /// `gpumeter_agent_gpu_listing_up`: 1, 0, or -1 (not shown: no answer yet, or no listing).
     gpu_listing_up: AtomicI64,
+    /// When these metrics were made (the agent's start), ns since the epoch.
+    start_ns: u64,
     outboxes: Mutex<Vec<(String, Arc<Outbox>)>>,
     checkpoint: PathBuf,
 }
@@ -176,6 +201,7 @@ pub struct Metrics {
     sets_closed: Counter,
     step_failures: Counter,
     send_failures: Family<SinkStatusLabels, Counter>,
+    sends: Family<SinkOutcomeLabels, Counter>,
     unmetered: Family<DeviceLabels, Gauge>,
     /// `[window, horizon, grace]` of the configuration, seconds (alert rules scale with them).
     settings: [Gauge<f64, AtomicU64>; 3],
@@ -183,7 +209,12 @@ pub struct Metrics {
     unmetered_devices: Mutex<BTreeSet<String>>,
     /// Per recording identity, its complete bytes at the last step (bytes read).
     seen: Mutex<HashMap<String, u64>>,
+    /// Sets closed whose checkpoint write has not succeeded yet.
+    closing: Mutex<Vec<SetCounts>>,
 }
+
+/// The record kinds of `gpumeter_agent_records_total`, in the order of [`SetCounts::records`].
+const KINDS: [&str; 3] = ["kernel", "memcpy", "memset"];
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -207,6 +238,7 @@ impl Metrics {
             watermark_ns: AtomicU64::new(0),
             last_step_ns: AtomicU64::new(0),
             gpu_listing_up: AtomicI64::new(-1),
+            start_ns: unix_ns(SystemTime::now()),
             outboxes: Mutex::new(Vec::new()),
             checkpoint: Checkpoint::path(state_dir),
         });
@@ -221,10 +253,12 @@ impl Metrics {
             sets_closed: Counter::default(),
             step_failures: Counter::default(),
             send_failures: Family::default(),
+            sends: Family::default(),
             unmetered: Family::default(),
             settings: Default::default(),
             unmetered_devices: Mutex::new(BTreeSet::new()),
             seen: Mutex::new(HashMap::new()),
+            closing: Mutex::new(Vec::new()),
         };
         m.register();
         m
@@ -268,6 +302,11 @@ impl Metrics {
             self.send_failures.clone(),
         );
         r.register(
+            "gpumeter_agent_sends",
+            "Event requests an events sink sent, by sink and outcome (ok: acknowledged; failed: see gpumeter_agent_send_failures_total); both at 0 from the sink's start",
+            self.sends.clone(),
+        );
+        r.register(
             "gpumeter_agent_unmetered_processes",
             "Processes holding a GPU with no recording in the spool for longer than the grace period, by device",
             self.unmetered.clone(),
@@ -292,8 +331,14 @@ impl Metrics {
         for state in ["open", "finished"] {
             self.recordings.get_or_create(&StateLabels { state }).set(0);
         }
-        for kind in ["kernel", "memcpy", "memset"] {
+        for kind in KINDS {
             let _ = self.records.get_or_create(&KindLabels { kind });
+        }
+        // Every reason at 0 from the start, so that `increase()` sees the first loss.
+        for reason in gpumeter_core::LossReason::ALL {
+            let _ = self.loss.get_or_create(&ReasonLabels {
+                reason: reason.as_str().to_string(),
+            });
         }
     }
 
@@ -330,26 +375,44 @@ impl Metrics {
             .add(report, self.max_tenants);
     }
 
-    /// After a closed set's checkpoint was written: shows its totals and closed edge, and
-    /// counts its records and losses and the set.
-    pub fn closed_set(&self, checkpoint: &Checkpoint, report: &UsageReport) {
-        self.publish(checkpoint);
-        self.sets_closed.inc();
+    /// A set is closed, with `report`, and its checkpoint is about to be written: its
+    /// records, losses and the set are counted once a write succeeds
+    /// ([`Metrics::checkpoint_written`]; a failed write is followed by others, one of which
+    /// records the set closed).
+    pub fn set_closing(&self, report: &UsageReport) {
         let r = &report.records;
-        for (kind, n) in [
-            ("kernel", r.kernel),
-            ("memcpy", r.memcpy),
-            ("memset", r.memset),
-        ] {
-            self.records.get_or_create(&KindLabels { kind }).inc_by(n);
+        let counts = SetCounts {
+            records: [r.kernel, r.memcpy, r.memset],
+            loss: report
+                .loss
+                .iter()
+                .map(|l| (l.reason.clone(), l.records))
+                .collect(),
+        };
+        lock(&self.closing).push(counts);
+    }
+
+    /// After a checkpoint write succeeded: shows its usage totals and closed edge, and counts
+    /// the sets closed since the last write ([`Metrics::set_closing`]).
+    pub fn checkpoint_written(&self, checkpoint: &Checkpoint) {
+        self.publish(checkpoint);
+        let closed = std::mem::take(&mut *lock(&self.closing));
+        for set in closed {
+            self.sets_closed.inc();
+            for (kind, n) in KINDS.into_iter().zip(set.records) {
+                self.records.get_or_create(&KindLabels { kind }).inc_by(n);
+            }
+            for (reason, n) in set.loss {
+                self.loss.get_or_create(&ReasonLabels { reason }).inc_by(n);
+            }
         }
-        for l in &report.loss {
-            self.loss
-                .get_or_create(&ReasonLabels {
-                    reason: l.reason.clone(),
-                })
-                .inc_by(l.records);
-        }
+    }
+
+    /// [`Metrics::set_closing`] then [`Metrics::checkpoint_written`]: after a closed set's
+    /// checkpoint was written.
+    pub fn closed_set(&self, checkpoint: &Checkpoint, report: &UsageReport) {
+        self.set_closing(report);
+        self.checkpoint_written(checkpoint);
     }
 
     /// Shows the checkpoint's usage totals and closed edge.
@@ -413,12 +476,18 @@ impl Metrics {
         lock(&self.shared.outboxes).push((sink.to_string(), outbox));
     }
 
-    /// The handle sink `sink`'s sender counts its failed requests with.
+    /// The handle sink `sink`'s sender counts its requests with; shows
+    /// `gpumeter_agent_sends_total{sink, outcome}` at 0 for both outcomes from now.
     pub fn send_failures(&self, sink: &str) -> SendFailures {
-        SendFailures {
+        let handle = SendFailures {
             family: self.send_failures.clone(),
+            sends: self.sends.clone(),
             sink: sink.to_string(),
+        };
+        for outcome in ["ok", "failed"] {
+            let _ = handle.outcome(outcome);
         }
+        handle
     }
 
     /// Shows the configuration's window size, horizon and grace period (ns) as
@@ -539,15 +608,20 @@ impl Shared {
             ConstGauge::new((now as f64 - watermark as f64) / 1e9).encode(e)?;
         }
         let last = self.last_step_ns.load(Ordering::Relaxed);
-        if last > 0 {
-            let e = encoder.encode_descriptor(
-                "gpumeter_agent_last_step_timestamp_seconds",
-                "When the last step finished without error (Unix time, seconds; absent before the first).",
-                None,
-                MetricType::Gauge,
-            )?;
-            ConstGauge::new(seconds(last)).encode(e)?;
-        }
+        let e = encoder.encode_descriptor(
+            "gpumeter_agent_last_step_timestamp_seconds",
+            "When the last step finished without error (Unix time, seconds; 0 before the first, so that time() - it grows from the start of an agent whose steps all fail).",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(seconds(last)).encode(e)?;
+        let e = encoder.encode_descriptor(
+            "gpumeter_agent_start_timestamp_seconds",
+            "When the agent started (Unix time, seconds).",
+            None,
+            MetricType::Gauge,
+        )?;
+        ConstGauge::new(seconds(self.start_ns)).encode(e)?;
         let up = self.gpu_listing_up.load(Ordering::Relaxed);
         if up >= 0 {
             let e = encoder.encode_descriptor(

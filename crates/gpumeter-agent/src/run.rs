@@ -46,7 +46,7 @@ pub fn run(
     let poll = config.poll;
     let spool = config.spool.clone();
     let mut agent = Agent::open(config)?;
-    let metrics_server = serve_metrics(&agent)?;
+    let mut metrics_server = serve_metrics(&agent)?;
     let senders = agent.sinks().start_senders(Arc::clone(&stop));
     let (tx, rx) = mpsc::channel::<()>();
     let _watcher = watch(&spool, tx);
@@ -54,6 +54,7 @@ pub fn run(
     let mut summary = RunSummary::default();
     let result = (|| {
         while !stop.load(Ordering::SeqCst) {
+            keep_serving(&agent, &mut metrics_server)?;
             let out = match agent.step(once) {
                 Ok(out) => out,
                 // A service keeps going: the checkpoint holds the last set handed over, and
@@ -119,6 +120,31 @@ fn serve_metrics(agent: &Agent) -> Result<Option<crate::metrics::MetricsServer>,
         .map_err(|error| AgentError::Metrics { addr, error })
 }
 
+/// Replaces a metrics server whose threads ended (they end only when stopped; should one end
+/// anyway, `/healthz` would not answer while the agent runs on). A new server in the same
+/// process keeps the agent's state and its counters since the start, where exiting for the
+/// supervisor to restart the agent would reset them and re-read the spool; when the address
+/// cannot be bound again, the agent exits 1 and the supervisor (systemd's `Restart=`, the
+/// DaemonSet) restarts it (docs/AGENT.md, "Metrics").
+///
+/// # Errors
+/// [`AgentError::Metrics`] when the new server cannot bind the address.
+fn keep_serving(
+    agent: &Agent,
+    server: &mut Option<crate::metrics::MetricsServer>,
+) -> Result<(), AgentError> {
+    if server.as_ref().is_none_or(|s| s.is_alive()) {
+        return Ok(());
+    }
+    tracing::error!("the metrics endpoint stopped answering: starting it again");
+    // The old one first: its listening socket holds the port.
+    if let Some(old) = server.take() {
+        old.stop();
+    }
+    *server = serve_metrics(agent)?;
+    Ok(())
+}
+
 /// Watches `dir` for changes: each event sends `()` on `tx`. `None` (the loop polls) when the
 /// system has no watcher for it.
 fn watch(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::RecommendedWatcher> {
@@ -140,5 +166,47 @@ fn watch(dir: &std::path::Path, tx: mpsc::Sender<()>) -> Option<notify::Recommen
             tracing::warn!(error = %e, "no file watcher: polling the spool");
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_metrics_server_whose_threads_ended_is_started_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for d in ["spool", "state", "reports"] {
+            std::fs::create_dir_all(dir.path().join(d)).expect("dir");
+        }
+        let text = "spool = \"spool\"\nstate_dir = \"state\"\n\n[[sink]]\nkind = \"reports\"\n\
+                    dir = \"reports\"\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n";
+        let config =
+            AgentConfig::from_toml_str(&dir.path().join("agent.toml"), text).expect("config");
+        let agent = Agent::open(config).expect("agent");
+        let mut server = serve_metrics(&agent).expect("serve");
+        let first = server.as_ref().expect("a server").addr();
+        keep_serving(&agent, &mut server).expect("alive");
+        assert_eq!(server.as_ref().expect("a server").addr(), first);
+
+        server.as_ref().expect("a server").end_threads();
+        let t0 = std::time::Instant::now();
+        while server.as_ref().expect("a server").is_alive() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "the threads did not end"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        keep_serving(&agent, &mut server).expect("started again");
+        let s = server.as_ref().expect("a new server");
+        assert!(s.is_alive());
+        let mut c = std::net::TcpStream::connect(s.addr()).expect("connect");
+        use std::io::{Read as _, Write as _};
+        c.write_all(b"GET /healthz HTTP/1.1\r\n\r\n")
+            .expect("write");
+        let mut answer = String::new();
+        c.read_to_string(&mut answer).expect("read");
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
     }
 }

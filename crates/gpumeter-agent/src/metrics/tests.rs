@@ -504,4 +504,85 @@ fn an_events_sender_counts_its_failures_by_status() {
     };
     assert_eq!(failures("503"), Some(1.0), "{text}");
     assert_eq!(failures("connect"), Some(1.0), "{text}");
+    let sends = |outcome: &str| {
+        sample(
+            &text,
+            &format!("gpumeter_agent_sends_total{{sink=\"stripe\",outcome=\"{outcome}\"}}"),
+        )
+    };
+    assert_eq!(sends("failed"), Some(2.0), "{text}");
+    assert_eq!(sends("ok"), Some(0.0), "{text}");
+}
+
+#[test]
+fn families_alerts_rely_on_are_shown_from_the_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = Metrics::new(1000, dir.path());
+    let text = m.encode(Format::Prometheus);
+    // Every loss reason at 0, so that `increase()` sees the first loss.
+    for reason in gpumeter_core::LossReason::ALL {
+        let series = format!(
+            "gpumeter_agent_loss_records_total{{reason=\"{}\"}}",
+            reason.as_str()
+        );
+        assert_eq!(sample(&text, &series), Some(0.0), "{series}\n{text}");
+    }
+    // No step yet: 0, so that `time() - it` is large for an agent failing from its start.
+    assert_eq!(
+        sample(&text, "gpumeter_agent_last_step_timestamp_seconds"),
+        Some(0.0),
+        "{text}"
+    );
+    let start = sample(&text, "gpumeter_agent_start_timestamp_seconds").expect("start");
+    assert!(start > 1.7e9, "{text}");
+    // A sink's sends at 0 for both outcomes once its sender is attached.
+    assert!(!text.contains("gpumeter_agent_sends_total{"), "{text}");
+    let handle = m.send_failures("openmeter");
+    let text = m.encode(Format::Prometheus);
+    let ok = "gpumeter_agent_sends_total{sink=\"openmeter\",outcome=\"ok\"}";
+    let failed = "gpumeter_agent_sends_total{sink=\"openmeter\",outcome=\"failed\"}";
+    assert_eq!(sample(&text, ok), Some(0.0), "{text}");
+    assert_eq!(sample(&text, failed), Some(0.0), "{text}");
+    handle.acknowledged();
+    assert_eq!(sample(&m.encode(Format::Prometheus), ok), Some(1.0));
+}
+
+#[test]
+fn a_set_is_counted_once_a_checkpoint_write_records_it_closed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let m = Metrics::new(1000, dir.path());
+    let mut c = Checkpoint::load(dir.path()).expect("fresh");
+    m.start_from(&mut c, true);
+    let r = report(&[("a", GPU, MeterKind::KernelNs, 10)]);
+    // The set's checkpoint write fails: nothing is counted yet.
+    m.count_usage(&mut c, &r);
+    m.set_closing(&r);
+    let text = m.encode(Format::Prometheus);
+    assert_eq!(
+        sample(&text, "gpumeter_agent_window_sets_closed_total"),
+        Some(0.0)
+    );
+    assert_eq!(sample(&text, &usage("a", "kernel_ns")), None, "{text}");
+    // The next write that succeeds records it closed: counted once, with the next set.
+    let next = report(&[("a", GPU, MeterKind::KernelNs, 5)]);
+    m.count_usage(&mut c, &next);
+    m.set_closing(&next);
+    c.save(dir.path()).expect("save");
+    m.checkpoint_written(&c);
+    m.checkpoint_written(&c);
+    let text = m.encode(Format::Prometheus);
+    assert_eq!(
+        sample(&text, "gpumeter_agent_window_sets_closed_total"),
+        Some(2.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "gpumeter_agent_records_total{kind=\"kernel\"}"),
+        Some(6.0)
+    );
+    assert_eq!(
+        sample(&text, "gpumeter_agent_loss_records_total{reason=\"late\"}"),
+        Some(4.0)
+    );
+    assert_eq!(sample(&text, &usage("a", "kernel_ns")), Some(15.0));
 }

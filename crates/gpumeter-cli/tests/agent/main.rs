@@ -17,6 +17,7 @@ mod common;
 mod crash;
 mod deploy;
 mod e2e;
+mod fd_limit;
 mod prometheus;
 
 use common::fakes::{build_fakes, inject_lib};
