@@ -17,8 +17,14 @@
 //!
 //! Both are exact: no two live processes share them. When `pid_ns` is the agent's own pid
 //! namespace (a process on the host itself, the agent not in a container) `P` is the header's
-//! pid; otherwise `P` is looked up among the pids found in that namespace by a scan of
-//! `/proc`. From `/proc/P/cgroup` (its path as the injection library reads its own; relative,
+//! pid, if its `NSpid:` line is that pid alone; otherwise `P` is looked up among the pids found
+//! in that namespace by a scan of `/proc`.
+//!
+//! `status` and `cgroup` of any process are world-readable, but `ns/pid` of another user's
+//! process (or of one with capabilities the reader lacks) needs ptrace access
+//! (`CAP_SYS_PTRACE`; ptrace(2), "Ptrace access mode checking"). Without it such processes in
+//! other pid namespaces are not found (logged once), and their recordings' pods are what their
+//! headers say; processes in the agent's own namespace are found all the same. From `/proc/P/cgroup` (its path as the injection library reads its own; relative,
 //! `/../…`, when the agent is in a cgroup namespace of its own) come the pod UID and the
 //! container id ([`crate::cgroup::parse_cgroup`]): the labels `cgroup_pod_uid` and
 //! `cgroup_container_id`, where the header's own `cgroup` label gave none
@@ -85,15 +91,22 @@ pub fn namespace_inode(target: &str) -> Option<u64> {
 /// `<proc_root>/<pid>/ns/pid`; `None` when it cannot be read (no such process, or no
 /// permission: reading another process's namespace links needs ptrace access, as root has).
 pub fn read_pid_ns(proc_root: &Path, pid: u32) -> Option<u64> {
-    let target = std::fs::read_link(proc_root.join(pid.to_string()).join("ns/pid")).ok()?;
-    namespace_inode(target.to_str()?)
+    pid_ns_link(proc_root, pid).ok().flatten()
 }
 
-/// The innermost pid of process `pid` under `proc_root`: the last number of the `NSpid:`
-/// line of its status ([`crate::unmetered::parse_nspid`]).
-fn inner_pid(proc_root: &Path, pid: u32) -> Option<u32> {
+/// [`read_pid_ns`], with the error of reading the link (`PermissionDenied` without ptrace
+/// access); `Ok(None)` for a target of another shape.
+fn pid_ns_link(proc_root: &Path, pid: u32) -> std::io::Result<Option<u64>> {
+    let target = std::fs::read_link(proc_root.join(pid.to_string()).join("ns/pid"))?;
+    Ok(target.to_str().and_then(namespace_inode))
+}
+
+/// The `NSpid:` line of process `pid`'s status under `proc_root`: its pid in each pid
+/// namespace from the one of `proc_root`'s mount (the agent's) inwards
+/// ([`crate::unmetered::parse_nspid`]). World-readable: no ptrace access needed.
+fn nspid(proc_root: &Path, pid: u32) -> Option<Vec<u32>> {
     let status = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    crate::unmetered::parse_nspid(&status)?.last().copied()
+    crate::unmetered::parse_nspid(&status)
 }
 
 /// What a look-up gave.
@@ -121,6 +134,8 @@ pub struct Resolver {
     rescan: Duration,
     /// Recordings (identities) not to look up again.
     given_up: BTreeSet<String>,
+    /// A scan was refused namespace links (logged once).
+    denied: bool,
 }
 
 impl Resolver {
@@ -138,6 +153,7 @@ impl Resolver {
             scanned: None,
             rescan: RESCAN,
             given_up: BTreeSet::new(),
+            denied: false,
         }
     }
 
@@ -189,15 +205,15 @@ impl Resolver {
     /// The host pid in namespace `ns` whose innermost pid is `pid`, among the candidates
     /// known without a scan.
     fn find(&self, ns: u64, pid: u32) -> Option<u32> {
-        let own = [pid];
-        let candidates: &[u32] = if self.own_ns == Some(ns) {
-            &own
-        } else {
-            self.by_ns.get(&ns).map_or(&[], Vec::as_slice)
-        };
+        if self.own_ns == Some(ns) {
+            // In the agent's own namespace the process is the one whose `NSpid:` is that pid
+            // alone (no deeper namespace): exact, and readable without ptrace access.
+            return (nspid(&self.proc_root, pid)? == [pid]).then_some(pid);
+        }
+        let candidates = self.by_ns.get(&ns)?;
         candidates.iter().copied().find(|&p| {
             read_pid_ns(&self.proc_root, p) == Some(ns)
-                && inner_pid(&self.proc_root, p) == Some(pid)
+                && nspid(&self.proc_root, p).and_then(|n| n.last().copied()) == Some(pid)
         })
     }
 
@@ -209,6 +225,7 @@ impl Resolver {
         let Ok(dir) = std::fs::read_dir(&self.proc_root) else {
             return;
         };
+        let mut denied = 0u64;
         for entry in dir.flatten() {
             let Some(pid) = entry
                 .file_name()
@@ -217,10 +234,17 @@ impl Resolver {
             else {
                 continue;
             };
-            match read_pid_ns(&self.proc_root, pid) {
-                Some(ns) if Some(ns) != self.own_ns => self.by_ns.entry(ns).or_default().push(pid),
+            match pid_ns_link(&self.proc_root, pid) {
+                Ok(Some(ns)) if Some(ns) != self.own_ns => {
+                    self.by_ns.entry(ns).or_default().push(pid);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => denied += 1,
                 _ => {}
             }
+        }
+        if denied > 0 && !self.denied {
+            self.denied = true;
+            tracing::warn!(processes = denied, "cannot read /proc/<pid>/ns/pid of other users' processes (Permission denied: it needs CAP_SYS_PTRACE): recordings of processes in other pid namespaces are not matched to their host processes, so their pods are named only by their headers' labels (docs/AGENT.md, \"Tenants\")");
         }
     }
 

@@ -22,7 +22,9 @@
 //!    pid of `P`'s `NSpid:` line (below) is the header pid: exact, even for two containers
 //!    whose processes have the same pid in their own namespaces (often 1), and whatever their
 //!    cgroup namespaces show ([`crate::hostproc`]). When `/proc/P` or its `ns/pid` link
-//!    cannot be read (it needs ptrace access to `P`, as root has), rules 1 and 2 apply.
+//!    cannot be read (it needs ptrace access to `P`: `CAP_SYS_PTRACE`, unless `P` is
+//!    the agent's user's with no capability the agent lacks; logged once), rules 1 and 2
+//!    apply.
 //!
 //! A recording without `pid_ns` (an older injection library) is `P`'s when it has
 //!
@@ -472,6 +474,11 @@ impl Watch {
         if facts.is_none() {
             self.warn_once("proc".to_string(), || {
                 tracing::warn!(pid = p.pid, "cannot read /proc/<pid>/status of a GPU process NVML lists: it ended, or this agent does not see the host's processes (run it in the host's pid namespace, e.g. hostPID: true); it is matched to recordings by its host pid alone");
+            });
+        }
+        if facts.as_ref().is_some_and(|f| f.pid_ns.is_none()) {
+            self.warn_once("proc-ns".to_string(), || {
+                tracing::warn!(pid = p.pid, "cannot read /proc/<pid>/ns/pid of a GPU process NVML lists (it needs CAP_SYS_PTRACE for another user's process): it is matched to recordings by pid and cgroup, not by pid namespace");
             });
         }
         let metered = recordings.iter().any(|h| belongs(h, p.pid, facts.as_ref()));

@@ -108,7 +108,10 @@ fn containers_with_the_same_pid_are_told_apart_by_their_namespace() {
 
 #[test]
 fn a_process_of_the_agents_own_namespace_is_its_header_pid() {
-    let root = fake_proc(&[(77, "77", HOST_NS, "0::/user.slice/u.scope\n")]);
+    let root = fake_proc(&[
+        (77, "77", HOST_NS, "0::/user.slice/u.scope\n"),
+        (88, "88\t1", 111, "0::/\n"),
+    ]);
     let mut r = Resolver::new(root.path(), None);
     let found = r.resolve("h", &header("node", 77, Some(HOST_NS)), "node");
     assert_eq!(
@@ -119,6 +122,11 @@ fn a_process_of_the_agents_own_namespace_is_its_header_pid() {
             pod_uid: None,
             container_id: None,
         })
+    );
+    // Host pid 88 is pid 1 of another namespace: not the agent's namespace's 88.
+    assert_eq!(
+        r.resolve("c", &header("node", 88, Some(HOST_NS)), "node"),
+        Lookup::NotYet
     );
     // Gone (or not yet there): retried later, no scan.
     assert_eq!(
@@ -170,7 +178,7 @@ fn this_test_process_is_found_on_the_real_proc() {
     let ns = read_pid_ns(proc, me).expect("/proc/<pid>/ns/pid of this test");
     let mut r = Resolver::new(proc, None);
     assert_eq!(r.own_ns, Some(ns));
-    let inner = inner_pid(proc, me).expect("NSpid");
+    let inner = *nspid(proc, me).expect("NSpid").last().expect("a pid");
     let mut h = header("node", inner, Some(ns));
     h.labels.clear();
     h.labels.insert(PID_NS_LABEL.into(), ns.to_string());
