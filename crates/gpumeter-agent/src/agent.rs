@@ -356,6 +356,13 @@ impl Agent {
                 _ => {}
             }
         }
+        let present: std::collections::BTreeSet<&str> = self
+            .spool
+            .recordings
+            .values()
+            .map(|r| r.identity.as_str())
+            .collect();
+        self.host.retain_given_up(|id| present.contains(id));
         if found {
             self.checkpoint.save(&self.config.state_dir)?;
         }

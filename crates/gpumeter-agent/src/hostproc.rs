@@ -20,15 +20,16 @@
 //! pid, if its `NSpid:` line is that pid alone; otherwise `P` is looked up among the pids found
 //! in that namespace by a scan of `/proc`.
 //!
+//! From `/proc/P/cgroup` (its path as the injection library reads its own; relative, `/../…`,
+//! when the agent is in a cgroup namespace of its own) come the pod UID and the container id
+//! ([`crate::cgroup::parse_cgroup`]): the labels `cgroup_pod_uid` and `cgroup_container_id`,
+//! where the header's own `cgroup` label gave none ([`crate::spool::labels_on_host`]).
+//!
 //! `status` and `cgroup` of any process are world-readable, but `ns/pid` of another user's
 //! process (or of one with capabilities the reader lacks) needs ptrace access
 //! (`CAP_SYS_PTRACE`; ptrace(2), "Ptrace access mode checking"). Without it such processes in
 //! other pid namespaces are not found (logged once), and their recordings' pods are what their
-//! headers say; processes in the agent's own namespace are found all the same. From `/proc/P/cgroup` (its path as the injection library reads its own; relative,
-//! `/../…`, when the agent is in a cgroup namespace of its own) come the pod UID and the
-//! container id ([`crate::cgroup::parse_cgroup`]): the labels `cgroup_pod_uid` and
-//! `cgroup_container_id`, where the header's own `cgroup` label gave none
-//! ([`crate::spool::labels`]).
+//! headers say; processes in the agent's own namespace are found all the same.
 //!
 //! # When, and what it costs
 //!
@@ -171,6 +172,12 @@ impl Resolver {
     /// Stops looking up recording `identity` (its process is gone).
     pub fn give_up(&mut self, identity: &str) {
         self.given_up.insert(identity.to_string());
+    }
+
+    /// Forgets the recordings given up for which `keep` is false (those no longer in the
+    /// spool), so that what is remembered stays bounded by the spool.
+    pub fn retain_given_up(&mut self, keep: impl Fn(&str) -> bool) {
+        self.given_up.retain(|id| keep(id));
     }
 
     /// Looks up the process of the recording `identity` with header `h`, on the node named

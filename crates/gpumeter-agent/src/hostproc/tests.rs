@@ -99,6 +99,9 @@ fn containers_with_the_same_pid_are_told_apart_by_their_namespace() {
         Lookup::Never
     );
     assert!(!r.wanted("x"));
+    // Forgotten once it has left the spool.
+    r.retain_given_up(|id| id != "x");
+    assert!(r.wanted("x"));
     // An older recording without pid_ns: never looked up.
     assert_eq!(
         r.resolve("old", &header("node", 1, None), "node"),
