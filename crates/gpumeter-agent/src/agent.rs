@@ -40,6 +40,8 @@ pub struct Agent {
     metrics: Arc<Metrics>,
     /// GPU processes listed through NVML, to find unmetered ones (`crate::unmetered`).
     unmetered: crate::unmetered::Watch,
+    /// Finds recordings' processes on the host (`crate::hostproc`).
+    host: crate::hostproc::Resolver,
     /// `<state_dir>/lock`, locked while the agent lives (the kernel drops the lock when the
     /// process ends, SIGKILL included).
     _lock: std::fs::File,
@@ -215,6 +217,7 @@ impl Agent {
             known: std::collections::HashMap::new(),
             metrics,
             unmetered,
+            host: crate::hostproc::Resolver::new(Path::new("/proc"), None),
             _lock: lock,
         })
     }
@@ -288,6 +291,9 @@ impl Agent {
             out.late += self.close(&p)?;
             out.sets_closed += 1;
         }
+        // After the pending set (closed again with the processes found when it was made),
+        // before the next (which uses what is found now).
+        self.find_host_processes()?;
         let to = self.edge(once);
         if to > self.checkpoint.closed_to_ns {
             let mut pending = self.pending(to);
@@ -328,6 +334,45 @@ impl Agent {
     ///
     /// # Errors
     /// [`AgentError::State`] when the checkpoint cannot be written.
+    /// Looks up the host processes of the recordings followed and not found yet
+    /// (`crate::hostproc`: once when first followed, again at later steps while unfinished),
+    /// and checkpoints what is found.
+    ///
+    /// # Errors
+    /// [`AgentError::State`] when the checkpoint cannot be written.
+    fn find_host_processes(&mut self) -> Result<(), AgentError> {
+        let mut found = false;
+        for r in self.spool.recordings.values() {
+            let id = &r.identity;
+            if self.checkpoint.retired.contains_key(id)
+                || self.checkpoint.host_processes.contains_key(id)
+                || !self.host.wanted(id)
+            {
+                continue;
+            }
+            match self.host.resolve(id, &r.header, &self.checkpoint.node) {
+                crate::hostproc::Lookup::Found(p) => {
+                    tracing::debug!(file = %r.name, host_pid = p.host_pid, cgroup = p.cgroup.as_deref().unwrap_or(""), "found a recording's process on the host");
+                    self.checkpoint.host_processes.insert(id.clone(), p);
+                    found = true;
+                }
+                _ if r.finished => self.host.give_up(id),
+                _ => {}
+            }
+        }
+        let present: std::collections::BTreeSet<&str> = self
+            .spool
+            .recordings
+            .values()
+            .map(|r| r.identity.as_str())
+            .collect();
+        self.host.retain_given_up(|id| present.contains(id));
+        if found {
+            self.checkpoint.save(&self.config.state_dir)?;
+        }
+        Ok(())
+    }
+
     /// `gpumeter_agent_unmetered_processes`, per device, from the processes found unmetered
     /// and still running.
     fn show_unmetered(&self) {
@@ -564,6 +609,9 @@ impl Agent {
         self.checkpoint
             .recordings
             .retain(|id, _| set.read_to.contains_key(id));
+        self.checkpoint
+            .host_processes
+            .retain(|id, _| set.read_to.contains_key(id));
         self.checkpoint.closed_to_ns = match set.to_ns {
             // Everything (`--once`) is closed up to the end of the last window anything
             // reached: a later run goes on from there.
@@ -599,7 +647,8 @@ impl Agent {
         if self.tenant_map.pid.contains_key(&r.header.process_id) {
             return None;
         }
-        let labels = crate::spool::labels(&r.header);
+        let host = self.checkpoint.host_processes.get(&r.identity);
+        let labels = crate::spool::labels_on_host(&r.header, host);
         self.config.tenant.tenant(&labels).map(|(t, _)| t)
     }
 
@@ -636,6 +685,7 @@ impl Agent {
         for (name, id, _) in &candidates {
             if !self.checkpoint.retired.contains_key(id) {
                 self.checkpoint.recordings.remove(id);
+                self.checkpoint.host_processes.remove(id);
                 self.checkpoint.retired.insert(id.clone(), name.clone());
                 marked = true;
             }

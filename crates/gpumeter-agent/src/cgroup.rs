@@ -13,6 +13,12 @@
 //!
 //! with `<id>` 64 lowercase hexadecimal digits. A cgroup v1 line of `/proc/self/cgroup`
 //! (`12:memory:/kubepods/…`) or a v2 line (`0::/kubepods.slice/…`) is read by its path part.
+//!
+//! A reader in a cgroup namespace of its own (the agent in a container) sees another
+//! process's cgroup relative to its own root: `/../../kubepods-burstable-pod<uid>.slice/…` or
+//! `/../../burstable/pod<uid>/<id>` (cgroup_namespaces(7)), the `kubepods` part possibly cut
+//! off. A path that starts with `..` is read as if inside `kubepods`: a part still has to have
+//! the pod's shape for a pod UID to be taken, and a container id is only taken below one.
 
 /// The container runtime a container id comes from, when its cgroup says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,8 +50,9 @@ pub fn parse_cgroup(text: &str) -> PodRef {
         _ => text,
     };
     let mut out = PodRef::default();
-    let mut in_kubepods = false;
-    for part in path.split('/').filter(|p| !p.is_empty()) {
+    let mut parts = path.split('/').filter(|p| !p.is_empty()).peekable();
+    let mut in_kubepods = parts.peek() == Some(&"..");
+    for part in parts {
         if part.starts_with("kubepods") {
             in_kubepods = true;
         }
@@ -161,6 +168,37 @@ mod tests {
         ];
         for (line, runtime) in cases {
             assert_eq!(parse_cgroup(&line), pod(runtime), "{line}");
+        }
+    }
+
+    #[test]
+    fn paths_seen_from_another_cgroup_namespace_start_with_dot_dot() {
+        let u = UID.replace('-', "_");
+        let cases = [
+            // The agent's cgroup namespace is rooted at its own container's cgroup (systemd
+            // driver, another QoS class): the `kubepods.slice` part is cut off.
+            (
+                format!("0::/../../../kubepods-burstable.slice/kubepods-burstable-pod{u}.slice/cri-containerd-{ID}.scope"),
+                Some(Runtime::Containerd),
+            ),
+            (
+                format!("0::/../../kubepods-besteffort-pod{u}.slice/crio-{ID}.scope"),
+                Some(Runtime::CriO),
+            ),
+            // cgroupfs driver: nothing named `kubepods` is left.
+            (format!("0::/../../burstable/pod{UID}/{ID}"), None),
+            (format!("/../pod{UID}/docker-{ID}.scope"), Some(Runtime::Docker)),
+        ];
+        for (line, runtime) in cases {
+            assert_eq!(parse_cgroup(&line), pod(runtime), "{line}");
+        }
+        // Outside a pod, `..` alone names nothing.
+        for line in [
+            format!("0::/../../system.slice/docker-{ID}.scope"),
+            format!("0::/../{ID}"),
+            "0::/..".to_string(),
+        ] {
+            assert_eq!(parse_cgroup(&line), PodRef::default(), "{line}");
         }
     }
 

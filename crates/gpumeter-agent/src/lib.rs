@@ -19,6 +19,7 @@ pub mod cgroup;
 pub mod close;
 pub mod config;
 pub mod crash;
+pub mod hostproc;
 pub mod http;
 pub mod metrics;
 pub mod outbox;

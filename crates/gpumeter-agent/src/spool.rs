@@ -40,6 +40,27 @@ pub fn labels(h: &GmrHeader) -> BTreeMap<String, String> {
     labels
 }
 
+/// [`labels`], with the pod UID and container id of the recording's process as the agent
+/// found it on the host (`host`, [`crate::hostproc`]) where the header's own `cgroup` label
+/// gave none (a container with a private cgroup namespace records `cgroup = "/"`).
+pub fn labels_on_host(
+    h: &GmrHeader,
+    host: Option<&crate::hostproc::HostProcess>,
+) -> BTreeMap<String, String> {
+    let mut labels = labels(h);
+    if let Some(p) = host {
+        for (key, value) in [
+            ("cgroup_pod_uid", &p.pod_uid),
+            ("cgroup_container_id", &p.container_id),
+        ] {
+            if let (false, Some(v)) = (labels.contains_key(key), value) {
+                labels.insert(key.to_string(), v.clone());
+            }
+        }
+    }
+    labels
+}
+
 /// One recording of the spool, as far as it is read.
 #[derive(Debug, Clone)]
 pub struct Recording {

@@ -78,6 +78,12 @@ pub struct Checkpoint {
     /// Absent when empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmetered_found: Vec<crate::unmetered::UnmeteredProcess>,
+    /// Per recording identity, its process as found on the host (by its `pid_ns` label and
+    /// pid, [`crate::hostproc`]), kept from the first time it was found so that its tenant
+    /// does not change once the process is gone; dropped with the recording. Absent when
+    /// empty (and in older checkpoints).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub host_processes: BTreeMap<String, crate::hostproc::HostProcess>,
 }
 
 /// A checkpoint that cannot be read or written.
@@ -224,6 +230,29 @@ mod tests {
             .map(|e| e.expect("entry").file_name())
             .collect();
         assert_eq!(names, vec![std::ffi::OsString::from("checkpoint.json")]);
+    }
+
+    #[test]
+    fn host_processes_round_trip_and_older_checkpoints_have_none() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::write(
+            Checkpoint::path(dir.path()),
+            br#"{"version": 1, "closed_to_ns": 0, "sets": 0, "recordings": {}, "retired": {}, "pending": null}"#,
+        )
+        .expect("w");
+        let mut c = Checkpoint::load(dir.path()).expect("an older checkpoint loads");
+        assert!(c.host_processes.is_empty());
+        c.host_processes.insert(
+            "h/7/2/3".into(),
+            crate::hostproc::HostProcess {
+                host_pid: 4242,
+                cgroup: Some("/kubepods/pod1/abc".into()),
+                pod_uid: Some("4a7ec3f2-5d1b-4c8e-9f3a-0b2c6d8e1f47".into()),
+                container_id: None,
+            },
+        );
+        c.save(dir.path()).expect("save");
+        assert_eq!(Checkpoint::load(dir.path()).expect("load"), c);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The tenant rule: a recording's tenant from the labels the injection library wrote in its
 //! header (`GPUMETER_TENANT`, `POD_NAMESPACE`, `POD_NAME`, `POD_UID`, `cgroup`), and the pod UID
 //! and container id the cgroup path names (`cgroup_pod_uid`, `cgroup_container_id`:
-//! `crate::cgroup`), for pods whose spec does not set the environment.
+//! `crate::cgroup`), for pods whose spec does not set the environment. Where the header's
+//! `cgroup` names no pod (`/` in a private cgroup namespace), they come from the cgroup of the
+//! recording's process as the agent finds it on the host (`crate::hostproc`).
 //!
 //! A rule is a list of templates tried in order, e.g. `["{GPUMETER_TENANT}",
 //! "{POD_NAMESPACE}"]`. A template is text with `{LABEL}` placeholders (`{{` and `}}` for

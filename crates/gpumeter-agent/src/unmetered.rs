@@ -15,7 +15,18 @@
 //!
 //! NVML gives host pids; a recording's header gives the pid the process saw for itself, which
 //! in a container is the pid in its own pid namespace. A listed process (host pid `P`) is
-//! *metered* when a recording followed in the spool, without its end frame, has
+//! *metered* when a recording followed in the spool, without its end frame, is its own:
+//!
+//! 0. A recording with a `pid_ns` label (its pid namespace's inode, recorded by the injection
+//!    library) is `P`'s exactly when `/proc/P/ns/pid` names that namespace and the innermost
+//!    pid of `P`'s `NSpid:` line (below) is the header pid: exact, even for two containers
+//!    whose processes have the same pid in their own namespaces (often 1), and whatever their
+//!    cgroup namespaces show ([`crate::hostproc`]). When `/proc/P` or its `ns/pid` link
+//!    cannot be read (it needs ptrace access to `P`: `CAP_SYS_PTRACE`, unless `P` is
+//!    the agent's user's with no capability the agent lacks; logged once), rules 1 and 2
+//!    apply.
+//!
+//! A recording without `pid_ns` (an older injection library) is `P`'s when it has
 //!
 //! 1. a header pid equal to `P`, or to `P`'s innermost pid (the last number of the `NSpid:`
 //!    line of `/proc/P/status`: every pid namespace's pid of the process, the agent's own
@@ -85,6 +96,9 @@ pub struct ProcFacts {
     pub nspid: Vec<u32>,
     /// Its cgroup path ([`cgroup_path`] of `/proc/<pid>/cgroup`), when readable.
     pub cgroup: Option<String>,
+    /// Its pid namespace (the inode `/proc/<pid>/ns/pid` names), when readable
+    /// ([`crate::hostproc::read_pid_ns`]).
+    pub pid_ns: Option<u64>,
 }
 
 /// The pids of the `NSpid:` line of a `/proc/<pid>/status` text (`NSpid:\t4242\t7`), outermost
@@ -120,6 +134,7 @@ pub fn read_proc(proc_root: &Path, pid: u32) -> Option<ProcFacts> {
         cgroup: std::fs::read_to_string(dir.join("cgroup"))
             .ok()
             .and_then(|t| cgroup_path(&t)),
+        pid_ns: crate::hostproc::read_pid_ns(proc_root, pid),
     })
 }
 
@@ -127,6 +142,11 @@ pub fn read_proc(proc_root: &Path, pid: u32) -> Option<ProcFacts> {
 /// `facts` (`None`: unreadable): the rule of the [module docs](self), "Matching".
 pub fn belongs(h: &GmrHeader, pid: u32, facts: Option<&ProcFacts>) -> bool {
     let inner = facts.and_then(|f| f.nspid.last().copied());
+    // Rule 0: the recording's pid namespace and pid name its process exactly.
+    if let (Some(ns), Some(theirs)) = (crate::hostproc::pid_ns_of(h), facts.and_then(|f| f.pid_ns))
+    {
+        return ns == theirs && inner == Some(h.process_id);
+    }
     if h.process_id != pid && Some(h.process_id) != inner {
         return false;
     }
@@ -528,6 +548,11 @@ impl Watch {
         if facts.is_none() {
             self.warn_once("proc".to_string(), || {
                 tracing::warn!(pid = p.pid, "cannot read /proc/<pid>/status of a GPU process NVML lists: it ended, or this agent does not see the host's processes (run it in the host's pid namespace, e.g. hostPID: true); it is matched to recordings by its host pid alone");
+            });
+        }
+        if facts.as_ref().is_some_and(|f| f.pid_ns.is_none()) {
+            self.warn_once("proc-ns".to_string(), || {
+                tracing::warn!(pid = p.pid, "cannot read /proc/<pid>/ns/pid of a GPU process NVML lists (it needs CAP_SYS_PTRACE for another user's process): it is matched to recordings by pid and cgroup, not by pid namespace");
             });
         }
         let metered = recordings.iter().any(|h| belongs(h, p.pid, facts.as_ref()));

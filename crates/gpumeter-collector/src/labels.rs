@@ -13,11 +13,35 @@ pub const CGROUP_LABEL: &str = "cgroup";
 /// Where the process's cgroup membership is read from.
 pub const PROC_SELF_CGROUP: &str = "/proc/self/cgroup";
 
-/// This process's labels: [`labels_from`] over the process environment and the text of
-/// [`PROC_SELF_CGROUP`] (none when it cannot be read, e.g. off Linux).
+/// The label key of the process's pid namespace: its inode number, in decimal
+/// (`4026531836`). With the header's `process_id` (the pid in that namespace) it names the
+/// process on its host exactly, for the node agent (docs/AGENT.md, "Tenants", "Unmetered
+/// processes"): in a container with a private cgroup namespace the `cgroup` label is `/`.
+pub const PID_NS_LABEL: &str = "pid_ns";
+
+/// The link whose target names the process's pid namespace (`pid:[4026531836]`).
+pub const PROC_SELF_NS_PID: &str = "/proc/self/ns/pid";
+
+/// This process's labels: [`labels_from`] over the process environment, the text of
+/// [`PROC_SELF_CGROUP`] and the target of [`PROC_SELF_NS_PID`] (each left out when it cannot
+/// be read, e.g. off Linux).
 pub fn process_labels() -> BTreeMap<String, String> {
     let cgroup = std::fs::read_to_string(PROC_SELF_CGROUP).ok();
-    labels_from(|key| std::env::var(key).ok(), cgroup.as_deref())
+    let pid_ns = std::fs::read_link(PROC_SELF_NS_PID)
+        .ok()
+        .and_then(|t| t.to_str().and_then(namespace_inode));
+    let mut labels = labels_from(|key| std::env::var(key).ok(), cgroup.as_deref());
+    if let Some(ns) = pid_ns {
+        labels.insert(PID_NS_LABEL.to_string(), ns.to_string());
+    }
+    labels
+}
+
+/// The inode number of a namespace link's target (`pid:[4026531836]` → 4026531836, as
+/// `readlink /proc/<pid>/ns/<kind>` gives it, namespaces(7)); `None` for another shape.
+pub fn namespace_inode(target: &str) -> Option<u64> {
+    let (_, rest) = target.split_once(":[")?;
+    rest.strip_suffix(']')?.parse().ok()
 }
 
 /// Labels from an environment lookup (`env(name)`: the variable's value, `None` when unset or
@@ -125,6 +149,35 @@ mod tests {
     fn nothing_known_is_empty() {
         assert!(labels_from(|_| None, None).is_empty());
         assert!(labels_from(|_| None, Some("")).is_empty());
+    }
+
+    #[test]
+    fn namespace_links_give_their_inode() {
+        assert_eq!(namespace_inode("pid:[4026531836]"), Some(4_026_531_836));
+        assert_eq!(namespace_inode("net:[1]"), Some(1));
+        for bad in [
+            "",
+            "pid:",
+            "pid:[]",
+            "pid:[12",
+            "pid:[x1]",
+            "4026531836",
+            "pid:[-1]",
+        ] {
+            assert_eq!(namespace_inode(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn this_process_has_its_pid_namespace_on_linux() {
+        let labels = process_labels();
+        let target = std::fs::read_link(PROC_SELF_NS_PID).expect("/proc/self/ns/pid");
+        let want = namespace_inode(target.to_str().expect("utf-8")).expect("inode");
+        assert_eq!(
+            labels.get(PID_NS_LABEL).map(String::as_str),
+            Some(want.to_string().as_str())
+        );
     }
 
     #[test]

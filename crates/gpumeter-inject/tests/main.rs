@@ -522,6 +522,16 @@ fn a_running_process_streams_a_labelled_recording() {
             .and_then(gpumeter_collector::labels::cgroup_path),
         "{labels:?}"
     );
+    // So is its pid namespace, and the header's pid is its pid there.
+    let ns = std::fs::read_link("/proc/self/ns/pid").expect("/proc/self/ns/pid");
+    let ns = gpumeter_collector::labels::namespace_inode(ns.to_str().expect("utf-8"))
+        .expect("a pid namespace link");
+    assert_eq!(
+        labels.get("pid_ns").map(String::as_str),
+        Some(ns.to_string().as_str()),
+        "{labels:?}"
+    );
+    assert_eq!(file.header.process_id, pid);
     assert_eq!(
         file.header.devices[0].uuid.as_deref(),
         Some("GPU-a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf")

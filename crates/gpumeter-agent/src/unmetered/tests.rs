@@ -85,6 +85,7 @@ fn facts(nspid: &[u32], cgroup: Option<&str>) -> ProcFacts {
     ProcFacts {
         nspid: nspid.to_vec(),
         cgroup: cgroup.map(str::to_string),
+        pid_ns: None,
     }
 }
 
@@ -143,6 +144,77 @@ fn a_recording_belongs_by_host_or_innermost_pid_unless_its_labels_disagree() {
         4242,
         Some(&facts(&[4242, 7], None))
     ));
+}
+
+/// A fake `/proc` with processes `(host pid, NSpid text, pid namespace, cgroup text)`: each
+/// `ns/pid` a link to `pid:[<namespace>]`, as Linux shows it.
+fn proc_with_ns(processes: &[(u32, &str, u64, &str)]) -> tempfile::TempDir {
+    let dir = proc_root(
+        &processes
+            .iter()
+            .map(|&(pid, nspid, _, cgroup)| (pid, nspid, cgroup))
+            .collect::<Vec<_>>(),
+    );
+    for (pid, _, ns, _) in processes {
+        let p = dir.path().join(pid.to_string()).join("ns");
+        std::fs::create_dir_all(&p).expect("mkdir ns");
+        std::os::unix::fs::symlink(format!("pid:[{ns}]"), p.join("pid")).expect("ns link");
+    }
+    dir
+}
+
+#[test]
+fn a_recording_with_pid_ns_belongs_to_its_process_alone() {
+    // Two containers' processes, both pid 1 in their own pid namespaces (111 and 222), both
+    // in private cgroup namespaces (their recordings say `cgroup = "/"`).
+    let root = proc_with_ns(&[
+        (100, "100\t1", 111, "0::/kubepods/pod-a\n"),
+        (200, "200\t1", 222, "0::/kubepods/pod-b\n"),
+    ]);
+    let ours = header(1, &[("cgroup", "/"), ("pid_ns", "111")]);
+    let elsewhere = header(1, &[("cgroup", "/"), ("pid_ns", "333")]);
+    let f100 = read_proc(root.path(), 100).expect("100");
+    let f200 = read_proc(root.path(), 200).expect("200");
+    assert_eq!(f100.pid_ns, Some(111));
+    assert!(belongs(&ours, 100, Some(&f100)));
+    assert!(
+        !belongs(&ours, 200, Some(&f200)),
+        "same pid, another namespace"
+    );
+    assert!(!belongs(&elsewhere, 100, Some(&f100)));
+    assert!(!belongs(&elsewhere, 200, Some(&f200)));
+    // Without pid_ns the old rule cannot tell them apart.
+    let old = header(1, &[("cgroup", "/")]);
+    assert!(belongs(&old, 100, Some(&f100)) && belongs(&old, 200, Some(&f200)));
+    // The namespace matches but the pid is another process's of that namespace.
+    assert!(!belongs(&header(2, &[("pid_ns", "111")]), 100, Some(&f100)));
+    // A namespace link that cannot be read: the old rule.
+    let unlinked = facts(&[100, 1], Some("/kubepods/pod-a"));
+    assert!(belongs(&ours, 100, Some(&unlinked)));
+
+    // Through the watch: 200 is found unmetered, 100 is not.
+    let mut w = watch(root.path(), 30 * SECOND);
+    let recs = [&ours, &elsewhere];
+    let both = listed(0, &[(100, Some(5)), (200, Some(6))]);
+    assert!(w.observe(T0, &both, &recs).found.is_empty());
+    let c = w.observe(T0 + 30 * SECOND, &both, &recs);
+    let pids: Vec<u32> = c.found.iter().map(|u| u.pid).collect();
+    assert_eq!(pids, vec![200]);
+    assert_eq!(c.found[0].namespace_pid, Some(1));
+}
+
+#[test]
+fn this_test_process_is_matched_by_its_own_pid_namespace() {
+    let proc = Path::new("/proc");
+    let me = std::process::id();
+    let ns = crate::hostproc::read_pid_ns(proc, me).expect("/proc/<pid>/ns/pid of this test");
+    let facts = read_proc(proc, me).expect("/proc/<pid>/status of this test");
+    assert_eq!(facts.pid_ns, Some(ns));
+    let inner = *facts.nspid.last().expect("NSpid");
+    let ours = header(inner, &[("pid_ns", &ns.to_string())]);
+    let other = header(inner, &[("pid_ns", &(ns + 1).to_string())]);
+    assert!(belongs(&ours, me, Some(&facts)));
+    assert!(!belongs(&other, me, Some(&facts)));
 }
 
 /// A fake `/proc` with processes `(host pid, NSpid text, cgroup text)`.

@@ -23,9 +23,22 @@ impl Synthetic {
     /// header's CUPTI clock reading (recordings of one process id with other clocks are other
     /// recordings).
     pub fn new(cfg: &SynthConfig, pid: u32, clock: Option<u64>) -> Synthetic {
+        Synthetic::labelled(cfg, pid, clock, &[])
+    }
+
+    /// [`Synthetic::new`], with `labels` (key, value) in the header.
+    pub fn labelled(
+        cfg: &SynthConfig,
+        pid: u32,
+        clock: Option<u64>,
+        labels: &[(&str, &str)],
+    ) -> Synthetic {
         let mut g = Generator::new(cfg).expect("the workload generates");
         let mut header = g.gmr_header();
         header.process_id = pid;
+        for (k, v) in labels {
+            header.labels.insert(k.to_string(), v.to_string());
+        }
         if let Some(c) = clock {
             header.clock.cupti_timestamp_ns = c;
         }

@@ -72,7 +72,9 @@ pub struct GmrHeader {
     /// `GPUMETER_TENANT`, `POD_NAMESPACE`, `POD_NAME` and `POD_UID` under their own names,
     /// each only when set and non-empty in the process's environment, and `cgroup`: the
     /// process's cgroup path (the path of the `0::` line of `/proc/self/cgroup`, cgroup v2;
-    /// else the first line's path), absent when unreadable. Other producers may add other
+    /// else the first line's path), absent when unreadable, and `pid_ns`: the inode number of
+    /// its pid namespace (`/proc/self/ns/pid`, decimal; the namespace of `process_id`), absent
+    /// when unreadable and in older recordings. Other producers may add other
     /// keys. Omitted from the JSON when empty, so recordings without labels (and their
     /// digests) are unchanged, and older recordings read as having none.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
