@@ -55,6 +55,8 @@ use std::time::{Duration, Instant};
 use gpumeter_recording::gmr::GmrHeader;
 use serde::{Deserialize, Serialize};
 
+pub use crate::proc_files::{namespace_inode, read_pid_ns};
+
 /// The header label of the process's pid namespace (its inode number, decimal).
 pub const PID_NS_LABEL: &str = "pid_ns";
 
@@ -82,32 +84,12 @@ pub fn pid_ns_of(h: &GmrHeader) -> Option<u64> {
     h.labels.get(PID_NS_LABEL)?.trim().parse().ok()
 }
 
-/// The inode number of a namespace link's target (`pid:[4026531836]` → 4026531836).
-pub fn namespace_inode(target: &str) -> Option<u64> {
-    let (_, rest) = target.split_once(":[")?;
-    rest.strip_suffix(']')?.parse().ok()
-}
-
-/// The pid namespace of process `pid` under `proc_root` (`/proc`): the target of
-/// `<proc_root>/<pid>/ns/pid`; `None` when it cannot be read (no such process, or no
-/// permission: reading another process's namespace links needs ptrace access, as root has).
-pub fn read_pid_ns(proc_root: &Path, pid: u32) -> Option<u64> {
-    pid_ns_link(proc_root, pid).ok().flatten()
-}
-
-/// [`read_pid_ns`], with the error of reading the link (`PermissionDenied` without ptrace
-/// access); `Ok(None)` for a target of another shape.
-fn pid_ns_link(proc_root: &Path, pid: u32) -> std::io::Result<Option<u64>> {
-    let target = std::fs::read_link(proc_root.join(pid.to_string()).join("ns/pid"))?;
-    Ok(target.to_str().and_then(namespace_inode))
-}
-
 /// The `NSpid:` line of process `pid`'s status under `proc_root`: its pid in each pid
 /// namespace from the one of `proc_root`'s mount (the agent's) inwards
-/// ([`crate::unmetered::parse_nspid`]). World-readable: no ptrace access needed.
+/// ([`crate::proc_files::parse_nspid`]). World-readable: no ptrace access needed.
 fn nspid(proc_root: &Path, pid: u32) -> Option<Vec<u32>> {
     let status = std::fs::read_to_string(proc_root.join(pid.to_string()).join("status")).ok()?;
-    crate::unmetered::parse_nspid(&status)
+    crate::proc_files::parse_nspid(&status)
 }
 
 /// What a look-up gave.
@@ -241,7 +223,7 @@ impl Resolver {
             else {
                 continue;
             };
-            match pid_ns_link(&self.proc_root, pid) {
+            match crate::proc_files::pid_ns_link(&self.proc_root, pid) {
                 Ok(Some(ns)) if Some(ns) != self.own_ns => {
                     self.by_ns.entry(ns).or_default().push(pid);
                 }
@@ -259,7 +241,7 @@ impl Resolver {
     fn host_process(&self, pid: u32) -> HostProcess {
         let cgroup = std::fs::read_to_string(self.proc_root.join(pid.to_string()).join("cgroup"))
             .ok()
-            .and_then(|t| crate::unmetered::cgroup_path(&t));
+            .and_then(|t| crate::proc_files::cgroup_path(&t));
         let pod = cgroup
             .as_deref()
             .map(crate::cgroup::parse_cgroup)

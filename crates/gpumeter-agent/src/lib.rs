@@ -23,6 +23,7 @@ pub mod hostproc;
 pub mod http;
 pub mod metrics;
 pub mod outbox;
+mod proc_files;
 mod run;
 pub mod sinks;
 pub mod spool;

@@ -72,7 +72,7 @@
 //! yet past the grace when the agent stopped is seen afresh: its grace starts again.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
@@ -85,58 +85,10 @@ use crate::AgentError;
 
 mod process;
 
+pub use crate::proc_files::{cgroup_path, parse_nspid, read_proc, ProcFacts};
+
 use process::rfc3339;
 pub use process::{add_to_report, UnmeteredProcess};
-
-/// What `/proc/<pid>` says of a host process, for matching it to recordings.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct ProcFacts {
-    /// `NSpid:` of `/proc/<pid>/status`: its pid in each pid namespace, from the reader's (the
-    /// agent's) to the innermost (the process's own).
-    pub nspid: Vec<u32>,
-    /// Its cgroup path ([`cgroup_path`] of `/proc/<pid>/cgroup`), when readable.
-    pub cgroup: Option<String>,
-    /// Its pid namespace (the inode `/proc/<pid>/ns/pid` names), when readable
-    /// ([`crate::hostproc::read_pid_ns`]).
-    pub pid_ns: Option<u64>,
-}
-
-/// The pids of the `NSpid:` line of a `/proc/<pid>/status` text (`NSpid:\t4242\t7`), outermost
-/// first; `None` when there is no such line (a kernel before 4.1) or a number does not parse.
-pub fn parse_nspid(status: &str) -> Option<Vec<u32>> {
-    let line = status.lines().find_map(|l| l.strip_prefix("NSpid:"))?;
-    let pids = line
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<Vec<u32>, _>>()
-        .ok()?;
-    (!pids.is_empty()).then_some(pids)
-}
-
-/// The cgroup path of a `/proc/<pid>/cgroup` text as the injection library reads its own: the
-/// path of the `0::` line (cgroup v2), else of the first line; `None` when there is none.
-pub fn cgroup_path(text: &str) -> Option<String> {
-    let path = |l: &str| l.splitn(3, ':').nth(2).map(str::to_string);
-    text.lines()
-        .find(|l| l.starts_with("0::"))
-        .or_else(|| text.lines().next())
-        .and_then(path)
-        .filter(|p| !p.is_empty())
-}
-
-/// Reads [`ProcFacts`] of host process `pid` under `proc_root` (`/proc`); `None` when its
-/// status cannot be read or has no `NSpid:`.
-pub fn read_proc(proc_root: &Path, pid: u32) -> Option<ProcFacts> {
-    let dir = proc_root.join(pid.to_string());
-    let status = std::fs::read_to_string(dir.join("status")).ok()?;
-    Some(ProcFacts {
-        nspid: parse_nspid(&status)?,
-        cgroup: std::fs::read_to_string(dir.join("cgroup"))
-            .ok()
-            .and_then(|t| cgroup_path(&t)),
-        pid_ns: crate::hostproc::read_pid_ns(proc_root, pid),
-    })
-}
 
 /// Whether the recording with header `h` belongs to host process `pid`, of which `/proc` says
 /// `facts` (`None`: unreadable): the rule of the [module docs](self), "Matching".
@@ -446,7 +398,7 @@ impl Watch {
 
     /// Reads processes' facts under `root` instead of `/proc` (tests).
     #[cfg(test)]
-    pub fn with_proc_root(mut self, root: &Path) -> Watch {
+    pub fn with_proc_root(mut self, root: &std::path::Path) -> Watch {
         self.proc_root = root.to_path_buf();
         self
     }

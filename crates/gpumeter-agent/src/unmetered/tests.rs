@@ -2,6 +2,8 @@
 //! (no sleeps): the grace, one finding per sighting, a new sighting after a disappearance, a
 //! restart.
 
+use std::path::Path;
+
 use gpumeter_core::WarningCode;
 
 use super::*;
