@@ -273,7 +273,12 @@ impl Agent {
         }
         let events = self
             .spool
-            .poll(&self.config.spool, self.config.grace_ns, once)
+            .poll(
+                &self.config.spool,
+                self.config.grace_ns,
+                once,
+                &self.checkpoint.host_processes,
+            )
             .map_err(|error| AgentError::Io {
                 path: self.config.spool.clone(),
                 error,

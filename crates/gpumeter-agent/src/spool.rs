@@ -155,7 +155,9 @@ pub struct Spool {
 
 impl Spool {
     /// Reads what changed. `grace_ns`: how long a gone process's file must be quiet;
-    /// `all_finished`: treat every recording as finished (`--once`).
+    /// `all_finished`: treat every recording as finished (`--once`); `hosts`: the host
+    /// processes found for recordings (by identity; [`crate::hostproc`]), whose liveness is
+    /// theirs rather than the header's pid and host name.
     ///
     /// # Errors
     /// The spool directory cannot be listed.
@@ -164,6 +166,7 @@ impl Spool {
         dir: &Path,
         grace_ns: u64,
         all_finished: bool,
+        hosts: &BTreeMap<String, crate::hostproc::HostProcess>,
     ) -> std::io::Result<Vec<SpoolEvent>> {
         let mut events = Vec::new();
         let mut present = std::collections::BTreeSet::new();
@@ -225,7 +228,7 @@ impl Spool {
         for r in self.recordings.values_mut() {
             if all_finished {
                 r.finished = true;
-            } else if !r.finished && !process_alive(&r.header) {
+            } else if !r.finished && !process_alive(&r.header, hosts.get(&r.identity)) {
                 let quiet = now.duration_since(r.changed_at).unwrap_or_default();
                 r.finished = quiet.as_nanos() >= u128::from(grace_ns);
             }
@@ -489,10 +492,16 @@ fn work_start(r: &Record) -> Option<u64> {
     }
 }
 
-/// Whether the recording's process still runs: its host is this host and `/proc/<pid>`
-/// exists. A recording of another host (a spool shared over the network) counts as running
-/// until it ends or `--once`.
-fn process_alive(h: &GmrHeader) -> bool {
+/// Whether the recording's process still runs. Its host process, when found by its pid
+/// namespace (a container's: [`crate::hostproc`]), runs while `/proc/<host pid>` is a process
+/// whose innermost pid is the header's (not a reused pid). Otherwise: its host is this host and
+/// `/proc/<pid>` exists; a recording of another host name (a spool shared over the network, a
+/// pod's own host name) counts as running until it ends or `--once`.
+fn process_alive(h: &GmrHeader, host: Option<&crate::hostproc::HostProcess>) -> bool {
+    if let Some(p) = host {
+        return crate::proc_files::read_proc(Path::new("/proc"), p.host_pid)
+            .is_some_and(|f| f.nspid.last() == Some(&h.process_id));
+    }
     let here = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|s| s.trim().to_string())
         .unwrap_or_default();
