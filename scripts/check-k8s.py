@@ -12,7 +12,7 @@ scripts/check-deploy):
   (spool, state, every reports sink), its [metrics] listen port is the container's port, the
   probes' port (/healthz, /readyz) and the prometheus.io annotations', on all interfaces;
 - the DaemonSet: the ConfigMap mounted where the image's ENTRYPOINT reads it, hostPID, GPU
-  nodes selected and nvidia.com/gpu tolerated, requests and limits, DAC_READ_SEARCH only;
+  nodes selected and nvidia.com/gpu tolerated, requests and limits, DAC_READ_SEARCH and SYS_PTRACE only;
   its init container puts the image's injection library into a hostPath folder;
 - webhook/patch.json applied (RFC 6902) to webhook/example-gpu-pod.yaml: the result, written
   to OUT_DIR/patched-gpu-pod.yaml for kubernetes-validate, loads the library from the folder
@@ -152,8 +152,9 @@ def check_daemonset(ds, config_map, agent, conf):
     check(all(k in res.get(kind, {}) for kind in ("requests", "limits") for k in ("cpu", "memory")),
           "cpu and memory requests and limits")
     caps = c.get("securityContext", {}).get("capabilities", {})
-    check(caps.get("drop") == ["ALL"] and caps.get("add") == ["DAC_READ_SEARCH"],
-          f"capabilities: drop ALL, add DAC_READ_SEARCH only ({caps})")
+    check(caps.get("drop") == ["ALL"]
+          and sorted(caps.get("add") or []) == ["DAC_READ_SEARCH", "SYS_PTRACE"],
+          f"capabilities: drop ALL, add DAC_READ_SEARCH and SYS_PTRACE only ({caps})")
     return spec, c, hosts
 
 
