@@ -247,21 +247,32 @@ impl KernelColumns {
     ) -> Result<BufferCounts, DecodeError> {
         let rows_before = self.len();
         let layout = api.tables().kernel;
+        let sizes = api.tables().kinds;
         // At most one kernel per `layout.size` bytes: one reservation per buffer, none when the
         // columns already hold that capacity.
         self.reserve(buf.len() / layout.size.max(1));
         let mut counts = BufferCounts::default();
         let mut offset = 0;
         loop {
+            // The common case inline: a kind the version sizes, its record whole in the buffer
+            // (the same record `locate` finds there). Anything else (the end, a zeroed tail,
+            // kind 0, an unknown kind, a truncated record) is `locate`'s, for the walk's answer.
+            let head = buf
+                .get(offset..offset + 4)
+                .and_then(|h| <[u8; 4]>::try_from(h).ok());
+            if let Some(head) = head {
+                let raw = u32::from_le_bytes(head);
+                let size = sizes.get(raw as usize).map_or(0, |&(s, _)| s);
+                if let Some(bytes) = buf.get(offset..offset + size).filter(|_| size > 0) {
+                    offset += size;
+                    self.take(ActivityKind(raw), bytes, &layout, &mut counts);
+                    continue;
+                }
+            }
             match locate(buf, offset, api) {
                 Ok(Step::Record { kind, bytes }) => {
                     offset += bytes.len();
-                    if kind == ActivityKind::CONCURRENT_KERNEL || kind == ActivityKind::KERNEL {
-                        self.push(Rec(bytes), &layout);
-                        counts.kernels += 1;
-                    } else {
-                        counts.skipped.add(kind);
-                    }
+                    self.take(kind, bytes, &layout, &mut counts);
                 }
                 Ok(Step::End {
                     trailing_zero_bytes,
@@ -274,6 +285,23 @@ impl KernelColumns {
                     return Err(e);
                 }
             }
+        }
+    }
+
+    /// One record found by the walk: a row for a kernel, a count for any other kind.
+    #[inline]
+    fn take(
+        &mut self,
+        kind: ActivityKind,
+        bytes: &[u8],
+        layout: &KernelLayout,
+        counts: &mut BufferCounts,
+    ) {
+        if kind == ActivityKind::CONCURRENT_KERNEL || kind == ActivityKind::KERNEL {
+            self.push(Rec(bytes), layout);
+            counts.kernels += 1;
+        } else {
+            counts.skipped.add(kind);
         }
     }
 
