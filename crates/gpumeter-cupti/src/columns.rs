@@ -2,7 +2,8 @@
 //!
 //! [`decode()`](crate::decode()) builds one typed [`Record`](crate::Record) per record, which the
 //! meter then converts again; this module walks the same buffer with the same boundaries
-//! ([`Walk`](crate::Walk)'s: one shared step, so the same records are found and the same
+//! (the common case, a sized kind whose record is whole, inline; everything else through the
+//! step [`Walk`](crate::Walk) uses, so the same records are found and the same
 //! [`DecodeError`] is returned at the same byte) but writes only the KERNEL and
 //! CONCURRENT_KERNEL records, and only the fields the meter reads, into a struct of arrays,
 //! [`KernelColumns`]. Records of every other kind are stepped over by their size and counted
