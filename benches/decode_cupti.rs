@@ -1,7 +1,8 @@
 //! Criterion bench `decode_cupti` (docs/PERFORMANCE.md, "Targets"): decode and meter a buffer of 1 M CUPTI 12.8
 //! CONCURRENT_KERNEL records (made by `gpumeter-synth`, kernels only), side by side with a bare `cuptiActivityGetNextRecord` walk of the
-//! same buffer by the real libcupti 12.8 (through `cupti-sys`). Results and the command are in
-//! docs/PERFORMANCE.md.
+//! same buffer by the real libcupti 12.8 (through `cupti-sys`), the typed `decode` and the
+//! columnar `decode_kernel_columns` (issue 34: the kernel records straight into reused columns).
+//! Results and the command are in docs/PERFORMANCE.md.
 //!
 //! Run: `bindings/cupti/fetch-wheels.sh && . bindings/cupti/.wheels/env.sh &&
 //! GPUMETER_CUPTI_LIB=$CUPTI12_LIB/libcupti.so.12 cargo bench --bench decode_cupti`
@@ -12,7 +13,9 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use gpumeter::cupti::{decode, meter_buffer, ApiVersion, CuptiOptions, Walk};
+use gpumeter::cupti::{
+    decode, decode_kernel_columns, meter_buffer, ApiVersion, CuptiOptions, KernelColumns, Walk,
+};
 use gpumeter::{Meter, MeterConfig};
 use gpumeter_synth::SynthConfig;
 
@@ -62,6 +65,15 @@ fn bench(c: &mut Criterion) {
     });
     g.bench_function("decode", |b| {
         b.iter(|| decode(black_box(&buf), ApiVersion::Cupti12_8).map(|d| d.records.len()))
+    });
+    // The columns are reused across iterations, as across buffers on the hot path: only the
+    // first iteration allocates them.
+    let mut cols = KernelColumns::new();
+    g.bench_function("columns_kernels", |b| {
+        b.iter(|| {
+            decode_kernel_columns(black_box(&buf), ApiVersion::Cupti12_8, &mut cols)
+                .map(|c| c.kernels)
+        })
     });
     g.bench_function("decode_and_meter", |b| {
         b.iter(|| {

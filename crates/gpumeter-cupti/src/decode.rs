@@ -32,7 +32,8 @@ use crate::layout::ApiVersion;
 mod read;
 mod records;
 
-use self::read::{decode_record, Rec};
+use self::read::decode_record;
+pub(crate) use self::read::Rec;
 pub use self::records::*;
 
 /// A buffer that cannot be walked. Offsets are bytes from the start of the buffer given to
@@ -236,54 +237,89 @@ impl<'a> Walk<'a> {
 
     fn step(&mut self) -> Option<Result<LocatedRecord, DecodeError>> {
         let offset = self.offset;
-        let rest = self.buf.get(offset..).unwrap_or(&[]);
-        if rest.is_empty() {
-            return None;
-        }
-        let available = rest.len();
-        let Some(head) = rest.get(0..4) else {
-            if rest.iter().all(|&b| b == 0) {
-                self.trailing_zero_bytes = available;
-                return None;
+        match locate(self.buf, offset, self.api) {
+            Ok(Step::End {
+                trailing_zero_bytes,
+            }) => {
+                self.trailing_zero_bytes = trailing_zero_bytes;
+                None
             }
-            return Some(Err(DecodeError::Truncated {
-                offset,
-                kind: None,
-                needed: 4,
-                available,
-            }));
-        };
-        let raw_kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
-        if raw_kind == 0 {
-            if rest.iter().all(|&b| b == 0) {
-                self.trailing_zero_bytes = available;
-                return None;
+            Ok(Step::Record { kind, bytes }) => {
+                let size = bytes.len();
+                self.offset = offset + size;
+                Some(Ok(LocatedRecord {
+                    offset,
+                    kind,
+                    size,
+                    record: decode_record(Rec(bytes), kind, self.api),
+                }))
             }
-            return Some(Err(DecodeError::InvalidKind { offset }));
+            Err(e) => Some(Err(e)),
         }
-        let kind = ActivityKind(raw_kind);
-        let Some(size) = self.api.record_size(kind) else {
-            return Some(Err(DecodeError::UnknownKind {
-                offset,
-                kind: raw_kind,
-                api: self.api,
-            }));
-        };
-        let Some(bytes) = rest.get(..size) else {
-            return Some(Err(DecodeError::Truncated {
-                offset,
-                kind: Some(kind),
-                needed: size,
-                available,
-            }));
-        };
-        self.offset = offset + size;
-        Some(Ok(LocatedRecord {
+    }
+}
+
+/// What lies at one offset of a buffer: the end of the records, or the next record.
+pub(crate) enum Step<'a> {
+    /// No record left; the rest of the buffer (possibly nothing) is this many zero bytes.
+    End {
+        /// Zero bytes from the offset to the end of the buffer.
+        trailing_zero_bytes: usize,
+    },
+    /// A record of `kind`; `bytes` are exactly its size in the producer's version.
+    Record {
+        /// The record's kind.
+        kind: ActivityKind,
+        /// The record's bytes.
+        bytes: &'a [u8],
+    },
+}
+
+/// The record boundary at `offset` of `buf` with the layouts of `api`: every walk of a buffer
+/// ([`Walk`], [`crate::columns`]) steps by this one function, so they find the same records
+/// and fail with the same [`DecodeError`] at the same byte.
+#[inline]
+pub(crate) fn locate(buf: &[u8], offset: usize, api: ApiVersion) -> Result<Step<'_>, DecodeError> {
+    let rest = buf.get(offset..).unwrap_or(&[]);
+    let available = rest.len();
+    let Some(head) = rest.get(0..4) else {
+        if rest.iter().all(|&b| b == 0) {
+            return Ok(Step::End {
+                trailing_zero_bytes: available,
+            });
+        }
+        return Err(DecodeError::Truncated {
             offset,
-            kind,
-            size,
-            record: decode_record(Rec(bytes), kind, self.api),
-        }))
+            kind: None,
+            needed: 4,
+            available,
+        });
+    };
+    let raw_kind = u32::from_le_bytes([head[0], head[1], head[2], head[3]]);
+    if raw_kind == 0 {
+        if rest.iter().all(|&b| b == 0) {
+            return Ok(Step::End {
+                trailing_zero_bytes: available,
+            });
+        }
+        return Err(DecodeError::InvalidKind { offset });
+    }
+    let kind = ActivityKind(raw_kind);
+    let Some(size) = api.record_size(kind) else {
+        return Err(DecodeError::UnknownKind {
+            offset,
+            kind: raw_kind,
+            api,
+        });
+    };
+    match rest.get(..size) {
+        Some(bytes) => Ok(Step::Record { kind, bytes }),
+        None => Err(DecodeError::Truncated {
+            offset,
+            kind: Some(kind),
+            needed: size,
+            available,
+        }),
     }
 }
 

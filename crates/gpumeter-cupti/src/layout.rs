@@ -33,6 +33,7 @@ use crate::kind::ActivityKind;
 
 use self::joined::*;
 use self::versions::{LAYOUTS_12_8, LAYOUTS_13_0, LAYOUTS_13_4};
+pub(crate) use self::work::KernelLayout;
 use self::work::*;
 
 /// The CUPTI API version of the library that *produced* a buffer (`cuptiGetVersion()`, the

@@ -7,6 +7,9 @@
 //!   = API 130001, CUDA 13.4 = API 130401), into typed [`Record`]s. Safe code only; any
 //!   alignment; no pointer read from the bytes is ever dereferenced; no panic on any input
 //!   (fuzzed, `fuzz/`).
+//! * [`columns`]: the same walk writing only the kernel records, only the fields the meter
+//!   reads, into reusable columns ([`KernelColumns`], [`decode_kernel_columns`]): no record
+//!   built, nothing allocated per record.
 //! * [`join`]: what one record becomes for the meter, and the process-id and external-id joins
 //!   that attribute it; [`StringTable`]: the names the producer's pointers stood for.
 //! * [`stream`]: CUPTI buffers as they arrive from a live process, into a
@@ -41,6 +44,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+pub mod columns;
 pub mod decode;
 pub mod join;
 pub mod kind;
@@ -48,6 +52,7 @@ pub mod layout;
 pub mod stream;
 pub mod strings;
 
+pub use columns::{decode_kernel_columns, BufferCounts, KernelColumns, KernelRow, KindCounts};
 pub use decode::{
     decode, decode_prefix, format_uuid, ApiRecord, ContextRecord, DecodeError, Decoded,
     DeviceRecord, ExternalCorrelationRecord, GraphTraceRecord, InstructionExecutionRecord,

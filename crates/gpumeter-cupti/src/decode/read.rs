@@ -8,7 +8,7 @@ use crate::layout::ApiVersion;
 /// A read-only view of one record's bytes. Every read is bounds-checked and yields 0 when the
 /// field would lie outside the record (which the layout tests rule out).
 #[derive(Clone, Copy)]
-pub(super) struct Rec<'a>(pub(super) &'a [u8]);
+pub(crate) struct Rec<'a>(pub(crate) &'a [u8]);
 
 impl Rec<'_> {
     fn arr<const N: usize>(self, o: usize) -> [u8; N] {
@@ -20,16 +20,16 @@ impl Rec<'_> {
     fn u8(self, o: usize) -> u8 {
         self.0.get(o).copied().unwrap_or(0)
     }
-    fn u16(self, o: usize) -> u16 {
+    pub(crate) fn u16(self, o: usize) -> u16 {
         u16::from_le_bytes(self.arr(o))
     }
-    fn u32(self, o: usize) -> u32 {
+    pub(crate) fn u32(self, o: usize) -> u32 {
         u32::from_le_bytes(self.arr(o))
     }
-    fn i32(self, o: usize) -> i32 {
+    pub(crate) fn i32(self, o: usize) -> i32 {
         i32::from_le_bytes(self.arr(o))
     }
-    fn u64(self, o: usize) -> u64 {
+    pub(crate) fn u64(self, o: usize) -> u64 {
         u64::from_le_bytes(self.arr(o))
     }
     fn i64(self, o: usize) -> i64 {
