@@ -149,7 +149,7 @@ struct Threads {
     workers: Vec<JoinHandle<()>>,
 }
 
-/// A running metrics endpoint ([module docs](self)); stopped by [`MetricsServer::stop`] or
+/// A running metrics endpoint (docs/AGENT.md, "Metrics"); stopped by [`MetricsServer::stop`] or
 /// when dropped.
 #[derive(Debug)]
 pub struct MetricsServer {
