@@ -115,6 +115,15 @@ fn refuse_lost_checkpoint(config: &AgentConfig, node: &str) -> Result<(), AgentE
     }
 }
 
+/// The identities of the recordings followed in `spool`.
+fn identities(spool: &Spool) -> std::collections::BTreeSet<&str> {
+    spool
+        .recordings
+        .values()
+        .map(|r| r.identity.as_str())
+        .collect()
+}
+
 /// A recording of the set being closed: its bytes and where the set's old and new bytes end.
 struct SetFile {
     name: String,
@@ -316,12 +325,7 @@ impl Agent {
         // A retired recording moved out of the spool need not be remembered: a copy put back
         // would be read again, and its records, all in closed windows, are `late`.
         let before = self.checkpoint.retired.len();
-        let present: std::collections::BTreeSet<&str> = self
-            .spool
-            .recordings
-            .values()
-            .map(|r| r.identity.as_str())
-            .collect();
+        let present = identities(&self.spool);
         self.checkpoint
             .retired
             .retain(|id, _| present.contains(id.as_str()));
@@ -365,12 +369,7 @@ impl Agent {
                 _ => {}
             }
         }
-        let present: std::collections::BTreeSet<&str> = self
-            .spool
-            .recordings
-            .values()
-            .map(|r| r.identity.as_str())
-            .collect();
+        let present = identities(&self.spool);
         self.host.retain_given_up(|id| present.contains(id));
         if found {
             self.checkpoint.save(&self.config.state_dir)?;

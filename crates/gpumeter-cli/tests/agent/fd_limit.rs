@@ -56,19 +56,7 @@ fn the_metrics_endpoint_answers_again_after_the_agent_ran_out_of_file_descriptor
         .expect("bash");
     let mut agent = Killed(child);
     let read_log = || std::fs::read_to_string(&log).unwrap_or_default();
-    let mut addr = None;
-    wait_for("the metrics endpoint", Duration::from_secs(30), || {
-        addr = read_log()
-            .lines()
-            .filter(|l| l.contains("metrics listening"))
-            .find_map(|l| {
-                l.split_whitespace()
-                    .find_map(|w| w.strip_prefix("addr="))
-                    .map(str::to_string)
-            });
-        addr.is_some()
-    });
-    let addr = addr.expect("an address");
+    let addr = super::prometheus::metrics_addr_in(read_log);
     assert_eq!(get(&addr, "/healthz"), Some(200), "{}", read_log());
 
     // More connections than the agent has descriptors: those past its limit wait in the

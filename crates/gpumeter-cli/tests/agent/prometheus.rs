@@ -99,10 +99,15 @@ fn free_port() -> u16 {
 
 /// The address the agent's log says its metrics endpoint listens on.
 fn metrics_addr(agent: &super::Agent) -> String {
+    metrics_addr_in(|| agent.log())
+}
+
+/// The address the log `read` gives says the metrics endpoint listens on (`metrics listening
+/// addr=…`), once it says so (30 s at most).
+pub(crate) fn metrics_addr_in(read: impl Fn() -> String) -> String {
     let mut addr = None;
     wait_for("the metrics endpoint", Duration::from_secs(30), || {
-        addr = agent
-            .log()
+        addr = read()
             .lines()
             .filter(|l| l.contains("metrics listening"))
             .find_map(|l| {
