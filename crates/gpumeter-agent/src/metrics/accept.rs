@@ -11,6 +11,11 @@
 //! compared case-insensitively, spaces around `=` tolerated (`Q = 0` is quality 0), values
 //! unquoted. A quality that is not a number in [0, 1] makes its item unacceptable. Commas
 //! inside quoted parameter values are not supported (no scraper sends them).
+//!
+//! Why not a crate: `headers-accept` 0.3 (RFC 9110 negotiation over `mediatype`) was tried. It
+//! orders media ranges by specificity before quality (so `text/plain;q=0.1` would beat
+//! `*/*;q=1`), and refuses the whole header for one malformed item, where the Go client skips
+//! that item; matching Prometheus's own negotiation is the point here.
 
 use super::Format;
 
