@@ -12,10 +12,11 @@
 //! unquoted. A quality that is not a number in [0, 1] makes its item unacceptable. Commas
 //! inside quoted parameter values are not supported (no scraper sends them).
 //!
-//! Why not a crate: `headers-accept` 0.3 (RFC 9110 negotiation over `mediatype`) was tried. It
-//! orders media ranges by specificity before quality (so `text/plain;q=0.1` would beat
-//! `*/*;q=1`), and refuses the whole header for one malformed item, where the Go client skips
-//! that item; matching Prometheus's own negotiation is the point here.
+//! Why not a crate: `headers-accept` 0.3 (RFC 9110 negotiation over `mediatype`) was read, not
+//! adopted. It refuses the whole header when one item does not parse, where the Go client
+//! skips that item and negotiates with the rest; and the `version` rules above (OpenMetrics
+//! `0.0.1` as `1.0.0`, a text format of another version not served) would still be ours around
+//! it. Matching Prometheus's own negotiation is the point here.
 
 use super::Format;
 
