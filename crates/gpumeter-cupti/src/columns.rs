@@ -174,17 +174,41 @@ impl KindCounts {
     }
 }
 
-/// What one buffer held besides the rows it added: [`BufferCounts::kernels`] rows, plus
-/// [`BufferCounts::skipped`] records of other kinds; together every record of the buffer.
+/// What one buffer held: the rows it added to each family of columns, plus
+/// [`BufferCounts::skipped`] records of the kinds with no columns; together every record of the
+/// buffer ([`BufferCounts::records`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct BufferCounts {
-    /// KERNEL and CONCURRENT_KERNEL records: the rows added to the columns.
+    /// KERNEL and CONCURRENT_KERNEL records: the rows added to the kernel columns.
     pub kernels: u64,
+    /// MEMCPY and MEMCPY2 records: the rows added to [`BufferColumns::copies`] (always 0 from
+    /// [`KernelColumns::extend_from_buffer`], which counts them in `skipped`).
+    pub copies: u64,
+    /// MEMSET records: the rows added to [`BufferColumns::sets`] (0 from [`KernelColumns`]).
+    pub sets: u64,
+    /// DRIVER, RUNTIME and INTERNAL_LAUNCH_API records: the rows added to
+    /// [`BufferColumns::api`] (0 from [`KernelColumns`]).
+    pub api_records: u64,
+    /// EXTERNAL_CORRELATION records: the rows added to [`BufferColumns::external`] (0 from
+    /// [`KernelColumns`]).
+    pub external: u64,
     /// Records of every other kind, stepped over by their size, by kind.
     pub skipped: KindCounts,
     /// Zero bytes after the last record (a buffer saved whole rather than at `validSize`), as
     /// [`Decoded::trailing_zero_bytes`](crate::Decoded::trailing_zero_bytes).
     pub trailing_zero_bytes: usize,
+}
+
+impl BufferCounts {
+    /// Every record of the buffer: the rows added and the records skipped.
+    pub fn records(&self) -> u64 {
+        self.kernels
+            + self.copies
+            + self.sets
+            + self.api_records
+            + self.external
+            + self.skipped.total()
+    }
 }
 
 impl KernelColumns {
@@ -248,62 +272,18 @@ impl KernelColumns {
     ) -> Result<BufferCounts, DecodeError> {
         let rows_before = self.len();
         let layout = api.tables().kernel;
-        let sizes = api.tables().kinds;
         // At most one kernel per `layout.size` bytes: one reservation per buffer, none when the
         // columns already hold that capacity.
         self.reserve(buf.len() / layout.size.max(1));
-        let mut counts = BufferCounts::default();
-        let mut offset = 0;
-        loop {
-            // The common case inline: a kind the version sizes, its record whole in the buffer
-            // (the same record `locate` finds there). Anything else (the end, a zeroed tail,
-            // kind 0, an unknown kind, a truncated record) is `locate`'s, for the walk's answer.
-            let head = buf
-                .get(offset..offset + 4)
-                .and_then(|h| <[u8; 4]>::try_from(h).ok());
-            if let Some(head) = head {
-                let raw = u32::from_le_bytes(head);
-                let size = sizes.get(raw as usize).map_or(0, |&(s, _)| s);
-                if let Some(bytes) = buf.get(offset..offset + size).filter(|_| size > 0) {
-                    offset += size;
-                    self.take(ActivityKind(raw), bytes, &layout, &mut counts);
-                    continue;
-                }
+        walk(buf, api, |kind, r, counts| {
+            if kind == ActivityKind::CONCURRENT_KERNEL || kind == ActivityKind::KERNEL {
+                self.push(r, &layout);
+                counts.kernels += 1;
+            } else {
+                counts.skipped.add(kind);
             }
-            match locate(buf, offset, api) {
-                Ok(Step::Record { kind, bytes }) => {
-                    offset += bytes.len();
-                    self.take(kind, bytes, &layout, &mut counts);
-                }
-                Ok(Step::End {
-                    trailing_zero_bytes,
-                }) => {
-                    counts.trailing_zero_bytes = trailing_zero_bytes;
-                    return Ok(counts);
-                }
-                Err(e) => {
-                    self.truncate(rows_before);
-                    return Err(e);
-                }
-            }
-        }
-    }
-
-    /// One record found by the walk: a row for a kernel, a count for any other kind.
-    #[inline]
-    fn take(
-        &mut self,
-        kind: ActivityKind,
-        bytes: &[u8],
-        layout: &KernelLayout,
-        counts: &mut BufferCounts,
-    ) {
-        if kind == ActivityKind::CONCURRENT_KERNEL || kind == ActivityKind::KERNEL {
-            self.push(Rec(bytes), layout);
-            counts.kernels += 1;
-        } else {
-            counts.skipped.add(kind);
-        }
+        })
+        .inspect_err(|_| self.truncate(rows_before))
     }
 
     /// One kernel record's row, read at `l`'s offsets.
@@ -362,6 +342,52 @@ impl KernelColumns {
     }
 }
 
+/// The walk both decoders share: every record of `buf` handed to `take` with its kind and
+/// bytes, in buffer order, with the counts it adds to; the counts, with the trailing zero
+/// bytes, at the end. The common case (a kind the version sizes, its record whole in the
+/// buffer) is read inline; anything else (the end, a zeroed tail, kind 0, an unknown kind, a
+/// truncated record) is [`locate`]'s, for the typed walk's own answer.
+///
+/// # Errors
+/// [`locate`]'s error at the first record it refuses; `take` has then seen the records before
+/// it, which the caller must undo.
+#[inline]
+fn walk(
+    buf: &[u8],
+    api: ApiVersion,
+    mut take: impl FnMut(ActivityKind, Rec<'_>, &mut BufferCounts),
+) -> Result<BufferCounts, DecodeError> {
+    let sizes = api.tables().kinds;
+    let mut counts = BufferCounts::default();
+    let mut offset = 0;
+    loop {
+        let head = buf
+            .get(offset..offset + 4)
+            .and_then(|h| <[u8; 4]>::try_from(h).ok());
+        if let Some(head) = head {
+            let raw = u32::from_le_bytes(head);
+            let size = sizes.get(raw as usize).map_or(0, |&(s, _)| s);
+            if let Some(bytes) = buf.get(offset..offset + size).filter(|_| size > 0) {
+                offset += size;
+                take(ActivityKind(raw), Rec(bytes), &mut counts);
+                continue;
+            }
+        }
+        match locate(buf, offset, api)? {
+            Step::Record { kind, bytes } => {
+                offset += bytes.len();
+                take(kind, Rec(bytes), &mut counts);
+            }
+            Step::End {
+                trailing_zero_bytes,
+            } => {
+                counts.trailing_zero_bytes = trailing_zero_bytes;
+                return Ok(counts);
+            }
+        }
+    }
+}
+
 /// Decodes the kernel records of one buffer into `cols`, replacing what they held (their
 /// capacity is kept): [`KernelColumns::clear`] then [`KernelColumns::extend_from_buffer`].
 ///
@@ -375,6 +401,13 @@ pub fn decode_kernel_columns(
     cols.clear();
     cols.extend_from_buffer(buf, api)
 }
+
+mod buffer;
+
+pub use self::buffer::{
+    decode_buffer_columns, ApiColumns, ApiRow, BufferColumns, CopyColumns, CopyRow,
+    ExternalColumns, ExternalRow, SetColumns, SetRow,
+};
 
 #[cfg(test)]
 mod tests;

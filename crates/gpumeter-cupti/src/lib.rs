@@ -7,9 +7,10 @@
 //!   = API 130001, CUDA 13.4 = API 130401), into typed [`Record`]s. Safe code only; any
 //!   alignment; no pointer read from the bytes is ever dereferenced; no panic on any input
 //!   (fuzzed, `fuzz/`).
-//! * [`columns`]: the same walk writing only the kernel records, only the fields the meter
-//!   reads, into reusable columns ([`KernelColumns`], [`decode_kernel_columns`]): no record
-//!   built, nothing allocated per record.
+//! * [`columns`]: the same walk writing only the records the meter reads (kernels, copies,
+//!   memsets, API and external-correlation records), only the fields it reads, into reusable
+//!   columns ([`KernelColumns`], [`decode_kernel_columns`]; [`BufferColumns`],
+//!   [`decode_buffer_columns`]): no record built, nothing allocated per record.
 //! * [`join`]: what one record becomes for the meter, and the process-id and external-id joins
 //!   that attribute it; [`StringTable`]: the names the producer's pointers stood for.
 //! * [`stream`]: CUPTI buffers as they arrive from a live process, into a
@@ -52,7 +53,11 @@ pub mod layout;
 pub mod stream;
 pub mod strings;
 
-pub use columns::{decode_kernel_columns, BufferCounts, KernelColumns, KernelRow, KindCounts};
+pub use columns::{
+    decode_buffer_columns, decode_kernel_columns, ApiColumns, ApiRow, BufferColumns, BufferCounts,
+    CopyColumns, CopyRow, ExternalColumns, ExternalRow, KernelColumns, KernelRow, KindCounts,
+    SetColumns, SetRow,
+};
 pub use decode::{
     decode, decode_prefix, format_uuid, ApiRecord, ContextRecord, DecodeError, Decoded,
     DeviceRecord, ExternalCorrelationRecord, GraphTraceRecord, InstructionExecutionRecord,

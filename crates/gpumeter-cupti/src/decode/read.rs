@@ -17,7 +17,7 @@ impl Rec<'_> {
             .and_then(|s| <[u8; N]>::try_from(s).ok())
             .unwrap_or([0; N])
     }
-    fn u8(self, o: usize) -> u8 {
+    pub(crate) fn u8(self, o: usize) -> u8 {
         self.0.get(o).copied().unwrap_or(0)
     }
     pub(crate) fn u16(self, o: usize) -> u16 {
