@@ -1,5 +1,6 @@
-//! gpumeter-cupti's columnar kernel decoder ([`decode_kernel_columns`], issue 34) against its
-//! typed decoder on every real CUPTI buffer the project tests with: the buffers libcupti 12.8,
+//! gpumeter-cupti's columnar decoders ([`decode_kernel_columns`], and [`decode_buffer_columns`]
+//! for every family: kernels, copies, memsets, API and external-correlation records; issue 34)
+//! against its typed decoder on every real CUPTI buffer the project tests with: the buffers libcupti 12.8,
 //! 13.0 and 13.4 recorded on an H200 (`crates/gpumeter-cupti/tests/c/live/`), the committed
 //! `.gmr` recordings (`examples/data/`, `fuzz/seeds/gmr_reader/`) and the crafted decoder seeds
 //! (`fuzz/seeds/decode_buffer/`). All are committed files: a missing one fails the test, it
@@ -9,7 +10,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use gpumeter_cupti::{
-    decode, decode_kernel_columns, ApiVersion, DecodeError, KernelColumns, KernelRow, Record,
+    decode, decode_buffer_columns, decode_kernel_columns, ApiRow, ApiVersion, BufferColumns,
+    CopyRow, DecodeError, ExternalRow, KernelColumns, KernelRow, Record, SetRow,
 };
 use gpumeter_recording::gmr::{read_gmr, Frame};
 
@@ -65,7 +67,87 @@ fn agree(buf: &[u8], api: ApiVersion, what: &str) -> Result<usize, DecodeError> 
             (cols.rows().collect(), other, c.trailing_zero_bytes)
         });
     assert_eq!(columnar, typed, "{what}");
+    assert_eq!(all_columns(buf, api, what), all_typed(buf, api), "{what}");
     columnar.map(|(rows, _, _)| rows.len())
+}
+
+/// Every family [`BufferColumns`] keeps, in order, the other records by kind, the trailing
+/// zero bytes.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct AllRows {
+    kernels: Vec<KernelRow>,
+    copies: Vec<CopyRow>,
+    sets: Vec<SetRow>,
+    api: Vec<ApiRow>,
+    external: Vec<ExternalRow>,
+    other: BTreeMap<u32, u64>,
+    tail: usize,
+}
+
+fn all_typed(buf: &[u8], api: ApiVersion) -> Result<AllRows, DecodeError> {
+    let d = decode(buf, api)?;
+    let mut out = AllRows {
+        tail: d.trailing_zero_bytes,
+        ..AllRows::default()
+    };
+    for r in &d.records {
+        match &r.record {
+            Record::Kernel(k) => out.kernels.push(k.into()),
+            Record::Memcpy(m) => out.copies.push(m.into()),
+            Record::PeerCopy(p) => out.copies.push(p.into()),
+            Record::Memset(m) => out.sets.push(m.into()),
+            Record::Api(a) => out.api.push(a.into()),
+            Record::ExternalCorrelation(e) => out.external.push(e.into()),
+            _ => *out.other.entry(r.kind.0).or_insert(0) += 1,
+        }
+    }
+    Ok(out)
+}
+
+fn all_columns(buf: &[u8], api: ApiVersion, what: &str) -> Result<AllRows, DecodeError> {
+    let mut cols = BufferColumns::new();
+    let got = decode_buffer_columns(buf, api, &mut cols);
+    let c = match got {
+        Ok(c) => c,
+        Err(e) => {
+            assert!(cols.is_empty(), "{what}: rows left after an error");
+            return Err(e);
+        }
+    };
+    assert_eq!(
+        c.records() as usize - c.skipped.total() as usize,
+        cols.len(),
+        "{what}"
+    );
+    Ok(AllRows {
+        kernels: cols.kernels.rows().collect(),
+        copies: cols.copies.rows().collect(),
+        sets: cols.sets.rows().collect(),
+        api: cols.api.rows().collect(),
+        external: cols.external.rows().collect(),
+        other: c.skipped.iter().map(|(k, n)| (k.0, n)).collect(),
+        tail: c.trailing_zero_bytes,
+    })
+}
+
+/// The rows of every family [`BufferColumns`] keeps across `buffers` (each decoded alike).
+fn family_rows<'a>(buffers: impl IntoIterator<Item = (&'a [u8], ApiVersion)>) -> [usize; 5] {
+    let mut n = [0; 5];
+    for (buf, api) in buffers {
+        if let Ok(r) = all_columns(buf, api, "counting") {
+            let rows = [
+                r.kernels.len(),
+                r.copies.len(),
+                r.sets.len(),
+                r.api.len(),
+                r.external.len(),
+            ];
+            for (n, r) in n.iter_mut().zip(rows) {
+                *n += r;
+            }
+        }
+    }
+    n
 }
 
 /// The H200 recordings of libcupti 12.8, 13.0 and 13.4: the same kernel rows, field by field
@@ -127,4 +209,34 @@ fn crafted_seed_buffers_decode_alike() {
         let buf = data.get(1..).unwrap_or_default();
         agree(buf, api_of_name(&path), &path.display().to_string()).expect("a seed walks");
     }
+}
+
+/// The real buffers hold every family [`BufferColumns`] keeps, so each is compared on recorded
+/// records (kernels, copies, memsets, API and external-correlation records).
+#[test]
+fn recorded_buffers_hold_every_family() {
+    let mut buffers: Vec<(Vec<u8>, ApiVersion)> =
+        files("crates/gpumeter-cupti/tests/c/live", "bin")
+            .into_iter()
+            .map(|p| (read(&p), api_of_name(&p)))
+            .collect();
+    for dir in ["examples/data", "fuzz/seeds/gmr_reader"] {
+        for path in files(dir, "gmr") {
+            let file = read_gmr(&read(&path)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let api = ApiVersion::from_cupti(file.header.cupti_api_version)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            for f in file.frames {
+                if let Frame::ActivityBuffer(b) = f.frame {
+                    buffers.push((b, api));
+                }
+            }
+        }
+    }
+    let n = family_rows(buffers.iter().map(|(b, a)| (b.as_slice(), *a)));
+    let [kernels, copies, sets, api, external] = n;
+    assert!(
+        kernels > 0 && copies > 0 && sets > 0 && api > 0 && external > 0,
+        "{n:?}"
+    );
+    eprintln!("rows compared: {kernels} kernels, {copies} copies, {sets} memsets, {api} API, {external} external");
 }
