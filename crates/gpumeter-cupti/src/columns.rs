@@ -8,6 +8,8 @@
 //! CONCURRENT_KERNEL records, and only the fields the meter reads, into a struct of arrays,
 //! [`KernelColumns`]. Records of every other kind are stepped over by their size and counted
 //! by kind ([`BufferCounts`]), so a caller can still account for every record.
+//! [`BufferColumns`] is the same walk filling, besides the kernel columns, the copies, memsets,
+//! API and external-correlation records the meter and its joins read ([`decode_buffer_columns`]).
 //!
 //! * The field offsets are the layout tables of [`crate::layout`] (`CUpti_ActivityKernel9` for
 //!   12.8, `Kernel10` for 13.0, `Kernel13` for 13.4), read through the same bounds-checked
