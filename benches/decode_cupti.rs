@@ -1,8 +1,10 @@
 //! Criterion bench `decode_cupti` (docs/PERFORMANCE.md, "Targets"): decode and meter a buffer of 1 M CUPTI 12.8
 //! CONCURRENT_KERNEL records (made by `gpumeter-synth`, kernels only), side by side with a bare `cuptiActivityGetNextRecord` walk of the
 //! same buffer by the real libcupti 12.8 (through `cupti-sys`), the typed `decode` and the
-//! columnar `decode_kernel_columns` (issue 34: the kernel records straight into reused columns).
-//! Results and the command are in docs/PERFORMANCE.md.
+//! columnar `decode_kernel_columns` (issue 34: the kernel records straight into reused columns);
+//! then the full mix (the same kernels, each with its RUNTIME and EXTERNAL_CORRELATION record,
+//! 3 M records) by the typed `decode` and by `decode_buffer_columns` (every family the meter
+//! reads into reused columns), per record. Results and the command are in docs/PERFORMANCE.md.
 //!
 //! Run: `bindings/cupti/fetch-wheels.sh && . bindings/cupti/.wheels/env.sh &&
 //! GPUMETER_CUPTI_LIB=$CUPTI12_LIB/libcupti.so.12 cargo bench --bench decode_cupti`
@@ -14,7 +16,8 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use gpumeter::cupti::{
-    decode, decode_kernel_columns, meter_buffer, ApiVersion, CuptiOptions, KernelColumns, Walk,
+    decode, decode_buffer_columns, decode_kernel_columns, meter_buffer, ApiVersion, BufferColumns,
+    CuptiOptions, KernelColumns, Walk,
 };
 use gpumeter::{Meter, MeterConfig};
 use gpumeter_synth::SynthConfig;
@@ -32,6 +35,20 @@ fn buffer() -> Vec<u8> {
         ..SynthConfig::default()
     })
     .expect("the workload generates")
+}
+
+/// The same 1 M kernels as [`buffer`], each with its RUNTIME and EXTERNAL_CORRELATION record
+/// (the full mix of the `pipeline` bench), and the records it holds.
+fn full_mix() -> (Vec<u8>, u64) {
+    let cfg = SynthConfig {
+        kernels: RECORDS as u64,
+        devices: 1,
+        external_correlation: true,
+        api_records: true,
+        ..SynthConfig::default()
+    };
+    let buf = gpumeter_synth::buffer(&cfg).expect("the workload generates");
+    (buf, cfg.records())
 }
 
 fn libcupti() -> Option<cupti_sys::Cupti> {
@@ -86,6 +103,20 @@ fn bench(c: &mut Criterion) {
             );
             assert!(s.is_ok());
             meter.finish().map(|r| r.usage.len())
+        })
+    });
+    // The full mix, per record (kernels, RUNTIME and EXTERNAL_CORRELATION records together).
+    drop(buf);
+    let (mix, records) = full_mix();
+    g.throughput(Throughput::Elements(records));
+    g.bench_function("decode_full_mix", |b| {
+        b.iter(|| decode(black_box(&mix), ApiVersion::Cupti12_8).map(|d| d.records.len()))
+    });
+    let mut all = BufferColumns::new();
+    g.bench_function("columns_full_mix", |b| {
+        b.iter(|| {
+            decode_buffer_columns(black_box(&mix), ApiVersion::Cupti12_8, &mut all)
+                .map(|c| c.records())
         })
     });
     g.finish();
