@@ -369,34 +369,28 @@ impl BufferColumns {
             counts.sets += 1;
             return;
         }
+        // MEMCPY and MEMCPY2 (peer) layouts name the same fields; one row builder for both.
+        macro_rules! copy_row {
+            ($l:expr) => {{
+                let l = $l;
+                CopyRow {
+                    kind,
+                    start_ns: r.u64(l.start),
+                    end_ns: r.u64(l.end),
+                    device_id: r.u32(l.device_id),
+                    context_id: r.u32(l.context_id),
+                    stream_id: r.u32(l.stream_id),
+                    correlation_id: r.u32(l.correlation_id),
+                    bytes: r.u64(l.bytes),
+                    copy_kind: r.u8(l.copy_kind),
+                    graph_node_id: r.u64(l.graph_node_id),
+                }
+            }};
+        }
         let row = if kind == ActivityKind::MEMCPY {
-            let l = &t.memcpy;
-            CopyRow {
-                kind,
-                start_ns: r.u64(l.start),
-                end_ns: r.u64(l.end),
-                device_id: r.u32(l.device_id),
-                context_id: r.u32(l.context_id),
-                stream_id: r.u32(l.stream_id),
-                correlation_id: r.u32(l.correlation_id),
-                bytes: r.u64(l.bytes),
-                copy_kind: r.u8(l.copy_kind),
-                graph_node_id: r.u64(l.graph_node_id),
-            }
+            copy_row!(&t.memcpy)
         } else {
-            let l = &t.peer_copy;
-            CopyRow {
-                kind,
-                start_ns: r.u64(l.start),
-                end_ns: r.u64(l.end),
-                device_id: r.u32(l.device_id),
-                context_id: r.u32(l.context_id),
-                stream_id: r.u32(l.stream_id),
-                correlation_id: r.u32(l.correlation_id),
-                bytes: r.u64(l.bytes),
-                copy_kind: r.u8(l.copy_kind),
-                graph_node_id: r.u64(l.graph_node_id),
-            }
+            copy_row!(&t.peer_copy)
         };
         self.copies.push(row);
         counts.copies += 1;
