@@ -157,6 +157,24 @@ fn columns_are_reused_and_an_error_adds_nothing() {
     assert!(cols.is_empty());
 }
 
+/// Records of `kinds`, in order, each its version's size, filled after its kind with bytes of
+/// a xorshift64 generator seeded with `seed` (cheap and deterministic).
+pub(crate) fn random_records(api: ApiVersion, kinds: &[ActivityKind], seed: u64) -> Vec<u8> {
+    let mut state = seed;
+    let mut buf = Vec::new();
+    for k in kinds {
+        let size = api.record_size(*k).unwrap_or(0);
+        buf.extend(k.0.to_le_bytes());
+        buf.extend((4..size).map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state as u8
+        }));
+    }
+    buf
+}
+
 /// Random records: a kind of the version (kernels most often) with random bytes after it.
 fn records() -> impl Strategy<Value = (ApiVersion, Vec<u8>)> {
     (0..ApiVersion::ALL.len(), any::<u64>(), 0..40usize).prop_flat_map(|(v, seed, n)| {
@@ -167,22 +185,7 @@ fn records() -> impl Strategy<Value = (ApiVersion, Vec<u8>)> {
             1 => Just(ActivityKind::KERNEL),
             2 => proptest::sample::select(kinds),
         ];
-        prop::collection::vec(pick, n).prop_map(move |ks| {
-            let mut state = seed;
-            let mut buf = Vec::new();
-            for k in ks {
-                let size = api.record_size(k).unwrap_or(0);
-                buf.extend(k.0.to_le_bytes());
-                buf.extend((4..size).map(|_| {
-                    // xorshift64: cheap, deterministic filler.
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                }));
-            }
-            (api, buf)
-        })
+        prop::collection::vec(pick, n).prop_map(move |ks| (api, random_records(api, &ks, seed)))
     })
 }
 

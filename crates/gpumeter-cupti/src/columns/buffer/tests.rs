@@ -189,22 +189,8 @@ fn records() -> impl Strategy<Value = (ApiVersion, Vec<u8>)> {
             3 => proptest::sample::select(families),
             1 => proptest::sample::select(kinds),
         ];
-        prop::collection::vec(pick, n).prop_map(move |ks| {
-            let mut state = seed;
-            let mut buf = Vec::new();
-            for k in ks {
-                let size = api.record_size(k).unwrap_or(0);
-                buf.extend(k.0.to_le_bytes());
-                buf.extend((4..size).map(|_| {
-                    // xorshift64: cheap, deterministic filler.
-                    state ^= state << 13;
-                    state ^= state >> 7;
-                    state ^= state << 17;
-                    state as u8
-                }));
-            }
-            (api, buf)
-        })
+        prop::collection::vec(pick, n)
+            .prop_map(move |ks| (api, crate::columns::tests::random_records(api, &ks, seed)))
     })
 }
 
