@@ -73,26 +73,40 @@ impl Joins {
         }
     }
 
+    /// Learns an API record's process id for its correlation id (the first one kept; id 0,
+    /// which no work record names, is not learned).
+    pub fn learn_api(&mut self, correlation_id: u32, process_id: u32) {
+        if correlation_id != 0 {
+            self.pid_of.entry(correlation_id).or_insert(process_id);
+        }
+    }
+
+    /// Learns an EXTERNAL_CORRELATION record's external id for its correlation id: kinds
+    /// CUSTOM0..=CUSTOM2 only, the lowest kind wins, the first id of a kind is kept; id 0 is
+    /// not learned.
+    pub fn learn_external(&mut self, correlation_id: u32, external_kind: u32, external_id: u64) {
+        if correlation_id == 0
+            || !(EXTERNAL_KIND_CUSTOM0..=EXTERNAL_KIND_CUSTOM2).contains(&external_kind)
+        {
+            return;
+        }
+        let slot = self
+            .ext_of
+            .entry(correlation_id)
+            .or_insert((external_kind, external_id));
+        if external_kind < slot.0 {
+            *slot = (external_kind, external_id);
+        }
+    }
+
     /// Learns the facts of `records` (the first fact for a key is kept, except that a lower
     /// external kind replaces a higher one).
     pub fn learn(&mut self, records: &[LocatedRecord], names: &FxHashMap<u64, Arc<str>>) {
         for r in records {
             match &r.record {
-                Record::Api(a) if a.correlation_id != 0 => {
-                    self.pid_of.entry(a.correlation_id).or_insert(a.process_id);
-                }
-                Record::ExternalCorrelation(e)
-                    if e.correlation_id != 0
-                        && (EXTERNAL_KIND_CUSTOM0..=EXTERNAL_KIND_CUSTOM2)
-                            .contains(&e.external_kind) =>
-                {
-                    let slot = self
-                        .ext_of
-                        .entry(e.correlation_id)
-                        .or_insert((e.external_kind, e.external_id));
-                    if e.external_kind < slot.0 {
-                        *slot = (e.external_kind, e.external_id);
-                    }
+                Record::Api(a) => self.learn_api(a.correlation_id, a.process_id),
+                Record::ExternalCorrelation(e) => {
+                    self.learn_external(e.correlation_id, e.external_kind, e.external_id)
                 }
                 Record::Device(d) => {
                     let name = names.get(&d.name_ptr).cloned();
@@ -363,6 +377,28 @@ pub fn kernel_launch(
     k: &KernelRecord,
     names: &FxHashMap<u64, Arc<str>>,
 ) -> Result<KernelLaunch, (&'static str, i64)> {
+    let mut launch = launch_of(
+        k.grid,
+        k.block,
+        k.registers_per_thread,
+        k.static_shared_memory,
+        k.dynamic_shared_memory,
+    )?;
+    launch.name = names.get(&k.name_ptr).cloned();
+    Ok(launch)
+}
+
+/// A kernel's launch configuration from its record's fields (`gridX..Z`, `blockX..Z`,
+/// `registersPerThread`, `staticSharedMemory`, `dynamicSharedMemory` in bytes), with no name;
+/// `Err((field, value))` for a negative dimension or shared-memory size: [`kernel_launch`]
+/// without the typed record, for the columnar path ([`crate::columns`]).
+pub fn launch_of(
+    grid: [i32; 3],
+    block: [i32; 3],
+    registers_per_thread: u16,
+    static_shared_memory: i32,
+    dynamic_shared_memory: i32,
+) -> Result<KernelLaunch, (&'static str, i64)> {
     fn dims(v: [i32; 3], names: [&'static str; 3]) -> Result<[u32; 3], (&'static str, i64)> {
         let mut out = [0u32; 3];
         for ((o, x), n) in out.iter_mut().zip(v).zip(names) {
@@ -370,18 +406,18 @@ pub fn kernel_launch(
         }
         Ok(out)
     }
-    let grid = dims(k.grid, ["gridX", "gridY", "gridZ"])?;
-    let block = dims(k.block, ["blockX", "blockY", "blockZ"])?;
-    let s = u64::try_from(k.static_shared_memory)
-        .map_err(|_| ("staticSharedMemory", i64::from(k.static_shared_memory)))?;
-    let d = u64::try_from(k.dynamic_shared_memory)
-        .map_err(|_| ("dynamicSharedMemory", i64::from(k.dynamic_shared_memory)))?;
+    let grid = dims(grid, ["gridX", "gridY", "gridZ"])?;
+    let block = dims(block, ["blockX", "blockY", "blockZ"])?;
+    let s = u64::try_from(static_shared_memory)
+        .map_err(|_| ("staticSharedMemory", i64::from(static_shared_memory)))?;
+    let d = u64::try_from(dynamic_shared_memory)
+        .map_err(|_| ("dynamicSharedMemory", i64::from(dynamic_shared_memory)))?;
     Ok(KernelLaunch {
         grid: Some(grid),
         block: Some(block),
-        registers_per_thread: Some(u32::from(k.registers_per_thread)),
+        registers_per_thread: Some(u32::from(registers_per_thread)),
         shared_mem_bytes: Some(s + d),
-        name: names.get(&k.name_ptr).cloned(),
+        name: None,
         warp_instructions: None,
         ops: Default::default(),
     })

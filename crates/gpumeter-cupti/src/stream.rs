@@ -46,9 +46,10 @@ use gpumeter_core::{
 use rustc_hash::{FxHashMap, FxHashSet};
 use sha2::{Digest, Sha256};
 
+use crate::columns::BufferColumns;
 use crate::decode::{decode, DecodeError, Decoded};
 use crate::join::{assign_instructions, device_info};
-use crate::join::{convert, Converted, InvalidField, Joins, INVALID_KERNEL_FIELD};
+use crate::join::{convert, Converted, InvalidField, Joins};
 use crate::layout::ApiVersion;
 
 /// Correlation ids the join tables keep: when a table holds more, ids further than this below
@@ -82,16 +83,33 @@ fn push_exit(meter: &mut Meter, slot: DeviceSlot, pid: u32, t: u64) {
     meter.push_memory(exit);
 }
 
+mod columnar;
+#[cfg(test)]
+mod tests;
+
 /// A buffer decoded, not yet booked ([`CuptiStream::prepare`]).
 #[derive(Debug)]
-pub struct PreparedBuffer {
-    decoded: Decoded,
+pub struct PreparedBuffer(Prepared);
+
+/// How a prepared buffer was decoded.
+#[derive(Debug)]
+enum Prepared {
+    /// Into columns: every record is of a kind with columns (`columnar.rs`).
+    Columns {
+        cols: Box<BufferColumns>,
+        records: usize,
+    },
+    /// Into typed records: it holds a kind without columns.
+    Typed(Decoded),
 }
 
 impl PreparedBuffer {
     /// Records the buffer holds (all kinds, skipped ones included).
     pub fn records(&self) -> usize {
-        self.decoded.records.len()
+        match &self.0 {
+            Prepared::Columns { records, .. } => *records,
+            Prepared::Typed(d) => d.records.len(),
+        }
     }
 }
 
@@ -159,6 +177,11 @@ pub struct CuptiStream {
     /// Processes that ended: pid → when. Devices placed later get the exits too (an
     /// allocation of an ended process is closed wherever it shows up).
     exits: BTreeMap<u32, u64>,
+    /// The columns [`CuptiStream::ingest`] decodes into, kept from buffer to buffer (their
+    /// capacity: no allocation per record).
+    scratch: Box<BufferColumns>,
+    /// The work rows of a buffer by start, kept likewise (`columnar.rs`).
+    order: Vec<(u64, u64)>,
 }
 
 impl CuptiStream {
@@ -183,6 +206,8 @@ impl CuptiStream {
             instrumented: false,
             booked_kernels: FxHashSet::default(),
             exits: BTreeMap::new(),
+            scratch: Box::default(),
+            order: Vec::new(),
         }
     }
 
@@ -273,16 +298,35 @@ impl CuptiStream {
 
     /// Decodes one buffer (`bytes`: the `validSize` bytes CUPTI completed; any
     /// alignment; empty is an empty buffer). Needs no meter: threads may prepare side by side.
+    /// A buffer of kernels, copies, memsets, API and EXTERNAL_CORRELATION records only is
+    /// decoded into columns (no typed record: `stream/columnar.rs`); one holding any other
+    /// kind, into typed records ([`CuptiStream::prepare_typed`]).
     ///
     /// # Errors
     /// [`DecodeError`] (with the byte offset) when the buffer does not decode; nothing is
     /// booked.
     pub fn prepare(api: ApiVersion, bytes: &[u8]) -> Result<PreparedBuffer, DecodeError> {
-        let decoded = decode(bytes, api)?;
-        Ok(PreparedBuffer { decoded })
+        let mut cols = Box::<BufferColumns>::default();
+        let counts = crate::columns::decode_buffer_columns(bytes, api, &mut cols)?;
+        if columnar::columns_suffice(&counts) {
+            let records = counts.records() as usize;
+            return Ok(PreparedBuffer(Prepared::Columns { cols, records }));
+        }
+        Self::prepare_typed(api, bytes)
     }
 
-    /// [`CuptiStream::prepare`] then [`CuptiStream::apply`].
+    /// [`CuptiStream::prepare`] on the typed path whatever the buffer holds: every record
+    /// decoded ([`decode`]), joined and converted one by one. It books what the columnar
+    /// path books (the tests compare the two), at several times its cost; for comparisons.
+    ///
+    /// # Errors
+    /// As [`CuptiStream::prepare`].
+    pub fn prepare_typed(api: ApiVersion, bytes: &[u8]) -> Result<PreparedBuffer, DecodeError> {
+        Ok(PreparedBuffer(Prepared::Typed(decode(bytes, api)?)))
+    }
+
+    /// [`CuptiStream::prepare`] then [`CuptiStream::apply`], decoding into columns the
+    /// stream keeps from buffer to buffer.
     ///
     /// # Errors
     /// As [`CuptiStream::prepare`]; the meter is then untouched.
@@ -291,8 +335,17 @@ impl CuptiStream {
         meter: &mut Meter,
         bytes: &[u8],
     ) -> Result<BufferSummary, DecodeError> {
-        let prepared = Self::prepare(self.api, bytes)?;
-        Ok(self.apply(meter, prepared))
+        let counts = crate::columns::decode_buffer_columns(bytes, self.api, &mut self.scratch)?;
+        if !columnar::columns_suffice(&counts) {
+            let decoded = decode(bytes, self.api)?;
+            return Ok(self.apply(meter, PreparedBuffer(Prepared::Typed(decoded))));
+        }
+        let cols = std::mem::take(&mut self.scratch);
+        let mut order = std::mem::take(&mut self.order);
+        let summary = self.apply_columns(meter, &cols, &mut order);
+        self.scratch = cols;
+        self.order = order;
+        Ok(summary)
     }
 
     /// DEVICE records of devices already placed fill what is unknown of them.
@@ -387,9 +440,17 @@ impl CuptiStream {
     /// Books a prepared buffer: learns its joins, places its records on devices and hands
     /// them to the meter sorted by start.
     pub fn apply(&mut self, meter: &mut Meter, buffer: PreparedBuffer) -> BufferSummary {
+        let decoded = match buffer.0 {
+            Prepared::Typed(d) => d,
+            Prepared::Columns { cols, .. } => {
+                let mut order = std::mem::take(&mut self.order);
+                let summary = self.apply_columns(meter, &cols, &mut order);
+                self.order = order;
+                return summary;
+            }
+        };
         self.seal(meter);
         self.buffers += 1;
-        let decoded = buffer.decoded;
         let names: FxHashMap<u64, Arc<str>> = FxHashMap::default();
         self.joins.learn(&decoded.records, &names);
         self.note_correlations(&decoded);
@@ -427,17 +488,7 @@ impl CuptiStream {
                 }
                 Converted::Invalid(InvalidField { field, value, .. }) => {
                     summary.invalid += 1;
-                    meter.record_loss(slot, LossReason::InvalidField, 1);
-                    if self.warned_fields.insert(field) {
-                        meter.warn(gpumeter_core::Warning::new(
-                            gpumeter_core::WarningCode::InvalidField,
-                            format!(
-                            "{}: a kernel record's {field} is {value}: {INVALID_KERNEL_FIELD}; \
-                             such records are lost as invalid_field (counted in `loss`)",
-                            self.name
-                        ),
-                        ));
-                    }
+                    self.book_invalid(meter, slot, field, value);
                 }
                 Converted::Skipped(_) | Converted::Consumed => {}
             }
@@ -567,15 +618,27 @@ impl CuptiStream {
     /// [`JOIN_WINDOW`].
     fn note_correlations(&mut self, decoded: &Decoded) {
         use crate::decode::Record;
-        for r in &decoded.records {
-            let c = match &r.record {
-                Record::Api(a) => a.correlation_id,
-                Record::ExternalCorrelation(e) => e.correlation_id,
-                _ => continue,
-            };
-            if c.wrapping_sub(self.latest_correlation) < u32::MAX / 2 {
-                self.latest_correlation = c;
-            }
+        let ids = decoded.records.iter().filter_map(|r| match &r.record {
+            Record::Api(a) => Some(a.correlation_id),
+            Record::ExternalCorrelation(e) => Some(e.correlation_id),
+            _ => None,
+        });
+        self.note_correlation_ids(ids);
+    }
+
+    /// [`CuptiStream::note_correlations`] of a buffer's API and EXTERNAL_CORRELATION
+    /// correlation ids, `ids` in any order: the latest id becomes the one furthest ahead of it
+    /// within half the id space (CUPTI numbers correlation ids upwards; one behind, or further
+    /// ahead than half the space, is older after a wrap), which no order of a buffer's records
+    /// changes.
+    fn note_correlation_ids(&mut self, ids: impl Iterator<Item = u32>) {
+        let from = self.latest_correlation;
+        let ahead = ids
+            .map(|c| c.wrapping_sub(from))
+            .filter(|&d| d < u32::MAX / 2)
+            .max();
+        if let Some(d) = ahead {
+            self.latest_correlation = from.wrapping_add(d);
         }
         let latest = self.latest_correlation;
         let keep = |c: &u32| latest.wrapping_sub(*c) < JOIN_WINDOW;
