@@ -8,6 +8,7 @@
 //! | `walk` | our walk: [`Walk`], the decoder's record iteration, nothing collected (the lowest level the decoder offers: it builds each typed record) |
 //! | `decode` | [`decode`]: every record built and collected |
 //! | `decode_and_meter` | the in-memory path of the collector and the C ABI: a [`CuptiStream`] ingests the workload's activity buffers into a [`Meter`], then a snapshot report |
+//! | `decode_and_meter_typed` | the same through the typed path ([`CuptiStream::prepare_typed`]: every record decoded, joined and converted one by one), the reference for the columnar path |
 //! | `file_cupti` | the CLI's path, [`gpumeter::meter_inputs`] on the raw buffer written to a temp file (read, SHA-256, decode, meter, report) |
 //! | `file_gmr` | the same on the workload as a `.gmr` recording |
 //!
@@ -114,6 +115,18 @@ fn bench(c: &mut Criterion) {
                 stream
                     .ingest(&mut meter, black_box(p))
                     .expect("the buffer decodes");
+            }
+            stream.snapshot(&mut meter).map(|r| r.usage.len())
+        })
+    });
+    g.bench_function("decode_and_meter_typed", |b| {
+        b.iter(|| {
+            let mut meter = Meter::new(MeterConfig::default());
+            let mut stream = CuptiStream::new("pipeline", api);
+            for p in &pieces {
+                let prepared =
+                    CuptiStream::prepare_typed(api, black_box(p)).expect("the buffer decodes");
+                stream.apply(&mut meter, prepared);
             }
             stream.snapshot(&mut meter).map(|r| r.usage.len())
         })

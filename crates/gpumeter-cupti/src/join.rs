@@ -12,6 +12,7 @@ use gpumeter_core::{
     MemoryEvent, MemoryOp, SmLimits, Work,
 };
 
+use crate::corrmap::CorrelationMap;
 use crate::decode::{
     DeviceRecord, KernelRecord, LocatedRecord, MemoryOperation, Record, EXTERNAL_KIND_CUSTOM0,
     EXTERNAL_KIND_CUSTOM2,
@@ -49,9 +50,9 @@ pub const DEVICE_MEMORY_KINDS: [u32; 5] = [3, 4, 5, 6, 7];
 #[derive(Debug, Default, Clone)]
 pub struct Joins {
     /// Correlation id → process id (RUNTIME, DRIVER, INTERNAL_LAUNCH_API records).
-    pub pid_of: FxHashMap<u32, u32>,
+    pub pid_of: CorrelationMap<u32>,
     /// Correlation id → (external kind, external id); CUSTOM0 before CUSTOM1 before CUSTOM2.
-    pub ext_of: FxHashMap<u32, (u32, u64)>,
+    pub ext_of: CorrelationMap<(u32, u64)>,
     /// Device id → DEVICE record and its name.
     pub device_recs: BTreeMap<u32, (DeviceRecord, Option<Arc<str>>)>,
     /// Context id → device id (CONTEXT records).
@@ -77,7 +78,7 @@ impl Joins {
     /// which no work record names, is not learned).
     pub fn learn_api(&mut self, correlation_id: u32, process_id: u32) {
         if correlation_id != 0 {
-            self.pid_of.entry(correlation_id).or_insert(process_id);
+            self.pid_of.entry_or_insert(correlation_id, process_id);
         }
     }
 
@@ -92,8 +93,7 @@ impl Joins {
         }
         let slot = self
             .ext_of
-            .entry(correlation_id)
-            .or_insert((external_kind, external_id));
+            .entry_or_insert(correlation_id, (external_kind, external_id));
         if external_kind < slot.0 {
             *slot = (external_kind, external_id);
         }
@@ -167,9 +167,9 @@ pub fn correlation_named(record: &Record) -> Option<(u32, bool)> {
 /// The joins a conversion reads.
 pub struct JoinsRef<'a> {
     /// Process id per correlation id (from API records).
-    pub pid_of: &'a FxHashMap<u32, u32>,
+    pub pid_of: &'a CorrelationMap<u32>,
     /// External correlation (kind, id) per correlation id (from EXTERNAL_CORRELATION records).
-    pub ext_of: &'a FxHashMap<u32, (u32, u64)>,
+    pub ext_of: &'a CorrelationMap<(u32, u64)>,
     /// The process id of records no API record names (a `.gmr` header's).
     pub default_pid: Option<u32>,
 }

@@ -46,6 +46,7 @@
 #![deny(missing_docs)]
 
 pub mod columns;
+pub mod corrmap;
 pub mod decode;
 pub mod join;
 pub mod kind;

@@ -97,11 +97,23 @@ impl CuptiStream {
                 }
             }
         }
-        for (i, (&d, &s)) in cols.copies.device_id.iter().zip(&cols.copies.start_ns).enumerate() {
+        for (i, (&d, &s)) in cols
+            .copies
+            .device_id
+            .iter()
+            .zip(&cols.copies.start_ns)
+            .enumerate()
+        {
             self.slot_cached(meter, &mut last, d);
             order.push((s, (i as u64) << 2 | COPY));
         }
-        for (i, (&d, &s)) in cols.sets.device_id.iter().zip(&cols.sets.start_ns).enumerate() {
+        for (i, (&d, &s)) in cols
+            .sets
+            .device_id
+            .iter()
+            .zip(&cols.sets.start_ns)
+            .enumerate()
+        {
             self.slot_cached(meter, &mut last, d);
             order.push((s, (i as u64) << 2 | SET));
         }

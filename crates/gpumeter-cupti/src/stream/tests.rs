@@ -30,8 +30,16 @@ fn dim(n: i32) -> u64 {
 /// Work fields shared by kernels, copies and memsets: small ranges, so that starts, streams
 /// and correlation ids repeat (duplicates, equal starts across families).
 fn work_fields() -> impl Strategy<Value = Vec<(&'static str, u64)>> {
-    (0..400u64, 0..30u64, 0..3u64, 0..2u64, 0..3u64, 0..12u64, 0..2u64).prop_map(
-        |(s, d, dev, ctx, stream, corr, node)| {
+    (
+        0..400u64,
+        0..30u64,
+        0..3u64,
+        0..2u64,
+        0..3u64,
+        0..12u64,
+        0..2u64,
+    )
+        .prop_map(|(s, d, dev, ctx, stream, corr, node)| {
             let start = 1_000_000 + s * 1_000;
             vec![
                 ("start", start),
@@ -42,8 +50,7 @@ fn work_fields() -> impl Strategy<Value = Vec<(&'static str, u64)>> {
                 ("correlationId", corr),
                 ("graphNodeId", node),
             ]
-        },
-    )
+        })
 }
 
 fn kernel() -> impl Strategy<Value = Spec> {
@@ -169,19 +176,13 @@ fn book(
         .map(|b| match path {
             Path::Ingest => stream.ingest(&mut meter, b),
             Path::Prepared => CuptiStream::prepare(api, b).map(|p| stream.apply(&mut meter, p)),
-            Path::Typed => {
-                CuptiStream::prepare_typed(api, b).map(|p| stream.apply(&mut meter, p))
-            }
+            Path::Typed => CuptiStream::prepare_typed(api, b).map(|p| stream.apply(&mut meter, p)),
         })
         .map(|r| r.expect("generated buffers decode"))
         .collect();
     let drained = stream.drain(&mut meter, drain_at).expect("drain");
     let snapshot = stream.snapshot(&mut meter).expect("snapshot");
-    (
-        summaries,
-        text(&stream, &drained),
-        text(&stream, &snapshot),
-    )
+    (summaries, text(&stream, &drained), text(&stream, &snapshot))
 }
 
 proptest! {
