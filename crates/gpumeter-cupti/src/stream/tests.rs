@@ -167,6 +167,14 @@ fn book(
     drain_at: u64,
 ) -> (Vec<BufferSummary>, String, String) {
     let mut meter = Meter::new(config.clone());
+    // A tenant per process id and external id: a join missed moves usage between tenants.
+    let mut map = gpumeter_core::TenantMap::default();
+    let name = |s: String| gpumeter_core::TenantName::parse(&s).expect("a tenant name");
+    for n in 0..8 {
+        map.pid.insert(n, name(format!("p{n}")));
+        map.external.insert(u64::from(n), name(format!("x{n}")));
+    }
+    meter.set_tenant_map(map);
     let mut stream = CuptiStream::new("s", api);
     stream
         .register_device(&mut meter, described(1))
@@ -186,7 +194,7 @@ fn book(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(256))]
+    #![proptest_config(ProptestConfig::with_cases(128))]
 
     /// Records of every family cut into buffers (some holding a kind without columns): the
     /// three ways in book the same summaries, drained piece and snapshot.
