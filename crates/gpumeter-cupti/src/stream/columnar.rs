@@ -14,7 +14,7 @@
 //! by what they are, never by arrival). The tests of `stream/tests.rs` compare the two paths'
 //! reports on every committed buffer and on generated ones.
 
-use gpumeter_core::{ActivityRecord, DeviceSlot, KernelLaunch, LossReason, Meter, Work};
+use gpumeter_core::{ActivityRecord, DeviceSlot, LossReason, Meter, Work};
 
 use super::{BufferSummary, CuptiStream};
 use crate::columns::{BufferColumns, BufferCounts};
@@ -189,7 +189,7 @@ impl CuptiStream {
                     k.static_shared_memory_bytes[i],
                     k.dynamic_shared_memory_bytes[i],
                 )
-                .unwrap_or(KernelLaunch::default());
+                .unwrap_or_default();
                 (
                     k.device_id[i],
                     k.start_ns[i],
