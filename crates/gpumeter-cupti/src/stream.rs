@@ -43,10 +43,11 @@ use gpumeter_core::{
     ActivityRecord, DeviceInfo, DeviceSlot, LossReason, MemoryEvent, MemoryOp, Meter, MeterError,
     PartitionId, SourceInfo, UsageReport, Work,
 };
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use sha2::{Digest, Sha256};
 
 use crate::columns::BufferColumns;
+use crate::corrmap::CorrelationMap;
 use crate::decode::{decode, DecodeError, Decoded};
 use crate::join::{assign_instructions, device_info};
 use crate::join::{convert, Converted, InvalidField, Joins};
@@ -173,7 +174,7 @@ pub struct CuptiStream {
     instrumented: bool,
     /// Correlation ids of the kernels booked so far (the last [`JOIN_WINDOW`] of them): an
     /// INSTRUCTION_EXECUTION count for one of them came after its kernel.
-    booked_kernels: FxHashSet<u32>,
+    booked_kernels: CorrelationMap<()>,
     /// Processes that ended: pid → when. Devices placed later get the exits too (an
     /// allocation of an ended process is closed wherever it shows up).
     exits: BTreeMap<u32, u64>,
@@ -204,7 +205,7 @@ impl CuptiStream {
             partitions: FxHashMap::default(),
             warned_fields: BTreeSet::new(),
             instrumented: false,
-            booked_kernels: FxHashSet::default(),
+            booked_kernels: CorrelationMap::default(),
             exits: BTreeMap::new(),
             scratch: Box::default(),
             order: Vec::new(),
@@ -406,7 +407,7 @@ impl CuptiStream {
             .instructions_of
             .keys()
             .copied()
-            .filter(|c| self.booked_kernels.contains(c))
+            .filter(|c| self.booked_kernels.contains_key(c))
             .collect();
         if !late.is_empty() {
             for c in &late {
@@ -507,7 +508,7 @@ impl CuptiStream {
         }
         for r in &recs {
             if matches!(r.work, Work::Kernel(_)) && r.correlation_id != 0 {
-                self.booked_kernels.insert(r.correlation_id);
+                self.booked_kernels.entry_or_insert(r.correlation_id, ());
             }
         }
         summary.work_records = recs.len() as u64;
@@ -652,7 +653,7 @@ impl CuptiStream {
             self.joins.instructions_of.retain(|c, _| keep(c));
         }
         if self.booked_kernels.len() > JOIN_WINDOW as usize {
-            self.booked_kernels.retain(|c| keep(c));
+            self.booked_kernels.retain(|c, _| keep(c));
         }
     }
 

@@ -124,7 +124,7 @@ impl CuptiStream {
             for &(_, tag) in order.iter() {
                 let rec = self.work_record(meter, &mut last, cols, tag);
                 if matches!(rec.work, Work::Kernel(_)) && rec.correlation_id != 0 {
-                    self.booked_kernels.insert(rec.correlation_id);
+                    self.booked_kernels.entry_or_insert(rec.correlation_id, ());
                 }
                 meter.push(rec);
             }
@@ -138,7 +138,7 @@ impl CuptiStream {
             self.give_instructions(meter, &mut recs);
             for r in recs {
                 if matches!(r.work, Work::Kernel(_)) && r.correlation_id != 0 {
-                    self.booked_kernels.insert(r.correlation_id);
+                    self.booked_kernels.entry_or_insert(r.correlation_id, ());
                 }
                 meter.push(r);
             }
