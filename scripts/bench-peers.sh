@@ -21,6 +21,15 @@
 #     10 M record raw buffers and `.gmr` recordings, and on the B200 Kineto trace and that
 #     trace repeated to 10× its events (generated here: traceEvents repeated with shifted
 #     timestamps, correlation and flow ids); ratios 10 M ÷ 1 M and 10× ÷ 1× (target ≤ 1.1).
+#  4. `pipeline` (issue 34's first two rows): the criterion group `pipeline`
+#     (benches/pipeline.rs) on the kernels-only mix and on the full mix, 1 M launches each:
+#     `decode_and_meter` (in memory, `CuptiStream`) in kernel records per second and ÷
+#     `libcupti_walk` (libcupti 12.8's own walk of the same buffers, from the CUPTI wheels of
+#     bindings/cupti/fetch-wheels.sh; without them that ratio is missing), with the typed
+#     path (`decode_and_meter_typed`) beside it. Read from criterion's estimates (medians).
+#  5. `agent` (issue 34's last row): the agent bench's CPU part
+#     (crates/gpumeter-agent/benches/agent.rs): the agent's CPU per million kernel records,
+#     live and `--once`, ÷ the in-memory `meter_gmr` of the same recordings.
 #
 # Environment:
 #   BENCH_RUNS=3         runs per timed figure (medians)
@@ -31,7 +40,7 @@
 #   BENCH_SMALL=1000000 BENCH_LARGE=10000000   records of the two synthetic sizes
 #   BENCH_TRACES="a.json.gz b.json.gz"         Kineto traces to time against HTA
 #   BENCH_SKIP_HTA=1     skip HTA (no venv, no network)
-#   BENCH_PARTS="kineto sha rss"   which of the three parts to run (default all)
+#   BENCH_PARTS="pipeline kineto sha rss agent"   which parts to run (default all)
 #   BENCH_VENV=DIR       the venv (default: $CARGO_TARGET_DIR or target/, bench-peers-venv)
 #   BENCH_TMP=DIR        where the work dir goes (default $TMPDIR or /tmp; needs ≈ 4.5 GB
 #                        for the 10 M-record files of the `kernels` mix)
@@ -48,7 +57,7 @@ LARGE="${BENCH_LARGE:-10000000}"
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 VENV="${BENCH_VENV:-$TARGET/bench-peers-venv}"
 HTA_VERSION=0.5.0
-PARTS=" ${BENCH_PARTS:-kineto sha rss} "
+PARTS=" ${BENCH_PARTS:-pipeline kineto sha rss agent} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 FAILED=""
 
@@ -249,6 +258,50 @@ EOF
   else
     say "   (no tracelens_b200_eager_trace.json.gz among the traces: no Kineto RSS figure)"
   fi
+fi
+
+# ------------------------------------------------ 4. pipeline: in memory, against libcupti
+# crit NAME: criterion's median of pipeline/NAME in ns (empty when it did not run).
+crit() {
+  local f="$TARGET/criterion/pipeline/$1/new/estimates.json"
+  [ -f "$f" ] && python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["median"]["point_estimate"])' "$f"
+}
+if part pipeline; then
+  LIBCUPTI=""
+  if [ -f "$ROOT/bindings/cupti/.wheels/env.sh" ]; then
+    # shellcheck disable=SC1091
+    LIBCUPTI="$(. "$ROOT/bindings/cupti/.wheels/env.sh" >/dev/null 2>&1; echo "${CUPTI12_LIB:-}")"
+  fi
+  [ -n "$LIBCUPTI" ] || say "   (no CUPTI 12.8 wheel: run bindings/cupti/fetch-wheels.sh for the libcupti_walk row)"
+  for mix in kernels full; do
+    only=0; [ "$mix" = kernels ] && only=1
+    say "-- criterion pipeline, 1 M launches, mix: $mix (decode_and_meter, decode_and_meter_typed, libcupti_walk)"
+    rm -rf "$TARGET/criterion/pipeline"
+    (cd "$ROOT" && GPUMETER_BENCH_KERNELS_ONLY=$only GPUMETER_CUPTI_LIB="${LIBCUPTI:+$LIBCUPTI/libcupti.so.12}" \
+      cargo bench --locked -q --bench pipeline -- --warm-up-time 1 --measurement-time 5 \
+      'pipeline/(libcupti_walk|decode_and_meter|decode_and_meter_typed)$' >"$WORK/pipeline.log" 2>&1) ||
+      { tail -n 20 "$WORK/pipeline.log" >&2; fail "cargo bench --bench pipeline ($mix)"; }
+    cupti_ns="$(crit libcupti_walk || true)"; dm_ns="$(crit decode_and_meter)"; typed_ns="$(crit decode_and_meter_typed)"
+    rate="$(awk -v ns="$dm_ns" 'BEGIN {printf "%.2f", 1e6 / (ns / 1e9) / 1e6}')"
+    say "   decode_and_meter $(awk -v n="$dm_ns" 'BEGIN {printf "%.1f", n/1e6}') ms ($rate M kernel records/s); typed path $(awk -v n="$typed_ns" 'BEGIN {printf "%.1f", n/1e6}') ms; libcupti walk ${cupti_ns:+$(awk -v n="$cupti_ns" 'BEGIN {printf "%.1f", n/1e6}') ms}"
+    vs="${cupti_ns:+, $(ratio "$dm_ns" "$cupti_ns")× the libcupti walk}"
+    if [ "$mix" = kernels ]; then
+      SUMMARY+=("in-memory decode + meter, kernel records only: $rate M/s$vs (target ≥ 5 M/s, ≤ 12×)")
+    else
+      SUMMARY+=("in-memory decode + meter, full mix: $rate M kernel records/s$vs (target ≥ 3 M/s, ≤ 3×)")
+    fi
+  done
+fi
+
+# --------------------------------------------------------- 5. the agent's CPU, issue 34
+if part agent; then
+  say "-- the agent's CPU per million kernel records (cargo bench -p gpumeter-agent --bench agent, CPU part)"
+  (cd "$ROOT" && GPUMETER_AGENT_BENCH_PARTS=cpu cargo bench --locked -q -p gpumeter-agent --bench agent \
+    >"$WORK/agent.log" 2>&1) || { tail -n 20 "$WORK/agent.log" >&2; fail "cargo bench -p gpumeter-agent --bench agent"; }
+  grep '^|' "$WORK/agent.log" | sed 's/^/   /'
+  live="$(awk -F'|' '/agent live/ {gsub(/[ ×*]/, "", $6); print $6}' "$WORK/agent.log")"
+  once="$(awk -F'|' '/agent `--once`/ {gsub(/[ ×*]/, "", $6); print $6}' "$WORK/agent.log")"
+  SUMMARY+=("the agent's CPU per million records ÷ in-memory: live ${live:-?}×, --once ${once:-?}× (target ≤ 1.5×)")
 fi
 
 say "== ratios"
