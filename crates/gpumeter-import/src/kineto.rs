@@ -60,6 +60,7 @@ mod fault;
 mod gpu;
 mod json;
 mod ranges;
+mod settled;
 mod string_cap;
 mod text;
 
