@@ -453,7 +453,12 @@ mod tests {
         ];
         for (name, bytes, limit) in &cases {
             let path = Path::new(name);
-            let ahead = outcome(load_kineto(path, name.to_string(), bytes.as_slice(), *limit));
+            let ahead = outcome(load_kineto(
+                path,
+                name.to_string(),
+                bytes.as_slice(),
+                *limit,
+            ));
             let inline = outcome(load_kineto_inline(
                 path,
                 name.to_string(),
@@ -462,16 +467,18 @@ mod tests {
             ));
             assert_eq!(ahead, inline, "{name}");
         }
-        assert!(outcome(load_kineto(Path::new("b"), "b".into(), gz(&big).as_slice(), u64::MAX))
-            .contains("records: [ActivityRecord"));
+        assert!(outcome(load_kineto(
+            Path::new("b"),
+            "b".into(),
+            gz(&big).as_slice(),
+            u64::MAX
+        ))
+        .contains("records: [ActivityRecord"));
         // A read error of the file, anywhere in it (in the gzip header, its text, its trailer).
         for bytes in [big.clone(), gz(&big)] {
             for good in [0, 1, 2, 100, bytes.len() / 2, bytes.len() - 3] {
                 let path = Path::new("f.json");
-                let reader = || FailsAfter {
-                    data: &bytes,
-                    good,
-                };
+                let reader = || FailsAfter { data: &bytes, good };
                 let ahead = outcome(load_kineto(path, "f".into(), reader(), u64::MAX));
                 let inline = outcome(load_kineto_inline(path, "f".into(), reader(), u64::MAX));
                 assert_eq!(ahead, inline, "failing after {good} bytes");

@@ -124,7 +124,9 @@ fn pump(r: &mut impl Read, tx: &SyncSender<std::io::Result<Vec<u8>>>, back: &Rec
     let mut listening = true;
     let mut spare = Vec::new();
     loop {
-        let mut buf = back.try_recv().unwrap_or_else(|_| std::mem::take(&mut spare));
+        let mut buf = back
+            .try_recv()
+            .unwrap_or_else(|_| std::mem::take(&mut spare));
         buf.resize(CHUNK_BYTES, 0);
         let (n, error) = fill(r, &mut buf);
         buf.truncate(n);

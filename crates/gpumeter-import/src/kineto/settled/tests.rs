@@ -115,16 +115,29 @@ fn events_that_are_not_settled_or_not_plain_take_the_full_path() {
         assert_eq!(fast(text), None);
     }
     // A `ph` or `cat` longer than the fast path looks at.
-    let long = format!(r#"{{"ph": "X", "cat": "{}"}}"#, "c".repeat(MAX_PH_CAT_BYTES + 1));
+    let long = format!(
+        r#"{{"ph": "X", "cat": "{}"}}"#,
+        "c".repeat(MAX_PH_CAT_BYTES + 1)
+    );
     assert_eq!(fast(long.as_bytes()), None);
-    let at_max = format!(r#"{{"ph": "X", "cat": "{}"}}"#, "c".repeat(MAX_PH_CAT_BYTES));
+    let at_max = format!(
+        r#"{{"ph": "X", "cat": "{}"}}"#,
+        "c".repeat(MAX_PH_CAT_BYTES)
+    );
     assert!(fast(at_max.as_bytes()).is_some());
 }
 
 /// Pieces of string contents: plain text, text that looks like members, escapes (valid,
 /// lone surrogates, bad), a raw control character, non-ASCII and invalid UTF-8.
 fn piece() -> impl Strategy<Value = &'static [u8]> {
-    let plain = prop::sample::select(vec![&b"a"[..], b"ph", b"cat", b"{}[],:", b" ", "é".as_bytes()]);
+    let plain = prop::sample::select(vec![
+        &b"a"[..],
+        b"ph",
+        b"cat",
+        b"{}[],:",
+        b" ",
+        "é".as_bytes(),
+    ]);
     let hostile = prop::sample::select(vec![
         &b"\\\"ph\\\": \\\"B\\\""[..],
         b", \\\"cat\\\": \\\"kernel\\\"",
@@ -263,8 +276,17 @@ fn element() -> impl Strategy<Value = Vec<u8>> {
             .prop_map(|(i, b)| Some((i, b))),
     ];
     let tail = prop::sample::select(vec![&b""[..], b",", b",\n        {\"ph\": \"X\"}]", b"]"]);
-    (ws(), ph(), ws(), cat(), prop::bool::weighted(0.1), members, edit, tail).prop_map(
-        |(w, ph, w2, cat, swap, members, edit, tail)| {
+    (
+        ws(),
+        ph(),
+        ws(),
+        cat(),
+        prop::bool::weighted(0.1),
+        members,
+        edit,
+        tail,
+    )
+        .prop_map(|(w, ph, w2, cat, swap, members, edit, tail)| {
             let mut s = b"{".to_vec();
             let (k1, v1, k2, v2) = if swap {
                 (&b"\"cat\""[..], cat, &b"\"ph\""[..], ph)
@@ -298,8 +320,7 @@ fn element() -> impl Strategy<Value = Vec<u8>> {
             }
             s.extend(tail);
             s
-        },
-    )
+        })
 }
 
 proptest! {
