@@ -24,7 +24,7 @@ const CHUNK_BYTES: usize = 256 << 10;
 
 /// Chunks that may wait for the parse (memory: at most this many more, plus the one being
 /// filled and the one being read, whatever the file's size).
-const IN_FLIGHT: usize = 8;
+const IN_FLIGHT: usize = 4;
 
 /// What the reading thread found, once it read the whole file.
 pub(crate) struct ReadOutcome {
