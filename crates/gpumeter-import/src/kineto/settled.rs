@@ -9,7 +9,8 @@
 //! borrowing every known field as a `RawValue`, though an event settled by its `ph` and `cat`
 //! keeps none of them. In isolation, on that trace's 14.2 MB `traceEvents` array, one
 //! `StreamDeserializer` step per element: the full visitor 15.0 ms, `IgnoredAny` 10.3 ms
-//! (docs/PERFORMANCE.md, section "Kineto import: settled events skipped whole").
+//! (docs/PERFORMANCE.md, section "Kineto import: settled events skipped whole, inflate beside
+//! the parse").
 //!
 //! Exact: the element is taken by this path only when the full visitor would read it to the
 //! same event, and otherwise read by the full visitor as before, so every event, fault and
