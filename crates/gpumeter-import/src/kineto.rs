@@ -37,14 +37,15 @@
 //!   attribution key per operator in the meter.
 //! * Devices without a UUID are keyed `<label>#<id>`, the label being given by the caller
 //!   (the first 16 hex digits of the content's SHA-256, see the crate docs).
-//! * Reading: a stream ([`read_events`]; the caller decompresses gzip as a stream and hashes in
-//!   the same pass), read in chunks of 1 MiB into one reused buffer ([`text::Source`]). The
+//! * Reading: a stream ([`read_events`]; the caller reads, decompresses and hashes the file as a
+//!   stream on a thread of its own, `crate::read_ahead`), read in chunks of 1 MiB into one reused buffer ([`text::Source`]). The
 //!   top-level object is read by serde's visitors through `serde_json::from_reader`; the
 //!   `traceEvents` array by [`array::read_array`], which parses each element with serde_json from the
 //!   chunk buffer, its fields borrowed from it (an element cut by the chunk's end is parsed
 //!   again with the next chunk after it). Memory holds the GPU work events kept and open `B`
 //!   events, never the document; an event whose `ph` and `cat` settle it as ignorable (most
-//!   CPU-side events) has its other fields checked and dropped, not kept. Strings are cut at
+//!   CPU-side events) has its other fields checked and dropped, not kept (when its `ph` and `cat` come
+//!   first and its text is plain, skipped whole by serde_json: [`settled::settled_event`]). Strings are cut at
 //!   [`MAX_STRING_BYTES`] as the text is read ([`string_cap::StringCap`]), since serde_json reads a string
 //!   whole; a cut string ends in a digest of the text dropped, escapes decoded ([`crate::CUT_MARK`]), and that text is
 //!   validated as serde_json validates a string. Bad JSON is reported at the line and column of the text, with serde_json's message,
@@ -60,6 +61,7 @@ mod fault;
 mod gpu;
 mod json;
 mod ranges;
+mod settled;
 mod string_cap;
 mod text;
 

@@ -53,6 +53,7 @@ mod load;
 #[cfg(feature = "nsys")]
 mod nsys;
 mod parsed;
+mod read_ahead;
 mod tenant_map;
 pub mod units;
 

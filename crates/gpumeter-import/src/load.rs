@@ -13,6 +13,7 @@ use crate::kineto::{self, Collector};
 #[cfg(feature = "nsys")]
 use crate::nsys;
 use crate::parsed::{file_name, Parsed};
+use crate::read_ahead::{read_ahead, ReadOutcome};
 use crate::{detect_format, Format, ImportOptions, GZIP_MAGIC, MAX_DECOMPRESSED_BYTES};
 
 fn resolve_format(path: &Path, head: &[u8], requested: Format) -> Result<Format, ImportError> {
@@ -121,8 +122,72 @@ pub(crate) fn load_bytes(
 /// Hashes, decompresses (at most `limit` bytes) and parses a Kineto file, all in one pass
 /// over `input` as a stream: memory holds what the trace keeps (its GPU work events), not the
 /// file nor its decompressed text, so a gzip bomb of whitespace or of CPU-side events streams
-/// through in bounded memory.
+/// through in bounded memory. Reading, inflating and hashing run on a thread of their own
+/// beside the parse ([`read_ahead`]); on this thread when none can be started.
 fn load_kineto(
+    path: &Path,
+    name: String,
+    mut input: impl Read + Send,
+    limit: u64,
+) -> Result<Loaded, ImportError> {
+    match read_ahead(path, &mut input, limit) {
+        Some((collected, read)) => loaded_read_ahead(path, name, collected, read, limit),
+        None => load_kineto_inline(path, name, input, limit),
+    }
+}
+
+/// The file [`read_ahead`] read: its faults in the order of [`load_kineto_inline`]'s (a read
+/// error of the file, then a gzip fault, then the size limit, then the JSON's, then a read
+/// error after the text), else its events turned into records.
+fn loaded_read_ahead(
+    path: &Path,
+    name: String,
+    collected: Result<Collector<'_>, ImportError>,
+    read: ReadOutcome,
+    limit: u64,
+) -> Result<Loaded, ImportError> {
+    let io_err = |source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if let Some(source) = read.file_error {
+        return Err(io_err(source));
+    }
+    if let Some(source) = read.gzip_error {
+        return Err(ImportError::Gzip {
+            path: path.to_path_buf(),
+            source,
+        });
+    }
+    if read.over {
+        return Err(ImportError::DecompressedTooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    let collected = collected?;
+    if let Some(source) = read.tail_error {
+        return Err(io_err(source));
+    }
+    let file_sha256 = hex::encode(read.file_sha256.finalize());
+    // The source's identity is its content: a gzip file's decompressed text (docs/ARCHITECTURE.md, "Invariants").
+    let sha256 = read
+        .text_sha256
+        .map_or_else(|| file_sha256.clone(), |h| hex::encode(h.finalize()));
+    let label = gpumeter_core::source_label(&sha256);
+    let parsed = kineto::finish(collected, &label)?;
+    Ok(Loaded {
+        name,
+        format: Format::Kineto,
+        sha256,
+        file_sha256,
+        parsed,
+    })
+}
+
+/// [`load_kineto`] on this thread (inflate and parse), the digests on a worker thread when
+/// one can be started.
+fn load_kineto_inline(
     path: &Path,
     name: String,
     input: impl Read,
@@ -315,6 +380,111 @@ mod tests {
             Err(ImportError::DecompressedTooLarge { limit: 65_536, .. })
         ));
         assert_eq!(MAX_DECOMPRESSED_BYTES, 8 * 1024 * 1024 * 1024);
+    }
+
+    /// What a load gives, to compare two paths: the digests and what was parsed, or the
+    /// error's kind and message.
+    fn outcome(r: Result<Loaded, ImportError>) -> String {
+        match r {
+            Ok(l) => format!("{} {} {:?}", l.sha256, l.file_sha256, l.parsed),
+            Err(e) => format!("{:?}: {e}", std::mem::discriminant(&e)),
+        }
+    }
+
+    /// A reader of `data` that fails after `good` bytes.
+    struct FailsAfter<'a> {
+        data: &'a [u8],
+        good: usize,
+    }
+
+    impl Read for FailsAfter<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.good == 0 {
+                return Err(std::io::Error::other("the disk is on fire"));
+            }
+            let n = buf.len().min(self.good).min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            self.good -= n;
+            Ok(n)
+        }
+    }
+
+    /// The read-ahead path (reading, inflating and hashing on a thread of their own) gives
+    /// what the single-threaded path gives, on good files and on every fault of their text
+    /// and of their reading, in the same order of precedence.
+    #[test]
+    fn read_ahead_gives_what_the_inline_path_gives() {
+        let event = r#"{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+            "ts": 1700000000000000, "dur": 5, "args": {"device": 0, "stream": 7,
+            "correlation": 1, "grid": [1, 1, 1], "block": [32, 1, 1]}}"#;
+        let cpu = r#"{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1,
+            "ts": 1700000000000000, "dur": 5, "args": {"External id": 2}}"#;
+        let ok = format!(r#"{{"traceEvents": [{event}, {cpu}]}}"#).into_bytes();
+        // Several chunks of the read-ahead's text.
+        let many = vec![cpu; 6000].join(",\n");
+        let big = format!(r#"{{"traceEvents": [{many}, {event}]}}"#).into_bytes();
+        let bad_json = br#"{"traceEvents": [{"ph": "X", ]}"#.to_vec();
+        let corrupt = |text: &[u8]| {
+            let mut g = gz(text);
+            let n = g.len();
+            g[n - 6] ^= 0xff;
+            g
+        };
+        let mut cut = gz(&big);
+        cut.truncate(cut.len() / 2);
+        let mut trailing = gz(&ok);
+        trailing.extend(b"garbage");
+        let cases: Vec<(&str, Vec<u8>, u64)> = vec![
+            ("ok.json", ok.clone(), u64::MAX),
+            ("ok.json.gz", gz(&ok), u64::MAX),
+            ("big.json", big.clone(), u64::MAX),
+            ("big.json.gz", gz(&big), u64::MAX),
+            ("bad.json", bad_json.clone(), u64::MAX),
+            ("bad.json.gz", gz(&bad_json), u64::MAX),
+            ("crc.json.gz", corrupt(&ok), u64::MAX),
+            ("bad-and-crc.json.gz", corrupt(&bad_json), u64::MAX),
+            ("cut.json.gz", cut, u64::MAX),
+            ("trailing.json.gz", trailing, u64::MAX),
+            ("over.json.gz", gz(&big), 100_000),
+            ("bad-and-over.json.gz", gz(&bad_json), 10),
+            ("empty.json", Vec::new(), u64::MAX),
+            ("one-byte.json", vec![0x1f], u64::MAX),
+        ];
+        for (name, bytes, limit) in &cases {
+            let path = Path::new(name);
+            let ahead = outcome(load_kineto(
+                path,
+                name.to_string(),
+                bytes.as_slice(),
+                *limit,
+            ));
+            let inline = outcome(load_kineto_inline(
+                path,
+                name.to_string(),
+                bytes.as_slice(),
+                *limit,
+            ));
+            assert_eq!(ahead, inline, "{name}");
+        }
+        assert!(outcome(load_kineto(
+            Path::new("b"),
+            "b".into(),
+            gz(&big).as_slice(),
+            u64::MAX
+        ))
+        .contains("records: [ActivityRecord"));
+        // A read error of the file, anywhere in it (in the gzip header, its text, its trailer).
+        for bytes in [big.clone(), gz(&big)] {
+            for good in [0, 1, 2, 100, bytes.len() / 2, bytes.len() - 3] {
+                let path = Path::new("f.json");
+                let reader = || FailsAfter { data: &bytes, good };
+                let ahead = outcome(load_kineto(path, "f".into(), reader(), u64::MAX));
+                let inline = outcome(load_kineto_inline(path, "f".into(), reader(), u64::MAX));
+                assert_eq!(ahead, inline, "failing after {good} bytes");
+                assert!(ahead.contains("the disk is on fire"), "{ahead}");
+            }
+        }
     }
 
     /// Item 3 of issue 30: a trace gzipped, gunzipped or re-gzipped (another compression

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use super::collect::Collector;
 use super::event::Element;
 use super::json::json_error;
+use super::settled::settled_event;
 use super::text::{relocated, Pos, Source, SourceReader};
 use crate::error::ImportError;
 
@@ -91,6 +92,13 @@ pub(super) fn read_array(c: &mut Collector<'_>, s: &mut Source<'_>) -> Result<()
         }
         loop {
             let data = &s.buf[s.pos..s.end];
+            // Most events are settled by their `ph` and `cat` and skipped whole by serde_json,
+            // exactly as the full visitor would read them (`settled` module docs).
+            if let Some((ev, len)) = settled_event(data) {
+                c.element(Element::Event(ev))?;
+                s.consume(len);
+                break;
+            }
             let attempt = {
                 let mut it =
                     serde_json::Deserializer::from_slice(data).into_iter::<Element<&RawValue>>();
