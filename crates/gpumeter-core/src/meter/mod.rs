@@ -39,7 +39,10 @@ mod caps;
 mod cells;
 mod devices;
 mod dup;
+#[cfg(test)]
+mod dup_tests;
 mod energy;
+mod lanes;
 mod memory;
 mod meterable;
 mod opening;
