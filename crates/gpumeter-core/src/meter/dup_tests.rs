@@ -8,9 +8,10 @@
 use proptest::prelude::*;
 
 use super::dup::Dups;
-use super::lanes::{WorkIdentity, MAX_RUN};
-use super::{Meter, MeterConfig};
+use super::lanes::{repacked, WorkIdentity, ENTRY_BYTES, MAX_RUN};
+use super::{Meter, MeterConfig, MAX_RESIDENT_GRIDS};
 use crate::device::DeviceInfo;
+use crate::ops::OpCounts;
 use crate::record::{
     ActivityRecord, CopyDirection, DeviceSlot, Joined, KernelLaunch, LossReason, Work,
 };
@@ -262,6 +263,27 @@ proptest! {
         );
     }
 
+    /// A lane entry's packed joined facts are the facts.
+    #[test]
+    fn packed_joined_facts_are_the_facts(
+        j in arb_j(),
+        ops in proptest::collection::vec(proptest::option::of(0u64..3), 4),
+    ) {
+        let joined = Joined {
+            process_id: j.0,
+            external_id: j.1,
+            name: j.2.map(|n| if n == 0 { "a".into() } else { "b".into() }),
+            warp_instructions: j.3,
+            ops: OpCounts {
+                flops_fp64: ops[0],
+                flops_fp32: ops[1],
+                flops_fp16: ops[2],
+                tensor_ops: ops[3],
+            },
+        };
+        prop_assert_eq!(repacked(joined.clone()), joined);
+    }
+
     /// The meter equals the reference meter on duplicate-heavy inputs on several lanes, with
     /// a short horizon (records late and pruned): every watermark, record count held, and the
     /// report.
@@ -270,7 +292,10 @@ proptest! {
         ops in proptest::collection::vec(arb_op(), 0..120),
         horizon in 0u64..8,
     ) {
-        let records: Vec<ActivityRecord> = inputs(&ops).into_iter().filter_map(Result::ok).collect();
+        // Fewer records than the meter runs at once on a device (`MAX_RESIDENT_GRIDS`,
+        // which the reference meter does not know).
+        let records: Vec<ActivityRecord> =
+            inputs(&ops).into_iter().filter_map(Result::ok).take(MAX_RESIDENT_GRIDS as usize).collect();
         let got = run_meter!(Meter, &records, horizon);
         let want = run_meter!(crate::reference::Meter, &records, horizon);
         prop_assert_eq!(got, want);
@@ -365,4 +390,12 @@ fn one_start_on_one_stream() {
     assert_eq!(dups.len(), N as usize);
     dups.prune(1001);
     assert_eq!((dups.len(), dups.lanes()), (0, 0));
+}
+
+/// A lane entry stays at 152 bytes on 64-bit targets (start, identity, packed joined facts,
+/// the pointer to the others'): what a record costs its lane.
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn lane_entry_size() {
+    assert_eq!(ENTRY_BYTES, 152);
 }
