@@ -10,15 +10,17 @@ use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::record::{ActivityRecord, Joined, MemoryEvent};
 
+use super::lanes::{Facts, Lanes, Noted, WorkIdentity};
+
 use super::queue::MostlySorted;
 
 /// A duplicate key (the same record, equal in every field its source gives:
-/// [`ActivityRecord::identity`]), after the start or timestamp that the sweep prunes by. The
-/// records seen under one key keep their joined facts, and a new record is a duplicate when
-/// its facts agree with one of them ([`Joined::agrees`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+/// [`ActivityRecord::identity`], [`MemoryEvent::identity`]), after the start or timestamp that
+/// the sweep prunes by. The records seen under one key keep their joined facts, and a new
+/// record is a duplicate when its facts agree with one of them ([`Joined::agrees`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(super) enum Dup {
-    Work(ActivityRecord),
+    Work(WorkIdentity),
     Memory(MemoryEvent),
 }
 
@@ -26,13 +28,11 @@ pub(super) enum Dup {
 /// so that the sweep can forget what it has passed.
 pub(super) type DupKey = (u64, Dup);
 
-/// The records seen under one duplicate key: the first one's joined facts inline, the rare
-/// others (the same record of another process, say) in a list that allocates only then.
+/// The records seen under one duplicate key.
 #[derive(Debug, Clone)]
 struct Seen {
     key: DupKey,
-    first: Joined,
-    more: Vec<Joined>,
+    facts: Facts,
 }
 
 /// The keys of one 64-bit hash: the first inline, collisions (rare) in a list.
@@ -42,9 +42,19 @@ struct Bucket {
     more: Vec<Seen>,
 }
 
-/// The duplicate keys of the records the sweep has not passed, by the FxHash of the key (no
-/// allocation per record once the maps have grown), in two generations, and the times of the
-/// keys, 8 bytes a record, to count the keys the sweep has not passed.
+/// The duplicate keys of a device's records that the sweep has not passed: work records in
+/// their lanes ([`Lanes`]: no lookup for a record after its lane's latest start), and in a
+/// hash table the memory events and the work records that came out of order in their lane
+/// ([`Lanes::note`]).
+#[derive(Debug, Clone, Default)]
+pub(super) struct Dups {
+    lanes: Lanes,
+    table: Table,
+}
+
+/// Duplicate keys by the FxHash of the key (no allocation per record once the maps have
+/// grown), in two generations, and the times of the keys, 8 bytes a record, to count the keys
+/// the sweep has not passed.
 ///
 /// Keys are never removed one by one (a hash lookup per record, a cache miss once the table
 /// holds a reordering horizon of records): a key the sweep has passed can never equal the key
@@ -56,7 +66,7 @@ struct Bucket {
 /// the keys of at most about two horizons, and [`Dups::len`] still counts exactly the keys at
 /// or after the sweep.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Dups {
+struct Table {
     young: FxHashMap<u64, Bucket>,
     old: FxHashMap<u64, Bucket>,
     /// Latest start or timestamp of a key in `young` / `old`.
@@ -92,9 +102,38 @@ impl DupTable {
 const SWAP_AT: usize = 4096;
 
 impl Dups {
-    /// Keys held.
+    /// Keys held: those at or after the sweep, once [`Dups::prune`] ran with the sweep's
+    /// position.
     pub(super) fn len(&self) -> usize {
-        self.by_time.len()
+        self.lanes.len() + self.table.by_time.len()
+    }
+
+    /// Notes a work record starting at `start` (at or after the last [`Dups::prune`] cut):
+    /// `false` when it is a duplicate (a record with the same identity whose joined facts
+    /// agree was seen).
+    pub(super) fn note_work(&mut self, start: u64, id: WorkIdentity, joined: Joined) -> bool {
+        match self.lanes.note(start, &id, joined) {
+            Noted::New => true,
+            Noted::Seen(first) => first,
+            Noted::Elsewhere(joined) => self.table.note((start, Dup::Work(id)), joined),
+        }
+    }
+
+    /// Notes a memory event (or any key) in the table: `false` when it is a duplicate.
+    pub(super) fn note(&mut self, key: DupKey, joined: Joined) -> bool {
+        self.table.note(key, joined)
+    }
+
+    /// Forgets the duplicate keys before `cut` (records the sweep has passed).
+    pub(super) fn prune(&mut self, cut: u64) {
+        self.lanes.prune(cut);
+        self.table.prune(cut);
+    }
+
+    /// Lanes holding keys.
+    #[cfg(test)]
+    pub(super) fn lanes(&self) -> usize {
+        self.lanes.lanes()
     }
 }
 
@@ -104,31 +143,18 @@ fn hash_of(key: &DupKey) -> u64 {
     h.finish()
 }
 
-impl DeviceState {
-    /// Notes a record under its duplicate key; `false` when it is a duplicate (a record with
-    /// the same identity whose joined facts agree was seen), booked as `duplicate` loss.
-    pub(super) fn first_of(&mut self, key: DupKey, joined: Joined) -> bool {
-        let first = self.note_first(key, joined);
-        if !first {
-            self.loss
-                .entry(LossReason::Duplicate)
-                .or_default()
-                .add(1, false);
-        }
-        first
-    }
-
-    /// [`DeviceState::first_of`] without booking the loss.
-    fn note_first(&mut self, key: DupKey, joined: Joined) -> bool {
+impl Table {
+    /// Notes a record under its key: `false` when a record with the key whose joined facts
+    /// agree was seen.
+    fn note(&mut self, key: DupKey, joined: Joined) -> bool {
         let h = hash_of(&key);
-        let dups = &mut self.dups.0;
         // Only a generation that holds keys at or after this one's time can hold it.
-        let in_old = key.0 <= dups.old_max && dups.old.contains_key(&h);
+        let in_old = key.0 <= self.old_max && self.old.contains_key(&h);
         let map = if in_old {
-            &mut dups.old
+            &mut self.old
         } else {
-            dups.young_max = dups.young_max.max(key.0);
-            &mut dups.young
+            self.young_max = self.young_max.max(key.0);
+            &mut self.young
         };
         match map.entry(h) {
             Entry::Occupied(mut e) => {
@@ -139,31 +165,23 @@ impl DeviceState {
                     bucket.more.iter_mut().find(|s| s.key == key)
                 };
                 match found {
-                    Some(seen) => {
-                        if seen.first.agrees(&joined) || seen.more.iter().any(|j| j.agrees(&joined))
-                        {
-                            return false;
-                        }
-                        seen.more.push(joined);
-                    }
+                    Some(seen) => return seen.facts.note(joined),
                     None => {
-                        dups.by_time.push(Reverse(key.0));
+                        self.by_time.push(Reverse(key.0));
                         bucket.more.push(Seen {
                             key,
-                            first: joined,
-                            more: Vec::new(),
+                            facts: Facts::new(joined),
                         });
                     }
                 }
                 true
             }
             Entry::Vacant(e) => {
-                dups.by_time.push(Reverse(key.0));
+                self.by_time.push(Reverse(key.0));
                 e.insert(Bucket {
                     first: Seen {
                         key,
-                        first: joined,
-                        more: Vec::new(),
+                        facts: Facts::new(joined),
                     },
                     more: Vec::new(),
                 });
@@ -172,22 +190,55 @@ impl DeviceState {
         }
     }
 
-    /// Forgets the duplicate keys before `cut` (records the sweep has passed): counts them
-    /// out, and drops the old generation once every key of it is before `cut` ([`Dups`]).
-    pub(super) fn prune_dups(&mut self, cut: u64) {
-        let dups = &mut self.dups.0;
-        while let Some(&Reverse(start)) = dups.by_time.peek() {
+    /// Counts out the keys before `cut`, and drops the old generation once every key of it is
+    /// before `cut`.
+    fn prune(&mut self, cut: u64) {
+        while let Some(&Reverse(start)) = self.by_time.peek() {
             if start >= cut {
                 break;
             }
-            dups.by_time.pop();
+            self.by_time.pop();
         }
-        if dups.old_max < cut && dups.young.len() >= SWAP_AT {
-            dups.old.clear();
-            std::mem::swap(&mut dups.old, &mut dups.young);
-            dups.old_max = dups.young_max;
-            dups.young_max = 0;
+        if self.old_max < cut && self.young.len() >= SWAP_AT {
+            self.old.clear();
+            std::mem::swap(&mut self.old, &mut self.young);
+            self.old_max = self.young_max;
+            self.young_max = 0;
         }
+    }
+}
+
+impl DeviceState {
+    /// Notes a work record; `false` when it is a duplicate ([`Dups::note_work`]), booked as
+    /// `duplicate` loss.
+    pub(super) fn first_work(&mut self, rec: &ActivityRecord) -> bool {
+        let first = self
+            .dups
+            .0
+            .note_work(rec.start_ns, WorkIdentity::of(rec), rec.joined());
+        self.book_duplicate(first)
+    }
+
+    /// Notes a memory event under its duplicate key; `false` when it is a duplicate, booked as
+    /// `duplicate` loss.
+    pub(super) fn first_of(&mut self, key: DupKey, joined: Joined) -> bool {
+        let first = self.dups.0.note(key, joined);
+        self.book_duplicate(first)
+    }
+
+    fn book_duplicate(&mut self, first: bool) -> bool {
+        if !first {
+            self.loss
+                .entry(LossReason::Duplicate)
+                .or_default()
+                .add(1, false);
+        }
+        first
+    }
+
+    /// Forgets the duplicate keys before `cut` (records the sweep has passed).
+    pub(super) fn prune_dups(&mut self, cut: u64) {
+        self.dups.0.prune(cut);
     }
 
     /// Forgets every duplicate key.

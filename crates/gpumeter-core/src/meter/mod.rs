@@ -22,7 +22,8 @@
 //!
 //! Where each part lives: this file holds the public API ([`Meter`], [`MeterConfig`],
 //! [`MeterError`], [`TenantMap`]) and the per-device state; `work.rs` checks a work record and
-//! books what is booked on arrival (counts, bytes, `kernel_ns`); `dup.rs` detects duplicates;
+//! books what is booked on arrival (counts, bytes, `kernel_ns`); `dup.rs` detects duplicates
+//! (`lanes.rs`: work records' keys per (context, stream), compared only when out of order);
 //! `sweep.rs` runs the reorder buffer and books elementary intervals (`gpu_busy_ns`, `sm_ns`,
 //! `warp_ns`); `caps.rs` computes SMs held, resident warps and the partition and device caps;
 //! `cells.rs` holds the per-(device, window) accumulators (flat arrays of interned slots) and
@@ -39,7 +40,10 @@ mod caps;
 mod cells;
 mod devices;
 mod dup;
+#[cfg(test)]
+mod dup_tests;
 mod energy;
+mod lanes;
 mod memory;
 mod meterable;
 mod opening;

@@ -31,12 +31,10 @@ impl Meter {
             self.record_loss(rec.device, r, 1);
             return;
         }
-        let dup: DupKey = (rec.start_ns, Dup::Work(rec.identity()));
-        let joined = rec.joined();
         let key = self.key_of(&rec);
         let window = self.config.window;
         let dev = &mut self.devices[rec.device.0 as usize];
-        if !dev.first_of(dup, joined) {
+        if !dev.first_work(&rec) {
             return;
         }
         dev.records += 1;
