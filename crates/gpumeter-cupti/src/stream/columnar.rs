@@ -9,9 +9,9 @@
 //! Both paths book the same: the joins are learned by the same rules
 //! ([`Joins::learn_api`], [`Joins::learn_external`]), kernels are checked by the same
 //! [`launch_of`], and the work records reach the meter sorted by start. Among records of one
-//! start the typed path keeps buffer order and this path keeps kernels, then copies, then
-//! memsets: the meter's result does not depend on that order (its pending records are ordered
-//! by what they are, never by arrival). The tests of `stream/tests.rs` compare the two paths'
+//! start the typed path keeps buffer order; this path keeps each family's buffer order, the
+//! families interleaved by row index: the meter's result does not depend on the order across
+//! families (its pending records are ordered by what they are, never by arrival). The tests of `stream/tests.rs` compare the two paths'
 //! reports on every committed buffer and on generated ones.
 
 use gpumeter_core::{ActivityRecord, DeviceSlot, LossReason, Meter, Work};
